@@ -1,0 +1,65 @@
+// The names the manifests share with the rest of gpuipc (image, socket,
+// uid/gid, broker flags, seccomp profile) and what each setup must look like.
+// A change here is a change of contract: the Dockerfile, the broker's flags
+// and k8s/README.md must follow.
+
+export const IMAGE = 'ghcr.io/gpuipc/gpuipc:0.1.0';
+export const IMAGE_VERSION = '0.1.0';
+export const BROKER_BIN = '/usr/bin/gpuipc-broker';
+export const CLI = 'gpuipcctl';
+
+export const SOCKET_DIR = '/run/gpuipc';
+export const SOCKET = '/run/gpuipc/gpuipc.sock';
+export const SOCKET_ENV = 'GPUIPC_SOCKET';
+
+// The image's USER, the broker's uid, and the group that owns the 0660 socket.
+export const UID = 65532;
+export const GID = 65532;
+
+export const BROKER_NAME = 'gpuipc-broker';
+export const BROKER_ARGS = ['--socket', SOCKET, '--socket-mode', '0660', '--seccomp', 'enforce',
+                            '--log-format', 'json'];
+// Flags a broker may add to BROKER_ARGS (flag -> allowed values).
+export const BROKER_EXTRA_ARGS = { '--policy': ['/etc/gpuipc/policy.conf'] };
+export const PROBE = [CLI, 'ping', '--timeout', '1000'];
+
+// Pods name the profile relative to the kubelet's seccomp root; the file
+// itself is shipped as seccomp/<basename> and installed under gpuipc/.
+export const LOCALHOST_PROFILE = 'gpuipc/gpuipc-broker.json';
+export const PROFILE_FILE = 'gpuipc-broker.json';
+
+// Volume types the `restricted` Pod Security profile allows.
+export const RESTRICTED_VOLUMES = ['configMap', 'csi', 'downwardAPI', 'emptyDir', 'ephemeral',
+                                   'persistentVolumeClaim', 'projected', 'secret'];
+
+// Kinds that have no namespace (kustomize 5.5 stamps one on some of them).
+export const CLUSTER_SCOPED = ['Namespace', 'DeviceClass', 'ResourceSlice', 'ValidatingAdmissionPolicy',
+                               'ValidatingAdmissionPolicyBinding', 'MutatingAdmissionPolicy',
+                               'MutatingAdmissionPolicyBinding', 'ClusterRole', 'ClusterRoleBinding',
+                               'PriorityClass', 'CustomResourceDefinition', 'SeccompProfile'];
+
+// Every kustomization under k8s/ that the validator renders, and what it must
+// be. Keys are the setup names used in k8s/README.md and by the broken cases.
+//   kind:        buffer kind the producer publishes
+//   consumers:   consumers per producer
+//   sharePid:    shareProcessNamespace must be true (and is forbidden otherwise)
+//   deviceClass: DRA DeviceClass of the claim the apps share (null: no DRA)
+//   selector:    a word the claim's CEL selector must mention
+//   nodeBroker:  per-node broker (DaemonSet) on the hostPath SOCKET_DIR
+//   gang:        LeaderWorkerSet scheduled by Volcano
+//   onlyDiffers: rendering equals this setup's except name, kind, sharePid
+export const SETUPS = {
+        base: { dir: 'k8s/base', kind: 'memfd', consumers: 1, deviceClass: null },
+        'dra-vmm': { dir: 'k8s/overlays/dra-vmm', kind: 'cuda-vmm', consumers: 1,
+                     deviceClass: 'gpu.nvidia.com' },
+        'dra-legacy': { dir: 'k8s/overlays/dra-legacy', kind: 'cuda-legacy', consumers: 1,
+                        deviceClass: 'gpu.nvidia.com', sharePid: true, onlyDiffers: 'dra-vmm' },
+        fanout: { dir: 'k8s/overlays/fanout', kind: 'cuda-vmm', consumers: 3,
+                  deviceClass: 'gpu.nvidia.com' },
+        mig: { dir: 'k8s/overlays/mig', kind: 'cuda-vmm', consumers: 1, deviceClass: 'mig.nvidia.com',
+               selector: 'profile' },
+        'node-broker': { dir: 'k8s/overlays/node-broker', kind: 'cuda-vmm', consumers: 1,
+                         deviceClass: 'gpu.nvidia.com', nodeBroker: true },
+        gang: { dir: 'k8s/overlays/gang', kind: 'cuda-vmm', consumers: 1, deviceClass: 'gpu.nvidia.com',
+                gang: true },
+};
