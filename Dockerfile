@@ -14,6 +14,7 @@ ARG CUDA_HEADERS_IMAGE=nvidia/cuda:13.0.0-devel-ubuntu24.04
 FROM ${CUDA_HEADERS_IMAGE} AS cuda-headers
 
 FROM debian:12 AS build
+# meson brings python3, which seccomp/gen.py needs to generate the profile.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         meson ninja-build pkg-config gcc libc6-dev \

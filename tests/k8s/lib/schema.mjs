@@ -196,13 +196,13 @@ async function checkShape(v, shape, path, out) {
         if (shape.intOrString && !(Number.isInteger(v) || typeof v === 'string'))
                 return out.push(`${at}: must be an integer or a string`);
         if (shape.objectMeta)
-                return checkModel(v, 'V1ObjectMeta', path, out);
+                return walk(v, 'V1ObjectMeta', path, out);
         if (shape.model)
-                return checkModel(v, shape.model, path, out);
+                return walk(v, shape.model, path, out);
         if (shape.list) {
                 if (!Array.isArray(v))
                         return out.push(`${at}: must be a list`);
-                return checkModel(v, `Array<${shape.list}>`, path, out);
+                return walk(v, `Array<${shape.list}>`, path, out);
         }
         if (shape.podTemplate)
                 return checkPodTemplate(v, path, out);
@@ -221,10 +221,6 @@ async function checkShape(v, shape, path, out) {
                                 out.push(`${p}: unknown field`);
                 }
         }
-}
-
-async function checkModel(v, type, path, out) {
-        await walk(v, type, path, out);
 }
 
 // An embedded pod template: unknown fields via V1PodTemplateSpec, types and
