@@ -25,104 +25,97 @@ process.stdout.on('error', (e) => process.exit(e.code === 'EPIPE' ? 0 : 1));
 let passed = 0;
 let failed = 0;
 
-function report(label, problems, detail = problems) {
-        if (problems === null) {
-                console.log(`skip ${label}`);
-                return;
-        }
-        if (!problems.length) {
-                passed++;
-                console.log(`ok   ${label}`);
-                return;
-        }
-        failed++;
-        console.log(`FAIL ${label}`);
-        for (const p of detail.slice(0, MAX_DETAIL))
-                console.log(`       ${p}`);
-        if (detail.length > MAX_DETAIL)
-                console.log(`       ... and ${detail.length - MAX_DETAIL} more`);
+function report(label, problems) {
+  if (problems === null) {
+    console.log(`skip ${label}`);
+    return;
+  }
+  if (!problems.length) {
+    passed++;
+    console.log(`ok   ${label}`);
+    return;
+  }
+  failed++;
+  console.log(`FAIL ${label}`);
+  for (const p of problems.slice(0, MAX_DETAIL)) console.log(`       ${p}`);
+  if (problems.length > MAX_DETAIL) console.log(`       ... and ${problems.length - MAX_DETAIL} more`);
 }
 
 // Runs every check on one rendered target. Returns { check: problems }.
 async function runChecks(target, ctx) {
-        const out = {};
-        for (const [name, check] of Object.entries(CHECKS))
-                out[name] = await check(target, ctx);
-        return out;
+  const out = {};
+  for (const [name, check] of Object.entries(CHECKS)) out[name] = await check(target, ctx);
+  return out;
 }
 
 // A broken case declares what it breaks in its kustomization's header:
 //   # setup: dra-vmm          the setup whose expectations apply
 //   # expect: <text>          a problem containing <text> must be reported
 function brokenCase(dir) {
-        const text = readFileSync(join(dir, 'kustomization.yaml'), 'utf8');
-        const field = (k) => new RegExp(`^# ${k}: (.+)$`, 'm').exec(text)?.[1].trim();
-        return { setupName: field('setup'), expect: field('expect') };
+  const text = readFileSync(join(dir, 'kustomization.yaml'), 'utf8');
+  const field = (k) => new RegExp(`^# ${k}: (.+)$`, 'm').exec(text)?.[1].trim();
+  return { setupName: field('setup'), expect: field('expect') };
 }
 
 async function main() {
-        const ctx = { refs: {}, profiles: repo.shippedProfiles(ROOT) };
+  const ctx = { refs: {}, profiles: repo.shippedProfiles(ROOT) };
 
-        console.log('# repository');
-        report('every overlay is validated', repo.overlaysCovered(ROOT));
-        report(`seccomp profile shipped`, repo.seccompShipped(ROOT));
-        report('Dockerfile matches the manifests', repo.dockerfileMatches(ROOT));
-        report('.dockerignore', repo.dockerignore(ROOT));
-        report('meson.build version matches the image tag', repo.mesonVersion(ROOT));
-        report('k8s/README.md covers every setup', repo.readme(ROOT));
+  console.log('# repository');
+  report('every overlay is validated', repo.overlaysCovered(ROOT));
+  report(`seccomp profile shipped`, repo.seccompShipped(ROOT));
+  report('Dockerfile matches the manifests', repo.dockerfileMatches(ROOT));
+  report('.dockerignore', repo.dockerignore(ROOT));
+  report('meson.build version matches the image tag', repo.mesonVersion(ROOT));
+  report('k8s/README.md covers every setup', repo.readme(ROOT));
 
-        // Render everything first: some checks compare with another setup.
-        const rendered = {};
-        for (const [name, setup] of Object.entries(SETUPS)) {
-                rendered[name] = render(join(ROOT, setup.dir));
-                if (rendered[name].objects)
-                        ctx.refs[name] = rendered[name].objects;
-        }
-        for (const [name, setup] of Object.entries(SETUPS)) {
-                console.log(`# ${name} (${setup.dir})`);
-                const r = rendered[name];
-                report(`${name}: kustomize build`, r.error ? [r.error] : []);
-                if (r.error)
-                        continue;
-                const results = await runChecks({ name, setup, objects: r.objects }, ctx);
-                for (const [check, problems] of Object.entries(results))
-                        report(`${name}: ${check}`, problems);
-        }
+  // Render everything first: some checks compare with another setup.
+  const rendered = {};
+  for (const [name, setup] of Object.entries(SETUPS)) {
+    rendered[name] = render(join(ROOT, setup.dir));
+    if (rendered[name].objects) ctx.refs[name] = rendered[name].objects;
+  }
+  for (const [name, setup] of Object.entries(SETUPS)) {
+    console.log(`# ${name} (${setup.dir})`);
+    const r = rendered[name];
+    report(`${name}: kustomize build`, r.error ? [r.error] : []);
+    if (r.error) continue;
+    const results = await runChecks({ name, setup, objects: r.objects }, ctx);
+    for (const [check, problems] of Object.entries(results)) report(`${name}: ${check}`, problems);
+  }
 
-        console.log('# broken manifests (each must be rejected)');
-        const brokenDir = join(HERE, 'broken');
-        const cases = existsSync(brokenDir) ? readdirSync(brokenDir).sort() : [];
-        report('broken cases exist', cases.length ? [] : ['tests/k8s/broken/ holds no cases']);
-        for (const c of cases) {
-                const dir = join(brokenDir, c);
-                const label = `broken/${c}`;
-                const { setupName, expect } = brokenCase(dir);
-                const setup = SETUPS[setupName];
-                if (!setup || !expect) {
-                        report(label, ['kustomization.yaml needs "# setup: <known setup>" and "# expect: <text>"']);
-                        continue;
-                }
-                const r = render(dir);
-                if (r.error) {
-                        // It must reach the validator: a case kustomize rejects proves nothing about it.
-                        report(label, [`does not build: ${r.error}`]);
-                        continue;
-                }
-                const results = await runChecks({ name: label, setup, objects: r.objects }, ctx);
-                const all = Object.entries(results).flatMap(([k, ps]) => ps.map((p) => `${k}: ${p}`));
-                const hit = all.find((p) => p.toLowerCase().includes(expect.toLowerCase()));
-                if (hit) {
-                        passed++;
-                        console.log(`ok   ${label}: rejected (${hit})`);
-                } else {
-                        report(`${label}: expected a rejection mentioning "${expect}"`,
-                               [all.length ? 'rejected, but for other reasons:' : 'accepted: the validator did not bite'],
-                               all.length ? ['rejected, but for other reasons:', ...all] : ['accepted: the validator did not bite']);
-                }
-        }
+  console.log('# broken manifests (each must be rejected)');
+  const brokenDir = join(HERE, 'broken');
+  const cases = existsSync(brokenDir) ? readdirSync(brokenDir).sort() : [];
+  report('broken cases exist', cases.length ? [] : ['tests/k8s/broken/ holds no cases']);
+  for (const c of cases) {
+    const dir = join(brokenDir, c);
+    const label = `broken/${c}`;
+    const { setupName, expect } = brokenCase(dir);
+    const setup = SETUPS[setupName];
+    if (!setup || !expect) {
+      report(label, ['kustomization.yaml needs "# setup: <known setup>" and "# expect: <text>"']);
+      continue;
+    }
+    const r = render(dir);
+    if (r.error) {
+      // It must reach the validator: a case kustomize rejects proves nothing about it.
+      report(label, [`does not build: ${r.error}`]);
+      continue;
+    }
+    const results = await runChecks({ name: label, setup, objects: r.objects }, ctx);
+    const all = Object.entries(results).flatMap(([k, ps]) => ps.map((p) => `${k}: ${p}`));
+    const hit = all.find((p) => p.toLowerCase().includes(expect.toLowerCase()));
+    if (hit) {
+      passed++;
+      console.log(`ok   ${label}: rejected (${hit})`);
+    } else {
+      const why = all.length ? ['rejected, but for other reasons:', ...all] : ['accepted: the validator did not bite'];
+      report(`${label}: expected a rejection mentioning "${expect}"`, why);
+    }
+  }
 
-        console.log(`${passed} passed, ${failed} failed`);
-        process.exitCode = failed ? 1 : 0;
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exitCode = failed ? 1 : 0;
 }
 
 await main();

@@ -17,8 +17,16 @@ export const UID = 65532;
 export const GID = 65532;
 
 export const BROKER_NAME = 'gpuipc-broker';
-export const BROKER_ARGS = ['--socket', SOCKET, '--socket-mode', '0660', '--seccomp', 'enforce',
-                            '--log-format', 'json'];
+export const BROKER_ARGS = [
+  '--socket',
+  SOCKET,
+  '--socket-mode',
+  '0660',
+  '--seccomp',
+  'enforce',
+  '--log-format',
+  'json',
+];
 // Flags a broker may add to BROKER_ARGS (flag -> allowed values).
 export const BROKER_EXTRA_ARGS = { '--policy': ['/etc/gpuipc/policy.conf'] };
 export const PROBE = [CLI, 'ping', '--timeout', '1000'];
@@ -29,14 +37,32 @@ export const LOCALHOST_PROFILE = 'gpuipc/gpuipc-broker.json';
 export const PROFILE_FILE = 'gpuipc-broker.json';
 
 // Volume types the `restricted` Pod Security profile allows.
-export const RESTRICTED_VOLUMES = ['configMap', 'csi', 'downwardAPI', 'emptyDir', 'ephemeral',
-                                   'persistentVolumeClaim', 'projected', 'secret'];
+export const RESTRICTED_VOLUMES = [
+  'configMap',
+  'csi',
+  'downwardAPI',
+  'emptyDir',
+  'ephemeral',
+  'persistentVolumeClaim',
+  'projected',
+  'secret',
+];
 
 // Kinds that have no namespace (kustomize 5.5 stamps one on some of them).
-export const CLUSTER_SCOPED = ['Namespace', 'DeviceClass', 'ResourceSlice', 'ValidatingAdmissionPolicy',
-                               'ValidatingAdmissionPolicyBinding', 'MutatingAdmissionPolicy',
-                               'MutatingAdmissionPolicyBinding', 'ClusterRole', 'ClusterRoleBinding',
-                               'PriorityClass', 'CustomResourceDefinition', 'SeccompProfile'];
+export const CLUSTER_SCOPED = [
+  'Namespace',
+  'DeviceClass',
+  'ResourceSlice',
+  'ValidatingAdmissionPolicy',
+  'ValidatingAdmissionPolicyBinding',
+  'MutatingAdmissionPolicy',
+  'MutatingAdmissionPolicyBinding',
+  'ClusterRole',
+  'ClusterRoleBinding',
+  'PriorityClass',
+  'CustomResourceDefinition',
+  'SeccompProfile',
+];
 
 // Every kustomization under k8s/ that the validator renders, and what it must
 // be. Keys are the setup names used in k8s/README.md and by the broken cases.
@@ -49,17 +75,36 @@ export const CLUSTER_SCOPED = ['Namespace', 'DeviceClass', 'ResourceSlice', 'Val
 //   gang:        LeaderWorkerSet scheduled by Volcano
 //   onlyDiffers: rendering equals this setup's except name, kind, sharePid
 export const SETUPS = {
-        base: { dir: 'k8s/base', kind: 'memfd', consumers: 1, deviceClass: null },
-        'dra-vmm': { dir: 'k8s/overlays/dra-vmm', kind: 'cuda-vmm', consumers: 1,
-                     deviceClass: 'gpu.nvidia.com' },
-        'dra-legacy': { dir: 'k8s/overlays/dra-legacy', kind: 'cuda-legacy', consumers: 1,
-                        deviceClass: 'gpu.nvidia.com', sharePid: true, onlyDiffers: 'dra-vmm' },
-        fanout: { dir: 'k8s/overlays/fanout', kind: 'cuda-vmm', consumers: 3,
-                  deviceClass: 'gpu.nvidia.com' },
-        mig: { dir: 'k8s/overlays/mig', kind: 'cuda-vmm', consumers: 1, deviceClass: 'mig.nvidia.com',
-               selector: 'profile' },
-        'node-broker': { dir: 'k8s/overlays/node-broker', kind: 'cuda-vmm', consumers: 1,
-                         deviceClass: 'gpu.nvidia.com', nodeBroker: true },
-        gang: { dir: 'k8s/overlays/gang', kind: 'cuda-vmm', consumers: 1, deviceClass: 'gpu.nvidia.com',
-                gang: true },
+  base: { dir: 'k8s/base', kind: 'memfd', consumers: 1, deviceClass: null },
+  'dra-vmm': { dir: 'k8s/overlays/dra-vmm', kind: 'cuda-vmm', consumers: 1, deviceClass: 'gpu.nvidia.com' },
+  'dra-legacy': {
+    dir: 'k8s/overlays/dra-legacy',
+    kind: 'cuda-legacy',
+    consumers: 1,
+    deviceClass: 'gpu.nvidia.com',
+    sharePid: true,
+    onlyDiffers: 'dra-vmm',
+  },
+  fanout: { dir: 'k8s/overlays/fanout', kind: 'cuda-vmm', consumers: 3, deviceClass: 'gpu.nvidia.com' },
+  mig: {
+    dir: 'k8s/overlays/mig',
+    kind: 'cuda-vmm',
+    consumers: 1,
+    deviceClass: 'mig.nvidia.com',
+    selector: 'profile',
+  },
+  'node-broker': {
+    dir: 'k8s/overlays/node-broker',
+    kind: 'cuda-vmm',
+    consumers: 1,
+    deviceClass: 'gpu.nvidia.com',
+    nodeBroker: true,
+  },
+  gang: {
+    dir: 'k8s/overlays/gang',
+    kind: 'cuda-vmm',
+    consumers: 1,
+    deviceClass: 'gpu.nvidia.com',
+    gang: true,
+  },
 };

@@ -8,18 +8,19 @@ import { BROKER_NAME, CLI } from './contract.mjs';
 // Renders a kustomization directory with `kubectl kustomize`.
 // Returns { objects } or { error } (kustomize's message).
 export function render(dir) {
-        let text;
-        try {
-                text = execFileSync(process.env.KUBECTL || 'kubectl', ['kustomize', dir],
-                                    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-        } catch (e) {
-                return { error: String(e.stderr || e.message).trim() };
-        }
-        const docs = YAML.parseAllDocuments(text);
-        const bad = docs.find((d) => d.errors.length);
-        if (bad)
-                return { error: `YAML: ${bad.errors[0].message}` };
-        return { objects: docs.map((d) => d.toJS()).filter((o) => o) };
+  let text;
+  try {
+    text = execFileSync(process.env.KUBECTL || 'kubectl', ['kustomize', dir], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+  } catch (e) {
+    return { error: String(e.stderr || e.message).trim() };
+  }
+  const docs = YAML.parseAllDocuments(text);
+  const bad = docs.find((d) => d.errors.length);
+  if (bad) return { error: `YAML: ${bad.errors[0].message}` };
+  return { objects: docs.map((d) => d.toJS()).filter((o) => o) };
 }
 
 export const ref = (o) => `${o.kind}/${o.metadata?.name}`;
@@ -27,47 +28,50 @@ export const ref = (o) => `${o.kind}/${o.metadata?.name}`;
 // Pod templates inside workload objects: [path to the template, template].
 // A Pod is its own template.
 function templatesOf(o) {
-        const s = o.spec ?? {};
-        switch (o.kind) {
-        case 'Pod':
-                return [['', o]];
-        case 'DaemonSet': case 'Deployment': case 'StatefulSet': case 'ReplicaSet': case 'Job':
-                return [['spec.template', s.template]];
-        case 'CronJob':
-                return [['spec.jobTemplate.spec.template', s.jobTemplate?.spec?.template]];
-        case 'LeaderWorkerSet': {
-                const lwt = s.leaderWorkerTemplate ?? {};
-                const out = [['spec.leaderWorkerTemplate.workerTemplate', lwt.workerTemplate]];
-                if (lwt.leaderTemplate)
-                        out.push(['spec.leaderWorkerTemplate.leaderTemplate', lwt.leaderTemplate]);
-                return out;
-        }
-        default:
-                return [];
-        }
+  const s = o.spec ?? {};
+  switch (o.kind) {
+    case 'Pod':
+      return [['', o]];
+    case 'DaemonSet':
+    case 'Deployment':
+    case 'StatefulSet':
+    case 'ReplicaSet':
+    case 'Job':
+      return [['spec.template', s.template]];
+    case 'CronJob':
+      return [['spec.jobTemplate.spec.template', s.jobTemplate?.spec?.template]];
+    case 'LeaderWorkerSet': {
+      const lwt = s.leaderWorkerTemplate ?? {};
+      const out = [['spec.leaderWorkerTemplate.workerTemplate', lwt.workerTemplate]];
+      if (lwt.leaderTemplate) out.push(['spec.leaderWorkerTemplate.leaderTemplate', lwt.leaderTemplate]);
+      return out;
+    }
+    default:
+      return [];
+  }
 }
 
 // Every pod spec in the objects: { obj, where, template, spec }.
 export function podSpecs(objects) {
-        const out = [];
-        for (const obj of objects) {
-                for (const [path, t] of templatesOf(obj)) {
-                        if (t?.spec)
-                                out.push({ obj, where: path ? `${ref(obj)} ${path}` : ref(obj), template: t,
-                                           spec: t.spec });
-                }
-        }
-        return out;
+  const out = [];
+  for (const obj of objects) {
+    for (const [path, t] of templatesOf(obj)) {
+      if (t?.spec)
+        out.push({ obj, where: path ? `${ref(obj)} ${path}` : ref(obj), template: t, spec: t.spec });
+    }
+  }
+  return out;
 }
 
 // Every container of a pod spec: { c, list, index, label }.
 export function containers(spec) {
-        const out = [];
-        for (const list of ['initContainers', 'containers', 'ephemeralContainers']) {
-                (spec[list] ?? []).forEach((c, index) =>
-                        out.push({ c, list, index, label: `${list}[${index}] ${c.name}` }));
-        }
-        return out;
+  const out = [];
+  for (const list of ['initContainers', 'containers', 'ephemeralContainers']) {
+    (spec[list] ?? []).forEach((c, index) =>
+      out.push({ c, list, index, label: `${list}[${index}] ${c.name}` }),
+    );
+  }
+  return out;
 }
 
 export const isBroker = (c) => c.name === BROKER_NAME;
@@ -75,38 +79,38 @@ export const isBroker = (c) => c.name === BROKER_NAME;
 // The gpuipcctl subcommand an app container runs ('publish', 'attach', ...),
 // or null for anything else.
 export function cliVerb(c) {
-        const argv = [...(c.command ?? []), ...(c.args ?? [])];
-        const i = argv.findIndex((a) => a === CLI || a.endsWith(`/${CLI}`));
-        return i < 0 ? null : argv[i + 1] ?? null;
+  const argv = [...(c.command ?? []), ...(c.args ?? [])];
+  const i = argv.findIndex((a) => a === CLI || a.endsWith(`/${CLI}`));
+  return i < 0 ? null : (argv[i + 1] ?? null);
 }
 
 // The value following a flag in a container's args, or undefined.
 export function flagValue(c, flag) {
-        const args = c.args ?? [];
-        const i = args.indexOf(flag);
-        return i < 0 ? undefined : args[i + 1];
+  const args = c.args ?? [];
+  const i = args.indexOf(flag);
+  return i < 0 ? undefined : args[i + 1];
 }
 
 // JSON with sorted keys, for deep comparisons.
 export function canon(v) {
-        if (Array.isArray(v))
-                return `[${v.map(canon).join(',')}]`;
-        if (v && typeof v === 'object')
-                return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canon(v[k])}`).join(',')}}`;
-        return JSON.stringify(v);
+  if (Array.isArray(v)) return `[${v.map(canon).join(',')}]`;
+  if (v && typeof v === 'object')
+    return `{${Object.keys(v)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canon(v[k])}`)
+      .join(',')}}`;
+  return JSON.stringify(v);
 }
 
 // The first path at which a and b differ, or null when they are equal.
 export function firstDiff(a, b, path = '') {
-        if (canon(a) === canon(b))
-                return null;
-        if (a && b && typeof a === 'object' && typeof b === 'object' && Array.isArray(a) === Array.isArray(b)) {
-                const keys = new Set([...Object.keys(a), ...Object.keys(b)]);
-                for (const k of [...keys].sort()) {
-                        const d = firstDiff(a[k], b[k], Array.isArray(a) ? `${path}[${k}]` : `${path}.${k}`);
-                        if (d)
-                                return d;
-                }
-        }
-        return path || '.';
+  if (canon(a) === canon(b)) return null;
+  if (a && b && typeof a === 'object' && typeof b === 'object' && Array.isArray(a) === Array.isArray(b)) {
+    const keys = new Set([...Object.keys(a), ...Object.keys(b)]);
+    for (const k of [...keys].sort()) {
+      const d = firstDiff(a[k], b[k], Array.isArray(a) ? `${path}[${k}]` : `${path}.${k}`);
+      if (d) return d;
+    }
+  }
+  return path || '.';
 }

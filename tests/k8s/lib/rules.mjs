@@ -11,131 +11,141 @@ import { canon, cliVerb, containers, firstDiff, flagValue, isBroker, podSpecs, r
 import { schemaProblems } from './schema.mjs';
 
 // Pod specs that run gpuipc clients or the broker (all of ours do).
-const appsOf = (spec) => [...(spec.containers ?? []), ...(spec.initContainers ?? [])]
-        .filter((c) => cliVerb(c) === 'publish' || cliVerb(c) === 'attach');
+const appsOf = (spec) =>
+  [...(spec.containers ?? []), ...(spec.initContainers ?? [])].filter(
+    (c) => cliVerb(c) === 'publish' || cliVerb(c) === 'attach',
+  );
 
 const eff = (spec, c, key) => c.securityContext?.[key] ?? spec.securityContext?.[key];
 
 // ---- schema ----------------------------------------------------------------
 
+// Both schema checks read one result per object.
+const schemaCache = new WeakMap();
+
+async function schemaOf(o) {
+  if (!schemaCache.has(o)) schemaCache.set(o, await schemaProblems(o));
+  return schemaCache.get(o);
+}
+
 async function schemaTypes(t) {
-        const out = [];
-        for (const o of t.objects)
-                out.push(...(await schemaProblems(o)).types);
-        return out;
+  const out = [];
+  for (const o of t.objects) out.push(...(await schemaOf(o)).types);
+  return out;
 }
 
 async function schemaFields(t) {
-        const out = [];
-        for (const o of t.objects)
-                out.push(...(await schemaProblems(o)).fields);
-        return out;
+  const out = [];
+  for (const o of t.objects) out.push(...(await schemaOf(o)).fields);
+  return out;
 }
 
 // ---- scope and namespaces ---------------------------------------------------
 
 function scope(t) {
-        const out = [];
-        const namespaces = new Set(t.objects.filter((o) => o.kind === 'Namespace').map((o) => o.metadata.name));
-        for (const o of t.objects) {
-                const ns = o.metadata?.namespace;
-                if (K.CLUSTER_SCOPED.includes(o.kind)) {
-                        if (ns)
-                                out.push(`${ref(o)}: cluster-scoped but has namespace ${ns} (kustomize's namespace: stamps it)`);
-                } else if (!ns) {
-                        out.push(`${ref(o)}: namespaced but has no namespace`);
-                } else if (!namespaces.has(ns)) {
-                        out.push(`${ref(o)}: namespace ${ns} is not defined by this kustomization`);
-                }
-                if (o.kind === 'DeviceClass')
-                        out.push(`${ref(o)}: DeviceClasses come from the DRA driver, do not ship one`);
-        }
-        return out;
+  const out = [];
+  const namespaces = new Set(t.objects.filter((o) => o.kind === 'Namespace').map((o) => o.metadata.name));
+  for (const o of t.objects) {
+    const ns = o.metadata?.namespace;
+    if (K.CLUSTER_SCOPED.includes(o.kind)) {
+      if (ns)
+        out.push(`${ref(o)}: cluster-scoped but has namespace ${ns} (kustomize's namespace: stamps it)`);
+    } else if (!ns) {
+      out.push(`${ref(o)}: namespaced but has no namespace`);
+    } else if (!namespaces.has(ns)) {
+      out.push(`${ref(o)}: namespace ${ns} is not defined by this kustomization`);
+    }
+    if (o.kind === 'DeviceClass')
+      out.push(`${ref(o)}: DeviceClasses come from the DRA driver, do not ship one`);
+  }
+  return out;
 }
 
 function namespaceSecurity(t) {
-        const out = [];
-        const pss = (o, mode) => o.metadata?.labels?.[`pod-security.kubernetes.io/${mode}`];
-        for (const o of t.objects.filter((x) => x.kind === 'Namespace')) {
-                for (const mode of ['warn', 'audit']) {
-                        if (pss(o, mode) !== 'restricted')
-                                out.push(`${ref(o)}: pod-security ${mode} must be restricted`);
-                }
-                if (pss(o, 'enforce') === 'restricted')
-                        continue;
-                // The one documented exception: the node-broker namespace
-                // enforces `privileged` for its hostPath, and a bound
-                // ValidatingAdmissionPolicy re-imposes the rest.
-                if (!t.setup.nodeBroker) {
-                        out.push(`${ref(o)}: pod-security enforce must be restricted`);
-                        continue;
-                }
-                const bindings = t.objects.filter((b) => b.kind === 'ValidatingAdmissionPolicyBinding' &&
-                        b.spec?.matchResources?.namespaceSelector?.matchLabels?.['kubernetes.io/metadata.name'] ===
-                                o.metadata.name);
-                const policies = bindings.map((b) => t.objects.find((p) => p.kind === 'ValidatingAdmissionPolicy' &&
-                        p.metadata.name === b.spec.policyName)).filter(Boolean);
-                const guards = policies.some((p) => (p.spec?.validations ?? []).some((v) =>
-                        v.expression.includes('hostPath') && v.expression.includes(K.SOCKET_DIR)));
-                if (!guards || !bindings.some((b) => b.spec.validationActions?.includes('Deny')))
-                        out.push(`${ref(o)}: enforce is not restricted, so a Deny-bound ValidatingAdmissionPolicy must limit hostPath to ${K.SOCKET_DIR}`);
-        }
-        return out;
+  const out = [];
+  const pss = (o, mode) => o.metadata?.labels?.[`pod-security.kubernetes.io/${mode}`];
+  for (const o of t.objects.filter((x) => x.kind === 'Namespace')) {
+    for (const mode of ['warn', 'audit']) {
+      if (pss(o, mode) !== 'restricted') out.push(`${ref(o)}: pod-security ${mode} must be restricted`);
+    }
+    if (pss(o, 'enforce') === 'restricted') continue;
+    // The one documented exception: the node-broker namespace
+    // enforces `privileged` for its hostPath, and a bound
+    // ValidatingAdmissionPolicy re-imposes the rest.
+    if (!t.setup.nodeBroker) {
+      out.push(`${ref(o)}: pod-security enforce must be restricted`);
+      continue;
+    }
+    const bindings = t.objects.filter(
+      (b) =>
+        b.kind === 'ValidatingAdmissionPolicyBinding' &&
+        b.spec?.matchResources?.namespaceSelector?.matchLabels?.['kubernetes.io/metadata.name'] ===
+          o.metadata.name,
+    );
+    const policies = bindings
+      .map((b) =>
+        t.objects.find(
+          (p) => p.kind === 'ValidatingAdmissionPolicy' && p.metadata.name === b.spec.policyName,
+        ),
+      )
+      .filter(Boolean);
+    const guards = policies.some((p) =>
+      (p.spec?.validations ?? []).some(
+        (v) => v.expression.includes('hostPath') && v.expression.includes(K.SOCKET_DIR),
+      ),
+    );
+    if (!guards || !bindings.some((b) => b.spec.validationActions?.includes('Deny')))
+      out.push(
+        `${ref(o)}: enforce is not restricted, so a Deny-bound ValidatingAdmissionPolicy must limit hostPath to ${K.SOCKET_DIR}`,
+      );
+  }
+  return out;
 }
 
 // ---- Pod Security restricted -------------------------------------------------
 
 function podSecurity(t) {
-        const out = [];
-        for (const { where, spec } of podSpecs(t.objects)) {
-                for (const f of ['hostPID', 'hostIPC', 'hostNetwork'])
-                        if (spec[f])
-                                out.push(`${where}: ${f}: true is forbidden (no gpuipc setup needs it)`);
-                if (spec.shareProcessNamespace && !t.setup.sharePid)
-                        out.push(`${where}: shareProcessNamespace is only for the cuda-legacy setup`);
-                if (spec.securityContext?.sysctls?.length)
-                        out.push(`${where}: sysctls are not allowed`);
-                for (const v of spec.volumes ?? []) {
-                        const type = Object.keys(v).find((k) => k !== 'name');
-                        if (type === 'hostPath') {
-                                if (!t.setup.nodeBroker)
-                                        out.push(`${where}: hostPath volume ${v.name} (only the node-broker setup may mount one)`);
-                                else if (v.hostPath.path !== K.SOCKET_DIR || v.hostPath.type !== 'Directory')
-                                        out.push(`${where}: hostPath volume ${v.name} must be ${K.SOCKET_DIR} with type Directory`);
-                        } else if (!K.RESTRICTED_VOLUMES.includes(type)) {
-                                out.push(`${where}: volume ${v.name} of type ${type} is not allowed under restricted`);
-                        }
-                }
-                for (const { c, label } of containers(spec)) {
-                        const at = `${where} ${label}`;
-                        const sc = c.securityContext ?? {};
-                        if (eff(spec, c, 'runAsNonRoot') !== true)
-                                out.push(`${at}: runAsNonRoot must be true`);
-                        for (const id of ['runAsUser', 'runAsGroup']) {
-                                const v = eff(spec, c, id);
-                                if (!Number.isInteger(v) || v === 0)
-                                        out.push(`${at}: ${id} must be set and non-zero`);
-                        }
-                        if (sc.allowPrivilegeEscalation !== false)
-                                out.push(`${at}: allowPrivilegeEscalation must be false`);
-                        if (sc.privileged)
-                                out.push(`${at}: privileged is forbidden`);
-                        if (!(sc.capabilities?.drop ?? []).includes('ALL'))
-                                out.push(`${at}: capabilities.drop must contain ALL`);
-                        if ((sc.capabilities?.add ?? []).length)
-                                out.push(`${at}: capabilities.add must be empty (gpuipc needs none)`);
-                        if (sc.procMount && sc.procMount !== 'Default')
-                                out.push(`${at}: procMount must be Default`);
-                        if (sc.readOnlyRootFilesystem !== true)
-                                out.push(`${at}: readOnlyRootFilesystem must be true`);
-                        const type = eff(spec, c, 'seccompProfile')?.type;
-                        if (type !== 'RuntimeDefault' && type !== 'Localhost')
-                                out.push(`${at}: seccompProfile type must be RuntimeDefault or Localhost, is ${type}`);
-                        if ((c.ports ?? []).some((p) => p.hostPort))
-                                out.push(`${at}: hostPort is forbidden`);
-                }
-        }
-        return out;
+  const out = [];
+  for (const { where, spec } of podSpecs(t.objects)) {
+    for (const f of ['hostPID', 'hostIPC', 'hostNetwork'])
+      if (spec[f]) out.push(`${where}: ${f}: true is forbidden (no gpuipc setup needs it)`);
+    if (spec.shareProcessNamespace && !t.setup.sharePid)
+      out.push(`${where}: shareProcessNamespace is only for the cuda-legacy setup`);
+    if (spec.securityContext?.sysctls?.length) out.push(`${where}: sysctls are not allowed`);
+    for (const v of spec.volumes ?? []) {
+      const type = Object.keys(v).find((k) => k !== 'name');
+      if (type === 'hostPath') {
+        if (!t.setup.nodeBroker)
+          out.push(`${where}: hostPath volume ${v.name} (only the node-broker setup may mount one)`);
+        else if (v.hostPath.path !== K.SOCKET_DIR || v.hostPath.type !== 'Directory')
+          out.push(`${where}: hostPath volume ${v.name} must be ${K.SOCKET_DIR} with type Directory`);
+      } else if (!K.RESTRICTED_VOLUMES.includes(type)) {
+        out.push(`${where}: volume ${v.name} of type ${type} is not allowed under restricted`);
+      }
+    }
+    for (const { c, label } of containers(spec)) {
+      const at = `${where} ${label}`;
+      const sc = c.securityContext ?? {};
+      if (eff(spec, c, 'runAsNonRoot') !== true) out.push(`${at}: runAsNonRoot must be true`);
+      for (const id of ['runAsUser', 'runAsGroup']) {
+        const v = eff(spec, c, id);
+        if (!Number.isInteger(v) || v === 0) out.push(`${at}: ${id} must be set and non-zero`);
+      }
+      if (sc.allowPrivilegeEscalation !== false) out.push(`${at}: allowPrivilegeEscalation must be false`);
+      if (sc.privileged) out.push(`${at}: privileged is forbidden`);
+      if (!(sc.capabilities?.drop ?? []).includes('ALL'))
+        out.push(`${at}: capabilities.drop must contain ALL`);
+      if ((sc.capabilities?.add ?? []).length)
+        out.push(`${at}: capabilities.add must be empty (gpuipc needs none)`);
+      if (sc.procMount && sc.procMount !== 'Default') out.push(`${at}: procMount must be Default`);
+      if (sc.readOnlyRootFilesystem !== true) out.push(`${at}: readOnlyRootFilesystem must be true`);
+      const type = eff(spec, c, 'seccompProfile')?.type;
+      if (type !== 'RuntimeDefault' && type !== 'Localhost')
+        out.push(`${at}: seccompProfile type must be RuntimeDefault or Localhost, is ${type}`);
+      if ((c.ports ?? []).some((p) => p.hostPort)) out.push(`${at}: hostPort is forbidden`);
+    }
+  }
+  return out;
 }
 
 // ---- the broker -------------------------------------------------------------
@@ -143,361 +153,381 @@ function podSecurity(t) {
 const probeOk = (p) => canon(p?.exec?.command) === canon(K.PROBE);
 
 function brokerProblems(at, c) {
-        const out = [];
-        if (!probeOk(c.startupProbe))
-                out.push(`${at}: startupProbe must exec ${K.PROBE.join(' ')}`);
-        if (!probeOk(c.readinessProbe))
-                out.push(`${at}: readinessProbe must exec ${K.PROBE.join(' ')}`);
-        if (c.resources?.claims?.length)
-                out.push(`${at}: the broker must not hold a DRA claim (it never touches a GPU)`);
-        return out;
+  const out = [];
+  if (!probeOk(c.startupProbe)) out.push(`${at}: startupProbe must exec ${K.PROBE.join(' ')}`);
+  if (!probeOk(c.readinessProbe)) out.push(`${at}: readinessProbe must exec ${K.PROBE.join(' ')}`);
+  if (c.resources?.claims?.length)
+    out.push(`${at}: the broker must not hold a DRA claim (it never touches a GPU)`);
+  return out;
 }
 
 function sidecar(t) {
-        const out = [];
-        for (const { obj, where, spec } of podSpecs(t.objects)) {
-                const init = spec.initContainers ?? [];
-                const hasApps = appsOf(spec).length > 0;
-                (spec.containers ?? []).filter(isBroker).forEach((c) => {
-                        if (!(t.setup.nodeBroker && obj.kind === 'DaemonSet'))
-                                out.push(`${where}: ${c.name} is a regular container; it must be the native sidecar initContainers[0]`);
-                        else
-                                out.push(...brokerProblems(`${where} ${c.name}`, c));
-                });
-                if (t.setup.nodeBroker) {
-                        if (init.some(isBroker))
-                                out.push(`${where}: node-broker clients use the node's broker, not a sidecar`);
-                        continue;
-                }
-                if (!hasApps)
-                        continue;
-                const idx = init.findIndex(isBroker);
-                if (idx < 0) {
-                        out.push(`${where}: no ${K.BROKER_NAME} sidecar in initContainers`);
-                        continue;
-                }
-                if (idx !== 0)
-                        out.push(`${where}: ${K.BROKER_NAME} must be initContainers[0], is [${idx}]`);
-                const b = init[idx];
-                if (b.restartPolicy !== 'Always')
-                        out.push(`${where} ${b.name}: restartPolicy must be Always (a native sidecar)`);
-                out.push(...brokerProblems(`${where} ${b.name}`, b));
-        }
-        return out;
+  const out = [];
+  for (const { obj, where, spec } of podSpecs(t.objects)) {
+    const init = spec.initContainers ?? [];
+    const hasApps = appsOf(spec).length > 0;
+    (spec.containers ?? []).filter(isBroker).forEach((c) => {
+      if (!(t.setup.nodeBroker && obj.kind === 'DaemonSet'))
+        out.push(
+          `${where}: ${c.name} is a regular container; it must be the native sidecar initContainers[0]`,
+        );
+      else out.push(...brokerProblems(`${where} ${c.name}`, c));
+    });
+    if (t.setup.nodeBroker) {
+      if (init.some(isBroker)) out.push(`${where}: node-broker clients use the node's broker, not a sidecar`);
+      continue;
+    }
+    if (!hasApps) continue;
+    const idx = init.findIndex(isBroker);
+    if (idx < 0) {
+      out.push(`${where}: no ${K.BROKER_NAME} sidecar in initContainers`);
+      continue;
+    }
+    if (idx !== 0) out.push(`${where}: ${K.BROKER_NAME} must be initContainers[0], is [${idx}]`);
+    const b = init[idx];
+    if (b.restartPolicy !== 'Always')
+      out.push(`${where} ${b.name}: restartPolicy must be Always (a native sidecar)`);
+    out.push(...brokerProblems(`${where} ${b.name}`, b));
+  }
+  return out;
 }
 
 // The broker container must be the same everywhere it appears: the base's.
 function brokerDrift(t, ctx) {
-        const base = podSpecs(ctx.refs.base ?? []).flatMap(({ spec }) => spec.initContainers ?? []).find(isBroker);
-        if (!base)
-                return ['the base renders no broker sidecar to compare with'];
-        const out = [];
-        for (const { where, spec } of podSpecs(t.objects)) {
-                for (const { c, label } of containers(spec).filter((x) => isBroker(x.c))) {
-                        for (const f of ['image', 'command', 'env', 'startupProbe', 'readinessProbe', 'livenessProbe',
-                                         'resources', 'securityContext']) {
-                                if (canon(c[f]) !== canon(base[f]))
-                                        out.push(`${where} ${label}: ${f} differs from the base's broker`);
-                        }
-                }
-        }
-        return out;
+  const base = podSpecs(ctx.refs.base ?? [])
+    .flatMap(({ spec }) => spec.initContainers ?? [])
+    .find(isBroker);
+  if (!base) return ['the base renders no broker sidecar to compare with'];
+  const out = [];
+  for (const { where, spec } of podSpecs(t.objects)) {
+    for (const { c, label } of containers(spec).filter((x) => isBroker(x.c))) {
+      for (const f of [
+        'image',
+        'command',
+        'env',
+        'startupProbe',
+        'readinessProbe',
+        'livenessProbe',
+        'resources',
+        'securityContext',
+      ]) {
+        if (canon(c[f]) !== canon(base[f]))
+          out.push(`${where} ${label}: ${f} differs from the base's broker`);
+      }
+    }
+  }
+  return out;
 }
 
 // ---- resources --------------------------------------------------------------
 
-const UNITS = { '': 1, m: 1e-3, k: 1e3, M: 1e6, G: 1e9, T: 1e12, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40 };
+const UNITS = {
+  '': 1,
+  m: 1e-3,
+  k: 1e3,
+  M: 1e6,
+  G: 1e9,
+  T: 1e12,
+  Ki: 2 ** 10,
+  Mi: 2 ** 20,
+  Gi: 2 ** 30,
+  Ti: 2 ** 40,
+};
 
 function quantity(q) {
-        const m = /^([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$/.exec(String(q));
-        return m ? Number(m[1]) * UNITS[m[2] ?? ''] : NaN;
+  const m = /^([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$/.exec(String(q));
+  return m ? Number(m[1]) * UNITS[m[2] ?? ''] : NaN;
 }
 
 function resources(t) {
-        const out = [];
-        for (const { where, spec } of podSpecs(t.objects)) {
-                for (const { c, label } of containers(spec)) {
-                        for (const r of ['cpu', 'memory']) {
-                                const req = c.resources?.requests?.[r];
-                                const lim = c.resources?.limits?.[r];
-                                if (req === undefined || lim === undefined)
-                                        out.push(`${where} ${label}: needs ${r} requests and limits`);
-                                else if (!(quantity(req) <= quantity(lim)))
-                                        out.push(`${where} ${label}: ${r} request ${req} exceeds or cannot be compared with limit ${lim}`);
-                        }
-                }
-        }
-        return out;
+  const out = [];
+  for (const { where, spec } of podSpecs(t.objects)) {
+    for (const { c, label } of containers(spec)) {
+      for (const r of ['cpu', 'memory']) {
+        const req = c.resources?.requests?.[r];
+        const lim = c.resources?.limits?.[r];
+        if (req === undefined || lim === undefined)
+          out.push(`${where} ${label}: needs ${r} requests and limits`);
+        else if (!(quantity(req) <= quantity(lim)))
+          out.push(`${where} ${label}: ${r} request ${req} exceeds or cannot be compared with limit ${lim}`);
+      }
+    }
+  }
+  return out;
 }
 
 // ---- seccomp profile ----------------------------------------------------------
 
 function seccompProfile(t, ctx) {
-        const out = [];
-        for (const { where, spec } of podSpecs(t.objects)) {
-                const check = (at, p) => {
-                        if (p?.type !== 'Localhost')
-                                return;
-                        if (p.localhostProfile !== K.LOCALHOST_PROFILE)
-                                out.push(`${at}: localhostProfile ${p.localhostProfile} must be ${K.LOCALHOST_PROFILE}`);
-                        const file = basename(p.localhostProfile ?? '');
-                        // Without a shipped profile yet, name the file we expect;
-                        // the global check reports it missing.
-                        const shipped = ctx.profiles ?? new Set([K.PROFILE_FILE]);
-                        if (!shipped.has(file))
-                                out.push(`${at}: localhostProfile ${file} is not a profile shipped in seccomp/`);
-                };
-                check(`${where} pod`, spec.securityContext?.seccompProfile);
-                for (const { c, label } of containers(spec)) {
-                        check(`${where} ${label}`, c.securityContext?.seccompProfile);
-                        const type = eff(spec, c, 'seccompProfile')?.type;
-                        if (isBroker(c) && type !== 'Localhost')
-                                out.push(`${where} ${label}: the broker must run under its Localhost profile`);
-                        if (!isBroker(c) && type !== 'RuntimeDefault')
-                                out.push(`${where} ${label}: app containers run under RuntimeDefault`);
-                }
-        }
-        return out;
+  const out = [];
+  for (const { where, spec } of podSpecs(t.objects)) {
+    const check = (at, p) => {
+      if (p?.type !== 'Localhost') return;
+      if (p.localhostProfile !== K.LOCALHOST_PROFILE)
+        out.push(`${at}: localhostProfile ${p.localhostProfile} must be ${K.LOCALHOST_PROFILE}`);
+      const file = basename(p.localhostProfile ?? '');
+      // Without a shipped profile yet, name the file we expect;
+      // the global check reports it missing.
+      const shipped = ctx.profiles ?? new Set([K.PROFILE_FILE]);
+      if (!shipped.has(file))
+        out.push(`${at}: localhostProfile ${file} is not a profile shipped in seccomp/`);
+    };
+    check(`${where} pod`, spec.securityContext?.seccompProfile);
+    for (const { c, label } of containers(spec)) {
+      check(`${where} ${label}`, c.securityContext?.seccompProfile);
+      const type = eff(spec, c, 'seccompProfile')?.type;
+      if (isBroker(c) && type !== 'Localhost')
+        out.push(`${where} ${label}: the broker must run under its Localhost profile`);
+      if (!isBroker(c) && type !== 'RuntimeDefault')
+        out.push(`${where} ${label}: app containers run under RuntimeDefault`);
+    }
+  }
+  return out;
 }
 
 // ---- the gpuipc contract -------------------------------------------------------
 
 function contract(t) {
-        const out = [];
-        for (const { where, spec } of podSpecs(t.objects)) {
-                const socketVols = (spec.volumes ?? []).filter((v) =>
-                        containers(spec).some(({ c }) => (c.volumeMounts ?? []).some((m) =>
-                                m.name === v.name && m.mountPath === K.SOCKET_DIR)));
-                for (const v of socketVols) {
-                        if (v.emptyDir && (v.emptyDir.medium !== 'Memory' || !v.emptyDir.sizeLimit))
-                                out.push(`${where}: socket volume ${v.name} must be an emptyDir with medium Memory and a sizeLimit`);
-                        if (!v.emptyDir && !v.hostPath)
-                                out.push(`${where}: socket volume ${v.name} must be an emptyDir (or the node-broker hostPath)`);
-                }
-                if (spec.securityContext?.fsGroup !== undefined && spec.securityContext.fsGroup !== K.GID)
-                        out.push(`${where}: fsGroup must be ${K.GID}, the socket's group`);
-                for (const { c, label } of containers(spec)) {
-                        const at = `${where} ${label}`;
-                        if (c.image !== K.IMAGE)
-                                out.push(`${at}: image must be ${K.IMAGE}`);
-                        const env = (c.env ?? []).find((e) => e.name === K.SOCKET_ENV);
-                        if (env?.value !== K.SOCKET)
-                                out.push(`${at}: env ${K.SOCKET_ENV} must be ${K.SOCKET}`);
-                        const mount = (c.volumeMounts ?? []).find((m) => m.mountPath === K.SOCKET_DIR);
-                        if (!mount)
-                                out.push(`${at}: must mount the socket directory at ${K.SOCKET_DIR}`);
-                        else if (!isBroker(c) && mount.readOnly !== true)
-                                out.push(`${at}: clients mount ${K.SOCKET_DIR} readOnly (they must not replace the socket)`);
-                        else if (isBroker(c) && mount.readOnly)
-                                out.push(`${at}: the broker needs ${K.SOCKET_DIR} writable`);
-                        // The 0660 socket is group GID: every container needs it.
-                        const groups = [eff(spec, c, 'runAsGroup'), spec.securityContext?.fsGroup,
-                                        ...(spec.securityContext?.supplementalGroups ?? [])];
-                        if (!groups.includes(K.GID))
-                                out.push(`${at}: not in group ${K.GID}, cannot open the 0660 socket`);
-                        if (isBroker(c)) {
-                                if (eff(spec, c, 'runAsUser') !== K.UID || eff(spec, c, 'runAsGroup') !== K.GID)
-                                        out.push(`${at}: the broker runs as ${K.UID}:${K.GID}, the image's user`);
-                                out.push(...brokerArgs(at, c));
-                        } else if (canon(c.command) !== canon([K.CLI])) {
-                                out.push(`${at}: app containers run ${K.CLI} (command: [${K.CLI}])`);
-                        }
-                }
-        }
-        return out;
+  const out = [];
+  for (const { where, spec } of podSpecs(t.objects)) {
+    const socketVols = (spec.volumes ?? []).filter((v) =>
+      containers(spec).some(({ c }) =>
+        (c.volumeMounts ?? []).some((m) => m.name === v.name && m.mountPath === K.SOCKET_DIR),
+      ),
+    );
+    for (const v of socketVols) {
+      if (v.emptyDir && (v.emptyDir.medium !== 'Memory' || !v.emptyDir.sizeLimit))
+        out.push(`${where}: socket volume ${v.name} must be an emptyDir with medium Memory and a sizeLimit`);
+      if (!v.emptyDir && !v.hostPath)
+        out.push(`${where}: socket volume ${v.name} must be an emptyDir (or the node-broker hostPath)`);
+    }
+    if (spec.securityContext?.fsGroup !== undefined && spec.securityContext.fsGroup !== K.GID)
+      out.push(`${where}: fsGroup must be ${K.GID}, the socket's group`);
+    for (const { c, label } of containers(spec)) {
+      const at = `${where} ${label}`;
+      if (c.image !== K.IMAGE) out.push(`${at}: image must be ${K.IMAGE}`);
+      const env = (c.env ?? []).find((e) => e.name === K.SOCKET_ENV);
+      if (env?.value !== K.SOCKET) out.push(`${at}: env ${K.SOCKET_ENV} must be ${K.SOCKET}`);
+      const mount = (c.volumeMounts ?? []).find((m) => m.mountPath === K.SOCKET_DIR);
+      if (!mount) out.push(`${at}: must mount the socket directory at ${K.SOCKET_DIR}`);
+      else if (!isBroker(c) && mount.readOnly !== true)
+        out.push(`${at}: clients mount ${K.SOCKET_DIR} readOnly (they must not replace the socket)`);
+      else if (isBroker(c) && mount.readOnly) out.push(`${at}: the broker needs ${K.SOCKET_DIR} writable`);
+      // The 0660 socket is group GID: every container needs it.
+      const groups = [
+        eff(spec, c, 'runAsGroup'),
+        spec.securityContext?.fsGroup,
+        ...(spec.securityContext?.supplementalGroups ?? []),
+      ];
+      if (!groups.includes(K.GID)) out.push(`${at}: not in group ${K.GID}, cannot open the 0660 socket`);
+      if (isBroker(c)) {
+        if (eff(spec, c, 'runAsUser') !== K.UID || eff(spec, c, 'runAsGroup') !== K.GID)
+          out.push(`${at}: the broker runs as ${K.UID}:${K.GID}, the image's user`);
+        out.push(...brokerArgs(at, c));
+      } else if (canon(c.command) !== canon([K.CLI])) {
+        out.push(`${at}: app containers run ${K.CLI} (command: [${K.CLI}])`);
+      }
+    }
+  }
+  return out;
 }
 
 function brokerArgs(at, c) {
-        const args = c.args ?? [];
-        if (c.command?.length)
-                return [`${at}: the broker keeps the image's entrypoint ${K.BROKER_BIN} (set args, not command)`];
-        if (canon(args.slice(0, K.BROKER_ARGS.length)) !== canon(K.BROKER_ARGS))
-                return [`${at}: args must start with ${K.BROKER_ARGS.join(' ')}`];
-        const out = [];
-        const rest = args.slice(K.BROKER_ARGS.length);
-        for (let i = 0; i < rest.length; i += 2) {
-                if (!K.BROKER_EXTRA_ARGS[rest[i]]?.includes(rest[i + 1]))
-                        out.push(`${at}: unexpected broker argument ${rest[i]} ${rest[i + 1] ?? ''}`);
-        }
-        return out;
+  const args = c.args ?? [];
+  if (c.command?.length)
+    return [`${at}: the broker keeps the image's entrypoint ${K.BROKER_BIN} (set args, not command)`];
+  if (canon(args.slice(0, K.BROKER_ARGS.length)) !== canon(K.BROKER_ARGS))
+    return [`${at}: args must start with ${K.BROKER_ARGS.join(' ')}`];
+  const out = [];
+  const rest = args.slice(K.BROKER_ARGS.length);
+  for (let i = 0; i < rest.length; i += 2) {
+    if (!K.BROKER_EXTRA_ARGS[rest[i]]?.includes(rest[i + 1]))
+      out.push(`${at}: unexpected broker argument ${rest[i]} ${rest[i + 1] ?? ''}`);
+  }
+  return out;
 }
 
 // ---- DRA ---------------------------------------------------------------------
 
 function claimObject(t, ns, rc) {
-        const kind = rc.resourceClaimTemplateName ? 'ResourceClaimTemplate' : 'ResourceClaim';
-        const name = rc.resourceClaimTemplateName ?? rc.resourceClaimName;
-        const o = t.objects.find((x) => x.kind === kind && x.metadata.name === name && x.metadata.namespace === ns);
-        return { kind, name, o, devices: kind === 'ResourceClaim' ? o?.spec?.devices : o?.spec?.spec?.devices };
+  const kind = rc.resourceClaimTemplateName ? 'ResourceClaimTemplate' : 'ResourceClaim';
+  const name = rc.resourceClaimTemplateName ?? rc.resourceClaimName;
+  const o = t.objects.find((x) => x.kind === kind && x.metadata.name === name && x.metadata.namespace === ns);
+  return { kind, name, o, devices: kind === 'ResourceClaim' ? o?.spec?.devices : o?.spec?.spec?.devices };
 }
 
 function dra(t) {
-        const out = [];
-        for (const { obj, where, spec } of podSpecs(t.objects)) {
-                const apps = appsOf(spec);
-                const declared = spec.resourceClaims ?? [];
-                if (!t.setup.deviceClass) {
-                        if (declared.length)
-                                out.push(`${where}: this setup uses no GPU, so no resourceClaims`);
-                        continue;
-                }
-                if (!apps.length)
-                        continue;
-                for (const { c, label } of containers(spec)) {
-                        for (const cl of c.resources?.claims ?? []) {
-                                if (!declared.some((d) => d.name === cl.name))
-                                        out.push(`${where} ${label}: claim ${cl.name} is not in spec.resourceClaims`);
-                        }
-                }
-                // One device for everyone: every app container lists the same claims.
-                const sets = apps.map((c) => canon((c.resources?.claims ?? []).map((x) => x.name).sort()));
-                if (sets.some((s) => s !== sets[0]) || sets[0] === '[]')
-                        out.push(`${where}: every app container must list the same DRA claim (one GPU for all)`);
-                for (const rc of declared) {
-                        if (!!rc.resourceClaimName === !!rc.resourceClaimTemplateName) {
-                                out.push(`${where}: resourceClaims ${rc.name} needs exactly one of resourceClaimName, resourceClaimTemplateName`);
-                                continue;
-                        }
-                        const { kind, name, o, devices } = claimObject(t, obj.metadata.namespace, rc);
-                        if (!o) {
-                                out.push(`${where}: resourceClaims ${rc.name} refers to ${kind} ${name}, which is not rendered`);
-                                continue;
-                        }
-                        for (const r of devices?.requests ?? []) {
-                                const cls = r.exactly?.deviceClassName;
-                                if (cls !== t.setup.deviceClass)
-                                        out.push(`${kind}/${name} request ${r.name}: deviceClassName ${cls}, expected ${t.setup.deviceClass}`);
-                                const cel = (r.exactly?.selectors ?? []).map((s) => s.cel?.expression ?? '').join(' ');
-                                if (t.setup.selector && !cel.includes(t.setup.selector))
-                                        out.push(`${kind}/${name} request ${r.name}: needs a CEL selector on ${t.setup.selector}`);
-                        }
-                }
-        }
-        return out;
+  const out = [];
+  for (const { obj, where, spec } of podSpecs(t.objects)) {
+    const apps = appsOf(spec);
+    const declared = spec.resourceClaims ?? [];
+    if (!t.setup.deviceClass) {
+      if (declared.length) out.push(`${where}: this setup uses no GPU, so no resourceClaims`);
+      continue;
+    }
+    if (!apps.length) continue;
+    for (const { c, label } of containers(spec)) {
+      for (const cl of c.resources?.claims ?? []) {
+        if (!declared.some((d) => d.name === cl.name))
+          out.push(`${where} ${label}: claim ${cl.name} is not in spec.resourceClaims`);
+      }
+    }
+    // One device for everyone: every app container lists the same claims.
+    const sets = apps.map((c) => canon((c.resources?.claims ?? []).map((x) => x.name).sort()));
+    if (sets.some((s) => s !== sets[0]) || sets[0] === '[]')
+      out.push(`${where}: every app container must list the same DRA claim (one GPU for all)`);
+    for (const rc of declared) {
+      if (!!rc.resourceClaimName === !!rc.resourceClaimTemplateName) {
+        out.push(
+          `${where}: resourceClaims ${rc.name} needs exactly one of resourceClaimName, resourceClaimTemplateName`,
+        );
+        continue;
+      }
+      const { kind, name, o, devices } = claimObject(t, obj.metadata.namespace, rc);
+      if (!o) {
+        out.push(`${where}: resourceClaims ${rc.name} refers to ${kind} ${name}, which is not rendered`);
+        continue;
+      }
+      for (const r of devices?.requests ?? []) {
+        const cls = r.exactly?.deviceClassName;
+        if (cls !== t.setup.deviceClass)
+          out.push(
+            `${kind}/${name} request ${r.name}: deviceClassName ${cls}, expected ${t.setup.deviceClass}`,
+          );
+        const cel = (r.exactly?.selectors ?? []).map((s) => s.cel?.expression ?? '').join(' ');
+        if (t.setup.selector && !cel.includes(t.setup.selector))
+          out.push(`${kind}/${name} request ${r.name}: needs a CEL selector on ${t.setup.selector}`);
+      }
+    }
+  }
+  return out;
 }
 
 // ---- what each setup promises ----------------------------------------------------
 
 function setupShape(t, ctx) {
-        const out = [];
-        const specs = podSpecs(t.objects);
-        const withApps = specs.filter(({ spec }) => appsOf(spec).length);
-        if (!withApps.length)
-                return ['no pod runs a gpuipc producer or consumer'];
-        // In-pod setups: one producer and N consumers per pod. node-broker: across pods.
-        const groups = t.setup.nodeBroker ? [withApps] : withApps.map((s) => [s]);
-        for (const g of groups) {
-                const where = g.map((s) => s.where).join(', ');
-                const apps = g.flatMap(({ spec }) => appsOf(spec));
-                const producers = apps.filter((c) => cliVerb(c) === 'publish');
-                const consumers = apps.filter((c) => cliVerb(c) === 'attach');
-                if (producers.length !== 1)
-                        out.push(`${where}: expected 1 producer, found ${producers.length}`);
-                if (consumers.length !== t.setup.consumers)
-                        out.push(`${where}: expected ${t.setup.consumers} consumer(s), found ${consumers.length}`);
-                for (const p of producers) {
-                        if (flagValue(p, '--kind') !== t.setup.kind)
-                                out.push(`${where} ${p.name}: publishes --kind ${flagValue(p, '--kind')}, this setup is ${t.setup.kind}`);
-                }
-                const names = new Set(apps.map((c) => flagValue(c, '--name')));
-                if (names.size !== 1)
-                        out.push(`${where}: producer and consumers must use one buffer name, found ${[...names].join(', ')}`);
-        }
-        for (const { where, spec } of withApps) {
-                if (!!spec.shareProcessNamespace !== !!t.setup.sharePid)
-                        out.push(`${where}: shareProcessNamespace must be ${!!t.setup.sharePid} in this setup`);
-        }
-        if (t.setup.nodeBroker)
-                out.push(...nodeBrokerShape(t, specs, withApps));
-        if (t.setup.gang)
-                out.push(...gangShape(t));
-        if (t.setup.onlyDiffers)
-                out.push(...onlyDiffers(t, ctx.refs[t.setup.onlyDiffers], t.setup.onlyDiffers));
-        return out;
+  const out = [];
+  const specs = podSpecs(t.objects);
+  const withApps = specs.filter(({ spec }) => appsOf(spec).length);
+  if (!withApps.length) return ['no pod runs a gpuipc producer or consumer'];
+  // In-pod setups: one producer and N consumers per pod. node-broker: across pods.
+  const groups = t.setup.nodeBroker ? [withApps] : withApps.map((s) => [s]);
+  for (const g of groups) {
+    const where = g.map((s) => s.where).join(', ');
+    const apps = g.flatMap(({ spec }) => appsOf(spec));
+    const producers = apps.filter((c) => cliVerb(c) === 'publish');
+    const consumers = apps.filter((c) => cliVerb(c) === 'attach');
+    if (producers.length !== 1) out.push(`${where}: expected 1 producer, found ${producers.length}`);
+    if (consumers.length !== t.setup.consumers)
+      out.push(`${where}: expected ${t.setup.consumers} consumer(s), found ${consumers.length}`);
+    for (const p of producers) {
+      if (flagValue(p, '--kind') !== t.setup.kind)
+        out.push(
+          `${where} ${p.name}: publishes --kind ${flagValue(p, '--kind')}, this setup is ${t.setup.kind}`,
+        );
+    }
+    const names = new Set(apps.map((c) => flagValue(c, '--name')));
+    if (names.size !== 1)
+      out.push(`${where}: producer and consumers must use one buffer name, found ${[...names].join(', ')}`);
+  }
+  for (const { where, spec } of withApps) {
+    if (!!spec.shareProcessNamespace !== !!t.setup.sharePid)
+      out.push(`${where}: shareProcessNamespace must be ${!!t.setup.sharePid} in this setup`);
+  }
+  if (t.setup.nodeBroker) out.push(...nodeBrokerShape(t, specs, withApps));
+  if (t.setup.gang) out.push(...gangShape(t));
+  if (t.setup.onlyDiffers) out.push(...onlyDiffers(t, ctx.refs[t.setup.onlyDiffers], t.setup.onlyDiffers));
+  return out;
 }
 
 function nodeBrokerShape(t, specs, clients) {
-        const out = [];
-        const ds = specs.filter(({ obj, spec }) => obj.kind === 'DaemonSet' && (spec.containers ?? []).some(isBroker));
-        if (ds.length !== 1)
-                out.push(`expected one DaemonSet running ${K.BROKER_NAME}, found ${ds.length}`);
-        if (clients.length < 2)
-                out.push(`the node-broker setup puts producer and consumer in separate pods, found ${clients.length} pod(s)`);
-        // A shared ResourceClaim (not a template) puts every client on the
-        // node and GPU that claim was allocated to.
-        const shared = new Set(clients.map(({ spec }) => canon((spec.resourceClaims ?? []).map((r) => r.resourceClaimName))));
-        if (shared.size !== 1 || [...shared][0].includes('null'))
-                out.push('node-broker clients must all reference one shared ResourceClaim (resourceClaimName)');
-        for (const { where, spec } of clients) {
-                if (!(spec.volumes ?? []).some((v) => v.hostPath?.path === K.SOCKET_DIR))
-                        out.push(`${where}: node-broker clients mount the node's ${K.SOCKET_DIR}`);
-        }
-        return out;
+  const out = [];
+  const ds = specs.filter(
+    ({ obj, spec }) => obj.kind === 'DaemonSet' && (spec.containers ?? []).some(isBroker),
+  );
+  if (ds.length !== 1) out.push(`expected one DaemonSet running ${K.BROKER_NAME}, found ${ds.length}`);
+  if (clients.length < 2)
+    out.push(
+      `the node-broker setup puts producer and consumer in separate pods, found ${clients.length} pod(s)`,
+    );
+  // A shared ResourceClaim (not a template) puts every client on the
+  // node and GPU that claim was allocated to.
+  const shared = new Set(
+    clients.map(({ spec }) => canon((spec.resourceClaims ?? []).map((r) => r.resourceClaimName))),
+  );
+  if (shared.size !== 1 || [...shared][0].includes('null'))
+    out.push('node-broker clients must all reference one shared ResourceClaim (resourceClaimName)');
+  for (const { where, spec } of clients) {
+    if (!(spec.volumes ?? []).some((v) => v.hostPath?.path === K.SOCKET_DIR))
+      out.push(`${where}: node-broker clients mount the node's ${K.SOCKET_DIR}`);
+  }
+  return out;
 }
 
 function gangShape(t) {
-        const out = [];
-        const lws = t.objects.filter((o) => o.kind === 'LeaderWorkerSet');
-        if (lws.length !== 1)
-                return [`expected one LeaderWorkerSet, found ${lws.length}`];
-        const [o] = lws;
-        if (o.apiVersion !== 'leaderworkerset.x-k8s.io/v1')
-                out.push(`${ref(o)}: apiVersion must be leaderworkerset.x-k8s.io/v1`);
-        if (!o.metadata.annotations?.['scheduling.volcano.sh/queue-name'])
-                out.push(`${ref(o)}: needs the scheduling.volcano.sh/queue-name annotation`);
-        if (!((o.spec.leaderWorkerTemplate?.size ?? 1) >= 2))
-                out.push(`${ref(o)}: a gang needs leaderWorkerTemplate.size >= 2`);
-        for (const { where, spec } of podSpecs([o])) {
-                if (spec.schedulerName !== 'volcano')
-                        out.push(`${where}: schedulerName must be volcano`);
-        }
-        return out;
+  const out = [];
+  const lws = t.objects.filter((o) => o.kind === 'LeaderWorkerSet');
+  if (lws.length !== 1) return [`expected one LeaderWorkerSet, found ${lws.length}`];
+  const [o] = lws;
+  if (o.apiVersion !== 'leaderworkerset.x-k8s.io/v1')
+    out.push(`${ref(o)}: apiVersion must be leaderworkerset.x-k8s.io/v1`);
+  if (!o.metadata.annotations?.['scheduling.volcano.sh/queue-name'])
+    out.push(`${ref(o)}: needs the scheduling.volcano.sh/queue-name annotation`);
+  if (!((o.spec.leaderWorkerTemplate?.size ?? 1) >= 2))
+    out.push(`${ref(o)}: a gang needs leaderWorkerTemplate.size >= 2`);
+  for (const { where, spec } of podSpecs([o])) {
+    if (spec.schedulerName !== 'volcano') out.push(`${where}: schedulerName must be volcano`);
+  }
+  return out;
 }
 
 // t's rendering must equal ref's except: object names, shareProcessNamespace
 // and the producer's --kind.
 function onlyDiffers(t, refObjects, refName) {
-        if (!refObjects)
-                return [`cannot compare with ${refName}: it did not render`];
-        const norm = (objs) => objs.map((o) => {
-                const c = structuredClone(o);
-                if (c.kind === 'Pod') {
-                        delete c.metadata.name;
-                        delete c.spec.shareProcessNamespace;
-                        for (const ct of c.spec.containers ?? []) {
-                                const i = (ct.args ?? []).indexOf('--kind');
-                                if (i >= 0)
-                                        ct.args[i + 1] = '<kind>';
-                        }
-                }
-                return c;
-        });
-        const mine = norm(t.objects);
-        const theirs = norm(refObjects);
-        if (mine.length !== theirs.length)
-                return [`renders ${mine.length} objects, ${refName} ${theirs.length}: it may only differ in name, buffer kind and shareProcessNamespace`];
-        const out = [];
-        mine.forEach((o, i) => {
-                const d = firstDiff(o, theirs[i]);
-                if (d)
-                        out.push(`${ref(t.objects[i])} differs from ${refName} at ${d.replace(/^\./, '')}: ` +
-                                  'only the name, buffer kind and shareProcessNamespace may differ');
-        });
-        return out;
+  if (!refObjects) return [`cannot compare with ${refName}: it did not render`];
+  const norm = (objs) =>
+    objs.map((o) => {
+      const c = structuredClone(o);
+      if (c.kind === 'Pod') {
+        delete c.metadata.name;
+        delete c.spec.shareProcessNamespace;
+        for (const ct of c.spec.containers ?? []) {
+          const i = (ct.args ?? []).indexOf('--kind');
+          if (i >= 0) ct.args[i + 1] = '<kind>';
+        }
+      }
+      return c;
+    });
+  const mine = norm(t.objects);
+  const theirs = norm(refObjects);
+  if (mine.length !== theirs.length)
+    return [
+      `renders ${mine.length} objects, ${refName} ${theirs.length}: it may only differ in name, buffer kind and shareProcessNamespace`,
+    ];
+  const out = [];
+  mine.forEach((o, i) => {
+    const d = firstDiff(o, theirs[i]);
+    if (d)
+      out.push(
+        `${ref(t.objects[i])} differs from ${refName} at ${d.replace(/^\./, '')}: ` +
+          'only the name, buffer kind and shareProcessNamespace may differ',
+      );
+  });
+  return out;
 }
 
 // Name -> check, in the order they are reported.
 export const CHECKS = {
-        'schema types': schemaTypes,
-        'unknown fields': schemaFields,
-        'scope': scope,
-        'namespace security': namespaceSecurity,
-        'pod security': podSecurity,
-        'broker sidecar': sidecar,
-        'broker drift': brokerDrift,
-        'resources': resources,
-        'seccomp profile': seccompProfile,
-        'contract': contract,
-        'dra': dra,
-        'setup': setupShape,
+  'schema types': schemaTypes,
+  'unknown fields': schemaFields,
+  scope: scope,
+  'namespace security': namespaceSecurity,
+  'pod security': podSecurity,
+  'broker sidecar': sidecar,
+  'broker drift': brokerDrift,
+  resources: resources,
+  'seccomp profile': seccompProfile,
+  contract: contract,
+  dra: dra,
+  setup: setupShape,
 };

@@ -20,37 +20,40 @@ const kmCache = new Map();
 
 // The kubernetes-models class for apiVersion/kind, or null.
 async function kmClass(apiVersion, kind) {
-        if (!kmCache.has(apiVersion)) {
-                let mod = null;
-                try {
-                        mod = await import(`kubernetes-models/${apiVersion}`);
-                } catch {
-                        // not a built-in API group (a CRD)
-                }
-                kmCache.set(apiVersion, mod);
-        }
-        return kmCache.get(apiVersion)?.[kind] ?? null;
+  if (!kmCache.has(apiVersion)) {
+    let mod = null;
+    try {
+      mod = await import(`kubernetes-models/${apiVersion}`);
+    } catch {
+      // not a built-in API group (a CRD)
+    }
+    kmCache.set(apiVersion, mod);
+  }
+  return kmCache.get(apiVersion)?.[kind] ?? null;
 }
 
 // '/spec/containers/0/name' -> 'spec.containers[0].name', as the walker writes it.
 function jsonPointerToPath(p) {
-        const path = p.split('/').slice(1).map((seg) => (/^[0-9]+$/.test(seg) ? `[${seg}]` : `.${seg}`)).join('');
-        return path.replace(/^\./, '') || '.';
+  const path = p
+    .split('/')
+    .slice(1)
+    .map((seg) => (/^[0-9]+$/.test(seg) ? `[${seg}]` : `.${seg}`))
+    .join('');
+  return path.replace(/^\./, '') || '.';
 }
 
 // Validates obj against its built-in type. Returns error strings; null when
 // kubernetes-models has no such type.
 export async function kmValidate(obj) {
-        const Cls = await kmClass(obj.apiVersion, obj.kind);
-        if (!Cls)
-                return null;
-        try {
-                new Cls(obj).validate();
-                return [];
-        } catch (e) {
-                const errs = e.errors ?? [{ instancePath: '', message: e.message }];
-                return errs.map((x) => `${jsonPointerToPath(x.instancePath)}: ${x.message}`);
-        }
+  const Cls = await kmClass(obj.apiVersion, obj.kind);
+  if (!Cls) return null;
+  try {
+    new Cls(obj).validate();
+    return [];
+  } catch (e) {
+    const errs = e.errors ?? [{ instancePath: '', message: e.message }];
+    return errs.map((x) => `${jsonPointerToPath(x.instancePath)}: ${x.message}`);
+  }
 }
 
 // ---- client-node attributeTypeMap walker -----------------------------------
@@ -59,76 +62,68 @@ const modelCache = new Map();
 const LEAF_TYPES = new Set(['string', 'number', 'boolean', 'Date', 'any', 'object', 'IntOrString']);
 
 async function model(name) {
-        if (!modelCache.has(name)) {
-                const file = join(MODELS, `${name}.js`);
-                let cls = null;
-                if (existsSync(file)) {
-                        const mod = await import(pathToFileURL(file).href);
-                        cls = mod[name] ?? null;
-                }
-                modelCache.set(name, cls);
-        }
-        return modelCache.get(name);
+  if (!modelCache.has(name)) {
+    const file = join(MODELS, `${name}.js`);
+    let cls = null;
+    if (existsSync(file)) {
+      const mod = await import(pathToFileURL(file).href);
+      cls = mod[name] ?? null;
+    }
+    modelCache.set(name, cls);
+  }
+  return modelCache.get(name);
 }
 
 // The generated model name of a top-level kind. Group-qualified names come
 // first: core's `V1ResourceClaim` is the {name, request} entry of a pod, the
 // resource.k8s.io/v1 object is `ResourceV1ResourceClaim`.
 async function modelNameOf(apiVersion, kind) {
-        const cap = (s) => s.charAt(0).toUpperCase() + s.slice(1);
-        const [group, version] = apiVersion.includes('/') ? apiVersion.split('/') : ['', apiVersion];
-        const prefix = group ? cap(group.split('.')[0]) : 'Core';
-        for (const name of [`${prefix}${cap(version)}${kind}`, `${cap(version)}${kind}`]) {
-                if (await model(name))
-                        return name;
-        }
-        return null;
+  const cap = (s) => s.charAt(0).toUpperCase() + s.slice(1);
+  const [group, version] = apiVersion.includes('/') ? apiVersion.split('/') : ['', apiVersion];
+  const prefix = group ? cap(group.split('.')[0]) : 'Core';
+  for (const name of [`${prefix}${cap(version)}${kind}`, `${cap(version)}${kind}`]) {
+    if (await model(name)) return name;
+  }
+  return null;
 }
 
 // Walks value as `type`, pushing "path: unknown field in Type" for every key
 // the type does not have. Value types are kubernetes-models' job.
 export async function walk(value, type, path, out) {
-        if (value === null || value === undefined || LEAF_TYPES.has(type))
-                return;
-        let m = /^Array<(.+)>$/.exec(type);
-        if (m) {
-                if (Array.isArray(value)) {
-                        for (let i = 0; i < value.length; i++)
-                                await walk(value[i], m[1], `${path}[${i}]`, out);
-                }
-                return;
-        }
-        m = /^\{ \[key: string\]: (.+); \}$/.exec(type);
-        if (m) {
-                for (const [k, v] of Object.entries(value))
-                        await walk(v, m[1], `${path}.${k}`, out);
-                return;
-        }
-        const cls = await model(type);
-        if (!cls) {
-                out.push(`${path}: no model for type ${type}`);
-                return;
-        }
-        if (typeof value !== 'object' || Array.isArray(value))
-                return;
-        const fields = new Map(cls.getAttributeTypeMap().map((a) => [a.baseName, a.type]));
-        for (const [k, v] of Object.entries(value)) {
-                const p = path ? `${path}.${k}` : k;
-                if (fields.has(k))
-                        await walk(v, fields.get(k), p, out);
-                else
-                        out.push(`${p}: unknown field in ${type}`);
-        }
+  if (value === null || value === undefined || LEAF_TYPES.has(type)) return;
+  let m = /^Array<(.+)>$/.exec(type);
+  if (m) {
+    if (Array.isArray(value)) {
+      for (let i = 0; i < value.length; i++) await walk(value[i], m[1], `${path}[${i}]`, out);
+    }
+    return;
+  }
+  m = /^\{ \[key: string\]: (.+); \}$/.exec(type);
+  if (m) {
+    for (const [k, v] of Object.entries(value)) await walk(v, m[1], `${path}.${k}`, out);
+    return;
+  }
+  const cls = await model(type);
+  if (!cls) {
+    out.push(`${path}: no model for type ${type}`);
+    return;
+  }
+  if (typeof value !== 'object' || Array.isArray(value)) return;
+  const fields = new Map(cls.getAttributeTypeMap().map((a) => [a.baseName, a.type]));
+  for (const [k, v] of Object.entries(value)) {
+    const p = path ? `${path}.${k}` : k;
+    if (fields.has(k)) await walk(v, fields.get(k), p, out);
+    else out.push(`${p}: unknown field in ${type}`);
+  }
 }
 
 // Unknown-field errors of a built-in object; null when there is no model.
 export async function unknownFields(obj) {
-        const name = await modelNameOf(obj.apiVersion, obj.kind);
-        if (!name)
-                return null;
-        const out = [];
-        await walk(obj, name, '', out);
-        return out;
+  const name = await modelNameOf(obj.apiVersion, obj.kind);
+  if (!name) return null;
+  const out = [];
+  await walk(obj, name, '', out);
+  return out;
 }
 
 // ---- CRDs ------------------------------------------------------------------
@@ -136,129 +131,140 @@ export async function unknownFields(obj) {
 // A minimal shape language: { fields: {key: shape}, required: [...],
 // enum: [...], type: 'integer'|'string'|'object', podTemplate: true }.
 const LWS_SHAPE = {
-        type: 'object',
-        required: ['apiVersion', 'kind', 'metadata', 'spec'],
-        fields: {
-                apiVersion: { type: 'string' },
-                kind: { type: 'string' },
-                metadata: { objectMeta: true },
-                spec: {
-                        type: 'object',
-                        required: ['leaderWorkerTemplate'],
-                        fields: {
-                                replicas: { type: 'integer', min: 0 },
-                                startupPolicy: { enum: ['LeaderCreated', 'LeaderReady'] },
-                                networkConfig: { type: 'object', fields: {
-                                        subdomainPolicy: { enum: ['Shared', 'UniquePerReplica'] } } },
-                                rolloutStrategy: { type: 'object', fields: {
-                                        type: { enum: ['RollingUpdate'] },
-                                        rollingUpdateConfiguration: { type: 'object', fields: {
-                                                partition: { type: 'integer', min: 0 },
-                                                maxUnavailable: { intOrString: true },
-                                                maxSurge: { intOrString: true } } } } },
-                                leaderWorkerTemplate: {
-                                        type: 'object',
-                                        required: ['workerTemplate'],
-                                        fields: {
-                                                size: { type: 'integer', min: 1 },
-                                                restartPolicy: { enum: ['RecreateGroupOnPodRestart',
-                                                                        'RecreateGroupAfterStart', 'None',
-                                                                        'Default'] },
-                                                leaderTemplate: { podTemplate: true },
-                                                workerTemplate: { podTemplate: true },
-                                                subGroupPolicy: { type: 'object', fields: {
-                                                        subGroupPolicyType: { enum: ['LeaderWorker',
-                                                                                     'LeaderExcluded'] },
-                                                        subGroupSize: { type: 'integer', min: 1 } } },
-                                                volumeClaimTemplates: { list: 'V1PersistentVolumeClaim' },
-                                                persistentVolumeClaimRetentionPolicy: {
-                                                        model: 'V1StatefulSetPersistentVolumeClaimRetentionPolicy' },
-                                        },
-                                },
-                        },
-                },
+  type: 'object',
+  required: ['apiVersion', 'kind', 'metadata', 'spec'],
+  fields: {
+    apiVersion: { type: 'string' },
+    kind: { type: 'string' },
+    metadata: { objectMeta: true },
+    spec: {
+      type: 'object',
+      required: ['leaderWorkerTemplate'],
+      fields: {
+        replicas: { type: 'integer', min: 0 },
+        startupPolicy: { enum: ['LeaderCreated', 'LeaderReady'] },
+        networkConfig: {
+          type: 'object',
+          fields: {
+            subdomainPolicy: { enum: ['Shared', 'UniquePerReplica'] },
+          },
         },
+        rolloutStrategy: {
+          type: 'object',
+          fields: {
+            type: { enum: ['RollingUpdate'] },
+            rollingUpdateConfiguration: {
+              type: 'object',
+              fields: {
+                partition: { type: 'integer', min: 0 },
+                maxUnavailable: { intOrString: true },
+                maxSurge: { intOrString: true },
+              },
+            },
+          },
+        },
+        leaderWorkerTemplate: {
+          type: 'object',
+          required: ['workerTemplate'],
+          fields: {
+            size: { type: 'integer', min: 1 },
+            restartPolicy: {
+              enum: ['RecreateGroupOnPodRestart', 'RecreateGroupAfterStart', 'None', 'Default'],
+            },
+            leaderTemplate: { podTemplate: true },
+            workerTemplate: { podTemplate: true },
+            subGroupPolicy: {
+              type: 'object',
+              fields: {
+                subGroupPolicyType: { enum: ['LeaderWorker', 'LeaderExcluded'] },
+                subGroupSize: { type: 'integer', min: 1 },
+              },
+            },
+            volumeClaimTemplates: { list: 'V1PersistentVolumeClaim' },
+            persistentVolumeClaimRetentionPolicy: {
+              model: 'V1StatefulSetPersistentVolumeClaimRetentionPolicy',
+            },
+          },
+        },
+      },
+    },
+  },
 };
 
 export const CRD_SHAPES = { 'leaderworkerset.x-k8s.io/v1/LeaderWorkerSet': LWS_SHAPE };
 
 async function checkShape(v, shape, path, out) {
-        const at = path || '.';
-        if (shape.enum) {
-                if (!shape.enum.includes(v))
-                        out.push(`${at}: ${JSON.stringify(v)} is not one of ${shape.enum.join(', ')}`);
-                return;
-        }
-        if (shape.type === 'integer' && !(Number.isInteger(v) && v >= (shape.min ?? -Infinity)))
-                return out.push(`${at}: must be an integer >= ${shape.min}`);
-        if (shape.type === 'string' && typeof v !== 'string')
-                return out.push(`${at}: must be a string`);
-        if (shape.intOrString && !(Number.isInteger(v) || typeof v === 'string'))
-                return out.push(`${at}: must be an integer or a string`);
-        if (shape.objectMeta)
-                return walk(v, 'V1ObjectMeta', path, out);
-        if (shape.model)
-                return walk(v, shape.model, path, out);
-        if (shape.list) {
-                if (!Array.isArray(v))
-                        return out.push(`${at}: must be a list`);
-                return walk(v, `Array<${shape.list}>`, path, out);
-        }
-        if (shape.podTemplate)
-                return checkPodTemplate(v, path, out);
-        if (shape.type === 'object') {
-                if (!v || typeof v !== 'object' || Array.isArray(v))
-                        return out.push(`${at}: must be an object`);
-                for (const r of shape.required ?? []) {
-                        if (v[r] === undefined)
-                                out.push(`${at}: missing required field ${r}`);
-                }
-                for (const [k, sub] of Object.entries(v)) {
-                        const p = path ? `${path}.${k}` : k;
-                        if (shape.fields[k])
-                                await checkShape(sub, shape.fields[k], p, out);
-                        else
-                                out.push(`${p}: unknown field`);
-                }
-        }
+  const at = path || '.';
+  if (shape.enum) {
+    if (!shape.enum.includes(v))
+      out.push(`${at}: ${JSON.stringify(v)} is not one of ${shape.enum.join(', ')}`);
+    return;
+  }
+  if (shape.type === 'integer' && !(Number.isInteger(v) && v >= (shape.min ?? -Infinity)))
+    return out.push(`${at}: must be an integer >= ${shape.min}`);
+  if (shape.type === 'string' && typeof v !== 'string') return out.push(`${at}: must be a string`);
+  if (shape.intOrString && !(Number.isInteger(v) || typeof v === 'string'))
+    return out.push(`${at}: must be an integer or a string`);
+  if (shape.objectMeta) return walk(v, 'V1ObjectMeta', path, out);
+  if (shape.model) return walk(v, shape.model, path, out);
+  if (shape.list) {
+    if (!Array.isArray(v)) return out.push(`${at}: must be a list`);
+    return walk(v, `Array<${shape.list}>`, path, out);
+  }
+  if (shape.podTemplate) return checkPodTemplate(v, path, out);
+  if (shape.type === 'object') {
+    if (!v || typeof v !== 'object' || Array.isArray(v)) return out.push(`${at}: must be an object`);
+    for (const r of shape.required ?? []) {
+      if (v[r] === undefined) out.push(`${at}: missing required field ${r}`);
+    }
+    for (const [k, sub] of Object.entries(v)) {
+      const p = path ? `${path}.${k}` : k;
+      if (shape.fields[k]) await checkShape(sub, shape.fields[k], p, out);
+      else out.push(`${p}: unknown field`);
+    }
+  }
 }
 
 // An embedded pod template: unknown fields via V1PodTemplateSpec, types and
 // required fields via kubernetes-models' core PodTemplate.
 async function checkPodTemplate(t, path, out) {
-        await walk(t, 'V1PodTemplateSpec', path, out);
-        const errs = await kmValidate({ apiVersion: 'v1', kind: 'PodTemplate',
-                                        metadata: { name: 'embedded' }, template: t });
-        for (const e of errs ?? [])
-                out.push(`${path}.${e.replace(/^template\.?/, '')}`);
+  await walk(t, 'V1PodTemplateSpec', path, out);
+  const errs = await kmValidate({
+    apiVersion: 'v1',
+    kind: 'PodTemplate',
+    metadata: { name: 'embedded' },
+    template: t,
+  });
+  for (const e of errs ?? []) out.push(`${path}.${e.replace(/^template\.?/, '')}`);
 }
 
 // Shape errors of a CRD object; null when the CRD is not known here.
 export async function crdErrors(obj) {
-        const shape = CRD_SHAPES[`${obj.apiVersion}/${obj.kind}`];
-        if (!shape)
-                return null;
-        const out = [];
-        await checkShape(obj, shape, '', out);
-        return out;
+  const shape = CRD_SHAPES[`${obj.apiVersion}/${obj.kind}`];
+  if (!shape) return null;
+  const out = [];
+  await checkShape(obj, shape, '', out);
+  return out;
 }
 
 // All schema problems of one object, each prefixed with Kind/name.
 // Returns { types: [...], fields: [...] }.
 export async function schemaProblems(obj) {
-        const who = ref(obj);
-        const types = await kmValidate(obj);
-        const fields = await unknownFields(obj);
-        if (types !== null && fields !== null)
-                return { types: types.map((e) => `${who} ${e}`), fields: fields.map((e) => `${who} ${e}`) };
-        const crd = await crdErrors(obj);
-        if (crd !== null) {
-                // The shape walk mixes both kinds of error; report unknown-field
-                // ones under `fields` so the two checks stay comparable.
-                const isField = (e) => /unknown field/.test(e);
-                return { types: crd.filter((e) => !isField(e)).map((e) => `${who} ${e}`),
-                         fields: crd.filter(isField).map((e) => `${who} ${e}`) };
-        }
-        const none = `${who}: no schema for ${obj.apiVersion} ${obj.kind} (add one to tests/k8s/lib/schema.mjs)`;
-        return { types: [none], fields: [] };
+  const who = ref(obj);
+  const types = await kmValidate(obj);
+  const fields = await unknownFields(obj);
+  if (types !== null && fields !== null)
+    return { types: types.map((e) => `${who} ${e}`), fields: fields.map((e) => `${who} ${e}`) };
+  const crd = await crdErrors(obj);
+  if (crd !== null) {
+    // The shape walk mixes both kinds of error; report unknown-field
+    // ones under `fields` so the two checks stay comparable.
+    const isField = (e) => /unknown field/.test(e);
+    return {
+      types: crd.filter((e) => !isField(e)).map((e) => `${who} ${e}`),
+      fields: crd.filter(isField).map((e) => `${who} ${e}`),
+    };
+  }
+  const none = `${who}: no schema for ${obj.apiVersion} ${obj.kind} (add one to tests/k8s/lib/schema.mjs)`;
+  return { types: [none], fields: [] };
 }
