@@ -1,0 +1,236 @@
+/* Listing replies. Each carries an "items" array of records; long listings are paged with
+ * "after" (the last id seen) and "more", so a reply always fits in one frame. */
+#include "inspect.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "macro.h"
+
+/* Records stop well before the frame limit, leaving room for the reply's own fields. */
+#define ITEMS_BUDGET (PROTO_MAX_BODY - 1024)
+#define DEFAULT_PAGE 256
+
+typedef struct Items {
+        ProtoBuf buf;
+        uint32_t count;
+        bool full, failed;
+} Items;
+
+static void items_init(Items *it)
+{
+        static const uint8_t array32_placeholder[5];
+
+        /* Room for an array32 header, patched in items_finish once the count is known. */
+        *it = (Items){ 0 };
+        if (proto_buf_append(&it->buf, array32_placeholder, sizeof(array32_placeholder)) < 0)
+                it->failed = true;
+}
+
+/* Appends one record unless it would overflow the frame; returns false once full. */
+static bool items_add(Items *it, const ProtoMsg *rec, uint32_t max)
+{
+        size_t before = it->buf.len;
+
+        if (it->full || it->failed || it->count >= max)
+                return (it->full = true, false);
+        if (proto_record_encode(&it->buf, rec) < 0) {
+                it->failed = true;
+                return false;
+        }
+        if (it->buf.len > ITEMS_BUDGET) {
+                it->buf.len = before;
+                it->full = true;
+                return false;
+        }
+        it->count++;
+        return true;
+}
+
+static void items_finish(Items *it, ProtoMsg *reply)
+{
+        it->buf.data[0] = 0xdd;
+        it->buf.data[1] = (uint8_t)(it->count >> 24);
+        it->buf.data[2] = (uint8_t)(it->count >> 16);
+        it->buf.data[3] = (uint8_t)(it->count >> 8);
+        it->buf.data[4] = (uint8_t)it->count;
+        reply->items = (ProtoRaw){ it->buf.data, (uint32_t)it->buf.len, it->count };
+        proto_set(reply, PF_ITEMS);
+}
+
+static void reply_items(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, Items *it, ProtoMsg *reply)
+{
+        if (it->failed) {
+                registry_peer_mark_lost(p);
+        } else {
+                reply->reply = m->id;
+                reply->status = PROTO_STATUS_OK;
+                reply->has |= PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS);
+                items_finish(it, reply);
+                outbox_send(ctx->out, p, reply, -1);
+        }
+        proto_buf_free(&it->buf);
+}
+
+static uint32_t page_size(const ProtoMsg *m)
+{
+        if (!proto_has(m, PF_LIMIT) || m->limit == 0)
+                return DEFAULT_PAGE;
+        return m->limit > PROTO_MAX_ITEMS ? PROTO_MAX_ITEMS : (uint32_t)m->limit;
+}
+
+void inspect_list(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+{
+        uint32_t max = page_size(m);
+        ProtoMsg reply = { 0 }, rec;
+        uint64_t last = m->after;
+        Items it;
+
+        if (proto_has(m, PF_PREFIX) && !registry_prefix_valid(m->prefix.ptr, m->prefix.len)) {
+                request_reply_error(ctx->out, p, m->id, PROTO_STATUS_INVALID, "not a valid name prefix");
+                return;
+        }
+        items_init(&it);
+        for (RegBuffer *b = registry_buffer_after(ctx->reg, m->after); b; b = registry_buffer_next(ctx->reg, b)) {
+                const char *name = registry_buffer_name(b);
+
+                if (m->prefix.len && strncmp(name, m->prefix.ptr, m->prefix.len) != 0)
+                        continue;
+                registry_buffer_describe(b, &rec);
+                /* Listings show what a buffer is, not how to open it. */
+                rec.has &= ~PROTO_BIT(PF_HANDLE);
+                if (!items_add(&it, &rec, max))
+                        break;
+                last = rec.buffer;
+        }
+        reply.more = it.full;
+        reply.after = last;
+        reply.has = PROTO_BIT(PF_MORE) | PROTO_BIT(PF_AFTER);
+        reply_items(ctx, p, m, &it, &reply);
+}
+
+static void add_holder(const RegPeer *peer, uint32_t refs, void *ud)
+{
+        const PeerCreds *c = registry_peer_creds(peer);
+        ProtoMsg rec = { 0 };
+
+        rec.peer = registry_peer_id(peer);
+        rec.pid = c->pid;
+        rec.uid = c->uid;
+        rec.refs = refs;
+        rec.has = PROTO_BIT(PF_PEER) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_UID) | PROTO_BIT(PF_REFS);
+        items_add(ud, &rec, PROTO_MAX_ITEMS);
+}
+
+void inspect_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+{
+        char name[PROTO_MAX_NAME + 1];
+        RegBuffer *b = NULL;
+        ProtoMsg reply;
+        Items it;
+
+        if (proto_has(m, PF_BUFFER)) {
+                b = registry_buffer_by_id(ctx->reg, m->buffer);
+        } else if (proto_has(m, PF_NAME)) {
+                snprintf(name, sizeof(name), "%.*s", (int)m->name.len, m->name.ptr);
+                b = registry_buffer_by_name(ctx->reg, name);
+        } else {
+                request_reply_error(ctx->out, p, m->id, PROTO_STATUS_BAD_REQUEST, "stat takes a name or a buffer id");
+                return;
+        }
+        if (!b) {
+                request_reply_error(ctx->out, p, m->id, PROTO_STATUS_NOT_FOUND, "no such buffer");
+                return;
+        }
+        registry_buffer_describe(b, &reply);
+        reply.has &= ~PROTO_BIT(PF_HANDLE);
+        items_init(&it);
+        registry_buffer_holders(b, add_holder, &it);
+        reply.more = it.full;
+        proto_set(&reply, PF_MORE);
+        reply_items(ctx, p, m, &it, &reply);
+}
+
+void inspect_peers(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+{
+        uint32_t max = page_size(m);
+        ProtoMsg reply = { 0 }, rec;
+        uint64_t last = m->after;
+        Items it;
+
+        items_init(&it);
+        for (RegPeer *q = registry_peer_first(ctx->reg); q; q = registry_peer_next(ctx->reg, q)) {
+                if (registry_peer_id(q) <= m->after)
+                        continue;
+                registry_peer_describe(q, &rec);
+                if (!items_add(&it, &rec, max))
+                        break;
+                last = rec.peer;
+        }
+        reply.more = it.full;
+        reply.after = last;
+        reply.has = PROTO_BIT(PF_MORE) | PROTO_BIT(PF_AFTER);
+        reply_items(ctx, p, m, &it, &reply);
+}
+
+static void add_stat(Items *it, const char *name, uint64_t value)
+{
+        ProtoMsg rec = { 0 };
+
+        rec.name = proto_str(name);
+        rec.value = value;
+        rec.has = PROTO_BIT(PF_NAME) | PROTO_BIT(PF_VALUE);
+        items_add(it, &rec, PROTO_MAX_ITEMS);
+}
+
+/* Names follow Prometheus conventions (gpuipcctl metrics prefixes them with gpuipc_). */
+void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+{
+        const RegCounters *c = registry_counters(ctx->reg);
+        const ServerStats *s = ctx->stats;
+        ProtoMsg reply = { 0 };
+        RegGauges g;
+        Items it;
+
+        registry_gauges(ctx->reg, &g);
+        items_init(&it);
+        add_stat(&it, "peers", g.peers);
+        add_stat(&it, "buffers", g.buffers);
+        add_stat(&it, "buffers_live", g.live);
+        add_stat(&it, "buffers_retired", g.retired);
+        add_stat(&it, "buffers_idle", g.idle);
+        add_stat(&it, "buffers_orphaned", g.orphaned);
+        add_stat(&it, "references", g.refs);
+        add_stat(&it, "held_fds", g.fds);
+        add_stat(&it, "waits", g.waits);
+        add_stat(&it, "subscriptions", g.subs);
+        add_stat(&it, "groups", g.groups);
+        add_stat(&it, "names", g.names);
+        add_stat(&it, "open_fds", s->open_fds);
+        add_stat(&it, "uptime_ms", ctx->now_ms - s->started_ms);
+        add_stat(&it, "publishes_total", c->publishes);
+        add_stat(&it, "republishes_total", c->republishes);
+        add_stat(&it, "attaches_total", c->attaches);
+        add_stat(&it, "attaches_cached_total", c->attaches_cached);
+        add_stat(&it, "attach_waits_total", c->attach_waits);
+        add_stat(&it, "timeouts_total", c->timeouts);
+        add_stat(&it, "releases_total", c->releases);
+        add_stat(&it, "retires_total", c->retires);
+        add_stat(&it, "drains_total", c->drains);
+        add_stat(&it, "revokes_total", c->revokes);
+        add_stat(&it, "frees_total", c->frees);
+        add_stat(&it, "events_total", c->events);
+        add_stat(&it, "groups_completed_total", c->groups_completed);
+        add_stat(&it, "groups_failed_total", c->groups_failed);
+        add_stat(&it, "connections_total", s->connections_total);
+        add_stat(&it, "connections_refused_total", s->connections_refused);
+        add_stat(&it, "frames_in_total", s->frames_in);
+        add_stat(&it, "frames_out_total", s->frames_out);
+        add_stat(&it, "bytes_in_total", s->bytes_in);
+        add_stat(&it, "bytes_out_total", s->bytes_out);
+        add_stat(&it, "fds_in_total", s->fds_in);
+        add_stat(&it, "fds_out_total", s->fds_out);
+        add_stat(&it, "protocol_errors_total", s->protocol_errors);
+        add_stat(&it, "slow_peers_dropped_total", s->slow_peers_dropped);
+        reply_items(ctx, p, m, &it, &reply);
+}

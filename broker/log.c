@@ -1,0 +1,157 @@
+/* Text and JSON-lines logging with logfmt fields. Writes with one write(2) per line so lines
+ * from a dying process are never interleaved. */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static bool json_mode;
+static LogLevel min_level = LOG_INFO;
+static const char *const level_names[] = { "debug", "info", "warn", "error" };
+
+void log_setup(bool json, LogLevel level)
+{
+        json_mode = json;
+        min_level = level;
+}
+
+bool log_json(void)
+{
+        return json_mode;
+}
+
+int log_level_from_name(const char *s, LogLevel *ret)
+{
+        for (unsigned i = 0; i < ARRAY_SIZE(level_names); i++) {
+                if (strcmp(s, level_names[i]) == 0) {
+                        *ret = (LogLevel)i;
+                        return 0;
+                }
+        }
+        return -1;
+}
+
+typedef struct Line {
+        char buf[4096];
+        size_t n;
+} Line;
+
+static void put(Line *l, const char *s, size_t len)
+{
+        size_t room = sizeof(l->buf) - 2 - l->n; /* keep space for '}' and '\n' */
+        if (len > room)
+                len = room;
+        memcpy(l->buf + l->n, s, len);
+        l->n += len;
+}
+
+static void puts_(Line *l, const char *s)
+{
+        put(l, s, strlen(s));
+}
+
+/* Appends s as the inside of a JSON string. */
+static void put_escaped(Line *l, const char *s, size_t len)
+{
+        for (size_t i = 0; i < len; i++) {
+                unsigned char c = (unsigned char)s[i];
+                char esc[8];
+
+                if (c == '"' || c == '\\') {
+                        esc[0] = '\\';
+                        esc[1] = (char)c;
+                        put(l, esc, 2);
+                } else if (c < 0x20) {
+                        snprintf(esc, sizeof(esc), "\\u%04x", c);
+                        put(l, esc, 6);
+                } else {
+                        put(l, (const char *)&c, 1);
+                }
+        }
+}
+
+/* Converts logfmt fields (key=value, key="quoted value") into JSON members. */
+static void put_fields_json(Line *l, const char *f)
+{
+        while (*f) {
+                const char *key, *eq, *val;
+                size_t vlen;
+                bool quoted;
+
+                while (*f == ' ')
+                        f++;
+                if (!*f)
+                        break;
+                key = f;
+                eq = strchr(f, '=');
+                if (!eq)
+                        break;
+                val = eq + 1;
+                quoted = *val == '"';
+                if (quoted) {
+                        const char *end = val + 1;
+                        while (*end && !(*end == '"' && end[-1] != '\\'))
+                                end++;
+                        val++;
+                        vlen = (size_t)(end - val);
+                        f = *end ? end + 1 : end;
+                } else {
+                        vlen = strcspn(val, " ");
+                        f = val + vlen;
+                }
+                puts_(l, ",\"");
+                put_escaped(l, key, (size_t)(eq - key));
+                puts_(l, "\":\"");
+                put_escaped(l, val, vlen);
+                puts_(l, "\"");
+        }
+}
+
+void log_msg(LogLevel level, const char *msg, const char *fields_fmt, ...)
+{
+        char fields[2048] = "";
+        struct timespec ts;
+        struct tm tm;
+        char stamp[64];
+        Line l = { .n = 0 };
+        va_list ap;
+
+        if (level < min_level)
+                return;
+        if (fields_fmt) {
+                va_start(ap, fields_fmt);
+                vsnprintf(fields, sizeof(fields), fields_fmt, ap);
+                va_end(ap);
+        }
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gmtime_r(&ts.tv_sec, &tm);
+        snprintf(stamp, sizeof(stamp), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+
+        if (json_mode) {
+                puts_(&l, "{\"ts\":\"");
+                puts_(&l, stamp);
+                puts_(&l, "\",\"level\":\"");
+                puts_(&l, level_names[level]);
+                puts_(&l, "\",\"msg\":\"");
+                put_escaped(&l, msg, strlen(msg));
+                puts_(&l, "\"");
+                put_fields_json(&l, fields);
+                l.buf[l.n++] = '}';
+        } else {
+                puts_(&l, stamp);
+                puts_(&l, " ");
+                puts_(&l, level_names[level]);
+                puts_(&l, " ");
+                puts_(&l, msg);
+                if (fields[0]) {
+                        puts_(&l, " ");
+                        puts_(&l, fields);
+                }
+        }
+        l.buf[l.n++] = '\n';
+        (void)!write(STDERR_FILENO, l.buf, l.n);
+}

@@ -1,0 +1,388 @@
+/* gpuipc-broker: parses flags, binds the socket (or takes an inherited one), drops privileges,
+ * loads the seccomp filter and runs the server. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "hmap.h"
+#include "limits.h"
+#include "log.h"
+#include "macro.h"
+#include "policy.h"
+#include "privs.h"
+#include "sandbox.h"
+#include "server.h"
+#include "sockpath.h"
+
+#define POLICY_MAX_BYTES (1u << 20)
+
+typedef struct Options {
+        const char *socket_path;
+        int listen_fd;
+        mode_t socket_mode;
+        const char *socket_group;
+        const char *user, *group;
+        const char *policy_path;
+        SandboxMode seccomp;
+        bool log_json;
+        LogLevel log_level;
+        Limits limits;
+} Options;
+
+static void usage(FILE *f)
+{
+        fprintf(f,
+                "Usage: gpuipc-broker [OPTIONS]\n"
+                "Brokers GPU and host buffers between processes over a Unix socket.\n\n"
+                "  -s, --socket PATH            socket to create (default: $GPUIPC_SOCKET or %s)\n"
+                "      --listen-fd N            serve an inherited, bound and listening socket instead\n"
+                "      --socket-mode MODE       permissions of the socket file, octal (default 0660)\n"
+                "      --socket-group GROUP     group of the socket file (name or number)\n"
+                "  -u, --user USER              when started as root, switch to this user after binding\n"
+                "  -g, --group GROUP            ... and this group (default: the user's group)\n"
+                "      --seccomp MODE           enforce (default), log or off\n"
+                "  -p, --policy FILE            authorization rules (docs/security.md); SIGHUP reloads\n"
+                "      --log-format FORMAT      text (default) or json\n"
+                "      --log-level LEVEL        debug, info (default), warn or error\n"
+                "      --max-connections N              (default %u)\n"
+                "      --max-connections-per-uid N      (default %u)\n"
+                "      --max-buffers-per-uid N          (default %u)\n"
+                "      --max-fds-per-uid N              (default %u)\n"
+                "      --max-refs-per-peer N            (default %u)\n"
+                "      --max-waits-per-peer N           (default %u)\n"
+                "      --max-subs-per-peer N            (default %u)\n"
+                "      --max-queued-bytes N             (default %u)\n"
+                "  -V, --version\n"
+                "  -h, --help\n",
+                GPUIPC_DEFAULT_SOCKET, LIMITS_DEFAULT.connections, LIMITS_DEFAULT.connections_per_uid,
+                LIMITS_DEFAULT.buffers_per_uid, LIMITS_DEFAULT.fds_per_uid, LIMITS_DEFAULT.refs_per_peer,
+                LIMITS_DEFAULT.waits_per_peer, LIMITS_DEFAULT.subs_per_peer, LIMITS_DEFAULT.queued_bytes);
+}
+
+enum {
+        OPT_LISTEN_FD = 256,
+        OPT_SOCKET_MODE,
+        OPT_SOCKET_GROUP,
+        OPT_SECCOMP,
+        OPT_LOG_FORMAT,
+        OPT_LOG_LEVEL,
+        OPT_MAX_CONN,
+        OPT_MAX_CONN_UID,
+        OPT_MAX_BUF_UID,
+        OPT_MAX_FDS_UID,
+        OPT_MAX_REFS,
+        OPT_MAX_WAITS,
+        OPT_MAX_SUBS,
+        OPT_MAX_QUEUED,
+};
+
+static int parse_uint(const char *s, unsigned base, uint64_t max, uint64_t *ret)
+{
+        char *end;
+        unsigned long long v;
+
+        errno = 0;
+        v = strtoull(s, &end, (int)base);
+        if (errno || end == s || *end || v > max || s[0] == '-')
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
+static int parse_limit(const char *name, const char *s, uint32_t *ret)
+{
+        uint64_t v;
+
+        if (parse_uint(s, 10, UINT32_MAX, &v) < 0 || v == 0) {
+                fprintf(stderr, "gpuipc-broker: --%s needs a number from 1 to %u, not '%s'\n", name, UINT32_MAX, s);
+                return -EINVAL;
+        }
+        *ret = (uint32_t)v;
+        return 0;
+}
+
+static int parse_args(int argc, char **argv, Options *o)
+{
+        static const struct option longopts[] = {
+                { "socket", required_argument, NULL, 's' },
+                { "listen-fd", required_argument, NULL, OPT_LISTEN_FD },
+                { "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
+                { "socket-group", required_argument, NULL, OPT_SOCKET_GROUP },
+                { "user", required_argument, NULL, 'u' },
+                { "group", required_argument, NULL, 'g' },
+                { "seccomp", required_argument, NULL, OPT_SECCOMP },
+                { "policy", required_argument, NULL, 'p' },
+                { "log-format", required_argument, NULL, OPT_LOG_FORMAT },
+                { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+                { "max-connections", required_argument, NULL, OPT_MAX_CONN },
+                { "max-connections-per-uid", required_argument, NULL, OPT_MAX_CONN_UID },
+                { "max-buffers-per-uid", required_argument, NULL, OPT_MAX_BUF_UID },
+                { "max-fds-per-uid", required_argument, NULL, OPT_MAX_FDS_UID },
+                { "max-refs-per-peer", required_argument, NULL, OPT_MAX_REFS },
+                { "max-waits-per-peer", required_argument, NULL, OPT_MAX_WAITS },
+                { "max-subs-per-peer", required_argument, NULL, OPT_MAX_SUBS },
+                { "max-queued-bytes", required_argument, NULL, OPT_MAX_QUEUED },
+                { "version", no_argument, NULL, 'V' },
+                { "help", no_argument, NULL, 'h' },
+                {}
+        };
+        uint64_t v;
+        int c;
+
+        while ((c = getopt_long(argc, argv, "s:u:g:p:Vh", longopts, NULL)) >= 0) {
+                switch (c) {
+                case 's':
+                        o->socket_path = optarg;
+                        break;
+                case OPT_LISTEN_FD:
+                        if (parse_uint(optarg, 10, INT32_MAX, &v) < 0 || v < 3) {
+                                fprintf(stderr, "gpuipc-broker: --listen-fd needs an fd number of 3 or more\n");
+                                return -EINVAL;
+                        }
+                        o->listen_fd = (int)v;
+                        break;
+                case OPT_SOCKET_MODE:
+                        if (parse_uint(optarg, 8, 0777, &v) < 0) {
+                                fprintf(stderr, "gpuipc-broker: --socket-mode needs an octal mode like 0660\n");
+                                return -EINVAL;
+                        }
+                        o->socket_mode = (mode_t)v;
+                        break;
+                case OPT_SOCKET_GROUP:
+                        o->socket_group = optarg;
+                        break;
+                case 'u':
+                        o->user = optarg;
+                        break;
+                case 'g':
+                        o->group = optarg;
+                        break;
+                case OPT_SECCOMP:
+                        if (sandbox_mode_from_name(optarg, &o->seccomp) < 0) {
+                                fprintf(stderr, "gpuipc-broker: --seccomp is enforce, log or off\n");
+                                return -EINVAL;
+                        }
+                        break;
+                case 'p':
+                        o->policy_path = optarg;
+                        break;
+                case OPT_LOG_FORMAT:
+                        if (strcmp(optarg, "json") && strcmp(optarg, "text")) {
+                                fprintf(stderr, "gpuipc-broker: --log-format is text or json\n");
+                                return -EINVAL;
+                        }
+                        o->log_json = strcmp(optarg, "json") == 0;
+                        break;
+                case OPT_LOG_LEVEL:
+                        if (log_level_from_name(optarg, &o->log_level) < 0) {
+                                fprintf(stderr, "gpuipc-broker: --log-level is debug, info, warn or error\n");
+                                return -EINVAL;
+                        }
+                        break;
+                case OPT_MAX_CONN:
+                        if (parse_limit("max-connections", optarg, &o->limits.connections) < 0)
+                                return -EINVAL;
+                        break;
+                case OPT_MAX_CONN_UID:
+                        if (parse_limit("max-connections-per-uid", optarg, &o->limits.connections_per_uid) < 0)
+                                return -EINVAL;
+                        break;
+                case OPT_MAX_BUF_UID:
+                        if (parse_limit("max-buffers-per-uid", optarg, &o->limits.buffers_per_uid) < 0)
+                                return -EINVAL;
+                        break;
+                case OPT_MAX_FDS_UID:
+                        if (parse_limit("max-fds-per-uid", optarg, &o->limits.fds_per_uid) < 0)
+                                return -EINVAL;
+                        break;
+                case OPT_MAX_REFS:
+                        if (parse_limit("max-refs-per-peer", optarg, &o->limits.refs_per_peer) < 0)
+                                return -EINVAL;
+                        break;
+                case OPT_MAX_WAITS:
+                        if (parse_limit("max-waits-per-peer", optarg, &o->limits.waits_per_peer) < 0)
+                                return -EINVAL;
+                        break;
+                case OPT_MAX_SUBS:
+                        if (parse_limit("max-subs-per-peer", optarg, &o->limits.subs_per_peer) < 0)
+                                return -EINVAL;
+                        break;
+                case OPT_MAX_QUEUED:
+                        if (parse_limit("max-queued-bytes", optarg, &o->limits.queued_bytes) < 0)
+                                return -EINVAL;
+                        break;
+                case 'V':
+                        printf("gpuipc-broker %s\n", GPUIPC_VERSION);
+                        exit(EXIT_SUCCESS);
+                case 'h':
+                        usage(stdout);
+                        exit(EXIT_SUCCESS);
+                default:
+                        usage(stderr);
+                        return -EINVAL;
+                }
+        }
+        if (optind < argc) {
+                fprintf(stderr, "gpuipc-broker: unexpected argument '%s'\n", argv[optind]);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+/* Reads and parses the policy file; logs what is wrong and where. */
+static int load_policy(const char *path, Policy **ret)
+{
+        _cleanup_free_ char *text = NULL;
+        _cleanup_close_ int fd = -1;
+        char err[256];
+        size_t len = 0;
+        int r;
+
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0) {
+                r = -errno;
+                log_error("cannot open the policy file", "path=%s error=\"%s\"", path, strerror(errno));
+                return r;
+        }
+        text = malloc(POLICY_MAX_BYTES);
+        if (!text)
+                return -ENOMEM;
+        for (;;) {
+                ssize_t n = read(fd, text + len, POLICY_MAX_BYTES - len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        r = -errno;
+                        log_error("cannot read the policy file", "path=%s error=\"%s\"", path, strerror(errno));
+                        return r;
+                }
+                if (n == 0)
+                        break;
+                len += (size_t)n;
+                if (len == POLICY_MAX_BYTES) {
+                        log_error("the policy file is too large", "path=%s limit_bytes=%u", path, POLICY_MAX_BYTES);
+                        return -EFBIG;
+                }
+        }
+        r = policy_parse(text, len, ret, err, sizeof(err));
+        if (r < 0)
+                log_error("the policy file is invalid", "path=%s error=\"%s\"", path, r == -EINVAL ? err : strerror(-r));
+        return r;
+}
+
+static int reload_policy(void *userdata, Policy **ret)
+{
+        const char *path = userdata;
+
+        if (!path) {
+                *ret = NULL;
+                return 0;
+        }
+        return load_policy(path, ret);
+}
+
+static uint64_t random_u64(void)
+{
+        uint64_t v = 0;
+
+        while (getrandom(&v, sizeof(v), 0) < 0 && errno == EINTR)
+                ;
+        return v ? v : 1;
+}
+
+static void seed_hashes(void)
+{
+        uint8_t key[16] = { 0 };
+
+        while (getrandom(key, sizeof(key), 0) < 0 && errno == EINTR)
+                ;
+        hash_seed(key);
+}
+
+int main(int argc, char **argv)
+{
+        Options o = {
+                .listen_fd = -1,
+                .socket_mode = 0660,
+                .seccomp = SANDBOX_ENFORCE,
+                .log_level = LOG_INFO,
+                .limits = LIMITS_DEFAULT,
+        };
+        ServerConfig cfg = { 0 };
+        Server *server = NULL;
+        Policy *policy = NULL;
+        Privs privs;
+        int fd, r;
+
+        if (parse_args(argc, argv, &o) < 0)
+                return 2;
+        log_setup(o.log_json, o.log_level);
+        if (!o.socket_path)
+                o.socket_path = getenv("GPUIPC_SOCKET");
+        if (!o.socket_path || !*o.socket_path)
+                o.socket_path = GPUIPC_DEFAULT_SOCKET;
+        signal(SIGPIPE, SIG_IGN);
+        seed_hashes();
+
+        r = privs_resolve(o.user, o.group, o.socket_group, &privs);
+        if (r < 0)
+                return 2;
+        if (o.policy_path && load_policy(o.policy_path, &policy) < 0)
+                return 2;
+
+        if (o.listen_fd >= 0) {
+                fd = sockpath_adopt(o.listen_fd);
+                if (fd < 0)
+                        return 1;
+                log_info("serving an inherited socket", "fd=%d", fd);
+        } else {
+                fd = sockpath_listen(o.socket_path, o.socket_mode, privs.socket_gid);
+                if (fd < 0)
+                        return 1;
+                log_info("listening", "socket=%s mode=%04o", o.socket_path, (unsigned)o.socket_mode);
+        }
+
+        r = privs_drop(&privs);
+        if (r < 0)
+                return 1;
+
+        cfg.listen_fd = fd;
+        cfg.limits = o.limits;
+        cfg.epoch = random_u64();
+        cfg.policy = policy;
+        cfg.reload_policy = reload_policy;
+        cfg.reload_userdata = (void *)o.policy_path;
+        r = server_new(&server, &cfg);
+        if (r < 0) {
+                log_error("cannot start the event loop", "error=\"%s\"", strerror(-r));
+                return 1;
+        }
+
+        /* Everything that needs more than the allow-list is done: lock the process down before the
+         * loop runs (libuv starts no threads of its own for what we use). */
+        r = sandbox_apply(o.seccomp);
+        if (r < 0) {
+                server_free(server);
+                return 1;
+        }
+        log_info("ready", "version=%s seccomp=%s policy=%s rules=%zu", GPUIPC_VERSION, sandbox_mode_name(o.seccomp),
+                 o.policy_path ? o.policy_path : "default", policy_rule_count(policy));
+        server_run(server);
+        server_free(server);
+        if (o.listen_fd < 0)
+                sockpath_unlink(o.socket_path);
+        log_info("stopped", NULL);
+        return 0;
+}

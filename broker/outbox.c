@@ -1,0 +1,64 @@
+/* The registry's output queue: encoded frames for peers and fds to close afterwards. */
+#include "outbox.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "macro.h"
+#include "registry.h"
+
+int outbox_send(Outbox *o, RegPeer *to, const ProtoMsg *m, int fd)
+{
+        ProtoBuf buf = { 0 };
+
+        if (o->n_frames == o->cap_frames) {
+                size_t cap = o->cap_frames ? o->cap_frames * 2 : 8;
+                OutFrame *v = realloc(o->frames, cap * sizeof(*v));
+                if (!v)
+                        goto lost;
+                o->frames = v;
+                o->cap_frames = cap;
+        }
+        if (proto_frame_encode(&buf, m, fd >= 0 ? 1 : 0) != 0)
+                goto lost;
+        o->frames[o->n_frames++] = (OutFrame){ to, buf, fd };
+        return 0;
+lost:
+        proto_buf_free(&buf);
+        registry_peer_mark_lost(to);
+        return -ENOMEM;
+}
+
+void outbox_close_fd(Outbox *o, int fd)
+{
+        if (fd < 0)
+                return;
+        if (o->n_close == o->cap_close) {
+                size_t cap = o->cap_close ? o->cap_close * 2 : 8;
+                int *v = realloc(o->close_fds, cap * sizeof(*v));
+                if (!v) {
+                        /* Out of memory: close now, and the frames that borrowed this fd can no
+                         * longer be delivered as promised, so their peers are disconnected. */
+                        for (size_t i = 0; i < o->n_frames; i++) {
+                                if (o->frames[i].fd == fd) {
+                                        o->frames[i].fd = -1;
+                                        registry_peer_mark_lost(o->frames[i].to);
+                                }
+                        }
+                        safe_close(fd);
+                        return;
+                }
+                o->close_fds = v;
+                o->cap_close = cap;
+        }
+        o->close_fds[o->n_close++] = fd;
+}
+
+void outbox_clear(Outbox *o)
+{
+        for (size_t i = 0; i < o->n_frames; i++)
+                proto_buf_free(&o->frames[i].frame);
+        for (size_t i = 0; i < o->n_close; i++)
+                safe_close(o->close_fds[i]);
+        o->n_frames = o->n_close = 0;
+}

@@ -1,0 +1,36 @@
+/* What a registry operation asks its caller to do: frames to deliver to peers (each may carry one
+ * fd that stays owned by the registry) and fds to close once every frame has been handed over.
+ * The registry never does I/O itself; the server drains the outbox after each operation. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "proto.h"
+
+typedef struct RegPeer RegPeer;
+
+typedef struct OutFrame {
+        RegPeer *to;
+        ProtoBuf frame; /* owned; the server steals it */
+        int fd;         /* borrowed, or -1: the receiver must dup it before the close list runs */
+} OutFrame;
+
+typedef struct Outbox {
+        OutFrame *frames;
+        size_t n_frames, cap_frames;
+        int *close_fds;
+        size_t n_close, cap_close;
+} Outbox;
+
+#define OUTBOX_INIT { 0 }
+
+/* Encodes m for peer `to` with an optional borrowed fd. On failure the peer is marked lost (it
+ * missed a message, so it must be disconnected) and -ENOMEM is returned. */
+int outbox_send(Outbox *o, RegPeer *to, const ProtoMsg *m, int fd);
+
+/* Takes ownership of fd, to be closed after the frames were handed over. */
+void outbox_close_fd(Outbox *o, int fd);
+
+/* Frees frames not stolen and closes the queued fds. */
+void outbox_clear(Outbox *o);

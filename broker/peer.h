@@ -1,0 +1,20 @@
+/* Peer identity, read from the kernel once at accept and never from messages. */
+#pragma once
+
+#include <stdint.h>
+
+#include "registry.h"
+
+/* Fills ret with the socket peer's uid, gid, pid (0 when outside our PID namespace) and PID
+ * namespace inode (0 when /proc does not tell), and opens a pidfd that becomes readable when
+ * that process exits: SO_PEERPIDFD where the kernel has it, else pidfd_open() guarded by a
+ * start-time check so that a recycled pid is never mistaken for the peer. *ret_pidfd is -1 when
+ * no pidfd could be had (the peer is then watched by EOF alone); the caller owns it.
+ * accepted_ticks: CLOCK_BOOTTIME at accept, in clock ticks. 0 or -errno. */
+int peer_identify(int sock, uint64_t accepted_ticks, PeerCreds *ret, int *ret_pidfd);
+
+/* CLOCK_BOOTTIME in clock ticks (the unit of /proc/<pid>/stat's start time). */
+uint64_t peer_boottime_ticks(void);
+
+/* The PID-namespace inode of a process, 0 if unknown. pid 0 means ourselves. */
+uint64_t peer_pidns_of(uint32_t pid);

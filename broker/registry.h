@@ -1,0 +1,141 @@
+/* The registry: every buffer, name, reference, waiter, subscription and group the broker knows,
+ * as a pure state machine. Operations take the acting peer, the request id and the current time,
+ * and put every reply and event they cause into an Outbox; the caller does the I/O. Nothing here
+ * reads a socket, a clock or a file. Tested without sockets (tests/unit/test-registry.c) and fuzzed
+ * with operation sequences (tests/fuzz/fuzz-registry.c).
+ *
+ * Ownership: the registry owns buffer fds from the moment an operation takes them, and hands fds
+ * it no longer needs to the outbox's close list. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "limits.h"
+#include "outbox.h"
+#include "proto.h"
+
+typedef struct Registry Registry;
+typedef struct RegPeer RegPeer;
+typedef struct RegBuffer RegBuffer;
+
+/* Identity read from the kernel at accept (broker/peer.c). */
+typedef struct PeerCreds {
+        uint32_t uid, gid;
+        uint32_t pid;   /* in the broker's PID namespace; 0 = the peer is outside it */
+        uint64_t pidns; /* PID-namespace inode read from /proc by the broker; 0 = unknown */
+} PeerCreds;
+
+/* What a hello declares. Used only to diagnose, never to authorize. */
+typedef struct PeerHello {
+        uint64_t pid, pidns;
+        const char *label;
+        uint32_t n_gpus;
+        const char *const *gpus;
+} PeerHello;
+
+typedef struct RegPublish {
+        const char *name;
+        uint64_t buffer;         /* 0: register new memory; else publish this idle buffer again */
+        ProtoKind kind;
+        uint64_t size, offset;
+        const char *device;      /* GPU UUID for the CUDA kinds, NULL for memfd */
+        const uint8_t *meta;     /* msgpack map, validated; NULL for none */
+        uint32_t meta_len;
+        const uint8_t *handle;   /* cuda-legacy: PROTO_LEGACY_HANDLE_SIZE bytes */
+        int fd;                  /* memfd and cuda-vmm; the registry takes it in every case */
+        bool writable, broker_held;
+        uint32_t retire_after;   /* retire automatically after this many attaches; 0 = never */
+} RegPublish;
+
+typedef struct RegCounters {
+        uint64_t publishes, republishes, attaches, attaches_cached, attach_waits, timeouts;
+        uint64_t releases, retires, drains, revokes, frees, peers_added, peers_removed;
+        uint64_t groups_completed, groups_failed, events;
+} RegCounters;
+
+/* Creates an empty registry. epoch identifies this broker instance (clients drop cached mappings
+ * when it changes). 0 or -ENOMEM. */
+int registry_new(Registry **ret, const Limits *limits, uint64_t epoch);
+
+/* Frees everything and closes every fd the registry still holds. Returns NULL. */
+Registry *registry_free(Registry *r);
+
+uint64_t registry_epoch(const Registry *r);
+const RegCounters *registry_counters(const Registry *r);
+
+/* ---- peers ---- */
+
+/* Adds a connected peer. 0, -ENOMEM, or PROTO_STATUS_QUOTA when its uid has too many connections. */
+int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void *userdata, RegPeer **ret);
+
+/* Removes a peer that disconnected or died: cancels its waits, releases its references, revokes or
+ * orphans its buffers (broker-held ones stay until retired and drained), and frees it. */
+void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out);
+
+/* Records a hello. 0, or PROTO_STATUS_STATE on a second hello. */
+int registry_peer_hello(Registry *r, RegPeer *p, const PeerHello *h);
+
+bool registry_peer_said_hello(const RegPeer *p);
+uint64_t registry_peer_id(const RegPeer *p);
+const PeerCreds *registry_peer_creds(const RegPeer *p);
+void *registry_peer_userdata(const RegPeer *p);
+
+/* A frame for this peer could not be built or queued; its caller must disconnect it. */
+void registry_peer_mark_lost(RegPeer *p);
+bool registry_peer_lost(const RegPeer *p);
+
+/* ---- operations; each replies to (p, id) through out ---- */
+
+void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, uint64_t now_ms, Outbox *out);
+
+/* Attaches by name (waiting up to timeout_ms for a publish) or, with name NULL, by buffer id.
+ * have: a buffer id the consumer has mapped already; when it is the one attached, no fd travels. */
+void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer, uint64_t have,
+                     uint32_t timeout_ms, uint64_t now_ms, Outbox *out);
+void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out);
+/* Retire and free are for the producer, for a peer of its uid once it is gone, or for an admin
+ * (as_admin: the policy lets this peer manage other uids' buffers). */
+void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out);
+void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out);
+void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix, Outbox *out);
+void registry_unsubscribe(Registry *r, RegPeer *p, uint64_t id, uint64_t sub, Outbox *out);
+void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group, uint32_t members,
+                         uint32_t timeout_ms, uint64_t now_ms, Outbox *out);
+
+/* Fails every wait whose deadline is at or before now_ms. */
+void registry_expire(Registry *r, uint64_t now_ms, Outbox *out);
+
+/* The earliest pending deadline, or UINT64_MAX. */
+uint64_t registry_next_deadline(const Registry *r);
+
+/* ---- read-only views (broker/inspect.c) ---- */
+
+/* Buffers in id order; first is the lowest id above `after`. */
+RegBuffer *registry_buffer_after(const Registry *r, uint64_t after);
+RegBuffer *registry_buffer_next(const Registry *r, const RegBuffer *b);
+RegBuffer *registry_buffer_by_id(const Registry *r, uint64_t id);
+/* The live buffer published under name, or NULL. */
+RegBuffer *registry_buffer_by_name(const Registry *r, const char *name);
+const char *registry_buffer_name(const RegBuffer *b);
+
+/* Fills m with the buffer's description (name, kind, size, state, refs, ...); m points into b. */
+void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m);
+
+/* Calls fn for each peer holding references to b. */
+void registry_buffer_holders(const RegBuffer *b, void (*fn)(const RegPeer *p, uint32_t refs, void *ud),
+                             void *ud);
+
+RegPeer *registry_peer_first(const Registry *r);
+RegPeer *registry_peer_next(const Registry *r, const RegPeer *p);
+void registry_peer_describe(const RegPeer *p, ProtoMsg *m);
+
+typedef struct RegGauges {
+        uint64_t peers, buffers, live, retired, idle, orphaned, refs, fds, waits, subs, groups, names;
+} RegGauges;
+void registry_gauges(const Registry *r, RegGauges *g);
+
+/* Names: 1-255 bytes of [A-Za-z0-9._:/@+=-], not starting with '/', without "..". Prefixes may
+ * also be empty (everything). */
+bool registry_name_valid(const char *s, size_t len);
+bool registry_prefix_valid(const char *s, size_t len);

@@ -1,0 +1,34 @@
+/* Turns a peer's decoded request into a registry operation: checks that hello came first, that
+ * every field is in range, that any fd is what the buffer kind needs, and that the policy allows
+ * it; answers bad requests itself. */
+#pragma once
+
+#include <stdint.h>
+
+#include "outbox.h"
+#include "policy.h"
+#include "proto.h"
+#include "registry.h"
+
+/* Counters kept by the server, reported by the stats request. */
+typedef struct ServerStats {
+        uint64_t connections_total, connections_refused, frames_in, frames_out, bytes_in, bytes_out;
+        uint64_t protocol_errors, slow_peers_dropped, fds_in, fds_out;
+        uint64_t started_ms;
+        uint64_t open_fds; /* filled by the server when stats are asked for */
+} ServerStats;
+
+typedef struct RequestCtx {
+        Registry *reg;
+        const Policy *policy;
+        ServerStats *stats;
+        uint64_t now_ms;
+        uint64_t broker_pidns;
+        Outbox *out;
+} RequestCtx;
+
+/* Handles one request. fd is the frame's fd or -1; ownership passes to this function. */
+void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd);
+
+/* Replies with an error status and a message (used for frames that could not be decoded). */
+void request_reply_error(Outbox *out, RegPeer *p, uint64_t id, unsigned status, const char *message);

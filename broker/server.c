@@ -1,0 +1,559 @@
+/* The event loop: the only file of the broker that includes <uv.h>. It accepts connections,
+ * reads frames, hands requests to request.c, delivers the registry's outbox, watches pidfds for
+ * peer death, fires wait deadlines and handles SIGTERM/SIGINT (stop) and SIGHUP (reload). */
+#include "server.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "conn.h"
+#include "list.h"
+#include "log.h"
+#include "macro.h"
+#include "peer.h"
+#include "registry.h"
+#include "request.h"
+
+#define FRAMES_PER_WAKEUP 64 /* then let other peers have a turn */
+#define ACCEPTS_PER_WAKEUP 64
+#define ACCEPT_BACKOFF_MS 100
+
+typedef struct Client {
+        Server *server;
+        Conn conn;
+        uv_poll_t poll;
+        uv_poll_t pid_poll;
+        int pidfd;
+        RegPeer *peer;
+        unsigned open_handles;
+        bool closing, want_write;
+        List link;
+} Client;
+
+struct Server {
+        uv_loop_t loop;
+        uv_poll_t listen_poll;
+        uv_timer_t deadline_timer, accept_timer;
+        uv_signal_t sig_term, sig_int, sig_hup;
+        int listen_fd;
+        bool listening, stopping;
+        ServerConfig cfg;
+        Registry *reg;
+        Policy *policy;
+        ServerStats stats;
+        uint64_t pidns;
+        Outbox out;
+        List clients;
+        List doomed; /* closed clients whose peers the next deliver() removes */
+        uint8_t rbuf[PROTO_MAX_FRAME]; /* one receive buffer: frames are handled as they arrive */
+};
+
+static void client_close(Client *c, const char *why);
+static void deliver(Server *s);
+static void deadline_cb(uv_timer_t *t);
+
+/* ---- fd accounting ---- */
+
+static uint64_t count_open_fds(void)
+{
+        DIR *d = opendir("/proc/self/fd");
+        uint64_t n = 0;
+        struct dirent *e;
+
+        if (!d)
+                return 0;
+        while ((e = readdir(d)))
+                n += e->d_name[0] != '.';
+        closedir(d);
+        return n > 0 ? n - 1 : 0; /* minus the directory's own fd */
+}
+
+/* ---- writing ---- */
+
+static void client_poll_cb(uv_poll_t *h, int status, int events);
+
+static void client_update_poll(Client *c)
+{
+        int events = UV_READABLE | UV_DISCONNECT;
+        bool want = conn_pending(&c->conn);
+
+        if (c->closing || want == c->want_write)
+                return;
+        c->want_write = want;
+        if (want)
+                events |= UV_WRITABLE;
+        uv_poll_start(&c->poll, events, client_poll_cb);
+}
+
+/* Hands one frame to a client's connection; disconnects peers that stop reading. */
+static void client_send(Client *c, OutFrame *f)
+{
+        Server *s = c->server;
+        size_t len = f->frame.len;
+        int r;
+
+        if (c->closing)
+                return;
+        r = conn_send(&c->conn, &f->frame, f->fd);
+        if (r < 0) {
+                client_close(c, "send failed");
+                return;
+        }
+        s->stats.frames_out++;
+        s->stats.bytes_out += len;
+        s->stats.fds_out += f->fd >= 0;
+        if (c->conn.queued_bytes > s->cfg.limits.queued_bytes) {
+                s->stats.slow_peers_dropped++;
+                log_warn("dropping a peer that does not read", "peer=%llu queued_bytes=%zu limit=%u",
+                         (unsigned long long)registry_peer_id(c->peer), c->conn.queued_bytes,
+                         s->cfg.limits.queued_bytes);
+                client_close(c, "too much unread output");
+                return;
+        }
+        client_update_poll(c);
+}
+
+static void rearm_deadline(Server *s)
+{
+        uint64_t next = registry_next_deadline(s->reg), now = uv_now(&s->loop);
+
+        if (next == UINT64_MAX) {
+                uv_timer_stop(&s->deadline_timer);
+                return;
+        }
+        uv_timer_start(&s->deadline_timer, deadline_cb, next > now ? next - now : 0, 0);
+}
+
+static void client_handle_closed(uv_handle_t *h);
+
+/* Removes a closed client's peer from the registry and lets libuv release its handles. Runs only
+ * between outbox deliveries: removing a peer frees it and queues frames for others. */
+static void client_finish(Server *s, Client *c)
+{
+        list_unlink(&c->link);
+        registry_peer_remove(s->reg, c->peer, &s->out);
+        c->peer = NULL;
+        uv_close((uv_handle_t *)&c->poll, client_handle_closed);
+        if (c->pidfd >= 0)
+                uv_close((uv_handle_t *)&c->pid_poll, client_handle_closed);
+}
+
+/* Delivers everything the registry produced, then removes peers that must go (which may produce
+ * more frames: their references and buffers go with them), until nothing is left. */
+static void deliver(Server *s)
+{
+        for (;;) {
+                for (size_t i = 0; i < s->out.n_frames; i++) {
+                        OutFrame *f = &s->out.frames[i];
+                        client_send(registry_peer_userdata(f->to), f);
+                }
+                outbox_clear(&s->out);
+                list_for_each_safe(pos, &s->clients) {
+                        Client *c = list_entry(pos, Client, link);
+                        if (!c->closing && registry_peer_lost(c->peer))
+                                client_close(c, "a message for it could not be built");
+                }
+                if (list_empty(&s->doomed))
+                        break;
+                while (!list_empty(&s->doomed))
+                        client_finish(s, list_entry(s->doomed.next, Client, link));
+        }
+        rearm_deadline(s);
+}
+
+/* ---- closing ---- */
+
+static void client_handle_closed(uv_handle_t *h)
+{
+        Client *c = h->data;
+
+        if (--c->open_handles > 0)
+                return;
+        conn_deinit(&c->conn);
+        safe_close(c->pidfd);
+        free(c);
+}
+
+/* Marks a client for removal: no more frames reach it, and the next deliver() forgets its peer
+ * (its references go, its buffers are revoked or orphaned). The caller must call deliver(). */
+static void client_close(Client *c, const char *why)
+{
+        Server *s = c->server;
+
+        if (c->closing)
+                return;
+        c->closing = true;
+        /* Try to push out what is queued (often an error reply), without waiting. */
+        conn_flush(&c->conn);
+        log_info("peer disconnected", "peer=%llu pid=%u uid=%u reason=\"%s\"",
+                 (unsigned long long)registry_peer_id(c->peer), registry_peer_creds(c->peer)->pid,
+                 registry_peer_creds(c->peer)->uid, why);
+        list_unlink(&c->link);
+        list_append(&s->doomed, &c->link);
+}
+
+/* ---- reading ---- */
+
+/* Replies to a framing violation and disconnects: after one, frame boundaries can't be trusted. */
+static void protocol_error(Client *c, uint64_t id, const char *what)
+{
+        Server *s = c->server;
+
+        s->stats.protocol_errors++;
+        log_warn("protocol violation", "peer=%llu error=\"%s\"", (unsigned long long)registry_peer_id(c->peer), what);
+        request_reply_error(&s->out, c->peer, id, PROTO_STATUS_PROTOCOL, what);
+        deliver(s);
+        client_close(c, what);
+}
+
+static void handle_frame(Client *c, const uint8_t *buf, size_t len, int *fds, size_t n_fds)
+{
+        Server *s = c->server;
+        RequestCtx ctx = { s->reg, s->policy, &s->stats, uv_now(&s->loop), s->pidns, &s->out };
+        ProtoField field = _PF_MAX;
+        ProtoHeader h;
+        ProtoMsg m;
+        char why[160];
+        int e;
+
+        s->stats.frames_in++;
+        s->stats.bytes_in += len;
+        s->stats.fds_in += n_fds;
+        e = proto_header_parse(buf, len, &h);
+        if (e == 0 && h.body_len != len - PROTO_HEADER_SIZE)
+                e = PROTO_E_NEED_MORE;
+        if (e == 0 && h.n_fds != n_fds) {
+                snprintf(why, sizeof(why), "the header announces %u fds but the frame carries %zu", h.n_fds, n_fds);
+                goto violation;
+        }
+        if (e) {
+                snprintf(why, sizeof(why), "%s", e == PROTO_E_NEED_MORE ? "the header's body length differs from the "
+                                                                          "frame's" : proto_strerror(e));
+                goto violation;
+        }
+        e = proto_msg_decode(buf + PROTO_HEADER_SIZE, h.body_len, &m, &field);
+        if (e == PROTO_E_FIELD || e == PROTO_E_MISSING) {
+                /* Well-formed but wrong: answer, and keep the connection. */
+                snprintf(why, sizeof(why), "field '%s' is %s", proto_field_name(field),
+                         e == PROTO_E_MISSING ? "missing" : "of the wrong type or too long");
+                request_reply_error(&s->out, c->peer, proto_has(&m, PF_ID) ? m.id : 0, PROTO_STATUS_BAD_REQUEST, why);
+                for (size_t i = 0; i < n_fds; i++)
+                        safe_close(fds[i]);
+                return;
+        }
+        if (e == 0 && m.type != PROTO_REQUEST)
+                e = PROTO_E_KIND;
+        if (e) {
+                snprintf(why, sizeof(why), "%s", e == PROTO_E_KIND ? "peers may only send requests" : proto_strerror(e));
+                goto violation;
+        }
+        if (m.op == PROTO_OP_STATS)
+                s->stats.open_fds = count_open_fds();
+        request_handle(&ctx, c->peer, &m, n_fds ? fds[0] : -1);
+        return;
+
+violation:
+        for (size_t i = 0; i < n_fds; i++)
+                safe_close(fds[i]);
+        protocol_error(c, 0, why);
+}
+
+static void client_read(Client *c)
+{
+        Server *s = c->server;
+
+        for (int i = 0; i < FRAMES_PER_WAKEUP && !c->closing; i++) {
+                int fds[CONN_MAX_RECV_FDS];
+                size_t len, n_fds;
+                int r = conn_recv(&c->conn, s->rbuf, sizeof(s->rbuf), &len, fds, &n_fds);
+
+                if (r == CONN_E_AGAIN)
+                        break;
+                if (r == CONN_E_EOF) {
+                        client_close(c, "closed its connection");
+                        break;
+                }
+                if (r == CONN_E_TRUNC) {
+                        protocol_error(c, 0, "a frame exceeded the size limit or carried too many fds");
+                        break;
+                }
+                if (r < 0) {
+                        client_close(c, "receive failed");
+                        break;
+                }
+                handle_frame(c, s->rbuf, len, fds, n_fds);
+                deliver(s);
+        }
+}
+
+static void client_poll_cb(uv_poll_t *h, int status, int events)
+{
+        Client *c = h->data;
+        Server *s = c->server;
+
+        if (status < 0) {
+                client_close(c, "poll error");
+                deliver(s);
+                return;
+        }
+        if ((events & UV_WRITABLE) && !c->closing) {
+                int r = conn_flush(&c->conn);
+                if (r < 0)
+                        client_close(c, "send failed");
+                else
+                        client_update_poll(c);
+        }
+        if ((events & (UV_READABLE | UV_DISCONNECT)) && !c->closing)
+                client_read(c);
+        deliver(s);
+}
+
+/* The peer's process exited: its pidfd became readable. */
+static void client_pidfd_cb(uv_poll_t *h, int status, int events)
+{
+        Client *c = h->data;
+
+        (void)status;
+        (void)events;
+        client_close(c, "its process exited");
+        deliver(c->server);
+}
+
+/* ---- accepting ---- */
+
+static void listen_cb(uv_poll_t *h, int status, int events);
+
+static void accept_resume_cb(uv_timer_t *t)
+{
+        Server *s = t->data;
+
+        if (s->listening)
+                uv_poll_start(&s->listen_poll, UV_READABLE, listen_cb);
+}
+
+/* Tells a peer we will not serve it, then hangs up. */
+static void refuse(int fd, unsigned status, const char *why)
+{
+        ProtoBuf frame = { 0 };
+        ProtoMsg m = { 0 };
+
+        m.reply = 0;
+        m.status = status;
+        m.error = proto_str(proto_status_name(status));
+        m.message = proto_str(why);
+        m.has = PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) | PROTO_BIT(PF_ERROR) | PROTO_BIT(PF_MESSAGE);
+        if (proto_frame_encode(&frame, &m, 0) == 0)
+                (void)!send(fd, frame.data, frame.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        proto_buf_free(&frame);
+        close(fd);
+}
+
+static int client_start(Server *s, int fd)
+{
+        uint64_t ticks = peer_boottime_ticks();
+        PeerCreds creds;
+        Client *c;
+        int pidfd = -1, r;
+
+        r = peer_identify(fd, ticks, &creds, &pidfd);
+        if (r < 0) {
+                log_warn("cannot identify peer", "error=\"%s\"", strerror(-r));
+                close(fd);
+                return r;
+        }
+        c = calloc(1, sizeof(*c));
+        if (!c) {
+                safe_close(pidfd);
+                close(fd);
+                return -ENOMEM;
+        }
+        r = registry_peer_add(s->reg, &creds, uv_now(&s->loop), c, &c->peer);
+        if (r != 0) {
+                s->stats.connections_refused++;
+                log_warn("connection refused", "uid=%u pid=%u reason=%s", creds.uid, creds.pid,
+                         r > 0 ? "quota" : "out-of-memory");
+                free(c);
+                safe_close(pidfd);
+                refuse(fd, PROTO_STATUS_QUOTA, "too many connections (for this uid or in all); close some");
+                return r;
+        }
+        c->server = s;
+        c->pidfd = pidfd;
+        conn_init(&c->conn, fd);
+        uv_poll_init(&s->loop, &c->poll, fd);
+        c->poll.data = c;
+        c->open_handles = 1;
+        uv_poll_start(&c->poll, UV_READABLE | UV_DISCONNECT, client_poll_cb);
+        if (pidfd >= 0) {
+                uv_poll_init(&s->loop, &c->pid_poll, pidfd);
+                c->pid_poll.data = c;
+                c->open_handles++;
+                uv_poll_start(&c->pid_poll, UV_READABLE, client_pidfd_cb);
+        }
+        list_append(&s->clients, &c->link);
+        s->stats.connections_total++;
+        log_info("peer connected", "peer=%llu pid=%u uid=%u gid=%u pidns=%llu pidfd=%s",
+                 (unsigned long long)registry_peer_id(c->peer), creds.pid, creds.uid, creds.gid,
+                 (unsigned long long)creds.pidns, pidfd >= 0 ? "yes" : "no");
+        return 0;
+}
+
+static void listen_cb(uv_poll_t *h, int status, int events)
+{
+        Server *s = h->data;
+
+        (void)status;
+        (void)events;
+        for (int i = 0; i < ACCEPTS_PER_WAKEUP; i++) {
+                int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+                if (fd < 0) {
+                        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS) {
+                                /* Out of fds: stop listening briefly instead of spinning. */
+                                log_warn("cannot accept", "error=\"%s\" backoff_ms=%d", strerror(errno),
+                                         ACCEPT_BACKOFF_MS);
+                                uv_poll_stop(&s->listen_poll);
+                                uv_timer_start(&s->accept_timer, accept_resume_cb, ACCEPT_BACKOFF_MS, 0);
+                        }
+                        break;
+                }
+                client_start(s, fd);
+        }
+        deliver(s);
+}
+
+/* ---- deadlines and signals ---- */
+
+static void deadline_cb(uv_timer_t *t)
+{
+        Server *s = t->data;
+
+        registry_expire(s->reg, uv_now(&s->loop), &s->out);
+        deliver(s);
+}
+
+static void server_stop(Server *s)
+{
+        if (s->stopping)
+                return;
+        s->stopping = true;
+        if (s->listening) {
+                uv_poll_stop(&s->listen_poll);
+                s->listening = false;
+        }
+        list_for_each_safe(pos, &s->clients)
+                client_close(list_entry(pos, Client, link), "the broker is stopping");
+        deliver(s);
+        uv_timer_stop(&s->deadline_timer);
+        uv_timer_stop(&s->accept_timer);
+        uv_close((uv_handle_t *)&s->listen_poll, NULL);
+        uv_close((uv_handle_t *)&s->deadline_timer, NULL);
+        uv_close((uv_handle_t *)&s->accept_timer, NULL);
+        uv_close((uv_handle_t *)&s->sig_term, NULL);
+        uv_close((uv_handle_t *)&s->sig_int, NULL);
+        uv_close((uv_handle_t *)&s->sig_hup, NULL);
+}
+
+static void signal_cb(uv_signal_t *h, int signum)
+{
+        Server *s = h->data;
+
+        if (signum == SIGHUP) {
+                Policy *p = NULL;
+
+                if (!s->cfg.reload_policy)
+                        return;
+                if (s->cfg.reload_policy(s->cfg.reload_userdata, &p) < 0) {
+                        log_warn("policy reload failed; keeping the old policy", NULL);
+                        return;
+                }
+                policy_free(s->policy);
+                s->policy = p;
+                s->cfg.policy = p;
+                log_info("policy reloaded", "rules=%zu", policy_rule_count(p));
+                return;
+        }
+        log_info("stopping", "signal=%s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+        server_stop(s);
+}
+
+/* ---- life cycle ---- */
+
+int server_new(Server **ret, const ServerConfig *cfg)
+{
+        Server *s;
+        int r;
+
+        s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        s->cfg = *cfg;
+        s->listen_fd = cfg->listen_fd;
+        s->policy = cfg->policy;
+        s->pidns = peer_pidns_of(0);
+        list_init(&s->clients);
+        list_init(&s->doomed);
+        r = registry_new(&s->reg, &cfg->limits, cfg->epoch);
+        if (r < 0) {
+                free(s);
+                return r;
+        }
+        r = uv_loop_init(&s->loop);
+        if (r < 0) {
+                registry_free(s->reg);
+                free(s);
+                return r;
+        }
+        s->stats.started_ms = uv_now(&s->loop);
+        uv_poll_init(&s->loop, &s->listen_poll, s->listen_fd);
+        s->listen_poll.data = s;
+        uv_timer_init(&s->loop, &s->deadline_timer);
+        s->deadline_timer.data = s;
+        s->deadline_timer.timer_cb = deadline_cb;
+        uv_timer_init(&s->loop, &s->accept_timer);
+        s->accept_timer.data = s;
+        uv_signal_init(&s->loop, &s->sig_term);
+        uv_signal_init(&s->loop, &s->sig_int);
+        uv_signal_init(&s->loop, &s->sig_hup);
+        s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
+        uv_signal_start(&s->sig_term, signal_cb, SIGTERM);
+        uv_signal_start(&s->sig_int, signal_cb, SIGINT);
+        uv_signal_start(&s->sig_hup, signal_cb, SIGHUP);
+        uv_poll_start(&s->listen_poll, UV_READABLE, listen_cb);
+        s->listening = true;
+        *ret = s;
+        return 0;
+}
+
+int server_run(Server *s)
+{
+        return uv_run(&s->loop, UV_RUN_DEFAULT);
+}
+
+uint64_t server_open_fds(void)
+{
+        return count_open_fds();
+}
+
+Server *server_free(Server *s)
+{
+        if (!s)
+                return NULL;
+        if (!s->stopping) {
+                server_stop(s);
+                uv_run(&s->loop, UV_RUN_DEFAULT);
+        }
+        uv_loop_close(&s->loop);
+        outbox_clear(&s->out);
+        free(s->out.frames);
+        free(s->out.close_fds);
+        s->reg = registry_free(s->reg);
+        policy_free(s->policy);
+        free(s);
+        return NULL;
+}

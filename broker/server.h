@@ -1,0 +1,28 @@
+/* The broker's event loop (libuv). Built in two steps so that main can load the seccomp filter
+ * after everything is set up and before the loop runs: server_new() creates the loop and every
+ * handle, server_run() runs it until SIGTERM or SIGINT. */
+#pragma once
+
+#include <stdint.h>
+
+#include "limits.h"
+#include "policy.h"
+
+typedef struct Server Server;
+
+typedef struct ServerConfig {
+        int listen_fd;         /* a bound, listening SOCK_SEQPACKET socket; the server owns it */
+        Limits limits;
+        uint64_t epoch;        /* this broker instance, random */
+        Policy *policy;        /* the server owns it; NULL = the built-in default */
+        /* Called on SIGHUP: loads the policy again. 0 with *ret set (NULL = default), or <0 to keep the old one. */
+        int (*reload_policy)(void *userdata, Policy **ret);
+        void *reload_userdata;
+} ServerConfig;
+
+int server_new(Server **ret, const ServerConfig *cfg);
+int server_run(Server *s);
+Server *server_free(Server *s);
+
+/* Open fds of this process (for stats). */
+uint64_t server_open_fds(void);

@@ -1,0 +1,743 @@
+/* Buffers: publishing and retiring on the producer side, attaching and releasing on the consumer
+ * side, the consumer's mapping cache, and what broker events mean for both. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "internal.h"
+#include "macro.h"
+
+/* ---- mapping cache ---- */
+
+static uint64_t name_hash(const char *name)
+{
+        return hash_bytes(name, strlen(name));
+}
+
+static Mapping *map_by_id(gpuipc_t *c, uint64_t id)
+{
+        uint64_t h = hash_u64(id);
+
+        for (HNode *n = hmap_bucket(&c->maps_by_id, h); n; n = n->next) {
+                Mapping *m = container_of(n, Mapping, by_id);
+                if (n->hash == h && m->id == id)
+                        return m;
+        }
+        return NULL;
+}
+
+static Mapping *map_by_name(gpuipc_t *c, const char *name)
+{
+        uint64_t h = name_hash(name);
+
+        for (HNode *n = hmap_bucket(&c->maps_by_name, h); n; n = n->next) {
+                Mapping *m = container_of(n, Mapping, by_name);
+                if (n->hash == h && strcmp(m->name, name) == 0)
+                        return m;
+        }
+        return NULL;
+}
+
+/* Takes m out of the lookup tables; it lives on while referenced. */
+static void map_uncache(gpuipc_t *c, Mapping *m)
+{
+        if (!m->in_cache)
+                return;
+        hmap_remove(&c->maps_by_id, &m->by_id);
+        if (m->name[0])
+                hmap_remove(&c->maps_by_name, &m->by_name);
+        m->in_cache = false;
+}
+
+static void map_destroy(gpuipc_t *c, Mapping *m)
+{
+        map_uncache(c, m);
+        if (m->refs == 0 && list_linked(&m->idle_link)) {
+                list_unlink(&m->idle_link);
+                c->n_idle--;
+        }
+        kind_ops(m->kind)->unmap(c, m);
+        free(m);
+}
+
+/* Remembers which mapping serves a name, so the next attach of that name can say "have". */
+static void map_set_name(gpuipc_t *c, Mapping *m, const char *name)
+{
+        Mapping *old;
+
+        if (!m->in_cache || strcmp(m->name, name) == 0)
+                return;
+        if (m->name[0])
+                hmap_remove(&c->maps_by_name, &m->by_name);
+        old = map_by_name(c, name);
+        if (old) {
+                hmap_remove(&c->maps_by_name, &old->by_name);
+                old->name[0] = 0;
+        }
+        snprintf(m->name, sizeof(m->name), "%s", name);
+        if (hmap_insert(&c->maps_by_name, &m->by_name, name_hash(name)) < 0)
+                m->name[0] = 0;
+}
+
+static void map_ref(gpuipc_t *c, Mapping *m)
+{
+        if (m->refs++ == 0 && list_linked(&m->idle_link)) {
+                list_unlink(&m->idle_link);
+                c->n_idle--;
+        }
+}
+
+/* Drops a reference; an unreferenced mapping is kept for the next attach when its kind allows
+ * it (memfd and cuda-vmm mappings keep their memory alive by themselves; a legacy open must be
+ * closed before its producer frees the memory, so it is never kept). */
+static void map_unref(gpuipc_t *c, Mapping *m)
+{
+        if (--m->refs > 0)
+                return;
+        if (!m->in_cache || m->revoked || m->kind == GPUIPC_KIND_CUDA_LEGACY || c->max_idle == 0) {
+                map_destroy(c, m);
+                return;
+        }
+        list_append(&c->idle, &m->idle_link);
+        c->n_idle++;
+        while (c->n_idle > c->max_idle)
+                map_destroy(c, list_entry(c->idle.next, Mapping, idle_link));
+}
+
+_public_ void gpuipc_cache_trim(gpuipc_t *c)
+{
+        while (!list_empty(&c->idle))
+                map_destroy(c, list_entry(c->idle.next, Mapping, idle_link));
+}
+
+/* ---- helpers ---- */
+
+static int copy_meta(gpuipc_buffer_t *b, const void *meta, size_t len)
+{
+        uint8_t *copy = NULL;
+
+        if (meta && len) {
+                copy = malloc(len);
+                if (!copy)
+                        return -ENOMEM;
+                memcpy(copy, meta, len);
+        }
+        free(b->meta);
+        b->meta = copy;
+        b->meta_len = copy ? len : 0;
+        return 0;
+}
+
+static void buffer_destroy(gpuipc_buffer_t *b)
+{
+        list_unlink(&b->own_link);
+        list_unlink(&b->attached_link);
+        free(b->meta);
+        free(b);
+}
+
+static gpuipc_buffer_t *own_by_id(gpuipc_t *c, uint64_t id)
+{
+        list_for_each(pos, &c->own) {
+                gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, own_link);
+                if (b->id == id)
+                        return b;
+        }
+        return NULL;
+}
+
+static void copy_name(char *dst, size_t cap, ProtoStr s)
+{
+        size_t n = MIN((size_t)s.len, cap - 1);
+        memcpy(dst, s.ptr, n);
+        dst[n] = 0;
+}
+
+/* Sends a request without waiting for its reply (used from inside event handling). */
+static void request_nowait(gpuipc_t *c, ProtoOp op, uint64_t buffer);
+
+/* ---- producer ---- */
+
+_public_ int gpuipc_buffer_alloc(gpuipc_t *c, gpuipc_kind_t kind, size_t size, int device, gpuipc_buffer_t **ret)
+{
+        const KindOps *ops = kind_ops(kind);
+        gpuipc_buffer_t *b;
+        int r;
+
+        if (!c || !ret || size == 0)
+                return GPUIPC_E_INVALID;
+        if (!ops) {
+                client_errmsg(c, "unknown buffer kind %d", (int)kind);
+                return GPUIPC_E_INVALID;
+        }
+        b = calloc(1, sizeof(*b));
+        if (!b)
+                return -ENOMEM;
+        b->conn = c;
+        b->own = true;
+        b->kind = kind;
+        b->ka.fd = -1;
+        b->ordinal = -1;
+        r = ops->alloc(c, b, size, device);
+        if (r < 0) {
+                free(b);
+                return r;
+        }
+        list_append(&c->own, &b->own_link);
+        *ret = b;
+        return 0;
+}
+
+/* Registers b with the broker (first publish: the memory's fd or handle travels). */
+static int publish_new(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, Frame *f)
+{
+        const KindOps *ops = kind_ops(b->kind);
+        ProtoMsg req = { .op = PROTO_OP_PUBLISH };
+        int fd = -1, r;
+
+        r = ops->export(c, b, b->writable, &fd);
+        if (r < 0)
+                return r;
+        req.name = proto_str(name);
+        req.kind = (ProtoKind)b->kind;
+        req.size = b->size;
+        req.writable = b->writable;
+        req.broker_held = b->broker_held;
+        req.retire_after = b->retire_after;
+        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) |
+                  PROTO_BIT(PF_WRITABLE) | PROTO_BIT(PF_BROKER_HELD) | PROTO_BIT(PF_RETIRE_AFTER);
+        if (b->device[0]) {
+                req.device = proto_str(b->device);
+                proto_set(&req, PF_DEVICE);
+        }
+        if (b->kind == GPUIPC_KIND_CUDA_LEGACY) {
+                req.offset = b->ka.dptr - b->ka.base;
+                req.handle = (ProtoStr){ (const char *)b->ka.ipc_handle, PROTO_LEGACY_HANDLE_SIZE };
+                req.has |= PROTO_BIT(PF_OFFSET) | PROTO_BIT(PF_HANDLE);
+        }
+        if (b->meta_len) {
+                req.meta = (ProtoRaw){ b->meta, (uint32_t)b->meta_len, 1 };
+                proto_set(&req, PF_META);
+        }
+        return client_request(c, &req, fd, 10000, f);
+}
+
+/* Publishes an idle, registered buffer again: one round trip, nothing travels. */
+static int publish_again(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, bool new_meta, Frame *f)
+{
+        ProtoMsg req = { .op = PROTO_OP_PUBLISH };
+
+        req.name = proto_str(name);
+        req.buffer = b->id;
+        req.retire_after = b->retire_after;
+        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_RETIRE_AFTER);
+        if (new_meta) {
+                req.meta = (ProtoRaw){ b->meta, (uint32_t)b->meta_len, b->meta_len ? 1 : 0 };
+                proto_set(&req, PF_META);
+        }
+        return client_request(c, &req, -1, 10000, f);
+}
+
+_public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, const gpuipc_publish_options_t *opts)
+{
+        gpuipc_publish_options_t o = opts ? *opts : (gpuipc_publish_options_t){ 0 };
+        Frame f = { .fd = -1 };
+        bool first;
+        int r;
+
+        if (!c || !b || !b->own || !name || !*name || strlen(name) > PROTO_MAX_NAME)
+                return GPUIPC_E_INVALID;
+        if (o.meta_len > PROTO_MAX_META || (o.meta_len && !proto_meta_valid(o.meta, o.meta_len))) {
+                client_errmsg(c, "metadata must be one msgpack map of at most %d bytes", PROTO_MAX_META);
+                return GPUIPC_E_INVALID;
+        }
+        if (b->state == PROTO_STATE_LIVE || b->state == PROTO_STATE_RETIRED) {
+                client_errmsg(c, "'%s' is still %s; retire it and wait for drained before publishing it again",
+                              b->name, b->state == PROTO_STATE_LIVE ? "published" : "referenced");
+                return GPUIPC_E_STATE;
+        }
+        first = b->id == 0;
+        if (first && b->state == PROTO_STATE_NONE)
+                b->writable = o.writable;
+        b->broker_held = o.broker_held;
+        b->retire_after = o.retire_after;
+        if ((o.meta_len || first) && copy_meta(b, o.meta, o.meta_len) < 0)
+                return -ENOMEM;
+        if (!o.no_sync && kind_ops(b->kind)->sync) {
+                r = kind_ops(b->kind)->sync(c, b);
+                if (r < 0)
+                        return r;
+        }
+        r = first ? publish_new(c, b, name, &f) : publish_again(c, b, name, o.meta_len > 0, &f);
+        if (r < 0)
+                return r;
+        b->id = f.msg.buffer;
+        b->generation = f.msg.generation;
+        b->state = PROTO_STATE_LIVE;
+        snprintf(b->name, sizeof(b->name), "%s", name);
+        frame_free(&f);
+        return 0;
+}
+
+static int simple_request(gpuipc_t *c, ProtoOp op, uint64_t buffer)
+{
+        ProtoMsg req = { .op = op, .buffer = buffer, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
+        Frame f = { .fd = -1 };
+        int r = client_request(c, &req, -1, 10000, &f);
+
+        if (r == 0)
+                frame_free(&f);
+        return r;
+}
+
+_public_ int gpuipc_retire(gpuipc_t *c, gpuipc_buffer_t *b)
+{
+        int r;
+
+        if (!c || !b || !b->own)
+                return GPUIPC_E_INVALID;
+        if (b->state != PROTO_STATE_LIVE)
+                return 0; /* retiring twice, or what was never published: nothing to do */
+        r = simple_request(c, PROTO_OP_RETIRE, b->id);
+        if (r < 0)
+                return r;
+        /* The drained event may already have been handled while we waited for this reply. */
+        if (b->state == PROTO_STATE_LIVE)
+                b->state = PROTO_STATE_RETIRED;
+        return 0;
+}
+
+/* Removes the queued drained event of buffer id, if any: the caller waited for it. */
+static void consume_drained(gpuipc_t *c, uint64_t id)
+{
+        size_t n = c->ev_count, kept = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                gpuipc_event_t ev = c->events[(c->ev_head + i) % CLIENT_EVENT_QUEUE_MAX];
+                if (ev.type == GPUIPC_EVENT_DRAINED && ev.buffer == id && ev.subscription == 0)
+                        continue;
+                c->events[(c->ev_head + kept++) % CLIENT_EVENT_QUEUE_MAX] = ev;
+        }
+        c->ev_count = kept;
+}
+
+_public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms)
+{
+        uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : client_now_ms() + (uint64_t)timeout_ms;
+
+        if (!c || !b || !b->own)
+                return GPUIPC_E_INVALID;
+        if (b->state == PROTO_STATE_LIVE && b->retire_after == 0) {
+                client_errmsg(c, "'%s' is still published: retire it first", b->name);
+                return GPUIPC_E_STATE;
+        }
+        while (b->state == PROTO_STATE_LIVE || b->state == PROTO_STATE_RETIRED) {
+                uint64_t now = client_now_ms();
+                int r;
+
+                if (deadline != UINT64_MAX && now >= deadline) {
+                        client_errmsg(c, "'%s' still has references", b->name);
+                        return GPUIPC_E_TIMEOUT;
+                }
+                r = client_pump(c, deadline == UINT64_MAX ? -1 : (int)MIN(deadline - now, (uint64_t)INT32_MAX));
+                if (r < 0)
+                        return r;
+        }
+        consume_drained(c, b->id);
+        return 0;
+}
+
+/* ---- consumer ---- */
+
+/* Builds the caller's handle for an attach reply, importing the memory unless cached. */
+static int attach_finish(gpuipc_t *c, Frame *f, const char *name, gpuipc_buffer_t **ret)
+{
+        const ProtoMsg *m = &f->msg;
+        const KindOps *ops = kind_ops((gpuipc_kind_t)m->kind);
+        Mapping *map = map_by_id(c, m->buffer);
+        gpuipc_buffer_t *b;
+        int r;
+
+        if (!ops) {
+                client_errmsg(c, "the broker attached a buffer of an unknown kind");
+                return GPUIPC_E_BAD_REPLY;
+        }
+        if (m->cached && !map) {
+                client_errmsg(c, "the broker said our cached mapping of buffer %llu serves, but it is gone",
+                              (unsigned long long)m->buffer);
+                return GPUIPC_E_BAD_REPLY;
+        }
+        b = calloc(1, sizeof(*b));
+        if (!b)
+                return -ENOMEM;
+        if (!map) {
+                map = calloc(1, sizeof(*map));
+                if (!map) {
+                        free(b);
+                        return -ENOMEM;
+                }
+                map->id = m->buffer;
+                map->kind = (gpuipc_kind_t)m->kind;
+                map->size = m->size;
+                map->writable = m->writable;
+                map->ordinal = -1;
+                r = ops->import(c, map, m, steal_fd(f->fd));
+                if (r < 0) {
+                        free(map);
+                        free(b);
+                        return r;
+                }
+                if (hmap_insert(&c->maps_by_id, &map->by_id, hash_u64(map->id)) == 0)
+                        map->in_cache = true;
+        }
+        f->fd = safe_close(f->fd); /* an fd we did not need: the mapping already exists */
+        map_ref(c, map);
+        if (name)
+                map_set_name(c, map, name);
+
+        b->conn = c;
+        b->kind = map->kind;
+        b->size = map->size;
+        b->ptr = map->ptr;
+        b->ordinal = map->ordinal;
+        b->writable = map->writable;
+        b->id = m->buffer;
+        b->generation = m->generation;
+        b->map = map;
+        copy_name(b->name, sizeof(b->name), m->name);
+        copy_name(b->device, sizeof(b->device), m->device);
+        if (m->meta.len && copy_meta(b, m->meta.ptr, m->meta.len) < 0) {
+                map_unref(c, map);
+                free(b);
+                return -ENOMEM;
+        }
+        list_append(&c->attached, &b->attached_link);
+        *ret = b;
+        return 0;
+}
+
+static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gpuipc_buffer_t **ret)
+{
+        ProtoMsg req = { .op = PROTO_OP_ATTACH };
+        Frame f = { .fd = -1 };
+        Mapping *cached;
+        int r;
+
+        if (!c || !ret || (name && (!*name || strlen(name) > PROTO_MAX_NAME)))
+                return GPUIPC_E_INVALID;
+        cached = name ? map_by_name(c, name) : map_by_id(c, id);
+        if (cached && !cached->revoked) {
+                req.have = cached->id;
+                proto_set(&req, PF_HAVE);
+        }
+        if (name) {
+                req.name = proto_str(name);
+                req.timeout_ms = timeout_ms < 0 ? PROTO_TIMEOUT_INFINITE : (uint64_t)timeout_ms;
+                req.has |= PROTO_BIT(PF_NAME) | PROTO_BIT(PF_TIMEOUT_MS);
+        } else {
+                req.buffer = id;
+                proto_set(&req, PF_BUFFER);
+        }
+        proto_set(&req, PF_OP);
+        r = client_request(c, &req, -1, timeout_ms < 0 ? -1 : timeout_ms + CLIENT_REPLY_GRACE_MS, &f);
+        if (r < 0)
+                return r;
+        r = attach_finish(c, &f, name, ret);
+        if (r < 0) {
+                /* We hold a reference we cannot use: give it back. */
+                uint64_t buffer = f.msg.buffer;
+                char why[sizeof(c->errmsg)];
+
+                frame_free(&f);
+                memcpy(why, c->errmsg, sizeof(why));
+                simple_request(c, PROTO_OP_RELEASE, buffer);
+                memcpy(c->errmsg, why, sizeof(why));
+                return r;
+        }
+        frame_free(&f);
+        return 0;
+}
+
+_public_ int gpuipc_attach(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_buffer_t **ret)
+{
+        if (!name)
+                return GPUIPC_E_INVALID;
+        return attach(c, name, 0, timeout_ms, ret);
+}
+
+_public_ int gpuipc_attach_id(gpuipc_t *c, uint64_t buffer_id, gpuipc_buffer_t **ret)
+{
+        return attach(c, NULL, buffer_id, 0, ret);
+}
+
+_public_ int gpuipc_release(gpuipc_t *c, gpuipc_buffer_t *b)
+{
+        int r = 0;
+
+        if (!c || !b || b->own)
+                return GPUIPC_E_INVALID;
+        /* After a broker restart or a revoke the broker holds no reference for us any more. */
+        if (!b->stale && !b->revoked) {
+                r = simple_request(c, PROTO_OP_RELEASE, b->id);
+                if (r == GPUIPC_E_DISCONNECTED)
+                        r = 0; /* the broker dropped all our references when we lost it */
+        }
+        map_unref(c, b->map);
+        buffer_destroy(b);
+        return r;
+}
+
+/* ---- either side ---- */
+
+_public_ int gpuipc_buffer_free(gpuipc_t *c, gpuipc_buffer_t *b)
+{
+        int r = 0;
+
+        if (!c || !b)
+                return GPUIPC_E_INVALID;
+        if (!b->own)
+                return gpuipc_release(c, b);
+        /* Legacy memory must outlive every consumer's open handle: that is what drained says. */
+        if (b->kind == GPUIPC_KIND_CUDA_LEGACY && (b->state == PROTO_STATE_LIVE || b->state == PROTO_STATE_RETIRED)) {
+                client_errmsg(c, "'%s' may still be open in a consumer: retire it and wait for drained first", b->name);
+                return GPUIPC_E_BUSY;
+        }
+        if (b->id && !c->broken) {
+                r = simple_request(c, PROTO_OP_FREE, b->id);
+                if (r == GPUIPC_E_NOT_FOUND || r == GPUIPC_E_DISCONNECTED)
+                        r = 0;
+        }
+        kind_ops(b->kind)->free(c, b);
+        buffer_destroy(b);
+        return r;
+}
+
+_public_ int gpuipc_set_device(gpuipc_t *c, int ordinal)
+{
+        if (!c || ordinal < -1)
+                return GPUIPC_E_INVALID;
+        c->device_pref = ordinal;
+        return 0;
+}
+
+static int buffer_copy(const gpuipc_buffer_t *b, size_t offset, void *host, size_t len, bool to_host)
+{
+        if (!b || !b->ptr || offset > b->size || len > b->size - offset)
+                return GPUIPC_E_INVALID;
+        if (to_host && b->revoked)
+                return GPUIPC_E_REVOKED;
+        if (!to_host && !b->own && !b->writable)
+                return -EACCES;
+        return kind_ops(b->kind)->copy((char *)b->ptr + offset, b->ordinal, host, len, to_host);
+}
+
+_public_ int gpuipc_buffer_read(const gpuipc_buffer_t *b, size_t offset, void *dst, size_t len)
+{
+        return buffer_copy(b, offset, dst, len, true);
+}
+
+_public_ int gpuipc_buffer_write(gpuipc_buffer_t *b, size_t offset, const void *src, size_t len)
+{
+        return buffer_copy(b, offset, (void *)src, len, false);
+}
+
+_public_ void *gpuipc_buffer_ptr(const gpuipc_buffer_t *b)
+{
+        return b ? b->ptr : NULL;
+}
+
+_public_ size_t gpuipc_buffer_size(const gpuipc_buffer_t *b)
+{
+        return b ? b->size : 0;
+}
+
+_public_ gpuipc_kind_t gpuipc_buffer_kind(const gpuipc_buffer_t *b)
+{
+        return b ? b->kind : 0;
+}
+
+_public_ uint64_t gpuipc_buffer_id(const gpuipc_buffer_t *b)
+{
+        return b ? b->id : 0;
+}
+
+_public_ uint64_t gpuipc_buffer_generation(const gpuipc_buffer_t *b)
+{
+        return b ? b->generation : 0;
+}
+
+_public_ const char *gpuipc_buffer_name(const gpuipc_buffer_t *b)
+{
+        return b ? b->name : "";
+}
+
+_public_ const char *gpuipc_buffer_device(const gpuipc_buffer_t *b)
+{
+        return b ? b->device : "";
+}
+
+_public_ int gpuipc_buffer_device_ordinal(const gpuipc_buffer_t *b)
+{
+        return b ? b->ordinal : -1;
+}
+
+_public_ int gpuipc_buffer_writable(const gpuipc_buffer_t *b)
+{
+        return b ? b->writable : 0;
+}
+
+_public_ const void *gpuipc_buffer_meta(const gpuipc_buffer_t *b, size_t *ret_len)
+{
+        if (ret_len)
+                *ret_len = b ? b->meta_len : 0;
+        return b && b->meta_len ? b->meta : NULL;
+}
+
+_public_ int gpuipc_buffer_revoked(const gpuipc_buffer_t *b)
+{
+        return b ? b->revoked : 0;
+}
+
+/* ---- broker events ---- */
+
+static void request_nowait(gpuipc_t *c, ProtoOp op, uint64_t buffer)
+{
+        ProtoMsg req = { .op = op, .buffer = buffer, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
+        ProtoBuf frame = { 0 };
+
+        if (c->fd < 0)
+                return;
+        req.id = ++c->next_id;
+        proto_set(&req, PF_ID);
+        if (proto_frame_encode(&frame, &req, 0) == 0)
+                (void)!send(c->fd, frame.data, frame.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        proto_buf_free(&frame);
+}
+
+void buffer_on_late_attach(gpuipc_t *c, Frame *f)
+{
+        if (f->msg.status == PROTO_STATUS_OK && proto_has(&f->msg, PF_BUFFER))
+                request_nowait(c, PROTO_OP_RELEASE, f->msg.buffer);
+}
+
+void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)
+{
+        gpuipc_event_t ev = { 0 };
+        Mapping *map;
+
+        switch (m->event) {
+        case PROTO_EV_FREED:
+                /* Internal: the broker forgot the buffer, so our idle mapping can never serve again. */
+                map = map_by_id(c, m->buffer);
+                if (map && map->refs == 0)
+                        map_destroy(c, map);
+                else if (map)
+                        map_uncache(c, map);
+                return;
+        case PROTO_EV_DRAINED:
+                if (!proto_has(m, PF_SUB)) {
+                        gpuipc_buffer_t *b = own_by_id(c, m->buffer);
+                        if (b && b->generation == m->generation)
+                                b->state = PROTO_STATE_IDLE;
+                }
+                ev.type = GPUIPC_EVENT_DRAINED;
+                break;
+        case PROTO_EV_REVOKED:
+                if (!proto_has(m, PF_SUB)) {
+                        list_for_each(pos, &c->attached) {
+                                gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, attached_link);
+                                if (b->id == m->buffer)
+                                        b->revoked = true;
+                        }
+                        map = map_by_id(c, m->buffer);
+                        if (map) {
+                                map->revoked = true;
+                                map_uncache(c, map);
+                        }
+                }
+                ev.type = GPUIPC_EVENT_REVOKED;
+                break;
+        case PROTO_EV_PUBLISHED:
+                ev.type = GPUIPC_EVENT_PUBLISHED;
+                break;
+        case PROTO_EV_RETIRED:
+                ev.type = GPUIPC_EVENT_RETIRED;
+                break;
+        default:
+                return; /* from a newer broker: nothing we can act on */
+        }
+        ev.subscription = proto_has(m, PF_SUB) ? client_subscription_id(c, m->sub) : 0;
+        if (proto_has(m, PF_SUB) && ev.subscription == 0)
+                return; /* a subscription we already cancelled */
+        ev.buffer = m->buffer;
+        ev.generation = m->generation;
+        ev.kind = (gpuipc_kind_t)m->kind;
+        copy_name(ev.name, sizeof(ev.name), m->name);
+        copy_name(ev.reason, sizeof(ev.reason), m->reason);
+        client_queue_event(c, &ev);
+}
+
+/* ---- reconnect and close ---- */
+
+int buffer_after_reconnect(gpuipc_t *c)
+{
+        gpuipc_event_t ev = { .type = GPUIPC_EVENT_RECONNECTED };
+        int r;
+
+        /* Buffer ids belong to the old broker: nothing cached can be named any more. */
+        gpuipc_cache_trim(c);
+        list_for_each(pos, &c->attached) {
+                gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, attached_link);
+                b->stale = true;
+                map_uncache(c, b->map);
+        }
+        list_for_each(pos, &c->own) {
+                gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, own_link);
+                ProtoState was = b->state;
+                Frame f = { .fd = -1 };
+
+                b->id = 0;
+                if (was == PROTO_STATE_RETIRED) {
+                        /* The references went down with the old broker. */
+                        gpuipc_event_t d = { .type = GPUIPC_EVENT_DRAINED, .generation = b->generation,
+                                             .kind = b->kind };
+                        snprintf(d.name, sizeof(d.name), "%s", b->name);
+                        snprintf(d.reason, sizeof(d.reason), "the broker restarted");
+                        b->state = PROTO_STATE_IDLE;
+                        client_queue_event(c, &d);
+                }
+                if (was != PROTO_STATE_LIVE)
+                        continue;
+                r = publish_new(c, b, b->name, &f);
+                if (r < 0) {
+                        b->state = PROTO_STATE_IDLE;
+                        return r;
+                }
+                b->id = f.msg.buffer;
+                b->generation = f.msg.generation;
+                frame_free(&f);
+        }
+        r = client_resubscribe(c);
+        if (r < 0)
+                return r;
+        client_queue_event(c, &ev);
+        return 0;
+}
+
+void buffer_close_all(gpuipc_t *c)
+{
+        /* The broker drops our references when the socket closes; only local state remains. */
+        while (!list_empty(&c->attached)) {
+                gpuipc_buffer_t *b = list_entry(c->attached.next, gpuipc_buffer_t, attached_link);
+                map_unref(c, b->map);
+                buffer_destroy(b);
+        }
+        gpuipc_cache_trim(c);
+        while (!list_empty(&c->own)) {
+                gpuipc_buffer_t *b = list_entry(c->own.next, gpuipc_buffer_t, own_link);
+                kind_ops(b->kind)->free(c, b);
+                buffer_destroy(b);
+        }
+}

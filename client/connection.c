@@ -1,0 +1,667 @@
+/* The connection to the broker: connect and hello, frames in and out with fds, blocking requests
+ * with timeouts, the event queue, and reconnecting after the broker restarts. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "internal.h"
+#include "macro.h"
+
+#define CONNECT_RETRY_MS 50
+#define MAX_RECV_FDS 4
+
+uint64_t client_now_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Why the last gpuipc_connect() of this thread failed: the connection is gone by then. */
+static __thread char connect_errmsg[PROTO_MAX_TEXT + 1];
+
+void client_errmsg(gpuipc_t *c, const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
+        va_end(ap);
+}
+
+_public_ const char *gpuipc_errmsg(const gpuipc_t *c)
+{
+        return c ? c->errmsg : connect_errmsg;
+}
+
+void frame_free(Frame *f)
+{
+        f->fd = safe_close(f->fd);
+}
+
+/* Milliseconds left until deadline (UINT64_MAX: forever), as poll(2) wants them. */
+static int remaining(uint64_t deadline)
+{
+        uint64_t now;
+
+        if (deadline == UINT64_MAX)
+                return -1;
+        now = client_now_ms();
+        return now >= deadline ? 0 : (int)MIN(deadline - now, (uint64_t)INT32_MAX);
+}
+
+static uint64_t deadline_after(int timeout_ms)
+{
+        return timeout_ms < 0 ? UINT64_MAX : client_now_ms() + (uint64_t)timeout_ms;
+}
+
+static void mark_broken(gpuipc_t *c)
+{
+        c->broken = true;
+        c->fd = safe_close(c->fd);
+}
+
+/* ---- events ---- */
+
+void client_queue_event(gpuipc_t *c, const gpuipc_event_t *ev)
+{
+        if (c->ev_count == CLIENT_EVENT_QUEUE_MAX) {
+                /* Nobody reads events: keep the newest ones and count what was lost. */
+                c->ev_head = (c->ev_head + 1) % CLIENT_EVENT_QUEUE_MAX;
+                c->ev_count--;
+                c->events_lost++;
+        }
+        c->events[(c->ev_head + c->ev_count) % CLIENT_EVENT_QUEUE_MAX] = *ev;
+        c->ev_count++;
+}
+
+static bool take_event(gpuipc_t *c, gpuipc_event_t *ret)
+{
+        if (!c->ev_count)
+                return false;
+        *ret = c->events[c->ev_head];
+        c->ev_head = (c->ev_head + 1) % CLIENT_EVENT_QUEUE_MAX;
+        c->ev_count--;
+        return true;
+}
+
+void client_abandon(gpuipc_t *c, uint64_t id)
+{
+        uint64_t *v = realloc(c->abandoned, (c->n_abandoned + 1) * sizeof(*v));
+
+        if (!v)
+                return; /* worst case a late reference stays until we disconnect */
+        c->abandoned = v;
+        c->abandoned[c->n_abandoned++] = id;
+}
+
+static bool unabandon(gpuipc_t *c, uint64_t id)
+{
+        for (size_t i = 0; i < c->n_abandoned; i++) {
+                if (c->abandoned[i] == id) {
+                        c->abandoned[i] = c->abandoned[--c->n_abandoned];
+                        return true;
+                }
+        }
+        return false;
+}
+
+/* ---- frames ---- */
+
+static int send_frame(gpuipc_t *c, const ProtoBuf *frame, int fd, uint64_t deadline)
+{
+        union {
+                char buf[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+        } ctrl;
+        struct iovec iov = { frame->data, frame->len };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+        if (fd >= 0) {
+                struct cmsghdr *cm;
+
+                memset(&ctrl, 0, sizeof(ctrl));
+                mh.msg_control = ctrl.buf;
+                mh.msg_controllen = sizeof(ctrl.buf);
+                cm = CMSG_FIRSTHDR(&mh);
+                cm->cmsg_level = SOL_SOCKET;
+                cm->cmsg_type = SCM_RIGHTS;
+                cm->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+        }
+        for (;;) {
+                struct pollfd pfd = { c->fd, POLLOUT, 0 };
+                int r;
+
+                if (sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0)
+                        return 0;
+                if (errno == EINTR)
+                        continue;
+                if (errno != EAGAIN) {
+                        client_errmsg(c, "the broker connection broke while sending (%s)", strerror(errno));
+                        mark_broken(c);
+                        return GPUIPC_E_DISCONNECTED;
+                }
+                r = poll(&pfd, 1, remaining(deadline));
+                if (r == 0) {
+                        client_errmsg(c, "the broker did not take the request in time");
+                        return GPUIPC_E_TIMEOUT;
+                }
+                if (r < 0 && errno != EINTR)
+                        return -errno;
+        }
+}
+
+/* Receives and decodes one frame, waiting until deadline. The decoded message points into
+ * c->rbuf and stays valid until the next receive. */
+static int recv_frame(gpuipc_t *c, uint64_t deadline, Frame *ret)
+{
+        union {
+                char buf[CMSG_SPACE(sizeof(int) * MAX_RECV_FDS)];
+                struct cmsghdr align;
+        } ctrl;
+        struct iovec iov = { c->rbuf, PROTO_MAX_FRAME };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl.buf,
+                             .msg_controllen = sizeof(ctrl.buf) };
+        int fds[MAX_RECV_FDS], n_fds = 0, e;
+        ProtoHeader h;
+        ssize_t n;
+
+        for (;;) {
+                struct pollfd pfd = { c->fd, POLLIN, 0 };
+                int r;
+
+                n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+                if (n >= 0)
+                        break;
+                if (errno == EINTR)
+                        continue;
+                if (errno != EAGAIN) {
+                        client_errmsg(c, "the broker connection broke (%s)", strerror(errno));
+                        mark_broken(c);
+                        return GPUIPC_E_DISCONNECTED;
+                }
+                r = poll(&pfd, 1, remaining(deadline));
+                if (r == 0)
+                        return GPUIPC_E_TIMEOUT;
+                if (r < 0 && errno != EINTR)
+                        return -errno;
+        }
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+                if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                        continue;
+                for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                        int fd;
+                        memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+                        if (n_fds < MAX_RECV_FDS)
+                                fds[n_fds++] = fd;
+                        else
+                                close(fd);
+                }
+        }
+        if (n == 0 && n_fds == 0) {
+                client_errmsg(c, "the broker closed the connection (it stopped or restarted)");
+                mark_broken(c);
+                return GPUIPC_E_DISCONNECTED;
+        }
+        e = proto_header_parse(c->rbuf, (size_t)n, &h);
+        if (!e && (h.body_len != (size_t)n - PROTO_HEADER_SIZE || h.n_fds != n_fds || (mh.msg_flags & MSG_CTRUNC)))
+                e = PROTO_E_MALFORMED;
+        if (!e)
+                e = proto_msg_decode(c->rbuf + PROTO_HEADER_SIZE, h.body_len, &ret->msg, NULL);
+        if (e) {
+                for (int i = 0; i < n_fds; i++)
+                        close(fds[i]);
+                client_errmsg(c, "the broker sent a frame we cannot read (%s); are client and broker of the same "
+                              "release?", proto_strerror(e));
+                mark_broken(c);
+                return GPUIPC_E_BAD_REPLY;
+        }
+        for (int i = 1; i < n_fds; i++)
+                close(fds[i]);
+        ret->buf = c->rbuf;
+        ret->fd = n_fds ? fds[0] : -1;
+        return 0;
+}
+
+/* Handles a frame that is not the reply we wait for. */
+static void dispatch(gpuipc_t *c, Frame *f)
+{
+        if (f->msg.type == PROTO_EVENT)
+                buffer_on_event(c, &f->msg);
+        else if (f->msg.type == PROTO_REPLY && unabandon(c, f->msg.reply))
+                buffer_on_late_attach(c, f);
+        frame_free(f);
+}
+
+static int status_to_error(uint64_t status)
+{
+        return status > 0 && status < 100 ? -(int)(1000 + status) : GPUIPC_E_BAD_REPLY;
+}
+
+/* Records a failed reply's message and turns its status into an error code. */
+static int reply_error(gpuipc_t *c, const ProtoMsg *m)
+{
+        if (proto_has(m, PF_MESSAGE))
+                client_errmsg(c, "%.*s", (int)m->message.len, m->message.ptr);
+        else
+                client_errmsg(c, "%s", proto_status_text((unsigned)m->status));
+        return status_to_error(m->status);
+}
+
+static int reconnect(gpuipc_t *c);
+
+int client_request(gpuipc_t *c, ProtoMsg *req, int fd, int timeout_ms, Frame *ret)
+{
+        uint64_t deadline = deadline_after(timeout_ms);
+        ProtoBuf frame = { 0 };
+        int r;
+
+        c->errmsg[0] = 0;
+        if (c->broken) {
+                if (!c->reconnect) {
+                        client_errmsg(c, "the broker went away; reconnect (or connect with the reconnect option)");
+                        return GPUIPC_E_DISCONNECTED;
+                }
+                r = reconnect(c);
+                if (r < 0)
+                        return r;
+        }
+        req->id = ++c->next_id;
+        proto_set(req, PF_ID);
+        r = proto_frame_encode(&frame, req, fd >= 0 ? 1 : 0);
+        if (r != 0) {
+                client_errmsg(c, "cannot encode the request (%s)", r > 0 ? proto_strerror(r) : strerror(-r));
+                return r > 0 ? GPUIPC_E_INVALID : r;
+        }
+        r = send_frame(c, &frame, fd, deadline);
+        proto_buf_free(&frame);
+        if (r < 0)
+                return r;
+        for (;;) {
+                Frame f = { .fd = -1 };
+
+                r = recv_frame(c, deadline, &f);
+                if (r == GPUIPC_E_TIMEOUT) {
+                        client_abandon(c, req->id);
+                        client_errmsg(c, "no reply from the broker in time");
+                        return r;
+                }
+                if (r < 0)
+                        return r;
+                if (f.msg.type == PROTO_REPLY && f.msg.reply == req->id) {
+                        if (f.msg.status != PROTO_STATUS_OK) {
+                                frame_free(&f);
+                                return reply_error(c, &f.msg);
+                        }
+                        *ret = f;
+                        return 0;
+                }
+                if (f.msg.type == PROTO_REPLY && f.msg.reply == 0 && f.msg.status != PROTO_STATUS_OK) {
+                        /* Said to the connection, not to a request: the broker is hanging up on us. */
+                        frame_free(&f);
+                        r = reply_error(c, &f.msg);
+                        mark_broken(c);
+                        return r;
+                }
+                dispatch(c, &f);
+        }
+}
+
+int client_pump(gpuipc_t *c, int timeout_ms)
+{
+        uint64_t deadline = deadline_after(timeout_ms);
+        int r, n = 0;
+
+        if (c->broken)
+                return c->reconnect ? reconnect(c) : GPUIPC_E_DISCONNECTED;
+        for (;;) {
+                Frame f = { .fd = -1 };
+
+                r = recv_frame(c, n == 0 ? deadline : 0, &f);
+                if (r == GPUIPC_E_TIMEOUT)
+                        return n;
+                if (r < 0)
+                        return r;
+                dispatch(c, &f);
+                n++;
+        }
+}
+
+/* ---- connecting ---- */
+
+static int open_socket(gpuipc_t *c, int timeout_ms)
+{
+        uint64_t deadline = deadline_after(timeout_ms);
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+        if (strlen(c->path) >= sizeof(sa.sun_path)) {
+                client_errmsg(c, "socket path '%s' is longer than %zu bytes", c->path, sizeof(sa.sun_path) - 1);
+                return -ENAMETOOLONG;
+        }
+        memcpy(sa.sun_path, c->path, strlen(c->path));
+        for (;;) {
+                int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), err;
+
+                if (fd < 0)
+                        return -errno;
+                if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+                        c->fd = fd;
+                        return 0;
+                }
+                err = errno;
+                close(fd);
+                if (err == EACCES || err == EPERM) {
+                        struct stat st;
+                        if (stat(c->path, &st) == 0)
+                                client_errmsg(c, "no permission to connect to %s (mode %04o, owner %u, group %u); run "
+                                              "in the socket's group (fsGroup / supplementalGroups)", c->path,
+                                              (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, (unsigned)st.st_gid);
+                        else
+                                client_errmsg(c, "no permission to reach %s", c->path);
+                        return -EACCES;
+                }
+                if (err == EPROTOTYPE) {
+                        client_errmsg(c, "%s is not a gpuipc socket (wrong socket type)", c->path);
+                        return GPUIPC_E_NO_BROKER;
+                }
+                if (err != ENOENT && err != ECONNREFUSED && err != EAGAIN) {
+                        client_errmsg(c, "cannot connect to %s: %s", c->path, strerror(err));
+                        return -err;
+                }
+                if (remaining(deadline) == 0) {
+                        client_errmsg(c, "nothing listens on %s (%s); is gpuipc-broker running, and is its socket "
+                                      "directory mounted into this container at that path?", c->path, strerror(err));
+                        return GPUIPC_E_NO_BROKER;
+                }
+                usleep(CONNECT_RETRY_MS * 1000);
+        }
+}
+
+static int say_hello(gpuipc_t *c)
+{
+        ProtoMsg req = { 0 };
+        Frame f = { .fd = -1 };
+        int r;
+
+        req.op = PROTO_OP_HELLO;
+        req.version = PROTO_VERSION;
+        req.pid = (uint64_t)getpid();
+        req.pidns = c->pidns;
+        req.label = proto_str(c->label);
+        req.n_gpus = c->n_gpus;
+        for (uint32_t i = 0; i < c->n_gpus; i++)
+                req.gpus[i] = proto_str(c->gpus[i]);
+        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_VERSION) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_PIDNS) |
+                  PROTO_BIT(PF_LABEL) | PROTO_BIT(PF_GPUS);
+        r = client_request(c, &req, -1, 10000, &f);
+        if (r < 0)
+                return r;
+        c->peer_id = f.msg.peer;
+        c->pidns_same = f.msg.pidns_same;
+        c->epoch = f.msg.epoch;
+        frame_free(&f);
+        return 0;
+}
+
+static int reconnect(gpuipc_t *c)
+{
+        int r;
+
+        c->broken = false;
+        r = open_socket(c, c->connect_timeout_ms);
+        if (r == 0)
+                r = say_hello(c);
+        if (r < 0) {
+                mark_broken(c);
+                return r;
+        }
+        return buffer_after_reconnect(c);
+}
+
+static uint64_t own_pidns(void)
+{
+        struct stat st;
+        return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+static void default_label(char *buf, size_t cap)
+{
+        char comm[64] = "";
+        FILE *f = fopen("/proc/self/comm", "re");
+
+        if (f) {
+                if (fgets(comm, sizeof(comm), f))
+                        comm[strcspn(comm, "\n")] = 0;
+                fclose(f);
+        }
+        snprintf(buf, cap, "%s", comm[0] ? comm : "gpuipc-client");
+}
+
+_public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
+{
+        gpuipc_options_t o = opts ? *opts : (gpuipc_options_t){ 0 };
+        const char *path = o.socket_path, *env;
+        gpuipc_t *c;
+        int r;
+
+        if (!ret)
+                return -EINVAL;
+        if (!path || !*path)
+                path = getenv("GPUIPC_SOCKET");
+        if (!path || !*path)
+                path = GPUIPC_DEFAULT_SOCKET;
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return -ENOMEM;
+        c->fd = -1;
+        c->rbuf = malloc(PROTO_MAX_FRAME);
+        c->events = calloc(CLIENT_EVENT_QUEUE_MAX, sizeof(*c->events));
+        if (!c->rbuf || !c->events) {
+                gpuipc_close(c);
+                return -ENOMEM;
+        }
+        snprintf(c->path, sizeof(c->path), "%s", path);
+        if (o.label)
+                snprintf(c->label, sizeof(c->label), "%s", o.label);
+        else
+                default_label(c->label, sizeof(c->label));
+        c->connect_timeout_ms = o.connect_timeout_ms;
+        c->reconnect = o.reconnect;
+        c->pidns = own_pidns();
+        c->max_idle = CLIENT_CACHE_MAX_IDLE;
+        c->device_pref = -1;
+        env = getenv("GPUIPC_CACHE_MAX");
+        if (env && *env)
+                c->max_idle = strtoul(env, NULL, 10);
+        list_init(&c->own);
+        list_init(&c->attached);
+        list_init(&c->subs);
+        list_init(&c->idle);
+        if (!o.no_gpus)
+                c->n_gpus = cuda_visible_gpus(c->gpus, PROTO_MAX_GPUS);
+
+        r = open_socket(c, o.connect_timeout_ms);
+        if (r == 0)
+                r = say_hello(c);
+        if (r < 0) {
+                snprintf(connect_errmsg, sizeof(connect_errmsg), "%s", c->errmsg[0] ? c->errmsg : gpuipc_strerror(r));
+                gpuipc_close(c);
+                return r;
+        }
+        *ret = c;
+        return 0;
+}
+
+_public_ void gpuipc_close(gpuipc_t *c)
+{
+        if (!c)
+                return;
+        buffer_close_all(c);
+        while (!list_empty(&c->subs)) {
+                Subscription *s = list_entry(c->subs.next, Subscription, link);
+                list_unlink(&s->link);
+                free(s);
+        }
+        safe_close(c->fd);
+        hmap_deinit(&c->maps_by_id);
+        hmap_deinit(&c->maps_by_name);
+        free(c->abandoned);
+        free(c->events);
+        free(c->rbuf);
+        free(c);
+}
+
+_public_ int gpuipc_ping(gpuipc_t *c, int timeout_ms)
+{
+        ProtoMsg req = { .op = PROTO_OP_PING, .has = PROTO_BIT(PF_OP) };
+        Frame f = { .fd = -1 };
+        int r = client_request(c, &req, -1, timeout_ms, &f);
+
+        if (r == 0)
+                frame_free(&f);
+        return r;
+}
+
+/* ---- events API ---- */
+
+_public_ int gpuipc_next_event(gpuipc_t *c, gpuipc_event_t *ret, int timeout_ms)
+{
+        uint64_t deadline = deadline_after(timeout_ms);
+        bool pumped = false;
+
+        for (;;) {
+                int left, r;
+
+                if (take_event(c, ret))
+                        return 0;
+                left = remaining(deadline);
+                if (left == 0 && pumped)
+                        return GPUIPC_E_TIMEOUT;
+                r = client_pump(c, left);
+                if (r < 0)
+                        return r;
+                pumped = true;
+        }
+}
+
+_public_ int gpuipc_fd(const gpuipc_t *c)
+{
+        return c->fd;
+}
+
+_public_ int gpuipc_process(gpuipc_t *c)
+{
+        int r = client_pump(c, 0);
+
+        return r < 0 ? r : (int)c->ev_count;
+}
+
+_public_ int gpuipc_subscribe(gpuipc_t *c, const char *prefix, uint64_t *ret_subscription)
+{
+        ProtoMsg req = { .op = PROTO_OP_SUBSCRIBE };
+        Frame f = { .fd = -1 };
+        Subscription *s;
+        int r;
+
+        if (!prefix || strlen(prefix) > PROTO_MAX_NAME)
+                return GPUIPC_E_INVALID;
+        s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        req.prefix = proto_str(prefix);
+        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_PREFIX);
+        r = client_request(c, &req, -1, 10000, &f);
+        if (r < 0) {
+                free(s);
+                return r;
+        }
+        s->broker_id = f.msg.sub;
+        s->id = ++c->next_sub;
+        snprintf(s->prefix, sizeof(s->prefix), "%s", prefix);
+        list_append(&c->subs, &s->link);
+        frame_free(&f);
+        if (ret_subscription)
+                *ret_subscription = s->id;
+        return 0;
+}
+
+_public_ int gpuipc_unsubscribe(gpuipc_t *c, uint64_t subscription)
+{
+        list_for_each(pos, &c->subs) {
+                Subscription *s = list_entry(pos, Subscription, link);
+                ProtoMsg req = { .op = PROTO_OP_UNSUBSCRIBE };
+                Frame f = { .fd = -1 };
+                int r;
+
+                if (s->id != subscription)
+                        continue;
+                req.sub = s->broker_id;
+                req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_SUB);
+                r = client_request(c, &req, -1, 10000, &f);
+                if (r == 0)
+                        frame_free(&f);
+                list_unlink(&s->link);
+                free(s);
+                return r;
+        }
+        return GPUIPC_E_NOT_FOUND;
+}
+
+int client_resubscribe(gpuipc_t *c)
+{
+        list_for_each(pos, &c->subs) {
+                Subscription *s = list_entry(pos, Subscription, link);
+                ProtoMsg req = { .op = PROTO_OP_SUBSCRIBE };
+                Frame f = { .fd = -1 };
+                int r;
+
+                req.prefix = proto_str(s->prefix);
+                req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_PREFIX);
+                r = client_request(c, &req, -1, 10000, &f);
+                if (r < 0)
+                        return r;
+                s->broker_id = f.msg.sub;
+                frame_free(&f);
+        }
+        return 0;
+}
+
+uint64_t client_subscription_id(gpuipc_t *c, uint64_t broker_id)
+{
+        list_for_each(pos, &c->subs) {
+                Subscription *s = list_entry(pos, Subscription, link);
+                if (s->broker_id == broker_id)
+                        return s->id;
+        }
+        return 0;
+}
+
+_public_ int gpuipc_group_join(gpuipc_t *c, const char *group, unsigned members, int timeout_ms)
+{
+        ProtoMsg req = { .op = PROTO_OP_GROUP_JOIN };
+        Frame f = { .fd = -1 };
+        int r;
+
+        if (!group || timeout_ms == 0)
+                return GPUIPC_E_INVALID;
+        req.group = proto_str(group);
+        req.members = members;
+        req.timeout_ms = timeout_ms < 0 ? PROTO_TIMEOUT_INFINITE : (uint64_t)timeout_ms;
+        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_GROUP) | PROTO_BIT(PF_MEMBERS) | PROTO_BIT(PF_TIMEOUT_MS);
+        r = client_request(c, &req, -1, timeout_ms < 0 ? -1 : timeout_ms + CLIENT_REPLY_GRACE_MS, &f);
+        if (r == 0)
+                frame_free(&f);
+        return r;
+}

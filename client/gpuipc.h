@@ -1,0 +1,223 @@
+/* libgpuipc: share GPU and host buffers zero-copy between processes (and containers) through a
+ * gpuipc-broker.
+ *
+ *   producer                                   consumer
+ *   gpuipc_connect(&c, NULL);                  gpuipc_connect(&c, NULL);
+ *   gpuipc_buffer_alloc(c, GPUIPC_KIND_MEMFD,  gpuipc_attach(c, "cam0", 5000, &b);
+ *                       size, 0, &b);           ... read gpuipc_buffer_ptr(b) ...
+ *   ... fill gpuipc_buffer_ptr(b) ...          gpuipc_release(c, b);
+ *   gpuipc_publish(c, b, "cam0", NULL);
+ *   gpuipc_retire(c, b);
+ *   gpuipc_wait_drained(c, b, -1);  -> now the memory may be reused or freed
+ *
+ * Errors: every function that can fail returns 0 or a negative code: -errno for system errors,
+ * GPUIPC_E_* for the rest. gpuipc_strerror() names the cause and the usual fix; gpuipc_errmsg()
+ * adds what the broker said about this particular failure.
+ *
+ * Threads: a gpuipc_t and the buffers obtained through it must be used by one thread at a time
+ * (serialize with your own lock, or open one connection per thread). Distinct connections are
+ * independent.
+ *
+ * Timeouts are in milliseconds: 0 means "do not wait", a negative value "wait as long as it takes".
+ */
+#ifndef GPUIPC_H
+#define GPUIPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GPUIPC_VERSION_MAJOR 0
+#define GPUIPC_VERSION_MINOR 1
+
+typedef struct gpuipc gpuipc_t;
+typedef struct gpuipc_buffer gpuipc_buffer_t;
+
+typedef enum gpuipc_kind {
+        GPUIPC_KIND_MEMFD = 1,       /* host memory (memfd), mapped by every consumer */
+        GPUIPC_KIND_CUDA_VMM = 2,    /* cuMemCreate memory exported as a POSIX fd; crosses PID namespaces */
+        GPUIPC_KIND_CUDA_LEGACY = 3, /* cuIpcGetMemHandle; producer and consumer in one PID namespace */
+} gpuipc_kind_t;
+
+/* Error codes. GPUIPC_E_* from -1001 to -1099 are the broker's reply statuses (docs/protocol.md). */
+enum {
+        GPUIPC_E_BAD_REQUEST = -1001,
+        GPUIPC_E_PROTOCOL = -1002,
+        GPUIPC_E_VERSION = -1003,
+        GPUIPC_E_UNKNOWN_OP = -1004,
+        GPUIPC_E_NOT_FOUND = -1005,
+        GPUIPC_E_TIMEOUT = -1006,
+        GPUIPC_E_NAME_TAKEN = -1007,
+        GPUIPC_E_QUOTA = -1008,
+        GPUIPC_E_DENIED = -1009,
+        GPUIPC_E_NOT_OWNER = -1010,
+        GPUIPC_E_NOT_ATTACHED = -1011,
+        GPUIPC_E_STATE = -1012,
+        GPUIPC_E_BAD_FD = -1013,
+        GPUIPC_E_PIDNS = -1014,
+        GPUIPC_E_DEVICE = -1015,
+        GPUIPC_E_GROUP_MISMATCH = -1016,
+        GPUIPC_E_REVOKED = -1017,
+        GPUIPC_E_HELLO_FIRST = -1018,
+        GPUIPC_E_SHUTDOWN = -1019,
+        GPUIPC_E_KIND = -1020,
+        GPUIPC_E_INVALID = -1021,
+        /* Raised by the library itself. */
+        GPUIPC_E_NO_BROKER = -1100,    /* nothing listens on the socket */
+        GPUIPC_E_DISCONNECTED = -1101, /* the broker went away */
+        GPUIPC_E_NO_CUDA = -1102,      /* a CUDA kind, but no usable libcuda.so.1 or device */
+        GPUIPC_E_CUDA = -1103,         /* a CUDA call failed; gpuipc_errmsg() names it */
+        GPUIPC_E_BUSY = -1104,         /* the buffer is still in use (attached or published) */
+        GPUIPC_E_BAD_REPLY = -1105,    /* the broker's reply made no sense (version skew?) */
+};
+
+/* A sentence naming the cause of err and the usual fix. Never NULL. */
+const char *gpuipc_strerror(int err);
+
+/* ---- connections ---- */
+
+typedef struct gpuipc_options {
+        const char *socket_path; /* NULL: $GPUIPC_SOCKET, else /run/gpuipc/gpuipc.sock */
+        const char *label;       /* shown by `gpuipcctl peers`; NULL: the program's name */
+        int connect_timeout_ms;  /* keep trying while the socket is missing or refuses; 0: once */
+        int reconnect;           /* non-zero: after losing the broker, the next call reconnects and
+                                  * publishes this connection's buffers again (a RECONNECTED event) */
+        int no_gpus;             /* non-zero: do not probe CUDA for visible GPUs at connect */
+} gpuipc_options_t;
+
+/* Connects and says hello. opts may be NULL. */
+int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts);
+
+/* Releases attachments, frees this connection's own buffers (unmapping them), closes the
+ * socket. NULL is fine. Buffers obtained from c must not be used afterwards. */
+void gpuipc_close(gpuipc_t *c);
+
+/* Round trip to the broker. */
+int gpuipc_ping(gpuipc_t *c, int timeout_ms);
+
+/* What the broker said about the last failure on c ("" if nothing). Valid until the next call.
+ * With c NULL: why this thread's last gpuipc_connect() failed. */
+const char *gpuipc_errmsg(const gpuipc_t *c);
+
+/* ---- buffers: producer side ---- */
+
+/* Allocates shareable memory. device is the CUDA device ordinal (ignored for memfd). */
+int gpuipc_buffer_alloc(gpuipc_t *c, gpuipc_kind_t kind, size_t size, int device, gpuipc_buffer_t **ret);
+
+/* Shares existing CUDA device memory (cuMemAlloc/cudaMalloc) as cuda-legacy: the allocation's
+ * base is exported and (offset, size) travel with it. The memory stays the caller's. */
+int gpuipc_buffer_wrap_cuda(gpuipc_t *c, uint64_t device_ptr, size_t size, gpuipc_buffer_t **ret);
+
+typedef struct gpuipc_publish_options {
+        int writable;          /* consumers may write; fixed at the buffer's first publish */
+        int broker_held;       /* memfd, cuda-vmm: the memory outlives this process until retired and drained */
+        unsigned retire_after; /* retire automatically after this many attaches (0: never) */
+        const void *meta;      /* an encoded msgpack map (dtype, shape, ...), at most 4096 bytes */
+        size_t meta_len;
+        int no_sync;           /* CUDA kinds: skip the device synchronization that makes prior writes visible */
+} gpuipc_publish_options_t;
+
+/* Publishes b under name. The first publish registers the memory (its fd travels once); after
+ * gpuipc_wait_drained, publishing again (under any name) costs one round trip. opts may be NULL. */
+int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, const gpuipc_publish_options_t *opts);
+
+/* Stops new attaches; existing ones stay valid. The drained event follows the last release. */
+int gpuipc_retire(gpuipc_t *c, gpuipc_buffer_t *b);
+
+/* Waits until b (retired) has no references left: then its memory may be reused or freed. */
+int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms);
+
+/* ---- buffers: consumer side ---- */
+
+/* Attaches the buffer published under name, waiting up to timeout_ms for it to appear. The
+ * mapping is cached: attaching the same buffer again costs one round trip and no import. */
+int gpuipc_attach(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_buffer_t **ret);
+
+/* Attaches a live buffer by its broker id (as passed along a pipeline). */
+int gpuipc_attach_id(gpuipc_t *c, uint64_t buffer_id, gpuipc_buffer_t **ret);
+
+/* Drops the reference taken by attach and frees b (the handle, not the cached mapping). */
+int gpuipc_release(gpuipc_t *c, gpuipc_buffer_t *b);
+
+/* Unmaps cached mappings nobody uses. */
+void gpuipc_cache_trim(gpuipc_t *c);
+
+/* CUDA kinds: the device that new imports map onto. -1 (the default): the buffer's own device if
+ * this process sees it, else device 0. Mapping onto another GPU uses peer access (NVLink/PCIe). */
+int gpuipc_set_device(gpuipc_t *c, int ordinal);
+
+/* ---- either side ---- */
+
+/* Copies between the buffer and host memory whatever the kind (memcpy for memfd, a CUDA copy
+ * for the CUDA kinds). offset + len must lie within the buffer. */
+int gpuipc_buffer_read(const gpuipc_buffer_t *b, size_t offset, void *dst, size_t len);
+int gpuipc_buffer_write(gpuipc_buffer_t *b, size_t offset, const void *src, size_t len);
+
+/* Producer: unregisters (retiring first if needed; the broker forgets it once drained) and frees
+ * the memory once nobody can use it any more; a consumer's buffer is released. b is freed. */
+int gpuipc_buffer_free(gpuipc_t *c, gpuipc_buffer_t *b);
+
+/* Host pointer (memfd) or device pointer (CUDA kinds) of the data. */
+void *gpuipc_buffer_ptr(const gpuipc_buffer_t *b);
+size_t gpuipc_buffer_size(const gpuipc_buffer_t *b);
+gpuipc_kind_t gpuipc_buffer_kind(const gpuipc_buffer_t *b);
+/* The broker's id (0 before the first publish) and the current generation. */
+uint64_t gpuipc_buffer_id(const gpuipc_buffer_t *b);
+uint64_t gpuipc_buffer_generation(const gpuipc_buffer_t *b);
+const char *gpuipc_buffer_name(const gpuipc_buffer_t *b);
+/* The device's UUID ("GPU-..."/"MIG-...") for CUDA kinds, "" for memfd. */
+const char *gpuipc_buffer_device(const gpuipc_buffer_t *b);
+/* The CUDA device ordinal the mapping lives on (consumer: where it was imported), -1 for memfd. */
+int gpuipc_buffer_device_ordinal(const gpuipc_buffer_t *b);
+int gpuipc_buffer_writable(const gpuipc_buffer_t *b);
+/* The metadata map as published (NULL and 0 when there is none). */
+const void *gpuipc_buffer_meta(const gpuipc_buffer_t *b, size_t *ret_len);
+/* Non-zero once the broker revoked b (its producer died): stop using the memory. */
+int gpuipc_buffer_revoked(const gpuipc_buffer_t *b);
+
+/* ---- events ---- */
+
+typedef enum gpuipc_event_type {
+        GPUIPC_EVENT_PUBLISHED = 1, /* a subscription matched a publish */
+        GPUIPC_EVENT_RETIRED = 2,   /* ... a retire */
+        GPUIPC_EVENT_REVOKED = 3,   /* a buffer you hold (or watch) lost its memory: its producer died */
+        GPUIPC_EVENT_DRAINED = 4,   /* a buffer you retired (or watch) has no references left */
+        GPUIPC_EVENT_RECONNECTED = 5, /* the broker restarted; own buffers were published again */
+} gpuipc_event_type_t;
+
+typedef struct gpuipc_event {
+        gpuipc_event_type_t type;
+        uint64_t subscription; /* the subscription that matched, 0 for events about your own buffers */
+        uint64_t buffer, generation;
+        gpuipc_kind_t kind;
+        char name[256];
+        char reason[256];
+} gpuipc_event_t;
+
+/* Subscribes to events about names starting with prefix ("" for all). */
+int gpuipc_subscribe(gpuipc_t *c, const char *prefix, uint64_t *ret_subscription);
+int gpuipc_unsubscribe(gpuipc_t *c, uint64_t subscription);
+
+/* Takes the oldest queued event, waiting up to timeout_ms for one. GPUIPC_E_TIMEOUT if none. */
+int gpuipc_next_event(gpuipc_t *c, gpuipc_event_t *ret, int timeout_ms);
+
+/* For callers with their own event loop: poll gpuipc_fd() for reading, then call
+ * gpuipc_process(), which reads what arrived without blocking and returns the number of queued
+ * events (take them with gpuipc_next_event(c, &ev, 0)) or an error. */
+int gpuipc_fd(const gpuipc_t *c);
+int gpuipc_process(gpuipc_t *c);
+
+/* ---- rendezvous groups ---- */
+
+/* Waits until `members` connections joined group (all return 0 together) or the earliest
+ * member's deadline passes (all fail with GPUIPC_E_TIMEOUT). */
+int gpuipc_group_join(gpuipc_t *c, const char *group, unsigned members, int timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,174 @@
+/* libgpuipc internals shared by its files: the connection, buffers, the consumer's mapping cache
+ * and the buffer-kind interface. Nothing here is exported. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gpuipc.h"
+#include "hmap.h"
+#include "list.h"
+#include "proto.h"
+
+#define CLIENT_EVENT_QUEUE_MAX 4096
+#define CLIENT_CACHE_MAX_IDLE 256 /* unreferenced mappings kept for re-attach ($GPUIPC_CACHE_MAX) */
+#define CLIENT_REPLY_GRACE_MS 1000 /* how much longer we wait than we asked the broker to */
+
+/* Kind-specific state of memory this process allocated. */
+typedef struct KindAlloc {
+        int fd;             /* memfd: the memory; cuda-vmm: the exported fd (once exported) */
+        bool sealed;
+        uint64_t handle;    /* cuda-vmm: CUmemGenericAllocationHandle */
+        uint64_t dptr;      /* CUDA device pointer of the data */
+        uint64_t reserved;  /* cuda-vmm: size of the reserved VA range */
+        uint64_t base;      /* cuda-legacy: allocation base (what the handle exports) */
+        uint8_t ipc_handle[PROTO_LEGACY_HANDLE_SIZE];
+        bool wrapped;       /* cuda-legacy: the memory belongs to the caller */
+} KindAlloc;
+
+/* A consumer's imported memory, shared by every attach of the same buffer and kept (idle) after
+ * the last release so that the next attach costs no import. Keyed by broker buffer id, valid for
+ * one broker epoch. */
+typedef struct Mapping {
+        HNode by_id;
+        HNode by_name;      /* the last name it was attached under */
+        uint64_t id;
+        char name[PROTO_MAX_NAME + 1];
+        gpuipc_kind_t kind;
+        size_t size;
+        void *ptr;
+        int ordinal;
+        bool writable, in_cache, revoked;
+        unsigned refs;
+        List idle_link;     /* in gpuipc.idle while refs == 0 */
+        uint64_t handle, reserved, dptr; /* CUDA: imported handle / VA range / opened pointer */
+} Mapping;
+
+struct gpuipc_buffer {
+        gpuipc_t *conn;
+        bool own;           /* allocated here (producer) or attached (consumer) */
+        gpuipc_kind_t kind;
+        size_t size;
+        void *ptr;
+        int ordinal;
+        uint64_t id, generation;
+        char name[PROTO_MAX_NAME + 1];
+        char device[PROTO_MAX_UUID + 1];
+        uint8_t *meta;
+        size_t meta_len;
+        bool writable, revoked, stale;
+        /* producer */
+        List own_link;
+        ProtoState state;   /* as far as we know; NONE before the first publish */
+        bool broker_held;
+        unsigned retire_after;
+        KindAlloc ka;
+        /* consumer */
+        List attached_link;
+        Mapping *map;
+};
+
+typedef struct Subscription {
+        List link;
+        uint64_t id;        /* what the caller knows it by: stable across reconnects */
+        uint64_t broker_id;
+        char prefix[PROTO_MAX_NAME + 1];
+} Subscription;
+
+/* A received frame, decoded in place. */
+typedef struct Frame {
+        uint8_t *buf;       /* owned copy of the frame */
+        ProtoMsg msg;
+        int fd;             /* owned, or -1 */
+} Frame;
+
+struct gpuipc {
+        int fd;
+        bool broken;        /* the broker went away; the next call reconnects if allowed */
+        char path[108];
+        char label[PROTO_MAX_LABEL + 1];
+        int connect_timeout_ms;
+        bool reconnect, probe_gpus;
+        uint64_t next_id, epoch, peer_id, next_sub;
+        uint64_t pidns;
+        bool pidns_same;
+        uint32_t n_gpus;
+        char gpus[PROTO_MAX_GPUS][PROTO_MAX_UUID + 1];
+        char errmsg[PROTO_MAX_TEXT + 1];
+        uint8_t *rbuf;
+        gpuipc_event_t *events; /* ring */
+        size_t ev_head, ev_count;
+        uint64_t events_lost;
+        uint64_t *abandoned;    /* ids of attach requests we stopped waiting for */
+        size_t n_abandoned;
+        List own, attached, subs;
+        HMap maps_by_id, maps_by_name;
+        List idle;
+        size_t n_idle, max_idle;
+        int device_pref;        /* gpuipc_set_device(); -1: the buffer's own device */
+};
+
+/* ---- connection.c ---- */
+
+/* Sends req (its id is assigned here) with an optional borrowed fd, then waits up to timeout_ms
+ * (<0: forever) for the reply; events arriving meanwhile are queued. On success the reply is in
+ * *ret (release with frame_free); a reply with a non-zero status becomes its GPUIPC_E_* code,
+ * and its message lands in gpuipc_errmsg(). */
+int client_request(gpuipc_t *c, ProtoMsg *req, int fd, int timeout_ms, Frame *ret);
+void frame_free(Frame *f);
+
+/* Sets gpuipc_errmsg(). */
+void client_errmsg(gpuipc_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Records that we stopped waiting for reply id (a late attach success is released). */
+void client_abandon(gpuipc_t *c, uint64_t id);
+
+/* Queues an event for the caller. */
+void client_queue_event(gpuipc_t *c, const gpuipc_event_t *ev);
+
+/* Reads and handles whatever is ready, waiting at most timeout_ms for the first frame. */
+int client_pump(gpuipc_t *c, int timeout_ms);
+
+/* Subscriptions keep the id the caller knows; the broker's id changes across a reconnect. */
+int client_resubscribe(gpuipc_t *c);
+uint64_t client_subscription_id(gpuipc_t *c, uint64_t broker_id);
+
+/* Milliseconds on a monotonic clock. */
+uint64_t client_now_ms(void);
+
+/* ---- buffer.c ---- */
+
+void buffer_on_event(gpuipc_t *c, const ProtoMsg *ev);
+void buffer_on_late_attach(gpuipc_t *c, Frame *f);
+/* After a reconnect: forget broker ids, publish own live buffers again, drop the cache. */
+int buffer_after_reconnect(gpuipc_t *c);
+void buffer_close_all(gpuipc_t *c);
+
+/* ---- kinds ---- */
+
+typedef struct KindOps {
+        /* producer: allocate size bytes (on device, for CUDA), setting b->ptr, b->ka, b->device */
+        int (*alloc)(gpuipc_t *c, gpuipc_buffer_t *b, size_t size, int device);
+        /* producer: before the first publish, produce what travels: an fd (borrowed, owned by b)
+         * or the legacy handle in b->ka.ipc_handle */
+        int (*export)(gpuipc_t *c, gpuipc_buffer_t *b, bool writable, int *ret_fd);
+        /* producer: make prior writes visible to consumers (CUDA: synchronize) */
+        int (*sync)(gpuipc_t *c, gpuipc_buffer_t *b);
+        /* producer: release the memory */
+        void (*free)(gpuipc_t *c, gpuipc_buffer_t *b);
+        /* consumer: import what arrived (fd is owned and closed here; legacy reads the reply) */
+        int (*import)(gpuipc_t *c, Mapping *m, const ProtoMsg *reply, int fd);
+        /* consumer: unmap */
+        void (*unmap)(gpuipc_t *c, Mapping *m);
+        /* either: copy len bytes between the data at ptr (host or device, on device ordinal)
+         * and host memory; to_host says the direction */
+        int (*copy)(void *ptr, int ordinal, void *host, size_t len, bool to_host);
+} KindOps;
+
+const KindOps *kind_ops(gpuipc_kind_t kind);
+extern const KindOps kind_memfd_ops;
+extern const KindOps kind_cuda_vmm_ops;
+extern const KindOps kind_cuda_legacy_ops;
+
+/* cuda.c: visible GPU UUIDs for hello (0 when CUDA is unavailable). */
+uint32_t cuda_visible_gpus(char out[][PROTO_MAX_UUID + 1], uint32_t max);

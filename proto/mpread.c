@@ -1,0 +1,224 @@
+/* Bounded msgpack reader (format: github.com/msgpack/msgpack/blob/master/spec.md). */
+#include "mpread.h"
+
+#include <string.h>
+
+#include "proto.h"
+
+static inline size_t left(const MpReader *r)
+{
+        return (size_t)(r->end - r->p);
+}
+
+/* Reads a big-endian unsigned integer of n bytes after the type byte. */
+static int take_be(MpReader *r, unsigned n, uint64_t *ret)
+{
+        uint64_t v = 0;
+
+        if (left(r) < n)
+                return PROTO_E_MALFORMED;
+        for (unsigned i = 0; i < n; i++)
+                v = (v << 8) | r->p[i];
+        r->p += n;
+        *ret = v;
+        return 0;
+}
+
+/* Reads a container header; each entry needs at least one byte (two for a map), so a count that
+ * cannot fit in what remains is rejected here, before anything could be sized from it. */
+static int read_container(MpReader *r, uint8_t fix_lo, uint8_t fix_hi, uint8_t t16, uint8_t t32,
+                          unsigned per_entry, uint32_t *ret_n)
+{
+        uint64_t n;
+        uint8_t t;
+        int e;
+
+        if (left(r) < 1)
+                return PROTO_E_MALFORMED;
+        t = *r->p;
+        if (t >= fix_lo && t <= fix_hi) {
+                r->p++;
+                n = t & 0x0f;
+        } else if (t == t16 || t == t32) {
+                r->p++;
+                e = take_be(r, t == t16 ? 2 : 4, &n);
+                if (e)
+                        return e;
+        } else {
+                return PROTO_E_FIELD;
+        }
+        if (n > left(r) / per_entry)
+                return PROTO_E_MALFORMED;
+        *ret_n = (uint32_t)n;
+        return 0;
+}
+
+int mp_read_map(MpReader *r, uint32_t *ret_n)
+{
+        return read_container(r, 0x80, 0x8f, 0xde, 0xdf, 2, ret_n);
+}
+
+int mp_read_array(MpReader *r, uint32_t *ret_n)
+{
+        return read_container(r, 0x90, 0x9f, 0xdc, 0xdd, 1, ret_n);
+}
+
+static int read_blob(MpReader *r, bool want_str, const uint8_t **ret, uint32_t *ret_len)
+{
+        uint64_t n;
+        uint8_t t;
+        int e;
+
+        if (left(r) < 1)
+                return PROTO_E_MALFORMED;
+        t = *r->p;
+        if (want_str && t >= 0xa0 && t <= 0xbf) {
+                r->p++;
+                n = t & 0x1f;
+        } else if ((want_str && t >= 0xd9 && t <= 0xdb) || (!want_str && t >= 0xc4 && t <= 0xc6)) {
+                unsigned width = want_str ? 1u << (t - 0xd9) : 1u << (t - 0xc4);
+                r->p++;
+                e = take_be(r, width, &n);
+                if (e)
+                        return e;
+        } else {
+                return PROTO_E_FIELD;
+        }
+        if (n > left(r))
+                return PROTO_E_MALFORMED;
+        *ret = r->p;
+        *ret_len = (uint32_t)n;
+        r->p += n;
+        return 0;
+}
+
+int mp_read_str(MpReader *r, const char **ret_s, uint32_t *ret_len)
+{
+        return read_blob(r, true, (const uint8_t **)ret_s, ret_len);
+}
+
+int mp_read_bin(MpReader *r, const uint8_t **ret_b, uint32_t *ret_len)
+{
+        return read_blob(r, false, ret_b, ret_len);
+}
+
+int mp_read_uint(MpReader *r, uint64_t *ret_v)
+{
+        uint8_t t;
+
+        if (left(r) < 1)
+                return PROTO_E_MALFORMED;
+        t = *r->p;
+        if (t <= 0x7f) {
+                r->p++;
+                *ret_v = t;
+                return 0;
+        }
+        if (t >= 0xcc && t <= 0xcf) {
+                r->p++;
+                return take_be(r, 1u << (t - 0xcc), ret_v);
+        }
+        /* Non-negative values in signed encodings are accepted: some packers prefer them. */
+        if (t >= 0xd0 && t <= 0xd3) {
+                uint64_t v;
+                unsigned n = 1u << (t - 0xd0);
+                int e;
+
+                r->p++;
+                e = take_be(r, n, &v);
+                if (e)
+                        return e;
+                if (n < 8 && (v >> (8 * n - 1)))
+                        return PROTO_E_FIELD;
+                if (n == 8 && (v >> 63))
+                        return PROTO_E_FIELD;
+                *ret_v = v;
+                return 0;
+        }
+        return PROTO_E_FIELD;
+}
+
+int mp_read_bool(MpReader *r, bool *ret_v)
+{
+        if (left(r) < 1)
+                return PROTO_E_MALFORMED;
+        if (*r->p != 0xc2 && *r->p != 0xc3)
+                return PROTO_E_FIELD;
+        *ret_v = *r->p == 0xc3;
+        r->p++;
+        return 0;
+}
+
+/* Size of the payload that follows a type byte for the fixed-width scalar types, -1 otherwise. */
+static int scalar_width(uint8_t t)
+{
+        if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3)
+                return 0;
+        switch (t) {
+        case 0xcc: case 0xd0: return 1;
+        case 0xcd: case 0xd1: return 2;
+        case 0xca: case 0xce: case 0xd2: return 4;
+        case 0xcb: case 0xcf: case 0xd3: return 8;
+        case 0xd4: return 2;  /* fixext 1: type + 1 */
+        case 0xd5: return 3;
+        case 0xd6: return 5;
+        case 0xd7: return 9;
+        case 0xd8: return 17;
+        default: return -1;
+        }
+}
+
+int mp_skip(MpReader *r, unsigned depth)
+{
+        const uint8_t *b;
+        uint32_t n;
+        uint8_t t;
+        int w, e;
+
+        if (left(r) < 1)
+                return PROTO_E_MALFORMED;
+        t = *r->p;
+        w = scalar_width(t);
+        if (w >= 0) {
+                if (left(r) < (size_t)w + 1)
+                        return PROTO_E_MALFORMED;
+                r->p += w + 1;
+                return 0;
+        }
+        if ((t >= 0xa0 && t <= 0xbf) || (t >= 0xd9 && t <= 0xdb))
+                return mp_read_str(r, (const char **)&b, &n);
+        if (t >= 0xc4 && t <= 0xc6)
+                return mp_read_bin(r, &b, &n);
+        if (t >= 0xc7 && t <= 0xc9) { /* ext 8/16/32: length, type byte, data */
+                uint64_t len;
+                r->p++;
+                e = take_be(r, 1u << (t - 0xc7), &len);
+                if (e)
+                        return e;
+                if (len + 1 > left(r))
+                        return PROTO_E_MALFORMED;
+                r->p += len + 1;
+                return 0;
+        }
+        if (depth == 0)
+                return PROTO_E_MALFORMED;
+        if ((t >= 0x80 && t <= 0x8f) || t == 0xde || t == 0xdf) {
+                e = mp_read_map(r, &n);
+                if (e)
+                        return e;
+                for (uint64_t i = 0; i < 2ull * n; i++)
+                        if ((e = mp_skip(r, depth - 1)))
+                                return e;
+                return 0;
+        }
+        if ((t >= 0x90 && t <= 0x9f) || t == 0xdc || t == 0xdd) {
+                e = mp_read_array(r, &n);
+                if (e)
+                        return e;
+                for (uint32_t i = 0; i < n; i++)
+                        if ((e = mp_skip(r, depth - 1)))
+                                return e;
+                return 0;
+        }
+        return PROTO_E_MALFORMED; /* 0xc1 is never used */
+}

@@ -1,0 +1,229 @@
+/* gpuipc wire protocol: frames (a fixed 12-byte header plus a msgpack map body) and the messages
+ * inside them, bytes <-> structs. No I/O, no allocation while decoding, every length and count is
+ * checked against the protocol limits and against the bytes that remain before it is used.
+ * docs/protocol.md is the normative description; this header mirrors it. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+/* ---- limits (docs/protocol.md "Limits") ---- */
+#define PROTO_VERSION 1
+#define PROTO_MAGIC "GIPC"
+#define PROTO_HEADER_SIZE 12
+#define PROTO_MAX_BODY (64u * 1024u)
+#define PROTO_MAX_FRAME (PROTO_HEADER_SIZE + PROTO_MAX_BODY)
+#define PROTO_MAX_FDS 1         /* a frame carries at most one fd: a buffer's memory */
+#define PROTO_MAX_NAME 255      /* buffer, prefix and group names, in bytes */
+#define PROTO_MAX_LABEL 64      /* a client's self-chosen label */
+#define PROTO_MAX_UUID 64       /* "GPU-<uuid>" or "MIG-<uuid>" */
+#define PROTO_MAX_GPUS 64       /* GPU UUIDs declared in hello */
+#define PROTO_MAX_META 4096     /* opaque metadata map, encoded size */
+#define PROTO_MAX_TEXT 1024     /* error messages and reasons */
+#define PROTO_MAX_ITEMS 1024    /* records in one listing reply */
+#define PROTO_MAX_DEPTH 8       /* nesting inside metadata */
+#define PROTO_LEGACY_HANDLE_SIZE 64
+#define PROTO_TIMEOUT_INFINITE UINT32_MAX
+
+/* ---- positive decode outcomes ---- */
+enum {
+        PROTO_E_NEED_MORE = 1, /* fewer bytes than the header announces */
+        PROTO_E_MAGIC,         /* not a gpuipc frame */
+        PROTO_E_VERSION,       /* frame version we do not speak */
+        PROTO_E_TOO_BIG,       /* body or fd count over the limits */
+        PROTO_E_MALFORMED,     /* not msgpack, not a map, trailing bytes, bad nesting */
+        PROTO_E_FIELD,         /* a known key with the wrong type or over its limit */
+        PROTO_E_MISSING,       /* a field the operation requires is absent */
+        PROTO_E_KIND,          /* neither request, reply nor event */
+};
+
+typedef struct ProtoHeader {
+        uint8_t version;
+        uint8_t n_fds;
+        uint32_t body_len;
+} ProtoHeader;
+
+typedef enum ProtoType {
+        PROTO_NONE = 0,
+        PROTO_REQUEST, /* has "op" and "id" */
+        PROTO_REPLY,   /* has "reply" (the request's id) and "status" */
+        PROTO_EVENT,   /* has "event" */
+        PROTO_RECORD,  /* one element of a listing's "items" */
+} ProtoType;
+
+typedef enum ProtoOp {
+        PROTO_OP_NONE = 0,
+        PROTO_OP_HELLO,
+        PROTO_OP_PING,
+        PROTO_OP_PUBLISH,
+        PROTO_OP_ATTACH,
+        PROTO_OP_RELEASE,
+        PROTO_OP_RETIRE,
+        PROTO_OP_FREE,
+        PROTO_OP_LIST,
+        PROTO_OP_STAT,
+        PROTO_OP_PEERS,
+        PROTO_OP_STATS,
+        PROTO_OP_SUBSCRIBE,
+        PROTO_OP_UNSUBSCRIBE,
+        PROTO_OP_GROUP_JOIN,
+        PROTO_OP_UNKNOWN, /* a string we do not know: answered with status unknown-op */
+        _PROTO_OP_MAX,
+} ProtoOp;
+
+typedef enum ProtoEvent {
+        PROTO_EV_NONE = 0,
+        PROTO_EV_PUBLISHED, /* to subscribers */
+        PROTO_EV_RETIRED,   /* to subscribers */
+        PROTO_EV_REVOKED,   /* to holders and subscribers: the memory is gone */
+        PROTO_EV_DRAINED,   /* to the owner (and subscribers): the last reference of a retired buffer went */
+        PROTO_EV_FREED,     /* to peers that received the buffer's fd: the broker forgot it, drop any cached mapping */
+        PROTO_EV_UNKNOWN,
+        _PROTO_EV_MAX,
+} ProtoEvent;
+
+typedef enum ProtoKind {
+        PROTO_KIND_NONE = 0,
+        PROTO_KIND_MEMFD,
+        PROTO_KIND_CUDA_VMM,
+        PROTO_KIND_CUDA_LEGACY,
+        _PROTO_KIND_MAX,
+} ProtoKind;
+
+typedef enum ProtoState {
+        PROTO_STATE_NONE = 0,
+        PROTO_STATE_LIVE,    /* attachable */
+        PROTO_STATE_RETIRED, /* no new attaches; waiting for the last release */
+        PROTO_STATE_IDLE,    /* retired and drained; the owner may publish it again or free it */
+        _PROTO_STATE_MAX,
+} ProtoState;
+
+/* A string inside a decoded body (not NUL-terminated) or one given to the encoder. */
+typedef struct ProtoStr {
+        const char *ptr;
+        uint32_t len;
+} ProtoStr;
+
+/* Raw msgpack bytes: metadata (a map) or listing items (an array of maps). */
+typedef struct ProtoRaw {
+        const uint8_t *ptr;
+        uint32_t len;
+        uint32_t count; /* entries of the map or array */
+} ProtoRaw;
+
+/* Every field of every message; `has` says which are present (bit = 1 << ProtoField). */
+typedef enum ProtoField {
+        PF_OP, PF_ID, PF_REPLY, PF_STATUS, PF_EVENT, PF_ERROR, PF_MESSAGE,
+        PF_VERSION, PF_PID, PF_PIDNS, PF_GPUS, PF_LABEL,
+        PF_NAME, PF_PREFIX, PF_KIND, PF_SIZE, PF_OFFSET, PF_DEVICE, PF_META, PF_HANDLE,
+        PF_BROKER_HELD, PF_WRITABLE, PF_RETIRE_AFTER, PF_TIMEOUT_MS,
+        PF_BUFFER, PF_GENERATION, PF_HAVE, PF_CACHED, PF_STATE, PF_REFS, PF_HOLDERS,
+        PF_OWNER, PF_PEER, PF_UID, PF_GID, PF_SUB, PF_REASON,
+        PF_GROUP, PF_MEMBERS, PF_EPOCH, PF_AFTER, PF_LIMIT, PF_MORE, PF_ITEMS, PF_VALUE,
+        PF_BUFFERS, PF_SUBS, PF_WAITS, PF_FDS, PF_PIDNS_SAME, PF_STARTED_MS,
+        _PF_MAX,
+} ProtoField;
+
+_Static_assert(_PF_MAX <= 64, "field presence is a 64-bit mask");
+
+#define PROTO_BIT(f) (UINT64_C(1) << (f))
+
+typedef struct ProtoMsg {
+        ProtoType type;
+        uint64_t has;
+
+        ProtoOp op;
+        ProtoEvent event;
+        ProtoKind kind;
+        ProtoState state;
+
+        uint64_t id, reply, status;
+        uint64_t version, pid, pidns, uid, gid;
+        uint64_t size, offset, retire_after, timeout_ms;
+        uint64_t buffer, generation, have, refs, holders, owner, peer, sub;
+        uint64_t members, epoch, after, limit, value;
+        uint64_t buffers, subs, waits, fds, started_ms;
+        bool broker_held, writable, cached, more, pidns_same;
+
+        ProtoStr error, message, label, name, prefix, device, reason, group;
+        ProtoStr handle; /* exactly PROTO_LEGACY_HANDLE_SIZE bytes (msgpack bin) */
+        ProtoRaw meta, items;
+        uint32_t n_gpus;
+        ProtoStr gpus[PROTO_MAX_GPUS];
+} ProtoMsg;
+
+static inline bool proto_has(const ProtoMsg *m, ProtoField f)
+{
+        return m->has & PROTO_BIT(f);
+}
+
+static inline void proto_set(ProtoMsg *m, ProtoField f)
+{
+        m->has |= PROTO_BIT(f);
+}
+
+static inline ProtoStr proto_str(const char *s)
+{
+        return (ProtoStr){ s, s ? (uint32_t)__builtin_strlen(s) : 0 };
+}
+
+/* ---- frames ---- */
+
+/* Parses the fixed header at buf. 0, or PROTO_E_NEED_MORE / _MAGIC / _VERSION / _TOO_BIG. */
+int proto_header_parse(const uint8_t *buf, size_t len, ProtoHeader *ret);
+
+/* Writes a header for a body of body_len bytes carrying n_fds fds. */
+void proto_header_write(uint8_t out[PROTO_HEADER_SIZE], uint32_t body_len, uint8_t n_fds);
+
+/* ---- messages ---- */
+
+/* Decodes a body into m. Strings and raw parts point into body, which must outlive m.
+ * Requests are checked for the fields their op requires. 0 or a PROTO_E_* code; on
+ * PROTO_E_FIELD/_MISSING, *ret_field (if not NULL) names the offending field. */
+int proto_msg_decode(const uint8_t *body, size_t len, ProtoMsg *m, ProtoField *ret_field);
+
+/* Encoder output: a growable byte buffer owned by the caller (free with proto_buf_free). */
+typedef struct ProtoBuf {
+        uint8_t *data;
+        size_t len, cap;
+} ProtoBuf;
+
+void proto_buf_free(ProtoBuf *b);
+
+/* Appends raw bytes. 0 or -ENOMEM. */
+int proto_buf_append(ProtoBuf *b, const void *data, size_t len);
+
+/* Appends one whole frame (header + body) for m announcing n_fds fds. 0, -ENOMEM, or
+ * PROTO_E_TOO_BIG when the body would exceed PROTO_MAX_BODY (nothing is appended then). */
+int proto_frame_encode(ProtoBuf *out, const ProtoMsg *m, uint8_t n_fds);
+
+/* Appends the body of m alone: used to build listing items (records) into a separate buffer. */
+int proto_record_encode(ProtoBuf *out, const ProtoMsg *m);
+
+/* Iterates the records of a decoded listing. Returns 1 with *rec filled, 0 at the end, or PROTO_E_*. */
+typedef struct ProtoIter {
+        const uint8_t *p, *end;
+        uint32_t left;
+} ProtoIter;
+
+void proto_iter_init(ProtoIter *it, const ProtoRaw *items);
+int proto_iter_next(ProtoIter *it, ProtoMsg *rec);
+
+/* Names for logs, the CLI and error texts. */
+const char *proto_op_name(ProtoOp op);
+const char *proto_event_name(ProtoEvent ev);
+const char *proto_kind_name(ProtoKind kind);
+const char *proto_state_name(ProtoState state);
+const char *proto_field_name(ProtoField f);
+const char *proto_strerror(int proto_e);
+
+ProtoKind proto_kind_from_name(const char *s);
+
+/* Checks that raw is one well-formed msgpack map within the depth and size limits (metadata). */
+bool proto_meta_valid(const uint8_t *raw, size_t len);
+
+/* A ProtoStr compared with a C string. */
+bool proto_str_eq(ProtoStr s, const char *c);

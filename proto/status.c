@@ -1,0 +1,65 @@
+/* Names and default texts of reply status codes. The texts say what happened and what to do. */
+#include "status.h"
+
+static const struct {
+        const char *name, *text;
+} statuses[_PROTO_STATUS_MAX] = {
+        [PROTO_STATUS_OK] = { "ok", "success" },
+        [PROTO_STATUS_BAD_REQUEST] = { "bad-request",
+                "the request is missing a field or has one of the wrong type; see docs/protocol.md" },
+        [PROTO_STATUS_PROTOCOL] = { "protocol",
+                "the frame violates the protocol (framing, size or fd count); the broker closes the connection" },
+        [PROTO_STATUS_VERSION] = { "version",
+                "the broker does not speak this protocol version; use a client and broker of the same release" },
+        [PROTO_STATUS_UNKNOWN_OP] = { "unknown-op", "the broker does not know this operation; upgrade the broker" },
+        [PROTO_STATUS_NOT_FOUND] = { "not-found", "no such buffer, name or subscription" },
+        [PROTO_STATUS_TIMEOUT] = { "timeout",
+                "nothing was published under that name (or the group did not fill) before the timeout; "
+                "check the producer is running and uses the same name and socket" },
+        [PROTO_STATUS_NAME_TAKEN] = { "name-taken",
+                "another producer has a live buffer under this name; retire it first or pick another name" },
+        [PROTO_STATUS_QUOTA] = { "quota",
+                "a broker limit was reached (buffers, fds, waits, subscriptions or connections for this uid); "
+                "release what you hold or raise the limit with the broker's --max-* flags" },
+        [PROTO_STATUS_DENIED] = { "denied",
+                "the broker's policy does not allow this uid/gid to do this on that name; see the policy file" },
+        [PROTO_STATUS_NOT_OWNER] = { "not-owner",
+                "only the producer of a buffer (or a peer of its uid once it died) may retire or free it" },
+        [PROTO_STATUS_NOT_ATTACHED] = { "not-attached", "this connection holds no reference to that buffer" },
+        [PROTO_STATUS_STATE] = { "state",
+                "the buffer is not in a state that allows this (retired buffers take no new attaches; "
+                "only idle buffers can be published again)" },
+        [PROTO_STATUS_BAD_FD] = { "bad-fd",
+                "the buffer's file descriptor is missing or wrong: a memfd must be sealed against growing and "
+                "shrinking and exactly as large as announced, a read-only buffer must be sent read-only, and "
+                "sockets are never accepted" },
+        [PROTO_STATUS_PIDNS] = { "pidns",
+                "cuda-legacy IPC handles work only between processes in one PID namespace; set "
+                "shareProcessNamespace: true on the pod, or publish the buffer as cuda-vmm" },
+        [PROTO_STATUS_DEVICE] = { "device",
+                "the buffer lives on a GPU the consumer cannot see; give producer and consumer the same "
+                "ResourceClaim (or the same visible devices)" },
+        [PROTO_STATUS_GROUP_MISMATCH] = { "group-mismatch",
+                "the group already exists with another member count; every member must pass the same count" },
+        [PROTO_STATUS_REVOKED] = { "revoked",
+                "the producer died and the buffer was revoked; publish with broker-held lifetime (memfd, "
+                "cuda-vmm) to let buffers outlive their producer" },
+        [PROTO_STATUS_HELLO_FIRST] = { "hello-first", "the first request on a connection must be hello" },
+        [PROTO_STATUS_SHUTDOWN] = { "shutdown", "the broker is shutting down; reconnect once it is back" },
+        [PROTO_STATUS_KIND] = { "kind",
+                "this buffer kind does not allow the operation (cuda-legacy memory dies with its producer, so "
+                "it cannot be broker-held; use cuda-vmm)" },
+        [PROTO_STATUS_INVALID] = { "invalid",
+                "a value is out of range: names are 1-255 bytes of [A-Za-z0-9._:/@+=-] without '..' or "
+                "leading '/', sizes are non-zero" },
+};
+
+const char *proto_status_name(unsigned status)
+{
+        return status < _PROTO_STATUS_MAX ? statuses[status].name : "unknown";
+}
+
+const char *proto_status_text(unsigned status)
+{
+        return status < _PROTO_STATUS_MAX ? statuses[status].text : "unknown status code";
+}

@@ -1,0 +1,47 @@
+/* Small language helpers shared by every module: cleanup attributes, container_of, bounds. */
+#pragma once
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#ifndef MIN
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#endif
+#ifndef MAX
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#endif
+#define _public_ __attribute__((visibility("default")))
+#define _unused_ __attribute__((unused))
+#define _printf_(a, b) __attribute__((format(printf, a, b)))
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define _cleanup_free_ _cleanup_(freep)
+#define _cleanup_close_ _cleanup_(closep)
+
+static inline void freep(void *p)
+{
+        free(*(void **)p);
+}
+
+/* Closes *fd if it is valid; preserves errno so it can run on error paths. */
+static inline int safe_close(int fd)
+{
+        if (fd >= 0) {
+                int saved = errno;
+                close(fd);
+                errno = saved;
+        }
+        return -1;
+}
+
+static inline void closep(int *fd)
+{
+        *fd = safe_close(*fd);
+}
+
+/* Moves ownership out of a cleanup-managed variable. */
+#define steal_fd(fd) ({ int _f = (fd); (fd) = -1; _f; })
+#define steal_ptr(p) ({ __typeof__(p) _p = (p); (p) = NULL; _p; })
