@@ -45,7 +45,7 @@ typedef struct RegGroup {
 typedef struct Wait {
         Timer timer; /* attach waits only: groups keep one timer for all members */
         RegPeer *peer;
-        uint64_t req_id, have, deadline;
+        uint64_t req_id, deadline;
         RegName *name;
         RegGroup *group;
         List peer_link, link;
@@ -547,7 +547,7 @@ static void reply_attached(Outbox *o, RegPeer *p, uint64_t id, const RegBuffer *
 }
 
 /* Takes a reference for p on a live buffer and replies. */
-static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, uint64_t have, Outbox *o)
+static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbox *o)
 {
         char text[PROTO_MAX_TEXT + 1];
         unsigned status;
@@ -584,9 +584,9 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, uint6
         r->n_refs++;
         b->attaches++;
         r->counters.attaches++;
-        /* The fd travels once per peer: afterwards the peer's cached mapping serves, as long as it
-         * says it still has it. A legacy handle has no fd and is always in the reply itself. */
-        cached = h->mapped && have == b->id;
+        /* The fd travels once per peer: afterwards the peer's cached mapping serves, until it says
+         * unmap. A legacy handle has no fd and is always in the reply itself. */
+        cached = h->mapped;
         if (cached)
                 r->counters.attaches_cached++;
         else if (b->fd >= 0)
@@ -620,15 +620,15 @@ static void wake_waiters(Registry *r, RegName *e, Outbox *o)
         while (b && b->published == e && !list_empty(&e->waits)) {
                 Wait *w = list_entry(e->waits.next, Wait, link);
                 RegPeer *p = w->peer;
-                uint64_t id = w->req_id, have = w->have;
+                uint64_t id = w->req_id;
 
                 /* Keep the name entry alive across wait_free: it still has a live buffer. */
                 wait_free(r, w);
-                attach_now(r, p, id, b, have, o);
+                attach_now(r, p, id, b, o);
         }
 }
 
-void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer, uint64_t have,
+void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer,
                      uint32_t timeout_ms, uint64_t now_ms, Outbox *out)
 {
         RegName *e;
@@ -647,13 +647,13 @@ void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uin
                                   (unsigned long long)buffer, b->name, proto_state_name(b->state));
                         return;
                 }
-                attach_now(r, p, id, b, have, out);
+                attach_now(r, p, id, b, out);
                 return;
         }
 
         e = name_lookup(r, name);
         if (e && e->live) {
-                attach_now(r, p, id, e->live, have, out);
+                attach_now(r, p, id, e->live, out);
                 return;
         }
         if (timeout_ms == 0) {
@@ -674,7 +674,7 @@ void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uin
                 return;
         }
         timeout_ms = MIN(timeout_ms, r->limits.max_timeout_ms);
-        *w = (Wait){ .timer = { HEAP_NODE_INIT, TIMER_WAIT }, .peer = p, .req_id = id, .have = have,
+        *w = (Wait){ .timer = { HEAP_NODE_INIT, TIMER_WAIT }, .peer = p, .req_id = id,
                      .deadline = now_ms + timeout_ms, .name = e };
         if (heap_push(&r->timers, &w->timer.node, w->deadline) < 0) {
                 free(w);
@@ -881,6 +881,21 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Out
         reply_ok(out, p, id);
         if (b->state == PROTO_STATE_RETIRED && b->refs == 0)
                 buffer_drain(r, b, out);
+}
+
+void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out)
+{
+        RegBuffer *b = buffer_lookup(r, buffer);
+        Hold *h = b ? hold_lookup(r, p, b) : NULL;
+
+        /* Unknown or never mapped: nothing to forget, and nothing wrong either (the buffer may
+         * have been freed while the request travelled). */
+        if (h) {
+                h->mapped = false;
+                if (h->count == 0)
+                        hold_drop(r, h);
+        }
+        reply_ok(out, p, id);
 }
 
 static RegBuffer *managed_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin,

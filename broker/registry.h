@@ -90,9 +90,11 @@ bool registry_peer_lost(const RegPeer *p);
 void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, uint64_t now_ms, Outbox *out);
 
 /* Attaches by name (waiting up to timeout_ms for a publish) or, with name NULL, by buffer id.
- * have: a buffer id the consumer has mapped already; when it is the one attached, no fd travels. */
-void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer, uint64_t have,
+ * The buffer's fd travels only if this peer has not received it before (or said unmap since). */
+void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer,
                      uint32_t timeout_ms, uint64_t now_ms, Outbox *out);
+/* The peer dropped its cached mapping of buffer. */
+void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out);
 void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out);
 /* Retire and free are for the producer, for a peer of its uid once it is gone, or for an admin
  * (as_admin: the policy lets this peer manage other uids' buffers). */

@@ -283,8 +283,7 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                      registry_peer_creds(p)->uid, name);
                 return;
         }
-        registry_attach(ctx->reg, p, m->id, by_name ? name : NULL, m->buffer, m->have, timeout_of(m), ctx->now_ms,
-                        ctx->out);
+        registry_attach(ctx->reg, p, m->id, by_name ? name : NULL, m->buffer, timeout_of(m), ctx->now_ms, ctx->out);
 }
 
 /* May this peer manage buffers of other uids (by policy)? */
@@ -370,6 +369,9 @@ void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd)
                 break;
         case PROTO_OP_SUBSCRIBE:
                 handle_subscribe(ctx, p, m);
+                break;
+        case PROTO_OP_UNMAP:
+                registry_unmap(ctx->reg, p, m->id, m->buffer, ctx->out);
                 break;
         case PROTO_OP_UNSUBSCRIBE:
                 registry_unsubscribe(ctx->reg, p, m->id, m->sub, ctx->out);

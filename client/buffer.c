@@ -11,11 +11,6 @@
 
 /* ---- mapping cache ---- */
 
-static uint64_t name_hash(const char *name)
-{
-        return hash_bytes(name, strlen(name));
-}
-
 static Mapping *map_by_id(gpuipc_t *c, uint64_t id)
 {
         uint64_t h = hash_u64(id);
@@ -28,31 +23,22 @@ static Mapping *map_by_id(gpuipc_t *c, uint64_t id)
         return NULL;
 }
 
-static Mapping *map_by_name(gpuipc_t *c, const char *name)
-{
-        uint64_t h = name_hash(name);
-
-        for (HNode *n = hmap_bucket(&c->maps_by_name, h); n; n = n->next) {
-                Mapping *m = container_of(n, Mapping, by_name);
-                if (n->hash == h && strcmp(m->name, name) == 0)
-                        return m;
-        }
-        return NULL;
-}
-
 /* Takes m out of the lookup tables; it lives on while referenced. */
 static void map_uncache(gpuipc_t *c, Mapping *m)
 {
         if (!m->in_cache)
                 return;
         hmap_remove(&c->maps_by_id, &m->by_id);
-        if (m->name[0])
-                hmap_remove(&c->maps_by_name, &m->by_name);
         m->in_cache = false;
 }
 
+static void request_nowait(gpuipc_t *c, ProtoOp op, uint64_t buffer);
+
 static void map_destroy(gpuipc_t *c, Mapping *m)
 {
+        /* The broker would skip the fd on our next attach of this buffer: tell it we let go. */
+        if (m->broker_mapped && !c->broken)
+                request_nowait(c, PROTO_OP_UNMAP, m->id);
         map_uncache(c, m);
         if (m->refs == 0 && list_linked(&m->idle_link)) {
                 list_unlink(&m->idle_link);
@@ -60,25 +46,6 @@ static void map_destroy(gpuipc_t *c, Mapping *m)
         }
         kind_ops(m->kind)->unmap(c, m);
         free(m);
-}
-
-/* Remembers which mapping serves a name, so the next attach of that name can say "have". */
-static void map_set_name(gpuipc_t *c, Mapping *m, const char *name)
-{
-        Mapping *old;
-
-        if (!m->in_cache || strcmp(m->name, name) == 0)
-                return;
-        if (m->name[0])
-                hmap_remove(&c->maps_by_name, &m->by_name);
-        old = map_by_name(c, name);
-        if (old) {
-                hmap_remove(&c->maps_by_name, &old->by_name);
-                old->name[0] = 0;
-        }
-        snprintf(m->name, sizeof(m->name), "%s", name);
-        if (hmap_insert(&c->maps_by_name, &m->by_name, name_hash(name)) < 0)
-                m->name[0] = 0;
 }
 
 static void map_ref(gpuipc_t *c, Mapping *m)
@@ -155,8 +122,6 @@ static void copy_name(char *dst, size_t cap, ProtoStr s)
         dst[n] = 0;
 }
 
-/* Sends a request without waiting for its reply (used from inside event handling). */
-static void request_nowait(gpuipc_t *c, ProtoOp op, uint64_t buffer);
 
 /* ---- producer ---- */
 
@@ -352,7 +317,7 @@ _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms
 /* ---- consumer ---- */
 
 /* Builds the caller's handle for an attach reply, importing the memory unless cached. */
-static int attach_finish(gpuipc_t *c, Frame *f, const char *name, gpuipc_buffer_t **ret)
+static int attach_finish(gpuipc_t *c, Frame *f, gpuipc_buffer_t **ret)
 {
         const ProtoMsg *m = &f->msg;
         const KindOps *ops = kind_ops((gpuipc_kind_t)m->kind);
@@ -383,6 +348,7 @@ static int attach_finish(gpuipc_t *c, Frame *f, const char *name, gpuipc_buffer_
                 map->size = m->size;
                 map->writable = m->writable;
                 map->ordinal = -1;
+                map->broker_mapped = f->fd >= 0;
                 r = ops->import(c, map, m, steal_fd(f->fd));
                 if (r < 0) {
                         free(map);
@@ -392,10 +358,10 @@ static int attach_finish(gpuipc_t *c, Frame *f, const char *name, gpuipc_buffer_
                 if (hmap_insert(&c->maps_by_id, &map->by_id, hash_u64(map->id)) == 0)
                         map->in_cache = true;
         }
+        if (f->fd >= 0)
+                map->broker_mapped = true;
         f->fd = safe_close(f->fd); /* an fd we did not need: the mapping already exists */
         map_ref(c, map);
-        if (name)
-                map_set_name(c, map, name);
 
         b->conn = c;
         b->kind = map->kind;
@@ -422,16 +388,10 @@ static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gp
 {
         ProtoMsg req = { .op = PROTO_OP_ATTACH };
         Frame f = { .fd = -1 };
-        Mapping *cached;
         int r;
 
         if (!c || !ret || (name && (!*name || strlen(name) > PROTO_MAX_NAME)))
                 return GPUIPC_E_INVALID;
-        cached = name ? map_by_name(c, name) : map_by_id(c, id);
-        if (cached && !cached->revoked) {
-                req.have = cached->id;
-                proto_set(&req, PF_HAVE);
-        }
         if (name) {
                 req.name = proto_str(name);
                 req.timeout_ms = timeout_ms < 0 ? PROTO_TIMEOUT_INFINITE : (uint64_t)timeout_ms;
@@ -444,7 +404,7 @@ static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gp
         r = client_request(c, &req, -1, timeout_ms < 0 ? -1 : timeout_ms + CLIENT_REPLY_GRACE_MS, &f);
         if (r < 0)
                 return r;
-        r = attach_finish(c, &f, name, ret);
+        r = attach_finish(c, &f, ret);
         if (r < 0) {
                 /* We hold a reference we cannot use: give it back. */
                 uint64_t buffer = f.msg.buffer;
@@ -631,10 +591,13 @@ void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)
         case PROTO_EV_FREED:
                 /* Internal: the broker forgot the buffer, so our idle mapping can never serve again. */
                 map = map_by_id(c, m->buffer);
-                if (map && map->refs == 0)
-                        map_destroy(c, map);
-                else if (map)
-                        map_uncache(c, map);
+                if (map) {
+                        map->broker_mapped = false;
+                        if (map->refs == 0)
+                                map_destroy(c, map);
+                        else
+                                map_uncache(c, map);
+                }
                 return;
         case PROTO_EV_DRAINED:
                 if (!proto_has(m, PF_SUB)) {
@@ -654,6 +617,7 @@ void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)
                         map = map_by_id(c, m->buffer);
                         if (map) {
                                 map->revoked = true;
+                                map->broker_mapped = false;
                                 map_uncache(c, map);
                         }
                 }
@@ -687,10 +651,13 @@ int buffer_after_reconnect(gpuipc_t *c)
         int r;
 
         /* Buffer ids belong to the old broker: nothing cached can be named any more. */
+        list_for_each(pos, &c->idle)
+                list_entry(pos, Mapping, idle_link)->broker_mapped = false;
         gpuipc_cache_trim(c);
         list_for_each(pos, &c->attached) {
                 gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, attached_link);
                 b->stale = true;
+                b->map->broker_mapped = false;
                 map_uncache(c, b->map);
         }
         list_for_each(pos, &c->own) {
@@ -728,9 +695,13 @@ int buffer_after_reconnect(gpuipc_t *c)
 
 void buffer_close_all(gpuipc_t *c)
 {
-        /* The broker drops our references when the socket closes; only local state remains. */
+        /* The broker drops our references and mapped marks when the socket closes; only local
+         * state remains, so nothing is said to it. */
+        list_for_each(pos, &c->idle)
+                list_entry(pos, Mapping, idle_link)->broker_mapped = false;
         while (!list_empty(&c->attached)) {
                 gpuipc_buffer_t *b = list_entry(c->attached.next, gpuipc_buffer_t, attached_link);
+                b->map->broker_mapped = false;
                 map_unref(c, b->map);
                 buffer_destroy(b);
         }

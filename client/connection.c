@@ -516,7 +516,6 @@ _public_ void gpuipc_close(gpuipc_t *c)
         }
         safe_close(c->fd);
         hmap_deinit(&c->maps_by_id);
-        hmap_deinit(&c->maps_by_name);
         free(c->abandoned);
         free(c->events);
         free(c->rbuf);

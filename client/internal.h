@@ -31,14 +31,13 @@ typedef struct KindAlloc {
  * one broker epoch. */
 typedef struct Mapping {
         HNode by_id;
-        HNode by_name;      /* the last name it was attached under */
         uint64_t id;
-        char name[PROTO_MAX_NAME + 1];
         gpuipc_kind_t kind;
         size_t size;
         void *ptr;
         int ordinal;
         bool writable, in_cache, revoked;
+        bool broker_mapped; /* the broker knows we hold its fd's mapping (tell it when we drop it) */
         unsigned refs;
         List idle_link;     /* in gpuipc.idle while refs == 0 */
         uint64_t handle, reserved, dptr; /* CUDA: imported handle / VA range / opened pointer */
@@ -102,7 +101,7 @@ struct gpuipc {
         uint64_t *abandoned;    /* ids of attach requests we stopped waiting for */
         size_t n_abandoned;
         List own, attached, subs;
-        HMap maps_by_id, maps_by_name;
+        HMap maps_by_id;
         List idle;
         size_t n_idle, max_idle;
         int device_pref;        /* gpuipc_set_device(); -1: the buffer's own device */

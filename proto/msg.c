@@ -36,6 +36,7 @@ static const char *const op_names[_PROTO_OP_MAX] = {
         [PROTO_OP_STAT] = "stat",           [PROTO_OP_PEERS] = "peers",
         [PROTO_OP_STATS] = "stats",         [PROTO_OP_SUBSCRIBE] = "subscribe",
         [PROTO_OP_UNSUBSCRIBE] = "unsubscribe", [PROTO_OP_GROUP_JOIN] = "group-join",
+        [PROTO_OP_UNMAP] = "unmap",
 };
 
 static const char *const event_names[_PROTO_EV_MAX] = {
@@ -88,7 +89,6 @@ static const FieldDesc fields[_PF_MAX] = {
         [PF_TIMEOUT_MS] = F("timeout_ms", T_U64, 0, timeout_ms),
         [PF_BUFFER] = F("buffer", T_U64, 0, buffer),
         [PF_GENERATION] = F("generation", T_U64, 0, generation),
-        [PF_HAVE] = F("have", T_U64, 0, have),
         [PF_CACHED] = F("cached", T_BOOL, 0, cached),
         [PF_STATE] = E("state", state, state_names),
         [PF_REFS] = F("refs", T_U64, 0, refs),
@@ -123,6 +123,7 @@ static const uint64_t op_required[_PROTO_OP_MAX] = {
         [PROTO_OP_RELEASE] = PROTO_BIT(PF_BUFFER),
         [PROTO_OP_RETIRE] = PROTO_BIT(PF_BUFFER),
         [PROTO_OP_FREE] = PROTO_BIT(PF_BUFFER),
+        [PROTO_OP_UNMAP] = PROTO_BIT(PF_BUFFER),
         [PROTO_OP_SUBSCRIBE] = PROTO_BIT(PF_PREFIX),
         [PROTO_OP_UNSUBSCRIBE] = PROTO_BIT(PF_SUB),
         [PROTO_OP_GROUP_JOIN] = PROTO_BIT(PF_GROUP) | PROTO_BIT(PF_MEMBERS),

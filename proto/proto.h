@@ -70,6 +70,7 @@ typedef enum ProtoOp {
         PROTO_OP_SUBSCRIBE,
         PROTO_OP_UNSUBSCRIBE,
         PROTO_OP_GROUP_JOIN,
+        PROTO_OP_UNMAP,   /* the client dropped its cached mapping: send the fd with the next attach */
         PROTO_OP_UNKNOWN, /* a string we do not know: answered with status unknown-op */
         _PROTO_OP_MAX,
 } ProtoOp;
@@ -120,7 +121,7 @@ typedef enum ProtoField {
         PF_VERSION, PF_PID, PF_PIDNS, PF_GPUS, PF_LABEL,
         PF_NAME, PF_PREFIX, PF_KIND, PF_SIZE, PF_OFFSET, PF_DEVICE, PF_META, PF_HANDLE,
         PF_BROKER_HELD, PF_WRITABLE, PF_RETIRE_AFTER, PF_TIMEOUT_MS,
-        PF_BUFFER, PF_GENERATION, PF_HAVE, PF_CACHED, PF_STATE, PF_REFS, PF_HOLDERS,
+        PF_BUFFER, PF_GENERATION, PF_CACHED, PF_STATE, PF_REFS, PF_HOLDERS,
         PF_OWNER, PF_PEER, PF_UID, PF_GID, PF_SUB, PF_REASON,
         PF_GROUP, PF_MEMBERS, PF_EPOCH, PF_AFTER, PF_LIMIT, PF_MORE, PF_ITEMS, PF_VALUE,
         PF_BUFFERS, PF_SUBS, PF_WAITS, PF_FDS, PF_PIDNS_SAME, PF_STARTED_MS,
@@ -143,7 +144,7 @@ typedef struct ProtoMsg {
         uint64_t id, reply, status;
         uint64_t version, pid, pidns, uid, gid;
         uint64_t size, offset, retire_after, timeout_ms;
-        uint64_t buffer, generation, have, refs, holders, owner, peer, sub;
+        uint64_t buffer, generation, refs, holders, owner, peer, sub;
         uint64_t members, epoch, after, limit, value;
         uint64_t buffers, subs, waits, fds, started_ms;
         bool broker_held, writable, cached, more, pidns_same;

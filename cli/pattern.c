@@ -1,0 +1,85 @@
+/* Fill and verify patterns; see pattern.h. */
+#include "pattern.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pattern_parse(const char *s, Pattern *ret)
+{
+        char *end;
+
+        if (strcmp(s, "counter") == 0) {
+                *ret = (Pattern){ PATTERN_COUNTER, 0 };
+                return 0;
+        }
+        if (strncmp(s, "byte:", 5) == 0) {
+                unsigned long v = strtoul(s + 5, &end, 0);
+                if (end == s + 5 || *end || v > 255)
+                        return -EINVAL;
+                *ret = (Pattern){ PATTERN_BYTE, v };
+                return 0;
+        }
+        if (strncmp(s, "random:", 7) == 0) {
+                unsigned long long v = strtoull(s + 7, &end, 0);
+                if (end == s + 7 || *end)
+                        return -EINVAL;
+                *ret = (Pattern){ PATTERN_RANDOM, v };
+                return 0;
+        }
+        return -EINVAL;
+}
+
+/* The pattern's 8-byte word number i (little-endian in memory). */
+static uint64_t word_at(const Pattern *p, uint64_t i)
+{
+        uint64_t x;
+
+        switch (p->type) {
+        case PATTERN_COUNTER:
+                return i;
+        case PATTERN_BYTE:
+                return p->arg * 0x0101010101010101ULL;
+        case PATTERN_RANDOM:
+                /* splitmix64 of (seed, index): any word can be computed without the ones before it */
+                x = p->arg + (i + 1) * 0x9e3779b97f4a7c15ULL;
+                x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+                x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+                return x ^ (x >> 31);
+        }
+        return 0;
+}
+
+void pattern_fill(const Pattern *p, size_t offset, void *dst, size_t len)
+{
+        uint8_t *d = dst;
+        size_t i = 0;
+
+        for (; i + 8 <= len; i += 8) {
+                uint64_t w = word_at(p, (offset + i) / 8);
+                memcpy(d + i, &w, 8);
+        }
+        if (i < len) {
+                uint64_t w = word_at(p, (offset + i) / 8);
+                memcpy(d + i, &w, len - i);
+        }
+}
+
+size_t pattern_check(const Pattern *p, size_t offset, const void *src, size_t len)
+{
+        const uint8_t *s = src;
+        uint8_t expect[8];
+
+        for (size_t i = 0; i < len; i += 8) {
+                size_t n = len - i < 8 ? len - i : 8;
+                uint64_t w = word_at(p, (offset + i) / 8);
+
+                memcpy(expect, &w, 8);
+                if (memcmp(s + i, expect, n) != 0) {
+                        for (size_t j = 0; j < n; j++)
+                                if (s[i + j] != expect[j])
+                                        return i + j;
+                }
+        }
+        return SIZE_MAX;
+}
