@@ -17,6 +17,7 @@
 
 #include "config.h"
 #include "hmap.h"
+#include "landlock.h"
 #include "limits.h"
 #include "log.h"
 #include "macro.h"
@@ -371,7 +372,15 @@ int main(int argc, char **argv)
         }
 
         /* Everything that needs more than the allow-list is done: lock the process down before the
-         * loop runs (libuv starts no threads of its own for what we use). */
+         * loop runs (libuv starts no threads of its own for what we use). Landlock first: its own
+         * system calls are not on the runtime allow-list. */
+        if (o.seccomp != SANDBOX_OFF) {
+                r = landlock_confine(o.listen_fd < 0 ? o.socket_path : NULL, o.policy_path);
+                if (r < 0 && r != -EOPNOTSUPP) {
+                        server_free(server);
+                        return 1;
+                }
+        }
         r = sandbox_apply(o.seccomp);
         if (r < 0) {
                 server_free(server);
