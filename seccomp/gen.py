@@ -2,7 +2,8 @@
 """Generates the broker's seccomp artefacts from the one allow-list (gpuipc-broker.allow).
 
     gen.py header ALLOW OUT.h    C table of the [runtime] rules, for the in-process filter
-    gen.py json ALLOW OUT.json   the Kubernetes Localhost / OCI profile: [startup] + [runtime], default deny
+    gen.py json ALLOW OUT.json   the Kubernetes Localhost / OCI profile: [startup] + [runtime] + [probe],
+                                 default deny
 """
 import json
 import re
@@ -21,7 +22,7 @@ def parse(path):
                 continue
             if line.startswith('[') and line.endswith(']'):
                 current = line[1:-1]
-                if current not in ('runtime', 'startup'):
+                if current not in ('runtime', 'startup', 'probe'):
                     sys.exit(f'{path}:{lineno}: unknown section {line}')
                 sections.setdefault(current, [])
                 continue
@@ -55,7 +56,7 @@ def header(sections):
 
 
 def profile(sections):
-    rules = sections['startup'] + sections['runtime']
+    rules = sections['startup'] + sections['runtime'] + sections.get('probe', [])
     plain = sorted({r[0] for r in rules if r[1] is None})
     entries = [{'names': plain, 'action': 'SCMP_ACT_ALLOW'}]
     for name, arg, value, _ in sorted((r for r in rules if r[1] is not None), key=lambda r: (r[0], r[2])):
