@@ -52,10 +52,11 @@ static int check_directory(const char *path)
                           (unsigned)st.st_uid);
                 return -EPERM;
         }
-        if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
-                log_error("refusing a world-writable socket directory without the sticky bit", "dir=%s", dir);
-                return -EPERM;
-        }
+        /* Kubernetes creates emptyDir volumes 0777 without the sticky bit; there only the pod's
+         * own containers see the directory, so this is worth a warning, not a refusal. */
+        if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX))
+                log_warn("the socket directory is world-writable without the sticky bit: anyone who can reach it "
+                         "can replace the socket", "dir=%s", dir);
         return 0;
 }
 

@@ -5,8 +5,8 @@
 
 /* Creates a SOCK_SEQPACKET socket at path with the given mode (and group, unless gid is
  * (gid_t)-1) and listens on it. Refuses a path that is a symlink, that is not a socket, where
- * another broker is listening, or whose directory is writable by other users without the
- * sticky bit or owned by someone else than root or us. Returns the fd or -errno (logged). */
+ * another broker is listening, or whose directory is owned by someone else than root or us (and
+ * warns about a world-writable one without the sticky bit). Returns the fd or -errno (logged). */
 int sockpath_listen(const char *path, mode_t mode, gid_t gid);
 
 /* Checks that fd is a listening SOCK_SEQPACKET Unix socket and makes it non-blocking and

@@ -101,8 +101,12 @@ int ctl_connect(Ctl *ctl, bool probe_gpus)
 int ctl_fail(Ctl *ctl, const char *what, int err)
 {
         const char *detail = ctl->c ? gpuipc_errmsg(ctl->c) : "";
+        char status[40] = "";
 
-        fprintf(stderr, "gpuipcctl: %s: %s%s%s\n", what, detail[0] ? detail : gpuipc_strerror(err),
+        /* The broker's status name first: scripts can match it, people can search for it. */
+        if (err <= -1001 && err >= -1099)
+                snprintf(status, sizeof(status), "[%s] ", proto_status_name((unsigned)(-err - 1000)));
+        fprintf(stderr, "gpuipcctl: %s: %s%s%s%s\n", what, status, detail[0] ? detail : gpuipc_strerror(err),
                 detail[0] ? "\n  hint: " : "", detail[0] ? gpuipc_strerror(err) : "");
         return CTL_FAILED;
 }

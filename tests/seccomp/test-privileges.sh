@@ -1,0 +1,137 @@
+#!/bin/bash
+# Least privilege, checked on the running broker: started as root it becomes an unprivileged user,
+# keeps no capabilities, sets no_new_privs, runs under seccomp, creates its socket 0660 with the
+# requested group, and refuses socket paths an attacker could control. The policy file decides who
+# may publish and attach what, and SIGHUP reloads it without dropping peers.
+set -uo pipefail
+
+broker=${GPUIPC_BROKER:?} ctl=${GPUIPC_CTL:?}
+[[ $(id -u) == 0 ]] || { echo "needs root to switch users: skipped"; exit 77; }
+command -v setpriv >/dev/null || { echo "setpriv (util-linux) missing: skipped"; exit 77; }
+getent passwd 65534 >/dev/null || { echo "no user 65534: skipped"; exit 77; }
+
+dir=$(mktemp -d /tmp/gpuipc-privs.XXXXXX)
+chmod 0755 "$dir"
+pids=()
+cleanup() {
+        for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+        wait 2>/dev/null
+        rm -rf "$dir"
+}
+trap cleanup EXIT
+
+failures=0
+pass() { echo "ok   $*"; }
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+expect() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
+
+# As an unprivileged client in the socket's group.
+as_nobody() { setpriv --reuid 65534 --regid 65534 --clear-groups "$@"; }
+
+wait_ready() {
+        for _ in $(seq 100); do
+                "$ctl" --socket "$1" --timeout 0 ping >/dev/null 2>&1 && return 0
+                sleep 0.05
+        done
+        return 1
+}
+
+# A /proc/PID/status field with its values separated by single spaces.
+status_field() { awk -v k="$2:" '$1 == k { $1 = ""; print substr($0, 2) }' "/proc/$1/status"; }
+
+# ---- dropping privileges ----
+sock=$dir/s.sock
+"$broker" --socket "$sock" --user 65534 --group 65534 --socket-group 65534 --seccomp enforce 2>"$dir/broker.log" &
+bpid=$!
+pids+=("$bpid")
+expect "broker answers" wait_ready "$sock"
+expect "uid is 65534 (real, effective, saved, fs)" test "$(status_field "$bpid" Uid)" == "65534 65534 65534 65534"
+expect "gid is 65534" test "$(status_field "$bpid" Gid)" == "65534 65534 65534 65534"
+expect "no supplementary groups" test -z "$(status_field "$bpid" Groups)"
+expect "no effective capabilities" test "$(status_field "$bpid" CapEff)" == "0000000000000000"
+expect "no permitted capabilities" test "$(status_field "$bpid" CapPrm)" == "0000000000000000"
+expect "no ambient capabilities" test "$(status_field "$bpid" CapAmb)" == "0000000000000000"
+expect "no_new_privs is set" test "$(status_field "$bpid" NoNewPrivs)" == "1"
+expect "seccomp filter is loaded" test "$(status_field "$bpid" Seccomp)" == "2"
+expect "socket mode is 0660" test "$(stat -c %a "$sock")" == "660"
+expect "socket group is 65534" test "$(stat -c %g "$sock")" == "65534"
+expect "an unprivileged client in the group connects" as_nobody "$ctl" --socket "$sock" ping
+expect "a client outside the group is refused" \
+        bash -c "! setpriv --reuid 65534 --regid 12345 --clear-groups '$ctl' --socket '$sock' --timeout 0 ping 2>/dev/null"
+kill "$bpid"; wait "$bpid"
+expect "broker exits 0 on SIGTERM" test $? == 0
+# Unprivileged, it may not be able to remove its socket from a root-owned directory; the next
+# start must then replace the stale socket.
+"$broker" --socket "$sock" --seccomp enforce 2>"$dir/restart.log" &
+pids+=($!)
+expect "a restarted broker replaces a stale socket" wait_ready "$sock"
+kill "${pids[-1]}"; wait "${pids[-1]}"
+expect "a broker that may remove its socket does so at exit" test ! -e "$sock"
+
+# ---- socket paths it refuses ----
+refuses() {
+        local what=$1 path=$2 pattern=$3
+        if "$broker" --socket "$path" --seccomp enforce 2>"$dir/refuse.log"; then
+                fail "$what (broker started)"
+        elif grep -q "$pattern" "$dir/refuse.log"; then
+                pass "$what"
+        else
+                fail "$what (log: $(cat "$dir/refuse.log"))"
+        fi
+}
+ln -s "$dir/elsewhere.sock" "$dir/link.sock"
+refuses "refuses a socket path that is a symlink" "$dir/link.sock" "symlink"
+mkdir "$dir/theirs" && chown 65534 "$dir/theirs"
+refuses "refuses a directory owned by another user" "$dir/theirs/s.sock" "owned by another user"
+mkdir "$dir/open" && chmod 0777 "$dir/open"
+"$broker" --socket "$dir/open/s.sock" --seccomp enforce 2>"$dir/open.log" &
+pids+=($!)
+wait_ready "$dir/open/s.sock"
+expect "warns about a world-writable directory (as Kubernetes makes emptyDirs) but serves" \
+        grep -q "world-writable" "$dir/open.log"
+kill "${pids[-1]}"; wait "${pids[-1]}"
+touch "$dir/file.sock"
+refuses "refuses to replace a file that is not a socket" "$dir/file.sock" "not a socket"
+"$broker" --socket "$sock" --seccomp enforce 2>"$dir/first.log" &
+pids+=($!)
+wait_ready "$sock"
+refuses "refuses a socket another broker listens on" "$sock" "another broker"
+kill "${pids[-1]}"; wait "${pids[-1]}"
+
+# ---- policy, and reloading it ----
+cat >"$dir/policy.conf" <<'POLICY'
+# uid 65534 may publish and attach under allowed/ only
+allow publish,attach uid=65534 prefix=allowed/
+POLICY
+"$broker" --socket "$sock" --user 65534 --group 65534 --socket-group 65534 --policy "$dir/policy.conf" \
+        --seccomp enforce 2>"$dir/policy.log" &
+bpid=$!
+pids+=("$bpid")
+wait_ready "$sock"
+as_nobody "$ctl" --socket "$sock" watch >/dev/null 2>&1 &
+pids+=($!)
+expect "publishing outside the allowed prefix is denied" \
+        bash -c "setpriv --reuid 65534 --regid 65534 --clear-groups '$ctl' --socket '$sock' publish --name other/x --size 4096 2>&1 | grep -q '\\[denied\\]'"
+as_nobody "$ctl" --socket "$sock" publish --name allowed/x --size 4096 --retire-after 1 >"$dir/pub.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do grep -q published "$dir/pub.out" && break; sleep 0.05; done
+expect "publishing inside the allowed prefix works" grep -q published "$dir/pub.out"
+peers_before=$("$ctl" --socket "$sock" --json peers | jq length)
+cat >"$dir/policy.conf" <<'POLICY'
+allow publish,attach uid=65534 prefix=
+POLICY
+kill -HUP "$bpid"
+for _ in $(seq 100); do grep -q "policy reloaded" "$dir/policy.log" && break; sleep 0.05; done
+expect "SIGHUP reloads the policy" grep -q "policy reloaded" "$dir/policy.log"
+expect "after the reload the other prefix may be attached (waits, then times out: not denied)" \
+        bash -c "setpriv --reuid 65534 --regid 65534 --clear-groups '$ctl' --socket '$sock' attach --name other/y --timeout 100 2>&1 | grep -q timeout"
+peers_after=$("$ctl" --socket "$sock" --json peers | jq length)
+expect "peers stay connected across the reload ($peers_before before, $peers_after after)" test "$peers_before" == "$peers_after"
+echo 'allow publish uid=65534 this-is-not-a-rule' >"$dir/policy.conf"
+kill -HUP "$bpid"
+for _ in $(seq 100); do grep -q "keeping the old policy" "$dir/policy.log" && break; sleep 0.05; done
+expect "an invalid policy is refused on reload and the old one kept" grep -q "keeping the old policy" "$dir/policy.log"
+expect "the broker still serves after a bad reload" as_nobody "$ctl" --socket "$sock" ping
+
+[[ $failures == 0 ]] && echo "all checks passed" || echo "$failures checks failed"
+[[ $failures == 0 ]]
