@@ -1,0 +1,256 @@
+/* util/: SipHash-2-4 against the reference vectors, the intrusive hash table and the min-heap. */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "heap.h"
+#include "hmap.h"
+#include "macro.h"
+
+/* ---- SipHash ---- */
+
+static void test_siphash_vectors(void)
+{
+        /* From the SipHash paper's reference implementation (vectors.h): key 00..0f, message
+         * 00..len-1; the digest bytes are little-endian. */
+        static const uint64_t want[16] = {
+                0x726fdb47dd0e0e31ULL, 0x74f839c593dc67fdULL, 0x0d6c8009d9a94f5aULL, 0x85676696d7fb7e2dULL,
+                0xcf2794e0277187b7ULL, 0x18765564cd99a68dULL, 0xcbc9466e58fee3ceULL, 0xab0200f58b01d137ULL,
+                0x93f5f5799a932462ULL, 0x9e0082df0ba9e4b0ULL, 0x7a5dbbc594ddb9f3ULL, 0xf4b32f46226bada7ULL,
+                0x751e8fbc860ee5fbULL, 0x14ea5627c0843d90ULL, 0xf723ca908e7af2eeULL, 0xa129ca6149be45e5ULL,
+        };
+        uint8_t key[16], msg[16];
+
+        for (unsigned i = 0; i < 16; i++)
+                key[i] = msg[i] = (uint8_t)i;
+        hash_seed(key);
+        for (unsigned len = 0; len < 16; len++)
+                check_eq(hash_bytes(msg, len), want[len]);
+}
+
+static void test_siphash_seed(void)
+{
+        uint8_t k1[16] = { 1 }, k2[16] = { 2 };
+        uint64_t a, b, c;
+
+        hash_seed(k1);
+        a = hash_bytes("frames/0", 8);
+        c = hash_u64(42);
+        check_eq(hash_bytes("frames/0", 8), a); /* deterministic for one key */
+        hash_seed(k2);
+        b = hash_bytes("frames/0", 8);
+        check(a != b); /* another key, another hash: peers cannot precompute collisions */
+        check(hash_u64(42) != c);
+        /* hash_u64 hashes the 8 bytes of the value. */
+        {
+                uint64_t v = 42;
+                check_eq(hash_u64(42), hash_bytes(&v, sizeof(v)));
+        }
+}
+
+/* ---- hash table ---- */
+
+typedef struct Item {
+        HNode node;
+        unsigned key;
+        bool seen;
+} Item;
+
+static Item *lookup(HMap *m, unsigned key, uint64_t (*hf)(unsigned))
+{
+        uint64_t h = hf(key);
+
+        for (HNode *n = hmap_bucket(m, h); n; n = n->next) {
+                Item *it = container_of(n, Item, node);
+                if (n->hash == h && it->key == key)
+                        return it;
+        }
+        return NULL;
+}
+
+static uint64_t good_hash(unsigned k)
+{
+        return hash_u64(k);
+}
+
+/* Every key in one bucket chain: the table must still work (the caller compares keys). */
+static uint64_t bad_hash(unsigned k)
+{
+        return k & 1 ? 0x100 : 0x200;
+}
+
+static void hmap_exercise(uint64_t (*hf)(unsigned))
+{
+        enum { N = 1000 };
+        HMap m = HMAP_INIT;
+        Item *items = calloc(N, sizeof(*items));
+        size_t count;
+
+        check(items);
+        check(hmap_bucket(&m, 123) == NULL); /* empty table has no buckets */
+        check_eq(m.count, 0);
+        for (unsigned i = 0; i < N; i++) {
+                items[i].key = i;
+                check_eq(hmap_insert(&m, &items[i].node, hf(i)), 0);
+                check_eq(m.count, i + 1);
+                check(m.count <= m.mask + 1); /* load factor stays at or under 1 */
+        }
+        for (unsigned i = 0; i < N; i++)
+                check(lookup(&m, i, hf) == &items[i]);
+        check(lookup(&m, N + 5, hf) == NULL);
+
+        /* Iteration visits each node exactly once. */
+        count = 0;
+        hmap_for_each(n, &m) {
+                Item *it = container_of(n, Item, node);
+                check(!it->seen);
+                it->seen = true;
+                count++;
+        }
+        check_eq(count, N);
+
+        /* Remove the even keys, in an order unrelated to insertion. */
+        for (unsigned i = 0; i < N; i += 2)
+                hmap_remove(&m, &items[(i * 7) % N].node); /* i even: (i * 7) % N is even too */
+        check_eq(m.count, N / 2);
+        for (unsigned i = 0; i < N; i++)
+                check((lookup(&m, i, hf) != NULL) == (i % 2 == 1));
+
+        /* Re-insert one and remove everything. */
+        check_eq(hmap_insert(&m, &items[0].node, hf(0)), 0);
+        check(lookup(&m, 0, hf) == &items[0]);
+        for (unsigned i = 0; i < N; i++)
+                if (lookup(&m, i, hf))
+                        hmap_remove(&m, &items[i].node);
+        check_eq(m.count, 0);
+        hmap_for_each(n, &m) check(!n);
+        hmap_deinit(&m);
+        check(m.buckets == NULL && m.count == 0 && m.mask == 0);
+        hmap_deinit(&m); /* twice is harmless */
+        free(items);
+}
+
+static void test_hmap(void)
+{
+        hmap_exercise(good_hash);
+}
+
+static void test_hmap_collisions(void)
+{
+        hmap_exercise(bad_hash);
+}
+
+/* ---- heap ---- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint64_t rng(void)
+{
+        /* xorshift64*: deterministic, so a failure reproduces. */
+        rng_state ^= rng_state >> 12;
+        rng_state ^= rng_state << 25;
+        rng_state ^= rng_state >> 27;
+        return rng_state * 0x2545f4914f6cdd1dULL;
+}
+
+static void heap_check_shape(const Heap *h)
+{
+        for (size_t i = 0; i < h->n; i++) {
+                check_eq(h->v[i]->idx, i);
+                if (i)
+                        check(h->v[(i - 1) / 2]->key <= h->v[i]->key);
+        }
+}
+
+static void test_heap_basic(void)
+{
+        Heap h = HEAP_INIT;
+        HeapNode a = HEAP_NODE_INIT, b = HEAP_NODE_INIT, c = HEAP_NODE_INIT;
+
+        check(heap_top(&h) == NULL);
+        check(!heap_queued(&a));
+        heap_remove(&h, &a); /* not queued: harmless */
+        check_eq(heap_push(&h, &a, 30), 0);
+        check_eq(heap_push(&h, &b, 10), 0);
+        check_eq(heap_push(&h, &c, 20), 0);
+        check(heap_queued(&a) && heap_queued(&b) && heap_queued(&c));
+        check(heap_top(&h) == &b);
+        heap_remove(&h, &b);
+        check(!heap_queued(&b));
+        check(heap_top(&h) == &c);
+        heap_remove(&h, &b); /* twice: harmless */
+        check_eq(h.n, 2);
+        heap_remove(&h, &a); /* the last one */
+        check(heap_top(&h) == &c);
+        heap_remove(&h, &c);
+        check(heap_top(&h) == NULL);
+        /* Equal keys all come out. */
+        check_eq(heap_push(&h, &a, 5), 0);
+        check_eq(heap_push(&h, &b, 5), 0);
+        check_eq(heap_push(&h, &c, 5), 0);
+        for (int i = 0; i < 3; i++) {
+                HeapNode *t = heap_top(&h);
+                check(t && t->key == 5);
+                heap_remove(&h, t);
+        }
+        check(heap_top(&h) == NULL);
+        /* A node removed from one heap position and pushed again gets its new key. */
+        check_eq(heap_push(&h, &a, 7), 0);
+        heap_remove(&h, &a);
+        check_eq(heap_push(&h, &a, 3), 0);
+        check_eq(heap_top(&h)->key, 3);
+        heap_deinit(&h);
+        check(h.v == NULL && h.n == 0);
+}
+
+static void test_heap_random(void)
+{
+        enum { N = 2000 };
+        HeapNode *nodes = calloc(N, sizeof(*nodes));
+        Heap h = HEAP_INIT;
+        uint64_t last = 0;
+        size_t queued = 0;
+
+        check(nodes);
+        for (size_t i = 0; i < N; i++)
+                nodes[i] = (HeapNode)HEAP_NODE_INIT;
+        /* Random pushes and removals from anywhere; the heap property holds throughout. */
+        for (int round = 0; round < 20000; round++) {
+                HeapNode *n = &nodes[rng() % N];
+                if (heap_queued(n)) {
+                        heap_remove(&h, n);
+                        queued--;
+                        check(!heap_queued(n));
+                } else {
+                        check_eq(heap_push(&h, n, rng() % 500), 0);
+                        queued++;
+                }
+                check_eq(h.n, queued);
+                if (round % 97 == 0)
+                        heap_check_shape(&h);
+        }
+        heap_check_shape(&h);
+        /* Popping yields non-decreasing keys. */
+        while (heap_top(&h)) {
+                HeapNode *t = heap_top(&h);
+                check(t->key >= last);
+                last = t->key;
+                heap_remove(&h, t);
+                queued--;
+        }
+        check_eq(queued, 0);
+        heap_deinit(&h);
+        free(nodes);
+}
+
+int main(int argc, char **argv)
+{
+        TEST_RUN(argc, argv, test_siphash_vectors);
+        TEST_RUN(argc, argv, test_siphash_seed);
+        TEST_RUN(argc, argv, test_hmap);
+        TEST_RUN(argc, argv, test_hmap_collisions);
+        TEST_RUN(argc, argv, test_heap_basic);
+        TEST_RUN(argc, argv, test_heap_random);
+        return TEST_END();
+}
