@@ -17,7 +17,7 @@ packages=(
         libuv1-dev libmsgpack-dev libseccomp-dev      # the broker's and library's dependencies
         runc                                          # tests: the broker in an OCI container
         nodejs npm                                    # tests: offline Kubernetes manifest validation
-        jq procps psmisc                              # tests: reading results, watching processes
+        jq procps psmisc python3-yaml                 # tests: reading results, processes, manifests
 )
 
 as_root() {

@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,25 @@
 #include "pattern.h"
 
 #define CHUNK (16u << 20) /* staging for the CUDA kinds */
+#define TICK_MS 200         /* how often a holding command checks for SIGTERM */
+
+/* Set by SIGTERM/SIGINT. A holding command must act on them itself: as a container's pid 1 it
+ * would otherwise ignore SIGTERM, and the kubelet would have to wait for the grace period. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig)
+{
+        (void)sig;
+        stop_requested = 1;
+}
+
+static void catch_stop_signals(void)
+{
+        struct sigaction sa = { .sa_handler = on_stop_signal };
+
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+}
 
 static int parse_kind(const char *s, gpuipc_kind_t *ret)
 {
@@ -115,13 +135,16 @@ static void print_buffer(Ctl *ctl, const char *what, const gpuipc_buffer_t *b)
         fflush(stdout);
 }
 
-/* Waits for events until our buffer drained; reports revocations and broker loss. */
+/* Waits for events until our buffer drained (or we are told to stop); reports broker loss. */
 static int hold_until_drained(Ctl *ctl, gpuipc_buffer_t *b)
 {
-        for (;;) {
+        catch_stop_signals();
+        while (!stop_requested) {
                 gpuipc_event_t ev;
-                int r = gpuipc_next_event(ctl->c, &ev, -1);
+                int r = gpuipc_next_event(ctl->c, &ev, TICK_MS);
 
+                if (r == GPUIPC_E_TIMEOUT)
+                        continue;
                 if (r < 0)
                         return ctl_fail(ctl, "waiting for drained", r);
                 if (ev.type == GPUIPC_EVENT_DRAINED && ev.subscription == 0 && ev.buffer == gpuipc_buffer_id(b)) {
@@ -129,6 +152,7 @@ static int hold_until_drained(Ctl *ctl, gpuipc_buffer_t *b)
                         return CTL_OK;
                 }
         }
+        return CTL_OK;
 }
 
 int cmd_publish(Ctl *ctl, int argc, char **argv)
@@ -207,19 +231,22 @@ usage:
         return CTL_USAGE;
 }
 
-/* Keeps the reference for ms milliseconds, still answering events (a revoke ends it early). */
+/* Keeps the reference for ms milliseconds, still handling events: a revoke, a lost broker or
+ * SIGTERM ends it early. */
 static void hold_for(Ctl *ctl, gpuipc_buffer_t *b, long ms)
 {
         uint64_t end = client_now_ms() + (uint64_t)ms;
 
-        while (!gpuipc_buffer_revoked(b)) {
+        catch_stop_signals();
+        while (!gpuipc_buffer_revoked(b) && !stop_requested) {
                 uint64_t now = client_now_ms();
                 gpuipc_event_t ev;
+                int r;
 
                 if (now >= end)
                         return;
-                if (gpuipc_next_event(ctl->c, &ev, (int)MIN(end - now, (uint64_t)INT32_MAX)) < 0 &&
-                    client_now_ms() < end && ctl->c->broken)
+                r = gpuipc_next_event(ctl->c, &ev, (int)MIN(end - now, (uint64_t)TICK_MS));
+                if (r < 0 && r != GPUIPC_E_TIMEOUT)
                         return;
         }
 }

@@ -57,13 +57,23 @@ static int request(Ctl *ctl, ProtoMsg *req, Frame *f)
         return 0;
 }
 
+/* ping also takes --timeout after the command, the way probes are usually written. */
 int cmd_ping(Ctl *ctl, int argc, char **argv)
 {
-        uint64_t start = client_now_ms();
-        int r = ctl_connect(ctl, false);
+        static const struct option longopts[] = { { "timeout", required_argument, NULL, 't' }, {} };
+        uint64_t start;
+        long v;
+        int c, r;
 
-        (void)argc;
-        (void)argv;
+        while ((c = getopt_long(argc, argv, "t:", longopts, NULL)) >= 0) {
+                if (c != 't' || ctl_parse_int(optarg, 0, INT32_MAX, &v) < 0) {
+                        fprintf(stderr, "usage: gpuipcctl ping [--timeout MS]\n");
+                        return CTL_USAGE;
+                }
+                ctl->timeout_ms = (int)v;
+        }
+        start = client_now_ms();
+        r = ctl_connect(ctl, false);
         if (r)
                 return r;
         r = gpuipc_ping(ctl->c, ctl->timeout_ms);

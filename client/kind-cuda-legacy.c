@@ -1,44 +1,326 @@
-/* Placeholder until the CUDA kinds land: every operation says CUDA is unavailable. */
+/* The cuda-legacy kind: cuMemAlloc memory (ours, or the caller's through gpuipc_buffer_wrap_cuda)
+ * shared by a 64-byte cuIpcGetMemHandle handle of its allocation's base plus an offset. The
+ * driver opens such handles only between processes of one PID namespace, and the memory dies
+ * with its producer; cuda-vmm has neither limit. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "cuda.h"
 #include "internal.h"
+#include "macro.h"
 
-static int no_alloc(gpuipc_t *c, gpuipc_buffer_t *b, size_t size, int device)
+/* A handle exports the whole allocation it points into, and the driver may place small
+ * allocations side by side: whole 2 MiB blocks keep other data out of what consumers see. */
+#define LEGACY_ALIGN (2u << 20)
+
+static void set_device(gpuipc_buffer_t *b, int ordinal)
 {
-        (void)b; (void)size; (void)device;
-        client_errmsg(c, "this libgpuipc has no CUDA support yet");
-        return GPUIPC_E_NO_CUDA;
+        b->ordinal = ordinal;
+        snprintf(b->device, sizeof(b->device), "%s", cuda_device_uuid(ordinal));
 }
 
-static int no_export(gpuipc_t *c, gpuipc_buffer_t *b, bool writable, int *ret_fd)
+/* ---- producer ---- */
+
+static int legacy_alloc(gpuipc_t *c, gpuipc_buffer_t *b, size_t size, int device)
 {
-        (void)c; (void)b; (void)writable; (void)ret_fd;
-        return GPUIPC_E_NO_CUDA;
+        GcuDevicePtr p = 0;
+        GcuResult cr;
+        int r;
+
+        if (size > SIZE_MAX - (LEGACY_ALIGN - 1)) {
+                client_errmsg(c, "%zu bytes is more than any GPU holds", size);
+                return GPUIPC_E_INVALID;
+        }
+        r = cuda_ctx_push(c, device);
+        if (r < 0)
+                return r;
+        cr = CU(cuMemAlloc, &p, (size + LEGACY_ALIGN - 1) / LEGACY_ALIGN * LEGACY_ALIGN);
+        r = cuda_ctx_pop(c, cr == GCU_SUCCESS ? 0 : cuda_error(c, "cuMemAlloc", cr));
+        if (r < 0) {
+                if (cr == GCU_SUCCESS && cuda_ctx_push(NULL, device) == 0) {
+                        (void)CU(cuMemFree, p); /* the pop's error is the one to report */
+                        cuda_ctx_pop(NULL, 0);
+                }
+                return r;
+        }
+        b->ka.base = b->ka.dptr = p;
+        b->ptr = (void *)(uintptr_t)p;
+        b->size = size;
+        set_device(b, device);
+        return 0;
 }
 
-static void no_free(gpuipc_t *c, gpuipc_buffer_t *b)
+static int legacy_export_in_ctx(gpuipc_t *c, gpuipc_buffer_t *b)
 {
-        (void)c; (void)b;
+        GcuIpcMemHandle handle;
+        GcuDevicePtr base = 0;
+        size_t len = 0;
+        GcuResult cr;
+
+        /* The handle names an allocation by its base; consumers add the offset. */
+        cr = CU(cuMemGetAddressRange, &base, &len, b->ka.dptr);
+        if (cr != GCU_SUCCESS)
+                return cuda_error(c, "cuMemGetAddressRange", cr);
+        cr = CU(cuIpcGetMemHandle, &handle, base);
+        if (cr != GCU_SUCCESS)
+                return cuda_error_why(c, "cuIpcGetMemHandle", cr,
+                                      "only memory from cuMemAlloc/cudaMalloc has legacy IPC handles (not memory "
+                                      "from cuMemCreate, cudaMallocAsync pools or managed memory): share that "
+                                      "as cuda-vmm instead");
+        _Static_assert(sizeof(handle) == sizeof(b->ka.ipc_handle), "legacy handle size");
+        memcpy(b->ka.ipc_handle, &handle, sizeof(handle));
+        b->ka.base = base;
+        return 0;
 }
 
-static int no_import(gpuipc_t *c, Mapping *m, const ProtoMsg *reply, int fd)
+/* writable cannot be enforced: an opened handle is always read-write. */
+static int legacy_export(gpuipc_t *c, gpuipc_buffer_t *b, bool writable, int *ret_fd)
 {
-        (void)m; (void)reply;
-        if (fd >= 0)
-                close(fd);
-        client_errmsg(c, "this libgpuipc has no CUDA support yet");
-        return GPUIPC_E_NO_CUDA;
+        int r;
+
+        (void)writable;
+        r = cuda_ctx_push(c, b->ordinal);
+        if (r < 0)
+                return r;
+        r = cuda_ctx_pop(c, legacy_export_in_ctx(c, b));
+        if (r < 0)
+                return r;
+        *ret_fd = -1;
+        return 0;
 }
 
-static void no_unmap(gpuipc_t *c, Mapping *m)
+static int legacy_sync(gpuipc_t *c, gpuipc_buffer_t *b)
 {
-        (void)c; (void)m;
+        return cuda_sync(c, b->ordinal);
 }
 
-static int no_copy(void *ptr, int ordinal, void *host, size_t len, bool to_host)
+/* buffer.c calls this only once no consumer can hold the memory open (drained or never
+ * published): freeing under an open handle is undefined behaviour. */
+static void legacy_free(gpuipc_t *c, gpuipc_buffer_t *b)
 {
-        (void)ptr; (void)ordinal; (void)host; (void)len; (void)to_host;
-        return GPUIPC_E_NO_CUDA;
+        GcuResult cr;
+
+        if (!b->ka.wrapped && b->ka.dptr && cuda_ctx_push(c, b->ordinal) == 0) {
+                cr = CU(cuMemFree, b->ka.dptr);
+                if (cr != GCU_SUCCESS)
+                        cuda_error(c, "cuMemFree", cr);
+                cuda_ctx_pop(c, 0);
+        }
+        b->ka.dptr = b->ka.base = 0;
+        b->ptr = NULL;
 }
 
-const KindOps kind_cuda_legacy_ops = { no_alloc, no_export, NULL, no_free, no_import, no_unmap, no_copy };
+/* ---- wrapping the caller's memory ---- */
+
+/* The device ordinal of the memory at ptr, checking that legacy IPC can share it. */
+static int wrap_find_device(gpuipc_t *c, GcuDevicePtr ptr, int *ret)
+{
+        unsigned int type = 0;
+        int ordinal = -1, capable = 0;
+        GcuResult cr;
+
+        cr = CU(cuPointerGetAttribute, &type, GCU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr);
+        if (cr != GCU_SUCCESS)
+                return cuda_error_why(c, "cuPointerGetAttribute", cr,
+                                      "the pointer is not CUDA memory of this process");
+        if (type != GCU_MEMORYTYPE_DEVICE) {
+                client_errmsg(c, "0x%llx is not device memory (CUDA memory type %u): only cuMemAlloc/cudaMalloc "
+                              "memory can be shared as cuda-legacy", (unsigned long long)ptr, type);
+                return GPUIPC_E_INVALID;
+        }
+        cr = CU(cuPointerGetAttribute, &ordinal, GCU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr);
+        if (cr != GCU_SUCCESS)
+                return cuda_error(c, "cuPointerGetAttribute(DEVICE_ORDINAL)", cr);
+        /* Drivers before 11.3 cannot say; cuIpcGetMemHandle will then. */
+        cr = CU(cuPointerGetAttribute, &capable, GCU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr);
+        if (cr == GCU_SUCCESS && !capable) {
+                client_errmsg(c, "0x%llx cannot be shared with a legacy IPC handle (it comes from cuMemCreate, a "
+                              "cudaMallocAsync pool or similar): allocate it with cudaMalloc, or allocate a "
+                              "cuda-vmm buffer with gpuipc_buffer_alloc", (unsigned long long)ptr);
+                return GPUIPC_E_KIND;
+        }
+        *ret = ordinal;
+        return 0;
+}
+
+/* The allocation around ptr must hold all of [ptr, ptr + size). */
+static int wrap_check_range(gpuipc_t *c, GcuDevicePtr ptr, size_t size, GcuDevicePtr *ret_base)
+{
+        GcuDevicePtr base = 0;
+        size_t len = 0;
+        GcuResult cr = CU(cuMemGetAddressRange, &base, &len, ptr);
+
+        if (cr != GCU_SUCCESS)
+                return cuda_error(c, "cuMemGetAddressRange", cr);
+        if (size > len - (ptr - base)) {
+                client_errmsg(c, "0x%llx + %zu bytes runs past the end of its allocation (0x%llx, %zu bytes)",
+                              (unsigned long long)ptr, size, (unsigned long long)base, len);
+                return GPUIPC_E_INVALID;
+        }
+        *ret_base = base;
+        return 0;
+}
+
+static int wrap_probe(gpuipc_t *c, GcuDevicePtr ptr, size_t size, int *ret_ordinal, GcuDevicePtr *ret_base)
+{
+        int ordinal = -1, r;
+
+        /* Pointer attributes need no current context: the address says where the memory lives. */
+        r = wrap_find_device(c, ptr, &ordinal);
+        if (r < 0)
+                return r;
+        r = cuda_ctx_push(c, ordinal);
+        if (r < 0)
+                return r;
+        r = cuda_ctx_pop(c, wrap_check_range(c, ptr, size, ret_base));
+        if (r < 0)
+                return r;
+        *ret_ordinal = ordinal;
+        return 0;
+}
+
+_public_ int gpuipc_buffer_wrap_cuda(gpuipc_t *c, uint64_t device_ptr, size_t size, gpuipc_buffer_t **ret)
+{
+        GcuDevicePtr base = 0;
+        gpuipc_buffer_t *b;
+        int ordinal = -1, r;
+
+        if (!c || !ret || !device_ptr || size == 0)
+                return GPUIPC_E_INVALID;
+        r = cuda_require(c);
+        if (r < 0)
+                return r;
+        r = wrap_probe(c, device_ptr, size, &ordinal, &base);
+        if (r < 0)
+                return r;
+        b = calloc(1, sizeof(*b));
+        if (!b)
+                return -ENOMEM;
+        /* As gpuipc_buffer_alloc() makes them, but the memory stays the caller's. */
+        b->conn = c;
+        b->own = true;
+        b->kind = GPUIPC_KIND_CUDA_LEGACY;
+        b->ka.fd = -1;
+        b->ka.wrapped = true;
+        b->ka.base = base;
+        b->ka.dptr = device_ptr;
+        b->ptr = (void *)(uintptr_t)device_ptr;
+        b->size = size;
+        set_device(b, ordinal);
+        list_append(&c->own, &b->own_link);
+        *ret = b;
+        return 0;
+}
+
+/* ---- consumer ---- */
+
+/* cuIpcOpenMemHandle's errors, explained: legacy IPC fails in ways its codes do not name. */
+static int legacy_open_error(gpuipc_t *c, GcuResult cr)
+{
+        switch (cr) {
+        case GCU_ERROR_INVALID_CONTEXT:
+        case GCU_ERROR_INVALID_VALUE:
+                return cuda_error_why(c, "cuIpcOpenMemHandle", cr,
+                                      "legacy IPC handles open only in a process of the producer's PID "
+                                      "namespace (set shareProcessNamespace: true on the pod), and only when both "
+                                      "processes see the buffer's GPU (give both containers the same "
+                                      "ResourceClaim); publishing the buffer as cuda-vmm has neither limit");
+        case GCU_ERROR_INVALID_HANDLE:
+                return cuda_error_why(c, "cuIpcOpenMemHandle", cr,
+                                      "the producer's memory is gone (it exited or freed it): legacy memory dies "
+                                      "with its producer; cuda-vmm buffers published broker-held outlive it");
+        case GCU_ERROR_MAP_FAILED:
+                return cuda_error_why(c, "cuIpcOpenMemHandle", cr,
+                                      "the handle comes from this very process, or the driver could not map it "
+                                      "into this one");
+        }
+        return cuda_error(c, "cuIpcOpenMemHandle", cr);
+}
+
+/* Opens the handle, checking that offset and size lie within what it exports. */
+static int legacy_open_in_ctx(gpuipc_t *c, Mapping *m, const GcuIpcMemHandle *handle, uint64_t offset)
+{
+        GcuDevicePtr base = 0, range_base = 0;
+        size_t len = 0;
+        GcuResult cr;
+
+        cr = CU(cuIpcOpenMemHandle, &base, *handle, GCU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        if (cr != GCU_SUCCESS)
+                return legacy_open_error(c, cr);
+        cr = CU(cuMemGetAddressRange, &range_base, &len, base);
+        if (cr != GCU_SUCCESS || offset > len || m->size > len - offset) {
+                int r = cr != GCU_SUCCESS ? cuda_error(c, "cuMemGetAddressRange", cr) : GPUIPC_E_BAD_REPLY;
+
+                if (cr == GCU_SUCCESS)
+                        client_errmsg(c, "the buffer (offset %llu, %zu bytes) lies outside the memory its handle "
+                                      "exports (%zu bytes)", (unsigned long long)offset, m->size, len);
+                (void)CU(cuIpcCloseMemHandle, base); /* the error above is the one to report */
+                return r;
+        }
+        m->dptr = base;
+        m->ptr = (void *)(uintptr_t)(base + offset);
+        return 0;
+}
+
+static int legacy_import(gpuipc_t *c, Mapping *m, const ProtoMsg *reply, int fd)
+{
+        _cleanup_close_ int unused = fd; /* nothing travels but the handle */
+        char uuid[PROTO_MAX_UUID + 1];
+        GcuIpcMemHandle handle;
+        bool guessed = false;
+        int ordinal = 0, r;
+
+        if (reply->handle.len != sizeof(handle)) {
+                client_errmsg(c, "the broker attached a cuda-legacy buffer without its %zu-byte handle", sizeof(handle));
+                return GPUIPC_E_BAD_REPLY;
+        }
+        memcpy(&handle, reply->handle.ptr, sizeof(handle));
+        snprintf(uuid, sizeof(uuid), "%.*s", (int)MIN(reply->device.len, (uint32_t)PROTO_MAX_UUID),
+                 reply->device.ptr ? reply->device.ptr : "");
+        r = cuda_import_device(c, uuid, &ordinal, &guessed);
+        if (r < 0)
+                return r;
+        r = cuda_ctx_push(c, ordinal);
+        if (r < 0)
+                return r;
+        r = cuda_ctx_pop(c, legacy_open_in_ctx(c, m, &handle, reply->offset));
+        if (r == GPUIPC_E_CUDA && guessed)
+                return cuda_device_unreachable(c, uuid, ordinal);
+        if (r < 0)
+                return r;
+        m->ordinal = ordinal;
+        return 0;
+}
+
+/* Opens are counted per context: one close for our one open, never more. */
+static void legacy_unmap(gpuipc_t *c, Mapping *m)
+{
+        GcuResult cr;
+
+        if (m->dptr && cuda_ctx_push(c, m->ordinal) == 0) {
+                cr = CU(cuIpcCloseMemHandle, m->dptr);
+                if (cr != GCU_SUCCESS)
+                        cuda_error(c, "cuIpcCloseMemHandle", cr);
+                cuda_ctx_pop(c, 0);
+        }
+        m->dptr = 0;
+        m->ptr = NULL;
+}
+
+static int legacy_copy(void *ptr, int ordinal, void *host, size_t len, bool to_host)
+{
+        return cuda_copy(NULL, ptr, ordinal, host, len, to_host);
+}
+
+const KindOps kind_cuda_legacy_ops = {
+        .alloc = legacy_alloc,
+        .export = legacy_export,
+        .sync = legacy_sync,
+        .free = legacy_free,
+        .import = legacy_import,
+        .unmap = legacy_unmap,
+        .copy = legacy_copy,
+};

@@ -1,0 +1,331 @@
+#!/usr/bin/env python3
+"""Runs one Pod of a rendered gpuipc overlay as runc containers, the way a kubelet would lay it out:
+a pause container holding the pod's network, IPC and UTS namespaces (and its PID namespace when
+shareProcessNamespace is set), the broker as a sidecar started first and probed with its own
+startupProbe, then the app containers; each with the Pod's mounts (the emptyDir becomes a host
+directory bind-mounted into each), user, groups (fsGroup), capabilities, no_new_privs, read-only
+root and seccomp profile (Localhost: the file shipped in seccomp/; RuntimeDefault: no filter, as
+runc has no default of its own).
+
+GPUs are not available here, so CUDA kinds in the app commands become memfd and --device goes:
+everything else about the pod is as declared. The pod passes when every app container exits 0,
+the broker answers its probe inside its own container (under its profile) and stops cleanly.
+
+    runc_pod.py --manifests RENDERED.yaml --pod NAME --bin BUILD_DIR --seccomp-dir DIR [--expect-shared-pid]
+Exit: 0 pass, 1 fail, 77 when runc cannot run here (not root, no runc).
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import yaml
+except ImportError:
+    print('python3 has no yaml module (Debian: python3-yaml): skipped')
+    sys.exit(77)
+
+STATE_ROOT = '/run/gpuipc-test-runc'
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def runc(*args, check=True, capture=False, timeout=60):
+    cmd = ['runc', '--root', STATE_ROOT, *args]
+    r = subprocess.run(cmd, capture_output=capture, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f'{" ".join(cmd)} failed ({r.returncode}): {r.stderr if capture else ""}')
+    return r
+
+
+def find_pod(docs, name):
+    for d in docs:
+        if d and d.get('kind') == 'Pod' and d['metadata']['name'] == name:
+            return d
+    raise SystemExit(f'no Pod named {name} in the manifests')
+
+
+def memfd_only(args):
+    """CUDA kinds become memfd and --device goes: this machine has no GPU."""
+    out, skip = [], False
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if a == '--device':
+            skip = True
+            continue
+        if i > 0 and args[i - 1] == '--kind' and a.startswith('cuda-'):
+            a = 'memfd'
+        out.append(a)
+    return out
+
+
+def image_entrypoint(dockerfile):
+    """The image's ENTRYPOINT (exec form), which a container without `command` runs."""
+    entry = None
+    with open(dockerfile) as f:
+        for line in f:
+            if line.startswith('ENTRYPOINT'):
+                entry = json.loads(line[len('ENTRYPOINT'):].strip())
+    if not entry:
+        raise SystemExit(f'{dockerfile} has no ENTRYPOINT in exec form')
+    return entry
+
+
+def make_rootfs(path):
+    """An empty root with the host's /usr (read-only) and merged-usr links; binaries are mounted."""
+    for d in ('usr', 'proc', 'dev', 'tmp', 'run', 'opt/gpuipc', 'etc'):
+        os.makedirs(os.path.join(path, d), exist_ok=True)
+    for link, target in (('bin', 'usr/bin'), ('lib', 'usr/lib'), ('lib64', 'usr/lib64'), ('sbin', 'usr/sbin')):
+        if not os.path.lexists(os.path.join(path, link)):
+            os.symlink(target, os.path.join(path, link))
+    with open(os.path.join(path, 'etc/passwd'), 'w') as f:
+        f.write('root:x:0:0::/:/bin/sh\nnonroot:x:65532:65532::/:/bin/sh\n')
+    with open(os.path.join(path, 'etc/group'), 'w') as f:
+        f.write('root:x:0:\nnonroot:x:65532:\n')
+
+
+def oci_config(rootfs, args, env, user, mounts, namespaces, seccomp, read_only, caps_drop_all, no_new_privs):
+    caps = [] if caps_drop_all else ['CAP_CHOWN', 'CAP_SETUID', 'CAP_SETGID']
+    return {
+        'ociVersion': '1.0.2',
+        'process': {
+            'terminal': False,
+            'user': user,
+            'args': args,
+            'env': env,
+            'cwd': '/',
+            'capabilities': {k: caps for k in ('bounding', 'effective', 'permitted', 'inheritable', 'ambient')},
+            'noNewPrivileges': no_new_privs,
+        },
+        'root': {'path': rootfs, 'readonly': read_only},
+        'hostname': 'pod',
+        'mounts': [
+            {'destination': '/proc', 'type': 'proc', 'source': 'proc'},
+            {'destination': '/dev', 'type': 'tmpfs', 'source': 'tmpfs', 'options': ['nosuid', 'mode=755', 'size=65536k']},
+            {'destination': '/tmp', 'type': 'tmpfs', 'source': 'tmpfs', 'options': ['nosuid', 'nodev', 'mode=1777']},
+            {'destination': '/usr', 'type': 'bind', 'source': '/usr', 'options': ['rbind', 'ro', 'nosuid', 'nodev']},
+            *mounts,
+        ],
+        'linux': {
+            'namespaces': namespaces,
+            **({'seccomp': seccomp} if seccomp else {}),
+            'maskedPaths': ['/proc/kcore', '/proc/keys', '/proc/timer_list'],
+            'readonlyPaths': ['/proc/sys', '/proc/sysrq-trigger'],
+        },
+    }
+
+
+class Pod:
+    def __init__(self, pod, build, seccomp_dir, workdir, entrypoint):
+        self.entrypoint = entrypoint
+        self.pod = pod
+        self.spec = pod['spec']
+        self.build = build
+        self.seccomp_dir = seccomp_dir
+        self.work = workdir
+        self.ids = []
+        self.prefix = 'gpuipc-' + str(os.getpid())
+        self.volumes = {}
+        for v in self.spec.get('volumes', []):
+            if 'emptyDir' not in v:
+                raise SystemExit(f'volume {v["name"]}: only emptyDir is simulated')
+            d = os.path.join(workdir, 'volumes', v['name'])
+            os.makedirs(d)
+            os.chmod(d, 0o777)  # as the kubelet creates emptyDirs; fsGroup makes the group the pod's
+            if 'fsGroup' in self.spec.get('securityContext', {}):
+                os.chown(d, 0, self.spec['securityContext']['fsGroup'])
+                os.chmod(d, 0o2777)
+            self.volumes[v['name']] = d
+
+    def cid(self, name):
+        return f'{self.prefix}-{name}'
+
+    def user_of(self, c):
+        sc = {**self.spec.get('securityContext', {}), **c.get('securityContext', {})}
+        uid, gid = sc.get('runAsUser', 0), sc.get('runAsGroup', 0)
+        if sc.get('runAsNonRoot') and uid == 0:
+            raise SystemExit(f'{c["name"]}: runAsNonRoot with uid 0 would not start')
+        groups = [self.spec['securityContext']['fsGroup']] if 'fsGroup' in self.spec.get('securityContext', {}) else []
+        groups += self.spec.get('securityContext', {}).get('supplementalGroups', [])
+        return {'uid': uid, 'gid': gid, 'additionalGids': groups}, sc
+
+    def seccomp_of(self, sc):
+        prof = sc.get('seccompProfile') or self.spec.get('securityContext', {}).get('seccompProfile') or {}
+        if prof.get('type') == 'Localhost':
+            path = os.path.join(self.seccomp_dir, os.path.basename(prof['localhostProfile']))
+            with open(path) as f:
+                return json.load(f), f'Localhost {os.path.basename(path)}'
+        return None, prof.get('type', 'Unconfined') + ' (no filter under plain runc)'
+
+    def namespaces(self, pause_pid, share_pid):
+        ns = [{'type': 'mount'}]
+        for t in ('network', 'ipc', 'uts'):
+            ns.append({'type': t, 'path': f'/proc/{pause_pid}/ns/{"net" if t == "network" else t}'})
+        ns.append({'type': 'pid', 'path': f'/proc/{pause_pid}/ns/pid'} if share_pid else {'type': 'pid'})
+        return ns
+
+    def bundle(self, name, args, env, user, sc, mounts, namespaces, seccomp):
+        b = os.path.join(self.work, 'bundles', name)
+        make_rootfs(os.path.join(b, 'rootfs'))
+        bins = [{'destination': '/opt/gpuipc/bin', 'type': 'bind', 'source': self.bindir, 'options': ['rbind', 'ro']}]
+        cfg = oci_config(os.path.join(b, 'rootfs'), args, env, user, bins + mounts, namespaces, seccomp,
+                         read_only=sc.get('readOnlyRootFilesystem', False),
+                         caps_drop_all='ALL' in sc.get('capabilities', {}).get('drop', []),
+                         no_new_privs=sc.get('allowPrivilegeEscalation') is False)
+        with open(os.path.join(b, 'config.json'), 'w') as f:
+            json.dump(cfg, f, indent=1)
+        return b
+
+    def start(self, name, bundle, detach=True):
+        out = open(os.path.join(self.work, f'{name}.log'), 'w')
+        cid = self.cid(name)
+        self.ids.append(cid)
+        if detach:
+            subprocess.run(['runc', '--root', STATE_ROOT, 'run', '-d', '--bundle', bundle, cid],
+                           stdin=subprocess.DEVNULL, stdout=out, stderr=out, check=True, timeout=60)
+            return json.loads(runc('state', cid, capture=True).stdout)['pid']
+        return subprocess.Popen(['runc', '--root', STATE_ROOT, 'run', '--bundle', bundle, cid],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+
+    def probe(self, name, probe):
+        cmd = probe['exec']['command']
+        r = runc('exec', self.cid(name), *cmd, check=False, capture=True, timeout=30)
+        return r.returncode == 0, (r.stdout + r.stderr).strip()
+
+    def run(self):
+        self.bindir = os.path.join(self.work, 'bin')
+        os.makedirs(self.bindir)
+        for b in ('broker/gpuipc-broker', 'cli/gpuipcctl'):
+            shutil.copy(os.path.join(self.build, b), self.bindir)
+        share_pid = bool(self.spec.get('shareProcessNamespace'))
+        log(f'pod {self.pod["metadata"]["name"]}: shareProcessNamespace={share_pid}')
+
+        pause = self.bundle('pause', ['/usr/bin/sleep', 'infinity'], ['PATH=/usr/bin'],
+                            {'uid': 65535, 'gid': 65535}, {'readOnlyRootFilesystem': True,
+                                                           'capabilities': {'drop': ['ALL']},
+                                                           'allowPrivilegeEscalation': False},
+                            [], [{'type': t} for t in ('pid', 'mount', 'network', 'ipc', 'uts')], None)
+        pause_pid = self.start('pause', pause)
+        ok = True
+
+        def container_bundle(c):
+            user, sc = self.user_of(c)
+            seccomp, how = self.seccomp_of(sc)
+            env = ['PATH=/opt/gpuipc/bin:/usr/bin:/bin'] + [f'{e["name"]}={e["value"]}' for e in c.get('env', [])]
+            args = (c.get('command') or self.entrypoint) + c.get('args', [])
+            if os.path.basename(args[0]) in ('gpuipc-broker', 'gpuipcctl'):
+                args[0] = '/opt/gpuipc/bin/' + os.path.basename(args[0])
+            args = memfd_only(args)
+            mounts = [{'destination': m['mountPath'], 'type': 'bind', 'source': self.volumes[m['name']],
+                       'options': ['rbind', 'ro' if m.get('readOnly') else 'rw']} for m in c.get('volumeMounts', [])]
+            log(f'  {c["name"]}: uid={user["uid"]} gid={user["gid"]} groups={user["additionalGids"]} '
+                f'seccomp={how} args={" ".join(args)}')
+            return self.bundle(c['name'], args, env, user, sc, mounts, self.namespaces(pause_pid, share_pid), seccomp)
+
+        # Init containers in order: a sidecar (restartPolicy Always) counts as started once its
+        # startupProbe succeeds; then the app containers start.
+        sidecars = []
+        for c in self.spec.get('initContainers', []):
+            if c.get('restartPolicy') != 'Always':
+                raise SystemExit(f'{c["name"]}: only sidecar init containers are simulated')
+            self.start(c['name'], container_bundle(c))
+            probe = c.get('startupProbe')
+            started = False
+            for _ in range(int(probe.get('failureThreshold', 30)) * 5 if probe else 1):
+                started, out = self.probe(c['name'], probe) if probe else (True, '')
+                if started:
+                    break
+                time.sleep(0.2)
+            log(f'  {c["name"]}: startupProbe {"passed" if started else "FAILED: " + out}')
+            ok &= started
+            sidecars.append(c)
+        apps = [(c, self.start(c['name'], container_bundle(c), detach=False)) for c in self.spec['containers']]
+
+        consumers = [(c, p) for c, p in apps if 'attach' in c.get('args', [])]
+        for c, p in consumers:
+            rc = p.wait(timeout=120)
+            log(f'  {c["name"]}: exited {rc}: {open(os.path.join(self.work, c["name"] + ".log")).read().strip()}')
+            ok &= rc == 0
+        for c in sidecars:
+            if c.get('readinessProbe'):
+                ready, out = self.probe(c['name'], c['readinessProbe'])
+                log(f'  {c["name"]}: readinessProbe {"passed" if ready else "FAILED: " + out}')
+                ok &= ready
+            r = runc('exec', self.cid(c['name']), '/opt/gpuipc/bin/gpuipcctl', 'ls', check=False, capture=True)
+            log(f'  {c["name"]}: gpuipcctl ls inside the broker container:\n' +
+                '\n'.join('      ' + line for line in r.stdout.splitlines()))
+        # The apps that hold (the producer) are stopped the way the kubelet would: SIGTERM.
+        for c, p in apps:
+            if p.poll() is None:
+                runc('kill', self.cid(c['name']), 'TERM', check=False)
+                p.wait(timeout=30)
+        for c in sidecars:
+            runc('kill', self.cid(c['name']), 'TERM', check=False)
+            for _ in range(100):
+                st = runc('state', self.cid(c['name']), check=False, capture=True)
+                if st.returncode != 0 or json.loads(st.stdout)['status'] == 'stopped':
+                    break
+                time.sleep(0.05)
+            blog = open(os.path.join(self.work, c['name'] + '.log')).read()
+            if 'seccomp:' in blog:
+                log(f'  {c["name"]}: the seccomp filter killed the broker:\n{blog}')
+                ok = False
+            stopped = '"msg":"stopped"' in blog or ' info stopped' in blog
+            log(f'  {c["name"]}: {"stopped cleanly on SIGTERM" if stopped else "did NOT log a clean stop"}')
+            ok &= stopped
+        return ok
+
+    def cleanup(self):
+        for cid in reversed(self.ids):
+            runc('kill', cid, 'KILL', check=False, capture=True)
+        time.sleep(0.2)
+        for cid in reversed(self.ids):
+            runc('delete', '--force', cid, check=False, capture=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--manifests', required=True)
+    ap.add_argument('--pod', required=True)
+    ap.add_argument('--bin', required=True, help='the build directory')
+    ap.add_argument('--seccomp-dir', required=True)
+    ap.add_argument('--expect-shared-pid', action='store_true')
+    a = ap.parse_args()
+    if os.geteuid() != 0 or not shutil.which('runc'):
+        print('runc simulation needs root and runc: skipped')
+        return 77
+    with open(a.manifests) as f:
+        pod = find_pod(yaml.safe_load_all(f), a.pod)
+    if bool(pod['spec'].get('shareProcessNamespace')) != a.expect_shared_pid:
+        print(f'the pod {"does not share" if a.expect_shared_pid else "shares"} its PID namespace, unlike expected')
+        return 1
+    os.makedirs(STATE_ROOT, exist_ok=True)
+    work = tempfile.mkdtemp(prefix='gpuipc-pod-')
+    os.chmod(work, 0o755)
+    p = Pod(pod, a.bin, a.seccomp_dir, work,
+            image_entrypoint(os.path.join(os.path.dirname(os.path.abspath(a.seccomp_dir)), 'Dockerfile')))
+    try:
+        ok = p.run()
+    except (RuntimeError, subprocess.SubprocessError, OSError) as e:
+        log(f'error: {e}')
+        for name in os.listdir(work):
+            if name.endswith('.log'):
+                log(f'--- {name}\n{open(os.path.join(work, name)).read()}')
+        ok = False
+    finally:
+        p.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+    log('pod simulation passed' if ok else 'pod simulation FAILED')
+    return 0 if ok else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
