@@ -1,0 +1,249 @@
+/* libgpuipc without a usable CUDA driver: the loader reports why in words, the hello declares no
+ * GPUs, and every CUDA entry point fails with GPUIPC_E_NO_CUDA (closing fds it was given) instead
+ * of crashing. $GPUIPC_LIBCUDA points the loader at a library that does not exist, so the test
+ * means the same on machines with a GPU. No broker is needed: nothing here gets that far. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cuda.h"
+#include "internal.h"
+
+#define MISSING_LIBCUDA "/nonexistent/gpuipc-test/libcuda.so.1"
+
+/* A connection that never talked to a broker: enough for calls that fail before they would. */
+static gpuipc_t *fake_connection(void)
+{
+        gpuipc_t *c = calloc(1, sizeof(*c));
+
+        check(c);
+        c->fd = -1;
+        c->device_pref = -1;
+        list_init(&c->own);
+        list_init(&c->attached);
+        list_init(&c->subs);
+        list_init(&c->idle);
+        return c;
+}
+
+static bool fd_is_open(int fd)
+{
+        return fcntl(fd, F_GETFD) >= 0 || errno != EBADF;
+}
+
+static void test_load_fails_with_reason(void)
+{
+        check_eq(cuda_load(), (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
+        check(strstr(cuda_load_error(), MISSING_LIBCUDA));
+        check(strstr(cuda_load_error(), "NVIDIA driver libraries"));
+        /* The outcome is remembered, not retried. */
+        check_eq(cuda_load(), (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
+}
+
+static void test_no_devices(void)
+{
+        char gpus[PROTO_MAX_GPUS][PROTO_MAX_UUID + 1];
+
+        check_eq(cuda_visible_gpus(gpus, PROTO_MAX_GPUS), 0);
+        check_eq(cuda_device_count(), 0);
+        check_eq(cuda_device_by_uuid("GPU-00000000-0000-0000-0000-000000000000"), (uint64_t)-1);
+        check_streq(cuda_device_uuid(0), "");
+        check_eq(cuda_check_device(NULL, 0), (uint64_t)(int64_t)GPUIPC_E_DEVICE);
+}
+
+static void test_entry_points_absent(void)
+{
+        /* CU() must not jump through a NULL pointer when nothing was loaded. */
+        check_eq(CU(cuInit, 0), GCU_ERROR_MISSING_ENTRY);
+        check_eq(CU(cuCtxSynchronize), GCU_ERROR_MISSING_ENTRY);
+}
+
+static void test_error_messages(void)
+{
+        gpuipc_t *c = fake_connection();
+
+        check_eq(cuda_error(NULL, "cuMemCreate", GCU_ERROR_OUT_OF_MEMORY), (uint64_t)(int64_t)GPUIPC_E_CUDA);
+        check_eq(cuda_error(c, "cuMemCreate", GCU_ERROR_OUT_OF_MEMORY), (uint64_t)(int64_t)GPUIPC_E_CUDA);
+        check(strncmp(gpuipc_errmsg(c), "cuMemCreate failed: ", 20) == 0);
+        check(strstr(gpuipc_errmsg(c), "free some"));
+        cuda_error(c, "cuStreamWaitValue64", GCU_ERROR_MISSING_ENTRY);
+        check(strstr(gpuipc_errmsg(c), "driver is too old"));
+        cuda_error_why(c, "cuIpcOpenMemHandle", GCU_ERROR_INVALID_CONTEXT, "because");
+        check(strstr(gpuipc_errmsg(c), "cuIpcOpenMemHandle failed: "));
+        check(strstr(gpuipc_errmsg(c), ": because"));
+        free(c);
+}
+
+static void test_describe(void)
+{
+        CudaInfo *info = calloc(1, sizeof(*info));
+
+        check(info);
+        check_eq(cuda_describe(info), (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
+        check(!info->loaded);
+        check_eq(info->n_devices, 0);
+        check(strstr(info->reason, MISSING_LIBCUDA));
+        free(info);
+}
+
+static void check_alloc_fails(gpuipc_kind_t kind)
+{
+        gpuipc_t *c = fake_connection();
+        gpuipc_buffer_t *b = NULL;
+
+        check_eq(gpuipc_buffer_alloc(c, kind, 4096, 0, &b), (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
+        check(!b);
+        check(list_empty(&c->own));
+        check(strstr(gpuipc_errmsg(c), "could not be loaded"));
+        check(strstr(gpuipc_strerror(GPUIPC_E_NO_CUDA), "memfd"));
+        free(c);
+}
+
+static void test_alloc_vmm(void)
+{
+        check_alloc_fails(GPUIPC_KIND_CUDA_VMM);
+}
+
+static void test_alloc_legacy(void)
+{
+        check_alloc_fails(GPUIPC_KIND_CUDA_LEGACY);
+}
+
+static void test_wrap(void)
+{
+        gpuipc_t *c = fake_connection();
+        gpuipc_buffer_t *b = NULL;
+
+        check_eq(gpuipc_buffer_wrap_cuda(c, 0x7f0000000000ull, 4096, &b), (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
+        check(!b);
+        check(list_empty(&c->own));
+        check_eq(gpuipc_buffer_wrap_cuda(c, 0, 4096, &b), (uint64_t)(int64_t)GPUIPC_E_INVALID);
+        free(c);
+}
+
+/* The consumer's import owns the fd it is given, even when it cannot use it. */
+static void check_import_closes_fd(const KindOps *ops, gpuipc_kind_t kind)
+{
+        static const char handle[PROTO_LEGACY_HANDLE_SIZE];
+        gpuipc_t *c = fake_connection();
+        ProtoMsg reply = { .kind = (ProtoKind)kind, .size = 4096 };
+        Mapping m = { .kind = kind, .size = 4096, .ordinal = -1 };
+        int fds[2];
+
+        reply.device = proto_str("GPU-00000000-0000-0000-0000-000000000000");
+        reply.handle = (ProtoStr){ handle, sizeof(handle) };
+        check(pipe(fds) == 0);
+        check_eq(ops->import(c, &m, &reply, fds[0]), (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
+        check(!fd_is_open(fds[0]));
+        check(!m.ptr);
+        check(strstr(gpuipc_errmsg(c), "could not be loaded"));
+        close(fds[1]);
+        free(c);
+}
+
+static void test_import_vmm(void)
+{
+        check_import_closes_fd(&kind_cuda_vmm_ops, GPUIPC_KIND_CUDA_VMM);
+}
+
+static void test_import_legacy(void)
+{
+        check_import_closes_fd(&kind_cuda_legacy_ops, GPUIPC_KIND_CUDA_LEGACY);
+}
+
+static void test_copy(void)
+{
+        uint64_t host = 0;
+
+        check_eq(kind_cuda_vmm_ops.copy((void *)0x1000, 0, &host, sizeof(host), true),
+                 (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
+        check_eq(kind_cuda_legacy_ops.copy((void *)0x1000, 0, &host, sizeof(host), false),
+                 (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
+}
+
+static void test_fence(void)
+{
+        gpuipc_t *c = fake_connection();
+        gpuipc_fence_t *f = NULL;
+
+        check_eq(gpuipc_fence_create(c, "fence", 0, &f), (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
+        check(!f);
+        check(list_empty(&c->own));
+        /* Refused before any attach is sent (this connection has no broker to send it to). */
+        check_eq(gpuipc_fence_open(c, "fence", 0, &f), (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
+        check(!f);
+        check(strstr(gpuipc_errmsg(c), "could not be loaded"));
+        gpuipc_fence_close(NULL);
+        free(c);
+}
+
+/* Runs fn in a child whose loader sees $GPUIPC_LIBCUDA = lib (NULL: unset), and checks it
+ * exited 0: the load outcome is per process. */
+static void in_child(const char *lib, void (*fn)(void))
+{
+        int status = 0;
+        pid_t pid = fork();
+
+        check(pid >= 0);
+        if (pid == 0) {
+                if (lib)
+                        setenv("GPUIPC_LIBCUDA", lib, 1);
+                else
+                        unsetenv("GPUIPC_LIBCUDA");
+                fn();
+                _exit(0);
+        }
+        check(waitpid(pid, &status, 0) == pid);
+        check(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static void not_a_driver(void)
+{
+        check_eq(cuda_load(), (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
+        check(strstr(cuda_load_error(), "lacks the basic CUDA driver entry points"));
+}
+
+static void default_library(void)
+{
+        /* With a driver installed this loads; without one the reason names libcuda.so.1. */
+        if (cuda_load() < 0)
+                check(strstr(cuda_load_error(), "libcuda.so.1"));
+        else
+                check_streq(cuda_load_error(), "");
+}
+
+static void test_library_without_cuda(void)
+{
+        in_child("libc.so.6", not_a_driver);
+}
+
+static void test_default_library(void)
+{
+        in_child(NULL, default_library);
+}
+
+int main(int argc, char **argv)
+{
+        /* Before anything loads: the forked tests set their own. */
+        setenv("GPUIPC_LIBCUDA", MISSING_LIBCUDA, 1);
+        TEST_RUN(argc, argv, test_library_without_cuda);
+        TEST_RUN(argc, argv, test_default_library);
+        TEST_RUN(argc, argv, test_load_fails_with_reason);
+        TEST_RUN(argc, argv, test_no_devices);
+        TEST_RUN(argc, argv, test_entry_points_absent);
+        TEST_RUN(argc, argv, test_error_messages);
+        TEST_RUN(argc, argv, test_describe);
+        TEST_RUN(argc, argv, test_alloc_vmm);
+        TEST_RUN(argc, argv, test_alloc_legacy);
+        TEST_RUN(argc, argv, test_wrap);
+        TEST_RUN(argc, argv, test_import_vmm);
+        TEST_RUN(argc, argv, test_import_legacy);
+        TEST_RUN(argc, argv, test_copy);
+        TEST_RUN(argc, argv, test_fence);
+        return TEST_END();
+}
