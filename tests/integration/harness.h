@@ -236,6 +236,8 @@ void h_await(HChan *ch, char tag, int timeout_ms);
 /* Parent side: waits for the child's message with this tag and copies its text into buf (may be
  * NULL). A failure the child reported, its exit, another tag or the deadline fails the test. */
 void h_child_expect(HChild *c, char tag, int timeout_ms, char *buf, size_t cap);
+/* True when the child has sent nothing (yet) that h_child_expect would read. */
+bool h_child_quiet(HChild *c);
 /* Sends a command to the child. */
 void h_child_tell(HChild *c, char tag);
 
@@ -269,6 +271,10 @@ typedef struct HFrame {
         ProtoMsg msg; /* points into buf */
         int fd;       /* received fd (owned by the frame), or -1 */
 } HFrame;
+
+/* A frame buffer (64 KiB: allocate, don't put it on the stack) with no fd. */
+HFrame *h_frame_new(void);
+void h_frame_free(HFrame *f);
 
 /* Receives and decodes one frame: 1, 0 at EOF (or a reset connection), -ETIMEDOUT. A frame the
  * client could not decode fails the test. Closes a previously held f->fd first. */

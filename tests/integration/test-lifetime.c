@@ -1,0 +1,352 @@
+/* The lifetime contract against the real broker: fan-out to many consumer processes, attach before
+ * publish (the rendezvous) and its timeout, retire -> drained only after the last release, and
+ * retire_after. */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define FANOUT_CONSUMERS 32
+#define FANOUT_CLI_CONSUMERS 4
+
+typedef struct ConsumerArg {
+        const HBroker *broker;
+        const char *name;
+        uint64_t seed;
+        int timeout_ms;
+        bool announce; /* report 'c' once connected, before attaching */
+} ConsumerArg;
+
+/* Attaches and verifies (reporting 'a' with the buffer id and when the attach returned), holds the
+ * reference until told 'r', releases and reports 'd'. */
+static int consumer(HChan *ch, void *arg)
+{
+        const ConsumerArg *a = arg;
+        gpuipc_t *c = h_connect(a->broker, "consumer");
+        gpuipc_buffer_t *b;
+        uint64_t returned;
+
+        if (a->announce)
+                h_report(ch, 'c', "connected");
+        b = h_attach_verify(c, a->name, a->timeout_ms, a->seed);
+        returned = h_now_ms();
+        h_report(ch, 'a', "%" PRIu64 " %" PRIu64, gpuipc_buffer_id(b), returned);
+        h_await(ch, 'r', 60000);
+        CHECK(!gpuipc_buffer_revoked(b));
+        h_verify(b, a->seed);
+        CHECK_OK(c, gpuipc_release(c, b));
+        CHECK_OK(c, gpuipc_ping(c, H_SOON_MS));
+        h_report(ch, 'd', "released");
+        gpuipc_close(c);
+        return 0;
+}
+
+/* Expects the child's 'a' report for buffer id; *ret_at: when its attach returned (monotonic ms,
+ * the same clock in every process). */
+static void expect_attached(HChild *child, uint64_t id, uint64_t *ret_at)
+{
+        char text[256];
+        unsigned long long got = 0, at = 0;
+
+        h_child_expect(child, 'a', H_SOON_MS, text, sizeof(text));
+        CHECK(sscanf(text, "%llu %llu", &got, &at) == 2);
+        CHECK_EQ(got, id);
+        if (ret_at)
+                *ret_at = at;
+}
+
+/* Releases in the child and waits for it to exit cleanly. */
+static void release_child(HChild *child)
+{
+        h_child_tell(child, 'r');
+        h_child_expect(child, 'd', H_SOON_MS, NULL, 0);
+        h_child_wait_ok(child, H_SOON_MS);
+        h_child_free(child);
+}
+
+static void test_fanout_32_consumers(void)
+{
+        const size_t size = 1u << 20;
+        const uint64_t seed = 7;
+        ConsumerArg arg;
+        HChild *kids[FANOUT_CONSUMERS], *cli[FANOUT_CLI_CONSUMERS];
+        gpuipc_t *prod;
+        gpuipc_buffer_t *b;
+        HStat st;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        prod = h_connect(k.broker, "producer");
+        b = h_publish(prod, "fan/frame", size, seed, NULL);
+        arg = (ConsumerArg){ k.broker, "fan/frame", seed, H_SOON_MS };
+        for (int i = 0; i < FANOUT_CONSUMERS; i++) {
+                char name[32];
+                snprintf(name, sizeof(name), "consumer-%d", i);
+                kids[i] = h_spawn(name, consumer, &arg);
+        }
+        for (int i = 0; i < FANOUT_CONSUMERS; i++)
+                expect_attached(kids[i], gpuipc_buffer_id(b), NULL);
+        CHECK_OK(k.obs, h_stat(k.obs, "fan/frame", &st));
+        CHECK_EQ(st.refs, FANOUT_CONSUMERS);
+        CHECK_EQ(st.holders, FANOUT_CONSUMERS);
+        CHECK_EQ(h_stats(k.obs, "peers"), FANOUT_CONSUMERS + 4);
+
+        /* gpuipcctl consumers alongside, with their own pattern check. */
+        for (int i = 0; i < FANOUT_CLI_CONSUMERS; i++) {
+                char name[32];
+                snprintf(name, sizeof(name), "ctl-attach-%d", i);
+                cli[i] = h_spawn_ctl(k.broker, name, "attach", "--name", "fan/frame", "--verify", "random:7",
+                                     "--timeout", "5000", NULL);
+        }
+        for (int i = 0; i < FANOUT_CLI_CONSUMERS; i++) {
+                char *out;
+
+                h_child_wait_ok(cli[i], H_SOON_MS);
+                out = h_child_output(cli[i]);
+                CHECKF(strstr(out, "verified 1048576 bytes"), "gpuipcctl attach said: %s", out);
+                free(out);
+                h_child_free(cli[i]);
+        }
+        CHECK_OK(k.obs, h_stat(k.obs, "fan/frame", &st));
+        CHECK_EQ(st.refs, FANOUT_CONSUMERS);
+
+        /* Retired with 32 references: not drained until every consumer let go. */
+        CHECK_OK(prod, gpuipc_retire(prod, b));
+        CHECK_ERR(prod, gpuipc_wait_drained(prod, b, 50), GPUIPC_E_TIMEOUT);
+        for (int i = 0; i < FANOUT_CONSUMERS; i++)
+                release_child(kids[i]);
+        CHECK_OK(prod, gpuipc_wait_drained(prod, b, H_SOON_MS));
+        CHECK_OK(k.obs, h_stat_id(k.obs, gpuipc_buffer_id(b), &st));
+        CHECK_EQ(st.state, PROTO_STATE_IDLE);
+        CHECK_EQ(st.refs, 0);
+        CHECK_OK(prod, gpuipc_buffer_free(prod, b));
+        CHECK_EQ(h_stat_id(k.obs, gpuipc_buffer_id(b), &st), GPUIPC_E_NOT_FOUND);
+        gpuipc_close(prod);
+        h_case_end(&k);
+}
+
+static void test_attach_waits_for_publish(void)
+{
+        const uint64_t seed = 0xfeed;
+        ConsumerArg arg;
+        HChild *waiters[2];
+        gpuipc_t *prod;
+        gpuipc_buffer_t *b;
+        uint64_t names, t_publish, returned;
+        HStat st;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        names = h_stats(k.obs, "names");
+        arg = (ConsumerArg){ k.broker, "late/one", seed, 30000, true };
+        waiters[0] = h_spawn("waiter-0", consumer, &arg);
+        waiters[1] = h_spawn("waiter-1", consumer, &arg);
+        h_child_expect(waiters[0], 'c', H_SOON_MS, NULL, 0);
+        h_child_expect(waiters[1], 'c', H_SOON_MS, NULL, 0);
+        /* Both are parked in the broker: two waits, one name, nothing published. */
+        WAIT_UNTIL(h_stats(k.obs, "waits") == 2, H_SOON_MS);
+        CHECK_EQ(h_stats(k.obs, "names"), names + 1);
+        CHECK_EQ(h_stat(k.obs, "late/one", &st), GPUIPC_E_NOT_FOUND);
+        CHECK_EQ(h_list_count(k.obs, "late/"), 0);
+        CHECK(h_child_quiet(waiters[0]) && h_child_quiet(waiters[1]));
+
+        prod = h_connect(k.broker, "late-producer");
+        t_publish = h_now_ms();
+        b = h_publish(prod, "late/one", 200000, seed, NULL);
+        for (int i = 0; i < 2; i++) {
+                /* The attach returned because of the publish, not before it. */
+                expect_attached(waiters[i], gpuipc_buffer_id(b), &returned);
+                CHECK(returned >= t_publish);
+        }
+        CHECK_EQ(h_stats(k.obs, "waits"), 0);
+        CHECK_OK(k.obs, h_stat(k.obs, "late/one", &st));
+        CHECK_EQ(st.refs, 2);
+        release_child(waiters[0]);
+        release_child(waiters[1]);
+        CHECK_OK(prod, gpuipc_retire(prod, b));
+        CHECK_OK(prod, gpuipc_wait_drained(prod, b, H_SOON_MS));
+        CHECK_OK(prod, gpuipc_buffer_free(prod, b));
+        gpuipc_close(prod);
+        CHECK_EQ(h_stats(k.obs, "names"), names);
+        h_case_end(&k);
+}
+
+static void test_attach_timeout(void)
+{
+        gpuipc_t *c, *prod;
+        gpuipc_buffer_t *b = NULL, *late;
+        uint64_t names, t0, elapsed;
+        HChild *ctl;
+        HStat st;
+        HCase k;
+        char *out;
+
+        h_case_begin(&k, NULL);
+        names = h_stats(k.obs, "names");
+        c = h_connect(k.broker, "impatient");
+        t0 = h_now_ms();
+        CHECK_ERR(c, gpuipc_attach(c, "never/there", 300, &b), GPUIPC_E_TIMEOUT);
+        elapsed = h_now_ms() - t0;
+        h_log("attach timed out after %" PRIu64 " ms (asked for 300)", elapsed);
+        CHECKF(elapsed >= 250 && elapsed <= 300 + 3000, "attach with a 300 ms timeout took %" PRIu64 " ms", elapsed);
+        CHECK(b == NULL);
+        CHECKF(strstr(gpuipc_errmsg(c), "never/there"), "errmsg: %s", gpuipc_errmsg(c));
+        /* The wait is gone, the name entry too, the connection still works. */
+        CHECK_EQ(h_stats(k.obs, "waits"), 0);
+        CHECK_EQ(h_stats(k.obs, "timeouts_total"), 1);
+        CHECK_EQ(h_stats(k.obs, "names"), names);
+        CHECK_OK(c, gpuipc_ping(c, H_SOON_MS));
+        CHECK_ERR(c, gpuipc_attach(c, "never/there", 0, &b), GPUIPC_E_NOT_FOUND);
+
+        /* Publishing the name afterwards gives the timed-out consumer no reference. */
+        prod = h_connect(k.broker, "too-late-producer");
+        late = h_publish(prod, "never/there", 4096, 3, NULL);
+        CHECK_OK(k.obs, h_stat(k.obs, "never/there", &st));
+        CHECK_EQ(st.refs, 0);
+        CHECK_OK(prod, gpuipc_retire(prod, late));
+        CHECK_OK(prod, gpuipc_wait_drained(prod, late, H_SOON_MS));
+        CHECK_OK(prod, gpuipc_buffer_free(prod, late));
+        gpuipc_close(prod);
+
+        /* The CLI reports the same timeout, with the broker's reason. */
+        t0 = h_now_ms();
+        ctl = h_spawn_ctl(k.broker, "ctl-attach", "attach", "--name", "never/cli", "--timeout", "200", NULL);
+        CHECK_EQ(h_child_wait(ctl, H_SOON_MS), 1);
+        elapsed = h_now_ms() - t0;
+        out = h_child_output(ctl);
+        CHECKF(strstr(out, "never/cli") && elapsed >= 150, "gpuipcctl attach (%" PRIu64 " ms) said: %s", elapsed, out);
+        free(out);
+        h_child_free(ctl);
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
+static void test_drained_after_last_release(void)
+{
+        const uint64_t seed = 42;
+        ConsumerArg arg;
+        HChild *kids[3];
+        gpuipc_t *prod, *watcher, *c2;
+        gpuipc_buffer_t *b, *again, *view = NULL;
+        gpuipc_event_t ev;
+        uint64_t sub, gen;
+        HStat st;
+        HCase k;
+        int r;
+
+        h_case_begin(&k, NULL);
+        watcher = h_connect(k.broker, "watcher");
+        CHECK_OK(watcher, gpuipc_subscribe(watcher, "drain/", &sub));
+        prod = h_connect(k.broker, "producer");
+        b = h_publish(prod, "drain/me", 256 << 10, seed, NULL);
+        gen = gpuipc_buffer_generation(b);
+        arg = (ConsumerArg){ k.broker, "drain/me", seed, H_SOON_MS };
+        for (int i = 0; i < 3; i++) {
+                char name[32];
+                snprintf(name, sizeof(name), "holder-%d", i);
+                kids[i] = h_spawn(name, consumer, &arg);
+                expect_attached(kids[i], gpuipc_buffer_id(b), NULL);
+        }
+        CHECK_OK(prod, gpuipc_retire(prod, b));
+        CHECK_OK(k.obs, h_stat_id(k.obs, gpuipc_buffer_id(b), &st));
+        CHECK_EQ(st.state, PROTO_STATE_RETIRED);
+        CHECK_EQ(st.refs, 3);
+        /* Retired: no new attaches, by name or by id. */
+        c2 = h_connect(k.broker, "latecomer");
+        CHECK_ERR(c2, gpuipc_attach(c2, "drain/me", 0, &view), GPUIPC_E_NOT_FOUND);
+        CHECK_ERR(c2, gpuipc_attach_id(c2, gpuipc_buffer_id(b), &view), GPUIPC_E_STATE);
+
+        for (int i = 0; i < 3; i++) {
+                h_child_tell(kids[i], 'r');
+                h_child_expect(kids[i], 'd', H_SOON_MS, NULL, 0);
+                /* A ping's reply comes after anything the broker sent us because of that release. */
+                CHECK_OK(prod, gpuipc_ping(prod, H_SOON_MS));
+                if (i < 2) {
+                        CHECK_ERR(prod, gpuipc_wait_drained(prod, b, 0), GPUIPC_E_TIMEOUT);
+                        while ((r = gpuipc_next_event(prod, &ev, 0)) == 0)
+                                CHECKF(ev.type != GPUIPC_EVENT_DRAINED, "drained with %d references left", 2 - i);
+                        CHECK_OK(k.obs, h_stat_id(k.obs, gpuipc_buffer_id(b), &st));
+                        CHECK_EQ(st.refs, 2 - i);
+                        CHECK_EQ(st.state, PROTO_STATE_RETIRED);
+                }
+                h_child_wait_ok(kids[i], H_SOON_MS);
+                h_child_free(kids[i]);
+        }
+        CHECK_OK(prod, h_next_event_of(prod, GPUIPC_EVENT_DRAINED, H_SOON_MS, &ev));
+        CHECK_EQ(ev.buffer, gpuipc_buffer_id(b));
+        CHECK_EQ(ev.generation, gen);
+        CHECK_EQ(ev.subscription, 0);
+        CHECK(strcmp(ev.name, "drain/me") == 0);
+        CHECK_OK(prod, gpuipc_wait_drained(prod, b, 0));
+
+        /* The subscriber saw publish, retire, drain, in that order. */
+        CHECK_OK(watcher, gpuipc_next_event(watcher, &ev, H_SOON_MS));
+        CHECK_EQ(ev.type, GPUIPC_EVENT_PUBLISHED);
+        CHECK_EQ(ev.subscription, sub);
+        CHECK_OK(watcher, gpuipc_next_event(watcher, &ev, H_SOON_MS));
+        CHECK_EQ(ev.type, GPUIPC_EVENT_RETIRED);
+        CHECK_OK(watcher, gpuipc_next_event(watcher, &ev, H_SOON_MS));
+        CHECK_EQ(ev.type, GPUIPC_EVENT_DRAINED);
+        CHECK_EQ(ev.buffer, gpuipc_buffer_id(b));
+
+        /* Drained memory may be reused: publish it again (new data, new generation). */
+        h_pattern_fill(gpuipc_buffer_ptr(b), gpuipc_buffer_size(b), seed + 1);
+        CHECK_OK(prod, gpuipc_publish(prod, b, "drain/again", NULL));
+        CHECK(gpuipc_buffer_generation(b) > gen);
+        again = h_attach_verify(c2, "drain/again", 0, seed + 1);
+        CHECK_OK(prod, gpuipc_retire(prod, b));
+        CHECK_ERR(prod, gpuipc_wait_drained(prod, b, 50), GPUIPC_E_TIMEOUT);
+        CHECK_OK(c2, gpuipc_release(c2, again));
+        CHECK_OK(prod, gpuipc_wait_drained(prod, b, H_SOON_MS));
+        CHECK_OK(prod, gpuipc_buffer_free(prod, b));
+        gpuipc_close(c2);
+        gpuipc_close(prod);
+        gpuipc_close(watcher);
+        h_case_end(&k);
+}
+
+static void test_retire_after(void)
+{
+        gpuipc_publish_options_t po = { .retire_after = 3 };
+        gpuipc_t *prod, *cons[4];
+        gpuipc_buffer_t *b, *views[3], *extra = NULL;
+        HStat st;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        prod = h_connect(k.broker, "producer");
+        b = h_publish(prod, "once/three", 8192, 9, &po);
+        for (int i = 0; i < 4; i++)
+                cons[i] = h_connect(k.broker, "consumer");
+        for (int i = 0; i < 3; i++)
+                views[i] = h_attach_verify(cons[i], "once/three", 0, 9);
+        /* The third attach retired it. */
+        CHECK_ERR(cons[3], gpuipc_attach(cons[3], "once/three", 0, &extra), GPUIPC_E_NOT_FOUND);
+        CHECK_OK(k.obs, h_stat_id(k.obs, gpuipc_buffer_id(b), &st));
+        CHECK_EQ(st.state, PROTO_STATE_RETIRED);
+        CHECK_EQ(st.refs, 3);
+        for (int i = 0; i < 3; i++)
+                CHECK_OK(cons[i], gpuipc_release(cons[i], views[i]));
+        CHECK_OK(prod, gpuipc_wait_drained(prod, b, H_SOON_MS));
+        CHECK_OK(prod, gpuipc_buffer_free(prod, b));
+        for (int i = 0; i < 4; i++)
+                gpuipc_close(cons[i]);
+        gpuipc_close(prod);
+        h_case_end(&k);
+}
+
+int main(int argc, char **argv)
+{
+        static const HTest tests[] = {
+                H_TEST(test_fanout_32_consumers),
+                H_TEST(test_attach_waits_for_publish),
+                H_TEST(test_attach_timeout),
+                H_TEST(test_drained_after_last_release),
+                H_TEST(test_retire_after),
+        };
+
+        return h_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
+}
