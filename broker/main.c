@@ -65,11 +65,13 @@ static void usage(FILE *f)
                 "      --max-waits-per-peer N           (default %u)\n"
                 "      --max-subs-per-peer N            (default %u)\n"
                 "      --max-queued-bytes N             (default %u)\n"
+                "      --max-timeout-ms N               longest wait a peer may ask for (default %u)\n"
                 "  -V, --version\n"
                 "  -h, --help\n",
                 GPUIPC_DEFAULT_SOCKET, LIMITS_DEFAULT.connections, LIMITS_DEFAULT.connections_per_uid,
                 LIMITS_DEFAULT.buffers_per_uid, LIMITS_DEFAULT.fds_per_uid, LIMITS_DEFAULT.refs_per_peer,
-                LIMITS_DEFAULT.waits_per_peer, LIMITS_DEFAULT.subs_per_peer, LIMITS_DEFAULT.queued_bytes);
+                LIMITS_DEFAULT.waits_per_peer, LIMITS_DEFAULT.subs_per_peer, LIMITS_DEFAULT.queued_bytes,
+                LIMITS_DEFAULT.max_timeout_ms);
 }
 
 enum {
@@ -87,6 +89,7 @@ enum {
         OPT_MAX_WAITS,
         OPT_MAX_SUBS,
         OPT_MAX_QUEUED,
+        OPT_MAX_TIMEOUT,
 };
 
 static int parse_uint(const char *s, unsigned base, uint64_t max, uint64_t *ret)
@@ -135,6 +138,7 @@ static int parse_args(int argc, char **argv, Options *o)
                 { "max-waits-per-peer", required_argument, NULL, OPT_MAX_WAITS },
                 { "max-subs-per-peer", required_argument, NULL, OPT_MAX_SUBS },
                 { "max-queued-bytes", required_argument, NULL, OPT_MAX_QUEUED },
+                { "max-timeout-ms", required_argument, NULL, OPT_MAX_TIMEOUT },
                 { "version", no_argument, NULL, 'V' },
                 { "help", no_argument, NULL, 'h' },
                 {}
@@ -222,6 +226,10 @@ static int parse_args(int argc, char **argv, Options *o)
                         break;
                 case OPT_MAX_QUEUED:
                         if (parse_limit("max-queued-bytes", optarg, &o->limits.queued_bytes) < 0)
+                                return -EINVAL;
+                        break;
+                case OPT_MAX_TIMEOUT:
+                        if (parse_limit("max-timeout-ms", optarg, &o->limits.max_timeout_ms) < 0)
                                 return -EINVAL;
                         break;
                 case 'V':

@@ -726,13 +726,22 @@ static unsigned publish_check_name(Registry *r, RegPeer *p, uint64_t id, const c
 {
         RegName *e = name_lookup(r, name);
 
-        if (e && e->live && e->live != self && e->live->owner != p) {
+        const RegBuffer *live = e ? e->live : NULL;
+
+        /* A producer may replace its own buffer, and a restarted producer (same uid) the one its
+         * predecessor left broker-held: the old one is retired and drains as usual. */
+        if (!live || live == self || live->owner == p || (!live->owner && live->owner_uid == p->creds.uid))
+                return 0;
+        if (!live->owner)
+                reply_err(o, p, id, PROTO_STATUS_NAME_TAKEN,
+                          "'%s' is held by the broker for uid %u (buffer %llu, its producer is gone); a peer of "
+                          "that uid may publish over it, or retire it", name, live->owner_uid,
+                          (unsigned long long)live->id);
+        else
                 reply_err(o, p, id, PROTO_STATUS_NAME_TAKEN,
                           "'%s' is published by another producer (peer %llu, pid %u, uid %u)", name,
-                          (unsigned long long)e->live->owner_id, e->live->owner_pid, e->live->owner_uid);
-                return PROTO_STATUS_NAME_TAKEN;
-        }
-        return 0;
+                          (unsigned long long)live->owner_id, live->owner_pid, live->owner_uid);
+        return PROTO_STATUS_NAME_TAKEN;
 }
 
 static int buffer_set_meta(RegBuffer *b, const uint8_t *meta, uint32_t len)
@@ -774,7 +783,7 @@ static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         if (publish_check_name(r, p, id, a->name, b, out))
                 return;
         e = name_get(r, a->name);
-        if (!e || (a->meta && buffer_set_meta(b, a->meta, a->meta_len) < 0)) {
+        if (!e || (a->has_meta && buffer_set_meta(b, a->meta, a->meta_len) < 0)) {
                 name_put(r, e);
                 registry_peer_mark_lost(p);
                 return;
@@ -1159,6 +1168,28 @@ void registry_expire(Registry *r, uint64_t now_ms, Outbox *out)
                         r->counters.timeouts++;
                         reply_err(out, p, id, PROTO_STATUS_TIMEOUT,
                                   "nothing was published under '%s' before the timeout", name);
+                }
+        }
+}
+
+void registry_cancel_waits(Registry *r, unsigned status, const char *why, Outbox *out)
+{
+        RegPeer *p;
+
+        for (p = registry_peer_first(r); p; p = registry_peer_next(r, p)) {
+                while (!list_empty(&p->waits)) {
+                        Wait *w = list_entry(p->waits.next, Wait, peer_link);
+                        RegGroup *g = w->group;
+                        uint64_t id = w->req_id;
+
+                        if (g) {
+                                join_free(r, w);
+                                if (g->joined == 0)
+                                        group_free(r, g);
+                        } else {
+                                wait_free(r, w);
+                        }
+                        reply_err(out, p, id, status, "%s", why);
                 }
         }
 }

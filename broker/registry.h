@@ -40,8 +40,9 @@ typedef struct RegPublish {
         ProtoKind kind;
         uint64_t size, offset;
         const char *device;      /* GPU UUID for the CUDA kinds, NULL for memfd */
-        const uint8_t *meta;     /* msgpack map, validated; NULL for none */
+        const uint8_t *meta;     /* msgpack map, validated; NULL for none or an empty one */
         uint32_t meta_len;
+        bool has_meta;           /* publishing again: replace the metadata (an empty map clears it) */
         const uint8_t *handle;   /* cuda-legacy: PROTO_LEGACY_HANDLE_SIZE bytes */
         int fd;                  /* memfd and cuda-vmm; the registry takes it in every case */
         bool writable, broker_held;
@@ -104,6 +105,9 @@ void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix
 void registry_unsubscribe(Registry *r, RegPeer *p, uint64_t id, uint64_t sub, Outbox *out);
 void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group, uint32_t members,
                          uint32_t timeout_ms, uint64_t now_ms, Outbox *out);
+
+/* Answers every pending attach and group join with status (the broker is stopping). */
+void registry_cancel_waits(Registry *r, unsigned status, const char *why, Outbox *out);
 
 /* Fails every wait whose deadline is at or before now_ms. */
 void registry_expire(Registry *r, uint64_t now_ms, Outbox *out);

@@ -227,6 +227,10 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
                 return;
         }
         if (proto_has(m, PF_BUFFER)) {
+                if (m->buffer == 0) {
+                        fail(ctx, p, m, PROTO_STATUS_INVALID, "buffer ids start at 1; leave buffer out to publish new memory");
+                        return;
+                }
                 if (*fd >= 0) {
                         fail(ctx, p, m, PROTO_STATUS_BAD_FD, "publishing a registered buffer again sends no fd");
                         return;
@@ -244,7 +248,9 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         a.size = m->size;
         a.offset = m->offset;
         a.device = proto_has(m, PF_DEVICE) ? cstr(m->device, device, sizeof(device)) : NULL;
-        if (proto_has(m, PF_META) && m->meta.count) {
+        /* An empty map is a request too: publishing again with it clears the metadata. */
+        a.has_meta = proto_has(m, PF_META);
+        if (a.has_meta && m->meta.count) {
                 a.meta = m->meta.ptr;
                 a.meta_len = m->meta.len;
         }
@@ -276,7 +282,11 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 }
         } else {
                 b = registry_buffer_by_id(ctx->reg, m->buffer);
-                cstr(proto_str(b ? registry_buffer_name(b) : ""), name, sizeof(name));
+                if (!b) {
+                        fail(ctx, p, m, PROTO_STATUS_NOT_FOUND, "no buffer with id %llu", (unsigned long long)m->buffer);
+                        return;
+                }
+                cstr(proto_str(registry_buffer_name(b)), name, sizeof(name));
         }
         if (!allowed(ctx, p, POLICY_ATTACH, name)) {
                 fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u attach '%s'",

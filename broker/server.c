@@ -237,11 +237,16 @@ static void handle_frame(Client *c, const uint8_t *buf, size_t len, int *fds, si
                 goto violation;
         }
         e = proto_msg_decode(buf + PROTO_HEADER_SIZE, h.body_len, &m, &field);
-        if (e == PROTO_E_FIELD || e == PROTO_E_MISSING) {
-                /* Well-formed but wrong: answer, and keep the connection. */
+        if (e == PROTO_E_FIELD || e == PROTO_E_MISSING || e == PROTO_E_DUPLICATE) {
+                uint64_t id = 0;
+
+                /* Well-formed but wrong: answer (naming the request if it has an id), keep the
+                 * connection. */
+                proto_peek_id(buf + PROTO_HEADER_SIZE, h.body_len, &id);
                 snprintf(why, sizeof(why), "field '%s' is %s", proto_field_name(field),
-                         e == PROTO_E_MISSING ? "missing" : "of the wrong type or too long");
-                request_reply_error(&s->out, c->peer, proto_has(&m, PF_ID) ? m.id : 0, PROTO_STATUS_BAD_REQUEST, why);
+                         e == PROTO_E_MISSING ? "missing" : e == PROTO_E_DUPLICATE ? "given twice"
+                                                                                  : "of the wrong type or too long");
+                request_reply_error(&s->out, c->peer, id, PROTO_STATUS_BAD_REQUEST, why);
                 for (size_t i = 0; i < n_fds; i++)
                         safe_close(fds[i]);
                 return;
@@ -446,6 +451,13 @@ static void server_stop(Server *s)
                 uv_poll_stop(&s->listen_poll);
                 s->listening = false;
         }
+        /* Say why before hanging up: waiting requests get their answer, every peer a notice
+         * addressed to its connection, so clients can tell a stop from a crash. */
+        registry_cancel_waits(s->reg, PROTO_STATUS_SHUTDOWN, "the broker is stopping", &s->out);
+        list_for_each(pos, &s->clients)
+                request_reply_error(&s->out, list_entry(pos, Client, link)->peer, 0, PROTO_STATUS_SHUTDOWN,
+                                    "the broker is stopping");
+        deliver(s);
         list_for_each_safe(pos, &s->clients)
                 client_close(list_entry(pos, Client, link), "the broker is stopping");
         deliver(s);

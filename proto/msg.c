@@ -193,7 +193,15 @@ static int decode_raw(MpReader *r, const FieldDesc *d, ProtoRaw *ret)
                 return e;
         if (d->type == T_ITEMS && n > d->max)
                 return PROTO_E_FIELD;
-        e = mp_skip(r, PROTO_MAX_DEPTH);
+        /* Items are an array of records, each of which may carry a meta nested to the limit. */
+        e = mp_skip(r, d->type == T_ITEMS ? PROTO_MAX_DEPTH + 2 : PROTO_MAX_DEPTH);
+        if (e == PROTO_E_MALFORMED && d->type == T_META) {
+                /* Well-formed but nested too deep is the field's fault, not the frame's. */
+                MpReader again = probe;
+                again.p = start;
+                if (mp_skip(&again, 64) == 0)
+                        return PROTO_E_FIELD;
+        }
         if (e)
                 return e;
         if (d->type == T_META && (size_t)(r->p - start) > d->max)
@@ -274,7 +282,7 @@ static int decode_map(MpReader *r, ProtoMsg *m, ProtoField *ret_field)
                 if (m->has & PROTO_BIT(f)) {
                         if (ret_field)
                                 *ret_field = f;
-                        return PROTO_E_FIELD; /* a duplicate key is ambiguous */
+                        return PROTO_E_DUPLICATE; /* which of the two would we believe? */
                 }
                 e = decode_field(r, d, m);
                 if (e) {
@@ -321,6 +329,27 @@ int proto_msg_decode(const uint8_t *body, size_t len, ProtoMsg *m, ProtoField *r
                 }
         }
         return 0;
+}
+
+int proto_peek_id(const uint8_t *body, size_t len, uint64_t *ret)
+{
+        MpReader r = { body, body + len };
+        uint32_t n;
+
+        if (mp_read_map(&r, &n))
+                return PROTO_E_MALFORMED;
+        for (uint32_t i = 0; i < n; i++) {
+                const char *key;
+                uint32_t klen;
+
+                if (mp_read_str(&r, &key, &klen))
+                        return PROTO_E_MALFORMED;
+                if (klen == 2 && memcmp(key, "id", 2) == 0)
+                        return mp_read_uint(&r, ret);
+                if (mp_skip(&r, PROTO_MAX_DEPTH))
+                        return PROTO_E_MALFORMED;
+        }
+        return PROTO_E_MISSING;
 }
 
 void proto_iter_init(ProtoIter *it, const ProtoRaw *items)
@@ -581,6 +610,7 @@ const char *proto_strerror(int e)
         case PROTO_E_FIELD: return "a field has the wrong type or exceeds its limit";
         case PROTO_E_MISSING: return "a required field is missing";
         case PROTO_E_KIND: return "message is neither a request, a reply nor an event";
+        case PROTO_E_DUPLICATE: return "a key appears twice in the message";
         default: return "unknown protocol error";
         }
 }

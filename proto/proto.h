@@ -38,6 +38,7 @@ enum {
         PROTO_E_FIELD,         /* a known key with the wrong type or over its limit */
         PROTO_E_MISSING,       /* a field the operation requires is absent */
         PROTO_E_KIND,          /* neither request, reply nor event */
+        PROTO_E_DUPLICATE,     /* a key appears twice */
 };
 
 typedef struct ProtoHeader {
@@ -185,6 +186,10 @@ void proto_header_write(uint8_t out[PROTO_HEADER_SIZE], uint32_t body_len, uint8
  * Requests are checked for the fields their op requires. 0 or a PROTO_E_* code; on
  * PROTO_E_FIELD/_MISSING, *ret_field (if not NULL) names the offending field. */
 int proto_msg_decode(const uint8_t *body, size_t len, ProtoMsg *m, ProtoField *ret_field);
+
+/* Finds the request id in a body that failed to decode for another reason, so the error reply
+ * can still name the request. 0, or a PROTO_E_* code when there is none. */
+int proto_peek_id(const uint8_t *body, size_t len, uint64_t *ret);
 
 /* Encoder output: a growable byte buffer owned by the caller (free with proto_buf_free). */
 typedef struct ProtoBuf {

@@ -20,7 +20,8 @@ typedef enum ProtoStatus {
         PROTO_STATUS_PIDNS = 14,         /* cuda-legacy between different PID namespaces */
         PROTO_STATUS_DEVICE = 15,        /* the buffer's GPU is not visible to the consumer */
         PROTO_STATUS_GROUP_MISMATCH = 16,/* joined a group with another member count */
-        PROTO_STATUS_REVOKED = 17,       /* the producer died and the buffer is gone */
+        PROTO_STATUS_REVOKED = 17,       /* reserved: libgpuipc uses it for reads of a revoked buffer; the
+                                          * broker announces revocation with the revoked event */
         PROTO_STATUS_HELLO_FIRST = 18,   /* hello must be the first request */
         PROTO_STATUS_SHUTDOWN = 19,      /* the broker is stopping */
         PROTO_STATUS_KIND = 20,          /* the buffer kind does not allow this */
