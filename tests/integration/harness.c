@@ -644,18 +644,25 @@ void h_broker_kill9(HBroker *b)
 void h_broker_settle(const HBroker *b)
 {
         uint64_t deadline = h_now_ms() + SETTLE_DEADLINE_MS;
-        int n = -1;
+        unsigned connected, disconnected;
+        int n;
 
         require_alive((HBroker *)b, "during the case");
-        WAIT_UNTIL(broker_idle(b), SETTLE_DEADLINE_MS);
-        while (h_now_ms() < deadline) {
+        for (;;) {
+                connected = h_broker_log_count(b, "\"msg\":\"peer connected\"");
+                disconnected = h_broker_log_count(b, "\"msg\":\"peer disconnected\"");
                 n = h_broker_fds(b);
-                if (n == b->baseline_fds)
+                if (connected == disconnected && n == b->baseline_fds)
                         return;
+                if (h_now_ms() >= deadline)
+                        break;
                 h_sleep_ms(2);
         }
         list_fds(b);
-        h_fail(__FILE__, __LINE__, "the broker holds %d fds, %d when the case began (leak?)", n, b->baseline_fds);
+        h_fail(__FILE__, __LINE__,
+               "%d ms after the case: %u peers connected, %u disconnected; the broker holds %d fds, %d when it "
+               "started (a connection or an fd leaked)",
+               SETTLE_DEADLINE_MS, connected, disconnected, n, b->baseline_fds);
 }
 
 /* ---- libgpuipc peers ---- */
