@@ -1,0 +1,405 @@
+/* A test bench around the registry: real memfds, an outbox whose frames are decoded and checked
+ * after every operation, and fd bookkeeping (every fd handed over is closed exactly once).
+ * Shared by the registry unit test; header-only so each test binary stays one .c file. */
+#pragma once
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "proto.h"
+#include "registry.h"
+
+#define ENV_MAX_SENT 2048
+#define ENV_MAX_FDS 1024
+
+/* One frame the registry asked to deliver, decoded. */
+typedef struct Sent {
+        RegPeer *to;
+        int fd;
+        ProtoMsg m;
+        ProtoBuf frame; /* the bytes m points into */
+} Sent;
+
+/* A memfd the test created, identified by inode (fd numbers get reused). */
+typedef struct Tracked {
+        int fd;
+        ino_t ino;
+        bool closed;
+} Tracked;
+
+typedef struct Env {
+        Registry *r;
+        Outbox out;
+        uint64_t now;
+        Sent sent[ENV_MAX_SENT];
+        size_t n_sent;
+        Tracked fds[ENV_MAX_FDS];
+        size_t n_fds;
+        unsigned baseline_fds;
+} Env;
+
+static inline unsigned env_count_open_fds(void)
+{
+        DIR *d = opendir("/proc/self/fd");
+        struct dirent *de;
+        unsigned n = 0;
+
+        check(d);
+        while ((de = readdir(d)))
+                if (de->d_name[0] != '.')
+                        n++;
+        closedir(d);
+        return n - 1; /* the directory's own fd */
+}
+
+static inline bool env_fd_open(int fd)
+{
+        return fd >= 0 && fcntl(fd, F_GETFD) >= 0;
+}
+
+/* A registry with the given limits (NULL: the defaults). Free with env_free(). */
+static inline Env *env_new(const Limits *limits)
+{
+        Limits l = limits ? *limits : LIMITS_DEFAULT;
+        Env *e = calloc(1, sizeof(*e));
+
+        check(e);
+        e->baseline_fds = env_count_open_fds();
+        check_eq(registry_new(&e->r, &l, 77), 0);
+        check_eq(registry_epoch(e->r), 77);
+        return e;
+}
+
+/* A sealed memfd of size bytes, tracked. The registry will own it once passed in. */
+static inline int env_memfd(Env *e, size_t size)
+{
+        int fd = memfd_create("gpuipc-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        struct stat st;
+
+        check(fd >= 0);
+        check_eq(ftruncate(fd, (off_t)size), 0);
+        check_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+        check_eq(fstat(fd, &st), 0);
+        check(e->n_fds < ENV_MAX_FDS);
+        e->fds[e->n_fds++] = (Tracked){ fd, st.st_ino, false };
+        return fd;
+}
+
+static inline Tracked *env_tracked_by_fd(Env *e, int fd)
+{
+        struct stat st;
+
+        if (fstat(fd, &st) < 0)
+                return NULL;
+        for (size_t i = 0; i < e->n_fds; i++)
+                if (e->fds[i].ino == st.st_ino && !e->fds[i].closed)
+                        return &e->fds[i];
+        return NULL;
+}
+
+static inline void env_drop_sent(Env *e)
+{
+        for (size_t i = 0; i < e->n_sent; i++)
+                proto_buf_free(&e->sent[i].frame);
+        e->n_sent = 0;
+}
+
+
+/* Marks tracked fds the registry closed directly (publishes it refused) and returns how many. */
+static inline unsigned env_reap_closed(Env *e)
+{
+        unsigned n = 0;
+
+        for (size_t i = 0; i < e->n_fds; i++) {
+                Tracked *t = &e->fds[i];
+                struct stat st;
+
+                if (t->closed)
+                        continue;
+                if (fstat(t->fd, &st) < 0 || st.st_ino != t->ino) {
+                        t->closed = true;
+                        n++;
+                }
+        }
+        return n;
+}
+
+static inline unsigned env_held_fds(const Env *e)
+{
+        unsigned n = 0;
+
+        for (size_t i = 0; i < e->n_fds; i++)
+                n += !e->fds[i].closed;
+        return n;
+}
+
+typedef struct HolderSum {
+        uint64_t refs, holders;
+} HolderSum;
+
+static inline void env_sum_holder(const RegPeer *p, uint32_t refs, void *ud)
+{
+        HolderSum *h = ud;
+
+        check(p);
+        check(refs > 0);
+        h->refs += refs;
+        h->holders++;
+}
+
+/* Cross-checks the registry's gauges against what its views show, and the fds it holds against
+ * the memfds that are still open. */
+static inline void env_check(Env *e)
+{
+        uint64_t refs = 0, peer_refs = 0, waits = 0, subs = 0, owned = 0, n_peers = 0;
+        uint64_t live = 0, retired = 0, idle = 0, orphaned = 0, n_buf = 0;
+        RegGauges g;
+
+        registry_gauges(e->r, &g);
+        for (RegBuffer *b = registry_buffer_after(e->r, 0); b; b = registry_buffer_next(e->r, b)) {
+                HolderSum hs = { 0 };
+                ProtoMsg m;
+
+                registry_buffer_describe(b, &m);
+                check(registry_buffer_by_id(e->r, m.buffer) == b);
+                registry_buffer_holders(b, env_sum_holder, &hs);
+                check_eq(hs.refs, m.refs);
+                check_eq(hs.holders, m.holders);
+                check(m.holders <= m.refs);
+                refs += m.refs;
+                n_buf++;
+                live += m.state == PROTO_STATE_LIVE;
+                retired += m.state == PROTO_STATE_RETIRED;
+                idle += m.state == PROTO_STATE_IDLE;
+                orphaned += m.owner == 0;
+                /* Live means published under its name; retired means someone still holds it;
+                 * idle means drained and kept for its owner. */
+                if (m.state == PROTO_STATE_LIVE)
+                        check(registry_buffer_by_name(e->r, registry_buffer_name(b)) == b);
+                else
+                        check(registry_buffer_by_name(e->r, registry_buffer_name(b)) != b);
+                if (m.state == PROTO_STATE_RETIRED)
+                        check(m.refs > 0);
+                if (m.state == PROTO_STATE_IDLE)
+                        check(m.refs == 0 && m.owner != 0);
+                if (m.owner == 0)
+                        check(m.broker_held);
+        }
+        for (RegPeer *p = registry_peer_first(e->r); p; p = registry_peer_next(e->r, p)) {
+                ProtoMsg m;
+
+                registry_peer_describe(p, &m);
+                check(!registry_peer_lost(p)); /* every frame for it could be built */
+                check_eq(m.peer, registry_peer_id(p));
+                peer_refs += m.refs;
+                waits += m.waits;
+                subs += m.subs;
+                owned += m.buffers;
+                n_peers++;
+        }
+        check_eq(g.buffers, n_buf);
+        check_eq(g.live, live);
+        check_eq(g.retired, retired);
+        check_eq(g.idle, idle);
+        check_eq(g.orphaned, orphaned);
+        check_eq(g.live + g.retired + g.idle, g.buffers);
+        check_eq(g.refs, refs);
+        check_eq(g.refs, peer_refs);
+        check_eq(g.waits, waits);
+        check_eq(g.subs, subs);
+        check_eq(g.peers, n_peers);
+        check_eq(owned + orphaned, n_buf);
+        check(g.names >= live);
+        env_reap_closed(e);
+        check_eq(g.fds, env_held_fds(e));
+}
+
+/* Takes the outbox: decodes every frame (each must be a well-formed reply or event whose header
+ * announces its fd), then closes the fds on the close list, checking each is one of ours and
+ * still open. Returns the number of frames. */
+static inline size_t env_flush(Env *e)
+{
+        env_drop_sent(e);
+        for (size_t i = 0; i < e->out.n_frames; i++) {
+                OutFrame *f = &e->out.frames[i];
+                Sent *s = &e->sent[e->n_sent];
+                ProtoHeader h;
+                ProtoField fld = _PF_MAX;
+                int r;
+
+                check(e->n_sent < ENV_MAX_SENT);
+                check(f->to);
+                check_eq(proto_header_parse(f->frame.data, f->frame.len, &h), 0);
+                check_eq(h.body_len, f->frame.len - PROTO_HEADER_SIZE);
+                check_eq(h.n_fds, f->fd >= 0 ? 1 : 0);
+                r = proto_msg_decode(f->frame.data + PROTO_HEADER_SIZE, h.body_len, &s->m, &fld);
+                if (r)
+                        fprintf(stderr, "undecodable frame: %s (field %s)\n", proto_strerror(r),
+                                proto_field_name(fld));
+                check_eq(r, 0);
+                check(s->m.type == PROTO_REPLY || s->m.type == PROTO_EVENT);
+                if (f->fd >= 0) {
+                        /* A borrowed fd: still open, one of ours, not yet closed. */
+                        check(env_fd_open(f->fd));
+                        check(env_tracked_by_fd(e, f->fd));
+                }
+                s->to = f->to;
+                s->fd = f->fd;
+                s->frame = f->frame; /* steal: the decoded message points into it */
+                f->frame = (ProtoBuf){ 0 };
+                e->n_sent++;
+        }
+        for (size_t i = 0; i < e->out.n_close; i++) {
+                Tracked *t = env_tracked_by_fd(e, e->out.close_fds[i]);
+
+                /* Each fd closed exactly once: it is open and ours until now. */
+                check(t);
+                t->closed = true;
+        }
+        outbox_clear(&e->out);
+        env_check(e);
+        return e->n_sent;
+}
+
+/* Frees the registry and checks that every fd it was given is closed and nothing else was. */
+static inline void env_free(Env *e)
+{
+        RegGauges g;
+
+        env_flush(e);
+        registry_gauges(e->r, &g);
+        check_eq(g.fds, env_held_fds(e));
+        e->r = registry_free(e->r);
+        check(e->r == NULL);
+        for (size_t i = 0; i < e->n_fds; i++)
+                if (!e->fds[i].closed)
+                        check(!env_fd_open(e->fds[i].fd)); /* no fd was opened since: no reuse */
+        env_drop_sent(e);
+        free(e->out.frames);
+        free(e->out.close_fds);
+        check_eq(env_count_open_fds(), e->baseline_fds);
+        free(e);
+}
+
+/* ---- peers ---- */
+
+static inline RegPeer *env_peer(Env *e, uint32_t uid, uint32_t pid, uint64_t pidns)
+{
+        PeerCreds c = { .uid = uid, .gid = uid, .pid = pid, .pidns = pidns };
+        RegPeer *p = NULL;
+
+        check_eq(registry_peer_add(e->r, &c, e->now, NULL, &p), 0);
+        check(p);
+        return p;
+}
+
+static inline void env_hello(Env *e, RegPeer *p, uint64_t pidns, const char *label, uint32_t n_gpus,
+                             const char *const *gpus)
+{
+        PeerHello h = { .pid = registry_peer_creds(p)->pid, .pidns = pidns, .label = label, .n_gpus = n_gpus,
+                        .gpus = gpus };
+
+        check_eq(registry_peer_hello(e->r, p, &h), 0);
+        check(registry_peer_said_hello(p));
+}
+
+static inline size_t env_remove(Env *e, RegPeer *p)
+{
+        registry_peer_remove(e->r, p, &e->out);
+        return env_flush(e);
+}
+
+/* ---- finding what was sent ---- */
+
+static inline size_t env_count_to(const Env *e, const RegPeer *p)
+{
+        size_t n = 0;
+
+        for (size_t i = 0; i < e->n_sent; i++)
+                n += e->sent[i].to == p;
+        return n;
+}
+
+/* The one reply to request id sent to p. */
+static inline Sent *env_reply(Env *e, const RegPeer *p, uint64_t id)
+{
+        Sent *found = NULL;
+
+        for (size_t i = 0; i < e->n_sent; i++) {
+                Sent *s = &e->sent[i];
+                if (s->to == p && s->m.type == PROTO_REPLY && s->m.reply == id) {
+                        check(!found); /* exactly one reply per request */
+                        found = s;
+                }
+        }
+        if (!found)
+                fprintf(stderr, "no reply %llu to peer %llu\n", (unsigned long long)id,
+                        (unsigned long long)registry_peer_id(p));
+        check(found);
+        return found;
+}
+
+static inline bool env_has_reply(const Env *e, const RegPeer *p, uint64_t id)
+{
+        for (size_t i = 0; i < e->n_sent; i++)
+                if (e->sent[i].to == p && e->sent[i].m.type == PROTO_REPLY && e->sent[i].m.reply == id)
+                        return true;
+        return false;
+}
+
+static inline size_t env_count_events(const Env *e, const RegPeer *p, ProtoEvent ev)
+{
+        size_t n = 0;
+
+        for (size_t i = 0; i < e->n_sent; i++)
+                n += e->sent[i].to == p && e->sent[i].m.type == PROTO_EVENT && e->sent[i].m.event == ev;
+        return n;
+}
+
+static inline Sent *env_event(Env *e, const RegPeer *p, ProtoEvent ev)
+{
+        for (size_t i = 0; i < e->n_sent; i++) {
+                Sent *s = &e->sent[i];
+                if (s->to == p && s->m.type == PROTO_EVENT && s->m.event == ev)
+                        return s;
+        }
+        fprintf(stderr, "no %s event to peer %llu\n", proto_event_name(ev),
+                (unsigned long long)registry_peer_id(p));
+        check(!"event missing");
+        return NULL;
+}
+
+/* Position of s in the order the registry queued frames. */
+static inline size_t env_pos(const Env *e, const Sent *s)
+{
+        return (size_t)(s - e->sent);
+}
+
+/* Checks a reply's status; on a mismatch prints the message the registry gave. */
+static inline void env_check_status(const Sent *s, unsigned want)
+{
+        if (s->m.status != want)
+                fprintf(stderr, "status %s (%.*s), want %s\n", proto_status_name((unsigned)s->m.status),
+                        (int)s->m.message.len, s->m.message.ptr ? s->m.message.ptr : "",
+                        proto_status_name(want));
+        check_eq(s->m.status, want);
+        if (want != PROTO_STATUS_OK) {
+                check(proto_has(&s->m, PF_ERROR));
+                check(proto_str_eq(s->m.error, proto_status_name(want)));
+                check(proto_has(&s->m, PF_MESSAGE) && s->m.message.len > 0);
+        }
+}
+
+static inline bool env_msg_has(const Sent *s, const char *needle)
+{
+        char text[PROTO_MAX_TEXT + 1];
+
+        snprintf(text, sizeof(text), "%.*s", (int)s->m.message.len, s->m.message.ptr ? s->m.message.ptr : "");
+        if (!strstr(text, needle))
+                fprintf(stderr, "message '%s' lacks '%s'\n", text, needle);
+        return strstr(text, needle) != NULL;
+}

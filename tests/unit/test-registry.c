@@ -1,0 +1,1403 @@
+/* broker/registry.c: the lifetime contract without sockets. Every operation's outbox is decoded
+ * and the registry's gauges are cross-checked after each one (regenv.h); fds are real memfds and
+ * each must be closed exactly once. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "regenv.h"
+
+static uint64_t next_req = 1;
+
+static const uint8_t handle64[PROTO_LEGACY_HANDLE_SIZE] = { 0xca, 0xfe, [63] = 0x01 };
+
+enum { FD_AUTO = 0, FD_FORCE = 1, FD_NONE = -1 };
+
+typedef struct Pub {
+        const char *name;
+        ProtoKind kind;   /* 0: memfd */
+        uint64_t buffer;  /* publish this idle buffer again */
+        bool held;        /* broker_held */
+        uint32_t retire_after;
+        const char *device;
+        const uint8_t *meta;
+        uint32_t meta_len;
+        int fd_mode;      /* FD_AUTO: an fd for memfd and cuda-vmm new buffers */
+} Pub;
+
+/* Publishes and returns the reply. */
+static Sent *publish(Env *e, RegPeer *p, Pub o)
+{
+        RegPublish a = { 0 };
+        uint64_t id = next_req++;
+        bool want_fd;
+
+        a.name = o.name;
+        a.buffer = o.buffer;
+        a.kind = o.kind ? o.kind : PROTO_KIND_MEMFD;
+        a.size = 4096;
+        a.device = o.device;
+        a.meta = o.meta;
+        a.meta_len = o.meta_len;
+        a.handle = a.kind == PROTO_KIND_CUDA_LEGACY ? handle64 : NULL;
+        want_fd = o.fd_mode == FD_FORCE ||
+                  (o.fd_mode == FD_AUTO && !o.buffer && a.kind != PROTO_KIND_CUDA_LEGACY);
+        a.fd = want_fd ? env_memfd(e, 4096) : -1;
+        a.writable = true;
+        a.broker_held = o.held;
+        a.retire_after = o.retire_after;
+        registry_publish(e->r, p, id, &a, e->now, &e->out);
+        check_eq(a.fd, -1); /* taken in every case */
+        env_flush(e);
+        return env_reply(e, p, id);
+}
+
+/* Publishes and checks success; returns the buffer id. */
+static uint64_t publish_ok(Env *e, RegPeer *p, Pub o)
+{
+        Sent *s = publish(e, p, o);
+
+        env_check_status(s, PROTO_STATUS_OK);
+        check(proto_has(&s->m, PF_BUFFER) && s->m.buffer > 0);
+        check(proto_has(&s->m, PF_GENERATION) && s->m.generation > 0);
+        return s->m.buffer;
+}
+
+static uint64_t attach_name(Env *e, RegPeer *p, const char *name, uint32_t timeout)
+{
+        uint64_t id = next_req++;
+
+        registry_attach(e->r, p, id, name, 0, timeout, e->now, &e->out);
+        env_flush(e);
+        return id;
+}
+
+static uint64_t attach_id(Env *e, RegPeer *p, uint64_t buffer)
+{
+        uint64_t id = next_req++;
+
+        registry_attach(e->r, p, id, NULL, buffer, 0, e->now, &e->out);
+        env_flush(e);
+        return id;
+}
+
+/* Attaches by name (no wait) and checks success; returns the reply. */
+static Sent *attach_ok(Env *e, RegPeer *p, const char *name)
+{
+        Sent *s = env_reply(e, p, attach_name(e, p, name, 0));
+
+        env_check_status(s, PROTO_STATUS_OK);
+        return s;
+}
+
+static Sent *release(Env *e, RegPeer *p, uint64_t buffer)
+{
+        uint64_t id = next_req++;
+
+        registry_release(e->r, p, id, buffer, &e->out);
+        env_flush(e);
+        return env_reply(e, p, id);
+}
+
+static Sent *retire(Env *e, RegPeer *p, uint64_t buffer, bool admin)
+{
+        uint64_t id = next_req++;
+
+        registry_retire(e->r, p, id, buffer, admin, &e->out);
+        env_flush(e);
+        return env_reply(e, p, id);
+}
+
+static Sent *free_buf(Env *e, RegPeer *p, uint64_t buffer, bool admin)
+{
+        uint64_t id = next_req++;
+
+        registry_free_buffer(e->r, p, id, buffer, admin, &e->out);
+        env_flush(e);
+        return env_reply(e, p, id);
+}
+
+static Sent *unmap(Env *e, RegPeer *p, uint64_t buffer)
+{
+        uint64_t id = next_req++;
+
+        registry_unmap(e->r, p, id, buffer, &e->out);
+        env_flush(e);
+        return env_reply(e, p, id);
+}
+
+static Sent *subscribe(Env *e, RegPeer *p, const char *prefix)
+{
+        uint64_t id = next_req++;
+
+        registry_subscribe(e->r, p, id, prefix, &e->out);
+        env_flush(e);
+        return env_reply(e, p, id);
+}
+
+static Sent *unsubscribe(Env *e, RegPeer *p, uint64_t sub)
+{
+        uint64_t id = next_req++;
+
+        registry_unsubscribe(e->r, p, id, sub, &e->out);
+        env_flush(e);
+        return env_reply(e, p, id);
+}
+
+static uint64_t join(Env *e, RegPeer *p, const char *group, uint32_t members, uint32_t timeout)
+{
+        uint64_t id = next_req++;
+
+        registry_group_join(e->r, p, id, group, members, timeout, e->now, &e->out);
+        env_flush(e);
+        return id;
+}
+
+static size_t expire(Env *e, uint64_t now)
+{
+        e->now = now;
+        registry_expire(e->r, now, &e->out);
+        return env_flush(e);
+}
+
+static RegGauges gauges(Env *e)
+{
+        RegGauges g;
+
+        registry_gauges(e->r, &g);
+        return g;
+}
+
+static ProtoState state_of(Env *e, uint64_t buffer)
+{
+        RegBuffer *b = registry_buffer_by_id(e->r, buffer);
+        ProtoMsg m;
+
+        check(b);
+        registry_buffer_describe(b, &m);
+        return m.state;
+}
+
+static uint64_t refs_of(Env *e, uint64_t buffer)
+{
+        RegBuffer *b = registry_buffer_by_id(e->r, buffer);
+        ProtoMsg m;
+
+        check(b);
+        registry_buffer_describe(b, &m);
+        return m.refs;
+}
+
+/* ---- tests ---- */
+
+static void test_names_valid(void)
+{
+        char long_name[300];
+
+        check(registry_name_valid("a", 1));
+        check(registry_name_valid("frames/cam0/0", 13));
+        check(registry_name_valid("a.b_c:d/e@f+g=h-i", 17));
+        check(registry_name_valid("A9", 2));
+        check(!registry_name_valid("", 0));
+        check(!registry_name_valid("/abs", 4));
+        check(!registry_name_valid("a/../b", 6));
+        check(!registry_name_valid("..", 2));
+        check(!registry_name_valid("a..", 3));
+        check(registry_name_valid("a.", 2));
+        check(registry_name_valid("a/./b", 5));
+        check(!registry_name_valid("a b", 3));
+        check(!registry_name_valid("a#b", 3));
+        check(!registry_name_valid("a\nb", 3));
+        check(!registry_name_valid("a\0b", 3));
+        check(!registry_name_valid("caf\xc3\xa9", 5));
+        memset(long_name, 'n', sizeof(long_name));
+        check(registry_name_valid(long_name, PROTO_MAX_NAME));
+        check(!registry_name_valid(long_name, PROTO_MAX_NAME + 1));
+        check(registry_prefix_valid("", 0));
+        check(registry_prefix_valid("frames/", 7));
+        check(!registry_prefix_valid("/", 1));
+        check(!registry_prefix_valid("x..", 3));
+        check(!registry_prefix_valid(long_name, PROTO_MAX_NAME + 1));
+}
+
+static void test_publish_attach_release_retire(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1);
+        uint64_t buf, gen;
+        Sent *s;
+        RegGauges g;
+
+        s = publish(e, P, (Pub){ .name = "cam/0" });
+        env_check_status(s, PROTO_STATUS_OK);
+        buf = s->m.buffer;
+        gen = s->m.generation;
+        check_eq(env_count_to(e, P), 1);
+        g = gauges(e);
+        check_eq(g.buffers, 1);
+        check_eq(g.live, 1);
+        check_eq(g.fds, 1);
+        check_eq(g.names, 1);
+        check(registry_buffer_by_name(e->r, "cam/0") == registry_buffer_by_id(e->r, buf));
+
+        /* First attach: a reference and the fd. */
+        s = attach_ok(e, C, "cam/0");
+        check_eq(s->m.buffer, buf);
+        check_eq(s->m.generation, gen);
+        check(proto_str_eq(s->m.name, "cam/0"));
+        check_eq(s->m.kind, PROTO_KIND_MEMFD);
+        check_eq(s->m.state, PROTO_STATE_LIVE);
+        check_eq(s->m.size, 4096);
+        check_eq(s->m.refs, 1);
+        check_eq(s->m.owner, registry_peer_id(P));
+        check_eq(s->m.uid, 1000);
+        check(proto_has(&s->m, PF_CACHED) && !s->m.cached);
+        check(s->fd >= 0);
+        check(!proto_has(&s->m, PF_HANDLE));
+
+        /* Second attach: another reference, the fd stays home. */
+        s = attach_ok(e, C, "cam/0");
+        check(s->m.cached);
+        check_eq(s->fd, -1);
+        check_eq(s->m.refs, 2);
+        check_eq(s->m.holders, 1);
+        check_eq(gauges(e).refs, 2);
+
+        /* Release both; a third release finds nothing. */
+        env_check_status(release(e, C, buf), PROTO_STATUS_OK);
+        check_eq(refs_of(e, buf), 1);
+        env_check_status(release(e, C, buf), PROTO_STATUS_OK);
+        check_eq(refs_of(e, buf), 0);
+        env_check_status(release(e, C, buf), PROTO_STATUS_NOT_ATTACHED);
+        env_check_status(release(e, C, 9999), PROTO_STATUS_NOT_ATTACHED);
+        env_check_status(release(e, P, buf), PROTO_STATUS_NOT_ATTACHED);
+
+        /* Retire with no references: drained at once, to the producer, after the reply. */
+        s = retire(e, P, buf, false);
+        env_check_status(s, PROTO_STATUS_OK);
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 1);
+        check(env_pos(e, s) < env_pos(e, env_event(e, P, PROTO_EV_DRAINED)));
+        check_eq(env_event(e, P, PROTO_EV_DRAINED)->m.buffer, buf);
+        check_eq(env_count_to(e, C), 0);
+        check_eq(state_of(e, buf), PROTO_STATE_IDLE);
+        check(registry_buffer_by_name(e->r, "cam/0") == NULL);
+        check_eq(gauges(e).names, 0);
+        /* Retiring again is harmless and drains nothing more. */
+        env_check_status(retire(e, P, buf, false), PROTO_STATUS_OK);
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 0);
+
+        /* An idle buffer takes no attaches. */
+        env_check_status(env_reply(e, C, attach_id(e, C, buf)), PROTO_STATUS_STATE);
+        env_check_status(env_reply(e, C, attach_name(e, C, "cam/0", 0)), PROTO_STATUS_NOT_FOUND);
+        env_check_status(env_reply(e, C, attach_id(e, C, 4242)), PROTO_STATUS_NOT_FOUND);
+
+        /* Free: the consumer that still has the fd mapped is told, the fd is closed. */
+        s = free_buf(e, P, buf, false);
+        env_check_status(s, PROTO_STATUS_OK);
+        check_eq(env_count_events(e, C, PROTO_EV_FREED), 1);
+        check_eq(env_event(e, C, PROTO_EV_FREED)->m.buffer, buf);
+        check(registry_buffer_by_id(e->r, buf) == NULL);
+        check_eq(gauges(e).fds, 0);
+        check_eq(env_held_fds(e), 0);
+        env_check_status(free_buf(e, P, buf, false), PROTO_STATUS_NOT_FOUND);
+        env_free(e);
+}
+
+static void test_retire_while_held(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1);
+        uint64_t buf = publish_ok(e, P, (Pub){ .name = "x" });
+        Sent *s;
+
+        attach_ok(e, C, "x");
+        attach_ok(e, C, "x");
+        s = retire(e, P, buf, false);
+        env_check_status(s, PROTO_STATUS_OK);
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 0);
+        check_eq(state_of(e, buf), PROTO_STATE_RETIRED);
+        /* Existing references stay valid; new attaches by name wait or fail, by id are refused. */
+        env_check_status(env_reply(e, C, attach_name(e, C, "x", 0)), PROTO_STATUS_NOT_FOUND);
+        env_check_status(env_reply(e, C, attach_id(e, C, buf)), PROTO_STATUS_STATE);
+        env_check_status(release(e, C, buf), PROTO_STATUS_OK);
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 0);
+        s = release(e, C, buf);
+        env_check_status(s, PROTO_STATUS_OK);
+        /* The last release drains: the reply to the consumer comes first, then the event. */
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 1);
+        check(env_pos(e, s) < env_pos(e, env_event(e, P, PROTO_EV_DRAINED)));
+        check_eq(state_of(e, buf), PROTO_STATE_IDLE);
+        /* Only the owner (or an admin) retires. */
+        env_check_status(retire(e, C, buf, false), PROTO_STATUS_NOT_OWNER);
+        env_check_status(retire(e, C, 777, false), PROTO_STATUS_NOT_FOUND);
+        env_free(e);
+}
+
+static void test_attach_waits_for_publish(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C1 = env_peer(e, 1001, 11, 1), *C2 = env_peer(e, 1002, 12, 1);
+        uint64_t w1, w2, buf;
+        Sent *s1, *s2;
+
+        e->now = 100;
+        w1 = attach_name(e, C1, "late", 1000);
+        check_eq(e->n_sent, 0); /* no reply yet: it waits */
+        e->now = 150;
+        w2 = attach_name(e, C2, "late", 5000);
+        check_eq(e->n_sent, 0);
+        check_eq(gauges(e).waits, 2);
+        check_eq(gauges(e).names, 1);
+        check_eq(registry_next_deadline(e->r), 1100);
+        check(registry_buffer_by_name(e->r, "late") == NULL);
+
+        e->now = 200;
+        buf = publish_ok(e, P, (Pub){ .name = "late" });
+        /* Both waiters are answered by the publish, oldest first, each with the fd. */
+        s1 = env_reply(e, C1, w1);
+        s2 = env_reply(e, C2, w2);
+        env_check_status(s1, PROTO_STATUS_OK);
+        env_check_status(s2, PROTO_STATUS_OK);
+        check(env_pos(e, s1) < env_pos(e, s2));
+        check(env_pos(e, env_reply(e, P, next_req - 1)) < env_pos(e, s1));
+        check_eq(s1->m.buffer, buf);
+        check(s1->fd >= 0 && s2->fd >= 0);
+        check_eq(refs_of(e, buf), 2);
+        check_eq(gauges(e).waits, 0);
+        check_eq(registry_next_deadline(e->r), UINT64_MAX);
+        check_eq(expire(e, 100000), 0); /* nothing left to time out */
+        env_free(e);
+}
+
+static void test_attach_timeout(void)
+{
+        Limits l = LIMITS_DEFAULT;
+        Env *e;
+        RegPeer *C;
+        uint64_t w1, w2, w3;
+        Sent *s;
+
+        l.max_timeout_ms = 10000;
+        e = env_new(&l);
+        C = env_peer(e, 1001, 11, 1);
+        e->now = 100;
+        w1 = attach_name(e, C, "never", 500);
+        w2 = attach_name(e, C, "never/2", 300);
+        w3 = attach_name(e, C, "forever", PROTO_TIMEOUT_INFINITE); /* clamped to the limit */
+        check_eq(e->n_sent, 0);
+        check_eq(registry_next_deadline(e->r), 400);
+        check_eq(gauges(e).names, 3);
+
+        check_eq(expire(e, 399), 0);
+        check_eq(expire(e, 400), 1);
+        s = env_reply(e, C, w2);
+        env_check_status(s, PROTO_STATUS_TIMEOUT);
+        check(env_msg_has(s, "never/2"));
+        check_eq(registry_next_deadline(e->r), 600);
+        check_eq(gauges(e).names, 2);
+
+        /* One expire answers everything that is due, in deadline order. */
+        check_eq(expire(e, 1000000), 2);
+        check(env_pos(e, env_reply(e, C, w1)) < env_pos(e, env_reply(e, C, w3)));
+        env_check_status(env_reply(e, C, w1), PROTO_STATUS_TIMEOUT);
+        env_check_status(env_reply(e, C, w3), PROTO_STATUS_TIMEOUT);
+        check_eq(registry_counters(e->r)->timeouts, 3);
+        check_eq(gauges(e).waits, 0);
+        check_eq(gauges(e).names, 0);
+        check_eq(registry_next_deadline(e->r), UINT64_MAX);
+
+        /* The clamp: an infinite wait ends at max_timeout_ms. */
+        e->now = 0;
+        w3 = attach_name(e, C, "forever", PROTO_TIMEOUT_INFINITE);
+        check_eq(registry_next_deadline(e->r), 10000);
+        check_eq(expire(e, 10000), 1);
+        env_check_status(env_reply(e, C, w3), PROTO_STATUS_TIMEOUT);
+
+        /* Without a timeout, attaching an unknown name fails at once. */
+        env_check_status(env_reply(e, C, attach_name(e, C, "nope", 0)), PROTO_STATUS_NOT_FOUND);
+        check_eq(gauges(e).names, 0);
+        env_free(e);
+}
+
+static void test_retire_after(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C1 = env_peer(e, 1001, 11, 1), *C2 = env_peer(e, 1002, 12, 1),
+                *C3 = env_peer(e, 1003, 13, 1), *S = env_peer(e, 1004, 14, 1);
+        uint64_t buf, w1, w2, w3;
+
+        subscribe(e, S, "");
+        buf = publish_ok(e, P, (Pub){ .name = "once-twice", .retire_after = 2 });
+        attach_ok(e, C1, "once-twice");
+        check_eq(state_of(e, buf), PROTO_STATE_LIVE);
+        attach_ok(e, C2, "once-twice");
+        /* The second attach retired it: subscribers hear so, new attaches find nothing. */
+        check_eq(state_of(e, buf), PROTO_STATE_RETIRED);
+        check_eq(env_count_events(e, S, PROTO_EV_RETIRED), 1);
+        env_check_status(env_reply(e, C3, attach_name(e, C3, "once-twice", 0)), PROTO_STATUS_NOT_FOUND);
+        release(e, C1, buf);
+        release(e, C2, buf);
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 1);
+        check_eq(env_count_events(e, S, PROTO_EV_DRAINED), 1);
+
+        /* With waiters: the first two get it, the third keeps waiting for the next publish. */
+        w1 = attach_name(e, C1, "batch", 1000);
+        w2 = attach_name(e, C2, "batch", 1000);
+        w3 = attach_name(e, C3, "batch", 1000);
+        buf = publish_ok(e, P, (Pub){ .name = "batch", .retire_after = 2 });
+        env_check_status(env_reply(e, C1, w1), PROTO_STATUS_OK);
+        env_check_status(env_reply(e, C2, w2), PROTO_STATUS_OK);
+        check(!env_has_reply(e, C3, w3));
+        check_eq(state_of(e, buf), PROTO_STATE_RETIRED);
+        check_eq(gauges(e).waits, 1);
+        /* The next buffer under that name serves the remaining waiter. */
+        publish_ok(e, P, (Pub){ .name = "batch" });
+        env_check_status(env_reply(e, C3, w3), PROTO_STATUS_OK);
+
+        /* retire_after 1 with exactly one waiter: the name entry goes away during the wake-up. */
+        w1 = attach_name(e, C1, "single", 1000);
+        buf = publish_ok(e, P, (Pub){ .name = "single", .retire_after = 1 });
+        env_check_status(env_reply(e, C1, w1), PROTO_STATUS_OK);
+        check_eq(state_of(e, buf), PROTO_STATE_RETIRED);
+        check(registry_buffer_by_name(e->r, "single") == NULL);
+        release(e, C1, buf);
+        check_eq(state_of(e, buf), PROTO_STATE_IDLE);
+
+        /* Published again, the count starts over. */
+        env_check_status(publish(e, P, (Pub){ .name = "single", .buffer = buf, .retire_after = 2 }),
+                         PROTO_STATUS_OK);
+        attach_ok(e, C1, "single");
+        check_eq(state_of(e, buf), PROTO_STATE_LIVE);
+        attach_ok(e, C2, "single");
+        check_eq(state_of(e, buf), PROTO_STATE_RETIRED);
+        env_free(e);
+}
+
+static void test_name_taken(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P1 = env_peer(e, 1000, 10, 1), *P2 = env_peer(e, 1000, 20, 1);
+        uint64_t buf = publish_ok(e, P1, (Pub){ .name = "shared" });
+        unsigned before = env_held_fds(e);
+        Sent *s;
+
+        /* Another peer, even of the same uid, cannot take a live name; its fd is closed. */
+        s = publish(e, P2, (Pub){ .name = "shared" });
+        env_check_status(s, PROTO_STATUS_NAME_TAKEN);
+        check(env_msg_has(s, "shared"));
+        check_eq(env_held_fds(e), before);
+        check_eq(gauges(e).buffers, 1);
+        check(registry_buffer_by_name(e->r, "shared") == registry_buffer_by_id(e->r, buf));
+        /* Once retired, the name is free for anyone. */
+        retire(e, P1, buf, false);
+        publish_ok(e, P2, (Pub){ .name = "shared" });
+        env_free(e);
+}
+
+static void test_same_producer_replaces(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *S = env_peer(e, 1002, 12, 1);
+        uint64_t b1, b2, g1;
+        Sent *s;
+
+        subscribe(e, S, "frame");
+        s = publish(e, P, (Pub){ .name = "frame" });
+        b1 = s->m.buffer;
+        g1 = s->m.generation;
+        attach_ok(e, C, "frame");
+        s = publish(e, P, (Pub){ .name = "frame" });
+        env_check_status(s, PROTO_STATUS_OK);
+        b2 = s->m.buffer;
+        check(b2 != b1);
+        check(s->m.generation > g1);
+        /* The old one is retired (still held, so not drained), the name points at the new one. */
+        check_eq(state_of(e, b1), PROTO_STATE_RETIRED);
+        check_eq(state_of(e, b2), PROTO_STATE_LIVE);
+        check(registry_buffer_by_name(e->r, "frame") == registry_buffer_by_id(e->r, b2));
+        check_eq(env_count_events(e, S, PROTO_EV_RETIRED), 1);
+        check_eq(env_event(e, S, PROTO_EV_RETIRED)->m.buffer, b1);
+        check_eq(env_count_events(e, S, PROTO_EV_PUBLISHED), 1);
+        check_eq(env_event(e, S, PROTO_EV_PUBLISHED)->m.buffer, b2);
+        check_eq(attach_ok(e, C, "frame")->m.buffer, b2);
+        release(e, C, b1);
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 1);
+        check_eq(env_event(e, P, PROTO_EV_DRAINED)->m.buffer, b1);
+        check_eq(state_of(e, b1), PROTO_STATE_IDLE);
+
+        /* Replacing an unreferenced buffer drains it in the same step. */
+        s = publish(e, P, (Pub){ .name = "other" });
+        b1 = s->m.buffer;
+        s = publish(e, P, (Pub){ .name = "other" });
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 1);
+        check_eq(state_of(e, b1), PROTO_STATE_IDLE);
+        env_free(e);
+}
+
+static void test_republish_idle(void)
+{
+        static const uint8_t meta1[] = { 0x81, 0xa1, 'a', 0x01 }, meta2[] = { 0x81, 0xa1, 'b', 0x02 };
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *Q = env_peer(e, 1000, 12, 1);
+        uint64_t buf, gen, other;
+        unsigned held;
+        Sent *s;
+        ProtoMsg m;
+
+        s = publish(e, P, (Pub){ .name = "slot/0", .meta = meta1, .meta_len = sizeof(meta1) });
+        buf = s->m.buffer;
+        gen = s->m.generation;
+        check(attach_ok(e, C, "slot/0")->fd >= 0);
+
+        /* Not while live, nor while retired and held. */
+        env_check_status(publish(e, P, (Pub){ .name = "slot/0", .buffer = buf }), PROTO_STATUS_STATE);
+        retire(e, P, buf, false);
+        env_check_status(publish(e, P, (Pub){ .name = "slot/0", .buffer = buf }), PROTO_STATUS_STATE);
+        release(e, C, buf);
+        check_eq(state_of(e, buf), PROTO_STATE_IDLE);
+
+        /* Not by another peer (even of the same uid), not an unknown id. */
+        env_check_status(publish(e, Q, (Pub){ .name = "slot/0", .buffer = buf }), PROTO_STATUS_NOT_OWNER);
+        env_check_status(publish(e, P, (Pub){ .name = "slot/0", .buffer = 9999 }), PROTO_STATUS_NOT_FOUND);
+
+        /* Again by id: same buffer, new generation, metadata kept; no new fd is taken. */
+        held = env_held_fds(e);
+        s = publish(e, P, (Pub){ .name = "slot/0", .buffer = buf });
+        env_check_status(s, PROTO_STATUS_OK);
+        check_eq(s->m.buffer, buf);
+        check(s->m.generation > gen);
+        gen = s->m.generation;
+        check_eq(env_held_fds(e), held);
+        check_eq(gauges(e).buffers, 1);
+        check_eq(registry_counters(e->r)->republishes, 1);
+        registry_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
+        check_eq(m.state, PROTO_STATE_LIVE);
+        check(m.meta.len == sizeof(meta1) && memcmp(m.meta.ptr, meta1, sizeof(meta1)) == 0);
+        /* The consumer kept its mapping: the fd does not travel again. */
+        s = attach_ok(e, C, "slot/0");
+        check(s->m.cached);
+        check_eq(s->fd, -1);
+        check_eq(s->m.generation, gen);
+        release(e, C, buf);
+
+        /* Under another name, with new metadata; an fd sent along is closed, not kept. */
+        retire(e, P, buf, false);
+        s = publish(e, P, (Pub){ .name = "slot/renamed", .buffer = buf, .meta = meta2, .meta_len = sizeof(meta2),
+                                 .fd_mode = FD_FORCE });
+        env_check_status(s, PROTO_STATUS_OK);
+        check_eq(env_held_fds(e), held);
+        check(registry_buffer_by_name(e->r, "slot/renamed") == registry_buffer_by_id(e->r, buf));
+        check(registry_buffer_by_name(e->r, "slot/0") == NULL);
+        registry_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
+        check(m.meta.len == sizeof(meta2) && memcmp(m.meta.ptr, meta2, sizeof(meta2)) == 0);
+        check(proto_str_eq(m.name, "slot/renamed"));
+
+        /* Republishing under a name the same producer has live replaces that buffer. */
+        other = publish_ok(e, P, (Pub){ .name = "slot/1" });
+        retire(e, P, buf, false);
+        env_check_status(publish(e, P, (Pub){ .name = "slot/1", .buffer = buf }), PROTO_STATUS_OK);
+        check_eq(state_of(e, other), PROTO_STATE_IDLE);
+        check_eq(state_of(e, buf), PROTO_STATE_LIVE);
+        env_free(e);
+}
+
+static void test_fd_cached_and_unmap(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *D = env_peer(e, 1002, 12, 1);
+        uint64_t buf = publish_ok(e, P, (Pub){ .name = "m" });
+        Sent *s;
+        int fd;
+
+        s = attach_ok(e, C, "m");
+        fd = s->fd;
+        check(fd >= 0 && !s->m.cached);
+        release(e, C, buf);
+        /* The mapping outlives the reference: the next attach is cached. */
+        s = attach_ok(e, C, "m");
+        check(s->m.cached);
+        check_eq(s->fd, -1);
+        check_eq(registry_counters(e->r)->attaches_cached, 1);
+        /* Each peer gets the fd once. */
+        s = attach_ok(e, D, "m");
+        check(!s->m.cached);
+        check_eq(s->fd, fd);
+
+        /* After unmap, the fd travels again (and unmap while holding keeps the reference). */
+        env_check_status(unmap(e, C, buf), PROTO_STATUS_OK);
+        check_eq(refs_of(e, buf), 2);
+        s = attach_ok(e, C, "m");
+        check(!s->m.cached);
+        check_eq(s->fd, fd);
+        release(e, C, buf);
+        release(e, C, buf);
+        env_check_status(unmap(e, C, buf), PROTO_STATUS_OK);
+        s = env_reply(e, C, attach_id(e, C, buf));
+        env_check_status(s, PROTO_STATUS_OK);
+        check(!s->m.cached && s->fd == fd);
+        release(e, C, buf);
+
+        /* Unmapping something unknown, or never mapped, is fine. */
+        env_check_status(unmap(e, C, 12345), PROTO_STATUS_OK);
+        env_check_status(unmap(e, P, buf), PROTO_STATUS_OK);
+        /* Unmapped peers are not told when the buffer is freed; mapped ones are. */
+        env_check_status(unmap(e, C, buf), PROTO_STATUS_OK);
+        release(e, D, buf);
+        free_buf(e, P, buf, false);
+        check_eq(env_count_events(e, C, PROTO_EV_FREED), 0);
+        check_eq(env_count_events(e, D, PROTO_EV_FREED), 1);
+        env_free(e);
+}
+
+static void test_legacy_handle(void)
+{
+        static const char *const gpu[] = { "GPU-1" };
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 5), *C = env_peer(e, 1001, 11, 5);
+        uint64_t buf;
+        Sent *s;
+
+        env_hello(e, C, 5, "c", 1, gpu);
+        buf = publish_ok(e, P, (Pub){ .name = "leg", .kind = PROTO_KIND_CUDA_LEGACY, .device = "GPU-1" });
+        check_eq(gauges(e).fds, 0);
+        for (int i = 0; i < 2; i++) {
+                /* No fd ever; the handle is in every reply. */
+                s = attach_ok(e, C, "leg");
+                check_eq(s->fd, -1);
+                check(!s->m.cached);
+                check(proto_has(&s->m, PF_HANDLE));
+                check(memcmp(s->m.handle.ptr, handle64, PROTO_LEGACY_HANDLE_SIZE) == 0);
+                check(proto_str_eq(s->m.device, "GPU-1"));
+                check_eq(s->m.kind, PROTO_KIND_CUDA_LEGACY);
+                release(e, C, buf);
+        }
+        env_free(e);
+}
+
+static void test_consumer_death(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *D = env_peer(e, 1002, 12, 1);
+        uint64_t buf = publish_ok(e, P, (Pub){ .name = "d" }), other;
+
+        attach_ok(e, C, "d");
+        attach_ok(e, C, "d");
+        attach_ok(e, D, "d");
+        retire(e, P, buf, false);
+        /* A consumer with pending waits, a group join and a subscription dies. */
+        attach_name(e, C, "pending", 1000);
+        join(e, C, "g", 2, 1000);
+        subscribe(e, C, "");
+        check_eq(gauges(e).waits, 2);
+        env_remove(e, C);
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 0); /* D still holds it */
+        check_eq(refs_of(e, buf), 1);
+        check_eq(gauges(e).waits, 0);
+        check_eq(gauges(e).subs, 0);
+        check_eq(gauges(e).groups, 0);
+        check_eq(gauges(e).names, 0);
+        check_eq(registry_next_deadline(e->r), UINT64_MAX);
+        /* The last holder dies: drained. */
+        env_remove(e, D);
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 1);
+        check_eq(state_of(e, buf), PROTO_STATE_IDLE);
+        check_eq(gauges(e).refs, 0);
+
+        /* Death of a consumer of a live buffer just drops its references. */
+        other = publish_ok(e, P, (Pub){ .name = "live" });
+        C = env_peer(e, 1001, 11, 1);
+        attach_ok(e, C, "live");
+        env_remove(e, C);
+        check_eq(refs_of(e, other), 0);
+        check_eq(state_of(e, other), PROTO_STATE_LIVE);
+        check_eq(registry_counters(e->r)->peers_removed, 3);
+        env_free(e);
+}
+
+static void test_producer_death_revokes(void)
+{
+        static const char *const gpu[] = { "GPU-7" };
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C1 = env_peer(e, 1001, 11, 1), *C2 = env_peer(e, 1002, 12, 1),
+                *S = env_peer(e, 1003, 13, 1), *W = env_peer(e, 1004, 14, 1);
+        uint64_t buf, leg, idle, retired;
+        Sent *ev;
+
+        env_hello(e, C1, 1, NULL, 1, gpu);
+        subscribe(e, S, "");
+        buf = publish_ok(e, P, (Pub){ .name = "r/mem" });
+        leg = publish_ok(e, P, (Pub){ .name = "r/leg", .kind = PROTO_KIND_CUDA_LEGACY, .device = "GPU-7" });
+        idle = publish_ok(e, P, (Pub){ .name = "r/idle" });
+        retired = publish_ok(e, P, (Pub){ .name = "r/retired" });
+        attach_ok(e, C1, "r/mem");     /* holds it */
+        attach_ok(e, C2, "r/mem");     /* maps it, then lets go */
+        release(e, C2, buf);
+        attach_ok(e, C1, "r/leg");
+        attach_ok(e, C2, "r/idle");
+        release(e, C2, idle);
+        retire(e, P, idle, false);
+        attach_ok(e, C1, "r/retired");
+        retire(e, P, retired, false);
+        check_eq(state_of(e, idle), PROTO_STATE_IDLE);
+        check_eq(state_of(e, retired), PROTO_STATE_RETIRED);
+        attach_name(e, W, "r/next", 1000); /* waits on a name P never published */
+
+        env_remove(e, P);
+        /* Holders are told the memory is gone, naming the cause. */
+        check_eq(env_count_events(e, C1, PROTO_EV_REVOKED), 3);
+        ev = env_event(e, C1, PROTO_EV_REVOKED);
+        check(proto_has(&ev->m, PF_REASON));
+        {
+                char reason[200];
+                snprintf(reason, sizeof(reason), "%.*s", (int)ev->m.reason.len, ev->m.reason.ptr);
+                check(strstr(reason, "disconnected"));
+        }
+        /* Peers that got the fd are told to drop their mappings; legacy buffers had no fd. */
+        check_eq(env_count_events(e, C1, PROTO_EV_FREED), 2); /* r/mem and r/retired */
+        check_eq(env_count_events(e, C2, PROTO_EV_FREED), 2); /* r/mem and r/idle */
+        check_eq(env_count_events(e, C2, PROTO_EV_REVOKED), 0);
+        /* Subscribers hear about every revoked buffer (not about the idle one, which just goes). */
+        check_eq(env_count_events(e, S, PROTO_EV_REVOKED), 3);
+        check_eq(env_count_events(e, W, PROTO_EV_REVOKED), 0);
+        check_eq(gauges(e).buffers, 0);
+        check_eq(gauges(e).refs, 0);
+        check_eq(gauges(e).fds, 0);
+        check_eq(gauges(e).waits, 1); /* the waiter still waits for a future producer */
+        check_eq(registry_counters(e->r)->revokes, 3);
+        env_check_status(env_reply(e, C1, attach_name(e, C1, "r/mem", 0)), PROTO_STATUS_NOT_FOUND);
+        env_check_status(release(e, C1, buf), PROTO_STATUS_NOT_ATTACHED);
+        env_check_status(release(e, C1, leg), PROTO_STATUS_NOT_ATTACHED);
+        env_free(e);
+}
+
+static void test_producer_death_broker_held(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *C2 = env_peer(e, 1001, 12, 1),
+                *X = env_peer(e, 2000, 20, 1), *Q;
+        uint64_t buf, quiet;
+        Sent *s;
+
+        buf = publish_ok(e, P, (Pub){ .name = "held", .held = true });
+        quiet = publish_ok(e, P, (Pub){ .name = "held/quiet", .held = true });
+        attach_ok(e, C, "held");
+        env_remove(e, P);
+        /* Nobody is told anything: the broker keeps the memory. */
+        check_eq(env_count_events(e, C, PROTO_EV_REVOKED), 0);
+        check_eq(env_count_events(e, C, PROTO_EV_FREED), 0);
+        check_eq(gauges(e).orphaned, 2);
+        check_eq(gauges(e).fds, 2);
+        check_eq(state_of(e, buf), PROTO_STATE_LIVE);
+        /* Still attachable, by anyone, and the fd still travels. */
+        s = attach_ok(e, C2, "held");
+        check(s->fd >= 0);
+        check_eq(s->m.owner, 0);
+        check_eq(s->m.uid, 1000);
+        /* Its name stays taken. */
+        env_check_status(publish(e, C, (Pub){ .name = "held" }), PROTO_STATUS_NAME_TAKEN);
+
+        /* Only a peer of the producer's uid (or an admin) may retire it. */
+        env_check_status(retire(e, X, buf, false), PROTO_STATUS_NOT_OWNER);
+        env_check_status(free_buf(e, X, buf, false), PROTO_STATUS_NOT_OWNER);
+        Q = env_peer(e, 1000, 30, 1);
+        env_check_status(retire(e, Q, buf, false), PROTO_STATUS_OK);
+        check_eq(state_of(e, buf), PROTO_STATE_RETIRED);
+        check_eq(env_count_events(e, Q, PROTO_EV_DRAINED), 0); /* drained goes to the owner, and it is gone */
+        release(e, C, buf);
+        check(registry_buffer_by_id(e->r, buf) != NULL);
+        s = release(e, C2, buf);
+        env_check_status(s, PROTO_STATUS_OK);
+        /* Drained without an owner: destroyed, fd closed, mappings dropped. */
+        check(registry_buffer_by_id(e->r, buf) == NULL);
+        check_eq(env_count_events(e, C, PROTO_EV_FREED), 1);
+        check_eq(env_count_events(e, C2, PROTO_EV_FREED), 1);
+        check_eq(gauges(e).fds, 1);
+
+        /* An unreferenced orphan is destroyed by its retire; an admin may do it for any uid. */
+        env_check_status(retire(e, X, quiet, true), PROTO_STATUS_OK);
+        check(registry_buffer_by_id(e->r, quiet) == NULL);
+        check_eq(gauges(e).fds, 0);
+        check_eq(gauges(e).orphaned, 0);
+        env_free(e);
+}
+
+static void test_broker_held_orphan_by_uid_free(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *Q;
+        uint64_t buf = publish_ok(e, P, (Pub){ .name = "h", .held = true });
+
+        attach_ok(e, C, "h");
+        env_remove(e, P);
+        Q = env_peer(e, 1000, 12, 1);
+        env_check_status(free_buf(e, Q, buf, false), PROTO_STATUS_OK);
+        check_eq(state_of(e, buf), PROTO_STATE_RETIRED);
+        release(e, C, buf);
+        check(registry_buffer_by_id(e->r, buf) == NULL);
+        /* A retired broker-held buffer whose producer dies drains later, too. */
+        P = env_peer(e, 1000, 10, 1);
+        buf = publish_ok(e, P, (Pub){ .name = "h2", .held = true });
+        attach_ok(e, C, "h2");
+        retire(e, P, buf, false);
+        env_remove(e, P);
+        check_eq(state_of(e, buf), PROTO_STATE_RETIRED);
+        release(e, C, buf);
+        check(registry_buffer_by_id(e->r, buf) == NULL);
+        env_free(e);
+}
+
+static void test_free_live(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1);
+        uint64_t buf = publish_ok(e, P, (Pub){ .name = "f" }), b2;
+        Sent *s;
+
+        attach_ok(e, C, "f");
+        env_check_status(free_buf(e, C, buf, false), PROTO_STATUS_NOT_OWNER);
+        s = free_buf(e, P, buf, false);
+        env_check_status(s, PROTO_STATUS_OK);
+        /* Freeing a referenced buffer retires it and forgets it once drained. */
+        check_eq(state_of(e, buf), PROTO_STATE_RETIRED);
+        check(registry_buffer_by_name(e->r, "f") == NULL);
+        check_eq(gauges(e).fds, 1);
+        release(e, C, buf);
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 1); /* the producer still hears drained */
+        check(registry_buffer_by_id(e->r, buf) == NULL);
+        check_eq(env_count_events(e, C, PROTO_EV_FREED), 1);
+        check_eq(gauges(e).fds, 0);
+
+        /* An unreferenced live buffer goes at once. */
+        b2 = publish_ok(e, P, (Pub){ .name = "f2" });
+        env_check_status(free_buf(e, P, b2, false), PROTO_STATUS_OK);
+        check(registry_buffer_by_id(e->r, b2) == NULL);
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 1);
+        /* A freed-while-retired buffer is not published again. */
+        b2 = publish_ok(e, P, (Pub){ .name = "f3" });
+        attach_ok(e, C, "f3");
+        free_buf(e, P, b2, false);
+        env_check_status(publish(e, P, (Pub){ .name = "f3", .buffer = b2 }), PROTO_STATUS_STATE);
+        release(e, C, b2);
+        env_check_status(publish(e, P, (Pub){ .name = "f3", .buffer = b2 }), PROTO_STATUS_NOT_FOUND);
+        env_free(e);
+}
+
+static void test_quotas(void)
+{
+        Limits l = LIMITS_DEFAULT;
+        Env *e;
+        RegPeer *P, *P2, *C, *x = (RegPeer *)0x1;
+        PeerCreds creds = { .uid = 5000 };
+        Sent *s;
+        uint64_t buf;
+
+        l.refs_per_peer = 2;
+        l.waits_per_peer = 2;
+        l.subs_per_peer = 1;
+        l.buffers_per_uid = 2;
+        l.fds_per_uid = 1;
+        l.connections_per_uid = 2;
+        l.connections = 6;
+        e = env_new(&l);
+        P = env_peer(e, 1000, 10, 1);
+        P2 = env_peer(e, 1000, 11, 1);
+        C = env_peer(e, 1001, 12, 1);
+
+        /* connections_per_uid: a third connection of uid 1000 is refused, others are fine. */
+        check_eq(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x), PROTO_STATUS_QUOTA);
+        check(x == (RegPeer *)0x1);
+
+        /* fds_per_uid (1) and buffers_per_uid (2), charged to the uid across its peers. */
+        buf = publish_ok(e, P, (Pub){ .name = "q/1" });
+        s = publish(e, P2, (Pub){ .name = "q/2" });
+        env_check_status(s, PROTO_STATUS_QUOTA);
+        check_eq(env_held_fds(e), 1); /* the refused fd was closed */
+        publish_ok(e, P2, (Pub){ .name = "q/leg", .kind = PROTO_KIND_CUDA_LEGACY, .device = "GPU-0" });
+        env_check_status(publish(e, P2, (Pub){ .name = "q/leg2", .kind = PROTO_KIND_CUDA_LEGACY, .device = "GPU-0" }),
+                         PROTO_STATUS_QUOTA);
+        /* Another uid has its own budget. */
+        publish_ok(e, C, (Pub){ .name = "c/1" });
+
+        /* refs_per_peer (2). */
+        attach_ok(e, C, "q/1");
+        attach_ok(e, C, "q/1");
+        s = env_reply(e, C, attach_name(e, C, "q/1", 0));
+        env_check_status(s, PROTO_STATUS_QUOTA);
+        check_eq(refs_of(e, buf), 2);
+        release(e, C, buf);
+        attach_ok(e, C, "q/1");
+
+        /* waits_per_peer (2), shared by attach waits and group joins. */
+        attach_name(e, C, "w/1", 100);
+        join(e, C, "grp", 2, 100);
+        s = env_reply(e, C, attach_name(e, C, "w/2", 100));
+        env_check_status(s, PROTO_STATUS_QUOTA);
+        s = env_reply(e, C, join(e, C, "grp2", 2, 100));
+        env_check_status(s, PROTO_STATUS_QUOTA);
+        expire(e, 100);
+        check_eq(gauges(e).waits, 0);
+        attach_name(e, C, "w/3", 100);
+        check_eq(gauges(e).waits, 1);
+
+        /* subs_per_peer (1). */
+        env_check_status(subscribe(e, C, "a"), PROTO_STATUS_OK);
+        env_check_status(subscribe(e, C, "b"), PROTO_STATUS_QUOTA);
+        check_eq(gauges(e).subs, 1);
+
+        /* connections (6 in all). */
+        env_peer(e, 3000, 1, 1);
+        env_peer(e, 3001, 1, 1);
+        env_peer(e, 3002, 1, 1);
+        check_eq(registry_peer_add(e->r, &creds, 0, NULL, &x), PROTO_STATUS_QUOTA);
+        /* A departure frees the slot, and the uid's buffers stay charged to the uid. */
+        env_remove(e, P2);
+        check_eq(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x), 0);
+        check(x != (RegPeer *)0x1);
+        env_check_status(publish(e, x, (Pub){ .name = "q/3", .fd_mode = FD_NONE, .kind = PROTO_KIND_CUDA_LEGACY,
+                                              .device = "GPU-0" }),
+                         PROTO_STATUS_OK); /* q/leg went with P2, so the uid has room again */
+        env_free(e);
+}
+
+static void test_subscriptions(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *S1 = env_peer(e, 1, 1, 1), *S2 = env_peer(e, 2, 2, 1),
+                *S3 = env_peer(e, 3, 3, 1), *C = env_peer(e, 4, 4, 1);
+        uint64_t sub1, sub2, sub2b, buf;
+        Sent *ev;
+
+        sub1 = subscribe(e, S1, "frames/")->m.sub;
+        sub2 = subscribe(e, S2, "")->m.sub;
+        sub2b = subscribe(e, S2, "frames/cam")->m.sub;
+        env_check_status(subscribe(e, S3, "other"), PROTO_STATUS_OK);
+        check(sub1 && sub2 && sub2b && sub1 != sub2 && sub2 != sub2b);
+        check_eq(gauges(e).subs, 4);
+
+        buf = publish_ok(e, P, (Pub){ .name = "frames/cam0" });
+        ev = env_event(e, S1, PROTO_EV_PUBLISHED);
+        check_eq(ev->m.sub, sub1);
+        check_eq(ev->m.buffer, buf);
+        check(proto_str_eq(ev->m.name, "frames/cam0"));
+        check_eq(ev->m.kind, PROTO_KIND_MEMFD);
+        check(ev->m.generation > 0);
+        /* One event per matching subscription, even for the same peer. */
+        check_eq(env_count_events(e, S2, PROTO_EV_PUBLISHED), 2);
+        check_eq(env_count_to(e, S3), 0);
+        check_eq(env_count_to(e, C), 0);
+
+        attach_ok(e, C, "frames/cam0");
+        check_eq(env_count_to(e, S1), 0); /* attaches are not events */
+        retire(e, P, buf, false);
+        check_eq(env_count_events(e, S1, PROTO_EV_RETIRED), 1);
+        check_eq(env_count_events(e, S1, PROTO_EV_DRAINED), 0);
+        release(e, C, buf);
+        check_eq(env_count_events(e, S1, PROTO_EV_DRAINED), 1);
+        check_eq(env_count_events(e, S2, PROTO_EV_DRAINED), 2);
+
+        /* A prefix is a plain byte prefix. */
+        publish_ok(e, P, (Pub){ .name = "frames" });
+        check_eq(env_count_to(e, S1), 0);
+        check_eq(env_count_events(e, S2, PROTO_EV_PUBLISHED), 1);
+
+        /* Unsubscribe: own subscriptions only, once. */
+        env_check_status(unsubscribe(e, S3, sub1), PROTO_STATUS_NOT_FOUND);
+        env_check_status(unsubscribe(e, S1, sub1), PROTO_STATUS_OK);
+        env_check_status(unsubscribe(e, S1, sub1), PROTO_STATUS_NOT_FOUND);
+        check_eq(gauges(e).subs, 3);
+        publish_ok(e, P, (Pub){ .name = "frames/cam1" });
+        check_eq(env_count_to(e, S1), 0);
+        env_free(e);
+}
+
+static void test_groups(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *A = env_peer(e, 1, 1, 1), *B = env_peer(e, 2, 2, 1), *C = env_peer(e, 3, 3, 1),
+                *D = env_peer(e, 4, 4, 1);
+        uint64_t ja, jb, jc, jd;
+        Sent *s;
+
+        /* Three members: nobody hears anything until the last joins, then everyone at once. */
+        e->now = 0;
+        ja = join(e, A, "gang", 3, 1000);
+        e->now = 100;
+        jb = join(e, B, "gang", 3, 500);
+        check_eq(e->n_sent, 0);
+        check_eq(gauges(e).groups, 1);
+        check_eq(registry_next_deadline(e->r), 600); /* the earliest member's deadline */
+        jc = join(e, C, "gang", 3, 1000);
+        check_eq(e->n_sent, 3);
+        s = env_reply(e, A, ja);
+        env_check_status(s, PROTO_STATUS_OK);
+        check(proto_str_eq(s->m.group, "gang"));
+        check_eq(s->m.members, 3);
+        env_check_status(env_reply(e, B, jb), PROTO_STATUS_OK);
+        env_check_status(env_reply(e, C, jc), PROTO_STATUS_OK);
+        check_eq(gauges(e).groups, 0);
+        check_eq(gauges(e).waits, 0);
+        check_eq(registry_next_deadline(e->r), UINT64_MAX);
+        check_eq(registry_counters(e->r)->groups_completed, 1);
+
+        /* Failing together at the earliest deadline. */
+        e->now = 1000;
+        ja = join(e, A, "late", 3, 1000);
+        jb = join(e, B, "late", 3, 200);
+        check_eq(registry_next_deadline(e->r), 1200);
+        check_eq(expire(e, 1199), 0);
+        check_eq(expire(e, 1200), 2);
+        s = env_reply(e, A, ja);
+        env_check_status(s, PROTO_STATUS_TIMEOUT);
+        check(env_msg_has(s, "2 of 3"));
+        env_check_status(env_reply(e, B, jb), PROTO_STATUS_TIMEOUT);
+        check_eq(gauges(e).groups, 0);
+        check_eq(registry_counters(e->r)->groups_failed, 1);
+
+        /* Mismatched counts, zero members, joining twice. */
+        ja = join(e, A, "m", 2, 1000);
+        s = env_reply(e, B, join(e, B, "m", 3, 1000));
+        env_check_status(s, PROTO_STATUS_GROUP_MISMATCH);
+        check(env_msg_has(s, "'m'"));
+        env_check_status(env_reply(e, B, join(e, B, "zero", 0, 1000)), PROTO_STATUS_INVALID);
+        env_check_status(env_reply(e, A, join(e, A, "m", 2, 1000)), PROTO_STATUS_STATE);
+        check_eq(gauges(e).groups, 1);
+        jb = join(e, B, "m", 2, 1000);
+        env_check_status(env_reply(e, A, ja), PROTO_STATUS_OK);
+        env_check_status(env_reply(e, B, jb), PROTO_STATUS_OK);
+
+        /* A member of one is complete at once. */
+        env_check_status(env_reply(e, D, join(e, D, "solo", 1, 10)), PROTO_STATUS_OK);
+        check_eq(gauges(e).groups, 0);
+
+        /* A member leaving: the group waits on, with its deadline re-armed to the remaining ones. */
+        e->now = 5000;
+        ja = join(e, A, "leave", 3, 100);  /* deadline 5100 */
+        jb = join(e, B, "leave", 3, 1000); /* deadline 6000 */
+        check_eq(registry_next_deadline(e->r), 5100);
+        env_remove(e, A);
+        check_eq(e->n_sent, 0);
+        check_eq(registry_next_deadline(e->r), 6000);
+        check_eq(expire(e, 5100), 0);
+        jc = join(e, C, "leave", 3, 1000);
+        jd = join(e, D, "leave", 3, 1000);
+        env_check_status(env_reply(e, B, jb), PROTO_STATUS_OK);
+        env_check_status(env_reply(e, C, jc), PROTO_STATUS_OK);
+        env_check_status(env_reply(e, D, jd), PROTO_STATUS_OK);
+        check_eq(e->n_sent, 3);
+
+        /* Everyone leaving dissolves the group and its timer. */
+        jb = join(e, B, "empty", 3, 100);
+        jc = join(e, C, "empty", 3, 100);
+        env_remove(e, B);
+        env_remove(e, C);
+        check_eq(gauges(e).groups, 0);
+        check_eq(registry_next_deadline(e->r), UINT64_MAX);
+        check_eq(expire(e, UINT64_MAX - 1), 0);
+        (void)jb;
+        (void)jc;
+        env_free(e);
+}
+
+static void test_pidns_diagnosis(void)
+{
+        static const char *const gpu[] = { "GPU-aa" };
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 111), *Csame = env_peer(e, 1001, 11, 111),
+                *Cother = env_peer(e, 1002, 12, 222), *Cdecl = env_peer(e, 1003, 13, 0),
+                *Cout = env_peer(e, 1004, 0, 0), *Cunknown = env_peer(e, 1005, 15, 0);
+        Sent *s;
+        char want[64];
+
+        env_hello(e, Csame, 111, "same", 1, gpu);
+        env_hello(e, Cother, 222, "other", 1, gpu);
+        env_hello(e, Cdecl, 333, "declared", 1, gpu); /* the kernel's inode is unknown: its hello counts */
+        env_hello(e, Cout, 111, "outside", 1, gpu);   /* pid 0: outside the broker's namespace */
+        env_hello(e, Cunknown, 0, "unknown", 1, gpu);
+        publish_ok(e, P, (Pub){ .name = "leg", .kind = PROTO_KIND_CUDA_LEGACY, .device = "GPU-aa" });
+        publish_ok(e, P, (Pub){ .name = "vmm", .kind = PROTO_KIND_CUDA_VMM, .device = "GPU-aa" });
+
+        attach_ok(e, Csame, "leg");
+        s = env_reply(e, Cother, attach_name(e, Cother, "leg", 0));
+        env_check_status(s, PROTO_STATUS_PIDNS);
+        /* The message names both namespaces and the two fixes. */
+        check(env_msg_has(s, "'leg'"));
+        check(env_msg_has(s, "111"));
+        check(env_msg_has(s, "222"));
+        check(env_msg_has(s, "shareProcessNamespace: true"));
+        check(env_msg_has(s, "cuda-vmm"));
+        check_eq(gauges(e).refs, 1);
+        snprintf(want, sizeof(want), "pid %u", 10u);
+        check(env_msg_has(s, want));
+        env_check_status(env_reply(e, Cdecl, attach_name(e, Cdecl, "leg", 0)), PROTO_STATUS_PIDNS);
+        /* A pid of 0 from the kernel means another namespace, whatever the hello claims. */
+        env_check_status(env_reply(e, Cout, attach_name(e, Cout, "leg", 0)), PROTO_STATUS_PIDNS);
+        /* Nothing known to differ: no diagnosis, CUDA has its say. */
+        attach_ok(e, Cunknown, "leg");
+        /* cuda-vmm crosses namespaces. */
+        attach_ok(e, Cother, "vmm");
+        attach_ok(e, Cout, "vmm");
+        env_free(e);
+}
+
+static void test_device_diagnosis(void)
+{
+        static const char *const theirs[] = { "GPU-bbbb", "MIG-cccc" };
+        static const char *const mine[] = { "GPU-bbbb", "GPU-aaaa" };
+        char many_store[PROTO_MAX_GPUS][PROTO_MAX_UUID + 1];
+        const char *many[PROTO_MAX_GPUS];
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *N = env_peer(e, 1002, 12, 1),
+                *G = env_peer(e, 1003, 13, 1), *M = env_peer(e, 1004, 14, 1);
+        Sent *s;
+
+        env_hello(e, C, 1, "c", 2, theirs);
+        env_hello(e, G, 1, "g", 2, mine);
+        for (unsigned i = 0; i < PROTO_MAX_GPUS; i++) {
+                memset(many_store[i], 'a' + i % 26, PROTO_MAX_UUID);
+                many_store[i][PROTO_MAX_UUID] = 0;
+                memcpy(many_store[i], "GPU-", 4);
+                many[i] = many_store[i];
+        }
+        env_hello(e, M, 1, "m", PROTO_MAX_GPUS, many);
+        publish_ok(e, P, (Pub){ .name = "on-a", .kind = PROTO_KIND_CUDA_VMM, .device = "GPU-aaaa" });
+        publish_ok(e, P, (Pub){ .name = "leg-a", .kind = PROTO_KIND_CUDA_LEGACY, .device = "GPU-aaaa" });
+        publish_ok(e, P, (Pub){ .name = "mem", .device = "GPU-aaaa" });
+
+        s = env_reply(e, C, attach_name(e, C, "on-a", 0));
+        env_check_status(s, PROTO_STATUS_DEVICE);
+        check(env_msg_has(s, "GPU-aaaa"));
+        check(env_msg_has(s, "GPU-bbbb"));
+        check(env_msg_has(s, "MIG-cccc"));
+        check(env_msg_has(s, "ResourceClaim"));
+        env_check_status(env_reply(e, C, attach_name(e, C, "leg-a", 0)), PROTO_STATUS_DEVICE);
+        /* No hello, no GPUs. */
+        s = env_reply(e, N, attach_name(e, N, "on-a", 0));
+        env_check_status(s, PROTO_STATUS_DEVICE);
+        check(env_msg_has(s, "no GPU"));
+        /* A long list is cut to fit the message, and the reply still encodes. */
+        s = env_reply(e, M, attach_name(e, M, "on-a", 0));
+        env_check_status(s, PROTO_STATUS_DEVICE);
+        check(s->m.message.len <= PROTO_MAX_TEXT);
+        /* The right GPU among several. */
+        attach_ok(e, G, "on-a");
+        attach_ok(e, G, "leg-a");
+        /* memfd ignores devices. */
+        attach_ok(e, N, "mem");
+        check_eq(gauges(e).refs, 3);
+        env_free(e);
+}
+
+static void test_hello(void)
+{
+        static const char *const gpus[] = { "GPU-1", "GPU-2" };
+        Env *e = env_new(NULL);
+        RegPeer *p = env_peer(e, 1000, 10, 99);
+        PeerHello h = { .pid = 1, .pidns = 5, .label = "again" };
+        ProtoMsg m;
+        char label[100];
+
+        check(!registry_peer_said_hello(p));
+        env_hello(e, p, 5, "camera-producer", 2, gpus);
+        check_eq(registry_peer_hello(e->r, p, &h), PROTO_STATUS_STATE);
+        registry_peer_describe(p, &m);
+        check(proto_str_eq(m.label, "camera-producer"));
+        check_eq(m.n_gpus, 2);
+        check(proto_str_eq(m.gpus[1], "GPU-2"));
+        check_eq(m.pidns, 99); /* the kernel's view beats the declared one */
+        check_eq(m.uid, 1000);
+        check_eq(m.pid, 10);
+        /* An over-long label is cut to PROTO_MAX_LABEL. */
+        memset(label, 'l', sizeof(label) - 1);
+        label[sizeof(label) - 1] = 0;
+        p = env_peer(e, 1000, 11, 0);
+        env_hello(e, p, 42, label, 0, NULL);
+        registry_peer_describe(p, &m);
+        check_eq(m.label.len, PROTO_MAX_LABEL);
+        check_eq(m.pidns, 42);
+        check_eq(registry_peer_creds(p)->pid, 11);
+        check(registry_peer_userdata(p) == NULL);
+        check(!registry_peer_lost(p));
+        registry_peer_mark_lost(p);
+        check(registry_peer_lost(p));
+        registry_peer_mark_lost(NULL);
+        env_remove(e, p);
+        env_free(e);
+}
+
+static void count_holder(const RegPeer *p, uint32_t refs, void *ud)
+{
+        (void)p;
+        *(uint64_t *)ud += refs;
+}
+
+static void test_views(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *p;
+        uint64_t ids[5], refs = 0;
+        ProtoMsg m;
+        RegBuffer *b;
+        unsigned n;
+
+        for (unsigned i = 0; i < 5; i++) {
+                char name[16];
+                snprintf(name, sizeof(name), "v/%u", i);
+                ids[i] = publish_ok(e, P, (Pub){ .name = name });
+        }
+        /* Buffers in id order; after() starts above an id, present or not. */
+        n = 0;
+        for (b = registry_buffer_after(e->r, 0); b; b = registry_buffer_next(e->r, b)) {
+                registry_buffer_describe(b, &m);
+                check_eq(m.buffer, ids[n++]);
+        }
+        check_eq(n, 5);
+        check(registry_buffer_after(e->r, ids[1]) == registry_buffer_by_id(e->r, ids[2]));
+        check(registry_buffer_after(e->r, ids[4]) == NULL);
+        free_buf(e, P, ids[2], false);
+        check(registry_buffer_after(e->r, ids[1]) == registry_buffer_by_id(e->r, ids[3]));
+        check(registry_buffer_after(e->r, ids[2]) == registry_buffer_by_id(e->r, ids[3]));
+        check_streq(registry_buffer_name(registry_buffer_by_id(e->r, ids[3])), "v/3");
+        check(registry_buffer_by_name(e->r, "v/9") == NULL);
+
+        attach_ok(e, C, "v/0");
+        attach_ok(e, C, "v/0");
+        registry_buffer_holders(registry_buffer_by_id(e->r, ids[0]), count_holder, &refs);
+        check_eq(refs, 2);
+
+        /* Peers in id order, each describing what it owns. */
+        p = registry_peer_first(e->r);
+        check(p == P);
+        registry_peer_describe(p, &m);
+        check_eq(m.buffers, 4);
+        p = registry_peer_next(e->r, p);
+        check(p == C);
+        registry_peer_describe(p, &m);
+        check_eq(m.refs, 2);
+        check(registry_peer_next(e->r, p) == NULL);
+        check_eq(registry_counters(e->r)->publishes, 5);
+        check_eq(registry_counters(e->r)->attaches, 2);
+        check_eq(registry_counters(e->r)->peers_added, 2);
+        env_free(e);
+}
+
+/* Every fd handed to the registry ends up closed exactly once, in every way a buffer can end. */
+static void test_fd_accounting(void)
+{
+        unsigned before = env_count_open_fds();
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *P2 = env_peer(e, 1000, 11, 1), *C = env_peer(e, 1001, 12, 1);
+        uint64_t a, b, c, d;
+
+        a = publish_ok(e, P, (Pub){ .name = "fd/a" });
+        b = publish_ok(e, P, (Pub){ .name = "fd/b", .held = true });
+        c = publish_ok(e, P, (Pub){ .name = "fd/c", .kind = PROTO_KIND_CUDA_VMM, .device = "GPU-0" });
+        d = publish_ok(e, P2, (Pub){ .name = "fd/d", .held = true });
+        check_eq(env_count_open_fds(), before + 4);
+        /* Refused publishes close their fd at once. */
+        env_check_status(publish(e, P2, (Pub){ .name = "fd/a" }), PROTO_STATUS_NAME_TAKEN);
+        env_check_status(publish(e, P, (Pub){ .name = "fd/a2", .buffer = a, .fd_mode = FD_FORCE }), PROTO_STATUS_STATE);
+        check_eq(env_count_open_fds(), before + 4);
+        /* A consumer holds some. */
+        attach_ok(e, C, "fd/a");
+        attach_ok(e, C, "fd/b");
+        /* Freed while referenced: closed after the drain. */
+        free_buf(e, P, a, false);
+        check_eq(env_count_open_fds(), before + 4);
+        release(e, C, a);
+        check_eq(env_count_open_fds(), before + 3);
+        /* Revoked with the producer: closed then; broker-held ones stay. */
+        env_remove(e, P);
+        check(registry_buffer_by_id(e->r, c) == NULL);
+        check_eq(env_count_open_fds(), before + 2);
+        check(registry_buffer_by_id(e->r, b) && registry_buffer_by_id(e->r, d));
+        /* The rest, orphaned or not, goes with the registry. */
+        env_free(e);
+        check_eq(env_count_open_fds(), before);
+}
+
+/* A registry freed with everything in flight: peers, waits, groups, subscriptions, orphans. */
+static void test_free_everything(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *D = env_peer(e, 1002, 12, 1);
+
+        publish_ok(e, P, (Pub){ .name = "e/1", .held = true });
+        publish_ok(e, P, (Pub){ .name = "e/2" });
+        publish_ok(e, D, (Pub){ .name = "e/3", .held = true });
+        attach_ok(e, C, "e/1");
+        attach_ok(e, C, "e/2");
+        attach_name(e, C, "e/later", 1000);
+        join(e, C, "grp", 3, 1000);
+        join(e, D, "grp", 3, 1000);
+        subscribe(e, C, "e/");
+        env_remove(e, D); /* leaves an orphan */
+        env_free(e);
+}
+
+/* Enough buffers, holds and names to grow every table several times. */
+static void test_many(void)
+{
+        enum { N = 300 };
+        static const char *const gpu[] = { "GPU-0" };
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C[4];
+        uint64_t ids[N];
+
+        for (unsigned k = 0; k < 4; k++) {
+                C[k] = env_peer(e, 2000 + k, 20 + k, 1);
+                env_hello(e, C[k], 1, "c", 1, gpu);
+        }
+        for (unsigned i = 0; i < N; i++) {
+                char name[32];
+                snprintf(name, sizeof(name), "many/%u", i);
+                ids[i] = publish_ok(e, P, (Pub){ .name = name, .kind = i % 2 ? PROTO_KIND_CUDA_LEGACY : 0,
+                                                 .device = "GPU-0" });
+                /* A consumer waits for the next name, which the next round publishes. */
+                snprintf(name, sizeof(name), "many/%u", i + 1);
+                attach_name(e, C[i % 4], name, 100000);
+        }
+        check_eq(gauges(e).waits, 1);
+        for (unsigned i = 0; i < N; i++)
+                for (unsigned k = 0; k < 4; k++)
+                        if (i % 2 == 0)
+                                env_check_status(env_reply(e, C[k], attach_id(e, C[k], ids[i])), PROTO_STATUS_OK);
+        check_eq(gauges(e).refs, 4 * (N / 2) + (N - 1));
+        for (unsigned i = 0; i < N; i += 3)
+                free_buf(e, P, ids[i], false);
+        env_remove(e, C[1]);
+        env_remove(e, P);
+        check_eq(gauges(e).buffers, 0);
+        env_free(e);
+}
+
+int main(int argc, char **argv)
+{
+        TEST_RUN(argc, argv, test_names_valid);
+        TEST_RUN(argc, argv, test_publish_attach_release_retire);
+        TEST_RUN(argc, argv, test_retire_while_held);
+        TEST_RUN(argc, argv, test_attach_waits_for_publish);
+        TEST_RUN(argc, argv, test_attach_timeout);
+        TEST_RUN(argc, argv, test_retire_after);
+        TEST_RUN(argc, argv, test_name_taken);
+        TEST_RUN(argc, argv, test_same_producer_replaces);
+        TEST_RUN(argc, argv, test_republish_idle);
+        TEST_RUN(argc, argv, test_fd_cached_and_unmap);
+        TEST_RUN(argc, argv, test_legacy_handle);
+        TEST_RUN(argc, argv, test_consumer_death);
+        TEST_RUN(argc, argv, test_producer_death_revokes);
+        TEST_RUN(argc, argv, test_producer_death_broker_held);
+        TEST_RUN(argc, argv, test_broker_held_orphan_by_uid_free);
+        TEST_RUN(argc, argv, test_free_live);
+        TEST_RUN(argc, argv, test_quotas);
+        TEST_RUN(argc, argv, test_subscriptions);
+        TEST_RUN(argc, argv, test_groups);
+        TEST_RUN(argc, argv, test_pidns_diagnosis);
+        TEST_RUN(argc, argv, test_device_diagnosis);
+        TEST_RUN(argc, argv, test_hello);
+        TEST_RUN(argc, argv, test_views);
+        TEST_RUN(argc, argv, test_fd_accounting);
+        TEST_RUN(argc, argv, test_free_everything);
+        TEST_RUN(argc, argv, test_many);
+        return TEST_END();
+}
