@@ -872,16 +872,29 @@ static void test_meta_depth(void)
 {
         ProtoBuf b = { 0 };
 
-        /* PROTO_MAX_DEPTH containers, the metadata map itself included. */
+        ProtoField f = _PF_MAX;
+        ProtoMsg m;
+        int e;
+
+        /* PROTO_MAX_DEPTH containers, the metadata map itself included; one more is well-formed
+         * msgpack but too deep: the field's fault, not the frame's. */
         nested_meta(&b, "meta", PROTO_MAX_DEPTH, false);
         expect(&b, 0, _PF_MAX);
         nested_meta(&b, "meta", PROTO_MAX_DEPTH + 1, false);
-        expect(&b, PROTO_E_MALFORMED, PF_META);
+        expect(&b, PROTO_E_FIELD, PF_META);
         nested_meta(&b, "meta", PROTO_MAX_DEPTH, true);
         expect(&b, 0, _PF_MAX);
         nested_meta(&b, "meta", PROTO_MAX_DEPTH + 1, true);
-        expect(&b, PROTO_E_MALFORMED, PF_META);
-        nested_meta(&b, "meta", 200, false);
+        expect(&b, PROTO_E_FIELD, PF_META);
+        /* Absurdly deep: refused either way, without recursing that deep. */
+        nested_meta(&b, "meta", 5000, false);
+        e = decode(b.data, b.len, &m, &f);
+        check(e == PROTO_E_MALFORMED || e == PROTO_E_FIELD);
+        check_eq(f, PF_META);
+        proto_buf_free(&b);
+        /* Too deep and truncated is malformed. */
+        nested_meta(&b, "meta", PROTO_MAX_DEPTH + 1, false);
+        b.len--;
         expect(&b, PROTO_E_MALFORMED, PF_META);
         /* Unknown keys are skipped within the same bound. */
         nested_meta(&b, "x-future", PROTO_MAX_DEPTH, false);
@@ -970,13 +983,13 @@ static void test_duplicate_keys(void)
         ProtoBuf b = { 0 };
 
         for (size_t i = 0; i < sizeof(dups) / sizeof(dups[0]); i++) {
-                /* A valid value of the field, twice: ambiguous, so refused. */
+                /* A valid value of the field, twice: ambiguous, so refused, naming the key. */
                 req(&b, "ping", 2);
                 w_str(&b, FIELDS[dups[i].f].key);
                 w_raw(&b, dups[i].val, dups[i].len);
                 w_str(&b, FIELDS[dups[i].f].key);
                 w_raw(&b, dups[i].val, dups[i].len);
-                expect(&b, PROTO_E_FIELD, dups[i].f);
+                expect(&b, PROTO_E_DUPLICATE, dups[i].f);
         }
         /* Unknown keys may repeat: they are skipped. */
         req(&b, "ping", 2);
@@ -1371,7 +1384,7 @@ static void test_iter(void)
 
 /* A listing record carries a buffer's metadata, which publish accepts up to PROTO_MAX_DEPTH
  * levels deep. The reply that lists it must decode. */
-static void test_bug_items_meta_depth(void)
+static void test_items_meta_depth(void)
 {
         ProtoMsg pub, rec = { 0 }, reply = { 0 }, d;
         ProtoBuf body = { 0 }, items = { 0 };
@@ -1413,9 +1426,59 @@ static void test_bug_items_meta_depth(void)
         proto_buf_free(&items);
 }
 
+static void test_peek_id(void)
+{
+        ProtoBuf b = { 0 };
+        uint64_t id = 0;
+
+        /* The id of a request that fails to decode for another reason, for the error reply. */
+        w_map(&b, 3);
+        w_kv_s(&b, "op", "publish");
+        w_kv_s(&b, "kind", "opencl");
+        w_kv_u(&b, "id", 4242);
+        check_eq(decode(b.data, b.len, &(ProtoMsg){ 0 }, NULL), PROTO_E_FIELD);
+        check_eq(proto_peek_id(keep(b.data, b.len), b.len, &id), 0);
+        check_eq(id, 4242);
+        proto_buf_free(&b);
+        /* Skips whatever comes before it, nested values included. */
+        w_map(&b, 2);
+        w_str(&b, "x");
+        w_map(&b, 1);
+        w_str(&b, "y");
+        w_arr(&b, 2);
+        w_u8(&b, 0xc0);
+        w_u8(&b, 0xc3);
+        w_kv_u(&b, "id", UINT64_MAX);
+        check_eq(proto_peek_id(keep(b.data, b.len), b.len, &id), 0);
+        check_eq(id, UINT64_MAX);
+        proto_buf_free(&b);
+        /* No id, an id of the wrong type, not a map, truncated. */
+        id = 7;
+        w_map(&b, 1);
+        w_kv_u(&b, "reply", 1);
+        check_eq(proto_peek_id(keep(b.data, b.len), b.len, &id), PROTO_E_MISSING);
+        proto_buf_free(&b);
+        w_map(&b, 1);
+        w_kv_s(&b, "id", "one");
+        check_eq(proto_peek_id(keep(b.data, b.len), b.len, &id), PROTO_E_FIELD);
+        proto_buf_free(&b);
+        check_eq(proto_peek_id(keep("\x91\x01", 2), 2, &id), PROTO_E_MALFORMED);
+        check_eq(proto_peek_id(keep("", 0), 0, &id), PROTO_E_MALFORMED);
+        w_map(&b, 2);
+        w_kv_u(&b, "x", 1);
+        w_str(&b, "id");
+        check_eq(proto_peek_id(keep(b.data, b.len), b.len, &id), PROTO_E_MALFORMED);
+        proto_buf_free(&b);
+        w_hdr(&b, 0xdf, 4, UINT32_MAX);
+        w_kv_u(&b, "id", 1);
+        check_eq(proto_peek_id(keep(b.data, b.len), b.len, &id), PROTO_E_MALFORMED);
+        proto_buf_free(&b);
+        check_eq(id, 7); /* untouched on failure */
+}
+
 static void test_names_and_texts(void)
 {
-        for (int e = 0; e <= PROTO_E_KIND; e++) {
+        for (int e = 0; e <= PROTO_E_DUPLICATE; e++) {
                 check(proto_strerror(e));
                 check(strcmp(proto_strerror(e), "unknown protocol error") != 0);
         }
@@ -1494,7 +1557,8 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_iter);
         TEST_RUN(argc, argv, test_names_and_texts);
         TEST_RUN(argc, argv, test_buf);
-        TEST_RUN(argc, argv, test_bug_items_meta_depth);
+        TEST_RUN(argc, argv, test_items_meta_depth);
+        TEST_RUN(argc, argv, test_peek_id);
         for (unsigned i = 0; i < 8; i++)
                 free(kept[i]);
         proto_buf_free(&items_a);

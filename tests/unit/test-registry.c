@@ -23,6 +23,7 @@ typedef struct Pub {
         const char *device;
         const uint8_t *meta;
         uint32_t meta_len;
+        bool clear_meta;  /* publishing again: replace the metadata with none */
         int fd_mode;      /* FD_AUTO: an fd for memfd and cuda-vmm new buffers */
 } Pub;
 
@@ -40,6 +41,7 @@ static Sent *publish(Env *e, RegPeer *p, Pub o)
         a.device = o.device;
         a.meta = o.meta;
         a.meta_len = o.meta_len;
+        a.has_meta = o.meta || o.clear_meta;
         a.handle = a.kind == PROTO_KIND_CUDA_LEGACY ? handle64 : NULL;
         want_fd = o.fd_mode == FD_FORCE ||
                   (o.fd_mode == FD_AUTO && !o.buffer && a.kind != PROTO_KIND_CUDA_LEGACY);
@@ -593,6 +595,17 @@ static void test_republish_idle(void)
         check(m.meta.len == sizeof(meta2) && memcmp(m.meta.ptr, meta2, sizeof(meta2)) == 0);
         check(proto_str_eq(m.name, "slot/renamed"));
 
+        /* Publishing again without metadata keeps it; with an empty map clears it. */
+        retire(e, P, buf, false);
+        env_check_status(publish(e, P, (Pub){ .name = "slot/renamed", .buffer = buf }), PROTO_STATUS_OK);
+        registry_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
+        check(proto_has(&m, PF_META) && m.meta.len == sizeof(meta2));
+        retire(e, P, buf, false);
+        env_check_status(publish(e, P, (Pub){ .name = "slot/renamed", .buffer = buf, .clear_meta = true }),
+                         PROTO_STATUS_OK);
+        registry_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
+        check(!proto_has(&m, PF_META));
+
         /* Republishing under a name the same producer has live replaces that buffer. */
         other = publish_ok(e, P, (Pub){ .name = "slot/1" });
         retire(e, P, buf, false);
@@ -844,6 +857,81 @@ static void test_broker_held_orphan_by_uid_free(void)
         check_eq(state_of(e, buf), PROTO_STATE_RETIRED);
         release(e, C, buf);
         check(registry_buffer_by_id(e->r, buf) == NULL);
+        env_free(e);
+}
+
+/* A restarted producer (same uid) may publish over the name its predecessor left broker-held:
+ * the orphan is retired and drains as usual; another uid may not. */
+static void test_orphan_takeover(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *S = env_peer(e, 1002, 12, 1), *P2;
+        uint64_t old, fresh;
+        Sent *s;
+
+        old = publish_ok(e, P, (Pub){ .name = "model", .held = true });
+        attach_ok(e, C, "model");
+        subscribe(e, S, "model");
+        env_remove(e, P);
+        s = publish(e, C, (Pub){ .name = "model" });
+        env_check_status(s, PROTO_STATUS_NAME_TAKEN);
+        check(env_msg_has(s, "1000"));
+        P2 = env_peer(e, 1000, 20, 1);
+        fresh = publish_ok(e, P2, (Pub){ .name = "model" });
+        check(fresh != old);
+        check(registry_buffer_by_name(e->r, "model") == registry_buffer_by_id(e->r, fresh));
+        check_eq(state_of(e, old), PROTO_STATE_RETIRED);
+        check_eq(env_count_events(e, S, PROTO_EV_RETIRED), 1);
+        check_eq(env_count_events(e, S, PROTO_EV_PUBLISHED), 1);
+        /* The old memory lives until its last holder lets go, then goes (nobody owns it). */
+        release(e, C, old);
+        check(registry_buffer_by_id(e->r, old) == NULL);
+        check_eq(env_count_events(e, C, PROTO_EV_FREED), 1);
+        check_eq(env_count_events(e, P2, PROTO_EV_DRAINED), 0);
+        check_eq(gauges(e).orphaned, 0);
+        /* An unreferenced orphan goes at once. */
+        env_remove(e, P2);
+        check_eq(gauges(e).buffers, 0); /* fresh was not broker-held: revoked */
+        P = env_peer(e, 1000, 30, 1);
+        old = publish_ok(e, P, (Pub){ .name = "model", .held = true });
+        env_remove(e, P);
+        P = env_peer(e, 1000, 31, 1);
+        publish_ok(e, P, (Pub){ .name = "model" });
+        check(registry_buffer_by_id(e->r, old) == NULL);
+        env_free(e);
+}
+
+static void test_cancel_waits(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *A = env_peer(e, 1, 1, 1), *B = env_peer(e, 2, 2, 1), *P = env_peer(e, 3, 3, 1);
+        uint64_t w1, w2, j1, j2, j3;
+        Sent *s;
+
+        publish_ok(e, P, (Pub){ .name = "there" });
+        w1 = attach_name(e, A, "x", 1000);
+        w2 = attach_name(e, B, "y", 1000);
+        j1 = join(e, A, "g", 3, 1000);
+        j2 = join(e, B, "g", 3, 1000);
+        j3 = join(e, B, "h", 2, 1000);
+        check_eq(gauges(e).waits, 5);
+        registry_cancel_waits(e->r, PROTO_STATUS_SHUTDOWN, "the broker is stopping", &e->out);
+        check_eq(env_flush(e), 5);
+        s = env_reply(e, A, w1);
+        env_check_status(s, PROTO_STATUS_SHUTDOWN);
+        check(env_msg_has(s, "stopping"));
+        env_check_status(env_reply(e, B, w2), PROTO_STATUS_SHUTDOWN);
+        env_check_status(env_reply(e, A, j1), PROTO_STATUS_SHUTDOWN);
+        env_check_status(env_reply(e, B, j2), PROTO_STATUS_SHUTDOWN);
+        env_check_status(env_reply(e, B, j3), PROTO_STATUS_SHUTDOWN);
+        check_eq(gauges(e).waits, 0);
+        check_eq(gauges(e).groups, 0);
+        check_eq(gauges(e).names, 1); /* only the published one */
+        check_eq(registry_next_deadline(e->r), UINT64_MAX);
+        check_eq(expire(e, 5000), 0);
+        /* Nothing pending: nothing to say. */
+        registry_cancel_waits(e->r, PROTO_STATUS_SHUTDOWN, "again", &e->out);
+        check_eq(env_flush(e), 0);
         env_free(e);
 }
 
@@ -1388,6 +1476,8 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_producer_death_revokes);
         TEST_RUN(argc, argv, test_producer_death_broker_held);
         TEST_RUN(argc, argv, test_broker_held_orphan_by_uid_free);
+        TEST_RUN(argc, argv, test_orphan_takeover);
+        TEST_RUN(argc, argv, test_cancel_waits);
         TEST_RUN(argc, argv, test_free_live);
         TEST_RUN(argc, argv, test_quotas);
         TEST_RUN(argc, argv, test_subscriptions);
