@@ -46,7 +46,7 @@
  *     int main(int argc, char **argv) { TEST_RUN(argc, argv, test_a); ...; return TEST_END(); }
  * A name prefixed with "bug_" runs only when named explicitly: those tests expose known bugs in
  * the code under test and are registered as their own meson test, so they fail on their own. */
-static unsigned test_count_;
+static unsigned test_count_ __attribute__((unused));
 
 static inline int test_selected_(int argc, char **argv, const char *name)
 {

@@ -13,8 +13,12 @@
 #include "proto.h"
 #include "registry.h"
 
-#define ENV_MAX_SENT 2048
-#define ENV_MAX_FDS 1024
+#ifndef ENV_MAX_SENT
+#define ENV_MAX_SENT 2048 /* frames one operation may cause */
+#endif
+#ifndef ENV_MAX_FDS
+#define ENV_MAX_FDS 1024 /* memfds one test creates */
+#endif
 
 /* One frame the registry asked to deliver, decoded. */
 typedef struct Sent {
