@@ -22,18 +22,18 @@
 
 #include "internal.h"
 
-#define MAX_BROKERS 8
-#define LOG_TAIL_BYTES 6000
-#define STOP_DEADLINE_MS 5000
-#define READY_DEADLINE_MS 10000
+#define MAX_BROKERS        8
+#define LOG_TAIL_BYTES     6000
+#define STOP_DEADLINE_MS   5000
+#define READY_DEADLINE_MS  10000
 #define SETTLE_DEADLINE_MS 5000
 
 /* ---- state of this process ---- */
 
-static const char *case_name = "";      /* the running case */
+static const char *case_name = ""; /* the running case */
 static char case_dir_path[96];
-static const char *role;                /* a child's name; NULL in the case process itself */
-static int role_up = -1;                /* a child's report channel */
+static const char *role; /* a child's name; NULL in the case process itself */
+static int role_up = -1; /* a child's report channel */
 static uint64_t started_ms;
 static unsigned case_timeout_s = 60;
 static HBroker *brokers[MAX_BROKERS];
@@ -81,8 +81,8 @@ static void vlog(const char *prefix, const char *fmt, va_list ap)
         char line[1400];
         int n;
 
-        n = snprintf(line, sizeof(line), "# [%s%s%s +%llums] %s", case_name, role ? "/" : "", role ? role : "",
-                     (unsigned long long)(h_now_ms() - started_ms), prefix);
+        n = snprintf(line, sizeof(line), "# [%s%s%s +%llums] %s", case_name, role ? "/" : "",
+                     role ? role : "", (unsigned long long)(h_now_ms() - started_ms), prefix);
         if (n < 0 || (size_t)n >= sizeof(line))
                 n = 0;
         vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
@@ -125,8 +125,8 @@ static void report_seccomp(const char *log, size_t len)
                         const char *name = sc + 11, *q = name;
                         while (q < end && *q != '"' && *q != '\n' && *q != ' ')
                                 q++;
-                        snprintf(line, sizeof(line), "!!! seccomp killed the broker: syscall=%.*s\n", (int)(q - name),
-                                 name);
+                        snprintf(line, sizeof(line), "!!! seccomp killed the broker: syscall=%.*s\n",
+                                 (int)(q - name), name);
                         put(line);
                 }
                 p += 8;
@@ -147,13 +147,14 @@ static void dump_broker(HBroker *b)
                 if (w == b->pid) {
                         b->pid = 0;
                         if (WIFEXITED(st))
-                                snprintf(line, sizeof(line), "--- broker %s exited with status %d\n", b->sock,
-                                         WEXITSTATUS(st));
+                                snprintf(line, sizeof(line), "--- broker %s exited with status %d\n",
+                                         b->sock, WEXITSTATUS(st));
                         else
-                                snprintf(line, sizeof(line), "--- broker %s was killed by signal %d\n", b->sock,
-                                         WTERMSIG(st));
+                                snprintf(line, sizeof(line), "--- broker %s was killed by signal %d\n",
+                                         b->sock, WTERMSIG(st));
                 } else {
-                        snprintf(line, sizeof(line), "--- broker %s (pid %d) is running\n", b->sock, (int)b->pid);
+                        snprintf(line, sizeof(line), "--- broker %s (pid %d) is running\n", b->sock,
+                                 (int)b->pid);
                 }
         } else {
                 snprintf(line, sizeof(line), "--- broker %s is stopped\n", b->sock);
@@ -224,7 +225,8 @@ void h_skip(const char *fmt, ...)
 void h_known_bug(const char *file, int line, const char *id, const char *what, bool ok)
 {
         if (ok) {
-                h_log("XPASS %s:%d: known bug %s no longer shows (%s): make this a CHECK", file, line, id, what);
+                h_log("XPASS %s:%d: known bug %s no longer shows (%s): make this a CHECK", file, line, id,
+                      what);
                 return;
         }
         if (strcmp(env_or("GPUIPC_TEST_STRICT", "0"), "1") == 0)
@@ -241,7 +243,8 @@ static void case_alarm(int sig)
         char line[200];
 
         (void)sig;
-        snprintf(line, sizeof(line), "TIMEOUT: case %s did not finish within %u s\n", case_name, case_timeout_s);
+        snprintf(line, sizeof(line), "TIMEOUT: case %s did not finish within %u s\n", case_name,
+                 case_timeout_s);
         put(line);
         dump_brokers();
         _exit(1);
@@ -311,7 +314,8 @@ static int run_case(const HTest *t, const char *root, size_t index)
                 t->fn();
                 for (size_t i = 0; i < n_brokers; i++)
                         if (brokers[i]->pid > 0)
-                                h_fail(__FILE__, __LINE__, "the case left broker %s running", brokers[i]->sock);
+                                h_fail(__FILE__, __LINE__, "the case left broker %s running",
+                                       brokers[i]->sock);
                 fflush(stdout);
                 _exit(0);
         }
@@ -324,7 +328,8 @@ static int run_case(const HTest *t, const char *root, size_t index)
                 if (w == pid)
                         break;
                 if (h_now_ms() >= deadline) {
-                        fprintf(stderr, "case %s: no exit after %u s; killing it\n", t->name, case_timeout_s + 5);
+                        fprintf(stderr, "case %s: no exit after %u s; killing it\n", t->name,
+                                case_timeout_s + 5);
                         kill(-pid, SIGKILL);
                         waitpid(pid, &status, 0);
                         status = 1 << 8;
@@ -358,10 +363,12 @@ int h_main(int argc, char **argv, const HTest *tests, size_t n_tests)
         if (case_timeout_s == 0)
                 case_timeout_s = 60;
         if (access(env_or("GPUIPC_BROKER", ""), X_OK) < 0 || access(h_ctl_path(), X_OK) < 0) {
-                printf("SKIP: GPUIPC_BROKER and GPUIPC_CTL must name the broker and gpuipcctl (meson test sets them)\n");
+                printf("SKIP: GPUIPC_BROKER and GPUIPC_CTL must name the broker and gpuipcctl (meson test "
+                       "sets them)\n");
                 return 77;
         }
-        if (strcmp(seccomp_mode(), "off") && strcmp(seccomp_mode(), "enforce") && strcmp(seccomp_mode(), "log")) {
+        if (strcmp(seccomp_mode(), "off") && strcmp(seccomp_mode(), "enforce") &&
+            strcmp(seccomp_mode(), "log")) {
                 printf("GPUIPC_TEST_SECCOMP is off, log or enforce, not '%s'\n", seccomp_mode());
                 return 1;
         }
@@ -392,8 +399,11 @@ int h_main(int argc, char **argv, const HTest *tests, size_t n_tests)
                         skipped++;
                 else
                         failed++;
-                printf("%s %s (%llu ms)\n", r == 0 ? "ok  " : r == 77 ? "skip" : "FAIL", tests[i].name,
-                       (unsigned long long)(h_now_ms() - t0));
+                printf("%s %s (%llu ms)\n",
+                       r == 0    ? "ok  "
+                       : r == 77 ? "skip"
+                                 : "FAIL",
+                       tests[i].name, (unsigned long long)(h_now_ms() - t0));
                 if (r != 0 && r != 77 && keep)
                         printf("# kept %s\n", case_dir_path);
         }
@@ -492,9 +502,11 @@ static void require_alive(HBroker *b, const char *when)
         if (b->pid > 0 && waitpid(b->pid, &st, WNOHANG) == b->pid) {
                 b->pid = 0;
                 if (strcmp(seccomp_mode(), "off") && h_broker_log_count(b, "built without libseccomp"))
-                        h_skip("the broker was built without libseccomp; --seccomp=%s cannot run", seccomp_mode());
+                        h_skip("the broker was built without libseccomp; --seccomp=%s cannot run",
+                               seccomp_mode());
                 h_fail(__FILE__, __LINE__, "the broker died %s (%s %d)", when,
-                       WIFEXITED(st) ? "exit status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+                       WIFEXITED(st) ? "exit status" : "signal",
+                       WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
         }
 }
 
@@ -622,14 +634,17 @@ unsigned h_broker_stop(HBroker *b)
                         kill(b->pid, SIGKILL);
                         waitpid(b->pid, &status, 0);
                         b->pid = 0;
-                        h_fail(__FILE__, __LINE__, "the broker did not exit within %d ms of SIGTERM", STOP_DEADLINE_MS);
+                        h_fail(__FILE__, __LINE__, "the broker did not exit within %d ms of SIGTERM",
+                               STOP_DEADLINE_MS);
                 }
                 h_sleep_ms(2);
         }
         b->pid = 0;
         CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the broker ended with %s %d after SIGTERM",
-               WIFEXITED(status) ? "exit status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-        CHECKF(lstat(b->sock, &st) < 0 && errno == ENOENT, "the broker left its socket file %s behind", b->sock);
+               WIFEXITED(status) ? "exit status" : "signal",
+               WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        CHECKF(lstat(b->sock, &st) < 0 && errno == ENOENT, "the broker left its socket file %s behind",
+               b->sock);
         return (unsigned)(h_now_ms() - t0);
 }
 
@@ -660,7 +675,8 @@ void h_broker_settle(const HBroker *b)
         }
         list_fds(b);
         h_fail(__FILE__, __LINE__,
-               "%d ms after the case: %u peers connected, %u disconnected; the broker holds %d fds, %d when it "
+               "%d ms after the case: %u peers connected, %u disconnected; the broker holds %d fds, %d when "
+               "it "
                "started (a connection or an fd leaked)",
                SETTLE_DEADLINE_MS, connected, disconnected, n, b->baseline_fds);
 }
@@ -741,8 +757,8 @@ void h_verify(const gpuipc_buffer_t *b, uint64_t seed)
 
         CHECK(gpuipc_buffer_ptr(b) != NULL);
         at = h_pattern_check(gpuipc_buffer_ptr(b), gpuipc_buffer_size(b), seed);
-        CHECKF(at == SIZE_MAX, "buffer '%s' differs from pattern %llu at byte %zu of %zu", gpuipc_buffer_name(b),
-               (unsigned long long)seed, at, gpuipc_buffer_size(b));
+        CHECKF(at == SIZE_MAX, "buffer '%s' differs from pattern %llu at byte %zu of %zu",
+               gpuipc_buffer_name(b), (unsigned long long)seed, at, gpuipc_buffer_size(b));
 }
 
 gpuipc_buffer_t *h_attach_verify(gpuipc_t *c, const char *name, int timeout_ms, uint64_t seed)
@@ -923,7 +939,8 @@ void h_await(HChan *ch, char tag, int timeout_ms)
         char text[256], got = 0;
         int r = recv_msg(ch->rd, timeout_ms, &got, text);
 
-        CHECKF(r > 0, "waiting for command '%c' from the parent: %s", tag, r == 0 ? "it went away" : "timed out");
+        CHECKF(r > 0, "waiting for command '%c' from the parent: %s", tag,
+               r == 0 ? "it went away" : "timed out");
         CHECKF(got == tag, "expected command '%c' from the parent, got '%c'", tag, got);
 }
 
@@ -1075,7 +1092,8 @@ void h_child_expect(HChild *c, char tag, int timeout_ms, char *buf, size_t cap)
                 while (!child_try_reap(c) && h_now_ms() < end)
                         h_sleep_ms(2);
                 child_describe(c, how, sizeof(how));
-                h_fail(__FILE__, __LINE__, "child %s went away (%s) before reporting '%c'", c->name, how, tag);
+                h_fail(__FILE__, __LINE__, "child %s went away (%s) before reporting '%c'", c->name, how,
+                       tag);
         }
         CHECKF(r > 0, "child %s did not report '%c' within %d ms", c->name, tag, timeout_ms);
         CHECKF(got != 'E', "child %s failed: %s", c->name, text);
@@ -1104,8 +1122,8 @@ int h_child_wait(HChild *c, int timeout_ms)
                 if (h_now_ms() >= deadline) {
                         char *out = h_child_output(c);
                         kill(c->pid, SIGKILL);
-                        h_fail(__FILE__, __LINE__, "child %s did not exit within %d ms%s%s", c->name, timeout_ms,
-                               out[0] ? "; its output:\n" : "", out);
+                        h_fail(__FILE__, __LINE__, "child %s did not exit within %d ms%s%s", c->name,
+                               timeout_ms, out[0] ? "; its output:\n" : "", out);
                 }
                 h_sleep_ms(2);
         }
@@ -1124,7 +1142,8 @@ void h_child_wait_ok(HChild *c, int timeout_ms)
         /* A child that failed a check said why on its channel. */
         if (c->rd >= 0 && recv_msg(c->rd, 0, &tag, text) > 0 && tag == 'E')
                 h_fail(__FILE__, __LINE__, "child %s failed: %s", c->name, text);
-        h_fail(__FILE__, __LINE__, "child %s exited with %d; its output:\n%s", c->name, r, h_child_output(c));
+        h_fail(__FILE__, __LINE__, "child %s exited with %d; its output:\n%s", c->name, r,
+               h_child_output(c));
 }
 
 void h_child_kill9(HChild *c)
@@ -1158,7 +1177,8 @@ int h_raw_connect(const HBroker *b)
 
         CHECK(fd >= 0);
         memcpy(sa.sun_path, b->sock, strlen(b->sock));
-        CHECKF(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connect %s: %s", b->sock, strerror(errno));
+        CHECKF(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connect %s: %s", b->sock,
+               strerror(errno));
         return fd;
 }
 
@@ -1239,8 +1259,9 @@ int h_raw_recv(int sock, int timeout_ms, HFrame *f)
                 struct cmsghdr align;
         } ctrl;
         struct iovec iov = { f->buf, sizeof(f->buf) };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl.buf,
-                             .msg_controllen = sizeof(ctrl.buf) };
+        struct msghdr mh = {
+                .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl.buf, .msg_controllen = sizeof(ctrl.buf)
+        };
         uint64_t deadline = h_now_ms() + (uint64_t)timeout_ms;
         size_t n_fds = 0;
         ProtoHeader h;
@@ -1282,7 +1303,8 @@ int h_raw_recv(int sock, int timeout_ms, HFrame *f)
         f->len = (size_t)n;
         e = proto_header_parse(f->buf, f->len, &h);
         CHECKF(e == 0, "the broker sent a frame with a bad header (%s)", proto_strerror(e));
-        CHECKF(h.body_len == f->len - PROTO_HEADER_SIZE, "the broker's frame length disagrees with its header");
+        CHECKF(h.body_len == f->len - PROTO_HEADER_SIZE,
+               "the broker's frame length disagrees with its header");
         CHECKF(h.n_fds == n_fds, "the broker's frame announces %u fds and carries %zu", h.n_fds, n_fds);
         e = proto_msg_decode(f->buf + PROTO_HEADER_SIZE, h.body_len, &f->msg, NULL);
         CHECKF(e == 0, "the broker sent a frame we cannot decode (%s)", proto_strerror(e));
@@ -1296,7 +1318,8 @@ unsigned h_raw_call(int sock, ProtoMsg *req, int fd, HFrame *reply)
         CHECKF(r == 0, "sending %s: %s", proto_op_name(req->op), strerror(-r));
         for (;;) {
                 r = h_raw_recv(sock, H_SOON_MS, reply);
-                CHECKF(r > 0, "no reply to %s: %s", proto_op_name(req->op), r == 0 ? "connection closed" : "timeout");
+                CHECKF(r > 0, "no reply to %s: %s", proto_op_name(req->op),
+                       r == 0 ? "connection closed" : "timeout");
                 if (reply->msg.type == PROTO_REPLY && reply->msg.reply == req->id)
                         return (unsigned)reply->msg.status;
         }
@@ -1370,10 +1393,12 @@ void h_bystander_check(HCase *k)
         CHECK_OK(k->by_cons, gpuipc_ping(k->by_cons, H_SOON_MS));
         /* Nothing happened to the bystander's buffer: no revoke, no retire, no drain. */
         while ((r = gpuipc_next_event(k->by_cons, &ev, 0)) == 0)
-                CHECKF(ev.type != GPUIPC_EVENT_REVOKED, "the bystander's consumer got a revoke for '%s'", ev.name);
+                CHECKF(ev.type != GPUIPC_EVENT_REVOKED, "the bystander's consumer got a revoke for '%s'",
+                       ev.name);
         CHECK_EQ(r, GPUIPC_E_TIMEOUT);
         while ((r = gpuipc_next_event(k->by_prod, &ev, 0)) == 0)
-                CHECKF(ev.type != GPUIPC_EVENT_DRAINED, "the bystander's producer got drained for '%s'", ev.name);
+                CHECKF(ev.type != GPUIPC_EVENT_DRAINED, "the bystander's producer got drained for '%s'",
+                       ev.name);
         CHECK_EQ(r, GPUIPC_E_TIMEOUT);
         CHECK(!gpuipc_buffer_revoked(k->by_view));
         h_verify(k->by_view, BYSTANDER_SEED);

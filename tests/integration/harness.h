@@ -28,44 +28,45 @@
 
 /* ---- checks ---- */
 
-_Noreturn void h_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+_Noreturn void h_fail(const char *file, int line, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
 
-#define CHECK(cond)                                                                     \
-        do {                                                                            \
-                if (!(cond))                                                            \
-                        h_fail(__FILE__, __LINE__, "check failed: %s", #cond);          \
+#define CHECK(cond)                                                                                         \
+        do {                                                                                                \
+                if (!(cond))                                                                                \
+                        h_fail(__FILE__, __LINE__, "check failed: %s", #cond);                              \
         } while (0)
 
-#define CHECKF(cond, ...)                                                               \
-        do {                                                                            \
-                if (!(cond))                                                            \
-                        h_fail(__FILE__, __LINE__, __VA_ARGS__);                        \
+#define CHECKF(cond, ...)                                                                                   \
+        do {                                                                                                \
+                if (!(cond))                                                                                \
+                        h_fail(__FILE__, __LINE__, __VA_ARGS__);                                            \
         } while (0)
 
-#define CHECK_EQ(a, b)                                                                  \
-        do {                                                                            \
-                unsigned long long a_ = (unsigned long long)(a);                        \
-                unsigned long long b_ = (unsigned long long)(b);                        \
-                if (a_ != b_)                                                           \
-                        h_fail(__FILE__, __LINE__, "%s == %llu, expected %s == %llu", #a, a_, #b, b_); \
+#define CHECK_EQ(a, b)                                                                                      \
+        do {                                                                                                \
+                unsigned long long a_ = (unsigned long long)(a);                                            \
+                unsigned long long b_ = (unsigned long long)(b);                                            \
+                if (a_ != b_)                                                                               \
+                        h_fail(__FILE__, __LINE__, "%s == %llu, expected %s == %llu", #a, a_, #b, b_);      \
         } while (0)
 
 /* A libgpuipc call on connection c that must succeed. */
-#define CHECK_OK(c, call)                                                               \
-        do {                                                                            \
-                int r_ = (call);                                                        \
-                if (r_ < 0)                                                             \
-                        h_fail(__FILE__, __LINE__, "%s = %d: %s [%s]", #call, r_, gpuipc_strerror(r_), \
-                               gpuipc_errmsg(c));                                       \
+#define CHECK_OK(c, call)                                                                                   \
+        do {                                                                                                \
+                int r_ = (call);                                                                            \
+                if (r_ < 0)                                                                                 \
+                        h_fail(__FILE__, __LINE__, "%s = %d: %s [%s]", #call, r_, gpuipc_strerror(r_),      \
+                               gpuipc_errmsg(c));                                                           \
         } while (0)
 
 /* A libgpuipc call on connection c that must fail with exactly err. */
-#define CHECK_ERR(c, call, err)                                                         \
-        do {                                                                            \
-                int r_ = (call);                                                        \
-                if (r_ != (err))                                                        \
-                        h_fail(__FILE__, __LINE__, "%s = %d (%s) [%s], expected %s = %d", #call, r_, \
-                               gpuipc_strerror(r_), gpuipc_errmsg(c), #err, (int)(err)); \
+#define CHECK_ERR(c, call, err)                                                                             \
+        do {                                                                                                \
+                int r_ = (call);                                                                            \
+                if (r_ != (err))                                                                            \
+                        h_fail(__FILE__, __LINE__, "%s = %d (%s) [%s], expected %s = %d", #call, r_,        \
+                               gpuipc_strerror(r_), gpuipc_errmsg(c), #err, (int)(err));                    \
         } while (0)
 
 /* A check that fails today because of a reported bug (id names it in the report). A failure is
@@ -75,15 +76,15 @@ _Noreturn void h_fail(const char *file, int line, const char *fmt, ...) __attrib
 void h_known_bug(const char *file, int line, const char *id, const char *what, bool ok);
 
 /* Polls cond every few milliseconds until it holds; fails after timeout_ms. */
-#define WAIT_UNTIL(cond, timeout_ms)                                                    \
-        do {                                                                            \
-                uint64_t dl_ = h_now_ms() + (uint64_t)(timeout_ms);                     \
-                while (!(cond)) {                                                       \
-                        if (h_now_ms() >= dl_)                                          \
-                                h_fail(__FILE__, __LINE__, "timed out after %d ms waiting for %s", \
-                                       (int)(timeout_ms), #cond);                       \
-                        h_sleep_ms(2);                                                  \
-                }                                                                       \
+#define WAIT_UNTIL(cond, timeout_ms)                                                                        \
+        do {                                                                                                \
+                uint64_t dl_ = h_now_ms() + (uint64_t)(timeout_ms);                                         \
+                while (!(cond)) {                                                                           \
+                        if (h_now_ms() >= dl_)                                                              \
+                                h_fail(__FILE__, __LINE__, "timed out after %d ms waiting for %s",          \
+                                       (int)(timeout_ms), #cond);                                           \
+                        h_sleep_ms(2);                                                                      \
+                }                                                                                           \
         } while (0)
 
 /* Generous deadlines for what must happen (the machine may be loaded); lower bounds are checked
@@ -97,7 +98,10 @@ typedef struct HTest {
         void (*fn)(void);
 } HTest;
 
-#define H_TEST(fn) { #fn, fn }
+#define H_TEST(fn)                                                                                          \
+        {                                                                                                   \
+#fn, fn                                                                                     \
+        }
 
 /* Runs the cases (each forked, in its own process group and temporary directory) and prints one
  * line per case and a closing "N passed, N failed, N skipped". Returns the exit status for main:
@@ -122,12 +126,12 @@ const char *h_ctl_path(void);
 /* ---- the broker ---- */
 
 typedef struct HBroker {
-        char dir[128];      /* its own directory inside the case's */
-        char sock[108];     /* dir/s.sock */
-        char log[160];      /* stderr of the current run (dir/broker-N.log) */
-        pid_t pid;          /* 0 when not running */
+        char dir[128];  /* its own directory inside the case's */
+        char sock[108]; /* dir/s.sock */
+        char log[160];  /* stderr of the current run (dir/broker-N.log) */
+        pid_t pid;      /* 0 when not running */
         int runs;
-        int baseline_fds;   /* open fds when idle after start: what every case must return to */
+        int baseline_fds;     /* open fds when idle after start: what every case must return to */
         const char *args[24]; /* extra flags, borrowed: must outlive the broker */
         size_t n_args;
 } HBroker;
@@ -215,7 +219,7 @@ typedef struct HChild {
         int rd, wr;    /* parent's ends: reports from the child, commands to it (-1 for programs) */
         char out[160]; /* stdout+stderr of a program started with h_spawn_ctl */
         bool reaped;
-        int status;    /* wait status, once reaped */
+        int status; /* wait status, once reaped */
 } HChild;
 
 typedef int (*HChildFn)(HChan *ch, void *arg);

@@ -159,8 +159,8 @@ static void test_consumer_kill9_releases_refs(void)
         ls = h_spawn_ctl(k.broker, "ctl-ls", "--json", "ls", "--prefix", "death/", NULL);
         h_child_wait_ok(ls, H_SOON_MS);
         out = h_child_output(ls);
-        CHECKF(strstr(out, "\"name\":\"death/a\"") && strstr(out, "\"refs\":0") && !strstr(out, "\"refs\":1") &&
-                       !strstr(out, "\"refs\":2"),
+        CHECKF(strstr(out, "\"name\":\"death/a\"") && strstr(out, "\"refs\":0") &&
+                       !strstr(out, "\"refs\":1") && !strstr(out, "\"refs\":2"),
                "gpuipcctl ls: %s", out);
         free(out);
         h_child_free(ls);

@@ -148,8 +148,8 @@ static void test_group_missing_member_fails_all(void)
                 res[i] = expect_result(m[i]);
                 CHECKF(res[i].r == GPUIPC_E_TIMEOUT, "member %d: %d (%s), expected a timeout", i, res[i].r,
                        res[i].msg);
-                CHECKF(strstr(res[i].msg, "3 of 4") || strstr(res[i].msg, "of 4"), "member %d's error: %s", i,
-                       res[i].msg);
+                CHECKF(strstr(res[i].msg, "3 of 4") || strstr(res[i].msg, "of 4"), "member %d's error: %s",
+                       i, res[i].msg);
                 lo = res[i].at < lo ? res[i].at : lo;
                 hi = res[i].at > hi ? res[i].at : hi;
                 h_child_wait_ok(m[i], H_SOON_MS);
@@ -157,9 +157,10 @@ static void test_group_missing_member_fails_all(void)
         }
         h_log("all failed %" PRIu64 "-%" PRIu64 " ms after the first join (deadline %d ms)", lo - t_first,
               hi - t_first, first_timeout);
-        CHECKF(lo >= t_first + first_timeout - 50, "failed %" PRIu64 " ms after the first join, before its deadline",
-               lo - t_first);
-        CHECKF(hi <= t_first + first_timeout + 5000, "failed only %" PRIu64 " ms after the first join", hi - t_first);
+        CHECKF(lo >= t_first + first_timeout - 50,
+               "failed %" PRIu64 " ms after the first join, before its deadline", lo - t_first);
+        CHECKF(hi <= t_first + first_timeout + 5000, "failed only %" PRIu64 " ms after the first join",
+               hi - t_first);
         CHECKF(hi - lo < 1000, "members failed %" PRIu64 " ms apart", hi - lo);
         CHECK_EQ(h_stats(k.obs, "groups_failed_total"), 1);
         CHECK_EQ(h_stats(k.obs, "groups"), 0);
@@ -169,7 +170,9 @@ static void test_group_missing_member_fails_all(void)
 
 static void test_group_mismatch_and_double_join(void)
 {
-        ProtoMsg j = { .op = PROTO_OP_GROUP_JOIN, .group = proto_str("rv/m"), .members = 3, .timeout_ms = 20000 };
+        ProtoMsg j = {
+                .op = PROTO_OP_GROUP_JOIN, .group = proto_str("rv/m"), .members = 3, .timeout_ms = 20000
+        };
         HFrame *f = h_frame_new();
         gpuipc_t *c;
         int sock;

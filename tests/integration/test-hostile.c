@@ -6,8 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <libgen.h>
 #include <inttypes.h>
+#include <libgen.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,7 +104,8 @@ static bool expect_protocol_error_then_eof(int sock, bool reply_required, const 
                 replied = true;
         }
         CHECKF(!reply_required || replied, "%s: the connection was closed without an error reply", what);
-        CHECKF(h_raw_wait_eof(sock, H_SOON_MS), "%s: the broker kept the connection open after a violation", what);
+        CHECKF(h_raw_wait_eof(sock, H_SOON_MS), "%s: the broker kept the connection open after a violation",
+               what);
         h_frame_free(f);
         return replied;
 }
@@ -158,13 +159,14 @@ static void expect_status(int sock, ProtoMsg *req, int fd, unsigned status)
         HFrame *f = h_frame_new();
         unsigned got = h_raw_call(sock, req, fd, f);
 
-        CHECKF(got == status, "%s answered %s (%.*s), expected %s", proto_op_name(req->op), proto_status_name(got),
-               (int)f->msg.message.len, f->msg.message.ptr, proto_status_name(status));
+        CHECKF(got == status, "%s answered %s (%.*s), expected %s", proto_op_name(req->op),
+               proto_status_name(got), (int)f->msg.message.len, f->msg.message.ptr,
+               proto_status_name(status));
         CHECKF(status == PROTO_STATUS_OK || f->msg.message.len > 0, "the %s error has no message",
                proto_status_name(status));
         if (status != PROTO_STATUS_OK)
-                h_log("%s -> %s: %.*s", proto_op_name(req->op), proto_status_name(got), (int)f->msg.message.len,
-                      f->msg.message.ptr);
+                h_log("%s -> %s: %.*s", proto_op_name(req->op), proto_status_name(got),
+                      (int)f->msg.message.len, f->msg.message.ptr);
         h_frame_free(f);
 }
 
@@ -173,11 +175,11 @@ static void expect_status(int sock, ProtoMsg *req, int fd, unsigned status)
 static void test_malformed_msgpack(void)
 {
         static const uint8_t bodies[][8] = {
-                { 0xc1 },                         /* a byte msgpack never uses */
-                { 0x81, 0xa2, 'o', 'p' },         /* a map whose value is missing */
-                { 0x92, 0x01, 0x02 },             /* an array, not a map */
-                { 0x80, 0x00 },                   /* an empty map and a trailing byte */
-                { 0x83, 0xa2, 'o', 'p' },         /* three entries announced, one key present */
+                { 0xc1 },                 /* a byte msgpack never uses */
+                { 0x81, 0xa2, 'o', 'p' }, /* a map whose value is missing */
+                { 0x92, 0x01, 0x02 },     /* an array, not a map */
+                { 0x80, 0x00 },           /* an empty map and a trailing byte */
+                { 0x83, 0xa2, 'o', 'p' }, /* three entries announced, one key present */
         };
         static const size_t lens[] = { 1, 4, 3, 2, 4 };
         static const uint8_t c1_value[] = { 0x81, 0xa2, 'o', 'p', 0xc1 }; /* a never-used byte as a value */
@@ -217,12 +219,14 @@ static void test_malformed_msgpack(void)
         /* The msgpack-c trap: a map32 header announcing 4 billion entries, and one inside a field. */
         {
                 static const uint8_t huge_map[] = { 0xdf, 0xff, 0xff, 0xff, 0xff };
-                static const uint8_t huge_list[] = { 0x82, 0xa2, 'o', 'p', 0xa5, 'h', 'e', 'l', 'l', 'o',
-                                                     0xa4, 'g', 'p', 'u', 's', 0xdd, 0xff, 0xff, 0xff, 0xff };
+                static const uint8_t huge_list[] = {
+                        0x82, 0xa2, 'o', 'p', 0xa5, 'h',  'e',  'l',  'l',  'o',
+                        0xa4, 'g',  'p', 'u', 's',  0xdd, 0xff, 0xff, 0xff, 0xff
+                };
                 frame_header(frame, sizeof(huge_map), 0);
                 memcpy(frame + PROTO_HEADER_SIZE, huge_map, sizeof(huge_map));
-                expect_violation(&k, "map32 announcing 2^32-1 entries", frame, PROTO_HEADER_SIZE + sizeof(huge_map),
-                                 0, true);
+                expect_violation(&k, "map32 announcing 2^32-1 entries", frame,
+                                 PROTO_HEADER_SIZE + sizeof(huge_map), 0, true);
                 /* Within a known field the count is over that field's limit: a bad request (the
                  * connection may stay), never an allocation of what the header announces. */
                 {
@@ -233,7 +237,8 @@ static void test_malformed_msgpack(void)
                         memcpy(frame + PROTO_HEADER_SIZE, huge_list, sizeof(huge_list));
                         CHECK_EQ(h_raw_send(sock, frame, PROTO_HEADER_SIZE + sizeof(huge_list), NULL, 0), 0);
                         CHECK_EQ(h_raw_recv(sock, H_SOON_MS, f), 1);
-                        CHECKF(f->msg.status == PROTO_STATUS_BAD_REQUEST || f->msg.status == PROTO_STATUS_PROTOCOL,
+                        CHECKF(f->msg.status == PROTO_STATUS_BAD_REQUEST ||
+                                       f->msg.status == PROTO_STATUS_PROTOCOL,
                                "a hello with 2^32-1 gpus: %s", proto_status_name((unsigned)f->msg.status));
                         h_frame_free(f);
                         close(sock);
@@ -326,7 +331,9 @@ static void test_wrong_magic_and_version(void)
 static void test_not_a_request(void)
 {
         ProtoMsg reply = { .reply = 7, .status = 0, .has = PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) };
-        ProtoMsg event = { .event = PROTO_EV_DRAINED, .buffer = 1, .has = PROTO_BIT(PF_EVENT) | PROTO_BIT(PF_BUFFER) };
+        ProtoMsg event = { .event = PROTO_EV_DRAINED,
+                           .buffer = 1,
+                           .has = PROTO_BIT(PF_EVENT) | PROTO_BIT(PF_BUFFER) };
         ProtoBuf b = { 0 };
         HCase k;
 
@@ -382,7 +389,9 @@ static void test_random_bytes(void)
                 int n_probes = (int)(rnd(&s) % 3), fds[2], sock = h_raw_connect(k.broker);
                 Probe probes[2];
                 HFrame *f = h_frame_new();
-                ProtoMsg ping = { .op = PROTO_OP_PING, .id = 99, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID) };
+                ProtoMsg ping = { .op = PROTO_OP_PING,
+                                  .id = 99,
+                                  .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID) };
                 int r;
 
                 for (size_t j = 0; j < len; j++)
@@ -426,9 +435,12 @@ static void test_random_bytes(void)
 static void test_hello_first(void)
 {
         ProtoMsg list = { .op = PROTO_OP_LIST, .has = PROTO_BIT(PF_OP) };
-        ProtoMsg attach = { .op = PROTO_OP_ATTACH, .name = proto_str("bystander/data"),
+        ProtoMsg attach = { .op = PROTO_OP_ATTACH,
+                            .name = proto_str("bystander/data"),
                             .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) };
-        ProtoMsg publish = { .op = PROTO_OP_PUBLISH, .name = proto_str("early/bird"), .kind = PROTO_KIND_MEMFD,
+        ProtoMsg publish = { .op = PROTO_OP_PUBLISH,
+                             .name = proto_str("early/bird"),
+                             .kind = PROTO_KIND_MEMFD,
                              .size = 4096 };
         ProtoMsg hello = { .op = PROTO_OP_HELLO, .version = PROTO_VERSION };
         int sock, fds_before, memfd;
@@ -462,8 +474,8 @@ static void test_hello_first(void)
 
 static void test_fd_on_request_without_fd(void)
 {
-        static const ProtoOp ops[] = { PROTO_OP_PING, PROTO_OP_LIST, PROTO_OP_STATS, PROTO_OP_ATTACH,
-                                       PROTO_OP_RELEASE, PROTO_OP_HELLO };
+        static const ProtoOp ops[] = { PROTO_OP_PING,   PROTO_OP_LIST,    PROTO_OP_STATS,
+                                       PROTO_OP_ATTACH, PROTO_OP_RELEASE, PROTO_OP_HELLO };
         int sock, fds_before;
         HCase k;
 
@@ -471,7 +483,9 @@ static void test_fd_on_request_without_fd(void)
         sock = raw_peer(&k);
         fds_before = h_broker_fds(k.broker);
         for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
-                ProtoMsg m = { .op = ops[i], .name = proto_str("bystander/data"), .buffer = 1,
+                ProtoMsg m = { .op = ops[i],
+                               .name = proto_str("bystander/data"),
+                               .buffer = 1,
                                .version = PROTO_VERSION };
                 Probe p = probe_new();
 
@@ -499,8 +513,9 @@ static void test_fd_on_request_without_fd(void)
 static void test_publish_with_wrong_fd(void)
 {
         const int good = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
-        ProtoMsg pub = { .op = PROTO_OP_PUBLISH, .name = proto_str("wrong/fd"), .kind = PROTO_KIND_MEMFD,
-                         .size = 8192 };
+        ProtoMsg pub = {
+                .op = PROTO_OP_PUBLISH, .name = proto_str("wrong/fd"), .kind = PROTO_KIND_MEMFD, .size = 8192
+        };
         int sock, fds_before, sp[2], fd, ro;
         char path[64], byte;
         Probe p;
@@ -587,7 +602,9 @@ static void test_bad_requests_keep_connection(void)
         m.name = proto_str("sp ace");
         expect_status(sock, &m, -1, PROTO_STATUS_INVALID);
         /* releasing what we do not hold; retiring what is not ours; unknown ids */
-        m = (ProtoMsg){ .op = PROTO_OP_RELEASE, .buffer = 12345, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
+        m = (ProtoMsg){ .op = PROTO_OP_RELEASE,
+                        .buffer = 12345,
+                        .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
         expect_status(sock, &m, -1, PROTO_STATUS_NOT_ATTACHED);
         m.op = PROTO_OP_RETIRE;
         expect_status(sock, &m, -1, PROTO_STATUS_NOT_FOUND);
@@ -596,7 +613,9 @@ static void test_bad_requests_keep_connection(void)
         m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_SUB);
         expect_status(sock, &m, -1, PROTO_STATUS_NOT_FOUND);
         /* a group of zero members, a join without a timeout */
-        m = (ProtoMsg){ .op = PROTO_OP_GROUP_JOIN, .group = proto_str("g"), .members = 0, .timeout_ms = 100 };
+        m = (ProtoMsg){
+                .op = PROTO_OP_GROUP_JOIN, .group = proto_str("g"), .members = 0, .timeout_ms = 100
+        };
         m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_GROUP) | PROTO_BIT(PF_MEMBERS) | PROTO_BIT(PF_TIMEOUT_MS);
         expect_status(sock, &m, -1, PROTO_STATUS_INVALID);
         m.members = 2;
@@ -606,8 +625,8 @@ static void test_bad_requests_keep_connection(void)
 
         /* An op this broker does not know: unknown-op, connection kept. */
         {
-                static const uint8_t body[] = { 0x82, 0xa2, 'o', 'p', 0xaa, 'f', 'r', 'o', 'b', 'n', 'i', 'c',
-                                                'a', 't', 'e', 0xa2, 'i', 'd', 0x05 };
+                static const uint8_t body[] = { 0x82, 0xa2, 'o', 'p', 0xaa, 'f',  'r', 'o', 'b', 'n',
+                                                'i',  'c',  'a', 't', 'e',  0xa2, 'i', 'd', 0x05 };
                 frame_header(frame, sizeof(body), 0);
                 memcpy(frame + PROTO_HEADER_SIZE, body, sizeof(body));
                 CHECK_EQ(h_raw_send(sock, frame, PROTO_HEADER_SIZE + sizeof(body), NULL, 0), 0);
@@ -617,8 +636,8 @@ static void test_bad_requests_keep_connection(void)
         }
         /* A known field of the wrong type, and a request without an id: bad-request, kept. */
         {
-                static const uint8_t wrong_type[] = { 0x83, 0xa2, 'o', 'p', 0xa4, 'p', 'i', 'n', 'g', 0xa2, 'i',
-                                                      'd', 0x06, 0xa4, 'n', 'a', 'm', 'e', 0x2a };
+                static const uint8_t wrong_type[] = { 0x83, 0xa2, 'o',  'p',  0xa4, 'p', 'i', 'n', 'g', 0xa2,
+                                                      'i',  'd',  0x06, 0xa4, 'n',  'a', 'm', 'e', 0x2a };
                 static const uint8_t no_id[] = { 0x81, 0xa2, 'o', 'p', 0xa4, 'p', 'i', 'n', 'g' };
 
                 frame_header(frame, sizeof(wrong_type), 0);
@@ -642,8 +661,11 @@ static void test_bad_requests_keep_connection(void)
 
                 CHECK(meta);
                 memcpy(meta, "\x81\xa1k\xc5\x13\x7e", 6);
-                m = (ProtoMsg){ .op = PROTO_OP_PUBLISH, .name = proto_str("meta/big"), .kind = PROTO_KIND_MEMFD,
-                                .size = 4096, .meta = { meta, (uint32_t)meta_len, 1 } };
+                m = (ProtoMsg){ .op = PROTO_OP_PUBLISH,
+                                .name = proto_str("meta/big"),
+                                .kind = PROTO_KIND_MEMFD,
+                                .size = 4096,
+                                .meta = { meta, (uint32_t)meta_len, 1 } };
                 m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) |
                         PROTO_BIT(PF_META);
                 expect_status(sock, &m, -1, PROTO_STATUS_BAD_REQUEST);

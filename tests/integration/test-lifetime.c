@@ -9,7 +9,7 @@
 
 #include "harness.h"
 
-#define FANOUT_CONSUMERS 32
+#define FANOUT_CONSUMERS     32
 #define FANOUT_CLI_CONSUMERS 4
 
 typedef struct ConsumerArg {
@@ -191,7 +191,8 @@ static void test_attach_timeout(void)
         CHECK_ERR(c, gpuipc_attach(c, "never/there", 300, &b), GPUIPC_E_TIMEOUT);
         elapsed = h_now_ms() - t0;
         h_log("attach timed out after %" PRIu64 " ms (asked for 300)", elapsed);
-        CHECKF(elapsed >= 250 && elapsed <= 300 + 3000, "attach with a 300 ms timeout took %" PRIu64 " ms", elapsed);
+        CHECKF(elapsed >= 250 && elapsed <= 300 + 3000, "attach with a 300 ms timeout took %" PRIu64 " ms",
+               elapsed);
         CHECK(b == NULL);
         CHECKF(strstr(gpuipc_errmsg(c), "never/there"), "errmsg: %s", gpuipc_errmsg(c));
         /* The wait is gone, the name entry too, the connection still works. */
@@ -217,7 +218,8 @@ static void test_attach_timeout(void)
         CHECK_EQ(h_child_wait(ctl, H_SOON_MS), 1);
         elapsed = h_now_ms() - t0;
         out = h_child_output(ctl);
-        CHECKF(strstr(out, "never/cli") && elapsed >= 150, "gpuipcctl attach (%" PRIu64 " ms) said: %s", elapsed, out);
+        CHECKF(strstr(out, "never/cli") && elapsed >= 150, "gpuipcctl attach (%" PRIu64 " ms) said: %s",
+               elapsed, out);
         free(out);
         h_child_free(ctl);
         gpuipc_close(c);
@@ -267,7 +269,8 @@ static void test_drained_after_last_release(void)
                 if (i < 2) {
                         CHECK_ERR(prod, gpuipc_wait_drained(prod, b, 0), GPUIPC_E_TIMEOUT);
                         while ((r = gpuipc_next_event(prod, &ev, 0)) == 0)
-                                CHECKF(ev.type != GPUIPC_EVENT_DRAINED, "drained with %d references left", 2 - i);
+                                CHECKF(ev.type != GPUIPC_EVENT_DRAINED, "drained with %d references left",
+                                       2 - i);
                         CHECK_OK(k.obs, h_stat_id(k.obs, gpuipc_buffer_id(b), &st));
                         CHECK_EQ(st.refs, 2 - i);
                         CHECK_EQ(st.state, PROTO_STATE_RETIRED);
@@ -341,10 +344,8 @@ static void test_retire_after(void)
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
-                H_TEST(test_fanout_32_consumers),
-                H_TEST(test_attach_waits_for_publish),
-                H_TEST(test_attach_timeout),
-                H_TEST(test_drained_after_last_release),
+                H_TEST(test_fanout_32_consumers), H_TEST(test_attach_waits_for_publish),
+                H_TEST(test_attach_timeout),      H_TEST(test_drained_after_last_release),
                 H_TEST(test_retire_after),
         };
 

@@ -100,8 +100,9 @@ static void test_max_waits_per_peer(void)
         static const char *const flags[] = { "--max-waits-per-peer", "1", NULL };
         ProtoMsg a1 = { .op = PROTO_OP_ATTACH, .name = proto_str("wait/a"), .timeout_ms = 20000 };
         ProtoMsg a2 = { .op = PROTO_OP_ATTACH, .name = proto_str("wait/b"), .timeout_ms = 20000 };
-        ProtoMsg join = { .op = PROTO_OP_GROUP_JOIN, .group = proto_str("wait/g"), .members = 2,
-                          .timeout_ms = 20000 };
+        ProtoMsg join = {
+                .op = PROTO_OP_GROUP_JOIN, .group = proto_str("wait/g"), .members = 2, .timeout_ms = 20000
+        };
         HFrame *f = h_frame_new();
         gpuipc_t *prod;
         gpuipc_buffer_t *b;
@@ -249,8 +250,8 @@ static void test_max_connections_per_uid(void)
                gpuipc_strerror(r));
         CHECK_KNOWN_BUG("refused-connect-disconnected", r == GPUIPC_E_QUOTA);
         if (r == GPUIPC_E_QUOTA) {
-                CHECKF(msg[0] && strstr(msg, "connections"), "the refusal does not say what was exceeded: '%s'",
-                       msg);
+                CHECKF(msg[0] && strstr(msg, "connections"),
+                       "the refusal does not say what was exceeded: '%s'", msg);
                 CHECK_KNOWN_BUG("conn-quota-message", strstr(msg, "limit") && strstr(msg, "6"));
         }
         CHECK_EQ(h_stats(k.obs, "connections_refused_total"), 1);
@@ -266,7 +267,8 @@ static void test_max_connections_per_uid(void)
                 CHECK(f->msg.message.len > 0);
                 snprintf(text, sizeof(text), "%.*s", (int)f->msg.message.len, f->msg.message.ptr);
                 h_log("raw peer refused: %s", text);
-                CHECKF(strstr(text, "connections"), "the refusal does not say what was exceeded: '%s'", text);
+                CHECKF(strstr(text, "connections"), "the refusal does not say what was exceeded: '%s'",
+                       text);
                 CHECK_KNOWN_BUG("conn-quota-message", strstr(text, "limit") && strstr(text, "6"));
                 CHECK(h_raw_wait_eof(sock, H_SOON_MS));
                 h_frame_free(f);
@@ -323,12 +325,9 @@ static void test_slow_reader_dropped(void)
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
-                H_TEST(test_max_refs_per_peer),
-                H_TEST(test_max_waits_per_peer),
-                H_TEST(test_max_buffers_per_uid),
-                H_TEST(test_max_fds_per_uid),
-                H_TEST(test_max_subs_per_peer),
-                H_TEST(test_max_connections_per_uid),
+                H_TEST(test_max_refs_per_peer),   H_TEST(test_max_waits_per_peer),
+                H_TEST(test_max_buffers_per_uid), H_TEST(test_max_fds_per_uid),
+                H_TEST(test_max_subs_per_peer),   H_TEST(test_max_connections_per_uid),
                 H_TEST(test_slow_reader_dropped),
         };
 

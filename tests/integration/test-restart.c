@@ -42,7 +42,8 @@ static void take_events(gpuipc_t *c, Events *e)
         gpuipc_event_t ev;
 
         while (gpuipc_next_event(c, &ev, 0) == 0) {
-                h_log("event %d on '%s' (sub %" PRIu64 ", reason '%s')", ev.type, ev.name, ev.subscription, ev.reason);
+                h_log("event %d on '%s' (sub %" PRIu64 ", reason '%s')", ev.type, ev.name, ev.subscription,
+                      ev.reason);
                 if (ev.type == GPUIPC_EVENT_RECONNECTED)
                         e->reconnected = true;
                 if (ev.type == GPUIPC_EVENT_DRAINED && ev.subscription == 0) {
