@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -268,12 +269,59 @@ static void test_sigterm_with_pending_waits(void)
         gpuipc_close(prod);
 }
 
+static void write_file(const char *path, const char *text)
+{
+        FILE *f = fopen(path, "we");
+
+        CHECK(f);
+        CHECK(fputs(text, f) >= 0);
+        CHECK(fclose(f) == 0);
+}
+
+/* SIGHUP reloads the policy file (a runtime path under the seccomp filter); a broken file keeps
+ * the old policy and the broker running. */
+static void test_policy_reload_on_sighup(void)
+{
+        static char policy[160];
+        static const char *flags[] = { "--policy", policy, NULL };
+        gpuipc_t *c;
+        gpuipc_buffer_t *b = NULL, *b2;
+        HCase k;
+
+        snprintf(policy, sizeof(policy), "%s/policy", h_case_dir());
+        write_file(policy, "allow all any prefix=bystander/\n"
+                           "allow publish,attach any prefix=open/\n");
+        h_case_begin(&k, flags);
+        c = h_connect(k.broker, "producer");
+        CHECK_OK(c, gpuipc_buffer_alloc(c, GPUIPC_KIND_MEMFD, 4096, 0, &b));
+        CHECK_ERR(c, gpuipc_publish(c, b, "closed/x", NULL), GPUIPC_E_DENIED);
+        CHECKF(strstr(gpuipc_errmsg(c), "closed/x"), "denied message: %s", gpuipc_errmsg(c));
+        b2 = h_publish(c, "open/x", 4096, 1, NULL);
+
+        write_file(policy, "allow all any\n");
+        CHECK(kill(k.broker->pid, SIGHUP) == 0);
+        WAIT_UNTIL(h_broker_log_count(k.broker, "policy reloaded") == 1, H_SOON_MS);
+        CHECK_OK(c, gpuipc_publish(c, b, "closed/x", NULL));
+
+        write_file(policy, "allow everything to everyone\n");
+        CHECK(kill(k.broker->pid, SIGHUP) == 0);
+        WAIT_UNTIL(h_broker_log_count(k.broker, "keeping the old policy") == 1, H_SOON_MS);
+        CHECK_OK(c, gpuipc_ping(c, H_SOON_MS));
+        CHECK_OK(c, gpuipc_retire(c, b));
+        CHECK_OK(c, gpuipc_retire(c, b2));
+        CHECK_OK(c, gpuipc_wait_drained(c, b, H_SOON_MS));
+        CHECK_OK(c, gpuipc_wait_drained(c, b2, H_SOON_MS));
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
                 H_TEST(test_restart_republishes),
                 H_TEST(test_crash_restart_republishes),
                 H_TEST(test_sigterm_with_pending_waits),
+                H_TEST(test_policy_reload_on_sighup),
         };
 
         return h_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
