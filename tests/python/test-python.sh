@@ -1,0 +1,15 @@
+#!/bin/bash
+# Runs roundtrip.py KIND against a fresh broker, with the built libgpuipc and python/gpuipc.py.
+set -euo pipefail
+kind=${1:-memfd}
+root=${GPUIPC_SOURCE_ROOT:?} build=${GPUIPC_BUILD_ROOT:?}
+dir=$(mktemp -d /tmp/gpuipc-python.XXXXXX)
+export GPUIPC_SOCKET=$dir/s.sock GPUIPC_LIBRARY=$build/client/libgpuipc.so PYTHONPATH=$root/python
+"$GPUIPC_BROKER" --socket "$GPUIPC_SOCKET" --log-level warn 2>"$dir/broker.log" &
+broker=$!
+trap 'kill $broker 2>/dev/null; wait $broker 2>/dev/null; rm -rf "$dir"' EXIT
+"$GPUIPC_CTL" --timeout 5000 ping >/dev/null
+rc=0
+python3 "$root/tests/python/roundtrip.py" "$kind" || rc=$?
+[[ $rc == 0 || $rc == 77 ]] || { echo "--- broker log"; cat "$dir/broker.log"; }
+exit $rc
