@@ -323,22 +323,21 @@ static int run_case(const HTest *t, const char *root, size_t index)
         running_case = pid;
         deadline = h_now_ms() + (uint64_t)case_timeout_s * 1000 + 5000;
         for (;;) {
-                pid_t w = waitpid(pid, &status, WNOHANG);
+                siginfo_t si = { 0 };
 
-                if (w == pid)
+                /* Exited, but not reaped yet: its pid (the group's id) cannot be reused meanwhile. */
+                if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
                         break;
                 if (h_now_ms() >= deadline) {
                         fprintf(stderr, "case %s: no exit after %u s; killing it\n", t->name,
                                 case_timeout_s + 5);
-                        kill(-pid, SIGKILL);
-                        waitpid(pid, &status, 0);
-                        status = 1 << 8;
                         break;
                 }
                 h_sleep_ms(5);
         }
-        /* Whatever the case started and left behind dies with it. */
+        /* Whatever the case started and left behind dies with it (a case that hung too). */
         kill(-pid, SIGKILL);
+        waitpid(pid, &status, 0);
         running_case = 0;
         reap_orphans(3000);
         if (WIFSIGNALED(status)) {

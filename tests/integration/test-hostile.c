@@ -355,6 +355,8 @@ static void test_zero_length_record(void)
         h_case_begin(&k, NULL);
         /* Indistinguishable from EOF to recvmsg: the broker may only hang up, and must not crash. */
         expect_violation(&k, "zero-length record", "", 0, 0, false);
+        /* With an fd it is no EOF: a record too short for a header, and the fd is closed. */
+        expect_violation(&k, "zero-length record with an fd", "", 0, 1, false);
         /* The same after a hello, with buffers around. */
         sock = raw_peer(&k);
         CHECK_EQ(h_raw_send(sock, "", 0, NULL, 0), 0);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "internal.h"
 
 #define FANOUT_CONSUMERS     32
 #define FANOUT_CLI_CONSUMERS 4
@@ -341,12 +342,55 @@ static void test_retire_after(void)
         h_case_end(&k);
 }
 
+/* A consumer's mapping is cached: the buffer's fd travels to a peer once, until the peer drops
+ * the mapping (unmap) or the broker forgets the buffer (freed event). */
+static void test_fd_travels_once_per_peer(void)
+{
+        gpuipc_t *prod, *c;
+        gpuipc_buffer_t *b, *v[3];
+        uint64_t fds0;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        prod = h_connect(k.broker, "producer");
+        b = h_publish(prod, "cache/x", 64 << 10, 77, NULL);
+        c = h_connect(k.broker, "consumer");
+        fds0 = h_stats(k.obs, "fds_out_total");
+        for (int i = 0; i < 3; i++)
+                v[i] = h_attach_verify(c, "cache/x", 0, 77);
+        CHECK_EQ(h_stats(k.obs, "fds_out_total"), fds0 + 1);
+        CHECK_EQ(h_stats(k.obs, "attaches_cached_total"), 2);
+        for (int i = 0; i < 3; i++)
+                CHECK_OK(c, gpuipc_release(c, v[i]));
+        /* Released but still mapped here: the next attach costs no fd either. */
+        v[0] = h_attach_verify(c, "cache/x", 0, 77);
+        CHECK_OK(c, gpuipc_release(c, v[0]));
+        CHECK_EQ(h_stats(k.obs, "fds_out_total"), fds0 + 1);
+        /* Dropping the cache tells the broker, which then sends the fd again. */
+        gpuipc_cache_trim(c);
+        CHECK_OK(c, gpuipc_ping(c, H_SOON_MS));
+        v[0] = h_attach_verify(c, "cache/x", 0, 77);
+        CHECK_OK(c, gpuipc_release(c, v[0]));
+        CHECK_EQ(h_stats(k.obs, "fds_out_total"), fds0 + 2);
+        /* The producer frees it: the consumer is told and drops its idle mapping. */
+        CHECK_OK(prod, gpuipc_retire(prod, b));
+        CHECK_OK(prod, gpuipc_wait_drained(prod, b, H_SOON_MS));
+        CHECK_OK(prod, gpuipc_buffer_free(prod, b));
+        CHECK_OK(c, gpuipc_ping(c, H_SOON_MS));
+        CHECK_EQ(c->n_idle, 0);
+        CHECK_EQ(h_stats(k.obs, "held_fds"), 1); /* the bystander's */
+        gpuipc_close(c);
+        gpuipc_close(prod);
+        h_case_end(&k);
+}
+
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
                 H_TEST(test_fanout_32_consumers), H_TEST(test_attach_waits_for_publish),
                 H_TEST(test_attach_timeout),      H_TEST(test_drained_after_last_release),
                 H_TEST(test_retire_after),
+                H_TEST(test_fd_travels_once_per_peer),
         };
 
         return h_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
