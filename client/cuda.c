@@ -371,10 +371,11 @@ GcuResult cuda_can_mem_ops_64(int ordinal, bool *ret)
 
 uint32_t cuda_visible_gpus(char out[][PROTO_MAX_UUID + 1], uint32_t max)
 {
+        int count = cuda_device_count();
         uint32_t n = 0;
 
         /* The broker only uses these to explain refusals: no CUDA means no GPUs, not an error. */
-        for (int i = 0; i < cuda_device_count() && n < max; i++)
+        for (int i = 0; i < count && n < max; i++)
                 if (devices[i].uuid[0])
                         snprintf(out[n++], PROTO_MAX_UUID + 1, "%s", devices[i].uuid);
         return n;

@@ -285,7 +285,8 @@ int cuda_device_unreachable(gpuipc_t *c, const char *uuid, int ordinal);
  * own current context is back when we return. */
 int cuda_ctx_push(gpuipc_t *c, int ordinal);
 
-/* Pops what cuda_ctx_push() pushed. Returns r, or the pop's error if r was 0. */
+/* Pops what cuda_ctx_push() pushed. Returns r, or the pop's error if r was 0 (a pop fails only
+ * when code in between popped our context itself). Usage: return cuda_ctx_pop(c, work(c)); */
 int cuda_ctx_pop(gpuipc_t *c, int r);
 
 /* The primary context of ordinal if it was retained, else NULL. */
@@ -332,8 +333,9 @@ typedef struct CudaInfo {
 /* Fills *ret for `gpuipcctl doctor`. 0, or GPUIPC_E_NO_CUDA (ret->reason says why). */
 int cuda_describe(CudaInfo *ret);
 
-/* ---- public API implemented in fence.c ----
- * Declared here until gpuipc.h carries these declarations; then delete this section. */
+/* ---- fence.c: public API ----
+ * Declared here only until gpuipc.h carries these declarations (with their documentation);
+ * then this section goes. */
 typedef struct gpuipc_fence gpuipc_fence_t;
 int gpuipc_fence_create(gpuipc_t *c, const char *name, int device, gpuipc_fence_t **ret);
 int gpuipc_fence_open(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_fence_t **ret);

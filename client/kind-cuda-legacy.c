@@ -24,33 +24,32 @@ static void set_device(gpuipc_buffer_t *b, int ordinal)
 
 /* ---- producer ---- */
 
-static int legacy_alloc(gpuipc_t *c, gpuipc_buffer_t *b, size_t size, int device)
+static int legacy_alloc_in_ctx(gpuipc_t *c, gpuipc_buffer_t *b, size_t size, int ordinal)
 {
         GcuDevicePtr p = 0;
         GcuResult cr;
-        int r;
 
         if (size > SIZE_MAX - (LEGACY_ALIGN - 1)) {
                 client_errmsg(c, "%zu bytes is more than any GPU holds", size);
                 return GPUIPC_E_INVALID;
         }
-        r = cuda_ctx_push(c, device);
-        if (r < 0)
-                return r;
         cr = CU(cuMemAlloc, &p, (size + LEGACY_ALIGN - 1) / LEGACY_ALIGN * LEGACY_ALIGN);
-        r = cuda_ctx_pop(c, cr == GCU_SUCCESS ? 0 : cuda_error(c, "cuMemAlloc", cr));
-        if (r < 0) {
-                if (cr == GCU_SUCCESS && cuda_ctx_push(NULL, device) == 0) {
-                        (void)CU(cuMemFree, p); /* the pop's error is the one to report */
-                        cuda_ctx_pop(NULL, 0);
-                }
-                return r;
-        }
+        if (cr != GCU_SUCCESS)
+                return cuda_error(c, "cuMemAlloc", cr);
         b->ka.base = b->ka.dptr = p;
         b->ptr = (void *)(uintptr_t)p;
         b->size = size;
-        set_device(b, device);
+        set_device(b, ordinal);
         return 0;
+}
+
+static int legacy_alloc(gpuipc_t *c, gpuipc_buffer_t *b, size_t size, int device)
+{
+        int r = cuda_ctx_push(c, device);
+
+        if (r < 0)
+                return r;
+        return cuda_ctx_pop(c, legacy_alloc_in_ctx(c, b, size, device));
 }
 
 static int legacy_export_in_ctx(gpuipc_t *c, gpuipc_buffer_t *b)
@@ -267,12 +266,12 @@ static int legacy_open_in_ctx(gpuipc_t *c, Mapping *m, const GcuIpcMemHandle *ha
 
 static int legacy_import(gpuipc_t *c, Mapping *m, const ProtoMsg *reply, int fd)
 {
-        _cleanup_close_ int unused = fd; /* nothing travels but the handle */
         char uuid[PROTO_MAX_UUID + 1];
         GcuIpcMemHandle handle;
         bool guessed = false;
         int ordinal = 0, r;
 
+        safe_close(fd); /* nothing travels but the handle */
         if (reply->handle.len != sizeof(handle)) {
                 client_errmsg(c, "the broker attached a cuda-legacy buffer without its %zu-byte handle", sizeof(handle));
                 return GPUIPC_E_BAD_REPLY;
