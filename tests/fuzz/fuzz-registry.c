@@ -588,8 +588,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         limits.max_timeout_ms = 5000;
         if (trace < 0)
                 trace = getenv("GPUIPC_FUZZ_TRACE") != NULL; /* print each operation and the gauges */
+        /* The bench (with its frame array) is reused: allocating it per input costs more than the run. */
+        static Env env;
+
         memset(&M, 0, sizeof(M));
-        M.e = env_new(&limits);
+        M.e = &env;
+        env_init(M.e, &limits);
 
         while (in.p < in.end && ops++ < 400) {
                 uint8_t op = take(&in) % 16;
@@ -636,7 +640,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                 (unsigned long long)g.groups);
                 }
         }
-        env_free(M.e);
+        env_fini(M.e);
         M.e = NULL;
         return 0;
 }

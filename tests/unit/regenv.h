@@ -65,16 +65,27 @@ static inline bool env_fd_open(int fd)
         return fd >= 0 && fcntl(fd, F_GETFD) >= 0;
 }
 
-/* A registry with the given limits (NULL: the defaults). Free with env_free(). */
-static inline Env *env_new(const Limits *limits)
+/* Starts e over with a new registry with the given limits (NULL: the defaults); the frame and fd
+ * arrays are reused as they are. Undo with env_fini(). */
+static inline void env_init(Env *e, const Limits *limits)
 {
         Limits l = limits ? *limits : LIMITS_DEFAULT;
-        Env *e = calloc(1, sizeof(*e));
 
-        check(e);
+        e->n_sent = e->n_fds = 0;
+        e->now = 0;
+        e->out = (Outbox)OUTBOX_INIT;
         e->baseline_fds = env_count_open_fds();
         check_eq(registry_new(&e->r, &l, 77), 0);
         check_eq(registry_epoch(e->r), 77);
+}
+
+/* A registry with the given limits (NULL: the defaults). Free with env_free(). */
+static inline Env *env_new(const Limits *limits)
+{
+        Env *e = calloc(1, sizeof(*e));
+
+        check(e);
+        env_init(e, limits);
         return e;
 }
 
@@ -270,7 +281,7 @@ static inline size_t env_flush(Env *e)
 }
 
 /* Frees the registry and checks that every fd it was given is closed and nothing else was. */
-static inline void env_free(Env *e)
+static inline void env_fini(Env *e)
 {
         RegGauges g;
 
@@ -285,7 +296,13 @@ static inline void env_free(Env *e)
         env_drop_sent(e);
         free(e->out.frames);
         free(e->out.close_fds);
+        e->out = (Outbox)OUTBOX_INIT;
         check_eq(env_count_open_fds(), e->baseline_fds);
+}
+
+static inline void env_free(Env *e)
+{
+        env_fini(e);
         free(e);
 }
 
