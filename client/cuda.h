@@ -333,13 +333,3 @@ typedef struct CudaInfo {
 /* Fills *ret for `gpuipcctl doctor`. 0, or GPUIPC_E_NO_CUDA (ret->reason says why). */
 int cuda_describe(CudaInfo *ret);
 
-/* ---- fence.c: public API ----
- * Declared here only until gpuipc.h carries these declarations (with their documentation);
- * then this section goes. */
-typedef struct gpuipc_fence gpuipc_fence_t;
-int gpuipc_fence_create(gpuipc_t *c, const char *name, int device, gpuipc_fence_t **ret);
-int gpuipc_fence_open(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_fence_t **ret);
-int gpuipc_fence_signal(gpuipc_fence_t *f, void *cu_stream, uint64_t value);
-int gpuipc_fence_wait(gpuipc_fence_t *f, void *cu_stream, uint64_t value);
-int gpuipc_fence_value(gpuipc_fence_t *f, uint64_t *ret);
-void gpuipc_fence_close(gpuipc_fence_t *f);

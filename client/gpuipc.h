@@ -145,8 +145,9 @@ int gpuipc_release(gpuipc_t *c, gpuipc_buffer_t *b);
 /* Unmaps cached mappings nobody uses. */
 void gpuipc_cache_trim(gpuipc_t *c);
 
-/* CUDA kinds: the device that new imports map onto. -1 (the default): the buffer's own device if
- * this process sees it, else device 0. Mapping onto another GPU uses peer access (NVLink/PCIe). */
+/* CUDA kinds: the device that new imports map onto. -1 (the default): the buffer's own device.
+ * Mapping onto another GPU uses peer access (NVLink/PCIe). A buffer this connection has mapped
+ * already keeps its device; gpuipc_cache_trim() drops idle mappings. */
 int gpuipc_set_device(gpuipc_t *c, int ordinal);
 
 /* ---- either side ---- */
@@ -209,6 +210,33 @@ int gpuipc_next_event(gpuipc_t *c, gpuipc_event_t *ret, int timeout_ms);
  * events (take them with gpuipc_next_event(c, &ev, 0)) or an error. */
 int gpuipc_fd(const gpuipc_t *c);
 int gpuipc_process(gpuipc_t *c);
+
+/* ---- GPU fences: stream-ordered signalling between processes (and containers) ----
+ * A 64-bit counter in a small cuda-vmm buffer, advanced with cuStreamWriteValue64 and awaited with
+ * cuStreamWaitValue64 (CUDA's IPC events do not cross PID namespaces). Close a fence before its
+ * connection, and only once no queued stream work still refers to it. */
+typedef struct gpuipc_fence gpuipc_fence_t;
+
+/* Creates a fence (counter 0) on CUDA device `device` and publishes it under name (writable: either
+ * end may signal; not broker-held). */
+int gpuipc_fence_create(gpuipc_t *c, const char *name, int device, gpuipc_fence_t **ret);
+
+/* Attaches the fence published under name, waiting up to timeout_ms; mapped like any cuda-vmm
+ * buffer (gpuipc_set_device() picks the device). */
+int gpuipc_fence_open(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_fence_t **ret);
+
+/* Enqueues, in cu_stream (a CUstream of the fence's device; NULL: the legacy default stream), a
+ * write of value after all prior work in that stream. */
+int gpuipc_fence_signal(gpuipc_fence_t *f, void *cu_stream, uint64_t value);
+
+/* Enqueues, in cu_stream, a wait until the counter >= value (cyclic: (int64_t)(counter - value) >= 0). */
+int gpuipc_fence_wait(gpuipc_fence_t *f, void *cu_stream, uint64_t value);
+
+/* Reads the counter from the host (tests, diagnostics); never waits behind queued fence waits. */
+int gpuipc_fence_value(gpuipc_fence_t *f, uint64_t *ret);
+
+/* Closes the fence: the creator unpublishes and frees it, an opener releases it. NULL is fine. */
+void gpuipc_fence_close(gpuipc_fence_t *f);
 
 /* ---- rendezvous groups ---- */
 

@@ -169,5 +169,5 @@ extern const KindOps kind_memfd_ops;
 extern const KindOps kind_cuda_vmm_ops;
 extern const KindOps kind_cuda_legacy_ops;
 
-/* cuda.c: visible GPU UUIDs for hello (0 when CUDA is unavailable). */
+/* cuda.c (client/cuda.h): visible GPU UUIDs for hello (0 when CUDA is unavailable). */
 uint32_t cuda_visible_gpus(char out[][PROTO_MAX_UUID + 1], uint32_t max);
