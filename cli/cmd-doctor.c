@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "ctl.h"
+#include "cuda.h"
 
 typedef struct Doctor {
         int problems;
@@ -61,6 +62,56 @@ static bool check_socket(Doctor *d, const char *path)
         return true;
 }
 
+/* A yes/no fact about a device, as a verdict: "no" is a problem only when it blocks a kind. */
+static void device_fact(Doctor *d, int ordinal, const char *check, const CudaFact *f, const char *yes, const char *no)
+{
+        char label[32];
+
+        snprintf(label, sizeof(label), "gpu%d %s", ordinal, check);
+        if (!f->ok)
+                verdict(d, false, label, "cannot tell: %s", f->why);
+        else
+                verdict(d, f->value, label, "%s", f->value ? yes : no);
+}
+
+static void check_gpus(Doctor *d)
+{
+        CudaInfo *info = calloc(1, sizeof(*info)); /* large: per-device facts with their reasons */
+
+        if (!info) {
+                verdict(d, false, "gpus", "out of memory");
+                return;
+        }
+        if (cuda_describe(info) < 0 || !info->loaded) {
+                verdict(d, true, "gpus", "CUDA is not usable here (%s): memfd buffers only", info->reason);
+                free(info);
+                return;
+        }
+        verdict(d, true, "driver", "CUDA driver %d.%d, %d visible device(s)", info->driver_version / 1000,
+                (info->driver_version % 1000) / 10, info->n_devices);
+        if (info->n_devices == 0)
+                verdict(d, false, "gpus", "no GPU is visible: give this container the same ResourceClaim as the "
+                        "producer (or set the same visible devices)");
+        for (int i = 0; i < info->n_devices; i++) {
+                const CudaDeviceInfo *dev = &info->devices[i];
+                char label[32];
+
+                snprintf(label, sizeof(label), "gpu%d", dev->ordinal);
+                verdict(d, dev->uuid.ok, label, "%s %s%s%s%s", dev->name.ok ? dev->name.text : "?",
+                        dev->uuid.ok ? dev->uuid.text : dev->uuid.why,
+                        dev->mig.ok && dev->mig.value ? " (MIG instance of " : "",
+                        dev->mig.ok && dev->mig.value ? dev->gpu_uuid.text : "",
+                        dev->mig.ok && dev->mig.value ? ")" : "");
+                device_fact(d, dev->ordinal, "vmm", &dev->vmm, "virtual memory management: cuda-vmm possible",
+                            "no virtual memory management: cuda-vmm impossible, use cuda-legacy or memfd");
+                device_fact(d, dev->ordinal, "posix-fd", &dev->posix_fd, "exports memory as POSIX fds: cuda-vmm "
+                            "crosses containers", "cannot export POSIX fds: cuda-vmm impossible on this device");
+                device_fact(d, dev->ordinal, "fences", &dev->mem_ops_64, "64-bit stream memory operations: gpuipc "
+                            "fences work", "no 64-bit stream memory operations: gpuipc fences cannot be used");
+        }
+        free(info);
+}
+
 int cmd_doctor(Ctl *ctl, int argc, char **argv)
 {
         Doctor d = { 0 };
@@ -91,10 +142,7 @@ int cmd_doctor(Ctl *ctl, int argc, char **argv)
                 verdict(&d, true, "pid-namespace", "%" PRIu64 ", not the broker's: cuda-vmm and memfd work; cuda-legacy "
                         "needs producer and consumer in one PID namespace (shareProcessNamespace: true)", ctl->c->pidns);
 
-        if (ctl->c->n_gpus == 0)
-                verdict(&d, true, "gpus", "none visible to this process: memfd buffers only");
-        for (uint32_t i = 0; i < ctl->c->n_gpus; i++)
-                verdict(&d, true, "gpu", "%u: %s", i, ctl->c->gpus[i]);
+        check_gpus(&d);
         printf("%s\n", d.problems ? "problems found" : "all checks passed");
         return d.problems ? CTL_FAILED : CTL_OK;
 }
