@@ -550,12 +550,17 @@ static void broker_wait_ready(HBroker *b)
 
 static void broker_spawn(HBroker *b)
 {
-        const char *argv[40];
+        static char wrapper[512];
+        const char *argv[60];
         size_t n = 0;
         int logfd;
         pid_t pid;
 
         snprintf(b->log, sizeof(b->log), "%s/broker-%d.log", b->dir, ++b->runs);
+        /* An optional wrapper, e.g. "valgrind -q --error-exitcode=99" (with --seccomp off). */
+        snprintf(wrapper, sizeof(wrapper), "%s", env_or("GPUIPC_TEST_WRAPPER", ""));
+        for (char *save = NULL, *w = strtok_r(wrapper, " ", &save); w && n < 16; w = strtok_r(NULL, " ", &save))
+                argv[n++] = w;
         argv[n++] = env_or("GPUIPC_BROKER", "gpuipc-broker");
         argv[n++] = "--socket";
         argv[n++] = b->sock;
@@ -582,7 +587,7 @@ static void broker_spawn(HBroker *b)
                 close_range(3, ~0u, 0);
                 signal(SIGPIPE, SIG_DFL);
                 signal(SIGALRM, SIG_DFL);
-                execv(argv[0], (char *const *)argv);
+                execvp(argv[0], (char *const *)argv);
                 _exit(127);
         }
         close(logfd);

@@ -8,7 +8,9 @@
  * happen": conditions are polled until a deadline.
  *
  * Environment: GPUIPC_BROKER and GPUIPC_CTL (paths of the binaries, set by tests/meson.build),
- * GPUIPC_TEST_SECCOMP (the broker's --seccomp mode, default off), GPUIPC_TEST_CASE_TIMEOUT
+ * GPUIPC_TEST_SECCOMP (the broker's --seccomp mode, default off), GPUIPC_TEST_WRAPPER (a command
+ * the broker runs under, e.g. "valgrind -q --error-exitcode=99": a memory error then fails the
+ * case through the broker's exit status), GPUIPC_TEST_CASE_TIMEOUT
  * (seconds per case, default 60), GPUIPC_TEST_KEEP=1 (keep the temporary directories),
  * GPUIPC_TEST_STRICT=1 (CHECK_KNOWN_BUG fails like CHECK). An argument selects the cases whose
  * name contains it.
@@ -152,7 +154,8 @@ unsigned h_broker_stop(HBroker *b);
 int h_broker_fds(const HBroker *b);
 
 /* Waits (with a grace period for disconnects) until every peer that connected was processed as
- * disconnected and the open-fd count is back at the baseline; fails listing the extra fds. */
+ * disconnected (the broker's info-level "peer connected"/"peer disconnected" log lines) and the
+ * open-fd count is back at the baseline; fails listing the broker's fds. */
 void h_broker_settle(const HBroker *b);
 
 /* Occurrences of needle in the current run's log. */

@@ -76,6 +76,7 @@ static void test_fanout_32_consumers(void)
         HChild *kids[FANOUT_CONSUMERS], *cli[FANOUT_CLI_CONSUMERS];
         gpuipc_t *prod;
         gpuipc_buffer_t *b;
+        uint64_t id;
         HStat st;
         HCase k;
 
@@ -123,8 +124,9 @@ static void test_fanout_32_consumers(void)
         CHECK_OK(k.obs, h_stat_id(k.obs, gpuipc_buffer_id(b), &st));
         CHECK_EQ(st.state, PROTO_STATE_IDLE);
         CHECK_EQ(st.refs, 0);
+        id = gpuipc_buffer_id(b);
         CHECK_OK(prod, gpuipc_buffer_free(prod, b));
-        CHECK_EQ(h_stat_id(k.obs, gpuipc_buffer_id(b), &st), GPUIPC_E_NOT_FOUND);
+        CHECK_EQ(h_stat_id(k.obs, id, &st), GPUIPC_E_NOT_FOUND);
         gpuipc_close(prod);
         h_case_end(&k);
 }

@@ -249,7 +249,7 @@ static void test_sigterm_with_pending_waits(void)
         t_stop = h_now_ms();
         took = h_broker_stop(b); /* exit status 0 and no socket file, or it fails */
         h_log("the broker stopped %u ms after SIGTERM", took);
-        CHECKF(took < 2000, "the broker took %u ms to stop", took);
+        CHECKF(took < 3000, "the broker took %u ms to stop", took);
         CHECK_EQ(h_broker_log_count(b, "\"msg\":\"stopped\""), 1);
         for (int i = 0; i < 5; i++) {
                 char text[256];
@@ -258,7 +258,14 @@ static void test_sigterm_with_pending_waits(void)
 
                 h_child_expect(kids[i], 'r', H_SOON_MS, text, sizeof(text));
                 CHECK(sscanf(text, "%d %llu", &r, &at) == 2);
-                CHECKF(r == GPUIPC_E_DISCONNECTED || r == GPUIPC_E_SHUTDOWN, "%s: %s", kids[i]->name, text);
+                h_log("%s: %s", kids[i]->name, text);
+                /* Pending requests are answered: shutdown. A peer only reading events may see the
+                 * hang-up itself. */
+                if (fns[i] == event_waiter)
+                        CHECKF(r == GPUIPC_E_DISCONNECTED || r == GPUIPC_E_SHUTDOWN, "%s: %s", kids[i]->name,
+                               text);
+                else
+                        CHECKF(r == GPUIPC_E_SHUTDOWN && strstr(text, "stopping"), "%s: %s", kids[i]->name, text);
                 CHECKF(at - t_stop < 3000, "%s returned %llu ms after SIGTERM", kids[i]->name, at - t_stop);
                 h_child_wait_ok(kids[i], H_SOON_MS);
                 h_child_free(kids[i]);
@@ -315,12 +322,42 @@ static void test_policy_reload_on_sighup(void)
         h_case_end(&k);
 }
 
+/* SIGTERM while consumers hold a producer's buffers: removing the producer queues revoke events
+ * for consumers that are removed right after it, in the same batch. Run under
+ * GPUIPC_TEST_WRAPPER="valgrind -q --error-exitcode=99" to check nothing reads a removed peer. */
+static void test_sigterm_with_holders(void)
+{
+        gpuipc_t *prod, *cons[3];
+        gpuipc_buffer_t *a, *r;
+        HBroker *b;
+
+        b = h_broker_start(NULL);
+        prod = h_connect(b, "producer");
+        a = h_publish(prod, "hold/a", 4096, 1, NULL);
+        r = h_publish(prod, "hold/r", 4096, 2, NULL);
+        for (int i = 0; i < 3; i++) {
+                cons[i] = h_connect(b, "consumer");
+                h_attach_verify(cons[i], "hold/a", 0, 1);
+                h_attach_verify(cons[i], "hold/r", 0, 2);
+        }
+        CHECK_OK(prod, gpuipc_retire(prod, r));
+        h_broker_stop(b);
+        for (int i = 0; i < 3; i++) {
+                int e = gpuipc_ping(cons[i], H_SOON_MS);
+                CHECKF(e == GPUIPC_E_DISCONNECTED || e == GPUIPC_E_SHUTDOWN, "ping after the stop: %d", e);
+                gpuipc_close(cons[i]);
+        }
+        (void)a;
+        gpuipc_close(prod);
+}
+
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
                 H_TEST(test_restart_republishes),
                 H_TEST(test_crash_restart_republishes),
                 H_TEST(test_sigterm_with_pending_waits),
+                H_TEST(test_sigterm_with_holders),
                 H_TEST(test_policy_reload_on_sighup),
         };
 
