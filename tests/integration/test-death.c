@@ -2,10 +2,12 @@
  * revokes its buffers and tells their holders, and a broker-held memfd buffer outlives its producer
  * until retired and drained. */
 #include <inttypes.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -321,11 +323,65 @@ static void test_broker_held_survives_producer(void)
         h_case_end(&k);
 }
 
+/* Attaches, then forks a process that keeps a copy of the connection open (and stays when we
+ * die), reports 'a' with that process's pid, and waits to be killed. */
+static int consumer_with_heir(HChan *ch, void *arg)
+{
+        const PeerArg *a = arg;
+        gpuipc_t *c = h_connect(a->broker, "consumer-with-heir");
+        pid_t heir;
+
+        h_attach_verify(c, a->name, H_SOON_MS, a->seed);
+        heir = fork();
+        CHECK(heir >= 0);
+        if (heir == 0) {
+                for (;;)
+                        pause();
+        }
+        h_report(ch, 'a', "%d", (int)heir);
+        h_await(ch, 'x', 120000);
+        return 0;
+}
+
+/* The connection outlives the process (a forked child holds it): the broker learns of the death
+ * from the pidfd, not from the socket. */
+static void test_consumer_kill9_socket_outlives_it(void)
+{
+        PeerArg arg;
+        gpuipc_t *prod;
+        gpuipc_buffer_t *b;
+        HChild *victim;
+        HStat st;
+        HCase k;
+        char text[32];
+        pid_t heir;
+
+        h_case_begin(&k, NULL);
+        prod = h_connect(k.broker, "producer");
+        b = h_publish(prod, "heir/x", 4096, 3, NULL);
+        arg = (PeerArg){ k.broker, "heir/x", NULL, 0, 3, false };
+        victim = h_spawn("victim", consumer_with_heir, &arg);
+        h_child_expect(victim, 'a', H_SOON_MS, text, sizeof(text));
+        heir = (pid_t)atoi(text);
+        CHECK(heir > 0);
+        CHECK_OK(k.obs, h_stat(k.obs, "heir/x", &st));
+        CHECK_EQ(st.refs, 1);
+        h_child_kill9(victim);
+        h_child_free(victim);
+        WAIT_UNTIL(h_stat(k.obs, "heir/x", &st) == 0 && st.refs == 0, H_SOON_MS);
+        CHECK_OK(prod, gpuipc_retire(prod, b));
+        CHECK_OK(prod, gpuipc_wait_drained(prod, b, H_SOON_MS));
+        CHECK(kill(heir, SIGKILL) == 0);
+        gpuipc_close(prod);
+        h_case_end(&k);
+}
+
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
                 H_TEST(test_consumer_kill9_releases_refs),
                 H_TEST(test_waiting_consumer_kill9),
+                H_TEST(test_consumer_kill9_socket_outlives_it),
                 H_TEST(test_producer_kill9_revokes),
                 H_TEST(test_broker_held_survives_producer),
         };
