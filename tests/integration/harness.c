@@ -559,7 +559,8 @@ static void broker_spawn(HBroker *b)
         snprintf(b->log, sizeof(b->log), "%s/broker-%d.log", b->dir, ++b->runs);
         /* An optional wrapper, e.g. "valgrind -q --error-exitcode=99" (with --seccomp off). */
         snprintf(wrapper, sizeof(wrapper), "%s", env_or("GPUIPC_TEST_WRAPPER", ""));
-        for (char *save = NULL, *w = strtok_r(wrapper, " ", &save); w && n < 16; w = strtok_r(NULL, " ", &save))
+        for (char *save = NULL, *w = strtok_r(wrapper, " ", &save); w && n < 16;
+             w = strtok_r(NULL, " ", &save))
                 argv[n++] = w;
         argv[n++] = env_or("GPUIPC_BROKER", "gpuipc-broker");
         argv[n++] = "--socket";

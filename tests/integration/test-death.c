@@ -379,10 +379,8 @@ static void test_consumer_kill9_socket_outlives_it(void)
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
-                H_TEST(test_consumer_kill9_releases_refs),
-                H_TEST(test_waiting_consumer_kill9),
-                H_TEST(test_consumer_kill9_socket_outlives_it),
-                H_TEST(test_producer_kill9_revokes),
+                H_TEST(test_consumer_kill9_releases_refs),      H_TEST(test_waiting_consumer_kill9),
+                H_TEST(test_consumer_kill9_socket_outlives_it), H_TEST(test_producer_kill9_revokes),
                 H_TEST(test_broker_held_survives_producer),
         };
 

@@ -391,8 +391,7 @@ int main(int argc, char **argv)
         static const HTest tests[] = {
                 H_TEST(test_fanout_32_consumers), H_TEST(test_attach_waits_for_publish),
                 H_TEST(test_attach_timeout),      H_TEST(test_drained_after_last_release),
-                H_TEST(test_retire_after),
-                H_TEST(test_fd_travels_once_per_peer),
+                H_TEST(test_retire_after),        H_TEST(test_fd_travels_once_per_peer),
         };
 
         return h_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));

@@ -1,11 +1,11 @@
 /* The broker going away: a restart (clean, and after kill -9) that reconnecting clients survive by
  * publishing their live buffers again, and SIGTERM while peers are connected and waits pending. */
 #include <inttypes.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -265,7 +265,8 @@ static void test_sigterm_with_pending_waits(void)
                         CHECKF(r == GPUIPC_E_DISCONNECTED || r == GPUIPC_E_SHUTDOWN, "%s: %s", kids[i]->name,
                                text);
                 else
-                        CHECKF(r == GPUIPC_E_SHUTDOWN && strstr(text, "stopping"), "%s: %s", kids[i]->name, text);
+                        CHECKF(r == GPUIPC_E_SHUTDOWN && strstr(text, "stopping"), "%s: %s", kids[i]->name,
+                               text);
                 CHECKF(at - t_stop < 3000, "%s returned %llu ms after SIGTERM", kids[i]->name, at - t_stop);
                 h_child_wait_ok(kids[i], H_SOON_MS);
                 h_child_free(kids[i]);
@@ -389,8 +390,8 @@ static void test_reconnect_with_name_taken(void)
         obs = h_connect(b, "observer");
         CHECK_OK(obs, h_stat(obs, "taken/one", &st));
         CHECK(st.buffer != gpuipc_buffer_id(one)); /* the squatter's */
-        CHECK_KNOWN_BUG("reconnect-aborts", h_stat(obs, "taken/two", &st) == 0 &&
-                                                    st.buffer == gpuipc_buffer_id(two));
+        CHECK_KNOWN_BUG("reconnect-aborts",
+                        h_stat(obs, "taken/two", &st) == 0 && st.buffer == gpuipc_buffer_id(two));
         other = h_connect(b, "other");
         h_publish(other, "taken/three", 4096, 3, NULL);
         CHECK_OK(prod, gpuipc_ping(prod, H_SOON_MS));
@@ -408,12 +409,9 @@ static void test_reconnect_with_name_taken(void)
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
-                H_TEST(test_restart_republishes),
-                H_TEST(test_crash_restart_republishes),
-                H_TEST(test_reconnect_with_name_taken),
-                H_TEST(test_sigterm_with_pending_waits),
-                H_TEST(test_sigterm_with_holders),
-                H_TEST(test_policy_reload_on_sighup),
+                H_TEST(test_restart_republishes),       H_TEST(test_crash_restart_republishes),
+                H_TEST(test_reconnect_with_name_taken), H_TEST(test_sigterm_with_pending_waits),
+                H_TEST(test_sigterm_with_holders),      H_TEST(test_policy_reload_on_sighup),
         };
 
         return h_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
