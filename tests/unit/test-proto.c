@@ -1030,6 +1030,19 @@ static void test_unknown_keys_skipped(void)
                 check_eq(m.has, PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID) | PROTO_BIT(PF_BUFFER));
                 proto_buf_free(&b);
         }
+        /* Exts and scalars cut short where they would be skipped. */
+        {
+                static const uint8_t cut[][3] = { { 0xc7 }, { 0xc8, 0x01 }, { 0xc7, 0x05, 0x01 }, { 0xd7, 0x01 },
+                                                  { 0xcb, 0x00 }, { 0xd9 } };
+                static const size_t cut_len[] = { 1, 2, 3, 2, 2, 1 };
+
+                for (size_t i = 0; i < sizeof(cut_len) / sizeof(cut_len[0]); i++) {
+                        req(&b, "ping", 1);
+                        w_str(&b, "x");
+                        w_raw(&b, cut[i], cut_len[i]);
+                        expect(&b, PROTO_E_MALFORMED, _PF_MAX);
+                }
+        }
         /* 0xc1 is never valid msgpack, even where it would be skipped. */
         req(&b, "ping", 1);
         w_str(&b, "x");
@@ -1302,6 +1315,22 @@ static void test_encode_errors(void)
         check(out.len > 6 + PROTO_MAX_BODY - 64);
         free(big);
 
+        /* Metadata and items marked present but empty are written as an empty map and array. */
+        {
+                ProtoMsg x = { 0 }, d;
+                ProtoBuf one = { 0 };
+                ProtoHeader h;
+
+                x.event = PROTO_EV_PUBLISHED;
+                x.has = PROTO_BIT(PF_EVENT) | PROTO_BIT(PF_META) | PROTO_BIT(PF_ITEMS);
+                check_eq(proto_frame_encode(&one, &x, 0), 0);
+                check_eq(proto_header_parse(one.data, one.len, &h), 0);
+                check_eq(decode(one.data + PROTO_HEADER_SIZE, h.body_len, &d, NULL), 0);
+                check(proto_has(&d, PF_META) && d.meta.len == 1 && d.meta.count == 0 && d.meta.ptr[0] == 0x80);
+                check(proto_has(&d, PF_ITEMS) && d.items.len == 1 && d.items.count == 0 && d.items.ptr[0] == 0x90);
+                proto_buf_free(&one);
+        }
+
         /* The prefix survived every failure, and a good frame appends after it. */
         check(memcmp(out.data, "prefix", 6) == 0);
         {
@@ -1470,6 +1499,18 @@ static void test_peek_id(void)
         check_eq(proto_peek_id(keep(b.data, b.len), b.len, &id), PROTO_E_MALFORMED);
         proto_buf_free(&b);
         w_hdr(&b, 0xdf, 4, UINT32_MAX);
+        w_kv_u(&b, "id", 1);
+        check_eq(proto_peek_id(keep(b.data, b.len), b.len, &id), PROTO_E_MALFORMED);
+        proto_buf_free(&b);
+        w_map(&b, 2);
+        w_uint(&b, 1); /* a key that is not a string */
+        w_uint(&b, 1);
+        w_kv_u(&b, "id", 1);
+        check_eq(proto_peek_id(keep(b.data, b.len), b.len, &id), PROTO_E_MALFORMED);
+        proto_buf_free(&b);
+        w_map(&b, 2);
+        w_str(&b, "x");
+        w_hdr(&b, 0xd9, 1, 200); /* a value that runs past the end, before the id */
         w_kv_u(&b, "id", 1);
         check_eq(proto_peek_id(keep(b.data, b.len), b.len, &id), PROTO_E_MALFORMED);
         proto_buf_free(&b);

@@ -559,8 +559,11 @@ static void test_republish_idle(void)
         release(e, C, buf);
         check_eq(state_of(e, buf), PROTO_STATE_IDLE);
 
-        /* Not by another peer (even of the same uid), not an unknown id. */
+        /* Not by another peer (even of the same uid), not an unknown id, not under a taken name. */
         env_check_status(publish(e, Q, (Pub){ .name = "slot/0", .buffer = buf }), PROTO_STATUS_NOT_OWNER);
+        publish_ok(e, C, (Pub){ .name = "taken" });
+        env_check_status(publish(e, P, (Pub){ .name = "taken", .buffer = buf }), PROTO_STATUS_NAME_TAKEN);
+        check_eq(state_of(e, buf), PROTO_STATE_IDLE);
         env_check_status(publish(e, P, (Pub){ .name = "slot/0", .buffer = 9999 }), PROTO_STATUS_NOT_FOUND);
 
         /* Again by id: same buffer, new generation, metadata kept; no new fd is taken. */
@@ -571,7 +574,7 @@ static void test_republish_idle(void)
         check(s->m.generation > gen);
         gen = s->m.generation;
         check_eq(env_held_fds(e), held);
-        check_eq(gauges(e).buffers, 1);
+        check_eq(gauges(e).buffers, 2); /* this one and C's "taken" */
         check_eq(registry_counters(e->r)->republishes, 1);
         registry_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
         check_eq(m.state, PROTO_STATE_LIVE);
@@ -1310,6 +1313,8 @@ static void test_hello(void)
         check(registry_peer_lost(p));
         registry_peer_mark_lost(NULL);
         env_remove(e, p);
+        registry_peer_remove(e->r, NULL, &e->out); /* NULL-safe */
+        check_eq(env_flush(e), 0);
         env_free(e);
 }
 
