@@ -54,6 +54,19 @@ void outbox_close_fd(Outbox *o, int fd)
         o->close_fds[o->n_close++] = fd;
 }
 
+void outbox_drop_peer(Outbox *o, RegPeer *p)
+{
+        size_t kept = 0;
+
+        for (size_t i = 0; i < o->n_frames; i++) {
+                if (o->frames[i].to == p)
+                        proto_buf_free(&o->frames[i].frame);
+                else
+                        o->frames[kept++] = o->frames[i];
+        }
+        o->n_frames = kept;
+}
+
 void outbox_clear(Outbox *o)
 {
         for (size_t i = 0; i < o->n_frames; i++)

@@ -32,5 +32,8 @@ int outbox_send(Outbox *o, RegPeer *to, const ProtoMsg *m, int fd);
 /* Takes ownership of fd, to be closed after the frames were handed over. */
 void outbox_close_fd(Outbox *o, int fd);
 
+/* Drops the frames addressed to p (which is going away: nothing may reach it any more). */
+void outbox_drop_peer(Outbox *o, RegPeer *p);
+
 /* Frees frames not stolen and closes the queued fds. */
 void outbox_clear(Outbox *o);

@@ -1202,17 +1202,23 @@ uint64_t registry_next_deadline(const Registry *r)
 
 /* ---- peers ---- */
 
-int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void *userdata, RegPeer **ret)
+int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void *userdata, RegPeer **ret,
+                      char *why, size_t why_cap)
 {
         UidAcct *acct;
         RegPeer *p;
 
-        if (r->n_peers >= r->limits.connections)
+        if (r->n_peers >= r->limits.connections) {
+                snprintf(why, why_cap, "the broker has %u connections (the limit, --max-connections); close some",
+                         r->limits.connections);
                 return PROTO_STATUS_QUOTA;
+        }
         acct = acct_get(r, creds->uid);
         if (!acct)
                 return -ENOMEM;
         if (acct->connections >= r->limits.connections_per_uid) {
+                snprintf(why, why_cap, "uid %u has %u connections (the limit, --max-connections-per-uid); close some",
+                         creds->uid, acct->connections);
                 acct_put(r, acct);
                 return PROTO_STATUS_QUOTA;
         }
@@ -1288,6 +1294,9 @@ void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
                 }
         }
 
+        /* Frames queued for it earlier in this batch (say, another producer's revoke) must not
+         * outlive it: the caller would look it up after it is gone. */
+        outbox_drop_peer(out, p);
         list_unlink(&p->link);
         p->acct->connections--;
         acct_put(r, p->acct);

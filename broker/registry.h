@@ -67,8 +67,10 @@ const RegCounters *registry_counters(const Registry *r);
 
 /* ---- peers ---- */
 
-/* Adds a connected peer. 0, -ENOMEM, or PROTO_STATUS_QUOTA when its uid has too many connections. */
-int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void *userdata, RegPeer **ret);
+/* Adds a connected peer. 0, -ENOMEM, or PROTO_STATUS_QUOTA when there are too many connections
+ * (in all, or for its uid), with why filled in. */
+int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void *userdata, RegPeer **ret,
+                      char *why, size_t why_cap);
 
 /* Removes a peer that disconnected or died: cancels its waits, releases its references, revokes or
  * orphans its buffers (broker-held ones stay until retired and drained), and frees it. */

@@ -361,6 +361,7 @@ static void refuse(int fd, unsigned status, const char *why)
 static int client_start(Server *s, int fd)
 {
         uint64_t ticks = peer_boottime_ticks();
+        char why[PROTO_MAX_TEXT] = "";
         PeerCreds creds;
         Client *c;
         int pidfd = -1, r;
@@ -377,14 +378,14 @@ static int client_start(Server *s, int fd)
                 close(fd);
                 return -ENOMEM;
         }
-        r = registry_peer_add(s->reg, &creds, uv_now(&s->loop), c, &c->peer);
+        r = registry_peer_add(s->reg, &creds, uv_now(&s->loop), c, &c->peer, why, sizeof(why));
         if (r != 0) {
                 s->stats.connections_refused++;
                 log_warn("connection refused", "uid=%u pid=%u reason=%s", creds.uid, creds.pid,
                          r > 0 ? "quota" : "out-of-memory");
                 free(c);
                 safe_close(pidfd);
-                refuse(fd, PROTO_STATUS_QUOTA, "too many connections (for this uid or in all); close some");
+                refuse(fd, PROTO_STATUS_QUOTA, why[0] ? why : "the broker is out of memory");
                 return r;
         }
         c->server = s;

@@ -660,12 +660,14 @@ int buffer_after_reconnect(gpuipc_t *c)
                 b->map->broker_mapped = false;
                 map_uncache(c, b->map);
         }
+        /* Every id belongs to the old broker: forget them all before publishing anything. */
+        list_for_each(pos, &c->own)
+                list_entry(pos, gpuipc_buffer_t, own_link)->id = 0;
         list_for_each(pos, &c->own) {
                 gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, own_link);
                 ProtoState was = b->state;
                 Frame f = { .fd = -1 };
 
-                b->id = 0;
                 if (was == PROTO_STATE_RETIRED) {
                         /* The references went down with the old broker. */
                         gpuipc_event_t d = { .type = GPUIPC_EVENT_DRAINED, .generation = b->generation,
@@ -678,19 +680,27 @@ int buffer_after_reconnect(gpuipc_t *c)
                 if (was != PROTO_STATE_LIVE)
                         continue;
                 r = publish_new(c, b, b->name, &f);
+                if (r == GPUIPC_E_DISCONNECTED)
+                        return r; /* lost again: the next call starts over */
                 if (r < 0) {
+                        /* This buffer only (its name may be taken now): the caller learns it from an
+                         * event and may publish it again; the others still go out. */
+                        gpuipc_event_t d = { .type = GPUIPC_EVENT_DRAINED, .generation = b->generation,
+                                             .kind = b->kind };
+                        snprintf(d.name, sizeof(d.name), "%s", b->name);
+                        snprintf(d.reason, sizeof(d.reason), "not published again after the broker restarted: %.180s",
+                                 c->errmsg);
                         b->state = PROTO_STATE_IDLE;
-                        return r;
+                        client_queue_event(c, &d);
+                        continue;
                 }
                 b->id = f.msg.buffer;
                 b->generation = f.msg.generation;
                 frame_free(&f);
         }
         r = client_resubscribe(c);
-        if (r < 0)
-                return r;
         client_queue_event(c, &ev);
-        return 0;
+        return r == GPUIPC_E_DISCONNECTED ? r : 0;
 }
 
 void buffer_close_all(gpuipc_t *c)

@@ -50,6 +50,8 @@ void frame_free(Frame *f)
         f->fd = safe_close(f->fd);
 }
 
+static int read_last_words(gpuipc_t *c);
+
 /* Milliseconds left until deadline (UINT64_MAX: forever), as poll(2) wants them. */
 static int remaining(uint64_t deadline)
 {
@@ -150,8 +152,7 @@ static int send_frame(gpuipc_t *c, const ProtoBuf *frame, int fd, uint64_t deadl
                         continue;
                 if (errno != EAGAIN) {
                         client_errmsg(c, "the broker connection broke while sending (%s)", strerror(errno));
-                        mark_broken(c);
-                        return GPUIPC_E_DISCONNECTED;
+                        return read_last_words(c);
                 }
                 r = poll(&pfd, 1, remaining(deadline));
                 if (r == 0) {
@@ -175,6 +176,7 @@ static int recv_frame(gpuipc_t *c, uint64_t deadline, Frame *ret)
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl.buf,
                              .msg_controllen = sizeof(ctrl.buf) };
         int fds[MAX_RECV_FDS], n_fds = 0, e;
+        bool reset_seen = false;
         ProtoHeader h;
         ssize_t n;
 
@@ -187,6 +189,11 @@ static int recv_frame(gpuipc_t *c, uint64_t deadline, Frame *ret)
                         break;
                 if (errno == EINTR)
                         continue;
+                /* A reset is reported once, before what the broker wrote ahead of closing. */
+                if (errno == ECONNRESET && !reset_seen) {
+                        reset_seen = true;
+                        continue;
+                }
                 if (errno != EAGAIN) {
                         client_errmsg(c, "the broker connection broke (%s)", strerror(errno));
                         mark_broken(c);
@@ -235,16 +242,6 @@ static int recv_frame(gpuipc_t *c, uint64_t deadline, Frame *ret)
         return 0;
 }
 
-/* Handles a frame that is not the reply we wait for. */
-static void dispatch(gpuipc_t *c, Frame *f)
-{
-        if (f->msg.type == PROTO_EVENT)
-                buffer_on_event(c, &f->msg);
-        else if (f->msg.type == PROTO_REPLY && unabandon(c, f->msg.reply))
-                buffer_on_late_attach(c, f);
-        frame_free(f);
-}
-
 static int status_to_error(uint64_t status)
 {
         return status > 0 && status < 100 ? -(int)(1000 + status) : GPUIPC_E_BAD_REPLY;
@@ -258,6 +255,47 @@ static int reply_error(gpuipc_t *c, const ProtoMsg *m)
         else
                 client_errmsg(c, "%s", proto_status_text((unsigned)m->status));
         return status_to_error(m->status);
+}
+
+/* Handles a frame that is not the reply we wait for. Returns 0, or the error of a notice
+ * addressed to the connection itself (reply 0: the broker refuses us or is stopping), after
+ * which the connection is gone. */
+static int dispatch(gpuipc_t *c, Frame *f)
+{
+        int r = 0;
+
+        if (f->msg.type == PROTO_EVENT) {
+                buffer_on_event(c, &f->msg);
+        } else if (f->msg.type == PROTO_REPLY && f->msg.reply == 0 && f->msg.status != PROTO_STATUS_OK) {
+                r = reply_error(c, &f->msg);
+                /* A stopping broker is a lost connection like any other, for callers and for
+                 * reconnecting; the message keeps the reason. */
+                if (r == GPUIPC_E_SHUTDOWN)
+                        r = GPUIPC_E_DISCONNECTED;
+                mark_broken(c);
+        } else if (f->msg.type == PROTO_REPLY && unabandon(c, f->msg.reply)) {
+                buffer_on_late_attach(c, f);
+        }
+        frame_free(f);
+        return r;
+}
+
+/* The socket broke: the broker may have said why just before (a refusal, a shutdown notice), and
+ * that frame can still be read. Returns its error, or GPUIPC_E_DISCONNECTED. */
+static int read_last_words(gpuipc_t *c)
+{
+        for (int i = 0; i < 16 && c->fd >= 0; i++) {
+                Frame f = { .fd = -1 };
+                int r = recv_frame(c, 0, &f);
+
+                if (r < 0)
+                        break;
+                r = dispatch(c, &f);
+                if (r < 0)
+                        return r;
+        }
+        mark_broken(c);
+        return GPUIPC_E_DISCONNECTED;
 }
 
 static int reconnect(gpuipc_t *c);
@@ -308,14 +346,9 @@ int client_request(gpuipc_t *c, ProtoMsg *req, int fd, int timeout_ms, Frame *re
                         *ret = f;
                         return 0;
                 }
-                if (f.msg.type == PROTO_REPLY && f.msg.reply == 0 && f.msg.status != PROTO_STATUS_OK) {
-                        /* Said to the connection, not to a request: the broker is hanging up on us. */
-                        frame_free(&f);
-                        r = reply_error(c, &f.msg);
-                        mark_broken(c);
+                r = dispatch(c, &f);
+                if (r < 0)
                         return r;
-                }
-                dispatch(c, &f);
         }
 }
 
@@ -334,7 +367,9 @@ int client_pump(gpuipc_t *c, int timeout_ms)
                         return n;
                 if (r < 0)
                         return r;
-                dispatch(c, &f);
+                r = dispatch(c, &f);
+                if (r < 0)
+                        return r;
                 n++;
         }
 }

@@ -10,6 +10,16 @@ static inline size_t left(const MpReader *r)
         return (size_t)(r->end - r->p);
 }
 
+/* The next type byte, or PROTO_E_MALFORMED at the end or on 0xc1, which msgpack never uses: a body
+ * with it is garbage, not a field of the wrong type. */
+static inline int peek(const MpReader *r, uint8_t *ret)
+{
+        if (left(r) < 1 || *r->p == 0xc1)
+                return PROTO_E_MALFORMED;
+        *ret = *r->p;
+        return 0;
+}
+
 /* Reads a big-endian unsigned integer of n bytes after the type byte. */
 static int take_be(MpReader *r, unsigned n, uint64_t *ret)
 {
@@ -33,9 +43,8 @@ static int read_container(MpReader *r, uint8_t fix_lo, uint8_t fix_hi, uint8_t t
         uint8_t t;
         int e;
 
-        if (left(r) < 1)
+        if (peek(r, &t))
                 return PROTO_E_MALFORMED;
-        t = *r->p;
         if (t >= fix_lo && t <= fix_hi) {
                 r->p++;
                 n = t & 0x0f;
@@ -69,9 +78,8 @@ static int read_blob(MpReader *r, bool want_str, const uint8_t **ret, uint32_t *
         uint8_t t;
         int e;
 
-        if (left(r) < 1)
+        if (peek(r, &t))
                 return PROTO_E_MALFORMED;
-        t = *r->p;
         if (want_str && t >= 0xa0 && t <= 0xbf) {
                 r->p++;
                 n = t & 0x1f;
@@ -106,9 +114,8 @@ int mp_read_uint(MpReader *r, uint64_t *ret_v)
 {
         uint8_t t;
 
-        if (left(r) < 1)
+        if (peek(r, &t))
                 return PROTO_E_MALFORMED;
-        t = *r->p;
         if (t <= 0x7f) {
                 r->p++;
                 *ret_v = t;
@@ -140,11 +147,13 @@ int mp_read_uint(MpReader *r, uint64_t *ret_v)
 
 int mp_read_bool(MpReader *r, bool *ret_v)
 {
-        if (left(r) < 1)
+        uint8_t t;
+
+        if (peek(r, &t))
                 return PROTO_E_MALFORMED;
-        if (*r->p != 0xc2 && *r->p != 0xc3)
+        if (t != 0xc2 && t != 0xc3)
                 return PROTO_E_FIELD;
-        *ret_v = *r->p == 0xc3;
+        *ret_v = t == 0xc3;
         r->p++;
         return 0;
 }
@@ -175,9 +184,8 @@ int mp_skip(MpReader *r, unsigned depth)
         uint8_t t;
         int w, e;
 
-        if (left(r) < 1)
+        if (peek(r, &t))
                 return PROTO_E_MALFORMED;
-        t = *r->p;
         w = scalar_width(t);
         if (w >= 0) {
                 if (left(r) < (size_t)w + 1)

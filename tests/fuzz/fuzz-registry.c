@@ -314,7 +314,7 @@ static void op_add(Model *M, Input *in)
 
         if (M->slot[s])
                 return;
-        r = registry_peer_add(M->e->r, &creds, M->e->now, NULL, &p);
+        r = registry_peer_add(M->e->r, &creds, M->e->now, NULL, &p, NULL, 0);
         if (r == PROTO_STATUS_QUOTA)
                 return;
         check_eq(r, 0);

@@ -996,7 +996,7 @@ static void test_quotas(void)
         C = env_peer(e, 1001, 12, 1);
 
         /* connections_per_uid: a third connection of uid 1000 is refused, others are fine. */
-        check_eq(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x), PROTO_STATUS_QUOTA);
+        check_eq(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, NULL, 0), PROTO_STATUS_QUOTA);
         check(x == (RegPeer *)0x1);
 
         /* fds_per_uid (1) and buffers_per_uid (2), charged to the uid across its peers. */
@@ -1040,10 +1040,10 @@ static void test_quotas(void)
         env_peer(e, 3000, 1, 1);
         env_peer(e, 3001, 1, 1);
         env_peer(e, 3002, 1, 1);
-        check_eq(registry_peer_add(e->r, &creds, 0, NULL, &x), PROTO_STATUS_QUOTA);
+        check_eq(registry_peer_add(e->r, &creds, 0, NULL, &x, NULL, 0), PROTO_STATUS_QUOTA);
         /* A departure frees the slot, and the uid's buffers stay charged to the uid. */
         env_remove(e, P2);
-        check_eq(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x), 0);
+        check_eq(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, NULL, 0), 0);
         check(x != (RegPeer *)0x1);
         env_check_status(publish(e, x, (Pub){ .name = "q/3", .fd_mode = FD_NONE, .kind = PROTO_KIND_CUDA_LEGACY,
                                               .device = "GPU-0" }),
