@@ -1,0 +1,185 @@
+/* Peers in the registry: joining, saying hello, and leaving (which releases, revokes or orphans). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "registry-internal.h"
+
+int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void *userdata, RegPeer **ret,
+                      char *why, size_t why_cap)
+{
+        UidAcct *acct;
+        RegPeer *p;
+
+        if (r->n_peers >= r->limits.connections) {
+                snprintf(why, why_cap, "the broker has %u connections (the limit, --max-connections); close some",
+                         r->limits.connections);
+                return PROTO_STATUS_QUOTA;
+        }
+        acct = reg_acct_get(r, creds->uid);
+        if (!acct)
+                return -ENOMEM;
+        if (acct->connections >= r->limits.connections_per_uid) {
+                snprintf(why, why_cap, "uid %u has %u connections (the limit, --max-connections-per-uid); close some",
+                         creds->uid, acct->connections);
+                reg_acct_put(r, acct);
+                return PROTO_STATUS_QUOTA;
+        }
+        p = calloc(1, sizeof(*p));
+        if (!p) {
+                reg_acct_put(r, acct);
+                return -ENOMEM;
+        }
+        p->id = ++r->next_peer_id;
+        p->creds = *creds;
+        p->acct = acct;
+        p->connected_ms = now_ms;
+        p->userdata = userdata;
+        list_init(&p->owned);
+        list_init(&p->holds);
+        list_init(&p->waits);
+        list_init(&p->subs);
+        list_append(&r->peers, &p->link);
+        acct->connections++;
+        r->n_peers++;
+        r->counters.peers_added++;
+        *ret = p;
+        return 0;
+}
+
+void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
+{
+        char reason[160];
+
+        if (!p)
+                return;
+        list_for_each_safe(pos, &p->waits) {
+                Wait *w = list_entry(pos, Wait, peer_link);
+                RegGroup *g = w->group;
+
+                if (!g) {
+                        reg_wait_free(r, w);
+                        continue;
+                }
+                reg_join_free(r, w);
+                if (g->joined == 0)
+                        reg_group_free(r, g);
+                else
+                        reg_group_rearm(r, g);
+        }
+        while (!list_empty(&p->subs))
+                reg_sub_free(r, list_entry(p->subs.next, Sub, peer_link));
+
+        /* Its references vanish; a retired buffer it was the last holder of drains now. */
+        while (!list_empty(&p->holds)) {
+                Hold *h = list_entry(p->holds.next, Hold, peer_link);
+                RegBuffer *b = h->buf;
+
+                reg_hold_drop(r, h);
+                if (b->state == PROTO_STATE_RETIRED && b->refs == 0 && b->owner != p)
+                        reg_buffer_drain(r, b, out);
+        }
+
+        snprintf(reason, sizeof(reason), "producer (peer %llu, pid %u, uid %u) disconnected",
+                 (unsigned long long)p->id, p->creds.pid, p->creds.uid);
+        while (!list_empty(&p->owned)) {
+                RegBuffer *b = list_entry(p->owned.next, RegBuffer, owner_link);
+
+                list_unlink(&b->owner_link);
+                if (b->state == PROTO_STATE_IDLE || (b->state == PROTO_STATE_RETIRED && b->refs == 0)) {
+                        reg_buffer_destroy(r, b, out);
+                } else if (b->broker_held) {
+                        /* The broker keeps the memory (its fd) until the buffer is retired and drained. */
+                        b->owner = NULL;
+                        b->free_on_drain = true;
+                } else {
+                        reg_buffer_revoke(r, b, reason, out);
+                }
+        }
+
+        /* Frames queued for it earlier in this batch (say, another producer's revoke) must not
+         * outlive it: the caller would look it up after it is gone. */
+        outbox_drop_peer(out, p);
+        list_unlink(&p->link);
+        p->acct->connections--;
+        reg_acct_put(r, p->acct);
+        r->n_peers--;
+        r->counters.peers_removed++;
+        free(p->gpus);
+        free(p);
+}
+
+int registry_peer_hello(Registry *r, RegPeer *p, const PeerHello *h)
+{
+        if (p->hello)
+                return PROTO_STATUS_STATE;
+        if (h->n_gpus) {
+                p->gpus = calloc(h->n_gpus, sizeof(*p->gpus));
+                if (!p->gpus)
+                        return -ENOMEM;
+                for (uint32_t i = 0; i < h->n_gpus; i++)
+                        copy_str(p->gpus[i], sizeof(p->gpus[i]), h->gpus[i]);
+                p->n_gpus = h->n_gpus;
+        }
+        p->decl_pid = h->pid;
+        p->decl_pidns = h->pidns;
+        copy_str(p->label, sizeof(p->label), h->label);
+        p->hello = true;
+        (void)r;
+        return 0;
+}
+
+bool registry_peer_said_hello(const RegPeer *p)
+{
+        return p->hello;
+}
+
+uint64_t registry_peer_id(const RegPeer *p)
+{
+        return p->id;
+}
+
+const PeerCreds *registry_peer_creds(const RegPeer *p)
+{
+        return &p->creds;
+}
+
+void *registry_peer_userdata(const RegPeer *p)
+{
+        return p->userdata;
+}
+
+void registry_peer_mark_lost(RegPeer *p)
+{
+        if (p)
+                p->lost = true;
+}
+
+bool registry_peer_lost(const RegPeer *p)
+{
+        return p->lost;
+}
+
+void registry_peer_describe(const RegPeer *p, ProtoMsg *m)
+{
+        memset(m, 0, sizeof(*m));
+        m->peer = p->id;
+        m->pid = p->creds.pid;
+        m->uid = p->creds.uid;
+        m->gid = p->creds.gid;
+        m->pidns = peer_pidns(p);
+        m->label = proto_str(p->label);
+        m->refs = p->n_refs;
+        m->subs = p->n_subs;
+        m->waits = p->n_waits;
+        m->started_ms = p->connected_ms;
+        m->n_gpus = p->n_gpus;
+        for (uint32_t i = 0; i < p->n_gpus && i < PROTO_MAX_GPUS; i++)
+                m->gpus[i] = proto_str(p->gpus[i]);
+        m->buffers = 0;
+        list_for_each(pos, &p->owned)
+                m->buffers++;
+        m->has = PROTO_BIT(PF_PEER) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_UID) | PROTO_BIT(PF_GID) |
+                 PROTO_BIT(PF_PIDNS) | PROTO_BIT(PF_LABEL) | PROTO_BIT(PF_REFS) | PROTO_BIT(PF_SUBS) |
+                 PROTO_BIT(PF_WAITS) | PROTO_BIT(PF_STARTED_MS) | PROTO_BIT(PF_GPUS) | PROTO_BIT(PF_BUFFERS);
+}

@@ -1,0 +1,207 @@
+/* Waiting: attaches waiting for a name, rendezvous groups, and the deadlines of both. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "registry-internal.h"
+
+void reg_wait_free(Registry *r, Wait *w)
+{
+        if (w->name) {
+                list_unlink(&w->link);
+                heap_remove(&r->timers, &w->timer.node);
+                reg_name_put(r, w->name);
+        }
+        list_unlink(&w->peer_link);
+        w->peer->n_waits--;
+        r->n_waits--;
+        free(w);
+}
+
+static RegGroup *group_lookup(const Registry *r, const char *name)
+{
+        uint64_t h = hash_str(name);
+
+        for (HNode *n = hmap_bucket(&r->groups, h); n; n = n->next) {
+                RegGroup *g = container_of(n, RegGroup, node);
+                if (n->hash == h && strcmp(g->name, name) == 0)
+                        return g;
+        }
+        return NULL;
+}
+
+void reg_group_free(Registry *r, RegGroup *g)
+{
+        heap_remove(&r->timers, &g->timer.node);
+        hmap_remove(&r->groups, &g->node);
+        r->n_groups--;
+        free(g);
+}
+
+void reg_join_free(Registry *r, Wait *w)
+{
+        list_unlink(&w->link);
+        w->group->joined--;
+        reg_wait_free(r, w);
+}
+
+int reg_group_rearm(Registry *r, RegGroup *g)
+{
+        uint64_t earliest = UINT64_MAX;
+
+        list_for_each(pos, &g->joins)
+                earliest = MIN(earliest, list_entry(pos, Wait, link)->deadline);
+        heap_remove(&r->timers, &g->timer.node);
+        if (earliest == UINT64_MAX)
+                return 0;
+        return heap_push(&r->timers, &g->timer.node, earliest);
+}
+
+/* Answers every member at once (all-or-nothing) and dissolves the group. */
+static void group_finish(Registry *r, RegGroup *g, bool complete, Outbox *o)
+{
+        uint32_t joined = g->joined;
+
+        while (!list_empty(&g->joins)) {
+                Wait *w = list_entry(g->joins.next, Wait, link);
+                RegPeer *p = w->peer;
+                uint64_t id = w->req_id;
+                ProtoMsg m;
+
+                reg_join_free(r, w);
+                if (!complete) {
+                        reg_reply_err(o, p, id, PROTO_STATUS_TIMEOUT,
+                                  "group '%s': %u of %u members joined before the earliest member's deadline",
+                                  g->name, joined, g->members);
+                        continue;
+                }
+                reg_reply_base(&m, id, PROTO_STATUS_OK);
+                m.group = proto_str(g->name);
+                m.members = g->members;
+                m.has |= PROTO_BIT(PF_GROUP) | PROTO_BIT(PF_MEMBERS);
+                outbox_send(o, p, &m, -1);
+        }
+        if (complete)
+                r->counters.groups_completed++;
+        else
+                r->counters.groups_failed++;
+        reg_group_free(r, g);
+}
+
+void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group, uint32_t members,
+                         uint32_t timeout_ms, uint64_t now_ms, Outbox *out)
+{
+        RegGroup *g = group_lookup(r, group);
+        size_t len = strlen(group);
+        Wait *w;
+
+        if (members == 0) {
+                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "a group needs at least one member");
+                return;
+        }
+        if (g && g->members != members) {
+                reg_reply_err(out, p, id, PROTO_STATUS_GROUP_MISMATCH,
+                          "group '%s' was started with %u members; this join says %u", group, g->members, members);
+                return;
+        }
+        if (g) {
+                list_for_each(pos, &g->joins) {
+                        if (list_entry(pos, Wait, link)->peer == p) {
+                                reg_reply_err(out, p, id, PROTO_STATUS_STATE, "this connection already joined group '%s'",
+                                          group);
+                                return;
+                        }
+                }
+        }
+        if (p->n_waits >= r->limits.waits_per_peer) {
+                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "this connection already waits %u times (the limit)",
+                          p->n_waits);
+                return;
+        }
+        if (!g) {
+                g = calloc(1, sizeof(*g) + len + 1);
+                if (!g || hmap_insert(&r->groups, &g->node, hash_str(group)) < 0) {
+                        free(g);
+                        registry_peer_mark_lost(p);
+                        return;
+                }
+                memcpy(g->name, group, len + 1);
+                g->members = members;
+                g->timer = (Timer){ HEAP_NODE_INIT, TIMER_GROUP };
+                list_init(&g->joins);
+                r->n_groups++;
+        }
+        w = calloc(1, sizeof(*w));
+        if (!w) {
+                if (list_empty(&g->joins))
+                        reg_group_free(r, g);
+                registry_peer_mark_lost(p);
+                return;
+        }
+        timeout_ms = MIN(timeout_ms, r->limits.max_timeout_ms);
+        *w = (Wait){ .timer = { HEAP_NODE_INIT, TIMER_WAIT }, .peer = p, .req_id = id,
+                     .deadline = now_ms + timeout_ms, .group = g };
+        list_append(&g->joins, &w->link);
+        list_append(&p->waits, &w->peer_link);
+        g->joined++;
+        p->n_waits++;
+        r->n_waits++;
+        if (g->joined == g->members) {
+                group_finish(r, g, true, out);
+                return;
+        }
+        if (reg_group_rearm(r, g) < 0)
+                registry_peer_mark_lost(p);
+}
+
+void registry_expire(Registry *r, uint64_t now_ms, Outbox *out)
+{
+        HeapNode *top;
+
+        while ((top = heap_top(&r->timers)) && top->key <= now_ms) {
+                Timer *t = container_of(top, Timer, node);
+
+                if (t->type == TIMER_GROUP) {
+                        group_finish(r, container_of(t, RegGroup, timer), false, out);
+                } else {
+                        Wait *w = container_of(t, Wait, timer);
+                        RegPeer *p = w->peer;
+                        uint64_t id = w->req_id;
+                        char name[PROTO_MAX_NAME + 1];
+
+                        copy_str(name, sizeof(name), w->name->name);
+                        reg_wait_free(r, w);
+                        r->counters.timeouts++;
+                        reg_reply_err(out, p, id, PROTO_STATUS_TIMEOUT,
+                                  "nothing was published under '%s' before the timeout", name);
+                }
+        }
+}
+
+void registry_cancel_waits(Registry *r, unsigned status, const char *why, Outbox *out)
+{
+        RegPeer *p;
+
+        for (p = registry_peer_first(r); p; p = registry_peer_next(r, p)) {
+                while (!list_empty(&p->waits)) {
+                        Wait *w = list_entry(p->waits.next, Wait, peer_link);
+                        RegGroup *g = w->group;
+                        uint64_t id = w->req_id;
+
+                        if (g) {
+                                reg_join_free(r, w);
+                                if (g->joined == 0)
+                                        reg_group_free(r, g);
+                        } else {
+                                reg_wait_free(r, w);
+                        }
+                        reg_reply_err(out, p, id, status, "%s", why);
+                }
+        }
+}
+
+uint64_t registry_next_deadline(const Registry *r)
+{
+        HeapNode *top = heap_top(&r->timers);
+        return top ? top->key : UINT64_MAX;
+}
