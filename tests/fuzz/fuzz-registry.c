@@ -321,13 +321,11 @@ static void op_add(Model *M, Input *in)
         M->slot[s] = p;
 }
 
-static void op_remove(Model *M, Input *in)
+/* Takes peer slot s out of the registry and the model (without flushing the outbox). */
+static void remove_one(Model *M, unsigned s)
 {
-        uint8_t s = take(in) % SLOTS;
         RegPeer *p = M->slot[s];
 
-        if (!p)
-                return;
         registry_peer_remove(M->e->r, p, &M->e->out);
         M->slot[s] = NULL;
         /* Forget it before reading what its departure caused: nothing may be addressed to it. */
@@ -349,9 +347,23 @@ static void op_remove(Model *M, Input *in)
         for (size_t i = 0; i < M->n_bufs; i++)
                 if (M->bufs[i].owner == p)
                         M->bufs[i].owner = NULL;
+        /* Nothing may stay addressed to it, not even frames queued before it left. */
+        for (size_t i = 0; i < M->e->out.n_frames; i++)
+                check(M->e->out.frames[i].to != p);
+}
+
+/* One peer leaves, or (with the high bit) two in one batch, as when the broker stops. */
+static void op_remove(Model *M, Input *in)
+{
+        uint8_t b = take(in);
+        unsigned s = b % SLOTS, s2 = (b >> 2) % SLOTS;
+
+        if (!M->slot[s])
+                return;
+        remove_one(M, s);
+        if ((b & 0x80) && M->slot[s2])
+                remove_one(M, s2);
         env_flush(M->e);
-        for (size_t i = 0; i < M->e->n_sent; i++)
-                check(M->e->sent[i].to != p);
         absorb(M);
 }
 

@@ -938,6 +938,29 @@ static void test_cancel_waits(void)
         env_free(e);
 }
 
+/* Several peers leaving in one batch (a broker shutting down, or two deaths in one loop turn):
+ * frames queued for a peer earlier in the batch go with it, since nobody may look it up after. */
+static void test_remove_in_one_batch(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *S = env_peer(e, 1002, 12, 1);
+        uint64_t buf = publish_ok(e, P, (Pub){ .name = "batch" });
+
+        attach_ok(e, C, "batch");
+        subscribe(e, S, "");
+        /* P's departure queues a revoke for C and S; then C and S leave before anything is sent. */
+        registry_peer_remove(e->r, P, &e->out);
+        check(e->out.n_frames >= 2);
+        registry_peer_remove(e->r, C, &e->out);
+        registry_peer_remove(e->r, S, &e->out);
+        for (size_t i = 0; i < e->out.n_frames; i++)
+                check(e->out.frames[i].to != P && e->out.frames[i].to != C && e->out.frames[i].to != S);
+        check_eq(env_flush(e), 0);
+        check(registry_buffer_by_id(e->r, buf) == NULL);
+        check_eq(gauges(e).peers, 0);
+        env_free(e);
+}
+
 static void test_free_live(void)
 {
         Env *e = env_new(NULL);
@@ -995,8 +1018,16 @@ static void test_quotas(void)
         P2 = env_peer(e, 1000, 11, 1);
         C = env_peer(e, 1001, 12, 1);
 
-        /* connections_per_uid: a third connection of uid 1000 is refused, others are fine. */
-        check_eq(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, NULL, 0), PROTO_STATUS_QUOTA);
+        /* connections_per_uid: a third connection of uid 1000 is refused (saying why), others are fine. */
+        {
+                char why[200] = "";
+
+                check_eq(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, why, sizeof(why)),
+                         PROTO_STATUS_QUOTA);
+                check(strstr(why, "uid 1000") && strstr(why, "--max-connections-per-uid"));
+                check_eq(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, NULL, 0),
+                         PROTO_STATUS_QUOTA);
+        }
         check(x == (RegPeer *)0x1);
 
         /* fds_per_uid (1) and buffers_per_uid (2), charged to the uid across its peers. */
@@ -1040,7 +1071,12 @@ static void test_quotas(void)
         env_peer(e, 3000, 1, 1);
         env_peer(e, 3001, 1, 1);
         env_peer(e, 3002, 1, 1);
-        check_eq(registry_peer_add(e->r, &creds, 0, NULL, &x, NULL, 0), PROTO_STATUS_QUOTA);
+        {
+                char why[200] = "";
+
+                check_eq(registry_peer_add(e->r, &creds, 0, NULL, &x, why, sizeof(why)), PROTO_STATUS_QUOTA);
+                check(strstr(why, "6 connections") && strstr(why, "--max-connections"));
+        }
         /* A departure frees the slot, and the uid's buffers stay charged to the uid. */
         env_remove(e, P2);
         check_eq(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, NULL, 0), 0);
@@ -1483,6 +1519,7 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_broker_held_orphan_by_uid_free);
         TEST_RUN(argc, argv, test_orphan_takeover);
         TEST_RUN(argc, argv, test_cancel_waits);
+        TEST_RUN(argc, argv, test_remove_in_one_batch);
         TEST_RUN(argc, argv, test_free_live);
         TEST_RUN(argc, argv, test_quotas);
         TEST_RUN(argc, argv, test_subscriptions);
