@@ -961,6 +961,48 @@ static void test_remove_in_one_batch(void)
         env_free(e);
 }
 
+/* The outbox itself: frames keep their borrowed fd, a message that cannot be encoded costs its
+ * peer the connection (it would miss it), close-list fds are closed by outbox_clear. */
+static void test_outbox(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *A = env_peer(e, 1, 1, 1), *B = env_peer(e, 2, 2, 1);
+        Outbox o = OUTBOX_INIT;
+        ProtoMsg m = { 0 };
+        int fd = env_memfd(e, 4096);
+
+        m.event = PROTO_EV_FREED;
+        m.has = PROTO_BIT(PF_EVENT);
+        check_eq(outbox_send(&o, A, &m, fd), 0);
+        check_eq(outbox_send(&o, B, &m, -1), 0);
+        check_eq(o.n_frames, 2);
+        check_eq(o.frames[0].fd, fd);
+        check_eq(o.frames[0].frame.data[5], 1); /* the header announces the fd */
+        check_eq(o.frames[1].frame.data[5], 0);
+        m.kind = PROTO_KIND_NONE; /* not a valid kind on the wire */
+        proto_set(&m, PF_KIND);
+        check_eq(outbox_send(&o, B, &m, -1), -ENOMEM);
+        check(registry_peer_lost(B));
+        check(!registry_peer_lost(A));
+        check_eq(o.n_frames, 2);
+        outbox_close_fd(&o, -1); /* nothing to close */
+        check_eq(o.n_close, 0);
+        outbox_drop_peer(&o, A);
+        check_eq(o.n_frames, 1);
+        check(o.frames[0].to == B);
+        outbox_close_fd(&o, fd);
+        outbox_clear(&o);
+        check(!env_fd_open(fd));
+        check_eq(o.n_frames, 0);
+        check_eq(o.n_close, 0);
+        free(o.frames);
+        free(o.close_fds);
+        e->fds[e->n_fds - 1].closed = true;
+        registry_peer_remove(e->r, B, &e->out); /* a lost peer is disconnected */
+        env_remove(e, A);
+        env_free(e);
+}
+
 static void test_free_live(void)
 {
         Env *e = env_new(NULL);
@@ -1520,6 +1562,7 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_orphan_takeover);
         TEST_RUN(argc, argv, test_cancel_waits);
         TEST_RUN(argc, argv, test_remove_in_one_batch);
+        TEST_RUN(argc, argv, test_outbox);
         TEST_RUN(argc, argv, test_free_live);
         TEST_RUN(argc, argv, test_quotas);
         TEST_RUN(argc, argv, test_subscriptions);
