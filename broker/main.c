@@ -18,7 +18,7 @@
 #include "config.h"
 #include "hmap.h"
 #include "landlock.h"
-#include "limits.h"
+#include "broker-limits.h"
 #include "log.h"
 #include "macro.h"
 #include "policy.h"

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "limits.h"
+#include "broker-limits.h"
 #include "outbox.h"
 #include "proto.h"
 

@@ -46,7 +46,8 @@ static const char *cstr(ProtoStr s, char *buf, size_t cap)
 {
         size_t n = MIN((size_t)s.len, cap - 1);
 
-        memcpy(buf, s.ptr, n);
+        if (n) /* an absent field is {NULL, 0} */
+                memcpy(buf, s.ptr, n);
         buf[n] = 0;
         return buf;
 }

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "limits.h"
+#include "broker-limits.h"
 #include "policy.h"
 
 typedef struct Server Server;

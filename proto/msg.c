@@ -346,7 +346,7 @@ int proto_peek_id(const uint8_t *body, size_t len, uint64_t *ret)
                         return PROTO_E_MALFORMED;
                 if (klen == 2 && memcmp(key, "id", 2) == 0)
                         return mp_read_uint(&r, ret);
-                if (mp_skip(&r, PROTO_MAX_DEPTH))
+                if (mp_skip(&r, PROTO_MAX_DEPTH + 2)) /* as deep as items may go */
                         return PROTO_E_MALFORMED;
         }
         return PROTO_E_MISSING;
@@ -584,7 +584,8 @@ ProtoKind proto_kind_from_name(const char *s)
 
 bool proto_str_eq(ProtoStr s, const char *c)
 {
-        return strlen(c) == s.len && memcmp(s.ptr, c, s.len) == 0;
+        /* An absent string is {NULL, 0}: memcmp must not see its NULL, even for 0 bytes. */
+        return strlen(c) == s.len && (s.len == 0 || memcmp(s.ptr, c, s.len) == 0);
 }
 
 bool proto_meta_valid(const uint8_t *raw, size_t len)

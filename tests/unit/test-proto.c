@@ -1556,7 +1556,7 @@ static void test_names_and_texts(void)
  * undefined behaviour: UBSan reports "null pointer passed as argument 1", and the compiler may
  * assume the pointer is non-NULL afterwards. Passes in a plain build; fails under
  * -Db_sanitize=undefined with UBSAN_OPTIONS=halt_on_error=1. */
-static void test_bug_str_eq_null(void)
+static void test_str_eq_null(void)
 {
         ProtoMsg m = { 0 };
 
@@ -1614,7 +1614,7 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_buf);
         TEST_RUN(argc, argv, test_items_meta_depth);
         TEST_RUN(argc, argv, test_peek_id);
-        TEST_RUN(argc, argv, test_bug_str_eq_null);
+        TEST_RUN(argc, argv, test_str_eq_null);
         for (unsigned i = 0; i < 8; i++)
                 free(kept[i]);
         proto_buf_free(&items_a);
