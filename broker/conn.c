@@ -11,11 +11,18 @@
 
 #include "macro.h"
 
+/* A frame waiting for room in the socket, its bytes inline: one allocation of exactly what it
+ * needs, so that the queue's accounting is the memory it really holds. */
 typedef struct OutMsg {
         List link;
-        ProtoBuf frame;
         int fd; /* owned dup, or -1 */
+        size_t len;
+        uint8_t data[];
 } OutMsg;
+
+/* What a queued message costs, counted against --max-queued-bytes: its bytes plus its header and
+ * the allocator's own overhead, so a flood of tiny replies is bounded as tightly as big ones. */
+#define OUTMSG_COST(len) ((len) + sizeof(OutMsg) + 2 * sizeof(size_t))
 
 void conn_init(Conn *c, int fd)
 {
@@ -28,7 +35,6 @@ void conn_init(Conn *c, int fd)
 static void outmsg_free(OutMsg *m)
 {
         list_unlink(&m->link);
-        proto_buf_free(&m->frame);
         safe_close(m->fd);
         free(m);
 }
@@ -101,13 +107,13 @@ int conn_recv(Conn *c, uint8_t *buf, size_t cap, size_t *ret_len, int *fds, size
 }
 
 /* One sendmsg of a whole record. 0, CONN_E_AGAIN or -errno. */
-static int send_record(int sock, const ProtoBuf *frame, int fd)
+static int send_record(int sock, const uint8_t *data, size_t len, int fd)
 {
         union {
                 char buf[CMSG_SPACE(sizeof(int))];
                 struct cmsghdr align;
         } ctrl;
-        struct iovec iov = { frame->data, frame->len };
+        struct iovec iov = { (void *)data, len };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 
         if (fd >= 0) {
@@ -139,13 +145,13 @@ int conn_send(Conn *c, ProtoBuf *frame, int fd)
         int r;
 
         if (list_empty(&c->out)) {
-                r = send_record(c->fd, frame, fd);
+                r = send_record(c->fd, frame->data, frame->len, fd);
                 if (r != CONN_E_AGAIN) {
                         proto_buf_free(frame);
                         return r;
                 }
         }
-        m = calloc(1, sizeof(*m));
+        m = malloc(sizeof(*m) + frame->len);
         if (!m) {
                 proto_buf_free(frame);
                 return -ENOMEM;
@@ -161,10 +167,12 @@ int conn_send(Conn *c, ProtoBuf *frame, int fd)
                 }
                 c->queued_fds++;
         }
-        m->frame = *frame;
-        *frame = (ProtoBuf){ 0 };
+        m->len = frame->len;
+        memcpy(m->data, frame->data, frame->len);
+        proto_buf_free(frame);
+        list_init(&m->link);
         list_append(&c->out, &m->link);
-        c->queued_bytes += m->frame.len;
+        c->queued_bytes += OUTMSG_COST(m->len);
         return 0;
 }
 
@@ -172,11 +180,11 @@ int conn_flush(Conn *c)
 {
         while (!list_empty(&c->out)) {
                 OutMsg *m = list_entry(c->out.next, OutMsg, link);
-                int r = send_record(c->fd, &m->frame, m->fd);
+                int r = send_record(c->fd, m->data, m->len, m->fd);
 
                 if (r)
                         return r;
-                c->queued_bytes -= m->frame.len;
+                c->queued_bytes -= OUTMSG_COST(m->len);
                 if (m->fd >= 0)
                         c->queued_fds--;
                 outmsg_free(m);

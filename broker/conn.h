@@ -15,7 +15,7 @@
 typedef struct Conn {
         int fd;
         List out;           /* OutMsg.link, oldest first */
-        size_t queued_bytes;
+        size_t queued_bytes; /* memory held by queued frames, overhead included */
         size_t queued_fds;
 } Conn;
 

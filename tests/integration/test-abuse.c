@@ -1,0 +1,281 @@
+/* Hostile peers that stay within the framing rules but try to wear the broker down: a uid the
+ * policy does not allow, a request flood, a frame with as many fds as the kernel lets one carry, a
+ * subscriber that never reads its events, and 10,000 connect/disconnect cycles. In each case the
+ * broker's resident memory and open fds stay bounded and the bystander keeps being served. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define RSS_GROWTH_LIMIT_KB (16 * 1024) /* what any of these attacks may add to the broker */
+
+static long broker_rss_kb(const HBroker *b)
+{
+        char path[64], line[256];
+        long kb = -1;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)b->pid);
+        f = fopen(path, "re");
+        CHECKF(f, "cannot read %s", path);
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+                        break;
+        fclose(f);
+        CHECK(kb > 0);
+        return kb;
+}
+
+static void check_rss_bounded(const HBroker *b, long before, const char *after_what)
+{
+        long now = broker_rss_kb(b);
+
+        h_log("broker RSS %ld kB before, %ld kB after %s", before, now, after_what);
+        CHECKF(now - before < RSS_GROWTH_LIMIT_KB, "the broker grew by %ld kB after %s", now - before, after_what);
+}
+
+/* ---- a uid the policy does not allow ---- */
+
+/* Lets other users traverse dir and its ancestors (temporary directories are 0700), so that only
+ * the socket's mode and the policy decide what the other uid may do. */
+static void let_others_reach(const char *dir)
+{
+        char path[256];
+
+        snprintf(path, sizeof(path), "%s", dir);
+        while (strlen(path) > 1 && strcmp(path, "/tmp") != 0) {
+                char *slash;
+
+                CHECK(chmod(path, 0711) == 0 || errno == EPERM);
+                slash = strrchr(path, '/');
+                if (!slash || slash == path)
+                        break;
+                *slash = 0;
+        }
+}
+
+static int denied_child(HChan *ch, void *arg)
+{
+        const HBroker *b = arg;
+        gpuipc_buffer_t *buf = NULL;
+        gpuipc_t *c;
+
+        CHECK(setgid(65534) == 0 && setuid(65534) == 0);
+        c = h_connect(b, "intruder");
+        CHECK_OK(c, gpuipc_buffer_alloc(c, GPUIPC_KIND_MEMFD, 4096, 0, &buf));
+        CHECK_ERR(c, gpuipc_publish(c, buf, "tenant/a/frame", NULL), GPUIPC_E_DENIED);
+        CHECKF(strstr(gpuipc_errmsg(c), "65534"), "the denial does not name the uid: %s", gpuipc_errmsg(c));
+        CHECK_ERR(c, gpuipc_attach(c, "tenant/a/frame", 0, &buf), GPUIPC_E_DENIED);
+        CHECK_ERR(c, gpuipc_subscribe(c, "tenant/a/", NULL), GPUIPC_E_DENIED);
+        /* Denied is not disconnected: what the policy allows still works. */
+        CHECK_OK(c, gpuipc_ping(c, H_SOON_MS));
+        CHECK_OK(c, gpuipc_publish(c, buf, "public/x", NULL));
+        h_report(ch, 'd', "denied as expected");
+        gpuipc_close(c);
+        return 0;
+}
+
+static void test_uid_without_permission(void)
+{
+        char policy[256];
+        const char *flags[] = { "--policy", policy, "--socket-mode", "0666", NULL };
+        FILE *f;
+        HCase k;
+        HChild *kid;
+
+        if (getuid() != 0) {
+                h_log("switching uid needs root: skipped");
+                return;
+        }
+        snprintf(policy, sizeof(policy), "%s/policy.conf", h_case_dir());
+        let_others_reach(h_case_dir());
+        f = fopen(policy, "we");
+        CHECK(f);
+        fputs("allow all uid=0\nallow publish,attach any prefix=public/\nallow publish,attach,admin any prefix=by/\n", f);
+        fclose(f);
+        h_case_begin(&k, flags);
+        let_others_reach(k.broker->dir);
+        kid = h_spawn("intruder", denied_child, k.broker);
+        h_child_expect(kid, 'd', H_SOON_MS, NULL, 0);
+        h_child_wait_ok(kid, H_SOON_MS);
+        h_child_free(kid);
+        h_case_end(&k);
+}
+
+/* ---- a request flood ---- */
+
+static void test_request_flood(void)
+{
+        ProtoMsg ping = { .op = PROTO_OP_PING };
+        long rss;
+        int sock, sent = 0, r = 0;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        rss = broker_rss_kb(k.broker);
+        sock = h_raw_connect(k.broker);
+        h_raw_hello(sock);
+        /* As fast as the socket takes them, reading nothing back: the broker must not queue
+         * without bound; it drops the peer once its unread replies pass the limit. */
+        for (; sent < 200000; sent++) {
+                ping.id = (uint64_t)sent + 2;
+                ping.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID);
+                r = h_raw_send_msg(sock, &ping, 0, NULL, 0);
+                if (r < 0)
+                        break;
+        }
+        h_log("flooded %d pings (last send: %s)", sent, r < 0 ? strerror(-r) : "ok");
+        h_bystander_check(&k);
+        WAIT_UNTIL(h_broker_log_count(k.broker, "dropping a peer that does not read") == 1, H_SOON_MS);
+        CHECKF(h_raw_wait_eof(sock, H_SOON_MS), "the flooding peer stayed connected");
+        close(sock);
+        check_rss_bounded(k.broker, rss, "a request flood");
+        h_case_end(&k);
+}
+
+/* ---- the most fds one frame can carry ---- */
+
+/* Sends one frame with n fds attached (the harness's raw sender stops at a sane count). */
+static void send_with_fds(int sock, const ProtoMsg *m, const int *fds, size_t n)
+{
+        size_t ctrl_len = CMSG_SPACE(n * sizeof(int));
+        char *ctrl = calloc(1, ctrl_len);
+        ProtoBuf frame = { 0 };
+        struct iovec iov;
+        struct msghdr mh = { 0 };
+        struct cmsghdr *cm;
+
+        CHECK(ctrl);
+        CHECK_EQ(proto_frame_encode(&frame, m, 1), 0);
+        iov = (struct iovec){ frame.data, frame.len };
+        mh = (struct msghdr){ .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl, .msg_controllen = ctrl_len };
+        cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(n * sizeof(int));
+        memcpy(CMSG_DATA(cm), fds, n * sizeof(int));
+        CHECKF(sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)frame.len, "sendmsg with %zu fds: %s", n, strerror(errno));
+        proto_buf_free(&frame);
+        free(ctrl);
+}
+
+static void test_frame_with_many_fds(void)
+{
+        enum { KERNEL_MAX = 253 }; /* SCM_MAX_FD: a message cannot carry 255 */
+        int fds[KERNEL_MAX], sock, before;
+        ProtoMsg ping = { .op = PROTO_OP_PING, .id = 7 };
+        HFrame *reply = h_frame_new();
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        before = h_broker_fds(k.broker);
+        for (int i = 0; i < KERNEL_MAX; i++) {
+                fds[i] = memfd_create("many", MFD_CLOEXEC);
+                CHECK(fds[i] >= 0);
+        }
+        sock = h_raw_connect(k.broker);
+        h_raw_hello(sock);
+        ping.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID);
+        send_with_fds(sock, &ping, fds, KERNEL_MAX);
+        /* The broker has room for a few fds per frame: the rest are cut off by the kernel
+         * (MSG_CTRUNC), which is a protocol error; nothing it received may stay open. */
+        CHECK_EQ(h_raw_recv(sock, H_SOON_MS, reply), 1);
+        CHECK_EQ(reply->msg.status, PROTO_STATUS_PROTOCOL);
+        h_frame_free(reply);
+        CHECKF(h_raw_wait_eof(sock, H_SOON_MS), "the connection stayed open");
+        close(sock);
+        for (int i = 0; i < KERNEL_MAX; i++)
+                close(fds[i]);
+        WAIT_UNTIL(h_broker_fds(k.broker) <= before, H_SOON_MS);
+        h_case_end(&k);
+}
+
+/* ---- a subscriber that never reads ---- */
+
+static void test_subscriber_never_reads(void)
+{
+        const char *flags[] = { "--max-queued-bytes", "262144", NULL };
+        ProtoMsg sub = { .op = PROTO_OP_SUBSCRIBE };
+        gpuipc_buffer_t *b;
+        gpuipc_t *prod;
+        HFrame *reply = h_frame_new();
+        long rss;
+        int sock, i;
+        HCase k;
+
+        h_case_begin(&k, flags);
+        rss = broker_rss_kb(k.broker);
+        sock = h_raw_connect(k.broker);
+        h_raw_hello(sock);
+        sub.prefix = proto_str("");
+        sub.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_PREFIX);
+        CHECK_EQ(h_raw_call(sock, &sub, -1, reply), PROTO_STATUS_OK);
+        h_frame_free(reply);
+        prod = h_connect(k.broker, "busy-producer");
+        CHECK_OK(prod, gpuipc_buffer_alloc(prod, GPUIPC_KIND_MEMFD, 4096, 0, &b));
+        /* Every publish and retire is an event for the subscriber, which reads none of them. */
+        for (i = 0; i < 20000 && !h_broker_log_count(k.broker, "does not read"); i++) {
+                char name[64];
+
+                snprintf(name, sizeof(name), "churn/%d", i);
+                CHECK_OK(prod, gpuipc_publish(prod, b, name, NULL));
+                CHECK_OK(prod, gpuipc_retire(prod, b));
+                CHECK_OK(prod, gpuipc_wait_drained(prod, b, H_SOON_MS));
+        }
+        h_log("%d publish/retire rounds until the silent subscriber was dropped", i);
+        WAIT_UNTIL(h_broker_log_count(k.broker, "dropping a peer that does not read") == 1, H_SOON_MS);
+        CHECKF(h_raw_wait_eof(sock, H_SOON_MS), "the silent subscriber stayed connected");
+        close(sock);
+        CHECK_OK(prod, gpuipc_buffer_free(prod, b));
+        gpuipc_close(prod);
+        h_bystander_check(&k);
+        check_rss_bounded(k.broker, rss, "a subscriber that never reads");
+        h_case_end(&k);
+}
+
+/* ---- 10,000 connect/disconnect cycles ---- */
+
+static void test_connect_churn(void)
+{
+        enum { CYCLES = 10000 };
+        int fds_before;
+        long rss;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        fds_before = h_broker_fds(k.broker);
+        rss = broker_rss_kb(k.broker);
+        for (int i = 0; i < CYCLES; i++) {
+                int sock = h_raw_connect(k.broker);
+
+                /* Half of them say hello first, the rest hang up straight away. */
+                if (i % 2)
+                        h_raw_hello(sock);
+                close(sock);
+                if (i % 1000 == 999)
+                        h_bystander_check(&k);
+        }
+        h_bystander_check(&k);
+        WAIT_UNTIL(h_stats(k.obs, "connections_total") >= CYCLES, H_SOON_MS * 4);
+        WAIT_UNTIL(h_broker_fds(k.broker) <= fds_before, H_SOON_MS);
+        check_rss_bounded(k.broker, rss, "10,000 connect/disconnect cycles");
+        h_case_end(&k);
+}
+
+int main(int argc, char **argv)
+{
+        static const HTest tests[] = {
+                H_TEST(test_uid_without_permission), H_TEST(test_request_flood),
+                H_TEST(test_frame_with_many_fds),    H_TEST(test_subscriber_never_reads),
+                H_TEST(test_connect_churn),
+        };
+
+        return h_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
+}
