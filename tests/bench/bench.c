@@ -1,0 +1,332 @@
+/* gpuipc-bench: how gpuipc-broker performs next to baselines measured in the same run.
+ *
+ * Sections (flags select them; none selects every CPU section):
+ *   --latency     round trips of publish, attach (cached, uncached), release, ping vs a raw
+ *                 SOCK_SEQPACKET ping-pong of the same sizes, with and without an fd
+ *   --throughput  ops/s and broker CPU per op with 1..256 client processes vs an epoll echo server
+ *   --fanout      publish until N waiting consumers hold a mapping vs sending the fd to N sockets
+ *   --scale       100k buffers and 1k peers: broker RSS, lookups, cleanup after a dead peer
+ *   --seed        the handle file polled every 2 s (and an inotify variant) vs attach-with-wait
+ *   --gpu         CUDA attach, bandwidth through a mapping, and PyTorch's IPC (torch_compare.py)
+ * Not a test: it prints a table, states the machine, and writes raw numbers with --out DIR. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "config.h"
+#include "macro.h"
+
+static char command_line[1024];
+
+static void usage(FILE *f)
+{
+        fprintf(f,
+                "Usage: gpuipc-bench [OPTIONS]\n"
+                "Measures gpuipc-broker against baselines taken in the same run and prints one table.\n\n"
+                "Sections (none given: every CPU section):\n"
+                "      --latency           round-trip latency, p50/p99, vs raw ping-pong\n"
+                "      --throughput        ops/s with 1, 8, 64, 256 clients, broker CPU per op\n"
+                "      --fanout            publish -> N waiting consumers mapped (N = 1, 16, 128)\n"
+                "      --scale             100k buffers, 1k peers: RSS, lookup, dead-peer cleanup\n"
+                "      --seed              handle file polled every 2 s / inotify vs attach-with-wait\n"
+                "      --gpu               CUDA kinds and PyTorch's IPC (skips without a GPU)\n"
+                "      --all               every section, --gpu included\n\n"
+                "Options:\n"
+                "  -q, --quick             a smoke run (under a minute for the CPU sections)\n"
+                "  -o, --out DIR           write raw numbers (CSV) and results.json to DIR\n"
+                "      --broker PATH       gpuipc-broker to run (default: this build's; $GPUIPC_BROKER)\n"
+                "      --seccomp MODE      the broker's --seccomp (default enforce, as deployed)\n"
+                "      --python PATH       interpreter for torch_compare.py (default python3)\n"
+                "      --no-torch          skip the PyTorch comparison in --gpu\n"
+                "  -h, --help\n");
+}
+
+static void parse_args(int argc, char **argv)
+{
+        enum { O_LAT = 256, O_TP, O_FAN, O_SCALE, O_SEED, O_GPU, O_ALL, O_BROKER, O_SECCOMP, O_PYTHON,
+               O_NO_TORCH };
+        static const struct option opts[] = {
+                { "latency", no_argument, NULL, O_LAT },       { "throughput", no_argument, NULL, O_TP },
+                { "fanout", no_argument, NULL, O_FAN },        { "scale", no_argument, NULL, O_SCALE },
+                { "seed", no_argument, NULL, O_SEED },         { "gpu", no_argument, NULL, O_GPU },
+                { "all", no_argument, NULL, O_ALL },           { "quick", no_argument, NULL, 'q' },
+                { "out", required_argument, NULL, 'o' },       { "broker", required_argument, NULL, O_BROKER },
+                { "seccomp", required_argument, NULL, O_SECCOMP },
+                { "python", required_argument, NULL, O_PYTHON },
+                { "no-torch", no_argument, NULL, O_NO_TORCH }, { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        BenchOpts *o = &bench_opts;
+        size_t len = 0;
+        int c;
+
+        for (int i = 0; i < argc && len < sizeof(command_line) - 1; i++)
+                len += (size_t)snprintf(command_line + len, sizeof(command_line) - len, "%s%s", i ? " " : "",
+                                        argv[i]);
+        o->broker = getenv("GPUIPC_BROKER") ? getenv("GPUIPC_BROKER") : BENCH_BROKER;
+        o->seccomp = "enforce";
+        o->python = "python3";
+        o->torch_script = BENCH_SOURCE_ROOT "/tests/bench/torch_compare.py";
+        o->library = BENCH_BUILD_ROOT "/client/libgpuipc.so";
+        o->python_path = BENCH_SOURCE_ROOT "/python";
+        while ((c = getopt_long(argc, argv, "qo:h", opts, NULL)) != -1) {
+                switch (c) {
+                case O_LAT: o->sections |= SEC_LATENCY; break;
+                case O_TP: o->sections |= SEC_THROUGHPUT; break;
+                case O_FAN: o->sections |= SEC_FANOUT; break;
+                case O_SCALE: o->sections |= SEC_SCALE; break;
+                case O_SEED: o->sections |= SEC_SEED; break;
+                case O_GPU: o->sections |= SEC_GPU; break;
+                case O_ALL: o->sections |= SEC_CPU_ALL | SEC_GPU; break;
+                case 'q': o->quick = true; break;
+                case 'o': o->out_dir = optarg; break;
+                case O_BROKER: o->broker = optarg; break;
+                case O_SECCOMP: o->seccomp = optarg; break;
+                case O_PYTHON: o->python = optarg; break;
+                case O_NO_TORCH: o->torch_script = NULL; break;
+                case 'h': usage(stdout); exit(0);
+                default: usage(stderr); exit(2);
+                }
+        }
+        if (optind < argc) {
+                usage(stderr);
+                exit(2);
+        }
+        if (!o->sections)
+                o->sections = SEC_CPU_ALL;
+        if (o->out_dir && mkdir(o->out_dir, 0755) < 0 && errno != EEXIST)
+                die("cannot create %s: %s", o->out_dir, strerror(errno));
+        if (access(o->broker, X_OK) < 0)
+                die("cannot run the broker %s (--broker PATH)", o->broker);
+}
+
+/* ---- the machine ---- */
+
+static void describe_machine(Machine *m)
+{
+        char line[512];
+        struct utsname u;
+        FILE *f;
+
+        snprintf(m->cpu, sizeof(m->cpu), "unknown CPU");
+        f = fopen("/proc/cpuinfo", "re");
+        while (f && fgets(line, sizeof(line), f)) {
+                if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
+                        snprintf(m->cpu, sizeof(m->cpu), "%s", strchr(line, ':') + 2);
+                        m->cpu[strcspn(m->cpu, "\n")] = 0;
+                        break;
+                }
+        }
+        if (f)
+                fclose(f);
+        m->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (uname(&u) == 0)
+                snprintf(m->kernel, sizeof(m->kernel), "%.40s %.80s %.20s", u.sysname, u.release, u.machine);
+        f = fopen("/proc/meminfo", "re");
+        while (f && fgets(line, sizeof(line), f)) {
+                if (strncmp(line, "MemTotal:", 9) == 0)
+                        m->mem_mib = strtoull(line + 9, NULL, 10) / 1024;
+        }
+        if (f)
+                fclose(f);
+        gpu_describe(m->gpus, sizeof(m->gpus));
+}
+
+/* ---- running sections ---- */
+
+typedef struct Section {
+        unsigned bit;
+        const char *name;
+        void (*fn)(void);
+} Section;
+
+static const Section sections[] = {
+        { SEC_LATENCY, "latency", section_latency },    { SEC_THROUGHPUT, "throughput", section_throughput },
+        { SEC_FANOUT, "fanout", section_fanout },       { SEC_SCALE, "scale", section_scale },
+        { SEC_SEED, "seed", section_seed },             { SEC_GPU, "gpu", section_gpu },
+};
+
+/* Runs a section in its own process group, so whatever it started goes with it. */
+static int run_section(const Section *s)
+{
+        uint64_t t0 = now_ns();
+        pid_t pid;
+        int rc;
+
+        fflush(stdout);
+        fflush(stderr);
+        pid = fork();
+        if (pid < 0)
+                die("fork: %s", strerror(errno));
+        if (pid == 0) {
+                setpgid(0, 0);
+                section_name = s->name;
+                s->fn();
+                fflush(stdout);
+                exit(0);
+        }
+        setpgid(pid, pid);
+        rc = child_wait(pid);
+        kill(-pid, SIGKILL);
+        while (waitpid(-pid, NULL, WNOHANG) > 0)
+                ;
+        fprintf(stderr, "[%s] %s in %.1f s\n", s->name, rc == 0 ? "done" : "FAILED", (double)(now_ns() - t0) / 1e9);
+        return rc;
+}
+
+/* ---- output ---- */
+
+static const char *fmt_num(double v, char *buf, size_t cap)
+{
+        double a = fabs(v);
+
+        if (isnan(v))
+                snprintf(buf, cap, "-");
+        else if (a >= 1000)
+                snprintf(buf, cap, "%.0f", v);
+        else if (a >= 10)
+                snprintf(buf, cap, "%.1f", v);
+        else if (a >= 0.1)
+                snprintf(buf, cap, "%.2f", v);
+        else
+                snprintf(buf, cap, "%.3g", v);
+        return buf;
+}
+
+static const char *verdict_name(Verdict v)
+{
+        return v == VERDICT_MET ? "met" : v == VERDICT_MISSED ? "MISSED" : "";
+}
+
+static void print_table(FILE *f)
+{
+        const char *last = "";
+        char a[32], b[32], r[32];
+
+        fprintf(f, "\n%-56s %14s  %-34s %10s %9s  %-12s %-7s %s\n", "metric", "value", "baseline (same run)",
+                "baseline", "ratio", "target", "verdict", "note");
+        for (int i = 0; i < table->n; i++) {
+                const Row *x = &table->rows[i];
+                char value[48], base[48], ratio[32];
+
+                if (strcmp(last, x->section) != 0) {
+                        fprintf(f, "-- %s --\n", x->section);
+                        last = x->section;
+                }
+                snprintf(value, sizeof(value), "%s %s", fmt_num(x->value, a, sizeof(a)), x->unit);
+                snprintf(base, sizeof(base), "%s", isnan(x->base) ? "-" : fmt_num(x->base, b, sizeof(b)));
+                if (!isnan(x->ratio) && x->ratio > 0 && x->ratio < 0.01)
+                        snprintf(ratio, sizeof(ratio), "1/%.0fx", 1 / x->ratio);
+                else
+                        snprintf(ratio, sizeof(ratio), "%s%s", fmt_num(x->ratio, r, sizeof(r)), isnan(x->ratio) ? "" : "x");
+                fprintf(f, "%-56s %14s  %-34s %10s %9s  %-12s %-7s %s\n", x->metric, value, x->baseline, base, ratio,
+                        x->target, verdict_name(x->verdict), x->note);
+        }
+}
+
+static void json_str(FILE *f, const char *s)
+{
+        fputc('"', f);
+        for (; *s; s++) {
+                if (*s == '"' || *s == '\\')
+                        fprintf(f, "\\%c", *s);
+                else if ((unsigned char)*s < 0x20)
+                        fprintf(f, "\\u%04x", *s);
+                else
+                        fputc(*s, f);
+        }
+        fputc('"', f);
+}
+
+static void json_num(FILE *f, double v)
+{
+        if (isnan(v) || isinf(v))
+                fprintf(f, "null");
+        else
+                fprintf(f, "%.6g", v);
+}
+
+static void write_results(const Machine *m)
+{
+        FILE *f = out_open("results.json", NULL), *csv = out_open("table.csv", NULL);
+
+        if (!f || !csv)
+                return;
+        fprintf(f, "{\n  \"command\": ");
+        json_str(f, command_line);
+        fprintf(f, ",\n  \"quick\": %s,\n  \"machine\": {\"cpu\": ", bench_opts.quick ? "true" : "false");
+        json_str(f, m->cpu);
+        fprintf(f, ", \"cores\": %d, \"kernel\": ", m->cores);
+        json_str(f, m->kernel);
+        fprintf(f, ", \"memory_mib\": %llu, \"gpus\": ", (unsigned long long)m->mem_mib);
+        json_str(f, m->gpus);
+        fprintf(f, "},\n  \"rows\": [\n");
+        fprintf(csv, "section,metric,value,unit,baseline,baseline_value,ratio,target,verdict,note\n");
+        for (int i = 0; i < table->n; i++) {
+                const Row *x = &table->rows[i];
+                const char *keys[] = { "section", "metric", "unit", "baseline", "target", "verdict", "note" };
+                const char *vals[] = { x->section, x->metric, x->unit, x->baseline, x->target,
+                                       verdict_name(x->verdict), x->note };
+
+                fprintf(f, "    {");
+                for (size_t k = 0; k < 7; k++) {
+                        fprintf(f, "%s\"%s\": ", k ? ", " : "", keys[k]);
+                        json_str(f, vals[k]);
+                }
+                fprintf(f, ", \"value\": ");
+                json_num(f, x->value);
+                fprintf(f, ", \"baseline_value\": ");
+                json_num(f, x->base);
+                fprintf(f, ", \"ratio\": ");
+                json_num(f, x->ratio);
+                fprintf(f, "}%s\n", i + 1 < table->n ? "," : "");
+                fprintf(csv, "%s,\"%s\",%.6g,%s,\"%s\",%.6g,%.6g,\"%s\",%s,\"%s\"\n", x->section, x->metric, x->value,
+                        x->unit, x->baseline, x->base, x->ratio, x->target, verdict_name(x->verdict), x->note);
+        }
+        fprintf(f, "  ]\n}\n");
+        fclose(f);
+        fclose(csv);
+}
+
+int main(int argc, char **argv)
+{
+        int failed = 0, met = 0, missed = 0;
+
+        signal(SIGPIPE, SIG_IGN);
+        if (argc > 1 && strcmp(argv[1], "--victim") == 0)
+                return victim_main(argc, argv);
+        parse_args(argc, argv);
+        table = shared_alloc(sizeof(*table));
+        machine = shared_alloc(sizeof(*machine));
+        describe_machine(machine);
+
+        printf("gpuipc-bench %s%s\n", GPUIPC_VERSION, bench_opts.quick ? " (quick)" : "");
+        printf("machine: %s, %d cores, %llu MiB, %s\n", machine->cpu, machine->cores,
+               (unsigned long long)machine->mem_mib, machine->kernel);
+        printf("GPUs:    %s\n", machine->gpus[0] ? machine->gpus : "none");
+        printf("broker:  %s --seccomp %s\n", bench_opts.broker, bench_opts.seccomp);
+        printf("command: %s\n", command_line);
+        fflush(stdout);
+
+        for (size_t i = 0; i < ARRAY_SIZE(sections); i++) {
+                if (bench_opts.sections & sections[i].bit)
+                        failed += run_section(&sections[i]) != 0;
+        }
+
+        print_table(stdout);
+        for (int i = 0; i < table->n; i++) {
+                met += table->rows[i].verdict == VERDICT_MET;
+                missed += table->rows[i].verdict == VERDICT_MISSED;
+        }
+        printf("\ntargets: %d met, %d missed; %d section(s) failed\n", met, missed, failed);
+        write_results(machine);
+        return failed ? 1 : 0;
+}

@@ -1,0 +1,536 @@
+/* A stand-in for libcuda.so.1 with host memory, so that the plumbing of `gpuipc-bench --gpu`
+ * (processes, attach and release order, drains, rows) can run on a machine without a GPU:
+ *
+ *   GPUIPC_LIBCUDA=build/tests/bench/libgpuipc-bench-fakecuda.so gpuipc-bench --gpu --quick
+ *
+ * Its numbers mean nothing. "Device memory" is a memfd mapped at the same address on every fake
+ * device; cuMemCreate memory exports that memfd, a legacy handle names the producer's pid and fd
+ * (opened through /proc), copies are memcpy. $FAKECUDA_DEVICES sets the device count (default 2).
+ * Only what libgpuipc and gpuipc-bench call is here; everything else is absent. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#pragma GCC diagnostic ignored "-Wmissing-prototypes"
+
+#define API __attribute__((visibility("default")))
+#define OK 0
+#define E_INVALID_VALUE 1
+#define E_OUT_OF_MEMORY 2
+#define E_NOT_SUPPORTED 801
+#define E_INVALID_HANDLE 400
+#define E_INVALID_CONTEXT 201
+#define CTX_BASE 0x1000
+
+typedef unsigned int Res;
+typedef unsigned long long DevPtr;
+
+typedef struct Alloc {
+        bool used;
+        DevPtr base;
+        size_t size;
+        int fd;      /* cuMemAlloc: the memfd (for legacy handles); -1 for opened handles */
+        bool opened; /* cuIpcOpenMemHandle */
+} Alloc;
+
+typedef struct Handle {
+        bool used;
+        int fd;
+        size_t size;
+} Handle;
+
+typedef struct IpcHandle {
+        char magic[8];
+        int32_t pid, fd;
+        uint64_t size;
+        char pad[40];
+} IpcHandle;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static Alloc allocs[1024];
+static Handle handles[1024];
+static __thread uintptr_t ctx_stack[16];
+static __thread int ctx_depth;
+
+static int n_devices(void)
+{
+        const char *e = getenv("FAKECUDA_DEVICES");
+        return e && *e ? atoi(e) : 2;
+}
+
+static int memfd(size_t size)
+{
+        int fd = memfd_create("fakecuda", MFD_CLOEXEC);
+
+        if (fd >= 0 && ftruncate(fd, (off_t)size) < 0) {
+                close(fd);
+                return -1;
+        }
+        return fd;
+}
+
+static Alloc *alloc_find(DevPtr p)
+{
+        for (size_t i = 0; i < sizeof(allocs) / sizeof(allocs[0]); i++) {
+                if (allocs[i].used && p >= allocs[i].base && p < allocs[i].base + allocs[i].size)
+                        return &allocs[i];
+        }
+        return NULL;
+}
+
+static Res alloc_add(DevPtr base, size_t size, int fd, bool opened)
+{
+        for (size_t i = 0; i < sizeof(allocs) / sizeof(allocs[0]); i++) {
+                if (!allocs[i].used) {
+                        allocs[i] = (Alloc){ true, base, size, fd, opened };
+                        return OK;
+                }
+        }
+        return E_OUT_OF_MEMORY;
+}
+
+/* ---- driver, devices, contexts ---- */
+
+API Res cuInit(unsigned flags)
+{
+        (void)flags;
+        return n_devices() > 0 ? OK : 100;
+}
+
+API Res cuDriverGetVersion(int *v)
+{
+        *v = 12080;
+        return OK;
+}
+
+API Res cuGetErrorName(Res r, const char **s)
+{
+        *s = r == OK ? "CUDA_SUCCESS" : "CUDA_ERROR_FAKE";
+        return OK;
+}
+
+API Res cuGetErrorString(Res r, const char **s)
+{
+        *s = r == OK ? "no error" : "an error of the fake driver";
+        return OK;
+}
+
+API Res cuDeviceGetCount(int *n)
+{
+        *n = n_devices();
+        return OK;
+}
+
+API Res cuDeviceGet(int *dev, int ordinal)
+{
+        if (ordinal < 0 || ordinal >= n_devices())
+                return 101;
+        *dev = ordinal;
+        return OK;
+}
+
+API Res cuDeviceGetName(char *name, int len, int dev)
+{
+        snprintf(name, (size_t)len, "Fake GPU %d (gpuipc-bench fakecuda)", dev);
+        return OK;
+}
+
+static Res uuid(char *bytes, int dev)
+{
+        memset(bytes, 0, 16);
+        bytes[0] = (char)0xfa;
+        bytes[1] = (char)0xce;
+        bytes[15] = (char)dev;
+        return OK;
+}
+
+API Res cuDeviceGetUuid(char *bytes, int dev)
+{
+        return uuid(bytes, dev);
+}
+
+API Res cuDeviceGetUuid_v2(char *bytes, int dev)
+{
+        return uuid(bytes, dev);
+}
+
+API Res cuDeviceGetAttribute(int *v, unsigned attr, int dev)
+{
+        (void)dev;
+        *v = attr == 20 ? 0 : 1; /* compute mode default; every capability present */
+        return OK;
+}
+
+API Res cuDeviceGetPCIBusId(char *id, int len, int dev)
+{
+        snprintf(id, (size_t)len, "0000:%02x:00.0", dev + 1);
+        return OK;
+}
+
+API Res cuDevicePrimaryCtxRetain(void **ctx, int dev)
+{
+        *ctx = (void *)(uintptr_t)(CTX_BASE + dev);
+        return OK;
+}
+
+API Res cuCtxPushCurrent_v2(void *ctx)
+{
+        if (ctx_depth == 16)
+                return E_INVALID_CONTEXT;
+        ctx_stack[ctx_depth++] = (uintptr_t)ctx;
+        return OK;
+}
+
+API Res cuCtxPopCurrent_v2(void **ctx)
+{
+        if (!ctx_depth)
+                return E_INVALID_CONTEXT;
+        ctx_depth--;
+        if (ctx)
+                *ctx = (void *)ctx_stack[ctx_depth];
+        return OK;
+}
+
+API Res cuCtxSynchronize(void)
+{
+        return ctx_depth ? OK : E_INVALID_CONTEXT;
+}
+
+API Res cuCtxGetDevice(int *dev)
+{
+        if (!ctx_depth)
+                return E_INVALID_CONTEXT;
+        *dev = (int)(ctx_stack[ctx_depth - 1] - CTX_BASE);
+        return OK;
+}
+
+API Res cuPointerGetAttribute(void *data, unsigned attr, DevPtr p)
+{
+        Alloc *a;
+
+        pthread_mutex_lock(&lock);
+        a = alloc_find(p);
+        pthread_mutex_unlock(&lock);
+        if (!a)
+                return E_INVALID_VALUE;
+        if (attr == 2)
+                *(unsigned *)data = 2; /* device memory */
+        else if (attr == 9)
+                *(int *)data = 0;
+        else if (attr == 10)
+                *(int *)data = !a->opened;
+        else
+                return E_NOT_SUPPORTED;
+        return OK;
+}
+
+/* ---- cuMemAlloc memory and legacy handles ---- */
+
+API Res cuMemAlloc_v2(DevPtr *p, size_t size)
+{
+        int fd = memfd(size);
+        void *m;
+        Res r;
+
+        if (fd < 0)
+                return E_OUT_OF_MEMORY;
+        m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+                close(fd);
+                return E_OUT_OF_MEMORY;
+        }
+        pthread_mutex_lock(&lock);
+        r = alloc_add((DevPtr)(uintptr_t)m, size, fd, false);
+        pthread_mutex_unlock(&lock);
+        *p = (DevPtr)(uintptr_t)m;
+        return r;
+}
+
+static Res unmap_alloc(DevPtr p, bool opened)
+{
+        Alloc *a;
+
+        pthread_mutex_lock(&lock);
+        a = alloc_find(p);
+        if (!a || a->base != p || a->opened != opened) {
+                pthread_mutex_unlock(&lock);
+                return E_INVALID_VALUE;
+        }
+        munmap((void *)(uintptr_t)a->base, a->size);
+        if (a->fd >= 0)
+                close(a->fd);
+        a->used = false;
+        pthread_mutex_unlock(&lock);
+        return OK;
+}
+
+API Res cuMemFree_v2(DevPtr p)
+{
+        return unmap_alloc(p, false);
+}
+
+API Res cuMemGetAddressRange_v2(DevPtr *base, size_t *size, DevPtr p)
+{
+        Alloc *a;
+
+        pthread_mutex_lock(&lock);
+        a = alloc_find(p);
+        if (a) {
+                *base = a->base;
+                *size = a->size;
+        }
+        pthread_mutex_unlock(&lock);
+        return a ? OK : E_INVALID_VALUE;
+}
+
+API Res cuIpcGetMemHandle(IpcHandle *h, DevPtr p)
+{
+        Alloc *a;
+
+        pthread_mutex_lock(&lock);
+        a = alloc_find(p);
+        if (a && !a->opened)
+                *h = (IpcHandle){ "fakecud", (int32_t)getpid(), a->fd, a->size, { 0 } };
+        pthread_mutex_unlock(&lock);
+        return a && !a->opened ? OK : E_INVALID_VALUE;
+}
+
+API Res cuIpcOpenMemHandle_v2(DevPtr *p, IpcHandle h, unsigned flags)
+{
+        char path[64];
+        void *m;
+        int fd;
+        Res r;
+
+        (void)flags;
+        if (memcmp(h.magic, "fakecud", 8) != 0)
+                return E_INVALID_VALUE;
+        if (h.pid == (int32_t)getpid())
+                return 205; /* as the real driver: not in the exporting process */
+        snprintf(path, sizeof(path), "/proc/%d/fd/%d", h.pid, h.fd);
+        fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+                return E_INVALID_HANDLE;
+        m = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED)
+                return E_OUT_OF_MEMORY;
+        pthread_mutex_lock(&lock);
+        r = alloc_add((DevPtr)(uintptr_t)m, h.size, -1, true);
+        pthread_mutex_unlock(&lock);
+        *p = (DevPtr)(uintptr_t)m;
+        return r;
+}
+
+API Res cuIpcCloseMemHandle(DevPtr p)
+{
+        return unmap_alloc(p, true);
+}
+
+/* ---- virtual memory management ---- */
+
+API Res cuMemGetAllocationGranularity(size_t *g, const void *prop, unsigned option)
+{
+        (void)prop;
+        (void)option;
+        *g = 2u << 20;
+        return OK;
+}
+
+static Res handle_add(int fd, size_t size, unsigned long long *ret)
+{
+        pthread_mutex_lock(&lock);
+        for (size_t i = 0; i < sizeof(handles) / sizeof(handles[0]); i++) {
+                if (!handles[i].used) {
+                        handles[i] = (Handle){ true, fd, size };
+                        *ret = i + 1;
+                        pthread_mutex_unlock(&lock);
+                        return OK;
+                }
+        }
+        pthread_mutex_unlock(&lock);
+        return E_OUT_OF_MEMORY;
+}
+
+static Handle *handle_get(unsigned long long h)
+{
+        return h >= 1 && h <= sizeof(handles) / sizeof(handles[0]) && handles[h - 1].used ? &handles[h - 1] : NULL;
+}
+
+API Res cuMemCreate(unsigned long long *h, size_t size, const void *prop, unsigned long long flags)
+{
+        int fd = memfd(size);
+
+        (void)prop;
+        (void)flags;
+        if (fd < 0)
+                return E_OUT_OF_MEMORY;
+        return handle_add(fd, size, h);
+}
+
+API Res cuMemRelease(unsigned long long h)
+{
+        Handle *x = handle_get(h);
+
+        if (!x)
+                return E_INVALID_HANDLE;
+        close(x->fd);
+        x->used = false;
+        return OK;
+}
+
+API Res cuMemAddressReserve(DevPtr *p, size_t size, size_t align, DevPtr addr, unsigned long long flags)
+{
+        void *m = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+        (void)align;
+        (void)addr;
+        (void)flags;
+        if (m == MAP_FAILED)
+                return E_OUT_OF_MEMORY;
+        *p = (DevPtr)(uintptr_t)m;
+        return OK;
+}
+
+API Res cuMemAddressFree(DevPtr p, size_t size)
+{
+        return munmap((void *)(uintptr_t)p, size) == 0 ? OK : E_INVALID_VALUE;
+}
+
+API Res cuMemMap(DevPtr p, size_t size, size_t offset, unsigned long long h, unsigned long long flags)
+{
+        Handle *x = handle_get(h);
+
+        (void)flags;
+        if (!x || offset + size > x->size)
+                return E_INVALID_VALUE;
+        if (mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, x->fd, (off_t)offset) == MAP_FAILED)
+                return E_OUT_OF_MEMORY;
+        return OK;
+}
+
+API Res cuMemUnmap(DevPtr p, size_t size)
+{
+        void *m = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+                       -1, 0);
+        return m == MAP_FAILED ? E_INVALID_VALUE : OK;
+}
+
+typedef struct AccessDesc {
+        int type, id, flags;
+} AccessDesc;
+
+API Res cuMemSetAccess(DevPtr p, size_t size, const AccessDesc *d, size_t count)
+{
+        (void)count;
+        return mprotect((void *)(uintptr_t)p, size, d->flags == 1 ? PROT_READ : PROT_READ | PROT_WRITE) == 0
+                       ? OK
+                       : E_INVALID_VALUE;
+}
+
+API Res cuMemExportToShareableHandle(void *out, unsigned long long h, unsigned type, unsigned long long flags)
+{
+        Handle *x = handle_get(h);
+
+        (void)flags;
+        if (!x || type != 1)
+                return E_INVALID_VALUE;
+        *(int *)out = fcntl(x->fd, F_DUPFD_CLOEXEC, 3);
+        return *(int *)out >= 0 ? OK : E_OUT_OF_MEMORY;
+}
+
+API Res cuMemImportFromShareableHandle(unsigned long long *h, void *os_handle, unsigned type)
+{
+        int fd = (int)(uintptr_t)os_handle, copy;
+        off_t size;
+
+        if (type != 1 || (size = lseek(fd, 0, SEEK_END)) < 0)
+                return E_INVALID_VALUE;
+        copy = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if (copy < 0)
+                return E_OUT_OF_MEMORY;
+        return handle_add(copy, (size_t)size, h);
+}
+
+API Res cuMemGetAllocationPropertiesFromHandle(void *prop, unsigned long long h)
+{
+        (void)prop;
+        (void)h;
+        return E_NOT_SUPPORTED;
+}
+
+/* ---- copies, streams ---- */
+
+API Res cuMemcpyDtoH_v2(void *dst, DevPtr src, size_t n)
+{
+        memcpy(dst, (const void *)(uintptr_t)src, n);
+        return OK;
+}
+
+API Res cuMemcpyHtoD_v2(DevPtr dst, const void *src, size_t n)
+{
+        memcpy((void *)(uintptr_t)dst, src, n);
+        return OK;
+}
+
+API Res cuMemcpyDtoD_v2(DevPtr dst, DevPtr src, size_t n)
+{
+        memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+        return OK;
+}
+
+API Res cuMemcpyDtoHAsync_v2(void *dst, DevPtr src, size_t n, void *stream)
+{
+        (void)stream;
+        return cuMemcpyDtoH_v2(dst, src, n);
+}
+
+API Res cuStreamCreate(void **s, unsigned flags)
+{
+        (void)flags;
+        *s = malloc(1);
+        return OK;
+}
+
+API Res cuStreamDestroy_v2(void *s)
+{
+        free(s);
+        return OK;
+}
+
+API Res cuStreamSynchronize(void *s)
+{
+        (void)s;
+        return OK;
+}
+
+API Res cuStreamGetCtx(void *s, void **ctx)
+{
+        (void)s;
+        *ctx = ctx_depth ? (void *)ctx_stack[ctx_depth - 1] : (void *)(uintptr_t)CTX_BASE;
+        return OK;
+}
+
+API Res cuStreamWriteValue64_v2(void *s, DevPtr addr, uint64_t v, unsigned flags)
+{
+        (void)s;
+        (void)flags;
+        __atomic_store_n((uint64_t *)(uintptr_t)addr, v, __ATOMIC_SEQ_CST);
+        return OK;
+}
+
+API Res cuStreamWaitValue64_v2(void *s, DevPtr addr, uint64_t v, unsigned flags)
+{
+        (void)s;
+        (void)flags;
+        while ((int64_t)(__atomic_load_n((uint64_t *)(uintptr_t)addr, __ATOMIC_SEQ_CST) - v) < 0)
+                usleep(10);
+        return OK;
+}

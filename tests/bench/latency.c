@@ -1,0 +1,363 @@
+/* Section 1, latency: round trips of libgpuipc calls against a raw SOCK_SEQPACKET ping-pong
+ * between two processes with exactly the same request and reply sizes (measured by encoding the
+ * frames the library sends and the broker answers), and, for the calls whose frames carry an fd
+ * (publish of new memory, an uncached attach), a second ping-pong passing an fd the same way.
+ * Broker and baseline run in alternating blocks, so that drift on a noisy machine hits both. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "internal.h"
+#include "macro.h"
+
+typedef enum Op { OP_PING, OP_PUBLISH, OP_REPUBLISH, OP_ATTACH_UNCACHED, OP_ATTACH_CACHED, OP_RELEASE, _OP_MAX } Op;
+
+typedef enum FdWay { FD_NONE, FD_TO_BROKER, FD_FROM_BROKER } FdWay;
+
+typedef struct OpInfo {
+        const char *name;
+        const char *what; /* for the table */
+        FdWay fd;
+        size_t req, rep;  /* frame sizes in bytes */
+        Samples gp, raw, rawfd;
+} OpInfo;
+
+static OpInfo ops[_OP_MAX] = {
+        [OP_PING] = { "ping", "ping", FD_NONE },
+        [OP_PUBLISH] = { "publish", "publish new memfd (fd travels)", FD_TO_BROKER },
+        [OP_REPUBLISH] = { "republish", "publish again (idle buffer)", FD_NONE },
+        [OP_ATTACH_UNCACHED] = { "attach_uncached", "attach uncached (fd + mmap)", FD_FROM_BROKER },
+        [OP_ATTACH_CACHED] = { "attach_cached", "attach cached (no fd, no mmap)", FD_NONE },
+        [OP_RELEASE] = { "release", "release", FD_NONE },
+};
+
+typedef struct Ctx {
+        Broker broker;
+        gpuipc_t *prod, *cons;
+        int echo;           /* socket to the echo server */
+        int memfd;          /* what the fd baseline sends */
+        uint8_t *buf;
+        unsigned rounds, block;
+        FILE *raw_out;
+        unsigned round;
+        bool record;
+} Ctx;
+
+#define BENCH_NAME_FMT "bench/lat/r%02u/%06u" /* what publish and uncached attach use */
+
+/* ---- frame sizes ---- */
+
+/* Re-encodes the reply that just arrived: the broker writes shortest encodings, as we do. */
+static size_t reply_len(const Frame *f)
+{
+        return frame_len(&f->msg, f->fd >= 0);
+}
+
+static size_t request_len(ProtoMsg *req, int n_fds)
+{
+        req->id = 100000; /* ids in the timed loops have this many digits */
+        proto_set(req, PF_ID);
+        return frame_len(req, n_fds);
+}
+
+static Frame call(gpuipc_t *c, ProtoMsg *req, int fd)
+{
+        Frame f = { .fd = -1 };
+        int r = client_request(c, req, fd, 10000, &f);
+
+        if (r < 0)
+                die("calibration %s: %s [%s]", proto_op_name(req->op), gpuipc_strerror(r), gpuipc_errmsg(c));
+        return f;
+}
+
+/* Sends each request the way libgpuipc builds it and measures both frames. */
+static void calibrate(Ctx *x)
+{
+        gpuipc_t *c = bench_connect(&x->broker, "bench-calibrate");
+        char name[64];
+        ProtoMsg m;
+        Frame f;
+        uint64_t id;
+        int fd = sealed_memfd(4096);
+
+        snprintf(name, sizeof(name), BENCH_NAME_FMT, 0u, 0u);
+
+        m = (ProtoMsg){ .op = PROTO_OP_PING, .has = PROTO_BIT(PF_OP) };
+        f = call(c, &m, -1);
+        ops[OP_PING].rep = reply_len(&f);
+        ops[OP_PING].req = request_len(&m, 0);
+        frame_free(&f);
+
+        m = (ProtoMsg){ .op = PROTO_OP_PUBLISH, .name = proto_str(name), .kind = PROTO_KIND_MEMFD, .size = 4096 };
+        m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) |
+                PROTO_BIT(PF_WRITABLE) | PROTO_BIT(PF_BROKER_HELD) | PROTO_BIT(PF_RETIRE_AFTER);
+        f = call(c, &m, fd);
+        id = f.msg.buffer;
+        ops[OP_PUBLISH].rep = reply_len(&f);
+        ops[OP_PUBLISH].req = request_len(&m, 1);
+        frame_free(&f);
+
+        m = (ProtoMsg){ .op = PROTO_OP_ATTACH, .name = proto_str(name), .timeout_ms = 5000 };
+        m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_TIMEOUT_MS);
+        f = call(c, &m, -1);
+        ops[OP_ATTACH_UNCACHED].rep = reply_len(&f);
+        ops[OP_ATTACH_UNCACHED].req = request_len(&m, 0);
+        frame_free(&f);
+        f = call(c, &m, -1);
+        ops[OP_ATTACH_CACHED].rep = reply_len(&f);
+        ops[OP_ATTACH_CACHED].req = ops[OP_ATTACH_UNCACHED].req;
+        frame_free(&f);
+
+        for (int i = 0; i < 2; i++) {
+                m = (ProtoMsg){ .op = PROTO_OP_RELEASE, .buffer = id, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
+                f = call(c, &m, -1);
+                ops[OP_RELEASE].rep = reply_len(&f);
+                ops[OP_RELEASE].req = request_len(&m, 0);
+                frame_free(&f);
+        }
+
+        m = (ProtoMsg){ .op = PROTO_OP_RETIRE, .buffer = id, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
+        f = call(c, &m, -1);
+        frame_free(&f);
+        m = (ProtoMsg){ .op = PROTO_OP_PUBLISH, .name = proto_str("bench/lat/re"), .buffer = id };
+        m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_RETIRE_AFTER);
+        f = call(c, &m, -1); /* the drained event of the retire may come first: client_request skips it */
+        ops[OP_REPUBLISH].rep = reply_len(&f);
+        ops[OP_REPUBLISH].req = request_len(&m, 0);
+        frame_free(&f);
+
+        close(fd);
+        gpuipc_close(c);
+        for (int i = 0; i < _OP_MAX; i++)
+                note("%-16s request %3zu B, reply %3zu B%s", ops[i].name, ops[i].req, ops[i].rep,
+                     ops[i].fd == FD_TO_BROKER ? ", fd to the broker" : ops[i].fd == FD_FROM_BROKER ? ", fd back" : "");
+}
+
+/* ---- blocks ---- */
+
+static void record(Ctx *x, Samples *s, Op op, const char *kind, uint64_t ns)
+{
+        if (!x->record)
+                return;
+        samples_add(s, (double)ns / 1000.0);
+        if (x->raw_out)
+                fprintf(x->raw_out, "%s,%s,%u,%.3f\n", ops[op].name, kind, x->round, (double)ns / 1000.0);
+}
+
+/* The raw ping-pong of op's sizes, plain and (for fd ops) passing an fd the same way. */
+static void raw_block(Ctx *x, Op op, unsigned n)
+{
+        OpInfo *o = &ops[op];
+
+        for (unsigned i = 0; i < n; i++)
+                record(x, &o->raw, op, "raw", echo_round(x->echo, x->buf, o->req, o->rep, -1, false));
+        if (o->fd == FD_NONE)
+                return;
+        for (unsigned i = 0; i < n; i++)
+                record(x, &o->rawfd, op, "raw_fd",
+                       echo_round(x->echo, x->buf, o->req, o->rep, o->fd == FD_TO_BROKER ? x->memfd : -1,
+                                  o->fd == FD_FROM_BROKER));
+}
+
+#define TIMED(x, c, op, call)                                                                               \
+        do {                                                                                                \
+                uint64_t t0_ = now_ns();                                                                    \
+                TRY(c, call);                                                                               \
+                record(x, &ops[op].gp, op, "gpuipc", now_ns() - t0_);                                       \
+        } while (0)
+
+/* Publish n new buffers (timed), attach each on the consumer connection (timed: the fd travels
+ * and is mapped), then release and free them (not timed). */
+static void publish_and_attach_block(Ctx *x, unsigned n, bool raw_first)
+{
+        gpuipc_buffer_t **mine = calloc(n, sizeof(*mine)), **theirs = calloc(n, sizeof(*theirs));
+        char name[64];
+
+        if (!mine || !theirs)
+                die("out of memory");
+        for (unsigned i = 0; i < n; i++)
+                TRY(x->prod, gpuipc_buffer_alloc(x->prod, GPUIPC_KIND_MEMFD, 4096, 0, &mine[i]));
+        if (raw_first)
+                raw_block(x, OP_PUBLISH, n);
+        for (unsigned i = 0; i < n; i++) {
+                snprintf(name, sizeof(name), BENCH_NAME_FMT, x->round, i);
+                TIMED(x, x->prod, OP_PUBLISH, gpuipc_publish(x->prod, mine[i], name, NULL));
+        }
+        if (!raw_first)
+                raw_block(x, OP_PUBLISH, n);
+
+        if (raw_first)
+                raw_block(x, OP_ATTACH_UNCACHED, n);
+        for (unsigned i = 0; i < n; i++) {
+                snprintf(name, sizeof(name), BENCH_NAME_FMT, x->round, i);
+                TIMED(x, x->cons, OP_ATTACH_UNCACHED, gpuipc_attach(x->cons, name, 5000, &theirs[i]));
+                if (((volatile const char *)gpuipc_buffer_ptr(theirs[i]))[0] != 0)
+                        die("unexpected data in a fresh buffer");
+        }
+        if (!raw_first)
+                raw_block(x, OP_ATTACH_UNCACHED, n);
+
+        for (unsigned i = 0; i < n; i++)
+                TRY(x->cons, gpuipc_release(x->cons, theirs[i]));
+        for (unsigned i = 0; i < n; i++)
+                TRY(x->prod, gpuipc_buffer_free(x->prod, mine[i]));
+        /* The freed events unmap the consumer's cached mappings; take them before timing again. */
+        TRY(x->cons, gpuipc_ping(x->cons, 10000));
+        free(mine);
+        free(theirs);
+}
+
+static void republish_block(Ctx *x, gpuipc_buffer_t *b, unsigned n, bool raw_first)
+{
+        if (raw_first)
+                raw_block(x, OP_REPUBLISH, n);
+        for (unsigned i = 0; i < n; i++) {
+                uint64_t t0 = now_ns();
+                TRY(x->prod, gpuipc_publish(x->prod, b, "bench/lat/re", NULL));
+                record(x, &ops[OP_REPUBLISH].gp, OP_REPUBLISH, "gpuipc", now_ns() - t0);
+                TRY(x->prod, gpuipc_retire(x->prod, b));
+                TRY(x->prod, gpuipc_wait_drained(x->prod, b, 10000));
+        }
+        if (!raw_first)
+                raw_block(x, OP_REPUBLISH, n);
+}
+
+static void cached_block(Ctx *x, unsigned n, bool raw_first)
+{
+        if (raw_first) {
+                raw_block(x, OP_ATTACH_CACHED, n);
+                raw_block(x, OP_RELEASE, n);
+        }
+        for (unsigned i = 0; i < n; i++) {
+                gpuipc_buffer_t *b;
+                TIMED(x, x->cons, OP_ATTACH_CACHED, gpuipc_attach(x->cons, "bench/lat/k", 5000, &b));
+                TIMED(x, x->cons, OP_RELEASE, gpuipc_release(x->cons, b));
+        }
+        if (!raw_first) {
+                raw_block(x, OP_ATTACH_CACHED, n);
+                raw_block(x, OP_RELEASE, n);
+        }
+}
+
+static void ping_block(Ctx *x, unsigned n, bool raw_first)
+{
+        if (raw_first)
+                raw_block(x, OP_PING, n);
+        for (unsigned i = 0; i < n; i++)
+                TIMED(x, x->cons, OP_PING, gpuipc_ping(x->cons, 10000));
+        if (!raw_first)
+                raw_block(x, OP_PING, n);
+}
+
+static void round_run(Ctx *x, gpuipc_buffer_t *re, unsigned n)
+{
+        bool raw_first = x->round & 1;
+
+        publish_and_attach_block(x, n, raw_first);
+        republish_block(x, re, n, raw_first);
+        cached_block(x, n, raw_first);
+        ping_block(x, n, raw_first);
+}
+
+/* ---- results ---- */
+
+static void add_rows(const char *pct_name, double pct, double limit)
+{
+        for (int i = 0; i < _OP_MAX; i++) {
+                OpInfo *o = &ops[i];
+                bool fd = o->fd != FD_NONE;
+                Samples *base = fd ? &o->rawfd : &o->raw;
+                char metric[96], baseline[64];
+                Row *r;
+
+                snprintf(metric, sizeof(metric), "%s %s", o->what, pct_name);
+                snprintf(baseline, sizeof(baseline), "raw ping-pong%s %zu/%zu B", fd ? " + fd" : "", o->req, o->rep);
+                r = row_add(metric, samples_pct(&o->gp, pct), "us", baseline, samples_pct(base, pct));
+                row_target_ratio_max(r, limit);
+                if (fd)
+                        row_note(r, "%.2fx the ping-pong without fd (%.1f us)",
+                                 samples_pct(&o->gp, pct) / samples_pct(&o->raw, pct), samples_pct(&o->raw, pct));
+                else
+                        row_note(r, "%zu samples", o->gp.n);
+        }
+}
+
+static void write_percentiles(void)
+{
+        static const double pcts[] = { 1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 97, 98, 99, 99.5, 99.9 };
+        FILE *f = out_open("latency_percentiles.csv", "op,series,percentile,us");
+
+        if (!f)
+                return;
+        for (int i = 0; i < _OP_MAX; i++) {
+                for (size_t k = 0; k < ARRAY_SIZE(pcts); k++) {
+                        fprintf(f, "%s,gpuipc,%g,%.3f\n", ops[i].name, pcts[k], samples_pct(&ops[i].gp, pcts[k]));
+                        fprintf(f, "%s,raw,%g,%.3f\n", ops[i].name, pcts[k], samples_pct(&ops[i].raw, pcts[k]));
+                        if (ops[i].fd != FD_NONE)
+                                fprintf(f, "%s,raw_fd,%g,%.3f\n", ops[i].name, pcts[k],
+                                        samples_pct(&ops[i].rawfd, pcts[k]));
+                }
+        }
+        fclose(f);
+}
+
+static int echo_child(void *arg)
+{
+        return echo_serve(*(int *)arg);
+}
+
+void section_latency(void)
+{
+        Ctx x = { .rounds = bench_opts.quick ? 4 : 20, .block = bench_opts.quick ? 250 : 1000 };
+        gpuipc_buffer_t *re, *k, *v;
+        int sv[2];
+        pid_t echo;
+
+        raise_nofile(2 * x.block + 1024);
+        broker_start(&x.broker, NULL, 0);
+        calibrate(&x);
+
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                die("socketpair: %s", strerror(errno));
+        echo = spawn(echo_child, &sv[1], &sv[1], 1);
+        close(sv[1]);
+        x.echo = sv[0];
+        x.memfd = sealed_memfd(4096);
+        x.buf = malloc(ECHO_BUF);
+        x.prod = bench_connect(&x.broker, "bench-producer");
+        x.cons = bench_connect(&x.broker, "bench-consumer");
+        x.cons->max_idle = SIZE_MAX; /* keep every mapping until its buffer is freed: no unmap traffic */
+
+        TRY(x.prod, gpuipc_buffer_alloc(x.prod, GPUIPC_KIND_MEMFD, 4096, 0, &re));
+        TRY(x.prod, gpuipc_publish(x.prod, re, "bench/lat/re", NULL));
+        TRY(x.prod, gpuipc_retire(x.prod, re));
+        TRY(x.prod, gpuipc_wait_drained(x.prod, re, 10000));
+        TRY(x.prod, gpuipc_buffer_alloc(x.prod, GPUIPC_KIND_MEMFD, 4096, 0, &k));
+        TRY(x.prod, gpuipc_publish(x.prod, k, "bench/lat/k", NULL));
+        TRY(x.cons, gpuipc_attach(x.cons, "bench/lat/k", 5000, &v)); /* maps it: later attaches are cached */
+        TRY(x.cons, gpuipc_release(x.cons, v));
+
+        x.raw_out = out_open("latency_samples.csv", "op,series,round,us");
+        note("%u rounds of %u calls per operation, alternating with the ping-pong", x.rounds, x.block);
+        x.round = 99; /* warm-up, not recorded */
+        round_run(&x, re, x.block / 4);
+        x.record = true;
+        for (x.round = 0; x.round < x.rounds; x.round++)
+                round_run(&x, re, x.block);
+        if (x.raw_out)
+                fclose(x.raw_out);
+
+        add_rows("p50", 50, 1.5);
+        add_rows("p99", 99, 3.0);
+        write_percentiles();
+
+        gpuipc_close(x.cons);
+        gpuipc_close(x.prod);
+        close(x.echo);
+        child_wait(echo);
+        broker_stop(&x.broker);
+}

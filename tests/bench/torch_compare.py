@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""PyTorch's own CUDA IPC (tensors through torch.multiprocessing queues) next to gpuipc's Python
+module, on one machine with a GPU. Part of `gpuipc-bench --gpu`, which passes the paths; by hand:
+
+    PYTHONPATH=python GPUIPC_LIBRARY=build/client/libgpuipc.so \\
+        python3 tests/bench/torch_compare.py --broker build/broker/gpuipc-broker
+
+(a) share: from "the producer hands over one new CUDA tensor" until all N consumer processes have
+    read it (each reads one element, which waits for the data), N = 1 and 8. torch: the tensor
+    goes into N queues; gpuipc: a cuda-vmm buffer is published once (retire_after=N) to consumers
+    already waiting in attach. A new tensor per trial, so both pay their first-share costs.
+(b) ring: 8 tensors passed round 1000 times to N consumers; the producer refills a slot only
+    after every consumer is done with it. torch: each consumer acks on a queue; gpuipc: each
+    publish has retire_after=N and the producer waits for drained before reusing the slot.
+
+Prints a table, and with --tsv writes the rows for gpuipc-bench (metric, value, unit, baseline,
+baseline value, target, note; ratio = value / baseline). Exit status 77 when torch or a GPU is
+missing, 1 when a measurement failed (the others are still reported).
+"""
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+RING_SLOTS = 8
+
+
+def now_us():
+    return time.monotonic_ns() / 1000.0
+
+
+def fill_value(i):
+    return i % 251 + 1
+
+
+def pct(values, p):
+    s = sorted(values)
+    if not s:
+        return float('nan')
+    k = max(0, min(len(s) - 1, int(round(p / 100.0 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+def cuda_init(dev):
+    import torch
+    torch.cuda.set_device(dev)
+    torch.zeros(1, device=f'cuda:{dev}').item()  # creates the context outside the timed part
+    return torch
+
+
+# ---- consumers (top level: the spawn start method imports this file in each child) ----
+
+def torch_share_consumer(idx, q, results, ready, dev):
+    cuda_init(dev)
+    ready.put(idx)
+    while True:
+        item = q.get()
+        if item is None:
+            break
+        trial, t = item
+        v = int(t[0].item())
+        results.put((trial, idx, now_us(), v))
+        del t, item
+
+
+def gpuipc_share_consumer(idx, sock, trials, results, ready, dev):
+    cuda_init(dev)
+    import gpuipc
+    c = gpuipc.Client(socket=sock, label=f'share-consumer-{idx}')
+    ready.put(idx)
+    for trial in range(trials):
+        a = c.attach(f'bench/share/{trial}', timeout_ms=120000)
+        t = a.torch()
+        v = int(t[0].item())
+        results.put((trial, idx, now_us(), v))
+        del t
+        a.release()
+    c.close()
+
+
+def torch_ring_consumer(idx, q, acks, ready, dev, errors):
+    cuda_init(dev)
+    ready.put(idx)
+    bad = 0
+    while True:
+        item = q.get()
+        if item is None:
+            break
+        i, slot, t = item
+        if int(t[0].item()) != fill_value(i):
+            bad += 1
+        del t, item
+        acks.put(slot)
+    errors.put(bad)
+
+
+def gpuipc_ring_consumer(idx, sock, iters, ready, dev, errors):
+    cuda_init(dev)
+    import gpuipc
+    c = gpuipc.Client(socket=sock, label=f'ring-consumer-{idx}')
+    ready.put(idx)
+    bad = 0
+    for i in range(iters):
+        a = c.attach(f'bench/ring/{i}', timeout_ms=120000)
+        t = a.torch()
+        if int(t[0].item()) != fill_value(i):
+            bad += 1
+        del t
+        a.release()
+    errors.put(bad)
+    c.close()
+
+
+# ---- producers ----
+
+def start(ctx, target, args_list):
+    procs = [ctx.Process(target=target, args=args, daemon=True) for args in args_list]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def join(procs):
+    for p in procs:
+        p.join(timeout=120)
+        if p.exitcode != 0:
+            raise RuntimeError(f'a consumer exited with status {p.exitcode}')
+
+
+def gather(results, n, trial, want):
+    got = [results.get(timeout=120) for _ in range(n)]
+    for (tr, idx, ts, v) in got:
+        if tr != trial or v != want:
+            raise RuntimeError(f'consumer {idx} saw trial {tr} value {v}, expected trial {trial} value {want}')
+    return max(ts for (_, _, ts, _) in got)
+
+
+def share_torch(ctx, n, trials, nbytes, dev):
+    import torch
+    qs = [ctx.Queue() for _ in range(n)]
+    results, ready = ctx.Queue(), ctx.Queue()
+    procs = start(ctx, torch_share_consumer, [(i, qs[i], results, ready, dev) for i in range(n)])
+    for _ in range(n):
+        ready.get(timeout=120)
+    out = []
+    for trial in range(trials + 1):  # trial 0 warms up the queues' feeder threads
+        t = torch.empty(nbytes, dtype=torch.uint8, device=f'cuda:{dev}')
+        t.fill_(fill_value(trial))
+        torch.cuda.synchronize()
+        time.sleep(0.05)  # every consumer is back in q.get()
+        t0 = now_us()
+        for q in qs:
+            q.put((trial, t))
+        last = gather(results, n, trial, fill_value(trial))
+        if trial:
+            out.append(last - t0)
+        del t
+    for q in qs:
+        q.put(None)
+    join(procs)
+    return out
+
+
+def share_gpuipc(ctx, n, trials, nbytes, dev, sock):
+    import gpuipc
+    import torch
+    results, ready = ctx.Queue(), ctx.Queue()
+    procs = start(ctx, gpuipc_share_consumer, [(i, sock, trials + 1, results, ready, dev) for i in range(n)])
+    for _ in range(n):
+        ready.get(timeout=120)
+    c = gpuipc.Client(socket=sock, label='share-producer')
+    out, publish = [], []
+    for trial in range(trials + 1):
+        t = c.empty((nbytes,), 'uint8', kind='cuda-vmm', device=dev)
+        t.fill_(fill_value(trial))
+        torch.cuda.synchronize()
+        time.sleep(0.05)  # every consumer is parked in attach
+        t0 = now_us()
+        c.publish(t, f'bench/share/{trial}', retire_after=n)
+        t1 = now_us()
+        last = gather(results, n, trial, fill_value(trial))
+        if trial:
+            out.append(last - t0)
+            publish.append(t1 - t0)
+        c.wait_drained(t, timeout_ms=60000)
+        c.free(t)
+    join(procs)
+    c.close()
+    return out, publish
+
+
+def ring_torch(ctx, n, iters, nbytes, dev):
+    import torch
+    qs = [ctx.Queue() for _ in range(n)]
+    acks, ready, errors = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    procs = start(ctx, torch_ring_consumer, [(i, qs[i], acks, ready, dev, errors) for i in range(n)])
+    for _ in range(n):
+        ready.get(timeout=120)
+    slots = [torch.empty(nbytes, dtype=torch.uint8, device=f'cuda:{dev}') for _ in range(RING_SLOTS)]
+    pending = [0] * RING_SLOTS
+    torch.cuda.synchronize()
+    t0 = now_us()
+    for i in range(iters):
+        s = i % RING_SLOTS
+        while pending[s]:
+            pending[acks.get(timeout=120)] -= 1
+        slots[s].fill_(fill_value(i))
+        for q in qs:
+            q.put((i, s, slots[s]))
+        pending[s] = n
+    while any(pending):
+        pending[acks.get(timeout=120)] -= 1
+    elapsed = now_us() - t0
+    for q in qs:
+        q.put(None)
+    bad = sum(errors.get(timeout=120) for _ in range(n))
+    join(procs)
+    if bad:
+        raise RuntimeError(f'torch ring: consumers read {bad} stale or wrong values')
+    return elapsed
+
+
+def ring_gpuipc(ctx, n, iters, nbytes, dev, sock):
+    import gpuipc
+    import torch
+    ready, errors = ctx.Queue(), ctx.Queue()
+    procs = start(ctx, gpuipc_ring_consumer, [(i, sock, iters, ready, dev, errors) for i in range(n)])
+    for _ in range(n):
+        ready.get(timeout=120)
+    c = gpuipc.Client(socket=sock, label='ring-producer')
+    slots = [c.empty((nbytes,), 'uint8', kind='cuda-vmm', device=dev) for _ in range(RING_SLOTS)]
+    used = [False] * RING_SLOTS
+    torch.cuda.synchronize()
+    t0 = now_us()
+    for i in range(iters):
+        s = i % RING_SLOTS
+        if used[s]:
+            c.wait_drained(slots[s], timeout_ms=120000)
+        slots[s].fill_(fill_value(i))
+        c.publish(slots[s], f'bench/ring/{i}', retire_after=n)  # synchronizes the device first
+        used[s] = True
+    for s in range(RING_SLOTS):
+        if used[s]:
+            c.wait_drained(slots[s], timeout_ms=120000)
+    elapsed = now_us() - t0
+    bad = sum(errors.get(timeout=120) for _ in range(n))
+    join(procs)
+    for t in slots:
+        c.free(t)
+    c.close()
+    if bad:
+        raise RuntimeError(f'gpuipc ring: consumers read {bad} stale or wrong values')
+    return elapsed
+
+
+# ---- the broker ----
+
+class Broker:
+    def __init__(self, path):
+        self.dir = tempfile.mkdtemp(prefix='gpuipc-torch-')
+        self.sock = os.path.join(self.dir, 's.sock')
+        self.log = open(os.path.join(self.dir, 'broker.log'), 'wb')
+        self.proc = subprocess.Popen([path, '--socket', self.sock, '--log-level', 'warn'], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        import gpuipc
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                gpuipc.Client(socket=self.sock, connect_timeout_ms=1000).close()
+                return
+            except gpuipc.Error:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    raise
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ---- main ----
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--broker', default=os.environ.get('GPUIPC_BROKER', 'gpuipc-broker'))
+    ap.add_argument('--tsv', help='write the rows for gpuipc-bench here')
+    ap.add_argument('--quick', action='store_true', help='fewer trials and iterations')
+    ap.add_argument('--device', type=int, default=0)
+    ap.add_argument('--consumers', default='1,8', help='comma-separated consumer counts')
+    ap.add_argument('--share-mib', type=int, default=64, help='size of the tensor in (a)')
+    ap.add_argument('--ring-mib', type=int, default=16, help='size of each ring slot in (b)')
+    args = ap.parse_args()
+    trials = 5 if args.quick else 20
+    iters = 200 if args.quick else 1000
+
+    try:
+        import torch
+        import torch.multiprocessing as mp
+    except ImportError as e:
+        print(f'torch_compare: skipped: PyTorch is not installed ({e})')
+        return 77
+    if not torch.cuda.is_available():
+        print('torch_compare: skipped: torch sees no CUDA device')
+        return 77
+    try:
+        import gpuipc  # noqa: F401
+    except Exception as e:  # the library or module not found
+        print(f'torch_compare: cannot load the gpuipc module ({e}); set PYTHONPATH and GPUIPC_LIBRARY')
+        return 1
+
+    ctx = mp.get_context('spawn')
+    broker = Broker(args.broker)
+    rows, failed = [], False
+    print(f'torch {torch.__version__}, {torch.cuda.get_device_name(args.device)}; '
+          f'{trials} share trials, {iters} ring iterations')
+    try:
+        for n in [int(x) for x in args.consumers.split(',')]:
+            try:
+                tt = share_torch(ctx, n, trials, args.share_mib << 20, args.device)
+                tg, pub = share_gpuipc(ctx, n, trials, args.share_mib << 20, args.device, broker.sock)
+                rows.append((f'share 1 new tensor to {n} consumer(s), p50', statistics.median(tg), 'us',
+                             'torch.multiprocessing queues', statistics.median(tt), '',
+                             f'{args.share_mib} MiB, {trials} trials; p90 {pct(tg, 90):.0f} vs {pct(tt, 90):.0f} us; '
+                             f'publish alone {statistics.median(pub):.0f} us (incl. the VMM export)'))
+            except Exception:
+                traceback.print_exc()
+                failed = True
+            try:
+                rt = ring_torch(ctx, n, iters, args.ring_mib << 20, args.device)
+                rg = ring_gpuipc(ctx, n, iters, args.ring_mib << 20, args.device, broker.sock)
+                rows.append((f'ring of 8 tensors x {iters} to {n} consumer(s), per pass', rg / iters, 'us',
+                             'torch queues + ack queue', rt / iters, 'ratio<=0.2',
+                             f'{args.ring_mib} MiB slots; totals {rg / 1e6:.2f} s vs {rt / 1e6:.2f} s; '
+                             f'target: 5x faster than torch'))
+            except Exception:
+                traceback.print_exc()
+                failed = True
+    finally:
+        broker.stop()
+
+    print(f'\n{"metric":56} {"gpuipc":>12} {"torch":>12} {"ratio":>8}')
+    for (metric, value, unit, _, base, _, note) in rows:
+        print(f'{metric:56} {value:9.0f} {unit:2} {base:9.0f} {unit:2} {value / base:7.3f}x  {note}')
+    if args.tsv:
+        with open(args.tsv, 'w') as f:
+            for row in rows:
+                f.write('\t'.join(f'{x:.3f}' if isinstance(x, float) else str(x) for x in row) + '\n')
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
