@@ -1,5 +1,6 @@
 /* Measurements on 64 MiB buffers, printed as a table: what a first publish costs (the cuda-vmm
- * export, the legacy IPC handle), first and cached attaches of both kinds, and device-to-device
+ * export, the legacy IPC handle; and the raw export, straight after cuMemCreate and once the
+ * memory is mapped and written), first and cached attaches of both kinds, and device-to-device
  * copy bandwidth through an imported mapping against a local buffer; on one GPU, and GPU 0 ->
  * GPU 1 when there are two. Each figure is the median (p50) of several runs, with min..max.
  * Checks: a cached attach is faster than a first one, and copying from a mapping reaches at least
@@ -73,28 +74,45 @@ static void name_of(char *buf, size_t cap, gpuipc_kind_t kind, int i)
 
 /* ---- producer ---- */
 
-/* cuMemCreate + cuMemExportToShareableHandle by hand: the export alone, without the broker. */
-static Stat export_alone(void)
+/* cuMemCreate + cuMemExportToShareableHandle by hand, without the broker: straight after the
+ * create, or (mapped) once the memory is mapped and written, as gpuipc_publish finds it. */
+static Stat export_alone(bool mapped)
 {
         GcuMemAllocationProp prop = {
                 .type = GCU_MEM_ALLOCATION_TYPE_PINNED,
                 .requested_handle_types = GCU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
                 .location = { .type = GCU_MEM_LOCATION_TYPE_DEVICE, .id = cuda_device(0) },
         };
+        GcuMemAccessDesc access = {
+                .location = { .type = GCU_MEM_LOCATION_TYPE_DEVICE, .id = cuda_device(0) },
+                .flags = GCU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
         double t[FIRST_RUNS];
 
         gpu_push(0);
         for (int i = 0; i < FIRST_RUNS; i++) {
                 GcuMemHandle h = 0;
+                GcuDevicePtr p = 0;
                 int fd = -1;
                 uint64_t t0;
 
                 CHECK_CU(CU(cuMemCreate, &h, SIZE, &prop, 0));
+                if (mapped) {
+                        CHECK_CU(CU(cuMemAddressReserve, &p, SIZE, 0, 0, 0));
+                        CHECK_CU(CU(cuMemMap, p, SIZE, 0, h, 0));
+                        CHECK_CU(CU(cuMemSetAccess, p, SIZE, &access, 1));
+                        CHECK_CU(GX(cuMemsetD32, p, 0x600d0000u + (unsigned)i, SIZE / 4));
+                        CHECK_CU(CU(cuCtxSynchronize));
+                }
                 t0 = gpu_now_us();
                 CHECK_CU(CU(cuMemExportToShareableHandle, &fd, h, GCU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
                             0));
                 t[i] = (double)(gpu_now_us() - t0);
-                close(fd);
+                CHECK(fd >= 0 && close(fd) == 0);
+                if (mapped) {
+                        CHECK_CU(CU(cuMemUnmap, p, SIZE));
+                        CHECK_CU(CU(cuMemAddressFree, p, SIZE));
+                }
                 CHECK_CU(CU(cuMemRelease, h));
         }
         gpu_pop();
@@ -136,7 +154,8 @@ static int producer(HChan *ch, void *arg)
 
         gpu_init();
         c = gpu_connect(a->broker, "producer");
-        n += (size_t)stat_put(msg + n, sizeof(msg) - n, export_alone());
+        n += (size_t)stat_put(msg + n, sizeof(msg) - n, export_alone(false));
+        n += (size_t)stat_put(msg + n, sizeof(msg) - n, export_alone(true));
         n += (size_t)stat_put(msg + n, sizeof(msg) - n, publish_all(c, GPUIPC_KIND_CUDA_VMM, vmm));
         stat_put(msg + n, sizeof(msg) - n, publish_all(c, GPUIPC_KIND_CUDA_LEGACY, legacy));
         h_report(ch, 'p', "%s", msg);
@@ -361,7 +380,7 @@ static void row_bw(const char *what, const Column *c, int k)
         row(what, a, b);
 }
 
-static void print_table(const Stat pub[3], const Column c[2])
+static void print_table(const Stat pub[4], const Column c[2])
 {
         char dashes[64];
 
@@ -376,9 +395,10 @@ static void print_table(const Stat pub[3], const Column c[2])
             c[1].ran ? "cross GPU (GPU0 -> GPU1)" : "cross GPU (needs 2 GPUs)");
         printf("|%.62s|%.30s|%.30s|\n", dashes, dashes, dashes);
         row_us("broker round trip (gpuipc_ping)", c, &c[0].ping, &c[1].ping);
-        row_us("cuMemExportToShareableHandle alone", c, &pub[0], NULL);
-        row_us("cuda-vmm export: first publish (export + round trip)", c, &pub[1], NULL);
-        row_us("cuda-legacy export: first publish (IPC handle + round trip)", c, &pub[2], NULL);
+        row_us("cuMemExportToShareableHandle alone, right after cuMemCreate", c, &pub[0], NULL);
+        row_us("cuMemExportToShareableHandle alone, memory mapped+written", c, &pub[1], NULL);
+        row_us("cuda-vmm export: first publish (export + round trip)", c, &pub[2], NULL);
+        row_us("cuda-legacy export: first publish (IPC handle + round trip)", c, &pub[3], NULL);
         row_us("cuda-vmm first attach (import + map)", c, &c[0].first[0], &c[1].first[0]);
         row_us("cuda-vmm cached attach", c, &c[0].cached[0], &c[1].cached[0]);
         row_us("cuda-legacy first attach (cuIpcOpenMemHandle)", c, &c[0].first[1], &c[1].first[1]);
@@ -415,7 +435,7 @@ static void test_measure(void)
         Column col[2] = { 0 };
         char text[256];
         const char *p;
-        Stat pub[3];
+        Stat pub[4];
         HChild *prod;
 
         if (!gpu_machine.vmm[0])
@@ -424,7 +444,8 @@ static void test_measure(void)
         h_child_expect(prod, 'p', START_MS, text, sizeof(text));
         p = stat_get(text, &pub[0]);
         p = stat_get(p, &pub[1]);
-        stat_get(p, &pub[2]);
+        p = stat_get(p, &pub[2]);
+        stat_get(p, &pub[3]);
         run_consumer(br, 0, &col[0]);
         if (gpu_machine.count >= 2)
                 run_consumer(br, 1, &col[1]);

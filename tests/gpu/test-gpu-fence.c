@@ -1,7 +1,7 @@
 /* Ordering between a producer's GPU work and a consumer in another process. Each round the
- * producer queues a long write on a stream of its own (many cuMemsetD32Async of a 64 MiB cuda-vmm
- * buffer, the last one with this round's value) and publishes the buffer with no_sync, so the
- * consumer attaches while the GPU is still writing. Fenced: the producer signals a gpuipc fence
+ * producer queues, on a stream of its own, a junk value into its 64 MiB cuda-vmm buffer, then
+ * about 20 ms of other GPU work, then this round's value, and publishes the buffer with no_sync,
+ * so the consumer attaches while the GPU is still busy. Fenced: the producer signals a gpuipc fence
  * after the write; the consumer waits for it in its own stream before copying the data out, and
  * must never see anything but this round's value. Default publish: the device synchronization
  * inside gpuipc_publish must be enough for a plain gpuipc_buffer_read. The unfenced rounds only
@@ -13,9 +13,15 @@
 
 #include "gpu.h"
 
-#define SIZE     (64u << 20)
-#define WORDS    (SIZE / 4)
-#define JUNK     48 /* writes queued before the one that counts: about a millisecond of GPU time */
+#define SIZE  (64u << 20)
+#define WORDS (SIZE / 4)
+/* The GPU work between the junk and the real value: memsets of a 1 GiB scratch buffer, far
+ * larger than the L2 cache, about 0.3 ms each on an H200, so the GPU falls behind the CPU that
+ * queues them and the consumer arrives long before the value is written. Repeated memsets of the
+ * 64 MiB buffer itself would mostly hit L2 and run as fast as the CPU queues them. The work also
+ * spans several of the time slices in which a GPU alternates between two processes' contexts. */
+#define SCRATCH  (1u << 30)
+#define SLOW     64
 #define START_MS 30000
 
 typedef enum Mode {
@@ -46,9 +52,9 @@ static uint32_t value_of(int round)
         return 0x3c000000u + (uint32_t)round;
 }
 
-static uint32_t junk_of(int round, int k)
+static uint32_t junk_of(int round)
 {
-        return 0xa0000000u + ((uint32_t)round << 8) + (uint32_t)k;
+        return 0xa0000000u + (uint32_t)round;
 }
 
 static int producer(HChan *ch, void *arg)
@@ -56,6 +62,7 @@ static int producer(HChan *ch, void *arg)
         const FenceArg *a = arg;
         gpuipc_buffer_t *b = NULL;
         gpuipc_fence_t *f = NULL;
+        GcuDevicePtr scratch;
         GcuStream s = NULL;
         uint64_t seq = 0;
         int round = 0;
@@ -63,6 +70,7 @@ static int producer(HChan *ch, void *arg)
 
         gpu_init();
         c = gpu_connect(a->broker, "producer");
+        scratch = gpu_alloc(0, SCRATCH);
         CHECK_OK(c, gpuipc_buffer_alloc(c, GPUIPC_KIND_CUDA_VMM, SIZE, 0, &b));
         CHECK_OK(c, gpuipc_fence_create(c, "fence/f", 0, &f));
         gpu_push(0);
@@ -76,8 +84,9 @@ static int producer(HChan *ch, void *arg)
                 for (int i = 0; i < phase->rounds; i++) {
                         round++;
                         gpu_push(0);
-                        for (int k = 0; k < JUNK; k++)
-                                CHECK_CU(GX(cuMemsetD32Async, gpu_ptr(b), junk_of(round, k), WORDS, s));
+                        CHECK_CU(GX(cuMemsetD32Async, gpu_ptr(b), junk_of(round), WORDS, s));
+                        for (int k = 0; k < SLOW; k++)
+                                CHECK_CU(GX(cuMemsetD32Async, scratch, (unsigned)k, SCRATCH / 4, s));
                         CHECK_CU(GX(cuMemsetD32Async, gpu_ptr(b), value_of(round), WORDS, s));
                         gpu_pop();
                         if (phase->mode != MODE_SYNC)
@@ -96,6 +105,7 @@ static int producer(HChan *ch, void *arg)
         CHECK_CU(CU(cuStreamDestroy, s));
         gpu_pop();
         CHECK_OK(c, gpuipc_buffer_free(c, b));
+        gpu_free(0, scratch);
         gpuipc_close(c);
         return 0;
 }
@@ -208,7 +218,7 @@ static void run_fence(int consumer_device, const Phase *phases, int n_phases)
         p = h_spawn("producer", producer, &a);
         h_child_expect(p, 'p', START_MS, NULL, 0);
         k = h_spawn("consumer", consumer, &a);
-        h_child_expect(k, 'd', 50000, text, sizeof(text));
+        h_child_expect(k, 'd', 55000, text, sizeof(text));
         CHECK(sscanf(text, "%d %d %d %d %d", &rounds, &fenced, &early, &unfenced, &stale) == 5);
         h_child_wait_ok(k, H_SOON_MS);
         h_child_tell(p, 'x');
@@ -218,10 +228,14 @@ static void run_fence(int consumer_device, const Phase *phases, int n_phases)
         printf("# consumer on GPU %d: %d rounds, none stale where ordered", consumer_device, rounds);
         if (fenced)
                 printf("; %d fenced rounds, in %d of them the copy was queued before the producer's "
-                       "write had finished", fenced, early);
+                       "write had finished",
+                       fenced, early);
         if (unfenced)
                 printf("; without the fence wait %d of %d rounds saw stale data (informational)", stale,
                        unfenced);
+        if (fenced && early == 0 && stale == 0)
+                printf("; the consumer never ran during the producer's write: ordering was not put to the "
+                       "test");
         printf("\n");
         h_broker_settle(br);
         h_broker_stop(br);
