@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "cuda.h"
 #include "internal.h"
 #include "macro.h"
 
@@ -402,6 +403,13 @@ static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gp
         }
         proto_set(&req, PF_OP);
         r = client_request(c, &req, -1, timeout_ms < 0 ? -1 : timeout_ms + CLIENT_REPLY_GRACE_MS, &f);
+        if (r == GPUIPC_E_DEVICE && cuda_load() < 0) {
+                /* We declared no GPU because CUDA does not work in this process: say that, it is
+                 * the cause the broker cannot see. */
+                size_t n = strlen(c->errmsg);
+                snprintf(c->errmsg + n, sizeof(c->errmsg) - n, " (CUDA is unusable in this process: %s)",
+                         cuda_load_error());
+        }
         if (r < 0)
                 return r;
         r = attach_finish(c, &f, ret);

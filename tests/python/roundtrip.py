@@ -3,14 +3,17 @@ Client.empty() and publishes it, the consumer attaches it by name and checks eve
 shape. KIND=memfd works anywhere (memoryview); cuda-vmm / cuda-legacy need torch and a GPU.
 
     python3 roundtrip.py KIND   exit 0 pass, 1 fail, 77 skipped
+Producer and consumer are separate processes started with subprocess, never fork: a CUDA context
+does not survive fork().
 """
 import os
+import subprocess
 import sys
 
 import gpuipc
 
 KIND = sys.argv[1] if len(sys.argv) > 1 else 'memfd'
-NAME = f'py/roundtrip/{KIND}/{os.getpid()}'
+NAME = os.environ.get('GPUIPC_TEST_NAME') or f'py/roundtrip/{KIND}/{os.getpid()}'
 SHAPE = (64, 1024)
 
 
@@ -60,8 +63,25 @@ def consumer_torch(c):
         torch.cuda.synchronize()
 
 
+def run_role(role):
+    with gpuipc.Client(label=f'py-{role}') as c:
+        fn = {('producer', True): producer_memfd, ('consumer', True): consumer_memfd,
+              ('producer', False): producer_torch, ('consumer', False): consumer_torch}[(role, KIND == 'memfd')]
+        fn(c)
+
+
 def main():
+    if len(sys.argv) > 2:  # a role, started by the parent below
+        try:
+            run_role(sys.argv[2])
+            return 0
+        except Exception as e:
+            print(f'{sys.argv[2]}: {e!r}', file=sys.stderr)
+            return 1
     if KIND != 'memfd':
+        # Asking torch through NVML keeps CUDA uninitialized here; the roles are separate
+        # processes anyway (a CUDA context does not survive fork).
+        os.environ.setdefault('PYTORCH_NVML_BASED_CUDA_CHECK', '1')
         try:
             import torch
             if not torch.cuda.is_available():
@@ -69,25 +89,18 @@ def main():
         except ImportError:
             print('torch with CUDA is not available: skipped')
             return 77
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            with gpuipc.Client(label='py-consumer') as c:
-                (consumer_memfd if KIND == 'memfd' else consumer_torch)(c)
-            code = 0
-        except Exception as e:  # report and fail: the parent checks our status
-            print(f'consumer: {e!r}', file=sys.stderr)
-        os._exit(code)
-    ok = True
+    env = dict(os.environ, GPUIPC_TEST_NAME=NAME)
+    consumer = subprocess.Popen([sys.executable, __file__, KIND, 'consumer'], env=env)
+    producer = subprocess.Popen([sys.executable, __file__, KIND, 'producer'], env=env)
     try:
-        with gpuipc.Client(label='py-producer') as c:
-            (producer_memfd if KIND == 'memfd' else producer_torch)(c)
-    except Exception as e:
-        print(f'producer: {e!r}', file=sys.stderr)
+        ok = consumer.wait(timeout=120) == 0
+        ok = producer.wait(timeout=60) == 0 and ok
+    except subprocess.TimeoutExpired:
         ok = False
-    _, status = os.waitpid(pid, 0)
-    ok = ok and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    for p in (consumer, producer):
+        if p.poll() is None:
+            p.kill()
+            p.wait()
     print(f'python {KIND} round trip: {"passed" if ok else "FAILED"}')
     return 0 if ok else 1
 
