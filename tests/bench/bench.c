@@ -46,13 +46,15 @@ static void usage(FILE *f)
                 "      --seccomp MODE      the broker's --seccomp (default enforce, as deployed)\n"
                 "      --python PATH       interpreter for torch_compare.py (default python3)\n"
                 "      --no-torch          skip the PyTorch comparison in --gpu\n"
+                "      --pin same|split    latency: client and server on one CPU, or on two (default:\n"
+                "                          wherever the scheduler puts them)\n"
                 "  -h, --help\n");
 }
 
 static void parse_args(int argc, char **argv)
 {
         enum { O_LAT = 256, O_TP, O_FAN, O_SCALE, O_SEED, O_GPU, O_ALL, O_BROKER, O_SECCOMP, O_PYTHON,
-               O_NO_TORCH };
+               O_NO_TORCH, O_PIN };
         static const struct option opts[] = {
                 { "latency", no_argument, NULL, O_LAT },       { "throughput", no_argument, NULL, O_TP },
                 { "fanout", no_argument, NULL, O_FAN },        { "scale", no_argument, NULL, O_SCALE },
@@ -62,6 +64,7 @@ static void parse_args(int argc, char **argv)
                 { "seccomp", required_argument, NULL, O_SECCOMP },
                 { "python", required_argument, NULL, O_PYTHON },
                 { "no-torch", no_argument, NULL, O_NO_TORCH }, { "help", no_argument, NULL, 'h' },
+                { "pin", required_argument, NULL, O_PIN },
                 {},
         };
         BenchOpts *o = &bench_opts;
@@ -92,6 +95,7 @@ static void parse_args(int argc, char **argv)
                 case O_SECCOMP: o->seccomp = optarg; break;
                 case O_PYTHON: o->python = optarg; break;
                 case O_NO_TORCH: o->torch_script = NULL; break;
+                case O_PIN: o->pin = optarg; break;
                 case 'h': usage(stdout); exit(0);
                 default: usage(stderr); exit(2);
                 }
@@ -102,6 +106,10 @@ static void parse_args(int argc, char **argv)
         }
         if (!o->sections)
                 o->sections = SEC_CPU_ALL;
+        if (o->pin && strcmp(o->pin, "same") != 0 && strcmp(o->pin, "split") != 0)
+                die("--pin is same or split");
+        if (o->pin && strcmp(o->pin, "split") == 0 && sysconf(_SC_NPROCESSORS_ONLN) < 2)
+                die("--pin split needs two CPUs");
         if (o->out_dir && mkdir(o->out_dir, 0755) < 0 && errno != EEXIST)
                 die("cannot create %s: %s", o->out_dir, strerror(errno));
         if (access(o->broker, X_OK) < 0)
@@ -313,6 +321,10 @@ int main(int argc, char **argv)
                (unsigned long long)machine->mem_mib, machine->kernel);
         printf("GPUs:    %s\n", machine->gpus[0] ? machine->gpus : "none");
         printf("broker:  %s --seccomp %s\n", bench_opts.broker, bench_opts.seccomp);
+        if (bench_opts.pin)
+                printf("latency: client and servers pinned to %s\n", strcmp(bench_opts.pin, "same") == 0
+                                                                          ? "CPU 0 together"
+                                                                          : "CPU 0 (client) and CPU 1 (broker, echo)");
         printf("command: %s\n", command_line);
         fflush(stdout);
 

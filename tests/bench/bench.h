@@ -36,6 +36,7 @@ typedef struct BenchOpts {
         const char *torch_script; /* NULL or "": skip the PyTorch comparison */
         const char *library;      /* libgpuipc.so for the Python module */
         const char *python_path;  /* the directory holding gpuipc.py */
+        const char *pin;          /* latency: NULL (the scheduler decides), "same" or "split" */
 } BenchOpts;
 
 extern BenchOpts bench_opts;
@@ -127,6 +128,9 @@ pid_t spawn(int (*fn)(void *arg), void *arg, const int *keep, size_t n_keep);
 
 /* Waits for a child: its exit status, or 128 + signal. */
 int child_wait(pid_t pid);
+
+/* Pins a process (0: this one, and so what it forks afterwards) to one CPU. */
+void pin_to_cpu(pid_t pid, int cpu);
 
 /* Raises RLIMIT_NOFILE (soft and, if need be, hard) to at least n; the limit reached. */
 rlim_t raise_nofile(rlim_t n);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -24,6 +25,7 @@ typedef struct OpInfo {
         FdWay fd;
         size_t req, rep;  /* frame sizes in bytes */
         Samples gp, raw, rawfd;
+        Samples direct;   /* the same frames from a blocking raw client (ping, cached attach, release) */
 } OpInfo;
 
 static OpInfo ops[_OP_MAX] = {
@@ -39,6 +41,8 @@ typedef struct Ctx {
         Broker broker;
         gpuipc_t *prod, *cons;
         int echo;           /* socket to the echo server */
+        int direct;         /* a raw blocking connection to the broker */
+        ProtoBuf f_ping, f_attach, f_release, f_unmap; /* what it sends */
         int memfd;          /* what the fd baseline sends */
         uint8_t *buf;
         unsigned rounds, block;
@@ -137,6 +141,62 @@ static void calibrate(Ctx *x)
                      ops[i].fd == FD_TO_BROKER ? ", fd to the broker" : ops[i].fd == FD_FROM_BROKER ? ", fd back" : "");
 }
 
+/* ---- a raw client ----
+ * Blocking sendmsg + recvmsg of the exact frames libgpuipc sends, like the ping-pong baseline:
+ * what remains above the baseline is the broker's own work; what libgpuipc adds on top of this is
+ * the client library's (its non-blocking receive, poll, decoding, bookkeeping). */
+
+static ProtoBuf encode(ProtoMsg *m)
+{
+        ProtoBuf b = { 0 };
+
+        m->id = 100000;
+        proto_set(m, PF_ID);
+        if (proto_frame_encode(&b, m, 0) != 0)
+                die("cannot encode a frame");
+        return b;
+}
+
+static uint64_t direct_round(Ctx *x, const ProtoBuf *req)
+{
+        uint64_t t0 = now_ns();
+        int fd;
+
+        if (rec_send(x->direct, req->data, req->len, -1) < 0 || rec_recv(x->direct, x->buf, ECHO_BUF, &fd) <= 0)
+                die("the broker closed the raw connection");
+        if (fd >= 0)
+                close(fd);
+        return now_ns() - t0;
+}
+
+static void direct_open(Ctx *x, uint64_t k_id)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        ProtoMsg m;
+        ProtoBuf hello;
+
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", x->broker.sock);
+        x->direct = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (x->direct < 0 || connect(x->direct, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                die("cannot connect to the broker: %s", strerror(errno));
+        m = (ProtoMsg){ .op = PROTO_OP_HELLO, .version = PROTO_VERSION, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_VERSION) };
+        hello = encode(&m);
+        direct_round(x, &hello);
+        proto_buf_free(&hello);
+        m = (ProtoMsg){ .op = PROTO_OP_PING, .has = PROTO_BIT(PF_OP) };
+        x->f_ping = encode(&m);
+        m = (ProtoMsg){ .op = PROTO_OP_ATTACH, .name = proto_str("bench/lat/k"), .timeout_ms = 5000 };
+        m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_TIMEOUT_MS);
+        x->f_attach = encode(&m);
+        m = (ProtoMsg){ .op = PROTO_OP_RELEASE, .buffer = k_id, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
+        x->f_release = encode(&m);
+        m.op = PROTO_OP_UNMAP;
+        x->f_unmap = encode(&m);
+        /* The first attach carries the fd: the ones we time are cached. */
+        direct_round(x, &x->f_attach);
+        direct_round(x, &x->f_release);
+}
+
 /* ---- blocks ---- */
 
 static void record(Ctx *x, Samples *s, Op op, const char *kind, uint64_t ns)
@@ -169,6 +229,16 @@ static void raw_block(Ctx *x, Op op, unsigned n)
                 TRY(c, call);                                                                               \
                 record(x, &ops[op].gp, op, "gpuipc", now_ns() - t0_);                                       \
         } while (0)
+
+/* Events nobody waits for (drained events of buffers we freed) would pile up in the producer's
+ * queue, and libgpuipc scans that queue on every wait_drained: take them. */
+static void drop_events(gpuipc_t *c)
+{
+        gpuipc_event_t ev;
+
+        while (gpuipc_next_event(c, &ev, 0) == 0)
+                ;
+}
 
 /* Publish n new buffers (timed), attach each on the consumer connection (timed: the fd travels
  * and is mapped), then release and free them (not timed). */
@@ -207,6 +277,7 @@ static void publish_and_attach_block(Ctx *x, unsigned n, bool raw_first)
                 TRY(x->prod, gpuipc_buffer_free(x->prod, mine[i]));
         /* The freed events unmap the consumer's cached mappings; take them before timing again. */
         TRY(x->cons, gpuipc_ping(x->cons, 10000));
+        drop_events(x->prod);
         free(mine);
         free(theirs);
 }
@@ -237,6 +308,18 @@ static void cached_block(Ctx *x, unsigned n, bool raw_first)
                 TIMED(x, x->cons, OP_ATTACH_CACHED, gpuipc_attach(x->cons, "bench/lat/k", 5000, &b));
                 TIMED(x, x->cons, OP_RELEASE, gpuipc_release(x->cons, b));
         }
+        for (unsigned i = 0; i < n; i++) {
+                record(x, &ops[OP_ATTACH_CACHED].direct, OP_ATTACH_CACHED, "direct", direct_round(x, &x->f_attach));
+                record(x, &ops[OP_RELEASE].direct, OP_RELEASE, "direct", direct_round(x, &x->f_release));
+        }
+        /* Uncached from the raw client: unmap after each release, so that the fd travels again
+         * (it is closed on arrival, not mapped). */
+        for (unsigned i = 0; i < n; i++) {
+                record(x, &ops[OP_ATTACH_UNCACHED].direct, OP_ATTACH_UNCACHED, "direct",
+                       direct_round(x, &x->f_attach));
+                direct_round(x, &x->f_release);
+                direct_round(x, &x->f_unmap);
+        }
         if (!raw_first) {
                 raw_block(x, OP_ATTACH_CACHED, n);
                 raw_block(x, OP_RELEASE, n);
@@ -249,9 +332,12 @@ static void ping_block(Ctx *x, unsigned n, bool raw_first)
                 raw_block(x, OP_PING, n);
         for (unsigned i = 0; i < n; i++)
                 TIMED(x, x->cons, OP_PING, gpuipc_ping(x->cons, 10000));
+        for (unsigned i = 0; i < n; i++)
+                record(x, &ops[OP_PING].direct, OP_PING, "direct", direct_round(x, &x->f_ping));
         if (!raw_first)
                 raw_block(x, OP_PING, n);
 }
+
 
 static void round_run(Ctx *x, gpuipc_buffer_t *re, unsigned n)
 {
@@ -276,6 +362,8 @@ static void add_rows(const char *pct_name, double pct, double limit)
 
                 snprintf(metric, sizeof(metric), "%s %s", o->what, pct_name);
                 snprintf(baseline, sizeof(baseline), "raw ping-pong%s %zu/%zu B", fd ? " + fd" : "", o->req, o->rep);
+                if (bench_opts.pin)
+                        snprintf(metric + strlen(metric), sizeof(metric) - strlen(metric), " [pin %s]", bench_opts.pin);
                 r = row_add(metric, samples_pct(&o->gp, pct), "us", baseline, samples_pct(base, pct));
                 row_target_ratio_max(r, limit);
                 if (fd)
@@ -283,6 +371,29 @@ static void add_rows(const char *pct_name, double pct, double limit)
                                  samples_pct(&o->gp, pct) / samples_pct(&o->raw, pct), samples_pct(&o->raw, pct));
                 else
                         row_note(r, "%zu samples", o->gp.n);
+        }
+}
+
+/* The decomposition: ping-pong < raw client to the broker < libgpuipc. */
+static void add_direct_rows(void)
+{
+        static const Op which[] = { OP_PING, OP_ATTACH_UNCACHED, OP_ATTACH_CACHED, OP_RELEASE };
+
+        for (size_t i = 0; i < ARRAY_SIZE(which); i++) {
+                OpInfo *o = &ops[which[i]];
+                bool fd = o->fd != FD_NONE;
+                Samples *base = fd ? &o->rawfd : &o->raw;
+                char metric[96], baseline[64];
+                Row *r;
+
+                snprintf(metric, sizeof(metric), "%s p50, raw blocking client%s%s%s", o->what,
+                         bench_opts.pin ? " [pin " : "", bench_opts.pin ? bench_opts.pin : "", bench_opts.pin ? "]" : "");
+                snprintf(baseline, sizeof(baseline), "raw ping-pong%s %zu/%zu B", fd ? " + fd" : "", o->req, o->rep);
+                r = row_add(metric, samples_pct(&o->direct, 50), "us", baseline, samples_pct(base, 50));
+                row_note(r, "broker's share %.1f us; libgpuipc adds %.1f us%s (p99 %.1f us)",
+                         samples_pct(&o->direct, 50) - samples_pct(base, 50),
+                         samples_pct(&o->gp, 50) - samples_pct(&o->direct, 50), fd ? " incl. fstat+mmap" : "",
+                         samples_pct(&o->direct, 99));
         }
 }
 
@@ -300,6 +411,9 @@ static void write_percentiles(void)
                         if (ops[i].fd != FD_NONE)
                                 fprintf(f, "%s,raw_fd,%g,%.3f\n", ops[i].name, pcts[k],
                                         samples_pct(&ops[i].rawfd, pcts[k]));
+                        if (ops[i].direct.n)
+                                fprintf(f, "%s,direct,%g,%.3f\n", ops[i].name, pcts[k],
+                                        samples_pct(&ops[i].direct, pcts[k]));
                 }
         }
         fclose(f);
@@ -318,13 +432,19 @@ void section_latency(void)
         pid_t echo;
 
         raise_nofile(2 * x.block + 1024);
+        if (bench_opts.pin)
+                pin_to_cpu(0, 0); /* the brokers and the echo server inherit it, and "split" moves them */
         broker_start(&x.broker, NULL, 0);
+        if (bench_opts.pin && strcmp(bench_opts.pin, "split") == 0)
+                pin_to_cpu(x.broker.pid, 1);
         calibrate(&x);
 
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                 die("socketpair: %s", strerror(errno));
         echo = spawn(echo_child, &sv[1], &sv[1], 1);
         close(sv[1]);
+        if (bench_opts.pin && strcmp(bench_opts.pin, "split") == 0)
+                pin_to_cpu(echo, 1);
         x.echo = sv[0];
         x.memfd = sealed_memfd(4096);
         x.buf = malloc(ECHO_BUF);
@@ -340,6 +460,7 @@ void section_latency(void)
         TRY(x.prod, gpuipc_publish(x.prod, k, "bench/lat/k", NULL));
         TRY(x.cons, gpuipc_attach(x.cons, "bench/lat/k", 5000, &v)); /* maps it: later attaches are cached */
         TRY(x.cons, gpuipc_release(x.cons, v));
+        direct_open(&x, gpuipc_buffer_id(k));
 
         x.raw_out = out_open("latency_samples.csv", "op,series,round,us");
         note("%u rounds of %u calls per operation, alternating with the ping-pong", x.rounds, x.block);
@@ -353,11 +474,13 @@ void section_latency(void)
 
         add_rows("p50", 50, 1.5);
         add_rows("p99", 99, 3.0);
+        add_direct_rows();
         write_percentiles();
 
         gpuipc_close(x.cons);
         gpuipc_close(x.prod);
         close(x.echo);
+        close(x.direct);
         child_wait(echo);
         broker_stop(&x.broker);
 }

@@ -118,6 +118,7 @@ static void lookups(Scale *s)
         gpuipc_t *bc = bench_connect(&s->big, "bench-lookup"), *bu = bench_connect(&s->big, "bench-lookup-fd");
         gpuipc_t *sc = bench_connect(&s->small, "bench-lookup"), *su = bench_connect(&s->small, "bench-lookup-fd");
         Samples big_c = { 0 }, big_u = { 0 }, small_c = { 0 }, small_u = { 0 }, big_s = { 0 }, small_s = { 0 };
+        Samples big_p = { 0 }, small_p = { 0 };
         unsigned rounds = bench_opts.quick ? 4 : 10, block = bench_opts.quick ? 250 : 500;
         char metric[96];
         Row *r;
@@ -147,6 +148,15 @@ static void lookups(Scale *s)
                 lookup_block(sc, block, false, 0, 1, &small_c);
                 lookup_block(su, block, true, 0, 1, &small_u);
                 lookup_block(bu, block, true, 0, s->n_low, &big_u);
+                for (unsigned i = 0; i < block; i++) {
+                        uint64_t t0 = now_ns();
+
+                        TRY(bc, gpuipc_ping(bc, 10000));
+                        samples_add(&big_p, (double)(now_ns() - t0) / 1000.0);
+                        t0 = now_ns();
+                        TRY(sc, gpuipc_ping(sc, 10000));
+                        samples_add(&small_p, (double)(now_ns() - t0) / 1000.0);
+                }
         }
         for (unsigned i = 0; i < (bench_opts.quick ? 3u : 10u); i++) {
                 uint64_t t0 = now_ns();
@@ -166,6 +176,9 @@ static void lookups(Scale *s)
         r = row_add(metric, samples_pct(&big_u, 50), "us", "same on a broker with 1 buffer", samples_pct(&small_u, 50));
         row_note(r, "p99 %.1f us vs %.1f us; random names of %u memfd buffers", samples_pct(&big_u, 99),
                  samples_pct(&small_u, 99), s->n_low);
+        snprintf(metric, sizeof(metric), "ping, %uk buffers + %u peers, p50", s->n_buffers / 1000, s->n_peers);
+        r = row_add(metric, samples_pct(&big_p, 50), "us", "same on a broker with 1 buffer", samples_pct(&small_p, 50));
+        row_note(r, "no registry work at all: what is left is per-request cost of the idle peers");
         snprintf(metric, sizeof(metric), "stats op, %uk buffers, p50", s->n_buffers / 1000);
         r = row_add(metric, samples_pct(&big_s, 50), "us", "same on a broker with 1 buffer", samples_pct(&small_s, 50));
         row_note(r, "walks every buffer and lists /proc/self/fd (one entry per held fd)");
@@ -174,6 +187,8 @@ static void lookups(Scale *s)
         put(s, "lookup_fd_big_p50_us", samples_pct(&big_u, 50));
         put(s, "lookup_fd_small_p50_us", samples_pct(&small_u, 50));
         put(s, "stats_big_p50_us", samples_pct(&big_s, 50));
+        put(s, "ping_big_p50_us", samples_pct(&big_p, 50));
+        put(s, "ping_small_p50_us", samples_pct(&small_p, 50));
         put(s, "stats_small_p50_us", samples_pct(&small_s, 50));
         samples_free(&big_c);
         samples_free(&big_u);
@@ -181,6 +196,8 @@ static void lookups(Scale *s)
         samples_free(&small_u);
         samples_free(&big_s);
         samples_free(&small_s);
+        samples_free(&big_p);
+        samples_free(&small_p);
         gpuipc_close(bc);
         gpuipc_close(bu);
         gpuipc_close(sc);

@@ -30,11 +30,13 @@ typedef struct TpShared {
         uint64_t ops[TP_MAX_CLIENTS];
 } TpShared;
 
+typedef enum ClientKind { CL_LIBGPUIPC, CL_ECHO, CL_DIRECT } ClientKind;
+
 typedef struct TpClient {
         TpShared *sh;
         int idx, go;
         Workload wl;
-        bool echo;
+        ClientKind kind;
         const Broker *broker;
         const char *echo_path;
         size_t sizes[2][2]; /* [request kind][0 = request, 1 = reply]: ping or attach, release */
@@ -153,10 +155,65 @@ static int broker_client(TpClient *a)
         return 0;
 }
 
+/* The broker's capacity without libgpuipc: blocking sendmsg + recvmsg of the frames it would send. */
+static int direct_client(TpClient *a)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        uint8_t *buf = malloc(ECHO_BUF);
+        ProtoBuf hello = { 0 }, att = { 0 }, rel = { 0 };
+        ProtoMsg m;
+        uint64_t n = 0, id;
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), rfd;
+        long len;
+
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", a->broker->sock);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                die("cannot connect to the broker: %s", strerror(errno));
+        m = (ProtoMsg){ .op = PROTO_OP_HELLO, .id = 1, .version = PROTO_VERSION };
+        m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID) | PROTO_BIT(PF_VERSION);
+        proto_frame_encode(&hello, &m, 0);
+        m = (ProtoMsg){ .op = PROTO_OP_ATTACH, .id = 2, .name = proto_str("bench/tp"), .timeout_ms = 30000 };
+        m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_TIMEOUT_MS);
+        proto_frame_encode(&att, &m, 0);
+        if (rec_send(fd, hello.data, hello.len, -1) < 0 || rec_recv(fd, buf, ECHO_BUF, &rfd) <= 0 ||
+            rec_send(fd, att.data, att.len, -1) < 0 || (len = rec_recv(fd, buf, ECHO_BUF, &rfd)) <= 0)
+                die("the broker did not answer");
+        if (rfd >= 0)
+                close(rfd);
+        {
+                ProtoMsg r;
+                if (proto_msg_decode(buf + PROTO_HEADER_SIZE, (size_t)len - PROTO_HEADER_SIZE, &r, NULL) != 0)
+                        die("cannot decode the attach reply");
+                id = r.buffer;
+        }
+        m = (ProtoMsg){ .op = PROTO_OP_RELEASE, .id = 3, .buffer = id, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID) |
+                                                                             PROTO_BIT(PF_BUFFER) };
+        proto_frame_encode(&rel, &m, 0);
+        if (rec_send(fd, rel.data, rel.len, -1) < 0 || rec_recv(fd, buf, ECHO_BUF, &rfd) <= 0)
+                die("the broker did not answer");
+        wait_go(a);
+        while (!__atomic_load_n(&a->sh->stop, __ATOMIC_RELAXED)) {
+                if (rec_send(fd, att.data, att.len, -1) < 0 || rec_recv(fd, buf, ECHO_BUF, &rfd) <= 0 ||
+                    rec_send(fd, rel.data, rel.len, -1) < 0 || rec_recv(fd, buf, ECHO_BUF, &rfd) <= 0)
+                        die("the broker went away");
+                n += 2;
+        }
+        a->sh->ops[a->idx] = n;
+        return 0;
+}
+
 static int client_child(void *arg)
 {
         TpClient *a = arg;
-        return a->echo ? echo_client(a) : broker_client(a);
+
+        switch (a->kind) {
+        case CL_ECHO:
+                return echo_client(a);
+        case CL_DIRECT:
+                return direct_client(a);
+        default:
+                return broker_client(a);
+        }
 }
 
 /* ---- runs ---- */
@@ -279,26 +336,34 @@ void section_throughput(void)
                 for (size_t k = 0; k < ARRAY_SIZE(clients); k++) {
                         int n = clients[k];
                         TpClient a = { .sh = sh, .wl = (Workload)w, .broker = &broker, .echo_path = echo_path };
-                        TpResult rb, re;
+                        TpResult rb, re, rd = { 0 };
                         char metric[96];
                         Row *r;
 
                         memcpy(a.sizes, sizes[w], sizeof(a.sizes));
                         if (k & 1) {
-                                a.echo = true;
+                                a.kind = CL_ECHO;
                                 re = tp_run(&a, n, echo, seconds);
-                                a.echo = false;
+                                a.kind = CL_LIBGPUIPC;
                                 rb = tp_run(&a, n, broker.pid, seconds);
                         } else {
                                 rb = tp_run(&a, n, broker.pid, seconds);
-                                a.echo = true;
+                                a.kind = CL_ECHO;
                                 re = tp_run(&a, n, echo, seconds);
                         }
-                        note("%s, %3d clients: broker %.0f ops/s (%.2f us CPU/op), echo %.0f ops/s (%.2f us CPU/op)",
-                             workload_names[w], n, rb.ops_per_s, rb.cpu_us_per_op, re.ops_per_s, re.cpu_us_per_op);
+                        if (w == WL_ATTACH_RELEASE) {
+                                a.kind = CL_DIRECT;
+                                rd = tp_run(&a, n, broker.pid, seconds);
+                        }
+                        note("%s, %3d clients: broker %.0f ops/s (%.2f us CPU/op), echo %.0f ops/s (%.2f us CPU/op)%s",
+                             workload_names[w], n, rb.ops_per_s, rb.cpu_us_per_op, re.ops_per_s, re.cpu_us_per_op,
+                             w == WL_ATTACH_RELEASE ? ", raw clients to the broker: see the table" : "");
                         if (raw) {
                                 fprintf(raw, "broker,%s,%d,%.0f,%.3f,%.3f,%.3f\n", workload_names[w], n, rb.ops_per_s,
                                         rb.cpu_us_per_op, rb.sched_us_per_op, rb.util);
+                                if (w == WL_ATTACH_RELEASE)
+                                        fprintf(raw, "broker_raw_clients,%s,%d,%.0f,%.3f,%.3f,%.3f\n", workload_names[w],
+                                                n, rd.ops_per_s, rd.cpu_us_per_op, rd.sched_us_per_op, rd.util);
                                 fprintf(raw, "echo,%s,%d,%.0f,%.3f,%.3f,%.3f\n", workload_names[w], n, re.ops_per_s,
                                         re.cpu_us_per_op, re.sched_us_per_op, re.util);
                         }
@@ -310,6 +375,12 @@ void section_throughput(void)
                         snprintf(metric, sizeof(metric), "  broker CPU per op (%s, %d)", workload_names[w], n);
                         r = row_add(metric, rb.cpu_us_per_op, "us", "echo server CPU per op", re.cpu_us_per_op);
                         row_note(r, "utime+stime; scheduler says %.2f us", rb.sched_us_per_op);
+                        if (w == WL_ATTACH_RELEASE) {
+                                snprintf(metric, sizeof(metric), "  same frames, raw blocking clients (%d)", n);
+                                r = row_add(metric, rd.ops_per_s, "ops/s", "epoll echo server, same sizes", re.ops_per_s);
+                                row_note(r, "the broker without libgpuipc's client path; busy %.0f%%, %.2f us CPU/op",
+                                         rd.util * 100, rd.cpu_us_per_op);
+                        }
                 }
         }
         if (raw)

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -276,6 +277,16 @@ int child_wait(pid_t pid)
                         return -1;
         }
         return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+void pin_to_cpu(pid_t pid, int cpu)
+{
+        cpu_set_t set;
+
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (sched_setaffinity(pid, sizeof(set), &set) < 0)
+                die("cannot pin pid %d to CPU %d: %s", (int)pid, cpu, strerror(errno));
 }
 
 rlim_t raise_nofile(rlim_t n)
