@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fdpass.h"
 #include "macro.h"
 
 /* A frame waiting for room in the socket, its bytes inline: one allocation of exactly what it
@@ -47,96 +48,35 @@ void conn_deinit(Conn *c)
         c->fd = safe_close(c->fd);
 }
 
-/* Collects the SCM_RIGHTS fds of a received message; anything else in the control data is
- * ignored (we never ask for credentials messages). Returns the number stored in fds. */
-static size_t collect_fds(struct msghdr *mh, int *fds)
-{
-        size_t n = 0;
-
-        for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
-                size_t count;
-
-                if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-                        continue;
-                count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                for (size_t i = 0; i < count; i++) {
-                        int fd;
-                        memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-                        if (n < CONN_MAX_RECV_FDS)
-                                fds[n++] = fd;
-                        else
-                                safe_close(fd);
-                }
-        }
-        return n;
-}
-
 int conn_recv(Conn *c, uint8_t *buf, size_t cap, size_t *ret_len, int *fds, size_t *ret_n_fds)
 {
-        union {
-                char buf[CMSG_SPACE(sizeof(int) * CONN_MAX_RECV_FDS)];
-                struct cmsghdr align;
-        } ctrl;
-        struct iovec iov = { buf, cap };
-        struct msghdr mh = {
-                .msg_iov = &iov,
-                .msg_iovlen = 1,
-                .msg_control = ctrl.buf,
-                .msg_controllen = sizeof(ctrl.buf),
-        };
+        size_t n_fds = 0;
+        int truncated = 0;
         ssize_t n;
-        size_t nfds;
 
-        n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-        if (n < 0) {
-                if (errno == EAGAIN || errno == EINTR)
-                        return CONN_E_AGAIN;
-                return -errno;
-        }
-        nfds = collect_fds(&mh, fds);
-        if (n == 0 && nfds == 0)
+        n = fdpass_recv(c->fd, buf, cap, fds, CONN_MAX_RECV_FDS, &n_fds, &truncated);
+        if (n == -EAGAIN)
+                return CONN_E_AGAIN;
+        if (n < 0)
+                return (int)n;
+        if (n == 0 && n_fds == 0)
                 return CONN_E_EOF;
-        if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-                for (size_t i = 0; i < nfds; i++)
+        if (truncated) {
+                for (size_t i = 0; i < n_fds; i++)
                         safe_close(fds[i]);
                 return CONN_E_TRUNC;
         }
         *ret_len = (size_t)n;
-        *ret_n_fds = nfds;
+        *ret_n_fds = n_fds;
         return 0;
 }
 
 /* One sendmsg of a whole record. 0, CONN_E_AGAIN or -errno. */
 static int send_record(int sock, const uint8_t *data, size_t len, int fd)
 {
-        union {
-                char buf[CMSG_SPACE(sizeof(int))];
-                struct cmsghdr align;
-        } ctrl;
-        struct iovec iov = { (void *)data, len };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        int r = fdpass_send(sock, data, len, fd);
 
-        if (fd >= 0) {
-                struct cmsghdr *cm;
-
-                memset(&ctrl, 0, sizeof(ctrl));
-                mh.msg_control = ctrl.buf;
-                mh.msg_controllen = sizeof(ctrl.buf);
-                cm = CMSG_FIRSTHDR(&mh);
-                cm->cmsg_level = SOL_SOCKET;
-                cm->cmsg_type = SCM_RIGHTS;
-                cm->cmsg_len = CMSG_LEN(sizeof(int));
-                memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-        }
-        for (;;) {
-                if (sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0)
-                        return 0;
-                if (errno == EINTR)
-                        continue;
-                if (errno == EAGAIN)
-                        return CONN_E_AGAIN;
-                return -errno;
-        }
+        return r == -EAGAIN ? CONN_E_AGAIN : r;
 }
 
 int conn_send(Conn *c, ProtoBuf *frame, int fd)

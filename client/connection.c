@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "fdpass.h"
 #include "internal.h"
 #include "macro.h"
 
@@ -123,35 +124,14 @@ static bool unabandon(gpuipc_t *c, uint64_t id)
 
 static int send_frame(gpuipc_t *c, const ProtoBuf *frame, int fd, uint64_t deadline)
 {
-        union {
-                char buf[CMSG_SPACE(sizeof(int))];
-                struct cmsghdr align;
-        } ctrl;
-        struct iovec iov = { frame->data, frame->len };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-
-        if (fd >= 0) {
-                struct cmsghdr *cm;
-
-                memset(&ctrl, 0, sizeof(ctrl));
-                mh.msg_control = ctrl.buf;
-                mh.msg_controllen = sizeof(ctrl.buf);
-                cm = CMSG_FIRSTHDR(&mh);
-                cm->cmsg_level = SOL_SOCKET;
-                cm->cmsg_type = SCM_RIGHTS;
-                cm->cmsg_len = CMSG_LEN(sizeof(int));
-                memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-        }
         for (;;) {
                 struct pollfd pfd = { c->fd, POLLOUT, 0 };
-                int r;
+                int r = fdpass_send(c->fd, frame->data, frame->len, fd);
 
-                if (sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0)
+                if (r == 0)
                         return 0;
-                if (errno == EINTR)
-                        continue;
-                if (errno != EAGAIN) {
-                        client_errmsg(c, "the broker connection broke while sending (%s)", strerror(errno));
+                if (r != -EAGAIN) {
+                        client_errmsg(c, "the broker connection broke while sending (%s)", strerror(-r));
                         return read_last_words(c);
                 }
                 r = poll(&pfd, 1, remaining(deadline));
@@ -168,15 +148,9 @@ static int send_frame(gpuipc_t *c, const ProtoBuf *frame, int fd, uint64_t deadl
  * c->rbuf and stays valid until the next receive. */
 static int recv_frame(gpuipc_t *c, uint64_t deadline, Frame *ret)
 {
-        union {
-                char buf[CMSG_SPACE(sizeof(int) * MAX_RECV_FDS)];
-                struct cmsghdr align;
-        } ctrl;
-        struct iovec iov = { c->rbuf, PROTO_MAX_FRAME };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl.buf,
-                             .msg_controllen = sizeof(ctrl.buf) };
-        int fds[MAX_RECV_FDS], n_fds = 0, e;
+        int fds[MAX_RECV_FDS], e, truncated = 0;
         bool reset_seen = false;
+        size_t n_fds = 0;
         ProtoHeader h;
         ssize_t n;
 
@@ -184,18 +158,16 @@ static int recv_frame(gpuipc_t *c, uint64_t deadline, Frame *ret)
                 struct pollfd pfd = { c->fd, POLLIN, 0 };
                 int r;
 
-                n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+                n = fdpass_recv(c->fd, c->rbuf, PROTO_MAX_FRAME, fds, MAX_RECV_FDS, &n_fds, &truncated);
                 if (n >= 0)
                         break;
-                if (errno == EINTR)
-                        continue;
                 /* A reset is reported once, before what the broker wrote ahead of closing. */
-                if (errno == ECONNRESET && !reset_seen) {
+                if (n == -ECONNRESET && !reset_seen) {
                         reset_seen = true;
                         continue;
                 }
-                if (errno != EAGAIN) {
-                        client_errmsg(c, "the broker connection broke (%s)", strerror(errno));
+                if (n != -EAGAIN) {
+                        client_errmsg(c, "the broker connection broke (%s)", strerror((int)-n));
                         mark_broken(c);
                         return GPUIPC_E_DISCONNECTED;
                 }
@@ -205,37 +177,25 @@ static int recv_frame(gpuipc_t *c, uint64_t deadline, Frame *ret)
                 if (r < 0 && errno != EINTR)
                         return -errno;
         }
-        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-                if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-                        continue;
-                for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-                        int fd;
-                        memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-                        if (n_fds < MAX_RECV_FDS)
-                                fds[n_fds++] = fd;
-                        else
-                                close(fd);
-                }
-        }
         if (n == 0 && n_fds == 0) {
                 client_errmsg(c, "the broker closed the connection (it stopped or restarted)");
                 mark_broken(c);
                 return GPUIPC_E_DISCONNECTED;
         }
         e = proto_header_parse(c->rbuf, (size_t)n, &h);
-        if (!e && (h.body_len != (size_t)n - PROTO_HEADER_SIZE || h.n_fds != n_fds || (mh.msg_flags & MSG_CTRUNC)))
+        if (!e && (h.body_len != (size_t)n - PROTO_HEADER_SIZE || h.n_fds != n_fds || truncated))
                 e = PROTO_E_MALFORMED;
         if (!e)
                 e = proto_msg_decode(c->rbuf + PROTO_HEADER_SIZE, h.body_len, &ret->msg, NULL);
         if (e) {
-                for (int i = 0; i < n_fds; i++)
+                for (size_t i = 0; i < n_fds; i++)
                         close(fds[i]);
                 client_errmsg(c, "the broker sent a frame we cannot read (%s); are client and broker of the same "
                               "release?", proto_strerror(e));
                 mark_broken(c);
                 return GPUIPC_E_BAD_REPLY;
         }
-        for (int i = 1; i < n_fds; i++)
+        for (size_t i = 1; i < n_fds; i++)
                 close(fds[i]);
         ret->buf = c->rbuf;
         ret->fd = n_fds ? fds[0] : -1;

@@ -593,3 +593,8 @@ int cuda_describe(CudaInfo *ret)
                 describe_device(&ret->devices[i], i);
         return 0;
 }
+
+int cuda_kind_copy(void *ptr, int ordinal, void *host, size_t len, bool to_host)
+{
+        return cuda_copy(NULL, ptr, ordinal, host, len, to_host);
+}

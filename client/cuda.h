@@ -299,6 +299,9 @@ int cuda_sync(gpuipc_t *c, int ordinal);
  * primary context. Host-to-device copies are complete on return. c may be NULL. */
 int cuda_copy(gpuipc_t *c, void *ptr, int ordinal, void *host, size_t len, bool to_host);
 
+/* cuda_copy with the KindOps.copy signature, for both CUDA kinds. */
+int cuda_kind_copy(void *ptr, int ordinal, void *host, size_t len, bool to_host);
+
 /* ---- gpuipcctl doctor ---- */
 
 /* One answer: ok says whether the query worked; then value (yes/no facts) or text holds it,

@@ -309,11 +309,6 @@ static void legacy_unmap(gpuipc_t *c, Mapping *m)
         m->ptr = NULL;
 }
 
-static int legacy_copy(void *ptr, int ordinal, void *host, size_t len, bool to_host)
-{
-        return cuda_copy(NULL, ptr, ordinal, host, len, to_host);
-}
-
 const KindOps kind_cuda_legacy_ops = {
         .alloc = legacy_alloc,
         .export = legacy_export,
@@ -321,5 +316,5 @@ const KindOps kind_cuda_legacy_ops = {
         .free = legacy_free,
         .import = legacy_import,
         .unmap = legacy_unmap,
-        .copy = legacy_copy,
+        .copy = cuda_kind_copy,
 };

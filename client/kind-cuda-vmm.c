@@ -296,11 +296,6 @@ static void vmm_unmap(gpuipc_t *c, Mapping *m)
         m->ptr = NULL;
 }
 
-static int vmm_copy(void *ptr, int ordinal, void *host, size_t len, bool to_host)
-{
-        return cuda_copy(NULL, ptr, ordinal, host, len, to_host);
-}
-
 const KindOps kind_cuda_vmm_ops = {
         .alloc = vmm_alloc,
         .export = vmm_export,
@@ -308,5 +303,5 @@ const KindOps kind_cuda_vmm_ops = {
         .free = vmm_free,
         .import = vmm_import,
         .unmap = vmm_unmap,
-        .copy = vmm_copy,
+        .copy = cuda_kind_copy,
 };

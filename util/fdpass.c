@@ -1,0 +1,76 @@
+/* SCM_RIGHTS records; see fdpass.h. */
+#include "fdpass.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int fdpass_send(int sock, const void *buf, size_t len, int fd)
+{
+        union {
+                char buf[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+        } ctrl;
+        struct iovec iov = { (void *)buf, len };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+        if (fd >= 0) {
+                struct cmsghdr *cm;
+
+                memset(&ctrl, 0, sizeof(ctrl));
+                mh.msg_control = ctrl.buf;
+                mh.msg_controllen = sizeof(ctrl.buf);
+                cm = CMSG_FIRSTHDR(&mh);
+                cm->cmsg_level = SOL_SOCKET;
+                cm->cmsg_type = SCM_RIGHTS;
+                cm->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+        }
+        for (;;) {
+                if (sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0)
+                        return 0;
+                if (errno != EINTR)
+                        return -errno;
+        }
+}
+
+ssize_t fdpass_recv(int sock, void *buf, size_t cap, int *fds, size_t max_fds, size_t *ret_n_fds, int *ret_truncated)
+{
+        union {
+                char buf[CMSG_SPACE(sizeof(int) * FDPASS_MAX_FDS)];
+                struct cmsghdr align;
+        } ctrl;
+        struct iovec iov = { buf, cap };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl.buf,
+                             .msg_controllen = sizeof(ctrl.buf) };
+        size_t n_fds = 0;
+        bool surplus = false;
+        ssize_t n;
+
+        do
+                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return -errno;
+        /* Anything but SCM_RIGHTS in the control data is ignored: we never ask for credentials. */
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+                if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                        continue;
+                for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                        int fd;
+
+                        memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+                        if (n_fds < max_fds && n_fds < FDPASS_MAX_FDS) {
+                                fds[n_fds++] = fd;
+                        } else {
+                                close(fd);
+                                surplus = true;
+                        }
+                }
+        }
+        *ret_n_fds = n_fds;
+        *ret_truncated = surplus || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC));
+        return n;
+}
