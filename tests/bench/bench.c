@@ -28,43 +28,77 @@ static char command_line[1024];
 
 static void usage(FILE *f)
 {
-        fprintf(f,
-                "Usage: gpuipc-bench [OPTIONS]\n"
-                "Measures gpuipc-broker against baselines taken in the same run and prints one table.\n\n"
-                "Sections (none given: every CPU section):\n"
-                "      --latency           round-trip latency, p50/p99, vs raw ping-pong\n"
-                "      --throughput        ops/s with 1, 8, 64, 256 clients, broker CPU per op\n"
-                "      --fanout            publish -> N waiting consumers mapped (N = 1, 16, 128)\n"
-                "      --scale             100k buffers, 1k peers: RSS, lookup, dead-peer cleanup\n"
-                "      --seed              handle file polled every 2 s / inotify vs attach-with-wait\n"
-                "      --gpu               CUDA kinds and PyTorch's IPC (skips without a GPU)\n"
-                "      --all               every section, --gpu included\n\n"
-                "Options:\n"
-                "  -q, --quick             a smoke run (under a minute for the CPU sections)\n"
-                "  -o, --out DIR           write raw numbers (CSV) and results.json to DIR\n"
-                "      --broker PATH       gpuipc-broker to run (default: this build's; $GPUIPC_BROKER)\n"
-                "      --seccomp MODE      the broker's --seccomp (default enforce, as deployed)\n"
-                "      --python PATH       interpreter for torch_compare.py (default python3)\n"
-                "      --no-torch          skip the PyTorch comparison in --gpu\n"
-                "      --pin same|split    latency: client and server on one CPU, or on two (default:\n"
-                "                          wherever the scheduler puts them)\n"
-                "  -h, --help\n");
+        fprintf(f, "Usage: gpuipc-bench [OPTIONS]\n"
+                   "Measures gpuipc-broker against baselines taken in the same run and prints one table.\n\n"
+                   "Sections (none given: every CPU section):\n"
+                   "      --latency           round-trip latency, p50/p99, vs raw ping-pong\n"
+                   "      --throughput        ops/s with 1, 8, 64, 256 clients, broker CPU per op\n"
+                   "      --fanout            publish -> N waiting consumers mapped (N = 1, 16, 128)\n"
+                   "      --scale             100k buffers, 1k peers: RSS, lookup, dead-peer cleanup\n"
+                   "      --seed              handle file polled every 2 s / inotify vs attach-with-wait\n"
+                   "      --gpu               CUDA kinds and PyTorch's IPC (skips without a GPU)\n"
+                   "      --all               every section, --gpu included\n\n"
+                   "Options:\n"
+                   "  -q, --quick             a smoke run (under a minute for the CPU sections)\n"
+                   "  -o, --out DIR           write raw numbers (CSV) and results.json to DIR\n"
+                   "      --broker PATH       gpuipc-broker to run (default: this build's; $GPUIPC_BROKER)\n"
+                   "      --seccomp MODE      the broker's --seccomp (default enforce, as deployed)\n"
+                   "      --python PATH       interpreter for torch_compare.py (default python3)\n"
+                   "      --no-torch          skip the PyTorch comparison in --gpu\n"
+                   "      --pin same|split    latency: client and server on one CPU, or on two (default:\n"
+                   "                          wherever the scheduler puts them)\n"
+                   "  -h, --help\n");
+}
+
+/* mkdir -p */
+static int make_dirs(const char *path)
+{
+        char buf[4096];
+
+        snprintf(buf, sizeof(buf), "%s", path);
+        for (char *p = buf + 1; *p; p++) {
+                if (*p != '/')
+                        continue;
+                *p = 0;
+                if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+                        return -errno;
+                *p = '/';
+        }
+        return mkdir(buf, 0755) < 0 && errno != EEXIST ? -errno : 0;
 }
 
 static void parse_args(int argc, char **argv)
 {
-        enum { O_LAT = 256, O_TP, O_FAN, O_SCALE, O_SEED, O_GPU, O_ALL, O_BROKER, O_SECCOMP, O_PYTHON,
-               O_NO_TORCH, O_PIN };
+        enum {
+                O_LAT = 256,
+                O_TP,
+                O_FAN,
+                O_SCALE,
+                O_SEED,
+                O_GPU,
+                O_ALL,
+                O_BROKER,
+                O_SECCOMP,
+                O_PYTHON,
+                O_NO_TORCH,
+                O_PIN
+        };
         static const struct option opts[] = {
-                { "latency", no_argument, NULL, O_LAT },       { "throughput", no_argument, NULL, O_TP },
-                { "fanout", no_argument, NULL, O_FAN },        { "scale", no_argument, NULL, O_SCALE },
-                { "seed", no_argument, NULL, O_SEED },         { "gpu", no_argument, NULL, O_GPU },
-                { "all", no_argument, NULL, O_ALL },           { "quick", no_argument, NULL, 'q' },
-                { "out", required_argument, NULL, 'o' },       { "broker", required_argument, NULL, O_BROKER },
-                { "seccomp", required_argument, NULL, O_SECCOMP },
-                { "python", required_argument, NULL, O_PYTHON },
-                { "no-torch", no_argument, NULL, O_NO_TORCH }, { "help", no_argument, NULL, 'h' },
-                { "pin", required_argument, NULL, O_PIN },
+                {"latency", no_argument, NULL, O_LAT},
+                {"throughput", no_argument, NULL, O_TP},
+                {"fanout", no_argument, NULL, O_FAN},
+                {"scale", no_argument, NULL, O_SCALE},
+                {"seed", no_argument, NULL, O_SEED},
+                {"gpu", no_argument, NULL, O_GPU},
+                {"all", no_argument, NULL, O_ALL},
+                {"quick", no_argument, NULL, 'q'},
+                {"out", required_argument, NULL, 'o'},
+                {"broker", required_argument, NULL, O_BROKER},
+                {"seccomp", required_argument, NULL, O_SECCOMP},
+                {"python", required_argument, NULL, O_PYTHON},
+                {"no-torch", no_argument, NULL, O_NO_TORCH},
+                {"help", no_argument, NULL, 'h'},
+                {"pin", required_argument, NULL, O_PIN},
                 {},
         };
         BenchOpts *o = &bench_opts;
@@ -82,22 +116,54 @@ static void parse_args(int argc, char **argv)
         o->python_path = BENCH_SOURCE_ROOT "/python";
         while ((c = getopt_long(argc, argv, "qo:h", opts, NULL)) != -1) {
                 switch (c) {
-                case O_LAT: o->sections |= SEC_LATENCY; break;
-                case O_TP: o->sections |= SEC_THROUGHPUT; break;
-                case O_FAN: o->sections |= SEC_FANOUT; break;
-                case O_SCALE: o->sections |= SEC_SCALE; break;
-                case O_SEED: o->sections |= SEC_SEED; break;
-                case O_GPU: o->sections |= SEC_GPU; break;
-                case O_ALL: o->sections |= SEC_CPU_ALL | SEC_GPU; break;
-                case 'q': o->quick = true; break;
-                case 'o': o->out_dir = optarg; break;
-                case O_BROKER: o->broker = optarg; break;
-                case O_SECCOMP: o->seccomp = optarg; break;
-                case O_PYTHON: o->python = optarg; break;
-                case O_NO_TORCH: o->torch_script = NULL; break;
-                case O_PIN: o->pin = optarg; break;
-                case 'h': usage(stdout); exit(0);
-                default: usage(stderr); exit(2);
+                case O_LAT:
+                        o->sections |= SEC_LATENCY;
+                        break;
+                case O_TP:
+                        o->sections |= SEC_THROUGHPUT;
+                        break;
+                case O_FAN:
+                        o->sections |= SEC_FANOUT;
+                        break;
+                case O_SCALE:
+                        o->sections |= SEC_SCALE;
+                        break;
+                case O_SEED:
+                        o->sections |= SEC_SEED;
+                        break;
+                case O_GPU:
+                        o->sections |= SEC_GPU;
+                        break;
+                case O_ALL:
+                        o->sections |= SEC_CPU_ALL | SEC_GPU;
+                        break;
+                case 'q':
+                        o->quick = true;
+                        break;
+                case 'o':
+                        o->out_dir = optarg;
+                        break;
+                case O_BROKER:
+                        o->broker = optarg;
+                        break;
+                case O_SECCOMP:
+                        o->seccomp = optarg;
+                        break;
+                case O_PYTHON:
+                        o->python = optarg;
+                        break;
+                case O_NO_TORCH:
+                        o->torch_script = NULL;
+                        break;
+                case O_PIN:
+                        o->pin = optarg;
+                        break;
+                case 'h':
+                        usage(stdout);
+                        exit(0);
+                default:
+                        usage(stderr);
+                        exit(2);
                 }
         }
         if (optind < argc) {
@@ -110,7 +176,7 @@ static void parse_args(int argc, char **argv)
                 die("--pin is same or split");
         if (o->pin && strcmp(o->pin, "split") == 0 && sysconf(_SC_NPROCESSORS_ONLN) < 2)
                 die("--pin split needs two CPUs");
-        if (o->out_dir && mkdir(o->out_dir, 0755) < 0 && errno != EEXIST)
+        if (o->out_dir && make_dirs(o->out_dir) < 0)
                 die("cannot create %s: %s", o->out_dir, strerror(errno));
         if (access(o->broker, X_OK) < 0)
                 die("cannot run the broker %s (--broker PATH)", o->broker);
@@ -157,9 +223,9 @@ typedef struct Section {
 } Section;
 
 static const Section sections[] = {
-        { SEC_LATENCY, "latency", section_latency },    { SEC_THROUGHPUT, "throughput", section_throughput },
-        { SEC_FANOUT, "fanout", section_fanout },       { SEC_SCALE, "scale", section_scale },
-        { SEC_SEED, "seed", section_seed },             { SEC_GPU, "gpu", section_gpu },
+        {SEC_LATENCY, "latency", section_latency}, {SEC_THROUGHPUT, "throughput", section_throughput},
+        {SEC_FANOUT, "fanout", section_fanout},    {SEC_SCALE, "scale", section_scale},
+        {SEC_SEED, "seed", section_seed},          {SEC_GPU, "gpu", section_gpu},
 };
 
 /* Runs a section in its own process group, so whatever it started goes with it. */
@@ -186,7 +252,8 @@ static int run_section(const Section *s)
         kill(-pid, SIGKILL);
         while (waitpid(-pid, NULL, WNOHANG) > 0)
                 ;
-        fprintf(stderr, "[%s] %s in %.1f s\n", s->name, rc == 0 ? "done" : "FAILED", (double)(now_ns() - t0) / 1e9);
+        fprintf(stderr, "[%s] %s in %.1f s\n", s->name, rc == 0 ? "done" : "FAILED",
+                (double)(now_ns() - t0) / 1e9);
         return rc;
 }
 
@@ -234,9 +301,10 @@ static void print_table(FILE *f)
                 if (!isnan(x->ratio) && x->ratio > 0 && x->ratio < 0.01)
                         snprintf(ratio, sizeof(ratio), "1/%.0fx", 1 / x->ratio);
                 else
-                        snprintf(ratio, sizeof(ratio), "%s%s", fmt_num(x->ratio, r, sizeof(r)), isnan(x->ratio) ? "" : "x");
-                fprintf(f, "%-56s %14s  %-34s %10s %9s  %-12s %-7s %s\n", x->metric, value, x->baseline, base, ratio,
-                        x->target, verdict_name(x->verdict), x->note);
+                        snprintf(ratio, sizeof(ratio), "%s%s", fmt_num(x->ratio, r, sizeof(r)),
+                                 isnan(x->ratio) ? "" : "x");
+                fprintf(f, "%-56s %14s  %-34s %10s %9s  %-12s %-7s %s\n", x->metric, value, x->baseline,
+                        base, ratio, x->target, verdict_name(x->verdict), x->note);
         }
 }
 
@@ -280,9 +348,10 @@ static void write_results(const Machine *m)
         fprintf(csv, "section,metric,value,unit,baseline,baseline_value,ratio,target,verdict,note\n");
         for (int i = 0; i < table->n; i++) {
                 const Row *x = &table->rows[i];
-                const char *keys[] = { "section", "metric", "unit", "baseline", "target", "verdict", "note" };
-                const char *vals[] = { x->section, x->metric, x->unit, x->baseline, x->target,
-                                       verdict_name(x->verdict), x->note };
+                const char *keys[] = {"section", "metric", "unit", "baseline", "target", "verdict", "note"};
+                const char *vals[] = {x->section,  x->metric, x->unit,
+                                      x->baseline, x->target, verdict_name(x->verdict),
+                                      x->note};
 
                 fprintf(f, "    {");
                 for (size_t k = 0; k < 7; k++) {
@@ -296,8 +365,9 @@ static void write_results(const Machine *m)
                 fprintf(f, ", \"ratio\": ");
                 json_num(f, x->ratio);
                 fprintf(f, "}%s\n", i + 1 < table->n ? "," : "");
-                fprintf(csv, "%s,\"%s\",%.6g,%s,\"%s\",%.6g,%.6g,\"%s\",%s,\"%s\"\n", x->section, x->metric, x->value,
-                        x->unit, x->baseline, x->base, x->ratio, x->target, verdict_name(x->verdict), x->note);
+                fprintf(csv, "%s,\"%s\",%.6g,%s,\"%s\",%.6g,%.6g,\"%s\",%s,\"%s\"\n", x->section, x->metric,
+                        x->value, x->unit, x->baseline, x->base, x->ratio, x->target,
+                        verdict_name(x->verdict), x->note);
         }
         fprintf(f, "  ]\n}\n");
         fclose(f);
@@ -322,9 +392,9 @@ int main(int argc, char **argv)
         printf("GPUs:    %s\n", machine->gpus[0] ? machine->gpus : "none");
         printf("broker:  %s --seccomp %s\n", bench_opts.broker, bench_opts.seccomp);
         if (bench_opts.pin)
-                printf("latency: client and servers pinned to %s\n", strcmp(bench_opts.pin, "same") == 0
-                                                                          ? "CPU 0 together"
-                                                                          : "CPU 0 (client) and CPU 1 (broker, echo)");
+                printf("latency: client and servers pinned to %s\n",
+                       strcmp(bench_opts.pin, "same") == 0 ? "CPU 0 together"
+                                                           : "CPU 0 (client) and CPU 1 (broker, echo)");
         printf("command: %s\n", command_line);
         fflush(stdout);
 

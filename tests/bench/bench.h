@@ -86,9 +86,9 @@ typedef struct Row {
         char metric[80];
         double value;
         char unit[12];
-        char baseline[64];  /* what the baseline is ("" when the row is a baseline itself) */
-        double base;        /* NAN when none */
-        double ratio;       /* value / base */
+        char baseline[64]; /* what the baseline is ("" when the row is a baseline itself) */
+        double base;       /* NAN when none */
+        double ratio;      /* value / base */
         char target[40];
         Verdict verdict;
         char note[200];
@@ -148,7 +148,7 @@ uint64_t proc_status_kib(pid_t pid, const char *key);
 
 typedef struct Broker {
         pid_t pid;
-        char dir[64];  /* $TMPDIR (at most 40 bytes of it)/gpuipc-bench.XXXXXX */
+        char dir[64]; /* $TMPDIR (at most 40 bytes of it)/gpuipc-bench.XXXXXX */
         char sock[108];
         char log[96];
 } Broker;

@@ -20,14 +20,14 @@
 
 #pragma GCC diagnostic ignored "-Wmissing-prototypes"
 
-#define API __attribute__((visibility("default")))
-#define OK 0
-#define E_INVALID_VALUE 1
-#define E_OUT_OF_MEMORY 2
-#define E_NOT_SUPPORTED 801
-#define E_INVALID_HANDLE 400
+#define API               __attribute__((visibility("default")))
+#define OK                0
+#define E_INVALID_VALUE   1
+#define E_OUT_OF_MEMORY   2
+#define E_NOT_SUPPORTED   801
+#define E_INVALID_HANDLE  400
 #define E_INVALID_CONTEXT 201
-#define CTX_BASE 0x1000
+#define CTX_BASE          0x1000
 
 typedef unsigned int Res;
 typedef unsigned long long DevPtr;
@@ -89,7 +89,7 @@ static Res alloc_add(DevPtr base, size_t size, int fd, bool opened)
 {
         for (size_t i = 0; i < sizeof(allocs) / sizeof(allocs[0]); i++) {
                 if (!allocs[i].used) {
-                        allocs[i] = (Alloc){ true, base, size, fd, opened };
+                        allocs[i] = (Alloc){true, base, size, fd, opened};
                         return OK;
                 }
         }
@@ -297,7 +297,7 @@ API Res cuIpcGetMemHandle(IpcHandle *h, DevPtr p)
         pthread_mutex_lock(&lock);
         a = alloc_find(p);
         if (a && !a->opened)
-                *h = (IpcHandle){ "fakecud", (int32_t)getpid(), a->fd, a->size, { 0 } };
+                *h = (IpcHandle){"fakecud", (int32_t)getpid(), a->fd, a->size, {0}};
         pthread_mutex_unlock(&lock);
         return a && !a->opened ? OK : E_INVALID_VALUE;
 }
@@ -349,7 +349,7 @@ static Res handle_add(int fd, size_t size, unsigned long long *ret)
         pthread_mutex_lock(&lock);
         for (size_t i = 0; i < sizeof(handles) / sizeof(handles[0]); i++) {
                 if (!handles[i].used) {
-                        handles[i] = (Handle){ true, fd, size };
+                        handles[i] = (Handle){true, fd, size};
                         *ret = i + 1;
                         pthread_mutex_unlock(&lock);
                         return OK;
@@ -361,7 +361,8 @@ static Res handle_add(int fd, size_t size, unsigned long long *ret)
 
 static Handle *handle_get(unsigned long long h)
 {
-        return h >= 1 && h <= sizeof(handles) / sizeof(handles[0]) && handles[h - 1].used ? &handles[h - 1] : NULL;
+        return h >= 1 && h <= sizeof(handles) / sizeof(handles[0]) && handles[h - 1].used ? &handles[h - 1]
+                                                                                          : NULL;
 }
 
 API Res cuMemCreate(unsigned long long *h, size_t size, const void *prop, unsigned long long flags)
@@ -411,15 +412,16 @@ API Res cuMemMap(DevPtr p, size_t size, size_t offset, unsigned long long h, uns
         (void)flags;
         if (!x || offset + size > x->size)
                 return E_INVALID_VALUE;
-        if (mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, x->fd, (off_t)offset) == MAP_FAILED)
+        if (mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, x->fd, (off_t)offset) ==
+            MAP_FAILED)
                 return E_OUT_OF_MEMORY;
         return OK;
 }
 
 API Res cuMemUnmap(DevPtr p, size_t size)
 {
-        void *m = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
-                       -1, 0);
+        void *m = mmap((void *)(uintptr_t)p, size, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
         return m == MAP_FAILED ? E_INVALID_VALUE : OK;
 }
 
@@ -435,7 +437,8 @@ API Res cuMemSetAccess(DevPtr p, size_t size, const AccessDesc *d, size_t count)
                        : E_INVALID_VALUE;
 }
 
-API Res cuMemExportToShareableHandle(void *out, unsigned long long h, unsigned type, unsigned long long flags)
+API Res cuMemExportToShareableHandle(void *out, unsigned long long h, unsigned type,
+                                     unsigned long long flags)
 {
         Handle *x = handle_get(h);
 

@@ -15,14 +15,14 @@
 #include "bench.h"
 #include "macro.h"
 
-#define FAN_MAX 128
+#define FAN_MAX        128
 #define FAN_TRIALS_MAX 32
-#define FAN_MSG 180 /* about an attach reply */
+#define FAN_MSG        180 /* about an attach reply */
 
 typedef struct FanShared {
         int ready;
-        int armed[FAN_TRIALS_MAX];                /* raw consumers about to block for this trial */
-        uint64_t t[2][FAN_TRIALS_MAX][FAN_MAX];   /* [raw, gpuipc][trial][consumer]: when mapped */
+        int armed[FAN_TRIALS_MAX];              /* raw consumers about to block for this trial */
+        uint64_t t[2][FAN_TRIALS_MAX][FAN_MAX]; /* [raw, gpuipc][trial][consumer]: when mapped */
 } FanShared;
 
 typedef struct FanChild {
@@ -107,7 +107,7 @@ static void wait_done(int fd, int n)
 /* Last and median consumer, in microseconds after t0. */
 static void trial_result(const uint64_t *t, int n, uint64_t t0, double *ret_max, double *ret_med)
 {
-        Samples s = { 0 };
+        Samples s = {0};
 
         for (int i = 0; i < n; i++)
                 samples_add(&s, (double)(t[i] - t0) / 1000.0);
@@ -122,9 +122,9 @@ static void fan_run(const Broker *broker, gpuipc_t *prod, gpuipc_t *obs, FanShar
         pid_t kids[2 * FAN_MAX];
         int socks[FAN_MAX], done[2];
         int memfd = sealed_memfd(4096);
-        uint8_t msg[FAN_MSG] = { 0 };
-        Samples all[2] = { 0 }, med[2] = { 0 };
-        static const char *const series[] = { "raw", "gpuipc" };
+        uint8_t msg[FAN_MSG] = {0};
+        Samples all[2] = {0}, med[2] = {0};
+        static const char *const series[] = {"raw", "gpuipc"};
         char metric[96];
         Row *r;
 
@@ -133,7 +133,7 @@ static void fan_run(const Broker *broker, gpuipc_t *prod, gpuipc_t *obs, FanShar
                 die("pipe: %s", strerror(errno));
         for (int i = 0; i < n; i++) {
                 int sv[2], keep[2];
-                FanChild a = { sh, broker, n, trials, i, -1, done[1] };
+                FanChild a = {sh, broker, n, trials, i, -1, done[1]};
 
                 if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                         die("socketpair: %s", strerror(errno));
@@ -201,7 +201,8 @@ static void fan_run(const Broker *broker, gpuipc_t *prod, gpuipc_t *obs, FanShar
                 fprintf(summary, "%d,%s,%.3f,%.3f,%.3f,%.3f\n", n, series[s], samples_pct(&all[s], 10),
                         samples_pct(&all[s], 50), samples_pct(&all[s], 90), samples_pct(&med[s], 50));
         snprintf(metric, sizeof(metric), "publish -> %d consumer%s mapped, p50", n, n > 1 ? "s" : "");
-        r = row_add(metric, samples_pct(&all[1], 50), "us", "fd sent to N sockets by hand", samples_pct(&all[0], 50));
+        r = row_add(metric, samples_pct(&all[1], 50), "us", "fd sent to N sockets by hand",
+                    samples_pct(&all[0], 50));
         row_note(r, "%d trials; p90 %.0f us (raw %.0f); median consumer %.0f us (raw %.0f)", trials,
                  samples_pct(&all[1], 90), samples_pct(&all[0], 90), samples_pct(&med[1], 50),
                  samples_pct(&med[0], 50));
@@ -213,11 +214,12 @@ static void fan_run(const Broker *broker, gpuipc_t *prod, gpuipc_t *obs, FanShar
 
 void section_fanout(void)
 {
-        static const int sizes[] = { 1, 16, 128 };
+        static const int sizes[] = {1, 16, 128};
         int trials = bench_opts.quick ? 5 : 20;
         FanShared *sh = shared_alloc(sizeof(*sh));
         FILE *raw = out_open("fanout.csv", "consumers,trial,series,consumer,us");
-        FILE *summary = out_open("fanout_summary.csv", "consumers,series,p10_us,p50_us,p90_us,median_consumer_us");
+        FILE *summary =
+                out_open("fanout_summary.csv", "consumers,series,p10_us,p50_us,p90_us,median_consumer_us");
         gpuipc_t *prod, *obs;
         Broker broker;
 

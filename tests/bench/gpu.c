@@ -28,8 +28,8 @@
 #define PATTERN_LEN 4096
 #define ATTACH_SIZE (64u << 20)
 
-static const gpuipc_kind_t kinds[] = { GPUIPC_KIND_CUDA_VMM, GPUIPC_KIND_CUDA_LEGACY };
-static const char *const kind_names[] = { "cuda-vmm", "cuda-legacy" };
+static const gpuipc_kind_t kinds[] = {GPUIPC_KIND_CUDA_VMM, GPUIPC_KIND_CUDA_LEGACY};
+static const char *const kind_names[] = {"cuda-vmm", "cuda-legacy"};
 
 /* ---- probing ---- */
 
@@ -60,8 +60,8 @@ static int probe_child(void *arg)
         g->ok = true;
         for (int i = 0; i < info->n_devices && len < sizeof(g->text) - 1; i++) {
                 const CudaDeviceInfo *d = &info->devices[i];
-                len += (size_t)snprintf(g->text + len, sizeof(g->text) - len, "%s%d: %s (%s)", i ? "; " : "", i,
-                                        d->name.ok ? d->name.text : "?", d->uuid.ok ? d->uuid.text : "?");
+                len += (size_t)snprintf(g->text + len, sizeof(g->text) - len, "%s%d: %s (%s)", i ? "; " : "",
+                                        i, d->name.ok ? d->name.text : "?", d->uuid.ok ? d->uuid.text : "?");
         }
         if (len < sizeof(g->text) - 1)
                 snprintf(g->text + len, sizeof(g->text) - len, "; driver %d.%d", info->driver_version / 1000,
@@ -100,7 +100,7 @@ typedef struct GpuShared {
         GpuResult r[2][2];
 } GpuShared;
 
-static const char *const placement_names[] = { "same GPU", "GPU 0 -> GPU 1" };
+static const char *const placement_names[] = {"same GPU", "GPU 0 -> GPU 1"};
 
 typedef struct GpuArgs {
         const Broker *broker;
@@ -140,7 +140,7 @@ static int producer_main(void *arg)
         while (read(a->done, &b, 1) < 0 && errno == EINTR)
                 ;
         for (int k = 0; k < 2; k++) {
-                gpuipc_buffer_t *both[2] = { att[k], bw[k] };
+                gpuipc_buffer_t *both[2] = {att[k], bw[k]};
                 for (int i = 0; i < 2; i++) {
                         TRY(c, gpuipc_retire(c, both[i]));
                         TRY(c, gpuipc_wait_drained(c, both[i], 30000));
@@ -191,7 +191,7 @@ static double time_copies(MemcpyDtoD copy, GcuDevicePtr dst, GcuDevicePtr src, s
 /* Copies through the mapping and from a local buffer, in alternating rounds; medians in GB/s. */
 static void bandwidth(gpuipc_t *c, GpuArgs *a, int k, GpuResult *res, MemcpyDtoD copy)
 {
-        Samples map = { 0 }, local = { 0 };
+        Samples map = {0}, local = {0};
         gpuipc_buffer_t *b;
         GcuDevicePtr src = 0, dst = 0;
         char name[64];
@@ -206,8 +206,8 @@ static void bandwidth(gpuipc_t *c, GpuArgs *a, int k, GpuResult *res, MemcpyDtoD
         time_copies(copy, dst, (GcuDevicePtr)(uintptr_t)gpuipc_buffer_ptr(b), a->bw_size, 2);
         time_copies(copy, dst, src, a->bw_size, 2);
         for (unsigned r = 0; r < a->rounds; r++) {
-                samples_add(&map, time_copies(copy, dst, (GcuDevicePtr)(uintptr_t)gpuipc_buffer_ptr(b), a->bw_size,
-                                              a->copies));
+                samples_add(&map, time_copies(copy, dst, (GcuDevicePtr)(uintptr_t)gpuipc_buffer_ptr(b),
+                                              a->bw_size, a->copies));
                 samples_add(&local, time_copies(copy, dst, src, a->bw_size, a->copies));
         }
         CU(cuMemFree, src);
@@ -226,7 +226,7 @@ static void bandwidth(gpuipc_t *c, GpuArgs *a, int k, GpuResult *res, MemcpyDtoD
 
 static void attaches(gpuipc_t *c, GpuArgs *a, int k, GpuResult *res)
 {
-        Samples first = { 0 }, cached = { 0 };
+        Samples first = {0}, cached = {0};
         gpuipc_buffer_t *b, *hold = NULL;
         uint8_t *got = malloc(PATTERN_LEN), *want = malloc(PATTERN_LEN);
         char name[64];
@@ -244,10 +244,11 @@ static void attaches(gpuipc_t *c, GpuArgs *a, int k, GpuResult *res)
                 if (i == 0) {
                         TRY(c, gpuipc_buffer_read(b, 0, got, PATTERN_LEN));
                         if (memcmp(got, want, PATTERN_LEN) != 0)
-                                die("%s: the consumer reads other bytes than the producer wrote", kind_names[k]);
+                                die("%s: the consumer reads other bytes than the producer wrote",
+                                    kind_names[k]);
                 }
                 TRY(c, gpuipc_release(c, b));
-                gpuipc_cache_trim(c);        /* unmaps, and tells the broker to send the fd again */
+                gpuipc_cache_trim(c);          /* unmaps, and tells the broker to send the fd again */
                 TRY(c, gpuipc_ping(c, 10000)); /* takes the unmap's reply out of the way */
         }
         /* Cached: the mapping is kept (cuda-vmm: in the cache after release; cuda-legacy: while
@@ -286,7 +287,7 @@ static int consumer_main(void *arg)
         gpuipc_t *c = bench_connect_gpus(a->broker, "bench-gpu-consumer");
         int dev = a->place == 0 ? 0 : 1;
         MemcpyDtoD copy;
-        Samples ping = { 0 };
+        Samples ping = {0};
 
         if (a->place == 1)
                 TRY(c, gpuipc_set_device(c, 1));
@@ -358,7 +359,7 @@ static void add_torch_rows(const char *tsv)
         if (!f)
                 return;
         while (fgets(line, sizeof(line), f)) {
-                char *field[7] = { 0 }, *p = line;
+                char *field[7] = {0}, *p = line;
                 Row *r;
 
                 line[strcspn(line, "\n")] = 0;
@@ -393,23 +394,30 @@ static void add_rows(const GpuShared *sh, int n_placements)
                         Row *r;
 
                         if (x->attached) {
-                                snprintf(metric, sizeof(metric), "%s first attach (import), %s, p50", kind_names[k], pn);
-                                r = row_add(metric, x->first_us, "us", "broker round trip (ping)", x->ping_us);
+                                snprintf(metric, sizeof(metric), "%s first attach (import), %s, p50",
+                                         kind_names[k], pn);
+                                r = row_add(metric, x->first_us, "us", "broker round trip (ping)",
+                                            x->ping_us);
                                 row_note(r, "p90 %.0f us", x->first_p90_us);
-                                snprintf(metric, sizeof(metric), "%s cached attach, %s, p50", kind_names[k], pn);
+                                snprintf(metric, sizeof(metric), "%s cached attach, %s, p50", kind_names[k],
+                                         pn);
                                 r = row_add(metric, x->cached_us, "us", "first attach", x->first_us);
                                 row_target_ratio_max(r, 0.1);
-                                row_note(r, "%s", kinds[k] == GPUIPC_KIND_CUDA_LEGACY
-                                                          ? "while another attachment holds the open handle"
-                                                          : "mapping kept after release");
+                                row_note(r, "%s",
+                                         kinds[k] == GPUIPC_KIND_CUDA_LEGACY
+                                                 ? "while another attachment holds the open handle"
+                                                 : "mapping kept after release");
                         }
                         if (x->copied) {
-                                snprintf(metric, sizeof(metric), "%s copy through the mapping, %s", kind_names[k], pn);
-                                snprintf(baseline, sizeof(baseline), "local buffer on GPU %d", x->map_device);
+                                snprintf(metric, sizeof(metric), "%s copy through the mapping, %s",
+                                         kind_names[k], pn);
+                                snprintf(baseline, sizeof(baseline), "local buffer on GPU %d",
+                                         x->map_device);
                                 r = row_add(metric, x->bw_map, "GB/s", baseline, x->bw_local);
                                 if (place == 0)
                                         row_target_ratio_min(r, 0.95);
-                                row_note(r, "DtoD read+write; %s", place == 0 ? "same GPU" : "across NVLink/PCIe");
+                                row_note(r, "DtoD read+write; %s",
+                                         place == 0 ? "same GPU" : "across NVLink/PCIe");
                         }
                 }
         }
@@ -419,7 +427,7 @@ void section_gpu(void)
 {
         GpuProbe *g = probe();
         GpuShared *sh;
-        GpuArgs a = { 0 };
+        GpuArgs a = {0};
         Broker broker;
         int ready[2], done[2], rc, n_placements;
         pid_t prod;
@@ -434,10 +442,17 @@ void section_gpu(void)
         broker_start(&broker, NULL, 0);
         if (pipe2(ready, O_CLOEXEC) < 0 || pipe2(done, O_CLOEXEC) < 0)
                 die("pipe: %s", strerror(errno));
-        a = (GpuArgs){ &broker, sh, ready[1], done[0], g->n_devices, (bench_opts.quick ? 128u : 512u) << 20,
-                       bench_opts.quick ? 5 : 20, bench_opts.quick ? 5 : 20, bench_opts.quick ? 3 : 5 };
+        a = (GpuArgs){&broker,
+                      sh,
+                      ready[1],
+                      done[0],
+                      g->n_devices,
+                      (bench_opts.quick ? 128u : 512u) << 20,
+                      bench_opts.quick ? 5 : 20,
+                      bench_opts.quick ? 5 : 20,
+                      bench_opts.quick ? 3 : 5};
         {
-                int keep[2] = { ready[1], done[0] };
+                int keep[2] = {ready[1], done[0]};
                 prod = spawn(producer_main, &a, keep, 2);
         }
         close(ready[1]);
@@ -449,7 +464,8 @@ void section_gpu(void)
         for (a.place = 0; a.place < n_placements; a.place++) {
                 for (a.kind = 0; a.kind < 2; a.kind++) {
                         if (child_wait(spawn(consumer_main, &a, NULL, 0)) != 0)
-                                printf("GPU part: %s, %s failed (the message is above); its rows are missing\n",
+                                printf("GPU part: %s, %s failed (the message is above); its rows are "
+                                       "missing\n",
                                        kind_names[a.kind], placement_names[a.place]);
                 }
         }

@@ -15,7 +15,15 @@
 #include "internal.h"
 #include "macro.h"
 
-typedef enum Op { OP_PING, OP_PUBLISH, OP_REPUBLISH, OP_ATTACH_UNCACHED, OP_ATTACH_CACHED, OP_RELEASE, _OP_MAX } Op;
+typedef enum Op {
+        OP_PING,
+        OP_PUBLISH,
+        OP_REPUBLISH,
+        OP_ATTACH_UNCACHED,
+        OP_ATTACH_CACHED,
+        OP_RELEASE,
+        _OP_MAX
+} Op;
 
 typedef enum FdWay { FD_NONE, FD_TO_BROKER, FD_FROM_BROKER } FdWay;
 
@@ -23,27 +31,27 @@ typedef struct OpInfo {
         const char *name;
         const char *what; /* for the table */
         FdWay fd;
-        size_t req, rep;  /* frame sizes in bytes */
+        size_t req, rep; /* frame sizes in bytes */
         Samples gp, raw, rawfd;
-        Samples direct;   /* the same frames from a blocking raw client (ping, cached attach, release) */
+        Samples direct; /* the same frames from a blocking raw client (ping, cached attach, release) */
 } OpInfo;
 
 static OpInfo ops[_OP_MAX] = {
-        [OP_PING] = { "ping", "ping", FD_NONE },
-        [OP_PUBLISH] = { "publish", "publish new memfd (fd travels)", FD_TO_BROKER },
-        [OP_REPUBLISH] = { "republish", "publish again (idle buffer)", FD_NONE },
-        [OP_ATTACH_UNCACHED] = { "attach_uncached", "attach uncached (fd + mmap)", FD_FROM_BROKER },
-        [OP_ATTACH_CACHED] = { "attach_cached", "attach cached (no fd, no mmap)", FD_NONE },
-        [OP_RELEASE] = { "release", "release", FD_NONE },
+        [OP_PING] = {"ping", "ping", FD_NONE},
+        [OP_PUBLISH] = {"publish", "publish new memfd (fd travels)", FD_TO_BROKER},
+        [OP_REPUBLISH] = {"republish", "publish again (idle buffer)", FD_NONE},
+        [OP_ATTACH_UNCACHED] = {"attach_uncached", "attach uncached (fd + mmap)", FD_FROM_BROKER},
+        [OP_ATTACH_CACHED] = {"attach_cached", "attach cached (no fd, no mmap)", FD_NONE},
+        [OP_RELEASE] = {"release", "release", FD_NONE},
 };
 
 typedef struct Ctx {
         Broker broker;
         gpuipc_t *prod, *cons;
-        int echo;           /* socket to the echo server */
-        int direct;         /* a raw blocking connection to the broker */
+        int echo;                                      /* socket to the echo server */
+        int direct;                                    /* a raw blocking connection to the broker */
         ProtoBuf f_ping, f_attach, f_release, f_unmap; /* what it sends */
-        int memfd;          /* what the fd baseline sends */
+        int memfd;                                     /* what the fd baseline sends */
         uint8_t *buf;
         unsigned rounds, block;
         FILE *raw_out;
@@ -70,7 +78,7 @@ static size_t request_len(ProtoMsg *req, int n_fds)
 
 static Frame call(gpuipc_t *c, ProtoMsg *req, int fd)
 {
-        Frame f = { .fd = -1 };
+        Frame f = {.fd = -1};
         int r = client_request(c, req, fd, 10000, &f);
 
         if (r < 0)
@@ -90,13 +98,14 @@ static void calibrate(Ctx *x)
 
         snprintf(name, sizeof(name), BENCH_NAME_FMT, 0u, 0u);
 
-        m = (ProtoMsg){ .op = PROTO_OP_PING, .has = PROTO_BIT(PF_OP) };
+        m = (ProtoMsg){.op = PROTO_OP_PING, .has = PROTO_BIT(PF_OP)};
         f = call(c, &m, -1);
         ops[OP_PING].rep = reply_len(&f);
         ops[OP_PING].req = request_len(&m, 0);
         frame_free(&f);
 
-        m = (ProtoMsg){ .op = PROTO_OP_PUBLISH, .name = proto_str(name), .kind = PROTO_KIND_MEMFD, .size = 4096 };
+        m = (ProtoMsg){
+                .op = PROTO_OP_PUBLISH, .name = proto_str(name), .kind = PROTO_KIND_MEMFD, .size = 4096};
         m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) |
                 PROTO_BIT(PF_WRITABLE) | PROTO_BIT(PF_BROKER_HELD) | PROTO_BIT(PF_RETIRE_AFTER);
         f = call(c, &m, fd);
@@ -105,7 +114,7 @@ static void calibrate(Ctx *x)
         ops[OP_PUBLISH].req = request_len(&m, 1);
         frame_free(&f);
 
-        m = (ProtoMsg){ .op = PROTO_OP_ATTACH, .name = proto_str(name), .timeout_ms = 5000 };
+        m = (ProtoMsg){.op = PROTO_OP_ATTACH, .name = proto_str(name), .timeout_ms = 5000};
         m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_TIMEOUT_MS);
         f = call(c, &m, -1);
         ops[OP_ATTACH_UNCACHED].rep = reply_len(&f);
@@ -117,17 +126,19 @@ static void calibrate(Ctx *x)
         frame_free(&f);
 
         for (int i = 0; i < 2; i++) {
-                m = (ProtoMsg){ .op = PROTO_OP_RELEASE, .buffer = id, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
+                m = (ProtoMsg){.op = PROTO_OP_RELEASE,
+                               .buffer = id,
+                               .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER)};
                 f = call(c, &m, -1);
                 ops[OP_RELEASE].rep = reply_len(&f);
                 ops[OP_RELEASE].req = request_len(&m, 0);
                 frame_free(&f);
         }
 
-        m = (ProtoMsg){ .op = PROTO_OP_RETIRE, .buffer = id, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
+        m = (ProtoMsg){.op = PROTO_OP_RETIRE, .buffer = id, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER)};
         f = call(c, &m, -1);
         frame_free(&f);
-        m = (ProtoMsg){ .op = PROTO_OP_PUBLISH, .name = proto_str("bench/lat/re"), .buffer = id };
+        m = (ProtoMsg){.op = PROTO_OP_PUBLISH, .name = proto_str("bench/lat/re"), .buffer = id};
         m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_RETIRE_AFTER);
         f = call(c, &m, -1); /* the drained event of the retire may come first: client_request skips it */
         ops[OP_REPUBLISH].rep = reply_len(&f);
@@ -138,7 +149,9 @@ static void calibrate(Ctx *x)
         gpuipc_close(c);
         for (int i = 0; i < _OP_MAX; i++)
                 note("%-16s request %3zu B, reply %3zu B%s", ops[i].name, ops[i].req, ops[i].rep,
-                     ops[i].fd == FD_TO_BROKER ? ", fd to the broker" : ops[i].fd == FD_FROM_BROKER ? ", fd back" : "");
+                     ops[i].fd == FD_TO_BROKER     ? ", fd to the broker"
+                     : ops[i].fd == FD_FROM_BROKER ? ", fd back"
+                                                   : "");
 }
 
 /* ---- a raw client ----
@@ -148,7 +161,7 @@ static void calibrate(Ctx *x)
 
 static ProtoBuf encode(ProtoMsg *m)
 {
-        ProtoBuf b = { 0 };
+        ProtoBuf b = {0};
 
         m->id = 100000;
         proto_set(m, PF_ID);
@@ -162,7 +175,8 @@ static uint64_t direct_round(Ctx *x, const ProtoBuf *req)
         uint64_t t0 = now_ns();
         int fd;
 
-        if (rec_send(x->direct, req->data, req->len, -1) < 0 || rec_recv(x->direct, x->buf, ECHO_BUF, &fd) <= 0)
+        if (rec_send(x->direct, req->data, req->len, -1) < 0 ||
+            rec_recv(x->direct, x->buf, ECHO_BUF, &fd) <= 0)
                 die("the broker closed the raw connection");
         if (fd >= 0)
                 close(fd);
@@ -171,7 +185,7 @@ static uint64_t direct_round(Ctx *x, const ProtoBuf *req)
 
 static void direct_open(Ctx *x, uint64_t k_id)
 {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
         ProtoMsg m;
         ProtoBuf hello;
 
@@ -179,16 +193,19 @@ static void direct_open(Ctx *x, uint64_t k_id)
         x->direct = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
         if (x->direct < 0 || connect(x->direct, (struct sockaddr *)&sa, sizeof(sa)) < 0)
                 die("cannot connect to the broker: %s", strerror(errno));
-        m = (ProtoMsg){ .op = PROTO_OP_HELLO, .version = PROTO_VERSION, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_VERSION) };
+        m = (ProtoMsg){.op = PROTO_OP_HELLO,
+                       .version = PROTO_VERSION,
+                       .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_VERSION)};
         hello = encode(&m);
         direct_round(x, &hello);
         proto_buf_free(&hello);
-        m = (ProtoMsg){ .op = PROTO_OP_PING, .has = PROTO_BIT(PF_OP) };
+        m = (ProtoMsg){.op = PROTO_OP_PING, .has = PROTO_BIT(PF_OP)};
         x->f_ping = encode(&m);
-        m = (ProtoMsg){ .op = PROTO_OP_ATTACH, .name = proto_str("bench/lat/k"), .timeout_ms = 5000 };
+        m = (ProtoMsg){.op = PROTO_OP_ATTACH, .name = proto_str("bench/lat/k"), .timeout_ms = 5000};
         m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_TIMEOUT_MS);
         x->f_attach = encode(&m);
-        m = (ProtoMsg){ .op = PROTO_OP_RELEASE, .buffer = k_id, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
+        m = (ProtoMsg){
+                .op = PROTO_OP_RELEASE, .buffer = k_id, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER)};
         x->f_release = encode(&m);
         m.op = PROTO_OP_UNMAP;
         x->f_unmap = encode(&m);
@@ -309,7 +326,8 @@ static void cached_block(Ctx *x, unsigned n, bool raw_first)
                 TIMED(x, x->cons, OP_RELEASE, gpuipc_release(x->cons, b));
         }
         for (unsigned i = 0; i < n; i++) {
-                record(x, &ops[OP_ATTACH_CACHED].direct, OP_ATTACH_CACHED, "direct", direct_round(x, &x->f_attach));
+                record(x, &ops[OP_ATTACH_CACHED].direct, OP_ATTACH_CACHED, "direct",
+                       direct_round(x, &x->f_attach));
                 record(x, &ops[OP_RELEASE].direct, OP_RELEASE, "direct", direct_round(x, &x->f_release));
         }
         /* Uncached from the raw client: unmap after each release, so that the fd travels again
@@ -338,7 +356,6 @@ static void ping_block(Ctx *x, unsigned n, bool raw_first)
                 raw_block(x, OP_PING, n);
 }
 
-
 static void round_run(Ctx *x, gpuipc_buffer_t *re, unsigned n)
 {
         bool raw_first = x->round & 1;
@@ -361,14 +378,17 @@ static void add_rows(const char *pct_name, double pct, double limit)
                 Row *r;
 
                 snprintf(metric, sizeof(metric), "%s %s", o->what, pct_name);
-                snprintf(baseline, sizeof(baseline), "raw ping-pong%s %zu/%zu B", fd ? " + fd" : "", o->req, o->rep);
+                snprintf(baseline, sizeof(baseline), "raw ping-pong%s %zu/%zu B", fd ? " + fd" : "", o->req,
+                         o->rep);
                 if (bench_opts.pin)
-                        snprintf(metric + strlen(metric), sizeof(metric) - strlen(metric), " [pin %s]", bench_opts.pin);
+                        snprintf(metric + strlen(metric), sizeof(metric) - strlen(metric), " [pin %s]",
+                                 bench_opts.pin);
                 r = row_add(metric, samples_pct(&o->gp, pct), "us", baseline, samples_pct(base, pct));
                 row_target_ratio_max(r, limit);
                 if (fd)
                         row_note(r, "%.2fx the ping-pong without fd (%.1f us)",
-                                 samples_pct(&o->gp, pct) / samples_pct(&o->raw, pct), samples_pct(&o->raw, pct));
+                                 samples_pct(&o->gp, pct) / samples_pct(&o->raw, pct),
+                                 samples_pct(&o->raw, pct));
                 else
                         row_note(r, "%zu samples", o->gp.n);
         }
@@ -377,7 +397,7 @@ static void add_rows(const char *pct_name, double pct, double limit)
 /* The decomposition: ping-pong < raw client to the broker < libgpuipc. */
 static void add_direct_rows(void)
 {
-        static const Op which[] = { OP_PING, OP_ATTACH_UNCACHED, OP_ATTACH_CACHED, OP_RELEASE };
+        static const Op which[] = {OP_PING, OP_ATTACH_UNCACHED, OP_ATTACH_CACHED, OP_RELEASE};
 
         for (size_t i = 0; i < ARRAY_SIZE(which); i++) {
                 OpInfo *o = &ops[which[i]];
@@ -387,27 +407,31 @@ static void add_direct_rows(void)
                 Row *r;
 
                 snprintf(metric, sizeof(metric), "%s p50, raw blocking client%s%s%s", o->what,
-                         bench_opts.pin ? " [pin " : "", bench_opts.pin ? bench_opts.pin : "", bench_opts.pin ? "]" : "");
-                snprintf(baseline, sizeof(baseline), "raw ping-pong%s %zu/%zu B", fd ? " + fd" : "", o->req, o->rep);
+                         bench_opts.pin ? " [pin " : "", bench_opts.pin ? bench_opts.pin : "",
+                         bench_opts.pin ? "]" : "");
+                snprintf(baseline, sizeof(baseline), "raw ping-pong%s %zu/%zu B", fd ? " + fd" : "", o->req,
+                         o->rep);
                 r = row_add(metric, samples_pct(&o->direct, 50), "us", baseline, samples_pct(base, 50));
                 row_note(r, "broker's share %.1f us; libgpuipc adds %.1f us%s (p99 %.1f us)",
                          samples_pct(&o->direct, 50) - samples_pct(base, 50),
-                         samples_pct(&o->gp, 50) - samples_pct(&o->direct, 50), fd ? " incl. fstat+mmap" : "",
-                         samples_pct(&o->direct, 99));
+                         samples_pct(&o->gp, 50) - samples_pct(&o->direct, 50),
+                         fd ? " incl. fstat+mmap" : "", samples_pct(&o->direct, 99));
         }
 }
 
 static void write_percentiles(void)
 {
-        static const double pcts[] = { 1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 97, 98, 99, 99.5, 99.9 };
+        static const double pcts[] = {1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 97, 98, 99, 99.5, 99.9};
         FILE *f = out_open("latency_percentiles.csv", "op,series,percentile,us");
 
         if (!f)
                 return;
         for (int i = 0; i < _OP_MAX; i++) {
                 for (size_t k = 0; k < ARRAY_SIZE(pcts); k++) {
-                        fprintf(f, "%s,gpuipc,%g,%.3f\n", ops[i].name, pcts[k], samples_pct(&ops[i].gp, pcts[k]));
-                        fprintf(f, "%s,raw,%g,%.3f\n", ops[i].name, pcts[k], samples_pct(&ops[i].raw, pcts[k]));
+                        fprintf(f, "%s,gpuipc,%g,%.3f\n", ops[i].name, pcts[k],
+                                samples_pct(&ops[i].gp, pcts[k]));
+                        fprintf(f, "%s,raw,%g,%.3f\n", ops[i].name, pcts[k],
+                                samples_pct(&ops[i].raw, pcts[k]));
                         if (ops[i].fd != FD_NONE)
                                 fprintf(f, "%s,raw_fd,%g,%.3f\n", ops[i].name, pcts[k],
                                         samples_pct(&ops[i].rawfd, pcts[k]));
@@ -426,7 +450,7 @@ static int echo_child(void *arg)
 
 void section_latency(void)
 {
-        Ctx x = { .rounds = bench_opts.quick ? 4 : 20, .block = bench_opts.quick ? 250 : 1000 };
+        Ctx x = {.rounds = bench_opts.quick ? 4 : 20, .block = bench_opts.quick ? 250 : 1000};
         gpuipc_buffer_t *re, *k, *v;
         int sv[2];
         pid_t echo;

@@ -16,8 +16,8 @@ int rec_send(int sock, const void *buf, size_t len, int fd)
                 char buf[CMSG_SPACE(sizeof(int))];
                 struct cmsghdr align;
         } ctrl;
-        struct iovec iov = { (void *)buf, len };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        struct iovec iov = {(void *)buf, len};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 
         if (fd >= 0) {
                 struct cmsghdr *cm;
@@ -44,9 +44,11 @@ long rec_recv(int sock, void *buf, size_t cap, int *ret_fd)
                 char buf[CMSG_SPACE(sizeof(int) * 4)];
                 struct cmsghdr align;
         } ctrl;
-        struct iovec iov = { buf, cap };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl.buf,
-                             .msg_controllen = sizeof(ctrl.buf) };
+        struct iovec iov = {buf, cap};
+        struct msghdr mh = {.msg_iov = &iov,
+                            .msg_iovlen = 1,
+                            .msg_control = ctrl.buf,
+                            .msg_controllen = sizeof(ctrl.buf)};
         ssize_t n;
 
         *ret_fd = -1;
@@ -77,7 +79,7 @@ int echo_serve(int sock)
         if (!buf)
                 return 1;
         for (;;) {
-                EchoHdr h = { 0 };
+                EchoHdr h = {0};
                 int fd;
                 long n = rec_recv(sock, buf, ECHO_BUF, &fd);
 
@@ -95,7 +97,7 @@ int echo_serve(int sock)
 
 uint64_t echo_round(int sock, uint8_t *buf, size_t q, size_t r, int fd_out, bool fd_back)
 {
-        EchoHdr h = { (uint32_t)r, fd_back };
+        EchoHdr h = {(uint32_t)r, fd_back};
         uint64_t t0;
         int fd;
 

@@ -26,12 +26,12 @@
 
 typedef struct Scale {
         unsigned n_buffers, n_peers, n_refs, trials, warm;
-        unsigned n_memfd;              /* memfd buffers: [0, n_low) and the last 1000; the rest handle-only */
-        unsigned n_low;                /* lookups and references pick names below this */
+        unsigned n_memfd; /* memfd buffers: [0, n_low) and the last 1000; the rest handle-only */
+        unsigned n_low;   /* lookups and references pick names below this */
         Broker big, small;
-        gpuipc_t *prod, *obs;          /* on the big broker */
+        gpuipc_t *prod, *obs; /* on the big broker */
         gpuipc_t *small_prod, *small_obs;
-        uint64_t *ids;                 /* buffer ids by index on the big broker */
+        uint64_t *ids; /* buffer ids by index on the big broker */
         FILE *raw;
 } Scale;
 
@@ -99,7 +99,8 @@ static double attach_rtt(gpuipc_t *c, const char *name, uint64_t *ret_id)
 
 /* Attach by name and release, n times: cached (this connection already received the fd) or with
  * the fd travelling (an unmap after each release, not timed). names: pick one of n_names. */
-static void lookup_block(gpuipc_t *c, unsigned n, bool uncached, unsigned first, unsigned n_names, Samples *out)
+static void lookup_block(gpuipc_t *c, unsigned n, bool uncached, unsigned first, unsigned n_names,
+                         Samples *out)
 {
         for (unsigned i = 0; i < n; i++) {
                 char name[64];
@@ -115,10 +116,12 @@ static void lookup_block(gpuipc_t *c, unsigned n, bool uncached, unsigned first,
 
 static void lookups(Scale *s)
 {
-        gpuipc_t *bc = bench_connect(&s->big, "bench-lookup"), *bu = bench_connect(&s->big, "bench-lookup-fd");
-        gpuipc_t *sc = bench_connect(&s->small, "bench-lookup"), *su = bench_connect(&s->small, "bench-lookup-fd");
-        Samples big_c = { 0 }, big_u = { 0 }, small_c = { 0 }, small_u = { 0 }, big_s = { 0 }, small_s = { 0 };
-        Samples big_p = { 0 }, small_p = { 0 };
+        gpuipc_t *bc = bench_connect(&s->big, "bench-lookup"),
+                 *bu = bench_connect(&s->big, "bench-lookup-fd");
+        gpuipc_t *sc = bench_connect(&s->small, "bench-lookup"),
+                 *su = bench_connect(&s->small, "bench-lookup-fd");
+        Samples big_c = {0}, big_u = {0}, small_c = {0}, small_u = {0}, big_s = {0}, small_s = {0};
+        Samples big_p = {0}, small_p = {0};
         unsigned rounds = bench_opts.quick ? 4 : 10, block = bench_opts.quick ? 250 : 500;
         char metric[96];
         Row *r;
@@ -169,18 +172,24 @@ static void lookups(Scale *s)
         }
 
         snprintf(metric, sizeof(metric), "attach by name, cached, %uk buffers, p50", s->n_buffers / 1000);
-        r = row_add(metric, samples_pct(&big_c, 50), "us", "same on a broker with 1 buffer", samples_pct(&small_c, 50));
+        r = row_add(metric, samples_pct(&big_c, 50), "us", "same on a broker with 1 buffer",
+                    samples_pct(&small_c, 50));
         row_note(r, "p99 %.1f us vs %.1f us; random names of a warm set of %u", samples_pct(&big_c, 99),
                  samples_pct(&small_c, 99), s->warm);
-        snprintf(metric, sizeof(metric), "attach by name, fd travels, %uk buffers, p50", s->n_buffers / 1000);
-        r = row_add(metric, samples_pct(&big_u, 50), "us", "same on a broker with 1 buffer", samples_pct(&small_u, 50));
+        snprintf(metric, sizeof(metric), "attach by name, fd travels, %uk buffers, p50",
+                 s->n_buffers / 1000);
+        r = row_add(metric, samples_pct(&big_u, 50), "us", "same on a broker with 1 buffer",
+                    samples_pct(&small_u, 50));
         row_note(r, "p99 %.1f us vs %.1f us; random names of %u memfd buffers", samples_pct(&big_u, 99),
                  samples_pct(&small_u, 99), s->n_low);
-        snprintf(metric, sizeof(metric), "ping, %uk buffers + %u peers, p50", s->n_buffers / 1000, s->n_peers);
-        r = row_add(metric, samples_pct(&big_p, 50), "us", "same on a broker with 1 buffer", samples_pct(&small_p, 50));
+        snprintf(metric, sizeof(metric), "ping, %uk buffers + %u peers, p50", s->n_buffers / 1000,
+                 s->n_peers);
+        r = row_add(metric, samples_pct(&big_p, 50), "us", "same on a broker with 1 buffer",
+                    samples_pct(&small_p, 50));
         row_note(r, "no registry work at all: what is left is per-request cost of the idle peers");
         snprintf(metric, sizeof(metric), "stats op, %uk buffers, p50", s->n_buffers / 1000);
-        r = row_add(metric, samples_pct(&big_s, 50), "us", "same on a broker with 1 buffer", samples_pct(&small_s, 50));
+        r = row_add(metric, samples_pct(&big_s, 50), "us", "same on a broker with 1 buffer",
+                    samples_pct(&small_s, 50));
         row_note(r, "walks every buffer and lists /proc/self/fd (one entry per held fd)");
         put(s, "lookup_cached_big_p50_us", samples_pct(&big_c, 50));
         put(s, "lookup_cached_small_p50_us", samples_pct(&small_c, 50));
@@ -211,7 +220,7 @@ static void lookups(Scale *s)
  * 1000 connections takes the kernel over 10 ms to unmap, which is not the broker's time. */
 int victim_main(int argc, char **argv)
 {
-        Broker b = { 0 };
+        Broker b = {0};
         gpuipc_t *c;
         unsigned first, n, range;
         uint64_t held = 0;
@@ -258,14 +267,15 @@ static int victim_exec(void *arg)
         snprintf(n, sizeof(n), "%u", v->n);
         snprintf(range, sizeof(range), "%u", v->range);
         snprintf(fd, sizeof(fd), "%d", v->ready);
-        execl("/proc/self/exe", "gpuipc-bench", "--victim", v->broker->sock, first, n, range, fd, (char *)NULL);
+        execl("/proc/self/exe", "gpuipc-bench", "--victim", v->broker->sock, first, n, range, fd,
+              (char *)NULL);
         return 127;
 }
 
 /* Starts a victim holding n_refs references; returns its pid and the id of one buffer it holds. */
 static pid_t victim_start(Scale *s, unsigned n_refs, uint64_t *ret_held)
 {
-        Victim v = { &s->big, rnd(s->n_low), n_refs, s->n_low, -1 };
+        Victim v = {&s->big, rnd(s->n_low), n_refs, s->n_low, -1};
         int ready[2];
         pid_t pid;
 
@@ -332,7 +342,7 @@ static void kill_and_cost(Scale *s, unsigned n_refs, double cpu_per_poll_us, Cle
 
 static void deaths(Scale *s)
 {
-        Samples rtt = { 0 }, big[3] = { 0 }, one[3] = { 0 };
+        Samples rtt = {0}, big[3] = {0}, one[3] = {0};
         uint64_t refs0, refs1, c0, c1;
         double cpu_per_poll;
         char metric[96], baseline[64];
@@ -352,7 +362,7 @@ static void deaths(Scale *s)
         for (unsigned t = 0; t < s->trials; t++) {
                 for (int k = 0; k < 2; k++) {
                         bool many = (k + (int)t) & 1;
-                        Cleanup c = { 0 };
+                        Cleanup c = {0};
 
                         kill_and_time(s, many ? s->n_refs : 1, samples_pct(&rtt, 50), &c);
                         kill_and_cost(s, many ? s->n_refs : 1, cpu_per_poll, &c);
@@ -361,13 +371,17 @@ static void deaths(Scale *s)
                         samples_add(&into[0], c.upper_us);
                         samples_add(&into[1], c.lower_us);
                         samples_add(&into[2], c.cpu_us);
-                        note("peer with %u refs killed: references dropped %.0f..%.0f us after SIGKILL (%u polls), "
-                             "broker CPU %.0f us", many ? s->n_refs : 1, c.lower_us, c.upper_us, c.polls, c.cpu_us);
+                        note("peer with %u refs killed: references dropped %.0f..%.0f us after SIGKILL (%u "
+                             "polls), "
+                             "broker CPU %.0f us",
+                             many ? s->n_refs : 1, c.lower_us, c.upper_us, c.polls, c.cpu_us);
                         if (s->raw)
-                                fprintf(s->raw, "cleanup_%u_refs_trial%u_upper_us,%.3f\ncleanup_%u_refs_trial%u_lower_us,"
-                                                "%.3f\ncleanup_%u_refs_trial%u_cpu_us,%.3f\n",
-                                        many ? s->n_refs : 1, t, c.upper_us, many ? s->n_refs : 1, t, c.lower_us,
-                                        many ? s->n_refs : 1, t, c.cpu_us);
+                                fprintf(s->raw,
+                                        "cleanup_%u_refs_trial%u_upper_us,%.3f\ncleanup_%u_refs_trial%u_"
+                                        "lower_us,"
+                                        "%.3f\ncleanup_%u_refs_trial%u_cpu_us,%.3f\n",
+                                        many ? s->n_refs : 1, t, c.upper_us, many ? s->n_refs : 1, t,
+                                        c.lower_us, many ? s->n_refs : 1, t, c.cpu_us);
                 }
         }
         refs1 = stats_value(s->obs, "references");
@@ -377,7 +391,8 @@ static void deaths(Scale *s)
 
         snprintf(metric, sizeof(metric), "dead peer with %uk refs: SIGKILL -> dropped", s->n_refs / 1000);
         snprintf(baseline, sizeof(baseline), "same, peer holding 1 reference");
-        r = row_add(metric, samples_pct(&big[0], 50) / 1000, "ms", baseline, samples_pct(&one[0], 50) / 1000);
+        r = row_add(metric, samples_pct(&big[0], 50) / 1000, "ms", baseline,
+                    samples_pct(&one[0], 50) / 1000);
         row_target_value_max(r, 10, "< 10 ms");
         row_note(r, "median of %u; between %.2f and %.2f ms (poll round trip %.0f us)", s->trials,
                  samples_pct(&big[1], 50) / 1000, samples_pct(&big[0], 50) / 1000, samples_pct(&rtt, 50));
@@ -403,8 +418,11 @@ static void flag(const char **argv, size_t *n, const char *name, unsigned value,
 
 void section_scale(void)
 {
-        Scale s = { .n_buffers = bench_opts.quick ? 20000 : 100000, .n_peers = bench_opts.quick ? 200 : 1000,
-                    .n_refs = bench_opts.quick ? 2000 : 10000, .trials = bench_opts.quick ? 1 : 3, .warm = 2000 };
+        Scale s = {.n_buffers = bench_opts.quick ? 20000 : 100000,
+                   .n_peers = bench_opts.quick ? 200 : 1000,
+                   .n_refs = bench_opts.quick ? 2000 : 10000,
+                   .trials = bench_opts.quick ? 1 : 3,
+                   .warm = 2000};
         char v[5][16];
         const char *flags[16];
         size_t nf = 0;
@@ -420,10 +438,12 @@ void section_scale(void)
         got = raise_nofile(want); /* the brokers inherit it */
         s.n_memfd = s.n_buffers;
         if (got < want) {
-                s.n_memfd = got > 4 * s.n_peers + 4096 + s.n_refs ? (unsigned)(got - 4 * s.n_peers - 4096) : s.n_refs;
-                note("RLIMIT_NOFILE is at most %llu here (raising it needs CAP_SYS_RESOURCE): %u memfd buffers, "
-                     "%u handle-only (cuda-legacy, no fd)", (unsigned long long)got, s.n_memfd,
-                     s.n_buffers - s.n_memfd);
+                s.n_memfd = got > 4 * s.n_peers + 4096 + s.n_refs ? (unsigned)(got - 4 * s.n_peers - 4096)
+                                                                  : s.n_refs;
+                note("RLIMIT_NOFILE is at most %llu here (raising it needs CAP_SYS_RESOURCE): %u memfd "
+                     "buffers, "
+                     "%u handle-only (cuda-legacy, no fd)",
+                     (unsigned long long)got, s.n_memfd, s.n_buffers - s.n_memfd);
         }
         s.n_low = s.n_memfd - 1000;
         flag(flags, &nf, "--max-buffers-per-uid", 2 * s.n_buffers, v[0]);
@@ -472,9 +492,10 @@ void section_scale(void)
         snprintf(metric, sizeof(metric), "broker RSS, %uk buffers", s.n_buffers / 1000);
         r = row_add(metric, rss_buffers, "MiB", "broker RSS, empty", rss_empty);
         row_target_value_max(r, 64, "< 64 MiB");
-        row_note(r, "%.0f bytes per buffer; %u memfd (fd held), %u handle-only", (rss_buffers - rss_empty) * 1048576.0 /
-                 s.n_buffers, s.n_memfd, s.n_buffers - s.n_memfd);
-        snprintf(metric, sizeof(metric), "broker RSS, %uk buffers + %u peers", s.n_buffers / 1000, s.n_peers);
+        row_note(r, "%.0f bytes per buffer; %u memfd (fd held), %u handle-only",
+                 (rss_buffers - rss_empty) * 1048576.0 / s.n_buffers, s.n_memfd, s.n_buffers - s.n_memfd);
+        snprintf(metric, sizeof(metric), "broker RSS, %uk buffers + %u peers", s.n_buffers / 1000,
+                 s.n_peers);
         r = row_add(metric, rss_peers, "MiB", "broker RSS, empty", rss_empty);
         row_target_value_max(r, 64, "< 64 MiB");
         row_note(r, "%.0f bytes per peer; VmHWM %.1f MiB", (rss_peers - rss_buffers) * 1048576.0 / s.n_peers,

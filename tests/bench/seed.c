@@ -21,8 +21,8 @@
 #include "bench.h"
 #include "macro.h"
 
-#define HANDLE_LEN 64
-#define SEED_POLL_NS 2000000000ull
+#define HANDLE_LEN      64
+#define SEED_POLL_NS    2000000000ull
 #define SEED_TRIALS_MAX 512
 
 typedef struct SeedShared {
@@ -111,7 +111,7 @@ static void run_polling(const char *dir, int trials, Samples *out, FILE *raw)
 
         start = now_ns();
         for (int i = 0; i < trials; i++) {
-                SeedArg a = { sh, dir, NULL, i, 1, -1 };
+                SeedArg a = {sh, dir, NULL, i, 1, -1};
                 kids[i] = spawn(poll_consumer, &a, NULL, 0);
                 /* The write lands somewhere in a 2 s polling period. */
                 at[i] = start + 100000000ull + (uint64_t)rand() % SEED_POLL_NS;
@@ -204,17 +204,19 @@ static int gpuipc_consumer(void *arg)
         return 0;
 }
 
-static void run_waiting(const char *dir, const Broker *broker, int trials, Samples *ino, Samples *gp, FILE *raw)
+static void run_waiting(const char *dir, const Broker *broker, int trials, Samples *ino, Samples *gp,
+                        FILE *raw)
 {
         SeedShared *si = shared_alloc(sizeof(*si)), *sg = shared_alloc(sizeof(*sg));
-        gpuipc_t *prod = bench_connect(broker, "bench-producer"), *obs = bench_connect(broker, "bench-observer");
+        gpuipc_t *prod = bench_connect(broker, "bench-producer"),
+                 *obs = bench_connect(broker, "bench-observer");
         int di[2], dg[2];
         pid_t ki, kg;
 
         if (pipe2(di, O_CLOEXEC) < 0 || pipe2(dg, O_CLOEXEC) < 0)
                 die("pipe: %s", strerror(errno));
         {
-                SeedArg a = { si, dir, broker, 0, trials, di[1] }, b = { sg, dir, broker, 0, trials, dg[1] };
+                SeedArg a = {si, dir, broker, 0, trials, di[1]}, b = {sg, dir, broker, 0, trials, dg[1]};
                 ki = spawn(inotify_consumer, &a, &di[1], 1);
                 kg = spawn(gpuipc_consumer, &b, &dg[1], 1);
         }
@@ -238,7 +240,8 @@ static void run_waiting(const char *dir, const Broker *broker, int trials, Sampl
                                 wait_done(dg[0]);
                                 samples_add(gp, (double)(sg->found[t] - t0) / 1000.0);
                                 if (raw)
-                                        fprintf(raw, "gpuipc,%d,%.3f\n", t, (double)(sg->found[t] - t0) / 1000.0);
+                                        fprintf(raw, "gpuipc,%d,%.3f\n", t,
+                                                (double)(sg->found[t] - t0) / 1000.0);
                                 TRY(prod, gpuipc_buffer_free(prod, b));
                         } else {
                                 while (__atomic_load_n(&si->armed, __ATOMIC_SEQ_CST) < t + 1)
@@ -249,7 +252,8 @@ static void run_waiting(const char *dir, const Broker *broker, int trials, Sampl
                                 wait_done(di[0]);
                                 samples_add(ino, (double)(si->found[t] - t0) / 1000.0);
                                 if (raw)
-                                        fprintf(raw, "inotify,%d,%.3f\n", t, (double)(si->found[t] - t0) / 1000.0);
+                                        fprintf(raw, "inotify,%d,%.3f\n", t,
+                                                (double)(si->found[t] - t0) / 1000.0);
                         }
                 }
         }
@@ -270,13 +274,15 @@ static void add_rows(const char *what, Samples *s, Samples *seed, bool is_seed, 
                 double p = k ? 99 : 50;
 
                 snprintf(metric, sizeof(metric), "%s, %s", what, k ? "p99" : "p50");
-                r = row_add(metric, samples_pct(s, p) / 1000, "ms", is_seed ? "" : "handle file polled every 2 s",
+                r = row_add(metric, samples_pct(s, p) / 1000, "ms",
+                            is_seed ? "" : "handle file polled every 2 s",
                             is_seed ? NAN : samples_pct(seed, p) / 1000);
                 if (is_seed)
-                        row_note(r, "the baseline; %zu trials, mean %.0f ms, max %.0f ms", s->n, samples_mean(s) / 1000,
-                                 samples_max(s) / 1000);
+                        row_note(r, "the baseline; %zu trials, mean %.0f ms, max %.0f ms", s->n,
+                                 samples_mean(s) / 1000, samples_max(s) / 1000);
                 else if (ino)
-                        row_note(r, "%zu trials; %.2fx inotify's", s->n, samples_pct(s, p) / samples_pct(ino, p));
+                        row_note(r, "%zu trials; %.2fx inotify's", s->n,
+                                 samples_pct(s, p) / samples_pct(ino, p));
                 else
                         row_note(r, "%zu trials, mean %.3f ms", s->n, samples_mean(s) / 1000);
         }
@@ -285,7 +291,7 @@ static void add_rows(const char *what, Samples *s, Samples *seed, bool is_seed, 
 void section_seed(void)
 {
         int poll_trials = bench_opts.quick ? 6 : 20, trials = bench_opts.quick ? 30 : 200;
-        Samples poll = { 0 }, ino = { 0 }, gp = { 0 };
+        Samples poll = {0}, ino = {0}, gp = {0};
         FILE *raw = out_open("seed.csv", "method,trial,us");
         char dir[160];
         Broker broker;
@@ -298,7 +304,8 @@ void section_seed(void)
         if (mkdir(dir, 0755) < 0)
                 die("mkdir %s: %s", dir, strerror(errno));
 
-        note("%d polling consumers side by side (each polls every 2 s), then %d inotify and %d gpuipc trials",
+        note("%d polling consumers side by side (each polls every 2 s), then %d inotify and %d gpuipc "
+             "trials",
              poll_trials, trials, trials);
         run_polling(dir, poll_trials, &poll, raw);
         run_waiting(dir, &broker, trials, &ino, &gp, raw);

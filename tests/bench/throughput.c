@@ -4,8 +4,8 @@
  * server, the broker's own shape without its work, answering the same request and reply sizes.
  * The broker's CPU time per op comes from utime + stime in /proc/PID/stat. */
 #include <errno.h>
-#include <math.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -22,7 +22,7 @@
 #define TP_MAX_CLIENTS 256
 
 typedef enum Workload { WL_PING, WL_ATTACH_RELEASE, _WL_MAX } Workload;
-static const char *const workload_names[] = { "ping", "attach+release" };
+static const char *const workload_names[] = {"ping", "attach+release"};
 
 typedef struct TpShared {
         int ready;
@@ -47,7 +47,7 @@ typedef struct TpClient {
 static int echo_epoll_serve(int lfd)
 {
         uint8_t *buf = malloc(ECHO_BUF);
-        struct epoll_event ev = { .events = EPOLLIN }, evs[64];
+        struct epoll_event ev = {.events = EPOLLIN}, evs[64];
         int ep = epoll_create1(EPOLL_CLOEXEC);
 
         if (!buf || ep < 0)
@@ -63,7 +63,7 @@ static int echo_epoll_serve(int lfd)
                         if (fd == lfd) {
                                 int c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
                                 if (c >= 0) {
-                                        struct epoll_event cev = { .events = EPOLLIN, .data.fd = c };
+                                        struct epoll_event cev = {.events = EPOLLIN, .data.fd = c};
                                         epoll_ctl(ep, EPOLL_CTL_ADD, c, &cev);
                                 }
                                 continue;
@@ -80,7 +80,8 @@ static int echo_epoll_serve(int lfd)
                                         break;
                                 }
                                 memcpy(&h, buf, sizeof(h));
-                                send(fd, buf, MIN(h.reply_len, (uint32_t)ECHO_BUF), MSG_DONTWAIT | MSG_NOSIGNAL);
+                                send(fd, buf, MIN(h.reply_len, (uint32_t)ECHO_BUF),
+                                     MSG_DONTWAIT | MSG_NOSIGNAL);
                         }
                 }
         }
@@ -93,7 +94,7 @@ static int echo_server_child(void *arg)
 
 static int echo_connect(const char *path)
 {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
         int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 
         snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
@@ -158,9 +159,9 @@ static int broker_client(TpClient *a)
 /* The broker's capacity without libgpuipc: blocking sendmsg + recvmsg of the frames it would send. */
 static int direct_client(TpClient *a)
 {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
         uint8_t *buf = malloc(ECHO_BUF);
-        ProtoBuf hello = { 0 }, att = { 0 }, rel = { 0 };
+        ProtoBuf hello = {0}, att = {0}, rel = {0};
         ProtoMsg m;
         uint64_t n = 0, id;
         int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), rfd;
@@ -169,10 +170,10 @@ static int direct_client(TpClient *a)
         snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", a->broker->sock);
         if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
                 die("cannot connect to the broker: %s", strerror(errno));
-        m = (ProtoMsg){ .op = PROTO_OP_HELLO, .id = 1, .version = PROTO_VERSION };
+        m = (ProtoMsg){.op = PROTO_OP_HELLO, .id = 1, .version = PROTO_VERSION};
         m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID) | PROTO_BIT(PF_VERSION);
         proto_frame_encode(&hello, &m, 0);
-        m = (ProtoMsg){ .op = PROTO_OP_ATTACH, .id = 2, .name = proto_str("bench/tp"), .timeout_ms = 30000 };
+        m = (ProtoMsg){.op = PROTO_OP_ATTACH, .id = 2, .name = proto_str("bench/tp"), .timeout_ms = 30000};
         m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_TIMEOUT_MS);
         proto_frame_encode(&att, &m, 0);
         if (rec_send(fd, hello.data, hello.len, -1) < 0 || rec_recv(fd, buf, ECHO_BUF, &rfd) <= 0 ||
@@ -182,12 +183,15 @@ static int direct_client(TpClient *a)
                 close(rfd);
         {
                 ProtoMsg r;
-                if (proto_msg_decode(buf + PROTO_HEADER_SIZE, (size_t)len - PROTO_HEADER_SIZE, &r, NULL) != 0)
+                if (proto_msg_decode(buf + PROTO_HEADER_SIZE, (size_t)len - PROTO_HEADER_SIZE, &r, NULL) !=
+                    0)
                         die("cannot decode the attach reply");
                 id = r.buffer;
         }
-        m = (ProtoMsg){ .op = PROTO_OP_RELEASE, .id = 3, .buffer = id, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID) |
-                                                                             PROTO_BIT(PF_BUFFER) };
+        m = (ProtoMsg){.op = PROTO_OP_RELEASE,
+                       .id = 3,
+                       .buffer = id,
+                       .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID) | PROTO_BIT(PF_BUFFER)};
         proto_frame_encode(&rel, &m, 0);
         if (rec_send(fd, rel.data, rel.len, -1) < 0 || rec_recv(fd, buf, ECHO_BUF, &rfd) <= 0)
                 die("the broker did not answer");
@@ -275,23 +279,23 @@ static void measure_sizes(const Broker *b, size_t sizes[_WL_MAX][2][2])
 {
         gpuipc_t *c = bench_connect(b, "bench-sizes");
         ProtoMsg m;
-        Frame f = { .fd = -1 };
+        Frame f = {.fd = -1};
         uint64_t id;
 
-        m = (ProtoMsg){ .op = PROTO_OP_PING, .has = PROTO_BIT(PF_OP) };
+        m = (ProtoMsg){.op = PROTO_OP_PING, .has = PROTO_BIT(PF_OP)};
         TRY(c, client_request(c, &m, -1, 10000, &f));
         sizes[WL_PING][0][1] = frame_len(&f.msg, 0);
         sizes[WL_PING][0][0] = frame_len(&m, 0);
         frame_free(&f);
 
-        m = (ProtoMsg){ .op = PROTO_OP_ATTACH, .name = proto_str("bench/tp"), .timeout_ms = 30000 };
+        m = (ProtoMsg){.op = PROTO_OP_ATTACH, .name = proto_str("bench/tp"), .timeout_ms = 30000};
         m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_TIMEOUT_MS);
         TRY(c, client_request(c, &m, -1, 10000, &f));
         id = f.msg.buffer;
         sizes[WL_ATTACH_RELEASE][0][1] = frame_len(&f.msg, 0);
         sizes[WL_ATTACH_RELEASE][0][0] = frame_len(&m, 0);
         frame_free(&f);
-        m = (ProtoMsg){ .op = PROTO_OP_RELEASE, .buffer = id, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
+        m = (ProtoMsg){.op = PROTO_OP_RELEASE, .buffer = id, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER)};
         TRY(c, client_request(c, &m, -1, 10000, &f));
         sizes[WL_ATTACH_RELEASE][1][1] = frame_len(&f.msg, 0);
         sizes[WL_ATTACH_RELEASE][1][0] = frame_len(&m, 0);
@@ -301,20 +305,21 @@ static void measure_sizes(const Broker *b, size_t sizes[_WL_MAX][2][2])
 
 void section_throughput(void)
 {
-        static const int clients[] = { 1, 8, 64, 256 };
+        static const int clients[] = {1, 8, 64, 256};
         double seconds = bench_opts.quick ? 0.5 : 2.0;
-        size_t sizes[_WL_MAX][2][2] = { 0 };
-        const char *const flags[] = { "--max-connections-per-uid", "4096", NULL };
+        size_t sizes[_WL_MAX][2][2] = {0};
+        const char *const flags[] = {"--max-connections-per-uid", "4096", NULL};
         TpShared *sh = shared_alloc(sizeof(*sh));
-        FILE *raw = out_open("throughput.csv", "server,workload,clients,ops_per_s,cpu_us_per_op,sched_us_per_op,"
-                                               "cpu_utilization");
+        FILE *raw =
+                out_open("throughput.csv", "server,workload,clients,ops_per_s,cpu_us_per_op,sched_us_per_op,"
+                                           "cpu_utilization");
         gpuipc_t *prod;
         gpuipc_buffer_t *buf;
         char echo_path[128];
         Broker broker;
         pid_t echo;
         int lfd;
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
 
         raise_nofile(4096);
         broker_start(&broker, flags, 0);
@@ -335,8 +340,9 @@ void section_throughput(void)
         for (int w = 0; w < _WL_MAX; w++) {
                 for (size_t k = 0; k < ARRAY_SIZE(clients); k++) {
                         int n = clients[k];
-                        TpClient a = { .sh = sh, .wl = (Workload)w, .broker = &broker, .echo_path = echo_path };
-                        TpResult rb, re, rd = { 0 };
+                        TpClient a = {
+                                .sh = sh, .wl = (Workload)w, .broker = &broker, .echo_path = echo_path};
+                        TpResult rb, re, rd = {0};
                         char metric[96];
                         Row *r;
 
@@ -355,30 +361,41 @@ void section_throughput(void)
                                 a.kind = CL_DIRECT;
                                 rd = tp_run(&a, n, broker.pid, seconds);
                         }
-                        note("%s, %3d clients: broker %.0f ops/s (%.2f us CPU/op), echo %.0f ops/s (%.2f us CPU/op)%s",
-                             workload_names[w], n, rb.ops_per_s, rb.cpu_us_per_op, re.ops_per_s, re.cpu_us_per_op,
+                        note("%s, %3d clients: broker %.0f ops/s (%.2f us CPU/op), echo %.0f ops/s (%.2f us "
+                             "CPU/op)%s",
+                             workload_names[w], n, rb.ops_per_s, rb.cpu_us_per_op, re.ops_per_s,
+                             re.cpu_us_per_op,
                              w == WL_ATTACH_RELEASE ? ", raw clients to the broker: see the table" : "");
                         if (raw) {
-                                fprintf(raw, "broker,%s,%d,%.0f,%.3f,%.3f,%.3f\n", workload_names[w], n, rb.ops_per_s,
-                                        rb.cpu_us_per_op, rb.sched_us_per_op, rb.util);
+                                fprintf(raw, "broker,%s,%d,%.0f,%.3f,%.3f,%.3f\n", workload_names[w], n,
+                                        rb.ops_per_s, rb.cpu_us_per_op, rb.sched_us_per_op, rb.util);
                                 if (w == WL_ATTACH_RELEASE)
-                                        fprintf(raw, "broker_raw_clients,%s,%d,%.0f,%.3f,%.3f,%.3f\n", workload_names[w],
-                                                n, rd.ops_per_s, rd.cpu_us_per_op, rd.sched_us_per_op, rd.util);
-                                fprintf(raw, "echo,%s,%d,%.0f,%.3f,%.3f,%.3f\n", workload_names[w], n, re.ops_per_s,
-                                        re.cpu_us_per_op, re.sched_us_per_op, re.util);
+                                        fprintf(raw, "broker_raw_clients,%s,%d,%.0f,%.3f,%.3f,%.3f\n",
+                                                workload_names[w], n, rd.ops_per_s, rd.cpu_us_per_op,
+                                                rd.sched_us_per_op, rd.util);
+                                fprintf(raw, "echo,%s,%d,%.0f,%.3f,%.3f,%.3f\n", workload_names[w], n,
+                                        re.ops_per_s, re.cpu_us_per_op, re.sched_us_per_op, re.util);
                         }
-                        snprintf(metric, sizeof(metric), "%s, %d client%s", workload_names[w], n, n > 1 ? "s" : "");
-                        r = row_add(metric, rb.ops_per_s, "ops/s", "epoll echo server, same sizes", re.ops_per_s);
+                        snprintf(metric, sizeof(metric), "%s, %d client%s", workload_names[w], n,
+                                 n > 1 ? "s" : "");
+                        r = row_add(metric, rb.ops_per_s, "ops/s", "epoll echo server, same sizes",
+                                    re.ops_per_s);
                         if (w == WL_ATTACH_RELEASE && n == 64)
                                 row_target_value_min(r, 50000, ">= 50k ops/s");
                         row_note(r, "broker busy %.0f%% of a core", rb.util * 100);
-                        snprintf(metric, sizeof(metric), "  broker CPU per op (%s, %d)", workload_names[w], n);
-                        r = row_add(metric, rb.cpu_us_per_op, "us", "echo server CPU per op", re.cpu_us_per_op);
+                        snprintf(metric, sizeof(metric), "  broker CPU per op (%s, %d)", workload_names[w],
+                                 n);
+                        r = row_add(metric, rb.cpu_us_per_op, "us", "echo server CPU per op",
+                                    re.cpu_us_per_op);
                         row_note(r, "utime+stime; scheduler says %.2f us", rb.sched_us_per_op);
                         if (w == WL_ATTACH_RELEASE) {
-                                snprintf(metric, sizeof(metric), "  same frames, raw blocking clients (%d)", n);
-                                r = row_add(metric, rd.ops_per_s, "ops/s", "epoll echo server, same sizes", re.ops_per_s);
-                                row_note(r, "the broker without libgpuipc's client path; busy %.0f%%, %.2f us CPU/op",
+                                snprintf(metric, sizeof(metric), "  same frames, raw blocking clients (%d)",
+                                         n);
+                                r = row_add(metric, rd.ops_per_s, "ops/s", "epoll echo server, same sizes",
+                                            re.ops_per_s);
+                                row_note(r,
+                                         "the broker without libgpuipc's client path; busy %.0f%%, %.2f us "
+                                         "CPU/op",
                                          rd.util * 100, rd.cpu_us_per_op);
                         }
                 }

@@ -67,7 +67,7 @@ uint64_t now_ns(void)
 
 void sleep_ns(uint64_t ns)
 {
-        struct timespec ts = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
+        struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
 
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
                 ;
@@ -75,7 +75,7 @@ void sleep_ns(uint64_t ns)
 
 void sleep_until_ns(uint64_t t)
 {
-        struct timespec ts = { (time_t)(t / 1000000000u), (long)(t % 1000000000u) };
+        struct timespec ts = {(time_t)(t / 1000000000u), (long)(t % 1000000000u)};
 
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
                 ;
@@ -136,7 +136,7 @@ double samples_max(Samples *s)
 void samples_free(Samples *s)
 {
         free(s->v);
-        *s = (Samples){ 0 };
+        *s = (Samples){0};
 }
 
 /* ---- the table ---- */
@@ -382,7 +382,8 @@ void broker_start(Broker *b, const char *const *extra, rlim_t nofile)
         size_t n = 0;
         pid_t pid;
 
-        snprintf(b->dir, sizeof(b->dir), "%.40s/gpuipc-bench.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+        snprintf(b->dir, sizeof(b->dir), "%.40s/gpuipc-bench.XXXXXX",
+                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
         if (!mkdtemp(b->dir))
                 die("mkdtemp: %s", strerror(errno));
         snprintf(b->sock, sizeof(b->sock), "%s/s.sock", b->dir);
@@ -413,10 +414,10 @@ void broker_start(Broker *b, const char *const *extra, rlim_t nofile)
                 }
                 close_range(3, ~0u, 0);
                 if (nofile) {
-                        struct rlimit rl = { nofile, nofile };
+                        struct rlimit rl = {nofile, nofile};
                         if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-                                fprintf(stderr, "setrlimit(RLIMIT_NOFILE, %llu): %s\n", (unsigned long long)nofile,
-                                        strerror(errno));
+                                fprintf(stderr, "setrlimit(RLIMIT_NOFILE, %llu): %s\n",
+                                        (unsigned long long)nofile, strerror(errno));
                 }
                 execv(argv[0], (char **)argv);
                 fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
@@ -453,8 +454,8 @@ void broker_stop(Broker *b)
 
 static gpuipc_t *connect_to(const Broker *b, const char *label, bool gpus)
 {
-        gpuipc_options_t o = { .socket_path = b->sock, .label = label, .connect_timeout_ms = 10000,
-                               .no_gpus = !gpus };
+        gpuipc_options_t o = {
+                .socket_path = b->sock, .label = label, .connect_timeout_ms = 10000, .no_gpus = !gpus};
         gpuipc_t *c = NULL;
         int r = gpuipc_connect(&c, &o);
 
@@ -466,8 +467,8 @@ static gpuipc_t *connect_to(const Broker *b, const char *label, bool gpus)
                         buf[n > 0 ? n : 0] = 0;
                         close(fd);
                 }
-                die("cannot connect to the broker at %s: %s [%s]\nbroker log:\n%s", b->sock, gpuipc_strerror(r),
-                    gpuipc_errmsg(NULL), buf);
+                die("cannot connect to the broker at %s: %s [%s]\nbroker log:\n%s", b->sock,
+                    gpuipc_strerror(r), gpuipc_errmsg(NULL), buf);
         }
         return c;
 }
@@ -494,8 +495,8 @@ static void request(gpuipc_t *c, ProtoMsg *req, int fd, Frame *f, const char *wh
 
 uint64_t stats_value(gpuipc_t *c, const char *key)
 {
-        ProtoMsg req = { .op = PROTO_OP_STATS, .has = PROTO_BIT(PF_OP) }, rec;
-        Frame f = { .fd = -1 };
+        ProtoMsg req = {.op = PROTO_OP_STATS, .has = PROTO_BIT(PF_OP)}, rec;
+        Frame f = {.fd = -1};
         ProtoIter it;
 
         request(c, &req, -1, &f, "stats");
@@ -523,8 +524,8 @@ void stats_wait_at_least(gpuipc_t *c, const char *key, uint64_t want, int timeou
 
 uint64_t raw_attach_name(gpuipc_t *c, const char *name, bool *ret_cached)
 {
-        ProtoMsg req = { .op = PROTO_OP_ATTACH, .name = proto_str(name) };
-        Frame f = { .fd = -1 };
+        ProtoMsg req = {.op = PROTO_OP_ATTACH, .name = proto_str(name)};
+        Frame f = {.fd = -1};
         uint64_t id;
 
         req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME);
@@ -538,14 +539,14 @@ uint64_t raw_attach_name(gpuipc_t *c, const char *name, bool *ret_cached)
 
 static void buffer_request(gpuipc_t *c, ProtoOp op, uint64_t buffer, Frame *f)
 {
-        ProtoMsg req = { .op = op, .buffer = buffer, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
+        ProtoMsg req = {.op = op, .buffer = buffer, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER)};
 
         request(c, &req, -1, f, proto_op_name(op));
 }
 
 void raw_release(gpuipc_t *c, uint64_t buffer)
 {
-        Frame f = { .fd = -1 };
+        Frame f = {.fd = -1};
 
         buffer_request(c, PROTO_OP_RELEASE, buffer, &f);
         frame_free(&f);
@@ -553,7 +554,7 @@ void raw_release(gpuipc_t *c, uint64_t buffer)
 
 void raw_unmap(gpuipc_t *c, uint64_t buffer)
 {
-        Frame f = { .fd = -1 };
+        Frame f = {.fd = -1};
 
         buffer_request(c, PROTO_OP_UNMAP, buffer, &f);
         frame_free(&f);
@@ -561,7 +562,7 @@ void raw_unmap(gpuipc_t *c, uint64_t buffer)
 
 uint64_t raw_stat_refs(gpuipc_t *c, uint64_t buffer)
 {
-        Frame f = { .fd = -1 };
+        Frame f = {.fd = -1};
         uint64_t refs;
 
         buffer_request(c, PROTO_OP_STAT, buffer, &f);
@@ -572,8 +573,9 @@ uint64_t raw_stat_refs(gpuipc_t *c, uint64_t buffer)
 
 uint64_t raw_publish_memfd(gpuipc_t *c, const char *name, int fd, uint64_t size)
 {
-        ProtoMsg req = { .op = PROTO_OP_PUBLISH, .name = proto_str(name), .kind = PROTO_KIND_MEMFD, .size = size };
-        Frame f = { .fd = -1 };
+        ProtoMsg req = {
+                .op = PROTO_OP_PUBLISH, .name = proto_str(name), .kind = PROTO_KIND_MEMFD, .size = size};
+        Frame f = {.fd = -1};
         uint64_t id;
 
         req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE);
@@ -585,13 +587,16 @@ uint64_t raw_publish_memfd(gpuipc_t *c, const char *name, int fd, uint64_t size)
 
 uint64_t raw_publish_handle(gpuipc_t *c, const char *name, uint64_t size)
 {
-        ProtoMsg req = { .op = PROTO_OP_PUBLISH, .name = proto_str(name), .kind = PROTO_KIND_CUDA_LEGACY, .size = size };
-        static const uint8_t handle[PROTO_LEGACY_HANDLE_SIZE] = { 'b', 'e', 'n', 'c', 'h' };
-        Frame f = { .fd = -1 };
+        ProtoMsg req = {.op = PROTO_OP_PUBLISH,
+                        .name = proto_str(name),
+                        .kind = PROTO_KIND_CUDA_LEGACY,
+                        .size = size};
+        static const uint8_t handle[PROTO_LEGACY_HANDLE_SIZE] = {'b', 'e', 'n', 'c', 'h'};
+        Frame f = {.fd = -1};
         uint64_t id;
 
         req.device = proto_str("GPU-00000000-0000-0000-0000-00000000bench");
-        req.handle = (ProtoStr){ (const char *)handle, sizeof(handle) };
+        req.handle = (ProtoStr){(const char *)handle, sizeof(handle)};
         req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) |
                   PROTO_BIT(PF_DEVICE) | PROTO_BIT(PF_HANDLE);
         request(c, &req, -1, &f, name);
@@ -614,7 +619,7 @@ int sealed_memfd(uint64_t size)
 
 size_t frame_len(const ProtoMsg *m, int n_fds)
 {
-        ProtoBuf buf = { 0 };
+        ProtoBuf buf = {0};
         size_t len;
 
         if (proto_frame_encode(&buf, m, (uint8_t)n_fds) != 0)
