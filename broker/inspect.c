@@ -232,5 +232,8 @@ void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         add_stat(&it, "fds_out_total", s->fds_out);
         add_stat(&it, "protocol_errors_total", s->protocol_errors);
         add_stat(&it, "slow_peers_dropped_total", s->slow_peers_dropped);
+        add_stat(&it, "peer_cleanup_us_last", s->peer_cleanup_us_last);
+        add_stat(&it, "peer_cleanup_us_max", s->peer_cleanup_us_max);
+        add_stat(&it, "peer_cleanup_refs_last", s->peer_cleanup_refs_last);
         reply_items(ctx, p, m, &it, &reply);
 }

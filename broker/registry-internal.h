@@ -87,22 +87,24 @@ struct RegPeer {
         UidAcct *acct;
         uint64_t connected_ms;
         void *userdata;
+        Registry *reg;
+        List lost_link; /* in Registry.lost once marked lost */
 };
 
 struct RegBuffer {
         uint64_t id;
         HNode by_id;
         List link; /* Registry.buffers, in id order (ids only grow) */
-        char name[PROTO_MAX_NAME + 1];
+        char *name;         /* heap: most names are short, and a registry holds 100k buffers */
         RegName *published; /* while live */
         uint64_t generation;
         ProtoKind kind;
         ProtoState state;
         uint64_t size, offset;
-        char device[PROTO_MAX_UUID + 1];
+        char *device;       /* GPU UUID, NULL for memfd */
         uint8_t *meta;
         uint32_t meta_len;
-        uint8_t handle[PROTO_LEGACY_HANDLE_SIZE];
+        uint8_t *handle;    /* cuda-legacy only: PROTO_LEGACY_HANDLE_SIZE bytes */
         int fd;
         bool writable, broker_held, free_on_drain;
         uint32_t retire_after, attaches;
@@ -125,6 +127,9 @@ struct Registry {
         Heap timers;
         RegCounters counters;
         uint64_t n_peers, n_buffers, n_waits, n_subs, n_groups, n_refs, n_fds;
+        uint64_t n_state[_PROTO_STATE_MAX]; /* buffers per state, kept current: stats never walk */
+        uint64_t n_orphaned;
+        List lost;                          /* RegPeer.lost_link: peers the caller must disconnect */
 };
 
 static inline uint64_t hash_str(const char *s)
@@ -174,6 +179,14 @@ RegName *reg_name_lookup(const Registry *r, const char *name);
 
 /* A name entry lives while a buffer is published under it or someone waits for it. */
 void reg_name_put(Registry *r, RegName *e);
+
+/* Moves b to state, keeping the per-state counts. */
+static inline void reg_buffer_set_state(Registry *r, RegBuffer *b, ProtoState state)
+{
+        r->n_state[b->state]--;
+        r->n_state[state]++;
+        b->state = state;
+}
 
 /* Drops a whole hold (all of one peer's references to one buffer, and its mapped mark). */
 void reg_hold_drop(Registry *r, Hold *h);

@@ -35,6 +35,8 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
         p->acct = acct;
         p->connected_ms = now_ms;
         p->userdata = userdata;
+        p->reg = r;
+        list_init(&p->lost_link);
         list_init(&p->owned);
         list_init(&p->holds);
         list_init(&p->waits);
@@ -91,6 +93,7 @@ void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
                 } else if (b->broker_held) {
                         /* The broker keeps the memory (its fd) until the buffer is retired and drained. */
                         b->owner = NULL;
+                        r->n_orphaned++;
                         b->free_on_drain = true;
                 } else {
                         reg_buffer_revoke(r, b, reason, out);
@@ -101,6 +104,7 @@ void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
          * outlive it: the caller would look it up after it is gone. */
         outbox_drop_peer(out, p);
         list_unlink(&p->link);
+        list_unlink(&p->lost_link);
         p->acct->connections--;
         reg_acct_put(r, p->acct);
         r->n_peers--;
@@ -129,6 +133,11 @@ int registry_peer_hello(Registry *r, RegPeer *p, const PeerHello *h)
         return 0;
 }
 
+uint32_t registry_peer_refs(const RegPeer *p)
+{
+        return p->n_refs;
+}
+
 bool registry_peer_said_hello(const RegPeer *p)
 {
         return p->hello;
@@ -151,8 +160,19 @@ void *registry_peer_userdata(const RegPeer *p)
 
 void registry_peer_mark_lost(RegPeer *p)
 {
-        if (p)
+        if (p && !p->lost) {
                 p->lost = true;
+                list_append(&p->reg->lost, &p->lost_link);
+        }
+}
+
+RegPeer *registry_take_lost(Registry *r)
+{
+        RegPeer *p = list_first_entry(&r->lost, RegPeer, lost_link);
+
+        if (p)
+                list_unlink(&p->lost_link);
+        return p;
 }
 
 bool registry_peer_lost(const RegPeer *p)

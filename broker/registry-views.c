@@ -26,7 +26,7 @@ void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m)
                  PROTO_BIT(PF_STATE) | PROTO_BIT(PF_SIZE) | PROTO_BIT(PF_OFFSET) | PROTO_BIT(PF_WRITABLE) |
                  PROTO_BIT(PF_BROKER_HELD) | PROTO_BIT(PF_REFS) | PROTO_BIT(PF_HOLDERS) |
                  PROTO_BIT(PF_OWNER) | PROTO_BIT(PF_UID) | PROTO_BIT(PF_PID);
-        if (b->device[0]) {
+        if (b->device) {
                 m->device = proto_str(b->device);
                 proto_set(m, PF_DEVICE);
         }
@@ -34,7 +34,7 @@ void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m)
                 m->meta = (ProtoRaw){ b->meta, b->meta_len, 0 };
                 proto_set(m, PF_META);
         }
-        if (b->kind == PROTO_KIND_CUDA_LEGACY) {
+        if (b->handle) {
                 m->handle = (ProtoStr){ (const char *)b->handle, PROTO_LEGACY_HANDLE_SIZE };
                 proto_set(m, PF_HANDLE);
         }
@@ -105,13 +105,10 @@ void registry_gauges(const Registry *r, RegGauges *g)
         g->subs = r->n_subs;
         g->groups = r->n_groups;
         g->names = r->names.count;
-        list_for_each(pos, &r->buffers) {
-                const RegBuffer *b = list_entry(pos, RegBuffer, link);
-                g->live += b->state == PROTO_STATE_LIVE;
-                g->retired += b->state == PROTO_STATE_RETIRED;
-                g->idle += b->state == PROTO_STATE_IDLE;
-                g->orphaned += b->owner == NULL;
-        }
+        g->live = r->n_state[PROTO_STATE_LIVE];
+        g->retired = r->n_state[PROTO_STATE_RETIRED];
+        g->idle = r->n_state[PROTO_STATE_IDLE];
+        g->orphaned = r->n_orphaned;
 }
 
 uint64_t registry_epoch(const Registry *r)

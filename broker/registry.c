@@ -193,6 +193,15 @@ static void buffer_unpublish(Registry *r, RegBuffer *b)
         reg_name_put(r, e);
 }
 
+/* The heap parts of a buffer: name, device, handle, metadata. */
+static void buffer_free_fields(RegBuffer *b)
+{
+        free(b->name);
+        free(b->device);
+        free(b->handle);
+        free(b->meta);
+}
+
 void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
 {
         while (!list_empty(&b->holds)) {
@@ -220,7 +229,9 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
         reg_acct_put(r, b->acct);
         r->n_buffers--;
         r->counters.frees++;
-        free(b->meta);
+        r->n_state[b->state]--;
+        r->n_orphaned -= b->owner == NULL;
+        buffer_free_fields(b);
         free(b);
 }
 
@@ -228,7 +239,7 @@ void reg_buffer_drain(Registry *r, RegBuffer *b, Outbox *o)
 {
         ProtoMsg m;
 
-        b->state = PROTO_STATE_IDLE;
+        reg_buffer_set_state(r, b, PROTO_STATE_IDLE);
         r->counters.drains++;
         if (b->owner) {
                 reg_event_base(&m, PROTO_EV_DRAINED, b);
@@ -244,7 +255,7 @@ static void buffer_retire(Registry *r, RegBuffer *b, Outbox *o)
 {
         if (b->state != PROTO_STATE_LIVE)
                 return;
-        b->state = PROTO_STATE_RETIRED;
+        reg_buffer_set_state(r, b, PROTO_STATE_RETIRED);
         buffer_unpublish(r, b);
         r->counters.retires++;
         reg_notify_subscribers(r, PROTO_EV_RETIRED, b, NULL, o);
@@ -302,7 +313,7 @@ static unsigned attach_diagnose(const RegBuffer *b, const RegPeer *p, char *text
                         return PROTO_STATUS_PIDNS;
                 }
         }
-        if (b->kind != PROTO_KIND_MEMFD && b->device[0] && !peer_sees_device(p, b->device)) {
+        if (b->kind != PROTO_KIND_MEMFD && b->device && !peer_sees_device(p, b->device)) {
                 size_t n = (size_t)snprintf(text, cap,
                                             "buffer '%s' lives on GPU %s, which this consumer cannot see "
                                             "(it sees: ", b->name, b->device);
@@ -474,7 +485,7 @@ static void publish_under_name(Registry *r, RegPeer *p, uint64_t id, RegBuffer *
         b->published = e;
         if (old && old != b)
                 buffer_retire(r, old, o); /* the same producer replaced its own buffer */
-        b->state = PROTO_STATE_LIVE;
+        reg_buffer_set_state(r, b, PROTO_STATE_LIVE);
         b->generation = ++r->generation;
         b->attaches = 0;
 
@@ -528,9 +539,25 @@ static int buffer_set_meta(RegBuffer *b, const uint8_t *meta, uint32_t len)
         return 0;
 }
 
+/* Copies what a new buffer keeps of the publish: name, device, legacy handle, metadata. */
+static int buffer_set_fields(RegBuffer *b, const RegPublish *a)
+{
+        b->name = strdup(a->name);
+        b->device = a->device && *a->device ? strdup(a->device) : NULL;
+        if (a->handle) {
+                b->handle = malloc(PROTO_LEGACY_HANDLE_SIZE);
+                if (b->handle)
+                        memcpy(b->handle, a->handle, PROTO_LEGACY_HANDLE_SIZE);
+        }
+        if (!b->name || (a->device && *a->device && !b->device) || (a->handle && !b->handle))
+                return -ENOMEM;
+        return buffer_set_meta(b, a->meta, a->meta_len);
+}
+
 static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbox *out)
 {
         RegBuffer *b = reg_buffer_lookup(r, a->buffer);
+        char *name;
         RegName *e;
 
         if (!b) {
@@ -551,12 +578,15 @@ static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         if (publish_check_name(r, p, id, a->name, b, out))
                 return;
         e = name_get(r, a->name);
-        if (!e || (a->has_meta && buffer_set_meta(b, a->meta, a->meta_len) < 0)) {
+        name = strdup(a->name);
+        if (!e || !name || (a->has_meta && buffer_set_meta(b, a->meta, a->meta_len) < 0)) {
+                free(name);
                 reg_name_put(r, e);
                 registry_peer_mark_lost(p);
                 return;
         }
-        copy_str(b->name, sizeof(b->name), a->name);
+        free(b->name);
+        b->name = name;
         b->retire_after = a->retire_after;
         b->free_on_drain = false;
         r->counters.republishes++;
@@ -589,27 +619,14 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, uint6
 
         b = calloc(1, sizeof(*b));
         e = name_get(r, a->name);
-        if (!b || !e || buffer_set_meta(b, a->meta, a->meta_len) < 0) {
-                free(b);
-                reg_name_put(r, e);
-                registry_peer_mark_lost(p);
-                return;
-        }
+        if (!b || !e || buffer_set_fields(b, a) < 0)
+                goto no_memory;
         b->id = ++r->next_buffer_id;
-        if (hmap_insert(&r->buffers_by_id, &b->by_id, hash_u64(b->id)) < 0) {
-                free(b->meta);
-                free(b);
-                reg_name_put(r, e);
-                registry_peer_mark_lost(p);
-                return;
-        }
-        copy_str(b->name, sizeof(b->name), a->name);
-        copy_str(b->device, sizeof(b->device), a->device);
+        if (hmap_insert(&r->buffers_by_id, &b->by_id, hash_u64(b->id)) < 0)
+                goto no_memory;
         b->kind = a->kind;
         b->size = a->size;
         b->offset = a->offset;
-        if (a->handle)
-                memcpy(b->handle, a->handle, PROTO_LEGACY_HANDLE_SIZE);
         b->fd = steal_fd(fd);
         b->writable = a->writable;
         b->broker_held = a->broker_held;
@@ -629,8 +646,17 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, uint6
                 r->n_fds++;
         }
         r->n_buffers++;
+        r->n_state[PROTO_STATE_NONE]++;
         r->counters.publishes++;
         publish_under_name(r, p, id, b, e, out);
+        return;
+
+no_memory:
+        if (b)
+                buffer_free_fields(b);
+        free(b);
+        reg_name_put(r, e);
+        registry_peer_mark_lost(p);
 }
 
 void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out)
@@ -728,6 +754,7 @@ int registry_new(Registry **ret, const Limits *limits, uint64_t epoch)
         list_init(&r->buffers);
         list_init(&r->peers);
         list_init(&r->subs);
+        list_init(&r->lost);
         *ret = r;
         return 0;
 }

@@ -80,6 +80,7 @@ void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out);
 int registry_peer_hello(Registry *r, RegPeer *p, const PeerHello *h);
 
 bool registry_peer_said_hello(const RegPeer *p);
+uint32_t registry_peer_refs(const RegPeer *p);
 uint64_t registry_peer_id(const RegPeer *p);
 const PeerCreds *registry_peer_creds(const RegPeer *p);
 void *registry_peer_userdata(const RegPeer *p);
@@ -87,6 +88,9 @@ void *registry_peer_userdata(const RegPeer *p);
 /* A frame for this peer could not be built or queued; its caller must disconnect it. */
 void registry_peer_mark_lost(RegPeer *p);
 bool registry_peer_lost(const RegPeer *p);
+
+/* The next peer marked lost and not yet taken (each once), or NULL. */
+RegPeer *registry_take_lost(Registry *r);
 
 /* ---- operations; each replies to (p, id) through out ---- */
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -133,11 +134,27 @@ static void client_handle_closed(uv_handle_t *h);
 
 /* Removes a closed client's peer from the registry and lets libuv release its handles. Runs only
  * between outbox deliveries: removing a peer frees it and queues frames for others. */
+static uint64_t monotonic_us(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
 static void client_finish(Server *s, Client *c)
 {
+        uint32_t refs = registry_peer_refs(c->peer);
+        uint64_t start = monotonic_us(), took;
+
         list_unlink(&c->link);
         registry_peer_remove(s->reg, c->peer, &s->out);
         c->peer = NULL;
+        /* How long forgetting a peer takes (its references, waits, buffers) is worth watching. */
+        took = monotonic_us() - start;
+        s->stats.peer_cleanup_us_last = took;
+        s->stats.peer_cleanup_refs_last = refs;
+        s->stats.peer_cleanup_us_max = MAX(s->stats.peer_cleanup_us_max, took);
         uv_close((uv_handle_t *)&c->poll, client_handle_closed);
         if (c->pidfd >= 0)
                 uv_close((uv_handle_t *)&c->pid_poll, client_handle_closed);
@@ -147,17 +164,16 @@ static void client_finish(Server *s, Client *c)
  * more frames: their references and buffers go with them), until nothing is left. */
 static void deliver(Server *s)
 {
+        RegPeer *lost;
+
         for (;;) {
                 for (size_t i = 0; i < s->out.n_frames; i++) {
                         OutFrame *f = &s->out.frames[i];
                         client_send(registry_peer_userdata(f->to), f);
                 }
                 outbox_clear(&s->out);
-                list_for_each_safe(pos, &s->clients) {
-                        Client *c = list_entry(pos, Client, link);
-                        if (!c->closing && registry_peer_lost(c->peer))
-                                client_close(c, "a message for it could not be built");
-                }
+                while ((lost = registry_take_lost(s->reg)))
+                        client_close(registry_peer_userdata(lost), "a message for it could not be built");
                 if (list_empty(&s->doomed))
                         break;
                 while (!list_empty(&s->doomed))

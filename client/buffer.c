@@ -610,7 +610,10 @@ void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)
         case PROTO_EV_DRAINED:
                 if (!proto_has(m, PF_SUB)) {
                         gpuipc_buffer_t *b = own_by_id(c, m->buffer);
-                        if (b && b->generation == m->generation)
+                        /* A buffer the caller already freed: nobody will ever ask about it. */
+                        if (!b)
+                                return;
+                        if (b->generation == m->generation)
                                 b->state = PROTO_STATE_IDLE;
                 }
                 ev.type = GPUIPC_EVENT_DRAINED;

@@ -263,7 +263,6 @@ static int reconnect(gpuipc_t *c);
 int client_request(gpuipc_t *c, ProtoMsg *req, int fd, int timeout_ms, Frame *ret)
 {
         uint64_t deadline = deadline_after(timeout_ms);
-        ProtoBuf frame = { 0 };
         int r;
 
         c->errmsg[0] = 0;
@@ -278,13 +277,13 @@ int client_request(gpuipc_t *c, ProtoMsg *req, int fd, int timeout_ms, Frame *re
         }
         req->id = ++c->next_id;
         proto_set(req, PF_ID);
-        r = proto_frame_encode(&frame, req, fd >= 0 ? 1 : 0);
+        c->wbuf.len = 0;
+        r = proto_frame_encode(&c->wbuf, req, fd >= 0 ? 1 : 0);
         if (r != 0) {
                 client_errmsg(c, "cannot encode the request (%s)", r > 0 ? proto_strerror(r) : strerror(-r));
                 return r > 0 ? GPUIPC_E_INVALID : r;
         }
-        r = send_frame(c, &frame, fd, deadline);
-        proto_buf_free(&frame);
+        r = send_frame(c, &c->wbuf, fd, deadline);
         if (r < 0)
                 return r;
         for (;;) {
@@ -514,6 +513,7 @@ _public_ void gpuipc_close(gpuipc_t *c)
         free(c->abandoned);
         free(c->events);
         free(c->rbuf);
+        proto_buf_free(&c->wbuf);
         free(c);
 }
 

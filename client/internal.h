@@ -95,6 +95,7 @@ struct gpuipc {
         char gpus[PROTO_MAX_GPUS][PROTO_MAX_UUID + 1];
         char errmsg[PROTO_MAX_TEXT + 1];
         uint8_t *rbuf;
+        ProtoBuf wbuf;          /* the request being sent, reused: no allocation per request */
         gpuipc_event_t *events; /* ring */
         size_t ev_head, ev_count;
         uint64_t events_lost;
