@@ -20,7 +20,6 @@
 #include "registry.h"
 #include "request.h"
 
-#define FRAMES_PER_WAKEUP 64 /* then let other peers have a turn */
 #define ACCEPTS_PER_WAKEUP 64
 #define ACCEPT_BACKOFF_MS 100
 
@@ -47,6 +46,7 @@ struct Server {
         Registry *reg;
         Policy *policy;
         ServerStats stats;
+        uint64_t fds_counted_ms; /* when stats.open_fds was last refreshed */
         uint64_t pidns;
         Outbox out;
         List clients;
@@ -273,8 +273,11 @@ static void handle_frame(Client *c, const uint8_t *buf, size_t len, int *fds, si
                 snprintf(why, sizeof(why), "%s", e == PROTO_E_KIND ? "peers may only send requests" : proto_strerror(e));
                 goto violation;
         }
-        if (m.op == PROTO_OP_STATS)
+        /* Listing /proc/self/fd costs a lot with 100k fds held: at most once a second. */
+        if (m.op == PROTO_OP_STATS && (!s->fds_counted_ms || ctx.now_ms - s->fds_counted_ms >= 1000)) {
                 s->stats.open_fds = count_open_fds();
+                s->fds_counted_ms = ctx.now_ms;
+        }
         request_handle(&ctx, c->peer, &m, n_fds ? fds[0] : -1);
         return;
 
@@ -284,32 +287,27 @@ violation:
         protocol_error(c, 0, why);
 }
 
+/* Reads and handles one frame. One, not as many as there are: the poll is level-triggered, so a
+ * peer with more to say is back in the next loop iteration, after the other peers had their turn,
+ * and the common case saves the read that would only have said EAGAIN. */
 static void client_read(Client *c)
 {
         Server *s = c->server;
+        int fds[CONN_MAX_RECV_FDS];
+        size_t len, n_fds;
+        int r = conn_recv(&c->conn, s->rbuf, sizeof(s->rbuf), &len, fds, &n_fds);
 
-        for (int i = 0; i < FRAMES_PER_WAKEUP && !c->closing; i++) {
-                int fds[CONN_MAX_RECV_FDS];
-                size_t len, n_fds;
-                int r = conn_recv(&c->conn, s->rbuf, sizeof(s->rbuf), &len, fds, &n_fds);
-
-                if (r == CONN_E_AGAIN)
-                        break;
-                if (r == CONN_E_EOF) {
-                        client_close(c, "closed its connection");
-                        break;
-                }
-                if (r == CONN_E_TRUNC) {
-                        protocol_error(c, 0, "a frame exceeded the size limit or carried too many fds");
-                        break;
-                }
-                if (r < 0) {
-                        client_close(c, "receive failed");
-                        break;
-                }
+        if (r == CONN_E_AGAIN)
+                return;
+        if (r == CONN_E_EOF)
+                client_close(c, "closed its connection");
+        else if (r == CONN_E_TRUNC)
+                protocol_error(c, 0, "a frame exceeded the size limit or carried too many fds");
+        else if (r < 0)
+                client_close(c, "receive failed");
+        else
                 handle_frame(c, s->rbuf, len, fds, n_fds);
-                deliver(s);
-        }
+        deliver(s);
 }
 
 static void client_poll_cb(uv_poll_t *h, int status, int events)
