@@ -38,6 +38,12 @@ static void check_rss_bounded(const HBroker *b, long before, const char *after_w
         long now = broker_rss_kb(b);
 
         h_log("broker RSS %ld kB before, %ld kB after %s", before, now, after_what);
+        /* Under a wrapper such as valgrind the resident set is mostly the tool's (shadow memory,
+         * a quarantine of freed blocks): it says nothing about the broker. */
+        if (getenv("GPUIPC_TEST_WRAPPER") && *getenv("GPUIPC_TEST_WRAPPER")) {
+                h_log("a wrapper runs the broker: its RSS is not checked");
+                return;
+        }
         CHECKF(now - before < RSS_GROWTH_LIMIT_KB, "the broker grew by %ld kB after %s", now - before, after_what);
 }
 
