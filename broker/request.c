@@ -41,17 +41,6 @@ _printf_(5, 6) static void fail(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, 
         request_reply_error(ctx->out, p, m->id, status, text);
 }
 
-/* Copies a decoded string into a NUL-terminated buffer of PROTO_MAX_NAME + 1 bytes. */
-static const char *cstr(ProtoStr s, char *buf, size_t cap)
-{
-        size_t n = MIN((size_t)s.len, cap - 1);
-
-        if (n) /* an absent field is {NULL, 0} */
-                memcpy(buf, s.ptr, n);
-        buf[n] = 0;
-        return buf;
-}
-
 static uint32_t timeout_of(const ProtoMsg *m)
 {
         if (!proto_has(m, PF_TIMEOUT_MS))
@@ -83,10 +72,10 @@ static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 return;
         }
         for (uint32_t i = 0; i < m->n_gpus; i++)
-                gpu_ptrs[i] = cstr(m->gpus[i], gpus[i], sizeof(gpus[i]));
+                gpu_ptrs[i] = proto_str_copy(m->gpus[i], gpus[i], sizeof(gpus[i]));
         h.pid = m->pid;
         h.pidns = m->pidns;
-        h.label = cstr(m->label, label, sizeof(label));
+        h.label = proto_str_copy(m->label, label, sizeof(label));
         h.n_gpus = m->n_gpus;
         h.gpus = gpu_ptrs;
         e = registry_peer_hello(ctx->reg, p, &h);
@@ -213,7 +202,7 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         unsigned status;
         const char *why;
 
-        cstr(m->name, name, sizeof(name));
+        proto_str_copy(m->name, name, sizeof(name));
         if (!registry_name_valid(m->name.ptr, m->name.len)) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
                 return;
@@ -248,7 +237,7 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         a.kind = m->kind;
         a.size = m->size;
         a.offset = m->offset;
-        a.device = proto_has(m, PF_DEVICE) ? cstr(m->device, device, sizeof(device)) : NULL;
+        a.device = proto_has(m, PF_DEVICE) ? proto_str_copy(m->device, device, sizeof(device)) : NULL;
         /* An empty map is a request too: publishing again with it clears the metadata. */
         a.has_meta = proto_has(m, PF_META);
         if (a.has_meta && m->meta.count) {
@@ -276,7 +265,7 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 return;
         }
         if (by_name) {
-                cstr(m->name, name, sizeof(name));
+                proto_str_copy(m->name, name, sizeof(name));
                 if (!registry_name_valid(m->name.ptr, m->name.len)) {
                         fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
                         return;
@@ -287,7 +276,7 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                         fail(ctx, p, m, PROTO_STATUS_NOT_FOUND, "no buffer with id %llu", (unsigned long long)m->buffer);
                         return;
                 }
-                cstr(proto_str(registry_buffer_name(b)), name, sizeof(name));
+                snprintf(name, sizeof(name), "%s", registry_buffer_name(b));
         }
         if (!allowed(ctx, p, POLICY_ATTACH, name)) {
                 fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u attach '%s'",
@@ -310,7 +299,7 @@ static void handle_subscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 {
         char prefix[PROTO_MAX_NAME + 1];
 
-        cstr(m->prefix, prefix, sizeof(prefix));
+        proto_str_copy(m->prefix, prefix, sizeof(prefix));
         if (!registry_prefix_valid(m->prefix.ptr, m->prefix.len)) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid name prefix", prefix);
                 return;
@@ -327,7 +316,7 @@ static void handle_group_join(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 {
         char group[PROTO_MAX_NAME + 1];
 
-        cstr(m->group, group, sizeof(group));
+        proto_str_copy(m->group, group, sizeof(group));
         if (!registry_name_valid(m->group.ptr, m->group.len)) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid group name", group);
                 return;

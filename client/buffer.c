@@ -116,12 +116,6 @@ static gpuipc_buffer_t *own_by_id(gpuipc_t *c, uint64_t id)
         return NULL;
 }
 
-static void copy_name(char *dst, size_t cap, ProtoStr s)
-{
-        size_t n = MIN((size_t)s.len, cap - 1);
-        memcpy(dst, s.ptr, n);
-        dst[n] = 0;
-}
 
 
 /* ---- producer ---- */
@@ -373,8 +367,8 @@ static int attach_finish(gpuipc_t *c, Frame *f, gpuipc_buffer_t **ret)
         b->id = m->buffer;
         b->generation = m->generation;
         b->map = map;
-        copy_name(b->name, sizeof(b->name), m->name);
-        copy_name(b->device, sizeof(b->device), m->device);
+        proto_str_copy(m->name, b->name, sizeof(b->name));
+        proto_str_copy(m->device, b->device, sizeof(b->device));
         if (m->meta.len && copy_meta(b, m->meta.ptr, m->meta.len) < 0) {
                 map_unref(c, map);
                 free(b);
@@ -649,8 +643,8 @@ void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)
         ev.buffer = m->buffer;
         ev.generation = m->generation;
         ev.kind = (gpuipc_kind_t)m->kind;
-        copy_name(ev.name, sizeof(ev.name), m->name);
-        copy_name(ev.reason, sizeof(ev.reason), m->reason);
+        proto_str_copy(m->name, ev.name, sizeof(ev.name));
+        proto_str_copy(m->reason, ev.reason, sizeof(ev.reason));
         client_queue_event(c, &ev);
 }
 

@@ -588,6 +588,16 @@ bool proto_str_eq(ProtoStr s, const char *c)
         return strlen(c) == s.len && (s.len == 0 || memcmp(s.ptr, c, s.len) == 0);
 }
 
+char *proto_str_copy(ProtoStr s, char *buf, size_t cap)
+{
+        size_t n = s.len < cap - 1 ? s.len : cap - 1;
+
+        if (n) /* memcpy must not see the NULL of an absent string, even for 0 bytes */
+                memcpy(buf, s.ptr, n);
+        buf[n] = 0;
+        return buf;
+}
+
 bool proto_meta_valid(const uint8_t *raw, size_t len)
 {
         MpReader r = { raw, raw + len };

@@ -233,3 +233,7 @@ bool proto_meta_valid(const uint8_t *raw, size_t len);
 
 /* A ProtoStr compared with a C string. */
 bool proto_str_eq(ProtoStr s, const char *c);
+
+/* Copies s into buf as a NUL-terminated string, cut to cap - 1 bytes. Returns buf. An absent
+ * string ({NULL, 0}) gives "". */
+char *proto_str_copy(ProtoStr s, char *buf, size_t cap);

@@ -5,7 +5,7 @@ kind=${1:-memfd}
 root=${GPUIPC_SOURCE_ROOT:?} build=${GPUIPC_BUILD_ROOT:?}
 dir=$(mktemp -d /tmp/gpuipc-python.XXXXXX)
 export GPUIPC_SOCKET=$dir/s.sock GPUIPC_LIBRARY=$build/client/libgpuipc.so PYTHONPATH=$root/python
-"$GPUIPC_BROKER" --socket "$GPUIPC_SOCKET" --log-level warn 2>"$dir/broker.log" &
+"$GPUIPC_BROKER" --socket "$GPUIPC_SOCKET" --seccomp "${GPUIPC_TEST_SECCOMP:-enforce}" --log-level warn 2>"$dir/broker.log" &
 broker=$!
 trap 'kill $broker 2>/dev/null; wait $broker 2>/dev/null; rm -rf "$dir"' EXIT
 "$GPUIPC_CTL" --timeout 5000 ping >/dev/null
