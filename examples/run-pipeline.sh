@@ -26,7 +26,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$build/broker/gpuipc-broker" --socket "$GPUIPC_SOCKET" --log-level warn 2>"$dir/broker.log" &
+"$build/broker/gpuipc-broker" --socket "$GPUIPC_SOCKET" --log-level error 2>"$dir/broker.log" &
 broker_pid=$!
 "$build/cli/gpuipcctl" --timeout 5000 ping >/dev/null
 
