@@ -112,7 +112,7 @@ static void parse_args(int argc, char **argv)
         o->seccomp = "enforce";
         o->python = "python3";
         o->torch_script = BENCH_SOURCE_ROOT "/tests/bench/torch_compare.py";
-        o->library = BENCH_BUILD_ROOT "/client/libgpuipc.so";
+        o->libgpuipc_path = BENCH_BUILD_ROOT "/client/libgpuipc.so";
         o->python_path = BENCH_SOURCE_ROOT "/python";
         while ((c = getopt_long(argc, argv, "qo:h", opts, NULL)) != -1) {
                 switch (c) {

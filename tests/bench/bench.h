@@ -34,7 +34,7 @@ typedef struct BenchOpts {
         const char *seccomp;      /* its --seccomp mode */
         const char *python;       /* interpreter for torch_compare.py */
         const char *torch_script; /* NULL or "": skip the PyTorch comparison */
-        const char *library;      /* libgpuipc.so for the Python module */
+        const char *libgpuipc_path; /* libgpuipc.so for the Python module */
         const char *python_path;  /* the directory holding gpuipc.py */
         const char *pin;          /* latency: NULL (the scheduler decides), "same" or "split" */
 } BenchOpts;

@@ -332,7 +332,7 @@ static int run_torch(const char *tsv)
                 int n = 0;
 
                 setenv("PYTHONPATH", pythonpath, 1);
-                setenv("GPUIPC_LIBRARY", bench_opts.library, 1);
+                setenv("GPUIPC_LIBRARY", bench_opts.libgpuipc_path, 1);
                 dup2(2, 1); /* its own table goes to our progress stream */
                 argv[n++] = bench_opts.python;
                 argv[n++] = bench_opts.torch_script;

@@ -1,6 +1,8 @@
 /* The baselines' plumbing: blocking SOCK_SEQPACKET records with SCM_RIGHTS, and an echo server
  * that answers each request with as many bytes as it asks for. This is what a broker round trip
- * costs at the very least: two records through the kernel and two wake-ups. */
+ * costs at the very least: two records through the kernel and two wake-ups. Written apart from
+ * util/fdpass.c on purpose: the baseline blocks (the cheapest way to wait) and must not share
+ * code with what it is compared against. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
