@@ -593,13 +593,12 @@ static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         publish_under_name(r, p, id, b, e, out);
 }
 
-void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, uint64_t now_ms, Outbox *out)
+void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbox *out)
 {
         _cleanup_close_ int fd = steal_fd(a->fd);
         RegBuffer *b;
         RegName *e;
 
-        (void)now_ms;
         if (a->buffer) {
                 republish(r, p, id, a, out);
                 return;

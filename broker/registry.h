@@ -94,7 +94,7 @@ RegPeer *registry_take_lost(Registry *r);
 
 /* ---- operations; each replies to (p, id) through out ---- */
 
-void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, uint64_t now_ms, Outbox *out);
+void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbox *out);
 
 /* Attaches by name (waiting up to timeout_ms for a publish) or, with name NULL, by buffer id.
  * The buffer's fd travels only if this peer has not received it before (or said unmap since). */

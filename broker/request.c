@@ -249,7 +249,7 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         a.writable = m->writable;
         a.broker_held = m->broker_held;
         a.retire_after = (uint32_t)m->retire_after;
-        registry_publish(ctx->reg, p, m->id, &a, ctx->now_ms, ctx->out);
+        registry_publish(ctx->reg, p, m->id, &a, ctx->out);
 }
 
 /* ---- attach, release, retire, free ---- */

@@ -420,7 +420,7 @@ static void op_publish(Model *M, Input *in, bool again)
                 a.fd = env_memfd(M->e, 4096);
         }
         q = pending_add(M, p, REQ_OTHER);
-        registry_publish(M->e->r, p, q->id, &a, M->e->now, &M->e->out);
+        registry_publish(M->e->r, p, q->id, &a, &M->e->out);
         check_eq(a.fd, -1);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);

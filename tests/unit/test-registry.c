@@ -49,7 +49,7 @@ static Sent *publish(Env *e, RegPeer *p, Pub o)
         a.writable = true;
         a.broker_held = o.held;
         a.retire_after = o.retire_after;
-        registry_publish(e->r, p, id, &a, e->now, &e->out);
+        registry_publish(e->r, p, id, &a, &e->out);
         check_eq(a.fd, -1); /* taken in every case */
         env_flush(e);
         return env_reply(e, p, id);
