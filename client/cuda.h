@@ -22,6 +22,7 @@ typedef unsigned long long GcuMemHandle;   /* CUmemGenericAllocationHandle */
  * test can compare our signatures with <cuda.h>'s type for type. */
 typedef struct CUctx_st *GcuContext;       /* CUcontext */
 typedef struct CUstream_st *GcuStream;     /* CUstream */
+typedef struct CUevent_st *GcuEvent;       /* CUevent */
 
 typedef struct GcuUuid {                   /* CUuuid */
         char bytes[16];
@@ -30,6 +31,10 @@ typedef struct GcuUuid {                   /* CUuuid */
 typedef struct GcuIpcMemHandle {           /* CUipcMemHandle: passed by value */
         char reserved[64];
 } GcuIpcMemHandle;
+
+typedef struct GcuIpcEventHandle {         /* CUipcEventHandle: passed by value */
+        char reserved[64];
+} GcuIpcEventHandle;
 
 typedef struct GcuMemLocation {            /* CUmemLocation */
         int type;                          /* GCU_MEM_LOCATION_TYPE_* */
@@ -69,6 +74,7 @@ enum {
         GCU_ERROR_INVALID_DEVICE = 101,
         GCU_ERROR_INVALID_CONTEXT = 201,
         GCU_ERROR_MAP_FAILED = 205,
+        GCU_ERROR_NOT_READY = 600,
         GCU_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
         GCU_ERROR_OPERATING_SYSTEM = 304,
         GCU_ERROR_INVALID_HANDLE = 400,
@@ -122,6 +128,8 @@ enum {
         GCU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1,
         GCU_STREAM_NON_BLOCKING = 1,
         GCU_STREAM_WAIT_VALUE_GEQ = 0,
+        GCU_EVENT_DISABLE_TIMING = 2,
+        GCU_EVENT_INTERPROCESS = 4,
         GCU_STREAM_WRITE_VALUE_DEFAULT = 0,
         GCU_GET_PROC_ADDRESS_LEGACY_STREAM = 1,
         GCU_GET_PROC_ADDRESS_SUCCESS = 0,
@@ -201,7 +209,17 @@ enum {
         X(cuStreamWriteValue64, cuStreamWriteValue64, 11070, "cuStreamWriteValue64_v2",                         \
           (GcuStream stream, GcuDevicePtr addr, uint64_t value, unsigned int flags))                            \
         X(cuStreamWaitValue64, cuStreamWaitValue64, 11070, "cuStreamWaitValue64_v2",                            \
-          (GcuStream stream, GcuDevicePtr addr, uint64_t value, unsigned int flags))
+          (GcuStream stream, GcuDevicePtr addr, uint64_t value, unsigned int flags))                            \
+        X(cuEventCreate, cuEventCreate, 2000, "cuEventCreate", (GcuEvent *event, unsigned int flags))           \
+        X(cuEventDestroy, cuEventDestroy, 4000, "cuEventDestroy_v2", (GcuEvent event))                          \
+        X(cuEventRecord, cuEventRecord, 2000, "cuEventRecord", (GcuEvent event, GcuStream stream))              \
+        X(cuEventQuery, cuEventQuery, 2000, "cuEventQuery", (GcuEvent event))                                   \
+        X(cuStreamWaitEvent, cuStreamWaitEvent, 3020, "cuStreamWaitEvent",                                      \
+          (GcuStream stream, GcuEvent event, unsigned int flags))                                               \
+        X(cuIpcGetEventHandle, cuIpcGetEventHandle, 4010, "cuIpcGetEventHandle",                                \
+          (T(CUipcEventHandle, GcuIpcEventHandle) *handle, GcuEvent event))                                     \
+        X(cuIpcOpenEventHandle, cuIpcOpenEventHandle, 4010, "cuIpcOpenEventHandle",                             \
+          (GcuEvent *event, T(CUipcEventHandle, GcuIpcEventHandle) handle))
 
 #define GCU_OURS(cuda_type, our_type) our_type
 #define GCU_MEMBER(member, symbol, version, exported, params) GcuResult (*member) params;

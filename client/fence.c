@@ -1,21 +1,15 @@
 /* GPU-side fences between processes: a 64-bit counter in a small cuda-vmm buffer, advanced with
  * cuStreamWriteValue64 and awaited with cuStreamWaitValue64, both ordered in the caller's stream.
- * CUDA's IPC events do not cross PID namespaces (two containers); cuda-vmm memory does. */
+ * CUDA's IPC events do not cross PID namespaces (two containers); cuda-vmm memory does. Fences
+ * made of an IPC event, for peers in one PID namespace, are in fence-event.c. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda.h"
+#include "fence.h"
 #include "internal.h"
 #include "macro.h"
-
-struct gpuipc_fence {
-        gpuipc_t *conn;
-        gpuipc_buffer_t *buf;   /* created: our own; opened: attached */
-        GcuDevicePtr counter;
-        int ordinal;            /* the device the counter is mapped for */
-        GcuStream reader;       /* gpuipc_fence_value's private stream, created on first use */
-};
 
 /* Both ends need 64-bit stream memory operations on their device. */
 static int fence_check_device(gpuipc_t *c, int ordinal)
@@ -49,8 +43,7 @@ static int fence_new(gpuipc_t *c, gpuipc_buffer_t *b, gpuipc_fence_t **ret)
         return 0;
 }
 
-/* Frees b keeping the message of the failure that made us give it up. */
-static int fence_undo(gpuipc_t *c, gpuipc_buffer_t *b, int r)
+int fence_undo(gpuipc_t *c, gpuipc_buffer_t *b, int r)
 {
         char why[sizeof(c->errmsg)];
 
@@ -109,6 +102,8 @@ _public_ int gpuipc_fence_open(gpuipc_t *c, const char *name, int timeout_ms, gp
         r = gpuipc_attach(c, name, timeout_ms, &b);
         if (r < 0)
                 return r;
+        if (fence_event_is(b))
+                return fence_event_open(c, b, ret);
         if (b->kind != GPUIPC_KIND_CUDA_VMM || b->size < sizeof(uint64_t)) {
                 client_errmsg(c, "'%s' is not a gpuipc fence (a cuda-vmm buffer of at least 8 bytes)", name);
                 return fence_undo(c, b, GPUIPC_E_KIND);
@@ -121,10 +116,7 @@ _public_ int gpuipc_fence_open(gpuipc_t *c, const char *name, int timeout_ms, gp
         return 0;
 }
 
-/* The stream must run on the device the counter is mapped for: no other device was given
- * access, and a fault there would break the caller's context for good. NULL means the legacy
- * default stream of the context we push, which is right by construction. */
-static int fence_check_stream(gpuipc_t *c, const gpuipc_fence_t *f, GcuStream s)
+int fence_check_stream(gpuipc_t *c, const gpuipc_fence_t *f, GcuStream s)
 {
         GcuContext ctx = NULL;
         GcuDevice dev = -1;
@@ -163,6 +155,8 @@ static int fence_enqueue(gpuipc_fence_t *f, GcuStream s, uint64_t value, bool wa
         r = fence_check_stream(c, f, s);
         if (r < 0)
                 return r;
+        if (f->event)
+                return fence_event_enqueue(f, s, wait);
         if (wait) {
                 /* A cyclic >=: (int64_t)(*counter - value) >= 0, so counters may wrap. */
                 cr = CU(cuStreamWaitValue64, s, f->counter, value, GCU_STREAM_WAIT_VALUE_GEQ);
@@ -183,6 +177,10 @@ static int fence_op(gpuipc_fence_t *f, void *cu_stream, uint64_t value, bool wai
         if (f->buf->revoked) {
                 client_errmsg(f->conn, "the fence '%s' was revoked: its creator died", f->buf->name);
                 return GPUIPC_E_REVOKED;
+        }
+        if (!wait && f->event && !f->buf->own) {
+                client_errmsg(f->conn, "only the creator of the IPC-event fence '%s' signals it", f->buf->name);
+                return -EACCES;
         }
         if (!wait && !f->buf->own && !f->buf->writable) {
                 client_errmsg(f->conn, "the fence '%s' was published read-only: only its creator signals it",
@@ -236,7 +234,7 @@ _public_ int gpuipc_fence_value(gpuipc_fence_t *f, uint64_t *ret)
         r = cuda_ctx_push(f->conn, f->ordinal);
         if (r < 0)
                 return r;
-        r = cuda_ctx_pop(f->conn, fence_read(f, &v));
+        r = cuda_ctx_pop(f->conn, f->event ? fence_event_done(f, &v) : fence_read(f, &v));
         if (r < 0)
                 return r;
         *ret = v;
@@ -249,10 +247,13 @@ _public_ void gpuipc_fence_close(gpuipc_fence_t *f)
 
         if (!f)
                 return;
-        if (f->reader && cuda_ctx_push(f->conn, f->ordinal) == 0) {
-                cr = CU(cuStreamDestroy, f->reader);
+        if ((f->reader || f->event) && cuda_ctx_push(f->conn, f->ordinal) == 0) {
+                cr = f->reader ? CU(cuStreamDestroy, f->reader) : GCU_SUCCESS;
                 if (cr != GCU_SUCCESS)
                         cuda_error(f->conn, "cuStreamDestroy", cr);
+                cr = f->event ? CU(cuEventDestroy, f->event) : GCU_SUCCESS;
+                if (cr != GCU_SUCCESS)
+                        cuda_error(f->conn, "cuEventDestroy", cr);
                 cuda_ctx_pop(f->conn, 0);
         }
         gpuipc_buffer_free(f->conn, f->buf);

@@ -238,6 +238,14 @@ int gpuipc_fence_value(gpuipc_fence_t *f, uint64_t *ret);
 /* Closes the fence: the creator unpublishes and frees it, an opener releases it. NULL is fine. */
 void gpuipc_fence_close(gpuipc_fence_t *f);
 
+/* A fence made of a CUDA IPC event instead of a counter: cheaper to wait on, but CUDA opens IPC
+ * events only between processes in one PID namespace (shareProcessNamespace: true); across
+ * containers gpuipc_fence_open() then fails naming that. gpuipc_fence_open() opens either kind.
+ * Only the creator signals it; the value of signal and wait is ignored: a wait waits for the signal
+ * recorded last before it was enqueued (so signal, then tell the consumer, e.g. by publishing), and
+ * gpuipc_fence_value() gives 1 once that signal completed, else 0. */
+int gpuipc_fence_create_ipc_event(gpuipc_t *c, const char *name, int device, gpuipc_fence_t **ret);
+
 /* ---- rendezvous groups ---- */
 
 /* Waits until `members` connections joined group (all return 0 together) or the earliest

@@ -37,6 +37,7 @@ typedef struct Phase {
 
 typedef struct FenceArg {
         const HBroker *broker;
+        bool ipc_event; /* a fence made of a CUDA IPC event instead of a counter */
         int consumer_device;
         const Phase *phases;
         int n_phases;
@@ -72,7 +73,10 @@ static int producer(HChan *ch, void *arg)
         c = gpu_connect(a->broker, "producer");
         scratch = gpu_alloc(0, SCRATCH);
         CHECK_OK(c, gpuipc_buffer_alloc(c, GPUIPC_KIND_CUDA_VMM, SIZE, 0, &b));
-        CHECK_OK(c, gpuipc_fence_create(c, "fence/f", 0, &f));
+        if (a->ipc_event)
+                CHECK_OK(c, gpuipc_fence_create_ipc_event(c, "fence/f", 0, &f));
+        else
+                CHECK_OK(c, gpuipc_fence_create(c, "fence/f", 0, &f));
         gpu_push(0);
         CHECK_CU(CU(cuStreamCreate, &s, GCU_STREAM_NON_BLOCKING));
         gpu_pop();
@@ -165,7 +169,9 @@ static int consumer(HChan *ch, void *arg)
                                 seq++;
                                 /* Was the producer's write still running when we got here? */
                                 CHECK_OK(c, gpuipc_fence_value(f, &now));
-                                early += phase->mode == MODE_FENCED && now < seq;
+                                /* A counter holds the last value signalled; an event says 1 once
+                                 * its last record completed. */
+                                early += phase->mode == MODE_FENCED && (a->ipc_event ? now == 0 : now < seq);
                                 if (phase->mode == MODE_FENCED)
                                         CHECK_OK(c, gpuipc_fence_wait(f, s, seq));
                                 gpu_push(dev);
@@ -200,12 +206,11 @@ static int consumer(HChan *ch, void *arg)
         return 0;
 }
 
-static void run_fence(int consumer_device, const Phase *phases, int n_phases)
+static void run_fence(bool ipc_event, int consumer_device, const Phase *phases, int n_phases)
 {
         HBroker *br = h_broker_start(NULL);
-        FenceArg a = {
-                .broker = br, .consumer_device = consumer_device, .phases = phases, .n_phases = n_phases
-        };
+        FenceArg a = { .broker = br, .ipc_event = ipc_event, .consumer_device = consumer_device,
+                       .phases = phases, .n_phases = n_phases };
         int rounds = 0, fenced = 0, early = 0, unfenced = 0, stale = 0;
         char text[128];
         HChild *p, *k;
@@ -213,7 +218,7 @@ static void run_fence(int consumer_device, const Phase *phases, int n_phases)
         gpu_need(consumer_device + 1);
         if (!gpu_machine.vmm[0] || !gpu_machine.vmm[consumer_device])
                 h_skip("cuda-vmm export is not available on the GPUs this case needs");
-        if (!gpu_machine.mem_ops_64[0] || !gpu_machine.mem_ops_64[consumer_device])
+        if (!ipc_event && (!gpu_machine.mem_ops_64[0] || !gpu_machine.mem_ops_64[consumer_device]))
                 h_skip("64-bit stream memory operations (gpuipc fences) are not available");
         p = h_spawn("producer", producer, &a);
         h_child_expect(p, 'p', START_MS, NULL, 0);
@@ -225,7 +230,8 @@ static void run_fence(int consumer_device, const Phase *phases, int n_phases)
         h_child_wait_ok(p, H_SOON_MS);
         h_child_free(k);
         h_child_free(p);
-        printf("# consumer on GPU %d: %d rounds, none stale where ordered", consumer_device, rounds);
+        printf("# %s fence, consumer on GPU %d: %d rounds, none stale where ordered", ipc_event ? "IPC-event" : "counter",
+               consumer_device, rounds);
         if (fenced)
                 printf("; %d fenced rounds, in %d of them the copy was queued before the producer's "
                        "write had finished",
@@ -245,21 +251,87 @@ static void test_fence_orders_no_sync_publish(void)
 {
         static const Phase phases[] = { { MODE_FENCED, 48 }, { MODE_UNFENCED, 12 } };
 
-        run_fence(0, phases, 2);
+        run_fence(false, 0, phases, 2);
 }
 
 static void test_default_publish_synchronizes(void)
 {
         static const Phase phases[] = { { MODE_SYNC, 24 } };
 
-        run_fence(0, phases, 1);
+        run_fence(false, 0, phases, 1);
 }
 
 static void test_fence_orders_no_sync_publish_cross_gpu(void)
 {
         static const Phase phases[] = { { MODE_FENCED, 24 } };
 
-        run_fence(1, phases, 1);
+        run_fence(false, 1, phases, 1);
+}
+
+/* The same with a CUDA IPC event as the fence: producer and consumer share a PID namespace here. */
+static void test_ipc_event_fence_orders_no_sync_publish(void)
+{
+        static const Phase phases[] = { { MODE_FENCED, 32 } };
+
+        run_fence(true, 0, phases, 1);
+}
+
+/* Across sibling PID namespaces (two containers) CUDA cannot open an IPC event: the open fails,
+ * and the message says why and what to use instead. */
+static int event_producer(HChan *ch, void *arg)
+{
+        const HBroker *br = arg;
+        gpuipc_fence_t *f = NULL;
+        gpuipc_t *c;
+
+        gpu_init();
+        c = gpu_connect(br, "event-producer");
+        CHECK_OK(c, gpuipc_fence_create_ipc_event(c, "fence/evt", 0, &f));
+        h_report(ch, 'p', "ready");
+        h_await(ch, 'x', 60000);
+        gpuipc_fence_close(f);
+        gpuipc_close(c);
+        return 0;
+}
+
+static int event_opener(HChan *ch, void *arg)
+{
+        const HBroker *br = arg;
+        gpuipc_fence_t *f = NULL;
+        gpuipc_t *c;
+        int r;
+
+        gpu_init();
+        c = gpu_connect(br, "event-opener");
+        r = gpuipc_fence_open(c, "fence/evt", START_MS, &f);
+        CHECKF(r == GPUIPC_E_CUDA, "opening an IPC-event fence across PID namespaces gave %d (%s)", r,
+               gpuipc_errmsg(c));
+        CHECKF(strstr(gpuipc_errmsg(c), "shareProcessNamespace") && strstr(gpuipc_errmsg(c), "gpuipc_fence_create"),
+               "the message does not say what to do: %s", gpuipc_errmsg(c));
+        h_report(ch, 'd', "%.200s", gpuipc_errmsg(c));
+        gpuipc_close(c);
+        return 0;
+}
+
+static void test_ipc_event_fence_across_pid_namespaces(void)
+{
+        HBroker *br = h_broker_start(NULL);
+        char text[256];
+        HChild *p, *k;
+
+        gpu_need(1);
+        p = gpu_spawn_pidns("event-producer", event_producer, br);
+        h_child_expect(p, 'p', START_MS, NULL, 0);
+        k = gpu_spawn_pidns("event-opener", event_opener, br);
+        h_child_expect(k, 'd', START_MS, text, sizeof(text));
+        printf("# IPC-event fence opened from a sibling PID namespace: %s\n", text);
+        h_child_wait_ok(k, H_SOON_MS);
+        h_child_tell(p, 'x');
+        h_child_wait_ok(p, H_SOON_MS);
+        h_child_free(k);
+        h_child_free(p);
+        h_broker_settle(br);
+        h_broker_stop(br);
 }
 
 int main(int argc, char **argv)
@@ -268,6 +340,8 @@ int main(int argc, char **argv)
                 H_TEST(test_fence_orders_no_sync_publish),
                 H_TEST(test_default_publish_synchronizes),
                 H_TEST(test_fence_orders_no_sync_publish_cross_gpu),
+                H_TEST(test_ipc_event_fence_orders_no_sync_publish),
+                H_TEST(test_ipc_event_fence_across_pid_namespaces),
         };
 
         return gpu_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]), 1);
