@@ -33,7 +33,7 @@ void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix
 
         if (p->n_subs >= r->limits.subs_per_peer) {
                 reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "this connection has %u subscriptions (the limit)",
-                          p->n_subs);
+                              p->n_subs);
                 return;
         }
         s = calloc(1, sizeof(*s) + len + 1);
@@ -76,5 +76,5 @@ void registry_unsubscribe(Registry *r, RegPeer *p, uint64_t id, uint64_t sub, Ou
                 }
         }
         reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "this connection has no subscription %llu",
-                  (unsigned long long)sub);
+                      (unsigned long long)sub);
 }

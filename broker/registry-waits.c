@@ -71,8 +71,8 @@ static void group_finish(Registry *r, RegGroup *g, bool complete, Outbox *o)
                 reg_join_free(r, w);
                 if (!complete) {
                         reg_reply_err(o, p, id, PROTO_STATUS_TIMEOUT,
-                                  "group '%s': %u of %u members joined before the earliest member's deadline",
-                                  g->name, joined, g->members);
+                                      "group '%s': %u of %u members joined before the earliest member's deadline",
+                                      g->name, joined, g->members);
                         continue;
                 }
                 reg_reply_base(&m, id, PROTO_STATUS_OK);
@@ -101,21 +101,21 @@ void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group
         }
         if (g && g->members != members) {
                 reg_reply_err(out, p, id, PROTO_STATUS_GROUP_MISMATCH,
-                          "group '%s' was started with %u members; this join says %u", group, g->members, members);
+                              "group '%s' was started with %u members; this join says %u", group, g->members, members);
                 return;
         }
         if (g) {
                 list_for_each(pos, &g->joins) {
                         if (list_entry(pos, Wait, link)->peer == p) {
                                 reg_reply_err(out, p, id, PROTO_STATUS_STATE, "this connection already joined group '%s'",
-                                          group);
+                                              group);
                                 return;
                         }
                 }
         }
         if (p->n_waits >= r->limits.waits_per_peer) {
                 reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "this connection already waits %u times (the limit)",
-                          p->n_waits);
+                              p->n_waits);
                 return;
         }
         if (!g) {
@@ -173,7 +173,7 @@ void registry_expire(Registry *r, uint64_t now_ms, Outbox *out)
                         reg_wait_free(r, w);
                         r->counters.timeouts++;
                         reg_reply_err(out, p, id, PROTO_STATUS_TIMEOUT,
-                                  "nothing was published under '%s' before the timeout", name);
+                                      "nothing was published under '%s' before the timeout", name);
                 }
         }
 }

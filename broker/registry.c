@@ -355,7 +355,7 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbo
         }
         if (p->n_refs >= r->limits.refs_per_peer) {
                 reg_reply_err(o, p, id, PROTO_STATUS_QUOTA, "this connection holds %u references (the limit); "
-                          "release some first", p->n_refs);
+                              "release some first", p->n_refs);
                 return;
         }
         h = hold_lookup(r, p, b);
@@ -420,12 +420,12 @@ void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uin
                 b = reg_buffer_lookup(r, buffer);
                 if (!b) {
                         reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "no buffer with id %llu",
-                                  (unsigned long long)buffer);
+                                      (unsigned long long)buffer);
                         return;
                 }
                 if (b->state != PROTO_STATE_LIVE) {
                         reg_reply_err(out, p, id, PROTO_STATUS_STATE, "buffer %llu ('%s') is %s, not live",
-                                  (unsigned long long)buffer, b->name, proto_state_name(b->state));
+                                      (unsigned long long)buffer, b->name, proto_state_name(b->state));
                         return;
                 }
                 attach_now(r, p, id, b, out);
@@ -443,7 +443,7 @@ void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uin
         }
         if (p->n_waits >= r->limits.waits_per_peer) {
                 reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "this connection already waits %u times (the limit)",
-                          p->n_waits);
+                              p->n_waits);
                 return;
         }
         e = name_get(r, name);
@@ -513,13 +513,13 @@ static unsigned publish_check_name(Registry *r, RegPeer *p, uint64_t id, const c
                 return 0;
         if (!live->owner)
                 reg_reply_err(o, p, id, PROTO_STATUS_NAME_TAKEN,
-                          "'%s' is held by the broker for uid %u (buffer %llu, its producer is gone); a peer of "
-                          "that uid may publish over it, or retire it", name, live->owner_uid,
-                          (unsigned long long)live->id);
+                              "'%s' is held by the broker for uid %u (buffer %llu, its producer is gone); a peer of "
+                              "that uid may publish over it, or retire it", name, live->owner_uid,
+                              (unsigned long long)live->id);
         else
                 reg_reply_err(o, p, id, PROTO_STATUS_NAME_TAKEN,
-                          "'%s' is published by another producer (peer %llu, pid %u, uid %u)", name,
-                          (unsigned long long)live->owner_id, live->owner_pid, live->owner_uid);
+                              "'%s' is published by another producer (peer %llu, pid %u, uid %u)", name,
+                              (unsigned long long)live->owner_id, live->owner_pid, live->owner_uid);
         return PROTO_STATUS_NAME_TAKEN;
 }
 
@@ -566,13 +566,13 @@ static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         }
         if (b->owner != p) {
                 reg_reply_err(out, p, id, PROTO_STATUS_NOT_OWNER, "buffer %llu belongs to another peer",
-                          (unsigned long long)a->buffer);
+                              (unsigned long long)a->buffer);
                 return;
         }
         if (b->state != PROTO_STATE_IDLE) {
                 reg_reply_err(out, p, id, PROTO_STATUS_STATE,
-                          "buffer %llu is %s; retire it and wait for its drained event before publishing it again",
-                          (unsigned long long)a->buffer, proto_state_name(b->state));
+                              "buffer %llu is %s; retire it and wait for its drained event before publishing it again",
+                              (unsigned long long)a->buffer, proto_state_name(b->state));
                 return;
         }
         if (publish_check_name(r, p, id, a->name, b, out))
@@ -607,12 +607,12 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
                 return;
         if (p->acct->buffers >= r->limits.buffers_per_uid) {
                 reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "uid %u owns %u buffers (the limit); free some first",
-                          p->creds.uid, p->acct->buffers);
+                              p->creds.uid, p->acct->buffers);
                 return;
         }
         if (fd >= 0 && p->acct->fds >= r->limits.fds_per_uid) {
                 reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "the broker holds %u fds for uid %u (the limit)",
-                          p->acct->fds, p->creds.uid);
+                              p->acct->fds, p->creds.uid);
                 return;
         }
 
@@ -665,7 +665,7 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Out
 
         if (!h || h->count == 0) {
                 reg_reply_err(out, p, id, PROTO_STATUS_NOT_ATTACHED, "this connection holds no reference to buffer %llu",
-                          (unsigned long long)buffer);
+                              (unsigned long long)buffer);
                 return;
         }
         h->count--;
@@ -709,8 +709,8 @@ static RegBuffer *managed_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t 
         }
         if (!as_admin && !may_manage(b, p)) {
                 reg_reply_err(out, p, id, PROTO_STATUS_NOT_OWNER,
-                          "buffer %llu ('%s') belongs to peer %llu (uid %u)", (unsigned long long)buffer, b->name,
-                          (unsigned long long)b->owner_id, b->owner_uid);
+                              "buffer %llu ('%s') belongs to peer %llu (uid %u)", (unsigned long long)buffer, b->name,
+                              (unsigned long long)b->owner_id, b->owner_uid);
                 return NULL;
         }
         return b;
