@@ -287,7 +287,8 @@ static int load_policy(const char *path, Policy **ret)
         }
         r = policy_parse(text, len, ret, err, sizeof(err));
         if (r < 0)
-                log_error("the policy file is invalid", "path=%s error=\"%s\"", path, r == -EINVAL ? err : strerror(-r));
+                log_error("the policy file is invalid", "path=%s error=\"%s\"", path,
+                          r == -EINVAL ? err : strerror(-r));
         return r;
 }
 

@@ -107,7 +107,8 @@ void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group
         if (g) {
                 list_for_each(pos, &g->joins) {
                         if (list_entry(pos, Wait, link)->peer == p) {
-                                reg_reply_err(out, p, id, PROTO_STATUS_STATE, "this connection already joined group '%s'",
+                                reg_reply_err(out, p, id, PROTO_STATUS_STATE,
+                                              "this connection already joined group '%s'",
                                               group);
                                 return;
                         }

@@ -561,7 +561,8 @@ static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         RegName *e;
 
         if (!b) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "no buffer with id %llu", (unsigned long long)a->buffer);
+                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "no buffer with id %llu",
+                              (unsigned long long)a->buffer);
                 return;
         }
         if (b->owner != p) {
@@ -664,7 +665,8 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Out
         Hold *h = b ? hold_lookup(r, p, b) : NULL;
 
         if (!h || h->count == 0) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_ATTACHED, "this connection holds no reference to buffer %llu",
+                reg_reply_err(out, p, id, PROTO_STATUS_NOT_ATTACHED,
+                              "this connection holds no reference to buffer %llu",
                               (unsigned long long)buffer);
                 return;
         }

@@ -175,7 +175,9 @@ static const char *check_new_buffer(const ProtoMsg *m, int fd, unsigned *ret_sta
         *ret_status = PROTO_STATUS_BAD_FD;
         switch (m->kind) {
         case PROTO_KIND_MEMFD:
-                return fd < 0 ? "a memfd buffer needs its fd attached to the publish" : check_memfd(fd, m->size, m->writable);
+                if (fd < 0)
+                        return "a memfd buffer needs its fd attached to the publish";
+                return check_memfd(fd, m->size, m->writable);
         case PROTO_KIND_CUDA_VMM:
                 return fd < 0 ? "a cuda-vmm buffer needs its exported fd attached to the publish" : check_opaque_fd(fd);
         case PROTO_KIND_CUDA_LEGACY:
@@ -218,7 +220,8 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         }
         if (proto_has(m, PF_BUFFER)) {
                 if (m->buffer == 0) {
-                        fail(ctx, p, m, PROTO_STATUS_INVALID, "buffer ids start at 1; leave buffer out to publish new memory");
+                        fail(ctx, p, m, PROTO_STATUS_INVALID,
+                             "buffer ids start at 1; leave buffer out to publish new memory");
                         return;
                 }
                 if (*fd >= 0) {
@@ -273,7 +276,8 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         } else {
                 b = registry_buffer_by_id(ctx->reg, m->buffer);
                 if (!b) {
-                        fail(ctx, p, m, PROTO_STATUS_NOT_FOUND, "no buffer with id %llu", (unsigned long long)m->buffer);
+                        fail(ctx, p, m, PROTO_STATUS_NOT_FOUND, "no buffer with id %llu",
+                             (unsigned long long)m->buffer);
                         return;
                 }
                 snprintf(name, sizeof(name), "%s", registry_buffer_name(b));

@@ -270,7 +270,8 @@ static void handle_frame(Client *c, const uint8_t *buf, size_t len, int *fds, si
         if (e == 0 && m.type != PROTO_REQUEST)
                 e = PROTO_E_KIND;
         if (e) {
-                snprintf(why, sizeof(why), "%s", e == PROTO_E_KIND ? "peers may only send requests" : proto_strerror(e));
+                snprintf(why, sizeof(why), "%s",
+                         e == PROTO_E_KIND ? "peers may only send requests" : proto_strerror(e));
                 goto violation;
         }
         /* Listing /proc/self/fd costs a lot with 100k fds held: at most once a second. */

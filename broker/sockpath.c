@@ -138,7 +138,8 @@ int sockpath_adopt(int fd)
         struct sockaddr_un sa;
         socklen_t salen = sizeof(sa);
 
-        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || getsockname(fd, (struct sockaddr *)&sa, &salen) < 0 ||
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 ||
+            getsockname(fd, (struct sockaddr *)&sa, &salen) < 0 ||
             sa.sun_family != AF_UNIX || type != SOCK_SEQPACKET) {
                 log_error("the inherited fd is not a SOCK_SEQPACKET Unix socket", "fd=%d", fd);
                 return -ENOTSOCK;

@@ -325,7 +325,8 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
                 result = ctl_fail(ctl, "release", r);
         return result;
 usage:
-        fprintf(stderr, "usage: gpuipcctl attach --name N [--verify PATTERN] [--timeout MS] [--hold MS] [--device N]\n");
+        fprintf(stderr, "usage: gpuipcctl attach --name N [--verify PATTERN] [--timeout MS] [--hold MS] "
+                        "[--device N]\n");
         return CTL_USAGE;
 }
 

@@ -139,8 +139,9 @@ int cmd_doctor(Ctl *ctl, int argc, char **argv)
                 verdict(&d, true, "pid-namespace", "same as the broker (%" PRIu64 "): cuda-legacy works with producers "
                         "that share it", ctl->c->pidns);
         else
-                verdict(&d, true, "pid-namespace", "%" PRIu64 ", not the broker's: cuda-vmm and memfd work; cuda-legacy "
-                        "needs producer and consumer in one PID namespace (shareProcessNamespace: true)", ctl->c->pidns);
+                verdict(&d, true, "pid-namespace",
+                        "%" PRIu64 ", not the broker's: cuda-vmm and memfd work; cuda-legacy needs producer "
+                        "and consumer in one PID namespace (shareProcessNamespace: true)", ctl->c->pidns);
 
         check_gpus(&d);
         printf("%s\n", d.problems ? "problems found" : "all checks passed");

@@ -416,7 +416,9 @@ static void metric_cb(const ProtoMsg *m, void *ud)
         for (size_t i = 0; i < sizeof(metric_help) / sizeof(metric_help[0]); i++)
                 if (strcmp(metric_help[i].name, name) == 0)
                         help = metric_help[i].help;
-        printf("# HELP gpuipc_%s %s\n", name, help ? help : counter ? "Events counted since the broker started." : name);
+        if (!help)
+                help = counter ? "Events counted since the broker started." : name;
+        printf("# HELP gpuipc_%s %s\n", name, help);
         printf("# TYPE gpuipc_%s %s\n", name, counter ? "counter" : "gauge");
         printf("gpuipc_%s %" PRIu64 "\n", name, m->value);
 }

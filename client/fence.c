@@ -140,7 +140,8 @@ int fence_check_stream(gpuipc_t *c, const gpuipc_fence_t *f, GcuStream s)
         if (dev != cuda_device(f->ordinal)) {
                 client_errmsg(c, "the stream belongs to another device than the one the fence is mapped on "
                               "(device %d, %s): use a stream of that device, or open the fence after "
-                              "gpuipc_set_device() named the stream's device", f->ordinal, cuda_device_uuid(f->ordinal));
+                              "gpuipc_set_device() named the stream's device",
+                              f->ordinal, cuda_device_uuid(f->ordinal));
                 return GPUIPC_E_DEVICE;
         }
         return 0;

@@ -273,7 +273,8 @@ static int legacy_import(gpuipc_t *c, Mapping *m, const ProtoMsg *reply, int fd)
 
         safe_close(fd); /* nothing travels but the handle */
         if (reply->handle.len != sizeof(handle)) {
-                client_errmsg(c, "the broker attached a cuda-legacy buffer without its %zu-byte handle", sizeof(handle));
+                client_errmsg(c, "the broker attached a cuda-legacy buffer without its %zu-byte handle",
+                              sizeof(handle));
                 return GPUIPC_E_BAD_REPLY;
         }
         memcpy(&handle, reply->handle.ptr, sizeof(handle));

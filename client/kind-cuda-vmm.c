@@ -234,7 +234,8 @@ static int vmm_import_in_ctx(gpuipc_t *c, Mapping *m, int *fd, int ordinal)
         r = vmm_check_support(c, ordinal, false);
         if (r < 0)
                 return r;
-        cr = CU(cuMemImportFromShareableHandle, &handle, (void *)(uintptr_t)*fd, GCU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        cr = CU(cuMemImportFromShareableHandle, &handle, (void *)(uintptr_t)*fd,
+                GCU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
         *fd = safe_close(*fd);
         if (cr != GCU_SUCCESS)
                 return cuda_error(c, "cuMemImportFromShareableHandle", cr);
