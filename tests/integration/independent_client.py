@@ -6,6 +6,9 @@ msgpack bodies by hand, passes a sealed memfd with SCM_RIGHTS, and checks replie
 error statuses against what the document promises.
 
 Usage: independent_client.py [SOCKET]   (default: $GPUIPC_SOCKET)
+If $GPUIPC_BROKER names the broker binary, it also starts a broker of its own on a temporary socket
+to see a connection refused by the connection quota and what a stopping broker sends (it stops that
+broker itself with SIGTERM; the broker at SOCKET is never stopped).
 Exit status: 0 success, 1 a check failed, 77 something this test needs is missing.
 """
 
@@ -14,9 +17,13 @@ import errno
 import fcntl
 import mmap
 import os
+import shutil
+import signal
 import socket
 import struct
+import subprocess
 import sys
+import tempfile
 import time
 
 SKIP = 77
@@ -54,6 +61,10 @@ class Ext:
 
     def __init__(self, type_, data):
         self.type, self.data = type_, data
+
+
+class Pairs(list):
+    """A map written as its (key, value) pairs, in this order; a key may appear twice."""
 
 
 def mp_encode(v):
@@ -114,7 +125,7 @@ def _enc(v, out):
         else:
             out += b"\xc6" + struct.pack(">I", n)
         out += v
-    elif isinstance(v, (list, tuple)):
+    elif isinstance(v, (list, tuple)) and not isinstance(v, Pairs):
         n = len(v)
         if n <= 15:
             out.append(0x90 | n)
@@ -124,7 +135,7 @@ def _enc(v, out):
             out += b"\xdd" + struct.pack(">I", n)
         for x in v:
             _enc(x, out)
-    elif isinstance(v, dict):
+    elif isinstance(v, (dict, Pairs)):
         n = len(v)
         if n <= 15:
             out.append(0x80 | n)
@@ -132,7 +143,7 @@ def _enc(v, out):
             out += b"\xde" + struct.pack(">H", n)
         else:
             out += b"\xdf" + struct.pack(">I", n)
-        for k, x in v.items():
+        for k, x in (v if isinstance(v, Pairs) else v.items()):
             _enc(k, out)
             _enc(x, out)
     else:
@@ -246,6 +257,9 @@ def frame(body_map, n_fds=0):
     return HEADER.pack(MAGIC, VERSION, n_fds, len(body)) + body
 
 
+ID = object()  # placeholder for the request id in Conn.send_pairs
+
+
 class ProtocolError(Exception):
     pass
 
@@ -264,6 +278,7 @@ class Conn:
         self.next_id = 0
         self.replies = {}  # id -> (msg, fds)
         self.events = []
+        self.reset_seen = False
 
     def close(self):
         for _, fds in self.replies.values():
@@ -287,11 +302,27 @@ class Conn:
         self.send_raw(frame(body, len(fds)), fds)
         return self.next_id
 
+    def send_pairs(self, pairs):
+        """Sends a request body written as (key, value) pairs, in that order (a key may appear
+        twice); the value ID stands for a fresh request id, which is returned."""
+        self.next_id += 1
+        self.send_raw(frame(Pairs((k, self.next_id if v is ID else v) for k, v in pairs)))
+        return self.next_id
+
     def recv_frame(self, timeout):
         """Receives one frame: (msg, fds). Raises Closed at end-of-file, socket.timeout."""
         self.sock.settimeout(timeout)
-        data, anc, flags, _ = self.sock.recvmsg(MAX_FRAME + 1, socket.CMSG_SPACE(8 * 4),
-                                                socket.MSG_CMSG_CLOEXEC)
+        while True:
+            try:
+                data, anc, flags, _ = self.sock.recvmsg(MAX_FRAME + 1, socket.CMSG_SPACE(8 * 4),
+                                                        socket.MSG_CMSG_CLOEXEC)
+                break
+            except ConnectionResetError:
+                # The broker closed while frames of ours were unread: the kernel says so once,
+                # before the frames the broker sent ahead of closing, which can still be read.
+                if self.reset_seen:
+                    raise
+                self.reset_seen = True
         fds = []
         for level, type_, cdata in anc:
             if level == socket.SOL_SOCKET and type_ == socket.SCM_RIGHTS:
@@ -338,13 +369,14 @@ class Conn:
             raise ProtocolError("%s: neither reply nor event: %r" % (self.tag, msg))
         return True
 
-    def wait_reply(self, rid, timeout=TIMEOUT_S):
+    def wait_reply(self, rid, timeout=TIMEOUT_S, or_zero=False):
+        """Waits for the reply to rid (or, with or_zero, for one addressed to the connection)."""
         deadline = time.monotonic() + timeout
-        while rid not in self.replies:
+        while rid not in self.replies and not (or_zero and 0 in self.replies):
             left = deadline - time.monotonic()
             if left <= 0 or not self.pump(left):
                 raise TimeoutError("%s: no reply to request %d" % (self.tag, rid))
-        return self.replies.pop(rid)
+        return self.replies.pop(rid if rid in self.replies else 0)
 
     def request(self, op, fd=None, **fields):
         """Sends a request and waits for its reply: (msg, fds)."""
@@ -356,6 +388,18 @@ class Conn:
         for fd in fds:
             os.close(fd)
         return msg
+
+    def last_words(self, timeout=TIMEOUT_S):
+        """Reads frames until the broker closes the connection: the list of their bodies."""
+        msgs = []
+        while True:
+            try:
+                msg, fds = self.recv_frame(timeout)
+            except Closed:
+                return msgs
+            for fd in fds:
+                os.close(fd)
+            msgs.append(msg)
 
     def wait_event(self, pred, timeout=TIMEOUT_S):
         deadline = time.monotonic() + timeout
@@ -418,6 +462,28 @@ def is_event(name, buffer=None, sub=None, with_sub=None):
             return False
         return True
     return pred
+
+
+def nested(levels):
+    """A map nested this many containers deep, counting itself."""
+    v = 0
+    for _ in range(levels):
+        v = {"d": v}
+    return v
+
+
+def field_error(conn, pairs, what, field, also=None):
+    """Sends a request with a bad field (pairs as for Conn.send_pairs): it must be answered
+    bad-request with the request's id and a message naming the field; the connection stays."""
+    rid = conn.send_pairs(pairs)
+    msg, fds = conn.wait_reply(rid, or_zero=True)
+    for fd in fds:
+        os.close(fd)
+    text = msg.get("message", "")
+    check_status(msg, "bad-request", what)
+    check(msg.get("reply") == rid, "%s: the reply carries the request's id" % what, msg.get("reply"))
+    check("'%s'" % field in text and (also is None or also in text),
+          "%s: the message names the field%s" % (what, "" if also is None else " and says '%s'" % also), text)
 
 
 def hello(conn, label):
@@ -577,8 +643,8 @@ def run(path):
     r = prod.call("stat", buffer=buf)
     check(r.get("state") == "idle" and r.get("refs") == 0, "the buffer is idle", r)
 
-    # Publish it again by id: no fd travels, new generation.
-    r = prod.call("publish", name=name, buffer=buf)
+    # Publish it again by id: no fd travels, new generation; an empty meta clears the metadata.
+    r = prod.call("publish", name=name, buffer=buf, meta={})
     check_status(r, "ok", "publish again by id")
     check(r.get("buffer") == buf and isinstance(r.get("generation"), int) and r["generation"] > gen,
           "publish again keeps the id and raises the generation", r)
@@ -590,6 +656,7 @@ def run(path):
     r, fds = cons.request("attach", name=name, timeout_ms=0)
     check(r.get("status") == 0 and r.get("cached") is True and not fds and r.get("generation") == gen2,
           "attach after publish again: cached true, no fd, new generation", (r, len(fds)))
+    check("meta" not in r, "publish again with an empty meta cleared the metadata", r.get("meta"))
     for fd in fds:
         os.close(fd)
     check_status(cons.call("release", buffer=buf), "ok", "release")
@@ -617,9 +684,33 @@ def run(path):
     check_status(subc.call("unsubscribe", sub=sub), "ok", "unsubscribe")
     check_status(subc.call("unsubscribe", sub=sub), "not-found", "unsubscribe twice")
 
+    # A meta nested 8 deep is accepted, and a listing of it nests items 10 deep.
+    deep_name = name + "-deep"
+    fd = sealed_memfd(b"\0" * 4096, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | F_SEAL_FUTURE_WRITE)
+    r, _ = prod.request("publish", fd=fd, name=deep_name, kind="memfd", size=4096, meta=nested(8))
+    os.close(fd)
+    check_status(r, "ok", "publish with a meta nested 8 deep")
+    deep_buf = r.get("buffer")
+    r = prod.call("list", prefix=deep_name)
+    items = r.get("items") or [{}]
+    check(r.get("status") == 0 and len(items) == 1 and items[0].get("meta") == nested(8),
+          "list returns the 8-deep meta inside its record", r)
+    check_status(prod.call("free", buffer=deep_buf), "ok", "free of the deep-meta buffer")
+
     # A bad request keeps the connection; a framing violation closes it.
     check_status(prod.call("attach", name=name, buffer=buf), "bad-request", "attach with name and buffer")
     check_status(prod.call("ping"), "ok", "the connection survives a bad request")
+
+    # Field errors name the field and answer the request's id, even when id comes after the bad
+    # field (section 3.4).
+    field_error(prod, [("op", "attach"), ("name", 5), ("id", ID)], "a wrong-type field before id", "name")
+    field_error(prod, [("op", "attach"), ("id", ID), ("name", name), ("name", name)],
+                "a key given twice", "name", also="twice")
+    field_error(prod, [("op", "publish"), ("name", deep_name), ("kind", "memfd"), ("size", 4096),
+                       ("meta", nested(9)), ("id", ID)], "publish with a meta nested 9 deep", "meta")
+    check_status(prod.call("ping"), "ok", "the connection survives field errors")
+    check_status(prod.call("publish", name=name, buffer=0), "invalid", "publish again with buffer 0")
+    check_status(cons.call("attach", buffer=1 << 40), "not-found", "attach by an unknown buffer id")
 
     bad = Conn(path, "violator")
     bad.send_raw(b"XIPC" + frame({"op": "ping", "id": 1})[4:])
@@ -638,6 +729,78 @@ def run(path):
 
     for c in (prod, cons, subc):
         c.close()
+
+
+def failed_with(msg, reply, name):
+    """msg is a failed reply to request reply (0: to the connection) with the named status."""
+    return (msg.get("reply") == reply and msg.get("status") == CODE[name] and msg.get("error") == name
+            and isinstance(msg.get("message"), str))
+
+
+def connect_when_ready(path, tag, proc):
+    """Connects once the broker listens (it may still be starting)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        try:
+            return Conn(path, tag)
+        except (FileNotFoundError, ConnectionRefusedError):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def run_private(broker):
+    """On a broker of our own, limited to two connections: a third is refused with a quota notice
+    naming the limit; then SIGTERM, and every pending wait is answered 'shutdown', every
+    connection gets a 'reply: 0' shutdown notice, and the broker exits cleanly."""
+    tmp = tempfile.mkdtemp(prefix="gpuipc-indep-")
+    path = os.path.join(tmp, "s.sock")
+    conns = []
+    proc = subprocess.Popen([broker, "--socket", path, "--seccomp", "off", "--log-level", "error",
+                             "--max-connections", "2"])
+    try:
+        a = connect_when_ready(path, "private-a", proc)
+        conns.append(a)
+        check_status(hello(a, "independent-a"), "ok", "hello on a broker of our own")
+        b = Conn(path, "private-b")
+        conns.append(b)
+        check_status(hello(b, "independent-b"), "ok", "hello on the second connection")
+
+        # The third connection is over --max-connections: refused at accept, with reasons.
+        c = Conn(path, "private-c")
+        conns.append(c)
+        words = c.last_words()
+        check(len(words) == 1 and failed_with(words[0], 0, "quota"),
+              "a connection over the limit gets one 'reply: 0' quota notice, then end-of-file", words)
+        check(bool(words) and "--max-connections" in words[0].get("message", ""),
+              "the quota notice names the limit's flag", words and words[0].get("message"))
+
+        # Pending waits, then SIGTERM.
+        wait_id = a.send("attach", name="indep/never-published", timeout_ms=60000)
+        join_id = b.send("group-join", group="indep-group", members=2, timeout_ms=60000)
+        check_status(a.call("ping"), "ok", "ping while an attach waits")
+        check_status(b.call("ping"), "ok", "ping while a group-join waits")
+        os.kill(proc.pid, signal.SIGTERM)
+        for conn, rid, what in ((a, wait_id, "waiting attach"), (b, join_id, "pending group-join")):
+            words = conn.last_words()
+            check(len(words) == 2, "%s: two last frames, then end-of-file" % what, words)
+            check(len(words) >= 1 and failed_with(words[0], rid, "shutdown"),
+                  "%s is answered 'shutdown' with its id" % what, words[:1])
+            check(len(words) >= 2 and failed_with(words[1], 0, "shutdown"),
+                  "%s: then the connection gets a 'reply: 0' shutdown notice" % what, words[1:])
+        try:
+            rc = proc.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            rc = None
+        check(rc == 0, "the broker exits with status 0 after SIGTERM", rc)
+        check(not os.path.exists(path), "the stopped broker removed its socket")
+    finally:
+        for conn in conns:
+            conn.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main():
@@ -660,6 +823,15 @@ def main():
             return SKIP
         print("FAIL unexpected %s: %s" % (type(e).__name__, e))
         failures.append(str(e))
+    broker = os.environ.get("GPUIPC_BROKER")
+    if broker and os.access(broker, os.X_OK):
+        try:
+            run_private(broker)
+        except (OSError, TimeoutError, ProtocolError, MpError, Closed, socket.timeout) as e:
+            print("FAIL unexpected %s on the private broker: %s" % (type(e).__name__, e))
+            failures.append(str(e))
+    else:
+        print("note: $GPUIPC_BROKER is not set; the connection quota and shutdown checks are skipped")
     if failures:
         print("%d check(s) failed" % len(failures))
         return 1
