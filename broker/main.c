@@ -65,12 +65,14 @@ static void usage(FILE *f)
                 "      --max-waits-per-peer N           (default %u)\n"
                 "      --max-subs-per-peer N            (default %u)\n"
                 "      --max-queued-bytes N             (default %u)\n"
+                "      --max-queued-fds N               (default %u)\n"
                 "      --max-timeout-ms N               longest wait a peer may ask for (default %u)\n"
                 "  -V, --version\n"
                 "  -h, --help\n",
                 GPUIPC_DEFAULT_SOCKET, LIMITS_DEFAULT.connections, LIMITS_DEFAULT.connections_per_uid,
                 LIMITS_DEFAULT.buffers_per_uid, LIMITS_DEFAULT.fds_per_uid, LIMITS_DEFAULT.refs_per_peer,
                 LIMITS_DEFAULT.waits_per_peer, LIMITS_DEFAULT.subs_per_peer, LIMITS_DEFAULT.queued_bytes,
+                LIMITS_DEFAULT.queued_fds,
                 LIMITS_DEFAULT.max_timeout_ms);
 }
 
@@ -90,6 +92,7 @@ enum {
         OPT_MAX_SUBS,
         OPT_MAX_QUEUED,
         OPT_MAX_TIMEOUT,
+        OPT_MAX_QUEUED_FDS,
 };
 
 static int parse_uint(const char *s, unsigned base, uint64_t max, uint64_t *ret)
@@ -139,6 +142,7 @@ static int parse_args(int argc, char **argv, Options *o)
                 { "max-subs-per-peer", required_argument, NULL, OPT_MAX_SUBS },
                 { "max-queued-bytes", required_argument, NULL, OPT_MAX_QUEUED },
                 { "max-timeout-ms", required_argument, NULL, OPT_MAX_TIMEOUT },
+                { "max-queued-fds", required_argument, NULL, OPT_MAX_QUEUED_FDS },
                 { "version", no_argument, NULL, 'V' },
                 { "help", no_argument, NULL, 'h' },
                 {}
@@ -226,6 +230,10 @@ static int parse_args(int argc, char **argv, Options *o)
                         break;
                 case OPT_MAX_QUEUED:
                         if (parse_limit("max-queued-bytes", optarg, &o->limits.queued_bytes) < 0)
+                                return -EINVAL;
+                        break;
+                case OPT_MAX_QUEUED_FDS:
+                        if (parse_limit("max-queued-fds", optarg, &o->limits.queued_fds) < 0)
                                 return -EINVAL;
                         break;
                 case OPT_MAX_TIMEOUT:

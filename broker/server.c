@@ -108,11 +108,13 @@ static void client_send(Client *c, OutFrame *f)
         s->stats.frames_out++;
         s->stats.bytes_out += len;
         s->stats.fds_out += f->fd >= 0;
-        if (c->conn.queued_bytes > s->cfg.limits.queued_bytes) {
+        /* Bytes bound the broker's memory; fds its fd table, which every peer shares. */
+        if (c->conn.queued_bytes > s->cfg.limits.queued_bytes || c->conn.queued_fds > s->cfg.limits.queued_fds) {
                 s->stats.slow_peers_dropped++;
-                log_warn("dropping a peer that does not read", "peer=%llu queued_bytes=%zu limit=%u",
-                         (unsigned long long)registry_peer_id(c->peer), c->conn.queued_bytes,
-                         s->cfg.limits.queued_bytes);
+                log_warn("dropping a peer that does not read", "peer=%llu queued_bytes=%zu queued_fds=%zu "
+                         "limit_bytes=%u limit_fds=%u", (unsigned long long)registry_peer_id(c->peer),
+                         c->conn.queued_bytes, c->conn.queued_fds, s->cfg.limits.queued_bytes,
+                         s->cfg.limits.queued_fds);
                 client_close(c, "too much unread output");
                 return;
         }

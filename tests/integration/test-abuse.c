@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "macro.h"
 
 #define RSS_GROWTH_LIMIT_KB (16 * 1024) /* what any of these attacks may add to the broker */
 
@@ -251,6 +252,54 @@ static void test_subscriber_never_reads(void)
         h_case_end(&k);
 }
 
+/* ---- a peer that makes the broker queue fds for it ---- */
+
+static void test_queued_fds_bounded(void)
+{
+        const char *flags[] = { "--max-queued-fds", "64", NULL };
+        ProtoMsg attach = { .op = PROTO_OP_ATTACH }, release = { .op = PROTO_OP_RELEASE },
+                 unmap = { .op = PROTO_OP_UNMAP };
+        gpuipc_buffer_t *b;
+        int sock, before, most = 0, sent = 0, r = 0;
+        uint64_t id = 10;
+        HCase k;
+
+        h_case_begin(&k, flags);
+        b = h_publish(k.by_prod, "fds/x", 4096, 7, NULL);
+        before = h_broker_fds(k.broker);
+        sock = h_raw_connect(k.broker);
+        h_raw_hello(sock);
+        /* attach, release, unmap, again and again, reading nothing: each attach reply carries the
+         * buffer's fd (unmap says we dropped it), and once the socket is full the broker would hold
+         * a copy of the fd for every reply it queues. */
+        for (; sent < 20000 && r == 0; sent++) {
+                attach.buffer = release.buffer = unmap.buffer = gpuipc_buffer_id(b);
+                attach.id = ++id;
+                attach.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID) | PROTO_BIT(PF_BUFFER);
+                release.id = ++id;
+                release.has = attach.has;
+                unmap.id = ++id;
+                unmap.has = attach.has;
+                r = h_raw_send_msg(sock, &attach, 0, NULL, 0);
+                if (r == 0)
+                        r = h_raw_send_msg(sock, &release, 0, NULL, 0);
+                if (r == 0)
+                        r = h_raw_send_msg(sock, &unmap, 0, NULL, 0);
+                if (sent % 16 == 0)
+                        most = MAX(most, h_broker_fds(k.broker));
+        }
+        h_log("%d attach/release/unmap rounds sent without reading (last send: %s); broker fds %d before, "
+              "at most %d during", sent, r < 0 ? strerror(-r) : "ok", before, most);
+        /* The limit plus the connection's own socket and pidfd, and some slack for sampling. */
+        CHECKF(most <= before + 64 + 8, "the broker held %d fds for a peer that does not read", most - before);
+        WAIT_UNTIL(h_broker_log_count(k.broker, "dropping a peer that does not read") == 1, H_SOON_MS);
+        CHECKF(h_raw_wait_eof(sock, H_SOON_MS), "the peer stayed connected");
+        close(sock);
+        WAIT_UNTIL(h_broker_fds(k.broker) <= before, H_SOON_MS);
+        h_bystander_check(&k);
+        h_case_end(&k);
+}
+
 /* ---- 10,000 connect/disconnect cycles ---- */
 
 static void test_connect_churn(void)
@@ -285,7 +334,7 @@ int main(int argc, char **argv)
         static const HTest tests[] = {
                 H_TEST(test_uid_without_permission), H_TEST(test_request_flood),
                 H_TEST(test_frame_with_many_fds),    H_TEST(test_subscriber_never_reads),
-                H_TEST(test_connect_churn),
+                H_TEST(test_connect_churn),          H_TEST(test_queued_fds_bounded),
         };
 
         return h_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
