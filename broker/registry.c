@@ -525,18 +525,11 @@ static unsigned publish_check_name(Registry *r, RegPeer *p, uint64_t id, const c
 
 static int buffer_set_meta(RegBuffer *b, const uint8_t *meta, uint32_t len)
 {
-        uint8_t *copy = NULL;
+        int r = bytes_replace(&b->meta, meta, len);
 
-        if (meta && len) {
-                copy = malloc(len);
-                if (!copy)
-                        return -ENOMEM;
-                memcpy(copy, meta, len);
-        }
-        free(b->meta);
-        b->meta = copy;
-        b->meta_len = copy ? len : 0;
-        return 0;
+        if (r == 0)
+                b->meta_len = b->meta ? len : 0;
+        return r;
 }
 
 /* Copies what a new buffer keeps of the publish: name, device, legacy handle, metadata. */

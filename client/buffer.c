@@ -84,18 +84,11 @@ _public_ void gpuipc_cache_trim(gpuipc_t *c)
 
 static int copy_meta(gpuipc_buffer_t *b, const void *meta, size_t len)
 {
-        uint8_t *copy = NULL;
+        int r = bytes_replace(&b->meta, meta, len);
 
-        if (meta && len) {
-                copy = malloc(len);
-                if (!copy)
-                        return -ENOMEM;
-                memcpy(copy, meta, len);
-        }
-        free(b->meta);
-        b->meta = copy;
-        b->meta_len = copy ? len : 0;
-        return 0;
+        if (r == 0)
+                b->meta_len = b->meta ? len : 0;
+        return r;
 }
 
 static void buffer_destroy(gpuipc_buffer_t *b)

@@ -3,7 +3,9 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
@@ -40,6 +42,23 @@ static inline int safe_close(int fd)
 static inline void closep(int *fd)
 {
         *fd = safe_close(*fd);
+}
+
+/* Replaces *data (freed) by a copy of the n bytes at src; none when src is NULL or n is 0.
+ * 0, or -ENOMEM with *data unchanged. */
+static inline int bytes_replace(uint8_t **data, const void *src, size_t n)
+{
+        uint8_t *copy = NULL;
+
+        if (src && n) {
+                copy = malloc(n);
+                if (!copy)
+                        return -ENOMEM;
+                memcpy(copy, src, n);
+        }
+        free(*data);
+        *data = copy;
+        return 0;
 }
 
 /* Moves ownership out of a cleanup-managed variable. */
