@@ -1,5 +1,6 @@
 /* Listing replies. Each carries an "items" array of records; long listings are paged with
- * "after" (the last id seen) and "more", so a reply always fits in one frame. */
+ * "after" (an opaque cursor: the position of the last record) and "more", so a reply always fits in
+ * one frame. */
 #include "inspect.h"
 
 #include <stdio.h>
@@ -101,7 +102,7 @@ void inspect_list(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 rec.has &= ~PROTO_BIT(PF_HANDLE);
                 if (!items_add(&it, &rec, max))
                         break;
-                last = rec.buffer;
+                last = registry_buffer_cursor(b);
         }
         reply.more = it.full;
         reply.after = last;
@@ -206,6 +207,9 @@ void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         add_stat(&it, "subscriptions", g.subs);
         add_stat(&it, "groups", g.groups);
         add_stat(&it, "names", g.names);
+        add_stat(&it, "restart_grace", registry_in_grace(ctx->reg));
+        add_stat(&it, "buffers_restored", g.restored);
+        add_stat(&it, "claims_pending", g.claims_pending);
         add_stat(&it, "open_fds", s->open_fds);
         add_stat(&it, "uptime_ms", ctx->now_ms - s->started_ms);
         add_stat(&it, "publishes_total", c->publishes);
@@ -222,6 +226,9 @@ void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         add_stat(&it, "events_total", c->events);
         add_stat(&it, "groups_completed_total", c->groups_completed);
         add_stat(&it, "groups_failed_total", c->groups_failed);
+        add_stat(&it, "reclaims_total", c->reclaims);
+        add_stat(&it, "reclaims_refused_total", c->reclaims_refused);
+        add_stat(&it, "claims_revoked_total", c->claims_revoked);
         add_stat(&it, "connections_total", s->connections_total);
         add_stat(&it, "connections_refused_total", s->connections_refused);
         add_stat(&it, "frames_in_total", s->frames_in);

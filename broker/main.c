@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -40,7 +41,13 @@ typedef struct Options {
         bool log_json;
         LogLevel log_level;
         Limits limits;
+        uint32_t restart_grace_ms;
 } Options;
+
+/* After a restart, how long holders of the old broker have to come back and reclaim what they hold
+ * before buffers they held may drain (docs/design.md "Broker restarts"): longer than a consumer
+ * that does not watch gpuipc_fd() takes between two calls. */
+#define RESTART_GRACE_MS_DEFAULT 10000
 
 static void usage(FILE *f)
 {
@@ -67,13 +74,15 @@ static void usage(FILE *f)
                 "      --max-queued-bytes N             (default %u)\n"
                 "      --max-queued-fds N               (default %u)\n"
                 "      --max-timeout-ms N               longest wait a peer may ask for (default %u)\n"
+                "      --restart-grace-ms N     after a restart, how long reconnecting holders may reclaim\n"
+                "                               before buffers they held drain (default %u; 0: no grace)\n"
                 "  -V, --version\n"
                 "  -h, --help\n",
                 GPUIPC_DEFAULT_SOCKET, LIMITS_DEFAULT.connections, LIMITS_DEFAULT.connections_per_uid,
                 LIMITS_DEFAULT.buffers_per_uid, LIMITS_DEFAULT.fds_per_uid, LIMITS_DEFAULT.refs_per_peer,
                 LIMITS_DEFAULT.waits_per_peer, LIMITS_DEFAULT.subs_per_peer, LIMITS_DEFAULT.queued_bytes,
                 LIMITS_DEFAULT.queued_fds,
-                LIMITS_DEFAULT.max_timeout_ms);
+                LIMITS_DEFAULT.max_timeout_ms, RESTART_GRACE_MS_DEFAULT);
 }
 
 enum {
@@ -93,6 +102,7 @@ enum {
         OPT_MAX_QUEUED,
         OPT_MAX_TIMEOUT,
         OPT_MAX_QUEUED_FDS,
+        OPT_RESTART_GRACE,
 };
 
 static int parse_uint(const char *s, unsigned base, uint64_t max, uint64_t *ret)
@@ -142,6 +152,7 @@ static int parse_args(int argc, char **argv, Options *o)
                 { "max-subs-per-peer", required_argument, NULL, OPT_MAX_SUBS },
                 { "max-queued-bytes", required_argument, NULL, OPT_MAX_QUEUED },
                 { "max-timeout-ms", required_argument, NULL, OPT_MAX_TIMEOUT },
+                { "restart-grace-ms", required_argument, NULL, OPT_RESTART_GRACE },
                 { "max-queued-fds", required_argument, NULL, OPT_MAX_QUEUED_FDS },
                 { "version", no_argument, NULL, 'V' },
                 { "help", no_argument, NULL, 'h' },
@@ -240,6 +251,17 @@ static int parse_args(int argc, char **argv, Options *o)
                         if (parse_limit("max-timeout-ms", optarg, &o->limits.max_timeout_ms) < 0)
                                 return -EINVAL;
                         break;
+                case OPT_RESTART_GRACE: {
+                        uint64_t grace;
+
+                        if (parse_uint(optarg, 10, 24u * 3600u * 1000u, &grace) < 0) {
+                                fprintf(stderr, "gpuipc-broker: --restart-grace-ms needs a number from 0 to 86400000, "
+                                        "not '%s'\n", optarg);
+                                return -EINVAL;
+                        }
+                        o->restart_grace_ms = (uint32_t)grace;
+                        break;
+                }
                 case 'V':
                         printf("gpuipc-broker %s\n", GPUIPC_VERSION);
                         exit(EXIT_SUCCESS);
@@ -329,6 +351,16 @@ static void seed_hashes(void)
         hash_seed(key);
 }
 
+/* Generations start at the wall clock in microseconds, so that a restarted broker's generations lie
+ * above its predecessor's (which published far fewer than one buffer per microsecond). */
+static uint64_t wall_clock_us(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
 int main(int argc, char **argv)
 {
         Options o = {
@@ -337,6 +369,7 @@ int main(int argc, char **argv)
                 .seccomp = SANDBOX_ENFORCE,
                 .log_level = LOG_INFO,
                 .limits = LIMITS_DEFAULT,
+                .restart_grace_ms = RESTART_GRACE_MS_DEFAULT,
         };
         ServerConfig cfg = { 0 };
         Server *server = NULL;
@@ -379,6 +412,9 @@ int main(int argc, char **argv)
         cfg.listen_fd = fd;
         cfg.limits = o.limits;
         cfg.epoch = random_u64();
+        cfg.id_seed = random_u64();
+        cfg.first_generation = wall_clock_us();
+        cfg.restart_grace_ms = o.restart_grace_ms;
         cfg.policy = policy;
         cfg.reload_policy = reload_policy;
         cfg.reload_userdata = (void *)o.policy_path;

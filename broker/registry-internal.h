@@ -1,6 +1,7 @@
 /* Internals shared by the registry's files: registry.c (buffers, names, references and the
  * operations on them), registry-peers.c, registry-waits.c (attach waits, groups, deadlines),
- * registry-subs.c and registry-views.c. Nothing outside broker/registry*.c includes this. */
+ * registry-claims.c (reclaims after a restart and the restart grace), registry-subs.c and
+ * registry-views.c. Nothing outside broker/registry*.c includes this. */
 #pragma once
 
 #include <stdio.h>
@@ -26,7 +27,7 @@ typedef struct RegName {
 } RegName;
 
 /* A pending deadline; embedded in attach waits and groups. */
-typedef enum TimerType { TIMER_WAIT, TIMER_GROUP } TimerType;
+typedef enum TimerType { TIMER_WAIT, TIMER_GROUP, TIMER_GRACE } TimerType;
 typedef struct Timer {
         HeapNode node;
         TimerType type;
@@ -62,6 +63,18 @@ typedef struct Hold {
         List buf_link, peer_link;
 } Hold;
 
+/* A reclaim for a buffer nobody registered yet (its producer has not reconnected): kept until the
+ * producer registers it or the restart grace ends. Its references count against the peer's. */
+typedef struct Claim {
+        HNode node; /* key: buffer id */
+        uint64_t buffer, generation;
+        uint32_t refs, owner_uid;
+        ProtoKind kind;
+        RegPeer *peer;
+        List peer_link;
+        char name[];
+} Claim;
+
 typedef struct Sub {
         uint64_t id;
         RegPeer *peer;
@@ -83,6 +96,7 @@ struct RegPeer {
         List holds; /* Hold.peer_link */
         List waits; /* Wait.peer_link */
         List subs;  /* Sub.peer_link */
+        List claims; /* Claim.peer_link */
         uint32_t n_refs, n_waits, n_subs;
         UidAcct *acct;
         uint64_t connected_ms;
@@ -92,9 +106,10 @@ struct RegPeer {
 };
 
 struct RegBuffer {
-        uint64_t id;
-        HNode by_id;
-        List link; /* Registry.buffers, in id order (ids only grow) */
+        uint64_t id;        /* the key its producer chose (or the broker drew); stable across restarts */
+        uint64_t seq;       /* registration order: the listing cursor */
+        HNode by_id, by_seq;
+        List link; /* Registry.buffers, in registration order */
         char *name;         /* heap: most names are short, and a registry holds 100k buffers */
         RegName *published; /* while live */
         uint64_t generation;
@@ -107,6 +122,11 @@ struct RegBuffer {
         uint8_t *handle;    /* cuda-legacy only: PROTO_LEGACY_HANDLE_SIZE bytes */
         int fd;
         bool writable, broker_held, free_on_drain;
+        /* Registered again after a restart while holders may still come back: it does not drain
+         * before the grace ends (Registry.restored lists these). */
+        bool restored;
+        List restored_link;
+        uint32_t reclaimed; /* holders that came back and reclaimed */
         uint32_t retire_after, attaches;
         RegPeer *owner; /* NULL once the producer is gone (broker-held buffers only) */
         uint64_t owner_id, owner_pidns;
@@ -121,8 +141,9 @@ struct RegBuffer {
 struct Registry {
         Limits limits;
         uint64_t epoch;
-        uint64_t next_peer_id, next_buffer_id, next_sub_id, generation;
-        HMap buffers_by_id, names, groups, holds, uids;
+        uint64_t next_peer_id, next_seq, next_sub_id, generation;
+        uint64_t id_state;                  /* the generator of ids the broker picks (splitmix64) */
+        HMap buffers_by_id, buffers_by_seq, names, groups, holds, uids, claims;
         List buffers, peers, subs;
         Heap timers;
         RegCounters counters;
@@ -130,6 +151,12 @@ struct Registry {
         uint64_t n_state[_PROTO_STATE_MAX]; /* buffers per state, kept current: stats never walk */
         uint64_t n_orphaned;
         List lost;                          /* RegPeer.lost_link: peers the caller must disconnect */
+        /* The restart grace: reconnecting holders may reclaim until it ends (a TIMER_GRACE). */
+        bool in_grace;
+        uint32_t restart_grace_ms;
+        Timer grace_timer;
+        List restored;                      /* RegBuffer.restored_link */
+        uint64_t n_claims;
 };
 
 static inline uint64_t hash_str(const char *s)
@@ -191,12 +218,20 @@ static inline void reg_buffer_set_state(Registry *r, RegBuffer *b, ProtoState st
 /* Drops a whole hold (all of one peer's references to one buffer, and its mapped mark). */
 void reg_hold_drop(Registry *r, Hold *h);
 
+/* Adds refs references of p to b (creating the hold); mapped marks that p has b's memory mapped.
+ * 0, or -ENOMEM. */
+int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapped);
+
+/* A retired buffer drains once nothing references it, unless holders may still come back: a
+ * restored buffer during the restart grace. Drains it if it may (reason for the events, or NULL). */
+void reg_buffer_drain_if_done(Registry *r, RegBuffer *b, const char *reason, Outbox *o);
+
 /* Forgets a buffer and closes its fd (through the outbox). Peers that received the fd are told,
  * so they can drop cached mappings (which would otherwise keep the memory alive). */
 void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o);
 
 /* The last reference of a retired buffer went: tell the producer it may reuse or free the memory. */
-void reg_buffer_drain(Registry *r, RegBuffer *b, Outbox *o);
+void reg_buffer_drain(Registry *r, RegBuffer *b, const char *reason, Outbox *o);
 
 /* The memory is gone (its producer died and the broker may not keep it): holders are told to stop
  * using it, their references vanish and no drained event follows. */
@@ -212,3 +247,11 @@ void reg_group_free(Registry *r, RegGroup *g);
 int reg_group_rearm(Registry *r, RegGroup *g);
 
 void reg_sub_free(Registry *r, Sub *s);
+
+/* registry-claims.c: a newly registered buffer takes over the claims waiting for its id; a peer's
+ * claims go with it; the grace timer fired. */
+void reg_claims_adopt(Registry *r, RegBuffer *b, Outbox *o);
+void reg_claims_drop_peer(Registry *r, RegPeer *p);
+void reg_grace_end(Registry *r, Outbox *o);
+/* Takes b off the restored list (it leaves the registry, or the grace ended). */
+void reg_restored_forget(Registry *r, RegBuffer *b);

@@ -41,6 +41,7 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
         list_init(&p->holds);
         list_init(&p->waits);
         list_init(&p->subs);
+        list_init(&p->claims);
         list_append(&r->peers, &p->link);
         acct->connections++;
         r->n_peers++;
@@ -71,6 +72,7 @@ void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
         }
         while (!list_empty(&p->subs))
                 reg_sub_free(r, list_entry(p->subs.next, Sub, peer_link));
+        reg_claims_drop_peer(r, p);
 
         /* Its references vanish; a retired buffer it was the last holder of drains now. */
         while (!list_empty(&p->holds)) {
@@ -78,8 +80,8 @@ void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
                 RegBuffer *b = h->buf;
 
                 reg_hold_drop(r, h);
-                if (b->state == PROTO_STATE_RETIRED && b->refs == 0 && b->owner != p)
-                        reg_buffer_drain(r, b, out);
+                if (b->owner != p)
+                        reg_buffer_drain_if_done(r, b, NULL, out);
         }
 
         snprintf(reason, sizeof(reason), "producer (peer %llu, pid %u, uid %u) disconnected",

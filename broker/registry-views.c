@@ -42,16 +42,25 @@ void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m)
 
 RegBuffer *registry_buffer_after(const Registry *r, uint64_t after)
 {
-        RegBuffer *b = reg_buffer_lookup(r, after);
+        uint64_t h = hash_u64(after);
 
-        if (b)
-                return registry_buffer_next(r, b);
+        /* Usually the previous page's last buffer is still there: continue right after it. */
+        for (HNode *n = hmap_bucket(&r->buffers_by_seq, h); n; n = n->next) {
+                RegBuffer *b = container_of(n, RegBuffer, by_seq);
+                if (n->hash == h && b->seq == after)
+                        return registry_buffer_next(r, b);
+        }
         list_for_each(pos, &r->buffers) {
-                b = list_entry(pos, RegBuffer, link);
-                if (b->id > after)
+                RegBuffer *b = list_entry(pos, RegBuffer, link);
+                if (b->seq > after)
                         return b;
         }
         return NULL;
+}
+
+uint64_t registry_buffer_cursor(const RegBuffer *b)
+{
+        return b->seq;
 }
 
 RegBuffer *registry_buffer_next(const Registry *r, const RegBuffer *b)
@@ -109,6 +118,9 @@ void registry_gauges(const Registry *r, RegGauges *g)
         g->retired = r->n_state[PROTO_STATE_RETIRED];
         g->idle = r->n_state[PROTO_STATE_IDLE];
         g->orphaned = r->n_orphaned;
+        g->claims_pending = r->n_claims;
+        list_for_each(pos, &r->restored)
+                g->restored++;
 }
 
 uint64_t registry_epoch(const Registry *r)

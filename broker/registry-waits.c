@@ -164,6 +164,9 @@ void registry_expire(Registry *r, uint64_t now_ms, Outbox *out)
 
                 if (t->type == TIMER_GROUP) {
                         group_finish(r, container_of(t, RegGroup, timer), false, out);
+                } else if (t->type == TIMER_GRACE) {
+                        heap_remove(&r->timers, &t->node);
+                        reg_grace_end(r, out);
                 } else {
                         Wait *w = container_of(t, Wait, timer);
                         RegPeer *p = w->peer;

@@ -168,6 +168,37 @@ static Hold *hold_lookup(const Registry *r, const RegPeer *p, const RegBuffer *b
         return NULL;
 }
 
+static bool hold_mapped(const Registry *r, const RegPeer *p, const RegBuffer *b)
+{
+        const Hold *h = hold_lookup(r, p, b);
+        return h && h->mapped;
+}
+
+int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapped)
+{
+        Hold *h = hold_lookup(r, p, b);
+
+        if (!h) {
+                h = calloc(1, sizeof(*h));
+                if (!h || hmap_insert(&r->holds, &h->node, hold_hash(p->id, b->id)) < 0) {
+                        free(h);
+                        return -ENOMEM;
+                }
+                h->buf = b;
+                h->peer = p;
+                list_append(&b->holds, &h->buf_link);
+                list_append(&p->holds, &h->peer_link);
+        }
+        if (h->count == 0 && refs > 0)
+                b->holders++;
+        h->count += refs;
+        b->refs += refs;
+        p->n_refs += refs;
+        r->n_refs += refs;
+        h->mapped |= mapped;
+        return 0;
+}
+
 void reg_hold_drop(Registry *r, Hold *h)
 {
         h->buf->refs -= h->count;
@@ -217,9 +248,11 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
                 reg_hold_drop(r, h);
         }
         buffer_unpublish(r, b);
+        reg_restored_forget(r, b);
         list_unlink(&b->owner_link);
         list_unlink(&b->link);
         hmap_remove(&r->buffers_by_id, &b->by_id);
+        hmap_remove(&r->buffers_by_seq, &b->by_seq);
         if (b->fd >= 0) {
                 b->acct->fds--;
                 r->n_fds--;
@@ -235,20 +268,35 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
         free(b);
 }
 
-void reg_buffer_drain(Registry *r, RegBuffer *b, Outbox *o)
+void reg_buffer_drain(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
 {
         ProtoMsg m;
 
         reg_buffer_set_state(r, b, PROTO_STATE_IDLE);
+        reg_restored_forget(r, b);
         r->counters.drains++;
         if (b->owner) {
                 reg_event_base(&m, PROTO_EV_DRAINED, b);
+                if (reason) {
+                        m.reason = proto_str(reason);
+                        proto_set(&m, PF_REASON);
+                }
                 outbox_send(o, b->owner, &m, -1);
                 r->counters.events++;
         }
-        reg_notify_subscribers(r, PROTO_EV_DRAINED, b, NULL, o);
+        reg_notify_subscribers(r, PROTO_EV_DRAINED, b, reason, o);
         if (!b->owner || b->free_on_drain)
                 reg_buffer_destroy(r, b, o);
+}
+
+void reg_buffer_drain_if_done(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
+{
+        if (b->state != PROTO_STATE_RETIRED || b->refs > 0)
+                return;
+        /* A holder of the old broker may still reconnect and reclaim: drained would be a lie. */
+        if (b->restored && r->in_grace)
+                return;
+        reg_buffer_drain(r, b, reason, o);
 }
 
 static void buffer_retire(Registry *r, RegBuffer *b, Outbox *o)
@@ -259,8 +307,7 @@ static void buffer_retire(Registry *r, RegBuffer *b, Outbox *o)
         buffer_unpublish(r, b);
         r->counters.retires++;
         reg_notify_subscribers(r, PROTO_EV_RETIRED, b, NULL, o);
-        if (b->refs == 0)
-                reg_buffer_drain(r, b, o);
+        reg_buffer_drain_if_done(r, b, NULL, o);
 }
 
 void reg_buffer_revoke(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
@@ -346,7 +393,6 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbo
         char text[PROTO_MAX_TEXT + 1];
         unsigned status;
         bool cached;
-        Hold *h;
 
         status = attach_diagnose(b, p, text, sizeof(text));
         if (status) {
@@ -358,33 +404,17 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbo
                               "release some first", p->n_refs);
                 return;
         }
-        h = hold_lookup(r, p, b);
-        if (!h) {
-                h = calloc(1, sizeof(*h));
-                if (!h || hmap_insert(&r->holds, &h->node, hold_hash(p->id, b->id)) < 0) {
-                        free(h);
-                        registry_peer_mark_lost(p);
-                        return;
-                }
-                h->buf = b;
-                h->peer = p;
-                list_append(&b->holds, &h->buf_link);
-                list_append(&p->holds, &h->peer_link);
-        }
-        if (h->count++ == 0)
-                b->holders++;
-        b->refs++;
-        p->n_refs++;
-        r->n_refs++;
-        b->attaches++;
-        r->counters.attaches++;
         /* The fd travels once per peer: afterwards the peer's cached mapping serves, until it says
          * unmap. A legacy handle has no fd and is always in the reply itself. */
-        cached = h->mapped;
+        cached = hold_mapped(r, p, b);
+        if (reg_hold_add(r, p, b, 1, b->fd >= 0) < 0) {
+                registry_peer_mark_lost(p);
+                return;
+        }
+        b->attaches++;
+        r->counters.attaches++;
         if (cached)
                 r->counters.attaches_cached++;
-        else if (b->fd >= 0)
-                h->mapped = true;
         reply_attached(o, p, id, b, cached);
         if (b->retire_after && b->attaches >= b->retire_after)
                 buffer_retire(r, b, o);
@@ -475,41 +505,59 @@ static bool may_manage(const RegBuffer *b, const RegPeer *p)
         return b->owner ? b->owner == p : b->owner_uid == p->creds.uid;
 }
 
-/* Puts b under its name and tells whoever waits or listens. */
-static void publish_under_name(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegName *e, Outbox *o)
+static void reply_published(Outbox *o, RegPeer *p, uint64_t id, const RegBuffer *b)
+{
+        ProtoMsg m;
+
+        reg_reply_base(&m, id, PROTO_STATUS_OK);
+        m.buffer = b->id;
+        m.generation = b->generation;
+        m.state = b->state;
+        m.has |= PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_STATE);
+        outbox_send(o, p, &m, -1);
+}
+
+/* Puts b under its name and tells whoever waits or listens. A new publication gets a new
+ * generation; a restored one keeps the generation its consumers know it by. */
+static void publish_under_name(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegName *e, bool restored,
+                               Outbox *o)
 {
         RegBuffer *old = e->live;
-        ProtoMsg m;
 
         e->live = b;
         b->published = e;
         if (old && old != b)
                 buffer_retire(r, old, o); /* the same producer replaced its own buffer */
         reg_buffer_set_state(r, b, PROTO_STATE_LIVE);
-        b->generation = ++r->generation;
+        if (!restored)
+                b->generation = ++r->generation;
         b->attaches = 0;
-
-        reg_reply_base(&m, id, PROTO_STATUS_OK);
-        m.buffer = b->id;
-        m.generation = b->generation;
-        m.has |= PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION);
-        outbox_send(o, p, &m, -1);
-
+        reply_published(o, p, id, b);
+        reg_claims_adopt(r, b, o);
         reg_notify_subscribers(r, PROTO_EV_PUBLISHED, b, NULL, o);
         wake_waiters(r, e, o);
+}
+
+/* May p put a buffer under name? A producer may replace its own buffer, and a restarted producer
+ * (same uid) the one its predecessor left broker-held: the old one is retired and drains as usual.
+ * Returns the other producer's live buffer that keeps p out, or NULL. */
+static const RegBuffer *name_blocker(Registry *r, const RegPeer *p, const char *name, const RegBuffer *self)
+{
+        RegName *e = reg_name_lookup(r, name);
+        const RegBuffer *live = e ? e->live : NULL;
+
+        if (!live || live == self || live->owner == p || (!live->owner && live->owner_uid == p->creds.uid))
+                return NULL;
+        return live;
 }
 
 /* Checks the name is free for p. Returns 0, or replies with an error and returns its status. */
 static unsigned publish_check_name(Registry *r, RegPeer *p, uint64_t id, const char *name, const RegBuffer *self,
                                    Outbox *o)
 {
-        RegName *e = reg_name_lookup(r, name);
+        const RegBuffer *live = name_blocker(r, p, name, self);
 
-        const RegBuffer *live = e ? e->live : NULL;
-
-        /* A producer may replace its own buffer, and a restarted producer (same uid) the one its
-         * predecessor left broker-held: the old one is retired and drains as usual. */
-        if (!live || live == self || live->owner == p || (!live->owner && live->owner_uid == p->creds.uid))
+        if (!live)
                 return 0;
         if (!live->owner)
                 reg_reply_err(o, p, id, PROTO_STATUS_NAME_TAKEN,
@@ -584,7 +632,66 @@ static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         b->retire_after = a->retire_after;
         b->free_on_drain = false;
         r->counters.republishes++;
-        publish_under_name(r, p, id, b, e, out);
+        publish_under_name(r, p, id, b, e, false, out);
+}
+
+/* An id for memory whose producer named none: drawn at random (splitmix64), so that ids say nothing
+ * about how many buffers exist and one broker's ids are unlikely to be another's. */
+static uint64_t draw_id(Registry *r)
+{
+        for (;;) {
+                uint64_t z = (r->id_state += UINT64_C(0x9e3779b97f4a7c15));
+
+                z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+                z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+                z = (z ^ (z >> 31)) & PROTO_MAX_BUFFER_ID;
+                if (z && !reg_buffer_lookup(r, z))
+                        return z;
+        }
+}
+
+/* A producer that lost its connection to this broker instance registers a broker-held buffer of its
+ * own again, which the broker kept as an orphan: it becomes the owner once more, and the broker
+ * keeps the memory (and holds) it already has. */
+static bool adopt_orphan(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, const RegPublish *a, Outbox *out)
+{
+        if (b->owner || b->owner_uid != p->creds.uid || !a->restored || b->generation != a->generation)
+                return false;
+        b->owner = p;
+        b->owner_id = p->id;
+        b->owner_pid = p->creds.pid;
+        b->owner_pidns = peer_pidns(p);
+        b->free_on_drain = false;
+        list_append(&p->owned, &b->owner_link);
+        r->n_orphaned--;
+        reply_published(out, p, id, b);
+        return true;
+}
+
+/* Checks the id a publish of new memory chose. Returns 0, or replies (adopting an orphan, or with
+ * an error) and returns non-zero. */
+static int check_new_id(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, Outbox *out)
+{
+        RegBuffer *b = a->buffer ? reg_buffer_lookup(r, a->buffer) : NULL;
+
+        if (!b)
+                return 0;
+        if (adopt_orphan(r, p, id, b, a, out))
+                return 1;
+        reg_reply_err(out, p, id, PROTO_STATUS_KEY_TAKEN,
+                      "buffer id %llu is registered already (by peer %llu, uid %u); draw a new id for new memory",
+                      (unsigned long long)a->buffer, (unsigned long long)b->owner_id, b->owner_uid);
+        return PROTO_STATUS_KEY_TAKEN;
+}
+
+/* A restored buffer that was retired, or whose name another producer took while this one was away,
+ * is registered without a name: its holders may reclaim it, and it drains when they are done. */
+static void register_retired(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbox *out)
+{
+        reg_buffer_set_state(r, b, PROTO_STATE_RETIRED);
+        reply_published(out, p, id, b);
+        reg_claims_adopt(r, b, out);
+        reg_buffer_drain_if_done(r, b, "registered again after the broker restarted, with no holder left", out);
 }
 
 void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbox *out)
@@ -593,11 +700,20 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         RegBuffer *b;
         RegName *e;
 
-        if (a->buffer) {
+        if (a->again) {
                 republish(r, p, id, a, out);
                 return;
         }
-        if (publish_check_name(r, p, id, a->name, NULL, out))
+        if (a->restored && (a->generation == 0 || a->generation > r->generation)) {
+                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "a restored buffer carries the generation an "
+                              "earlier broker gave it (between 1 and %llu)", (unsigned long long)r->generation);
+                return;
+        }
+        if (check_new_id(r, p, id, a, out))
+                return;
+        /* A restored buffer never fails for its name: if another producer took it meanwhile, the
+         * restored one is registered retired, so that its holders can still come back. */
+        if (!a->restored && publish_check_name(r, p, id, a->name, NULL, out))
                 return;
         if (p->acct->buffers >= r->limits.buffers_per_uid) {
                 reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "uid %u owns %u buffers (the limit); free some first",
@@ -614,9 +730,14 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         e = name_get(r, a->name);
         if (!b || !e || buffer_set_fields(b, a) < 0)
                 goto no_memory;
-        b->id = ++r->next_buffer_id;
+        b->id = a->buffer ? a->buffer : draw_id(r);
+        b->seq = ++r->next_seq;
         if (hmap_insert(&r->buffers_by_id, &b->by_id, hash_u64(b->id)) < 0)
                 goto no_memory;
+        if (hmap_insert(&r->buffers_by_seq, &b->by_seq, hash_u64(b->seq)) < 0) {
+                hmap_remove(&r->buffers_by_id, &b->by_id);
+                goto no_memory;
+        }
         b->kind = a->kind;
         b->size = a->size;
         b->offset = a->offset;
@@ -631,6 +752,7 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         b->owner_pidns = peer_pidns(p);
         b->acct = p->acct;
         list_init(&b->holds);
+        list_init(&b->restored_link);
         list_append(&r->buffers, &b->link);
         list_append(&p->owned, &b->owner_link);
         b->acct->buffers++;
@@ -641,7 +763,19 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         r->n_buffers++;
         r->n_state[PROTO_STATE_NONE]++;
         r->counters.publishes++;
-        publish_under_name(r, p, id, b, e, out);
+        if (a->restored) {
+                b->generation = a->generation;
+                if (r->in_grace) {
+                        b->restored = true;
+                        list_append(&r->restored, &b->restored_link);
+                }
+                if (a->retired || name_blocker(r, p, a->name, NULL)) {
+                        reg_name_put(r, e);
+                        register_retired(r, p, id, b, out);
+                        return;
+                }
+        }
+        publish_under_name(r, p, id, b, e, a->restored, out);
         return;
 
 no_memory:
@@ -674,8 +808,7 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Out
         }
         r->counters.releases++;
         reg_reply_ok(out, p, id);
-        if (b->state == PROTO_STATE_RETIRED && b->refs == 0)
-                reg_buffer_drain(r, b, out);
+        reg_buffer_drain_if_done(r, b, NULL, out);
 }
 
 void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out)
@@ -737,18 +870,31 @@ void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer,
         buffer_retire(r, b, out);
 }
 
-int registry_new(Registry **ret, const Limits *limits, uint64_t epoch)
+int registry_new(Registry **ret, const RegConfig *cfg)
 {
         Registry *r = calloc(1, sizeof(*r));
 
         if (!r)
                 return -ENOMEM;
-        r->limits = *limits;
-        r->epoch = epoch;
+        r->limits = cfg->limits;
+        r->epoch = cfg->epoch;
+        r->generation = cfg->first_generation;
+        r->id_state = cfg->id_seed;
+        r->restart_grace_ms = cfg->restart_grace_ms;
         list_init(&r->buffers);
         list_init(&r->peers);
         list_init(&r->subs);
         list_init(&r->lost);
+        list_init(&r->restored);
+        r->grace_timer = (Timer){ HEAP_NODE_INIT, TIMER_GRACE };
+        /* Every broker start may be a restart: holders of a predecessor get the grace to come back. */
+        if (cfg->restart_grace_ms > 0) {
+                if (heap_push(&r->timers, &r->grace_timer.node, cfg->start_ms + cfg->restart_grace_ms) < 0) {
+                        free(r);
+                        return -ENOMEM;
+                }
+                r->in_grace = true;
+        }
         *ret = r;
         return 0;
 }
@@ -769,6 +915,8 @@ Registry *registry_free(Registry *r)
         free(out.frames);
         free(out.close_fds);
         hmap_deinit(&r->buffers_by_id);
+        hmap_deinit(&r->buffers_by_seq);
+        hmap_deinit(&r->claims);
         hmap_deinit(&r->names);
         hmap_deinit(&r->groups);
         hmap_deinit(&r->holds);

@@ -36,7 +36,8 @@ typedef struct PeerHello {
 
 typedef struct RegPublish {
         const char *name;
-        uint64_t buffer;         /* 0: register new memory; else publish this idle buffer again */
+        bool again;              /* publish the idle buffer `buffer` again (nothing else is read) */
+        uint64_t buffer;         /* new memory: the id (key) the producer chose, 0 = let the broker pick */
         ProtoKind kind;
         uint64_t size, offset;
         const char *device;      /* GPU UUID for the CUDA kinds, NULL for memfd */
@@ -47,17 +48,42 @@ typedef struct RegPublish {
         int fd;                  /* memfd and cuda-vmm; the registry takes it in every case */
         bool writable, broker_held;
         uint32_t retire_after;   /* retire automatically after this many attaches; 0 = never */
+        /* Registered again after the producer lost its broker connection: the memory is the same
+         * publication as before (generation), consumers may still hold it and come back to reclaim
+         * their references, so during the restart grace it does not drain before they could. */
+        bool restored;
+        uint64_t generation;     /* restored: the publication's generation */
+        bool retired;            /* restored: it was retired already (register it, do not publish it) */
 } RegPublish;
+
+/* A reference a reconnecting consumer still holds (its reclaim request). */
+typedef struct RegReclaim {
+        uint64_t buffer, generation;
+        uint32_t refs;
+        uint32_t owner_uid;      /* the producer's uid, as the consumer was told at attach */
+        const char *name;        /* the name it attached under */
+        ProtoKind kind;
+} RegReclaim;
+
+typedef struct RegConfig {
+        Limits limits;
+        uint64_t epoch;            /* this broker instance (clients see it in hello and ping) */
+        uint64_t first_generation; /* generations count up from here (the wall clock in µs at start, so
+                                    * they keep increasing across restarts) */
+        uint64_t id_seed;          /* seeds the ids the broker picks for publishes that name none */
+        uint64_t start_ms;         /* the time of creation, on the clock operations' now_ms use */
+        uint32_t restart_grace_ms; /* how long after start reconnecting holders may reclaim */
+} RegConfig;
 
 typedef struct RegCounters {
         uint64_t publishes, republishes, attaches, attaches_cached, attach_waits, timeouts;
         uint64_t releases, retires, drains, revokes, frees, peers_added, peers_removed;
         uint64_t groups_completed, groups_failed, events;
+        uint64_t reclaims, reclaims_refused, claims_revoked;
 } RegCounters;
 
-/* Creates an empty registry. epoch identifies this broker instance (clients drop cached mappings
- * when it changes). 0 or -ENOMEM. */
-int registry_new(Registry **ret, const Limits *limits, uint64_t epoch);
+/* Creates an empty registry. 0 or -ENOMEM. */
+int registry_new(Registry **ret, const RegConfig *cfg);
 
 /* Frees everything and closes every fd the registry still holds. Returns NULL. */
 Registry *registry_free(Registry *r);
@@ -107,6 +133,12 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Out
  * (as_admin: the policy lets this peer manage other uids' buffers). */
 void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out);
 void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out);
+/* A reconnecting consumer registers a reference it still holds (docs/protocol.md 6.15). Succeeds when
+ * the buffer is that same publication and has not drained; waits (pending) while the broker is in its
+ * restart grace and nobody registered the buffer yet; else answers `revoked`. */
+void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a, Outbox *out);
+/* True while reconnecting holders may still come back (the restart grace). */
+bool registry_in_grace(const Registry *r);
 void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix, Outbox *out);
 void registry_unsubscribe(Registry *r, RegPeer *p, uint64_t id, uint64_t sub, Outbox *out);
 void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group, uint32_t members,
@@ -123,9 +155,11 @@ uint64_t registry_next_deadline(const Registry *r);
 
 /* ---- read-only views (broker/inspect.c) ---- */
 
-/* Buffers in id order; first is the lowest id above `after`. */
+/* Buffers in registration order. A buffer's cursor (registry_buffer_cursor) increases with it;
+ * registry_buffer_after gives the first buffer whose cursor is above `after` (0: the first). */
 RegBuffer *registry_buffer_after(const Registry *r, uint64_t after);
 RegBuffer *registry_buffer_next(const Registry *r, const RegBuffer *b);
+uint64_t registry_buffer_cursor(const RegBuffer *b);
 RegBuffer *registry_buffer_by_id(const Registry *r, uint64_t id);
 /* The live buffer published under name, or NULL. */
 RegBuffer *registry_buffer_by_name(const Registry *r, const char *name);
@@ -144,6 +178,7 @@ void registry_peer_describe(const RegPeer *p, ProtoMsg *m);
 
 typedef struct RegGauges {
         uint64_t peers, buffers, live, retired, idle, orphaned, refs, fds, waits, subs, groups, names;
+        uint64_t claims_pending, restored; /* reclaims waiting for their buffer; restored buffers in grace */
 } RegGauges;
 void registry_gauges(const Registry *r, RegGauges *g);
 

@@ -197,6 +197,45 @@ static const char *check_new_buffer(const ProtoMsg *m, int fd, unsigned *ret_sta
         }
 }
 
+/* Reads the fields of a publish into a. Returns NULL, or why the request is wrong (with *status). */
+static const char *read_publish(const ProtoMsg *m, int fd, RegPublish *a, unsigned *status)
+{
+        bool restored = proto_has(m, PF_RESTORED) && m->restored;
+
+        *status = PROTO_STATUS_INVALID;
+        if (m->retire_after > UINT32_MAX)
+                return "retire_after is at most 4294967295";
+        if (proto_has(m, PF_BUFFER) && (m->buffer == 0 || m->buffer > PROTO_MAX_BUFFER_ID))
+                return "buffer ids are between 1 and 2^53 - 1; leave buffer out to let the broker pick one";
+        /* Without a kind, a publish puts a registered idle buffer back under a name. */
+        a->again = !proto_has(m, PF_KIND);
+        if (a->again) {
+                *status = PROTO_STATUS_BAD_REQUEST;
+                if (!proto_has(m, PF_BUFFER))
+                        return "publish needs kind and size for new memory, or buffer to publish an idle buffer again";
+                if (restored)
+                        return "restored applies to new memory (with kind and size)";
+                *status = PROTO_STATUS_BAD_FD;
+                if (fd >= 0)
+                        return "publishing a registered buffer again sends no fd";
+                return NULL;
+        }
+        if (restored) {
+                *status = PROTO_STATUS_BAD_REQUEST;
+                if (!proto_has(m, PF_BUFFER) || !proto_has(m, PF_GENERATION))
+                        return "a restored buffer needs the buffer id and generation it had";
+                if (proto_has(m, PF_STATE) && m->state != PROTO_STATE_LIVE && m->state != PROTO_STATE_RETIRED)
+                        return "a restored buffer is live or retired";
+        } else if (proto_has(m, PF_STATE) || proto_has(m, PF_GENERATION)) {
+                *status = PROTO_STATUS_BAD_REQUEST;
+                return "state and generation are only given with restored";
+        }
+        a->restored = restored;
+        a->generation = m->generation;
+        a->retired = restored && proto_has(m, PF_STATE) && m->state == PROTO_STATE_RETIRED;
+        return check_new_buffer(m, fd, status);
+}
+
 static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char name[PROTO_MAX_NAME + 1], device[PROTO_MAX_UUID + 1];
@@ -214,26 +253,10 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
                      registry_peer_creds(p)->uid, name);
                 return;
         }
-        if (m->retire_after > UINT32_MAX) {
-                fail(ctx, p, m, PROTO_STATUS_INVALID, "retire_after is at most %u", UINT32_MAX);
+        why = read_publish(m, *fd, &a, &status);
+        if (why) {
+                fail(ctx, p, m, status, "%s", why);
                 return;
-        }
-        if (proto_has(m, PF_BUFFER)) {
-                if (m->buffer == 0) {
-                        fail(ctx, p, m, PROTO_STATUS_INVALID,
-                             "buffer ids start at 1; leave buffer out to publish new memory");
-                        return;
-                }
-                if (*fd >= 0) {
-                        fail(ctx, p, m, PROTO_STATUS_BAD_FD, "publishing a registered buffer again sends no fd");
-                        return;
-                }
-        } else {
-                why = check_new_buffer(m, *fd, &status);
-                if (why) {
-                        fail(ctx, p, m, status, "%s", why);
-                        return;
-                }
         }
         a.name = name;
         a.buffer = m->buffer;
@@ -288,6 +311,37 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 return;
         }
         registry_attach(ctx->reg, p, m->id, by_name ? name : NULL, m->buffer, timeout_of(m), ctx->now_ms, ctx->out);
+}
+
+static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+{
+        char name[PROTO_MAX_NAME + 1];
+        const RegBuffer *b = registry_buffer_by_id(ctx->reg, m->buffer);
+        RegReclaim a = { 0 };
+
+        proto_str_copy(m->name, name, sizeof(name));
+        if (!registry_name_valid(m->name.ptr, m->name.len)) {
+                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
+                return;
+        }
+        if (m->refs == 0 || m->refs > UINT32_MAX || m->uid > UINT32_MAX) {
+                fail(ctx, p, m, PROTO_STATUS_INVALID, "a reclaim names 1 to 4294967295 references and a 32-bit uid");
+                return;
+        }
+        /* The name the buffer really has, once registered; until then the one the consumer held it
+         * under (the registry checks that the two agree when the producer comes back). */
+        if (!allowed(ctx, p, POLICY_ATTACH, b ? registry_buffer_name(b) : name)) {
+                fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u attach '%s'",
+                     registry_peer_creds(p)->uid, b ? registry_buffer_name(b) : name);
+                return;
+        }
+        a.buffer = m->buffer;
+        a.generation = m->generation;
+        a.refs = (uint32_t)m->refs;
+        a.owner_uid = (uint32_t)m->uid;
+        a.name = name;
+        a.kind = m->kind;
+        registry_reclaim(ctx->reg, p, m->id, &a, ctx->out);
 }
 
 /* May this peer manage buffers of other uids (by policy)? */
@@ -376,6 +430,9 @@ void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd)
                 break;
         case PROTO_OP_UNMAP:
                 registry_unmap(ctx->reg, p, m->id, m->buffer, ctx->out);
+                break;
+        case PROTO_OP_RECLAIM:
+                handle_reclaim(ctx, p, m);
                 break;
         case PROTO_OP_UNSUBSCRIBE:
                 registry_unsubscribe(ctx->reg, p, m->id, m->sub, ctx->out);

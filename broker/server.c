@@ -528,14 +528,17 @@ int server_new(Server **ret, const ServerConfig *cfg)
         s->pidns = peer_pidns_of(0);
         list_init(&s->clients);
         list_init(&s->doomed);
-        r = registry_new(&s->reg, &cfg->limits, cfg->epoch);
+        r = uv_loop_init(&s->loop);
         if (r < 0) {
                 free(s);
                 return r;
         }
-        r = uv_loop_init(&s->loop);
+        r = registry_new(&s->reg, &(RegConfig){ .limits = cfg->limits, .epoch = cfg->epoch,
+                                                .first_generation = cfg->first_generation, .id_seed = cfg->id_seed,
+                                                .start_ms = uv_now(&s->loop),
+                                                .restart_grace_ms = cfg->restart_grace_ms });
         if (r < 0) {
-                registry_free(s->reg);
+                uv_loop_close(&s->loop);
                 free(s);
                 return r;
         }
@@ -556,6 +559,7 @@ int server_new(Server **ret, const ServerConfig *cfg)
         uv_signal_start(&s->sig_hup, signal_cb, SIGHUP);
         uv_poll_start(&s->listen_poll, UV_READABLE, listen_cb);
         s->listening = true;
+        rearm_deadline(s); /* the restart grace */
         *ret = s;
         return 0;
 }

@@ -14,6 +14,9 @@ typedef struct ServerConfig {
         int listen_fd;         /* a bound, listening SOCK_SEQPACKET socket; the server owns it */
         Limits limits;
         uint64_t epoch;        /* this broker instance, random */
+        uint64_t id_seed;      /* random: seeds the buffer ids the broker picks */
+        uint64_t first_generation;
+        uint32_t restart_grace_ms;
         Policy *policy;        /* the server owns it; NULL = the built-in default */
         /* Called on SIGHUP: loads the policy again. 0 with *ret set (NULL = default), or <0 to keep the old one. */
         int (*reload_policy)(void *userdata, Policy **ret);

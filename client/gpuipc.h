@@ -65,6 +65,7 @@ enum {
         GPUIPC_E_SHUTDOWN = -1019,
         GPUIPC_E_KIND = -1020,
         GPUIPC_E_INVALID = -1021,
+        GPUIPC_E_KEY_TAKEN = -1022,
         /* Raised by the library itself. */
         GPUIPC_E_NO_BROKER = -1100,    /* nothing listens on the socket */
         GPUIPC_E_DISCONNECTED = -1101, /* the broker went away */

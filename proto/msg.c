@@ -36,7 +36,7 @@ static const char *const op_names[_PROTO_OP_MAX] = {
         [PROTO_OP_STAT] = "stat",           [PROTO_OP_PEERS] = "peers",
         [PROTO_OP_STATS] = "stats",         [PROTO_OP_SUBSCRIBE] = "subscribe",
         [PROTO_OP_UNSUBSCRIBE] = "unsubscribe", [PROTO_OP_GROUP_JOIN] = "group-join",
-        [PROTO_OP_UNMAP] = "unmap",
+        [PROTO_OP_UNMAP] = "unmap",         [PROTO_OP_RECLAIM] = "reclaim",
 };
 
 static const char *const event_names[_PROTO_EV_MAX] = {
@@ -113,6 +113,8 @@ static const FieldDesc fields[_PF_MAX] = {
         [PF_FDS] = F("fds", T_U64, 0, fds),
         [PF_PIDNS_SAME] = F("pidns_same", T_BOOL, 0, pidns_same),
         [PF_STARTED_MS] = F("started_ms", T_U64, 0, started_ms),
+        [PF_RESTORED] = F("restored", T_BOOL, 0, restored),
+        [PF_PENDING] = F("pending", T_BOOL, 0, pending),
 };
 
 /* Fields each request must carry besides "op" and "id"; finer rules (name or buffer) are the
@@ -124,6 +126,8 @@ static const uint64_t op_required[_PROTO_OP_MAX] = {
         [PROTO_OP_RETIRE] = PROTO_BIT(PF_BUFFER),
         [PROTO_OP_FREE] = PROTO_BIT(PF_BUFFER),
         [PROTO_OP_UNMAP] = PROTO_BIT(PF_BUFFER),
+        [PROTO_OP_RECLAIM] = PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_REFS) |
+                             PROTO_BIT(PF_UID) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND),
         [PROTO_OP_SUBSCRIBE] = PROTO_BIT(PF_PREFIX),
         [PROTO_OP_UNSUBSCRIBE] = PROTO_BIT(PF_SUB),
         [PROTO_OP_GROUP_JOIN] = PROTO_BIT(PF_GROUP) | PROTO_BIT(PF_MEMBERS),

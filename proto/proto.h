@@ -27,6 +27,9 @@
 #define PROTO_MAX_DEPTH 8       /* nesting inside metadata */
 #define PROTO_LEGACY_HANDLE_SIZE 64
 #define PROTO_TIMEOUT_INFINITE UINT32_MAX
+/* Buffer ids are keys chosen by the producer (docs/protocol.md 6.3): non-zero and at most 2^53 - 1,
+ * so that JSON tools (JavaScript, jq) keep them exact. */
+#define PROTO_MAX_BUFFER_ID ((UINT64_C(1) << 53) - 1)
 
 /* ---- positive decode outcomes ---- */
 enum {
@@ -72,6 +75,7 @@ typedef enum ProtoOp {
         PROTO_OP_UNSUBSCRIBE,
         PROTO_OP_GROUP_JOIN,
         PROTO_OP_UNMAP,   /* the client dropped its cached mapping: send the fd with the next attach */
+        PROTO_OP_RECLAIM, /* after a reconnect: references the client still holds, registered again */
         PROTO_OP_UNKNOWN, /* a string we do not know: answered with status unknown-op */
         _PROTO_OP_MAX,
 } ProtoOp;
@@ -126,6 +130,7 @@ typedef enum ProtoField {
         PF_OWNER, PF_PEER, PF_UID, PF_GID, PF_SUB, PF_REASON,
         PF_GROUP, PF_MEMBERS, PF_EPOCH, PF_AFTER, PF_LIMIT, PF_MORE, PF_ITEMS, PF_VALUE,
         PF_BUFFERS, PF_SUBS, PF_WAITS, PF_FDS, PF_PIDNS_SAME, PF_STARTED_MS,
+        PF_RESTORED, PF_PENDING,
         _PF_MAX,
 } ProtoField;
 
@@ -148,7 +153,7 @@ typedef struct ProtoMsg {
         uint64_t buffer, generation, refs, holders, owner, peer, sub;
         uint64_t members, epoch, after, limit, value;
         uint64_t buffers, subs, waits, fds, started_ms;
-        bool broker_held, writable, cached, more, pidns_same;
+        bool broker_held, writable, cached, more, pidns_same, restored, pending;
 
         ProtoStr error, message, label, name, prefix, device, reason, group;
         ProtoStr handle; /* exactly PROTO_LEGACY_HANDLE_SIZE bytes (msgpack bin) */

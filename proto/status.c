@@ -42,8 +42,9 @@ static const struct {
         [PROTO_STATUS_GROUP_MISMATCH] = { "group-mismatch",
                 "the group already exists with another member count; every member must pass the same count" },
         [PROTO_STATUS_REVOKED] = { "revoked",
-                "the producer died and the buffer was revoked; publish with broker-held lifetime (memfd, "
-                "cuda-vmm) to let buffers outlive their producer" },
+                "the buffer was revoked: its producer died (publish with broker-held lifetime, memfd or "
+                "cuda-vmm, to let buffers outlive their producer), or it did not come back within the broker's "
+                "restart grace; stop using the memory" },
         [PROTO_STATUS_HELLO_FIRST] = { "hello-first", "the first request on a connection must be hello" },
         [PROTO_STATUS_SHUTDOWN] = { "shutdown", "the broker is shutting down; reconnect once it is back" },
         [PROTO_STATUS_KIND] = { "kind",
@@ -52,6 +53,9 @@ static const struct {
         [PROTO_STATUS_INVALID] = { "invalid",
                 "a value is out of range: names are 1-255 bytes of [A-Za-z0-9._:/@+=-] without '..' or "
                 "leading '/', sizes are non-zero" },
+        [PROTO_STATUS_KEY_TAKEN] = { "key-taken",
+                "another registration already uses this buffer id; a producer draws a fresh random id for "
+                "every allocation and never reuses one" },
 };
 
 const char *proto_status_name(unsigned status)

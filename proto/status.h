@@ -20,12 +20,13 @@ typedef enum ProtoStatus {
         PROTO_STATUS_PIDNS = 14,         /* cuda-legacy between different PID namespaces */
         PROTO_STATUS_DEVICE = 15,        /* the buffer's GPU is not visible to the consumer */
         PROTO_STATUS_GROUP_MISMATCH = 16,/* joined a group with another member count */
-        PROTO_STATUS_REVOKED = 17,       /* reserved: libgpuipc uses it for reads of a revoked buffer; the
-                                          * broker announces revocation with the revoked event */
+        PROTO_STATUS_REVOKED = 17,       /* the buffer is gone or is not the publication the client held
+                                          * (reclaim); libgpuipc also uses it for reads of a revoked buffer */
         PROTO_STATUS_HELLO_FIRST = 18,   /* hello must be the first request */
         PROTO_STATUS_SHUTDOWN = 19,      /* the broker is stopping */
         PROTO_STATUS_KIND = 20,          /* the buffer kind does not allow this */
         PROTO_STATUS_INVALID = 21,       /* a value out of range: a bad name, a zero size */
+        PROTO_STATUS_KEY_TAKEN = 22,     /* the buffer id (key) a publish chose is registered already */
         _PROTO_STATUS_MAX,
 } ProtoStatus;
 

@@ -65,18 +65,24 @@ static inline bool env_fd_open(int fd)
         return fd >= 0 && fcntl(fd, F_GETFD) >= 0;
 }
 
-/* Starts e over with a new registry with the given limits (NULL: the defaults); the frame and fd
- * arrays are reused as they are. Undo with env_fini(). */
-static inline void env_init(Env *e, const Limits *limits)
+/* Starts e over with a new registry made with cfg (its epoch is 77 and its clock starts at 0); the
+ * frame and fd arrays are reused as they are. Undo with env_fini(). */
+static inline void env_init_cfg(Env *e, RegConfig cfg)
 {
-        Limits l = limits ? *limits : LIMITS_DEFAULT;
-
         e->n_sent = e->n_fds = 0;
         e->now = 0;
         e->out = (Outbox)OUTBOX_INIT;
         e->baseline_fds = env_count_open_fds();
-        check_eq(registry_new(&e->r, &l, 77), 0);
+        cfg.epoch = 77;
+        cfg.start_ms = 0;
+        check_eq(registry_new(&e->r, &cfg), 0);
         check_eq(registry_epoch(e->r), 77);
+}
+
+/* ... with the given limits (NULL: the defaults), ids drawn from a fixed seed, and no restart grace. */
+static inline void env_init(Env *e, const Limits *limits)
+{
+        env_init_cfg(e, (RegConfig){ .limits = limits ? *limits : LIMITS_DEFAULT, .id_seed = 1 });
 }
 
 /* A registry with the given limits (NULL: the defaults). Free with env_free(). */

@@ -199,6 +199,8 @@ static const FieldInfo FIELDS[_PF_MAX] = {
         FU(PF_FDS, "fds", fds),
         FB(PF_PIDNS_SAME, "pidns_same", pidns_same),
         FU(PF_STARTED_MS, "started_ms", started_ms),
+        FB(PF_RESTORED, "restored", restored),
+        FB(PF_PENDING, "pending", pending),
 };
 
 static const uint8_t handle_a[PROTO_LEGACY_HANDLE_SIZE] = { 1, 2, 3, [63] = 0xff };
@@ -491,7 +493,7 @@ static void test_u64_encodings(void)
 static const struct {
         ProtoOp op;
         const char *name;
-        ProtoField need[2];
+        ProtoField need[6];
         unsigned n_need;
 } OPS[] = {
         { PROTO_OP_HELLO, "hello", { PF_VERSION }, 1 },
@@ -509,6 +511,7 @@ static const struct {
         { PROTO_OP_UNSUBSCRIBE, "unsubscribe", { PF_SUB }, 1 },
         { PROTO_OP_GROUP_JOIN, "group-join", { PF_GROUP, PF_MEMBERS }, 2 },
         { PROTO_OP_UNMAP, "unmap", { PF_BUFFER }, 1 },
+        { PROTO_OP_RECLAIM, "reclaim", { PF_BUFFER, PF_GENERATION, PF_REFS, PF_UID, PF_NAME, PF_KIND }, 6 },
 };
 
 static void test_every_op(void)

@@ -18,6 +18,10 @@ typedef struct Pub {
         const char *name;
         ProtoKind kind;   /* 0: memfd */
         uint64_t buffer;  /* publish this idle buffer again */
+        uint64_t key;     /* new memory: the id the producer chose (0: the broker picks one) */
+        bool restored;    /* registered again after a restart, with this generation */
+        uint64_t generation;
+        bool retired;     /* restored as retired */
         bool held;        /* broker_held */
         uint32_t retire_after;
         const char *device;
@@ -35,7 +39,11 @@ static Sent *publish(Env *e, RegPeer *p, Pub o)
         bool want_fd;
 
         a.name = o.name;
-        a.buffer = o.buffer;
+        a.again = o.buffer != 0;
+        a.buffer = o.buffer ? o.buffer : o.key;
+        a.restored = o.restored;
+        a.generation = o.generation;
+        a.retired = o.retired;
         a.kind = o.kind ? o.kind : PROTO_KIND_MEMFD;
         a.size = 4096;
         a.device = o.device;
@@ -1406,7 +1414,7 @@ static void test_views(void)
 {
         Env *e = env_new(NULL);
         RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *p;
-        uint64_t ids[5], refs = 0;
+        uint64_t ids[5], cur[5], refs = 0;
         ProtoMsg m;
         RegBuffer *b;
         unsigned n;
@@ -1414,20 +1422,26 @@ static void test_views(void)
         for (unsigned i = 0; i < 5; i++) {
                 char name[16];
                 snprintf(name, sizeof(name), "v/%u", i);
-                ids[i] = publish_ok(e, P, (Pub){ .name = name });
+                /* Ids are the producer's choice (here descending) or random: they say nothing of order. */
+                ids[i] = publish_ok(e, P, (Pub){ .name = name, .key = i < 3 ? 1000 - i : 0 });
+                cur[i] = registry_buffer_cursor(registry_buffer_by_id(e->r, ids[i]));
         }
-        /* Buffers in id order; after() starts above an id, present or not. */
+        check_eq(ids[0], 1000);
+        check_eq(ids[2], 998);
+        /* Buffers in registration order; after() starts above a cursor, present or not. */
         n = 0;
         for (b = registry_buffer_after(e->r, 0); b; b = registry_buffer_next(e->r, b)) {
                 registry_buffer_describe(b, &m);
-                check_eq(m.buffer, ids[n++]);
+                check_eq(m.buffer, ids[n]);
+                check(n == 0 || registry_buffer_cursor(b) > cur[n - 1]);
+                n++;
         }
         check_eq(n, 5);
-        check(registry_buffer_after(e->r, ids[1]) == registry_buffer_by_id(e->r, ids[2]));
-        check(registry_buffer_after(e->r, ids[4]) == NULL);
+        check(registry_buffer_after(e->r, cur[1]) == registry_buffer_by_id(e->r, ids[2]));
+        check(registry_buffer_after(e->r, cur[4]) == NULL);
         free_buf(e, P, ids[2], false);
-        check(registry_buffer_after(e->r, ids[1]) == registry_buffer_by_id(e->r, ids[3]));
-        check(registry_buffer_after(e->r, ids[2]) == registry_buffer_by_id(e->r, ids[3]));
+        check(registry_buffer_after(e->r, cur[1]) == registry_buffer_by_id(e->r, ids[3]));
+        check(registry_buffer_after(e->r, cur[2]) == registry_buffer_by_id(e->r, ids[3]));
         check_streq(registry_buffer_name(registry_buffer_by_id(e->r, ids[3])), "v/3");
         check(registry_buffer_by_name(e->r, "v/9") == NULL);
 

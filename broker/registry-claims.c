@@ -1,0 +1,213 @@
+/* Reclaims and the restart grace: how references survive a broker restart.
+ *
+ * A broker that died took every reference count with it, but not the memory: consumers still have
+ * it mapped. When they reconnect, they reclaim what they hold (buffer id, the generation they
+ * hold, how many references); when producers reconnect, they register their buffers again under
+ * the same ids, marked restored. The two may arrive in either order: a reclaim for an id nobody
+ * registered yet waits as a Claim until its producer registers it or the grace ends.
+ *
+ * What this file must never do: let a buffer drain while a holder of the old broker may still come
+ * back. A restored buffer therefore does not drain before the grace ends, and a reclaim succeeds
+ * only for the very publication the consumer holds (same generation, not drained since), so a
+ * consumer never gets a reference to memory that may have been reused under it. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "registry-internal.h"
+
+bool registry_in_grace(const Registry *r)
+{
+        return r->in_grace;
+}
+
+void reg_restored_forget(Registry *r, RegBuffer *b)
+{
+        if (!b->restored)
+                return;
+        b->restored = false;
+        list_unlink(&b->restored_link);
+}
+
+static void claim_free(Registry *r, Claim *c)
+{
+        hmap_remove(&r->claims, &c->node);
+        list_unlink(&c->peer_link);
+        c->peer->n_refs -= c->refs;
+        r->n_claims--;
+        free(c);
+}
+
+/* Tells a claimant that its claim cannot be honoured: stop using the memory. */
+static void claim_revoke(Registry *r, Claim *c, const char *reason, Outbox *o)
+{
+        ProtoMsg m = { 0 };
+
+        m.event = PROTO_EV_REVOKED;
+        m.buffer = c->buffer;
+        m.generation = c->generation;
+        m.name = proto_str(c->name);
+        m.kind = c->kind;
+        m.reason = proto_str(reason);
+        m.has = PROTO_BIT(PF_EVENT) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_NAME) |
+                PROTO_BIT(PF_KIND) | PROTO_BIT(PF_REASON);
+        outbox_send(o, c->peer, &m, -1);
+        r->counters.events++;
+        r->counters.claims_revoked++;
+        claim_free(r, c);
+}
+
+/* Why b cannot be the publication the reclaim names (so the memory may have changed), or NULL. */
+static const char *claim_mismatch(const RegBuffer *b, uint64_t generation, uint32_t owner_uid, ProtoKind kind,
+                                  const char *name, char *why, size_t cap)
+{
+        if (b->owner_uid != owner_uid || b->kind != kind)
+                snprintf(why, cap, "buffer %llu is now a %s buffer of uid %u, not the %s buffer of uid %u this "
+                         "consumer held", (unsigned long long)b->id, proto_kind_name(b->kind), b->owner_uid,
+                         proto_kind_name(kind), owner_uid);
+        else if (b->generation != generation || strcmp(b->name, name) != 0)
+                snprintf(why, cap, "buffer %llu was published again (now generation %llu, '%s'; this consumer held "
+                         "generation %llu, '%s'): its memory may have been reused", (unsigned long long)b->id,
+                         (unsigned long long)b->generation, b->name, (unsigned long long)generation, name);
+        else if (b->state == PROTO_STATE_IDLE)
+                snprintf(why, cap, "buffer %llu ('%s') drained while this consumer was away: its memory may have "
+                         "been reused", (unsigned long long)b->id, b->name);
+        else
+                return NULL;
+        return why;
+}
+
+/* Turns a reclaim of a registered buffer into references. 0, or -ENOMEM. */
+static int reclaim_into(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs)
+{
+        if (reg_hold_add(r, p, b, refs, b->fd >= 0) < 0)
+                return -ENOMEM;
+        b->reclaimed++;
+        r->counters.reclaims++;
+        return 0;
+}
+
+void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a, Outbox *out)
+{
+        RegBuffer *b = reg_buffer_lookup(r, a->buffer);
+        char why[PROTO_MAX_TEXT + 1];
+        size_t len = strlen(a->name);
+        ProtoMsg m;
+        Claim *c;
+
+        if (a->refs == 0) {
+                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "a reclaim names at least one reference");
+                return;
+        }
+        if (a->refs > r->limits.refs_per_peer || p->n_refs > r->limits.refs_per_peer - a->refs) {
+                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "this connection holds %u references; %u more would "
+                              "pass the limit of %u", p->n_refs, a->refs, r->limits.refs_per_peer);
+                return;
+        }
+        if (b) {
+                if (claim_mismatch(b, a->generation, a->owner_uid, a->kind, a->name, why, sizeof(why))) {
+                        r->counters.reclaims_refused++;
+                        reg_reply_err(out, p, id, PROTO_STATUS_REVOKED, "%s", why);
+                        return;
+                }
+                if (reclaim_into(r, p, b, a->refs) < 0) {
+                        registry_peer_mark_lost(p);
+                        return;
+                }
+                reg_reply_base(&m, id, PROTO_STATUS_OK);
+                m.state = b->state;
+                proto_set(&m, PF_STATE);
+                outbox_send(out, p, &m, -1);
+                return;
+        }
+        if (!r->in_grace) {
+                r->counters.reclaims_refused++;
+                reg_reply_err(out, p, id, PROTO_STATUS_REVOKED,
+                              "buffer %llu ('%s') is not registered, and its producer did not register it again "
+                              "within the broker's restart grace (%u ms after the broker started)",
+                              (unsigned long long)a->buffer, a->name, r->restart_grace_ms);
+                return;
+        }
+        /* Its producer has not come back yet: the claim waits for it, until the grace ends. */
+        c = calloc(1, sizeof(*c) + len + 1);
+        if (!c || hmap_insert(&r->claims, &c->node, hash_u64(a->buffer)) < 0) {
+                free(c);
+                registry_peer_mark_lost(p);
+                return;
+        }
+        c->buffer = a->buffer;
+        c->generation = a->generation;
+        c->refs = a->refs;
+        c->owner_uid = a->owner_uid;
+        c->kind = a->kind;
+        c->peer = p;
+        memcpy(c->name, a->name, len + 1);
+        list_append(&p->claims, &c->peer_link);
+        p->n_refs += a->refs;
+        r->n_claims++;
+        reg_reply_base(&m, id, PROTO_STATUS_OK);
+        m.pending = true;
+        proto_set(&m, PF_PENDING);
+        outbox_send(out, p, &m, -1);
+}
+
+void reg_claims_adopt(Registry *r, RegBuffer *b, Outbox *o)
+{
+        uint64_t h = hash_u64(b->id);
+        char why[PROTO_MAX_TEXT + 1];
+        HNode *n, *next;
+
+        if (r->n_claims == 0)
+                return;
+        for (n = hmap_bucket(&r->claims, h); n; n = next) {
+                Claim *c = container_of(n, Claim, node);
+                uint32_t refs = c->refs;
+                RegPeer *p = c->peer;
+
+                next = n->next;
+                if (n->hash != h || c->buffer != b->id)
+                        continue;
+                if (claim_mismatch(b, c->generation, c->owner_uid, c->kind, c->name, why, sizeof(why))) {
+                        r->counters.reclaims_refused++;
+                        claim_revoke(r, c, why, o);
+                        continue;
+                }
+                claim_free(r, c);
+                if (reclaim_into(r, p, b, refs) < 0)
+                        registry_peer_mark_lost(p);
+        }
+}
+
+void reg_claims_drop_peer(Registry *r, RegPeer *p)
+{
+        while (!list_empty(&p->claims))
+                claim_free(r, list_entry(p->claims.next, Claim, peer_link));
+}
+
+void reg_grace_end(Registry *r, Outbox *o)
+{
+        char why[PROTO_MAX_TEXT + 1];
+
+        r->in_grace = false;
+        /* Claims whose producer never came back: the memory is nobody's any more. */
+        snprintf(why, sizeof(why), "its producer did not register it again within the broker's restart grace (%u ms "
+                 "after the broker started)", r->restart_grace_ms);
+        for (RegPeer *p = registry_peer_first(r); p && r->n_claims; p = registry_peer_next(r, p))
+                while (!list_empty(&p->claims))
+                        claim_revoke(r, list_entry(p->claims.next, Claim, peer_link), why, o);
+        /* Holders that did not come back are gone: restored buffers may drain now. */
+        while (!list_empty(&r->restored)) {
+                RegBuffer *b = list_entry(r->restored.next, RegBuffer, restored_link);
+
+                reg_restored_forget(r, b);
+                if (b->reclaimed)
+                        snprintf(why, sizeof(why), "the broker restarted: %u holder(s) came back and released it; "
+                                 "holders that did not reconnect within the %u ms restart grace are treated as gone",
+                                 b->reclaimed, r->restart_grace_ms);
+                else
+                        snprintf(why, sizeof(why), "the broker restarted and no holder reclaimed it within the %u ms "
+                                 "restart grace; holders that did not reconnect are treated as gone",
+                                 r->restart_grace_ms);
+                reg_buffer_drain_if_done(r, b, why, o);
+        }
+}
