@@ -33,7 +33,7 @@ static void claim_free(Registry *r, Claim *c)
 {
         hmap_remove(&r->claims, &c->node);
         list_unlink(&c->peer_link);
-        c->peer->n_refs -= c->refs;
+        c->peer->n_claim_refs -= c->refs;
         r->n_claims--;
         free(c);
 }
@@ -99,9 +99,9 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
                 reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "a reclaim names at least one reference");
                 return;
         }
-        if (a->refs > r->limits.refs_per_peer || p->n_refs > r->limits.refs_per_peer - a->refs) {
+        if (a->refs > r->limits.refs_per_peer || p->n_refs + p->n_claim_refs > r->limits.refs_per_peer - a->refs) {
                 reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "this connection holds %u references; %u more would "
-                              "pass the limit of %u", p->n_refs, a->refs, r->limits.refs_per_peer);
+                              "pass the limit of %u", p->n_refs + p->n_claim_refs, a->refs, r->limits.refs_per_peer);
                 return;
         }
         if (b) {
@@ -143,7 +143,7 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
         c->peer = p;
         memcpy(c->name, a->name, len + 1);
         list_append(&p->claims, &c->peer_link);
-        p->n_refs += a->refs;
+        p->n_claim_refs += a->refs;
         r->n_claims++;
         reg_reply_base(&m, id, PROTO_STATUS_OK);
         m.pending = true;
@@ -176,6 +176,24 @@ void reg_claims_adopt(Registry *r, RegBuffer *b, Outbox *o)
                 if (reclaim_into(r, p, b, refs) < 0)
                         registry_peer_mark_lost(p);
         }
+}
+
+bool reg_claim_release(Registry *r, RegPeer *p, uint64_t buffer)
+{
+        list_for_each(pos, &p->claims) {
+                Claim *c = list_entry(pos, Claim, peer_link);
+
+                if (c->buffer != buffer)
+                        continue;
+                if (c->refs == 1) {
+                        claim_free(r, c);
+                } else {
+                        c->refs--;
+                        p->n_claim_refs--;
+                }
+                return true;
+        }
+        return false;
 }
 
 void reg_claims_drop_peer(Registry *r, RegPeer *p)

@@ -98,6 +98,7 @@ struct RegPeer {
         List subs;  /* Sub.peer_link */
         List claims; /* Claim.peer_link */
         uint32_t n_refs, n_waits, n_subs;
+        uint32_t n_claim_refs; /* references its pending claims ask for (they count against its quota) */
         UidAcct *acct;
         uint64_t connected_ms;
         void *userdata;
@@ -252,6 +253,8 @@ void reg_sub_free(Registry *r, Sub *s);
  * claims go with it; the grace timer fired. */
 void reg_claims_adopt(Registry *r, RegBuffer *b, Outbox *o);
 void reg_claims_drop_peer(Registry *r, RegPeer *p);
+/* p releases one reference it holds through a pending claim of buffer. False if it has none. */
+bool reg_claim_release(Registry *r, RegPeer *p, uint64_t buffer);
 void reg_grace_end(Registry *r, Outbox *o);
 /* Takes b off the restored list (it leaves the registry, or the grace ended). */
 void reg_restored_forget(Registry *r, RegBuffer *b);

@@ -38,6 +38,11 @@ void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m)
                 m->handle = (ProtoStr){ (const char *)b->handle, PROTO_LEGACY_HANDLE_SIZE };
                 proto_set(m, PF_HANDLE);
         }
+        /* Registered again after a restart, and holders may still come back: it does not drain yet. */
+        if (b->restored) {
+                m->restored = true;
+                proto_set(m, PF_RESTORED);
+        }
 }
 
 RegBuffer *registry_buffer_after(const Registry *r, uint64_t after)

@@ -399,9 +399,9 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbo
                 reg_reply_err(o, p, id, status, "%s", text);
                 return;
         }
-        if (p->n_refs >= r->limits.refs_per_peer) {
+        if (p->n_refs + p->n_claim_refs >= r->limits.refs_per_peer) {
                 reg_reply_err(o, p, id, PROTO_STATUS_QUOTA, "this connection holds %u references (the limit); "
-                              "release some first", p->n_refs);
+                              "release some first", p->n_refs + p->n_claim_refs);
                 return;
         }
         /* The fd travels once per peer: afterwards the peer's cached mapping serves, until it says
@@ -791,6 +791,12 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Out
         RegBuffer *b = reg_buffer_lookup(r, buffer);
         Hold *h = b ? hold_lookup(r, p, b) : NULL;
 
+        if ((!h || h->count == 0) && reg_claim_release(r, p, buffer)) {
+                /* A reference reclaimed while its producer is still away: the claim shrinks. */
+                r->counters.releases++;
+                reg_reply_ok(out, p, id);
+                return;
+        }
         if (!h || h->count == 0) {
                 reg_reply_err(out, p, id, PROTO_STATUS_NOT_ATTACHED,
                               "this connection holds no reference to buffer %llu",

@@ -1,5 +1,9 @@
 /* Buffers: publishing and retiring on the producer side, attaching and releasing on the consumer
- * side, the consumer's mapping cache, and what broker events mean for both. */
+ * side, the consumer's mapping cache, what broker events mean for both, and registering all of it
+ * again after a reconnect.
+ *
+ * Buffer ids are keys this process draws when it allocates memory, not numbers a broker hands out:
+ * after a broker restart the same id names the same memory, so nothing a caller holds goes stale. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +135,7 @@ _public_ int gpuipc_buffer_alloc(gpuipc_t *c, gpuipc_kind_t kind, size_t size, i
         b->conn = c;
         b->own = true;
         b->kind = kind;
+        b->id = client_new_buffer_id();
         b->ka.fd = -1;
         b->ordinal = -1;
         r = ops->alloc(c, b, size, device);
@@ -143,8 +148,9 @@ _public_ int gpuipc_buffer_alloc(gpuipc_t *c, gpuipc_kind_t kind, size_t size, i
         return 0;
 }
 
-/* Registers b with the broker (first publish: the memory's fd or handle travels). */
-static int publish_new(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, Frame *f)
+/* Registers b with the broker (the memory's fd or handle travels). restore: b was registered with a
+ * broker we lost, as b->state says (live or retired), and consumers may still hold it. */
+static int publish_new(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, bool restore, Frame *f)
 {
         const KindOps *ops = kind_ops(b->kind);
         ProtoMsg req = { .op = PROTO_OP_PUBLISH };
@@ -154,13 +160,21 @@ static int publish_new(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, Frame 
         if (r < 0)
                 return r;
         req.name = proto_str(name);
+        req.buffer = b->id;
+        proto_set(&req, PF_BUFFER);
+        if (restore) {
+                req.restored = true;
+                req.generation = b->generation;
+                req.state = b->state;
+                req.has |= PROTO_BIT(PF_RESTORED) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_STATE);
+        }
         req.kind = (ProtoKind)b->kind;
         req.size = b->size;
         req.writable = b->writable;
         req.broker_held = b->broker_held;
         req.retire_after = b->retire_after;
-        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) |
-                  PROTO_BIT(PF_WRITABLE) | PROTO_BIT(PF_BROKER_HELD) | PROTO_BIT(PF_RETIRE_AFTER);
+        req.has |= PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) |
+                   PROTO_BIT(PF_WRITABLE) | PROTO_BIT(PF_BROKER_HELD) | PROTO_BIT(PF_RETIRE_AFTER);
         if (b->device[0]) {
                 req.device = proto_str(b->device);
                 proto_set(&req, PF_DEVICE);
@@ -211,22 +225,25 @@ _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, c
                               b->name, b->state == PROTO_STATE_LIVE ? "published" : "referenced");
                 return GPUIPC_E_STATE;
         }
-        first = b->id == 0;
-        if (first && b->state == PROTO_STATE_NONE)
+        first = !b->registered;
+        if (b->state == PROTO_STATE_NONE)
                 b->writable = o.writable;
         b->broker_held = o.broker_held;
         b->retire_after = o.retire_after;
-        if ((o.meta_len || first) && copy_meta(b, o.meta, o.meta_len) < 0)
+        if ((o.meta_len || b->state == PROTO_STATE_NONE) && copy_meta(b, o.meta, o.meta_len) < 0)
                 return -ENOMEM;
         if (!o.no_sync && kind_ops(b->kind)->sync) {
                 r = kind_ops(b->kind)->sync(c, b);
                 if (r < 0)
                         return r;
         }
-        r = first ? publish_new(c, b, name, &f) : publish_again(c, b, name, o.meta_len > 0, &f);
+        r = first ? publish_new(c, b, name, false, &f) : publish_again(c, b, name, o.meta_len > 0, &f);
+        /* A reconnect on the way re-registered nothing idle: the memory travels once more. */
+        if (r == GPUIPC_E_NOT_FOUND && !first && !b->registered)
+                r = publish_new(c, b, name, false, &f);
         if (r < 0)
                 return r;
-        b->id = f.msg.buffer;
+        b->registered = true;
         b->generation = f.msg.generation;
         b->state = PROTO_STATE_LIVE;
         snprintf(b->name, sizeof(b->name), "%s", name);
@@ -349,6 +366,8 @@ static int attach_finish(gpuipc_t *c, Frame *f, gpuipc_buffer_t **ret)
         if (f->fd >= 0)
                 map->broker_mapped = true;
         f->fd = safe_close(f->fd); /* an fd we did not need: the mapping already exists */
+        map->generation = m->generation;
+        map->owner_uid = (uint32_t)m->uid;
         map_ref(c, map);
 
         b->conn = c;
@@ -433,11 +452,12 @@ _public_ int gpuipc_release(gpuipc_t *c, gpuipc_buffer_t *b)
 
         if (!c || !b || b->own)
                 return GPUIPC_E_INVALID;
-        /* After a broker restart or a revoke the broker holds no reference for us any more. */
-        if (!b->stale && !b->revoked) {
+        /* After a revoke the broker holds no reference for us any more. The revoked event may also
+         * arrive while the release is on its way (it comes before the reply): that is no error. */
+        if (!b->revoked) {
                 r = simple_request(c, PROTO_OP_RELEASE, b->id);
-                if (r == GPUIPC_E_DISCONNECTED)
-                        r = 0; /* the broker dropped all our references when we lost it */
+                if ((r == GPUIPC_E_NOT_ATTACHED && b->revoked) || (r == GPUIPC_E_DISCONNECTED && !c->reconnect))
+                        r = 0; /* without reconnecting, the broker dropped our references with the connection */
         }
         map_unref(c, b->map);
         buffer_destroy(b);
@@ -459,7 +479,7 @@ _public_ int gpuipc_buffer_free(gpuipc_t *c, gpuipc_buffer_t *b)
                 client_errmsg(c, "'%s' may still be open in a consumer: retire it and wait for drained first", b->name);
                 return GPUIPC_E_BUSY;
         }
-        if (b->id && !c->broken) {
+        if (b->registered && !c->broken) {
                 r = simple_request(c, PROTO_OP_FREE, b->id);
                 if (r == GPUIPC_E_NOT_FOUND || r == GPUIPC_E_DISCONNECTED)
                         r = 0;
@@ -643,62 +663,139 @@ void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)
 
 /* ---- reconnect and close ---- */
 
+/* Queues an event about one of this connection's own buffers. */
+static void queue_own_event(gpuipc_t *c, gpuipc_event_type_t type, const gpuipc_buffer_t *b, const char *reason)
+{
+        gpuipc_event_t ev = { .type = type, .buffer = b->id, .generation = b->generation, .kind = b->kind };
+
+        snprintf(ev.name, sizeof(ev.name), "%s", b->name);
+        snprintf(ev.reason, sizeof(ev.reason), "%s", reason);
+        client_queue_event(c, &ev);
+}
+
+/* Registers a live or retired own buffer with the broker we reconnected to. */
+static int restore_own(gpuipc_t *c, gpuipc_buffer_t *b)
+{
+        char why[sizeof(((gpuipc_event_t *)0)->reason)];
+        Frame f = { .fd = -1 };
+        ProtoState was = b->state;
+        int r = publish_new(c, b, b->name, true, &f);
+
+        if (r == GPUIPC_E_DISCONNECTED)
+                return r; /* lost again: the next reconnect starts over */
+        if (r < 0) {
+                /* Not registered: consumers that still hold it are told when the broker's restart
+                 * grace ends. Until then they may read it, so it is not ours to reuse: it stays
+                 * retired, without a drained event, and freeing it is the way out. */
+                snprintf(why, sizeof(why), "could not be registered again after the broker restarted: %.180s",
+                         c->errmsg);
+                b->state = PROTO_STATE_RETIRED;
+                queue_own_event(c, GPUIPC_EVENT_REVOKED, b, why);
+                return 0;
+        }
+        b->registered = true;
+        b->state = proto_has(&f.msg, PF_STATE) ? f.msg.state : was;
+        frame_free(&f);
+        if (was == PROTO_STATE_LIVE && b->state == PROTO_STATE_RETIRED)
+                queue_own_event(c, GPUIPC_EVENT_RETIRED, b, "another producer published under its name while the "
+                                "broker was away; it is retired, and drains once its holders let go");
+        return 0;
+}
+
+/* Marks every handle of m revoked: the broker could not give the references back. */
+static void revoke_mapping(gpuipc_t *c, Mapping *m, const char *why)
+{
+        gpuipc_event_t ev = { .type = GPUIPC_EVENT_REVOKED, .buffer = m->id, .generation = m->generation,
+                              .kind = m->kind };
+
+        list_for_each(pos, &c->attached) {
+                gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, attached_link);
+                if (b->map == m) {
+                        b->revoked = true;
+                        snprintf(ev.name, sizeof(ev.name), "%s", b->name);
+                }
+        }
+        m->revoked = true;
+        m->broker_mapped = false;
+        map_uncache(c, m);
+        snprintf(ev.reason, sizeof(ev.reason), "%.*s", (int)sizeof(ev.reason) - 1, why);
+        client_queue_event(c, &ev);
+}
+
+/* Registers again the references this connection holds on b's buffer (all handles at once). */
+static int reclaim(gpuipc_t *c, gpuipc_buffer_t *b)
+{
+        ProtoMsg req = { .op = PROTO_OP_RECLAIM };
+        Mapping *m = b->map;
+        Frame f = { .fd = -1 };
+        int r;
+
+        req.buffer = m->id;
+        req.generation = m->generation;
+        req.refs = m->refs;
+        req.uid = m->owner_uid;
+        req.name = proto_str(b->name);
+        req.kind = (ProtoKind)m->kind;
+        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_REFS) |
+                  PROTO_BIT(PF_UID) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND);
+        r = client_request(c, &req, -1, 10000, &f);
+        if (r == GPUIPC_E_DISCONNECTED)
+                return r;
+        if (r < 0) {
+                revoke_mapping(c, m, c->errmsg);
+                return 0;
+        }
+        /* The broker now counts our references again, and knows we hold the memory mapped. */
+        m->broker_mapped = m->kind != GPUIPC_KIND_CUDA_LEGACY;
+        if (hmap_insert(&c->maps_by_id, &m->by_id, hash_u64(m->id)) == 0)
+                m->in_cache = true;
+        frame_free(&f);
+        return 0;
+}
+
 int buffer_after_reconnect(gpuipc_t *c)
 {
         gpuipc_event_t ev = { .type = GPUIPC_EVENT_RECONNECTED };
+        uint64_t round = ++c->restore_round;
         int r;
 
-        /* Buffer ids belong to the old broker: nothing cached can be named any more. */
+        /* Nobody at the broker knows our idle mappings any more (a new broker never sent their fds,
+         * and an old one forgot them with our connection): drop them without a word. */
         list_for_each(pos, &c->idle)
                 list_entry(pos, Mapping, idle_link)->broker_mapped = false;
         gpuipc_cache_trim(c);
         list_for_each(pos, &c->attached) {
-                gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, attached_link);
-                b->stale = true;
-                b->map->broker_mapped = false;
-                map_uncache(c, b->map);
+                Mapping *m = list_entry(pos, gpuipc_buffer_t, attached_link)->map;
+                m->broker_mapped = false;
+                map_uncache(c, m); /* until reclaimed: an attach meanwhile must not count on it */
         }
-        /* Every id belongs to the old broker: forget them all before publishing anything. */
+        /* Producers first, so that reclaims of our own consumers find the buffers registered. */
         list_for_each(pos, &c->own)
-                list_entry(pos, gpuipc_buffer_t, own_link)->id = 0;
+                list_entry(pos, gpuipc_buffer_t, own_link)->registered = false;
         list_for_each(pos, &c->own) {
                 gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, own_link);
-                ProtoState was = b->state;
-                Frame f = { .fd = -1 };
 
-                if (was == PROTO_STATE_RETIRED) {
-                        /* The references went down with the old broker. */
-                        gpuipc_event_t d = { .type = GPUIPC_EVENT_DRAINED, .generation = b->generation,
-                                             .kind = b->kind };
-                        snprintf(d.name, sizeof(d.name), "%s", b->name);
-                        snprintf(d.reason, sizeof(d.reason), "the broker restarted");
-                        b->state = PROTO_STATE_IDLE;
-                        client_queue_event(c, &d);
-                }
-                if (was != PROTO_STATE_LIVE)
+                if (b->state != PROTO_STATE_LIVE && b->state != PROTO_STATE_RETIRED)
+                        continue; /* idle or never published: registered by the next publish */
+                r = restore_own(c, b);
+                if (r < 0)
+                        return r;
+        }
+        list_for_each(pos, &c->attached) {
+                gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, attached_link);
+
+                if (b->revoked || b->map->restore_round == round)
                         continue;
-                r = publish_new(c, b, b->name, &f);
-                if (r == GPUIPC_E_DISCONNECTED)
-                        return r; /* lost again: the next call starts over */
-                if (r < 0) {
-                        /* This buffer only (its name may be taken now): the caller learns it from an
-                         * event and may publish it again; the others still go out. */
-                        gpuipc_event_t d = { .type = GPUIPC_EVENT_DRAINED, .generation = b->generation,
-                                             .kind = b->kind };
-                        snprintf(d.name, sizeof(d.name), "%s", b->name);
-                        snprintf(d.reason, sizeof(d.reason), "not published again after the broker restarted: %.180s",
-                                 c->errmsg);
-                        b->state = PROTO_STATE_IDLE;
-                        client_queue_event(c, &d);
-                        continue;
-                }
-                b->id = f.msg.buffer;
-                b->generation = f.msg.generation;
-                frame_free(&f);
+                b->map->restore_round = round;
+                r = reclaim(c, b);
+                if (r < 0)
+                        return r;
         }
         r = client_resubscribe(c);
+        if (r < 0)
+                return r;
         client_queue_event(c, &ev);
-        return r == GPUIPC_E_DISCONNECTED ? r : 0;
+        return 0;
 }
 
 void buffer_close_all(gpuipc_t *c)

@@ -1,5 +1,9 @@
 /* The connection to the broker: connect and hello, frames in and out with fds, blocking requests
- * with timeouts, the event queue, and reconnecting after the broker restarts. */
+ * with timeouts, the event queue, and reconnecting after the broker restarts or drops us.
+ *
+ * Reconnecting (with the reconnect option) is meant to be invisible to callers: a call interrupted
+ * by the loss is sent again once buffer.c has registered what this connection had (own buffers,
+ * held references, subscriptions), and the caller only sees a RECONNECTED event. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -7,8 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -69,10 +76,52 @@ static uint64_t deadline_after(int timeout_ms)
         return timeout_ms < 0 ? UINT64_MAX : client_now_ms() + (uint64_t)timeout_ms;
 }
 
+/* While the broker is away, gpuipc_fd() must still wake an event loop now and then, so that
+ * gpuipc_process() can try again: a periodic timer joins the epoll set. */
+static void retry_timer_set(gpuipc_t *c, bool on)
+{
+        struct itimerspec its = { 0 };
+        uint64_t ticks;
+
+        if (on && c->retry_timer < 0) {
+                c->retry_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+                if (c->retry_timer < 0)
+                        return; /* event-loop users then retry at their next call instead */
+                epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->retry_timer,
+                          &(struct epoll_event){ .events = EPOLLIN, .data.fd = c->retry_timer });
+        }
+        if (c->retry_timer < 0)
+                return;
+        if (on)
+                its.it_value = its.it_interval = (struct timespec){ 0, CONNECT_RETRY_MS * 1000000L };
+        timerfd_settime(c->retry_timer, 0, &its, NULL);
+        (void)!read(c->retry_timer, &ticks, sizeof(ticks)); /* clear what fired already */
+}
+
 static void mark_broken(gpuipc_t *c)
 {
         c->broken = true;
-        c->fd = safe_close(c->fd);
+        c->fd = safe_close(c->fd); /* closing also takes it out of the epoll set */
+        if (c->reconnect)
+                retry_timer_set(c, true);
+}
+
+/* The socket joins the epoll set behind gpuipc_fd(). */
+static void watch_socket(gpuipc_t *c)
+{
+        epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->fd, &(struct epoll_event){ .events = EPOLLIN, .data.fd = c->fd });
+        retry_timer_set(c, false);
+}
+
+uint64_t client_new_buffer_id(void)
+{
+        uint64_t v = 0;
+
+        /* getrandom blocks only before the kernel's pool is initialized, long before any of this. */
+        while ((v & PROTO_MAX_BUFFER_ID) == 0)
+                if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+                        v = client_now_ms() ^ (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&v;
+        return v & PROTO_MAX_BUFFER_ID;
 }
 
 /* ---- events ---- */
@@ -258,23 +307,13 @@ static int read_last_words(gpuipc_t *c)
         return GPUIPC_E_DISCONNECTED;
 }
 
-static int reconnect(gpuipc_t *c);
+static int reconnect(gpuipc_t *c, int timeout_ms);
 
-int client_request(gpuipc_t *c, ProtoMsg *req, int fd, int timeout_ms, Frame *ret)
+/* Sends req and waits for its reply; see client_request. */
+static int request_once(gpuipc_t *c, ProtoMsg *req, int fd, uint64_t deadline, Frame *ret)
 {
-        uint64_t deadline = deadline_after(timeout_ms);
         int r;
 
-        c->errmsg[0] = 0;
-        if (c->broken) {
-                if (!c->reconnect) {
-                        client_errmsg(c, "the broker went away; reconnect (or connect with the reconnect option)");
-                        return GPUIPC_E_DISCONNECTED;
-                }
-                r = reconnect(c);
-                if (r < 0)
-                        return r;
-        }
         req->id = ++c->next_id;
         proto_set(req, PF_ID);
         c->wbuf.len = 0;
@@ -311,22 +350,63 @@ int client_request(gpuipc_t *c, ProtoMsg *req, int fd, int timeout_ms, Frame *re
         }
 }
 
+int client_request(gpuipc_t *c, ProtoMsg *req, int fd, int timeout_ms, Frame *ret)
+{
+        int r;
+
+        c->errmsg[0] = 0;
+        for (int attempt = 0;; attempt++) {
+                if (c->broken) {
+                        if (!c->reconnect || c->restoring) {
+                                client_errmsg(c, "the broker went away; reconnect (or connect with the reconnect "
+                                              "option)");
+                                return GPUIPC_E_DISCONNECTED;
+                        }
+                        r = reconnect(c, c->connect_timeout_ms);
+                        if (r < 0)
+                                return r;
+                }
+                r = request_once(c, req, fd, deadline_after(timeout_ms), ret);
+                /* Lost on the way: once everything is registered again, the request means what it
+                 * meant before (ids are the producer's, so they are still right), so send it again,
+                 * once. A request the old broker had carried out is answered alike: what it did
+                 * went down with it and the restore brought back the state the request expects. */
+                if (r != GPUIPC_E_DISCONNECTED || !c->reconnect || c->restoring || attempt > 0)
+                        return r;
+        }
+}
+
 int client_pump(gpuipc_t *c, int timeout_ms)
 {
         uint64_t deadline = deadline_after(timeout_ms);
         int r, n = 0;
 
-        if (c->broken)
-                return c->reconnect ? reconnect(c) : GPUIPC_E_DISCONNECTED;
         for (;;) {
                 Frame f = { .fd = -1 };
 
+                if (c->broken) {
+                        if (!c->reconnect || c->restoring)
+                                return n ? n : GPUIPC_E_DISCONNECTED;
+                        /* Waiting (for drained, for events) goes on through a restart: reconnect
+                         * within what is left of the wait; with nothing left, try once. */
+                        r = reconnect(c, remaining(deadline));
+                        if (r == GPUIPC_E_NO_BROKER)
+                                return n; /* nobody listens yet; the next call tries again */
+                        if (r < 0)
+                                return r;
+                        n++; /* the RECONNECTED event is queued */
+                        continue;
+                }
                 r = recv_frame(c, n == 0 ? deadline : 0, &f);
                 if (r == GPUIPC_E_TIMEOUT)
                         return n;
+                if (r == GPUIPC_E_DISCONNECTED && c->reconnect && !c->restoring)
+                        continue;
                 if (r < 0)
                         return r;
                 r = dispatch(c, &f);
+                if (r == GPUIPC_E_DISCONNECTED && c->reconnect && !c->restoring)
+                        continue;
                 if (r < 0)
                         return r;
                 n++;
@@ -340,10 +420,9 @@ static int open_socket(gpuipc_t *c, int timeout_ms)
         uint64_t deadline = deadline_after(timeout_ms);
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
 
-        if (strlen(c->path) >= sizeof(sa.sun_path)) {
-                client_errmsg(c, "socket path '%s' is longer than %zu bytes", c->path, sizeof(sa.sun_path) - 1);
+        /* Checked at connect too: never connect to a cut-off path. */
+        if (strlen(c->path) >= sizeof(sa.sun_path))
                 return -ENAMETOOLONG;
-        }
         memcpy(sa.sun_path, c->path, strlen(c->path));
         for (;;) {
                 int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), err;
@@ -352,6 +431,7 @@ static int open_socket(gpuipc_t *c, int timeout_ms)
                         return -errno;
                 if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
                         c->fd = fd;
+                        watch_socket(c);
                         return 0;
                 }
                 err = errno;
@@ -409,19 +489,29 @@ static int say_hello(gpuipc_t *c)
         return 0;
 }
 
-static int reconnect(gpuipc_t *c)
+static int reconnect(gpuipc_t *c, int timeout_ms)
 {
+        uint64_t deadline = deadline_after(timeout_ms);
         int r;
 
-        c->broken = false;
-        r = open_socket(c, c->connect_timeout_ms);
-        if (r == 0)
-                r = say_hello(c);
-        if (r < 0) {
+        for (;;) {
+                c->broken = false;
+                c->restoring = true;
+                r = open_socket(c, remaining(deadline));
+                if (r == 0)
+                        r = say_hello(c);
+                if (r == 0)
+                        r = buffer_after_reconnect(c);
+                c->restoring = false;
+                if (r == 0)
+                        return 0;
                 mark_broken(c);
-                return r;
+                /* A broker that is being killed still accepts for a moment, then drops what it
+                 * accepted; a restarting one is not there yet. Either way: try again in time. */
+                if (r != GPUIPC_E_DISCONNECTED || remaining(deadline) == 0)
+                        return r;
+                usleep(CONNECT_RETRY_MS * 1000);
         }
-        return buffer_after_reconnect(c);
 }
 
 static uint64_t own_pidns(void)
@@ -443,30 +533,83 @@ static void default_label(char *buf, size_t cap)
         snprintf(buf, cap, "%s", comm[0] ? comm : "gpuipc-client");
 }
 
+/* Where to connect: the option, else $GPUIPC_SOCKET, else the default. A value that is given but
+ * empty or too long is an error, never a silent fallback. NULL with connect_errmsg set otherwise. */
+static const char *socket_path_of(const gpuipc_options_t *o)
+{
+        const char *path = o->socket_path, *what = "socket_path";
+
+        if (!path) {
+                path = getenv("GPUIPC_SOCKET");
+                what = "GPUIPC_SOCKET";
+        }
+        if (!path)
+                return GPUIPC_DEFAULT_SOCKET;
+        if (!*path) {
+                snprintf(connect_errmsg, sizeof(connect_errmsg), "%s is set but empty; give the broker's socket path "
+                         "(or leave it unset for %s)", what, GPUIPC_DEFAULT_SOCKET);
+                return NULL;
+        }
+        if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+                snprintf(connect_errmsg, sizeof(connect_errmsg), "%s '%.200s...' is %zu bytes long; a Unix socket "
+                         "path has at most %zu", what, path, strlen(path),
+                         sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+                return NULL;
+        }
+        return path;
+}
+
+/* $GPUIPC_CACHE_MAX: how many unreferenced mappings to keep (a number, else an error). */
+static int cache_max_of(size_t *ret)
+{
+        const char *env = getenv("GPUIPC_CACHE_MAX");
+        char *end;
+        unsigned long long v;
+
+        *ret = CLIENT_CACHE_MAX_IDLE;
+        if (!env)
+                return 0;
+        errno = 0;
+        v = strtoull(env, &end, 10);
+        if (!*env || *end || errno || env[0] == '-' || v > 1000000) {
+                snprintf(connect_errmsg, sizeof(connect_errmsg), "GPUIPC_CACHE_MAX='%.64s' is not a number of mappings "
+                         "from 0 to 1000000", env);
+                return GPUIPC_E_INVALID;
+        }
+        *ret = (size_t)v;
+        return 0;
+}
+
 _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
 {
         gpuipc_options_t o = opts ? *opts : (gpuipc_options_t){ 0 };
-        const char *path = o.socket_path, *env;
+        const char *path;
+        size_t max_idle;
         gpuipc_t *c;
         int r;
 
         if (!ret)
                 return -EINVAL;
-        if (!path || !*path)
-                path = getenv("GPUIPC_SOCKET");
-        if (!path || !*path)
-                path = GPUIPC_DEFAULT_SOCKET;
+        connect_errmsg[0] = 0;
+        path = socket_path_of(&o);
+        if (!path)
+                return GPUIPC_E_INVALID;
+        r = cache_max_of(&max_idle);
+        if (r < 0)
+                return r;
         c = calloc(1, sizeof(*c));
         if (!c)
                 return -ENOMEM;
-        c->fd = -1;
+        c->fd = c->retry_timer = -1;
+        c->epfd = epoll_create1(EPOLL_CLOEXEC);
         c->rbuf = malloc(PROTO_MAX_FRAME);
         c->events = calloc(CLIENT_EVENT_QUEUE_MAX, sizeof(*c->events));
-        if (!c->rbuf || !c->events) {
+        c->path = strdup(path);
+        if (c->epfd < 0 || !c->rbuf || !c->events || !c->path) {
+                r = c->epfd < 0 ? -errno : -ENOMEM;
                 gpuipc_close(c);
-                return -ENOMEM;
+                return r;
         }
-        snprintf(c->path, sizeof(c->path), "%s", path);
         if (o.label)
                 snprintf(c->label, sizeof(c->label), "%s", o.label);
         else
@@ -474,11 +617,8 @@ _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
         c->connect_timeout_ms = o.connect_timeout_ms;
         c->reconnect = o.reconnect;
         c->pidns = own_pidns();
-        c->max_idle = CLIENT_CACHE_MAX_IDLE;
+        c->max_idle = max_idle;
         c->device_pref = -1;
-        env = getenv("GPUIPC_CACHE_MAX");
-        if (env && *env)
-                c->max_idle = strtoul(env, NULL, 10);
         list_init(&c->own);
         list_init(&c->attached);
         list_init(&c->subs);
@@ -509,6 +649,9 @@ _public_ void gpuipc_close(gpuipc_t *c)
                 free(s);
         }
         safe_close(c->fd);
+        safe_close(c->retry_timer);
+        safe_close(c->epfd);
+        free(c->path);
         hmap_deinit(&c->maps_by_id);
         free(c->abandoned);
         free(c->events);
@@ -552,11 +695,13 @@ _public_ int gpuipc_next_event(gpuipc_t *c, gpuipc_event_t *ret, int timeout_ms)
 
 _public_ int gpuipc_fd(const gpuipc_t *c)
 {
-        return c->fd;
+        return c->epfd;
 }
 
 _public_ int gpuipc_process(gpuipc_t *c)
 {
+        /* While the broker is away, each wake-up of the retry timer is one attempt (client_pump
+         * with no time to wait tries once and says nothing when nobody listens yet). */
         int r = client_pump(c, 0);
 
         return r < 0 ? r : (int)c->ev_count;

@@ -84,12 +84,20 @@ typedef struct gpuipc_options {
         const char *socket_path; /* NULL: $GPUIPC_SOCKET, else /run/gpuipc/gpuipc.sock */
         const char *label;       /* shown by `gpuipcctl peers`; NULL: the program's name */
         int connect_timeout_ms;  /* keep trying while the socket is missing or refuses; 0: once */
-        int reconnect;           /* non-zero: after losing the broker, the next call reconnects and
-                                  * publishes this connection's buffers again (a RECONNECTED event) */
+        int reconnect;           /* non-zero: survive a broker restart or a lost connection. The call
+                                  * that notices reconnects, registers this connection's buffers again
+                                  * under the same ids, reclaims the references it holds, subscribes
+                                  * again, and then carries on (a RECONNECTED event says it happened).
+                                  * Attached handles stay valid; drained still means no holder can
+                                  * touch the memory (docs/design.md "Broker restarts"). Event-loop
+                                  * users reconnect from gpuipc_process() as soon as the broker is back.
+                                  * A call interrupted by the loss may take up to twice its timeout. */
         int no_gpus;             /* non-zero: do not probe CUDA for visible GPUs at connect */
 } gpuipc_options_t;
 
-/* Connects and says hello. opts may be NULL. */
+/* Connects and says hello. opts may be NULL. A socket path that is given (in opts or $GPUIPC_SOCKET)
+ * but empty, or longer than a Unix socket path can be, is GPUIPC_E_INVALID; so is a
+ * $GPUIPC_CACHE_MAX that is not a number. */
 int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts);
 
 /* Releases attachments, frees this connection's own buffers (unmapping them), closes the
@@ -140,7 +148,8 @@ int gpuipc_attach(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_buffer_t
 /* Attaches a live buffer by its broker id (as passed along a pipeline). */
 int gpuipc_attach_id(gpuipc_t *c, uint64_t buffer_id, gpuipc_buffer_t **ret);
 
-/* Drops the reference taken by attach and frees b (the handle, not the cached mapping). */
+/* Drops the reference taken by attach and frees b (the handle, not the cached mapping). Releasing a
+ * buffer the broker revoked is no error (0), whether or not the revoked event was read yet. */
 int gpuipc_release(gpuipc_t *c, gpuipc_buffer_t *b);
 
 /* Unmaps cached mappings nobody uses. */
@@ -166,7 +175,10 @@ int gpuipc_buffer_free(gpuipc_t *c, gpuipc_buffer_t *b);
 void *gpuipc_buffer_ptr(const gpuipc_buffer_t *b);
 size_t gpuipc_buffer_size(const gpuipc_buffer_t *b);
 gpuipc_kind_t gpuipc_buffer_kind(const gpuipc_buffer_t *b);
-/* The broker's id (0 before the first publish) and the current generation. */
+/* The buffer's id and its current generation. The id is drawn at random (non-zero, below 2^53) when
+ * the producer allocates the memory and never changes: it names the same memory across broker
+ * restarts, so it is safe to pass along a pipeline (gpuipc_attach_id). The generation tells one
+ * publication of it from the next (0 before the first publish). */
 uint64_t gpuipc_buffer_id(const gpuipc_buffer_t *b);
 uint64_t gpuipc_buffer_generation(const gpuipc_buffer_t *b);
 const char *gpuipc_buffer_name(const gpuipc_buffer_t *b);
@@ -185,9 +197,13 @@ int gpuipc_buffer_revoked(const gpuipc_buffer_t *b);
 typedef enum gpuipc_event_type {
         GPUIPC_EVENT_PUBLISHED = 1, /* a subscription matched a publish */
         GPUIPC_EVENT_RETIRED = 2,   /* ... a retire */
-        GPUIPC_EVENT_REVOKED = 3,   /* a buffer you hold (or watch) lost its memory: its producer died */
-        GPUIPC_EVENT_DRAINED = 4,   /* a buffer you retired (or watch) has no references left */
-        GPUIPC_EVENT_RECONNECTED = 5, /* the broker restarted; own buffers were published again */
+        GPUIPC_EVENT_REVOKED = 3,   /* a buffer you hold (or watch) is gone: its producer died, or did
+                                     * not come back within the broker's restart grace; for one of your
+                                     * own buffers: it could not be registered again after a restart */
+        GPUIPC_EVENT_DRAINED = 4,   /* a buffer you retired (or watch) has no references left; reason
+                                     * says when holders lost in a broker restart were given up on */
+        GPUIPC_EVENT_RECONNECTED = 5, /* the broker restarted (or dropped us): everything was registered
+                                       * again; subscription events meanwhile were missed */
 } gpuipc_event_type_t;
 
 typedef struct gpuipc_event {
@@ -208,7 +224,9 @@ int gpuipc_next_event(gpuipc_t *c, gpuipc_event_t *ret, int timeout_ms);
 
 /* For callers with their own event loop: poll gpuipc_fd() for reading, then call
  * gpuipc_process(), which reads what arrived without blocking and returns the number of queued
- * events (take them with gpuipc_next_event(c, &ev, 0)) or an error. */
+ * events (take them with gpuipc_next_event(c, &ev, 0)) or an error. gpuipc_fd() is an epoll fd that
+ * stays the same for the life of the connection (register it once); while the broker is away and
+ * reconnect is on, it wakes every 50 ms so that gpuipc_process() can try again. */
 int gpuipc_fd(const gpuipc_t *c);
 int gpuipc_process(gpuipc_t *c);
 

@@ -27,8 +27,8 @@ typedef struct KindAlloc {
 } KindAlloc;
 
 /* A consumer's imported memory, shared by every attach of the same buffer and kept (idle) after
- * the last release so that the next attach costs no import. Keyed by broker buffer id, valid for
- * one broker epoch. */
+ * the last release so that the next attach costs no import. Keyed by buffer id (the producer's key,
+ * the same for every broker instance). */
 typedef struct Mapping {
         HNode by_id;
         uint64_t id;
@@ -39,6 +39,10 @@ typedef struct Mapping {
         bool writable, in_cache, revoked;
         bool broker_mapped; /* the broker knows we hold its fd's mapping (tell it when we drop it) */
         unsigned refs;
+        /* What a reclaim after a reconnect names: the publication held and its producer's uid. */
+        uint64_t generation;
+        uint32_t owner_uid;
+        uint64_t restore_round; /* the reconnect that last reclaimed it (one reclaim per mapping) */
         List idle_link;     /* in gpuipc.idle while refs == 0 */
         uint64_t handle, reserved, dptr; /* CUDA: imported handle / VA range / opened pointer */
 } Mapping;
@@ -50,15 +54,16 @@ struct gpuipc_buffer {
         size_t size;
         void *ptr;
         int ordinal;
-        uint64_t id, generation;
+        uint64_t id, generation;   /* id: the key the producer drew at allocation, never reused */
         char name[PROTO_MAX_NAME + 1];
         char device[PROTO_MAX_UUID + 1];
         uint8_t *meta;
         size_t meta_len;
-        bool writable, revoked, stale;
+        bool writable, revoked;
         /* producer */
         List own_link;
         ProtoState state;   /* as far as we know; NONE before the first publish */
+        bool registered;    /* the broker we are connected to knows this id (else publish sends the memory) */
         bool broker_held;
         unsigned retire_after;
         KindAlloc ka;
@@ -84,7 +89,12 @@ typedef struct Frame {
 struct gpuipc {
         int fd;
         bool broken;        /* the broker went away; the next call reconnects if allowed */
-        char path[108];
+        bool restoring;     /* reconnected, registering what we had again: no nested reconnect */
+        /* What gpuipc_fd() returns: an epoll set that stays the same across reconnects, holding the
+         * socket, and while the broker is away (with reconnect on) a timer that paces attempts. */
+        int epfd, retry_timer;
+        uint64_t restore_round;
+        char *path;
         char label[PROTO_MAX_LABEL + 1];
         int connect_timeout_ms;
         bool reconnect, probe_gpus;
@@ -129,6 +139,10 @@ void client_queue_event(gpuipc_t *c, const gpuipc_event_t *ev);
 /* Reads and handles whatever is ready, waiting at most timeout_ms for the first frame. */
 int client_pump(gpuipc_t *c, int timeout_ms);
 
+/* A fresh buffer id: random, non-zero, at most PROTO_MAX_BUFFER_ID (the producer chooses ids so
+ * that they survive a broker restart). */
+uint64_t client_new_buffer_id(void);
+
 /* Subscriptions keep the id the caller knows; the broker's id changes across a reconnect. */
 int client_resubscribe(gpuipc_t *c);
 uint64_t client_subscription_id(gpuipc_t *c, uint64_t broker_id);
@@ -140,7 +154,8 @@ uint64_t client_now_ms(void);
 
 void buffer_on_event(gpuipc_t *c, const ProtoMsg *ev);
 void buffer_on_late_attach(gpuipc_t *c, Frame *f);
-/* After a reconnect: forget broker ids, publish own live buffers again, drop the cache. */
+/* After a reconnect: register own live and retired buffers again (restored), reclaim the references
+ * of attached buffers, drop idle cached mappings. 0, or GPUIPC_E_DISCONNECTED if lost again. */
 int buffer_after_reconnect(gpuipc_t *c);
 void buffer_close_all(gpuipc_t *c);
 

@@ -2,9 +2,12 @@
  *
  * Each input byte stream is a program over four peer slots: add and remove peers, hello, publish
  * (memfd, cuda-vmm or cuda-legacy; broker-held or not; retire_after; metadata; real memfds),
- * publish again by id, attach by name (waiting) or id, release, retire, free, unmap, subscribe,
- * unsubscribe, group join, time passing (expire) and cancelling every wait. Requests follow what
- * broker/request.c lets through (valid names, legacy never broker-held, group counts above 0).
+ * publish again by id, publish under an id of the producer's choosing or restored after a restart
+ * (live or retired, with a generation), reclaim (matching or not, before or after its producer
+ * came back), attach by name (waiting) or id, release, retire, free, unmap, subscribe, unsubscribe,
+ * group join, time passing (expire, and the end of the restart grace) and cancelling every wait.
+ * Requests follow what broker/request.c lets through (valid names, legacy never broker-held,
+ * group counts above 0).
  *
  * After every operation the outbox is decoded and checked (regenv.h: every frame decodes, every fd
  * borrowed by a frame is open and ours, every fd closed is closed once, gauges agree with the
@@ -15,6 +18,9 @@
  *   - the fd travels with an attach exactly when the peer has no mapping (else "cached"), and a
  *     peer with a mapping hears "freed" when the buffer is forgotten;
  *   - drained events go to the buffer's owner, subscription events to the subscription's peer;
+ *   - a reclaim succeeds exactly for the same, undrained publication, waits exactly when the id is
+ *     unknown during the grace, and a waiting claim becomes references or a revoked event when its
+ *     buffer is registered, and a revoked event when the grace ends;
  *   - pending waits, groups and names match the gauges; no deadline is left in the past.
  * At the end the registry is freed and every fd it was given must be closed. */
 #include <errno.h>
@@ -32,6 +38,8 @@
 #define MAX_HOLDS 256
 #define MAX_BUFS 64
 #define MAX_SUBS 64
+#define MAX_CLAIMS 64
+#define GRACE_MS 2000
 
 static const char *const names[] = { "a", "a/b", "a/c", "b", "frames/0", "frames/1", "c", "d" };
 #define N_NAMES (sizeof(names) / sizeof(names[0]))
@@ -71,6 +79,17 @@ typedef struct SubRec {
         uint64_t id;
 } SubRec;
 
+/* A reclaim waiting for its buffer (the registry's Claim). */
+typedef struct ClaimRec {
+        RegPeer *peer;
+        uint64_t buf, generation;
+        uint32_t refs, uid;
+        ProtoKind kind;
+        const char *name;
+        bool doomed; /* the registry must send it a revoked event in this batch */
+        uint64_t seq; /* order of arrival: a release takes from the peer's oldest claim first */
+} ClaimRec;
+
 typedef struct Model {
         Env *e;
         RegPeer *slot[SLOTS];
@@ -83,6 +102,10 @@ typedef struct Model {
         size_t n_bufs;
         SubRec subs[MAX_SUBS];
         size_t n_subs;
+        ClaimRec claims[MAX_CLAIMS];
+        size_t n_claims;
+        uint64_t claim_seq;
+        bool in_grace;
 } Model;
 
 typedef struct Input {
@@ -149,6 +172,61 @@ static Pending pending_take(Model *M, RegPeer *to, uint64_t id)
         return (Pending){ 0 };
 }
 
+static bool claim_doomed(const Model *M, RegPeer *p, uint64_t buf)
+{
+        for (size_t i = 0; i < M->n_claims; i++)
+                if (M->claims[i].peer == p && M->claims[i].buf == buf && M->claims[i].doomed)
+                        return true;
+        return false;
+}
+
+/* The revoked event a doomed claim was owed: takes the claim out of the model. */
+static bool claim_doomed_take(Model *M, RegPeer *p, uint64_t buf)
+{
+        for (size_t i = 0; i < M->n_claims; i++) {
+                if (M->claims[i].peer == p && M->claims[i].buf == buf && M->claims[i].doomed) {
+                        M->claims[i] = M->claims[--M->n_claims];
+                        return true;
+                }
+        }
+        return false;
+}
+
+/* Would the registry take a reclaim of (generation, uid, kind, name) for rb? (registry-claims.c) */
+static bool claim_matches(RegBuffer *rb, uint64_t generation, uint32_t uid, ProtoKind kind, const char *name)
+{
+        ProtoMsg d;
+
+        registry_buffer_describe(rb, &d);
+        return d.generation == generation && d.uid == uid && d.kind == kind && proto_str_eq(d.name, name) &&
+               d.state != PROTO_STATE_IDLE;
+}
+
+/* A buffer was registered under id: the model's claims for it become references or are doomed. */
+static void claims_meet(Model *M, uint64_t id)
+{
+        RegBuffer *rb = registry_buffer_by_id(M->e->r, id);
+
+        for (size_t i = 0; i < M->n_claims;) {
+                ClaimRec *c = &M->claims[i];
+
+                if (c->buf != id || c->doomed) {
+                        i++;
+                        continue;
+                }
+                check(rb);
+                if (claim_matches(rb, c->generation, c->uid, c->kind, c->name)) {
+                        Hold *h = hold_get(M, c->peer, id);
+                        h->refs += c->refs;
+                        h->mapped |= c->kind != PROTO_KIND_CUDA_LEGACY;
+                        *c = M->claims[--M->n_claims];
+                        continue;
+                }
+                c->doomed = true;
+                i++;
+        }
+}
+
 static bool sub_owned(const Model *M, RegPeer *p, uint64_t sub)
 {
         for (size_t i = 0; i < M->n_subs; i++)
@@ -189,7 +267,7 @@ static void absorb(Model *M)
                         continue;
                 }
                 check_eq(m->type, PROTO_EVENT);
-                check(buf_find(M, m->buffer));
+                check(buf_find(M, m->buffer) || (m->event == PROTO_EV_REVOKED && claim_doomed(M, s->to, m->buffer)));
                 if (proto_has(m, PF_SUB)) {
                         check(sub_owned(M, s->to, m->sub));
                         continue;
@@ -200,8 +278,11 @@ static void absorb(Model *M)
                         break;
                 case PROTO_EV_REVOKED: {
                         Hold *h = hold_find(M, s->to, m->buffer);
-                        check(h && h->refs > 0);
+
                         check(proto_has(m, PF_REASON));
+                        if (claim_doomed_take(M, s->to, m->buffer))
+                                break;
+                        check(h && h->refs > 0);
                         h->refs = 0;
                         break;
                 }
@@ -249,8 +330,12 @@ static void compare(Model *M)
         check_eq(g.groups, (uint64_t)group_seen[0] + group_seen[1]);
         check_eq(g.names, g.live + names_waiting);
         check(registry_next_deadline(r) > M->e->now);
-        if (!waits)
+        if (!waits && !M->in_grace)
                 check_eq(registry_next_deadline(r), UINT64_MAX);
+        check_eq(registry_in_grace(r), M->in_grace);
+        check_eq(g.claims_pending, M->n_claims);
+        for (size_t i = 0; i < M->n_claims; i++)
+                check(!M->claims[i].doomed); /* every doomed claim got its revoked event */
 
         for (RegPeer *p = registry_peer_first(r); p; p = registry_peer_next(r, p)) {
                 ProtoMsg d;
@@ -295,12 +380,17 @@ static RegPeer *peer_at(Model *M, uint8_t b)
         return M->slot[b % SLOTS];
 }
 
-/* A buffer id the model knows (or, for the last choice, one that never existed). */
+/* A buffer id the model knows, or one a claim waits for, or (the last choice) one that never
+ * existed. */
 static uint64_t pick_buffer(Model *M, uint8_t b)
 {
-        size_t i = b % (M->n_bufs + 1);
+        size_t i = b % (M->n_bufs + M->n_claims + 1);
 
-        return i < M->n_bufs ? M->bufs[i].id : 1000000u + b;
+        if (i < M->n_bufs)
+                return M->bufs[i].id;
+        if (i < M->n_bufs + M->n_claims)
+                return M->claims[i - M->n_bufs].buf;
+        return 1000000u + b;
 }
 
 static void op_add(Model *M, Input *in)
@@ -344,6 +434,11 @@ static void remove_one(Model *M, unsigned s)
                         M->subs[i] = M->subs[--M->n_subs];
                 else
                         i++;
+        for (size_t i = 0; i < M->n_claims;)
+                if (M->claims[i].peer == p)
+                        M->claims[i] = M->claims[--M->n_claims];
+                else
+                        i++;
         for (size_t i = 0; i < M->n_bufs; i++)
                 if (M->bufs[i].owner == p)
                         M->bufs[i].owner = NULL;
@@ -385,12 +480,33 @@ static void op_hello(Model *M, Input *in)
                 check_eq(registry_peer_hello(M->e->r, p, &h), 0);
 }
 
+static uint64_t generation_of(RegBuffer *rb)
+{
+        ProtoMsg d;
+
+        registry_buffer_describe(rb, &d);
+        return d.generation;
+}
+
+/* The id a publish of new memory names: the broker's pick, a fresh one, one the model knows
+ * (registered: taken, or an orphan to adopt; forgotten: free again), or one a claim waits for. */
+static uint64_t pick_new_id(Model *M, uint8_t k)
+{
+        switch (k & 3) {
+        case 0: return 0;
+        case 1: return 2000000u + (k >> 2);
+        case 2: return pick_buffer(M, k >> 2);
+        default: return M->n_claims ? M->claims[(k >> 2) % M->n_claims].buf : 0;
+        }
+}
+
 /* A publish the broker's request layer would let through. */
 static void op_publish(Model *M, Input *in, bool again)
 {
         RegPeer *p = peer_at(M, take(in));
-        uint8_t n = take(in), f = take(in), d = take(in);
+        uint8_t n = take(in), f = take(in), d = take(in), k = again ? 0 : take(in);
         RegPublish a = { 0 };
+        RegBuffer *rb;
         Pending *q;
         Sent *s;
 
@@ -412,12 +528,26 @@ static void op_publish(Model *M, Input *in, bool again)
                 a.has_meta = again && (f & 0x40);
         }
         a.fd = -1;
+        a.again = again;
         if (again) {
                 a.buffer = pick_buffer(M, d);
                 if (f & 0x80) /* the request layer refuses this; the registry must still close it */
                         a.fd = env_memfd(M->e, 4096);
-        } else if (a.kind != PROTO_KIND_CUDA_LEGACY) {
-                a.fd = env_memfd(M->e, 4096);
+        } else {
+                a.buffer = pick_new_id(M, k);
+                if (k & 0x10) {
+                        /* Registered again after a restart: the generation it had (often one a
+                         * claim or the registry knows, so that matches happen). */
+                        rb = a.buffer ? registry_buffer_by_id(M->e->r, a.buffer) : NULL;
+                        a.restored = true;
+                        a.retired = k & 0x20;
+                        a.generation = (k & 0x40) && rb ? generation_of(rb) : 1u + (k >> 7);
+                        for (size_t i = 0; i < M->n_claims && !(k & 0x40); i++)
+                                if (M->claims[i].buf == a.buffer)
+                                        a.generation = M->claims[i].generation;
+                }
+                if (a.kind != PROTO_KIND_CUDA_LEGACY)
+                        a.fd = env_memfd(M->e, 4096);
         }
         q = pending_add(M, p, REQ_OTHER);
         registry_publish(M->e->r, p, q->id, &a, &M->e->out);
@@ -428,12 +558,82 @@ static void op_publish(Model *M, Input *in, bool again)
                 Buf *b = buf_find(M, s->m.buffer);
 
                 check(!again || s->m.buffer == a.buffer);
+                check(!a.buffer || s->m.buffer == a.buffer);
+                check(proto_has(&s->m, PF_STATE));
                 if (!b) {
                         check(!again);
                         b = &M->bufs[M->n_bufs++];
-                        *b = (Buf){ s->m.buffer, p, a.kind };
+                }
+                if (!again) /* new, an id used again after its buffer was forgotten, or adopted */
+                        *b = (Buf){ s->m.buffer, p, registry_buffer_by_id(M->e->r, s->m.buffer) ? a.kind : 0 };
+                if (!again && registry_buffer_by_id(M->e->r, s->m.buffer)) {
+                        ProtoMsg dd;
+                        registry_buffer_describe(registry_buffer_by_id(M->e->r, s->m.buffer), &dd);
+                        b->kind = dd.kind;
                 }
                 check(b->owner == p);
+                if (!again)
+                        claims_meet(M, s->m.buffer);
+        } else if (!again && a.buffer && s->m.status == PROTO_STATUS_KEY_TAKEN) {
+                check(registry_buffer_by_id(M->e->r, a.buffer));
+        }
+        absorb(M);
+}
+
+/* A reconnecting consumer's reclaim: of a buffer the registry has (matching or not) or of one it
+ * does not know yet. */
+static void op_reclaim(Model *M, Input *in)
+{
+        static const uint32_t uids[] = { 1000, 1001, 0, 7 };
+        RegPeer *p = peer_at(M, take(in));
+        uint8_t b = take(in), f = take(in);
+        RegReclaim a = { 0 };
+        uint64_t refs_now = 0;
+        RegBuffer *rb;
+        ProtoMsg d = { 0 };
+        Pending *q;
+        Sent *s;
+
+        if (!p || M->n_claims >= MAX_CLAIMS)
+                return;
+        a.buffer = (f & 0x80) ? 3000000u + (b & 7) : pick_buffer(M, b);
+        rb = registry_buffer_by_id(M->e->r, a.buffer);
+        if (rb)
+                registry_buffer_describe(rb, &d);
+        a.generation = rb && !(f & 1) ? d.generation : 1u + ((f >> 1) & 3);
+        a.owner_uid = rb && !(f & 8) ? (uint32_t)d.uid : uids[(f >> 4) & 3];
+        a.kind = rb && !(f & 16) ? d.kind : (ProtoKind)(1 + ((f >> 5) % 3));
+        a.name = rb && !(f & 32) ? registry_buffer_name(rb) : names[b % N_NAMES];
+        a.refs = 1 + (f >> 6);
+        for (size_t i = 0; i < M->n_holds; i++)
+                if (M->holds[i].peer == p)
+                        refs_now += M->holds[i].refs;
+        for (size_t i = 0; i < M->n_claims; i++)
+                if (M->claims[i].peer == p)
+                        refs_now += M->claims[i].refs;
+        q = pending_add(M, p, REQ_OTHER);
+        registry_reclaim(M->e->r, p, q->id, &a, &M->e->out);
+        env_flush(M->e);
+        s = env_reply(M->e, p, q->id);
+        if (refs_now + a.refs > 6) { /* the fuzzer's refs_per_peer */
+                check_eq(s->m.status, PROTO_STATUS_QUOTA);
+        } else if (rb) {
+                bool match = claim_matches(rb, a.generation, a.owner_uid, a.kind, a.name);
+
+                check_eq(s->m.status, match ? PROTO_STATUS_OK : PROTO_STATUS_REVOKED);
+                if (match) {
+                        Hold *h = hold_get(M, p, a.buffer);
+                        check(!proto_has(&s->m, PF_PENDING));
+                        h->refs += a.refs;
+                        h->mapped |= d.kind != PROTO_KIND_CUDA_LEGACY;
+                }
+        } else if (M->in_grace) {
+                check_eq(s->m.status, PROTO_STATUS_OK);
+                check(proto_has(&s->m, PF_PENDING) && s->m.pending);
+                M->claims[M->n_claims++] = (ClaimRec){ p, a.buffer, a.generation, a.refs, a.owner_uid, a.kind,
+                                                       a.name, false, ++M->claim_seq };
+        } else {
+                check_eq(s->m.status, PROTO_STATUS_REVOKED);
         }
         absorb(M);
 }
@@ -490,12 +690,19 @@ static void op_buffer(Model *M, Input *in, int which)
         s = env_reply(M->e, p, q->id);
         if (which == 0) {
                 Hold *h = hold_find(M, p, buf);
-                /* Release succeeds exactly when the model says a reference is held. */
-                check_eq(s->m.status == PROTO_STATUS_OK, h && h->refs > 0);
-                if (s->m.status == PROTO_STATUS_OK)
-                        h->refs--;
-                else
+                ClaimRec *c = NULL;
+
+                for (size_t i = 0; i < M->n_claims; i++)
+                        if (M->claims[i].peer == p && M->claims[i].buf == buf && (!c || M->claims[i].seq < c->seq))
+                                c = &M->claims[i];
+                /* Release succeeds exactly when the model says a reference is held, or claimed. */
+                check_eq(s->m.status == PROTO_STATUS_OK, (h && h->refs > 0) || c);
+                if (s->m.status != PROTO_STATUS_OK)
                         check_eq(s->m.status, PROTO_STATUS_NOT_ATTACHED);
+                else if (h && h->refs > 0)
+                        h->refs--;
+                else if (--c->refs == 0)
+                        *c = M->claims[--M->n_claims];
         } else if (which == 3) {
                 Hold *h = hold_find(M, p, buf);
                 check_eq(s->m.status, PROTO_STATUS_OK);
@@ -569,16 +776,23 @@ static void op_time(Model *M, Input *in)
                 return;
         }
         M->e->now += (uint64_t)t * 10;
+        /* The end of the restart grace: every claim still waiting is revoked, restored buffers may drain. */
+        if (M->in_grace && M->e->now >= GRACE_MS) {
+                M->in_grace = false;
+                for (size_t i = 0; i < M->n_claims; i++)
+                        M->claims[i].doomed = true;
+        }
         registry_expire(M->e->r, M->e->now, &M->e->out);
         env_flush(M->e);
         for (size_t i = 0; i < M->e->n_sent; i++)
-                check_eq(M->e->sent[i].m.status, PROTO_STATUS_TIMEOUT);
+                if (M->e->sent[i].m.type == PROTO_REPLY)
+                        check_eq(M->e->sent[i].m.status, PROTO_STATUS_TIMEOUT);
         absorb(M);
 }
 
 static const char *const op_names[16] = {
         "add", "remove", "hello", "publish", "publish-again", "attach", "attach-id", "release", "retire",
-        "free", "unmap", "subscribe", "unsubscribe", "group-join", "time", "add",
+        "free", "unmap", "subscribe", "unsubscribe", "group-join", "time", "reclaim",
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -605,7 +819,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         memset(&M, 0, sizeof(M));
         M.e = &env;
-        env_init(M.e, &limits);
+        env_init_cfg(M.e, (RegConfig){ .limits = limits, .id_seed = 1, .restart_grace_ms = GRACE_MS });
+        M.in_grace = true;
 
         while (in.p < in.end && ops++ < 400) {
                 uint8_t op = take(&in) % 16;
@@ -628,7 +843,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 case 12: op_subscribe(&M, &in, true); break;
                 case 13: op_join(&M, &in); break;
                 case 14: op_time(&M, &in); break;
-                default: op_add(&M, &in); break; /* peers come and go often */
+                default: op_reclaim(&M, &in); break;
                 }
                 compare(&M);
                 if (trace) {

@@ -143,7 +143,9 @@ typedef struct HBroker {
  * idle fd count as the baseline. Skips the case when seccomp is asked for and not built in. */
 HBroker *h_broker_start(const char *const *extra);
 
-/* Starts the broker again on the same socket path with the same flags (after h_broker_stop). */
+/* Starts the broker again on the same socket path with the same flags (after h_broker_stop or
+ * h_broker_kill9) and waits until it answers; clients may reconnect at once (the fd baseline is the
+ * first start's). */
 void h_broker_restart(HBroker *b);
 
 /* Sends SIGTERM and requires exit status 0 within the deadline and the socket file removed.

@@ -148,6 +148,7 @@ static void test_max_buffers_per_uid(void)
         static const char *const flags[] = { "--max-buffers-per-uid", "2", NULL };
         gpuipc_t *p1, *p2;
         gpuipc_buffer_t *a, *b = NULL, *c = NULL;
+        HStat st;
         int fds;
         HCase k;
 
@@ -159,7 +160,7 @@ static void test_max_buffers_per_uid(void)
         CHECK_OK(p1, gpuipc_buffer_alloc(p1, GPUIPC_KIND_MEMFD, 4096, 0, &b));
         CHECK_ERR(p1, gpuipc_publish(p1, b, "buf/b", NULL), GPUIPC_E_QUOTA);
         expect_quota_message(gpuipc_errmsg(p1), "2");
-        CHECK_EQ(gpuipc_buffer_id(b), 0);
+        CHECK_EQ(h_stat_id(k.obs, gpuipc_buffer_id(b), &st), GPUIPC_E_NOT_FOUND);
         /* Per uid: another connection of the same uid is refused too. */
         CHECK_OK(p2, gpuipc_buffer_alloc(p2, GPUIPC_KIND_MEMFD, 4096, 0, &c));
         CHECK_ERR(p2, gpuipc_publish(p2, c, "buf/c", NULL), GPUIPC_E_QUOTA);

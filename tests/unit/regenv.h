@@ -204,7 +204,7 @@ static inline void env_check(Env *e)
                 else
                         check(registry_buffer_by_name(e->r, registry_buffer_name(b)) != b);
                 if (m.state == PROTO_STATE_RETIRED)
-                        check(m.refs > 0);
+                        check(m.refs > 0 || m.restored); /* a restored one waits for the grace */
                 if (m.state == PROTO_STATE_IDLE)
                         check(m.refs == 0 && m.owner != 0);
                 if (m.owner == 0)
@@ -421,11 +421,13 @@ static inline void env_check_status(const Sent *s, unsigned want)
         }
 }
 
+/* Does the reply's message (or the event's reason) contain needle? */
 static inline bool env_msg_has(const Sent *s, const char *needle)
 {
+        const ProtoStr *t = s->m.type == PROTO_EVENT ? &s->m.reason : &s->m.message;
         char text[PROTO_MAX_TEXT + 1];
 
-        snprintf(text, sizeof(text), "%.*s", (int)s->m.message.len, s->m.message.ptr ? s->m.message.ptr : "");
+        snprintf(text, sizeof(text), "%.*s", (int)t->len, t->ptr ? t->ptr : "");
         if (!strstr(text, needle))
                 fprintf(stderr, "message '%s' lacks '%s'\n", text, needle);
         return strstr(text, needle) != NULL;

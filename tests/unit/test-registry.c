@@ -1404,6 +1404,226 @@ static void test_hello(void)
         env_free(e);
 }
 
+/* ---- broker restarts: restored buffers, reclaims, the grace ---- */
+
+static Env *env_new_grace(uint32_t grace_ms)
+{
+        Env *e = calloc(1, sizeof(*e));
+
+        check(e);
+        env_init_cfg(e, (RegConfig){ .limits = LIMITS_DEFAULT, .id_seed = 1, .first_generation = 100,
+                                     .restart_grace_ms = grace_ms });
+        return e;
+}
+
+typedef struct Rec {
+        uint64_t buffer, generation;
+        uint32_t refs, uid;
+        const char *name;
+} Rec;
+
+static Sent *reclaim(Env *e, RegPeer *p, Rec o)
+{
+        RegReclaim a = { .buffer = o.buffer, .generation = o.generation, .refs = o.refs,
+                         .owner_uid = o.uid, .name = o.name, .kind = PROTO_KIND_MEMFD };
+        uint64_t id = next_req++;
+
+        registry_reclaim(e->r, p, id, &a, &e->out);
+        env_flush(e);
+        return env_reply(e, p, id);
+}
+
+/* A producer registers a retired buffer again after a restart; its holders come back and release:
+ * drained waits for the end of the grace, and says holders came back. */
+static void test_restored_retired_waits_for_grace(void)
+{
+        Env *e = env_new_grace(1000);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1);
+        Sent *s;
+
+        check(registry_in_grace(e->r));
+        check_eq(registry_next_deadline(e->r), 1000);
+        s = publish(e, P, (Pub){ .name = "r/frame", .key = 500, .restored = true, .generation = 7, .retired = true });
+        env_check_status(s, PROTO_STATUS_OK);
+        check_eq(s->m.buffer, 500);
+        check_eq(s->m.generation, 7); /* the generation its consumers know it by */
+        check_eq(s->m.state, PROTO_STATE_RETIRED);
+        check(registry_buffer_by_name(e->r, "r/frame") == NULL); /* registered, not published */
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 0);  /* nobody reclaimed it yet */
+        check_eq(gauges(e).restored, 1);
+
+        s = reclaim(e, C, (Rec){ 500, 7, 2, 1000, "r/frame" });
+        env_check_status(s, PROTO_STATUS_OK);
+        check(!proto_has(&s->m, PF_PENDING));
+        check_eq(refs_of(e, 500), 2);
+        release(e, C, 500);
+        release(e, C, 500);
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 0); /* others may still come back */
+        check_eq(state_of(e, 500), PROTO_STATE_RETIRED);
+
+        expire(e, 999);
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 0);
+        expire(e, 1000);
+        s = env_event(e, P, PROTO_EV_DRAINED);
+        check(env_msg_has(s, "1 holder(s) came back"));
+        check_eq(state_of(e, 500), PROTO_STATE_IDLE);
+        check(!registry_in_grace(e->r));
+        check_eq(gauges(e).restored, 0);
+        check_eq(registry_next_deadline(e->r), UINT64_MAX);
+        env_free(e);
+}
+
+/* A consumer back before its producer: the claim waits, then becomes references of the restored
+ * buffer; a claim for another publication of the same id is revoked instead. */
+static void test_claims_wait_for_their_producer(void)
+{
+        Env *e = env_new_grace(1000);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *D = env_peer(e, 1002, 12, 1);
+        ProtoMsg m;
+        Sent *s;
+
+        s = reclaim(e, C, (Rec){ 600, 9, 3, 1000, "w/frame" });
+        env_check_status(s, PROTO_STATUS_OK);
+        check(proto_has(&s->m, PF_PENDING) && s->m.pending);
+        s = reclaim(e, D, (Rec){ 600, 8, 1, 1000, "w/frame" }); /* an older publication */
+        check(s->m.pending);
+        check_eq(gauges(e).claims_pending, 2);
+        check_eq(gauges(e).refs, 0); /* claims are not references yet */
+        registry_peer_describe(C, &m);
+        check_eq(m.refs, 0);
+
+        s = publish(e, P, (Pub){ .name = "w/frame", .key = 600, .restored = true, .generation = 9 });
+        env_check_status(s, PROTO_STATUS_OK);
+        check_eq(s->m.state, PROTO_STATE_LIVE);
+        check_eq(gauges(e).claims_pending, 0);
+        check_eq(refs_of(e, 600), 3);
+        s = env_event(e, D, PROTO_EV_REVOKED);
+        check(env_msg_has(s, "generation 9"));
+        check_eq(s->m.buffer, 600);
+        check_eq(env_count_events(e, C, PROTO_EV_REVOKED), 0);
+        /* C's references are real ones, and it has the memory mapped: no fd on its next attach. */
+        s = attach_ok(e, C, "w/frame");
+        check(s->m.cached && s->fd < 0);
+        env_free(e);
+}
+
+/* Claims whose producer never comes back are revoked when the grace ends; a reclaim after it
+ * for an unknown id is refused at once. */
+static void test_claims_revoked_at_grace_end(void)
+{
+        Env *e = env_new_grace(500);
+        RegPeer *C = env_peer(e, 1001, 11, 1);
+        Sent *s;
+
+        reclaim(e, C, (Rec){ 700, 3, 1, 1000, "gone/frame" });
+        expire(e, 500);
+        s = env_event(e, C, PROTO_EV_REVOKED);
+        check_eq(s->m.buffer, 700);
+        check_eq(s->m.generation, 3);
+        check(env_msg_has(s, "grace"));
+        check_eq(gauges(e).claims_pending, 0);
+        env_check_status(reclaim(e, C, (Rec){ 701, 3, 1, 1000, "gone/other" }), PROTO_STATUS_REVOKED);
+        env_free(e);
+}
+
+/* Without a restart: a reclaim succeeds for the same, undrained publication only. A consumer whose
+ * connection dropped may take its reference back while the buffer is live or still retired, never
+ * once it drained (its memory may be in use again) or was published anew. */
+static void test_reclaim_only_the_same_publication(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *D = env_peer(e, 1002, 12, 1);
+        uint64_t buf, gen;
+        Sent *s;
+
+        buf = publish_ok(e, P, (Pub){ .name = "same" });
+        gen = env_reply(e, P, next_req - 1)->m.generation;
+        attach_ok(e, D, "same");
+        env_check_status(reclaim(e, C, (Rec){ buf, gen, 1, 1000, "same" }), PROTO_STATUS_OK);
+        env_check_status(reclaim(e, C, (Rec){ buf, gen + 1, 1, 1000, "same" }), PROTO_STATUS_REVOKED);
+        env_check_status(reclaim(e, C, (Rec){ buf, gen, 1, 1001, "same" }), PROTO_STATUS_REVOKED);
+        env_check_status(reclaim(e, C, (Rec){ buf, gen, 1, 1000, "other" }), PROTO_STATUS_REVOKED);
+        retire(e, P, buf, false);
+        env_check_status(reclaim(e, C, (Rec){ buf, gen, 1, 1000, "same" }), PROTO_STATUS_OK); /* not drained */
+        check_eq(refs_of(e, buf), 3);
+        release(e, C, buf);
+        release(e, C, buf);
+        release(e, D, buf);
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 1);
+        s = reclaim(e, C, (Rec){ buf, gen, 1, 1000, "same" });
+        env_check_status(s, PROTO_STATUS_REVOKED);
+        check(env_msg_has(s, "drained"));
+        /* No grace here: unknown ids are refused at once. */
+        env_check_status(reclaim(e, C, (Rec){ 999999, 1, 1, 1000, "same" }), PROTO_STATUS_REVOKED);
+        env_check_status(reclaim(e, C, (Rec){ buf, gen, 0, 1000, "same" }), PROTO_STATUS_INVALID);
+        env_free(e);
+}
+
+/* Ids are the producer's: one in use is refused (key-taken), a forgotten one may serve again; a
+ * producer that lost its connection adopts its broker-held orphan back under its id, holders and
+ * all. */
+static void test_ids_keys_and_adoption(void)
+{
+        Env *e = env_new_grace(1000);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *X = env_peer(e, 2000, 20, 1), *P2;
+        uint64_t gen;
+        Sent *s;
+
+        s = publish(e, P, (Pub){ .name = "k/one", .key = 42, .held = true });
+        env_check_status(s, PROTO_STATUS_OK);
+        check_eq(s->m.buffer, 42);
+        gen = s->m.generation;
+        check(gen > 100); /* generations count from first_generation */
+        env_check_status(publish(e, X, (Pub){ .name = "k/two", .key = 42 }), PROTO_STATUS_KEY_TAKEN);
+        attach_ok(e, C, "k/one");
+        env_remove(e, P);
+        check_eq(gauges(e).orphaned, 1);
+
+        /* Another uid cannot take it over by its id. */
+        env_check_status(publish(e, X, (Pub){ .name = "k/one", .key = 42, .restored = true, .generation = gen }),
+                         PROTO_STATUS_KEY_TAKEN);
+        /* Its producer's uid, registering it again as the same publication, adopts it. */
+        P2 = env_peer(e, 1000, 30, 1);
+        env_check_status(publish(e, P2, (Pub){ .name = "k/one", .key = 42, .restored = true, .generation = gen - 1 }),
+                         PROTO_STATUS_KEY_TAKEN);
+        s = publish(e, P2, (Pub){ .name = "k/one", .key = 42, .restored = true, .generation = gen });
+        env_check_status(s, PROTO_STATUS_OK);
+        check_eq(s->m.state, PROTO_STATE_LIVE);
+        check_eq(gauges(e).orphaned, 0);
+        check_eq(refs_of(e, 42), 1);
+        check_eq(gauges(e).fds, 1); /* the broker kept its own fd and closed the new one */
+        retire(e, P2, 42, false);
+        release(e, C, 42);
+        check_eq(env_count_events(e, P2, PROTO_EV_DRAINED), 1); /* adopted, not restored: no grace */
+        free_buf(e, P2, 42, false);
+        /* Forgotten, so the id is free again. */
+        env_check_status(publish(e, X, (Pub){ .name = "k/three", .key = 42 }), PROTO_STATUS_OK);
+        /* A restored generation must come from an earlier broker (at most the current counter). */
+        env_check_status(publish(e, X, (Pub){ .name = "k/four", .key = 43, .restored = true, .generation = 1u << 30 }),
+                         PROTO_STATUS_INVALID);
+        env_free(e);
+}
+
+/* A restored live buffer whose name another producer took meanwhile comes back retired: holders can
+ * still reclaim it, and it drains when they are done. */
+static void test_restored_name_taken_registers_retired(void)
+{
+        Env *e = env_new_grace(1000);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *Q = env_peer(e, 1001, 11, 1), *C = env_peer(e, 1002, 12, 1);
+        Sent *s;
+
+        publish_ok(e, Q, (Pub){ .name = "t/frame" });
+        s = publish(e, P, (Pub){ .name = "t/frame", .key = 800, .restored = true, .generation = 5 });
+        env_check_status(s, PROTO_STATUS_OK);
+        check_eq(s->m.state, PROTO_STATE_RETIRED);
+        env_check_status(reclaim(e, C, (Rec){ 800, 5, 1, 1000, "t/frame" }), PROTO_STATUS_OK);
+        expire(e, 1000);
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 0);
+        release(e, C, 800);
+        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 1);
+        env_free(e);
+}
+
 static void count_holder(const RegPeer *p, uint32_t refs, void *ud)
 {
         (void)p;
@@ -1572,6 +1792,12 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_consumer_death);
         TEST_RUN(argc, argv, test_producer_death_revokes);
         TEST_RUN(argc, argv, test_producer_death_broker_held);
+        TEST_RUN(argc, argv, test_restored_retired_waits_for_grace);
+        TEST_RUN(argc, argv, test_claims_wait_for_their_producer);
+        TEST_RUN(argc, argv, test_claims_revoked_at_grace_end);
+        TEST_RUN(argc, argv, test_reclaim_only_the_same_publication);
+        TEST_RUN(argc, argv, test_ids_keys_and_adoption);
+        TEST_RUN(argc, argv, test_restored_name_taken_registers_retired);
         TEST_RUN(argc, argv, test_broker_held_orphan_by_uid_free);
         TEST_RUN(argc, argv, test_orphan_takeover);
         TEST_RUN(argc, argv, test_cancel_waits);

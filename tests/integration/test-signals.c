@@ -1,0 +1,217 @@
+/* Signals to the broker: SIGTERM while peers are connected and waits are pending (every peer hears
+ * why, nothing hangs), and SIGHUP reloading the policy. Restarts are test-reconnect.c's. */
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+typedef struct Arg {
+        const HBroker *broker;
+} Arg;
+
+/* Each reports 'w' once its request is about to block, then 'r' with the result and how long
+ * the call took after the broker was told to stop. */
+static int attach_waiter(HChan *ch, void *arg)
+{
+        const Arg *a = arg;
+        gpuipc_t *c = h_connect(a->broker, "waiter");
+        gpuipc_buffer_t *b = NULL;
+        int r;
+
+        h_report(ch, 'w', "waiting");
+        r = gpuipc_attach(c, "stop/never", 60000, &b);
+        h_report(ch, 'r', "%d %" PRIu64 " %s", r, h_now_ms(), gpuipc_errmsg(c));
+        gpuipc_close(c);
+        return 0;
+}
+
+static int group_waiter(HChan *ch, void *arg)
+{
+        const Arg *a = arg;
+        gpuipc_t *c = h_connect(a->broker, "group-member");
+        int r;
+
+        h_report(ch, 'w', "waiting");
+        r = gpuipc_group_join(c, "stop/group", 5, 60000);
+        h_report(ch, 'r', "%d %" PRIu64 " %s", r, h_now_ms(), gpuipc_errmsg(c));
+        gpuipc_close(c);
+        return 0;
+}
+
+static int event_waiter(HChan *ch, void *arg)
+{
+        const Arg *a = arg;
+        gpuipc_t *c = h_connect(a->broker, "holder");
+        gpuipc_buffer_t *b = h_attach_verify(c, "stop/held", 0, 8);
+        gpuipc_event_t ev;
+        int r;
+
+        h_report(ch, 'w', "waiting");
+        r = gpuipc_next_event(c, &ev, 60000);
+        h_report(ch, 'r', "%d %" PRIu64 " %s", r, h_now_ms(), gpuipc_errmsg(c));
+        CHECK_OK(c, gpuipc_release(c, b));
+        gpuipc_close(c);
+        return 0;
+}
+
+static void test_sigterm_with_pending_waits(void)
+{
+        static const char *const flags[] = { "--max-queued-bytes", "1048576", NULL };
+        HChildFn fns[] = { attach_waiter, attach_waiter, group_waiter, group_waiter, event_waiter };
+        HChild *kids[5];
+        gpuipc_t *prod;
+        gpuipc_publish_options_t po = { .broker_held = 1 };
+        ProtoMsg ping = { .op = PROTO_OP_PING };
+        HBroker *b;
+        Arg arg;
+        uint64_t t_stop;
+        unsigned took;
+        int slow;
+
+        b = h_broker_start(flags);
+        arg.broker = b;
+        prod = h_connect(b, "producer");
+        h_publish(prod, "stop/held", 64 << 10, 8, &po);
+        h_publish(prod, "stop/live", 64 << 10, 9, NULL);
+        for (int i = 0; i < 5; i++) {
+                char name[32];
+                snprintf(name, sizeof(name), "pending-%d", i);
+                kids[i] = h_spawn(name, fns[i], &arg);
+                h_child_expect(kids[i], 'w', H_SOON_MS, NULL, 0);
+        }
+        WAIT_UNTIL(h_stats(prod, "waits") == 4, H_SOON_MS);
+        /* And a peer that does not read what it asked for, so the broker has output queued. */
+        slow = h_raw_connect(b);
+        h_raw_hello(slow);
+        for (int i = 0; i < 2000; i++) {
+                ping.has = PROTO_BIT(PF_OP);
+                if (h_raw_send_msg(slow, &ping, 0, NULL, 0) < 0)
+                        break;
+        }
+
+        t_stop = h_now_ms();
+        took = h_broker_stop(b); /* exit status 0 and no socket file, or it fails */
+        h_log("the broker stopped %u ms after SIGTERM", took);
+        CHECKF(took < 3000, "the broker took %u ms to stop", took);
+        CHECK_EQ(h_broker_log_count(b, "\"msg\":\"stopped\""), 1);
+        for (int i = 0; i < 5; i++) {
+                char text[256];
+                unsigned long long at = 0;
+                int r = 0;
+
+                h_child_expect(kids[i], 'r', H_SOON_MS, text, sizeof(text));
+                CHECK(sscanf(text, "%d %llu", &r, &at) == 2);
+                h_log("%s: %s", kids[i]->name, text);
+                /* Pending requests are answered: shutdown. A peer only reading events may see the
+                 * hang-up itself. */
+                if (fns[i] == event_waiter)
+                        CHECKF(r == GPUIPC_E_DISCONNECTED || r == GPUIPC_E_SHUTDOWN, "%s: %s", kids[i]->name,
+                               text);
+                else
+                        CHECKF(r == GPUIPC_E_SHUTDOWN && strstr(text, "stopping"), "%s: %s", kids[i]->name,
+                               text);
+                CHECKF(at - t_stop < 3000, "%s returned %llu ms after SIGTERM", kids[i]->name, at - t_stop);
+                h_child_wait_ok(kids[i], H_SOON_MS);
+                h_child_free(kids[i]);
+        }
+        CHECKF(h_raw_wait_eof(slow, H_SOON_MS), "the slow peer's connection outlived the broker");
+        close(slow);
+        {
+                int r = gpuipc_ping(prod, H_SOON_MS);
+                CHECKF(r == GPUIPC_E_SHUTDOWN || r == GPUIPC_E_DISCONNECTED, "ping after the stop: %d %s", r,
+                       gpuipc_strerror(r));
+        }
+        gpuipc_close(prod);
+}
+
+static void write_file(const char *path, const char *text)
+{
+        FILE *f = fopen(path, "we");
+
+        CHECK(f);
+        CHECK(fputs(text, f) >= 0);
+        CHECK(fclose(f) == 0);
+}
+
+/* SIGHUP reloads the policy file (a runtime path under the seccomp filter); a broken file keeps
+ * the old policy and the broker running. */
+static void test_policy_reload_on_sighup(void)
+{
+        static char policy[160];
+        static const char *flags[] = { "--policy", policy, NULL };
+        gpuipc_t *c;
+        gpuipc_buffer_t *b = NULL, *b2;
+        HCase k;
+
+        snprintf(policy, sizeof(policy), "%s/policy", h_case_dir());
+        write_file(policy, "allow all any prefix=bystander/\n"
+                           "allow publish,attach any prefix=open/\n");
+        h_case_begin(&k, flags);
+        c = h_connect(k.broker, "producer");
+        CHECK_OK(c, gpuipc_buffer_alloc(c, GPUIPC_KIND_MEMFD, 4096, 0, &b));
+        CHECK_ERR(c, gpuipc_publish(c, b, "closed/x", NULL), GPUIPC_E_DENIED);
+        CHECKF(strstr(gpuipc_errmsg(c), "closed/x"), "denied message: %s", gpuipc_errmsg(c));
+        b2 = h_publish(c, "open/x", 4096, 1, NULL);
+
+        write_file(policy, "allow all any\n");
+        CHECK(kill(k.broker->pid, SIGHUP) == 0);
+        WAIT_UNTIL(h_broker_log_count(k.broker, "policy reloaded") == 1, H_SOON_MS);
+        CHECK_OK(c, gpuipc_publish(c, b, "closed/x", NULL));
+
+        write_file(policy, "allow everything to everyone\n");
+        CHECK(kill(k.broker->pid, SIGHUP) == 0);
+        WAIT_UNTIL(h_broker_log_count(k.broker, "keeping the old policy") == 1, H_SOON_MS);
+        CHECK_OK(c, gpuipc_ping(c, H_SOON_MS));
+        CHECK_OK(c, gpuipc_retire(c, b));
+        CHECK_OK(c, gpuipc_retire(c, b2));
+        CHECK_OK(c, gpuipc_wait_drained(c, b, H_SOON_MS));
+        CHECK_OK(c, gpuipc_wait_drained(c, b2, H_SOON_MS));
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
+/* SIGTERM while consumers hold a producer's buffers: removing the producer queues revoke events
+ * for consumers that are removed right after it, in the same batch. Run under
+ * GPUIPC_TEST_WRAPPER="valgrind -q --error-exitcode=99" to check nothing reads a removed peer. */
+static void test_sigterm_with_holders(void)
+{
+        gpuipc_t *prod, *cons[3];
+        gpuipc_buffer_t *a, *r;
+        HBroker *b;
+
+        b = h_broker_start(NULL);
+        prod = h_connect(b, "producer");
+        a = h_publish(prod, "hold/a", 4096, 1, NULL);
+        r = h_publish(prod, "hold/r", 4096, 2, NULL);
+        for (int i = 0; i < 3; i++) {
+                cons[i] = h_connect(b, "consumer");
+                h_attach_verify(cons[i], "hold/a", 0, 1);
+                h_attach_verify(cons[i], "hold/r", 0, 2);
+        }
+        CHECK_OK(prod, gpuipc_retire(prod, r));
+        h_broker_stop(b);
+        for (int i = 0; i < 3; i++) {
+                int e = gpuipc_ping(cons[i], H_SOON_MS);
+                CHECKF(e == GPUIPC_E_DISCONNECTED || e == GPUIPC_E_SHUTDOWN, "ping after the stop: %d", e);
+                gpuipc_close(cons[i]);
+        }
+        (void)a;
+        gpuipc_close(prod);
+}
+
+int main(int argc, char **argv)
+{
+        static const HTest tests[] = {
+                H_TEST(test_sigterm_with_pending_waits),
+                H_TEST(test_sigterm_with_holders),
+                H_TEST(test_policy_reload_on_sighup),
+        };
+
+        return h_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
+}
