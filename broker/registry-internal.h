@@ -216,6 +216,11 @@ static inline void reg_buffer_set_state(Registry *r, RegBuffer *b, ProtoState st
         b->state = state;
 }
 
+/* Registers new memory for p: checks the id it chose (or draws one) and p's quotas, allocates the
+ * buffer and indexes it. Takes *fd. Returns the buffer (state none, owned by p, under no name), or
+ * NULL once the request was answered (with an error, or by adopting an orphan) or p marked lost. */
+RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, Outbox *out);
+
 /* Drops a whole hold (all of one peer's references to one buffer, and its mapped mark). */
 void reg_hold_drop(Registry *r, Hold *h);
 

@@ -694,41 +694,24 @@ static void register_retired(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b,
         reg_buffer_drain_if_done(r, b, "registered again after the broker restarted, with no holder left", out);
 }
 
-void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbox *out)
+RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, Outbox *out)
 {
-        _cleanup_close_ int fd = steal_fd(a->fd);
         RegBuffer *b;
-        RegName *e;
 
-        if (a->again) {
-                republish(r, p, id, a, out);
-                return;
-        }
-        if (a->restored && (a->generation == 0 || a->generation > r->generation)) {
-                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "a restored buffer carries the generation an "
-                              "earlier broker gave it (between 1 and %llu)", (unsigned long long)r->generation);
-                return;
-        }
         if (check_new_id(r, p, id, a, out))
-                return;
-        /* A restored buffer never fails for its name: if another producer took it meanwhile, the
-         * restored one is registered retired, so that its holders can still come back. */
-        if (!a->restored && publish_check_name(r, p, id, a->name, NULL, out))
-                return;
+                return NULL;
         if (p->acct->buffers >= r->limits.buffers_per_uid) {
                 reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "uid %u owns %u buffers (the limit); free some first",
                               p->creds.uid, p->acct->buffers);
-                return;
+                return NULL;
         }
-        if (fd >= 0 && p->acct->fds >= r->limits.fds_per_uid) {
+        if (*fd >= 0 && p->acct->fds >= r->limits.fds_per_uid) {
                 reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "the broker holds %u fds for uid %u (the limit)",
                               p->acct->fds, p->creds.uid);
-                return;
+                return NULL;
         }
-
         b = calloc(1, sizeof(*b));
-        e = name_get(r, a->name);
-        if (!b || !e || buffer_set_fields(b, a) < 0)
+        if (!b || buffer_set_fields(b, a) < 0)
                 goto no_memory;
         b->id = a->buffer ? a->buffer : draw_id(r);
         b->seq = ++r->next_seq;
@@ -741,7 +724,7 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         b->kind = a->kind;
         b->size = a->size;
         b->offset = a->offset;
-        b->fd = steal_fd(fd);
+        b->fd = steal_fd(*fd);
         b->writable = a->writable;
         b->broker_held = a->broker_held;
         b->retire_after = a->retire_after;
@@ -769,21 +752,52 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
                         b->restored = true;
                         list_append(&r->restored, &b->restored_link);
                 }
-                if (a->retired || name_blocker(r, p, a->name, NULL)) {
-                        reg_name_put(r, e);
-                        register_retired(r, p, id, b, out);
-                        return;
-                }
         }
-        publish_under_name(r, p, id, b, e, a->restored, out);
-        return;
+        return b;
 
 no_memory:
         if (b)
                 buffer_free_fields(b);
         free(b);
-        reg_name_put(r, e);
         registry_peer_mark_lost(p);
+        return NULL;
+}
+
+void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbox *out)
+{
+        _cleanup_close_ int fd = steal_fd(a->fd);
+        RegBuffer *b;
+        RegName *e;
+
+        if (a->again) {
+                republish(r, p, id, a, out);
+                return;
+        }
+        if (a->restored && (a->generation == 0 || a->generation > r->generation)) {
+                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "a restored buffer carries the generation an "
+                              "earlier broker gave it (between 1 and %llu)", (unsigned long long)r->generation);
+                return;
+        }
+        /* A restored buffer never fails for its name: if another producer took it meanwhile, the
+         * restored one is registered retired, so that its holders can still come back. */
+        if (!a->restored && publish_check_name(r, p, id, a->name, NULL, out))
+                return;
+        e = name_get(r, a->name);
+        if (!e) {
+                registry_peer_mark_lost(p);
+                return;
+        }
+        b = reg_buffer_register(r, p, id, a, &fd, out);
+        if (!b) {
+                reg_name_put(r, e);
+                return;
+        }
+        if (a->restored && (a->retired || name_blocker(r, p, a->name, NULL))) {
+                reg_name_put(r, e);
+                register_retired(r, p, id, b, out);
+                return;
+        }
+        publish_under_name(r, p, id, b, e, a->restored, out);
 }
 
 void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out)

@@ -1,0 +1,94 @@
+/* The shared memory of a ring (docs/design.md "Rings"): its layout, which side writes what, and the
+ * pure functions that read what an untrusted side wrote. Like frames, this is a format between
+ * processes, so it lives in proto/ and knows nothing of sockets or CUDA.
+ *
+ * A ring has three kinds of memory, each a separate memfd so that the kernel enforces who writes it:
+ *   - the control page (RingCtl): written by the producer only; members map it read-only (the memfd
+ *     is sealed against new writable mappings);
+ *   - one member page (RingMember) per member slot: written by that member only; the producer (and
+ *     the broker, to show lag) map it read-only and treat what they read as untrusted input;
+ *   - the slots: K buffers of one kind and size, written by the producer.
+ *
+ * Frames are numbered 1, 2, 3, ...; a slot holds frame n when slot_seq says so. Every cross-process
+ * handshake is a store, a sequentially consistent fence, and a load on each side (Dekker's pattern),
+ * so that of two sides racing, at least one sees the other: that is what makes "never overwrite a
+ * held frame" and "never sleep through a wake-up" hold. The fences are explained where they are. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RING_MAGIC 0x474e5252u /* "RRNG" */
+#define RING_LAYOUT_VERSION 1
+#define RING_MAX_SLOTS 64
+#define RING_MAX_MEMBERS 64
+#define RING_PAGE 4096
+
+typedef enum RingMode {
+        RING_BACKPRESSURE = 0, /* every member sees every frame; the producer waits for the slowest */
+        RING_LATEST = 1,       /* the producer never waits: a member takes the newest frame, a slow one skips */
+} RingMode;
+
+typedef enum RingMemberState {
+        RING_MEMBER_FREE = 0,
+        RING_MEMBER_ACTIVE = 1,
+} RingMemberState;
+
+/* What the producer says about member slot i (in the control page). */
+typedef struct RingMemberSlot {
+        uint64_t epoch;  /* which membership this is: a new one for every join (0: never used) */
+        uint64_t start;  /* backpressure: the first frame this member takes */
+        uint32_t state;  /* RingMemberState */
+        uint32_t pad;
+} RingMemberSlot;
+
+/* The control page: the producer's. */
+typedef struct RingCtl {
+        uint32_t magic, version;
+        uint32_t n_slots, n_members;
+        uint32_t mode; /* RingMode */
+        uint32_t closed; /* the producer closed the ring: take nothing more */
+        uint64_t slot_size;
+        uint64_t head;      /* the newest published frame (0: none yet) */
+        uint32_t head_slot; /* ... and the slot it is in */
+        uint32_t doorbell;  /* futex word: bumped at every publish; sleeping members wait on it */
+        uint32_t producer_waiting; /* the producer sleeps on some member's release word */
+        uint32_t pad;
+        uint64_t slot_seq[RING_MAX_SLOTS]; /* the frame slot k holds; 0 while it is being written */
+        RingMemberSlot member[RING_MAX_MEMBERS];
+} RingCtl;
+
+/* A member page: member i's own. Nothing here is trusted by anyone but member i. */
+typedef struct RingMember {
+        uint64_t epoch;    /* the membership this page speaks for (written at join) */
+        uint64_t released; /* backpressure: every frame up to this one is released */
+        uint64_t held;     /* latest: the frame being read (0: none) */
+        uint32_t wake;     /* futex word the producer may sleep on: bumped at every release */
+        uint32_t sleeping; /* the member is about to sleep, or sleeps, on the control page's doorbell */
+} RingMember;
+
+_Static_assert(sizeof(RingCtl) <= RING_PAGE, "the control block fits its page");
+_Static_assert(sizeof(RingMember) <= RING_PAGE, "a member block fits its page");
+
+/* A member page as the producer may use it, after checking it against what the producer knows. */
+typedef struct RingMemberView {
+        bool valid;        /* the page speaks for the membership the producer knows */
+        uint64_t released; /* clamped to what can be true: between start - 1 and head */
+        uint64_t held;     /* latest mode: a frame the member says it reads (any value: compared only) */
+        bool sleeping;
+} RingMemberView;
+
+/* Reads member page m once (each field with one load), for the membership (epoch, start) the
+ * control page records, with the ring at frame head. A page that speaks for another membership
+ * is not valid (the member has not initialized it yet, or garbage): its member is treated as having
+ * released nothing beyond start - 1. Never trusts a value it cannot check. */
+RingMemberView ring_member_view(const volatile RingMember *m, uint64_t epoch, uint64_t start, uint64_t head);
+
+/* Backpressure: may frame `frame` overwrite the slot of frame - n_slots, as far as this member is
+ * concerned? */
+bool ring_member_lets(const RingMemberView *v, uint64_t start, uint64_t frame, uint32_t n_slots);
+
+/* Checks a control page a member maps (the producer's, but the member must not crash on a broken
+ * one): magic, version, counts and sizes within the limits and equal to what the broker said. */
+bool ring_ctl_valid(const volatile RingCtl *c, uint32_t n_slots, uint32_t n_members, uint64_t slot_size);
