@@ -72,6 +72,9 @@ static const char *claim_mismatch(const RegBuffer *b, uint64_t generation, uint3
         else if (b->state == PROTO_STATE_IDLE)
                 snprintf(why, cap, "buffer %llu ('%s') drained while this consumer was away: its memory may have "
                          "been reused", (unsigned long long)b->id, b->name);
+        else if (b->ring_part)
+                snprintf(why, cap, "buffer %llu ('%s') is part of a ring: join the ring again", (unsigned long long)b->id,
+                         b->name);
         else
                 return NULL;
         return why;

@@ -75,6 +75,36 @@ typedef struct Claim {
         char name[];
 } Claim;
 
+/* One member slot of a ring. */
+typedef struct RingSeat {
+        struct RegRing *ring;
+        uint32_t index;
+        RegPeer *peer;  /* NULL: free */
+        uint64_t epoch; /* of the current (or last) membership */
+        List peer_link; /* RegPeer.seats */
+} RingSeat;
+
+/* A ring (docs/design.md "Rings"): its shape, its parts (buffers of its producer, attachable only
+ * by its members: part 0 the control page, 1..n_slots the slots, then one member page per seat),
+ * and who sits in which seat. Frames never pass through here. */
+typedef struct RegRing {
+        HNode node;       /* Registry.rings, by name */
+        RegPeer *owner;
+        List owner_link;  /* RegPeer.rings */
+        UidAcct *acct;    /* the ring itself counts as one of its producer's buffers */
+        ProtoKind kind;
+        uint64_t slot_size;
+        uint32_t n_slots, n_members;
+        ProtoMode mode;
+        uint32_t lease_ms;
+        char *device;
+        uint64_t next_epoch;
+        uint32_t n_registered; /* parts so far; joinable once all are */
+        RegBuffer **parts;     /* 1 + n_slots + n_members */
+        RingSeat *seats;       /* n_members */
+        char name[];
+} RegRing;
+
 typedef struct Sub {
         uint64_t id;
         RegPeer *peer;
@@ -97,6 +127,8 @@ struct RegPeer {
         List waits; /* Wait.peer_link */
         List subs;  /* Sub.peer_link */
         List claims; /* Claim.peer_link */
+        List rings;  /* RegRing.owner_link: rings it produces */
+        List seats;  /* RingSeat.peer_link: rings it is a member of */
         uint32_t n_refs, n_waits, n_subs;
         uint32_t n_claim_refs; /* references its pending claims ask for (they count against its quota) */
         UidAcct *acct;
@@ -128,6 +160,11 @@ struct RegBuffer {
         bool restored;
         List restored_link;
         uint32_t reclaimed; /* holders that came back and reclaimed */
+        /* A part of a ring: attachable only by the ring's members (a member page only by its own
+         * member), never by name, and not at all once the ring is gone. */
+        bool ring_part;
+        RegRing *ring;
+        uint32_t ring_index;
         uint32_t retire_after, attaches;
         RegPeer *owner; /* NULL once the producer is gone (broker-held buffers only) */
         uint64_t owner_id, owner_pidns;
@@ -144,7 +181,7 @@ struct Registry {
         uint64_t epoch;
         uint64_t next_peer_id, next_seq, next_sub_id, generation;
         uint64_t id_state;                  /* the generator of ids the broker picks (splitmix64) */
-        HMap buffers_by_id, buffers_by_seq, names, groups, holds, uids, claims;
+        HMap buffers_by_id, buffers_by_seq, names, groups, holds, uids, claims, rings;
         List buffers, peers, subs;
         Heap timers;
         RegCounters counters;
@@ -158,6 +195,7 @@ struct Registry {
         Timer grace_timer;
         List restored;                      /* RegBuffer.restored_link */
         uint64_t n_claims;
+        uint64_t n_rings, n_seated;
 };
 
 static inline uint64_t hash_str(const char *s)
@@ -261,5 +299,11 @@ void reg_claims_drop_peer(Registry *r, RegPeer *p);
 /* p releases one reference it holds through a pending claim of buffer. False if it has none. */
 bool reg_claim_release(Registry *r, RegPeer *p, uint64_t buffer);
 void reg_grace_end(Registry *r, Outbox *o);
+
+/* registry-rings.c: whether p may attach b (a ring part: only its ring's members); what a peer's
+ * departure does to rings it produces or sits in; a part leaving the registry. */
+bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, char *why, size_t cap);
+void reg_rings_drop_peer(Registry *r, RegPeer *p, Outbox *o);
+void reg_ring_part_gone(RegBuffer *b);
 /* Takes b off the restored list (it leaves the registry, or the grace ended). */
 void reg_restored_forget(Registry *r, RegBuffer *b);

@@ -42,6 +42,8 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
         list_init(&p->waits);
         list_init(&p->subs);
         list_init(&p->claims);
+        list_init(&p->rings);
+        list_init(&p->seats);
         list_append(&r->peers, &p->link);
         acct->connections++;
         r->n_peers++;
@@ -73,6 +75,7 @@ void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
         while (!list_empty(&p->subs))
                 reg_sub_free(r, list_entry(p->subs.next, Sub, peer_link));
         reg_claims_drop_peer(r, p);
+        reg_rings_drop_peer(r, p, out);
 
         /* Its references vanish; a retired buffer it was the last holder of drains now. */
         while (!list_empty(&p->holds)) {

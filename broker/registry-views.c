@@ -124,6 +124,8 @@ void registry_gauges(const Registry *r, RegGauges *g)
         g->idle = r->n_state[PROTO_STATE_IDLE];
         g->orphaned = r->n_orphaned;
         g->claims_pending = r->n_claims;
+        g->rings = r->n_rings;
+        g->ring_members = r->n_seated;
         list_for_each(pos, &r->restored)
                 g->restored++;
 }

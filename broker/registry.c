@@ -249,6 +249,7 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
         }
         buffer_unpublish(r, b);
         reg_restored_forget(r, b);
+        reg_ring_part_gone(b);
         list_unlink(&b->owner_link);
         list_unlink(&b->link);
         hmap_remove(&r->buffers_by_id, &b->by_id);
@@ -395,6 +396,8 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbo
         bool cached;
 
         status = attach_diagnose(b, p, text, sizeof(text));
+        if (!status && !reg_ring_may_attach(b, p, text, sizeof(text)))
+                status = PROTO_STATUS_DENIED;
         if (status) {
                 reg_reply_err(o, p, id, status, "%s", text);
                 return;
@@ -937,6 +940,7 @@ Registry *registry_free(Registry *r)
         hmap_deinit(&r->buffers_by_id);
         hmap_deinit(&r->buffers_by_seq);
         hmap_deinit(&r->claims);
+        hmap_deinit(&r->rings);
         hmap_deinit(&r->names);
         hmap_deinit(&r->groups);
         hmap_deinit(&r->holds);

@@ -65,6 +65,19 @@ typedef struct RegReclaim {
         ProtoKind kind;
 } RegReclaim;
 
+/* A ring's shape (ring-create). */
+typedef struct RegRingSpec {
+        const char *name;
+        ProtoKind kind;          /* of the slots */
+        uint64_t slot_size;
+        uint32_t n_slots, n_members;
+        ProtoMode mode;
+        uint32_t lease_ms;       /* backpressure: how long a member may hold the producer up */
+        const char *device;      /* CUDA slots: their GPU */
+} RegRingSpec;
+
+typedef struct RegRing RegRing;
+
 typedef struct RegConfig {
         Limits limits;
         uint64_t epoch;            /* this broker instance (clients see it in hello and ping) */
@@ -139,6 +152,18 @@ void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer,
 void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a, Outbox *out);
 /* True while reconnecting holders may still come back (the restart grace). */
 bool registry_in_grace(const Registry *r);
+
+/* Rings (registry-rings.c, docs/protocol.md 6.16). ring-part registers part `index` of a ring like a
+ * publish of new memory (a takes the same fields; its name is derived from the ring's). */
+void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpec *s, Outbox *out);
+void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, RegPublish *a,
+                        Outbox *out);
+void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out);
+void registry_ring_leave(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out);
+void registry_ring_evict(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, uint64_t epoch,
+                         Outbox *out);
+void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out);
+RegRing *registry_ring_by_name(const Registry *r, const char *name);
 void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix, Outbox *out);
 void registry_unsubscribe(Registry *r, RegPeer *p, uint64_t id, uint64_t sub, Outbox *out);
 void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group, uint32_t members,
@@ -179,6 +204,7 @@ void registry_peer_describe(const RegPeer *p, ProtoMsg *m);
 typedef struct RegGauges {
         uint64_t peers, buffers, live, retired, idle, orphaned, refs, fds, waits, subs, groups, names;
         uint64_t claims_pending, restored; /* reclaims waiting for their buffer; restored buffers in grace */
+        uint64_t rings, ring_members;
 } RegGauges;
 void registry_gauges(const Registry *r, RegGauges *g);
 

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "inspect.h"
 #include "macro.h"
+#include "ring.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
@@ -236,6 +237,28 @@ static const char *read_publish(const ProtoMsg *m, int fd, RegPublish *a, unsign
         return check_new_buffer(m, fd, status);
 }
 
+/* Copies what describes the memory from a publish (or ring-part) into a; takes *fd. device is
+ * where the device UUID is copied to. */
+static void fill_memory(const ProtoMsg *m, int *fd, RegPublish *a, char device[PROTO_MAX_UUID + 1])
+{
+        a->buffer = m->buffer;
+        a->kind = m->kind;
+        a->size = m->size;
+        a->offset = m->offset;
+        a->device = proto_has(m, PF_DEVICE) ? proto_str_copy(m->device, device, PROTO_MAX_UUID + 1) : NULL;
+        /* An empty map is a request too: publishing again with it clears the metadata. */
+        a->has_meta = proto_has(m, PF_META);
+        if (a->has_meta && m->meta.count) {
+                a->meta = m->meta.ptr;
+                a->meta_len = m->meta.len;
+        }
+        a->handle = proto_has(m, PF_HANDLE) ? (const uint8_t *)m->handle.ptr : NULL;
+        a->fd = steal_fd(*fd);
+        a->writable = m->writable;
+        a->broker_held = m->broker_held;
+        a->retire_after = (uint32_t)m->retire_after;
+}
+
 static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char name[PROTO_MAX_NAME + 1], device[PROTO_MAX_UUID + 1];
@@ -259,22 +282,7 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
                 return;
         }
         a.name = name;
-        a.buffer = m->buffer;
-        a.kind = m->kind;
-        a.size = m->size;
-        a.offset = m->offset;
-        a.device = proto_has(m, PF_DEVICE) ? proto_str_copy(m->device, device, sizeof(device)) : NULL;
-        /* An empty map is a request too: publishing again with it clears the metadata. */
-        a.has_meta = proto_has(m, PF_META);
-        if (a.has_meta && m->meta.count) {
-                a.meta = m->meta.ptr;
-                a.meta_len = m->meta.len;
-        }
-        a.handle = proto_has(m, PF_HANDLE) ? (const uint8_t *)m->handle.ptr : NULL;
-        a.fd = steal_fd(*fd);
-        a.writable = m->writable;
-        a.broker_held = m->broker_held;
-        a.retire_after = (uint32_t)m->retire_after;
+        fill_memory(m, fd, &a, device);
         registry_publish(ctx->reg, p, m->id, &a, ctx->out);
 }
 
@@ -311,6 +319,117 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 return;
         }
         registry_attach(ctx->reg, p, m->id, by_name ? name : NULL, m->buffer, timeout_of(m), ctx->now_ms, ctx->out);
+}
+
+/* ---- rings ---- */
+
+/* A ring's parts are named after it ("NAME@member.63"), so a ring name leaves room for that. */
+#define RING_NAME_MAX (PROTO_MAX_NAME - 16)
+#define RING_LEASE_DEFAULT_MS 2000
+
+/* Copies and checks a ring's name and asks the policy; false once answered. */
+static bool ring_name(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, PolicyAction action, char name[PROTO_MAX_NAME + 1])
+{
+        proto_str_copy(m->name, name, PROTO_MAX_NAME + 1);
+        if (!registry_name_valid(m->name.ptr, m->name.len) || m->name.len > RING_NAME_MAX) {
+                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid ring name (a buffer name of at most %d "
+                     "bytes)", name, RING_NAME_MAX);
+                return false;
+        }
+        if (!allowed(ctx, p, action, name)) {
+                fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u %s ring '%s'",
+                     registry_peer_creds(p)->uid, action == POLICY_PUBLISH ? "produce" : "join", name);
+                return false;
+        }
+        return true;
+}
+
+static void handle_ring_create(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+{
+        char name[PROTO_MAX_NAME + 1], device[PROTO_MAX_UUID + 1];
+        RegRingSpec s = { 0 };
+
+        if (!ring_name(ctx, p, m, POLICY_PUBLISH, name))
+                return;
+        if (m->kind == PROTO_KIND_CUDA_LEGACY) {
+                fail(ctx, p, m, PROTO_STATUS_KIND, "ring slots are memfd or cuda-vmm: cuda-legacy memory dies with "
+                     "its producer and needs one PID namespace");
+                return;
+        }
+        if (m->size == 0 || m->slots == 0 || m->slots > RING_MAX_SLOTS || m->members == 0 ||
+            m->members > RING_MAX_MEMBERS) {
+                fail(ctx, p, m, PROTO_STATUS_INVALID, "a ring has a slot size above 0, 1 to %d slots and 1 to %d "
+                     "member seats", RING_MAX_SLOTS, RING_MAX_MEMBERS);
+                return;
+        }
+        /* Latest mode: every member may hold a slot and the newest frame must stay readable, and the
+         * producer still needs one to write. */
+        if (m->mode == PROTO_MODE_LATEST && m->slots < m->members + 2) {
+                fail(ctx, p, m, PROTO_STATUS_INVALID, "a latest-frame ring with %llu member seats needs at least %llu "
+                     "slots", (unsigned long long)m->members, (unsigned long long)m->members + 2);
+                return;
+        }
+        if (m->kind == PROTO_KIND_CUDA_VMM && (!proto_has(m, PF_DEVICE) || m->device.len == 0)) {
+                fail(ctx, p, m, PROTO_STATUS_INVALID, "CUDA slots need the UUID of their device");
+                return;
+        }
+        s.name = name;
+        s.kind = m->kind;
+        s.slot_size = m->size;
+        s.n_slots = (uint32_t)m->slots;
+        s.n_members = (uint32_t)m->members;
+        s.mode = m->mode;
+        s.lease_ms = proto_has(m, PF_TIMEOUT_MS) ? timeout_of(m) : RING_LEASE_DEFAULT_MS;
+        s.device = proto_has(m, PF_DEVICE) ? proto_str_copy(m->device, device, sizeof(device)) : NULL;
+        registry_ring_create(ctx->reg, p, m->id, &s, ctx->out);
+}
+
+static void handle_ring_part(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
+{
+        char name[PROTO_MAX_NAME + 1], device[PROTO_MAX_UUID + 1];
+        RegPublish a = { 0 };
+        unsigned status;
+        const char *why;
+
+        if (!ring_name(ctx, p, m, POLICY_PUBLISH, name))
+                return;
+        if (m->index > UINT32_MAX || (proto_has(m, PF_BUFFER) && (m->buffer == 0 || m->buffer > PROTO_MAX_BUFFER_ID))) {
+                fail(ctx, p, m, PROTO_STATUS_INVALID, "a part index is 32-bit and a buffer id between 1 and 2^53 - 1");
+                return;
+        }
+        why = check_new_buffer(m, *fd, &status);
+        if (why) {
+                fail(ctx, p, m, status, "%s", why);
+                return;
+        }
+        fill_memory(m, fd, &a, device);
+        registry_ring_part(ctx->reg, p, m->id, name, (uint32_t)m->index, &a, ctx->out);
+}
+
+static void handle_ring(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+{
+        char name[PROTO_MAX_NAME + 1];
+
+        if (!ring_name(ctx, p, m, m->op == PROTO_OP_RING_JOIN ? POLICY_ATTACH : POLICY_PUBLISH, name))
+                return;
+        switch (m->op) {
+        case PROTO_OP_RING_JOIN:
+                registry_ring_join(ctx->reg, p, m->id, name, ctx->out);
+                break;
+        case PROTO_OP_RING_LEAVE:
+                registry_ring_leave(ctx->reg, p, m->id, name, ctx->out);
+                break;
+        case PROTO_OP_RING_EVICT:
+                if (m->index > UINT32_MAX) {
+                        fail(ctx, p, m, PROTO_STATUS_INVALID, "a seat index is 32-bit");
+                        return;
+                }
+                registry_ring_evict(ctx->reg, p, m->id, name, (uint32_t)m->index, m->generation, ctx->out);
+                break;
+        default:
+                registry_ring_close(ctx->reg, p, m->id, name, ctx->out);
+                break;
+        }
 }
 
 static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
@@ -394,7 +513,7 @@ void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd)
 {
         _cleanup_close_ int owned_fd = fd;
 
-        if (owned_fd >= 0 && m->op != PROTO_OP_PUBLISH) {
+        if (owned_fd >= 0 && m->op != PROTO_OP_PUBLISH && m->op != PROTO_OP_RING_PART) {
                 fail(ctx, p, m, PROTO_STATUS_BAD_FD, "only publish carries an fd; '%s' does not", proto_op_name(m->op));
                 return;
         }
@@ -433,6 +552,18 @@ void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd)
                 break;
         case PROTO_OP_RECLAIM:
                 handle_reclaim(ctx, p, m);
+                break;
+        case PROTO_OP_RING_CREATE:
+                handle_ring_create(ctx, p, m);
+                break;
+        case PROTO_OP_RING_PART:
+                handle_ring_part(ctx, p, m, &owned_fd);
+                break;
+        case PROTO_OP_RING_JOIN:
+        case PROTO_OP_RING_LEAVE:
+        case PROTO_OP_RING_EVICT:
+        case PROTO_OP_RING_CLOSE:
+                handle_ring(ctx, p, m);
                 break;
         case PROTO_OP_UNSUBSCRIBE:
                 registry_unsubscribe(ctx->reg, p, m->id, m->sub, ctx->out);

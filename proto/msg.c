@@ -37,12 +37,21 @@ static const char *const op_names[_PROTO_OP_MAX] = {
         [PROTO_OP_STATS] = "stats",         [PROTO_OP_SUBSCRIBE] = "subscribe",
         [PROTO_OP_UNSUBSCRIBE] = "unsubscribe", [PROTO_OP_GROUP_JOIN] = "group-join",
         [PROTO_OP_UNMAP] = "unmap",         [PROTO_OP_RECLAIM] = "reclaim",
+        [PROTO_OP_RING_CREATE] = "ring-create", [PROTO_OP_RING_PART] = "ring-part",
+        [PROTO_OP_RING_JOIN] = "ring-join", [PROTO_OP_RING_LEAVE] = "ring-leave",
+        [PROTO_OP_RING_EVICT] = "ring-evict", [PROTO_OP_RING_CLOSE] = "ring-close",
 };
 
 static const char *const event_names[_PROTO_EV_MAX] = {
         [PROTO_EV_PUBLISHED] = "published", [PROTO_EV_RETIRED] = "retired",
         [PROTO_EV_REVOKED] = "revoked",     [PROTO_EV_DRAINED] = "drained",
         [PROTO_EV_FREED] = "freed",
+        [PROTO_EV_MEMBER_JOINED] = "member-joined", [PROTO_EV_MEMBER_LEFT] = "member-left",
+};
+
+static const char *const mode_names[_PROTO_MODE_MAX] = {
+        [PROTO_MODE_BACKPRESSURE] = "backpressure",
+        [PROTO_MODE_LATEST] = "latest",
 };
 
 static const char *const kind_names[_PROTO_KIND_MAX] = {
@@ -115,6 +124,9 @@ static const FieldDesc fields[_PF_MAX] = {
         [PF_STARTED_MS] = F("started_ms", T_U64, 0, started_ms),
         [PF_RESTORED] = F("restored", T_BOOL, 0, restored),
         [PF_PENDING] = F("pending", T_BOOL, 0, pending),
+        [PF_INDEX] = F("index", T_U64, 0, index),
+        [PF_SLOTS] = F("slots", T_U64, 0, slots),
+        [PF_MODE] = E("mode", mode, mode_names),
 };
 
 /* Fields each request must carry besides "op" and "id"; finer rules (name or buffer) are the
@@ -128,6 +140,13 @@ static const uint64_t op_required[_PROTO_OP_MAX] = {
         [PROTO_OP_UNMAP] = PROTO_BIT(PF_BUFFER),
         [PROTO_OP_RECLAIM] = PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_REFS) |
                              PROTO_BIT(PF_UID) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND),
+        [PROTO_OP_RING_CREATE] = PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) | PROTO_BIT(PF_SLOTS) |
+                                 PROTO_BIT(PF_MEMBERS) | PROTO_BIT(PF_MODE),
+        [PROTO_OP_RING_PART] = PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE),
+        [PROTO_OP_RING_JOIN] = PROTO_BIT(PF_NAME),
+        [PROTO_OP_RING_LEAVE] = PROTO_BIT(PF_NAME),
+        [PROTO_OP_RING_EVICT] = PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION),
+        [PROTO_OP_RING_CLOSE] = PROTO_BIT(PF_NAME),
         [PROTO_OP_SUBSCRIBE] = PROTO_BIT(PF_PREFIX),
         [PROTO_OP_UNSUBSCRIBE] = PROTO_BIT(PF_SUB),
         [PROTO_OP_GROUP_JOIN] = PROTO_BIT(PF_GROUP) | PROTO_BIT(PF_MEMBERS),
@@ -566,6 +585,11 @@ const char *proto_event_name(ProtoEvent ev)
 const char *proto_kind_name(ProtoKind kind)
 {
         return name_or(kind_names, _PROTO_KIND_MAX, kind, "none");
+}
+
+const char *proto_mode_name(ProtoMode mode)
+{
+        return name_or(mode_names, _PROTO_MODE_MAX, mode, "none");
 }
 
 const char *proto_state_name(ProtoState state)

@@ -76,6 +76,12 @@ typedef enum ProtoOp {
         PROTO_OP_GROUP_JOIN,
         PROTO_OP_UNMAP,   /* the client dropped its cached mapping: send the fd with the next attach */
         PROTO_OP_RECLAIM, /* after a reconnect: references the client still holds, registered again */
+        PROTO_OP_RING_CREATE, /* rings (docs/protocol.md 6.16): the producer declares one, */
+        PROTO_OP_RING_PART,   /* ... registers its shared memory part by part, */
+        PROTO_OP_RING_JOIN,   /* consumers join and leave it, */
+        PROTO_OP_RING_LEAVE,
+        PROTO_OP_RING_EVICT,  /* the producer drops a member that stalled past the lease, */
+        PROTO_OP_RING_CLOSE,  /* and ends it */
         PROTO_OP_UNKNOWN, /* a string we do not know: answered with status unknown-op */
         _PROTO_OP_MAX,
 } ProtoOp;
@@ -87,6 +93,8 @@ typedef enum ProtoEvent {
         PROTO_EV_REVOKED,   /* to holders and subscribers: the memory is gone */
         PROTO_EV_DRAINED,   /* to the owner (and subscribers): the last reference of a retired buffer went */
         PROTO_EV_FREED,     /* to peers that received the buffer's fd: the broker forgot it, drop any cached mapping */
+        PROTO_EV_MEMBER_JOINED, /* to a ring's producer: a member took member slot `index` */
+        PROTO_EV_MEMBER_LEFT,   /* to a ring's producer, and to the member: it is no member any more */
         PROTO_EV_UNKNOWN,
         _PROTO_EV_MAX,
 } ProtoEvent;
@@ -98,6 +106,14 @@ typedef enum ProtoKind {
         PROTO_KIND_CUDA_LEGACY,
         _PROTO_KIND_MAX,
 } ProtoKind;
+
+/* A ring's mode (PF_MODE); proto/ring.h's RingMode is the same minus one. */
+typedef enum ProtoMode {
+        PROTO_MODE_NONE = 0,
+        PROTO_MODE_BACKPRESSURE, /* every member sees every frame; the producer waits for the slowest */
+        PROTO_MODE_LATEST,       /* the producer never waits; members take the newest frame */
+        _PROTO_MODE_MAX,
+} ProtoMode;
 
 typedef enum ProtoState {
         PROTO_STATE_NONE = 0,
@@ -131,6 +147,7 @@ typedef enum ProtoField {
         PF_GROUP, PF_MEMBERS, PF_EPOCH, PF_AFTER, PF_LIMIT, PF_MORE, PF_ITEMS, PF_VALUE,
         PF_BUFFERS, PF_SUBS, PF_WAITS, PF_FDS, PF_PIDNS_SAME, PF_STARTED_MS,
         PF_RESTORED, PF_PENDING,
+        PF_INDEX, PF_SLOTS, PF_MODE,
         _PF_MAX,
 } ProtoField;
 
@@ -153,6 +170,8 @@ typedef struct ProtoMsg {
         uint64_t buffer, generation, refs, holders, owner, peer, sub;
         uint64_t members, epoch, after, limit, value;
         uint64_t buffers, subs, waits, fds, started_ms;
+        uint64_t index, slots;
+        ProtoMode mode;
         bool broker_held, writable, cached, more, pidns_same, restored, pending;
 
         ProtoStr error, message, label, name, prefix, device, reason, group;
@@ -228,6 +247,7 @@ const char *proto_op_name(ProtoOp op);
 const char *proto_event_name(ProtoEvent ev);
 const char *proto_kind_name(ProtoKind kind);
 const char *proto_state_name(ProtoState state);
+const char *proto_mode_name(ProtoMode mode);
 const char *proto_field_name(ProtoField f);
 const char *proto_strerror(int proto_e);
 

@@ -1,0 +1,436 @@
+/* Rings in the registry: the broker sets them up, accounts for them and cleans up after them; it is
+ * never on the per-frame path (docs/design.md "Rings").
+ *
+ * A producer declares a ring (ring-create), then registers its parts one fd at a time (ring-part):
+ * the control page, the slots and one member page per seat, all ordinary buffers of the producer
+ * except that they are attachable only by the ring's members (a member page only by the member in
+ * its seat) and never by name. A consumer joins (ring-join): it gets a seat and a new epoch, the
+ * producer is told (member-joined), and the consumer attaches the parts it needs by id. Leaving,
+ * dying or being evicted by the producer (its lease) frees the seat and tells both sides
+ * (member-left). The producer's death revokes the parts as for any buffer.
+ *
+ * What this file must never do: let a peer other than a seat's member attach that seat's page
+ * (the page is the member's only say in the ring, and the producer trusts nothing else it reads). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ring.h"
+#include "registry-internal.h"
+
+#define PART_SUFFIX_MAX 16 /* "@member.63" */
+
+static uint32_t ring_n_parts(const RegRing *g)
+{
+        return 1 + g->n_slots + g->n_members;
+}
+
+static RegRing *ring_lookup(const Registry *r, const char *name)
+{
+        uint64_t h = hash_str(name);
+
+        for (HNode *n = hmap_bucket(&r->rings, h); n; n = n->next) {
+                RegRing *g = container_of(n, RegRing, node);
+                if (n->hash == h && strcmp(g->name, name) == 0)
+                        return g;
+        }
+        return NULL;
+}
+
+RegRing *registry_ring_by_name(const Registry *r, const char *name)
+{
+        return ring_lookup(r, name);
+}
+
+/* A ring event: name, seat, epoch and an optional reason. */
+static void ring_event(Registry *r, RegPeer *to, ProtoEvent ev, const RegRing *g, const RingSeat *s,
+                       const char *reason, Outbox *o)
+{
+        ProtoMsg m = { 0 };
+
+        m.event = ev;
+        m.name = proto_str(g->name);
+        m.index = s->index;
+        m.generation = s->epoch;
+        m.has = PROTO_BIT(PF_EVENT) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION);
+        if (reason) {
+                m.reason = proto_str(reason);
+                proto_set(&m, PF_REASON);
+        }
+        outbox_send(o, to, &m, -1);
+        r->counters.events++;
+}
+
+/* Empties a seat, telling the producer (and the member, unless it is the one leaving or gone). */
+static void seat_free(Registry *r, RingSeat *s, const char *why, bool tell_member, Outbox *o)
+{
+        RegPeer *member = s->peer;
+
+        if (!member)
+                return;
+        s->peer = NULL;
+        list_unlink(&s->peer_link);
+        r->n_seated--;
+        if (s->ring->owner)
+                ring_event(r, s->ring->owner, PROTO_EV_MEMBER_LEFT, s->ring, s, why, o);
+        if (tell_member)
+                ring_event(r, member, PROTO_EV_MEMBER_LEFT, s->ring, s, why, o);
+}
+
+/* Forgets a ring: its seats empty, its parts stay buffers of the producer but nobody may attach
+ * them any more (the producer frees them, or its death revokes them). */
+static void ring_destroy(Registry *r, RegRing *g, const char *why, Outbox *o)
+{
+        g->owner = NULL; /* members hear it; the producer asked, or is gone */
+        for (uint32_t i = 0; i < g->n_members; i++)
+                seat_free(r, &g->seats[i], why, true, o);
+        for (uint32_t i = 0; i < ring_n_parts(g); i++)
+                if (g->parts[i])
+                        g->parts[i]->ring = NULL;
+        list_unlink(&g->owner_link);
+        hmap_remove(&r->rings, &g->node);
+        g->acct->buffers--;
+        reg_acct_put(r, g->acct);
+        r->n_rings--;
+        free(g->device);
+        free(g->parts);
+        free(g->seats);
+        free(g);
+}
+
+void reg_ring_part_gone(RegBuffer *b)
+{
+        if (b->ring) {
+                b->ring->parts[b->ring_index] = NULL;
+                b->ring->n_registered--;
+                b->ring = NULL;
+        }
+}
+
+bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, char *why, size_t cap)
+{
+        const RegRing *g = b->ring;
+        uint32_t first_page;
+
+        if (!b->ring_part)
+                return true;
+        if (!g) {
+                snprintf(why, cap, "buffer %llu ('%s') belongs to a ring that is closed", (unsigned long long)b->id,
+                         b->name);
+                return false;
+        }
+        first_page = 1 + g->n_slots;
+        for (uint32_t i = 0; i < g->n_members; i++) {
+                if (g->seats[i].peer != p)
+                        continue;
+                /* The control page and the slots are every member's; a member page its seat's only. */
+                if (b->ring_index < first_page || b->ring_index == first_page + i)
+                        return true;
+        }
+        snprintf(why, cap, "buffer %llu ('%s') is part of ring '%s': only its members may attach it (and a member "
+                 "page only its own member); join the ring", (unsigned long long)b->id, b->name, g->name);
+        return false;
+}
+
+void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpec *s, Outbox *out)
+{
+        size_t len = strlen(s->name);
+        RegRing *g;
+
+        if (ring_lookup(r, s->name)) {
+                reg_reply_err(out, p, id, PROTO_STATUS_NAME_TAKEN, "a ring named '%s' exists already", s->name);
+                return;
+        }
+        if (p->acct->buffers >= r->limits.buffers_per_uid) {
+                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "uid %u owns %u buffers (the limit; a ring counts as "
+                              "one, and each of its parts as one)", p->creds.uid, p->acct->buffers);
+                return;
+        }
+        g = calloc(1, sizeof(*g) + len + 1);
+        if (!g)
+                goto no_memory;
+        memcpy(g->name, s->name, len + 1);
+        g->parts = calloc(1 + s->n_slots + s->n_members, sizeof(*g->parts));
+        g->seats = calloc(s->n_members, sizeof(*g->seats));
+        g->device = s->device && *s->device ? strdup(s->device) : NULL;
+        if (!g->parts || !g->seats || (s->device && *s->device && !g->device) ||
+            hmap_insert(&r->rings, &g->node, hash_str(g->name)) < 0)
+                goto no_memory;
+        g->owner = p;
+        g->acct = p->acct;
+        g->kind = s->kind;
+        g->slot_size = s->slot_size;
+        g->n_slots = s->n_slots;
+        g->n_members = s->n_members;
+        g->mode = s->mode;
+        g->lease_ms = s->lease_ms;
+        for (uint32_t i = 0; i < g->n_members; i++) {
+                g->seats[i].ring = g;
+                g->seats[i].index = i;
+                list_init(&g->seats[i].peer_link);
+        }
+        list_append(&p->rings, &g->owner_link);
+        g->acct->buffers++;
+        r->n_rings++;
+        reg_reply_ok(out, p, id);
+        return;
+
+no_memory:
+        if (g) {
+                free(g->parts);
+                free(g->seats);
+                free(g->device);
+        }
+        free(g);
+        registry_peer_mark_lost(p);
+}
+
+/* What part `index` of ring g must be: its kind, size and whether members may write it. NULL, or why
+ * the publish does not fit. */
+static const char *part_mismatch(const RegRing *g, uint32_t index, const RegPublish *a)
+{
+        bool slot = index >= 1 && index <= g->n_slots;
+
+        if (index >= ring_n_parts(g))
+                return "the part index is beyond the ring's parts (1 control page, its slots, one page per member)";
+        if (g->parts[index])
+                return "that part is registered already";
+        if (a->broker_held || a->retire_after)
+                return "ring parts are neither broker-held nor retired after attaches";
+        if (slot) {
+                if (a->kind != g->kind || a->size != g->slot_size)
+                        return "a slot has the ring's kind and slot size";
+                if (a->writable)
+                        return "slots are read-only for members";
+                if (g->device && (!a->device || strcmp(a->device, g->device) != 0))
+                        return "a slot lives on the ring's device";
+                return NULL;
+        }
+        if (a->kind != PROTO_KIND_MEMFD || a->size != RING_PAGE)
+                return "the control page and member pages are memfds of 4096 bytes";
+        if (index == 0 && a->writable)
+                return "the control page is read-only for members";
+        if (index > g->n_slots && !a->writable)
+                return "a member page is writable by its member";
+        return NULL;
+}
+
+void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, RegPublish *a,
+                        Outbox *out)
+{
+        _cleanup_close_ int fd = steal_fd(a->fd);
+        char name[PROTO_MAX_NAME + 1];
+        RegRing *g = ring_lookup(r, ring);
+        const char *why;
+        RegBuffer *b;
+
+        if (!g || g->owner != p) {
+                reg_reply_err(out, p, id, g ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_NOT_FOUND,
+                              g ? "ring '%s' belongs to another producer" : "no ring '%s'", ring);
+                return;
+        }
+        why = part_mismatch(g, index, a);
+        if (why) {
+                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "ring '%s', part %u: %s", ring, index, why);
+                return;
+        }
+        if (index == 0)
+                snprintf(name, sizeof(name), "%s@ctl", ring);
+        else if (index <= g->n_slots)
+                snprintf(name, sizeof(name), "%s@slot.%u", ring, index - 1);
+        else
+                snprintf(name, sizeof(name), "%s@member.%u", ring, index - 1 - g->n_slots);
+        a->name = name;
+        b = reg_buffer_register(r, p, id, a, &fd, out);
+        if (!b)
+                return;
+        b->ring_part = true;
+        b->ring = g;
+        b->ring_index = index;
+        g->parts[index] = b;
+        g->n_registered++;
+        /* Live, but under no name: members attach it by id. */
+        reg_buffer_set_state(r, b, PROTO_STATE_LIVE);
+        b->generation = ++r->generation;
+        {
+                ProtoMsg m;
+
+                reg_reply_base(&m, id, PROTO_STATUS_OK);
+                m.buffer = b->id;
+                m.generation = b->generation;
+                m.has |= PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION);
+                outbox_send(out, p, &m, -1);
+        }
+}
+
+/* The parts a member of seat i attaches: the control page, the slots, its own page. */
+static int encode_parts(const RegRing *g, uint32_t seat, ProtoBuf *items)
+{
+        uint32_t page = 1 + g->n_slots + seat;
+        uint8_t head[5];
+        uint32_t n = 2 + g->n_slots;
+
+        /* An array header (msgpack array32), then one record per part. */
+        head[0] = 0xdd;
+        head[1] = (uint8_t)(n >> 24);
+        head[2] = (uint8_t)(n >> 16);
+        head[3] = (uint8_t)(n >> 8);
+        head[4] = (uint8_t)n;
+        if (proto_buf_append(items, head, sizeof(head)) < 0)
+                return -ENOMEM;
+        for (uint32_t i = 0; i <= g->n_slots + 1; i++) {
+                uint32_t part = i <= g->n_slots ? i : page;
+                ProtoMsg rec = { 0 };
+
+                rec.index = part;
+                rec.buffer = g->parts[part]->id;
+                rec.has = PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_BUFFER);
+                if (proto_record_encode(items, &rec) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out)
+{
+        RegRing *g = ring_lookup(r, ring);
+        ProtoBuf items = { 0 };
+        RingSeat *s = NULL;
+        ProtoMsg m;
+
+        if (!g || g->n_registered < ring_n_parts(g)) {
+                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, g ? "ring '%s' is still being set up (%u of %u "
+                              "parts registered)" : "no ring '%s'", ring, g ? g->n_registered : 0,
+                              g ? ring_n_parts(g) : 0);
+                return;
+        }
+        for (uint32_t i = 0; i < g->n_members; i++) {
+                if (g->seats[i].peer == p) {
+                        reg_reply_err(out, p, id, PROTO_STATUS_STATE, "this connection is a member of ring '%s' "
+                                      "already (seat %u)", ring, i);
+                        return;
+                }
+                if (!s && !g->seats[i].peer)
+                        s = &g->seats[i];
+        }
+        if (!s) {
+                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "ring '%s' has all its %u member seats taken", ring,
+                              g->n_members);
+                return;
+        }
+        if (encode_parts(g, s->index, &items) < 0) {
+                proto_buf_free(&items);
+                registry_peer_mark_lost(p);
+                return;
+        }
+        s->peer = p;
+        s->epoch = ++g->next_epoch;
+        list_append(&p->seats, &s->peer_link);
+        r->n_seated++;
+        reg_reply_base(&m, id, PROTO_STATUS_OK);
+        m.index = s->index;
+        m.generation = s->epoch;
+        m.slots = g->n_slots;
+        m.members = g->n_members;
+        m.mode = g->mode;
+        m.kind = g->kind;
+        m.size = g->slot_size;
+        m.timeout_ms = g->lease_ms;
+        m.items = (ProtoRaw){ items.data, (uint32_t)items.len, 2 + g->n_slots };
+        m.has |= PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_SLOTS) | PROTO_BIT(PF_MEMBERS) |
+                 PROTO_BIT(PF_MODE) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) | PROTO_BIT(PF_TIMEOUT_MS) |
+                 PROTO_BIT(PF_ITEMS);
+        if (g->device) {
+                m.device = proto_str(g->device);
+                proto_set(&m, PF_DEVICE);
+        }
+        outbox_send(out, p, &m, -1);
+        proto_buf_free(&items);
+        ring_event(r, g->owner, PROTO_EV_MEMBER_JOINED, g, s, NULL, out);
+}
+
+static RingSeat *seat_of(RegRing *g, const RegPeer *p)
+{
+        for (uint32_t i = 0; g && i < g->n_members; i++)
+                if (g->seats[i].peer == p)
+                        return &g->seats[i];
+        return NULL;
+}
+
+/* Drops p's references on g's parts (an evicted member may not come back for them). */
+static void drop_part_holds(Registry *r, RegRing *g, RegPeer *p, Outbox *o)
+{
+        list_for_each_safe(pos, &p->holds) {
+                Hold *h = list_entry(pos, Hold, peer_link);
+                RegBuffer *b = h->buf;
+
+                if (b->ring != g)
+                        continue;
+                reg_hold_drop(r, h);
+                reg_buffer_drain_if_done(r, b, NULL, o);
+        }
+}
+
+void registry_ring_leave(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out)
+{
+        RingSeat *s = seat_of(ring_lookup(r, ring), p);
+
+        if (!s) {
+                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "this connection is no member of ring '%s'", ring);
+                return;
+        }
+        reg_reply_ok(out, p, id);
+        seat_free(r, s, "the member left", false, out);
+}
+
+void registry_ring_evict(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, uint64_t epoch,
+                         Outbox *out)
+{
+        RegRing *g = ring_lookup(r, ring);
+        char why[PROTO_MAX_TEXT + 1];
+        RegPeer *member;
+        RingSeat *s;
+
+        if (!g || g->owner != p) {
+                reg_reply_err(out, p, id, g ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_NOT_FOUND,
+                              g ? "ring '%s' belongs to another producer" : "no ring '%s'", ring);
+                return;
+        }
+        if (index >= g->n_members || !g->seats[index].peer || g->seats[index].epoch != epoch) {
+                /* It left meanwhile (its member-left event is on its way): nothing to do. */
+                reg_reply_ok(out, p, id);
+                return;
+        }
+        s = &g->seats[index];
+        member = s->peer;
+        snprintf(why, sizeof(why), "evicted by the producer: it held up the ring for longer than its %u ms lease",
+                 g->lease_ms);
+        reg_reply_ok(out, p, id);
+        seat_free(r, s, why, true, out);
+        drop_part_holds(r, g, member, out);
+}
+
+void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out)
+{
+        RegRing *g = ring_lookup(r, ring);
+
+        if (!g || g->owner != p) {
+                reg_reply_err(out, p, id, g ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_NOT_FOUND,
+                              g ? "ring '%s' belongs to another producer" : "no ring '%s'", ring);
+                return;
+        }
+        reg_reply_ok(out, p, id);
+        ring_destroy(r, g, "the producer closed the ring", out);
+}
+
+void reg_rings_drop_peer(Registry *r, RegPeer *p, Outbox *o)
+{
+        char why[160];
+
+        while (!list_empty(&p->seats))
+                seat_free(r, list_entry(p->seats.next, RingSeat, peer_link), "the member disconnected", false, o);
+        snprintf(why, sizeof(why), "the producer (peer %llu, pid %u, uid %u) disconnected", (unsigned long long)p->id,
+                 p->creds.pid, p->creds.uid);
+        while (!list_empty(&p->rings))
+                ring_destroy(r, list_entry(p->rings.next, RegRing, owner_link), why, o);
+}
