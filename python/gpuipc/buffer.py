@@ -9,6 +9,7 @@ unmapped, so drop the views first.
 """
 import ctypes
 import warnings
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from . import arrays, dlpack, dtypes, meta as _meta
 from .errors import MetadataError, StateError
@@ -21,7 +22,8 @@ class View:
     """A typed window on a gpuipc buffer: `offset` bytes in, `dtype` elements of `shape` (C order, or
     `strides` in elements). Exports through DLPack like the buffer itself."""
 
-    def __init__(self, memory, offset, dtype, shape, strides=None):
+    def __init__(self, memory: '_Memory', offset: int, dtype: Any, shape: Sequence[int],
+                 strides: Optional[Sequence[int]] = None) -> None:
         self.memory = memory
         self.offset = int(offset)
         self.dtype = dtypes.name(dtype)
@@ -39,26 +41,27 @@ class View:
     # ---- layout ----
 
     @property
-    def kind(self):
+    def kind(self) -> str:
         """'memfd', 'cuda-vmm' or 'cuda-legacy'."""
         return self.memory.kind
 
     @property
-    def device_ordinal(self):
+    def device_ordinal(self) -> int:
         """The CUDA device the memory is mapped on here, -1 for memfd."""
         return self.memory.device_ordinal
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Bytes of the elements (for a strided view: of as many contiguous elements)."""
         return arrays.numel(self.shape) * dtypes.itemsize(self.dtype)
 
     @property
-    def readonly(self):
+    def readonly(self) -> bool:
         """True when this process may not write the memory (an attached buffer published read-only)."""
         return self.memory.readonly
 
-    def view(self, dtype=None, shape=None, offset=0, strides=None):
+    def view(self, dtype: Any = None, shape: Optional[Sequence[int]] = None, offset: int = 0,
+             strides: Optional[Sequence[int]] = None) -> 'View':
         """Another View of the same buffer: `offset` bytes after this view's start, C-contiguous
         unless `strides` (in elements) is given. Defaults: this view's dtype, and as many elements
         as fit after the offset."""
@@ -77,11 +80,12 @@ class View:
 
     # ---- DLPack ----
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> Tuple[int, int]:
         """(kDLCPU, 0) for memfd, (kDLCUDA, ordinal) for the CUDA kinds."""
         return self.memory.__dlpack_device__()
 
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    def __dlpack__(self, *, stream: Any = None, max_version: Optional[Tuple[int, int]] = None,
+                   dl_device: Optional[Tuple[int, int]] = None, copy: Optional[bool] = None) -> Any:
         """A DLPack capsule of the elements, zero-copy. `stream` is accepted and ignored: published
         data is complete before the publish returns (or is ordered by a fence, see Attached.wait_ready);
         `copy=True` is refused (this is shared memory); `dl_device` must be the buffer's own."""
@@ -96,19 +100,19 @@ class View:
 
     # ---- frameworks ----
 
-    def torch(self):
+    def torch(self) -> Any:
         """A torch tensor over the elements (no copy): on the buffer's GPU, or the CPU for memfd.
         torch has no read-only tensors: do not write into a buffer attached read-only."""
         import torch
         return torch.from_dlpack(self)
 
-    def cupy(self):
+    def cupy(self) -> Any:
         """A CuPy array over the elements (no copy); CUDA kinds only."""
         import cupy
         with cupy.cuda.Device(max(self.device_ordinal, 0)):
             return cupy.from_dlpack(self)
 
-    def jax(self):
+    def jax(self) -> Any:
         """A JAX array over the elements, through DLPack (JAX may copy if it cannot use the memory
         as it is, e.g. when it is not aligned to its liking)."""
         import jax.dlpack
@@ -117,7 +121,7 @@ class View:
         except TypeError:  # JAX releases that take only capsules
             return jax.dlpack.from_dlpack(self.__dlpack__())
 
-    def numpy(self):
+    def numpy(self) -> Any:
         """A NumPy array over the elements (no copy; read-only when the buffer is); memfd only.
         bfloat16 and float8 need ml_dtypes."""
         import numpy
@@ -140,7 +144,7 @@ class View:
         strides = None if self.strides is None else tuple(x * np_dtype.itemsize for x in self.strides)
         return numpy.ndarray(self.shape, np_dtype, buffer=raw, offset=-lo, strides=strides)
 
-    def memoryview(self):
+    def memoryview(self) -> memoryview:
         """The bytes of the elements as a memoryview (no copy; read-only when the buffer is); memfd only."""
         if self.kind != 'memfd':
             raise TypeError(f'a {self.kind} buffer is GPU memory; read it with .read() or a framework')
@@ -153,14 +157,14 @@ class View:
 
     # ---- copies ----
 
-    def read(self, offset=0, length=None):
+    def read(self, offset: int = 0, length: Optional[int] = None) -> bytes:
         """Copies bytes out (any kind; a CUDA copy for the CUDA kinds)."""
         length = self.nbytes - offset if length is None else length
         out = ctypes.create_string_buffer(max(length, 1))
         self.memory._copy(self.offset + offset, out, length, to_host=True)
         return out.raw[:length]
 
-    def write(self, data, offset=0):
+    def write(self, data: Any, offset: int = 0) -> None:
         """Copies bytes (anything with the buffer protocol) in, at `offset` bytes into the view."""
         mv = memoryview(data).cast('B')
         if offset + len(mv) > self.nbytes:
@@ -206,12 +210,12 @@ class _Memory(View):
     # ---- what libgpuipc says about the buffer ----
 
     @property
-    def ptr(self):
+    def ptr(self) -> int:
         """Host pointer (memfd) or device pointer (CUDA kinds) of the buffer's first byte."""
         return self._ptr
 
     @property
-    def size(self):
+    def size(self) -> int:
         """The buffer's size in bytes."""
         return self._size
 
@@ -226,26 +230,27 @@ class _Memory(View):
         return self._ordinal
 
     @property
-    def readonly(self):
+    def readonly(self) -> bool:
+        """False: the producer may always write its own memory."""
         return False
 
     @property
-    def id(self):
+    def id(self) -> int:
         """The broker's id of the buffer (0 before its first publish)."""
         return self._client._lib.gpuipc_buffer_id(self._handle) if self._handle else 0
 
     @property
-    def generation(self):
+    def generation(self) -> int:
         """The generation of its current (or last) publication."""
         return self._client._lib.gpuipc_buffer_generation(self._handle) if self._handle else 0
 
     @property
-    def name(self):
+    def name(self) -> str:
         """The name it was published under ('' before that)."""
         return self._client._lib.gpuipc_buffer_name(self._handle).decode() if self._handle else ''
 
     @property
-    def device(self):
+    def device(self) -> str:
         """The GPU's UUID ('GPU-...' or 'MIG-...') for CUDA kinds, '' for memfd."""
         return self._client._lib.gpuipc_buffer_device(self._handle).decode() if self._handle else ''
 
@@ -259,24 +264,24 @@ class Buffer(_Memory):
     """Memory this client allocated (`Client.empty()`, `Client.alloc()`, a copy made by
     `Client.share()`). It lives until `free()` or `Client.close()`; leaving a ``with`` block frees it."""
 
-    def publish(self, name, **options):
+    def publish(self, name: str, **options: Any) -> int:
         """`Client.publish(self, name, **options)`."""
         return self._client.publish(self, name, **options)
 
-    def retire(self):
+    def retire(self) -> None:
         """`Client.retire(self)`: no new attaches; the drained event follows the last release."""
         self._client.retire(self)
 
-    def wait_drained(self, timeout_ms=-1):
+    def wait_drained(self, timeout_ms: int = -1) -> None:
         """`Client.wait_drained(self, timeout_ms)`."""
         self._client.wait_drained(self, timeout_ms)
 
     @property
-    def drained(self):
+    def drained(self) -> bool:
         """True once the buffer, retired, has no references left (does not wait)."""
         return self._client.drained(self)
 
-    def free(self):
+    def free(self) -> None:
         """`Client.free(self)`."""
         self._client.free(self)
 
@@ -324,28 +329,29 @@ class Attached(_Memory):
         self._name = client._lib.gpuipc_buffer_name(handle).decode(errors='replace')
 
     @property
-    def name(self):
+    def name(self) -> str:
         """The name it was attached by (or published under, for an attach by id)."""
         return self._name
 
     @property
-    def meta(self):
+    def meta(self) -> Dict[Any, Any]:
         """The metadata map exactly as the producer published it ({} when none)."""
         if self._meta is None:
             raise self._meta_error
         return self._meta
 
     @property
-    def generation(self):
+    def generation(self) -> int:
         """The generation this attach got (it identifies the publication together with `id`)."""
         return self._generation
 
     @property
-    def readonly(self):
+    def readonly(self) -> bool:
+        """True unless the producer published the buffer writable."""
         return not self._writable
 
     @property
-    def revoked(self):
+    def revoked(self) -> bool:
         """True once the broker revoked the buffer (its producer died): stop using the memory."""
         self._client.process()
         return bool(self._handle and self._client._lib.gpuipc_buffer_revoked(self._handle))
@@ -354,18 +360,19 @@ class Attached(_Memory):
         if self._meta_error is not None:
             raise self._meta_error
 
-    def __dlpack__(self, **kwargs):
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        """View.__dlpack__, after checking that the metadata gave a usable layout."""
         self._check_layout()
         return _Memory.__dlpack__(self, **kwargs)
 
-    def wait_ready(self, stream=None):
+    def wait_ready(self, stream: Any = None) -> None:
         """If the producer published with a fence, enqueues in `stream` (a torch or CuPy stream, a raw
         CUstream as int, or None for the default stream) a wait until the data is written."""
         m = self.meta
         if 'fence' in m:
             self._client._fence_for(m['fence']).wait(int(m.get('fence_value', 1)), stream)
 
-    def release(self):
+    def release(self) -> None:
         """Gives the reference back (idempotent). Views must not be used afterwards."""
         handle, self._handle = self._handle, None
         if handle:

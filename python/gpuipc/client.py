@@ -15,11 +15,15 @@ import threading
 import time
 import warnings
 import weakref
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, Union
 
 from . import _lib, arrays, dtypes, errors, meta as _meta
 from .buffer import KINDS, Attached, Buffer, View
 from .events import Event, Subscription
 from .fence import Fence
+
+if TYPE_CHECKING:
+    from .state_dict import StateDict, StateDictVersion
 
 # Long waits are cut in slices of this many milliseconds so that Ctrl-C (KeyboardInterrupt) and
 # other threads get a turn; the broker and libgpuipc see several shorter waits.
@@ -81,7 +85,8 @@ class Client:
     buffer this client allocated and closes its fences.
     """
 
-    def __init__(self, socket=None, label=None, connect_timeout_ms=5000, reconnect=False, probe_gpus=True):
+    def __init__(self, socket: Optional[str] = None, label: Optional[str] = None, connect_timeout_ms: int = 5000,
+                 reconnect: bool = False, probe_gpus: bool = True) -> None:
         self._c = None
         self._lib = _lib.load()
         self._lock = threading.Lock()
@@ -159,11 +164,11 @@ class Client:
             self._pending.append(handle)
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         """True after close()."""
         return not self._c
 
-    def close(self):
+    def close(self) -> None:
         """Closes fences, releases attachments, frees this client's buffers (unmapping them), closes
         the connection. Idempotent. Views of any of them must not be used afterwards."""
         with self._lock:
@@ -196,19 +201,19 @@ class Client:
             warnings.warn('gpuipc: a Client was not closed; closing it now', ResourceWarning, stacklevel=2)
             self.close()
 
-    def ping(self, timeout_ms=5000):
+    def ping(self, timeout_ms: int = 5000) -> float:
         """One round trip to the broker; returns how long it took, in seconds."""
         t0 = time.monotonic()
         with self._locked():
             self._check(self._lib.gpuipc_ping(self._c, int(timeout_ms)), 'ping')
         return time.monotonic() - t0
 
-    def fileno(self):
+    def fileno(self) -> int:
         """The connection's socket, for an event loop: when it is readable, call process()."""
         with self._locked():
             return self._lib.gpuipc_fd(self._c)
 
-    def process(self):
+    def process(self) -> int:
         """Reads whatever the broker sent, without waiting; returns how many events are queued."""
         with self._locked():
             return self._check(self._lib.gpuipc_process(self._c), 'process') + len(self._stash)
@@ -233,7 +238,7 @@ class Client:
             pass
         buf._handle = None
 
-    def alloc(self, nbytes, kind='memfd', device=0):
+    def alloc(self, nbytes: int, kind: str = 'memfd', device: int = 0) -> Buffer:
         """A new Buffer of `nbytes` bytes (a uint8 array): memfd (host memory), cuda-vmm or
         cuda-legacy on CUDA device `device`."""
         nbytes = int(nbytes)
@@ -246,7 +251,8 @@ class Client:
                         f'allocate {nbytes} bytes of {kind}')
             return self._register(h.value)
 
-    def empty(self, shape, dtype='float32', kind='cuda-vmm', device=0, framework='torch'):
+    def empty(self, shape: Union[int, Sequence[int]], dtype: Any = 'float32', kind: str = 'cuda-vmm', device: int = 0,
+              framework: Optional[str] = 'torch') -> Any:
         """A new array in shared memory, uninitialized, of `shape` and `dtype` (a name, or a torch,
         NumPy, CuPy or JAX dtype): a torch tensor (framework='torch'), a NumPy array ('numpy',
         memfd), a CuPy array ('cupy'), a JAX array ('jax'), a memoryview ('memoryview', memfd) or
@@ -267,7 +273,7 @@ class Client:
             self.free(buf)
             raise
 
-    def wrap_cuda(self, obj):
+    def wrap_cuda(self, obj: Any) -> Buffer:
         """Shares an existing CUDA array's own allocation (torch tensor, CuPy array) as cuda-legacy,
         zero-copy: producer and consumers must share a PID namespace, and obj must stay alive and
         unchanged until the buffer drained. Returns the Buffer (publish it, or pass obj to publish)."""
@@ -305,8 +311,9 @@ class Client:
                              f'empty() (or alloc()), or let share() copy it into a buffer')
         return buf, info
 
-    def publish(self, obj, name, writable=False, broker_held=False, retire_after=0, meta=None, sync=True,
-                fence=None, stream=None):
+    def publish(self, obj: Any, name: str, writable: bool = False, broker_held: bool = False, retire_after: int = 0,
+                meta: Optional[Mapping[str, Any]] = None, sync: bool = True, fence: Optional[Fence] = None,
+                stream: Any = None) -> int:
         """Publishes the memory of `obj` (a Buffer, an empty() result, or a slice or view of one)
         under `name`, zero-copy. Its dtype, shape, strides and offset travel in the metadata with your
         own `meta` map (msgpack: any mix of ints, floats, None, bools, str, bytes, lists, maps; at most
@@ -348,7 +355,8 @@ class Client:
                         f"publish '{name_bytes.decode()}'")
             return self._lib.gpuipc_buffer_id(buf._handle)
 
-    def share(self, obj, name, kind=None, device=None, **publish_options):
+    def share(self, obj: Any, name: str, kind: Optional[str] = None, device: Optional[int] = None,
+              **publish_options: Any) -> Any:
         """Publishes an array under `name` and returns the object to retire / wait_drained / free.
 
         If obj already lies in this client's gpuipc memory (an empty() result or a slice of one) it is
@@ -381,13 +389,13 @@ class Client:
             return arrays.convert(copy, fw)
         return copy
 
-    def retire(self, obj):
+    def retire(self, obj: Any) -> None:
         """Stops new attaches of obj's buffer; existing ones stay valid. Drained follows the last release."""
         buf, _ = self._buffer_of(obj, 'retire')
         with self._locked():
             self._check(self._lib.gpuipc_retire(self._c, buf._handle), f"retire '{buf.name}'")
 
-    def wait_drained(self, obj, timeout_ms=-1):
+    def wait_drained(self, obj: Any, timeout_ms: int = -1) -> None:
         """Waits until obj's buffer (retired, or published with retire_after) has no references left:
         then it may be written and published again, or freed. Raises Timeout."""
         buf, _ = self._buffer_of(obj, 'wait_drained')
@@ -401,7 +409,7 @@ class Client:
                 self._check(r, f"wait for '{buf.name}' to drain")
                 return
 
-    def drained(self, obj):
+    def drained(self, obj: Any) -> bool:
         """True if obj's buffer is drained (or was never published); never waits."""
         buf, _ = self._buffer_of(obj, 'drained')
         with self._locked():
@@ -412,7 +420,7 @@ class Client:
             self._check(r, f"check whether '{buf.name}' drained")
             return True
 
-    def free(self, obj):
+    def free(self, obj: Any) -> None:
         """Unpublishes obj's buffer (retiring it if needed) and frees the memory once no consumer can
         use it. Views of it must not be used afterwards."""
         buf, _ = self._buffer_of(obj, 'free')
@@ -424,7 +432,7 @@ class Client:
 
     # ---- consumer ----
 
-    def attach(self, name, timeout_ms=5000, device=-1):
+    def attach(self, name: str, timeout_ms: int = 5000, device: int = -1) -> Attached:
         """Attaches the buffer published under `name`, waiting up to timeout_ms (negative: forever;
         0: NotFound at once if absent). CUDA kinds map onto `device` (-1: the buffer's own GPU).
         Returns an Attached: a zero-copy array (DLPack, .torch(), .numpy(), ...) with .meta; release
@@ -442,7 +450,7 @@ class Client:
                 self._check(r, f"attach '{name}'")
                 return self._adopt(h.value)
 
-    def attach_id(self, buffer_id, device=-1):
+    def attach_id(self, buffer_id: int, device: int = -1) -> Attached:
         """Attaches a live buffer by its broker id (as passed along a pipeline)."""
         h = ctypes.c_void_p()
         with self._locked():
@@ -460,14 +468,14 @@ class Client:
         self._attached.add(a)
         return a
 
-    def cache_trim(self):
+    def cache_trim(self) -> None:
         """Unmaps cached mappings nobody uses (the next attach of them imports again)."""
         with self._locked():
             self._lib.gpuipc_cache_trim(self._c)
 
     # ---- events ----
 
-    def subscribe(self, prefix=''):
+    def subscribe(self, prefix: str = '') -> Subscription:
         """Events ('published', 'retired', 'revoked', 'drained') about names starting with prefix."""
         sub = self._subscribe(prefix)
         return Subscription(self, sub, prefix)
@@ -503,7 +511,7 @@ class Client:
             return ev.subscription in self._internal_subs
         return any(p.owns_buffer(ev.buffer) for p in self._publishers.values())
 
-    def next_event(self, timeout_ms=-1):
+    def next_event(self, timeout_ms: int = -1) -> Optional[Event]:
         """The next Event, waiting up to timeout_ms (negative: forever); None when none came."""
         if self._stash:
             return self._stash.popleft()
@@ -516,7 +524,7 @@ class Client:
             if ev is None and last:
                 return None
 
-    def events(self, timeout_ms=-1):
+    def events(self, timeout_ms: int = -1) -> Iterator[Event]:
         """Iterates over events as they come; stops once none came for timeout_ms (negative: never)."""
         while True:
             ev = self.next_event(timeout_ms)
@@ -524,7 +532,7 @@ class Client:
                 return
             yield ev
 
-    async def next_event_async(self):
+    async def next_event_async(self) -> Event:
         """The next Event, for asyncio: waits for the socket with the running loop, never blocks it."""
         loop = asyncio.get_running_loop()
         while True:
@@ -555,7 +563,7 @@ class Client:
 
     # ---- fences ----
 
-    def create_fence(self, name, device=0, ipc_event=False):
+    def create_fence(self, name: str, device: int = 0, ipc_event: bool = False) -> Fence:
         """Creates and publishes a Fence on CUDA device `device`. ipc_event=True makes it of a CUDA IPC
         event (cheaper to wait on, one PID namespace only, only the creator signals)."""
         fn = self._lib.gpuipc_fence_create_ipc_event if ipc_event else self._lib.gpuipc_fence_create
@@ -565,7 +573,7 @@ class Client:
             fence = self._fences[h.value] = Fence(self, h.value, name, True)
         return fence
 
-    def open_fence(self, name, timeout_ms=5000, device=-1):
+    def open_fence(self, name: str, timeout_ms: int = 5000, device: int = -1) -> Fence:
         """Opens the Fence published under `name`, waiting up to timeout_ms."""
         h = ctypes.c_void_p()
         with self._locked():
@@ -592,7 +600,7 @@ class Client:
 
     # ---- rendezvous groups ----
 
-    def group_join(self, group, members, timeout_ms=-1):
+    def group_join(self, group: str, members: int, timeout_ms: int = -1) -> None:
         """Waits until `members` connections joined `group` (all return together) or the earliest
         member's deadline passes (all raise Timeout)."""
         with self._locked():
@@ -601,8 +609,9 @@ class Client:
 
     # ---- state dicts ----
 
-    def publish_state_dict(self, state_dict, name, kind='cuda-vmm', device=0, meta=None, buffers=2,
-                           timeout_ms=60000, broker_held=False):
+    def publish_state_dict(self, state_dict: Mapping[str, Any], name: str, kind: str = 'cuda-vmm', device: int = 0,
+                           meta: Optional[Mapping[str, Any]] = None, buffers: int = 2, timeout_ms: int = 60000,
+                           broker_held: bool = False) -> 'StateDictVersion':
         """Publishes a whole dict of arrays (torch, NumPy, CuPy, JAX; any dtypes, host or GPU) as ONE
         buffer with a manifest (names, dtypes, shapes, offsets) stored inside it, under `name`.
 
@@ -618,14 +627,15 @@ class Client:
         return pub.publish(state_dict, kind=kind, device=device, meta=meta, buffers=buffers, timeout_ms=timeout_ms,
                            broker_held=broker_held)
 
-    def unpublish_state_dict(self, name):
+    def unpublish_state_dict(self, name: str) -> None:
         """Retires every version published under `name` and frees their buffers (memory held by
         consumers stays valid for them until they release it)."""
         pub = self._publishers.pop(name, None)
         if pub is not None:
             pub.close()
 
-    def attach_state_dict(self, name, framework='torch', timeout_ms=5000, device=-1, after=None):
+    def attach_state_dict(self, name: str, framework: Optional[str] = 'torch', timeout_ms: int = 5000, device: int = -1,
+                          after: Optional['StateDict'] = None) -> 'StateDict':
         """Attaches the state dict published under `name` and returns it as a StateDict (a dict) of
         zero-copy arrays of `framework` ('torch', 'numpy', 'cupy', 'jax', or None for gpuipc views):
         ``model.load_state_dict(sd, assign=True)`` then uses the shared memory directly.

@@ -40,11 +40,11 @@ class Subscription:
     def __repr__(self):
         return f'<gpuipc.Subscription {self.id} prefix={self.prefix!r}>'
 
-    def matches(self, event):
+    def matches(self, event: Event) -> bool:
         """True if event came from this subscription."""
         return event.subscription == self.id
 
-    def close(self):
+    def close(self) -> None:
         """Unsubscribes (idempotent)."""
         if self.id:
             sub, self.id = self.id, 0

@@ -5,9 +5,10 @@ cuda-vmm buffer (crosses PID namespaces), or on a CUDA IPC event (one PID namesp
     ... kernels on stream s ...                       g.wait(n, stream=s2)   # GPU waits, host does not
     f.signal(n, stream=s)                             ... kernels on s2 read what s wrote ...
 """
+from typing import Any, Optional
 
 
-def stream_handle(stream):
+def stream_handle(stream: Any) -> Optional[int]:
     """The raw CUstream of a torch.cuda.Stream, a CuPy stream, an object with __cuda_stream__, an int,
     or None (the legacy default stream)."""
     if stream is None:
@@ -40,7 +41,7 @@ class Fence:
             raise StateError(f'fence {self.name!r} is closed')
         return self._handle
 
-    def signal(self, value=None, stream=None):
+    def signal(self, value: Optional[int] = None, stream: Any = None) -> int:
         """Enqueues in `stream` a write of `value` after all prior work in that stream. Without a
         value: the next value of this fence's own counter (1, 2, ...). Returns the value written."""
         value = self._next + 1 if value is None else int(value)
@@ -49,20 +50,20 @@ class Fence:
         self._next = max(self._next, value)
         return value
 
-    def wait(self, value, stream=None):
+    def wait(self, value: int, stream: Any = None) -> None:
         """Enqueues in `stream` a wait until the counter reaches `value` (the host does not wait)."""
         self._client._fence_call('wait', self._client._lib.gpuipc_fence_wait, self._h(), stream_handle(stream),
                                  int(value))
 
     @property
-    def value(self):
+    def value(self) -> int:
         """The counter, read from the host (never waits behind queued fence waits)."""
         import ctypes
         v = ctypes.c_uint64()
         self._client._fence_call('read', self._client._lib.gpuipc_fence_value, self._h(), ctypes.byref(v))
         return v.value
 
-    def close(self):
+    def close(self) -> None:
         """Closes the fence: the creator unpublishes and frees it, an opener releases it (idempotent)."""
         handle, self._handle = self._handle, None
         if handle:

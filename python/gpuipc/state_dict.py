@@ -13,6 +13,7 @@ keeps at most `buffers` buffers per name and reuses a buffer only once it draine
 flat across any number of updates.
 """
 import hashlib
+from typing import Any, Dict
 
 import msgpack
 
@@ -132,11 +133,11 @@ class StateDictVersion:
         return not self._slot._handle or self._slot.generation != self.generation
 
     @property
-    def drained(self):
+    def drained(self) -> bool:
         """True once this version is retired (a newer one replaced it) and no consumer holds it."""
         return self._superseded() or (self._publisher.live is not self._slot and self._slot.drained)
 
-    def wait_drained(self, timeout_ms=-1):
+    def wait_drained(self, timeout_ms: int = -1) -> None:
         """Waits until `drained` (a newer version must have been published first)."""
         if self._superseded():
             return
@@ -233,7 +234,13 @@ class StateDict(dict):
     arrays taken from it must not be used afterwards. Dropped unreleased, it is released once it
     and all its arrays are garbage (with a ResourceWarning)."""
 
-    def release(self):
+    name: str
+    version: int
+    generation: int
+    buffer_id: int
+    meta: Dict[str, Any]
+
+    def release(self) -> None:
         """Empties the dict and releases the buffer (idempotent)."""
         self.clear()
         attached, self._attached = getattr(self, '_attached', None), None

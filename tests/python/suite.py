@@ -328,6 +328,33 @@ def case_installed(prefix):
     return f'gpuipc {gpuipc.__version__} and {os.path.basename(lib)} from the venv'
 
 
+def case_api_surface(prefix):
+    """Docstrings on every public name, type hints shipped (py.typed), __version__ = the wheel's."""
+    import inspect
+    missing = []
+    for name in gpuipc.__all__:
+        obj = getattr(gpuipc, name)
+        if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+            continue
+        if not (obj.__doc__ or '').strip():
+            missing.append(name)
+        for attr, value in vars(obj).items() if inspect.isclass(obj) else ():
+            if attr.startswith('_') and attr not in ('__dlpack__', '__dlpack_device__'):
+                continue
+            fn = value.fget if isinstance(value, property) else value
+            if (callable(fn) or isinstance(value, property)) and not (getattr(fn, '__doc__', None) or '').strip():
+                missing.append(f'{name}.{attr}')
+    assert not missing, f'no docstring: {missing}'
+    hints = inspect.signature(gpuipc.Client.attach).return_annotation
+    assert hints is not inspect.Signature.empty, 'Client.attach has no return annotation'
+    assert os.path.exists(os.path.join(os.path.dirname(gpuipc.__file__), 'py.typed')), 'no py.typed'
+    if prefix:
+        import importlib.metadata
+        assert importlib.metadata.version('gpuipc') == gpuipc.__version__, 'wheel and __version__ differ'
+        assert 'msgpack' in ' '.join(importlib.metadata.requires('gpuipc') or []), 'msgpack is not a dependency'
+    return f'{len(gpuipc.__all__)} public names documented, py.typed, version {gpuipc.__version__}'
+
+
 def case_numpy_dlpack():
     """Every dtype as a NumPy array through np.from_dlpack, read-only, metadata exact; a strided slice."""
     peer = Peer('arrays-producer')
@@ -639,8 +666,8 @@ def main(argv):
     prefix = argv[argv.index('--installed-in') + 1] if '--installed-in' in argv else ''
     failed = 0
     t_all = time.monotonic()
-    for case in [lambda: case_installed(prefix)] + CASES:
-        label = 'installed' if case.__name__ == '<lambda>' else case.__name__[len('case_'):]
+    cases = [('installed', lambda: case_installed(prefix)), ('api_surface', lambda: case_api_surface(prefix))]
+    for label, case in cases + [(case.__name__[len('case_'):], case) for case in CASES]:
         t0 = time.monotonic()
         try:
             note = case()
