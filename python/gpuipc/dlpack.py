@@ -53,7 +53,7 @@ class _ManagedVersioned(ctypes.Structure):
 
 # address of a managed tensor -> (the structure, shape/strides arrays, owner): what must stay alive
 _live = {}
-_live_lock = threading.Lock()
+_live_lock = threading.RLock()  # re-entrant: a GC run inside the locked part may drop a capsule
 
 
 def _forget(address):
