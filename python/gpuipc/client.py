@@ -490,11 +490,20 @@ class Client:
         return v.value
 
     def _unsubscribe(self, sub):
-        self._internal_subs.discard(sub)
         if not self._c:
             return
         with self._locked():
             self._check(self._lib.gpuipc_unsubscribe(self._c, sub), 'unsubscribe')
+        if sub in self._internal_subs:
+            # Events the broker sent before the unsubscribe are queued by now (later ones libgpuipc
+            # drops): take them all, keep the caller's, so nothing of this one reaches next_event.
+            while True:
+                ev = self._take_event(0)
+                if ev is None:
+                    break
+                if not self._internal(ev):
+                    self._stash.append(ev)
+            self._internal_subs.discard(sub)
 
     def _take_event(self, timeout_ms):
         """The next event from libgpuipc (internal ones included), or None after timeout_ms."""

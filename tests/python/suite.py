@@ -535,13 +535,32 @@ def case_events_and_groups():
             assert own and own.type == 'drained' and own.subscription == 0, own
             rest = list(c.events(200))
             assert all(e.type == 'drained' and e.buffer == buf.id for e in rest), rest
+        # A state dict wait takes events internally: the caller's own must still reach it, in
+        # order, and none of the wait's own may.
+        with c.subscribe(prefix + 'u/'):
+            d.publish_state_dict({'w': np.zeros(4)}, prefix + 'sd', kind='memfd')
+            sd1 = c.attach_state_dict(prefix + 'sd', framework='numpy')
+
+            def later():
+                time.sleep(0.2)
+                d.publish(d.alloc(8, 'memfd'), prefix + 'u/x')
+                d.publish_state_dict({'w': np.ones(4)}, prefix + 'sd', kind='memfd')
+            t = threading.Thread(target=later)
+            t.start()
+            sd2 = c.attach_state_dict(prefix + 'sd', framework='numpy', after=sd1, timeout_ms=5000)
+            t.join()
+            assert float(sd2['w'][0]) == 1.0
+            sd1.release()
+            sd2.release()
+            got = [(e.type, e.name) for e in c.events(300)]
+            assert got == [('published', prefix + 'u/x')], got
         joined = []
         t = threading.Thread(target=lambda: (d.group_join(prefix + 'g', 2, 5000), joined.append(1)))
         t.start()
         c.group_join(prefix + 'g', 2, 5000)
         t.join(10)
         assert joined, 'the other member did not return'
-    return 'published/retired/drained events, asyncio, a group of 2'
+    return 'published/retired/drained events, asyncio, a state dict wait leaves the caller\'s events alone, a group of 2'
 
 
 def expect_raise(cls, fn, what):
