@@ -104,7 +104,9 @@ class View:
         """A torch tensor over the elements (no copy): on the buffer's GPU, or the CPU for memfd.
         torch has no read-only tensors: do not write into a buffer attached read-only."""
         import torch
-        return torch.from_dlpack(self)
+        # A legacy capsule: torch has no read-only tensors, so the read-only flag of a versioned one
+        # would tell it nothing (and must not make it refuse the memory).
+        return torch.from_dlpack(self.__dlpack__())
 
     def cupy(self) -> Any:
         """A CuPy array over the elements (no copy); CUDA kinds only."""
@@ -118,7 +120,8 @@ class View:
         import jax.dlpack
         try:
             return jax.dlpack.from_dlpack(self)
-        except TypeError:  # JAX releases that take only capsules
+        except Exception:
+            # JAX releases that take only capsules (or that would not take a read-only one)
             return jax.dlpack.from_dlpack(self.__dlpack__())
 
     def numpy(self) -> Any:

@@ -169,9 +169,13 @@ def role_inference():
     model.load_state_dict(sd, assign=True, strict=True)
     t_load = now()
     with c.attach('wtest/logits', timeout_ms=60000) as ref:
-        same = bool(torch.equal(logits_of(model), ref.torch()))
+        mine = logits_of(model)
+        same = bool(torch.equal(mine, ref.torch()))
+        direct = torch.from_dlpack(ref)  # the framework's own import, as in the docs
+        same_direct = bool(torch.equal(mine, direct))
+        del direct
     say('first', {'pidns': pidns(), 'attach_ms': (t_attach - t0) * 1000, 'load_ms': (t_load - t_attach) * 1000,
-                  'logits_identical': same, 'checksum_ok': checksum(sd) == sd.meta['checksum'],
+                  'logits_identical': same, 'from_dlpack_identical': same_direct, 'checksum_ok': checksum(sd) == sd.meta['checksum'],
                   'version': sd.version, 'zero_copy': _shares_buffer(model, sd)})
     hear('follow')
     seen, bad = [sd.version], []
@@ -253,7 +257,7 @@ def role_bench_producer(sock):
                     p.mul_(1.0001)
             torch.cuda.synchronize()
         t0 = now()
-        c.publish_state_dict(model.state_dict(), name, kind='cuda-vmm', device=0, timeout_ms=STEP_TIMEOUT_S * 1000)
+        c.publish_state_dict(sd, name, kind='cuda-vmm', device=0, timeout_ms=STEP_TIMEOUT_S * 1000)
         conn.send(t0)
         if conn.poll(STEP_TIMEOUT_S):
             conn.recv()
@@ -328,17 +332,22 @@ class Role:
                                   env=dict(os.environ, **(env or {})))
 
     def expect(self, word, timeout=STEP_TIMEOUT_S):
-        out = []
-        t = threading.Thread(target=lambda: out.append(self.p.stdout.readline()), daemon=True)
-        t.start()
-        t.join(timeout)
-        line = out[0].strip() if out else None
-        if not line:
-            raise RuntimeError(f'{self.name}: no {word!r} within {timeout} s (exit status {self.p.poll()})')
-        if not line.startswith(word):
-            raise RuntimeError(f'{self.name}: expected {word!r}, got {line[:300]!r}')
-        rest = line[len(word):].strip()
-        return json.loads(rest) if rest else None
+        """The JSON after the next line starting with word; other lines (a library's chatter) are
+        shown and skipped. Raises after timeout seconds or if the role exits."""
+        deadline = now() + timeout
+        while True:
+            out = []
+            t = threading.Thread(target=lambda: out.append(self.p.stdout.readline()), daemon=True)
+            t.start()
+            t.join(max(0.0, deadline - now()))
+            line = out[0].strip() if out else None
+            if line is None or (not line and self.p.poll() is not None):
+                raise RuntimeError(f'{self.name}: no {word!r} within {timeout} s (exit status {self.p.poll()})')
+            if line.startswith(word):
+                rest = line[len(word):].strip()
+                return json.loads(rest) if rest else None
+            if line:
+                print(f'  [{self.name}] {line[:300]}')
 
     def say(self, word):
         try:
@@ -399,6 +408,7 @@ def phase_trainer_inference(report, can_unshare):
                      f'trainer {pub["pidns"]}, inference {first["pidns"]}' if can_unshare else
                      'unshare --pid is not permitted here: both ran in this namespace')
         report.check('inference logits identical to the trainer\'s', first['logits_identical'])
+        report.check('torch.from_dlpack(attached) takes the buffer', first['from_dlpack_identical'])
         report.check('first version checksum', first['checksum_ok'])
         report.check('parameters are zero-copy views of the shared buffer', first['zero_copy'])
         trainer.say('updates')
