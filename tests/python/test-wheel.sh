@@ -39,8 +39,9 @@ t0=$SECONDS
         fail "the wheel did not build"
 wheel=$(ls "$dir"/dist/gpuipc-*.whl)
 echo "$(basename "$wheel") in $((SECONDS - t0)) s"
-"$python" -m zipfile -l "$wheel" | grep -q 'gpuipc/libgpuipc.so' || fail "the wheel does not carry libgpuipc.so"
-"$python" -m zipfile -l "$wheel" | grep -q 'gpuipc/py.typed' || fail "the wheel does not carry py.typed"
+"$python" -m zipfile -l "$wheel" >"$dir/contents"  # a file: grep -q in a pipe would cut zipfile short
+grep -q 'gpuipc/libgpuipc.so' "$dir/contents" || fail "the wheel does not carry libgpuipc.so"
+grep -q 'gpuipc/py.typed' "$dir/contents" || fail "the wheel does not carry py.typed"
 
 step "fresh venv, pip install the wheel"
 "$python" -m venv --system-site-packages "$dir/venv" >"$dir/log" 2>&1 || fail "no venv"
