@@ -18,6 +18,8 @@ packages=(
         runc                                          # tests: the broker in an OCI container
         nodejs npm                                    # tests: offline Kubernetes manifest validation
         jq procps psmisc python3-yaml                 # tests: reading results, processes, manifests
+        python3-msgpack python3-numpy                 # the Python package and its tests
+        python3-mesonpy python3-build python3-venv patchelf  # tests: building and installing its wheel
 )
 
 as_root() {

@@ -10,8 +10,6 @@ import os
 import subprocess
 import sys
 
-import gpuipc
-
 KIND = sys.argv[1] if len(sys.argv) > 1 else 'memfd'
 NAME = os.environ.get('GPUIPC_TEST_NAME') or f'py/roundtrip/{KIND}/{os.getpid()}'
 SHAPE = (64, 1024)
@@ -64,6 +62,7 @@ def consumer_torch(c):
 
 
 def run_role(role):
+    import gpuipc  # after the skip checks: without torch or a GPU this exits 77 first
     with gpuipc.Client(label=f'py-{role}') as c:
         fn = {('producer', True): producer_memfd, ('consumer', True): consumer_memfd,
               ('producer', False): producer_torch, ('consumer', False): consumer_torch}[(role, KIND == 'memfd')]

@@ -1,7 +1,8 @@
 #!/bin/bash
-# Runs roundtrip.py KIND against a fresh broker, with the built libgpuipc and python/gpuipc.py.
+# Runs roundtrip.py KIND against a fresh broker with the package from the source tree (python/)
+# and the built libgpuipc ($GPUIPC_LIBRARY).   test-python.sh KIND [PYTHON]
 set -euo pipefail
-kind=${1:-memfd}
+kind=${1:-memfd} python=${2:-python3}
 root=${GPUIPC_SOURCE_ROOT:?} build=${GPUIPC_BUILD_ROOT:?}
 dir=$(mktemp -d /tmp/gpuipc-python.XXXXXX)
 export GPUIPC_SOCKET=$dir/s.sock GPUIPC_LIBRARY=$build/client/libgpuipc.so PYTHONPATH=$root/python
@@ -10,6 +11,6 @@ broker=$!
 trap 'kill $broker 2>/dev/null; wait $broker 2>/dev/null; rm -rf "$dir"' EXIT
 "$GPUIPC_CTL" --timeout 5000 ping >/dev/null
 rc=0
-python3 "$root/tests/python/roundtrip.py" "$kind" || rc=$?
+"$python" "$root/tests/python/roundtrip.py" "$kind" || rc=$?
 [[ $rc == 0 || $rc == 77 ]] || { echo "--- broker log"; cat "$dir/broker.log"; }
 exit $rc

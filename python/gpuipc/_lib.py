@@ -1,0 +1,136 @@
+"""Finds and loads libgpuipc and declares the C functions' signatures (client/gpuipc.h) for ctypes.
+
+The library is looked up in this order:
+
+1. ``$GPUIPC_LIBRARY``, when set: exactly that file (development trees and tests use it);
+2. ``libgpuipc.so`` inside this package, where the wheel puts it;
+3. the system's ``libgpuipc.so.0`` (a ``meson install`` of the C library).
+"""
+import ctypes
+import os
+import threading
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+_p, _i, _u, _u64, _sz, _s = (ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_size_t,
+                             ctypes.c_char_p)
+_pp = ctypes.POINTER(ctypes.c_void_p)
+
+
+class Options(ctypes.Structure):
+    """gpuipc_options_t."""
+    _fields_ = [('socket_path', ctypes.c_char_p), ('label', ctypes.c_char_p), ('connect_timeout_ms', ctypes.c_int),
+                ('reconnect', ctypes.c_int), ('no_gpus', ctypes.c_int)]
+
+
+class PublishOptions(ctypes.Structure):
+    """gpuipc_publish_options_t."""
+    _fields_ = [('writable', ctypes.c_int), ('broker_held', ctypes.c_int), ('retire_after', ctypes.c_uint),
+                ('meta', ctypes.c_void_p), ('meta_len', ctypes.c_size_t), ('no_sync', ctypes.c_int)]
+
+
+class Event(ctypes.Structure):
+    """gpuipc_event_t."""
+    _fields_ = [('type', ctypes.c_int), ('subscription', ctypes.c_uint64), ('buffer', ctypes.c_uint64),
+                ('generation', ctypes.c_uint64), ('kind', ctypes.c_int), ('name', ctypes.c_char * 256),
+                ('reason', ctypes.c_char * 256)]
+
+
+# name: (result type, argument types)
+_SIGNATURES = {
+    'gpuipc_strerror': (_s, [_i]),
+    'gpuipc_connect': (_i, [_pp, ctypes.POINTER(Options)]),
+    'gpuipc_close': (None, [_p]),
+    'gpuipc_ping': (_i, [_p, _i]),
+    'gpuipc_errmsg': (_s, [_p]),
+    'gpuipc_buffer_alloc': (_i, [_p, _i, _sz, _i, _pp]),
+    'gpuipc_buffer_wrap_cuda': (_i, [_p, _u64, _sz, _pp]),
+    'gpuipc_publish': (_i, [_p, _p, _s, ctypes.POINTER(PublishOptions)]),
+    'gpuipc_retire': (_i, [_p, _p]),
+    'gpuipc_wait_drained': (_i, [_p, _p, _i]),
+    'gpuipc_attach': (_i, [_p, _s, _i, _pp]),
+    'gpuipc_attach_id': (_i, [_p, _u64, _pp]),
+    'gpuipc_release': (_i, [_p, _p]),
+    'gpuipc_cache_trim': (None, [_p]),
+    'gpuipc_set_device': (_i, [_p, _i]),
+    'gpuipc_buffer_read': (_i, [_p, _sz, _p, _sz]),
+    'gpuipc_buffer_write': (_i, [_p, _sz, _p, _sz]),
+    'gpuipc_buffer_free': (_i, [_p, _p]),
+    'gpuipc_buffer_ptr': (_p, [_p]),
+    'gpuipc_buffer_size': (_sz, [_p]),
+    'gpuipc_buffer_kind': (_i, [_p]),
+    'gpuipc_buffer_id': (_u64, [_p]),
+    'gpuipc_buffer_generation': (_u64, [_p]),
+    'gpuipc_buffer_name': (_s, [_p]),
+    'gpuipc_buffer_device': (_s, [_p]),
+    'gpuipc_buffer_device_ordinal': (_i, [_p]),
+    'gpuipc_buffer_writable': (_i, [_p]),
+    'gpuipc_buffer_meta': (_p, [_p, ctypes.POINTER(_sz)]),
+    'gpuipc_buffer_revoked': (_i, [_p]),
+    'gpuipc_subscribe': (_i, [_p, _s, ctypes.POINTER(_u64)]),
+    'gpuipc_unsubscribe': (_i, [_p, _u64]),
+    'gpuipc_next_event': (_i, [_p, ctypes.POINTER(Event), _i]),
+    'gpuipc_fd': (_i, [_p]),
+    'gpuipc_process': (_i, [_p]),
+    'gpuipc_fence_create': (_i, [_p, _s, _i, _pp]),
+    'gpuipc_fence_create_ipc_event': (_i, [_p, _s, _i, _pp]),
+    'gpuipc_fence_open': (_i, [_p, _s, _i, _pp]),
+    'gpuipc_fence_signal': (_i, [_p, _p, _u64]),
+    'gpuipc_fence_wait': (_i, [_p, _p, _u64]),
+    'gpuipc_fence_value': (_i, [_p, ctypes.POINTER(_u64)]),
+    'gpuipc_fence_close': (None, [_p]),
+    'gpuipc_group_join': (_i, [_p, _s, _u, _i]),
+}
+
+_lib = None
+_lib_path = None
+_load_lock = threading.Lock()
+
+
+def candidates():
+    """The paths tried, in order (see the module's docstring)."""
+    env = os.environ.get('GPUIPC_LIBRARY')
+    if env:
+        return [env]
+    return [os.path.join(_HERE, 'libgpuipc.so'), 'libgpuipc.so.0']
+
+
+def load():
+    """The loaded libgpuipc (loaded once per process). Raises OSError naming every place tried."""
+    global _lib, _lib_path
+    with _load_lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for path in candidates():
+            if os.sep in path and not os.path.exists(path):
+                tried.append(f'{path} (absent)')
+                continue
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                tried.append(f'{path} ({e})')
+                continue
+            for name, (res, args) in _SIGNATURES.items():
+                fn = getattr(lib, name)
+                fn.restype, fn.argtypes = res, args
+            _lib, _lib_path = lib, path
+            return lib
+        raise OSError('gpuipc: cannot load libgpuipc; tried ' + '; '.join(tried) +
+                      '. Install the gpuipc wheel (pip install gpuipc), or set GPUIPC_LIBRARY to a libgpuipc.so')
+
+
+def path():
+    """The file libgpuipc was loaded from (None before the first load). For the system's soname
+    this is what the dynamic linker found, read from /proc/self/maps."""
+    if _lib_path is None or os.sep in _lib_path:
+        return _lib_path
+    try:
+        with open('/proc/self/maps') as f:
+            for line in f:
+                fields = line.split(None, 5)
+                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith('libgpuipc.so'):
+                    return fields[5].strip()
+    except OSError:
+        pass
+    return _lib_path

@@ -1,0 +1,664 @@
+"""The connection to a gpuipc-broker: producing (alloc/empty, share, publish, retire, drained,
+free), consuming (attach), events, fences, rendezvous groups and state dicts.
+
+A Client serializes its calls with a lock, so threads may share one (each call waits for the one
+in progress; open one Client per thread for calls that block concurrently). Buffers dropped
+without release() by the garbage collector are released at once when the connection is idle, or
+right after the call in progress otherwise.
+"""
+import asyncio
+import bisect
+import collections
+import contextlib
+import ctypes
+import threading
+import time
+import warnings
+import weakref
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, Union
+
+from . import _lib, arrays, dtypes, errors, meta as _meta
+from .buffer import KINDS, Attached, Buffer, View
+from .events import Event, Subscription
+from .fence import Fence
+
+if TYPE_CHECKING:
+    from .state_dict import StateDict, StateDictVersion
+
+# Long waits are cut in slices of this many milliseconds so that Ctrl-C (KeyboardInterrupt) and
+# other threads get a turn; the broker and libgpuipc see several shorter waits.
+_SLICE_MS = 500
+
+_E_TIMEOUT = -1006
+_E_STATE = -1012
+_E_BUSY = -1104
+_E_INVALID = -1021
+
+
+class _Deadline:
+    """timeout_ms (negative: forever; 0: do not wait) as a sequence of slices."""
+
+    def __init__(self, timeout_ms):
+        self.timeout_ms = timeout_ms
+        self.forever = timeout_ms is None or timeout_ms < 0
+        self.end = None if self.forever else time.monotonic() + timeout_ms / 1000.0
+
+    def left_ms(self):
+        """Milliseconds left (-1: forever)."""
+        if self.forever:
+            return -1
+        return max(0, int((self.end - time.monotonic()) * 1000))
+
+    def next_slice(self):
+        """(milliseconds to wait now, whether this is the last slice)."""
+        left = self.left_ms()
+        if left < 0:
+            return _SLICE_MS, False
+        return min(left, _SLICE_MS), left <= _SLICE_MS
+
+
+def _kind_code(kind):
+    try:
+        return KINDS[kind]
+    except KeyError:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}") from None
+
+
+def _name_bytes(name, what='name'):
+    if not isinstance(name, str) or not name:
+        raise ValueError(f'the {what} must be a non-empty string, not {name!r}')
+    return name.encode()
+
+
+class Client:
+    """A connection to the broker.
+
+    socket: the broker's socket path (default: $GPUIPC_SOCKET, else /run/gpuipc/gpuipc.sock).
+    label: shown by `gpuipcctl peers` (default: the program's name).
+    connect_timeout_ms: keep trying this long while the socket is missing or refuses.
+    reconnect: after losing the broker, the next call reconnects and publishes this client's
+    buffers again (a 'reconnected' event).
+    probe_gpus: declare this process's visible GPUs at connect (needed to attach CUDA buffers;
+    False skips initializing CUDA in a process that only uses memfd).
+
+    Use it as a context manager, or call close(): that releases every attachment, frees every
+    buffer this client allocated and closes its fences.
+    """
+
+    def __init__(self, socket: Optional[str] = None, label: Optional[str] = None, connect_timeout_ms: int = 5000,
+                 reconnect: bool = False, probe_gpus: bool = True) -> None:
+        self._c = None
+        self._lib = _lib.load()
+        self._lock = threading.Lock()
+        self._pending = collections.deque()  # handles dropped by the GC while the lock was taken
+        self._own = {}                       # handle -> Buffer
+        self._own_ptrs = []                  # sorted (ptr, handle) of own buffers, to find an array's buffer
+        self._attached = weakref.WeakSet()
+        self._fences = {}                    # handle -> Fence
+        self._waited_fences = {}             # name -> Fence opened for Attached.wait_ready
+        self._stash = collections.deque()    # events an internal wait took that belong to the caller
+        self._internal_subs = set()
+        self._publishers = {}                # state dict name -> state_dict.Publisher
+        self._manifest_cache = {}            # manifest digest -> parsed entries (state_dict.py)
+        opts = _lib.Options(socket.encode() if socket else None, label.encode() if label else None,
+                            int(connect_timeout_ms), int(bool(reconnect)), 0 if probe_gpus else 1)
+        c = ctypes.c_void_p()
+        r = self._lib.gpuipc_connect(ctypes.byref(c), ctypes.byref(opts))
+        if r < 0:
+            detail = (self._lib.gpuipc_errmsg(None) or b'').decode(errors='replace')
+            raise errors.from_code(r, 'connect', detail, self._strerror(r))
+        self._c = c.value
+
+    def __repr__(self):
+        return f'<gpuipc.Client {"open" if self._c else "closed"}>'
+
+    # ---- plumbing ----
+
+    def _strerror(self, r):
+        return (self._lib.gpuipc_strerror(r) or b'').decode(errors='replace')
+
+    def _check(self, r, what):
+        """Raises the exception for a negative r (call with the lock held, right after the call)."""
+        if r < 0:
+            detail = (self._lib.gpuipc_errmsg(self._c) or b'').decode(errors='replace') if self._c else ''
+            raise errors.from_code(r, what, detail, self._strerror(r))
+        return r
+
+    @contextlib.contextmanager
+    def _locked(self):
+        with self._lock:
+            if not self._c:
+                raise errors.StateError('the client is closed')
+            try:
+                yield
+            finally:
+                self._drain_pending()
+
+    def _drain_pending(self):
+        while self._pending and self._c:
+            self._lib.gpuipc_release(self._c, self._pending.popleft())
+
+    def _release(self, attached, handle):
+        with self._lock:
+            self._attached.discard(attached)
+            if not self._c:
+                return  # close() released it already
+            try:
+                self._check(self._lib.gpuipc_release(self._c, handle), f"release '{attached.name}'")
+            finally:
+                self._drain_pending()
+
+    def _release_later(self, handle):
+        """From a finalizer, in any thread: release now if the connection is free, else after the
+        call in progress (never block, never interleave with a call)."""
+        if not self._c:
+            return
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._c:
+                    self._lib.gpuipc_release(self._c, handle)
+                    self._drain_pending()
+            finally:
+                self._lock.release()
+        else:
+            self._pending.append(handle)
+
+    @property
+    def closed(self) -> bool:
+        """True after close()."""
+        return not self._c
+
+    def close(self) -> None:
+        """Closes fences, releases attachments, frees this client's buffers (unmapping them), closes
+        the connection. Idempotent. Views of any of them must not be used afterwards."""
+        with self._lock:
+            if not self._c:
+                return
+            for handle, fence in list(self._fences.items()):
+                fence._handle = None
+                self._lib.gpuipc_fence_close(handle)
+            self._fences.clear()
+            self._waited_fences.clear()
+            for a in list(self._attached):
+                a._handle = None
+            for b in self._own.values():
+                b._handle = None
+            self._own.clear()
+            self._own_ptrs.clear()
+            self._pending.clear()
+            self._publishers.clear()
+            c, self._c = self._c, None
+            self._lib.gpuipc_close(c)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, '_c', None):
+            warnings.warn('gpuipc: a Client was not closed; closing it now', ResourceWarning, stacklevel=2)
+            self.close()
+
+    def ping(self, timeout_ms: int = 5000) -> float:
+        """One round trip to the broker; returns how long it took, in seconds."""
+        t0 = time.monotonic()
+        with self._locked():
+            self._check(self._lib.gpuipc_ping(self._c, int(timeout_ms)), 'ping')
+        return time.monotonic() - t0
+
+    def fileno(self) -> int:
+        """The connection's socket, for an event loop: when it is readable, call process()."""
+        with self._locked():
+            return self._lib.gpuipc_fd(self._c)
+
+    def process(self) -> int:
+        """Reads whatever the broker sent, without waiting; returns how many events are queued."""
+        with self._locked():
+            return self._check(self._lib.gpuipc_process(self._c), 'process') + len(self._stash)
+
+    # ---- producer ----
+
+    def _register(self, handle, dtype='uint8', shape=None):
+        try:
+            buf = Buffer(self, handle, dtype, shape)
+        except BaseException:
+            self._lib.gpuipc_buffer_free(self._c, handle)
+            raise
+        self._own[handle] = buf
+        bisect.insort(self._own_ptrs, (buf.ptr, handle))
+        return buf
+
+    def _forget(self, buf):
+        self._own.pop(buf._handle, None)
+        try:
+            self._own_ptrs.remove((buf.ptr, buf._handle))
+        except ValueError:
+            pass
+        buf._handle = None
+
+    def alloc(self, nbytes: int, kind: str = 'memfd', device: int = 0) -> Buffer:
+        """A new Buffer of `nbytes` bytes (a uint8 array): memfd (host memory), cuda-vmm or
+        cuda-legacy on CUDA device `device`."""
+        nbytes = int(nbytes)
+        if nbytes <= 0:
+            raise ValueError(f'a buffer needs at least one byte, not {nbytes}')
+        code = _kind_code(kind)
+        h = ctypes.c_void_p()
+        with self._locked():
+            self._check(self._lib.gpuipc_buffer_alloc(self._c, code, nbytes, int(device), ctypes.byref(h)),
+                        f'allocate {nbytes} bytes of {kind}')
+            return self._register(h.value)
+
+    def empty(self, shape: Union[int, Sequence[int]], dtype: Any = 'float32', kind: str = 'cuda-vmm', device: int = 0,
+              framework: Optional[str] = 'torch') -> Any:
+        """A new array in shared memory, uninitialized, of `shape` and `dtype` (a name, or a torch,
+        NumPy, CuPy or JAX dtype): a torch tensor (framework='torch'), a NumPy array ('numpy',
+        memfd), a CuPy array ('cupy'), a JAX array ('jax'), a memoryview ('memoryview', memfd) or
+        the gpuipc Buffer itself (None). Write into it, then publish() it: no copy is made.
+        Slices of it can be published too (their offset and strides travel in the metadata)."""
+        shape = (int(shape),) if isinstance(shape, int) else tuple(int(x) for x in shape)
+        name = dtypes.name(dtype)
+        nbytes = arrays.numel(shape) * dtypes.itemsize(name)
+        code = _kind_code(kind)
+        h = ctypes.c_void_p()
+        with self._locked():
+            self._check(self._lib.gpuipc_buffer_alloc(self._c, code, max(nbytes, 1), int(device), ctypes.byref(h)),
+                        f'allocate {nbytes} bytes of {kind}')
+            buf = self._register(h.value, name, shape)
+        try:
+            return arrays.convert(buf, framework)
+        except BaseException:
+            self.free(buf)
+            raise
+
+    def wrap_cuda(self, obj: Any) -> Buffer:
+        """Shares an existing CUDA array's own allocation (torch tensor, CuPy array) as cuda-legacy,
+        zero-copy: producer and consumers must share a PID namespace, and obj must stay alive and
+        unchanged until the buffer drained. Returns the Buffer (publish it, or pass obj to publish)."""
+        info = arrays.describe(obj)
+        if info.device[0] != 2:
+            raise ValueError('wrap_cuda() needs CUDA memory (a torch CUDA tensor or a CuPy array)')
+        lo, hi = arrays.extent(info)
+        h = ctypes.c_void_p()
+        with self._locked():
+            self._check(self._lib.gpuipc_buffer_wrap_cuda(self._c, info.ptr + lo, max(hi - lo, 1), ctypes.byref(h)),
+                        'wrap the CUDA array')
+            buf = self._register(h.value)
+        buf._keepalive = obj
+        return buf
+
+    def _owner(self, obj):
+        """(own Buffer, dlpack.Info) of an array that lies in this client's gpuipc memory, or (None, info)."""
+        if isinstance(obj, View) and obj.memory._client is self and obj.memory._handle in self._own:
+            return obj.memory, obj._gpuipc_info()
+        info = arrays.describe(obj)
+        lo, hi = arrays.extent(info)
+        i = bisect.bisect_right(self._own_ptrs, (info.ptr + lo, float('inf'))) - 1
+        if i >= 0:
+            buf = self._own[self._own_ptrs[i][1]]
+            if info.ptr + max(hi, lo + 1) <= buf.ptr + max(buf.size, 1) and info.device == buf.__dlpack_device__():
+                if isinstance(obj, memoryview) and info.ptr == buf.ptr and obj.nbytes == buf.nbytes:
+                    info = buf._gpuipc_info()  # the bytes of an empty() result: its dtype and shape
+                return buf, info
+        return None, info
+
+    def _buffer_of(self, obj, what):
+        buf, info = self._owner(obj)
+        if buf is None:
+            raise ValueError(f'{what}: the array does not lie in gpuipc memory of this client; allocate it with '
+                             f'empty() (or alloc()), or let share() copy it into a buffer')
+        return buf, info
+
+    def publish(self, obj: Any, name: str, writable: bool = False, broker_held: bool = False, retire_after: int = 0,
+                meta: Optional[Mapping[str, Any]] = None, sync: bool = True, fence: Optional[Fence] = None,
+                stream: Any = None) -> int:
+        """Publishes the memory of `obj` (a Buffer, an empty() result, or a slice or view of one)
+        under `name`, zero-copy. Its dtype, shape, strides and offset travel in the metadata with your
+        own `meta` map (msgpack: any mix of ints, floats, None, bools, str, bytes, lists, maps; at most
+        4096 bytes encoded).
+
+        writable: consumers may write (fixed at the first publish). broker_held (memfd, cuda-vmm): the
+        memory outlives this process until retired and drained. retire_after: retire automatically
+        after that many attaches. CUDA kinds: the device is synchronized first so prior writes are
+        visible (sync=False skips that); with `fence` (a Fence this client created) the fence is
+        signalled in `stream` (default: torch's current stream if torch is loaded, else the default
+        stream) instead, and consumers wait for it with Attached.wait_ready().
+
+        A buffer can be published again (under any name) once it drained. Returns the buffer id.
+        """
+        target = _name_bytes(name)
+        buf, info = self._buffer_of(obj, f"publish '{name}'")
+        layout = {'dtype': info.dtype, 'shape': list(info.shape)}
+        if info.strides is not None:
+            layout['strides'] = list(info.strides)
+        if info.ptr != buf.ptr:
+            layout['offset'] = info.ptr - buf.ptr
+        no_sync = not sync
+        if fence is not None:
+            if stream is None and buf.kind != 'memfd':
+                stream = _torch_current_stream(buf.device_ordinal)
+            layout['fence'] = fence.name
+            layout['fence_value'] = fence.signal(stream=stream)
+            no_sync = True
+        raw = _meta.pack(meta, layout)
+        return self._publish_raw(buf, target, raw, writable, broker_held, retire_after, no_sync)
+
+    def _publish_raw(self, buf, name_bytes, raw, writable=False, broker_held=False, retire_after=0, no_sync=False):
+        holder = ctypes.create_string_buffer(raw, len(raw)) if raw else None
+        opts = _lib.PublishOptions(int(bool(writable)), int(bool(broker_held)), int(retire_after),
+                                   ctypes.cast(holder, ctypes.c_void_p) if holder else None, len(raw),
+                                   int(bool(no_sync)))
+        with self._locked():
+            self._check(self._lib.gpuipc_publish(self._c, buf._handle, name_bytes, ctypes.byref(opts)),
+                        f"publish '{name_bytes.decode()}'")
+            return self._lib.gpuipc_buffer_id(buf._handle)
+
+    def share(self, obj: Any, name: str, kind: Optional[str] = None, device: Optional[int] = None,
+              **publish_options: Any) -> Any:
+        """Publishes an array under `name` and returns the object to retire / wait_drained / free.
+
+        If obj already lies in this client's gpuipc memory (an empty() result or a slice of one) it is
+        published as it is: zero-copy, and obj is returned. Otherwise share() COPIES it into a new
+        buffer (memfd for host arrays, cuda-vmm on obj's GPU for device arrays, or the `kind` and
+        `device` given) and returns the copy, in obj's framework. kind='cuda-legacy' instead exports
+        obj's own CUDA allocation (zero-copy; one PID namespace only; keep obj alive until drained).
+        publish_options: as for publish().
+        """
+        buf, info = self._owner(obj)
+        if buf is not None:
+            self.publish(obj, name, **publish_options)
+            return obj
+        if kind == 'cuda-legacy':
+            buf = self.wrap_cuda(obj)
+            self.publish(obj, name, **publish_options)
+            return obj
+        on_gpu = info.device[0] == 2
+        kind = kind or ('cuda-vmm' if on_gpu else 'memfd')
+        device = info.device[1] if device is None and on_gpu else (device or 0)
+        fw = arrays.framework_of(obj)
+        copy = self.empty(info.shape, info.dtype, kind=kind, device=device, framework=None)
+        try:
+            arrays.copy_into(copy, obj)
+            self.publish(copy, name, **publish_options)
+        except BaseException:
+            self.free(copy)
+            raise
+        if fw in ('torch', 'cupy') or (fw == 'numpy' and kind == 'memfd'):
+            return arrays.convert(copy, fw)
+        return copy
+
+    def retire(self, obj: Any) -> None:
+        """Stops new attaches of obj's buffer; existing ones stay valid. Drained follows the last release."""
+        buf, _ = self._buffer_of(obj, 'retire')
+        with self._locked():
+            self._check(self._lib.gpuipc_retire(self._c, buf._handle), f"retire '{buf.name}'")
+
+    def wait_drained(self, obj: Any, timeout_ms: int = -1) -> None:
+        """Waits until obj's buffer (retired, or published with retire_after) has no references left:
+        then it may be written and published again, or freed. Raises Timeout."""
+        buf, _ = self._buffer_of(obj, 'wait_drained')
+        deadline = _Deadline(timeout_ms)
+        while True:
+            ms, last = deadline.next_slice()
+            with self._locked():
+                r = self._lib.gpuipc_wait_drained(self._c, buf._handle, ms)
+                if r == _E_TIMEOUT and not last:
+                    continue
+                self._check(r, f"wait for '{buf.name}' to drain")
+                return
+
+    def drained(self, obj: Any) -> bool:
+        """True if obj's buffer is drained (or was never published); never waits."""
+        buf, _ = self._buffer_of(obj, 'drained')
+        with self._locked():
+            self._check(self._lib.gpuipc_process(self._c), 'process')
+            r = self._lib.gpuipc_wait_drained(self._c, buf._handle, 0)
+            if r in (_E_TIMEOUT, _E_STATE):
+                return False
+            self._check(r, f"check whether '{buf.name}' drained")
+            return True
+
+    def free(self, obj: Any) -> None:
+        """Unpublishes obj's buffer (retiring it if needed) and frees the memory once no consumer can
+        use it. Views of it must not be used afterwards."""
+        buf, _ = self._buffer_of(obj, 'free')
+        with self._locked():
+            r = self._lib.gpuipc_buffer_free(self._c, buf._handle)
+            if r not in (_E_BUSY, _E_INVALID):
+                self._forget(buf)  # libgpuipc freed it, whatever the broker answered
+            self._check(r, f"free '{buf.name}'")
+
+    # ---- consumer ----
+
+    def attach(self, name: str, timeout_ms: int = 5000, device: int = -1) -> Attached:
+        """Attaches the buffer published under `name`, waiting up to timeout_ms (negative: forever;
+        0: NotFound at once if absent). CUDA kinds map onto `device` (-1: the buffer's own GPU).
+        Returns an Attached: a zero-copy array (DLPack, .torch(), .numpy(), ...) with .meta; release
+        it when done. Raises NotFound, Timeout, Denied, PidNamespace, Device, NoCuda, ..."""
+        target = _name_bytes(name)
+        deadline = _Deadline(timeout_ms)
+        h = ctypes.c_void_p()
+        while True:
+            ms, last = deadline.next_slice()
+            with self._locked():
+                self._check(self._lib.gpuipc_set_device(self._c, int(device)), 'set the device')
+                r = self._lib.gpuipc_attach(self._c, target, ms, ctypes.byref(h))
+                if r == _E_TIMEOUT and not last:
+                    continue
+                self._check(r, f"attach '{name}'")
+                return self._adopt(h.value)
+
+    def attach_id(self, buffer_id: int, device: int = -1) -> Attached:
+        """Attaches a live buffer by its broker id (as passed along a pipeline)."""
+        h = ctypes.c_void_p()
+        with self._locked():
+            self._check(self._lib.gpuipc_set_device(self._c, int(device)), 'set the device')
+            self._check(self._lib.gpuipc_attach_id(self._c, int(buffer_id), ctypes.byref(h)),
+                        f'attach buffer {buffer_id}')
+            return self._adopt(h.value)
+
+    def _adopt(self, handle):
+        try:
+            a = Attached(self, handle)
+        except BaseException:
+            self._lib.gpuipc_release(self._c, handle)
+            raise
+        self._attached.add(a)
+        return a
+
+    def cache_trim(self) -> None:
+        """Unmaps cached mappings nobody uses (the next attach of them imports again)."""
+        with self._locked():
+            self._lib.gpuipc_cache_trim(self._c)
+
+    # ---- events ----
+
+    def subscribe(self, prefix: str = '') -> Subscription:
+        """Events ('published', 'retired', 'revoked', 'drained') about names starting with prefix."""
+        sub = self._subscribe(prefix)
+        return Subscription(self, sub, prefix)
+
+    def _subscribe(self, prefix):
+        if not isinstance(prefix, str):
+            raise TypeError('the prefix must be a string')
+        v = ctypes.c_uint64()
+        with self._locked():
+            self._check(self._lib.gpuipc_subscribe(self._c, prefix.encode(), ctypes.byref(v)),
+                        f"subscribe to '{prefix}'")
+        return v.value
+
+    def _unsubscribe(self, sub):
+        if not self._c:
+            return
+        with self._locked():
+            self._check(self._lib.gpuipc_unsubscribe(self._c, sub), 'unsubscribe')
+        if sub in self._internal_subs:
+            # Events the broker sent before the unsubscribe are queued by now (later ones libgpuipc
+            # drops): take them all, keep the caller's, so nothing of this one reaches next_event.
+            while True:
+                ev = self._take_event(0)
+                if ev is None:
+                    break
+                if not self._internal(ev):
+                    self._stash.append(ev)
+            self._internal_subs.discard(sub)
+
+    def _take_event(self, timeout_ms):
+        """The next event from libgpuipc (internal ones included), or None after timeout_ms."""
+        ev = _lib.Event()
+        with self._locked():
+            r = self._lib.gpuipc_next_event(self._c, ctypes.byref(ev), timeout_ms)
+            if r == _E_TIMEOUT:
+                return None
+            self._check(r, 'wait for an event')
+        return Event._from_c(ev)
+
+    def _internal(self, ev):
+        if ev.subscription:
+            return ev.subscription in self._internal_subs
+        return any(p.owns_buffer(ev.buffer) for p in self._publishers.values())
+
+    def next_event(self, timeout_ms: int = -1) -> Optional[Event]:
+        """The next Event, waiting up to timeout_ms (negative: forever); None when none came."""
+        if self._stash:
+            return self._stash.popleft()
+        deadline = _Deadline(timeout_ms)
+        while True:
+            ms, last = deadline.next_slice()
+            ev = self._take_event(ms)
+            if ev is not None and not self._internal(ev):
+                return ev
+            if ev is None and last:
+                return None
+
+    def events(self, timeout_ms: int = -1) -> Iterator[Event]:
+        """Iterates over events as they come; stops once none came for timeout_ms (negative: never)."""
+        while True:
+            ev = self.next_event(timeout_ms)
+            if ev is None:
+                return
+            yield ev
+
+    async def next_event_async(self) -> Event:
+        """The next Event, for asyncio: waits for the socket with the running loop, never blocks it."""
+        loop = asyncio.get_running_loop()
+        while True:
+            ev = self.next_event(0)
+            if ev is not None:
+                return ev
+            ready = loop.create_future()
+            fd = self.fileno()
+            loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+            try:
+                await ready
+            finally:
+                loop.remove_reader(fd)
+
+    def _wait_for(self, match, timeout_ms):
+        """Takes events until match(event); others are kept for next_event. Returns the event or None."""
+        deadline = _Deadline(timeout_ms)
+        while True:
+            ms, last = deadline.next_slice()
+            ev = self._take_event(ms)
+            if ev is not None:
+                if match(ev):
+                    return ev
+                if not self._internal(ev):
+                    self._stash.append(ev)
+            elif last:
+                return None
+
+    # ---- fences ----
+
+    def create_fence(self, name: str, device: int = 0, ipc_event: bool = False) -> Fence:
+        """Creates and publishes a Fence on CUDA device `device`. ipc_event=True makes it of a CUDA IPC
+        event (cheaper to wait on, one PID namespace only, only the creator signals)."""
+        fn = self._lib.gpuipc_fence_create_ipc_event if ipc_event else self._lib.gpuipc_fence_create
+        h = ctypes.c_void_p()
+        with self._locked():
+            self._check(fn(self._c, _name_bytes(name), int(device), ctypes.byref(h)), f"create fence '{name}'")
+            fence = self._fences[h.value] = Fence(self, h.value, name, True)
+        return fence
+
+    def open_fence(self, name: str, timeout_ms: int = 5000, device: int = -1) -> Fence:
+        """Opens the Fence published under `name`, waiting up to timeout_ms."""
+        h = ctypes.c_void_p()
+        with self._locked():
+            self._check(self._lib.gpuipc_set_device(self._c, int(device)), 'set the device')
+            self._check(self._lib.gpuipc_fence_open(self._c, _name_bytes(name), int(timeout_ms), ctypes.byref(h)),
+                        f"open fence '{name}'")
+            fence = self._fences[h.value] = Fence(self, h.value, name, False)
+        return fence
+
+    def _fence_for(self, name):
+        fence = self._waited_fences.get(name)
+        if fence is None or not fence._handle:
+            fence = self._waited_fences[name] = self.open_fence(name)
+        return fence
+
+    def _fence_call(self, what, fn, handle, *args):
+        with self._locked():
+            self._check(fn(handle, *args), f'fence {what}')
+
+    def _fence_closed(self, fence, handle):
+        with self._lock:
+            if self._fences.pop(handle, None) is not None and self._c:
+                self._lib.gpuipc_fence_close(handle)
+
+    # ---- rendezvous groups ----
+
+    def group_join(self, group: str, members: int, timeout_ms: int = -1) -> None:
+        """Waits until `members` connections joined `group` (all return together) or the earliest
+        member's deadline passes (all raise Timeout)."""
+        with self._locked():
+            self._check(self._lib.gpuipc_group_join(self._c, _name_bytes(group, 'group'), int(members),
+                                                    int(timeout_ms)), f"join group '{group}'")
+
+    # ---- state dicts ----
+
+    def publish_state_dict(self, state_dict: Mapping[str, Any], name: str, kind: str = 'cuda-vmm', device: int = 0,
+                           meta: Optional[Mapping[str, Any]] = None, buffers: int = 2, timeout_ms: int = 60000,
+                           broker_held: bool = False) -> 'StateDictVersion':
+        """Publishes a whole dict of arrays (torch, NumPy, CuPy, JAX; any dtypes, host or GPU) as ONE
+        buffer with a manifest (names, dtypes, shapes, offsets) stored inside it, under `name`.
+
+        Calling it again under the same name publishes a new version: consumers holding the old one
+        are not disturbed, new attaches get the new one. At most `buffers` buffers are used per name
+        (double buffering with 2): a version's buffer is reused once every consumer released it,
+        waiting up to timeout_ms for that (Timeout otherwise). Returns a StateDictVersion.
+        """
+        from . import state_dict as _sd
+        pub = self._publishers.get(name)
+        if pub is None:
+            pub = self._publishers[name] = _sd.Publisher(self, name)
+        return pub.publish(state_dict, kind=kind, device=device, meta=meta, buffers=buffers, timeout_ms=timeout_ms,
+                           broker_held=broker_held)
+
+    def unpublish_state_dict(self, name: str) -> None:
+        """Retires every version published under `name` and frees their buffers (memory held by
+        consumers stays valid for them until they release it)."""
+        pub = self._publishers.pop(name, None)
+        if pub is not None:
+            pub.close()
+
+    def attach_state_dict(self, name: str, framework: Optional[str] = 'torch', timeout_ms: int = 5000, device: int = -1,
+                          after: Optional['StateDict'] = None) -> 'StateDict':
+        """Attaches the state dict published under `name` and returns it as a StateDict (a dict) of
+        zero-copy arrays of `framework` ('torch', 'numpy', 'cupy', 'jax', or None for gpuipc views):
+        ``model.load_state_dict(sd, assign=True)`` then uses the shared memory directly.
+
+        after: a StateDict you hold: wait (up to timeout_ms) for a newer publication than that one.
+        Release the StateDict (sd.release(), or a ``with`` block) once nothing uses it any more.
+        """
+        from . import state_dict as _sd
+        return _sd.attach(self, name, framework, timeout_ms, device, after)
+
+
+def _torch_current_stream(ordinal):
+    import sys
+    torch = sys.modules.get('torch')
+    if torch is None:
+        return None
+    return torch.cuda.current_stream(max(ordinal, 0)).cuda_stream

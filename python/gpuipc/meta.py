@@ -1,0 +1,56 @@
+"""Buffer metadata: the small msgpack map that travels with every publish (at most 4096 bytes).
+
+gpuipc itself writes a few keys, which C producers and consumers may use as well:
+
+    dtype        canonical dtype name ('float32', 'bfloat16', ...)
+    shape        list of ints
+    strides      list of ints, in elements; absent when C-contiguous
+    offset       byte offset of the first element in the buffer; absent when 0
+    fence        name of a fence to wait on before reading (publish(..., fence=...))
+    fence_value  the value that fence reaches once the data is written
+    state_dict   {'version', 'manifest': [offset, length], 'digest'}: a state dict (state_dict.py)
+
+Everything else is the producer's own, round-tripped exactly by the msgpack package: ints of any
+sign up to 64 bits, floats, None, bools, str, bytes, lists and nested maps (tuples arrive as lists).
+"""
+import msgpack
+
+from .errors import MetadataError
+
+MAX_BYTES = 4096
+RESERVED = ('dtype', 'shape', 'strides', 'offset', 'fence', 'fence_value', 'state_dict')
+
+
+def pack(user, layout=None):
+    """Encodes the user's map merged with gpuipc's layout keys; MetadataError if it is too large or a
+    user key collides with a layout key that is set."""
+    m = {}
+    if user:
+        if not isinstance(user, dict):
+            raise TypeError(f'meta must be a dict, not {type(user).__name__}')
+        m.update(user)
+    for key, value in (layout or {}).items():
+        if key in m:
+            raise MetadataError(f"metadata key {key!r} is set by gpuipc for this buffer; choose another name")
+        m[key] = value
+    try:
+        raw = msgpack.packb(m, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise MetadataError(f'cannot encode the metadata as msgpack: {e}') from None
+    if len(raw) > MAX_BYTES:
+        raise MetadataError(f'the metadata is {len(raw)} bytes encoded; the broker takes at most {MAX_BYTES} '
+                            f'(large tables, such as a state dict manifest, belong in the buffer itself)')
+    return raw
+
+
+def unpack(raw):
+    """Decodes a metadata map (any valid msgpack map, including a C producer's)."""
+    if not raw:
+        return {}
+    try:
+        m = msgpack.unpackb(raw, raw=False, strict_map_key=False, use_list=True)
+    except Exception as e:  # msgpack raises several types for malformed input
+        raise MetadataError(f'the buffer metadata is not valid msgpack: {e}') from None
+    if not isinstance(m, dict):
+        raise MetadataError(f'the buffer metadata is a msgpack {type(m).__name__}, not a map')
+    return m
