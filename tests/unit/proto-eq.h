@@ -37,6 +37,9 @@ static inline bool proto_msg_eq(const ProtoMsg *a, const ProtoMsg *b, ProtoField
         d = PF_STATE;
         if (proto_has(a, d) && a->state != b->state)
                 goto out;
+        d = PF_MODE;
+        if (proto_has(a, d) && a->mode != b->mode)
+                goto out;
         {
                 static const struct { ProtoField f; size_t off; } u64s[] = {
                         { PF_ID, offsetof(ProtoMsg, id) }, { PF_REPLY, offsetof(ProtoMsg, reply) },
@@ -55,6 +58,7 @@ static inline bool proto_msg_eq(const ProtoMsg *a, const ProtoMsg *b, ProtoField
                         { PF_BUFFERS, offsetof(ProtoMsg, buffers) }, { PF_SUBS, offsetof(ProtoMsg, subs) },
                         { PF_WAITS, offsetof(ProtoMsg, waits) }, { PF_FDS, offsetof(ProtoMsg, fds) },
                         { PF_STARTED_MS, offsetof(ProtoMsg, started_ms) },
+                        { PF_INDEX, offsetof(ProtoMsg, index) }, { PF_SLOTS, offsetof(ProtoMsg, slots) },
                 };
                 static const struct { ProtoField f; size_t off; } bools[] = {
                         { PF_BROKER_HELD, offsetof(ProtoMsg, broker_held) },

@@ -149,11 +149,11 @@ typedef struct FieldInfo {
 #define FE(f, k, m, n) [f] = { f, k, FT_ENUM, offsetof(ProtoMsg, m), 0, n }
 
 static const FieldInfo FIELDS[_PF_MAX] = {
-        FE(PF_OP, "op", op, PROTO_OP_UNMAP),
+        FE(PF_OP, "op", op, PROTO_OP_RING_CLOSE),
         FU(PF_ID, "id", id),
         FU(PF_REPLY, "reply", reply),
         FU(PF_STATUS, "status", status),
-        FE(PF_EVENT, "event", event, PROTO_EV_FREED),
+        FE(PF_EVENT, "event", event, PROTO_EV_MEMBER_LEFT),
         FS(PF_ERROR, "error", error, 64),
         FS(PF_MESSAGE, "message", message, PROTO_MAX_TEXT),
         FU(PF_VERSION, "version", version),
@@ -201,6 +201,9 @@ static const FieldInfo FIELDS[_PF_MAX] = {
         FU(PF_STARTED_MS, "started_ms", started_ms),
         FB(PF_RESTORED, "restored", restored),
         FB(PF_PENDING, "pending", pending),
+        FU(PF_INDEX, "index", index),
+        FU(PF_SLOTS, "slots", slots),
+        FE(PF_MODE, "mode", mode, PROTO_MODE_LATEST),
 };
 
 static const uint8_t handle_a[PROTO_LEGACY_HANDLE_SIZE] = { 1, 2, 3, [63] = 0xff };
@@ -512,6 +515,12 @@ static const struct {
         { PROTO_OP_GROUP_JOIN, "group-join", { PF_GROUP, PF_MEMBERS }, 2 },
         { PROTO_OP_UNMAP, "unmap", { PF_BUFFER }, 1 },
         { PROTO_OP_RECLAIM, "reclaim", { PF_BUFFER, PF_GENERATION, PF_REFS, PF_UID, PF_NAME, PF_KIND }, 6 },
+        { PROTO_OP_RING_CREATE, "ring-create", { PF_NAME, PF_KIND, PF_SIZE, PF_SLOTS, PF_MEMBERS, PF_MODE }, 6 },
+        { PROTO_OP_RING_PART, "ring-part", { PF_NAME, PF_INDEX, PF_KIND, PF_SIZE }, 4 },
+        { PROTO_OP_RING_JOIN, "ring-join", { PF_NAME }, 1 },
+        { PROTO_OP_RING_LEAVE, "ring-leave", { PF_NAME }, 1 },
+        { PROTO_OP_RING_EVICT, "ring-evict", { PF_NAME, PF_INDEX, PF_GENERATION }, 3 },
+        { PROTO_OP_RING_CLOSE, "ring-close", { PF_NAME }, 1 },
 };
 
 static void test_every_op(void)
@@ -592,7 +601,8 @@ static void test_message_types(void)
 
 static void test_enums(void)
 {
-        static const char *const events[] = { NULL, "published", "retired", "revoked", "drained", "freed" };
+        static const char *const events[] = { NULL, "published", "retired", "revoked", "drained", "freed",
+                                              "member-joined", "member-left" };
         static const char *const kinds[] = { NULL, "memfd", "cuda-vmm", "cuda-legacy" };
         static const char *const states[] = { NULL, "live", "retired", "idle" };
 
