@@ -18,8 +18,6 @@
 #include "ring.h"
 #include "registry-internal.h"
 
-#define PART_SUFFIX_MAX 16 /* "@member.63" */
-
 static uint32_t ring_n_parts(const RegRing *g)
 {
         return 1 + g->n_slots + g->n_members;
@@ -234,12 +232,7 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
                 reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "ring '%s', part %u: %s", ring, index, why);
                 return;
         }
-        if (index == 0)
-                snprintf(name, sizeof(name), "%s@ctl", ring);
-        else if (index <= g->n_slots)
-                snprintf(name, sizeof(name), "%s@slot.%u", ring, index - 1);
-        else
-                snprintf(name, sizeof(name), "%s@member.%u", ring, index - 1 - g->n_slots);
+        ring_part_name(name, sizeof(name), ring, index, g->n_slots);
         a->name = name;
         b = reg_buffer_register(r, p, id, a, &fd, out);
         if (!b)

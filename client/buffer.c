@@ -647,6 +647,10 @@ void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)
         case PROTO_EV_RETIRED:
                 ev.type = GPUIPC_EVENT_RETIRED;
                 break;
+        case PROTO_EV_MEMBER_JOINED:
+        case PROTO_EV_MEMBER_LEFT:
+                ring_on_event(c, m);
+                return;
         default:
                 return; /* from a newer broker: nothing we can act on */
         }
@@ -775,7 +779,7 @@ int buffer_after_reconnect(gpuipc_t *c)
         list_for_each(pos, &c->own) {
                 gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, own_link);
 
-                if (b->state != PROTO_STATE_LIVE && b->state != PROTO_STATE_RETIRED)
+                if (b->ring_part || (b->state != PROTO_STATE_LIVE && b->state != PROTO_STATE_RETIRED))
                         continue; /* idle or never published: registered by the next publish */
                 r = restore_own(c, b);
                 if (r < 0)

@@ -600,6 +600,12 @@ _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
         c = calloc(1, sizeof(*c));
         if (!c)
                 return -ENOMEM;
+        /* First, so that gpuipc_close can undo a half-made connection. */
+        list_init(&c->own);
+        list_init(&c->attached);
+        list_init(&c->subs);
+        list_init(&c->rings);
+        list_init(&c->idle);
         c->fd = c->retry_timer = -1;
         c->epfd = epoll_create1(EPOLL_CLOEXEC);
         c->rbuf = malloc(PROTO_MAX_FRAME);
@@ -619,10 +625,6 @@ _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
         c->pidns = own_pidns();
         c->max_idle = max_idle;
         c->device_pref = -1;
-        list_init(&c->own);
-        list_init(&c->attached);
-        list_init(&c->subs);
-        list_init(&c->idle);
         if (!o.no_gpus)
                 c->n_gpus = cuda_visible_gpus(c->gpus, PROTO_MAX_GPUS);
 
@@ -642,6 +644,7 @@ _public_ void gpuipc_close(gpuipc_t *c)
 {
         if (!c)
                 return;
+        ring_close_all(c);
         buffer_close_all(c);
         while (!list_empty(&c->subs)) {
                 Subscription *s = list_entry(c->subs.next, Subscription, link);

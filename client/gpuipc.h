@@ -265,6 +265,72 @@ void gpuipc_fence_close(gpuipc_fence_t *f);
  * gpuipc_fence_value() gives 1 once that signal completed, else 0. */
 int gpuipc_fence_create_ipc_event(gpuipc_t *c, const char *name, int device, gpuipc_fence_t **ret);
 
+/* ---- rings: frames handed over in shared memory, without the broker ----
+ * A producer creates a ring of `slots` buffers of one kind and size under a name; each consumer
+ * joins it once (it maps every slot then) and takes and releases frames from then on through the
+ * ring's shared memory alone. Frames are numbered 1, 2, 3, ... The broker sets the ring up, tells
+ * the producer who joined and left, and cleans up after dead members; it sees no frame.
+ *
+ * Backpressure mode: every member gets every frame, in order; the producer reuses a slot only when
+ * every member released the frame in it, and evicts a member that holds it up longer than the
+ * lease. Latest mode (video): the producer never waits; a member takes the newest frame, and frames
+ * a slow member did not take are dropped for it (needs slots >= members + 2).
+ * A ring is used by one thread at a time on each side, like its connection. docs/design.md "Rings"
+ * explains the memory layout and why the hand-over is race-free. */
+typedef struct gpuipc_ring gpuipc_ring_t;
+
+typedef enum gpuipc_ring_mode {
+        GPUIPC_RING_BACKPRESSURE = 0,
+        GPUIPC_RING_LATEST = 1,
+} gpuipc_ring_mode_t;
+
+typedef struct gpuipc_ring_options {
+        size_t struct_size;       /* sizeof(gpuipc_ring_options_t): lets this struct grow */
+        gpuipc_kind_t kind;       /* of the slots: GPUIPC_KIND_MEMFD (0: the default) or GPUIPC_KIND_CUDA_VMM */
+        size_t slot_size;         /* bytes per slot (required) */
+        unsigned slots;           /* 0: 4 */
+        unsigned max_members;     /* member seats; 0: 4 */
+        int device;               /* CUDA slots: the device ordinal */
+        gpuipc_ring_mode_t mode;
+        unsigned lease_ms;        /* backpressure: evict a member that holds the producer up this long;
+                                   * 0: 2000 */
+} gpuipc_ring_options_t;
+
+/* Producer: allocates the slots and the ring's shared memory and registers it under name. */
+int gpuipc_ring_create(gpuipc_t *c, const char *name, const gpuipc_ring_options_t *opts, gpuipc_ring_t **ret);
+
+/* Member: joins the ring published under name, waiting up to timeout_ms for it to exist and for its
+ * producer to let the member in (the producer does so in any ring call, or in gpuipc_process). */
+int gpuipc_ring_join(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_ring_t **ret);
+
+/* Producer: the slot the next frame goes into, once nothing may still read it (backpressure: every
+ * member released the frame it held; waits up to timeout_ms). Write into it, then publish. */
+int gpuipc_ring_acquire(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t **ret_slot);
+
+/* Producer: makes the acquired slot the next frame (CUDA slots: after a device synchronization) and
+ * wakes members that wait. *ret_frame (may be NULL) is its number. */
+int gpuipc_ring_publish(gpuipc_ring_t *r, uint64_t *ret_frame);
+
+/* Member: takes the next frame (backpressure) or the newest one not taken yet (latest), waiting up
+ * to timeout_ms. The slot stays the member's until gpuipc_ring_release. GPUIPC_E_REVOKED once the
+ * member was evicted or the ring closed or lost its producer (gpuipc_errmsg says which). */
+int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t **ret_slot, uint64_t *ret_frame);
+
+/* Member: gives the frame back. 0 means it did not change while held; GPUIPC_E_REVOKED means the
+ * producer overwrote it (it evicted this member, which held the ring up past its lease). */
+int gpuipc_ring_release(gpuipc_ring_t *r);
+
+/* Member: an fd for event loops, readable when a frame may be ready (take with timeout 0 until it
+ * says GPUIPC_E_TIMEOUT; that also resets the fd). A helper thread of the library sleeps on the
+ * ring's doorbell for it. */
+int gpuipc_ring_fd(gpuipc_ring_t *r);
+
+/* Member: before sleeping, busy-wait up to spin_us for a frame (lower latency, a core spent). */
+void gpuipc_ring_set_spin(gpuipc_ring_t *r, unsigned spin_us);
+
+/* Leaves (member) or closes (producer) the ring and frees what it holds. NULL is fine. */
+void gpuipc_ring_close(gpuipc_ring_t *r);
+
 /* ---- rendezvous groups ---- */
 
 /* Waits until `members` connections joined group (all return 0 together) or the earliest

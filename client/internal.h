@@ -64,6 +64,7 @@ struct gpuipc_buffer {
         List own_link;
         ProtoState state;   /* as far as we know; NONE before the first publish */
         bool registered;    /* the broker we are connected to knows this id (else publish sends the memory) */
+        bool ring_part;     /* part of a ring of ours: registered again by the ring, not as a buffer */
         bool broker_held;
         unsigned retire_after;
         KindAlloc ka;
@@ -112,6 +113,7 @@ struct gpuipc {
         uint64_t *abandoned;    /* ids of attach requests we stopped waiting for */
         size_t n_abandoned;
         List own, attached, subs;
+        List rings;             /* gpuipc_ring_t.link: rings this connection produces or is a member of */
         HMap maps_by_id;
         List idle;
         size_t n_idle, max_idle;
@@ -158,6 +160,13 @@ void buffer_on_late_attach(gpuipc_t *c, Frame *f);
  * of attached buffers, drop idle cached mappings. 0, or GPUIPC_E_DISCONNECTED if lost again. */
 int buffer_after_reconnect(gpuipc_t *c);
 void buffer_close_all(gpuipc_t *c);
+
+/* ---- ring.c ---- */
+
+/* A member-joined or member-left event. */
+void ring_on_event(gpuipc_t *c, const ProtoMsg *ev);
+/* Closes every ring of c (gpuipc_close). */
+void ring_close_all(gpuipc_t *c);
 
 /* ---- kinds ---- */
 

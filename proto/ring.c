@@ -2,6 +2,8 @@
  * leave these functions. Fuzzed (tests/fuzz/fuzz-ring.c). */
 #include "ring.h"
 
+#include <stdio.h>
+
 RingMemberView ring_member_view(const volatile RingMember *m, uint64_t epoch, uint64_t start, uint64_t head)
 {
         RingMemberView v = { 0 };
@@ -35,6 +37,16 @@ bool ring_member_lets(const RingMemberView *v, uint64_t start, uint64_t frame, u
         if (frame - n_slots < start)
                 return true;
         return v->released >= frame - n_slots;
+}
+
+void ring_part_name(char *buf, size_t cap, const char *ring, uint32_t index, uint32_t n_slots)
+{
+        if (index == 0)
+                snprintf(buf, cap, "%s@ctl", ring);
+        else if (index <= n_slots)
+                snprintf(buf, cap, "%s@slot.%u", ring, index - 1);
+        else
+                snprintf(buf, cap, "%s@member.%u", ring, index - 1 - n_slots);
 }
 
 bool ring_ctl_valid(const volatile RingCtl *c, uint32_t n_slots, uint32_t n_members, uint64_t slot_size)

@@ -855,6 +855,12 @@ uint64_t h_stats(gpuipc_t *c, const char *key)
 
 unsigned h_list_count(gpuipc_t *c, const char *prefix)
 {
+        return h_list_ids(c, prefix, NULL, NULL, 0);
+}
+
+unsigned h_list_ids(gpuipc_t *c, const char *prefix, uint64_t *ids, char (*names)[PROTO_MAX_NAME + 1],
+                    unsigned max)
+{
         uint64_t after = 0;
         unsigned n = 0;
         bool more = true;
@@ -867,8 +873,13 @@ unsigned h_list_count(gpuipc_t *c, const char *prefix)
                 req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_PREFIX) | PROTO_BIT(PF_AFTER);
                 CHECK_OK(c, client_request(c, &req, -1, H_SOON_MS, &f));
                 proto_iter_init(&it, &f.msg.items);
-                while (proto_iter_next(&it, &rec) == 1)
+                while (proto_iter_next(&it, &rec) == 1) {
+                        if (n < max) {
+                                ids[n] = rec.buffer;
+                                proto_str_copy(rec.name, names[n], sizeof(names[n]));
+                        }
                         n++;
+                }
                 more = f.msg.more;
                 CHECK(!more || f.msg.after > after);
                 after = f.msg.after;

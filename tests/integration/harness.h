@@ -210,6 +210,9 @@ uint64_t h_stats(gpuipc_t *c, const char *key);
 
 /* How many buffers the list op shows under prefix ("" for all). */
 unsigned h_list_count(gpuipc_t *c, const char *prefix);
+/* The ids and names of (at most max) buffers listed under prefix, in listing order; their number. */
+unsigned h_list_ids(gpuipc_t *c, const char *prefix, uint64_t *ids, char (*names)[PROTO_MAX_NAME + 1],
+                    unsigned max);
 
 /* ---- child processes ---- */
 

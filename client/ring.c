@@ -1,0 +1,989 @@
+/* Rings (gpuipc.h, docs/design.md "Rings"): a producer's slots and a control page in shared
+ * memory, member pages each member alone writes, futex doorbells. The broker is asked only to set
+ * up, join, leave, evict and close; frames go through shared memory alone.
+ *
+ * Who writes what (proto/ring.h): the producer writes the control page and the slots, member i its
+ * page. Each side reads the other's memory as untrusted input: the producer through
+ * ring_member_view, a member checking every index and sequence number before use. So a member that
+ * scribbles over its own page can stall its own frames (and the producer up to the lease), never
+ * another member's, and a member never returns a frame it cannot vouch for.
+ *
+ * Every hand-over is a store, a sequentially consistent fence, and a load on each side:
+ *   - a held frame: the producer marks the slot it is about to write (slot_seq = 0), fences, then
+ *     looks at what members hold; a member says what it holds (held / released), fences, then checks
+ *     the slot still holds that frame. One of the two sees the other, so no frame is overwritten
+ *     while a member holds it, or the member learns it did not get it;
+ *   - a doorbell: a member says it sleeps, fences, looks at head once more, then futex-waits on the
+ *     doorbell value it read before; the producer moves head and the doorbell, fences, then wakes
+ *     whoever said it sleeps. Nobody sleeps through a publish. */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "futex.h"
+#include "internal.h"
+#include "macro.h"
+#include "ring.h"
+
+#define RING_PUMP_MS 1           /* a producer looks for membership news at most this often */
+#define RING_SLEEP_SLICE_MS 10   /* ... and never sleeps longer than this without looking */
+#define RING_JOIN_RETRY_MS 20    /* a joiner asks again this often while the ring does not exist */
+#define RING_DEFAULT_SLOTS 4
+#define RING_DEFAULT_MEMBERS 4
+#define RING_DEFAULT_LEASE_MS 2000
+
+/* What the producer knows of seat i (the control page says the same to members). */
+typedef struct Seat {
+        bool active;
+        uint64_t epoch, start;
+        uint64_t blocking_since; /* when it started to hold the producer up (0: it does not) */
+} Seat;
+
+struct gpuipc_ring {
+        gpuipc_t *conn;
+        List link; /* gpuipc.rings */
+        char name[PROTO_MAX_NAME + 1];
+        bool producer;
+        RingMode mode;
+        uint32_t n_slots, n_members, lease_ms, spin_us;
+        size_t slot_size;
+        gpuipc_buffer_t *ctl_buf; /* producer: its own; member: attached read-only */
+        volatile RingCtl *ctl;
+        gpuipc_buffer_t *slot[RING_MAX_SLOTS];
+
+        /* producer */
+        gpuipc_buffer_t *page_buf[RING_MAX_MEMBERS];
+        Seat seat[RING_MAX_MEMBERS];
+        uint64_t next;      /* the frame the next publish makes */
+        int writing;        /* the slot acquired for it, or -1 */
+        uint64_t last_pump_ms;
+
+        /* member */
+        uint32_t index;
+        uint64_t epoch;
+        gpuipc_buffer_t *page_part; /* attached writable */
+        volatile RingMember *page;
+        bool seated;        /* the producer has let us in (our epoch is in our seat) */
+        uint64_t cursor;    /* backpressure: the next frame to take; latest: the last one taken */
+        int taken;          /* the slot of the frame held, or -1 */
+        uint64_t taken_frame;
+        bool gone;          /* evicted, or the ring closed or lost its producer */
+        char gone_why[256];
+        int efd;            /* gpuipc_ring_fd, and its helper thread */
+        uint64_t notified_head; /* the head the fd last said something about */
+        pthread_t notifier;
+        bool notifier_on;
+        volatile bool stop;
+};
+
+static int remaining_ms(uint64_t deadline)
+{
+        uint64_t now = client_now_ms();
+
+        if (deadline == UINT64_MAX)
+                return -1;
+        return now >= deadline ? 0 : (int)MIN(deadline - now, (uint64_t)INT32_MAX);
+}
+
+static uint64_t deadline_of(int timeout_ms)
+{
+        return timeout_ms < 0 ? UINT64_MAX : client_now_ms() + (uint64_t)timeout_ms;
+}
+
+static int min_timeout(int a, int b)
+{
+        if (a < 0)
+                return b;
+        if (b < 0)
+                return a;
+        return a < b ? a : b;
+}
+
+static gpuipc_ring_t *ring_by_name(gpuipc_t *c, const char *name, uint32_t len)
+{
+        list_for_each(pos, &c->rings) {
+                gpuipc_ring_t *r = list_entry(pos, gpuipc_ring_t, link);
+                if (strlen(r->name) == len && memcmp(r->name, name, len) == 0)
+                        return r;
+        }
+        return NULL;
+}
+
+static int simple_ring_request(gpuipc_t *c, ProtoOp op, const char *name)
+{
+        ProtoMsg req = { .op = op, .name = proto_str(name), .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) };
+        Frame f = { .fd = -1 };
+        int r = client_request(c, &req, -1, 10000, &f);
+
+        if (r == 0)
+                frame_free(&f);
+        return r;
+}
+
+/* ---- membership (events from the broker) ---- */
+
+static void seat_activate(gpuipc_ring_t *r, uint32_t i, uint64_t epoch)
+{
+        volatile RingMemberSlot *s = &r->ctl->member[i];
+
+        /* A new member takes frames from the next publish on. start and epoch are stored before the
+         * state (release): a member that reads its epoch there also reads its start. */
+        r->seat[i] = (Seat){ .active = true, .epoch = epoch, .start = r->next };
+        s->start = r->next;
+        __atomic_store_n(&s->epoch, epoch, __ATOMIC_RELEASE);
+        __atomic_store_n(&s->state, RING_MEMBER_ACTIVE, __ATOMIC_RELEASE);
+}
+
+static void seat_deactivate(gpuipc_ring_t *r, uint32_t i)
+{
+        r->seat[i].active = false;
+        __atomic_store_n(&r->ctl->member[i].state, RING_MEMBER_FREE, __ATOMIC_RELEASE);
+}
+
+void ring_on_event(gpuipc_t *c, const ProtoMsg *m)
+{
+        gpuipc_ring_t *r = ring_by_name(c, m->name.ptr, m->name.len);
+
+        if (!r || !proto_has(m, PF_INDEX))
+                return; /* a ring we closed already */
+        if (!r->producer) {
+                if (m->event == PROTO_EV_MEMBER_LEFT && m->index == r->index && m->generation == r->epoch) {
+                        r->gone = true;
+                        proto_str_copy(m->reason, r->gone_why, sizeof(r->gone_why));
+                }
+                return;
+        }
+        if (m->index >= r->n_members)
+                return;
+        if (m->event == PROTO_EV_MEMBER_JOINED)
+                seat_activate(r, (uint32_t)m->index, m->generation);
+        else if (r->seat[m->index].active && r->seat[m->index].epoch == m->generation)
+                seat_deactivate(r, (uint32_t)m->index);
+}
+
+/* The producer reads the socket now and then while it publishes: that is how it learns of members
+ * joining and leaving without a round trip per frame. */
+static void maybe_pump(gpuipc_ring_t *r, bool now)
+{
+        uint64_t t = client_now_ms();
+
+        if (!now && t - r->last_pump_ms < RING_PUMP_MS)
+                return;
+        r->last_pump_ms = t;
+        (void)client_pump(r->conn, 0);
+}
+
+/* ---- producer ---- */
+
+static void ring_free(gpuipc_ring_t *r)
+{
+        gpuipc_t *c = r->conn;
+
+        for (uint32_t i = 0; i < r->n_slots; i++)
+                if (r->slot[i])
+                        (r->producer ? gpuipc_buffer_free : gpuipc_release)(c, r->slot[i]);
+        for (uint32_t i = 0; i < r->n_members; i++)
+                if (r->page_buf[i])
+                        gpuipc_buffer_free(c, r->page_buf[i]);
+        if (r->page_part)
+                gpuipc_release(c, r->page_part);
+        if (r->ctl_buf)
+                (r->producer ? gpuipc_buffer_free : gpuipc_release)(c, r->ctl_buf);
+        list_unlink(&r->link);
+        free(r);
+}
+
+/* Registers part `index` (0: the control page, then the slots, then the member pages). */
+static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, bool writable)
+{
+        gpuipc_t *c = r->conn;
+        ProtoMsg req = { .op = PROTO_OP_RING_PART };
+        Frame f = { .fd = -1 };
+        int fd = -1, e;
+
+        b->ring_part = true;
+        b->writable = writable;
+        e = kind_ops(b->kind)->export(c, b, writable, &fd);
+        if (e < 0)
+                return e;
+        req.name = proto_str(r->name);
+        req.index = index;
+        req.kind = (ProtoKind)b->kind;
+        req.size = b->size;
+        req.buffer = b->id;
+        req.writable = writable;
+        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_KIND) |
+                  PROTO_BIT(PF_SIZE) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_WRITABLE);
+        if (b->device[0]) {
+                req.device = proto_str(b->device);
+                proto_set(&req, PF_DEVICE);
+        }
+        e = client_request(c, &req, fd, 10000, &f);
+        if (e < 0)
+                return e;
+        b->registered = true;
+        b->state = PROTO_STATE_LIVE;
+        b->generation = f.msg.generation;
+        ring_part_name(b->name, sizeof(b->name), r->name, index, r->n_slots);
+        frame_free(&f);
+        return 0;
+}
+
+static int ring_declare(gpuipc_ring_t *r, const gpuipc_ring_options_t *o)
+{
+        ProtoMsg req = { .op = PROTO_OP_RING_CREATE };
+        Frame f = { .fd = -1 };
+        int e;
+
+        req.name = proto_str(r->name);
+        req.kind = (ProtoKind)o->kind;
+        req.size = r->slot_size;
+        req.slots = r->n_slots;
+        req.members = r->n_members;
+        req.mode = r->mode == RING_LATEST ? PROTO_MODE_LATEST : PROTO_MODE_BACKPRESSURE;
+        req.timeout_ms = r->lease_ms;
+        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) |
+                  PROTO_BIT(PF_SLOTS) | PROTO_BIT(PF_MEMBERS) | PROTO_BIT(PF_MODE) | PROTO_BIT(PF_TIMEOUT_MS);
+        if (r->slot[0]->device[0]) {
+                req.device = proto_str(r->slot[0]->device);
+                proto_set(&req, PF_DEVICE);
+        }
+        e = client_request(r->conn, &req, -1, 10000, &f);
+        if (e == 0)
+                frame_free(&f);
+        return e;
+}
+
+_public_ int gpuipc_ring_create(gpuipc_t *c, const char *name, const gpuipc_ring_options_t *opts,
+                                gpuipc_ring_t **ret)
+{
+        gpuipc_ring_options_t o = { 0 };
+        gpuipc_ring_t *r;
+        uint32_t part = 0;
+        int e;
+
+        if (!c || !name || !opts || !ret || strlen(name) > PROTO_MAX_NAME || opts->struct_size == 0)
+                return GPUIPC_E_INVALID;
+        memcpy(&o, opts, MIN(opts->struct_size, sizeof(o)));
+        if (!o.kind)
+                o.kind = GPUIPC_KIND_MEMFD;
+        if (o.slot_size == 0 || (o.kind != GPUIPC_KIND_MEMFD && o.kind != GPUIPC_KIND_CUDA_VMM) ||
+            o.slots > RING_MAX_SLOTS || o.max_members > RING_MAX_MEMBERS || o.mode > GPUIPC_RING_LATEST) {
+                client_errmsg(c, "a ring needs a slot size, memfd or cuda-vmm slots, at most %d slots and %d members",
+                              RING_MAX_SLOTS, RING_MAX_MEMBERS);
+                return GPUIPC_E_INVALID;
+        }
+        r = calloc(1, sizeof(*r));
+        if (!r)
+                return -ENOMEM;
+        r->conn = c;
+        r->producer = true;
+        snprintf(r->name, sizeof(r->name), "%s", name);
+        r->mode = o.mode == GPUIPC_RING_LATEST ? RING_LATEST : RING_BACKPRESSURE;
+        r->n_slots = o.slots ? o.slots : RING_DEFAULT_SLOTS;
+        r->n_members = o.max_members ? o.max_members : RING_DEFAULT_MEMBERS;
+        r->lease_ms = o.lease_ms ? o.lease_ms : RING_DEFAULT_LEASE_MS;
+        r->slot_size = o.slot_size;
+        r->next = 1;
+        r->writing = -1;
+        r->taken = -1;
+        r->efd = -1;
+        list_append(&c->rings, &r->link);
+
+        e = gpuipc_buffer_alloc(c, GPUIPC_KIND_MEMFD, RING_PAGE, 0, &r->ctl_buf);
+        for (uint32_t i = 0; e == 0 && i < r->n_members; i++)
+                e = gpuipc_buffer_alloc(c, GPUIPC_KIND_MEMFD, RING_PAGE, 0, &r->page_buf[i]);
+        for (uint32_t i = 0; e == 0 && i < r->n_slots; i++)
+                e = gpuipc_buffer_alloc(c, o.kind, o.slot_size, o.device, &r->slot[i]);
+        if (e < 0)
+                goto fail;
+        r->ctl = gpuipc_buffer_ptr(r->ctl_buf);
+        r->ctl->magic = RING_MAGIC;
+        r->ctl->version = RING_LAYOUT_VERSION;
+        r->ctl->n_slots = r->n_slots;
+        r->ctl->n_members = r->n_members;
+        r->ctl->mode = r->mode;
+        r->ctl->slot_size = r->slot_size;
+
+        e = ring_declare(r, &o);
+        if (e < 0)
+                goto fail;
+        e = register_part(r, part++, r->ctl_buf, false);
+        for (uint32_t i = 0; e == 0 && i < r->n_slots; i++)
+                e = register_part(r, part++, r->slot[i], false);
+        for (uint32_t i = 0; e == 0 && i < r->n_members; i++)
+                e = register_part(r, part++, r->page_buf[i], true);
+        if (e < 0) {
+                char why[sizeof(c->errmsg)];
+
+                memcpy(why, c->errmsg, sizeof(why));
+                (void)simple_ring_request(c, PROTO_OP_RING_CLOSE, r->name);
+                memcpy(c->errmsg, why, sizeof(why));
+                goto fail;
+        }
+        *ret = r;
+        return 0;
+
+fail:
+        ring_free(r);
+        return e;
+}
+
+/* Backpressure: which active member still holds the frame that frame r->next overwrites, or -1. */
+static int ring_blocker(gpuipc_ring_t *r, uint64_t head)
+{
+        for (uint32_t i = 0; i < r->n_members; i++) {
+                Seat *s = &r->seat[i];
+                RingMemberView v;
+
+                if (!s->active)
+                        continue;
+                v = ring_member_view(gpuipc_buffer_ptr(r->page_buf[i]), s->epoch, s->start, head);
+                if (!ring_member_lets(&v, s->start, r->next, r->n_slots))
+                        return (int)i;
+                s->blocking_since = 0;
+        }
+        return -1;
+}
+
+/* The producer gives up on member i: it held the ring up past the lease. */
+static void evict(gpuipc_ring_t *r, uint32_t i)
+{
+        ProtoMsg req = { .op = PROTO_OP_RING_EVICT };
+        Frame f = { .fd = -1 };
+
+        seat_deactivate(r, i);
+        req.name = proto_str(r->name);
+        req.index = i;
+        req.generation = r->seat[i].epoch;
+        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION);
+        /* The broker only keeps its books here; the member already counts as gone for us. */
+        if (client_request(r->conn, &req, -1, 10000, &f) == 0)
+                frame_free(&f);
+}
+
+/* Backpressure: waits until the slot of frame r->next is free. */
+static int wait_for_members(gpuipc_ring_t *r, uint64_t deadline)
+{
+        unsigned fruitless = 0;
+
+        for (;;) {
+                uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE), now;
+                int b = ring_blocker(r, head), left;
+                volatile RingMember *page;
+                uint32_t word;
+
+                if (b < 0)
+                        return 0;
+                now = client_now_ms();
+                if (!r->seat[b].blocking_since)
+                        r->seat[b].blocking_since = now;
+                if (now - r->seat[b].blocking_since >= r->lease_ms) {
+                        evict(r, (uint32_t)b);
+                        continue;
+                }
+                left = remaining_ms(deadline);
+                if (left == 0) {
+                        client_errmsg(r->conn, "ring '%s': member %d still holds frame %llu", r->name, b,
+                                      (unsigned long long)(r->next - r->n_slots));
+                        return GPUIPC_E_TIMEOUT;
+                }
+                /* Sleep on its release word: say so, fence, look once more, then wait. */
+                page = gpuipc_buffer_ptr(r->page_buf[b]);
+                word = __atomic_load_n(&page->wake, __ATOMIC_ACQUIRE);
+                __atomic_store_n(&r->ctl->producer_waiting, 1, __ATOMIC_RELAXED);
+                __atomic_thread_fence(__ATOMIC_SEQ_CST);
+                if (ring_blocker(r, head) == b) {
+                        int slice = min_timeout(left, RING_SLEEP_SLICE_MS);
+                        slice = min_timeout(slice, (int)(r->seat[b].blocking_since + r->lease_ms - now));
+                        if (futex_wait(&page->wake, word, slice) == 0 && ++fruitless % 64 == 0)
+                                usleep(1000); /* a member that bumps its word for nothing costs us little */
+                }
+                __atomic_store_n(&r->ctl->producer_waiting, 0, __ATOMIC_RELAXED);
+                maybe_pump(r, false);
+        }
+}
+
+/* Latest mode: a slot nobody holds, not the newest frame's; marked as being written. */
+static int pick_free_slot(gpuipc_ring_t *r)
+{
+        uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
+        uint32_t head_slot = r->ctl->head_slot;
+        bool tried[RING_MAX_SLOTS] = { false };
+
+        for (uint32_t round = 0; round < r->n_slots; round++) {
+                int best = -1;
+                uint64_t old;
+                bool pinned = false;
+
+                /* The oldest frame first (never-written slots have 0). */
+                for (uint32_t s = 0; s < r->n_slots; s++)
+                        if (!tried[s] && !(head && s == head_slot) &&
+                            (best < 0 || r->ctl->slot_seq[s] < r->ctl->slot_seq[best]))
+                                best = (int)s;
+                if (best < 0)
+                        break;
+                tried[best] = true;
+                old = r->ctl->slot_seq[best];
+                __atomic_store_n(&r->ctl->slot_seq[best], 0, __ATOMIC_RELAXED);
+                __atomic_thread_fence(__ATOMIC_SEQ_CST);
+                for (uint32_t i = 0; old && i < r->n_members && !pinned; i++) {
+                        RingMemberView v;
+
+                        if (!r->seat[i].active)
+                                continue;
+                        v = ring_member_view(gpuipc_buffer_ptr(r->page_buf[i]), r->seat[i].epoch, r->seat[i].start,
+                                             head);
+                        pinned = v.valid && v.held == old;
+                }
+                if (!pinned)
+                        return best;
+                __atomic_store_n(&r->ctl->slot_seq[best], old, __ATOMIC_RELEASE); /* still theirs */
+        }
+        client_errmsg(r->conn, "ring '%s': every slot is held by a member", r->name);
+        return GPUIPC_E_BUSY;
+}
+
+_public_ int gpuipc_ring_acquire(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t **ret_slot)
+{
+        int s, e;
+
+        if (!r || !r->producer || !ret_slot)
+                return GPUIPC_E_INVALID;
+        if (r->writing < 0) {
+                maybe_pump(r, false);
+                if (r->mode == RING_BACKPRESSURE) {
+                        e = wait_for_members(r, deadline_of(timeout_ms));
+                        if (e < 0)
+                                return e;
+                        s = (int)((r->next - 1) % r->n_slots);
+                        /* Mark it: a member that took the old frame learns it was overwritten. */
+                        __atomic_store_n(&r->ctl->slot_seq[s], 0, __ATOMIC_RELAXED);
+                        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+                } else {
+                        s = pick_free_slot(r);
+                        if (s < 0)
+                                return s;
+                }
+                r->writing = s;
+        }
+        *ret_slot = r->slot[r->writing];
+        return 0;
+}
+
+_public_ int gpuipc_ring_publish(gpuipc_ring_t *r, uint64_t *ret_frame)
+{
+        volatile RingCtl *ctl;
+        bool wake = false;
+        uint64_t n;
+        int s, e;
+
+        if (!r || !r->producer)
+                return GPUIPC_E_INVALID;
+        if (r->writing < 0) {
+                client_errmsg(r->conn, "ring '%s': acquire a slot before publishing", r->name);
+                return GPUIPC_E_STATE;
+        }
+        ctl = r->ctl;
+        s = r->writing;
+        n = r->next;
+        if (kind_ops(r->slot[s]->kind)->sync) {
+                e = kind_ops(r->slot[s]->kind)->sync(r->conn, r->slot[s]);
+                if (e < 0)
+                        return e;
+        }
+        __atomic_store_n(&ctl->slot_seq[s], n, __ATOMIC_RELEASE);
+        __atomic_store_n(&ctl->head_slot, (uint32_t)s, __ATOMIC_RELAXED);
+        __atomic_store_n(&ctl->head, n, __ATOMIC_RELEASE);
+        __atomic_fetch_add(&ctl->doorbell, 1, __ATOMIC_RELEASE);
+        /* Against a member that is about to sleep: it said so (sleeping), then looks at head. */
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        for (uint32_t i = 0; i < r->n_members && !wake; i++) {
+                RingMemberView v;
+
+                if (!r->seat[i].active)
+                        continue;
+                v = ring_member_view(gpuipc_buffer_ptr(r->page_buf[i]), r->seat[i].epoch, r->seat[i].start, n);
+                wake = v.sleeping;
+        }
+        if (wake)
+                futex_wake(&ctl->doorbell, INT_MAX);
+        r->writing = -1;
+        r->next++;
+        if (ret_frame)
+                *ret_frame = n;
+        maybe_pump(r, false);
+        return 0;
+}
+
+/* ---- member ---- */
+
+/* Attaches part `index` by id into its place (ring_free lets go of it again). */
+static int part_at(gpuipc_ring_t *r, uint32_t index, uint64_t id, uint32_t page)
+{
+        gpuipc_buffer_t **place = index == 0 ? &r->ctl_buf : index <= r->n_slots ? &r->slot[index - 1]
+                                  : index == page ? &r->page_part : NULL;
+        size_t want = index > 0 && index <= r->n_slots ? r->slot_size : RING_PAGE;
+        int e;
+
+        if (!place || *place)
+                return GPUIPC_E_BAD_REPLY; /* not a part of ours, or named twice */
+        e = gpuipc_attach_id(r->conn, id, place);
+        if (e < 0)
+                return e;
+        if (gpuipc_buffer_size(*place) != want) {
+                client_errmsg(r->conn, "ring '%s': part %u has %zu bytes, not %zu", r->name, index,
+                              gpuipc_buffer_size(*place), want);
+                return GPUIPC_E_BAD_REPLY;
+        }
+        return 0;
+}
+
+/* Attaches the parts the join reply names. */
+static int attach_parts(gpuipc_ring_t *r, const ProtoMsg *m)
+{
+        uint32_t page = 1 + r->n_slots + r->index;
+        ProtoIter it;
+        ProtoMsg rec;
+        int e, n = 0;
+
+        proto_iter_init(&it, &m->items);
+        while ((e = proto_iter_next(&it, &rec)) == 1) {
+                if (!proto_has(&rec, PF_INDEX) || !proto_has(&rec, PF_BUFFER) || rec.index > page)
+                        return GPUIPC_E_BAD_REPLY;
+                e = part_at(r, (uint32_t)rec.index, rec.buffer, page);
+                if (e < 0)
+                        return e;
+                n++;
+        }
+        if (e < 0 || n != (int)r->n_slots + 2 || !r->ctl_buf || !r->page_part)
+                return GPUIPC_E_BAD_REPLY;
+        for (uint32_t i = 0; i < r->n_slots; i++)
+                if (!r->slot[i])
+                        return GPUIPC_E_BAD_REPLY;
+        return 0;
+}
+
+static int join_request(gpuipc_t *c, const char *name, uint64_t deadline, Frame *f)
+{
+        for (;;) {
+                ProtoMsg req = { .op = PROTO_OP_RING_JOIN, .name = proto_str(name) };
+                int e;
+
+                req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME);
+                e = client_request(c, &req, -1, 10000, f);
+                if (e != GPUIPC_E_NOT_FOUND || remaining_ms(deadline) == 0)
+                        return e;
+                (void)client_pump(c, min_timeout(remaining_ms(deadline), RING_JOIN_RETRY_MS));
+        }
+}
+
+/* Has the producer let us in yet (our epoch in our seat of the control page)? It does so in its next
+ * ring call after the broker told it we joined; we take frames from then on. Our page then says
+ * that everything before our first frame counts as released; the epoch last, so that the producer
+ * believes the page only once it is ours. */
+static bool check_seated(gpuipc_ring_t *r)
+{
+        volatile RingMemberSlot *s = &r->ctl->member[r->index];
+
+        if (r->seated)
+                return true;
+        if (__atomic_load_n(&s->epoch, __ATOMIC_ACQUIRE) != r->epoch)
+                return false;
+        r->cursor = r->mode == RING_BACKPRESSURE ? s->start : 0;
+        r->page->released = r->mode == RING_BACKPRESSURE && r->cursor ? r->cursor - 1 : 0;
+        r->page->held = 0;
+        __atomic_store_n(&r->page->epoch, r->epoch, __ATOMIC_RELEASE);
+        r->seated = true;
+        return true;
+}
+
+_public_ int gpuipc_ring_join(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_ring_t **ret)
+{
+        uint64_t deadline = deadline_of(timeout_ms);
+        Frame f = { .fd = -1 };
+        gpuipc_ring_t *r;
+        int e;
+
+        if (!c || !name || !ret || strlen(name) > PROTO_MAX_NAME)
+                return GPUIPC_E_INVALID;
+        e = join_request(c, name, deadline, &f);
+        if (e < 0)
+                return e;
+        r = calloc(1, sizeof(*r));
+        if (!r) {
+                frame_free(&f);
+                (void)simple_ring_request(c, PROTO_OP_RING_LEAVE, name);
+                return -ENOMEM;
+        }
+        r->conn = c;
+        snprintf(r->name, sizeof(r->name), "%s", name);
+        r->index = (uint32_t)f.msg.index;
+        r->epoch = f.msg.generation;
+        r->n_slots = (uint32_t)f.msg.slots;
+        r->n_members = (uint32_t)f.msg.members;
+        r->slot_size = f.msg.size;
+        r->mode = f.msg.mode == PROTO_MODE_LATEST ? RING_LATEST : RING_BACKPRESSURE;
+        r->lease_ms = (uint32_t)f.msg.timeout_ms;
+        r->writing = r->taken = -1;
+        r->efd = -1;
+        list_append(&c->rings, &r->link);
+        if (r->n_slots == 0 || r->n_slots > RING_MAX_SLOTS || r->n_members == 0 || r->n_members > RING_MAX_MEMBERS ||
+            r->index >= r->n_members) {
+                e = GPUIPC_E_BAD_REPLY;
+        } else {
+                Frame copy = f; /* the reply's items point into the receive buffer: attach them first */
+                uint8_t *items = malloc(f.msg.items.len ? f.msg.items.len : 1);
+
+                e = items ? 0 : -ENOMEM;
+                if (items) {
+                        memcpy(items, f.msg.items.ptr, f.msg.items.len);
+                        copy.msg.items.ptr = items;
+                        e = attach_parts(r, &copy.msg);
+                        free(items);
+                }
+        }
+        frame_free(&f);
+        if (e == 0) {
+                r->ctl = gpuipc_buffer_ptr(r->ctl_buf);
+                r->page = gpuipc_buffer_ptr(r->page_part);
+                if (!ring_ctl_valid(r->ctl, r->n_slots, r->n_members, r->slot_size)) {
+                        client_errmsg(c, "ring '%s': its control page does not match what the broker said", name);
+                        e = GPUIPC_E_BAD_REPLY;
+                }
+        }
+        if (e < 0) {
+                char why[sizeof(c->errmsg)];
+
+                memcpy(why, c->errmsg, sizeof(why));
+                (void)simple_ring_request(c, PROTO_OP_RING_LEAVE, name);
+                ring_free(r);
+                memcpy(c->errmsg, why, sizeof(why));
+                return e;
+        }
+        *ret = r;
+        return 0;
+}
+
+/* Why this member may take nothing any more, or NULL. */
+static const char *member_gone(gpuipc_ring_t *r)
+{
+        volatile RingMemberSlot *s = &r->ctl->member[r->index];
+
+        if (r->gone)
+                return r->gone_why;
+        if (gpuipc_buffer_revoked(r->ctl_buf))
+                return "its producer is gone";
+        if (r->seated && (__atomic_load_n(&s->epoch, __ATOMIC_ACQUIRE) != r->epoch ||
+                          __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != RING_MEMBER_ACTIVE))
+                return "this member was evicted (it held the ring up past its lease)";
+        if (__atomic_load_n(&r->ctl->closed, __ATOMIC_ACQUIRE))
+                return "the producer closed the ring";
+        return NULL;
+}
+
+/* One attempt: 1 with the frame taken, 0 when there is none yet, or an error. */
+static int try_take(gpuipc_ring_t *r)
+{
+        volatile RingCtl *ctl = r->ctl;
+        uint64_t head, seq;
+        uint32_t s;
+
+        if (!check_seated(r))
+                return 0;
+        head = __atomic_load_n(&ctl->head, __ATOMIC_ACQUIRE);
+        if (r->mode == RING_BACKPRESSURE) {
+                if (head < r->cursor)
+                        return 0;
+                s = (uint32_t)((r->cursor - 1) % r->n_slots);
+                seq = __atomic_load_n(&ctl->slot_seq[s], __ATOMIC_ACQUIRE);
+                if (seq != r->cursor) {
+                        client_errmsg(r->conn, "ring '%s': frame %llu was overwritten before this member took it",
+                                      r->name, (unsigned long long)r->cursor);
+                        return GPUIPC_E_REVOKED;
+                }
+                r->taken = (int)s;
+                r->taken_frame = r->cursor;
+                return 1;
+        }
+        for (;;) {
+                if (head == 0 || head <= r->cursor)
+                        return 0;
+                s = __atomic_load_n(&ctl->head_slot, __ATOMIC_RELAXED);
+                if (s >= r->n_slots) {
+                        client_errmsg(r->conn, "ring '%s': its control page names slot %u of %u", r->name, s,
+                                      r->n_slots);
+                        return GPUIPC_E_BAD_REPLY;
+                }
+                /* Say what we hold, fence, then check it is still there (the producer does the reverse). */
+                __atomic_store_n(&r->page->held, head, __ATOMIC_RELAXED);
+                __atomic_thread_fence(__ATOMIC_SEQ_CST);
+                if (__atomic_load_n(&ctl->slot_seq[s], __ATOMIC_ACQUIRE) == head) {
+                        r->taken = (int)s;
+                        r->taken_frame = head;
+                        return 1;
+                }
+                __atomic_store_n(&r->page->held, 0, __ATOMIC_RELEASE);
+                head = __atomic_load_n(&ctl->head, __ATOMIC_ACQUIRE);
+        }
+}
+
+/* Sleeps until the doorbell moves from `seen` (or timeout_ms), unless a frame is there already. Not
+ * seated yet, we cannot say we sleep (the producer reads our page only once we are): its publish
+ * rings the doorbell then anyway, but nobody wakes us for it, so we sleep in short slices. */
+static void doorbell_sleep(gpuipc_ring_t *r, uint32_t seen, int timeout_ms)
+{
+        uint64_t before = r->mode == RING_BACKPRESSURE ? r->cursor : r->cursor + 1;
+
+        if (!r->seated) {
+                (void)futex_wait(&r->ctl->doorbell, seen, min_timeout(timeout_ms, 1));
+                return;
+        }
+        __atomic_fetch_add(&r->page->sleeping, 1, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE) < before && !member_gone(r))
+                (void)futex_wait(&r->ctl->doorbell, seen, timeout_ms);
+        __atomic_fetch_sub(&r->page->sleeping, 1, __ATOMIC_RELEASE);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+}
+
+static void spin_for_frame(gpuipc_ring_t *r, int limit_ms)
+{
+        if (!r->seated)
+                return;
+        struct timespec t0, t;
+        uint64_t before = r->mode == RING_BACKPRESSURE ? r->cursor : r->cursor + 1;
+        uint64_t spin_ns = (uint64_t)r->spin_us * 1000;
+
+        if (limit_ms >= 0 && (uint64_t)limit_ms * 1000000 < spin_ns)
+                spin_ns = (uint64_t)limit_ms * 1000000;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        do {
+                if (__atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE) >= before)
+                        return;
+                cpu_relax();
+                clock_gettime(CLOCK_MONOTONIC, &t);
+        } while ((uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)(t.tv_nsec - t0.tv_nsec) < spin_ns);
+}
+
+static void drain_fd(gpuipc_ring_t *r)
+{
+        uint64_t v;
+
+        if (r->efd >= 0)
+                (void)!read(r->efd, &v, sizeof(v));
+}
+
+_public_ int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t **ret_slot, uint64_t *ret_frame)
+{
+        uint64_t deadline = deadline_of(timeout_ms), last_pump = 0;
+        bool drained = false;
+        const char *why;
+        int e;
+
+        if (!r || r->producer || !ret_slot)
+                return GPUIPC_E_INVALID;
+        if (r->taken >= 0) {
+                client_errmsg(r->conn, "ring '%s': release frame %llu first", r->name,
+                              (unsigned long long)r->taken_frame);
+                return GPUIPC_E_STATE;
+        }
+        for (;;) {
+                uint32_t seen = __atomic_load_n(&r->ctl->doorbell, __ATOMIC_ACQUIRE);
+                int left;
+
+                why = member_gone(r);
+                if (why) {
+                        client_errmsg(r->conn, "ring '%s': %s", r->name, why);
+                        return GPUIPC_E_REVOKED;
+                }
+                e = try_take(r);
+                if (e < 0)
+                        return e;
+                if (e == 1)
+                        break;
+                left = remaining_ms(deadline);
+                if (left == 0) {
+                        /* Event-loop users: reset the fd, then look once more (a frame that came
+                         * meanwhile would otherwise wait for the next publish). */
+                        if (r->efd >= 0 && !drained) {
+                                drain_fd(r);
+                                drained = true;
+                                continue;
+                        }
+                        return GPUIPC_E_TIMEOUT;
+                }
+                /* News from the broker (eviction, revocation) comes over the socket. */
+                if (client_now_ms() - last_pump >= RING_PUMP_MS) {
+                        last_pump = client_now_ms();
+                        (void)client_pump(r->conn, 0);
+                }
+                if (r->spin_us)
+                        spin_for_frame(r, left);
+                doorbell_sleep(r, seen, min_timeout(left, 100));
+        }
+        *ret_slot = r->slot[r->taken];
+        if (ret_frame)
+                *ret_frame = r->taken_frame;
+        return 0;
+}
+
+/* Does slot s still hold frame n? In latest mode the producer marks a slot it considers (0), sees
+ * that a member holds it, and puts the number back at once: a 0 seen here is that moment, or a
+ * write the producer may not start while we hold the frame; wait briefly for the number to return. */
+static bool slot_still_holds(gpuipc_ring_t *r, uint32_t s, uint64_t n)
+{
+        uint64_t seq = __atomic_load_n(&r->ctl->slot_seq[s], __ATOMIC_ACQUIRE);
+
+        for (unsigned i = 0; seq == 0 && r->mode == RING_LATEST && i < 100000; i++) {
+                cpu_relax();
+                seq = __atomic_load_n(&r->ctl->slot_seq[s], __ATOMIC_ACQUIRE);
+        }
+        return seq == n;
+}
+
+_public_ int gpuipc_ring_release(gpuipc_ring_t *r)
+{
+        uint64_t n;
+        bool intact;
+        int s;
+
+        if (!r || r->producer)
+                return GPUIPC_E_INVALID;
+        if (r->taken < 0) {
+                client_errmsg(r->conn, "ring '%s': no frame is taken", r->name);
+                return GPUIPC_E_STATE;
+        }
+        s = r->taken;
+        n = r->taken_frame;
+        /* Still ours when we let go? Then it did not change while we held it. */
+        intact = slot_still_holds(r, (uint32_t)s, n) && !member_gone(r);
+        if (r->mode == RING_BACKPRESSURE) {
+                __atomic_store_n(&r->page->released, n, __ATOMIC_RELEASE);
+                r->cursor = n + 1;
+        } else {
+                __atomic_store_n(&r->page->held, 0, __ATOMIC_RELEASE);
+                r->cursor = n;
+        }
+        __atomic_fetch_add(&r->page->wake, 1, __ATOMIC_RELEASE);
+        /* Against the producer that is about to sleep on our word: it said so, then looks. */
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&r->ctl->producer_waiting, __ATOMIC_ACQUIRE))
+                futex_wake(&r->page->wake, 1);
+        r->taken = -1;
+        if (!intact) {
+                client_errmsg(r->conn, "ring '%s': frame %llu was overwritten while held (%s)", r->name,
+                              (unsigned long long)n, member_gone(r) ? member_gone(r) : "the slot changed");
+                return GPUIPC_E_REVOKED;
+        }
+        return 0;
+}
+
+_public_ void gpuipc_ring_set_spin(gpuipc_ring_t *r, unsigned spin_us)
+{
+        if (r)
+                r->spin_us = spin_us;
+}
+
+/* The helper thread behind gpuipc_ring_fd: sleeps on the doorbell like a member, and makes the fd
+ * readable whenever head moves (or the ring ends). It only reads shared memory and writes the fd. */
+static void *notifier_main(void *arg)
+{
+        gpuipc_ring_t *r = arg;
+        uint64_t seen_head = r->notified_head, one = 1;
+
+        while (!r->stop) {
+                uint32_t seen = __atomic_load_n(&r->ctl->doorbell, __ATOMIC_ACQUIRE);
+                uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE);
+
+                if (head != seen_head || __atomic_load_n(&r->ctl->closed, __ATOMIC_ACQUIRE)) {
+                        seen_head = head;
+                        (void)!write(r->efd, &one, sizeof(one));
+                }
+                /* Until the member is seated the producer does not read its page: nobody would wake
+                 * us, so look often. */
+                __atomic_fetch_add(&r->page->sleeping, 1, __ATOMIC_RELAXED);
+                __atomic_thread_fence(__ATOMIC_SEQ_CST);
+                if (__atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE) == seen_head && !r->stop)
+                        (void)futex_wait(&r->ctl->doorbell, seen,
+                                         __atomic_load_n(&r->seated, __ATOMIC_ACQUIRE) ? 200 : 1);
+                __atomic_fetch_sub(&r->page->sleeping, 1, __ATOMIC_RELEASE);
+        }
+        return NULL;
+}
+
+_public_ int gpuipc_ring_fd(gpuipc_ring_t *r)
+{
+        if (!r || r->producer)
+                return GPUIPC_E_INVALID;
+        if (r->notifier_on)
+                return r->efd;
+        /* Readable from the start: frames may be waiting already. Then the thread says so whenever
+         * head moves past what it saw, counting from before it starts (it may start late). */
+        r->efd = eventfd(1, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (r->efd < 0)
+                return -errno;
+        r->notified_head = __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE);
+        if (pthread_create(&r->notifier, NULL, notifier_main, r) != 0) {
+                r->efd = safe_close(r->efd);
+                return -EAGAIN;
+        }
+        r->notifier_on = true;
+        return r->efd;
+}
+
+static void notifier_stop(gpuipc_ring_t *r)
+{
+        if (!r->notifier_on)
+                return;
+        r->stop = true;
+        futex_wake(&r->ctl->doorbell, INT_MAX); /* wakes it (and, harmlessly, anyone else asleep there) */
+        pthread_join(r->notifier, NULL);
+        r->notifier_on = false;
+        r->efd = safe_close(r->efd);
+}
+
+_public_ void gpuipc_ring_close(gpuipc_ring_t *r)
+{
+        gpuipc_t *c;
+
+        if (!r)
+                return;
+        c = r->conn;
+        if (r->producer) {
+                /* Members see it in the control page at once; the broker forgets the ring, and the
+                 * parts go as any buffer: once the last member let go of them. */
+                __atomic_store_n(&r->ctl->closed, 1, __ATOMIC_RELEASE);
+                __atomic_fetch_add(&r->ctl->doorbell, 1, __ATOMIC_RELEASE);
+                futex_wake(&r->ctl->doorbell, INT_MAX);
+                if (!c->broken)
+                        (void)simple_ring_request(c, PROTO_OP_RING_CLOSE, r->name);
+        } else {
+                notifier_stop(r);
+                if (r->taken >= 0)
+                        (void)gpuipc_ring_release(r);
+                if (!r->gone && !c->broken)
+                        (void)simple_ring_request(c, PROTO_OP_RING_LEAVE, r->name);
+        }
+        ring_free(r);
+}
+
+void ring_close_all(gpuipc_t *c)
+{
+        while (!list_empty(&c->rings))
+                gpuipc_ring_close(list_entry(c->rings.next, gpuipc_ring_t, link));
+}

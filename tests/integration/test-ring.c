@@ -1,0 +1,498 @@
+/* Rings (docs/design.md "Rings"): frames handed over in shared memory, members in processes of
+ * their own. Ordering under contention, backpressure and latest-frame mode, a member killed while
+ * it holds a frame, one that stalls past the lease, the producer killed, a member scribbling over
+ * its own page while the others verify every frame, who may attach a ring's parts, and the fd for
+ * event loops. Every frame's every word is checked; a frame that changes while held fails. */
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define SLOT_BYTES (16u << 10)
+
+static uint64_t word_of(uint64_t frame, size_t i)
+{
+        return (frame << 20) ^ (i * UINT64_C(0x9e3779b97f4a7c15));
+}
+
+static void frame_fill(gpuipc_buffer_t *b, uint64_t frame)
+{
+        uint64_t *w = gpuipc_buffer_ptr(b);
+
+        w[0] = frame;
+        for (size_t i = 1; i < gpuipc_buffer_size(b) / 8; i++)
+                w[i] = word_of(frame, i);
+}
+
+/* True when every word of the slot belongs to frame. */
+static bool frame_is(const gpuipc_buffer_t *b, uint64_t frame)
+{
+        const volatile uint64_t *w = gpuipc_buffer_ptr(b);
+
+        if (w[0] != frame)
+                return false;
+        for (size_t i = 1; i < gpuipc_buffer_size(b) / 8; i++)
+                if (w[i] != word_of(frame, i))
+                        return false;
+        return true;
+}
+
+static gpuipc_ring_t *make_ring(gpuipc_t *c, const char *name, unsigned slots, unsigned members,
+                                gpuipc_ring_mode_t mode, unsigned lease_ms)
+{
+        gpuipc_ring_options_t o = { .struct_size = sizeof(o), .slot_size = SLOT_BYTES, .slots = slots,
+                                    .max_members = members, .mode = mode, .lease_ms = lease_ms };
+        gpuipc_ring_t *r = NULL;
+
+        CHECK_OK(c, gpuipc_ring_create(c, name, &o, &r));
+        return r;
+}
+
+/* Publishes frames first..last, each filled with its pattern (frames are numbered from 1). */
+static void produce(gpuipc_t *c, gpuipc_ring_t *r, uint64_t first, uint64_t last)
+{
+        for (uint64_t i = first; i <= last; i++) {
+                gpuipc_buffer_t *slot;
+                uint64_t frame;
+
+                CHECK_OK(c, gpuipc_ring_acquire(r, H_SOON_MS, &slot));
+                frame_fill(slot, i);
+                CHECK_OK(c, gpuipc_ring_publish(r, &frame));
+                CHECK_EQ(frame, i);
+        }
+}
+
+typedef struct MemberArg {
+        const HBroker *broker;
+        const char *ring;
+        uint64_t frames;      /* backpressure: take exactly these; latest: until this frame is seen */
+        unsigned delay_us;    /* hold each frame this long */
+        bool latest, use_fd;
+        unsigned spin_us;
+} MemberArg;
+
+/* A member in its own process: joins, reports 'j', takes and checks every frame, reports the count. */
+static int member(HChan *ch, void *arg)
+{
+        const MemberArg *a = arg;
+        gpuipc_t *c = h_connect(a->broker, "ring-member");
+        uint64_t taken = 0, expect = 0, last = 0, skipped = 0; /* expect: the next frame, once known */
+        gpuipc_ring_t *r = NULL;
+        int fd = -1;
+
+        CHECK_OK(c, gpuipc_ring_join(c, a->ring, H_SOON_MS, &r));
+        gpuipc_ring_set_spin(r, a->spin_us);
+        if (a->use_fd)
+                CHECK((fd = gpuipc_ring_fd(r)) >= 0);
+        h_report(ch, 'j', "joined");
+        while (a->latest ? last < a->frames : taken < a->frames) {
+                gpuipc_buffer_t *slot;
+                uint64_t frame;
+                int e;
+
+                if (fd >= 0) {
+                        struct pollfd p = { fd, POLLIN, 0 };
+                        CHECKF(poll(&p, 1, H_SOON_MS) == 1, "the ring fd did not wake");
+                        e = gpuipc_ring_take(r, 0, &slot, &frame);
+                        if (e == GPUIPC_E_TIMEOUT)
+                                continue;
+                } else {
+                        e = gpuipc_ring_take(r, H_SOON_MS, &slot, &frame);
+                }
+                CHECK_OK(c, e);
+                if (a->latest) {
+                        CHECKF(frame > last, "frame %" PRIu64 " after %" PRIu64, frame, last);
+                        skipped += frame - last - 1;
+                        last = frame;
+                } else {
+                        /* A member joins at some frame, then takes every one after it in order. */
+                        CHECKF(!expect || frame == expect, "took frame %" PRIu64 ", expected %" PRIu64, frame,
+                               expect);
+                        expect = frame + 1;
+                }
+                CHECKF(frame_is(slot, frame), "frame %" PRIu64 " torn when taken", frame);
+                if (a->delay_us)
+                        usleep(a->delay_us);
+                CHECKF(frame_is(slot, frame), "frame %" PRIu64 " changed while held", frame);
+                CHECK_OK(c, gpuipc_ring_release(r));
+                taken++;
+        }
+        h_report(ch, 'd', "%" PRIu64 " %" PRIu64, taken, skipped);
+        h_await(ch, 'x', H_SOON_MS);
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        return 0;
+}
+
+/* Waits for a child's 'j' (joined), then lets the producer c read the member-joined event the
+ * broker sent before its join reply: the member is seated from the next frame on, so it gets every
+ * frame the test publishes from now. */
+static void await_join(gpuipc_t *c, HChild *k)
+{
+        h_child_expect(k, 'j', H_SOON_MS, NULL, 0);
+        CHECK_OK(c, gpuipc_process(c));
+}
+
+static HChild *spawn_member(gpuipc_t *c, MemberArg *a, const char *name)
+{
+        HChild *k = h_spawn(name, member, a);
+
+        await_join(c, k);
+        return k;
+}
+
+/* Collects a member's 'd' report and lets it end. */
+static uint64_t member_done(HChild *k, uint64_t *ret_skipped)
+{
+        char text[64];
+        unsigned long long taken = 0, skipped = 0;
+
+        h_child_expect(k, 'd', H_SOON_MS * 3, text, sizeof(text));
+        CHECK(sscanf(text, "%llu %llu", &taken, &skipped) == 2);
+        h_child_tell(k, 'x');
+        h_child_wait_ok(k, H_SOON_MS);
+        h_child_free(k);
+        if (ret_skipped)
+                *ret_skipped = skipped;
+        return taken;
+}
+
+/* Eight members of an eight-slot ring, some slow: each takes every one of 5000 frames, in order,
+ * intact, and the producer never waits for nothing (it is held up only by the slowest). */
+static void test_ring_order_under_contention(void)
+{
+        MemberArg args[8];
+        HChild *kids[8];
+        gpuipc_ring_t *r;
+        gpuipc_t *c;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        c = h_connect(k.broker, "ring-producer");
+        r = make_ring(c, "rings/contended", 8, 8, GPUIPC_RING_BACKPRESSURE, 5000);
+        for (int i = 0; i < 8; i++) {
+                args[i] = (MemberArg){ k.broker, "rings/contended", 5000, i % 3 == 0 ? 50 : 0, false, i == 1, 0 };
+                kids[i] = spawn_member(c, &args[i], "member");
+        }
+        produce(c, r, 1, 5000);
+        for (int i = 0; i < 8; i++)
+                CHECK_EQ(member_done(kids[i], NULL), 5000);
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
+/* A slow member holds the producer up (it never overwrites what the slow one holds): 200 frames at
+ * 2 ms each take at least 400 ms, and the slow member still sees every frame. */
+static void test_ring_backpressure(void)
+{
+        MemberArg slow, fast;
+        HChild *ks, *kf;
+        gpuipc_ring_t *r;
+        gpuipc_t *c;
+        uint64_t t0;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        c = h_connect(k.broker, "ring-producer");
+        r = make_ring(c, "rings/slow", 4, 2, GPUIPC_RING_BACKPRESSURE, 5000);
+        slow = (MemberArg){ k.broker, "rings/slow", 200, 2000, false, false, 0 };
+        fast = (MemberArg){ k.broker, "rings/slow", 200, 0, false, false, 50 };
+        ks = spawn_member(c, &slow, "slow");
+        kf = spawn_member(c, &fast, "fast");
+        t0 = h_now_ms();
+        produce(c, r, 1, 200);
+        h_log("200 frames through a 2 ms member in %" PRIu64 " ms", h_now_ms() - t0);
+        CHECK(h_now_ms() - t0 >= 200 * 2 - 4 * 2);
+        CHECK_EQ(member_done(ks, NULL), 200);
+        CHECK_EQ(member_done(kf, NULL), 200);
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
+/* Latest-frame mode: the producer never waits; a slow member takes the newest frame each time,
+ * skipping the rest, and nothing it holds changes. */
+static void test_ring_latest(void)
+{
+        MemberArg slow;
+        HChild *ks;
+        gpuipc_ring_t *r;
+        gpuipc_t *c;
+        uint64_t skipped = 0, taken, t0;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        c = h_connect(k.broker, "ring-producer");
+        r = make_ring(c, "rings/latest", 4, 2, GPUIPC_RING_LATEST, 5000);
+        slow = (MemberArg){ k.broker, "rings/latest", 3000, 1000, true, false, 0 };
+        ks = spawn_member(c, &slow, "slow");
+        t0 = h_now_ms();
+        /* 3000 frames as fast as the producer can: it must never wait for the slow one. */
+        produce(c, r, 1, 3000);
+        h_log("3000 frames in %" PRIu64 " ms", h_now_ms() - t0);
+        taken = member_done(ks, &skipped);
+        h_log("the slow member took %" PRIu64 " frames and skipped %" PRIu64, taken, skipped);
+        CHECK(skipped > 0);
+        CHECK_EQ(taken + skipped, 3000);
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
+static int holder_dies(HChan *ch, void *arg)
+{
+        const MemberArg *a = arg;
+        gpuipc_t *c = h_connect(a->broker, "doomed-member");
+        gpuipc_buffer_t *slot;
+        gpuipc_ring_t *r;
+        uint64_t frame;
+
+        CHECK_OK(c, gpuipc_ring_join(c, a->ring, H_SOON_MS, &r));
+        h_report(ch, 'j', "joined");
+        CHECK_OK(c, gpuipc_ring_take(r, H_SOON_MS, &slot, &frame));
+        h_report(ch, 't', "%" PRIu64, frame);
+        h_await(ch, 'x', H_SOON_MS * 6); /* killed holding it */
+        return 0;
+}
+
+/* A member is killed while it holds a frame: its seat (and the slot) come back well within the
+ * lease, because the broker sees it die and tells the producer; a new member can take the seat. */
+static void test_ring_member_killed_holding(void)
+{
+        MemberArg a;
+        HChild *kid, *again;
+        gpuipc_buffer_t *slot;
+        gpuipc_ring_t *r;
+        gpuipc_t *c;
+        uint64_t t0;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        c = h_connect(k.broker, "ring-producer");
+        r = make_ring(c, "rings/doomed", 2, 1, GPUIPC_RING_BACKPRESSURE, 60000);
+        a = (MemberArg){ k.broker, "rings/doomed", 0, 0, false, false, 0 };
+        kid = h_spawn("doomed", holder_dies, &a);
+        await_join(c, kid);
+        produce(c, r, 1, 2); /* it takes frame 1 and holds it; frame 3 would overwrite it */
+        h_child_expect(kid, 't', H_SOON_MS, NULL, 0);
+        CHECK_ERR(c, gpuipc_ring_acquire(r, 200, &slot), GPUIPC_E_TIMEOUT);
+        t0 = h_now_ms();
+        h_child_kill9(kid);
+        CHECK_OK(c, gpuipc_ring_acquire(r, H_SOON_MS, &slot));
+        h_log("the producer went on %" PRIu64 " ms after the member died (lease 60 s)", h_now_ms() - t0);
+        CHECK(h_now_ms() - t0 < 5000);
+        frame_fill(slot, 3);
+        CHECK_OK(c, gpuipc_ring_publish(r, NULL));
+        h_child_free(kid);
+        /* The seat is free again. */
+        a = (MemberArg){ k.broker, "rings/doomed", 10, 0, false, false, 0 };
+        again = spawn_member(c, &a, "next");
+        for (uint64_t n = 4; n < 14; n++) {
+                CHECK_OK(c, gpuipc_ring_acquire(r, H_SOON_MS, &slot));
+                frame_fill(slot, n);
+                CHECK_OK(c, gpuipc_ring_publish(r, NULL));
+        }
+        CHECK_EQ(member_done(again, NULL), 10);
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
+static int staller(HChan *ch, void *arg)
+{
+        const MemberArg *a = arg;
+        gpuipc_t *c = h_connect(a->broker, "stalling-member");
+        gpuipc_buffer_t *slot;
+        gpuipc_ring_t *r;
+        uint64_t frame;
+        int e;
+
+        CHECK_OK(c, gpuipc_ring_join(c, a->ring, H_SOON_MS, &r));
+        h_report(ch, 'j', "joined");
+        CHECK_OK(c, gpuipc_ring_take(r, H_SOON_MS, &slot, &frame));
+        h_report(ch, 't', "%" PRIu64, frame);
+        h_await(ch, 'g', H_SOON_MS); /* the producer evicted us meanwhile, and overwrote the slot */
+        e = gpuipc_ring_release(r);
+        h_report(ch, 'r', "%d %s", e, gpuipc_errmsg(c));
+        e = gpuipc_ring_take(r, 0, &slot, &frame);
+        h_report(ch, 'T', "%d %s", e, gpuipc_errmsg(c));
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        return 0;
+}
+
+/* A member alive but stuck past the lease is evicted: the producer goes on, and the member learns
+ * it: its release says the frame changed, its next take says it was evicted. */
+static void test_ring_lease_evicts(void)
+{
+        MemberArg a;
+        HChild *kid;
+        gpuipc_buffer_t *slot;
+        gpuipc_ring_t *r;
+        gpuipc_t *c;
+        char text[256];
+        uint64_t t0;
+        int e;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        c = h_connect(k.broker, "ring-producer");
+        r = make_ring(c, "rings/lease", 2, 1, GPUIPC_RING_BACKPRESSURE, 300);
+        a = (MemberArg){ k.broker, "rings/lease", 0, 0, false, false, 0 };
+        kid = h_spawn("staller", staller, &a);
+        await_join(c, kid);
+        produce(c, r, 1, 2);
+        h_child_expect(kid, 't', H_SOON_MS, NULL, 0); /* it holds frame 1: frame 3 needs its slot */
+        t0 = h_now_ms();
+        CHECK_OK(c, gpuipc_ring_acquire(r, H_SOON_MS, &slot));
+        h_log("evicted after %" PRIu64 " ms (lease 300)", h_now_ms() - t0);
+        CHECK(h_now_ms() - t0 >= 250);
+        frame_fill(slot, 3);
+        CHECK_OK(c, gpuipc_ring_publish(r, NULL));
+        h_child_tell(kid, 'g');
+        h_child_expect(kid, 'r', H_SOON_MS, text, sizeof(text));
+        CHECKF(sscanf(text, "%d", &e) == 1 && e == GPUIPC_E_REVOKED && strstr(text, "lease"), "release: %s", text);
+        h_child_expect(kid, 'T', H_SOON_MS, text, sizeof(text));
+        CHECKF(sscanf(text, "%d", &e) == 1 && e == GPUIPC_E_REVOKED && strstr(text, "evicted"), "take: %s", text);
+        h_child_wait_ok(kid, H_SOON_MS);
+        h_child_free(kid);
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
+static int ring_producer(HChan *ch, void *arg)
+{
+        const MemberArg *a = arg;
+        gpuipc_t *c = h_connect(a->broker, "doomed-producer");
+        gpuipc_ring_t *r = make_ring(c, a->ring, 2, 2, GPUIPC_RING_BACKPRESSURE, 60000);
+
+        h_report(ch, 'c', "created");
+        /* A frame every few milliseconds until killed (it blocks once the member stops taking). */
+        for (uint64_t n = 1;; n++) {
+                produce(c, r, n, n);
+                h_sleep_ms(5);
+        }
+        return 0;
+}
+
+/* The producer is killed: a member waiting for the next frame learns it promptly. */
+static void test_ring_producer_killed(void)
+{
+        MemberArg a;
+        HChild *prod;
+        gpuipc_buffer_t *slot;
+        gpuipc_ring_t *r;
+        gpuipc_t *c;
+        uint64_t frame, t0;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        a = (MemberArg){ k.broker, "rings/orphan", 0, 0, false, false, 0 };
+        prod = h_spawn("producer", ring_producer, &a);
+        h_child_expect(prod, 'c', H_SOON_MS, NULL, 0);
+        c = h_connect(k.broker, "member");
+        CHECK_OK(c, gpuipc_ring_join(c, "rings/orphan", H_SOON_MS, &r));
+        CHECK_OK(c, gpuipc_ring_take(r, H_SOON_MS, &slot, &frame));
+        CHECK(frame_is(slot, frame));
+        CHECK_OK(c, gpuipc_ring_release(r));
+        t0 = h_now_ms();
+        h_child_kill9(prod);
+        CHECK_ERR(c, gpuipc_ring_take(r, H_SOON_MS, &slot, &frame), GPUIPC_E_REVOKED);
+        h_log("the member heard %" PRIu64 " ms after: %s", h_now_ms() - t0, gpuipc_errmsg(c));
+        CHECK(h_now_ms() - t0 < 2000);
+        gpuipc_ring_close(r);
+        h_child_free(prod);
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
+/* Who may attach a ring's parts: members only, a member page only its own member, never by name. */
+static void test_ring_parts_are_private(void)
+{
+        MemberArg a;
+        HChild *kid;
+        gpuipc_buffer_t *b;
+        gpuipc_ring_t *r;
+        gpuipc_t *c, *other;
+        uint64_t ids[8];
+        char names[8][PROTO_MAX_NAME + 1];
+        unsigned n;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        c = h_connect(k.broker, "ring-producer");
+        r = make_ring(c, "rings/private", 2, 2, GPUIPC_RING_BACKPRESSURE, 5000);
+        a = (MemberArg){ k.broker, "rings/private", 1, 0, false, false, 0 };
+        kid = spawn_member(c, &a, "member");
+        other = h_connect(k.broker, "outsider");
+        n = h_list_ids(other, "rings/private@", ids, names, 8);
+        CHECK_EQ(n, 1 + 2 + 2);
+        for (unsigned i = 0; i < n; i++) {
+                int e = gpuipc_attach_id(other, ids[i], &b);
+
+                CHECKF(e == GPUIPC_E_DENIED, "an outsider attached %s: %d", names[i], e);
+                CHECK_ERR(other, gpuipc_attach(other, names[i], 0, &b), GPUIPC_E_NOT_FOUND);
+        }
+        /* A member may attach the control page and the slots, but not another seat's page. */
+        CHECKF(strstr(names[4], "@member.1"), "the last part is %s", names[4]);
+        produce(c, r, 1, 1);
+        CHECK_EQ(member_done(kid, NULL), 1);
+        gpuipc_ring_close(r);
+        gpuipc_close(other);
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
+/* A member driven by an event loop: poll on gpuipc_ring_fd(), take with timeout 0. */
+static void test_ring_fd(void)
+{
+        MemberArg a;
+        HChild *kid;
+        gpuipc_ring_t *r;
+        gpuipc_t *c;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        c = h_connect(k.broker, "ring-producer");
+        r = make_ring(c, "rings/fd", 4, 1, GPUIPC_RING_BACKPRESSURE, 5000);
+        a = (MemberArg){ k.broker, "rings/fd", 500, 0, false, true, 0 };
+        kid = spawn_member(c, &a, "poller");
+        for (uint64_t n = 1; n <= 500; n++) {
+                gpuipc_buffer_t *slot;
+
+                CHECK_OK(c, gpuipc_ring_acquire(r, H_SOON_MS, &slot));
+                frame_fill(slot, n);
+                CHECK_OK(c, gpuipc_ring_publish(r, NULL));
+                if (n % 50 == 0)
+                        h_sleep_ms(5); /* let it sleep on the fd now and then */
+        }
+        CHECK_EQ(member_done(kid, NULL), 500);
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
+int main(int argc, char **argv)
+{
+        static const HTest tests[] = {
+                H_TEST(test_ring_order_under_contention),
+                H_TEST(test_ring_backpressure),
+                H_TEST(test_ring_latest),
+                H_TEST(test_ring_member_killed_holding),
+                H_TEST(test_ring_lease_evicts),
+                H_TEST(test_ring_producer_killed),
+                H_TEST(test_ring_parts_are_private),
+                H_TEST(test_ring_fd),
+        };
+
+        return h_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
+}
