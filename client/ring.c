@@ -410,7 +410,10 @@ static int wait_for_members(gpuipc_ring_t *r, uint64_t deadline)
         }
 }
 
-/* Latest mode: a slot nobody holds, not the newest frame's; marked as being written. */
+/* Latest mode: a slot nobody holds, not the newest frame's; marked as being written. The producer
+ * says it means to write a slot (intent), fences, then looks at what members hold; a member says
+ * what it holds, fences, then checks nobody means to write it. slot_seq itself changes only once
+ * the producer is sure, so a member's check on release is exact. */
 static int pick_free_slot(gpuipc_ring_t *r)
 {
         uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
@@ -431,7 +434,7 @@ static int pick_free_slot(gpuipc_ring_t *r)
                         break;
                 tried[best] = true;
                 old = r->ctl->slot_seq[best];
-                __atomic_store_n(&r->ctl->slot_seq[best], 0, __ATOMIC_RELAXED);
+                __atomic_store_n(&r->ctl->intent[best], 1, __ATOMIC_RELAXED);
                 __atomic_thread_fence(__ATOMIC_SEQ_CST);
                 for (uint32_t i = 0; old && i < r->n_members && !pinned; i++) {
                         RingMemberView v;
@@ -442,9 +445,12 @@ static int pick_free_slot(gpuipc_ring_t *r)
                                              head);
                         pinned = v.valid && v.held == old;
                 }
-                if (!pinned)
+                if (!pinned) {
+                        __atomic_store_n(&r->ctl->slot_seq[best], 0, __ATOMIC_RELAXED);
+                        __atomic_thread_fence(__ATOMIC_SEQ_CST);
                         return best;
-                __atomic_store_n(&r->ctl->slot_seq[best], old, __ATOMIC_RELEASE); /* still theirs */
+                }
+                __atomic_store_n(&r->ctl->intent[best], 0, __ATOMIC_RELEASE); /* still theirs */
         }
         client_errmsg(r->conn, "ring '%s': every slot is held by a member", r->name);
         return GPUIPC_E_BUSY;
@@ -499,6 +505,7 @@ _public_ int gpuipc_ring_publish(gpuipc_ring_t *r, uint64_t *ret_frame)
                         return e;
         }
         __atomic_store_n(&ctl->slot_seq[s], n, __ATOMIC_RELEASE);
+        __atomic_store_n(&ctl->intent[s], 0, __ATOMIC_RELEASE);
         __atomic_store_n(&ctl->head_slot, (uint32_t)s, __ATOMIC_RELAXED);
         __atomic_store_n(&ctl->head, n, __ATOMIC_RELEASE);
         __atomic_fetch_add(&ctl->doorbell, 1, __ATOMIC_RELEASE);
@@ -671,17 +678,23 @@ _public_ int gpuipc_ring_join(gpuipc_t *c, const char *name, int timeout_ms, gpu
         return 0;
 }
 
-/* Why this member may take nothing any more, or NULL. */
-static const char *member_gone(gpuipc_ring_t *r)
+/* Was this member evicted (its seat given up by the producer)? */
+static bool member_evicted(gpuipc_ring_t *r)
 {
         volatile RingMemberSlot *s = &r->ctl->member[r->index];
 
+        return r->seated && (__atomic_load_n(&s->epoch, __ATOMIC_ACQUIRE) != r->epoch ||
+                             __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != RING_MEMBER_ACTIVE);
+}
+
+/* Why this member may take nothing any more, or NULL. */
+static const char *member_gone(gpuipc_ring_t *r)
+{
         if (r->gone)
                 return r->gone_why;
         if (gpuipc_buffer_revoked(r->ctl_buf))
                 return "its producer is gone";
-        if (r->seated && (__atomic_load_n(&s->epoch, __ATOMIC_ACQUIRE) != r->epoch ||
-                          __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != RING_MEMBER_ACTIVE))
+        if (member_evicted(r))
                 return "this member was evicted (it held the ring up past its lease)";
         if (__atomic_load_n(&r->ctl->closed, __ATOMIC_ACQUIRE))
                 return "the producer closed the ring";
@@ -721,10 +734,12 @@ static int try_take(gpuipc_ring_t *r)
                                       r->n_slots);
                         return GPUIPC_E_BAD_REPLY;
                 }
-                /* Say what we hold, fence, then check it is still there (the producer does the reverse). */
+                /* Say what we hold, fence, then check nobody means to overwrite it and it is still
+                 * there (the producer does the reverse: intent, fence, what members hold). */
                 __atomic_store_n(&r->page->held, head, __ATOMIC_RELAXED);
                 __atomic_thread_fence(__ATOMIC_SEQ_CST);
-                if (__atomic_load_n(&ctl->slot_seq[s], __ATOMIC_ACQUIRE) == head) {
+                if (!__atomic_load_n(&ctl->intent[s], __ATOMIC_ACQUIRE) &&
+                    __atomic_load_n(&ctl->slot_seq[s], __ATOMIC_ACQUIRE) == head) {
                         r->taken = (int)s;
                         r->taken_frame = head;
                         return 1;
@@ -842,19 +857,6 @@ _public_ int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t 
         return 0;
 }
 
-/* Does slot s still hold frame n? In latest mode the producer marks a slot it considers (0), sees
- * that a member holds it, and puts the number back at once: a 0 seen here is that moment, or a
- * write the producer may not start while we hold the frame; wait briefly for the number to return. */
-static bool slot_still_holds(gpuipc_ring_t *r, uint32_t s, uint64_t n)
-{
-        uint64_t seq = __atomic_load_n(&r->ctl->slot_seq[s], __ATOMIC_ACQUIRE);
-
-        for (unsigned i = 0; seq == 0 && r->mode == RING_LATEST && i < 100000; i++) {
-                cpu_relax();
-                seq = __atomic_load_n(&r->ctl->slot_seq[s], __ATOMIC_ACQUIRE);
-        }
-        return seq == n;
-}
 
 _public_ int gpuipc_ring_release(gpuipc_ring_t *r)
 {
@@ -870,8 +872,9 @@ _public_ int gpuipc_ring_release(gpuipc_ring_t *r)
         }
         s = r->taken;
         n = r->taken_frame;
-        /* Still ours when we let go? Then it did not change while we held it. */
-        intact = slot_still_holds(r, (uint32_t)s, n) && !member_gone(r);
+        /* Still ours when we let go? Then it did not change while we held it (a closed ring or a dead
+         * producer writes nothing; only an evicted member may have lost its frame). */
+        intact = __atomic_load_n(&r->ctl->slot_seq[s], __ATOMIC_ACQUIRE) == n && !member_evicted(r);
         if (r->mode == RING_BACKPRESSURE) {
                 __atomic_store_n(&r->page->released, n, __ATOMIC_RELEASE);
                 r->cursor = n + 1;
@@ -887,7 +890,7 @@ _public_ int gpuipc_ring_release(gpuipc_ring_t *r)
         r->taken = -1;
         if (!intact) {
                 client_errmsg(r->conn, "ring '%s': frame %llu was overwritten while held (%s)", r->name,
-                              (unsigned long long)n, member_gone(r) ? member_gone(r) : "the slot changed");
+                              (unsigned long long)n, member_evicted(r) ? member_gone(r) : "the slot changed");
                 return GPUIPC_E_REVOKED;
         }
         return 0;

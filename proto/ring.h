@@ -9,7 +9,9 @@
  *     the broker, to show lag) map it read-only and treat what they read as untrusted input;
  *   - the slots: K buffers of one kind and size, written by the producer.
  *
- * Frames are numbered 1, 2, 3, ...; a slot holds frame n when slot_seq says so. Every cross-process
+ * Frames are numbered 1, 2, 3, ...; a slot holds frame n when slot_seq says so (slot_seq changes
+ * only when the producer really rewrites the slot, so a member can tell whether the frame it held
+ * stayed intact). Every cross-process
  * handshake is a store, a sequentially consistent fence, and a load on each side (Dekker's pattern),
  * so that of two sides racing, at least one sees the other: that is what makes "never overwrite a
  * held frame" and "never sleep through a wake-up" hold. The fences are explained where they are. */
@@ -56,6 +58,7 @@ typedef struct RingCtl {
         uint32_t producer_waiting; /* the producer sleeps on some member's release word */
         uint32_t pad;
         uint64_t slot_seq[RING_MAX_SLOTS]; /* the frame slot k holds; 0 while it is being written */
+        uint32_t intent[RING_MAX_SLOTS];   /* latest mode: the producer considers overwriting slot k */
         RingMemberSlot member[RING_MAX_MEMBERS];
 } RingCtl;
 

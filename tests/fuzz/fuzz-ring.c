@@ -1,0 +1,82 @@
+/* Fuzz target: what a ring's producer (and the broker) read from memory a member writes, and what a
+ * member reads from the producer's control page (proto/ring.c).
+ *
+ * The input is a member page's bytes (as a scribbling member may leave them) followed by what the
+ * reader knows: the membership's epoch and start, the ring's head and slot count; then a control
+ * page. Every view must come out within what can be true: a page of another membership counts as
+ * having released exactly what the member never had; a released value is never above head nor
+ * below start - 1; a member lets a frame through exactly when its released count says so (or it
+ * joined after the frame to be overwritten); and the same bytes give the same view. A control page
+ * is accepted only with sane counts. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "fuzz.h"
+#include "ring.h"
+
+static uint64_t take_u64(const uint8_t **p, const uint8_t *end)
+{
+        uint64_t v = 0;
+
+        for (int i = 0; i < 8 && *p < end; i++)
+                v |= (uint64_t)*(*p)++ << (8 * i);
+        return v;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+        static RingMember page; /* static: aligned as the real page is */
+        static RingCtl ctl;
+        const uint8_t *p = data, *end = data + size;
+        uint64_t epoch, start, head, frame;
+        uint32_t n_slots;
+        RingMemberView v, again;
+        size_t n;
+
+        memset(&page, 0, sizeof(page));
+        n = size < sizeof(page) ? size : sizeof(page);
+        memcpy(&page, p, n);
+        p += n;
+        epoch = take_u64(&p, end);
+        start = take_u64(&p, end);
+        head = take_u64(&p, end);
+        frame = take_u64(&p, end);
+        n_slots = 1 + (uint32_t)(take_u64(&p, end) % RING_MAX_SLOTS);
+
+        v = ring_member_view(&page, epoch, start, head);
+        again = ring_member_view(&page, epoch, start, head);
+        check(v.valid == again.valid && v.released == again.released && v.held == again.held &&
+              v.sleeping == again.sleeping);
+        check(v.valid == (page.epoch == epoch && epoch != 0));
+        if (!v.valid) {
+                check(v.released == (start ? start - 1 : 0));
+                check(v.held == 0 && !v.sleeping);
+        } else {
+                uint64_t floor = start ? start - 1 : 0;
+
+                /* Clamped, in this order: to head, then up to start - 1 (a start beyond head is the
+                 * producer's own affair: it never sets one). */
+                if (floor <= head)
+                        check(v.released >= floor && v.released <= head);
+                check(v.held == page.held);
+                check(v.sleeping == (page.sleeping != 0));
+        }
+        if (ring_member_lets(&v, start, frame, n_slots))
+                check(frame <= n_slots || frame - n_slots < start || v.released >= frame - n_slots);
+        else
+                check(frame > n_slots && frame - n_slots >= start && v.released < frame - n_slots);
+
+        /* A control page from the rest of the input. */
+        memset(&ctl, 0, sizeof(ctl));
+        n = (size_t)(end - p) < sizeof(ctl) ? (size_t)(end - p) : sizeof(ctl);
+        memcpy(&ctl, p, n);
+        if (ring_ctl_valid(&ctl, ctl.n_slots, ctl.n_members, ctl.slot_size)) {
+                check(ctl.magic == RING_MAGIC && ctl.version == RING_LAYOUT_VERSION);
+                check(ctl.n_slots >= 1 && ctl.n_slots <= RING_MAX_SLOTS);
+                check(ctl.n_members >= 1 && ctl.n_members <= RING_MAX_MEMBERS);
+                check(ctl.mode == RING_BACKPRESSURE || ctl.mode == RING_LATEST);
+        }
+        check(!ring_ctl_valid(&ctl, ctl.n_slots + 1, ctl.n_members, ctl.slot_size));
+        return 0;
+}
