@@ -210,6 +210,8 @@ void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         add_stat(&it, "restart_grace", registry_in_grace(ctx->reg));
         add_stat(&it, "buffers_restored", g.restored);
         add_stat(&it, "claims_pending", g.claims_pending);
+        add_stat(&it, "rings", g.rings);
+        add_stat(&it, "ring_members", g.ring_members);
         add_stat(&it, "open_fds", s->open_fds);
         add_stat(&it, "uptime_ms", ctx->now_ms - s->started_ms);
         add_stat(&it, "publishes_total", c->publishes);

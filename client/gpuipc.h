@@ -325,7 +325,8 @@ int gpuipc_ring_release(gpuipc_ring_t *r);
  * ring's doorbell for it. */
 int gpuipc_ring_fd(gpuipc_ring_t *r);
 
-/* Member: before sleeping, busy-wait up to spin_us for a frame (lower latency, a core spent). */
+/* Before sleeping, busy-wait up to spin_us: a member for a frame, a producer for a free slot (lower
+ * latency, a core spent). */
 void gpuipc_ring_set_spin(gpuipc_ring_t *r, unsigned spin_us);
 
 /* Leaves (member) or closes (producer) the ring and frees what it holds. NULL is fine. */

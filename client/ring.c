@@ -368,6 +368,38 @@ static void evict(gpuipc_ring_t *r, uint32_t i)
                 frame_free(&f);
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+}
+
+static uint64_t monotonic_ns(void)
+{
+        struct timespec t;
+
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Busy-waits up to spin_us (and limit_ms) for member b to let frame r->next through. */
+static bool spin_until_free(gpuipc_ring_t *r, uint64_t head, int b, int limit_ms)
+{
+        uint64_t t0 = monotonic_ns(), spin_ns = (uint64_t)r->spin_us * 1000;
+
+        if (limit_ms >= 0 && (uint64_t)limit_ms * 1000000 < spin_ns)
+                spin_ns = (uint64_t)limit_ms * 1000000;
+        do {
+                if (ring_blocker(r, head) != b)
+                        return true;
+                cpu_relax();
+        } while (monotonic_ns() - t0 < spin_ns);
+        return false;
+}
+
 /* Backpressure: waits until the slot of frame r->next is free. */
 static int wait_for_members(gpuipc_ring_t *r, uint64_t deadline)
 {
@@ -394,6 +426,8 @@ static int wait_for_members(gpuipc_ring_t *r, uint64_t deadline)
                                       (unsigned long long)(r->next - r->n_slots));
                         return GPUIPC_E_TIMEOUT;
                 }
+                if (r->spin_us && spin_until_free(r, head, b, left))
+                        continue;
                 /* Sleep on its release word: say so, fence, look once more, then wait. */
                 page = gpuipc_buffer_ptr(r->page_buf[b]);
                 word = __atomic_load_n(&page->wake, __ATOMIC_ACQUIRE);
@@ -767,32 +801,20 @@ static void doorbell_sleep(gpuipc_ring_t *r, uint32_t seen, int timeout_ms)
         __atomic_fetch_sub(&r->page->sleeping, 1, __ATOMIC_RELEASE);
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#elif defined(__aarch64__)
-        __asm__ __volatile__("yield");
-#endif
-}
-
 static void spin_for_frame(gpuipc_ring_t *r, int limit_ms)
 {
+        uint64_t before = r->mode == RING_BACKPRESSURE ? r->cursor : r->cursor + 1;
+        uint64_t t0 = monotonic_ns(), spin_ns = (uint64_t)r->spin_us * 1000;
+
         if (!r->seated)
                 return;
-        struct timespec t0, t;
-        uint64_t before = r->mode == RING_BACKPRESSURE ? r->cursor : r->cursor + 1;
-        uint64_t spin_ns = (uint64_t)r->spin_us * 1000;
-
         if (limit_ms >= 0 && (uint64_t)limit_ms * 1000000 < spin_ns)
                 spin_ns = (uint64_t)limit_ms * 1000000;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
         do {
                 if (__atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE) >= before)
                         return;
                 cpu_relax();
-                clock_gettime(CLOCK_MONOTONIC, &t);
-        } while ((uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)(t.tv_nsec - t0.tv_nsec) < spin_ns);
+        } while (monotonic_ns() - t0 < spin_ns);
 }
 
 static void drain_fd(gpuipc_ring_t *r)

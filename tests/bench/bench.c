@@ -7,6 +7,7 @@
  *   --fanout      publish until N waiting consumers hold a mapping vs sending the fd to N sockets
  *   --scale       100k buffers and 1k peers: broker RSS, lookups, cleanup after a dead peer
  *   --seed        the handle file polled every 2 s (and an inotify variant) vs attach-with-wait
+ *   --ring        frames through a ring's shared memory (handoff latency, frames/s) vs a round trip
  *   --gpu         CUDA attach, bandwidth through a mapping, and PyTorch's IPC (torch_compare.py)
  * Not a test: it prints a table, states the machine, and writes raw numbers with --out DIR. */
 #include <errno.h>
@@ -36,6 +37,7 @@ static void usage(FILE *f)
                    "      --fanout            publish -> N waiting consumers mapped (N = 1, 16, 128)\n"
                    "      --scale             100k buffers, 1k peers: RSS, lookup, dead-peer cleanup\n"
                    "      --seed              handle file polled every 2 s / inotify vs attach-with-wait\n"
+                   "      --ring              ring handoff p50/p99 (futex wake, spin), frames/s vs a round trip\n"
                    "      --gpu               CUDA kinds and PyTorch's IPC (skips without a GPU)\n"
                    "      --all               every section, --gpu included\n\n"
                    "Options:\n"
@@ -76,6 +78,7 @@ static void parse_args(int argc, char **argv)
                 O_SCALE,
                 O_SEED,
                 O_GPU,
+                O_RING,
                 O_ALL,
                 O_BROKER,
                 O_SECCOMP,
@@ -90,6 +93,7 @@ static void parse_args(int argc, char **argv)
                 {"scale", no_argument, NULL, O_SCALE},
                 {"seed", no_argument, NULL, O_SEED},
                 {"gpu", no_argument, NULL, O_GPU},
+                {"ring", no_argument, NULL, O_RING},
                 {"all", no_argument, NULL, O_ALL},
                 {"quick", no_argument, NULL, 'q'},
                 {"out", required_argument, NULL, 'o'},
@@ -133,6 +137,9 @@ static void parse_args(int argc, char **argv)
                         break;
                 case O_GPU:
                         o->sections |= SEC_GPU;
+                        break;
+                case O_RING:
+                        o->sections |= SEC_RING;
                         break;
                 case O_ALL:
                         o->sections |= SEC_CPU_ALL | SEC_GPU;
@@ -225,7 +232,8 @@ typedef struct Section {
 static const Section sections[] = {
         {SEC_LATENCY, "latency", section_latency}, {SEC_THROUGHPUT, "throughput", section_throughput},
         {SEC_FANOUT, "fanout", section_fanout},    {SEC_SCALE, "scale", section_scale},
-        {SEC_SEED, "seed", section_seed},          {SEC_GPU, "gpu", section_gpu},
+        {SEC_SEED, "seed", section_seed},          {SEC_RING, "ring", section_ring},
+        {SEC_GPU, "gpu", section_gpu},
 };
 
 /* Runs a section in its own process group, so whatever it started goes with it. */

@@ -23,7 +23,8 @@ enum {
         SEC_SCALE = 1 << 3,
         SEC_SEED = 1 << 4,
         SEC_GPU = 1 << 5,
-        SEC_CPU_ALL = SEC_LATENCY | SEC_THROUGHPUT | SEC_FANOUT | SEC_SCALE | SEC_SEED,
+        SEC_RING = 1 << 6,
+        SEC_CPU_ALL = SEC_LATENCY | SEC_THROUGHPUT | SEC_FANOUT | SEC_SCALE | SEC_SEED | SEC_RING,
 };
 
 typedef struct BenchOpts {
@@ -218,6 +219,7 @@ void section_scale(void);
 /* gpuipc-bench --victim SOCKET FIRST N RANGE FD: the scale section's dying peer. */
 int victim_main(int argc, char **argv);
 void section_seed(void);
+void section_ring(void);
 void section_gpu(void);
 
 /* The machine, in words, for the table's heading; the GPU part fills gpus. */
