@@ -210,6 +210,7 @@ void reg_grace_end(Registry *r, Outbox *o)
         char why[PROTO_MAX_TEXT + 1];
 
         r->in_grace = false;
+        reg_rings_grace_end(r, o);
         /* Claims whose producer never came back: the memory is nobody's any more. */
         snprintf(why, sizeof(why), "its producer did not register it again within the broker's restart grace (%u ms "
                  "after the broker started)", r->restart_grace_ms);

@@ -81,8 +81,20 @@ typedef struct RingSeat {
         uint32_t index;
         RegPeer *peer;  /* NULL: free */
         uint64_t epoch; /* of the current (or last) membership */
+        bool reserved;  /* restored: its member has not come back yet (peer NULL) */
         List peer_link; /* RegPeer.seats */
 } RingSeat;
+
+/* A member back before its ring's producer (after a restart): waits until the producer declares
+ * the ring again, or the grace ends. */
+typedef struct SeatClaim {
+        List link;      /* Registry.seat_claims */
+        List peer_link; /* RegPeer.seat_claims */
+        RegPeer *peer;
+        uint32_t index;
+        uint64_t epoch;
+        char ring[];
+} SeatClaim;
 
 /* A ring (docs/design.md "Rings"): its shape, its parts (buffers of its producer, attachable only
  * by its members: part 0 the control page, 1..n_slots the slots, then one member page per seat),
@@ -129,6 +141,7 @@ struct RegPeer {
         List claims; /* Claim.peer_link */
         List rings;  /* RegRing.owner_link: rings it produces */
         List seats;  /* RingSeat.peer_link: rings it is a member of */
+        List seat_claims; /* SeatClaim.peer_link */
         uint32_t n_refs, n_waits, n_subs;
         uint32_t n_claim_refs; /* references its pending claims ask for (they count against its quota) */
         UidAcct *acct;
@@ -196,6 +209,8 @@ struct Registry {
         List restored;                      /* RegBuffer.restored_link */
         uint64_t n_claims;
         uint64_t n_rings, n_seated;
+        List seat_claims; /* SeatClaim.link */
+        uint64_t n_seat_claims;
 };
 
 static inline uint64_t hash_str(const char *s)
@@ -304,6 +319,9 @@ void reg_grace_end(Registry *r, Outbox *o);
  * departure does to rings it produces or sits in; a part leaving the registry. */
 bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, char *why, size_t cap);
 void reg_rings_drop_peer(Registry *r, RegPeer *p, Outbox *o);
+/* The restart grace ended: seats nobody came back for are freed, members whose ring did not come
+ * back are told. */
+void reg_rings_grace_end(Registry *r, Outbox *o);
 void reg_ring_part_gone(RegBuffer *b);
 /* Takes b off the restored list (it leaves the registry, or the grace ended). */
 void reg_restored_forget(Registry *r, RegBuffer *b);

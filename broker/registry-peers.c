@@ -44,6 +44,7 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
         list_init(&p->claims);
         list_init(&p->rings);
         list_init(&p->seats);
+        list_init(&p->seat_claims);
         list_append(&r->peers, &p->link);
         acct->connections++;
         r->n_peers++;

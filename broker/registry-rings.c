@@ -9,6 +9,11 @@
  * dying or being evicted by the producer (its lease) frees the seat and tells both sides
  * (member-left). The producer's death revokes the parts as for any buffer.
  *
+ * After a broker restart the producer declares its ring again (restored) with the seats it still
+ * counts as seated; their members come back and ask for their seat by index and epoch (rejoin),
+ * in either order; seats nobody comes back for within the restart grace are freed, members whose
+ * ring does not come back are told. Frames never stopped meanwhile: they do not need the broker.
+ *
  * What this file must never do: let a peer other than a seat's member attach that seat's page
  * (the page is the member's only say in the ring, and the producer trusts nothing else it reads). */
 #include <errno.h>
@@ -59,11 +64,18 @@ static void ring_event(Registry *r, RegPeer *to, ProtoEvent ev, const RegRing *g
         r->counters.events++;
 }
 
-/* Empties a seat, telling the producer (and the member, unless it is the one leaving or gone). */
+/* Empties a seat, telling the producer (and the member, unless it is the one leaving or gone). A
+ * reserved seat (its member has not come back) is freed with a word to the producer only. */
 static void seat_free(Registry *r, RingSeat *s, const char *why, bool tell_member, Outbox *o)
 {
         RegPeer *member = s->peer;
 
+        if (s->reserved) {
+                s->reserved = false;
+                if (s->ring->owner)
+                        ring_event(r, s->ring->owner, PROTO_EV_MEMBER_LEFT, s->ring, s, why, o);
+                return;
+        }
         if (!member)
                 return;
         s->peer = NULL;
@@ -130,6 +142,8 @@ bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, char *why, size_t
         return false;
 }
 
+static void seat_claims_settle(Registry *r, RegRing *g, Outbox *o);
+
 void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpec *s, Outbox *out)
 {
         size_t len = strlen(s->name);
@@ -166,11 +180,18 @@ void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpe
                 g->seats[i].ring = g;
                 g->seats[i].index = i;
                 list_init(&g->seats[i].peer_link);
+                if (s->restored && s->epochs && s->epochs[i]) {
+                        g->seats[i].epoch = s->epochs[i];
+                        g->seats[i].reserved = true;
+                }
         }
+        g->next_epoch = s->restored ? s->next_epoch : 0;
         list_append(&p->rings, &g->owner_link);
         g->acct->buffers++;
         r->n_rings++;
         reg_reply_ok(out, p, id);
+        if (s->restored)
+                seat_claims_settle(r, g, out);
         return;
 
 no_memory:
@@ -228,6 +249,8 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
                 return;
         }
         why = part_mismatch(g, index, a);
+        if (!why && a->restored && (a->generation == 0 || a->generation > r->generation))
+                why = "a restored part carries the generation an earlier broker gave it";
         if (why) {
                 reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "ring '%s', part %u: %s", ring, index, why);
                 return;
@@ -242,9 +265,10 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         b->ring_index = index;
         g->parts[index] = b;
         g->n_registered++;
-        /* Live, but under no name: members attach it by id. */
+        /* Live, but under no name: members attach it by id. A restored part keeps its generation. */
         reg_buffer_set_state(r, b, PROTO_STATE_LIVE);
-        b->generation = ++r->generation;
+        if (!a->restored)
+                b->generation = ++r->generation;
         {
                 ProtoMsg m;
 
@@ -257,20 +281,11 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
 }
 
 /* The parts a member of seat i attaches: the control page, the slots, its own page. */
-static int encode_parts(const RegRing *g, uint32_t seat, ProtoBuf *items)
+static int encode_parts(const RegRing *g, uint32_t seat, ProtoItems *items)
 {
         uint32_t page = 1 + g->n_slots + seat;
-        uint8_t head[5];
-        uint32_t n = 2 + g->n_slots;
 
-        /* An array header (msgpack array32), then one record per part. */
-        head[0] = 0xdd;
-        head[1] = (uint8_t)(n >> 24);
-        head[2] = (uint8_t)(n >> 16);
-        head[3] = (uint8_t)(n >> 8);
-        head[4] = (uint8_t)n;
-        if (proto_buf_append(items, head, sizeof(head)) < 0)
-                return -ENOMEM;
+        proto_items_init(items, PROTO_MAX_BODY / 2); /* 66 records of two numbers: a few KiB */
         for (uint32_t i = 0; i <= g->n_slots + 1; i++) {
                 uint32_t part = i <= g->n_slots ? i : page;
                 ProtoMsg rec = { 0 };
@@ -278,7 +293,7 @@ static int encode_parts(const RegRing *g, uint32_t seat, ProtoBuf *items)
                 rec.index = part;
                 rec.buffer = g->parts[part]->id;
                 rec.has = PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_BUFFER);
-                if (proto_record_encode(items, &rec) < 0)
+                if (!proto_items_add(items, &rec))
                         return -ENOMEM;
         }
         return 0;
@@ -287,7 +302,7 @@ static int encode_parts(const RegRing *g, uint32_t seat, ProtoBuf *items)
 void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out)
 {
         RegRing *g = ring_lookup(r, ring);
-        ProtoBuf items = { 0 };
+        ProtoItems items;
         RingSeat *s = NULL;
         ProtoMsg m;
 
@@ -303,7 +318,7 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
                                       "already (seat %u)", ring, i);
                         return;
                 }
-                if (!s && !g->seats[i].peer)
+                if (!s && !g->seats[i].peer && !g->seats[i].reserved)
                         s = &g->seats[i];
         }
         if (!s) {
@@ -312,7 +327,7 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
                 return;
         }
         if (encode_parts(g, s->index, &items) < 0) {
-                proto_buf_free(&items);
+                proto_items_free(&items);
                 registry_peer_mark_lost(p);
                 return;
         }
@@ -329,7 +344,7 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         m.kind = g->kind;
         m.size = g->slot_size;
         m.timeout_ms = g->lease_ms;
-        m.items = (ProtoRaw){ items.data, (uint32_t)items.len, 2 + g->n_slots };
+        m.items = proto_items_finish(&items);
         m.has |= PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_SLOTS) | PROTO_BIT(PF_MEMBERS) |
                  PROTO_BIT(PF_MODE) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) | PROTO_BIT(PF_TIMEOUT_MS) |
                  PROTO_BIT(PF_ITEMS);
@@ -338,8 +353,137 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
                 proto_set(&m, PF_DEVICE);
         }
         outbox_send(out, p, &m, -1);
-        proto_buf_free(&items);
+        proto_items_free(&items);
         ring_event(r, g->owner, PROTO_EV_MEMBER_JOINED, g, s, NULL, out);
+}
+
+/* Gives member p back its seat (index, epoch) of ring g. 0, or a status (with why filled in). */
+static unsigned seat_bind(Registry *r, RegRing *g, RegPeer *p, uint32_t index, uint64_t epoch, char *why, size_t cap)
+{
+        RingSeat *s;
+
+        if (index >= g->n_members) {
+                snprintf(why, cap, "ring '%s' has %u seats", g->name, g->n_members);
+                return PROTO_STATUS_INVALID;
+        }
+        s = &g->seats[index];
+        if (!s->reserved || s->epoch != epoch) {
+                snprintf(why, cap, "seat %u of ring '%s' is not waiting for membership %llu (its producer did not "
+                         "declare it, or gave it up)", index, g->name, (unsigned long long)epoch);
+                return PROTO_STATUS_REVOKED;
+        }
+        s->reserved = false;
+        s->peer = p;
+        list_append(&p->seats, &s->peer_link);
+        r->n_seated++;
+        return 0;
+}
+
+static void seat_claim_free(Registry *r, SeatClaim *c)
+{
+        list_unlink(&c->link);
+        list_unlink(&c->peer_link);
+        r->n_seat_claims--;
+        free(c);
+}
+
+/* The member-left a member gets when its seat cannot come back. */
+static void seat_claim_refuse(Registry *r, SeatClaim *c, const char *why, Outbox *o)
+{
+        ProtoMsg m = { 0 };
+
+        m.event = PROTO_EV_MEMBER_LEFT;
+        m.name = proto_str(c->ring);
+        m.index = c->index;
+        m.generation = c->epoch;
+        m.reason = proto_str(why);
+        m.has = PROTO_BIT(PF_EVENT) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION) |
+                PROTO_BIT(PF_REASON);
+        outbox_send(o, c->peer, &m, -1);
+        r->counters.events++;
+        seat_claim_free(r, c);
+}
+
+/* A restored ring takes over the members that asked for their seats before it came back. */
+static void seat_claims_settle(Registry *r, RegRing *g, Outbox *o)
+{
+        char why[PROTO_MAX_TEXT + 1];
+
+        list_for_each_safe(pos, &r->seat_claims) {
+                SeatClaim *c = list_entry(pos, SeatClaim, link);
+
+                if (strcmp(c->ring, g->name) != 0)
+                        continue;
+                if (seat_bind(r, g, c->peer, c->index, c->epoch, why, sizeof(why)))
+                        seat_claim_refuse(r, c, why, o);
+                else
+                        seat_claim_free(r, c);
+        }
+}
+
+void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, uint64_t epoch,
+                          Outbox *out)
+{
+        RegRing *g = ring_lookup(r, ring);
+        char why[PROTO_MAX_TEXT + 1];
+        size_t len = strlen(ring);
+        unsigned status;
+        SeatClaim *c;
+        ProtoMsg m;
+
+        if (g) {
+                status = seat_bind(r, g, p, index, epoch, why, sizeof(why));
+                if (status)
+                        reg_reply_err(out, p, id, status, "%s", why);
+                else
+                        reg_reply_ok(out, p, id);
+                return;
+        }
+        if (!r->in_grace) {
+                reg_reply_err(out, p, id, PROTO_STATUS_REVOKED, "ring '%s' is gone: its producer did not declare it "
+                              "again within the broker's restart grace", ring);
+                return;
+        }
+        if (r->n_seat_claims >= r->limits.waits_per_peer * (uint64_t)r->limits.connections) {
+                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "too many members wait for their rings");
+                return;
+        }
+        c = calloc(1, sizeof(*c) + len + 1);
+        if (!c) {
+                registry_peer_mark_lost(p);
+                return;
+        }
+        c->peer = p;
+        c->index = index;
+        c->epoch = epoch;
+        memcpy(c->ring, ring, len + 1);
+        list_append(&r->seat_claims, &c->link);
+        list_append(&p->seat_claims, &c->peer_link);
+        r->n_seat_claims++;
+        reg_reply_base(&m, id, PROTO_STATUS_OK);
+        m.pending = true;
+        proto_set(&m, PF_PENDING);
+        outbox_send(out, p, &m, -1);
+}
+
+void reg_rings_grace_end(Registry *r, Outbox *o)
+{
+        char why[PROTO_MAX_TEXT + 1];
+        RegPeer *p;
+
+        snprintf(why, sizeof(why), "the ring's producer did not declare it again within the broker's restart grace "
+                 "(%u ms)", r->restart_grace_ms);
+        while (!list_empty(&r->seat_claims))
+                seat_claim_refuse(r, list_entry(r->seat_claims.next, SeatClaim, link), why, o);
+        snprintf(why, sizeof(why), "the member did not come back within the broker's restart grace (%u ms)",
+                 r->restart_grace_ms);
+        for (p = registry_peer_first(r); p; p = registry_peer_next(r, p))
+                list_for_each(pos, &p->rings) {
+                        RegRing *g = list_entry(pos, RegRing, owner_link);
+                        for (uint32_t i = 0; i < g->n_members; i++)
+                                if (g->seats[i].reserved)
+                                        seat_free(r, &g->seats[i], why, false, o);
+                }
 }
 
 static RingSeat *seat_of(RegRing *g, const RegPeer *p)
@@ -419,6 +563,9 @@ void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring,
 void reg_rings_drop_peer(Registry *r, RegPeer *p, Outbox *o)
 {
         char why[160];
+
+        while (!list_empty(&p->seat_claims))
+                seat_claim_free(r, list_entry(p->seat_claims.next, SeatClaim, peer_link));
 
         while (!list_empty(&p->seats))
                 seat_free(r, list_entry(p->seats.next, RingSeat, peer_link), "the member disconnected", false, o);

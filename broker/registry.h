@@ -74,6 +74,12 @@ typedef struct RegRingSpec {
         ProtoMode mode;
         uint32_t lease_ms;       /* backpressure: how long a member may hold the producer up */
         const char *device;      /* CUDA slots: their GPU */
+        /* Declared again after a restart: the seats its producer still counts as seated (seat i
+         * with epoch epochs[i], 0 for none), waiting for their members to come back, and the epoch
+         * the next join gets. */
+        bool restored;
+        uint64_t next_epoch;
+        const uint64_t *epochs;  /* n_members entries, or NULL */
 } RegRingSpec;
 
 typedef struct RegRing RegRing;
@@ -159,6 +165,10 @@ void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpe
 void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, RegPublish *a,
                         Outbox *out);
 void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out);
+/* A member that lost its broker asks for its seat back (index, epoch): bound at once if the ring
+ * has that seat waiting, kept pending during the restart grace if the ring is not back yet. */
+void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, uint64_t epoch,
+                          Outbox *out);
 void registry_ring_leave(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out);
 void registry_ring_evict(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, uint64_t epoch,
                          Outbox *out);

@@ -347,6 +347,7 @@ static bool ring_name(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, PolicyActi
 static void handle_ring_create(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 {
         char name[PROTO_MAX_NAME + 1], device[PROTO_MAX_UUID + 1];
+        uint64_t epochs[RING_MAX_MEMBERS] = { 0 };
         RegRingSpec s = { 0 };
 
         if (!ring_name(ctx, p, m, POLICY_PUBLISH, name))
@@ -381,6 +382,30 @@ static void handle_ring_create(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         s.mode = m->mode;
         s.lease_ms = proto_has(m, PF_TIMEOUT_MS) ? timeout_of(m) : RING_LEASE_DEFAULT_MS;
         s.device = proto_has(m, PF_DEVICE) ? proto_str_copy(m->device, device, sizeof(device)) : NULL;
+        if (proto_has(m, PF_RESTORED) && m->restored) {
+                /* The seats its producer still counts as seated: items of {index, generation}. */
+                ProtoIter it;
+                ProtoMsg rec;
+                int e;
+
+                s.restored = true;
+                s.next_epoch = m->generation;
+                s.epochs = epochs;
+                proto_iter_init(&it, &m->items);
+                while ((e = proto_iter_next(&it, &rec)) == 1) {
+                        if (rec.index >= s.n_members || rec.generation == 0 || rec.generation >= s.next_epoch + 1) {
+                                fail(ctx, p, m, PROTO_STATUS_INVALID, "a restored ring's seats have an index below its "
+                                     "member count and an epoch from 1 to its generation");
+                                return;
+                        }
+                        epochs[rec.index] = rec.generation;
+                }
+                if (e < 0) {
+                        fail(ctx, p, m, PROTO_STATUS_BAD_REQUEST, "the seats of a restored ring are records of index "
+                             "and generation");
+                        return;
+                }
+        }
         registry_ring_create(ctx->reg, p, m->id, &s, ctx->out);
 }
 
@@ -403,6 +428,8 @@ static void handle_ring_part(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int
                 return;
         }
         fill_memory(m, fd, &a, device);
+        a.restored = proto_has(m, PF_RESTORED) && m->restored;
+        a.generation = m->generation;
         registry_ring_part(ctx->reg, p, m->id, name, (uint32_t)m->index, &a, ctx->out);
 }
 
@@ -414,6 +441,15 @@ static void handle_ring(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 return;
         switch (m->op) {
         case PROTO_OP_RING_JOIN:
+                if (proto_has(m, PF_RESTORED) && m->restored) {
+                        if (!proto_has(m, PF_INDEX) || !proto_has(m, PF_GENERATION) || m->index > UINT32_MAX) {
+                                fail(ctx, p, m, PROTO_STATUS_BAD_REQUEST, "taking a seat back needs its index and "
+                                     "generation");
+                                return;
+                        }
+                        registry_ring_rejoin(ctx->reg, p, m->id, name, (uint32_t)m->index, m->generation, ctx->out);
+                        break;
+                }
                 registry_ring_join(ctx->reg, p, m->id, name, ctx->out);
                 break;
         case PROTO_OP_RING_LEAVE:

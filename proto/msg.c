@@ -565,6 +565,52 @@ int proto_record_encode(ProtoBuf *out, const ProtoMsg *m)
         return encode_body(out, m);
 }
 
+void proto_items_init(ProtoItems *it, size_t budget)
+{
+        static const uint8_t array32_placeholder[5];
+
+        /* Room for an array32 header, written once the count is known. */
+        *it = (ProtoItems){ .budget = budget };
+        if (proto_buf_append(&it->buf, array32_placeholder, sizeof(array32_placeholder)) < 0)
+                it->failed = true;
+}
+
+bool proto_items_add(ProtoItems *it, const ProtoMsg *rec)
+{
+        size_t before = it->buf.len;
+
+        if (it->full || it->failed)
+                return false;
+        if (proto_record_encode(&it->buf, rec) < 0) {
+                it->failed = true;
+                return false;
+        }
+        if (it->buf.len > it->budget) {
+                it->buf.len = before;
+                it->full = true;
+                return false;
+        }
+        it->count++;
+        return true;
+}
+
+ProtoRaw proto_items_finish(ProtoItems *it)
+{
+        if (it->failed)
+                return (ProtoRaw){ 0 };
+        it->buf.data[0] = 0xdd;
+        it->buf.data[1] = (uint8_t)(it->count >> 24);
+        it->buf.data[2] = (uint8_t)(it->count >> 16);
+        it->buf.data[3] = (uint8_t)(it->count >> 8);
+        it->buf.data[4] = (uint8_t)it->count;
+        return (ProtoRaw){ it->buf.data, (uint32_t)it->buf.len, it->count };
+}
+
+void proto_items_free(ProtoItems *it)
+{
+        proto_buf_free(&it->buf);
+}
+
 /* ---- names ---- */
 
 static const char *name_or(const char *const *tbl, unsigned n, unsigned i, const char *fallback)

@@ -233,6 +233,21 @@ int proto_frame_encode(ProtoBuf *out, const ProtoMsg *m, uint8_t n_fds);
 /* Appends the body of m alone: used to build listing items (records) into a separate buffer. */
 int proto_record_encode(ProtoBuf *out, const ProtoMsg *m);
 
+/* Builds an items array (records appended one by one, the array's header written at the end). At
+ * most `budget` encoded bytes; proto_items_add returns false once a record does not fit. */
+typedef struct ProtoItems {
+        ProtoBuf buf;
+        uint32_t count;
+        size_t budget;
+        bool full, failed; /* failed: out of memory */
+} ProtoItems;
+
+void proto_items_init(ProtoItems *it, size_t budget);
+bool proto_items_add(ProtoItems *it, const ProtoMsg *rec);
+/* The array, valid until proto_items_free; NULL ptr when building failed. */
+ProtoRaw proto_items_finish(ProtoItems *it);
+void proto_items_free(ProtoItems *it);
+
 /* Iterates the records of a decoded listing. Returns 1 with *rec filled, 0 at the end, or PROTO_E_*. */
 typedef struct ProtoIter {
         const uint8_t *p, *end;
