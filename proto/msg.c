@@ -113,6 +113,7 @@ static const FieldDesc fields[_PF_MAX] = {
         [PF_FDS] = F("fds", T_U64, 0, fds),
         [PF_PIDNS_SAME] = F("pidns_same", T_BOOL, 0, pidns_same),
         [PF_STARTED_MS] = F("started_ms", T_U64, 0, started_ms),
+        [PF_LE_US] = F("le_us", T_U64, 0, le_us),
 };
 
 /* Fields each request must carry besides "op" and "id"; finer rules (name or buffer) are the

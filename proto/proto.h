@@ -126,6 +126,7 @@ typedef enum ProtoField {
         PF_OWNER, PF_PEER, PF_UID, PF_GID, PF_SUB, PF_REASON,
         PF_GROUP, PF_MEMBERS, PF_EPOCH, PF_AFTER, PF_LIMIT, PF_MORE, PF_ITEMS, PF_VALUE,
         PF_BUFFERS, PF_SUBS, PF_WAITS, PF_FDS, PF_PIDNS_SAME, PF_STARTED_MS,
+        PF_LE_US,
         _PF_MAX,
 } ProtoField;
 
@@ -148,6 +149,7 @@ typedef struct ProtoMsg {
         uint64_t buffer, generation, refs, holders, owner, peer, sub;
         uint64_t members, epoch, after, limit, value;
         uint64_t buffers, subs, waits, fds, started_ms;
+        uint64_t le_us; /* stats records: a histogram bucket's upper bound */
         bool broker_held, writable, cached, more, pidns_same;
 
         ProtoStr error, message, label, name, prefix, device, reason, group;

@@ -199,6 +199,7 @@ static const FieldInfo FIELDS[_PF_MAX] = {
         FU(PF_FDS, "fds", fds),
         FB(PF_PIDNS_SAME, "pidns_same", pidns_same),
         FU(PF_STARTED_MS, "started_ms", started_ms),
+        FU(PF_LE_US, "le_us", le_us),
 };
 
 static const uint8_t handle_a[PROTO_LEGACY_HANDLE_SIZE] = { 1, 2, 3, [63] = 0xff };
