@@ -187,17 +187,21 @@ static void sample(Sink *s, const char *suffix, const char *const *keys, const c
         fprintf(s->f, "%s %s\n", n_labels ? "}" : "", value);
 }
 
-/* An integer carrying `digits` decimal digits below the unit, exactly: 1500 with 3 -> "1.500". */
+/* An integer carrying `digits` decimal digits below the unit, exactly: 1500 with 3 -> "1.5". */
 static void scaled(uint64_t v, unsigned digits, char *buf, size_t cap)
 {
         uint64_t unit = 1;
 
         for (unsigned i = 0; i < digits; i++)
                 unit *= 10;
-        if (digits == 0)
-                snprintf(buf, cap, "%" PRIu64, v);
-        else
-                snprintf(buf, cap, "%" PRIu64 ".%0*" PRIu64, v / unit, (int)digits, v % unit);
+        if (digits == 0 || v % unit == 0) {
+                snprintf(buf, cap, "%" PRIu64, v / unit);
+                return;
+        }
+        snprintf(buf, cap, "%" PRIu64 ".%0*" PRIu64, v / unit, (int)digits, v % unit);
+        /* 0.000010 -> 0.00001: the way Prometheus's own clients write bounds. */
+        for (size_t n = strlen(buf); buf[n - 1] == '0'; n--)
+                buf[n - 1] = 0;
 }
 
 /* ---- records -> families ---- */

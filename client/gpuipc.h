@@ -91,7 +91,8 @@ const char *gpuipc_version(void);
 typedef struct gpuipc_options {
         const char *socket_path; /* NULL: $GPUIPC_SOCKET, else /run/gpuipc/gpuipc.sock */
         const char *label;       /* shown by `gpuipcctl peers`; NULL: the program's name */
-        int connect_timeout_ms;  /* keep trying while the socket is missing or refuses; 0: once */
+        int connect_timeout_ms;  /* keep trying while the socket is missing or refuses, and wait this long
+                                  * for the broker's greeting; 0: try once, greeting within 10 s */
         int reconnect;           /* non-zero: after losing the broker, the next call reconnects and
                                   * publishes this connection's buffers again (a RECONNECTED event) */
         int no_gpus;             /* non-zero: do not probe CUDA for visible GPUs at connect */
