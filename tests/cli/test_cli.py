@@ -93,7 +93,10 @@ class Result:
 
 def ctl(sock, *args, timeout=30):
     start = time.monotonic()
-    p = subprocess.run([CTL, "--socket", sock, *args], capture_output=True, text=True, timeout=timeout)
+    try:
+        p = subprocess.run([CTL, "--socket", sock, *args], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise Failure("gpuipcctl %s still ran after %d s: %s" % (" ".join(args), timeout, e.stderr))
     return Result(p.returncode, p.stdout, p.stderr, time.monotonic() - start)
 
 
@@ -360,7 +363,7 @@ def case_size_over_memory(tmp):
         sys.exit(SKIP)
     b = Broker(tmp)
     size = "%dG" % (2 * avail // (1 << 30) + 1)
-    r = ctl(b.sock, "publish", "--name", "big", "--size", size, timeout=60)
+    r = ctl(b.sock, "publish", "--name", "big", "--size", size, timeout=10)
     check(r.rc == 1 and ("--size '%s'" % size) in r.err and "more than" in r.err, "--size %s: %s" % (size, r))
     check(r.seconds < 5, "refusing --size %s took %.1f s" % (size, r.seconds))
     check(ctl(b.sock, "--json", "ls").out.strip() == "[]", "a buffer was published")
@@ -524,6 +527,38 @@ def case_dashboard(tmp):
                    "gpuipc_request_errors_total"):
         check(needed in used, "the dashboard does not show %s" % needed)
     check(any('status="quota"' in e for e in exprs), "no panel for quota refusals")
+
+
+def long_options(help_text):
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", help_text))
+
+
+def case_man_pages(tmp):
+    """The man pages name every command and every option that --help lists, and are built as roff."""
+    man = os.path.join(SOURCE_ROOT, "docs", "man")
+    with open(os.path.join(man, "gpuipcctl.1.scd")) as f:
+        ctl_page = f.read()
+    with open(os.path.join(man, "gpuipc-broker.8.scd")) as f:
+        broker_page = f.read()
+    top = subprocess.run([CTL, "--help"], capture_output=True, text=True).stdout
+    commands = re.findall(r"^  ([a-z]+) {2,}", top.split("Commands:")[1], re.M)
+    check(commands, "no commands in gpuipcctl --help")
+    documented = long_options(ctl_page)
+    for opt in long_options(top.split("Commands:")[0]):
+        check(opt in documented, "gpuipcctl --help lists %s but gpuipcctl.1.scd does not" % opt)
+    for cmd in commands:
+        check(re.search(r"^\*%s\*" % cmd, ctl_page, re.M), "gpuipcctl.1.scd does not describe %s" % cmd)
+        sub = subprocess.run([CTL, cmd, "--help"], capture_output=True, text=True).stdout
+        for opt in long_options(sub.split("Global options")[0]):
+            check(opt in documented, "gpuipcctl %s --help lists %s but gpuipcctl.1.scd does not" % (cmd, opt))
+    broker_help = subprocess.run([BROKER, "--help"], capture_output=True, text=True).stdout
+    for opt in long_options(broker_help):
+        check(opt in long_options(broker_page), "gpuipc-broker --help lists %s but gpuipc-broker.8.scd does not" % opt)
+    build = os.environ.get("GPUIPC_BUILD_ROOT", "")
+    if shutil.which("scdoc") and build:
+        for page in ("gpuipcctl.1", "gpuipc-broker.8"):
+            with open(os.path.join(build, "docs", page)) as f:
+                check(".TH" in f.read(), "%s is not roff" % page)
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
