@@ -94,10 +94,14 @@ class Result:
 def ctl(sock, *args, timeout=30):
     start = time.monotonic()
     try:
-        p = subprocess.run([CTL, "--socket", sock, *args], capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run([CTL, "--socket", sock, *args], capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         raise Failure("gpuipcctl %s still ran after %d s: %s" % (" ".join(args), timeout, e.stderr))
-    return Result(p.returncode, p.stdout, p.stderr, time.monotonic() - start)
+    try:
+        out, err = p.stdout.decode(), p.stderr.decode()
+    except UnicodeDecodeError as e:
+        raise Failure("gpuipcctl %s printed bytes that are not UTF-8 (%s): %r" % (" ".join(args), e, p.stdout))
+    return Result(p.returncode, out, err, time.monotonic() - start)
 
 
 def spawn(sock, *args):
@@ -527,6 +531,41 @@ def case_dashboard(tmp):
                    "gpuipc_request_errors_total"):
         check(needed in used, "the dashboard does not show %s" % needed)
     check(any('status="quota"' in e for e in exprs), "no panel for quota refusals")
+
+
+def case_untrusted_text(tmp):
+    """A peer's label with terminal escapes and bytes that are not UTF-8 stays valid JSON in --json and
+    harmless in tables (gpuipcctl escapes on output; the broker may also refuse it at the door)."""
+    import ctypes
+    build = os.environ.get("GPUIPC_BUILD_ROOT", "")
+    lib_path = os.path.join(build, "client", "libgpuipc.so.0")
+    if not os.path.exists(lib_path):
+        print("skip: no libgpuipc.so.0 under GPUIPC_BUILD_ROOT")
+        sys.exit(SKIP)
+    lib = ctypes.CDLL(lib_path)
+
+    class Options(ctypes.Structure):
+        _fields_ = [("socket_path", ctypes.c_char_p), ("label", ctypes.c_char_p), ("connect_timeout_ms", ctypes.c_int),
+                    ("reconnect", ctypes.c_int), ("no_gpus", ctypes.c_int)]
+    lib.gpuipc_err_name.restype = ctypes.c_char_p
+    b = Broker(tmp)
+    label = b"evil\x1b[31m\xff\rrow"
+    conn = ctypes.c_void_p()
+    opts = Options(b.sock.encode(), label, 1000, 0, 1)
+    rc = lib.gpuipc_connect(ctypes.byref(conn), ctypes.byref(opts))
+    if rc < 0:
+        name = lib.gpuipc_err_name(rc).decode()
+        check(name in ("bad-request", "invalid"), "the broker refused the label with %s" % name)
+        b.stop()
+        return
+    peers = one_document(ctl(b.sock, "--json", "peers"), "peers")
+    labels = [p["label"] for p in peers]
+    check(any(l.startswith("evil\x1b[31m\ufffd") for l in labels), "labels: %r" % labels)
+    table = subprocess.run([CTL, "--socket", b.sock, "peers"], capture_output=True).stdout
+    check(b"\x1b" not in table and b"\xff" not in table and b"\r" not in table, "raw bytes in the table: %r" % table)
+    check(b"evil?[31m?" in table, "the label is not shown escaped: %r" % table)
+    lib.gpuipc_close(conn)
+    b.stop()
 
 
 def long_options(help_text):
