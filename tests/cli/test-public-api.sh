@@ -4,7 +4,8 @@
 #   2. gpuipcctl needs libgpuipc.so.0 (it is linked against the shared library);
 #   3. every gpuipc_* symbol it imports is exported by libgpuipc.so.0 and listed by a global
 #      pattern of client/libgpuipc.sym; it imports nothing else from the library;
-#   4. it defines none of the library's internal functions (no static copy of client/ or proto/).
+#   4. libgpuipc.so.0 exports exactly the functions gpuipc.h declares;
+#   5. gpuipcctl defines none of the library's internal functions (no static copy of client/ or proto/).
 # Usage: test-public-api.sh SOURCE_ROOT GPUIPCCTL LIBGPUIPC_SO CLIENT_STATIC_LIB PROTO_STATIC_LIB
 set -euo pipefail
 
@@ -54,7 +55,20 @@ while read -r sym; do
 done < <(nm -D --undefined-only "$ctl" | awk '{print $2}')
 [[ $n_imports -gt 10 ]] || fail "gpuipcctl imports only $n_imports symbols from libgpuipc (expected its API)"
 
-# 4. No static copy of the library's internals.
+# 4. The library exports exactly what gpuipc.h declares (comments stripped), and the version script
+#    names each of them.
+declared=$(sed -e ':a' -e 's|/\*.*\*/||g' -e '/\/\*/{N;ba' -e '}' "$src/client/gpuipc.h" |
+        grep -oE '\bgpuipc_[a-z0-9_]+[[:space:]]*\(' | tr -d ' (' | sort -u)
+[[ -n $declared ]] || fail "found no functions in gpuipc.h"
+while read -r sym; do
+        grep -qx "$sym" <<<"$exported" || fail "gpuipc.h declares $sym but libgpuipc.so.0 does not export it (add it to libgpuipc.sym)"
+done <<<"$declared"
+while read -r sym; do
+        [[ $sym == GPUIPC_* ]] && continue # the version node itself
+        grep -qx "$sym" <<<"$declared" || fail "libgpuipc.so.0 exports $sym, which gpuipc.h does not declare"
+done <<<"$exported"
+
+# 5. No static copy of the library's internals.
 internal=$(nm --defined-only "$client_a" "$proto_a" 2>/dev/null | awk '$2 ~ /^[TDRB]$/ {print $3}' |
         grep -v '^gpuipc_' | sort -u)
 [[ -n $internal ]] || fail "found no internal symbols in the static libraries (wrong paths?)"
