@@ -320,6 +320,29 @@ def case_doctor_no_broker(tmp):
     check(all(c["verdict"] in ("ok", "fail", "unknown") for c in doc["checks"]), "verdicts: %s" % doc)
 
 
+def case_doctor_gpu(tmp):
+    """On a GPU host, doctor finds the driver and reports every visible GPU with its UUID and the
+    facts the CUDA kinds need (VMM, POSIX-fd export, fences), each ok. Skipped without CUDA."""
+    b = Broker(tmp)
+    r = ctl(b.sock, "--json", "doctor", timeout=120)
+    doc = one_document(r, "doctor --json")
+    checks = {c["check"]: c for c in doc["checks"]}
+    if "driver" not in checks:
+        print("skip: no usable CUDA here: %s" % checks.get("gpus", {}).get("detail", "?"))
+        b.stop()
+        sys.exit(SKIP)
+    check(checks["driver"]["verdict"] == "ok", "driver: %s" % checks["driver"])
+    n = int(re.search(r"(\d+) visible device", checks["driver"]["detail"]).group(1))
+    check(n > 0, "no visible device: %s" % checks["driver"])
+    for i in range(n):
+        check(re.search(r"\b(GPU|MIG)-", checks["gpu%d" % i]["detail"]), "gpu%d: %s" % (i, checks["gpu%d" % i]))
+        for fact in ("vmm", "posix-fd", "fences"):
+            c = checks["gpu%d %s" % (i, fact)]
+            check(c["verdict"] == "ok", "gpu%d %s: %s" % (i, fact, c))
+    check(r.rc == (0 if doc["problems"] == 0 else 1), "exit %d with %d problems" % (r.rc, doc["problems"]))
+    b.stop()
+
+
 def case_bad_values(tmp):
     """Bad values are refused with exit 2 and an error that names the option and the value."""
     b = Broker(tmp)
