@@ -20,6 +20,7 @@ packages=(
         jq procps psmisc python3-yaml                 # tests: reading results, processes, manifests
         python3-msgpack python3-numpy                 # the Python package and its tests
         python3-mesonpy python3-build python3-venv patchelf  # tests: building and installing its wheel
+        scdoc                                         # the man pages (docs/man/*.scd)
 )
 
 as_root() {
@@ -44,8 +45,31 @@ install_packages() {
         fi
 }
 
+# promtool (tests: `promtool check metrics` on the exporter's output) comes from Debian's prometheus
+# package, unpacked into .tools/ rather than installed: installing it would also set up, and on a
+# machine with systemd start, a Prometheus server.
+install_promtool() {
+        local dest=.tools/promtool tmp
+        if command -v promtool >/dev/null || [[ -x $dest ]]; then
+                return 0
+        fi
+        tmp=$(mktemp -d)
+        if ! (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1); then
+                as_root apt-get update -qq
+                (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1) || true
+        fi
+        if compgen -G "$tmp/prometheus_*.deb" >/dev/null; then
+                mkdir -p .tools
+                dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -xO ./usr/bin/promtool >"$dest.part" &&
+                        chmod +x "$dest.part" && mv "$dest.part" "$dest"
+        fi
+        rm -rf "$tmp" "$dest.part"
+        [[ -x $dest ]] || echo "warning: could not unpack promtool from Debian's prometheus package; the metrics lint test will be skipped" >&2
+}
+
 build() {
         install_packages
+        install_promtool
         if [[ ! -f $build/build.ninja ]]; then
                 meson setup "$build" >/dev/null
         fi

@@ -184,6 +184,43 @@ static void add_stat(Items *it, const char *name, uint64_t value)
         items_add(it, &rec, PROTO_MAX_ITEMS);
 }
 
+/* Replies sent with each error status: records named request_errors_total whose "error" is the
+ * status's name, one per status (zeros included, so that the series exist from the start). */
+static void add_failed_replies(Items *it, const Outbox *o)
+{
+        for (unsigned status = 1; status < _PROTO_STATUS_MAX; status++) {
+                ProtoMsg rec = { 0 };
+
+                rec.name = proto_str("request_errors_total");
+                rec.error = proto_str(proto_status_name(status));
+                rec.value = o->failed_replies[status];
+                rec.has = PROTO_BIT(PF_NAME) | PROTO_BIT(PF_ERROR) | PROTO_BIT(PF_VALUE);
+                items_add(it, &rec, PROTO_MAX_ITEMS);
+        }
+}
+
+/* A histogram as records: NAME_bucket with "le_us" (the bound) and the cumulative count, for each
+ * bound in ascending order, then NAME_count (every observation: the +Inf bucket) and NAME_sum. */
+static void add_histogram(Items *it, const char *name, const Histogram *h)
+{
+        char bucket[64], count[64], sum[64];
+
+        snprintf(bucket, sizeof(bucket), "%s_bucket", name);
+        snprintf(count, sizeof(count), "%s_count", name);
+        snprintf(sum, sizeof(sum), "%s_sum", name);
+        for (size_t i = 0; i < h->n_bounds; i++) {
+                ProtoMsg rec = { 0 };
+
+                rec.name = proto_str(bucket);
+                rec.le_us = h->bounds_us[i];
+                rec.value = histogram_cumulative(h, i);
+                rec.has = PROTO_BIT(PF_NAME) | PROTO_BIT(PF_LE_US) | PROTO_BIT(PF_VALUE);
+                items_add(it, &rec, PROTO_MAX_ITEMS);
+        }
+        add_stat(it, count, h->count);
+        add_stat(it, sum, h->sum_us);
+}
+
 /* Names follow Prometheus conventions (gpuipcctl metrics prefixes them with gpuipc_). */
 void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 {
@@ -213,6 +250,7 @@ void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         add_stat(&it, "rings", g.rings);
         add_stat(&it, "ring_members", g.ring_members);
         add_stat(&it, "open_fds", s->open_fds);
+        add_stat(&it, "open_fds_limit", s->open_fds_limit);
         add_stat(&it, "uptime_ms", ctx->now_ms - s->started_ms);
         add_stat(&it, "publishes_total", c->publishes);
         add_stat(&it, "republishes_total", c->republishes);
@@ -244,5 +282,8 @@ void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         add_stat(&it, "peer_cleanup_us_last", s->peer_cleanup_us_last);
         add_stat(&it, "peer_cleanup_us_max", s->peer_cleanup_us_max);
         add_stat(&it, "peer_cleanup_refs_last", s->peer_cleanup_refs_last);
+        add_failed_replies(&it, ctx->out);
+        add_histogram(&it, "request_duration_us", &s->request_us);
+        add_histogram(&it, "peer_cleanup_duration_us", &s->peer_cleanup_us);
         reply_items(ctx, p, m, &it, &reply);
 }

@@ -24,6 +24,7 @@
 #include "macro.h"
 #include "policy.h"
 #include "privs.h"
+#include "proto.h"
 #include "sandbox.h"
 #include "server.h"
 #include "sockpath.h"
@@ -263,7 +264,9 @@ static int parse_args(int argc, char **argv, Options *o)
                         break;
                 }
                 case 'V':
-                        printf("gpuipc-broker %s\n", GPUIPC_VERSION);
+                        /* What a bug report needs: the release, the wire protocol, the sandbox built in. */
+                        printf("gpuipc-broker %s\nprotocol %d\nseccomp filter %s\n", GPUIPC_VERSION, PROTO_VERSION,
+                               HAVE_SECCOMP ? "built in" : "not built (no libseccomp at build time)");
                         exit(EXIT_SUCCESS);
                 case 'h':
                         usage(stdout);

@@ -22,6 +22,8 @@ int outbox_send(Outbox *o, RegPeer *to, const ProtoMsg *m, int fd)
         if (proto_frame_encode(&buf, m, fd >= 0 ? 1 : 0) != 0)
                 goto lost;
         o->frames[o->n_frames++] = (OutFrame){ to, buf, fd };
+        if (proto_has(m, PF_STATUS) && m->status != PROTO_STATUS_OK && m->status < _PROTO_STATUS_MAX)
+                o->failed_replies[m->status]++;
         return 0;
 lost:
         proto_buf_free(&buf);

@@ -21,6 +21,8 @@ typedef struct Outbox {
         size_t n_frames, cap_frames;
         int *close_fds;
         size_t n_close, cap_close;
+        /* Replies sent with each error status: every reply passes here, whoever built it. */
+        uint64_t failed_replies[_PROTO_STATUS_MAX];
 } Outbox;
 
 #define OUTBOX_INIT { 0 }

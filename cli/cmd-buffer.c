@@ -1,8 +1,8 @@
-/* Subcommands that move data: publish, attach, retire, and group. */
+/* Subcommands that move data: publish, attach, retire, and group. publish and attach hold what
+ * they got until told to stop, so they handle SIGTERM themselves. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +11,11 @@
 #include "ctl.h"
 #include "json.h"
 #include "pattern.h"
+#include "text.h"
+
+#ifndef MIN
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#endif
 
 #define CHUNK (16u << 20) /* staging for the CUDA kinds */
 #define TICK_MS 200         /* how often a holding command checks for SIGTERM */
@@ -33,14 +38,76 @@ static void catch_stop_signals(void)
         sigaction(SIGINT, &sa, NULL);
 }
 
-static int parse_kind(const char *s, gpuipc_kind_t *ret)
+static int parse_pattern(Ctl *ctl, const char *opt, const char *s, Pattern *ret)
 {
-        ProtoKind k = proto_kind_from_name(s);
-
-        if (k == PROTO_KIND_NONE)
-                return -EINVAL;
-        *ret = (gpuipc_kind_t)k;
+        if (pattern_parse(s, ret) < 0)
+                return ctl_usage(ctl, "%s '%s': not a pattern; use counter, byte:0xAB or random:SEED", opt, s);
         return 0;
+}
+
+/* Reads "Key: N kB" from /proc/meminfo, in bytes; UINT64_MAX when absent. */
+static uint64_t meminfo_bytes(const char *key)
+{
+        char line[256];
+        uint64_t v = UINT64_MAX;
+        size_t klen = strlen(key);
+        FILE *f = fopen("/proc/meminfo", "re");
+
+        if (!f)
+                return v;
+        while (fgets(line, sizeof(line), f)) {
+                unsigned long long kb;
+                if (strncmp(line, key, klen) == 0 && line[klen] == ':' && sscanf(line + klen + 1, "%llu", &kb) == 1) {
+                        v = (uint64_t)kb * 1024;
+                        break;
+                }
+        }
+        fclose(f);
+        return v;
+}
+
+/* One number from a cgroup v2 file of this process's cgroup; UINT64_MAX for "max" or absent. */
+static uint64_t cgroup_value(const char *file)
+{
+        char path[512], buf[64];
+        unsigned long long v;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/sys/fs/cgroup/%s", file);
+        f = fopen(path, "re");
+        if (!f)
+                return UINT64_MAX;
+        if (!fgets(buf, sizeof(buf), f) || sscanf(buf, "%llu", &v) != 1)
+                v = UINT64_MAX;
+        fclose(f);
+        return v;
+}
+
+/* A memfd buffer lives in RAM and is filled at once: refuse sizes the memory available cannot
+ * hold, rather than filling memory until the OOM killer or a SIGBUS ends it. Available means the
+ * kernel's MemAvailable, and within a container also what the cgroup's memory.max still allows. */
+static int check_memory(Ctl *ctl, uint64_t size, const char *size_arg)
+{
+        uint64_t avail = meminfo_bytes("MemAvailable");
+        uint64_t max = cgroup_value("memory.max"), used = cgroup_value("memory.current");
+        char want[32], have[32];
+        const char *where = "available memory (MemAvailable)";
+
+        if (max != UINT64_MAX && used != UINT64_MAX) {
+                uint64_t left = used < max ? max - used : 0;
+                if (left < avail) {
+                        avail = left;
+                        where = "memory this cgroup may still use (memory.max)";
+                }
+        }
+        if (size > SIZE_MAX)
+                return ctl_usage(ctl, "--size '%s' does not fit in this process's address space", size_arg);
+        if (avail == UINT64_MAX || size <= avail)
+                return 0;
+        ctl_human_size(size, want, sizeof(want));
+        ctl_human_size(avail, have, sizeof(have));
+        return ctl_error(ctl, "no-memory", "--size '%s' (%s) is more than the %s: %s; a memfd buffer lives in RAM",
+                         size_arg, want, where, have);
 }
 
 /* Fills or checks the whole buffer, in place for host memory, through a staging area otherwise. */
@@ -104,34 +171,37 @@ static int verify(const gpuipc_buffer_t *b, const Pattern *p, size_t *ret_at)
         return 0;
 }
 
-static void print_buffer(Ctl *ctl, const char *what, const gpuipc_buffer_t *b)
+
+/* One line about b: "published", "attached", "drained"; with --json an object with the same
+ * facts (extra members added by the caller's fn, e.g. the verification's outcome). */
+static void print_buffer(Ctl *ctl, const char *what, const gpuipc_buffer_t *b, void (*extra)(Json *, void *),
+                         void *ud)
 {
-        const char *kind = proto_kind_name((ProtoKind)gpuipc_buffer_kind(b));
+        const char *kind = gpuipc_kind_name(gpuipc_buffer_kind(b));
 
         if (ctl->json) {
                 Json o;
                 json_begin(&o, stdout, '{');
-                json_key(&o, "event");
-                json_str(&o, what, strlen(what));
-                json_key(&o, "name");
-                json_str(&o, gpuipc_buffer_name(b), strlen(gpuipc_buffer_name(b)));
-                json_key(&o, "buffer");
-                json_u64(&o, gpuipc_buffer_id(b));
-                json_key(&o, "generation");
-                json_u64(&o, gpuipc_buffer_generation(b));
-                json_key(&o, "kind");
-                json_str(&o, kind, strlen(kind));
-                json_key(&o, "size");
-                json_u64(&o, gpuipc_buffer_size(b));
-                json_key(&o, "device");
-                json_str(&o, gpuipc_buffer_device(b), strlen(gpuipc_buffer_device(b)));
+                json_kstr(&o, "event", what);
+                json_kstr(&o, "name", gpuipc_buffer_name(b));
+                json_ku64(&o, "buffer", gpuipc_buffer_id(b));
+                json_ku64(&o, "generation", gpuipc_buffer_generation(b));
+                json_kstr(&o, "kind", kind);
+                json_ku64(&o, "size", gpuipc_buffer_size(b));
+                json_kstr(&o, "device", gpuipc_buffer_device(b));
+                if (extra)
+                        extra(&o, ud);
                 json_end(&o, '}');
                 putchar('\n');
         } else {
-                printf("%s name=%s buffer=%" PRIu64 " generation=%" PRIu64 " kind=%s size=%zu%s%s\n", what,
-                       gpuipc_buffer_name(b), gpuipc_buffer_id(b), gpuipc_buffer_generation(b), kind,
-                       gpuipc_buffer_size(b), gpuipc_buffer_device(b)[0] ? " device=" : "", gpuipc_buffer_device(b));
+                printf("%s name=", what);
+                text_safe(stdout, gpuipc_buffer_name(b));
+                printf(" buffer=%" PRIu64 " generation=%" PRIu64 " kind=%s size=%zu%s%s\n", gpuipc_buffer_id(b),
+                       gpuipc_buffer_generation(b), kind, gpuipc_buffer_size(b), gpuipc_buffer_device(b)[0] ? " device="
+                                                                                                             : "",
+                       gpuipc_buffer_device(b));
         }
+        ctl->printed = true;
         fflush(stdout);
 }
 
@@ -145,10 +215,12 @@ static int hold_until_drained(Ctl *ctl, gpuipc_buffer_t *b)
 
                 if (r == GPUIPC_E_TIMEOUT)
                         continue;
-                if (r < 0)
+                if (r < 0) {
+                        ctl->printed = false; /* a stream of lines: the error is the last one */
                         return ctl_fail(ctl, "waiting for drained", r);
+                }
                 if (ev.type == GPUIPC_EVENT_DRAINED && ev.subscription == 0 && ev.buffer == gpuipc_buffer_id(b)) {
-                        print_buffer(ctl, "drained", b);
+                        print_buffer(ctl, "drained", b, NULL, NULL);
                         return CTL_OK;
                 }
         }
@@ -166,80 +238,88 @@ int cmd_publish(Ctl *ctl, int argc, char **argv)
                 { "writable", no_argument, NULL, 'w' },
                 { "broker-held", no_argument, NULL, 'b' },
                 { "retire-after", required_argument, NULL, 'r' },
+                CTL_HELP_OPTION,
                 {}
         };
         gpuipc_publish_options_t po = { 0 };
         gpuipc_kind_t kind = GPUIPC_KIND_MEMFD;
         Pattern pat = { PATTERN_COUNTER, 0 };
-        const char *name = NULL;
+        const char *name = NULL, *size_arg = NULL;
         gpuipc_buffer_t *b = NULL;
         uint64_t size = 0;
         long device = 0, v;
         int c, r;
 
-        while ((c = getopt_long(argc, argv, "n:s:k:d:f:wbr:", longopts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, ":n:s:k:d:f:wbr:h", longopts, NULL)) >= 0) {
                 switch (c) {
                 case 'n': name = optarg; break;
                 case 's':
-                        if (ctl_parse_size(optarg, &size) < 0)
-                                goto usage;
+                        size_arg = optarg;
+                        if (ctl_parse_size(ctl, "--size", optarg, &size))
+                                return CTL_USAGE;
                         break;
                 case 'k':
-                        if (parse_kind(optarg, &kind) < 0)
-                                goto usage;
+                        if (ctl_parse_kind(ctl, "--kind", optarg, &kind))
+                                return CTL_USAGE;
                         break;
                 case 'd':
-                        if (ctl_parse_int(optarg, 0, 1024, &device) < 0)
-                                goto usage;
+                        if (ctl_parse_int(ctl, "--device", optarg, 0, 1024, &device))
+                                return CTL_USAGE;
                         break;
                 case 'f':
-                        if (pattern_parse(optarg, &pat) < 0)
-                                goto usage;
+                        if (parse_pattern(ctl, "--fill", optarg, &pat))
+                                return CTL_USAGE;
                         break;
                 case 'w': po.writable = 1; break;
                 case 'b': po.broker_held = 1; break;
                 case 'r':
-                        if (ctl_parse_int(optarg, 1, UINT32_MAX, &v) < 0)
-                                goto usage;
+                        if (ctl_parse_int(ctl, "--retire-after", optarg, 1, UINT32_MAX, &v))
+                                return CTL_USAGE;
                         po.retire_after = (unsigned)v;
                         break;
-                default: goto usage;
+                case 'h': return ctl_help(ctl);
+                default: return ctl_bad_option(ctl, argc, argv, c);
                 }
         }
-        if (!name || !size || optind < argc)
-                goto usage;
+        if (optind < argc)
+                return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
+        if (!name || !size)
+                return ctl_usage(ctl, "%s is required", !name ? "--name" : "--size");
+        if (kind == GPUIPC_KIND_MEMFD && (r = check_memory(ctl, size, size_arg)))
+                return r;
         r = ctl_connect(ctl, kind != GPUIPC_KIND_MEMFD);
         if (r)
                 return r;
-        r = gpuipc_buffer_alloc(ctl->c, kind, size, (int)device, &b);
+        r = gpuipc_buffer_alloc(ctl->c, kind, (size_t)size, (int)device, &b);
         if (r < 0)
                 return ctl_fail(ctl, "allocating the buffer", r);
         r = fill(b, &pat);
-        if (r < 0)
+        if (r < 0) {
+                gpuipc_buffer_free(ctl->c, b);
                 return ctl_fail(ctl, "filling the buffer", r);
+        }
         r = gpuipc_publish(ctl->c, b, name, &po);
-        if (r < 0)
-                return ctl_fail(ctl, "publish", r);
-        print_buffer(ctl, "published", b);
+        if (r < 0) {
+                r = ctl_fail(ctl, "publish", r);
+                gpuipc_buffer_free(ctl->c, b);
+                return r;
+        }
+        print_buffer(ctl, "published", b, NULL, NULL);
         /* Held until killed, or until someone retires it (or retire_after does) and it drains. */
         r = hold_until_drained(ctl, b);
         gpuipc_buffer_free(ctl->c, b);
         return r;
-usage:
-        fprintf(stderr, "usage: gpuipcctl publish --name N --size BYTES [--kind memfd|cuda-vmm|cuda-legacy] "
-                        "[--device N] [--fill PATTERN] [--writable] [--broker-held] [--retire-after N]\n");
-        return CTL_USAGE;
 }
 
 /* Keeps the reference for ms milliseconds, still handling events: a revoke, a lost broker or
  * SIGTERM ends it early. */
 static void hold_for(Ctl *ctl, gpuipc_buffer_t *b, long ms)
 {
-        uint64_t end = client_now_ms() + (uint64_t)ms;
+        uint64_t end = ctl_now_ms() + (uint64_t)ms;
 
         catch_stop_signals();
         while (!gpuipc_buffer_revoked(b) && !stop_requested) {
-                uint64_t now = client_now_ms();
+                uint64_t now = ctl_now_ms();
                 gpuipc_event_t ev;
                 int r;
 
@@ -251,6 +331,24 @@ static void hold_for(Ctl *ctl, gpuipc_buffer_t *b, long ms)
         }
 }
 
+/* What --verify found, for the attach document. */
+typedef struct Verdict {
+        bool checked;
+        int result; /* 0 every byte matched, 1 one differs at `at`, < 0 could not read */
+        size_t at;
+} Verdict;
+
+static void verdict_json(Json *o, void *ud)
+{
+        const Verdict *v = ud;
+
+        if (!v->checked || v->result < 0)
+                return;
+        json_kbool(o, "verified", v->result == 0);
+        if (v->result > 0)
+                json_ku64(o, "differs_at", v->at);
+}
+
 int cmd_attach(Ctl *ctl, int argc, char **argv)
 {
         static const struct option longopts[] = {
@@ -259,41 +357,44 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
                 { "timeout", required_argument, NULL, 't' },
                 { "hold", required_argument, NULL, 'H' },
                 { "device", required_argument, NULL, 'd' },
+                CTL_HELP_OPTION,
                 {}
         };
         const char *name = NULL;
         Pattern pat;
-        bool check = false;
+        Verdict verdict = { 0 };
         long timeout = 0, hold = 0, device = -1;
         gpuipc_buffer_t *b = NULL;
-        size_t at = 0;
         int c, r, result = CTL_OK;
 
-        while ((c = getopt_long(argc, argv, "n:v:t:H:d:", longopts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, ":n:v:t:H:d:h", longopts, NULL)) >= 0) {
                 switch (c) {
                 case 'n': name = optarg; break;
                 case 'v':
-                        if (pattern_parse(optarg, &pat) < 0)
-                                goto usage;
-                        check = true;
+                        if (parse_pattern(ctl, "--verify", optarg, &pat))
+                                return CTL_USAGE;
+                        verdict.checked = true;
                         break;
                 case 't':
-                        if (ctl_parse_int(optarg, -1, INT32_MAX, &timeout) < 0)
-                                goto usage;
+                        if (ctl_parse_int(ctl, "--timeout", optarg, -1, INT32_MAX, &timeout))
+                                return CTL_USAGE;
                         break;
                 case 'H':
-                        if (ctl_parse_int(optarg, 0, INT32_MAX, &hold) < 0)
-                                goto usage;
+                        if (ctl_parse_int(ctl, "--hold", optarg, 0, INT32_MAX, &hold))
+                                return CTL_USAGE;
                         break;
                 case 'd':
-                        if (ctl_parse_int(optarg, 0, 1024, &device) < 0)
-                                goto usage;
+                        if (ctl_parse_int(ctl, "--device", optarg, 0, 1024, &device))
+                                return CTL_USAGE;
                         break;
-                default: goto usage;
+                case 'h': return ctl_help(ctl);
+                default: return ctl_bad_option(ctl, argc, argv, c);
                 }
         }
-        if (!name || optind < argc)
-                goto usage;
+        if (optind < argc)
+                return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
+        if (!name)
+                return ctl_usage(ctl, "--name is required");
         r = ctl_connect(ctl, true);
         if (r)
                 return r;
@@ -302,75 +403,84 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
         r = gpuipc_attach(ctl->c, name, (int)timeout, &b);
         if (r < 0)
                 return ctl_fail(ctl, "attach", r);
-        print_buffer(ctl, "attached", b);
-        if (check) {
-                r = verify(b, &pat, &at);
-                if (r < 0) {
-                        result = ctl_fail(ctl, "reading the buffer", r);
-                } else if (r > 0) {
-                        fprintf(stderr, "gpuipcctl: verify: the data differs from the pattern at byte %zu\n", at);
-                        result = CTL_FAILED;
-                } else if (!ctl->json) {
-                        printf("verified %zu bytes\n", gpuipc_buffer_size(b));
-                }
+        if (verdict.checked)
+                verdict.result = verify(b, &pat, &verdict.at);
+        /* One line (or document) once we know what the data holds, before holding it. */
+        print_buffer(ctl, "attached", b, verdict_json, &verdict);
+        if (verdict.checked && verdict.result < 0) {
+                result = ctl_fail(ctl, "reading the buffer", verdict.result);
+        } else if (verdict.checked && verdict.result > 0) {
+                fprintf(stderr, "gpuipcctl attach: verify: the data differs from the pattern at byte %zu\n",
+                        verdict.at);
+                result = CTL_FAILED;
+        } else if (verdict.checked && !ctl->json) {
+                printf("verified %zu bytes\n", gpuipc_buffer_size(b));
         }
         if (hold > 0)
                 hold_for(ctl, b, hold);
         if (gpuipc_buffer_revoked(b)) {
-                fprintf(stderr, "gpuipcctl: the buffer was revoked: its producer died\n");
+                fprintf(stderr, "gpuipcctl attach: the buffer was revoked: its producer died\n");
                 result = CTL_FAILED;
         }
         r = gpuipc_release(ctl->c, b);
         if (r < 0 && result == CTL_OK)
                 result = ctl_fail(ctl, "release", r);
         return result;
-usage:
-        fprintf(stderr, "usage: gpuipcctl attach --name N [--verify PATTERN] [--timeout MS] [--hold MS] "
-                        "[--device N]\n");
-        return CTL_USAGE;
 }
 
 int cmd_retire(Ctl *ctl, int argc, char **argv)
 {
-        static const struct option longopts[] = { { "id", required_argument, NULL, 'i' }, {} };
-        ProtoMsg req = { 0 };
-        Frame f = { .fd = -1 };
+        static const struct option longopts[] = { { "id", required_argument, NULL, 'i' }, CTL_HELP_OPTION, {} };
+        char what[GPUIPC_MAX_NAME + 32];
+        gpuipc_buffer_info_t info;
+        const char *name = NULL;
         uint64_t id = 0;
         long v;
         int c, r;
 
-        while ((c = getopt_long(argc, argv, "i:", longopts, NULL)) >= 0) {
-                if (c != 'i' || ctl_parse_int(optarg, 1, INT64_MAX, &v) < 0)
-                        goto usage;
+        while ((c = getopt_long(argc, argv, ":i:h", longopts, NULL)) >= 0) {
+                if (c == 'h')
+                        return ctl_help(ctl);
+                if (c != 'i')
+                        return ctl_bad_option(ctl, argc, argv, c);
+                if (ctl_parse_int(ctl, "--id", optarg, 1, INT64_MAX, &v))
+                        return CTL_USAGE;
                 id = (uint64_t)v;
         }
-        if ((optind < argc) == (id != 0) || optind + 1 < argc)
-                goto usage;
+        if (optind + 1 < argc)
+                return ctl_usage(ctl, "one name only (got '%s' and '%s')", argv[optind], argv[optind + 1]);
+        if ((optind < argc) == (id != 0))
+                return ctl_usage(ctl, "give a NAME or --id N (one of them)");
         r = ctl_connect(ctl, false);
         if (r)
                 return r;
         if (!id) {
                 /* By name: the live buffer under that name. */
-                req.op = PROTO_OP_STAT;
-                req.name = proto_str(argv[optind]);
-                req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME);
-                r = client_request(ctl->c, &req, -1, ctl->timeout_ms, &f);
+                name = argv[optind];
+                snprintf(what, sizeof(what), "retire '%s'", name);
+                r = gpuipc_stat_buffer(ctl->c, name, 0, &info, NULL, 0);
                 if (r < 0)
-                        return ctl_fail(ctl, "stat", r);
-                id = f.msg.buffer;
-                frame_free(&f);
+                        return ctl_fail(ctl, what, r);
+                id = info.buffer;
+        } else {
+                snprintf(what, sizeof(what), "retire --id %" PRIu64, id);
         }
-        req = (ProtoMsg){ .op = PROTO_OP_RETIRE, .buffer = id, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
-        r = client_request(ctl->c, &req, -1, ctl->timeout_ms, &f);
+        r = gpuipc_retire_id(ctl->c, id);
         if (r < 0)
-                return ctl_fail(ctl, "retire", r);
-        frame_free(&f);
-        if (!ctl->json)
+                return ctl_fail(ctl, what, r);
+        if (ctl->json) {
+                Json o;
+                json_begin(&o, stdout, '{');
+                json_kstr(&o, "event", "retired");
+                json_ku64(&o, "buffer", id);
+                if (name)
+                        json_kstr(&o, "name", name);
+                json_end(&o, '}');
+                putchar('\n');
+        } else {
                 printf("retired buffer %" PRIu64 "\n", id);
+        }
         return CTL_OK;
-usage:
-        fprintf(stderr, "usage: gpuipcctl retire NAME | --id N\n");
-        return CTL_USAGE;
 }
 
 int cmd_group(Ctl *ctl, int argc, char **argv)
@@ -379,37 +489,50 @@ int cmd_group(Ctl *ctl, int argc, char **argv)
                 { "name", required_argument, NULL, 'n' },
                 { "members", required_argument, NULL, 'm' },
                 { "timeout", required_argument, NULL, 't' },
+                CTL_HELP_OPTION,
                 {}
         };
         const char *name = NULL;
         long members = 0, timeout = 30000;
         int c, r;
 
-        while ((c = getopt_long(argc, argv, "n:m:t:", longopts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, ":n:m:t:h", longopts, NULL)) >= 0) {
                 switch (c) {
                 case 'n': name = optarg; break;
                 case 'm':
-                        if (ctl_parse_int(optarg, 1, 4096, &members) < 0)
-                                goto usage;
+                        if (ctl_parse_int(ctl, "--members", optarg, 1, 4096, &members))
+                                return CTL_USAGE;
                         break;
                 case 't':
-                        if (ctl_parse_int(optarg, 1, INT32_MAX, &timeout) < 0)
-                                goto usage;
+                        if (ctl_parse_int(ctl, "--timeout", optarg, 1, INT32_MAX, &timeout))
+                                return CTL_USAGE;
                         break;
-                default: goto usage;
+                case 'h': return ctl_help(ctl);
+                default: return ctl_bad_option(ctl, argc, argv, c);
                 }
         }
-        if (!name || !members || optind < argc)
-                goto usage;
+        if (optind < argc)
+                return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
+        if (!name || !members)
+                return ctl_usage(ctl, "%s is required", !name ? "--name" : "--members");
         r = ctl_connect(ctl, false);
         if (r)
                 return r;
         r = gpuipc_group_join(ctl->c, name, (unsigned)members, (int)timeout);
         if (r < 0)
                 return ctl_fail(ctl, "group", r);
-        printf("group %s complete (%ld members)\n", name, members);
+        if (ctl->json) {
+                Json o;
+                json_begin(&o, stdout, '{');
+                json_kstr(&o, "event", "complete");
+                json_kstr(&o, "group", name);
+                json_ku64(&o, "members", (uint64_t)members);
+                json_end(&o, '}');
+                putchar('\n');
+        } else {
+                printf("group ");
+                text_safe(stdout, name);
+                printf(" complete (%ld members)\n", members);
+        }
         return CTL_OK;
-usage:
-        fprintf(stderr, "usage: gpuipcctl group --name G --members N [--timeout MS]\n");
-        return CTL_USAGE;
 }

@@ -1,33 +1,53 @@
-/* gpuipcctl doctor: what an operator checks first, each with a verdict in plain words. */
+/* gpuipcctl doctor: what an operator checks first, each with a verdict in plain words. Every check
+ * runs whatever the others found: without a broker the driver and the GPUs are still worth
+ * knowing about. Checks that depend on something missing say so (verdict "??") instead of being
+ * left out. */
 #include <errno.h>
-#include <stdarg.h>
-#include <stdlib.h>
+#include <getopt.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "ctl.h"
-#include "cuda.h"
+#include "json.h"
+
+typedef enum Verdict { V_OK, V_FAIL, V_UNKNOWN } Verdict;
 
 typedef struct Doctor {
+        Ctl *ctl;
         int problems;
+        Json json, checks; /* --json: {"checks": [...], ...} */
 } Doctor;
 
-static void verdict(Doctor *d, bool ok, const char *check, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-static void verdict(Doctor *d, bool ok, const char *check, const char *fmt, ...)
+static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ...)
 {
+        static const char *const text[] = { [V_OK] = " ok ", [V_FAIL] = "FAIL", [V_UNKNOWN] = " ?? " };
+        static const char *const name[] = { [V_OK] = "ok", [V_FAIL] = "fail", [V_UNKNOWN] = "unknown" };
+        char detail[1024];
         va_list ap;
 
-        printf("[%s] %-14s ", ok ? " ok " : "FAIL", check);
         va_start(ap, fmt);
-        vprintf(fmt, ap);
+        vsnprintf(detail, sizeof(detail), fmt, ap);
         va_end(ap);
-        putchar('\n');
-        d->problems += !ok;
+        d->problems += v == V_FAIL;
+        if (d->ctl->json) {
+                Json o;
+                json_next(&d->checks);
+                json_begin(&o, stdout, '{');
+                json_kstr(&o, "check", check);
+                json_kstr(&o, "verdict", name[v]);
+                json_kstr(&o, "detail", detail);
+                json_end(&o, '}');
+        } else {
+                printf("[%s] %-14s %s\n", text[v], check, detail);
+        }
 }
 
 static const char *socket_path(const Ctl *ctl)
@@ -44,64 +64,115 @@ static bool check_socket(Doctor *d, const char *path)
         struct stat st;
 
         if (stat(path, &st) < 0) {
-                verdict(d, false, "socket", "%s: %s. Is the broker running, and is its socket directory mounted "
+                verdict(d, V_FAIL, "socket", "%s: %s. Is the broker running, and is its socket directory mounted "
                         "here (an emptyDir shared by the pod's containers)?", path, strerror(errno));
                 return false;
         }
         if (!S_ISSOCK(st.st_mode)) {
-                verdict(d, false, "socket", "%s exists but is not a socket", path);
+                verdict(d, V_FAIL, "socket", "%s exists but is not a socket", path);
                 return false;
         }
         if (access(path, W_OK) < 0) {
-                verdict(d, false, "socket", "%s (mode %04o, uid %u, gid %u) is not writable by uid %u gid %u: run in "
-                        "the socket's group (fsGroup or supplementalGroups)", path, (unsigned)(st.st_mode & 07777),
+                verdict(d, V_FAIL, "socket", "%s (mode %04o, uid %u, gid %u) is not writable by uid %u gid %u: run "
+                        "in the socket's group (fsGroup or supplementalGroups)", path, (unsigned)(st.st_mode & 07777),
                         (unsigned)st.st_uid, (unsigned)st.st_gid, (unsigned)getuid(), (unsigned)getgid());
                 return false;
         }
-        verdict(d, true, "socket", "%s (mode %04o, gid %u)", path, (unsigned)(st.st_mode & 07777), (unsigned)st.st_gid);
+        verdict(d, V_OK, "socket", "%s (mode %04o, gid %u)", path, (unsigned)(st.st_mode & 07777),
+                (unsigned)st.st_gid);
         return true;
 }
 
+/* Connects and pings. Without a socket file, one attempt: waiting for it would only delay the
+ * other checks. */
+static bool check_broker(Doctor *d, bool socket_ok)
+{
+        gpuipc_connection_info_t info;
+        gpuipc_options_t o = { 0 };
+        uint64_t start;
+        int r;
+
+        o.socket_path = d->ctl->socket;
+        o.label = "gpuipcctl";
+        o.connect_timeout_ms = socket_ok ? d->ctl->timeout_ms : 0;
+        r = gpuipc_connect(&d->ctl->c, &o);
+        if (r < 0) {
+                d->ctl->c = NULL;
+                verdict(d, V_FAIL, "broker", "[%s] %s", gpuipc_err_name(r), gpuipc_errmsg(NULL));
+                return false;
+        }
+        start = ctl_now_ms();
+        r = gpuipc_ping(d->ctl->c, d->ctl->timeout_ms);
+        if (r < 0) {
+                verdict(d, V_FAIL, "broker", "no answer to ping: [%s] %s", gpuipc_err_name(r),
+                        gpuipc_errmsg(d->ctl->c));
+                return false;
+        }
+        gpuipc_connection_info(d->ctl->c, &info);
+        verdict(d, V_OK, "broker", "answers (%" PRIu64 " ms round trip), peer id %" PRIu64, ctl_now_ms() - start,
+                info.peer);
+        return true;
+}
+
+static void check_pidns(Doctor *d, bool connected)
+{
+        gpuipc_connection_info_t info;
+        struct stat st;
+
+        if (!connected) {
+                verdict(d, V_UNKNOWN, "pid-namespace", "%" PRIu64 " here; cannot compare it with the broker's without "
+                        "a broker", stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0);
+                return;
+        }
+        gpuipc_connection_info(d->ctl->c, &info);
+        if (info.pidns_same)
+                verdict(d, V_OK, "pid-namespace", "same as the broker (%" PRIu64 "): cuda-legacy works with producers "
+                        "that share it", info.pidns);
+        else
+                verdict(d, V_OK, "pid-namespace", "%" PRIu64 ", not the broker's: cuda-vmm and memfd work; cuda-legacy "
+                        "needs producer and consumer in one PID namespace (shareProcessNamespace: true)", info.pidns);
+}
+
 /* A yes/no fact about a device, as a verdict: "no" is a problem only when it blocks a kind. */
-static void device_fact(Doctor *d, int ordinal, const char *check, const CudaFact *f, const char *yes, const char *no)
+static void device_fact(Doctor *d, int ordinal, const char *check, const gpuipc_cuda_fact_t *f, const char *yes,
+                        const char *no)
 {
         char label[32];
 
         snprintf(label, sizeof(label), "gpu%d %s", ordinal, check);
         if (!f->ok)
-                verdict(d, false, label, "cannot tell: %s", f->why);
+                verdict(d, V_UNKNOWN, label, "cannot tell: %s", f->why);
         else
-                verdict(d, f->value, label, "%s", f->value ? yes : no);
+                verdict(d, f->value ? V_OK : V_FAIL, label, "%s", f->value ? yes : no);
 }
 
 static void check_gpus(Doctor *d)
 {
-        CudaInfo *info = calloc(1, sizeof(*info)); /* large: per-device facts with their reasons */
+        gpuipc_cuda_info_t *info = calloc(1, sizeof(*info)); /* large: per-device facts with their reasons */
 
         if (!info) {
-                verdict(d, false, "gpus", "out of memory");
+                verdict(d, V_UNKNOWN, "gpus", "out of memory");
                 return;
         }
-        if (cuda_describe(info) < 0 || !info->loaded) {
-                verdict(d, true, "gpus", "CUDA is not usable here (%s): memfd buffers only", info->reason);
+        if (gpuipc_cuda_describe(info) < 0 || !info->loaded) {
+                verdict(d, V_OK, "gpus", "CUDA is not usable here (%s): memfd buffers only", info->reason);
                 free(info);
                 return;
         }
-        verdict(d, true, "driver", "CUDA driver %d.%d, %d visible device(s)", info->driver_version / 1000,
+        verdict(d, V_OK, "driver", "CUDA driver %d.%d, %d visible device(s)", info->driver_version / 1000,
                 (info->driver_version % 1000) / 10, info->n_devices);
         if (info->n_devices == 0)
-                verdict(d, false, "gpus", "no GPU is visible: give this container the same ResourceClaim as the "
+                verdict(d, V_FAIL, "gpus", "no GPU is visible: give this container the same ResourceClaim as the "
                         "producer (or set the same visible devices)");
         for (int i = 0; i < info->n_devices; i++) {
-                const CudaDeviceInfo *dev = &info->devices[i];
+                const gpuipc_cuda_device_t *dev = &info->devices[i];
+                bool mig = dev->mig.ok && dev->mig.value;
                 char label[32];
 
                 snprintf(label, sizeof(label), "gpu%d", dev->ordinal);
-                verdict(d, dev->uuid.ok, label, "%s %s%s%s%s", dev->name.ok ? dev->name.text : "?",
-                        dev->uuid.ok ? dev->uuid.text : dev->uuid.why,
-                        dev->mig.ok && dev->mig.value ? " (MIG instance of " : "",
-                        dev->mig.ok && dev->mig.value ? dev->gpu_uuid.text : "",
-                        dev->mig.ok && dev->mig.value ? ")" : "");
+                verdict(d, dev->uuid.ok ? V_OK : V_FAIL, label, "%s %s%s%s%s", dev->name.ok ? dev->name.text : "?",
+                        dev->uuid.ok ? dev->uuid.text : dev->uuid.why, mig ? " (MIG instance of " : "",
+                        mig ? dev->gpu_uuid.text : "", mig ? ")" : "");
                 device_fact(d, dev->ordinal, "vmm", &dev->vmm, "virtual memory management: cuda-vmm possible",
                             "no virtual memory management: cuda-vmm impossible, use cuda-legacy or memfd");
                 device_fact(d, dev->ordinal, "posix-fd", &dev->posix_fd, "exports memory as POSIX fds: cuda-vmm "
@@ -114,36 +185,34 @@ static void check_gpus(Doctor *d)
 
 int cmd_doctor(Ctl *ctl, int argc, char **argv)
 {
-        Doctor d = { 0 };
-        uint64_t start;
-        int r;
+        static const struct option longopts[] = { CTL_HELP_OPTION, {} };
+        Doctor d = { .ctl = ctl };
+        bool socket_ok, broker_ok;
+        int c;
 
-        (void)argc;
-        (void)argv;
-        if (!check_socket(&d, socket_path(ctl)))
-                return CTL_NO_BROKER;
-        r = ctl_connect(ctl, true);
-        if (r) {
-                verdict(&d, false, "broker", "%s", gpuipc_errmsg(NULL));
-                return r;
+        while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) >= 0)
+                return c == 'h' ? ctl_help(ctl) : ctl_bad_option(ctl, argc, argv, c);
+        if (optind < argc)
+                return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
+        if (ctl->json) {
+                json_begin(&d.json, stdout, '{');
+                json_key(&d.json, "checks");
+                json_begin(&d.checks, stdout, '[');
         }
-        start = client_now_ms();
-        r = gpuipc_ping(ctl->c, ctl->timeout_ms);
-        if (r < 0)
-                verdict(&d, false, "broker", "no answer to ping: %s", gpuipc_errmsg(ctl->c));
-        else
-                verdict(&d, true, "broker", "answers (%" PRIu64 " ms round trip), peer id %" PRIu64,
-                        client_now_ms() - start, ctl->c->peer_id);
-
-        if (ctl->c->pidns_same)
-                verdict(&d, true, "pid-namespace", "same as the broker (%" PRIu64 "): cuda-legacy works with producers "
-                        "that share it", ctl->c->pidns);
-        else
-                verdict(&d, true, "pid-namespace",
-                        "%" PRIu64 ", not the broker's: cuda-vmm and memfd work; cuda-legacy needs producer "
-                        "and consumer in one PID namespace (shareProcessNamespace: true)", ctl->c->pidns);
-
+        socket_ok = check_socket(&d, socket_path(ctl));
+        broker_ok = check_broker(&d, socket_ok);
+        check_pidns(&d, broker_ok);
         check_gpus(&d);
-        printf("%s\n", d.problems ? "problems found" : "all checks passed");
+        if (ctl->json) {
+                json_end(&d.checks, ']');
+                json_ku64(&d.json, "problems", (uint64_t)d.problems);
+                json_kbool(&d.json, "broker", broker_ok);
+                json_end(&d.json, '}');
+                putchar('\n');
+        } else {
+                printf("%s\n", d.problems ? "problems found" : "all checks passed");
+        }
+        if (!broker_ok)
+                return CTL_NO_BROKER;
         return d.problems ? CTL_FAILED : CTL_OK;
 }

@@ -1,78 +1,87 @@
-/* Read-only subcommands: ping, ls, stat, peers, stats, metrics, and watch. */
+/* Read-only subcommands: ping, ls, stat, peers, stats and watch. Each prints a table for people or,
+ * with --json, exactly one JSON document (watch: one per event and line). */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ctl.h"
 #include "json.h"
+#include "text.h"
 
-/* Options shared by the listing commands. */
-static int parse_common(int argc, char **argv, const char **prefix, uint64_t *id, const char **name)
+#define PAGE 256 /* records asked for per listing request */
+
+typedef struct InspectArgs {
+        const char *prefix, *name;
+        uint64_t id;
+} InspectArgs;
+
+enum { TAKES_PREFIX = 1, TAKES_ID = 2, TAKES_NAME = 4 };
+
+/* The options of the read-only commands; `takes` says which this one accepts. CTL_CONTINUE, or
+ * the exit code (after --help or a usage error). */
+static int parse_args(Ctl *ctl, int argc, char **argv, unsigned takes, InspectArgs *a)
 {
         static const struct option longopts[] = {
                 { "prefix", required_argument, NULL, 'p' },
                 { "id", required_argument, NULL, 'i' },
+                CTL_HELP_OPTION,
                 {}
         };
         long v;
         int c;
 
-        while ((c = getopt_long(argc, argv, "p:i:", longopts, NULL)) >= 0) {
+        *a = (InspectArgs){ 0 };
+        while ((c = getopt_long(argc, argv, ":p:i:h", longopts, NULL)) >= 0) {
                 switch (c) {
                 case 'p':
-                        if (!prefix)
-                                return -EINVAL;
-                        *prefix = optarg;
+                        if (!(takes & TAKES_PREFIX))
+                                return ctl_usage(ctl, "takes no --prefix");
+                        a->prefix = optarg;
                         break;
                 case 'i':
-                        if (!id || ctl_parse_int(optarg, 1, INT64_MAX, &v) < 0)
-                                return -EINVAL;
-                        *id = (uint64_t)v;
+                        if (!(takes & TAKES_ID))
+                                return ctl_usage(ctl, "takes no --id");
+                        if (ctl_parse_int(ctl, "--id", optarg, 1, INT64_MAX, &v))
+                                return CTL_USAGE;
+                        a->id = (uint64_t)v;
                         break;
+                case 'h':
+                        return ctl_help(ctl);
                 default:
-                        return -EINVAL;
+                        return ctl_bad_option(ctl, argc, argv, c);
                 }
         }
-        if (optind < argc) {
-                if (!name || optind + 1 < argc)
-                        return -EINVAL;
-                *name = argv[optind];
-        }
-        return 0;
-}
-
-static int request(Ctl *ctl, ProtoMsg *req, Frame *f)
-{
-        int r = ctl_connect(ctl, false);
-
-        if (r)
-                return r;
-        proto_set(req, PF_OP);
-        r = client_request(ctl->c, req, -1, ctl->timeout_ms, f);
-        if (r < 0)
-                return ctl_fail(ctl, proto_op_name(req->op), r);
-        return 0;
+        if (optind < argc && !(takes & TAKES_NAME))
+                return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
+        if (optind + 1 < argc)
+                return ctl_usage(ctl, "one name only (got '%s' and '%s')", argv[optind], argv[optind + 1]);
+        if (optind < argc)
+                a->name = argv[optind];
+        return CTL_CONTINUE;
 }
 
 /* ping also takes --timeout after the command, the way probes are usually written. */
 int cmd_ping(Ctl *ctl, int argc, char **argv)
 {
-        static const struct option longopts[] = { { "timeout", required_argument, NULL, 't' }, {} };
+        static const struct option longopts[] = { { "timeout", required_argument, NULL, 't' }, CTL_HELP_OPTION, {} };
         uint64_t start;
         long v;
         int c, r;
 
-        while ((c = getopt_long(argc, argv, "t:", longopts, NULL)) >= 0) {
-                if (c != 't' || ctl_parse_int(optarg, 0, INT32_MAX, &v) < 0) {
-                        fprintf(stderr, "usage: gpuipcctl ping [--timeout MS]\n");
+        while ((c = getopt_long(argc, argv, ":t:h", longopts, NULL)) >= 0) {
+                if (c == 'h')
+                        return ctl_help(ctl);
+                if (c != 't')
+                        return ctl_bad_option(ctl, argc, argv, c);
+                if (ctl_parse_int(ctl, "--timeout", optarg, 0, INT32_MAX, &v))
                         return CTL_USAGE;
-                }
                 ctl->timeout_ms = (int)v;
         }
-        start = client_now_ms();
+        if (optind < argc)
+                return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
+        start = ctl_now_ms();
         r = ctl_connect(ctl, false);
         if (r)
                 return r;
@@ -80,406 +89,364 @@ int cmd_ping(Ctl *ctl, int argc, char **argv)
         if (r < 0)
                 return ctl_fail(ctl, "ping", r);
         if (ctl->json)
-                printf("{\"ok\":true,\"ms\":%" PRIu64 "}\n", client_now_ms() - start);
+                printf("{\"ok\":true,\"ms\":%" PRIu64 "}\n", ctl_now_ms() - start);
         else
-                printf("ok (%" PRIu64 " ms)\n", client_now_ms() - start);
+                printf("ok (%" PRIu64 " ms)\n", ctl_now_ms() - start);
         return CTL_OK;
 }
 
-/* ---- records ---- */
+/* ---- buffers ---- */
 
-static void json_pstr(Json *j, const char *key, ProtoStr s)
+static void buffer_json(Json *o, const gpuipc_buffer_info_t *b)
 {
-        json_key(j, key);
-        json_str(j, s.ptr ? s.ptr : "", s.len);
+        json_ku64(o, "buffer", b->buffer);
+        json_kstr(o, "name", b->name);
+        json_ku64(o, "generation", b->generation);
+        json_kstr(o, "kind", gpuipc_kind_name(b->kind));
+        json_ku64(o, "size", b->size);
+        json_kstr(o, "state", gpuipc_state_name(b->state));
+        json_ku64(o, "refs", b->refs);
+        json_ku64(o, "holders", b->holders);
+        json_ku64(o, "owner", b->owner);
+        json_ku64(o, "uid", b->uid);
+        json_ku64(o, "pid", b->pid);
+        json_kstr(o, "device", b->device);
+        json_kbool(o, "writable", b->writable);
+        json_kbool(o, "broker_held", b->broker_held);
 }
 
-static void json_num(Json *j, const char *key, uint64_t v)
+static void buffer_header(void)
 {
-        json_key(j, key);
-        json_u64(j, v);
+        printf("%-6s %-32s %-6s %-11s %10s %-7s %5s %5s %6s\n", "ID", "NAME", "GEN", "KIND", "SIZE", "STATE", "REFS",
+               "UID", "PID");
 }
 
-static void buffer_json(Json *j, const ProtoMsg *m)
-{
-        Json o;
-
-        json_next(j);
-        json_begin(&o, j->f, '{');
-        json_num(&o, "buffer", m->buffer);
-        json_pstr(&o, "name", m->name);
-        json_num(&o, "generation", m->generation);
-        json_key(&o, "kind");
-        json_str(&o, proto_kind_name(m->kind), strlen(proto_kind_name(m->kind)));
-        json_num(&o, "size", m->size);
-        json_key(&o, "state");
-        json_str(&o, proto_state_name(m->state), strlen(proto_state_name(m->state)));
-        json_num(&o, "refs", m->refs);
-        json_num(&o, "holders", m->holders);
-        json_num(&o, "owner", m->owner);
-        json_num(&o, "uid", m->uid);
-        json_num(&o, "pid", m->pid);
-        json_pstr(&o, "device", m->device);
-        json_key(&o, "writable");
-        json_bool(&o, m->writable);
-        json_key(&o, "broker_held");
-        json_bool(&o, m->broker_held);
-        json_end(&o, '}');
-}
-
-static void human_size(uint64_t n, char *buf, size_t cap)
-{
-        static const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-        unsigned u = 0;
-        double v = (double)n;
-
-        while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
-                v /= 1024;
-                u++;
-        }
-        snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", v, units[u]);
-}
-
-static void buffer_line(const ProtoMsg *m)
+static void buffer_line(const gpuipc_buffer_info_t *b)
 {
         char size[32];
 
-        human_size(m->size, size, sizeof(size));
-        printf("%-6" PRIu64 " %-32.*s %-6" PRIu64 " %-11s %10s %-7s %5" PRIu64 " %5" PRIu64 " %6" PRIu64 "%s%s\n",
-               m->buffer, (int)m->name.len, m->name.ptr, m->generation, proto_kind_name(m->kind), size,
-               proto_state_name(m->state), m->refs, m->uid, m->pid, m->broker_held ? " held" : "",
-               m->owner ? "" : " orphaned");
-}
-
-/* Pages through a listing, calling fn for each record. */
-static int for_each_record(Ctl *ctl, ProtoOp op, const char *prefix, void (*fn)(const ProtoMsg *, void *), void *ud)
-{
-        uint64_t after = 0;
-
-        for (;;) {
-                ProtoMsg req = { .op = op, .after = after, .has = PROTO_BIT(PF_AFTER) };
-                Frame f = { .fd = -1 };
-                ProtoIter it;
-                ProtoMsg rec;
-                bool more;
-                int r;
-
-                if (prefix) {
-                        req.prefix = proto_str(prefix);
-                        proto_set(&req, PF_PREFIX);
-                }
-                r = request(ctl, &req, &f);
-                if (r)
-                        return r;
-                proto_iter_init(&it, &f.msg.items);
-                while ((r = proto_iter_next(&it, &rec)) == 1)
-                        fn(&rec, ud);
-                more = f.msg.more;
-                after = f.msg.after;
-                frame_free(&f);
-                if (r < 0) {
-                        fprintf(stderr, "gpuipcctl: the broker's listing is malformed\n");
-                        return CTL_FAILED;
-                }
-                if (!more)
-                        return 0;
-        }
-}
-
-static void ls_json_cb(const ProtoMsg *m, void *ud)
-{
-        buffer_json(ud, m);
-}
-
-static void ls_line_cb(const ProtoMsg *m, void *ud)
-{
-        (void)ud;
-        buffer_line(m);
+        ctl_human_size(b->size, size, sizeof(size));
+        printf("%-6" PRIu64 " ", b->buffer);
+        text_cell(stdout, b->name, 32);
+        printf(" %-6" PRIu64 " %-11s %10s %-7s %5" PRIu64 " %5" PRIu64 " %6" PRIu64 "%s%s\n", b->generation,
+               gpuipc_kind_name(b->kind), size, gpuipc_state_name(b->state), b->refs, b->uid, b->pid,
+               b->broker_held ? " held" : "", b->owner ? "" : " orphaned");
 }
 
 int cmd_ls(Ctl *ctl, int argc, char **argv)
 {
-        const char *prefix = NULL;
+        gpuipc_buffer_info_t *page = NULL;
+        uint64_t cursor = 0;
+        bool started = false;
+        InspectArgs a;
         Json j;
-        int r;
+        int r = parse_args(ctl, argc, argv, TAKES_PREFIX, &a);
 
-        if (parse_common(argc, argv, &prefix, NULL, NULL) < 0) {
-                fprintf(stderr, "usage: gpuipcctl ls [--prefix P]\n");
-                return CTL_USAGE;
-        }
-        if (ctl->json) {
-                json_begin(&j, stdout, '[');
-                r = for_each_record(ctl, PROTO_OP_LIST, prefix, ls_json_cb, &j);
+        if (r != CTL_CONTINUE)
+                return r;
+        r = ctl_connect(ctl, false);
+        if (r)
+                return r;
+        page = calloc(PAGE, sizeof(*page));
+        if (!page)
+                return ctl_fail(ctl, "ls", -ENOMEM);
+        /* The first page comes before any output: a refusal is then an error document of its own. */
+        do {
+                int n = gpuipc_list_buffers(ctl->c, a.prefix, &cursor, page, PAGE);
+
+                if (n < 0) {
+                        r = ctl_fail(ctl, "ls", n);
+                        break;
+                }
+                if (!started) {
+                        if (ctl->json)
+                                json_begin(&j, stdout, '[');
+                        else
+                                buffer_header();
+                        started = ctl->printed = true;
+                }
+                for (int i = 0; i < n; i++) {
+                        if (ctl->json) {
+                                Json o;
+                                json_next(&j);
+                                json_begin(&o, stdout, '{');
+                                buffer_json(&o, &page[i]);
+                                json_end(&o, '}');
+                        } else {
+                                buffer_line(&page[i]);
+                        }
+                }
+        } while (cursor);
+        if (ctl->json && started) {
                 json_end(&j, ']');
                 putchar('\n');
-                return r;
         }
-        printf("%-6s %-32s %-6s %-11s %10s %-7s %5s %5s %6s\n", "ID", "NAME", "GEN", "KIND", "SIZE", "STATE", "REFS",
-               "UID", "PID");
-        return for_each_record(ctl, PROTO_OP_LIST, prefix, ls_line_cb, NULL);
+        free(page);
+        return r;
 }
 
 int cmd_stat(Ctl *ctl, int argc, char **argv)
 {
-        ProtoMsg req = { .op = PROTO_OP_STAT }, rec;
-        const char *name = NULL;
-        Frame f = { .fd = -1 };
-        uint64_t id = 0;
-        ProtoIter it;
-        Json j, h;
-        int r;
+        gpuipc_holder_info_t *holders;
+        gpuipc_buffer_info_t b;
+        char what[GPUIPC_MAX_NAME + 32];
+        InspectArgs a;
+        int n, r = parse_args(ctl, argc, argv, TAKES_ID | TAKES_NAME, &a);
 
-        if (parse_common(argc, argv, NULL, &id, &name) < 0 || (!name == !id)) {
-                fprintf(stderr, "usage: gpuipcctl stat NAME | --id N\n");
-                return CTL_USAGE;
-        }
-        if (name) {
-                req.name = proto_str(name);
-                proto_set(&req, PF_NAME);
-        } else {
-                req.buffer = id;
-                proto_set(&req, PF_BUFFER);
-        }
-        r = request(ctl, &req, &f);
+        if (r != CTL_CONTINUE)
+                return r;
+        if (!a.name == !a.id)
+                return ctl_usage(ctl, "give a NAME or --id N (one of them)");
+        r = ctl_connect(ctl, false);
         if (r)
                 return r;
-        if (ctl->json) {
-                json_begin(&j, stdout, '[');
-                buffer_json(&j, &f.msg);
-                json_end(&j, ']');
-                printf("\n");
-                json_begin(&h, stdout, '[');
-        } else {
-                buffer_line(&f.msg);
-                printf("holders:\n");
+        holders = calloc(GPUIPC_MAX_PAGE, sizeof(*holders));
+        if (!holders)
+                return ctl_fail(ctl, "stat", -ENOMEM);
+        n = gpuipc_stat_buffer(ctl->c, a.name, a.id, &b, holders, GPUIPC_MAX_PAGE);
+        if (n < 0) {
+                if (a.name)
+                        snprintf(what, sizeof(what), "stat '%s'", a.name);
+                else
+                        snprintf(what, sizeof(what), "stat --id %" PRIu64, a.id);
+                free(holders);
+                return ctl_fail(ctl, what, n);
         }
-        proto_iter_init(&it, &f.msg.items);
-        while (proto_iter_next(&it, &rec) == 1) {
-                if (ctl->json) {
-                        Json o;
+        if (ctl->json) {
+                Json j, o, h;
+
+                json_begin(&j, stdout, '{');
+                json_key(&j, "buffer");
+                json_begin(&o, stdout, '{');
+                buffer_json(&o, &b);
+                json_end(&o, '}');
+                json_key(&j, "holders");
+                json_begin(&h, stdout, '[');
+                for (int i = 0; i < n; i++) {
                         json_next(&h);
                         json_begin(&o, stdout, '{');
-                        json_num(&o, "peer", rec.peer);
-                        json_num(&o, "pid", rec.pid);
-                        json_num(&o, "uid", rec.uid);
-                        json_num(&o, "refs", rec.refs);
+                        json_ku64(&o, "peer", holders[i].peer);
+                        json_ku64(&o, "pid", holders[i].pid);
+                        json_ku64(&o, "uid", holders[i].uid);
+                        json_ku64(&o, "refs", holders[i].refs);
                         json_end(&o, '}');
-                } else {
-                        printf("  peer %-6" PRIu64 " pid %-8" PRIu64 " uid %-6" PRIu64 " refs %" PRIu64 "\n", rec.peer,
-                               rec.pid, rec.uid, rec.refs);
                 }
-        }
-        if (ctl->json) {
                 json_end(&h, ']');
-                printf("\n");
+                json_end(&j, '}');
+                putchar('\n');
+        } else {
+                buffer_header();
+                buffer_line(&b);
+                printf("holders: %" PRIu64 "%s\n", b.holders,
+                       (uint64_t)n < b.holders ? " (the broker listed only the first ones)" : "");
+                for (int i = 0; i < n; i++)
+                        printf("  peer %-6" PRIu64 " pid %-8" PRIu64 " uid %-6" PRIu64 " refs %" PRIu64 "\n",
+                               holders[i].peer, holders[i].pid, holders[i].uid, holders[i].refs);
         }
-        frame_free(&f);
+        free(holders);
         return CTL_OK;
 }
 
-static void peer_json_cb(const ProtoMsg *m, void *ud)
-{
-        Json *j = ud, o, g;
+/* ---- peers ---- */
 
-        json_next(j);
-        json_begin(&o, j->f, '{');
-        json_num(&o, "peer", m->peer);
-        json_num(&o, "pid", m->pid);
-        json_num(&o, "uid", m->uid);
-        json_num(&o, "gid", m->gid);
-        json_num(&o, "pidns", m->pidns);
-        json_pstr(&o, "label", m->label);
-        json_num(&o, "buffers", m->buffers);
-        json_num(&o, "refs", m->refs);
-        json_num(&o, "subs", m->subs);
-        json_num(&o, "waits", m->waits);
-        json_key(&o, "gpus");
-        json_begin(&g, j->f, '[');
-        for (uint32_t i = 0; i < m->n_gpus; i++) {
+static void peer_json(Json *o, const gpuipc_peer_info_t *p)
+{
+        Json g;
+
+        json_ku64(o, "peer", p->peer);
+        json_ku64(o, "pid", p->pid);
+        json_ku64(o, "uid", p->uid);
+        json_ku64(o, "gid", p->gid);
+        json_ku64(o, "pidns", p->pidns);
+        json_kstr(o, "label", p->label);
+        json_ku64(o, "buffers", p->buffers);
+        json_ku64(o, "refs", p->refs);
+        json_ku64(o, "subs", p->subs);
+        json_ku64(o, "waits", p->waits);
+        json_ku64(o, "started_ms", p->started_ms);
+        json_key(o, "gpus");
+        json_begin(&g, o->f, '[');
+        for (unsigned i = 0; i < p->n_gpus; i++) {
                 json_next(&g);
-                json_str(&g, m->gpus[i].ptr, m->gpus[i].len);
+                json_cstr(&g, p->gpus[i]);
         }
         json_end(&g, ']');
-        json_end(&o, '}');
 }
 
-static void peer_line_cb(const ProtoMsg *m, void *ud)
+static void peer_line(const gpuipc_peer_info_t *p)
 {
-        (void)ud;
-        printf("%-6" PRIu64 " %-8" PRIu64 " %-6" PRIu64 " %-6" PRIu64 " %-12" PRIu64 " %-20.*s %7" PRIu64 " %5" PRIu64
-               " %4" PRIu64 " %5" PRIu64 " %" PRIu32 "\n",
-               m->peer, m->pid, m->uid, m->gid, m->pidns, (int)m->label.len, m->label.ptr, m->buffers, m->refs,
-               m->subs, m->waits, m->n_gpus);
+        printf("%-6" PRIu64 " %-8" PRIu64 " %-6" PRIu64 " %-6" PRIu64 " %-12" PRIu64 " ", p->peer, p->pid, p->uid,
+               p->gid, p->pidns);
+        text_cell(stdout, p->label, 20);
+        printf(" %7" PRIu64 " %5" PRIu64 " %4" PRIu64 " %5" PRIu64 " %u\n", p->buffers, p->refs, p->subs, p->waits,
+               p->n_gpus);
 }
 
 int cmd_peers(Ctl *ctl, int argc, char **argv)
 {
+        gpuipc_peer_info_t *page;
+        uint64_t cursor = 0;
+        bool started = false;
+        InspectArgs a;
         Json j;
-        int r;
+        int r = parse_args(ctl, argc, argv, 0, &a);
 
-        if (parse_common(argc, argv, NULL, NULL, NULL) < 0) {
-                fprintf(stderr, "usage: gpuipcctl peers\n");
-                return CTL_USAGE;
-        }
-        if (ctl->json) {
-                json_begin(&j, stdout, '[');
-                r = for_each_record(ctl, PROTO_OP_PEERS, NULL, peer_json_cb, &j);
-                json_end(&j, ']');
-                putchar('\n');
+        if (r != CTL_CONTINUE)
                 return r;
-        }
-        printf("%-6s %-8s %-6s %-6s %-12s %-20s %7s %5s %4s %5s %s\n", "PEER", "PID", "UID", "GID", "PIDNS", "LABEL",
-               "BUFFERS", "REFS", "SUBS", "WAITS", "GPUS");
-        return for_each_record(ctl, PROTO_OP_PEERS, NULL, peer_line_cb, NULL);
-}
-
-/* Calls fn(name, value) for each broker counter. */
-static int for_each_stat(Ctl *ctl, void (*fn)(const ProtoMsg *, void *), void *ud)
-{
-        ProtoMsg req = { .op = PROTO_OP_STATS }, rec;
-        Frame f = { .fd = -1 };
-        ProtoIter it;
-        int r = request(ctl, &req, &f);
-
+        r = ctl_connect(ctl, false);
         if (r)
                 return r;
-        proto_iter_init(&it, &f.msg.items);
-        while (proto_iter_next(&it, &rec) == 1)
-                fn(&rec, ud);
-        frame_free(&f);
-        return CTL_OK;
+        page = calloc(PAGE, sizeof(*page));
+        if (!page)
+                return ctl_fail(ctl, "peers", -ENOMEM);
+        do {
+                int n = gpuipc_list_peers(ctl->c, &cursor, page, PAGE);
+
+                if (n < 0) {
+                        r = ctl_fail(ctl, "peers", n);
+                        break;
+                }
+                if (!started) {
+                        if (ctl->json)
+                                json_begin(&j, stdout, '[');
+                        else
+                                printf("%-6s %-8s %-6s %-6s %-12s %-20s %7s %5s %4s %5s %s\n", "PEER", "PID", "UID",
+                                       "GID", "PIDNS", "LABEL", "BUFFERS", "REFS", "SUBS", "WAITS", "GPUS");
+                        started = ctl->printed = true;
+                }
+                for (int i = 0; i < n; i++) {
+                        if (ctl->json) {
+                                Json o;
+                                json_next(&j);
+                                json_begin(&o, stdout, '{');
+                                peer_json(&o, &page[i]);
+                                json_end(&o, '}');
+                        } else {
+                                peer_line(&page[i]);
+                        }
+                }
+        } while (cursor);
+        if (ctl->json && started) {
+                json_end(&j, ']');
+                putchar('\n');
+        }
+        free(page);
+        return r;
 }
 
-static void stat_member_cb(const ProtoMsg *m, void *ud)
-{
-        Json *j = ud;
+/* ---- stats ---- */
 
-        json_next(j);
-        json_str(j, m->name.ptr, m->name.len);
-        fputc(':', j->f);
-        json_u64(j, m->value);
+/* A record's qualifier: the status it counts or the bucket's bound, as text ("" for none). */
+static void stat_qualifier(const gpuipc_stat_t *s, char *buf, size_t cap)
+{
+        if (s->status[0])
+                snprintf(buf, cap, "%s", s->status);
+        else if (s->le_us)
+                snprintf(buf, cap, "%" PRIu64, s->le_us);
+        else
+                buf[0] = 0;
 }
 
-static void stat_line_cb(const ProtoMsg *m, void *ud)
+/* One object: plain records are "name": value; a series of records under one name (errors by
+ * status, histogram buckets) is "name": {"quota": 3, ...} or {"100": 42, ...} (bounds in µs). */
+static void stats_json(const gpuipc_stat_t *items, int n)
 {
-        (void)ud;
-        printf("%-28.*s %" PRIu64 "\n", (int)m->name.len, m->name.ptr, m->value);
+        Json j, sub;
+        char q[64];
+
+        json_begin(&j, stdout, '{');
+        for (int i = 0; i < n; i++) {
+                stat_qualifier(&items[i], q, sizeof(q));
+                if (!q[0]) {
+                        json_ku64(&j, items[i].name, items[i].value);
+                        continue;
+                }
+                if (i == 0 || strcmp(items[i - 1].name, items[i].name) != 0) {
+                        json_key(&j, items[i].name);
+                        json_begin(&sub, stdout, '{');
+                }
+                json_ku64(&sub, q, items[i].value);
+                if (i + 1 == n || strcmp(items[i + 1].name, items[i].name) != 0)
+                        json_end(&sub, '}');
+        }
+        json_end(&j, '}');
+        putchar('\n');
 }
 
 int cmd_stats(Ctl *ctl, int argc, char **argv)
 {
-        Json j;
-        int r;
+        gpuipc_stat_t *items;
+        InspectArgs a;
+        char q[64];
+        int n, r = parse_args(ctl, argc, argv, 0, &a);
 
-        if (parse_common(argc, argv, NULL, NULL, NULL) < 0) {
-                fprintf(stderr, "usage: gpuipcctl stats\n");
-                return CTL_USAGE;
-        }
-        if (!ctl->json)
-                return for_each_stat(ctl, stat_line_cb, NULL);
-        json_begin(&j, stdout, '{');
-        r = for_each_stat(ctl, stat_member_cb, &j);
-        json_end(&j, '}');
-        putchar('\n');
-        return r;
-}
-
-/* HELP texts for the Prometheus exposition; counters end in _total. */
-static const struct {
-        const char *name, *help;
-} metric_help[] = {
-        { "peers", "Connected peers." },
-        { "buffers", "Registered buffers in any state." },
-        { "buffers_live", "Buffers that accept attaches." },
-        { "buffers_retired", "Retired buffers waiting for their last release." },
-        { "buffers_idle", "Drained buffers their producer may publish again." },
-        { "buffers_orphaned", "Broker-held buffers whose producer is gone." },
-        { "references", "References held by consumers." },
-        { "held_fds", "Memory fds the broker holds." },
-        { "waits", "Attaches and group joins waiting." },
-        { "subscriptions", "Event subscriptions." },
-        { "groups", "Rendezvous groups being formed." },
-        { "names", "Names with a published buffer or a waiter." },
-        { "open_fds", "File descriptors open in the broker process." },
-        { "uptime_ms", "Milliseconds since the broker started." },
-};
-
-static void metric_cb(const ProtoMsg *m, void *ud)
-{
-        char name[96];
-        const char *help = NULL;
-        bool counter;
-
-        (void)ud;
-        snprintf(name, sizeof(name), "%.*s", (int)m->name.len, m->name.ptr);
-        counter = m->name.len > 6 && strcmp(name + m->name.len - 6, "_total") == 0;
-        for (size_t i = 0; i < sizeof(metric_help) / sizeof(metric_help[0]); i++)
-                if (strcmp(metric_help[i].name, name) == 0)
-                        help = metric_help[i].help;
-        if (!help)
-                help = counter ? "Events counted since the broker started." : name;
-        printf("# HELP gpuipc_%s %s\n", name, help);
-        printf("# TYPE gpuipc_%s %s\n", name, counter ? "counter" : "gauge");
-        printf("gpuipc_%s %" PRIu64 "\n", name, m->value);
-}
-
-int cmd_metrics(Ctl *ctl, int argc, char **argv)
-{
-        if (parse_common(argc, argv, NULL, NULL, NULL) < 0) {
-                fprintf(stderr, "usage: gpuipcctl metrics\n");
-                return CTL_USAGE;
-        }
-        return for_each_stat(ctl, metric_cb, NULL);
-}
-
-static const char *event_name(gpuipc_event_type_t t)
-{
-        switch (t) {
-        case GPUIPC_EVENT_PUBLISHED: return "published";
-        case GPUIPC_EVENT_RETIRED: return "retired";
-        case GPUIPC_EVENT_REVOKED: return "revoked";
-        case GPUIPC_EVENT_DRAINED: return "drained";
-        case GPUIPC_EVENT_RECONNECTED: return "reconnected";
-        }
-        return "unknown";
-}
-
-int cmd_watch(Ctl *ctl, int argc, char **argv)
-{
-        const char *prefix = "";
-        gpuipc_event_t ev;
-        int r;
-
-        if (parse_common(argc, argv, &prefix, NULL, NULL) < 0) {
-                fprintf(stderr, "usage: gpuipcctl watch [--prefix P]\n");
-                return CTL_USAGE;
-        }
+        if (r != CTL_CONTINUE)
+                return r;
         r = ctl_connect(ctl, false);
         if (r)
                 return r;
-        r = gpuipc_subscribe(ctl->c, prefix, NULL);
+        items = calloc(GPUIPC_MAX_PAGE, sizeof(*items));
+        if (!items)
+                return ctl_fail(ctl, "stats", -ENOMEM);
+        n = gpuipc_stats(ctl->c, items, GPUIPC_MAX_PAGE);
+        if (n < 0) {
+                free(items);
+                return ctl_fail(ctl, "stats", n);
+        }
+        n = n > GPUIPC_MAX_PAGE ? GPUIPC_MAX_PAGE : n;
+        if (ctl->json) {
+                stats_json(items, n);
+        } else {
+                for (int i = 0; i < n; i++) {
+                        stat_qualifier(&items[i], q, sizeof(q));
+                        printf("%-28s %-10s %" PRIu64 "\n", items[i].name, q, items[i].value);
+                }
+        }
+        free(items);
+        return CTL_OK;
+}
+
+/* ---- watch ---- */
+
+int cmd_watch(Ctl *ctl, int argc, char **argv)
+{
+        gpuipc_event_t ev;
+        InspectArgs a;
+        int r = parse_args(ctl, argc, argv, TAKES_PREFIX, &a);
+
+        if (r != CTL_CONTINUE)
+                return r;
+        r = ctl_connect(ctl, false);
+        if (r)
+                return r;
+        r = gpuipc_subscribe(ctl->c, a.prefix ? a.prefix : "", NULL);
         if (r < 0)
                 return ctl_fail(ctl, "subscribe", r);
         for (;;) {
                 r = gpuipc_next_event(ctl->c, &ev, -1);
-                if (r < 0)
+                if (r < 0) {
+                        ctl->printed = false; /* a stream: the error is the last line */
                         return ctl_fail(ctl, "watch", r);
+                }
                 if (ctl->json) {
                         Json o;
                         json_begin(&o, stdout, '{');
-                        json_key(&o, "event");
-                        json_str(&o, event_name(ev.type), strlen(event_name(ev.type)));
-                        json_num(&o, "buffer", ev.buffer);
-                        json_num(&o, "generation", ev.generation);
-                        json_key(&o, "name");
-                        json_str(&o, ev.name, strlen(ev.name));
-                        json_key(&o, "reason");
-                        json_str(&o, ev.reason, strlen(ev.reason));
+                        json_kstr(&o, "event", gpuipc_event_name(ev.type));
+                        json_ku64(&o, "buffer", ev.buffer);
+                        json_ku64(&o, "generation", ev.generation);
+                        json_kstr(&o, "name", ev.name);
+                        json_kstr(&o, "reason", ev.reason);
                         json_end(&o, '}');
                         putchar('\n');
                 } else {
-                        printf("%-9s %-32s buffer=%" PRIu64 " generation=%" PRIu64 "%s%s\n", event_name(ev.type),
-                               ev.name, ev.buffer, ev.generation, ev.reason[0] ? " reason=" : "", ev.reason);
+                        printf("%-9s ", gpuipc_event_name(ev.type));
+                        text_cell(stdout, ev.name, 32);
+                        printf(" buffer=%" PRIu64 " generation=%" PRIu64, ev.buffer, ev.generation);
+                        if (ev.reason[0]) {
+                                fputs(" reason=", stdout);
+                                text_safe(stdout, ev.reason);
+                        }
+                        putchar('\n');
                 }
                 fflush(stdout);
         }

@@ -1,36 +1,79 @@
-/* gpuipcctl: shared state of the subcommands. */
+/* gpuipcctl: what the subcommands share: the global options, the broker connection, exit codes,
+ * help texts, and value parsing whose errors name the value. gpuipcctl is a client of libgpuipc's
+ * public API (gpuipc.h) and of nothing else in the tree: it must never include the library's
+ * internals or the protocol, so that it links against the installed libgpuipc.so.0. */
 #pragma once
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "gpuipc.h"
-#include "internal.h"
 
-/* Exit codes (documented in `gpuipcctl --help`). */
+/* Exit codes (documented in `gpuipcctl --help` and the man page). */
 enum {
+        CTL_CONTINUE = -1, /* (internal) options parsed: go on */
         CTL_OK = 0,
-        CTL_FAILED = 1,      /* the operation failed or the data did not verify */
-        CTL_USAGE = 2,
-        CTL_NO_BROKER = 3,   /* nothing answered on the socket */
+        CTL_FAILED = 1,    /* the operation failed or the data did not verify */
+        CTL_USAGE = 2,     /* a bad option or value; nothing was done */
+        CTL_NO_BROKER = 3, /* nothing answered on the socket */
 };
+
+typedef struct CtlCommand CtlCommand;
 
 typedef struct Ctl {
         const char *socket;
         bool json;
         int timeout_ms;
         gpuipc_t *c;
+        const CtlCommand *cmd; /* the subcommand running */
+        bool printed;          /* a document (or line) went to stdout already */
 } Ctl;
+
+struct CtlCommand {
+        const char *name;
+        int (*fn)(Ctl *ctl, int argc, char **argv);
+        const char *args;    /* the synopsis after the name */
+        const char *summary; /* one line for `gpuipcctl --help` */
+        const char *help;    /* what `gpuipcctl NAME --help` adds: the description and each option */
+};
+
+/* Every subcommand accepts -h/--help: add this to its long options and CTL_HELP_SHORT to its
+ * short ones, and answer 'h' with ctl_help(). */
+#define CTL_HELP_OPTION { "help", no_argument, NULL, 'h' }
+
+/* Prints the running subcommand's help to stdout. Returns CTL_OK. */
+int ctl_help(const Ctl *ctl);
+
+/* A usage error of the running subcommand: prints "gpuipcctl CMD: <message>", its synopsis and
+ * where to find more. Returns CTL_USAGE. */
+int ctl_usage(Ctl *ctl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* getopt returned '?' or ':' (opterr is off): names the option that was wrong. Returns CTL_USAGE. */
+int ctl_bad_option(Ctl *ctl, int argc, char **argv, int optopt_value);
 
 /* Connects (once); prints why it could not. 0 or a CTL_* exit code. */
 int ctl_connect(Ctl *ctl, bool probe_gpus);
 
-/* Prints "gpuipcctl: what: <error text>: <broker's message>" to stderr and returns CTL_FAILED. */
+/* A failed call: prints "gpuipcctl CMD: what: [err-name] <broker's message or the error text>" to
+ * stderr (and, with --json, an error document to stdout when none was printed yet). Returns
+ * CTL_FAILED, or CTL_NO_BROKER when the broker is unreachable. */
 int ctl_fail(Ctl *ctl, const char *what, int err);
 
-/* Parses "4096", "64K", "2M", "1G" (binary multiples). 0 or -EINVAL. */
-int ctl_parse_size(const char *s, uint64_t *ret);
-int ctl_parse_int(const char *s, long min, long max, long *ret);
+/* A failure found here, not by the library: prints "gpuipcctl CMD: <message>" (and, with --json,
+ * {"error": name, "message": ...}). Returns CTL_FAILED. */
+int ctl_error(Ctl *ctl, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Value parsing: 0, or CTL_USAGE after printing an error that names the option and the value. */
+int ctl_parse_size(Ctl *ctl, const char *opt, const char *s, uint64_t *ret);
+int ctl_parse_int(Ctl *ctl, const char *opt, const char *s, long min, long max, long *ret);
+int ctl_parse_kind(Ctl *ctl, const char *opt, const char *s, gpuipc_kind_t *ret);
+
+/* Milliseconds on a monotonic clock. */
+uint64_t ctl_now_ms(void);
+
+/* Bytes as "1.5 GiB". */
+void ctl_human_size(uint64_t n, char *buf, size_t cap);
 
 /* Subcommands: argc/argv start at the subcommand's own name. */
 int cmd_ping(Ctl *ctl, int argc, char **argv);

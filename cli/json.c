@@ -1,7 +1,11 @@
-/* JSON writer; strings are escaped per RFC 8259. */
+/* JSON writer (RFC 8259); see json.h. */
 #include "json.h"
 
 #include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "text.h"
 
 void json_begin(Json *j, FILE *f, char open)
 {
@@ -26,23 +30,36 @@ void json_next(Json *j)
 void json_key(Json *j, const char *key)
 {
         json_next(j);
-        json_str(j, key, __builtin_strlen(key));
+        json_cstr(j, key);
         fputc(':', j->f);
 }
 
 void json_str(Json *j, const char *s, size_t len)
 {
+        const unsigned char *p = (const unsigned char *)s;
+
         fputc('"', j->f);
-        for (size_t i = 0; i < len; i++) {
-                unsigned char c = (unsigned char)s[i];
-                if (c == '"' || c == '\\')
-                        fprintf(j->f, "\\%c", c);
-                else if (c < 0x20)
-                        fprintf(j->f, "\\u%04x", c);
-                else
-                        fputc(c, j->f);
+        for (size_t i = 0; i < len;) {
+                size_t n = utf8_sequence(p + i, len - i);
+
+                if (n == 0) {
+                        fputs("\\ufffd", j->f);
+                        i++;
+                } else if (p[i] == '"' || p[i] == '\\') {
+                        fprintf(j->f, "\\%c", p[i++]);
+                } else if (p[i] < 0x20 || p[i] == 0x7f) {
+                        fprintf(j->f, "\\u%04x", p[i++]);
+                } else {
+                        fwrite(p + i, 1, n, j->f);
+                        i += n;
+                }
         }
         fputc('"', j->f);
+}
+
+void json_cstr(Json *j, const char *s)
+{
+        json_str(j, s, strlen(s));
 }
 
 void json_u64(Json *j, uint64_t v)
@@ -50,7 +67,33 @@ void json_u64(Json *j, uint64_t v)
         fprintf(j->f, "%" PRIu64, v);
 }
 
+void json_double(Json *j, double v)
+{
+        if (isfinite(v))
+                fprintf(j->f, "%.17g", v);
+        else
+                fputs("null", j->f);
+}
+
 void json_bool(Json *j, bool v)
 {
         fputs(v ? "true" : "false", j->f);
+}
+
+void json_kstr(Json *j, const char *key, const char *s)
+{
+        json_key(j, key);
+        json_cstr(j, s);
+}
+
+void json_ku64(Json *j, const char *key, uint64_t v)
+{
+        json_key(j, key);
+        json_u64(j, v);
+}
+
+void json_kbool(Json *j, const char *key, bool v)
+{
+        json_key(j, key);
+        json_bool(j, v);
 }

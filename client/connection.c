@@ -479,7 +479,9 @@ static int say_hello(gpuipc_t *c)
                 req.gpus[i] = proto_str(c->gpus[i]);
         req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_VERSION) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_PIDNS) |
                   PROTO_BIT(PF_LABEL) | PROTO_BIT(PF_GPUS);
-        r = client_request(c, &req, -1, 10000, &f);
+        /* A caller that bounds connecting bounds the greeting too: a stopped broker accepts (the
+         * kernel queues the connection) but never answers. */
+        r = client_request(c, &req, -1, c->connect_timeout_ms > 0 ? c->connect_timeout_ms : 10000, &f);
         if (r < 0)
                 return r;
         c->peer_id = f.msg.peer;

@@ -579,7 +579,7 @@ static void describe_device(CudaDeviceInfo *d, int ordinal)
                 d->pci_bus_id.ok = true;
 }
 
-int cuda_describe(CudaInfo *ret)
+_public_ int gpuipc_cuda_describe(gpuipc_cuda_info_t *ret)
 {
         memset(ret, 0, sizeof(*ret));
         if (cuda_load() < 0) {

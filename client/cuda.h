@@ -322,35 +322,12 @@ int cuda_kind_copy(void *ptr, int ordinal, void *host, size_t len, bool to_host)
 
 /* ---- gpuipcctl doctor ---- */
 
-/* One answer: ok says whether the query worked; then value (yes/no facts) or text holds it,
- * else why says what failed. */
-typedef struct CudaFact {
-        bool ok;
-        int value;
-        char text[96];
-        char why[192];
-} CudaFact;
+/* The facts gpuipc_cuda_describe() reports are the public structs (gpuipc.h). */
+typedef gpuipc_cuda_fact_t CudaFact;
+typedef gpuipc_cuda_device_t CudaDeviceInfo;
+typedef gpuipc_cuda_info_t CudaInfo;
 
-typedef struct CudaDeviceInfo {
-        int ordinal;
-        CudaFact name;
-        CudaFact uuid;          /* what hello declares: MIG-... for a MIG instance */
-        CudaFact gpu_uuid;      /* the physical GPU's GPU-... (cuDeviceGetUuid v1) */
-        CudaFact mig;           /* value 1: a MIG instance (the two UUIDs differ) */
-        CudaFact vmm;           /* cuda-vmm possible: virtual memory management ... */
-        CudaFact posix_fd;      /* ... and export as a POSIX fd */
-        CudaFact mem_ops_64;    /* gpuipc fences: 64-bit stream memory operations */
-        CudaFact pci_bus_id;
-} CudaDeviceInfo;
+_Static_assert(CUDA_MAX_DEVICES == GPUIPC_MAX_GPUS, "gpuipc_cuda_info_t describes every device");
 
-typedef struct CudaInfo {
-        bool loaded;            /* false: reason says why CUDA is unusable */
-        char reason[512];
-        int driver_version;     /* 1000 * major + 10 * minor */
-        int n_devices;
-        CudaDeviceInfo devices[CUDA_MAX_DEVICES];
-} CudaInfo;
-
-/* Fills *ret for `gpuipcctl doctor`. 0, or GPUIPC_E_NO_CUDA (ret->reason says why). */
-int cuda_describe(CudaInfo *ret);
+/* gpuipc_cuda_describe() (gpuipc.h) is defined in cuda.c; the library's tests call it too. */
 

@@ -1,33 +1,67 @@
-/* gpuipc_strerror: every error code in a sentence that names the cause and the usual fix. */
+/* Error codes in words: gpuipc_strerror() names the cause and the usual fix, gpuipc_err_name() a
+ * stable short name for scripts. The broker's statuses (-1001 .. -1099) take both from proto's
+ * status table; the library's own codes from the one table below; the rest are -errno. */
 #include <string.h>
 
+#include "config.h"
 #include "internal.h"
 #include "macro.h"
 
+static const struct {
+        int code;
+        const char *name, *text;
+} library_errors[] = {
+        { GPUIPC_E_NO_BROKER, "no-broker",
+          "no broker answers on the socket: start gpuipc-broker, and mount its socket directory into this container "
+          "at the path in GPUIPC_SOCKET" },
+        { GPUIPC_E_DISCONNECTED, "disconnected",
+          "the broker went away (it stopped or restarted); reconnect, or connect with the reconnect option to do so "
+          "automatically" },
+        { GPUIPC_E_NO_CUDA, "no-cuda",
+          "CUDA is not usable here: libcuda.so.1 could not be loaded or no GPU is visible; give the container a GPU "
+          "(the same ResourceClaim as the producer) or use the memfd kind" },
+        { GPUIPC_E_CUDA, "cuda", "a CUDA call failed; gpuipc_errmsg() names the call and CUDA's error" },
+        { GPUIPC_E_BUSY, "busy", "the buffer is still in use: retire it and wait for drained first" },
+        { GPUIPC_E_BAD_REPLY, "bad-reply", "the broker's reply made no sense; use a client and broker of the same "
+                                           "release" },
+};
+
+static bool is_broker_status(int err)
+{
+        return err <= -1001 && err >= -1099;
+}
+
 _public_ const char *gpuipc_strerror(int err)
 {
-        if (err <= -1001 && err >= -1099)
-                return proto_status_text((unsigned)(-err - 1000));
-        switch (err) {
-        case 0:
+        if (err == 0)
                 return "success";
-        case GPUIPC_E_NO_BROKER:
-                return "no broker answers on the socket: start gpuipc-broker, and mount its socket directory into "
-                       "this container at the path in GPUIPC_SOCKET";
-        case GPUIPC_E_DISCONNECTED:
-                return "the broker went away (it stopped or restarted); reconnect, or connect with the reconnect "
-                       "option to do so automatically";
-        case GPUIPC_E_NO_CUDA:
-                return "CUDA is not usable here: libcuda.so.1 could not be loaded or no GPU is visible; give the "
-                       "container a GPU (the same ResourceClaim as the producer) or use the memfd kind";
-        case GPUIPC_E_CUDA:
-                return "a CUDA call failed; gpuipc_errmsg() names the call and CUDA's error";
-        case GPUIPC_E_BUSY:
-                return "the buffer is still in use: retire it and wait for drained first";
-        case GPUIPC_E_BAD_REPLY:
-                return "the broker's reply made no sense; use a client and broker of the same release";
-        }
+        if (is_broker_status(err))
+                return proto_status_text((unsigned)(-err - 1000));
+        for (size_t i = 0; i < ARRAY_SIZE(library_errors); i++)
+                if (library_errors[i].code == err)
+                        return library_errors[i].text;
         if (err < 0 && err > -4096)
                 return strerror(-err);
         return "unknown error";
+}
+
+_public_ const char *gpuipc_err_name(int err)
+{
+        const char *name;
+
+        if (err == 0)
+                return "ok";
+        if (is_broker_status(err))
+                return proto_status_name((unsigned)(-err - 1000));
+        for (size_t i = 0; i < ARRAY_SIZE(library_errors); i++)
+                if (library_errors[i].code == err)
+                        return library_errors[i].name;
+        /* glibc's name of the errno constant; NULL for numbers it does not know. */
+        name = err < 0 && err > -4096 ? strerrorname_np(-err) : NULL;
+        return name ? name : "unknown";
+}
+
+_public_ const char *gpuipc_version(void)
+{
+        return GPUIPC_VERSION;
 }

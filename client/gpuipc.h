@@ -78,12 +78,22 @@ enum {
 /* A sentence naming the cause of err and the usual fix. Never NULL. */
 const char *gpuipc_strerror(int err);
 
+/* The error's stable short name, for scripts and logs: the broker's status names ("not-found",
+ * "quota", ...: docs/protocol.md section 8), the library's own ("no-broker", "disconnected",
+ * "no-cuda", "cuda", "busy", "bad-reply"), the errno name for system errors ("ENOENT"), "ok" for
+ * 0, "unknown" for anything else. Never NULL. */
+const char *gpuipc_err_name(int err);
+
+/* The library's version, as "MAJOR.MINOR.PATCH" (the release it was built from). */
+const char *gpuipc_version(void);
+
 /* ---- connections ---- */
 
 typedef struct gpuipc_options {
         const char *socket_path; /* NULL: $GPUIPC_SOCKET, else /run/gpuipc/gpuipc.sock */
         const char *label;       /* shown by `gpuipcctl peers`; NULL: the program's name */
-        int connect_timeout_ms;  /* keep trying while the socket is missing or refuses; 0: once */
+        int connect_timeout_ms;  /* keep trying while the socket is missing or refuses, and wait this long
+                                  * for the broker's greeting; 0: try once, greeting within 10 s */
         int reconnect;           /* non-zero: survive a broker restart or a lost connection. The call
                                   * that notices reconnects, registers this connection's buffers again
                                   * under the same ids, reclaims the references it holds, subscribes
@@ -337,6 +347,165 @@ void gpuipc_ring_close(gpuipc_ring_t *r);
 /* Waits until `members` connections joined group (all return 0 together) or the earliest
  * member's deadline passes (all fail with GPUIPC_E_TIMEOUT). */
 int gpuipc_group_join(gpuipc_t *c, const char *group, unsigned members, int timeout_ms);
+
+/* ---- inspecting the broker: what gpuipcctl shows ----
+ * Plain structs with fixed-size fields, so that other languages (ctypes, cffi) can use them as they
+ * are. Strings are NUL-terminated and were checked by the broker to be within the protocol's
+ * limits. Listings page with a cursor: start with 0; each call stores up to cap records and sets the
+ * cursor for the next call, or to 0 once the listing is complete:
+ *
+ *   uint64_t cursor = 0;
+ *   gpuipc_buffer_info_t page[64];
+ *   do {
+ *           int n = gpuipc_list_buffers(c, "cam/", &cursor, page, 64);
+ *           if (n < 0)
+ *                   return n;
+ *           ... page[0 .. n-1] ...
+ *   } while (cursor);
+ *
+ * Listings are not snapshots: records added or removed between two calls may be missed or not. */
+
+#define GPUIPC_MAX_NAME 255  /* buffer and group names, in bytes */
+#define GPUIPC_MAX_LABEL 64  /* a connection's label */
+#define GPUIPC_MAX_UUID 64   /* "GPU-..." or "MIG-..." */
+#define GPUIPC_MAX_GPUS 64   /* GPUs a connection declares, and devices gpuipc_cuda_describe() reports */
+#define GPUIPC_MAX_PAGE 1024 /* records the broker sends at most in one page */
+
+typedef enum gpuipc_buffer_state {
+        GPUIPC_STATE_LIVE = 1,    /* attachable */
+        GPUIPC_STATE_RETIRED = 2, /* no new attaches; waiting for the last release */
+        GPUIPC_STATE_IDLE = 3,    /* retired and drained: its producer may publish it again or free it */
+} gpuipc_buffer_state_t;
+
+/* "memfd", "cuda-vmm", "cuda-legacy" / "live", "retired", "idle" / "published", ...; "unknown" for
+ * values out of range. Never NULL. */
+const char *gpuipc_kind_name(gpuipc_kind_t kind);
+const char *gpuipc_state_name(gpuipc_buffer_state_t state);
+const char *gpuipc_event_name(gpuipc_event_type_t type);
+
+/* The kind named name ("memfd", ...) into *ret. 0, or GPUIPC_E_INVALID for any other string. */
+int gpuipc_kind_from_name(const char *name, gpuipc_kind_t *ret);
+
+/* One registered buffer, as the broker describes it. */
+typedef struct gpuipc_buffer_info {
+        uint64_t buffer;                   /* the broker's id */
+        uint64_t generation;               /* of its latest publish */
+        char name[GPUIPC_MAX_NAME + 1];    /* the name of its latest publish */
+        gpuipc_kind_t kind;
+        gpuipc_buffer_state_t state;
+        uint64_t size;                     /* bytes */
+        uint64_t refs;                     /* references held by all peers */
+        uint64_t holders;                  /* peers holding at least one reference */
+        uint64_t owner;                    /* the producer's peer id; 0: it is gone (orphaned, broker-held) */
+        uint64_t uid;                      /* the producer's uid, from the kernel */
+        uint64_t pid;                      /* the producer's pid in the broker's PID namespace; 0: outside it */
+        char device[GPUIPC_MAX_UUID + 1];  /* the GPU's UUID (CUDA kinds), "" for memfd */
+        int writable;                      /* consumers may map it writable */
+        int broker_held;                   /* the memory outlives its producer */
+} gpuipc_buffer_info_t;
+
+/* A peer holding references to a buffer. */
+typedef struct gpuipc_holder_info {
+        uint64_t peer, pid, uid; /* pid: in the broker's PID namespace, 0 outside it */
+        uint64_t refs;           /* references this peer holds */
+} gpuipc_holder_info_t;
+
+/* One connection to the broker. */
+typedef struct gpuipc_peer_info {
+        uint64_t peer;                     /* the broker's id for the connection */
+        uint64_t pid, uid, gid;            /* from the kernel at accept; pid 0: outside the broker's PID namespace */
+        uint64_t pidns;                    /* its PID namespace's inode (read by the broker, else as declared) */
+        char label[GPUIPC_MAX_LABEL + 1];  /* what the peer calls itself */
+        uint64_t buffers, refs, subs, waits; /* buffers it owns, references, subscriptions, waiting requests */
+        uint64_t started_ms;               /* when it connected, on the broker's monotonic clock */
+        unsigned n_gpus;                   /* GPU UUIDs it declared */
+        char gpus[GPUIPC_MAX_GPUS][GPUIPC_MAX_UUID + 1];
+} gpuipc_peer_info_t;
+
+/* Lists buffers whose name starts with prefix (NULL or "": all), in increasing id order, in every
+ * state. Returns how many records were stored in items (at most cap; 0 only when none are left), or
+ * an error; *cursor as described above. */
+int gpuipc_list_buffers(gpuipc_t *c, const char *prefix, uint64_t *cursor, gpuipc_buffer_info_t *items, size_t cap);
+
+/* Lists connected peers (this connection included), in increasing id order, paged like
+ * gpuipc_list_buffers. */
+int gpuipc_list_peers(gpuipc_t *c, uint64_t *cursor, gpuipc_peer_info_t *items, size_t cap);
+
+/* Describes one buffer: the live buffer published under name, or, with name NULL, the buffer with
+ * that broker id (in any state). Stores it in *ret and up to cap of the peers holding it in
+ * holders (may be NULL with cap 0), and returns how many holders were stored; ret->holders says
+ * how many there are (the broker sends at most GPUIPC_MAX_PAGE). GPUIPC_E_NOT_FOUND when there is
+ * no such buffer. */
+int gpuipc_stat_buffer(gpuipc_t *c, const char *name, uint64_t buffer, gpuipc_buffer_info_t *ret,
+                       gpuipc_holder_info_t *holders, size_t cap);
+
+/* Retires a buffer by its broker id, whoever published it: allowed to its producer, to peers of
+ * the producer's uid once it is gone, and to a policy admin (docs/security.md). For a buffer of
+ * this connection's own, use gpuipc_retire(), which also keeps the handle's state. */
+int gpuipc_retire_id(gpuipc_t *c, uint64_t buffer);
+
+/* One of the broker's counters, gauges or histogram series (docs/protocol.md, `stats`). */
+typedef struct gpuipc_stat {
+        char name[GPUIPC_MAX_NAME + 1]; /* "attaches_total", "request_duration_us_bucket", ... */
+        char status[32];  /* "request_errors_total": the reply status counted ("quota", ...); else "" */
+        uint64_t le_us;   /* a histogram bucket (name ends in _bucket): its upper bound in microseconds
+                           * (the count is cumulative; the total is in the _count record); else 0 */
+        uint64_t value;
+} gpuipc_stat_t;
+
+/* Asks the broker for its statistics: stores up to cap records in items and returns how many the
+ * broker sent (when that is more than cap, the rest were left out: call again with more room). */
+int gpuipc_stats(gpuipc_t *c, gpuipc_stat_t *items, size_t cap);
+
+/* What this connection knows about itself and its broker. */
+typedef struct gpuipc_connection_info {
+        uint64_t peer;         /* the broker's id for this connection (`gpuipcctl peers`) */
+        uint64_t epoch;        /* the broker instance: a new value after the broker restarted */
+        uint64_t pidns;        /* this process's PID namespace (the inode of /proc/self/ns/pid), as declared */
+        int pidns_same;        /* the broker runs in that PID namespace too (cuda-legacy needs producer
+                                * and consumer in one) */
+        int connected;         /* 0 once the broker went away (until a reconnect) */
+        char socket_path[108]; /* the socket this connection uses */
+        unsigned n_gpus;       /* the GPU UUIDs declared to the broker */
+        char gpus[GPUIPC_MAX_GPUS][GPUIPC_MAX_UUID + 1];
+} gpuipc_connection_info_t;
+
+int gpuipc_connection_info(const gpuipc_t *c, gpuipc_connection_info_t *ret);
+
+/* ---- CUDA as this process sees it (gpuipcctl doctor); needs no broker ---- */
+
+/* One answer about a device: ok says whether the query worked; then value (yes/no facts, numbers) or
+ * text holds the answer, else why says what failed. */
+typedef struct gpuipc_cuda_fact {
+        int ok;
+        int value;
+        char text[96];
+        char why[192];
+} gpuipc_cuda_fact_t;
+
+typedef struct gpuipc_cuda_device {
+        int ordinal;
+        gpuipc_cuda_fact_t name;
+        gpuipc_cuda_fact_t uuid;       /* what a connection declares: MIG-... for a MIG instance */
+        gpuipc_cuda_fact_t gpu_uuid;   /* the physical GPU's GPU-... */
+        gpuipc_cuda_fact_t mig;        /* value 1: a MIG instance (the two UUIDs differ) */
+        gpuipc_cuda_fact_t vmm;        /* virtual memory management: cuda-vmm possible ... */
+        gpuipc_cuda_fact_t posix_fd;   /* ... and its export as a POSIX fd */
+        gpuipc_cuda_fact_t mem_ops_64; /* 64-bit stream memory operations: gpuipc fences work */
+        gpuipc_cuda_fact_t pci_bus_id;
+} gpuipc_cuda_device_t;
+
+typedef struct gpuipc_cuda_info {
+        int loaded;           /* 0: CUDA is not usable here, reason says why */
+        char reason[512];
+        int driver_version;   /* 1000 * major + 10 * minor */
+        int n_devices;        /* devices described: the visible ones, at most GPUIPC_MAX_GPUS */
+        gpuipc_cuda_device_t devices[GPUIPC_MAX_GPUS];
+} gpuipc_cuda_info_t;
+
+/* Loads the CUDA driver (if not yet) and describes every visible device into *ret (large: allocate
+ * it). 0, or GPUIPC_E_NO_CUDA with ret->reason saying why. */
+int gpuipc_cuda_describe(gpuipc_cuda_info_t *ret);
 
 #ifdef __cplusplus
 }

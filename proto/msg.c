@@ -127,6 +127,7 @@ static const FieldDesc fields[_PF_MAX] = {
         [PF_INDEX] = F("index", T_U64, 0, index),
         [PF_SLOTS] = F("slots", T_U64, 0, slots),
         [PF_MODE] = E("mode", mode, mode_names),
+        [PF_LE_US] = F("le_us", T_U64, 0, le_us),
 };
 
 /* Fields each request must carry besides "op" and "id"; finer rules (name or buffer) are the

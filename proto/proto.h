@@ -148,6 +148,7 @@ typedef enum ProtoField {
         PF_BUFFERS, PF_SUBS, PF_WAITS, PF_FDS, PF_PIDNS_SAME, PF_STARTED_MS,
         PF_RESTORED, PF_PENDING,
         PF_INDEX, PF_SLOTS, PF_MODE,
+        PF_LE_US,
         _PF_MAX,
 } ProtoField;
 
@@ -172,6 +173,7 @@ typedef struct ProtoMsg {
         uint64_t buffers, subs, waits, fds, started_ms;
         uint64_t index, slots;
         ProtoMode mode;
+        uint64_t le_us; /* stats records: a histogram bucket's upper bound */
         bool broker_held, writable, cached, more, pidns_same, restored, pending;
 
         ProtoStr error, message, label, name, prefix, device, reason, group;

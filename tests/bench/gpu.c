@@ -48,7 +48,7 @@ static int probe_child(void *arg)
 
         if (!info)
                 return 1;
-        if (cuda_describe(info) < 0) {
+        if (gpuipc_cuda_describe(info) < 0) {
                 snprintf(g->reason, sizeof(g->reason), "%s", info->reason);
                 return 0;
         }

@@ -58,7 +58,7 @@ static void probe_child(int wr)
         static CudaInfo info;
         static GpuMachine m;
 
-        if (cuda_describe(&info) < 0) {
+        if (gpuipc_cuda_describe(&info) < 0) {
                 snprintf(m.why, sizeof(m.why), "%s", info.reason);
         } else {
                 m.count = info.n_devices;

@@ -203,7 +203,8 @@ class Pod:
     def run(self):
         self.bindir = os.path.join(self.work, 'bin')
         os.makedirs(self.bindir)
-        for b in ('broker/gpuipc-broker', 'cli/gpuipcctl'):
+        # gpuipcctl links libgpuipc.so.0 and finds it next to itself (its build RUNPATH has $ORIGIN).
+        for b in ('broker/gpuipc-broker', 'cli/gpuipcctl', 'client/libgpuipc.so.0'):
             shutil.copy(os.path.join(self.build, b), self.bindir)
         share_pid = bool(self.spec.get('shareProcessNamespace'))
         log(f'pod {self.pod["metadata"]["name"]}: shareProcessNamespace={share_pid}')

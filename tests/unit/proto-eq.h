@@ -59,6 +59,7 @@ static inline bool proto_msg_eq(const ProtoMsg *a, const ProtoMsg *b, ProtoField
                         { PF_WAITS, offsetof(ProtoMsg, waits) }, { PF_FDS, offsetof(ProtoMsg, fds) },
                         { PF_STARTED_MS, offsetof(ProtoMsg, started_ms) },
                         { PF_INDEX, offsetof(ProtoMsg, index) }, { PF_SLOTS, offsetof(ProtoMsg, slots) },
+                        { PF_LE_US, offsetof(ProtoMsg, le_us) },
                 };
                 static const struct { ProtoField f; size_t off; } bools[] = {
                         { PF_BROKER_HELD, offsetof(ProtoMsg, broker_held) },

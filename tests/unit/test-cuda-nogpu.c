@@ -84,7 +84,7 @@ static void test_describe(void)
         CudaInfo *info = calloc(1, sizeof(*info));
 
         check(info);
-        check_eq(cuda_describe(info), (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
+        check_eq(gpuipc_cuda_describe(info), (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
         check(!info->loaded);
         check_eq(info->n_devices, 0);
         check(strstr(info->reason, MISSING_LIBCUDA));

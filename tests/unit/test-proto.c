@@ -204,6 +204,7 @@ static const FieldInfo FIELDS[_PF_MAX] = {
         FU(PF_INDEX, "index", index),
         FU(PF_SLOTS, "slots", slots),
         FE(PF_MODE, "mode", mode, PROTO_MODE_LATEST),
+        FU(PF_LE_US, "le_us", le_us),
 };
 
 static const uint8_t handle_a[PROTO_LEGACY_HANDLE_SIZE] = { 1, 2, 3, [63] = 0xff };

@@ -1,0 +1,361 @@
+/* Broker statistics -> Prometheus metric families; see metrics.h. The table below is the one place
+ * that says what each broker record means to a Prometheus user: names in base units (seconds, not
+ * the broker's integer microseconds), counters ending in _total, one HELP text each. */
+#include "metrics.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "json.h"
+
+#define MAX_LABELS 2
+
+typedef enum MetricType { GAUGE, COUNTER, HISTOGRAM } MetricType;
+
+typedef struct MetricDesc {
+        const char *stat;   /* the broker's record; for histograms the base of its _bucket, _count and _sum */
+        const char *metric; /* the family's name after "gpuipc_" */
+        MetricType type;
+        unsigned digits;    /* decimal digits the broker's integer has below the metric's unit: 3 ms, 6 µs */
+        const char *label;  /* a label: with label_value fixed (buffers by state), else the record's status */
+        const char *label_value;
+        const char *help;
+} MetricDesc;
+
+/* Families in exposition order; entries sharing a metric are one family (keep them adjacent). The
+ * broker's "buffers" is left out: it is the sum of gpuipc_buffers over its states. */
+static const MetricDesc descs[] = {
+        { "peers", "peers", GAUGE, 0, NULL, NULL, "Connections to the broker." },
+        { "buffers_live", "buffers", GAUGE, 0, "state", "live", "Registered buffers, by state (live: attachable; "
+          "retired: waiting for the last release; idle: drained, kept for publishing again)." },
+        { "buffers_retired", "buffers", GAUGE, 0, "state", "retired", NULL },
+        { "buffers_idle", "buffers", GAUGE, 0, "state", "idle", NULL },
+        { "buffers_orphaned", "buffers_orphaned", GAUGE, 0, NULL, NULL,
+          "Broker-held buffers whose producer is gone; they live until retired and drained." },
+        { "references", "references", GAUGE, 0, NULL, NULL, "References consumers hold, over all buffers." },
+        { "held_fds", "held_fds", GAUGE, 0, NULL, NULL, "Buffer memory file descriptors the broker holds." },
+        { "waits", "waits", GAUGE, 0, NULL, NULL, "Attaches and group joins waiting in the broker." },
+        { "subscriptions", "subscriptions", GAUGE, 0, NULL, NULL, "Event subscriptions of all peers." },
+        { "groups", "groups", GAUGE, 0, NULL, NULL, "Rendezvous groups still forming." },
+        { "names", "names", GAUGE, 0, NULL, NULL, "Names with a published buffer or a waiter." },
+        { "open_fds", "open_fds", GAUGE, 0, NULL, NULL,
+          "File descriptors open in the broker process (counted at most once a second)." },
+        { "open_fds_limit", "max_fds", GAUGE, 0, NULL, NULL,
+          "File descriptors the broker may open: its soft RLIMIT_NOFILE." },
+        { "uptime_ms", "uptime_seconds", GAUGE, 3, NULL, NULL, "Seconds since the broker started." },
+        { "publishes_total", "publishes_total", COUNTER, 0, NULL, NULL, "First publishes: buffers registered." },
+        { "republishes_total", "republishes_total", COUNTER, 0, NULL, NULL,
+          "Publishes of a drained buffer again, without sending its memory." },
+        { "attaches_total", "attaches_total", COUNTER, 0, NULL, NULL, "Attaches that succeeded." },
+        { "attaches_cached_total", "attaches_cached_total", COUNTER, 0, NULL, NULL,
+          "Attaches served by the consumer's cached mapping: no fd travelled." },
+        { "attach_waits_total", "attach_waits_total", COUNTER, 0, NULL, NULL,
+          "Attaches by name that had to wait for a publish." },
+        { "timeouts_total", "attach_timeouts_total", COUNTER, 0, NULL, NULL,
+          "Attaches by name that waited their whole timeout." },
+        { "releases_total", "releases_total", COUNTER, 0, NULL, NULL, "References released by consumers." },
+        { "retires_total", "retires_total", COUNTER, 0, NULL, NULL, "Buffers retired." },
+        { "drains_total", "drains_total", COUNTER, 0, NULL, NULL,
+          "Retired buffers whose last reference went: drained." },
+        { "revokes_total", "revokes_total", COUNTER, 0, NULL, NULL,
+          "Buffers revoked because their producer died without broker-held lifetime." },
+        { "frees_total", "frees_total", COUNTER, 0, NULL, NULL, "Buffers the broker forgot." },
+        { "events_total", "events_total", COUNTER, 0, NULL, NULL, "Events sent to peers." },
+        { "groups_completed_total", "groups_completed_total", COUNTER, 0, NULL, NULL,
+          "Rendezvous groups whose members all arrived." },
+        { "groups_failed_total", "groups_failed_total", COUNTER, 0, NULL, NULL,
+          "Rendezvous groups that failed at their earliest member's deadline." },
+        { "request_errors_total", "request_errors_total", COUNTER, 0, "status", NULL,
+          "Requests answered with an error, by status (quota: a limit refused it; denied: the policy did)." },
+        { "connections_total", "connections_total", COUNTER, 0, NULL, NULL, "Connections accepted." },
+        { "connections_refused_total", "connections_refused_total", COUNTER, 0, NULL, NULL,
+          "Connections refused by a connection quota (or for lack of memory)." },
+        { "frames_in_total", "frames_received_total", COUNTER, 0, NULL, NULL, "Frames received from peers." },
+        { "frames_out_total", "frames_sent_total", COUNTER, 0, NULL, NULL, "Frames sent to peers." },
+        { "bytes_in_total", "received_bytes_total", COUNTER, 0, NULL, NULL, "Bytes of frames received from peers." },
+        { "bytes_out_total", "sent_bytes_total", COUNTER, 0, NULL, NULL, "Bytes of frames sent to peers." },
+        { "fds_in_total", "fds_received_total", COUNTER, 0, NULL, NULL, "File descriptors received from peers." },
+        { "fds_out_total", "fds_sent_total", COUNTER, 0, NULL, NULL, "File descriptors sent to peers." },
+        { "protocol_errors_total", "protocol_errors_total", COUNTER, 0, NULL, NULL,
+          "Peers disconnected for breaking the protocol." },
+        { "slow_peers_dropped_total", "slow_peers_dropped_total", COUNTER, 0, NULL, NULL,
+          "Peers disconnected because they stopped reading (queued output over the limit)." },
+        { "request_duration_us", "request_duration_seconds", HISTOGRAM, 6, NULL, NULL,
+          "Time the broker spent on a request, from receiving it to handing its replies to the kernel "
+          "(an attach's wait for a publish is not part of it)." },
+        { "peer_cleanup_duration_us", "peer_cleanup_duration_seconds", HISTOGRAM, 6, NULL, NULL,
+          "Time forgetting a disconnected peer took: its references, waits, subscriptions and buffers." },
+        { "peer_cleanup_us_last", "peer_cleanup_last_seconds", GAUGE, 6, NULL, NULL,
+          "How long forgetting the last disconnected peer took." },
+        { "peer_cleanup_us_max", "peer_cleanup_max_seconds", GAUGE, 6, NULL, NULL,
+          "The longest forgetting a peer took since the broker started." },
+        { "peer_cleanup_refs_last", "peer_cleanup_last_references", GAUGE, 0, NULL, NULL,
+          "References the last disconnected peer held." },
+};
+
+/* ---- output: the text format or JSON, sample by sample ---- */
+
+typedef struct Sink {
+        FILE *f;
+        bool json;
+        bool in_family;
+        char family[GPUIPC_MAX_NAME + 16]; /* the family being written */
+        Json families, family_obj, samples;
+} Sink;
+
+static const char *type_name(MetricType t)
+{
+        return t == COUNTER ? "counter" : t == HISTOGRAM ? "histogram" : "gauge";
+}
+
+static void text_escaped(FILE *f, const char *s, bool quotes)
+{
+        for (; *s; s++) {
+                if (*s == '\\')
+                        fputs("\\\\", f);
+                else if (*s == '\n')
+                        fputs("\\n", f);
+                else if (*s == '"' && quotes)
+                        fputs("\\\"", f);
+                else
+                        fputc(*s, f);
+        }
+}
+
+static void family_end(Sink *s)
+{
+        if (s->in_family && s->json) {
+                json_end(&s->samples, ']');
+                json_end(&s->family_obj, '}');
+        }
+        s->in_family = false;
+}
+
+/* Starts a family unless it is the one being written: HELP and TYPE once, before its samples. */
+static void family_begin(Sink *s, const char *name, MetricType type, const char *help)
+{
+        if (s->in_family && strcmp(s->family, name) == 0)
+                return;
+        family_end(s);
+        s->in_family = true;
+        snprintf(s->family, sizeof(s->family), "%s", name);
+        if (s->json) {
+                json_next(&s->families);
+                json_begin(&s->family_obj, s->f, '{');
+                json_key(&s->family_obj, "name");
+                fprintf(s->f, "\"gpuipc_%s\"", name);
+                json_kstr(&s->family_obj, "type", type_name(type));
+                json_kstr(&s->family_obj, "help", help);
+                json_key(&s->family_obj, "samples");
+                json_begin(&s->samples, s->f, '[');
+                return;
+        }
+        fprintf(s->f, "# HELP gpuipc_%s ", name);
+        text_escaped(s->f, help, false);
+        fprintf(s->f, "\n# TYPE gpuipc_%s %s\n", name, type_name(type));
+}
+
+/* One sample of the current family: its name's suffix ("", "_bucket", ...), labels, and value
+ * (a decimal number). */
+static void sample(Sink *s, const char *suffix, const char *const *keys, const char *const *values, int n_labels,
+                   const char *value)
+{
+        if (s->json) {
+                Json o, l;
+                json_next(&s->samples);
+                json_begin(&o, s->f, '{');
+                json_key(&o, "name");
+                fprintf(s->f, "\"gpuipc_%s%s\"", s->family, suffix);
+                json_key(&o, "labels");
+                json_begin(&l, s->f, '{');
+                for (int i = 0; i < n_labels; i++)
+                        json_kstr(&l, keys[i], values[i]);
+                json_end(&l, '}');
+                json_key(&o, "value");
+                fputs(value, s->f);
+                json_end(&o, '}');
+                return;
+        }
+        fprintf(s->f, "gpuipc_%s%s", s->family, suffix);
+        for (int i = 0; i < n_labels; i++) {
+                fprintf(s->f, "%s%s=\"", i ? "," : "{", keys[i]);
+                text_escaped(s->f, values[i], true);
+                fputc('"', s->f);
+        }
+        fprintf(s->f, "%s %s\n", n_labels ? "}" : "", value);
+}
+
+/* An integer carrying `digits` decimal digits below the unit, exactly: 1500 with 3 -> "1.5". */
+static void scaled(uint64_t v, unsigned digits, char *buf, size_t cap)
+{
+        uint64_t unit = 1;
+
+        for (unsigned i = 0; i < digits; i++)
+                unit *= 10;
+        if (digits == 0 || v % unit == 0) {
+                snprintf(buf, cap, "%" PRIu64, v / unit);
+                return;
+        }
+        snprintf(buf, cap, "%" PRIu64 ".%0*" PRIu64, v / unit, (int)digits, v % unit);
+        /* 0.000010 -> 0.00001: the way Prometheus's own clients write bounds. */
+        for (size_t n = strlen(buf); buf[n - 1] == '0'; n--)
+                buf[n - 1] = 0;
+}
+
+/* ---- records -> families ---- */
+
+static const gpuipc_stat_t *find(const gpuipc_stat_t *stats, int n, bool *used, const char *name)
+{
+        for (int i = 0; i < n; i++) {
+                if (strcmp(stats[i].name, name) == 0) {
+                        used[i] = true;
+                        return &stats[i];
+                }
+        }
+        return NULL;
+}
+
+static void histogram(Sink *s, const MetricDesc *d, const gpuipc_stat_t *stats, int n, bool *used)
+{
+        static const char *const le[] = { "le" };
+        char bucket[64], count_name[64], sum_name[64], bound[32], value[32];
+        const gpuipc_stat_t *count, *sum;
+
+        snprintf(bucket, sizeof(bucket), "%s_bucket", d->stat);
+        snprintf(count_name, sizeof(count_name), "%s_count", d->stat);
+        snprintf(sum_name, sizeof(sum_name), "%s_sum", d->stat);
+        count = find(stats, n, used, count_name);
+        sum = find(stats, n, used, sum_name);
+        if (!count || !sum)
+                return;
+        family_begin(s, d->metric, HISTOGRAM, d->help);
+        for (int i = 0; i < n; i++) {
+                const char *bound_p = bound;
+                if (strcmp(stats[i].name, bucket) != 0)
+                        continue;
+                used[i] = true;
+                scaled(stats[i].le_us, 6, bound, sizeof(bound));
+                snprintf(value, sizeof(value), "%" PRIu64, stats[i].value);
+                sample(s, "_bucket", le, &bound_p, 1, value);
+        }
+        snprintf(value, sizeof(value), "%" PRIu64, count->value);
+        sample(s, "_bucket", le, (const char *const[]){ "+Inf" }, 1, value);
+        scaled(sum->value, d->digits, value, sizeof(value));
+        sample(s, "_sum", NULL, NULL, 0, value);
+        snprintf(value, sizeof(value), "%" PRIu64, count->value);
+        sample(s, "_count", NULL, NULL, 0, value);
+}
+
+static const char *help_of(const MetricDesc *d)
+{
+        /* A family's later entries share the first one's HELP. */
+        while (!d->help)
+                d--;
+        return d->help;
+}
+
+static void described(Sink *s, const MetricDesc *d, const gpuipc_stat_t *stats, int n, bool *used)
+{
+        char value[32];
+
+        if (d->type == HISTOGRAM) {
+                histogram(s, d, stats, n, used);
+                return;
+        }
+        for (int i = 0; i < n; i++) {
+                const char *label_value = d->label_value ? d->label_value : stats[i].status;
+
+                if (used[i] || strcmp(stats[i].name, d->stat) != 0 || stats[i].le_us)
+                        continue;
+                /* A record with a status belongs to a labelled family only, and the reverse. */
+                if ((d->label && !d->label_value) != (stats[i].status[0] != 0))
+                        continue;
+                used[i] = true;
+                family_begin(s, d->metric, d->type, help_of(d));
+                scaled(stats[i].value, d->digits, value, sizeof(value));
+                sample(s, "", &d->label, &label_value, d->label ? 1 : 0, value);
+        }
+}
+
+static bool name_ok(const char *s)
+{
+        if (!*s)
+                return false;
+        for (; *s; s++)
+                if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_'))
+                        return false;
+        return true;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+        size_t n = strlen(s), m = strlen(suffix);
+        return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* A record of a newer broker: exported under its own name (microseconds and milliseconds in
+ * seconds), a counter if it ends in _total. Histogram buckets we do not know are left out. */
+static void undescribed(Sink *s, const gpuipc_stat_t *st)
+{
+        static const char *const status_key[] = { "status" };
+        char metric[GPUIPC_MAX_NAME + 16], help[GPUIPC_MAX_NAME + 96], value[32];
+        const char *status = st->status;
+        unsigned digits = 0;
+        size_t len = strlen(st->name);
+
+        if (st->le_us || !name_ok(st->name) || len > GPUIPC_MAX_NAME)
+                return;
+        snprintf(metric, sizeof(metric), "%s", st->name);
+        if (ends_with(metric, "_us") || ends_with(metric, "_ms")) {
+                digits = ends_with(metric, "_us") ? 6 : 3;
+                snprintf(metric + len - 3, sizeof(metric) - (len - 3), "_seconds");
+        }
+        snprintf(help, sizeof(help), "The broker's %s statistic (this gpuipcctl release does not describe it).",
+                 st->name);
+        family_begin(s, metric, ends_with(metric, "_total") ? COUNTER : GAUGE, help);
+        scaled(st->value, digits, value, sizeof(value));
+        sample(s, "", status_key, &status, status[0] ? 1 : 0, value);
+}
+
+static void write_all(Sink *s, const gpuipc_stat_t *stats, int n, bool up)
+{
+        static const char *const build_keys[] = { "version", "library" };
+        const char *build_values[] = { GPUIPC_VERSION, gpuipc_version() };
+        bool *used = calloc(n > 0 ? (size_t)n : 1, sizeof(*used));
+
+        family_begin(s, "up", GAUGE, "1 when the broker answered this scrape, else 0.");
+        sample(s, "", NULL, NULL, 0, up ? "1" : "0");
+        family_begin(s, "build_info", GAUGE, "Always 1; the labels name the release of gpuipcctl and of the "
+                                             "libgpuipc it uses.");
+        sample(s, "", build_keys, build_values, 2, "1");
+        if (up && used) {
+                for (size_t i = 0; i < sizeof(descs) / sizeof(descs[0]); i++)
+                        described(s, &descs[i], stats, n, used);
+                /* "buffers" is the sum of the states, exported above. */
+                find(stats, n, used, "buffers");
+                for (int i = 0; i < n; i++)
+                        if (!used[i])
+                                undescribed(s, &stats[i]);
+        }
+        family_end(s);
+        free(used);
+}
+
+void metrics_write_text(FILE *f, const gpuipc_stat_t *stats, int n, bool up)
+{
+        Sink s = { .f = f };
+
+        write_all(&s, stats, n, up);
+}
+
+void metrics_write_json(FILE *f, const gpuipc_stat_t *stats, int n, bool up)
+{
+        Sink s = { .f = f, .json = true };
+
+        json_begin(&s.families, f, '[');
+        write_all(&s, stats, n, up);
+        json_end(&s.families, ']');
+        fputc('\n', f);
+}

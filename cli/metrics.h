@@ -1,0 +1,21 @@
+/* The broker's statistics as Prometheus metrics: each broker record mapped to a metric family with
+ * a name in base units, its type and its own HELP text; histograms assembled from their bucket,
+ * count and sum records. Pure: records in, text out. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "gpuipc.h"
+
+/* The exposition format, version 0.0.4 (the HTTP Content-Type to announce it with). */
+#define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+/* Writes every family: gpuipc_up (1 if up, i.e. stats came from the broker), gpuipc_build_info,
+ * then the families the n stats hold (none when !up). Records this release does not know are
+ * exported too, as gauges or counters (by their _total suffix) with a HELP text saying so. */
+void metrics_write_text(FILE *f, const gpuipc_stat_t *stats, int n, bool up);
+
+/* The same families as one JSON array: [{"name", "type", "help", "samples": [{"name", "labels",
+ * "value"}]}], sample values as numbers. */
+void metrics_write_json(FILE *f, const gpuipc_stat_t *stats, int n, bool up);

@@ -1,0 +1,66 @@
+/* Text from other peers, made safe to print: UTF-8 checked, control characters replaced. */
+#include "text.h"
+
+#include <stdint.h>
+#include <string.h>
+
+size_t utf8_sequence(const unsigned char *s, size_t len)
+{
+        size_t n;
+        uint32_t cp;
+
+        if (s[0] < 0x80)
+                return 1;
+        if (s[0] >= 0xc2 && s[0] <= 0xdf)
+                n = 2, cp = s[0] & 0x1f;
+        else if (s[0] >= 0xe0 && s[0] <= 0xef)
+                n = 3, cp = s[0] & 0x0f;
+        else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+                n = 4, cp = s[0] & 0x07;
+        else
+                return 0;
+        if (n > len)
+                return 0;
+        for (size_t i = 1; i < n; i++) {
+                if ((s[i] & 0xc0) != 0x80)
+                        return 0;
+                cp = cp << 6 | (s[i] & 0x3f);
+        }
+        /* Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8. */
+        if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+                return 0;
+        return n;
+}
+
+void text_safe(FILE *f, const char *s)
+{
+        const unsigned char *p = (const unsigned char *)s;
+        size_t len = strlen(s);
+
+        for (size_t i = 0; i < len;) {
+                size_t n = utf8_sequence(p + i, len - i);
+
+                if (n == 0 || p[i] < 0x20 || p[i] == 0x7f) {
+                        fputc('?', f);
+                        i += n ? n : 1;
+                } else {
+                        fwrite(p + i, 1, n, f);
+                        i += n;
+                }
+        }
+}
+
+void text_cell(FILE *f, const char *s, int width)
+{
+        const unsigned char *p = (const unsigned char *)s;
+        size_t len = strlen(s);
+        int chars = 0;
+
+        text_safe(f, s);
+        for (size_t i = 0; i < len; chars++) {
+                size_t n = utf8_sequence(p + i, len - i);
+                i += n ? n : 1;
+        }
+        for (; chars < width; chars++)
+                fputc(' ', f);
+}

@@ -1,0 +1,656 @@
+#!/usr/bin/env python3
+"""gpuipcctl as scripts and Prometheus meet it, against a real broker on a temporary socket.
+
+Usage: test_cli.py CASE  (meson registers each case as a test of its own; "list" prints them)
+Needs GPUIPC_BROKER and GPUIPC_CTL; exit 77 = skipped. Each case says what it proves.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.error
+import urllib.request
+
+BROKER = os.environ.get("GPUIPC_BROKER", "")
+CTL = os.environ.get("GPUIPC_CTL", "")
+SOURCE_ROOT = os.environ.get("GPUIPC_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
+DASHBOARD = os.path.join(SOURCE_ROOT, "k8s", "grafana", "gpuipc-dashboard.json")
+SKIP = 77
+
+
+class Failure(Exception):
+    pass
+
+
+# Every process a case starts, so that a failing case leaves none behind.
+STARTED = []
+
+
+def popen(*args, **kwargs):
+    p = subprocess.Popen(*args, **kwargs)
+    STARTED.append(p)
+    return p
+
+
+def kill_leftovers():
+    for p in STARTED:
+        if p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+            p.wait()
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+# ---- processes ----
+
+class Broker:
+    """A broker under its own seccomp filter on a socket of its own."""
+
+    def __init__(self, tmp, *args):
+        self.sock = os.path.join(tmp, "gpuipc.sock")
+        self.args = list(args)
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.proc = popen([BROKER, "--socket", self.sock, "--seccomp", "enforce", "--log-level", "warn",
+                                      *self.args], stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if ctl(self.sock, "--timeout", "100", "ping").rc == 0:
+                return
+            if self.proc.poll() is not None:
+                raise Failure("the broker exited at start: " + self.proc.stderr.read())
+            time.sleep(0.05)
+        raise Failure("the broker did not answer within 10 s")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.proc = None
+
+
+class Result:
+    def __init__(self, rc, out, err, seconds):
+        self.rc, self.out, self.err, self.seconds = rc, out, err, seconds
+
+    def __str__(self):
+        return "exit %d after %.1f s\nstdout: %s\nstderr: %s" % (self.rc, self.seconds, self.out, self.err)
+
+
+def ctl(sock, *args, timeout=30):
+    start = time.monotonic()
+    try:
+        p = subprocess.run([CTL, "--socket", sock, *args], capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise Failure("gpuipcctl %s still ran after %d s: %s" % (" ".join(args), timeout, e.stderr))
+    try:
+        out, err = p.stdout.decode(), p.stderr.decode()
+    except UnicodeDecodeError as e:
+        raise Failure("gpuipcctl %s printed bytes that are not UTF-8 (%s): %r" % (" ".join(args), e, p.stdout))
+    return Result(p.returncode, out, err, time.monotonic() - start)
+
+
+def spawn(sock, *args):
+    return popen([CTL, "--socket", sock, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def read_line(proc, seconds=10):
+    """The next stdout line of a running gpuipcctl, within seconds. Reads the pipe itself: a
+    buffered reader could hold a second line where select() no longer sees it."""
+    import selectors
+    fd = proc.stdout.fileno()
+    pending = getattr(proc, "pending", b"")
+    deadline = time.monotonic() + seconds
+    while b"\n" not in pending:
+        sel = selectors.DefaultSelector()
+        sel.register(fd, selectors.EVENT_READ)
+        left = deadline - time.monotonic()
+        check(left > 0 and sel.select(left), "no output within %d s" % seconds)
+        chunk = os.read(fd, 65536)
+        if not chunk:  # (the message reads stderr, which waits for the end: only once it ended)
+            raise Failure("gpuipcctl ended early: " + proc.stderr.read())
+        pending += chunk
+    line, _, proc.pending = pending.partition(b"\n")
+    return line.decode() + "\n"
+
+
+def one_document(r, what):
+    """stdout is exactly one JSON document (and one line)."""
+    text = r.out.strip()
+    check(text and "\n" not in text, "%s: expected one line of JSON: %s" % (what, r))
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise Failure("%s: not JSON (%s): %s" % (what, e, r))
+
+
+def memfd_publisher(sock, name, *extra):
+    """A gpuipcctl publish holding a small buffer; returns (process, its published document)."""
+    p = spawn(sock, "--json", "publish", "--name", name, "--size", "64K", "--fill", "random:3", *extra)
+    doc = json.loads(read_line(p))
+    check(doc.get("event") == "published" and doc.get("name") == name, "publish said: %s" % doc)
+    return p, doc
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        out, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    return proc.returncode, out, err
+
+
+# ---- HTTP ----
+
+def http_get(url, timeout=15):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.headers.get("Content-Type"), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type"), e.read().decode()
+
+
+class Exporter:
+    def __init__(self, sock, *extra):
+        self.proc = spawn(sock, "--json", "--timeout", "1000", "metrics", "--listen", "127.0.0.1:0", *extra)
+        doc = json.loads(read_line(self.proc))
+        check(doc.get("event") == "listening", "the exporter said: %s" % doc)
+        self.url = "http://" + doc["address"]
+
+    def get(self, path):
+        return http_get(self.url + path)
+
+
+def parse_exposition(text):
+    """{family: {"type", "help", "samples": [(name, labels, value)]}} from the text format."""
+    families, current = {}, None
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name, _, help_text = line[7:].partition(" ")
+            current = families.setdefault(name, {"samples": []})
+            check("help" not in current, "two HELP lines for %s" % name)
+            current["help"] = help_text
+        elif line.startswith("# TYPE "):
+            name, _, typ = line[7:].partition(" ")
+            families.setdefault(name, {"samples": []})["type"] = typ
+        elif line and not line.startswith("#"):
+            m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$', line)
+            check(m, "not a sample line: %r" % line)
+            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+            base = m.group(1)
+            for suffix in ("_bucket", "_sum", "_count"):
+                if base.endswith(suffix) and base[:-len(suffix)] in families:
+                    base = base[:-len(suffix)]
+            check(base in families, "sample %s before its HELP/TYPE" % m.group(1))
+            families[base]["samples"].append((m.group(1), labels, float(m.group(3))))
+    return families
+
+
+def sample(families, name, **labels):
+    for family in families.values():
+        for n, l, v in family["samples"]:
+            if n == name and all(l.get(k) == val for k, val in labels.items()):
+                return v
+    raise Failure("no sample %s%s" % (name, labels))
+
+
+def find_promtool():
+    for candidate in (os.environ.get("PROMTOOL"), shutil.which("promtool"),
+                      os.path.join(SOURCE_ROOT, ".tools", "promtool")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def promtool_check(text):
+    tool = find_promtool()
+    if not tool:
+        print("skip: no promtool (./dev.sh installs it from Debian's prometheus package)")
+        sys.exit(SKIP)
+    p = subprocess.run([tool, "check", "metrics"], input=text, capture_output=True, text=True)
+    check(p.returncode == 0, "promtool check metrics failed:\n%s%s" % (p.stdout, p.stderr))
+
+
+# ---- cases ----
+
+def case_help(tmp):
+    """`gpuipcctl CMD --help` (and -h) works for every command `gpuipcctl --help` lists."""
+    r = subprocess.run([CTL, "--help"], capture_output=True, text=True)
+    check(r.returncode == 0, "gpuipcctl --help: %d" % r.returncode)
+    commands = re.findall(r"^  ([a-z]+) {2,}", r.stdout.split("Commands:")[1], re.M)
+    check(len(commands) >= 12, "expected the command list in --help, got %s" % commands)
+    for cmd in commands:
+        for flag in ("--help", "-h"):
+            h = subprocess.run([CTL, cmd, flag], capture_output=True, text=True)
+            check(h.returncode == 0 and h.stdout.startswith("Usage: gpuipcctl") and (" %s" % cmd) in h.stdout,
+                  "gpuipcctl %s %s: exit %d: %s%s" % (cmd, flag, h.returncode, h.stdout, h.stderr))
+            check("--help" in h.stdout, "gpuipcctl %s --help does not list --help itself" % cmd)
+
+
+def case_version(tmp):
+    """gpuipcctl --version and gpuipc-broker --version name their release."""
+    for exe, name in ((CTL, "gpuipcctl"), (BROKER, "gpuipc-broker")):
+        r = subprocess.run([exe, "--version"], capture_output=True, text=True)
+        check(r.returncode == 0 and re.match(r"^%s \d+\.\d+\.\d+\n" % name, r.stdout),
+              "%s --version: %d %r" % (name, r.returncode, r.stdout))
+    r = subprocess.run([CTL, "--version"], capture_output=True, text=True)
+    check(re.search(r"^libgpuipc \d+\.\d+\.\d+$", r.stdout, re.M), "no library version: %r" % r.stdout)
+
+
+def case_json(tmp):
+    """Every command prints exactly one JSON document with --json (watch and publish: one per line),
+    failures included."""
+    b = Broker(tmp)
+    s = b.sock
+    watch = spawn(s, "--json", "watch", "--prefix", "js/")
+    time.sleep(0.3)  # subscribed
+    pub, pdoc = memfd_publisher(s, "js/a")
+    for key in ("buffer", "generation", "kind", "size"):
+        check(key in pdoc, "publish document lacks %s: %s" % (key, pdoc))
+    ev = json.loads(read_line(watch))
+    check(ev["event"] == "published" and ev["name"] == "js/a", "watch said %s" % ev)
+
+    check(one_document(ctl(s, "--json", "ping"), "ping")["ok"] is True, "ping")
+    ls = one_document(ctl(s, "--json", "ls"), "ls")
+    check(isinstance(ls, list) and [x["name"] for x in ls] == ["js/a"], "ls: %s" % ls)
+    st = one_document(ctl(s, "--json", "stat", "js/a"), "stat")
+    check(st["buffer"]["name"] == "js/a" and isinstance(st["holders"], list), "stat: %s" % st)
+    peers = one_document(ctl(s, "--json", "peers"), "peers")
+    check(len(peers) >= 2 and all("label" in p for p in peers), "peers: %s" % peers)
+    stats = one_document(ctl(s, "--json", "stats"), "stats")
+    check(stats["buffers_live"] == 1 and isinstance(stats["request_errors_total"], dict), "stats: %s" % stats)
+    metrics = one_document(ctl(s, "--json", "metrics"), "metrics")
+    check(any(f["name"] == "gpuipc_up" and f["samples"][0]["value"] == 1 for f in metrics), "metrics: up")
+    doctor = one_document(ctl(s, "--json", "doctor"), "doctor")
+    check(doctor["broker"] is True and doctor["checks"], "doctor: %s" % doctor)
+    group = one_document(ctl(s, "--json", "group", "--name", "js/g", "--members", "1"), "group")
+    check(group["event"] == "complete", "group: %s" % group)
+    att = one_document(ctl(s, "--json", "attach", "--name", "js/a", "--verify", "random:3"), "attach")
+    check(att["event"] == "attached" and att["verified"] is True, "attach: %s" % att)
+    bad = ctl(s, "--json", "attach", "--name", "js/a", "--verify", "random:4")
+    check(bad.rc == 1 and one_document(bad, "attach (mismatch)")["verified"] is False, "attach mismatch: %s" % bad)
+    ret = one_document(ctl(s, "--json", "retire", "js/a"), "retire")
+    check(ret["event"] == "retired" and ret["buffer"] == pdoc["buffer"], "retire: %s" % ret)
+    check(json.loads(read_line(pub))["event"] == "drained", "publish: no drained line")
+    rc, out, err = stop(pub)
+    check(rc == 0 and out == "", "publish after drained: %d %r %r" % (rc, out, err))
+    for line in (read_line(watch), read_line(watch)):
+        check(json.loads(line)["event"] in ("retired", "drained"), "watch: %s" % line)
+
+    # Failures are one document too: {"error": NAME, "message": TEXT}.
+    for args, name in ((("stat", "nosuch"), "not-found"), (("publish", "--size", "0", "--name", "x"), "usage")):
+        r = ctl(s, "--json", *args)
+        doc = one_document(r, " ".join(args))
+        check(r.rc != 0 and doc.get("error") == name and doc.get("message"), "%s: %s" % (args, r))
+    stop(watch)
+    b.stop()
+    r = ctl(s, "--json", "--timeout", "0", "ls")
+    check(r.rc == 3 and one_document(r, "ls without broker")["error"] == "no-broker", "no broker: %s" % r)
+
+
+def case_doctor_no_broker(tmp):
+    """Without a broker, doctor still runs the PID-namespace and GPU checks and gives each a verdict."""
+    sock = os.path.join(tmp, "absent.sock")
+    r = ctl(sock, "doctor")
+    check(r.rc == 3, "doctor without a broker should exit 3: %s" % r)
+    for check_name in ("socket", "broker", "pid-namespace"):
+        check(re.search(r"^\[(FAIL| ok | \?\? )\] %s " % check_name, r.out, re.M), "no %s verdict: %s" % (check_name, r))
+    check(re.search(r"^\[(FAIL| ok | \?\? )\] (gpus|driver) ", r.out, re.M), "no GPU verdict: %s" % r)
+    doc = one_document(ctl(sock, "--json", "doctor"), "doctor --json")
+    names = [c["check"] for c in doc["checks"]]
+    check({"socket", "broker", "pid-namespace"} <= set(names) and ("gpus" in names or "driver" in names),
+          "doctor --json checks: %s" % names)
+    check(all(c["verdict"] in ("ok", "fail", "unknown") for c in doc["checks"]), "verdicts: %s" % doc)
+
+
+def case_doctor_gpu(tmp):
+    """On a GPU host, doctor finds the driver and reports every visible GPU with its UUID and the
+    facts the CUDA kinds need (VMM, POSIX-fd export, fences), each ok. Skipped without CUDA."""
+    b = Broker(tmp)
+    r = ctl(b.sock, "--json", "doctor", timeout=120)
+    doc = one_document(r, "doctor --json")
+    checks = {c["check"]: c for c in doc["checks"]}
+    if "driver" not in checks:
+        print("skip: no usable CUDA here: %s" % checks.get("gpus", {}).get("detail", "?"))
+        b.stop()
+        sys.exit(SKIP)
+    check(checks["driver"]["verdict"] == "ok", "driver: %s" % checks["driver"])
+    n = int(re.search(r"(\d+) visible device", checks["driver"]["detail"]).group(1))
+    check(n > 0, "no visible device: %s" % checks["driver"])
+    for i in range(n):
+        check(re.search(r"\b(GPU|MIG)-", checks["gpu%d" % i]["detail"]), "gpu%d: %s" % (i, checks["gpu%d" % i]))
+        for fact in ("vmm", "posix-fd", "fences"):
+            c = checks["gpu%d %s" % (i, fact)]
+            check(c["verdict"] == "ok", "gpu%d %s: %s" % (i, fact, c))
+    check(r.rc == (0 if doc["problems"] == 0 else 1), "exit %d with %d problems" % (r.rc, doc["problems"]))
+    b.stop()
+
+
+def case_bad_values(tmp):
+    """Bad values are refused with exit 2 and an error that names the option and the value."""
+    b = Broker(tmp)
+    cases = [
+        (["publish", "--name", "v", "--size", "0"], "--size '0'"),
+        (["publish", "--name", "v", "--size", "1E"], "--size '1E'"),
+        (["publish", "--name", "v", "--size", "garbage"], "--size 'garbage'"),
+        (["publish", "--name", "v", "--size", "-5"], "--size '-5'"),
+        (["publish", "--name", "v", "--size", "1iB"], "--size '1iB'"),
+        (["publish", "--name", "v", "--size", "1K", "--kind", "gpu"], "--kind 'gpu'"),
+        (["publish", "--name", "v", "--size", "1K", "--fill", "stripes"], "--fill 'stripes'"),
+        (["group", "--name", "g", "--members", "0"], "--members '0'"),
+        (["group", "--name", "g", "--members", "4097"], "--members '4097'"),
+        (["attach", "--name", "v", "--timeout", "soon"], "--timeout 'soon'"),
+        (["stat", "--id", "0"], "--id '0'"),
+        (["--timeout", "-5", "ping"], "--timeout '-5'"),
+        (["ls", "--bogus"], "'--bogus'"),
+    ]
+    for args, named in cases:
+        r = ctl(b.sock, *args)
+        check(r.rc == 2 and named in r.err, "%s: expected exit 2 naming %s: %s" % (args, named, r))
+    # Accepted spellings stay accepted.
+    for size, want in (("4096", 4096), ("64K", 65536), ("2MiB", 2 << 20), ("1KB", 1024), ("3B", 3)):
+        p = spawn(b.sock, "--json", "publish", "--name", "size/" + size, "--size", size, "--retire-after", "1")
+        doc = json.loads(read_line(p))
+        check(doc["size"] == want, "--size %s gave %s" % (size, doc))
+        stop(p)
+    check(ctl(b.sock, "--json", "ls", "--prefix", "v").out.strip() == "[]", "a refused publish left a buffer")
+    b.stop()
+
+
+def mem_available():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def case_size_over_memory(tmp):
+    """A memfd size over the memory available fails at once with a clear message, without filling memory."""
+    avail = mem_available()
+    if avail is None:
+        print("skip: no MemAvailable in /proc/meminfo")
+        sys.exit(SKIP)
+    b = Broker(tmp)
+    size = "%dG" % (2 * avail // (1 << 30) + 1)
+    r = ctl(b.sock, "publish", "--name", "big", "--size", size, timeout=10)
+    check(r.rc == 1 and ("--size '%s'" % size) in r.err and "more than" in r.err, "--size %s: %s" % (size, r))
+    check(r.seconds < 5, "refusing --size %s took %.1f s" % (size, r.seconds))
+    check(ctl(b.sock, "--json", "ls").out.strip() == "[]", "a buffer was published")
+    b.stop()
+
+
+def case_retire_nosuch(tmp):
+    """retire of a name nobody published says retire and not-found, not an internal step's name."""
+    b = Broker(tmp)
+    r = ctl(b.sock, "retire", "nosuch")
+    check(r.rc == 1 and "retire 'nosuch'" in r.err and "[not-found]" in r.err and "stat" not in r.err,
+          "retire nosuch: %s" % r)
+    r = ctl(b.sock, "retire", "--id", "12345")
+    check(r.rc == 1 and "retire --id 12345" in r.err and "[not-found]" in r.err, "retire --id: %s" % r)
+    b.stop()
+
+
+def case_hello_timeout(tmp):
+    """--timeout bounds the hello: a stopped broker (which still accepts) fails a probe in about that time."""
+    b = Broker(tmp)
+    b.proc.send_signal(signal.SIGSTOP)
+    try:
+        r = ctl(b.sock, "--timeout", "300", "ping", timeout=60)
+        check(r.rc != 0 and r.seconds < 3, "ping against a stopped broker: %s" % r)
+        r = ctl(b.sock, "ping", "--timeout", "300", timeout=60)
+        check(r.rc != 0 and r.seconds < 3, "ping --timeout against a stopped broker: %s" % r)
+    finally:
+        b.proc.send_signal(signal.SIGCONT)
+    check(ctl(b.sock, "ping").rc == 0, "the broker does not answer after SIGCONT")
+    b.stop()
+
+
+def case_exporter(tmp):
+    """metrics --listen serves /metrics (text format 0.0.4, asking the broker per scrape) and /healthz,
+    survives a broker restart, and stops on SIGTERM."""
+    b = Broker(tmp)
+    e = Exporter(b.sock)
+    status, ctype, body = e.get("/metrics")
+    check(status == 200 and ctype == "text/plain; version=0.0.4; charset=utf-8", "/metrics: %s %s" % (status, ctype))
+    fam = parse_exposition(body)
+    check(sample(fam, "gpuipc_up") == 1, "gpuipc_up is not 1")
+    first = sample(fam, "gpuipc_frames_received_total")
+    status, _, body = e.get("/metrics")
+    check(sample(parse_exposition(body), "gpuipc_frames_received_total") > first,
+          "frames received did not grow between scrapes: the broker is not asked per scrape")
+    check(e.get("/healthz")[0] == 200, "/healthz with a broker")
+    check(e.get("/nosuch")[0] == 404, "an unknown path is not 404")
+
+    b.stop()
+    status, _, body = e.get("/healthz")
+    check(status == 503, "/healthz without a broker: %d" % status)
+    status, _, body = e.get("/metrics")
+    fam = parse_exposition(body)
+    check(status == 200 and sample(fam, "gpuipc_up") == 0 and "gpuipc_peers" not in fam,
+          "/metrics without a broker: %s %s" % (status, body))
+    b.start()
+    status, _, body = e.get("/metrics")
+    check(sample(parse_exposition(body), "gpuipc_up") == 1, "no reconnect after the broker came back")
+    start = time.monotonic()
+    e.proc.terminate()
+    rc, _, err = stop(e.proc)
+    check(rc == 0 and time.monotonic() - start < 3, "SIGTERM: exit %s after %.1f s: %s" %
+          (rc, time.monotonic() - start, err))
+    b.stop()
+
+
+def case_exporter_http(tmp):
+    """The exporter answers bad requests with 4xx and is not held up by a client that never sends."""
+    b = Broker(tmp)
+    e = Exporter(b.sock)
+    host, port = e.url[len("http://"):].rsplit(":", 1)
+    idle = socket.create_connection((host, int(port)))  # never sends a byte
+    for raw, want in ((b"POST /metrics HTTP/1.1\r\n\r\n", b" 405 "), (b"garbage\r\n\r\n", b" 400 "),
+                      (b"GET /metrics HTTP/1.1\r\n" + b"X: " + b"y" * 9000 + b"\r\n\r\n", b" 431 ")):
+        with socket.create_connection((host, int(port)), timeout=10) as c:
+            c.sendall(raw)
+            reply = c.recv(200)
+            check(want in reply.split(b"\r\n")[0] + b" ", "%r... answered %r" % (raw[:20], reply[:60]))
+    check(e.get("/metrics")[0] == 200, "/metrics while a client idles")
+    status, _, body = http_get(e.url + "/metrics")  # HEAD-less; then HEAD through a raw request
+    with socket.create_connection((host, int(port)), timeout=10) as c:
+        c.sendall(b"HEAD /healthz HTTP/1.0\r\n\r\n")
+        reply = c.recv(4096)
+        check(reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"\r\n\r\n"), "HEAD: %r" % reply)
+    idle.close()
+    stop(e.proc)
+    b.stop()
+
+
+def case_promtool(tmp):
+    """The exposition passes `promtool check metrics`, with a distinct HELP per family, base units, the
+    build info, the fd limit beside the fd count, and histograms for requests and peer cleanup."""
+    b = Broker(tmp)
+    pub, _ = memfd_publisher(b.sock, "prom/a")
+    ctl(b.sock, "attach", "--name", "prom/a")
+    stop(pub)  # a peer cleanup to record
+    e = Exporter(b.sock)
+    _, _, body = e.get("/metrics")
+    stop(e.proc)
+    b.stop()
+    promtool_check(body)
+    fam = parse_exposition(body)
+    helps = [f["help"] for f in fam.values()]
+    check(len(helps) == len(set(helps)), "HELP texts repeat: %s" %
+          sorted(h for h in helps if helps.count(h) > 1))
+    for name in fam:
+        check(not re.search(r"_(ms|us|ns|sec)(_|$)", name), "abbreviated unit in %s" % name)
+    build = [l for n, l, v in fam["gpuipc_build_info"]["samples"]]
+    check(build and build[0].get("version") and build[0].get("library"), "gpuipc_build_info: %s" % build)
+    check(0 < sample(fam, "gpuipc_open_fds") < sample(fam, "gpuipc_max_fds"), "open_fds/max_fds")
+    for h in ("gpuipc_request_duration_seconds", "gpuipc_peer_cleanup_duration_seconds"):
+        check(fam[h]["type"] == "histogram", "%s is not a histogram" % h)
+        check(sample(fam, h + "_bucket", le="+Inf") == sample(fam, h + "_count") > 0, "%s counts nothing" % h)
+    check(sample(fam, "gpuipc_buffers", state="live") == 0, "buffers by state")
+
+
+def case_quota_counted(tmp):
+    """A quota refusal shows in gpuipc_request_errors_total{status="quota"}."""
+    b = Broker(tmp, "--max-buffers-per-uid", "1")
+    pub, _ = memfd_publisher(b.sock, "q/one")
+    r = ctl(b.sock, "publish", "--name", "q/two", "--size", "4K")
+    check(r.rc == 1 and "[quota]" in r.err, "the second publish was not refused by quota: %s" % r)
+    fam = parse_exposition(ctl(b.sock, "metrics").out)
+    check(sample(fam, "gpuipc_request_errors_total", status="quota") == 1, "quota refusals not counted")
+    stop(pub)
+    b.stop()
+
+
+def case_dashboard(tmp):
+    """The Grafana dashboard is valid JSON whose every query names metrics the exporter serves, and it
+    covers buffers by state, references, peers, op rate and latency, cleanups and quota refusals."""
+    with open(DASHBOARD) as f:
+        dash = json.load(f)
+    exprs = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("expr"), str):
+                exprs.append(node["expr"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(dash)
+    check(dash.get("title") and dash.get("panels") and exprs, "no panels or queries")
+    b = Broker(tmp)
+    fam = parse_exposition(ctl(b.sock, "metrics").out)
+    b.stop()
+    served = set()
+    for name, f in fam.items():
+        served.add(name)
+        served.update(n for n, _, _ in f["samples"])
+    used = set()
+    for expr in exprs:
+        for name in re.findall(r"\bgpuipc_[a-z0-9_]+", expr):
+            check(name in served, "the dashboard queries %s, which the exporter does not serve (%s)" % (name, expr))
+            used.add(name)
+    for needed in ("gpuipc_buffers", "gpuipc_references", "gpuipc_peers", "gpuipc_attaches_total",
+                   "gpuipc_request_duration_seconds_bucket", "gpuipc_peer_cleanup_duration_seconds_bucket",
+                   "gpuipc_request_errors_total"):
+        check(needed in used, "the dashboard does not show %s" % needed)
+    check(any('status="quota"' in e for e in exprs), "no panel for quota refusals")
+
+
+def case_untrusted_text(tmp):
+    """A peer's label with terminal escapes and bytes that are not UTF-8 stays valid JSON in --json and
+    harmless in tables (gpuipcctl escapes on output; the broker may also refuse it at the door)."""
+    import ctypes
+    build = os.environ.get("GPUIPC_BUILD_ROOT", "")
+    lib_path = os.path.join(build, "client", "libgpuipc.so.0")
+    if not os.path.exists(lib_path):
+        print("skip: no libgpuipc.so.0 under GPUIPC_BUILD_ROOT")
+        sys.exit(SKIP)
+    lib = ctypes.CDLL(lib_path)
+
+    class Options(ctypes.Structure):
+        _fields_ = [("socket_path", ctypes.c_char_p), ("label", ctypes.c_char_p), ("connect_timeout_ms", ctypes.c_int),
+                    ("reconnect", ctypes.c_int), ("no_gpus", ctypes.c_int)]
+    lib.gpuipc_err_name.restype = ctypes.c_char_p
+    b = Broker(tmp)
+    label = b"evil\x1b[31m\xff\rrow"
+    conn = ctypes.c_void_p()
+    opts = Options(b.sock.encode(), label, 1000, 0, 1)
+    rc = lib.gpuipc_connect(ctypes.byref(conn), ctypes.byref(opts))
+    if rc < 0:
+        name = lib.gpuipc_err_name(rc).decode()
+        check(name in ("bad-request", "invalid"), "the broker refused the label with %s" % name)
+        b.stop()
+        return
+    peers = one_document(ctl(b.sock, "--json", "peers"), "peers")
+    labels = [p["label"] for p in peers]
+    check(any(l.startswith("evil\x1b[31m\ufffd") for l in labels), "labels: %r" % labels)
+    table = subprocess.run([CTL, "--socket", b.sock, "peers"], capture_output=True).stdout
+    check(b"\x1b" not in table and b"\xff" not in table and b"\r" not in table, "raw bytes in the table: %r" % table)
+    check(b"evil?[31m?" in table, "the label is not shown escaped: %r" % table)
+    lib.gpuipc_close(conn)
+    b.stop()
+
+
+def long_options(help_text):
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", help_text))
+
+
+def case_man_pages(tmp):
+    """The man pages name every command and every option that --help lists, and are built as roff."""
+    man = os.path.join(SOURCE_ROOT, "docs", "man")
+    with open(os.path.join(man, "gpuipcctl.1.scd")) as f:
+        ctl_page = f.read()
+    with open(os.path.join(man, "gpuipc-broker.8.scd")) as f:
+        broker_page = f.read()
+    top = subprocess.run([CTL, "--help"], capture_output=True, text=True).stdout
+    commands = re.findall(r"^  ([a-z]+) {2,}", top.split("Commands:")[1], re.M)
+    check(commands, "no commands in gpuipcctl --help")
+    documented = long_options(ctl_page)
+    for opt in long_options(top.split("Commands:")[0]):
+        check(opt in documented, "gpuipcctl --help lists %s but gpuipcctl.1.scd does not" % opt)
+    for cmd in commands:
+        check(re.search(r"^\*%s\*" % cmd, ctl_page, re.M), "gpuipcctl.1.scd does not describe %s" % cmd)
+        sub = subprocess.run([CTL, cmd, "--help"], capture_output=True, text=True).stdout
+        for opt in long_options(sub.split("Global options")[0]):
+            check(opt in documented, "gpuipcctl %s --help lists %s but gpuipcctl.1.scd does not" % (cmd, opt))
+    broker_help = subprocess.run([BROKER, "--help"], capture_output=True, text=True).stdout
+    for opt in long_options(broker_help):
+        check(opt in long_options(broker_page), "gpuipc-broker --help lists %s but gpuipc-broker.8.scd does not" % opt)
+    build = os.environ.get("GPUIPC_BUILD_ROOT", "")
+    if shutil.which("scdoc") and build:
+        for page in ("gpuipcctl.1", "gpuipc-broker.8"):
+            with open(os.path.join(build, "docs", page)) as f:
+                check(".TH" in f.read(), "%s is not roff" % page)
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+
+def main():
+    if len(sys.argv) != 2 or sys.argv[1] not in CASES and sys.argv[1] != "list":
+        print("usage: test_cli.py CASE|list; cases: %s" % " ".join(CASES), file=sys.stderr)
+        return 2
+    if sys.argv[1] == "list":
+        print("\n".join(CASES))
+        return 0
+    if not (os.access(BROKER, os.X_OK) and os.access(CTL, os.X_OK)):
+        print("skip: GPUIPC_BROKER and GPUIPC_CTL must name the broker and gpuipcctl")
+        return SKIP
+    fn = CASES[sys.argv[1]]
+    print("case %s: %s" % (sys.argv[1], " ".join(fn.__doc__.split())))
+    with tempfile.TemporaryDirectory(prefix="gpuipc-cli.") as tmp:
+        try:
+            fn(tmp)
+        except Failure as e:
+            where = traceback.extract_tb(e.__traceback__)[1:-1]  # the case's lines, not check()'s
+            print("FAIL:", e)
+            print("".join(traceback.format_list(where)))
+            return 1
+        finally:
+            kill_leftovers()
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
