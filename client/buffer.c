@@ -788,7 +788,7 @@ int buffer_after_reconnect(gpuipc_t *c)
         list_for_each(pos, &c->attached) {
                 gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, attached_link);
 
-                if (b->revoked || b->map->restore_round == round)
+                if (b->revoked || b->ring_part || b->map->restore_round == round)
                         continue;
                 b->map->restore_round = round;
                 r = reclaim(c, b);
@@ -796,6 +796,8 @@ int buffer_after_reconnect(gpuipc_t *c)
                         return r;
         }
         r = client_resubscribe(c);
+        if (r == 0)
+                r = ring_after_reconnect(c);
         if (r < 0)
                 return r;
         client_queue_event(c, &ev);

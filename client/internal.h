@@ -167,6 +167,9 @@ void buffer_close_all(gpuipc_t *c);
 void ring_on_event(gpuipc_t *c, const ProtoMsg *ev);
 /* Closes every ring of c (gpuipc_close). */
 void ring_close_all(gpuipc_t *c);
+/* After a reconnect: producers declare their rings again, members take their seats back. 0, or
+ * GPUIPC_E_DISCONNECTED if the broker was lost again. */
+int ring_after_reconnect(gpuipc_t *c);
 
 /* ---- kinds ---- */
 

@@ -53,6 +53,7 @@ struct gpuipc_ring {
         RingMode mode;
         uint32_t n_slots, n_members, lease_ms, spin_us;
         size_t slot_size;
+        gpuipc_kind_t kind;
         gpuipc_buffer_t *ctl_buf; /* producer: its own; member: attached read-only */
         volatile RingCtl *ctl;
         gpuipc_buffer_t *slot[RING_MAX_SLOTS];
@@ -60,6 +61,7 @@ struct gpuipc_ring {
         /* producer */
         gpuipc_buffer_t *page_buf[RING_MAX_MEMBERS];
         Seat seat[RING_MAX_MEMBERS];
+        uint64_t max_epoch; /* the highest epoch the broker gave a seat (declared again after a restart) */
         uint64_t next;      /* the frame the next publish makes */
         int writing;        /* the slot acquired for it, or -1 */
         uint64_t last_pump_ms;
@@ -161,8 +163,10 @@ void ring_on_event(gpuipc_t *c, const ProtoMsg *m)
         }
         if (m->index >= r->n_members)
                 return;
-        if (m->event == PROTO_EV_MEMBER_JOINED)
+        if (m->event == PROTO_EV_MEMBER_JOINED) {
                 seat_activate(r, (uint32_t)m->index, m->generation);
+                r->max_epoch = MAX(r->max_epoch, m->generation);
+        }
         else if (r->seat[m->index].active && r->seat[m->index].epoch == m->generation)
                 seat_deactivate(r, (uint32_t)m->index);
 }
@@ -199,8 +203,9 @@ static void ring_free(gpuipc_ring_t *r)
         free(r);
 }
 
-/* Registers part `index` (0: the control page, then the slots, then the member pages). */
-static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, bool writable)
+/* Registers part `index` (0: the control page, then the slots, then the member pages); restore:
+ * again after a restart, under its id and generation. */
+static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, bool writable, bool restore)
 {
         gpuipc_t *c = r->conn;
         ProtoMsg req = { .op = PROTO_OP_RING_PART };
@@ -220,6 +225,11 @@ static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, b
         req.writable = writable;
         req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_KIND) |
                   PROTO_BIT(PF_SIZE) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_WRITABLE);
+        if (restore) {
+                req.restored = true;
+                req.generation = b->generation;
+                req.has |= PROTO_BIT(PF_RESTORED) | PROTO_BIT(PF_GENERATION);
+        }
         if (b->device[0]) {
                 req.device = proto_str(b->device);
                 proto_set(&req, PF_DEVICE);
@@ -235,28 +245,61 @@ static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, b
         return 0;
 }
 
-static int ring_declare(gpuipc_ring_t *r, const gpuipc_ring_options_t *o)
+/* Declares the ring to the broker; restore: again after a restart, with the seats we count as
+ * seated, so that their members can take them back. */
+static int ring_declare(gpuipc_ring_t *r, bool restore)
 {
         ProtoMsg req = { .op = PROTO_OP_RING_CREATE };
         Frame f = { .fd = -1 };
+        ProtoItems seats;
         int e;
 
+        proto_items_init(&seats, PROTO_MAX_BODY / 2);
+        if (restore) {
+                for (uint32_t i = 0; i < r->n_members; i++) {
+                        ProtoMsg rec = { .index = i, .generation = r->seat[i].epoch };
+
+                        rec.has = PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION);
+                        if (r->seat[i].active && !proto_items_add(&seats, &rec)) {
+                                proto_items_free(&seats);
+                                return -ENOMEM;
+                        }
+                }
+                req.restored = true;
+                req.generation = r->max_epoch;
+                req.items = proto_items_finish(&seats);
+                req.has |= PROTO_BIT(PF_RESTORED) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_ITEMS);
+        }
         req.name = proto_str(r->name);
-        req.kind = (ProtoKind)o->kind;
+        req.kind = (ProtoKind)r->kind;
         req.size = r->slot_size;
         req.slots = r->n_slots;
         req.members = r->n_members;
         req.mode = r->mode == RING_LATEST ? PROTO_MODE_LATEST : PROTO_MODE_BACKPRESSURE;
         req.timeout_ms = r->lease_ms;
-        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) |
-                  PROTO_BIT(PF_SLOTS) | PROTO_BIT(PF_MEMBERS) | PROTO_BIT(PF_MODE) | PROTO_BIT(PF_TIMEOUT_MS);
         if (r->slot[0]->device[0]) {
                 req.device = proto_str(r->slot[0]->device);
                 proto_set(&req, PF_DEVICE);
         }
+        req.has |= PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) |
+                   PROTO_BIT(PF_SLOTS) | PROTO_BIT(PF_MEMBERS) | PROTO_BIT(PF_MODE) | PROTO_BIT(PF_TIMEOUT_MS);
         e = client_request(r->conn, &req, -1, 10000, &f);
+        proto_items_free(&seats);
         if (e == 0)
                 frame_free(&f);
+        return e;
+}
+
+/* Registers every part: the control page, the slots, the member pages. */
+static int register_parts(gpuipc_ring_t *r, bool restore)
+{
+        uint32_t part = 0;
+        int e = register_part(r, part++, r->ctl_buf, false, restore);
+
+        for (uint32_t i = 0; e == 0 && i < r->n_slots; i++)
+                e = register_part(r, part++, r->slot[i], false, restore);
+        for (uint32_t i = 0; e == 0 && i < r->n_members; i++)
+                e = register_part(r, part++, r->page_buf[i], true, restore);
         return e;
 }
 
@@ -265,7 +308,6 @@ _public_ int gpuipc_ring_create(gpuipc_t *c, const char *name, const gpuipc_ring
 {
         gpuipc_ring_options_t o = { 0 };
         gpuipc_ring_t *r;
-        uint32_t part = 0;
         int e;
 
         if (!c || !name || !opts || !ret || strlen(name) > PROTO_MAX_NAME || opts->struct_size == 0)
@@ -290,6 +332,7 @@ _public_ int gpuipc_ring_create(gpuipc_t *c, const char *name, const gpuipc_ring
         r->n_members = o.max_members ? o.max_members : RING_DEFAULT_MEMBERS;
         r->lease_ms = o.lease_ms ? o.lease_ms : RING_DEFAULT_LEASE_MS;
         r->slot_size = o.slot_size;
+        r->kind = o.kind;
         r->next = 1;
         r->writing = -1;
         r->taken = -1;
@@ -311,14 +354,10 @@ _public_ int gpuipc_ring_create(gpuipc_t *c, const char *name, const gpuipc_ring
         r->ctl->mode = r->mode;
         r->ctl->slot_size = r->slot_size;
 
-        e = ring_declare(r, &o);
+        e = ring_declare(r, false);
         if (e < 0)
                 goto fail;
-        e = register_part(r, part++, r->ctl_buf, false);
-        for (uint32_t i = 0; e == 0 && i < r->n_slots; i++)
-                e = register_part(r, part++, r->slot[i], false);
-        for (uint32_t i = 0; e == 0 && i < r->n_members; i++)
-                e = register_part(r, part++, r->page_buf[i], true);
+        e = register_parts(r, false);
         if (e < 0) {
                 char why[sizeof(c->errmsg)];
 
@@ -578,6 +617,7 @@ static int part_at(gpuipc_ring_t *r, uint32_t index, uint64_t id, uint32_t page)
         e = gpuipc_attach_id(r->conn, id, place);
         if (e < 0)
                 return e;
+        (*place)->ring_part = true; /* after a restart, the ring takes its seat back: no reclaim */
         if (gpuipc_buffer_size(*place) != want) {
                 client_errmsg(r->conn, "ring '%s': part %u has %zu bytes, not %zu", r->name, index,
                               gpuipc_buffer_size(*place), want);
@@ -1005,6 +1045,56 @@ _public_ void gpuipc_ring_close(gpuipc_ring_t *r)
                         (void)simple_ring_request(c, PROTO_OP_RING_LEAVE, r->name);
         }
         ring_free(r);
+}
+
+/* Rejoins our seat after a reconnect: at once, or pending until the producer declares its ring
+ * again (the broker keeps our claim through its restart grace). */
+static int ring_restore_member(gpuipc_ring_t *r)
+{
+        ProtoMsg req = { .op = PROTO_OP_RING_JOIN };
+        Frame f = { .fd = -1 };
+        int e;
+
+        if (r->gone)
+                return 0;
+        req.name = proto_str(r->name);
+        req.restored = true;
+        req.index = r->index;
+        req.generation = r->epoch;
+        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_RESTORED) | PROTO_BIT(PF_INDEX) |
+                  PROTO_BIT(PF_GENERATION);
+        e = client_request(r->conn, &req, -1, 10000, &f);
+        if (e == GPUIPC_E_DISCONNECTED)
+                return e;
+        if (e < 0) {
+                r->gone = true;
+                snprintf(r->gone_why, sizeof(r->gone_why), "its seat could not be taken back after the broker "
+                         "restarted: %.180s", r->conn->errmsg);
+                return 0;
+        }
+        frame_free(&f);
+        return 0;
+}
+
+int ring_after_reconnect(gpuipc_t *c)
+{
+        list_for_each(pos, &c->rings) {
+                gpuipc_ring_t *r = list_entry(pos, gpuipc_ring_t, link);
+                int e;
+
+                if (r->producer) {
+                        e = ring_declare(r, true);
+                        if (e == 0)
+                                e = register_parts(r, true);
+                } else {
+                        e = ring_restore_member(r);
+                }
+                /* A producer whose ring cannot come back goes on in shared memory; members that lose
+                 * their seat hear so from the broker when the grace ends. */
+                if (e == GPUIPC_E_DISCONNECTED)
+                        return e;
+        }
+        return 0;
 }
 
 void ring_close_all(gpuipc_t *c)

@@ -609,6 +609,150 @@ static void test_ring_scribbler_latest(void)
         scribble_case(GPUIPC_RING_LATEST, scribble_ms());
 }
 
+/* ---- a broker restart with a ring live ---- */
+
+typedef struct LiveShared {
+        atomic_bool stop;
+        atomic_uint_fast64_t published, taken[2], during_outage[2];
+        atomic_bool broker_down;
+} LiveShared;
+
+typedef struct LiveArg {
+        const HBroker *broker;
+        LiveShared *sh;
+        int idx;
+} LiveArg;
+
+static gpuipc_t *connect_reconnecting(const HBroker *b, const char *label)
+{
+        gpuipc_options_t o = { .label = label, .reconnect = 1, .connect_timeout_ms = H_SOON_MS };
+        gpuipc_t *c = NULL;
+        int r = h_try_connect(b, &o, &c);
+
+        CHECKF(r == 0, "connect: %s [%s]", gpuipc_strerror(r), gpuipc_errmsg(NULL));
+        return c;
+}
+
+static int live_producer(HChan *ch, void *arg)
+{
+        const LiveArg *a = arg;
+        gpuipc_t *c = connect_reconnecting(a->broker, "live-producer");
+        gpuipc_ring_t *r = make_ring(c, "rings/live", 4, 2, GPUIPC_RING_BACKPRESSURE, 20000);
+
+        h_report(ch, 'c', "created");
+        for (uint64_t n = 1; !atomic_load(&a->sh->stop); n++) {
+                gpuipc_buffer_t *slot;
+
+                CHECK_OK(c, gpuipc_ring_acquire(r, H_SOON_MS, &slot));
+                frame_fill(slot, n);
+                CHECK_OK(c, gpuipc_ring_publish(r, NULL));
+                atomic_store(&a->sh->published, n);
+                usleep(200);
+        }
+        h_report(ch, 'd', "done");
+        h_await(ch, 'x', H_SOON_MS);
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        return 0;
+}
+
+static int live_member(HChan *ch, void *arg)
+{
+        const LiveArg *a = arg;
+        gpuipc_t *c = connect_reconnecting(a->broker, "live-member");
+        uint64_t expect = 0;
+        gpuipc_ring_t *r;
+
+        CHECK_OK(c, gpuipc_ring_join(c, "rings/live", H_SOON_MS, &r));
+        h_report(ch, 'j', "joined");
+        /* Until the producer stops and every frame it published is taken. */
+        while (!atomic_load(&a->sh->stop) || expect <= atomic_load(&a->sh->published)) {
+                gpuipc_buffer_t *slot;
+                uint64_t frame;
+                int e = gpuipc_ring_take(r, 200, &slot, &frame);
+
+                if (e == GPUIPC_E_TIMEOUT)
+                        continue;
+                CHECK_OK(c, e);
+                CHECKF(!expect || frame == expect, "took frame %" PRIu64 ", expected %" PRIu64, frame, expect);
+                CHECKF(frame_is(slot, frame), "frame %" PRIu64 " torn", frame);
+                expect = frame + 1;
+                CHECK_OK(c, gpuipc_ring_release(r));
+                atomic_fetch_add(&a->sh->taken[a->idx], 1);
+                if (atomic_load(&a->sh->broker_down))
+                        atomic_fetch_add(&a->sh->during_outage[a->idx], 1);
+        }
+        h_report(ch, 'd', "done");
+        h_await(ch, 'x', H_SOON_MS);
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        return 0;
+}
+
+/* The broker is killed while a ring runs: frames keep flowing while it is away (they never needed
+ * it), and once it is back the producer declares the ring again and the members take their seats
+ * back; no frame is lost or torn, and the broker counts the ring and both members again. */
+static void test_ring_broker_restart(void)
+{
+        static const char *const flags[] = { "--restart-grace-ms", "3000", NULL };
+        LiveShared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        LiveArg pa, ma[2];
+        HChild *prod, *mem[2];
+        uint64_t before, t0;
+        gpuipc_t *obs;
+        HBroker *b;
+
+        CHECK(sh != MAP_FAILED);
+        memset(sh, 0, sizeof(*sh));
+        b = h_broker_start(flags);
+        pa = (LiveArg){ b, sh, 0 };
+        prod = h_spawn("producer", live_producer, &pa);
+        h_child_expect(prod, 'c', H_SOON_MS, NULL, 0);
+        for (int i = 0; i < 2; i++) {
+                ma[i] = (LiveArg){ b, sh, i };
+                mem[i] = h_spawn("member", live_member, &ma[i]);
+                h_child_expect(mem[i], 'j', H_SOON_MS, NULL, 0);
+        }
+        WAIT_UNTIL(atomic_load(&sh->taken[0]) > 100 && atomic_load(&sh->taken[1]) > 100, H_SOON_MS);
+
+        h_broker_kill9(b);
+        atomic_store(&sh->broker_down, true);
+        before = atomic_load(&sh->published);
+        h_sleep_ms(500);
+        atomic_store(&sh->broker_down, false);
+        h_log("during the outage: %" PRIu64 " frames published, %" PRIu64 " and %" PRIu64 " taken",
+              atomic_load(&sh->published) - before, atomic_load(&sh->during_outage[0]),
+              atomic_load(&sh->during_outage[1]));
+        CHECK(atomic_load(&sh->published) - before > 50);
+        CHECK(atomic_load(&sh->during_outage[0]) > 50 && atomic_load(&sh->during_outage[1]) > 50);
+
+        h_broker_restart(b);
+        obs = h_connect(b, "observer");
+        t0 = h_now_ms();
+        WAIT_UNTIL(h_stats(obs, "rings") == 1 && h_stats(obs, "ring_members") == 2, H_SOON_MS);
+        h_log("ring and seats back %" PRIu64 " ms after the restart", h_now_ms() - t0);
+        before = atomic_load(&sh->taken[0]);
+        WAIT_UNTIL(atomic_load(&sh->taken[0]) > before + 100, H_SOON_MS);
+
+        atomic_store(&sh->stop, true);
+        h_child_expect(prod, 'd', H_SOON_MS, NULL, 0);
+        for (int i = 0; i < 2; i++)
+                h_child_expect(mem[i], 'd', H_SOON_MS, NULL, 0);
+        h_log("%" PRIu64 " frames; the members took %" PRIu64 " and %" PRIu64, atomic_load(&sh->published),
+              atomic_load(&sh->taken[0]), atomic_load(&sh->taken[1]));
+        h_child_tell(prod, 'x');
+        for (int i = 0; i < 2; i++) {
+                h_child_tell(mem[i], 'x');
+                h_child_wait_ok(mem[i], H_SOON_MS);
+                h_child_free(mem[i]);
+        }
+        h_child_wait_ok(prod, H_SOON_MS);
+        h_child_free(prod);
+        gpuipc_close(obs);
+        h_broker_settle(b);
+        h_broker_stop(b);
+}
+
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
@@ -620,6 +764,7 @@ int main(int argc, char **argv)
                 H_TEST(test_ring_producer_killed),
                 H_TEST(test_ring_parts_are_private),
                 H_TEST(test_ring_fd),
+                H_TEST(test_ring_broker_restart),
                 H_TEST(test_ring_scribbler_backpressure),
                 H_TEST(test_ring_scribbler_latest),
         };
