@@ -68,6 +68,51 @@ expect "a restarted broker replaces a stale socket" wait_ready "$sock"
 kill "${pids[-1]}"; wait "${pids[-1]}"
 expect "a broker that may remove its socket does so at exit" test ! -e "$sock"
 
+# ---- no process of the broker's uid may take its fds ----
+# The Kubernetes manifests start the broker directly as its uid (no --user switch, which would
+# make it non-dumpable by itself). A process of the same uid without capabilities, here even the
+# broker's own parent (which Yama's ptrace_scope=1 would let through), must not be able to copy the
+# broker's fds with pidfd_getfd() nor list them in /proc/PID/fd.
+mkdir "$dir/same-uid" && chown 65534:65534 "$dir/same-uid"
+# The system's Python: one in root's home (pyenv and the like) is out of reach for uid 65534.
+system_python=$(command -v /usr/bin/python3 || command -v python3)
+thief_out=$(as_nobody "$system_python" - "$broker" "$dir/same-uid/s.sock" "$ctl" 2>&1 <<'PY'
+import ctypes, errno, os, subprocess, sys, time
+broker, sock, ctl = sys.argv[1:4]
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_pidfd_open, SYS_pidfd_getfd = 434, 438
+p = subprocess.Popen([broker, "--socket", sock, "--seccomp", "enforce", "--log-level", "warn"])
+try:
+    for _ in range(100):
+        if subprocess.run([ctl, "--socket", sock, "--timeout", "100", "ping"], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.05)
+    else:
+        sys.exit("the broker did not start")
+    print("proc-fd-owner", os.stat("/proc/%d/fd" % p.pid).st_uid)
+    pidfd = libc.syscall(SYS_pidfd_open, p.pid, 0)
+    if pidfd < 0:
+        sys.exit("pidfd_open: %s" % os.strerror(ctypes.get_errno()))
+    results = set()
+    for target in range(3, 16):
+        fd = libc.syscall(SYS_pidfd_getfd, pidfd, target, 0)
+        if fd >= 0:
+            results.add("stolen")
+            os.close(fd)
+        else:
+            results.add(errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno())))
+    print("pidfd_getfd", ",".join(sorted(results)))
+finally:
+    p.terminate()
+    p.wait()
+PY
+)
+echo "$thief_out" | sed 's/^/     /'
+expect "a same-uid process without capabilities gets EPERM from pidfd_getfd" \
+        grep -qx "pidfd_getfd EPERM" <<<"$thief_out"
+expect "the broker's /proc/PID/fd belongs to root (non-dumpable), not to its uid" \
+        grep -qx "proc-fd-owner 0" <<<"$thief_out"
+
 # ---- socket paths it refuses ----
 refuses() {
         local what=$1 path=$2 pattern=$3
