@@ -116,7 +116,8 @@ expect "the broker's /proc/PID/fd belongs to root (non-dumpable), not to its uid
 # ---- socket paths it refuses ----
 refuses() {
         local what=$1 path=$2 pattern=$3
-        if "$broker" --socket "$path" --seccomp enforce 2>"$dir/refuse.log"; then
+        # A broker that wrongly starts would serve forever: it gets a deadline.
+        if timeout 10 "$broker" --socket "$path" --seccomp enforce 2>"$dir/refuse.log"; then
                 fail "$what (broker started)"
         elif grep -q "$pattern" "$dir/refuse.log"; then
                 pass "$what"
@@ -141,6 +142,39 @@ refuses "refuses to replace a file that is not a socket" "$dir/file.sock" "not a
 pids+=($!)
 wait_ready "$sock"
 refuses "refuses a socket another broker listens on" "$sock" "another broker"
+kill "${pids[-1]}"; wait "${pids[-1]}"
+# Only a refused connection makes a socket stale. A live broker of another uid whose socket this
+# one may not connect to (EACCES) and a live listener of another socket type (EPROTOTYPE) stay.
+mkdir "$dir/shared" && chmod 0777 "$dir/shared"
+"$broker" --socket "$dir/shared/s.sock" --socket-mode 0600 --seccomp enforce 2>"$dir/owner.log" &
+pids+=($!)
+wait_ready "$dir/shared/s.sock"
+if as_nobody timeout 10 "$broker" --socket "$dir/shared/s.sock" --seccomp enforce 2>"$dir/intruder.log"; then
+        fail "a broker of another uid refuses a live socket it may not connect to (it started)"
+else
+        expect "a broker of another uid refuses a live socket it may not connect to (EACCES)" \
+                grep -q "cannot tell whether something listens" "$dir/intruder.log"
+fi
+expect "... and the live broker's socket is still there and answers" \
+        "$ctl" --socket "$dir/shared/s.sock" --timeout 1000 ping
+kill "${pids[-1]}"; wait "${pids[-1]}"
+"$system_python" -c '
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(8)
+print("listening", flush=True)
+time.sleep(60)' "$dir/stream.sock" >"$dir/stream.out" &
+pids+=($!)
+for _ in $(seq 100); do grep -q listening "$dir/stream.out" && break; sleep 0.05; done
+refuses "refuses a live listener of another socket type (EPROTOTYPE)" "$dir/stream.sock" "another socket type"
+expect "... and leaves its socket alone" test -S "$dir/stream.sock"
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
+# The directory may belong to the account --user names: the check is made for the uid the broker
+# will run as, not for root, which it still is while it binds.
+mkdir "$dir/users" && chown 65534:65534 "$dir/users"
+"$broker" --socket "$dir/users/s.sock" --user 65534 --group 65534 --seccomp enforce 2>"$dir/users.log" &
+pids+=($!)
+expect "accepts a socket directory owned by the --user account" wait_ready "$dir/users/s.sock"
 kill "${pids[-1]}"; wait "${pids[-1]}"
 
 # ---- policy, and reloading it ----
