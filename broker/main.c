@@ -408,6 +408,13 @@ int main(int argc, char **argv)
         signal(SIGPIPE, SIG_IGN);
         seed_hashes();
         fd_limit = raise_fd_limit();
+        /* Each peer may leave --max-queued-fds fds unread, and the kernel charges all of them to the
+         * broker's uid up to this limit: beyond it, fds to peers that do read would have to wait. */
+        if ((uint64_t)o.limits.connections * o.limits.queued_fds > fd_limit)
+                log_warn("peers that do not read could hold every fd the kernel lets the broker have in flight; "
+                         "raise the hard RLIMIT_NOFILE or lower --max-connections or --max-queued-fds",
+                         "fd_limit=%llu max_connections=%u max_queued_fds=%u", (unsigned long long)fd_limit,
+                         o.limits.connections, o.limits.queued_fds);
 
         r = privs_resolve(o.user, o.group, o.socket_group, &privs);
         if (r < 0)
