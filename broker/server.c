@@ -310,15 +310,22 @@ static void handle_frame(Client *c, const uint8_t *buf, size_t len, int *fds, si
                 goto violation;
         }
         e = proto_msg_decode(buf + PROTO_HEADER_SIZE, h.body_len, &m, &field);
-        if (e == PROTO_E_FIELD || e == PROTO_E_MISSING || e == PROTO_E_DUPLICATE) {
+        if (e == PROTO_E_FIELD || e == PROTO_E_MISSING || e == PROTO_E_DUPLICATE || e == PROTO_E_UTF8) {
                 uint64_t id = 0;
 
-                /* Well-formed but wrong: answer (naming the request if it has an id), keep the
-                 * connection. */
-                proto_peek_id(buf + PROTO_HEADER_SIZE, h.body_len, &id);
                 snprintf(why, sizeof(why), "field '%s' is %s", proto_field_name(field),
-                         e == PROTO_E_MISSING ? "missing" : e == PROTO_E_DUPLICATE ? "given twice"
-                                                                                  : "of the wrong type or too long");
+                         e == PROTO_E_MISSING     ? "missing"
+                         : e == PROTO_E_DUPLICATE ? "given twice"
+                         : e == PROTO_E_UTF8      ? "not valid UTF-8"
+                                                  : "of the wrong type or too long");
+                /* Well-formed but wrong: answered with the request's id, and the connection stays.
+                 * Without a readable id no reply could be matched to its request (clients pipeline),
+                 * so that is a violation: the client would otherwise wait for an answer forever. */
+                if (proto_peek_id(buf + PROTO_HEADER_SIZE, h.body_len, &id) != 0 || id == 0) {
+                        snprintf(why + strlen(why), sizeof(why) - strlen(why),
+                                 ", and the request has no readable id to answer it with");
+                        goto violation;
+                }
                 request_reply_error(&s->out, c->peer, id, PROTO_STATUS_BAD_REQUEST, why);
                 for (size_t i = 0; i < n_fds; i++)
                         safe_close(fds[i]);

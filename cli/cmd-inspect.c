@@ -88,6 +88,26 @@ int cmd_ping(Ctl *ctl, int argc, char **argv)
 
 /* ---- records ---- */
 
+/* Prints peer-chosen text (a label) into a table column of at least width characters: printable
+ * ASCII as it is, every other byte as \xNN and a backslash as \\, so that no label can start a
+ * new row, move the cursor or send the terminal an escape sequence. --json shows the text itself. */
+static void print_text_cell(const char *s, size_t len, int width)
+{
+        int shown = 0;
+
+        for (size_t i = 0; i < len; i++) {
+                unsigned char c = (unsigned char)s[i];
+
+                if (c == '\\')
+                        shown += printf("\\\\");
+                else if (c >= 0x20 && c < 0x7f)
+                        shown += printf("%c", c);
+                else
+                        shown += printf("\\x%02x", c);
+        }
+        printf("%*s", width > shown ? width - shown : 0, "");
+}
+
 static void json_pstr(Json *j, const char *key, ProtoStr s)
 {
         json_key(j, key);
@@ -288,6 +308,8 @@ static void peer_json_cb(const ProtoMsg *m, void *ud)
         json_num(&o, "uid", m->uid);
         json_num(&o, "gid", m->gid);
         json_num(&o, "pidns", m->pidns);
+        json_key(&o, "pidns_declared");
+        json_bool(&o, m->pidns_declared);
         json_pstr(&o, "label", m->label);
         json_num(&o, "buffers", m->buffers);
         json_num(&o, "refs", m->refs);
@@ -305,11 +327,16 @@ static void peer_json_cb(const ProtoMsg *m, void *ud)
 
 static void peer_line_cb(const ProtoMsg *m, void *ud)
 {
+        char pidns[24];
+
         (void)ud;
-        printf("%-6" PRIu64 " %-8" PRIu64 " %-6" PRIu64 " %-6" PRIu64 " %-12" PRIu64 " %-20.*s %7" PRIu64 " %5" PRIu64
-               " %4" PRIu64 " %5" PRIu64 " %" PRIu32 "\n",
-               m->peer, m->pid, m->uid, m->gid, m->pidns, (int)m->label.len, m->label.ptr, m->buffers, m->refs,
-               m->subs, m->waits, m->n_gpus);
+        /* A namespace the broker has only the peer's word for is marked, as it proves nothing. */
+        snprintf(pidns, sizeof(pidns), "%" PRIu64 "%s", m->pidns, m->pidns_declared ? "?" : "");
+        printf("%-6" PRIu64 " %-8" PRIu64 " %-6" PRIu64 " %-6" PRIu64 " %-12s ", m->peer, m->pid, m->uid, m->gid,
+               pidns);
+        print_text_cell(m->label.ptr, m->label.len, 20);
+        printf(" %7" PRIu64 " %5" PRIu64 " %4" PRIu64 " %5" PRIu64 " %" PRIu32 "\n", m->buffers, m->refs, m->subs,
+               m->waits, m->n_gpus);
 }
 
 int cmd_peers(Ctl *ctl, int argc, char **argv)

@@ -39,6 +39,8 @@ enum {
         PROTO_E_MISSING,       /* a field the operation requires is absent */
         PROTO_E_KIND,          /* neither request, reply nor event */
         PROTO_E_DUPLICATE,     /* a key appears twice */
+        PROTO_E_RESERVED,      /* the header's reserved bytes are not zero */
+        PROTO_E_UTF8,          /* a string (a field, or one inside meta) is not valid UTF-8 */
 };
 
 typedef struct ProtoHeader {
@@ -126,6 +128,7 @@ typedef enum ProtoField {
         PF_OWNER, PF_PEER, PF_UID, PF_GID, PF_SUB, PF_REASON,
         PF_GROUP, PF_MEMBERS, PF_EPOCH, PF_AFTER, PF_LIMIT, PF_MORE, PF_ITEMS, PF_VALUE,
         PF_BUFFERS, PF_SUBS, PF_WAITS, PF_FDS, PF_PIDNS_SAME, PF_STARTED_MS,
+        PF_PIDNS_DECLARED,
         _PF_MAX,
 } ProtoField;
 
@@ -148,7 +151,7 @@ typedef struct ProtoMsg {
         uint64_t buffer, generation, refs, holders, owner, peer, sub;
         uint64_t members, epoch, after, limit, value;
         uint64_t buffers, subs, waits, fds, started_ms;
-        bool broker_held, writable, cached, more, pidns_same;
+        bool broker_held, writable, cached, more, pidns_same, pidns_declared;
 
         ProtoStr error, message, label, name, prefix, device, reason, group;
         ProtoStr handle; /* exactly PROTO_LEGACY_HANDLE_SIZE bytes (msgpack bin) */
@@ -174,7 +177,7 @@ static inline ProtoStr proto_str(const char *s)
 
 /* ---- frames ---- */
 
-/* Parses the fixed header at buf. 0, or PROTO_E_NEED_MORE / _MAGIC / _VERSION / _TOO_BIG. */
+/* Parses the fixed header at buf. 0, or PROTO_E_NEED_MORE / _MAGIC / _VERSION / _RESERVED / _TOO_BIG. */
 int proto_header_parse(const uint8_t *buf, size_t len, ProtoHeader *ret);
 
 /* Writes a header for a body of body_len bytes carrying n_fds fds. */
@@ -228,8 +231,17 @@ const char *proto_strerror(int proto_e);
 
 ProtoKind proto_kind_from_name(const char *s);
 
-/* Checks that raw is one well-formed msgpack map within the depth and size limits (metadata). */
+/* Checks that raw is one well-formed msgpack map within the depth and size limits, whose strings are
+ * all valid UTF-8 (metadata). */
 bool proto_meta_valid(const uint8_t *raw, size_t len);
+
+/* True when s holds valid UTF-8 (RFC 3629: no overlong forms, surrogates or code points above
+ * U+10FFFF). */
+bool proto_utf8_valid(const char *s, size_t len);
+
+/* The length of s without an incomplete UTF-8 sequence at its end (what cutting text to a buffer
+ * may leave), so that a truncated message stays valid UTF-8. */
+size_t proto_utf8_trim(const char *s, size_t len);
 
 /* A ProtoStr compared with a C string. */
 bool proto_str_eq(ProtoStr s, const char *c);

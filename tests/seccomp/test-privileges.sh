@@ -195,7 +195,7 @@ as_nobody "$ctl" --socket "$sock" publish --name allowed/x --size 4096 --retire-
 pids+=($!)
 for _ in $(seq 100); do grep -q published "$dir/pub.out" && break; sleep 0.05; done
 expect "publishing inside the allowed prefix works" grep -q published "$dir/pub.out"
-peers_before=$("$ctl" --socket "$sock" --json peers | jq length)
+peers_before=$("$ctl" --socket "$sock" --json stats | jq .peers)
 cat >"$dir/policy.conf" <<'POLICY'
 allow publish,attach uid=65534 prefix=
 POLICY
@@ -204,7 +204,7 @@ for _ in $(seq 100); do grep -q "policy reloaded" "$dir/policy.log" && break; sl
 expect "SIGHUP reloads the policy" grep -q "policy reloaded" "$dir/policy.log"
 expect "after the reload the other prefix may be attached (waits, then times out: not denied)" \
         bash -c "setpriv --reuid 65534 --regid 65534 --clear-groups '$ctl' --socket '$sock' attach --name other/y --timeout 100 2>&1 | grep -q timeout"
-peers_after=$("$ctl" --socket "$sock" --json peers | jq length)
+peers_after=$("$ctl" --socket "$sock" --json stats | jq .peers)
 expect "peers stay connected across the reload ($peers_before before, $peers_after after)" test "$peers_before" == "$peers_after"
 echo 'allow publish uid=65534 this-is-not-a-rule' >"$dir/policy.conf"
 kill -HUP "$bpid"
