@@ -210,7 +210,8 @@ void inspect_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 return;
         }
         registry_buffer_holders(b, collect_holder, &hs);
-        qsort(hs.v, hs.n, sizeof(*hs.v), holder_cmp);
+        if (hs.n > 1)
+                qsort(hs.v, hs.n, sizeof(*hs.v), holder_cmp);
         items_init(&it);
         for (size_t i = 0; i < hs.n; i++) {
                 rec = (ProtoMsg){ .peer = hs.v[i].peer, .pid = hs.v[i].pid, .uid = hs.v[i].uid,

@@ -57,7 +57,10 @@ def parse(path):
             if err is not None and (not hasattr(errno, err) or conds):
                 sys.exit(f'{path}:{lineno}: {err} is not an errno name, or comes with conditions')
             rule = (name, conds, getattr(errno, err) if err else 0, reason)
-            if any(r[:2] == rule[:2] for s in sections.values() for r in s):
+            # Twice in one artefact is an error; [sanitizer] may repeat what only the profile has.
+            together = ('runtime', 'sanitizer') if current == 'sanitizer' else \
+                SECTIONS if current == 'runtime' else ('runtime', 'startup', 'probe')
+            if any(r[:2] == rule[:2] for n in together for r in sections.get(n, [])):
                 sys.exit(f'{path}:{lineno}: {name} is listed twice')
             sections[current].append(rule)
     for s in ('runtime', 'startup'):

@@ -127,10 +127,14 @@ static void test_uid_without_permission(void)
 static void expect_drop_notice(int sock, const char *flag)
 {
         HFrame *f = h_frame_new();
-        bool got = false;
+        bool got = false, reset_seen = false;
         int r;
 
-        while ((r = h_raw_recv(sock, H_SOON_MS, f)) == 1) {
+        /* A close with requests of ours unread makes the kernel report ECONNRESET once, before the
+         * frames the broker sent (docs/protocol.md section 4): read on past it. */
+        while ((r = h_raw_recv(sock, H_SOON_MS, f)) == 1 || (r == 0 && !reset_seen && (reset_seen = true))) {
+                if (r == 0)
+                        continue;
                 got = f->msg.type == PROTO_REPLY && f->msg.reply == 0 && f->msg.status == PROTO_STATUS_QUOTA &&
                       f->msg.message.len && memmem(f->msg.message.ptr, f->msg.message.len, flag, strlen(flag));
         }
