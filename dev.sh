@@ -63,7 +63,7 @@ build() {
 counts() {
         local log=$1/meson-logs/testlog.json
         [[ -f $log ]] || { echo "0 1 0"; return; }
-        jq -rs '[map(select(.result=="OK"))|length, map(select(.result=="FAIL" or .result=="ERROR" or .result=="TIMEOUT" or .result=="UNEXPECTEDPASS"))|length, map(select(.result=="SKIP"))|length] | map(tostring) | join(" ")' "$log"
+        jq -rs '[(map(select(.result=="OK"))|length), (map(select(.result=="FAIL" or .result=="ERROR" or .result=="TIMEOUT" or .result=="UNEXPECTEDPASS"))|length), (map(select(.result=="SKIP"))|length)] | map(tostring) | join(" ")' "$log" || echo "0 1 0"
 }
 
 # summary DIR...: the closing "N passed, N failed (N skipped)" line over the test logs of every DIR;
@@ -72,6 +72,8 @@ summary() {
         local passed=0 failed=0 skipped=0 p f k
         for dir in "$@"; do
                 read -r p f k < <(counts "$dir")
+                # A log that cannot be read counts as a failure, never as a pass.
+                [[ $p =~ ^[0-9]+$ && $f =~ ^[0-9]+$ && $k =~ ^[0-9]+$ ]] || { p=0 f=1 k=0; }
                 passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + k))
         done
         echo "$passed passed, $failed failed ($skipped skipped)"
