@@ -4,12 +4,18 @@
 #                    one producer and three consumers passing frames through memfd buffers
 #   ./dev.sh test    install what is missing, build, and run every test suite; the last line
 #                    reads "N passed, N failed" (skipped tests are counted apart)
+#   ./dev.sh test-sanitize   the same with AddressSanitizer, UBSan and LeakSanitizer (a build of
+#                    its own); any report fails its test
+#   ./dev.sh ci      both, one after the other (what .ci/run runs); the last line reads
+#                    "N passed, N failed" and covers both runs
 #   ./dev.sh build   only install and build
-# BUILD_DIR (default: build) picks the build directory.
+# BUILD_DIR (default: build) and SANITIZE_BUILD_DIR (default: build-sanitize) pick the build
+# directories.
 set -euo pipefail
 
 cd "$(dirname "$0")"
 build=${BUILD_DIR:-build}
+sanitize_build=${SANITIZE_BUILD_DIR:-build-sanitize}
 
 # Debian packages, by what the project needs them for.
 packages=(
@@ -67,39 +73,90 @@ install_promtool() {
         [[ -x $dest ]] || echo "warning: could not unpack promtool from Debian's prometheus package; the metrics lint test will be skipped" >&2
 }
 
+# build DIR [MESON-OPTIONS...]: configures DIR once (with the options), then builds it.
 build() {
+        local dir=$1
+        shift
         install_packages
         install_promtool
-        if [[ ! -f $build/build.ninja ]]; then
-                meson setup "$build" >/dev/null
+        if [[ ! -f $dir/build.ninja ]]; then
+                meson setup "$dir" "$@" >/dev/null
         fi
-        ninja -C "$build" >/dev/null
+        ninja -C "$dir" >/dev/null
 }
 
+# counts DIR: "PASSED FAILED SKIPPED" from DIR's test log (no log: one failure).
+counts() {
+        local log=$1/meson-logs/testlog.json
+        [[ -f $log ]] || { echo "0 1 0"; return; }
+        jq -rs '[(map(select(.result=="OK"))|length), (map(select(.result=="FAIL" or .result=="ERROR" or .result=="TIMEOUT" or .result=="UNEXPECTEDPASS"))|length), (map(select(.result=="SKIP"))|length)] | map(tostring) | join(" ")' "$log" || echo "0 1 0"
+}
+
+# summary DIR...: the closing "N passed, N failed (N skipped)" line over the test logs of every DIR;
+# fails when any test failed.
 summary() {
-        local log=$build/meson-logs/testlog.json
-        [[ -f $log ]] || { echo "0 passed, 1 failed (no test log)"; return 1; }
-        jq -rs '"\(map(select(.result=="OK"))|length) passed, \(map(select(.result=="FAIL" or .result=="ERROR" or .result=="TIMEOUT" or .result=="UNEXPECTEDPASS"))|length) failed (\(map(select(.result=="SKIP"))|length) skipped)"' "$log"
-        jq -rs 'map(select(.result=="FAIL" or .result=="ERROR" or .result=="TIMEOUT" or .result=="UNEXPECTEDPASS")) | length == 0' "$log" | grep -qx true
+        local passed=0 failed=0 skipped=0 p f k
+        for dir in "$@"; do
+                read -r p f k < <(counts "$dir")
+                # A log that cannot be read counts as a failure, never as a pass.
+                [[ $p =~ ^[0-9]+$ && $f =~ ^[0-9]+$ && $k =~ ^[0-9]+$ ]] || { p=0 f=1 k=0; }
+                passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + k))
+        done
+        echo "$passed passed, $failed failed ($skipped skipped)"
+        [[ $failed == 0 ]]
+}
+
+# run_suite DIR: every test of DIR's build; 0 when all passed.
+run_suite() {
+        local rc=0
+        meson test -C "$1" --print-errorlogs --num-processes 2 || rc=$?
+        return $rc
+}
+
+# The sanitizer build: AddressSanitizer and UBSan, LeakSanitizer at every exit (ASan's default on
+# Linux). Its broker lets the sanitizers' own system calls through its filter (the [sanitizer]
+# section of seccomp/gpuipc-broker.allow); meson test makes every report fatal (halt_on_error).
+build_sanitize() {
+        build "$sanitize_build" -Db_sanitize=address,undefined
 }
 
 case ${1:-} in
 demo)
-        build
+        build "$build"
         examples/run-pipeline.sh "$build"
         ;;
 test)
-        build
+        build "$build"
         rc=0
-        meson test -C "$build" --print-errorlogs --num-processes 2 || rc=$?
-        summary || rc=1
+        run_suite "$build" || rc=$?
+        summary "$build" || rc=1
+        exit $rc
+        ;;
+test-sanitize)
+        build_sanitize
+        rc=0
+        run_suite "$sanitize_build" || rc=$?
+        summary "$sanitize_build" || rc=1
+        exit $rc
+        ;;
+ci)
+        # The ordinary suite, then the sanitizer suite; each prints its own summary, and the last
+        # line sums both.
+        rc=0
+        build "$build"
+        run_suite "$build" || rc=1
+        echo "ordinary suite: $(summary "$build")"
+        build_sanitize
+        run_suite "$sanitize_build" || rc=1
+        echo "sanitizer suite: $(summary "$sanitize_build")"
+        summary "$build" "$sanitize_build" || rc=1
         exit $rc
         ;;
 build)
-        build
+        build "$build"
         ;;
 *)
-        sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
         exit 2
         ;;
 esac

@@ -13,7 +13,8 @@ typedef struct Limits {
         uint32_t waits_per_peer;       /* attaches and group joins pending at once */
         uint32_t subs_per_peer;        /* subscriptions */
         uint32_t queued_bytes;         /* replies and events queued for a peer that does not read */
-        uint32_t queued_fds;           /* ... and the fds those replies carry (each one an fd the broker holds) */
+        uint32_t queued_fds;           /* fds sent to a peer it has not received: in its socket (charged to the
+                                        * broker's uid by the kernel) or queued (each one an fd the broker holds) */
         uint32_t max_timeout_ms;       /* longest wait a peer may ask for (longer is clamped) */
 } Limits;
 
@@ -27,6 +28,6 @@ typedef struct Limits {
                 .waits_per_peer = 256,                                  \
                 .subs_per_peer = 64,                                    \
                 .queued_bytes = 4u << 20,                               \
-                .queued_fds = 256,                                      \
+                .queued_fds = 32,                                       \
                 .max_timeout_ms = 24u * 3600u * 1000u,                  \
         })

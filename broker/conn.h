@@ -1,5 +1,6 @@
 /* One peer's socket: SOCK_SEQPACKET records in, a queue of records out, SCM_RIGHTS fds both
- * ways. Non-blocking; knows nothing of libuv or of what the frames mean. */
+ * ways, and an account of the fds the peer has not received yet. Non-blocking; knows nothing of
+ * libuv or of what the frames mean. */
 #pragma once
 
 #include <stdbool.h>
@@ -14,18 +15,32 @@
 
 typedef struct Conn {
         int fd;
-        List out;           /* OutMsg.link, oldest first */
+        List out;            /* OutMsg.link, oldest first */
         size_t queued_bytes; /* memory held by queued frames, overhead included */
         size_t queued_fds;
+        /* Fds handed to the kernel that the peer may not have read yet. Each one is charged to the
+         * broker's uid until it is read (the kernel's unix in-flight accounting, bounded by the
+         * broker's RLIMIT_NOFILE), so a peer that does not read could starve every other peer.
+         * For each, unread_at holds where its record starts in sent_lb: every record sent, counted
+         * at the least memory the kernel charges for it (see conn.c). */
+        uint32_t max_unreceived; /* limit on kernel-held plus queued fds */
+        uint32_t n_unread, unread_head;
+        uint64_t *unread_at; /* ring of max_unreceived entries, allocated with the first fd */
+        uint64_t sent_lb;
 } Conn;
 
 enum {
         CONN_E_EOF = 1,   /* the peer closed its end */
         CONN_E_AGAIN,     /* nothing (more) to read or no room to write */
         CONN_E_TRUNC,     /* a record over PROTO_MAX_FRAME, or more fds than we have room for */
+        CONN_E_UNRECEIVED, /* sending this fd would leave the peer more than max_unreceived unreceived */
+        CONN_E_BLOCKED,   /* the kernel refused an fd (ETOOMANYREFS: too many in flight for the broker's
+                           * uid); the frame waits in the queue: retry later, polling will not tell */
 };
 
-void conn_init(Conn *c, int fd);
+/* max_unreceived bounds the fds sent to the peer that it has not received: in its socket or in
+ * the queue here (at least 1). */
+void conn_init(Conn *c, int fd, uint32_t max_unreceived);
 
 /* Frees queued output (closing its fds) and closes the socket. */
 void conn_deinit(Conn *c);
@@ -36,11 +51,23 @@ void conn_deinit(Conn *c);
 int conn_recv(Conn *c, uint8_t *buf, size_t cap, size_t *ret_len, int *fds, size_t *ret_n_fds);
 
 /* Sends a frame, or queues it when the socket is full. The frame's bytes are stolen; fd is
- * borrowed (dup'ed only if the frame has to wait). 0, or -errno on a broken connection. */
+ * borrowed (dup'ed only if the frame has to wait). 0; CONN_E_BLOCKED (queued: see above);
+ * CONN_E_UNRECEIVED (nothing sent: the peer is not reading its fds); or -errno on a broken
+ * connection. */
 int conn_send(Conn *c, ProtoBuf *frame, int fd);
 
-/* Sends what is queued. 0 when the queue is empty, CONN_E_AGAIN when some remains, or -errno. */
+/* Sends what is queued. 0 when the queue is empty, CONN_E_AGAIN or CONN_E_BLOCKED when some
+ * remains, or -errno. */
 int conn_flush(Conn *c);
+
+/* Fds sent to the peer that it has not received yet: those the kernel may still hold for it (an
+ * upper bound, from SIOCOUTQ) plus those queued here. */
+size_t conn_unreceived_fds(Conn *c);
+
+/* The last frame before the broker hangs up on a peer that stopped reading: drops everything
+ * queued (the peer would never read it) and sends frame after what the kernel already holds,
+ * making room for it if the socket is full. Steals the frame. 0 or -errno. */
+int conn_send_last(Conn *c, ProtoBuf *frame);
 
 static inline bool conn_pending(const Conn *c)
 {

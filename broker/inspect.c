@@ -1,9 +1,10 @@
 /* Listing replies. Each carries an "items" array of records; long listings are paged with
  * "after" (an opaque cursor: the position of the last record) and "more", so a reply always fits in
- * one frame. */
+ * one frame. A peer sees only what the policy lets it see (docs/security.md "What listings show"). */
 #include "inspect.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "macro.h"
@@ -73,6 +74,31 @@ static void reply_items(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, Items *i
         proto_buf_free(&it->buf);
 }
 
+/* ---- who sees what ---- */
+
+static bool may(const RequestCtx *ctx, const RegPeer *p, PolicyAction action, const char *name)
+{
+        const PeerCreds *c = registry_peer_creds(p);
+        return policy_allows(ctx->policy, c->uid, c->gid, action, name);
+}
+
+/* A buffer is listed to a peer that may attach it or manage it as an administrator, and to peers of
+ * its producer's uid (who may retire or free it once the producer is gone, and must find it). */
+static bool sees_buffer(const RequestCtx *ctx, const RegPeer *p, const char *name, uint32_t owner_uid)
+{
+        return registry_peer_creds(p)->uid == owner_uid || may(ctx, p, POLICY_ATTACH, name) ||
+               may(ctx, p, POLICY_ADMIN, name);
+}
+
+/* Other uids' connections (pid, uid, label, GPUs) are shown to administrators of every name, and to
+ * everyone when no policy file is loaded: then every peer may attach every name anyway, and the
+ * socket's mode and group are the only gate. A peer always sees the connections of its own uid. */
+static bool sees_peer(const RequestCtx *ctx, const RegPeer *p, const RegPeer *other)
+{
+        return !ctx->policy || registry_peer_creds(other)->uid == registry_peer_creds(p)->uid ||
+               may(ctx, p, POLICY_ADMIN, "");
+}
+
 static uint32_t page_size(const ProtoMsg *m)
 {
         if (!proto_has(m, PF_LIMIT) || m->limit == 0)
@@ -98,6 +124,8 @@ void inspect_list(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 if (m->prefix.len && strncmp(name, m->prefix.ptr, m->prefix.len) != 0)
                         continue;
                 registry_buffer_describe(b, &rec);
+                if (!sees_buffer(ctx, p, name, (uint32_t)rec.uid))
+                        continue;
                 /* Listings show what a buffer is, not how to open it. */
                 rec.has &= ~PROTO_BIT(PF_HANDLE);
                 if (!items_add(&it, &rec, max))
@@ -110,45 +138,93 @@ void inspect_list(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         reply_items(ctx, p, m, &it, &reply);
 }
 
-static void add_holder(const RegPeer *peer, uint32_t refs, void *ud)
-{
-        const PeerCreds *c = registry_peer_creds(peer);
-        ProtoMsg rec = { 0 };
+/* A holder as stat lists it; collected first, since the registry keeps holders in attach order
+ * and pages go by peer id. */
+typedef struct Holder {
+        uint64_t peer;
+        uint32_t pid, uid, refs;
+} Holder;
 
-        rec.peer = registry_peer_id(peer);
-        rec.pid = c->pid;
-        rec.uid = c->uid;
-        rec.refs = refs;
-        rec.has = PROTO_BIT(PF_PEER) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_UID) | PROTO_BIT(PF_REFS);
-        items_add(ud, &rec, PROTO_MAX_ITEMS);
+typedef struct Holders {
+        const RequestCtx *ctx;
+        const RegPeer *asker;
+        uint64_t after;
+        Holder *v;
+        size_t n, cap;
+} Holders;
+
+static void collect_holder(const RegPeer *peer, uint32_t refs, void *ud)
+{
+        Holders *hs = ud;
+        const PeerCreds *c = registry_peer_creds(peer);
+
+        if (registry_peer_id(peer) <= hs->after || !sees_peer(hs->ctx, hs->asker, peer) || hs->n == hs->cap)
+                return;
+        hs->v[hs->n++] = (Holder){ registry_peer_id(peer), c->pid, c->uid, refs };
+}
+
+static int holder_cmp(const void *a, const void *b)
+{
+        const Holder *x = a, *y = b;
+        return x->peer < y->peer ? -1 : x->peer > y->peer;
 }
 
 void inspect_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 {
         char name[PROTO_MAX_NAME + 1];
+        Holders hs = { ctx, p, m->after, NULL, 0, 0 };
+        uint32_t max = page_size(m);
+        uint64_t last = m->after;
         RegBuffer *b = NULL;
-        ProtoMsg reply;
+        ProtoMsg reply, rec;
         Items it;
 
         if (proto_has(m, PF_BUFFER)) {
                 b = registry_buffer_by_id(ctx->reg, m->buffer);
         } else if (proto_has(m, PF_NAME)) {
-                snprintf(name, sizeof(name), "%.*s", (int)m->name.len, m->name.ptr);
+                if (!registry_name_valid(m->name.ptr, m->name.len)) {
+                        request_reply_error(ctx->out, p, m->id, PROTO_STATUS_INVALID, "not a valid buffer name");
+                        return;
+                }
+                proto_str_copy(m->name, name, sizeof(name));
                 b = registry_buffer_by_name(ctx->reg, name);
         } else {
                 request_reply_error(ctx->out, p, m->id, PROTO_STATUS_BAD_REQUEST, "stat takes a name or a buffer id");
                 return;
         }
+        if (b) {
+                registry_buffer_describe(b, &reply);
+                if (!sees_buffer(ctx, p, registry_buffer_name(b), (uint32_t)reply.uid))
+                        b = NULL; /* a buffer the peer may not see does not exist for it */
+        }
         if (!b) {
                 request_reply_error(ctx->out, p, m->id, PROTO_STATUS_NOT_FOUND, "no such buffer");
                 return;
         }
-        registry_buffer_describe(b, &reply);
         reply.has &= ~PROTO_BIT(PF_HANDLE);
+        /* At most one holder per connection, and connections are bounded: one array for all. */
+        hs.cap = reply.holders;
+        hs.v = hs.cap ? calloc(hs.cap, sizeof(*hs.v)) : NULL;
+        if (hs.cap && !hs.v) {
+                registry_peer_mark_lost(p);
+                return;
+        }
+        registry_buffer_holders(b, collect_holder, &hs);
+        if (hs.n > 1)
+                qsort(hs.v, hs.n, sizeof(*hs.v), holder_cmp);
         items_init(&it);
-        registry_buffer_holders(b, add_holder, &it);
+        for (size_t i = 0; i < hs.n; i++) {
+                rec = (ProtoMsg){ .peer = hs.v[i].peer, .pid = hs.v[i].pid, .uid = hs.v[i].uid,
+                                  .refs = hs.v[i].refs };
+                rec.has = PROTO_BIT(PF_PEER) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_UID) | PROTO_BIT(PF_REFS);
+                if (!items_add(&it, &rec, max))
+                        break;
+                last = rec.peer;
+        }
+        free(hs.v);
         reply.more = it.full;
-        proto_set(&reply, PF_MORE);
+        reply.after = last;
+        reply.has |= PROTO_BIT(PF_MORE) | PROTO_BIT(PF_AFTER);
         reply_items(ctx, p, m, &it, &reply);
 }
 
@@ -161,7 +237,7 @@ void inspect_peers(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 
         items_init(&it);
         for (RegPeer *q = registry_peer_first(ctx->reg); q; q = registry_peer_next(ctx->reg, q)) {
-                if (registry_peer_id(q) <= m->after)
+                if (registry_peer_id(q) <= m->after || !sees_peer(ctx, p, q))
                         continue;
                 registry_peer_describe(q, &rec);
                 if (!items_add(&it, &rec, max))

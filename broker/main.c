@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -165,6 +166,10 @@ static int parse_args(int argc, char **argv, Options *o)
         while ((c = getopt_long(argc, argv, "s:u:g:p:Vh", longopts, NULL)) >= 0) {
                 switch (c) {
                 case 's':
+                        if (!*optarg) {
+                                fprintf(stderr, "gpuipc-broker: --socket needs a path, not an empty string\n");
+                                return -EINVAL;
+                        }
                         o->socket_path = optarg;
                         break;
                 case OPT_LISTEN_FD:
@@ -176,7 +181,15 @@ static int parse_args(int argc, char **argv, Options *o)
                         break;
                 case OPT_SOCKET_MODE:
                         if (parse_uint(optarg, 8, 0777, &v) < 0) {
-                                fprintf(stderr, "gpuipc-broker: --socket-mode needs an octal mode like 0660\n");
+                                fprintf(stderr, "gpuipc-broker: --socket-mode needs an octal mode like 0660, "
+                                        "not '%s'\n", optarg);
+                                return -EINVAL;
+                        }
+                        /* Connecting needs write access: a mode that gives read and write to
+                         * nobody starts a broker no peer can reach. */
+                        if ((v & 0600) != 0600 && (v & 060) != 060 && (v & 06) != 06) {
+                                fprintf(stderr, "gpuipc-broker: --socket-mode %s lets no peer connect: give read "
+                                        "and write to the owner, the group or others (e.g. 0660)\n", optarg);
                                 return -EINVAL;
                         }
                         o->socket_mode = (mode_t)v;
@@ -283,20 +296,26 @@ static int parse_args(int argc, char **argv, Options *o)
         return 0;
 }
 
-/* Reads and parses the policy file; logs what is wrong and where. */
+/* Reads and parses the policy file; logs what is wrong and where. Only a regular file is read:
+ * opening a FIFO would block the broker (at start, or every peer on SIGHUP) until someone writes. */
 static int load_policy(const char *path, Policy **ret)
 {
         _cleanup_free_ char *text = NULL;
         _cleanup_close_ int fd = -1;
+        struct stat st;
         char err[256];
         size_t len = 0;
         int r;
 
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         if (fd < 0) {
                 r = -errno;
                 log_error("cannot open the policy file", "path=%s error=\"%s\"", path, strerror(errno));
                 return r;
+        }
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+                log_error("the policy file is not a regular file", "path=%s", path);
+                return -EINVAL;
         }
         text = malloc(POLICY_MAX_BYTES);
         if (!text)
@@ -319,10 +338,16 @@ static int load_policy(const char *path, Policy **ret)
                 }
         }
         r = policy_parse(text, len, ret, err, sizeof(err));
-        if (r < 0)
+        if (r < 0) {
                 log_error("the policy file is invalid", "path=%s error=\"%s\"", path,
                           r == -EINVAL ? err : strerror(-r));
-        return r;
+                return r;
+        }
+        /* Legal, and maybe meant (a lock-down), but far more often a ConfigMap that lost its key. */
+        if (policy_rule_count(*ret) == 0)
+                log_warn("the policy file has no rules: every publish, attach, subscribe and group join is denied",
+                         "path=%s", path);
+        return 0;
 }
 
 static int reload_policy(void *userdata, Policy **ret)
@@ -334,6 +359,28 @@ static int reload_policy(void *userdata, Policy **ret)
                 return 0;
         }
         return load_policy(path, ret);
+}
+
+/* Every fd the broker sends stays charged to its uid until the peer reads it (the kernel's unix
+ * in-flight accounting), and both that and the broker's own fd table are bounded by the soft
+ * RLIMIT_NOFILE: take all the hard limit allows. Returns the soft limit now in force. */
+static rlim_t raise_fd_limit(void)
+{
+        struct rlimit rl;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return 0;
+        if (rl.rlim_cur < rl.rlim_max) {
+                rlim_t was = rl.rlim_cur;
+
+                rl.rlim_cur = rl.rlim_max;
+                if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+                        log_warn("cannot raise the fd limit", "soft=%llu hard=%llu error=\"%s\"",
+                                 (unsigned long long)was, (unsigned long long)rl.rlim_max, strerror(errno));
+                        return was;
+                }
+        }
+        return rl.rlim_cur;
 }
 
 static uint64_t random_u64(void)
@@ -377,18 +424,33 @@ int main(int argc, char **argv)
         ServerConfig cfg = { 0 };
         Server *server = NULL;
         Policy *policy = NULL;
+        rlim_t fd_limit;
         Privs privs;
         int fd, r;
 
         if (parse_args(argc, argv, &o) < 0)
                 return 2;
         log_setup(o.log_json, o.log_level);
-        if (!o.socket_path)
+        if (!o.socket_path && o.listen_fd < 0) {
                 o.socket_path = getenv("GPUIPC_SOCKET");
-        if (!o.socket_path || !*o.socket_path)
+                if (o.socket_path && !*o.socket_path) {
+                        log_error("GPUIPC_SOCKET is set but empty; unset it for the default socket, or give a path",
+                                  NULL);
+                        return 2;
+                }
+        }
+        if (!o.socket_path)
                 o.socket_path = GPUIPC_DEFAULT_SOCKET;
         signal(SIGPIPE, SIG_IGN);
         seed_hashes();
+        fd_limit = raise_fd_limit();
+        /* Each peer may leave --max-queued-fds fds unread, and the kernel charges all of them to the
+         * broker's uid up to this limit: beyond it, fds to peers that do read would have to wait. */
+        if ((uint64_t)o.limits.connections * o.limits.queued_fds > fd_limit)
+                log_warn("peers that do not read could hold every fd the kernel lets the broker have in flight; "
+                         "raise the hard RLIMIT_NOFILE or lower --max-connections or --max-queued-fds",
+                         "fd_limit=%llu max_connections=%u max_queued_fds=%u", (unsigned long long)fd_limit,
+                         o.limits.connections, o.limits.queued_fds);
 
         r = privs_resolve(o.user, o.group, o.socket_group, &privs);
         if (r < 0)
@@ -402,7 +464,8 @@ int main(int argc, char **argv)
                         return 1;
                 log_info("serving an inherited socket", "fd=%d", fd);
         } else {
-                fd = sockpath_listen(o.socket_path, o.socket_mode, privs.socket_gid);
+                fd = sockpath_listen(o.socket_path, o.socket_mode, privs.socket_gid,
+                                     privs.switch_user ? privs.uid : geteuid());
                 if (fd < 0)
                         return 1;
                 log_info("listening", "socket=%s mode=%04o", o.socket_path, (unsigned)o.socket_mode);
@@ -442,8 +505,9 @@ int main(int argc, char **argv)
                 server_free(server);
                 return 1;
         }
-        log_info("ready", "version=%s seccomp=%s policy=%s rules=%zu", GPUIPC_VERSION, sandbox_mode_name(o.seccomp),
-                 o.policy_path ? o.policy_path : "default", policy_rule_count(policy));
+        log_info("ready", "version=%s seccomp=%s policy=%s rules=%zu fd_limit=%llu", GPUIPC_VERSION,
+                 sandbox_mode_name(o.seccomp), o.policy_path ? o.policy_path : "default", policy_rule_count(policy),
+                 (unsigned long long)fd_limit);
         server_run(server);
         server_free(server);
         if (o.listen_fd < 0)

@@ -1,9 +1,10 @@
 /* Peer identity at accept: SO_PEERCRED, a pidfd (SO_PEERPIDFD or pidfd_open + start time), and
- * the PID namespace from /proc. See DESIGN.md "Identity and security". */
+ * the PID namespace where the kernel tells it. See docs/design.md "Identity and diagnosis". */
 #include "peer.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -37,6 +38,52 @@ uint64_t peer_pidns_of(uint32_t pid)
         else
                 snprintf(path, sizeof(path), "/proc/self/ns/pid");
         return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+/* How many PID namespaces a process is in, counted from the one /proc belongs to (the entries of
+ * NSpid in /proc/<pid>/status); 0 if unknown. Unlike /proc/<pid>/ns/pid, which Landlock and the
+ * ptrace rules keep from the broker for every process but itself, status is readable for all. */
+static unsigned pidns_depth_of(const char *status_path)
+{
+        char buf[4096], *line;
+        _cleanup_close_ int fd = open(status_path, O_RDONLY | O_CLOEXEC);
+        unsigned depth = 0;
+        ssize_t n;
+
+        if (fd < 0 || (n = read(fd, buf, sizeof(buf) - 1)) <= 0)
+                return 0;
+        buf[n] = 0;
+        line = strstr(buf, "\nNSpid:");
+        if (!line)
+                return 0;
+        for (char *p = line + 7; *p && *p != '\n'; p++)
+                depth += (p[0] == ' ' || p[0] == '\t') && p[1] >= '0' && p[1] <= '9';
+        return depth;
+}
+
+/* The PID namespace of a peer the kernel shows in ours (pid > 0), read where the sandbox lets us:
+ * the namespace link works only while the broker is not confined (and may inspect the peer); a
+ * peer at the same NSpid depth as the broker is in the broker's own namespace (a visible pid is in
+ * ours or one below it). 0 when neither tells: the peer's declared namespace is all there is. The
+ * pidfd (if any) guards against the pid having been recycled while /proc was read. */
+static uint64_t pidns_from_kernel(uint32_t pid, int pidfd)
+{
+        static unsigned self_depth;
+        static uint64_t self_ns;
+        char path[64];
+        uint64_t ns = peer_pidns_of(pid);
+        struct pollfd exited = { .fd = pidfd, .events = POLLIN };
+
+        if (ns)
+                return ns;
+        if (!self_depth) {
+                self_depth = pidns_depth_of("/proc/self/status");
+                self_ns = peer_pidns_of(0);
+        }
+        snprintf(path, sizeof(path), "/proc/%u/status", pid);
+        if (pidfd < 0 || !self_depth || !self_ns || pidns_depth_of(path) != self_depth)
+                return 0;
+        return poll(&exited, 1, 0) == 0 ? self_ns : 0;
 }
 
 /* Field 22 of /proc/<pid>/stat, after the parenthesised command name (which may hold spaces). */
@@ -103,7 +150,7 @@ int peer_identify(int sock, uint64_t accepted_ticks, PeerCreds *ret, int *ret_pi
                 .uid = cred.uid,
                 .gid = cred.gid,
                 .pid = cred.pid > 0 ? (uint32_t)cred.pid : 0,
-                .pidns = cred.pid > 0 ? peer_pidns_of((uint32_t)cred.pid) : 0,
+                .pidns = cred.pid > 0 ? pidns_from_kernel((uint32_t)cred.pid, pidfd) : 0,
         };
         *ret_pidfd = pidfd;
         return 0;

@@ -6,7 +6,8 @@
 #include "registry.h"
 
 /* Fills ret with the socket peer's uid, gid, pid (0 when outside our PID namespace) and PID
- * namespace inode (0 when /proc does not tell), and opens a pidfd that becomes readable when
+ * namespace inode as the kernel tells it (0 when it does not: under the sandbox only a peer in the
+ * broker's own namespace is known), and opens a pidfd that becomes readable when
  * that process exits: SO_PEERPIDFD where the kernel has it, else pidfd_open() guarded by a
  * start-time check so that a recycled pid is never mistaken for the peer. *ret_pidfd is -1 when
  * no pidfd could be had (the peer is then watched by EOF alone); the caller owns it.

@@ -123,6 +123,15 @@ int privs_drop(const Privs *p)
         } else if (geteuid() == 0) {
                 log_warn("running as root; pass --user to drop to an unprivileged user", NULL);
         }
+        /* The broker holds every peer's memory fds. A dumpable process lets any process of its uid
+         * take them (pidfd_getfd, ptrace, /proc/PID/fd); non-dumpable, only a holder of
+         * CAP_SYS_PTRACE can. Switching user already cleared the flag, starting as the final uid
+         * (as the Kubernetes manifests do) does not: set it in every case. */
+        if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+                int r = -errno;
+                log_error("cannot make the broker non-dumpable", "error=\"%s\"", strerror(errno));
+                return r;
+        }
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
                 int r = -errno;
                 log_error("cannot set no_new_privs", "error=\"%s\"", strerror(errno));

@@ -14,6 +14,7 @@ typedef struct Privs {
 /* Resolves names or numbers (before the sandbox: this may read /etc/passwd). 0 or -errno, logged. */
 int privs_resolve(const char *user, const char *group, const char *socket_group, Privs *ret);
 
-/* Switches user and group if asked (only root can), sets no_new_privs, and drops every
- * capability: ambient, bounding (where permitted), permitted, effective, inheritable. */
+/* Switches user and group if asked (only root can), makes the process non-dumpable (no process of
+ * its uid may read its memory or take its fds), sets no_new_privs, and drops every capability:
+ * ambient, bounding (where permitted), permitted, effective, inheritable. */
 int privs_drop(const Privs *p);

@@ -23,6 +23,7 @@ typedef struct RegName {
         HNode node;
         RegBuffer *live; /* the buffer published under this name, if any */
         List waits;      /* Wait.link, oldest first */
+        uint64_t publishes; /* while the entry lives: so a wait can tell it missed a publication */
         char name[];
 } RegName;
 
@@ -46,6 +47,7 @@ typedef struct Wait {
         Timer timer; /* attach waits only: groups keep one timer for all members */
         RegPeer *peer;
         uint64_t req_id, deadline;
+        uint64_t name_publishes; /* attach waits: the name's publishes when the wait began */
         RegName *name;
         RegGroup *group;
         List peer_link, link;
@@ -181,6 +183,7 @@ struct RegBuffer {
         uint32_t retire_after, attaches;
         RegPeer *owner; /* NULL once the producer is gone (broker-held buffers only) */
         uint64_t owner_id, owner_pidns;
+        bool owner_pidns_declared;
         uint32_t owner_uid, owner_pid;
         UidAcct *acct;
         List owner_link;
@@ -231,10 +234,16 @@ static inline void copy_str(char *dst, size_t cap, const char *src)
         dst[n] = 0;
 }
 
-/* The PID namespace a peer lives in: what the broker read from /proc beats what the peer said. */
+/* The PID namespace a peer lives in: what the kernel told the broker beats what the peer said. */
 static inline uint64_t peer_pidns(const RegPeer *p)
 {
         return p->creds.pidns ? p->creds.pidns : p->decl_pidns;
+}
+
+/* peer_pidns() is only the peer's word (diagnosis only: it grants nothing). */
+static inline bool peer_pidns_declared(const RegPeer *p)
+{
+        return !p->creds.pidns && p->decl_pidns;
 }
 
 UidAcct *reg_acct_get(Registry *r, uint32_t uid);

@@ -194,6 +194,7 @@ void registry_peer_describe(const RegPeer *p, ProtoMsg *m)
         m->uid = p->creds.uid;
         m->gid = p->creds.gid;
         m->pidns = peer_pidns(p);
+        m->pidns_declared = peer_pidns_declared(p);
         m->label = proto_str(p->label);
         m->refs = p->n_refs;
         m->subs = p->n_subs;
@@ -207,5 +208,6 @@ void registry_peer_describe(const RegPeer *p, ProtoMsg *m)
                 m->buffers++;
         m->has = PROTO_BIT(PF_PEER) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_UID) | PROTO_BIT(PF_GID) |
                  PROTO_BIT(PF_PIDNS) | PROTO_BIT(PF_LABEL) | PROTO_BIT(PF_REFS) | PROTO_BIT(PF_SUBS) |
-                 PROTO_BIT(PF_WAITS) | PROTO_BIT(PF_STARTED_MS) | PROTO_BIT(PF_GPUS) | PROTO_BIT(PF_BUFFERS);
+                 PROTO_BIT(PF_WAITS) | PROTO_BIT(PF_STARTED_MS) | PROTO_BIT(PF_GPUS) | PROTO_BIT(PF_BUFFERS) |
+                 PROTO_BIT(PF_PIDNS_DECLARED);
 }

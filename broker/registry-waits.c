@@ -170,14 +170,23 @@ void registry_expire(Registry *r, uint64_t now_ms, Outbox *out)
                 } else {
                         Wait *w = container_of(t, Wait, timer);
                         RegPeer *p = w->peer;
-                        uint64_t id = w->req_id;
+                        uint64_t id = w->req_id, missed = w->name->publishes - w->name_publishes;
                         char name[PROTO_MAX_NAME + 1];
 
                         copy_str(name, sizeof(name), w->name->name);
                         reg_wait_free(r, w);
                         r->counters.timeouts++;
-                        reg_reply_err(out, p, id, PROTO_STATUS_TIMEOUT,
-                                      "nothing was published under '%s' before the timeout", name);
+                        /* Publications this wait saw come and go went to earlier waiters (retire_after)
+                         * or were retired before its turn: saying "nothing was published" would mislead. */
+                        if (missed)
+                                reg_reply_err(out, p, id, PROTO_STATUS_TIMEOUT,
+                                              "nothing was live under '%s' for this attach before the timeout: %llu "
+                                              "publication(s) during the wait were retired before its turn (by "
+                                              "retire_after, once earlier waiters had attached, or by the producer)",
+                                              name, (unsigned long long)missed);
+                        else
+                                reg_reply_err(out, p, id, PROTO_STATUS_TIMEOUT,
+                                              "nothing was published under '%s' before the timeout", name);
                 }
         }
 }

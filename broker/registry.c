@@ -86,6 +86,7 @@ _printf_(5, 6) void reg_reply_err(Outbox *o, RegPeer *p, uint64_t id, unsigned s
         va_start(ap, fmt);
         vsnprintf(text, sizeof(text), fmt, ap);
         va_end(ap);
+        text[proto_utf8_trim(text, strlen(text))] = 0; /* a cut may split a character */
         reg_reply_base(&m, id, status);
         m.error = proto_str(proto_status_name(status));
         m.message = proto_str(text);
@@ -338,6 +339,16 @@ static bool peer_sees_device(const RegPeer *p, const char *uuid)
         return false;
 }
 
+/* "PID namespace N", saying so when N is only what the peer declared, or that it is unknown. */
+static const char *describe_pidns(char *buf, size_t cap, uint64_t ns, bool declared)
+{
+        if (!ns)
+                snprintf(buf, cap, "a PID namespace it did not declare");
+        else
+                snprintf(buf, cap, "PID namespace %llu%s", (unsigned long long)ns, declared ? " (as declared)" : "");
+        return buf;
+}
+
 /* Explains, before CUDA would fail obscurely, why this consumer cannot use this buffer.
  * Returns a status and fills text, or 0. */
 static unsigned attach_diagnose(const RegBuffer *b, const RegPeer *p, char *text, size_t cap)
@@ -345,19 +356,28 @@ static unsigned attach_diagnose(const RegBuffer *b, const RegPeer *p, char *text
         if (b->kind == PROTO_KIND_CUDA_LEGACY) {
                 uint64_t mine = peer_pidns(p);
                 bool differ = mine && b->owner_pidns && mine != b->owner_pidns;
+                char who[64], theirs[64], ours[64];
 
                 /* The kernel's own view: a pid of 0 means "outside the broker's namespace", so one
                  * visible peer and one invisible one cannot share a namespace. */
                 if (!differ && !p->creds.pid != !b->owner_pid)
                         differ = true;
                 if (differ) {
+                        /* A pid the broker cannot see is no pid at all: say where the process is. */
+                        if (b->owner_pid)
+                                snprintf(who, sizeof(who), "pid %u, uid %u", b->owner_pid, b->owner_uid);
+                        else
+                                snprintf(who, sizeof(who), "uid %u, in another PID namespace than the broker",
+                                         b->owner_uid);
                         snprintf(text, cap,
-                                 "buffer '%s' is cuda-legacy: its producer (pid %u, uid %u) is in PID namespace "
-                                 "%llu and this consumer is in %llu; legacy CUDA IPC needs both in one PID "
-                                 "namespace (CUDA would fail with 'invalid device context'). Fix: set "
-                                 "shareProcessNamespace: true on the pod, or publish as cuda-vmm",
-                                 b->name, b->owner_pid, b->owner_uid, (unsigned long long)b->owner_pidns,
-                                 (unsigned long long)mine);
+                                 "buffer '%s' is cuda-legacy: its producer (%s) is in %s and this consumer%s is "
+                                 "in %s; legacy CUDA IPC needs both in one PID namespace (CUDA would fail with "
+                                 "'invalid device context'). Fix: set shareProcessNamespace: true on the pod, or "
+                                 "publish as cuda-vmm",
+                                 b->name, who,
+                                 describe_pidns(theirs, sizeof(theirs), b->owner_pidns, b->owner_pidns_declared),
+                                 p->creds.pid ? "" : " (in another PID namespace than the broker)",
+                                 describe_pidns(ours, sizeof(ours), mine, peer_pidns_declared(p)));
                         return PROTO_STATUS_PIDNS;
                 }
         }
@@ -489,7 +509,7 @@ void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uin
         }
         timeout_ms = MIN(timeout_ms, r->limits.max_timeout_ms);
         *w = (Wait){ .timer = { HEAP_NODE_INIT, TIMER_WAIT }, .peer = p, .req_id = id,
-                     .deadline = now_ms + timeout_ms, .name = e };
+                     .deadline = now_ms + timeout_ms, .name_publishes = e->publishes, .name = e };
         if (heap_push(&r->timers, &w->timer.node, w->deadline) < 0) {
                 free(w);
                 reg_name_put(r, e);
@@ -529,6 +549,7 @@ static void publish_under_name(Registry *r, RegPeer *p, uint64_t id, RegBuffer *
 
         e->live = b;
         b->published = e;
+        e->publishes++;
         if (old && old != b)
                 buffer_retire(r, old, o); /* the same producer replaced its own buffer */
         reg_buffer_set_state(r, b, PROTO_STATE_LIVE);
@@ -736,6 +757,7 @@ RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPu
         b->owner_uid = p->creds.uid;
         b->owner_pid = p->creds.pid;
         b->owner_pidns = peer_pidns(p);
+        b->owner_pidns_declared = peer_pidns_declared(p);
         b->acct = p->acct;
         list_init(&b->holds);
         list_init(&b->restored_link);

@@ -39,6 +39,7 @@ _printf_(5, 6) static void fail(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, 
         va_start(ap, fmt);
         vsnprintf(text, sizeof(text), fmt, ap);
         va_end(ap);
+        text[proto_utf8_trim(text, strlen(text))] = 0; /* a cut may split a character */
         request_reply_error(ctx->out, p, m->id, status, text);
 }
 
@@ -169,6 +170,8 @@ static const char *check_new_buffer(const ProtoMsg *m, int fd, unsigned *ret_sta
                 return "size must be greater than zero";
         if (m->kind != PROTO_KIND_CUDA_LEGACY && m->offset)
                 return "offset is only meaningful for cuda-legacy";
+        if (m->kind != PROTO_KIND_CUDA_LEGACY && proto_has(m, PF_HANDLE))
+                return "a handle is only for cuda-legacy; a memfd or cuda-vmm buffer travels as its fd";
         if (m->offset > UINT64_MAX - m->size)
                 return "offset + size overflows";
         if (m->kind != PROTO_KIND_MEMFD && (!proto_has(m, PF_DEVICE) || m->device.len == 0))
@@ -540,6 +543,13 @@ static void handle_group_join(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         }
         if (!proto_has(m, PF_TIMEOUT_MS) || m->timeout_ms == 0) {
                 fail(ctx, p, m, PROTO_STATUS_BAD_REQUEST, "group-join needs a timeout_ms above zero");
+                return;
+        }
+        /* Joining tells the other members who is ready and holds them up until the deadline: as
+         * for subscriptions, the group's name must be one this peer may attach. */
+        if (!allowed(ctx, p, POLICY_ATTACH, group)) {
+                fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u join group '%s'",
+                     registry_peer_creds(p)->uid, group);
                 return;
         }
         registry_group_join(ctx->reg, p, m->id, group, (uint32_t)m->members, timeout_of(m), ctx->now_ms, ctx->out);

@@ -77,6 +77,27 @@ static void ctx_release(scmp_filter_ctx *ctx)
                 seccomp_release(*ctx);
 }
 
+static int add_rule(scmp_filter_ctx ctx, const SandboxRule *rule)
+{
+        struct scmp_arg_cmp cmp[ARRAY_SIZE(rule->conds)];
+        uint32_t action = rule->errno_ret ? SCMP_ACT_ERRNO((uint32_t)rule->errno_ret) : SCMP_ACT_ALLOW;
+        int nr = seccomp_syscall_resolve_name(rule->name);
+        int r;
+
+        if (nr == __NR_SCMP_ERROR)
+                return 0; /* not a call on this architecture */
+        for (int i = 0; i < rule->n_conds; i++) {
+                const SandboxCond *c = &rule->conds[i];
+
+                cmp[i] = c->masked ? SCMP_CMP((unsigned)c->arg, SCMP_CMP_MASKED_EQ, c->mask, c->value)
+                                   : SCMP_CMP((unsigned)c->arg, SCMP_CMP_EQ, c->value);
+        }
+        r = seccomp_rule_add_array(ctx, action, nr, (unsigned)rule->n_conds, cmp);
+        if (r < 0)
+                log_error("cannot add a seccomp rule", "syscall=%s error=\"%s\"", rule->name, strerror(-r));
+        return r;
+}
+
 /* Builds the filter; the caller loads it. */
 static int sandbox_build(SandboxMode m, scmp_filter_ctx *ret)
 {
@@ -86,22 +107,16 @@ static int sandbox_build(SandboxMode m, scmp_filter_ctx *ret)
         ctx = seccomp_init(m == SANDBOX_LOG ? SCMP_ACT_LOG : SCMP_ACT_TRAP);
         if (!ctx)
                 return -ENOMEM;
-        for (size_t i = 0; i < ARRAY_SIZE(sandbox_rules); i++) {
-                const SandboxRule *rule = &sandbox_rules[i];
-                int nr = seccomp_syscall_resolve_name(rule->name);
-
-                if (nr == __NR_SCMP_ERROR)
-                        continue; /* not a call on this architecture */
-                if (rule->arg < 0)
-                        r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
-                else
-                        r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
-                                             SCMP_CMP((unsigned)rule->arg, SCMP_CMP_EQ, rule->value));
-                if (r < 0) {
-                        log_error("cannot add a seccomp rule", "syscall=%s error=\"%s\"", rule->name, strerror(-r));
+        for (size_t i = 0; i < ARRAY_SIZE(sandbox_rules); i++)
+                if (sandbox_rules[i].name && (r = add_rule(ctx, &sandbox_rules[i])) < 0)
                         return r;
-                }
-        }
+#if GPUIPC_SANITIZED
+        /* A sanitizer's runtime works behind the program's back (LeakSanitizer stops the world with
+         * ptrace at exit): those calls are allowed in sanitizer builds only, never in a release. */
+        for (size_t i = 0; i < ARRAY_SIZE(sandbox_sanitizer_rules); i++)
+                if (sandbox_sanitizer_rules[i].name && (r = add_rule(ctx, &sandbox_sanitizer_rules[i])) < 0)
+                        return r;
+#endif
         *ret = steal_ptr(ctx);
         return 0;
 }

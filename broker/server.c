@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 
 #define ACCEPTS_PER_WAKEUP 64
 #define ACCEPT_BACKOFF_MS 100
+#define BLOCKED_RETRY_MS 100
 
 typedef struct Client {
         Server *server;
@@ -32,14 +34,15 @@ typedef struct Client {
         int pidfd;
         RegPeer *peer;
         unsigned open_handles;
-        bool closing, want_write;
+        bool closing, want_write, blocked;
         List link;
+        List blocked_link; /* in Server.blocked while the kernel refuses its fds */
 } Client;
 
 struct Server {
         uv_loop_t loop;
         uv_poll_t listen_poll;
-        uv_timer_t deadline_timer, accept_timer;
+        uv_timer_t deadline_timer, accept_timer, retry_timer;
         uv_signal_t sig_term, sig_int, sig_hup;
         int listen_fd;
         bool listening, stopping;
@@ -52,6 +55,7 @@ struct Server {
         Outbox out;
         List clients;
         List doomed; /* closed clients whose peers the next deliver() removes */
+        List blocked; /* clients with a frame the kernel refused for lack of in-flight room */
         uint8_t rbuf[PROTO_MAX_FRAME]; /* one receive buffer: frames are handled as they arrive */
 };
 
@@ -111,10 +115,31 @@ static uint64_t read_fd_limit(void)
 
 static void client_poll_cb(uv_poll_t *h, int status, int events);
 
+static void retry_blocked_cb(uv_timer_t *t);
+
+/* The kernel refused to pass an fd to this client: the broker's uid has as many fds in flight as
+ * its RLIMIT_NOFILE allows (peers that do not read hold them). The recipient is not at fault, so
+ * it keeps its connection; its frames wait and are retried on a timer, since the socket itself
+ * stays writable and polling would spin. */
+static void client_block(Client *c)
+{
+        Server *s = c->server;
+
+        if (c->blocked)
+                return;
+        c->blocked = true;
+        list_append(&s->blocked, &c->blocked_link);
+        log_warn("the kernel refuses to pass more fds: the broker's uid has too many in flight (peers that do "
+                 "not read hold them); the frame waits", "peer=%llu retry_ms=%d",
+                 (unsigned long long)registry_peer_id(c->peer), BLOCKED_RETRY_MS);
+        if (!uv_is_active((uv_handle_t *)&s->retry_timer))
+                uv_timer_start(&s->retry_timer, retry_blocked_cb, BLOCKED_RETRY_MS, 0);
+}
+
 static void client_update_poll(Client *c)
 {
         int events = UV_READABLE | UV_DISCONNECT;
-        bool want = conn_pending(&c->conn);
+        bool want = conn_pending(&c->conn) && !c->blocked;
 
         if (c->closing || want == c->want_write)
                 return;
@@ -122,6 +147,31 @@ static void client_update_poll(Client *c)
         if (want)
                 events |= UV_WRITABLE;
         uv_poll_start(&c->poll, events, client_poll_cb);
+}
+
+/* Hangs up on a peer that stopped reading, telling it why in a last frame after everything it has
+ * yet to read: its queue is gone, the fds it did not receive would be charged to the broker. */
+static void drop_slow_peer(Client *c, const char *limit, size_t value, uint32_t max)
+{
+        Server *s = c->server;
+        char why[PROTO_MAX_TEXT];
+        ProtoBuf frame = { 0 };
+        ProtoMsg m = { 0 };
+
+        s->stats.slow_peers_dropped++;
+        log_warn("dropping a peer that does not read", "peer=%llu limit=%s value=%zu max=%u",
+                 (unsigned long long)registry_peer_id(c->peer), limit, value, max);
+        snprintf(why, sizeof(why), "the broker disconnects this connection: it does not read what the broker sends "
+                 "(%zu %s, the limit is %u: --%s)", value,
+                 strcmp(limit, "max-queued-fds") == 0 ? "fds not received" : "bytes queued", max, limit);
+        m.status = PROTO_STATUS_QUOTA;
+        m.error = proto_str(proto_status_name(PROTO_STATUS_QUOTA));
+        m.message = proto_str(why);
+        m.has = PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) | PROTO_BIT(PF_ERROR) | PROTO_BIT(PF_MESSAGE);
+        if (proto_frame_encode(&frame, &m, 0) == 0)
+                (void)conn_send_last(&c->conn, &frame);
+        proto_buf_free(&frame);
+        client_close(c, "too much unread output");
 }
 
 /* Hands one frame to a client's connection; disconnects peers that stop reading. */
@@ -134,6 +184,15 @@ static void client_send(Client *c, OutFrame *f)
         if (c->closing)
                 return;
         r = conn_send(&c->conn, &f->frame, f->fd);
+        if (r == CONN_E_BLOCKED) {
+                client_block(c);
+                r = 0;
+        }
+        if (r == CONN_E_UNRECEIVED) {
+                /* Fds a peer has not read are charged to the broker's uid: bounded per peer. */
+                drop_slow_peer(c, "max-queued-fds", conn_unreceived_fds(&c->conn) + 1, s->cfg.limits.queued_fds);
+                return;
+        }
         if (r < 0) {
                 client_close(c, "send failed");
                 return;
@@ -141,14 +200,9 @@ static void client_send(Client *c, OutFrame *f)
         s->stats.frames_out++;
         s->stats.bytes_out += len;
         s->stats.fds_out += f->fd >= 0;
-        /* Bytes bound the broker's memory; fds its fd table, which every peer shares. */
-        if (c->conn.queued_bytes > s->cfg.limits.queued_bytes || c->conn.queued_fds > s->cfg.limits.queued_fds) {
-                s->stats.slow_peers_dropped++;
-                log_warn("dropping a peer that does not read", "peer=%llu queued_bytes=%zu queued_fds=%zu "
-                         "limit_bytes=%u limit_fds=%u", (unsigned long long)registry_peer_id(c->peer),
-                         c->conn.queued_bytes, c->conn.queued_fds, s->cfg.limits.queued_bytes,
-                         s->cfg.limits.queued_fds);
-                client_close(c, "too much unread output");
+        /* Queued bytes bound the broker's memory (queued fds are bounded by conn_send). */
+        if (c->conn.queued_bytes > s->cfg.limits.queued_bytes) {
+                drop_slow_peer(c, "max-queued-bytes", c->conn.queued_bytes, s->cfg.limits.queued_bytes);
                 return;
         }
         client_update_poll(c);
@@ -183,6 +237,7 @@ static void client_finish(Server *s, Client *c)
         uint64_t start = monotonic_us(), took;
 
         list_unlink(&c->link);
+        list_unlink(&c->blocked_link);
         registry_peer_remove(s->reg, c->peer, &s->out);
         c->peer = NULL;
         /* How long forgetting a peer takes (its references, waits, buffers) is worth watching. */
@@ -289,15 +344,22 @@ static void handle_frame(Client *c, const uint8_t *buf, size_t len, int *fds, si
                 goto violation;
         }
         e = proto_msg_decode(buf + PROTO_HEADER_SIZE, h.body_len, &m, &field);
-        if (e == PROTO_E_FIELD || e == PROTO_E_MISSING || e == PROTO_E_DUPLICATE) {
+        if (e == PROTO_E_FIELD || e == PROTO_E_MISSING || e == PROTO_E_DUPLICATE || e == PROTO_E_UTF8) {
                 uint64_t id = 0;
 
-                /* Well-formed but wrong: answer (naming the request if it has an id), keep the
-                 * connection. */
-                proto_peek_id(buf + PROTO_HEADER_SIZE, h.body_len, &id);
                 snprintf(why, sizeof(why), "field '%s' is %s", proto_field_name(field),
-                         e == PROTO_E_MISSING ? "missing" : e == PROTO_E_DUPLICATE ? "given twice"
-                                                                                  : "of the wrong type or too long");
+                         e == PROTO_E_MISSING     ? "missing"
+                         : e == PROTO_E_DUPLICATE ? "given twice"
+                         : e == PROTO_E_UTF8      ? "not valid UTF-8"
+                                                  : "of the wrong type or too long");
+                /* Well-formed but wrong: answered with the request's id, and the connection stays.
+                 * Without a readable id no reply could be matched to its request (clients pipeline),
+                 * so that is a violation: the client would otherwise wait for an answer forever. */
+                if (proto_peek_id(buf + PROTO_HEADER_SIZE, h.body_len, &id) != 0 || id == 0) {
+                        snprintf(why + strlen(why), sizeof(why) - strlen(why),
+                                 ", and the request has no readable id to answer it with");
+                        goto violation;
+                }
                 request_reply_error(&s->out, c->peer, id, PROTO_STATUS_BAD_REQUEST, why);
                 for (size_t i = 0; i < n_fds; i++)
                         safe_close(fds[i]);
@@ -367,6 +429,8 @@ static void client_poll_cb(uv_poll_t *h, int status, int events)
         }
         if ((events & UV_WRITABLE) && !c->closing) {
                 int r = conn_flush(&c->conn);
+                if (r == CONN_E_BLOCKED)
+                        client_block(c);
                 if (r < 0)
                         client_close(c, "send failed");
                 else
@@ -374,6 +438,41 @@ static void client_poll_cb(uv_poll_t *h, int status, int events)
         }
         if ((events & (UV_READABLE | UV_DISCONNECT)) && !c->closing)
                 client_read(c);
+        deliver(s);
+}
+
+static void retry_blocked_cb(uv_timer_t *t)
+{
+        Server *s = t->data;
+        List retry;
+
+        /* Take the list: a client the kernel still refuses goes back on it. */
+        list_init(&retry);
+        if (!list_empty(&s->blocked)) {
+                retry = s->blocked;
+                retry.next->prev = retry.prev->next = &retry;
+                list_init(&s->blocked);
+        }
+        while (!list_empty(&retry)) {
+                Client *c = list_entry(retry.next, Client, blocked_link);
+                int r;
+
+                list_unlink(&c->blocked_link);
+                c->blocked = false;
+                if (c->closing)
+                        continue;
+                r = conn_flush(&c->conn);
+                if (r == CONN_E_BLOCKED) {
+                        c->blocked = true; /* quietly: it was reported when it first blocked */
+                        list_append(&s->blocked, &c->blocked_link);
+                } else if (r < 0) {
+                        client_close(c, "send failed");
+                } else {
+                        client_update_poll(c);
+                }
+        }
+        if (!list_empty(&s->blocked))
+                uv_timer_start(&s->retry_timer, retry_blocked_cb, BLOCKED_RETRY_MS, 0);
         deliver(s);
 }
 
@@ -449,7 +548,7 @@ static int client_start(Server *s, int fd)
         }
         c->server = s;
         c->pidfd = pidfd;
-        conn_init(&c->conn, fd);
+        conn_init(&c->conn, fd, s->cfg.limits.queued_fds);
         uv_poll_init(&s->loop, &c->poll, fd);
         c->poll.data = c;
         c->open_handles = 1;
@@ -523,9 +622,11 @@ static void server_stop(Server *s)
         deliver(s);
         uv_timer_stop(&s->deadline_timer);
         uv_timer_stop(&s->accept_timer);
+        uv_timer_stop(&s->retry_timer);
         uv_close((uv_handle_t *)&s->listen_poll, NULL);
         uv_close((uv_handle_t *)&s->deadline_timer, NULL);
         uv_close((uv_handle_t *)&s->accept_timer, NULL);
+        uv_close((uv_handle_t *)&s->retry_timer, NULL);
         uv_close((uv_handle_t *)&s->sig_term, NULL);
         uv_close((uv_handle_t *)&s->sig_int, NULL);
         uv_close((uv_handle_t *)&s->sig_hup, NULL);
@@ -570,6 +671,7 @@ int server_new(Server **ret, const ServerConfig *cfg)
         s->pidns = peer_pidns_of(0);
         list_init(&s->clients);
         list_init(&s->doomed);
+        list_init(&s->blocked);
         r = uv_loop_init(&s->loop);
         if (r < 0) {
                 free(s);
@@ -593,6 +695,8 @@ int server_new(Server **ret, const ServerConfig *cfg)
         s->deadline_timer.timer_cb = deadline_cb;
         uv_timer_init(&s->loop, &s->accept_timer);
         s->accept_timer.data = s;
+        uv_timer_init(&s->loop, &s->retry_timer);
+        s->retry_timer.data = s;
         uv_signal_init(&s->loop, &s->sig_term);
         uv_signal_init(&s->loop, &s->sig_int);
         uv_signal_init(&s->loop, &s->sig_hup);

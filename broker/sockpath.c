@@ -28,7 +28,7 @@ static int fill_addr(const char *path, struct sockaddr_un *sa)
         return 0;
 }
 
-static int check_directory(const char *path)
+static int check_directory(const char *path, uid_t owner)
 {
         char copy[sizeof(((struct sockaddr_un *)0)->sun_path)];
         struct stat st;
@@ -46,10 +46,11 @@ static int check_directory(const char *path)
                 log_error("the socket's parent is not a directory", "dir=%s", dir);
                 return -ENOTDIR;
         }
-        /* Whoever owns the directory can swap the socket for their own; only root and we may. */
-        if (st.st_uid != 0 && st.st_uid != geteuid()) {
-                log_error("refusing a socket directory owned by another user", "dir=%s owner_uid=%u", dir,
-                          (unsigned)st.st_uid);
+        /* Whoever owns the directory can swap the socket for their own; only root and the user the
+         * broker runs as may (with --user that is the account it switches to, not root). */
+        if (st.st_uid != 0 && st.st_uid != owner) {
+                log_error("refusing a socket directory owned by another user", "dir=%s owner_uid=%u broker_uid=%u",
+                          dir, (unsigned)st.st_uid, (unsigned)owner);
                 return -EPERM;
         }
         /* Kubernetes creates emptyDir volumes 0777 without the sticky bit; there only the pod's
@@ -60,7 +61,10 @@ static int check_directory(const char *path)
         return 0;
 }
 
-/* Deals with whatever already sits at path: a stale socket is removed, anything else refused. */
+/* Deals with whatever already sits at path: a stale socket is removed, anything else refused.
+ * Only a refused connection proves a socket stale: EACCES (the socket of a broker we may not
+ * reach), EPROTOTYPE (a live listener of another socket type) or EAGAIN (a live broker with a full
+ * backlog) say that something is alive there, and it is not ours to remove. */
 static int clear_stale(const char *path, const struct sockaddr_un *sa)
 {
         _cleanup_close_ int probe = -1;
@@ -76,9 +80,26 @@ static int clear_stale(const char *path, const struct sockaddr_un *sa)
                 log_error("refusing to replace a file that is not a socket", "path=%s", path);
                 return -EEXIST;
         }
-        probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        if (probe >= 0 && connect(probe, (const struct sockaddr *)sa, sizeof(*sa)) == 0) {
+        /* Non-blocking: a live broker with a full backlog answers EAGAIN instead of stalling us. */
+        probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (probe < 0)
+                return -errno;
+        if (connect(probe, (const struct sockaddr *)sa, sizeof(*sa)) == 0) {
                 log_error("another broker is listening on this socket", "path=%s", path);
+                return -EADDRINUSE;
+        }
+        switch (errno) {
+        case ECONNREFUSED:
+                break;
+        case ENOENT:
+                return 0; /* removed meanwhile */
+        case EPROTOTYPE:
+                log_error("something listens on this socket with another socket type; refusing to remove it",
+                          "path=%s", path);
+                return -EADDRINUSE;
+        default:
+                log_error("cannot tell whether something listens on this socket; refusing to remove it",
+                          "path=%s error=\"%s\"", path, strerror(errno));
                 return -EADDRINUSE;
         }
         if (unlink(path) < 0 && errno != ENOENT)
@@ -87,7 +108,7 @@ static int clear_stale(const char *path, const struct sockaddr_un *sa)
         return 0;
 }
 
-int sockpath_listen(const char *path, mode_t mode, gid_t gid)
+int sockpath_listen(const char *path, mode_t mode, gid_t gid, uid_t owner)
 {
         _cleanup_close_ int fd = -1;
         struct sockaddr_un sa;
@@ -97,7 +118,7 @@ int sockpath_listen(const char *path, mode_t mode, gid_t gid)
         r = fill_addr(path, &sa);
         if (r < 0)
                 return r;
-        r = check_directory(path);
+        r = check_directory(path, owner);
         if (r < 0)
                 return r;
         r = clear_stale(path, &sa);

@@ -5,9 +5,10 @@
 
 /* Creates a SOCK_SEQPACKET socket at path with the given mode (and group, unless gid is
  * (gid_t)-1) and listens on it. Refuses a path that is a symlink, that is not a socket, where
- * another broker is listening, or whose directory is owned by someone else than root or us (and
- * warns about a world-writable one without the sticky bit). Returns the fd or -errno (logged). */
-int sockpath_listen(const char *path, mode_t mode, gid_t gid);
+ * something may still be listening (only a refused connection makes a socket stale), or whose
+ * directory is owned by someone else than root or owner, the uid the broker runs as once started
+ * (and warns about a world-writable one without the sticky bit). Returns the fd or -errno (logged). */
+int sockpath_listen(const char *path, mode_t mode, gid_t gid, uid_t owner);
 
 /* Checks that fd is a listening SOCK_SEQPACKET Unix socket and makes it non-blocking and
  * close-on-exec. Returns fd or -errno (logged). */

@@ -258,6 +258,8 @@ static void peer_json(Json *o, const gpuipc_peer_info_t *p)
         json_ku64(o, "uid", p->uid);
         json_ku64(o, "gid", p->gid);
         json_ku64(o, "pidns", p->pidns);
+        json_key(o, "pidns_declared");
+        json_bool(o, p->pidns_declared);
         json_kstr(o, "label", p->label);
         json_ku64(o, "buffers", p->buffers);
         json_ku64(o, "refs", p->refs);
@@ -275,8 +277,12 @@ static void peer_json(Json *o, const gpuipc_peer_info_t *p)
 
 static void peer_line(const gpuipc_peer_info_t *p)
 {
-        printf("%-6" PRIu64 " %-8" PRIu64 " %-6" PRIu64 " %-6" PRIu64 " %-12" PRIu64 " ", p->peer, p->pid, p->uid,
-               p->gid, p->pidns);
+        char pidns[24];
+
+        /* A namespace the broker has only the peer's word for is marked, as it proves nothing. */
+        snprintf(pidns, sizeof(pidns), "%" PRIu64 "%s", p->pidns, p->pidns_declared ? "?" : "");
+        printf("%-6" PRIu64 " %-8" PRIu64 " %-6" PRIu64 " %-6" PRIu64 " %-12s ", p->peer, p->pid, p->uid, p->gid,
+               pidns);
         text_cell(stdout, p->label, 20);
         printf(" %7" PRIu64 " %5" PRIu64 " %4" PRIu64 " %5" PRIu64 " %u\n", p->buffers, p->refs, p->subs, p->waits,
                p->n_gpus);

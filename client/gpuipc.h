@@ -414,7 +414,8 @@ typedef struct gpuipc_holder_info {
 typedef struct gpuipc_peer_info {
         uint64_t peer;                     /* the broker's id for the connection */
         uint64_t pid, uid, gid;            /* from the kernel at accept; pid 0: outside the broker's PID namespace */
-        uint64_t pidns;                    /* its PID namespace's inode (read by the broker, else as declared) */
+        uint64_t pidns;                    /* its PID namespace's inode */
+        int pidns_declared;                /* non-zero: pidns is only what the peer said (unverified) */
         char label[GPUIPC_MAX_LABEL + 1];  /* what the peer calls itself */
         uint64_t buffers, refs, subs, waits; /* buffers it owns, references, subscriptions, waiting requests */
         uint64_t started_ms;               /* when it connected, on the broker's monotonic clock */

@@ -88,6 +88,7 @@ static void peer_info_from(const ProtoMsg *m, gpuipc_peer_info_t *ret)
         ret->uid = m->uid;
         ret->gid = m->gid;
         ret->pidns = m->pidns;
+        ret->pidns_declared = m->pidns_declared;
         proto_str_copy(m->label, ret->label, sizeof(ret->label));
         ret->buffers = m->buffers;
         ret->refs = m->refs;

@@ -15,7 +15,7 @@ int proto_header_parse(const uint8_t *buf, size_t len, ProtoHeader *ret)
                 return PROTO_E_VERSION;
         /* Reserved bytes must be zero so a later version can give them meaning. */
         if (buf[6] || buf[7])
-                return PROTO_E_MALFORMED;
+                return PROTO_E_RESERVED;
         body = (uint32_t)buf[8] | (uint32_t)buf[9] << 8 | (uint32_t)buf[10] << 16 | (uint32_t)buf[11] << 24;
         if (body > PROTO_MAX_BODY || buf[5] > PROTO_MAX_FDS)
                 return PROTO_E_TOO_BIG;

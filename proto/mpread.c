@@ -177,7 +177,7 @@ static int scalar_width(uint8_t t)
         }
 }
 
-int mp_skip(MpReader *r, unsigned depth)
+static int skip(MpReader *r, unsigned depth, bool utf8)
 {
         const uint8_t *b;
         uint32_t n;
@@ -193,8 +193,12 @@ int mp_skip(MpReader *r, unsigned depth)
                 r->p += w + 1;
                 return 0;
         }
-        if ((t >= 0xa0 && t <= 0xbf) || (t >= 0xd9 && t <= 0xdb))
-                return mp_read_str(r, (const char **)&b, &n);
+        if ((t >= 0xa0 && t <= 0xbf) || (t >= 0xd9 && t <= 0xdb)) {
+                e = mp_read_str(r, (const char **)&b, &n);
+                if (e == 0 && utf8 && !proto_utf8_valid((const char *)b, n))
+                        return PROTO_E_UTF8;
+                return e;
+        }
         if (t >= 0xc4 && t <= 0xc6)
                 return mp_read_bin(r, &b, &n);
         if (t >= 0xc7 && t <= 0xc9) { /* ext 8/16/32: length, type byte, data */
@@ -215,7 +219,7 @@ int mp_skip(MpReader *r, unsigned depth)
                 if (e)
                         return e;
                 for (uint64_t i = 0; i < 2ull * n; i++)
-                        if ((e = mp_skip(r, depth - 1)))
+                        if ((e = skip(r, depth - 1, utf8)))
                                 return e;
                 return 0;
         }
@@ -224,9 +228,19 @@ int mp_skip(MpReader *r, unsigned depth)
                 if (e)
                         return e;
                 for (uint32_t i = 0; i < n; i++)
-                        if ((e = mp_skip(r, depth - 1)))
+                        if ((e = skip(r, depth - 1, utf8)))
                                 return e;
                 return 0;
         }
         return PROTO_E_MALFORMED; /* 0xc1 is never used */
+}
+
+int mp_skip(MpReader *r, unsigned depth)
+{
+        return skip(r, depth, false);
+}
+
+int mp_skip_utf8(MpReader *r, unsigned depth)
+{
+        return skip(r, depth, true);
 }

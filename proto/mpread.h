@@ -21,6 +21,9 @@ int mp_read_bool(MpReader *r, bool *ret_v);
 /* Skips one value of any type, descending at most depth levels into maps and arrays. */
 int mp_skip(MpReader *r, unsigned depth);
 
+/* The same, and PROTO_E_UTF8 when a string inside (a key or a value) is not valid UTF-8. */
+int mp_skip_utf8(MpReader *r, unsigned depth);
+
 static inline bool mp_at_end(const MpReader *r)
 {
         return r->p == r->end;

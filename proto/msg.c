@@ -128,6 +128,7 @@ static const FieldDesc fields[_PF_MAX] = {
         [PF_SLOTS] = F("slots", T_U64, 0, slots),
         [PF_MODE] = E("mode", mode, mode_names),
         [PF_LE_US] = F("le_us", T_U64, 0, le_us),
+        [PF_PIDNS_DECLARED] = F("pidns_declared", T_BOOL, 0, pidns_declared),
 };
 
 /* Fields each request must carry besides "op" and "id"; finer rules (name or buffer) are the
@@ -176,6 +177,8 @@ static int decode_str(MpReader *r, uint32_t max, ProtoStr *ret)
                 return e;
         if (len > max || memchr(s, 0, len))
                 return PROTO_E_FIELD;
+        if (!proto_utf8_valid(s, len))
+                return PROTO_E_UTF8;
         *ret = (ProtoStr){ s, len };
         return 0;
 }
@@ -230,6 +233,13 @@ static int decode_raw(MpReader *r, const FieldDesc *d, ProtoRaw *ret)
                 return e;
         if (d->type == T_META && (size_t)(r->p - start) > d->max)
                 return PROTO_E_FIELD;
+        /* Metadata is echoed to every peer that attaches or lists: its strings must be text too. */
+        if (d->type == T_META) {
+                MpReader text = { start, r->p };
+
+                if (mp_skip_utf8(&text, PROTO_MAX_DEPTH))
+                        return PROTO_E_UTF8;
+        }
         *ret = (ProtoRaw){ start, (uint32_t)(r->p - start), n };
         return 0;
 }
@@ -681,7 +691,7 @@ bool proto_meta_valid(const uint8_t *raw, size_t len)
 
         if (len > PROTO_MAX_META || mp_read_map(&probe, &n))
                 return false;
-        return mp_skip(&r, PROTO_MAX_DEPTH) == 0 && mp_at_end(&r);
+        return mp_skip_utf8(&r, PROTO_MAX_DEPTH) == 0 && mp_at_end(&r);
 }
 
 const char *proto_strerror(int e)
@@ -697,6 +707,8 @@ const char *proto_strerror(int e)
         case PROTO_E_MISSING: return "a required field is missing";
         case PROTO_E_KIND: return "message is neither a request, a reply nor an event";
         case PROTO_E_DUPLICATE: return "a key appears twice in the message";
+        case PROTO_E_RESERVED: return "the header's reserved bytes are not zero";
+        case PROTO_E_UTF8: return "a string is not valid UTF-8";
         default: return "unknown protocol error";
         }
 }

@@ -42,6 +42,8 @@ enum {
         PROTO_E_MISSING,       /* a field the operation requires is absent */
         PROTO_E_KIND,          /* neither request, reply nor event */
         PROTO_E_DUPLICATE,     /* a key appears twice */
+        PROTO_E_RESERVED,      /* the header's reserved bytes are not zero */
+        PROTO_E_UTF8,          /* a string (a field, or one inside meta) is not valid UTF-8 */
 };
 
 typedef struct ProtoHeader {
@@ -149,6 +151,7 @@ typedef enum ProtoField {
         PF_RESTORED, PF_PENDING,
         PF_INDEX, PF_SLOTS, PF_MODE,
         PF_LE_US,
+        PF_PIDNS_DECLARED,
         _PF_MAX,
 } ProtoField;
 
@@ -174,7 +177,7 @@ typedef struct ProtoMsg {
         uint64_t index, slots;
         ProtoMode mode;
         uint64_t le_us; /* stats records: a histogram bucket's upper bound */
-        bool broker_held, writable, cached, more, pidns_same, restored, pending;
+        bool broker_held, writable, cached, more, pidns_same, restored, pending, pidns_declared;
 
         ProtoStr error, message, label, name, prefix, device, reason, group;
         ProtoStr handle; /* exactly PROTO_LEGACY_HANDLE_SIZE bytes (msgpack bin) */
@@ -200,7 +203,7 @@ static inline ProtoStr proto_str(const char *s)
 
 /* ---- frames ---- */
 
-/* Parses the fixed header at buf. 0, or PROTO_E_NEED_MORE / _MAGIC / _VERSION / _TOO_BIG. */
+/* Parses the fixed header at buf. 0, or PROTO_E_NEED_MORE / _MAGIC / _VERSION / _RESERVED / _TOO_BIG. */
 int proto_header_parse(const uint8_t *buf, size_t len, ProtoHeader *ret);
 
 /* Writes a header for a body of body_len bytes carrying n_fds fds. */
@@ -270,8 +273,17 @@ const char *proto_strerror(int proto_e);
 
 ProtoKind proto_kind_from_name(const char *s);
 
-/* Checks that raw is one well-formed msgpack map within the depth and size limits (metadata). */
+/* Checks that raw is one well-formed msgpack map within the depth and size limits, whose strings are
+ * all valid UTF-8 (metadata). */
 bool proto_meta_valid(const uint8_t *raw, size_t len);
+
+/* True when s holds valid UTF-8 (RFC 3629: no overlong forms, surrogates or code points above
+ * U+10FFFF). */
+bool proto_utf8_valid(const char *s, size_t len);
+
+/* The length of s without an incomplete UTF-8 sequence at its end (what cutting text to a buffer
+ * may leave), so that a truncated message stays valid UTF-8. */
+size_t proto_utf8_trim(const char *s, size_t len);
 
 /* A ProtoStr compared with a C string. */
 bool proto_str_eq(ProtoStr s, const char *c);

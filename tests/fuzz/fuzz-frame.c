@@ -19,8 +19,8 @@ static int decode(const uint8_t *body, size_t len, ProtoMsg *m)
         ProtoField f = _PF_MAX;
         int e = proto_msg_decode(body, len, m, &f);
 
-        check(e >= 0 && e <= PROTO_E_DUPLICATE);
-        if (e == PROTO_E_FIELD || e == PROTO_E_MISSING || e == PROTO_E_DUPLICATE)
+        check(e >= 0 && e <= PROTO_E_UTF8 && e != PROTO_E_RESERVED);
+        if (e == PROTO_E_FIELD || e == PROTO_E_MISSING || e == PROTO_E_DUPLICATE || e == PROTO_E_UTF8)
                 check(f < _PF_MAX);
         check(proto_strerror(e) != NULL);
         return e;
@@ -63,7 +63,7 @@ static void check_items(const ProtoMsg *m)
                 proto_buf_free(&b);
         }
         /* Records are checked as they are read: a bad one ends the listing with its error. */
-        check(r == 0 || (r >= PROTO_E_MALFORMED && r <= PROTO_E_DUPLICATE));
+        check(r == 0 || (r >= PROTO_E_MALFORMED && r <= PROTO_E_UTF8 && r != PROTO_E_RESERVED));
         if (r == 0)
                 check_eq(seen, m->items.count);
 }

@@ -303,6 +303,42 @@ static void gen_frames(void)
         w_raw(&body, "\xcf\x00\x00\x00\x00\x00\x00\x00\x11", 9);
         raw_frame("edge-wide-ints", &body);
         proto_buf_free(&body);
+        /* Strings that are not UTF-8: a label (cut inside a character) and a string inside meta. */
+        w_map(&body, 4);
+        w_kv_s(&body, "op", "hello");
+        w_kv_u(&body, "id", 1);
+        w_kv_u(&body, "version", 1);
+        w_str(&body, "label");
+        w_strn(&body, "caf\xc3", 4);
+        raw_frame("edge-label-not-utf8", &body);
+        proto_buf_free(&body);
+        w_map(&body, 4);
+        w_kv_s(&body, "op", "publish");
+        w_kv_u(&body, "id", 1);
+        w_kv_s(&body, "name", "m");
+        w_str(&body, "meta");
+        w_map(&body, 1);
+        w_strn(&body, "\xed\xa0\x80", 3); /* a surrogate, as a key */
+        w_kv_u(&body, "x", 1);
+        raw_frame("edge-meta-key-not-utf8", &body);
+        proto_buf_free(&body);
+        /* A field error in a request without an id. */
+        w_map(&body, 2);
+        w_kv_s(&body, "op", "attach");
+        w_kv_u(&body, "name", 5);
+        raw_frame("edge-field-error-no-id", &body);
+        proto_buf_free(&body);
+        /* A header with a reserved byte set. */
+        {
+                ProtoMsg ping = request(PROTO_OP_PING, 1);
+                ProtoBuf b = { 0 };
+
+                if (proto_frame_encode(&b, &ping, 0) != 0)
+                        exit(1);
+                b.data[6] = 0x01;
+                write_file("frame", "edge-reserved-bytes", b.data, b.len);
+                proto_buf_free(&b);
+        }
 }
 
 /* ---- registry programs (fuzz-registry.c's encoding) ---- */

@@ -67,6 +67,10 @@ class Pairs(list):
     """A map written as its (key, value) pairs, in this order; a key may appear twice."""
 
 
+class RawStr(bytes):
+    """A msgpack str whose bytes are sent as they are (to send text that is not UTF-8)."""
+
+
 def mp_encode(v):
     """Encodes v (None, bool, int, str, bytes, list, tuple, dict) in the shortest msgpack form."""
     out = bytearray()
@@ -104,8 +108,8 @@ def _enc(v, out):
             out += b"\xd3" + struct.pack(">q", v)
         else:
             raise ValueError("integer out of msgpack range")
-    elif isinstance(v, str):
-        b = v.encode("utf-8")
+    elif isinstance(v, (str, RawStr)):
+        b = bytes(v) if isinstance(v, RawStr) else v.encode("utf-8")
         n = len(b)
         if n <= 31:
             out.append(0xA0 | n)
@@ -183,7 +187,7 @@ def _dec(buf, pos, depth):
         return _arr(buf, pos, t & 0x0F, depth)
     if 0xA0 <= t <= 0xBF:
         b, pos = _take(buf, pos, t & 0x1F)
-        return b.decode("utf-8", "surrogateescape"), pos
+        return _text(b), pos
     if t == 0xC0:
         return None, pos
     if t == 0xC2:
@@ -204,7 +208,7 @@ def _dec(buf, pos, depth):
         b, pos = _take(buf, pos, struct.calcsize(width))
         n = struct.unpack(width, b)[0]
         b, pos = _take(buf, pos, n)
-        return (b.decode("utf-8", "surrogateescape") if t >= 0xD9 else b), pos
+        return (_text(b) if t >= 0xD9 else b), pos
     if t in (0xDC, 0xDD, 0xDE, 0xDF):
         width = ">H" if t in (0xDC, 0xDE) else ">I"
         b, pos = _take(buf, pos, struct.calcsize(width))
@@ -221,6 +225,14 @@ def _dec(buf, pos, depth):
         b, pos = _take(buf, pos, 1 + n)
         return Ext(struct.unpack(">b", b[:1])[0], b[1:]), pos
     raise MpError("byte 0x%02x is not msgpack" % t)
+
+
+def _text(b):
+    """Every string the broker sends is valid UTF-8 (section 3.1)."""
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MpError("a string is not valid UTF-8: %s" % e)
 
 
 def _map(buf, pos, n, depth):
@@ -712,6 +724,8 @@ def run(path):
     check_status(prod.call("publish", name=name, buffer=0), "invalid", "publish again with buffer 0")
     check_status(cons.call("attach", buffer=1 << 40), "not-found", "attach by an unknown buffer id")
 
+    run_contract(path, prod, cons, name)
+
     bad = Conn(path, "violator")
     bad.send_raw(b"XIPC" + frame({"op": "ping", "id": 1})[4:])
     try:
@@ -729,6 +743,169 @@ def run(path):
 
     for c in (prod, cons, subc):
         c.close()
+
+
+def closed_with_protocol(conn, what, says):
+    """The connection's last words are one 'reply: 0' protocol notice whose message says this."""
+    try:
+        words = conn.last_words()
+    except (ProtocolError, MpError) as e:
+        words = [{"error": str(e)}]
+    check(len(words) == 1 and failed_with(words[0], 0, "protocol"), "%s: a protocol notice, then end-of-file"
+          % what, words)
+    check(bool(words) and says in words[-1].get("message", ""), "%s: the notice says '%s'" % (what, says),
+          words and words[-1].get("message"))
+
+
+def run_contract(path, prod, cons, name):
+    """Strings, ids, handles, paging, waits and identities, as sections 3-6 and 11 state them."""
+    # Strings are UTF-8 (3.1): a label, or a string inside meta, that is not is bad-request.
+    c = Conn(path, "utf8")
+    r = c.call("hello", version=1, label=RawStr(b"caf\xe9"))
+    check_status(r, "bad-request", "hello with a label that is not UTF-8")
+    check("'label'" in r.get("message", "") and "UTF-8" in r.get("message", ""),
+          "the message names the label and UTF-8", r.get("message"))
+    check_status(hello(c, "caf\u00e9 \u2713"), "ok", "hello with a UTF-8 label on the same connection")
+    fd = sealed_memfd(b"\0" * 4096, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | F_SEAL_FUTURE_WRITE)
+    r, _ = c.request("publish", fd=fd, name=name + "-utf8", kind="memfd", size=4096, meta={"dtype": RawStr(b"\xff")})
+    check_status(r, "bad-request", "publish with a meta string that is not UTF-8")
+    check("'meta'" in r.get("message", ""), "the message names meta", r.get("message"))
+
+    # A handle is for cuda-legacy only (6.3).
+    r, _ = c.request("publish", fd=fd, name=name + "-handle", kind="memfd", size=4096, handle=b"\1" * 64)
+    check_status(r, "invalid", "a memfd publish with a handle")
+    os.close(fd)
+
+    # A name over 255 bytes is over the field's limit: bad-request (6.3).
+    r = c.call("attach", name="n" * 256, timeout_ms=0)
+    check_status(r, "bad-request", "attach of a 256-byte name")
+    check("'name'" in r.get("message", ""), "the message names the field", r.get("message"))
+
+    # peers: our own connection is in the broker's PID namespace, which the kernel shows (11).
+    r = c.call("peers")
+    ours = [p for p in r.get("items", []) if p.get("label") == "caf\u00e9 \u2713"]
+    check(len(ours) == 1 and ours[0].get("pidns_declared") is False
+          and ours[0].get("pidns") == os.stat("/proc/self/ns/pid").st_ino,
+          "peers: our namespace, read by the kernel, is not marked declared", ours)
+
+    # stat pages its holders by peer id (6.12).
+    holders = [Conn(path, "holder-%d" % i) for i in range(3)]
+    fd = sealed_memfd(b"\0" * 4096, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | F_SEAL_FUTURE_WRITE)
+    r, _ = c.request("publish", fd=fd, name=name + "-held", kind="memfd", size=4096)
+    os.close(fd)
+    held = r.get("buffer")
+    for h in holders:
+        hello(h, "holder")
+        _, fds = h.request("attach", buffer=held)
+        for x in fds:
+            os.close(x)
+    seen, after, pages = [], 0, 0
+    while pages < 10:
+        r = c.call("stat", buffer=held, after=after, limit=1)
+        pages += 1
+        seen += [i.get("peer") for i in r.get("items", [])]
+        after = r.get("after")
+        if not r.get("more"):
+            break
+    check(len(seen) == 3 and seen == sorted(seen) and len(set(seen)) == 3 and pages == 3,
+          "stat with limit 1 pages through three holders in peer order", (seen, pages))
+    for h in holders:
+        h.close()
+
+    # Waiters that lose a retire_after race time out saying so (6.4).
+    w1, w2 = Conn(path, "waiter-1"), Conn(path, "waiter-2")
+    hello(w1, "waiter")
+    hello(w2, "waiter")
+    ids = [w.send("attach", name=name + "-once", timeout_ms=500) for w in (w1, w2)]
+    c.call("ping")
+    w1.call("ping")  # both waits are registered before the publish
+    w2.call("ping")
+    fd = sealed_memfd(b"\0" * 4096, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | F_SEAL_FUTURE_WRITE)
+    r, _ = c.request("publish", fd=fd, name=name + "-once", kind="memfd", size=4096, retire_after=1)
+    os.close(fd)
+    answers = []
+    for w, rid in ((w1, ids[0]), (w2, ids[1])):
+        msg, fds = w.wait_reply(rid)
+        for x in fds:
+            os.close(x)
+        answers.append(msg)
+    served = [a for a in answers if a.get("status") == 0]
+    late = [a for a in answers if a.get("status") == CODE["timeout"]]
+    check(len(served) == 1 and len(late) == 1, "retire_after 1 with two waiters: one served, one times out",
+          answers)
+    check(bool(late) and "nothing was published" not in late[0].get("message", "")
+          and "retired" in late[0].get("message", ""),
+          "the late waiter's timeout says the publication was retired before its turn",
+          late and late[0].get("message"))
+    w1.close()
+    w2.close()
+    c.close()
+
+    # A field error without a readable id cannot be answered: protocol, close (3.4).
+    c = Conn(path, "no-id")
+    hello(c, "no-id")
+    c.send_raw(frame(Pairs([("op", "attach"), ("name", 5)])))
+    closed_with_protocol(c, "a field error in a request without an id", "no readable id")
+    c.close()
+
+    # Reserved header bytes must be zero (2).
+    c = Conn(path, "reserved")
+    f = bytearray(frame({"op": "ping", "id": 1}))
+    f[6] = 1
+    c.send_raw(bytes(f))
+    closed_with_protocol(c, "a header with a reserved byte set", "reserved")
+    c.close()
+
+
+def run_private_limits(broker):
+    """On a broker of our own with a policy and a small queue: group-join asks the policy, and a
+    connection that does not read is dropped with a 'reply: 0' quota notice after what it was sent."""
+    tmp = tempfile.mkdtemp(prefix="gpuipc-indep-")
+    path = os.path.join(tmp, "s.sock")
+    policy = os.path.join(tmp, "policy.conf")
+    with open(policy, "w") as f:
+        f.write("allow publish,attach any prefix=indep/\nallow attach any prefix=indep-ok\n")
+    proc = subprocess.Popen([broker, "--socket", path, "--seccomp", "off", "--log-level", "error",
+                             "--policy", policy, "--max-queued-bytes", "65536"])
+    conns = []
+    try:
+        a = connect_when_ready(path, "limits-a", proc)
+        conns.append(a)
+        hello(a, "independent-limits")
+        r = a.call("group-join", group="indep-no", members=1, timeout_ms=1000)
+        check_status(r, "denied", "group-join of a group the policy does not let us attach")
+        r = a.call("group-join", group="indep-ok", members=1, timeout_ms=1000)
+        check_status(r, "ok", "group-join of a group the policy allows")
+
+        flood = Conn(path, "flood")
+        conns.append(flood)
+        hello(flood, "flood")
+        # Send without reading until the broker hangs up (the send fails), however fast it reads.
+        flood.sock.settimeout(0.2)
+        sent, deadline = 0, time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                flood.send("ping")
+                sent += 1
+            except (socket.timeout, BlockingIOError):
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        words = flood.last_words()
+        check(bool(words) and failed_with(words[-1], 0, "quota")
+              and "--max-queued-bytes" in words[-1].get("message", ""),
+              "a connection that does not read gets a quota notice naming --max-queued-bytes before "
+              "end-of-file (%d pings sent, %d frames read)" % (sent, len(words)), words[-1:])
+    finally:
+        for conn in conns:
+            conn.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def failed_with(msg, reply, name):
@@ -825,11 +1002,12 @@ def main():
         failures.append(str(e))
     broker = os.environ.get("GPUIPC_BROKER")
     if broker and os.access(broker, os.X_OK):
-        try:
-            run_private(broker)
-        except (OSError, TimeoutError, ProtocolError, MpError, Closed, socket.timeout) as e:
-            print("FAIL unexpected %s on the private broker: %s" % (type(e).__name__, e))
-            failures.append(str(e))
+        for scenario in (run_private, run_private_limits):
+            try:
+                scenario(broker)
+            except (OSError, TimeoutError, ProtocolError, MpError, Closed, socket.timeout) as e:
+                print("FAIL unexpected %s on the private broker: %s" % (type(e).__name__, e))
+                failures.append(str(e))
     else:
         print("note: $GPUIPC_BROKER is not set; the connection quota and shutdown checks are skipped")
     if failures:

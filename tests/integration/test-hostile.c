@@ -636,11 +636,10 @@ static void test_bad_requests_keep_connection(void)
                 CHECK_EQ(f->msg.reply, 5);
                 CHECK_EQ(f->msg.status, PROTO_STATUS_UNKNOWN_OP);
         }
-        /* A known field of the wrong type, and a request without an id: bad-request, kept. */
+        /* A known field of the wrong type: bad-request with the request's id, kept. */
         {
                 static const uint8_t wrong_type[] = { 0x83, 0xa2, 'o',  'p',  0xa4, 'p', 'i', 'n', 'g', 0xa2,
                                                       'i',  'd',  0x06, 0xa4, 'n',  'a', 'm', 'e', 0x2a };
-                static const uint8_t no_id[] = { 0x81, 0xa2, 'o', 'p', 0xa4, 'p', 'i', 'n', 'g' };
 
                 frame_header(frame, sizeof(wrong_type), 0);
                 memcpy(frame + PROTO_HEADER_SIZE, wrong_type, sizeof(wrong_type));
@@ -649,13 +648,23 @@ static void test_bad_requests_keep_connection(void)
                 CHECK_EQ(f->msg.reply, 6);
                 CHECK_EQ(f->msg.status, PROTO_STATUS_BAD_REQUEST);
                 CHECK(f->msg.message.len > 0);
-                frame_header(frame, sizeof(no_id), 0);
-                memcpy(frame + PROTO_HEADER_SIZE, no_id, sizeof(no_id));
-                CHECK_EQ(h_raw_send(sock, frame, PROTO_HEADER_SIZE + sizeof(no_id), NULL, 0), 0);
-                CHECK_EQ(h_raw_recv(sock, H_SOON_MS, f), 1);
-                CHECK_EQ(f->msg.status, PROTO_STATUS_BAD_REQUEST);
         }
         expect_alive(sock);
+        /* A request without an id cannot be answered (replies are matched by id): a violation, on a
+         * connection of its own. */
+        {
+                static const uint8_t no_id[] = { 0x81, 0xa2, 'o', 'p', 0xa4, 'p', 'i', 'n', 'g' };
+                int lone = h_raw_connect(k.broker);
+
+                frame_header(frame, sizeof(no_id), 0);
+                memcpy(frame + PROTO_HEADER_SIZE, no_id, sizeof(no_id));
+                CHECK_EQ(h_raw_send(lone, frame, PROTO_HEADER_SIZE + sizeof(no_id), NULL, 0), 0);
+                CHECK_EQ(h_raw_recv(lone, H_SOON_MS, f), 1);
+                CHECK_EQ(f->msg.reply, 0);
+                CHECK_EQ(f->msg.status, PROTO_STATUS_PROTOCOL);
+                CHECKF(h_raw_wait_eof(lone, H_SOON_MS), "a request without an id left the connection open");
+                close(lone);
+        }
         /* Metadata over its 4096-byte limit (one map holding a 4990-byte bin): a field error. */
         {
                 size_t meta_len = 1 + 2 + 3 + 4990;

@@ -68,10 +68,56 @@ expect "a restarted broker replaces a stale socket" wait_ready "$sock"
 kill "${pids[-1]}"; wait "${pids[-1]}"
 expect "a broker that may remove its socket does so at exit" test ! -e "$sock"
 
+# ---- no process of the broker's uid may take its fds ----
+# The Kubernetes manifests start the broker directly as its uid (no --user switch, which would
+# make it non-dumpable by itself). A process of the same uid without capabilities, here even the
+# broker's own parent (which Yama's ptrace_scope=1 would let through), must not be able to copy the
+# broker's fds with pidfd_getfd() nor list them in /proc/PID/fd.
+mkdir "$dir/same-uid" && chown 65534:65534 "$dir/same-uid"
+# The system's Python: one in root's home (pyenv and the like) is out of reach for uid 65534.
+system_python=$(command -v /usr/bin/python3 || command -v python3)
+thief_out=$(as_nobody "$system_python" - "$broker" "$dir/same-uid/s.sock" "$ctl" 2>&1 <<'PY'
+import ctypes, errno, os, subprocess, sys, time
+broker, sock, ctl = sys.argv[1:4]
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_pidfd_open, SYS_pidfd_getfd = 434, 438
+p = subprocess.Popen([broker, "--socket", sock, "--seccomp", "enforce", "--log-level", "warn"])
+try:
+    for _ in range(100):
+        if subprocess.run([ctl, "--socket", sock, "--timeout", "100", "ping"], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.05)
+    else:
+        sys.exit("the broker did not start")
+    print("proc-fd-owner", os.stat("/proc/%d/fd" % p.pid).st_uid)
+    pidfd = libc.syscall(SYS_pidfd_open, p.pid, 0)
+    if pidfd < 0:
+        sys.exit("pidfd_open: %s" % os.strerror(ctypes.get_errno()))
+    results = set()
+    for target in range(3, 16):
+        fd = libc.syscall(SYS_pidfd_getfd, pidfd, target, 0)
+        if fd >= 0:
+            results.add("stolen")
+            os.close(fd)
+        else:
+            results.add(errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno())))
+    print("pidfd_getfd", ",".join(sorted(results)))
+finally:
+    p.terminate()
+    p.wait()
+PY
+)
+echo "$thief_out" | sed 's/^/     /'
+expect "a same-uid process without capabilities gets EPERM from pidfd_getfd" \
+        grep -qx "pidfd_getfd EPERM" <<<"$thief_out"
+expect "the broker's /proc/PID/fd belongs to root (non-dumpable), not to its uid" \
+        grep -qx "proc-fd-owner 0" <<<"$thief_out"
+
 # ---- socket paths it refuses ----
 refuses() {
         local what=$1 path=$2 pattern=$3
-        if "$broker" --socket "$path" --seccomp enforce 2>"$dir/refuse.log"; then
+        # A broker that wrongly starts would serve forever: it gets a deadline.
+        if timeout 10 "$broker" --socket "$path" --seccomp enforce 2>"$dir/refuse.log"; then
                 fail "$what (broker started)"
         elif grep -q "$pattern" "$dir/refuse.log"; then
                 pass "$what"
@@ -97,6 +143,39 @@ pids+=($!)
 wait_ready "$sock"
 refuses "refuses a socket another broker listens on" "$sock" "another broker"
 kill "${pids[-1]}"; wait "${pids[-1]}"
+# Only a refused connection makes a socket stale. A live broker of another uid whose socket this
+# one may not connect to (EACCES) and a live listener of another socket type (EPROTOTYPE) stay.
+mkdir "$dir/shared" && chmod 0777 "$dir/shared"
+"$broker" --socket "$dir/shared/s.sock" --socket-mode 0600 --seccomp enforce 2>"$dir/owner.log" &
+pids+=($!)
+wait_ready "$dir/shared/s.sock"
+if as_nobody timeout 10 "$broker" --socket "$dir/shared/s.sock" --seccomp enforce 2>"$dir/intruder.log"; then
+        fail "a broker of another uid refuses a live socket it may not connect to (it started)"
+else
+        expect "a broker of another uid refuses a live socket it may not connect to (EACCES)" \
+                grep -q "cannot tell whether something listens" "$dir/intruder.log"
+fi
+expect "... and the live broker's socket is still there and answers" \
+        "$ctl" --socket "$dir/shared/s.sock" --timeout 1000 ping
+kill "${pids[-1]}"; wait "${pids[-1]}"
+"$system_python" -c '
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(8)
+print("listening", flush=True)
+time.sleep(60)' "$dir/stream.sock" >"$dir/stream.out" &
+pids+=($!)
+for _ in $(seq 100); do grep -q listening "$dir/stream.out" && break; sleep 0.05; done
+refuses "refuses a live listener of another socket type (EPROTOTYPE)" "$dir/stream.sock" "another socket type"
+expect "... and leaves its socket alone" test -S "$dir/stream.sock"
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
+# The directory may belong to the account --user names: the check is made for the uid the broker
+# will run as, not for root, which it still is while it binds.
+mkdir "$dir/users" && chown 65534:65534 "$dir/users"
+"$broker" --socket "$dir/users/s.sock" --user 65534 --group 65534 --seccomp enforce 2>"$dir/users.log" &
+pids+=($!)
+expect "accepts a socket directory owned by the --user account" wait_ready "$dir/users/s.sock"
+kill "${pids[-1]}"; wait "${pids[-1]}"
 
 # ---- policy, and reloading it ----
 cat >"$dir/policy.conf" <<'POLICY'
@@ -116,7 +195,7 @@ as_nobody "$ctl" --socket "$sock" publish --name allowed/x --size 4096 --retire-
 pids+=($!)
 for _ in $(seq 100); do grep -q published "$dir/pub.out" && break; sleep 0.05; done
 expect "publishing inside the allowed prefix works" grep -q published "$dir/pub.out"
-peers_before=$("$ctl" --socket "$sock" --json peers | jq length)
+peers_before=$("$ctl" --socket "$sock" --json stats | jq .peers)
 cat >"$dir/policy.conf" <<'POLICY'
 allow publish,attach uid=65534 prefix=
 POLICY
@@ -125,7 +204,7 @@ for _ in $(seq 100); do grep -q "policy reloaded" "$dir/policy.log" && break; sl
 expect "SIGHUP reloads the policy" grep -q "policy reloaded" "$dir/policy.log"
 expect "after the reload the other prefix may be attached (waits, then times out: not denied)" \
         bash -c "setpriv --reuid 65534 --regid 65534 --clear-groups '$ctl' --socket '$sock' attach --name other/y --timeout 100 2>&1 | grep -q timeout"
-peers_after=$("$ctl" --socket "$sock" --json peers | jq length)
+peers_after=$("$ctl" --socket "$sock" --json stats | jq .peers)
 expect "peers stay connected across the reload ($peers_before before, $peers_after after)" test "$peers_before" == "$peers_after"
 echo 'allow publish uid=65534 this-is-not-a-rule' >"$dir/policy.conf"
 kill -HUP "$bpid"

@@ -66,6 +66,7 @@ static inline bool proto_msg_eq(const ProtoMsg *a, const ProtoMsg *b, ProtoField
                         { PF_WRITABLE, offsetof(ProtoMsg, writable) }, { PF_CACHED, offsetof(ProtoMsg, cached) },
                         { PF_MORE, offsetof(ProtoMsg, more) }, { PF_PIDNS_SAME, offsetof(ProtoMsg, pidns_same) },
                         { PF_RESTORED, offsetof(ProtoMsg, restored) }, { PF_PENDING, offsetof(ProtoMsg, pending) },
+                        { PF_PIDNS_DECLARED, offsetof(ProtoMsg, pidns_declared) },
                 };
                 static const struct { ProtoField f; size_t off; } strs[] = {
                         { PF_ERROR, offsetof(ProtoMsg, error) }, { PF_MESSAGE, offsetof(ProtoMsg, message) },

@@ -205,6 +205,7 @@ static const FieldInfo FIELDS[_PF_MAX] = {
         FU(PF_SLOTS, "slots", slots),
         FE(PF_MODE, "mode", mode, PROTO_MODE_LATEST),
         FU(PF_LE_US, "le_us", le_us),
+        FB(PF_PIDNS_DECLARED, "pidns_declared", pidns_declared),
 };
 
 static const uint8_t handle_a[PROTO_LEGACY_HANDLE_SIZE] = { 1, 2, 3, [63] = 0xff };
@@ -361,10 +362,11 @@ static void test_header_errors(void)
         /* Reserved bytes must be zero. */
         memcpy(hdr, good, sizeof(hdr));
         hdr[6] = 1;
-        check_eq(proto_header_parse(hdr, sizeof(hdr), &h), PROTO_E_MALFORMED);
+        check_eq(proto_header_parse(hdr, sizeof(hdr), &h), PROTO_E_RESERVED);
         memcpy(hdr, good, sizeof(hdr));
         hdr[7] = 0x80;
-        check_eq(proto_header_parse(hdr, sizeof(hdr), &h), PROTO_E_MALFORMED);
+        check_eq(proto_header_parse(hdr, sizeof(hdr), &h), PROTO_E_RESERVED);
+        check(strstr(proto_strerror(PROTO_E_RESERVED), "reserved"));
 
         /* Oversize body and too many fds. */
         proto_header_write(hdr, PROTO_MAX_BODY + 1, 0);
@@ -1570,6 +1572,82 @@ static void test_names_and_texts(void)
  * undefined behaviour: UBSan reports "null pointer passed as argument 1", and the compiler may
  * assume the pointer is non-NULL afterwards. Passes in a plain build; fails under
  * -Db_sanitize=undefined with UBSAN_OPTIONS=halt_on_error=1. */
+/* Every string that reaches the broker's output must be text: fields and strings inside meta that
+ * are not valid UTF-8 are refused, naming the field. */
+static void test_utf8(void)
+{
+        static const struct {
+                const char *s;
+                size_t len;
+                bool valid;
+        } cases[] = {
+                { "plain ascii", 11, true },
+                { "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14, true }, /* 2-, 3- and 4-byte forms */
+                { "\xc3", 1, false },                 /* cut short */
+                { "\xc0\xaf", 2, false },             /* overlong '/' */
+                { "\xe0\x80\xaf", 3, false },         /* overlong, 3 bytes */
+                { "\xed\xa0\x80", 3, false },         /* a UTF-16 surrogate */
+                { "\xf4\x90\x80\x80", 4, false },     /* above U+10FFFF */
+                { "\xff", 1, false },
+                { "\x80", 1, false },                 /* a lone continuation byte */
+                { "\x1b[2J", 4, true },                /* valid text; display must escape it */
+        };
+        ProtoBuf b = { 0 };
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                check_eq(proto_utf8_valid(cases[i].s, cases[i].len), cases[i].valid);
+                req(&b, "hello", 2);
+                w_kv_u(&b, "version", 1);
+                w_str(&b, "label");
+                w_strn(&b, cases[i].s, cases[i].len);
+                expect(&b, cases[i].valid ? 0 : PROTO_E_UTF8, cases[i].valid ? _PF_MAX : PF_LABEL);
+        }
+        /* In a list, an enum, and inside meta as a value or a key, however deep. */
+        req(&b, "hello", 2);
+        w_kv_u(&b, "version", 1);
+        w_str(&b, "gpus");
+        w_arr(&b, 1);
+        w_strn(&b, "GPU-\xff", 5);
+        expect(&b, PROTO_E_UTF8, PF_GPUS);
+        w_map(&b, 2);
+        w_str(&b, "op");
+        w_strn(&b, "pin\xe7", 4);
+        w_kv_u(&b, "id", 1);
+        expect(&b, PROTO_E_UTF8, PF_OP);
+        req(&b, "publish", 2);
+        w_kv_s(&b, "name", "m");
+        w_str(&b, "meta");
+        w_map(&b, 1);
+        w_str(&b, "shape");
+        w_map(&b, 1);
+        w_strn(&b, "\xc3(", 2);
+        w_kv_u(&b, "x", 1);
+        expect(&b, PROTO_E_UTF8, PF_META);
+        req(&b, "publish", 2);
+        w_kv_s(&b, "name", "m");
+        w_str(&b, "meta");
+        w_map(&b, 1);
+        w_str(&b, "dtype");
+        w_strn(&b, "f1\xf0", 3);
+        expect(&b, PROTO_E_UTF8, PF_META);
+        /* Binary values in meta are not text and are left alone. */
+        req(&b, "publish", 2);
+        w_kv_s(&b, "name", "m");
+        w_str(&b, "meta");
+        w_map(&b, 1);
+        w_str(&b, "raw");
+        w_bin(&b, "\xff\xfe", 2);
+        expect(&b, 0, _PF_MAX);
+        check(!proto_meta_valid((const uint8_t *)"\x81\xa1x\xa1\xff", 5));
+        check(proto_meta_valid((const uint8_t *)"\x81\xa1x\xa1y", 5));
+        /* Cutting text may split a character: trimming keeps whole ones. */
+        check_eq(proto_utf8_trim("ab\xe2\x82", 4), 2);
+        check_eq(proto_utf8_trim("ab\xe2\x82\xac", 5), 5);
+        check_eq(proto_utf8_trim("ab\xc3", 3), 2);
+        check_eq(proto_utf8_trim("abc", 3), 3);
+        check_eq(proto_utf8_trim("", 0), 0);
+}
+
 static void test_str_eq_null(void)
 {
         ProtoMsg m = { 0 };
@@ -1620,6 +1698,7 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_unknown_keys_skipped);
         TEST_RUN(argc, argv, test_wrong_types);
         TEST_RUN(argc, argv, test_nul_bytes);
+        TEST_RUN(argc, argv, test_utf8);
         TEST_RUN(argc, argv, test_limits);
         TEST_RUN(argc, argv, test_not_a_map);
         TEST_RUN(argc, argv, test_encode_errors);

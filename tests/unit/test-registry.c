@@ -1317,6 +1317,35 @@ static void test_pidns_diagnosis(void)
         env_free(e);
 }
 
+/* A producer the broker cannot see (pid 0) has no pid worth printing: the refusal says where it
+ * runs instead, and marks namespaces that are only what a peer declared. */
+static void test_pidns_diagnosis_invisible_producer(void)
+{
+        static const char *const gpu[] = { "GPU-aa" };
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 0, 0), *C = env_peer(e, 1001, 11, 111), *D = env_peer(e, 1002, 12, 0);
+        ProtoMsg m;
+        Sent *s;
+
+        env_hello(e, P, 4026532201u, "outside", 1, gpu);
+        env_hello(e, C, 111, "inside", 1, gpu);
+        env_hello(e, D, 333, "declared", 1, gpu);
+        publish_ok(e, P, (Pub){ .name = "leg", .kind = PROTO_KIND_CUDA_LEGACY, .device = "GPU-aa" });
+        s = env_reply(e, C, attach_name(e, C, "leg", 0));
+        env_check_status(s, PROTO_STATUS_PIDNS);
+        check(!env_msg_has(s, "pid 0"));
+        check(env_msg_has(s, "uid 1000, in another PID namespace than the broker"));
+        check(env_msg_has(s, "4026532201 (as declared)"));
+        check(env_msg_has(s, "this consumer is in PID namespace 111;"));
+        /* In peers listings too: the kernel's value is plain, a declared one is marked. */
+        registry_peer_describe(C, &m);
+        check(!m.pidns_declared && proto_has(&m, PF_PIDNS_DECLARED));
+        registry_peer_describe(D, &m);
+        check(m.pidns_declared);
+        check_eq(m.pidns, 333);
+        env_free(e);
+}
+
 static void test_device_diagnosis(void)
 {
         static const char *const theirs[] = { "GPU-bbbb", "MIG-cccc" };
@@ -1808,6 +1837,7 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_subscriptions);
         TEST_RUN(argc, argv, test_groups);
         TEST_RUN(argc, argv, test_pidns_diagnosis);
+        TEST_RUN(argc, argv, test_pidns_diagnosis_invisible_producer);
         TEST_RUN(argc, argv, test_device_diagnosis);
         TEST_RUN(argc, argv, test_hello);
         TEST_RUN(argc, argv, test_views);

@@ -1,0 +1,100 @@
+#!/bin/bash
+# Bad start-up input gets a clear error, never a silent default: an empty socket path (flag or
+# environment), a socket mode nobody can connect through, a policy file without rules (a warning:
+# it denies everything), and a policy path that is a FIFO (refused at once, at start and on SIGHUP,
+# instead of blocking the broker until someone writes to it).
+set -uo pipefail
+
+broker=${GPUIPC_BROKER:?} ctl=${GPUIPC_CTL:?}
+dir=$(mktemp -d /tmp/gpuipc-args.XXXXXX)
+pids=()
+cleanup() {
+        for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+        wait 2>/dev/null
+        rm -rf "$dir"
+}
+trap cleanup EXIT
+
+failures=0
+pass() { echo "ok   $*"; }
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+expect() { local what=$1; shift; if "$@" >/dev/null; then pass "$what"; else fail "$what"; fi; }
+
+wait_ready() {
+        for _ in $(seq 100); do
+                "$ctl" --socket "$1" --timeout 100 ping >/dev/null 2>&1 && return 0
+                sleep 0.05
+        done
+        return 1
+}
+
+# refuses WHAT PATTERN BROKER-ARGS...: the broker exits non-zero within 5 s (a broker that wrongly
+# starts, or hangs, is killed by the deadline) and its output contains PATTERN.
+refuses() {
+        local what=$1 pattern=$2 rc
+        shift 2
+        timeout 5 "$@" >"$dir/out.log" 2>&1
+        rc=$?
+        if [[ $rc == 0 || $rc == 124 ]]; then
+                fail "$what (exit status $rc: $(tail -c 300 "$dir/out.log"))"
+        elif grep -q -- "$pattern" "$dir/out.log"; then
+                pass "$what"
+        else
+                fail "$what (log: $(tail -c 300 "$dir/out.log"))"
+        fi
+}
+
+# serves WHAT SOCKET BROKER-ARGS...: starts the broker in the background and waits for it to answer.
+serves() {
+        local what=$1 sock=$2
+        shift 2
+        "$@" 2>"$dir/serve.log" &
+        pids+=($!)
+        if wait_ready "$sock"; then pass "$what"; else fail "$what (log: $(tail -c 300 "$dir/serve.log"))"; fi
+}
+
+stop_last() { kill "${pids[-1]}" 2>/dev/null; wait "${pids[-1]}" 2>/dev/null; }
+
+# ---- the socket path ----
+refuses "--socket '' is an error, not the default path" "needs a path" \
+        "$broker" --socket '' --seccomp off
+refuses "GPUIPC_SOCKET='' is an error, not the default path" "GPUIPC_SOCKET is set but empty" \
+        env GPUIPC_SOCKET= "$broker" --seccomp off
+
+# ---- the socket mode ----
+refuses "--socket-mode 0 is refused: no peer could connect" "lets no peer connect" \
+        "$broker" --socket "$dir/m.sock" --socket-mode 0 --seccomp off
+refuses "--socket-mode 0444 is refused: connecting needs write access" "lets no peer connect" \
+        "$broker" --socket "$dir/m.sock" --socket-mode 0444 --seccomp off
+refuses "--socket-mode 0999 names the bad value" "not '0999'" \
+        "$broker" --socket "$dir/m.sock" --socket-mode 0999 --seccomp off
+serves "--socket-mode 0600 serves" "$dir/m.sock" "$broker" --socket "$dir/m.sock" --socket-mode 0600 --seccomp off
+expect "... with a 0600 socket" test "$(stat -c %a "$dir/m.sock")" == 600
+stop_last
+
+# ---- a policy file without rules ----
+printf '# nothing allowed yet\n\n   \n' >"$dir/empty.conf"
+serves "a policy file without rules is accepted" "$dir/e.sock" \
+        "$broker" --socket "$dir/e.sock" --policy "$dir/empty.conf" --seccomp enforce
+expect "... with a warning that it denies everything" grep -q "has no rules" "$dir/serve.log"
+stop_last
+
+# ---- a policy path that is a FIFO ----
+mkfifo "$dir/fifo.conf"
+refuses "a FIFO as the policy file is refused at once, not read forever" "not a regular file" \
+        "$broker" --socket "$dir/f.sock" --policy "$dir/fifo.conf" --seccomp enforce
+echo 'allow all any' >"$dir/policy.conf"
+serves "a broker with a regular policy file serves" "$dir/f.sock" \
+        "$broker" --socket "$dir/f.sock" --policy "$dir/policy.conf" --seccomp enforce
+bpid=${pids[-1]}
+rm "$dir/policy.conf" && mkfifo "$dir/policy.conf"
+kill -HUP "$bpid"
+for _ in $(seq 100); do grep -q "keeping the old policy" "$dir/serve.log" && break; sleep 0.05; done
+expect "SIGHUP with the policy path turned into a FIFO keeps the old policy at once" \
+        grep -q "keeping the old policy" "$dir/serve.log"
+expect "... saying why" grep -q "not a regular file" "$dir/serve.log"
+expect "... and the broker still answers" "$ctl" --socket "$dir/f.sock" --timeout 1000 ping
+stop_last
+
+[[ $failures == 0 ]] && echo "all checks passed" || echo "$failures checks failed"
+[[ $failures == 0 ]]
