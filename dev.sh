@@ -16,6 +16,7 @@ packages=(
         gcc meson ninja-build pkg-config python3      # building
         libuv1-dev libmsgpack-dev libseccomp-dev      # the broker's and library's dependencies
         runc                                          # tests: the broker in an OCI container
+        podman debootstrap                            # tests: the images built from a local Debian base and run
         nodejs npm                                    # tests: offline Kubernetes manifest validation
         jq procps psmisc python3-yaml                 # tests: reading results, processes, manifests
 )
