@@ -1,6 +1,7 @@
 /* The event loop: the only file of the broker that includes <uv.h>. It accepts connections,
  * reads frames, hands requests to request.c, delivers the registry's outbox, watches pidfds for
- * peer death, fires wait deadlines and handles SIGTERM/SIGINT (stop) and SIGHUP (reload). */
+ * peer death, fires wait deadlines, handles SIGTERM/SIGINT (stop) and SIGHUP (reload) and reloads
+ * the policy when its file changes. */
 #include "server.h"
 
 #include <dirent.h>
@@ -40,6 +41,8 @@ struct Server {
         uv_poll_t listen_poll;
         uv_timer_t deadline_timer, accept_timer;
         uv_signal_t sig_term, sig_int, sig_hup;
+        uv_poll_t policy_poll; /* the policy watch's fd, while s->watch is set */
+        PolicyWatch *watch;
         int listen_fd;
         bool listening, stopping;
         ServerConfig cfg;
@@ -487,6 +490,41 @@ static void server_stop(Server *s)
         uv_close((uv_handle_t *)&s->sig_term, NULL);
         uv_close((uv_handle_t *)&s->sig_int, NULL);
         uv_close((uv_handle_t *)&s->sig_hup, NULL);
+        if (s->watch)
+                uv_close((uv_handle_t *)&s->policy_poll, NULL);
+}
+
+/* Loads the policy again; a policy that does not load leaves the old one in force. */
+static void reload_policy(Server *s, const char *trigger)
+{
+        Policy *p = NULL;
+
+        if (!s->cfg.reload_policy)
+                return;
+        if (s->cfg.reload_policy(s->cfg.reload_userdata, &p) < 0) {
+                log_warn("policy reload failed; keeping the old policy", "trigger=%s", trigger);
+                return;
+        }
+        policy_free(s->policy);
+        s->policy = p;
+        s->cfg.policy = p;
+        log_info("policy reloaded", "rules=%zu trigger=%s", policy_rule_count(p), trigger);
+}
+
+static void policy_poll_cb(uv_poll_t *h, int status, int events)
+{
+        Server *s = h->data;
+        bool lost = false;
+        int r = status < 0 ? status : policy_watch_read(s->watch, &lost);
+
+        if (r > 0)
+                reload_policy(s, "file");
+        if (r < 0 || lost) {
+                if (r < 0)
+                        log_warn("cannot read the policy watch; the policy is reloaded on SIGHUP only", "error=\"%s\"",
+                                 strerror(-r));
+                uv_poll_stop(h);
+        }
 }
 
 static void signal_cb(uv_signal_t *h, int signum)
@@ -494,18 +532,7 @@ static void signal_cb(uv_signal_t *h, int signum)
         Server *s = h->data;
 
         if (signum == SIGHUP) {
-                Policy *p = NULL;
-
-                if (!s->cfg.reload_policy)
-                        return;
-                if (s->cfg.reload_policy(s->cfg.reload_userdata, &p) < 0) {
-                        log_warn("policy reload failed; keeping the old policy", NULL);
-                        return;
-                }
-                policy_free(s->policy);
-                s->policy = p;
-                s->cfg.policy = p;
-                log_info("policy reloaded", "rules=%zu", policy_rule_count(p));
+                reload_policy(s, "SIGHUP");
                 return;
         }
         log_info("stopping", "signal=%s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -556,6 +583,12 @@ int server_new(Server **ret, const ServerConfig *cfg)
         uv_signal_start(&s->sig_hup, signal_cb, SIGHUP);
         uv_poll_start(&s->listen_poll, UV_READABLE, listen_cb);
         s->listening = true;
+        if (cfg->policy_watch) {
+                s->watch = cfg->policy_watch;
+                uv_poll_init(&s->loop, &s->policy_poll, policy_watch_fd(s->watch));
+                s->policy_poll.data = s;
+                uv_poll_start(&s->policy_poll, UV_READABLE, policy_poll_cb);
+        }
         *ret = s;
         return 0;
 }
@@ -584,6 +617,7 @@ Server *server_free(Server *s)
         free(s->out.close_fds);
         s->reg = registry_free(s->reg);
         policy_free(s->policy);
+        policy_watch_free(s->watch);
         free(s);
         return NULL;
 }
