@@ -233,9 +233,10 @@ usage:
 
 /* Keeps the reference for ms milliseconds, still handling events: a revoke, a lost broker or
  * SIGTERM ends it early. */
+/* Holds the buffer for ms milliseconds (ms < 0: until a stop signal), or until it is revoked. */
 static void hold_for(Ctl *ctl, gpuipc_buffer_t *b, long ms)
 {
-        uint64_t end = client_now_ms() + (uint64_t)ms;
+        uint64_t end = ms < 0 ? UINT64_MAX : client_now_ms() + (uint64_t)ms;
 
         catch_stop_signals();
         while (!gpuipc_buffer_revoked(b) && !stop_requested) {
@@ -282,7 +283,7 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
                                 goto usage;
                         break;
                 case 'H':
-                        if (ctl_parse_int(optarg, 0, INT32_MAX, &hold) < 0)
+                        if (ctl_parse_int(optarg, -1, INT32_MAX, &hold) < 0)
                                 goto usage;
                         break;
                 case 'd':
@@ -314,7 +315,7 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
                         printf("verified %zu bytes\n", gpuipc_buffer_size(b));
                 }
         }
-        if (hold > 0)
+        if (hold != 0)
                 hold_for(ctl, b, hold);
         if (gpuipc_buffer_revoked(b)) {
                 fprintf(stderr, "gpuipcctl: the buffer was revoked: its producer died\n");
@@ -325,7 +326,7 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
                 result = ctl_fail(ctl, "release", r);
         return result;
 usage:
-        fprintf(stderr, "usage: gpuipcctl attach --name N [--verify PATTERN] [--timeout MS] [--hold MS] "
+        fprintf(stderr, "usage: gpuipcctl attach --name N [--verify PATTERN] [--timeout MS] [--hold MS|-1] "
                         "[--device N]\n");
         return CTL_USAGE;
 }

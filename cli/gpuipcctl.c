@@ -20,7 +20,7 @@ static const struct {
         { "stats", cmd_stats, "show the broker's counters" },
         { "metrics", cmd_metrics, "the counters in Prometheus text format" },
         { "publish", cmd_publish, "publish a buffer and hold it: --name N --size BYTES --kind K --fill PATTERN" },
-        { "attach", cmd_attach, "attach a buffer: --name N [--verify PATTERN] [--timeout MS] [--hold MS]" },
+        { "attach", cmd_attach, "attach a buffer: --name N [--verify PATTERN] [--timeout MS] [--hold MS|-1]" },
         { "retire", cmd_retire, "retire a buffer: NAME or --id N" },
         { "watch", cmd_watch, "print events as they happen [--prefix P]" },
         { "group", cmd_group, "join a rendezvous group: --name G --members N [--timeout MS]" },
