@@ -8,8 +8,13 @@ root and seccomp profile (Localhost: the file shipped in seccomp/; RuntimeDefaul
 runc has no default of its own).
 
 GPUs are not available here, so CUDA kinds in the app commands become memfd and --device goes:
-everything else about the pod is as declared. The pod passes when every app container exits 0,
-the broker answers its probe inside its own container (under its profile) and stops cleanly.
+everything else about the pod is as declared. Nothing is done that a kubelet would not do: the app
+containers of a restartPolicy Never pod are never stopped, so each must end on its own; once they
+all have, the sidecars get SIGTERM, the last started first. Probes run as the kubelet runs them:
+exec inside the container, httpGet on the pod's network. The pod passes when every app container
+exits 0 by itself, the sidecars' probes pass (the broker's inside its own container, under its
+profile) and the broker stops cleanly. A sidecar this build cannot run at all (the exporter, in a
+gpuipcctl without `metrics --listen`) is reported as not run.
 
     runc_pod.py --manifests RENDERED.yaml --pod NAME --bin BUILD_DIR --seccomp-dir DIR [--expect-shared-pid]
 Exit: 0 pass, 1 fail, 77 when runc cannot run here (not root, no runc).
@@ -30,6 +35,9 @@ except ImportError:
     sys.exit(77)
 
 STATE_ROOT = '/run/gpuipc-test-runc'
+# How long the app containers may take to end on their own (the consumers wait 30 s at most);
+# GPUIPC_TEST_APP_DEADLINE_S shortens it when trying out a pod that is expected not to end.
+APP_DEADLINE_S = int(os.environ.get("GPUIPC_TEST_APP_DEADLINE_S", "60"))
 
 
 def log(*a):
@@ -49,6 +57,10 @@ def find_pod(docs, name):
         if d and d.get('kind') == 'Pod' and d['metadata']['name'] == name:
             return d
     raise SystemExit(f'no Pod named {name} in the manifests')
+
+
+def isbroker(c):
+    return c['name'] == 'gpuipc-broker'
 
 
 def memfd_only(args):
@@ -195,10 +207,55 @@ class Pod:
         return subprocess.Popen(['runc', '--root', STATE_ROOT, 'run', '--bundle', bundle, cid],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out)
 
-    def probe(self, name, probe):
-        cmd = probe['exec']['command']
-        r = runc('exec', self.cid(name), *cmd, check=False, capture=True, timeout=30)
-        return r.returncode == 0, (r.stdout + r.stderr).strip()
+    def probe(self, c, probe):
+        """One probe, as the kubelet runs it: exec inside the container, or an HTTP GET on the pod's
+        network (here: from inside the pod's network namespace, on loopback)."""
+        if 'exec' in probe:
+            r = runc('exec', self.cid(c['name']), *probe['exec']['command'], check=False, capture=True, timeout=30)
+            return r.returncode == 0, (r.stdout + r.stderr).strip()
+        if 'httpGet' in probe:
+            get = probe['httpGet']
+            port = get['port']
+            if isinstance(port, str):
+                port = next(p['containerPort'] for p in c.get('ports', []) if p.get('name') == port)
+            url = f'http://127.0.0.1:{port}{get.get("path", "/")}'
+            code = ('import sys, urllib.request\n'
+                    f'r = urllib.request.urlopen({url!r}, timeout=2)\n'
+                    'sys.exit(0 if 200 <= r.status < 400 else 1)\n')
+            r = subprocess.run(['nsenter', f'--net=/proc/{self.pause_pid}/ns/net', sys.executable, '-c', code],
+                               capture_output=True, text=True, timeout=30)
+            return r.returncode == 0, f'GET {url}: ' + ((r.stdout + r.stderr).strip().splitlines() or ['ok'])[-1]
+        raise SystemExit(f'{c["name"]}: only exec and httpGet probes are simulated')
+
+    def probe_until(self, c, probe):
+        """Probes until success, for as long as the kubelet would (failureThreshold periods, at a
+        faster pace); gives up early when the container is gone."""
+        ok, out = False, ''
+        for _ in range(int(probe.get('failureThreshold', 3)) * 5):
+            ok, out = self.probe(c, probe)
+            if ok or not self.running(c['name']):
+                break
+            time.sleep(0.2)
+        return ok, out
+
+    def running(self, name):
+        st = runc('state', self.cid(name), check=False, capture=True)
+        return st.returncode == 0 and json.loads(st.stdout)['status'] == 'running'
+
+    def output(self, name):
+        with open(os.path.join(self.work, name + '.log')) as f:
+            return f.read().strip()
+
+    def missing_feature(self, c):
+        """Why this build cannot run the container at all, or None. The exporter sidecar needs
+        `gpuipcctl metrics --listen`, which not every gpuipcctl has."""
+        args = c.get('args', [])
+        if args[:2] == ['metrics', '--listen']:
+            r = subprocess.run([os.path.join(self.bindir, 'gpuipcctl'), 'metrics', '--help'],
+                               capture_output=True, text=True, timeout=10)
+            if '--listen' not in r.stdout + r.stderr:
+                return 'this build\'s gpuipcctl has no `metrics --listen` (the exporter)'
+        return None
 
     def run(self):
         self.bindir = os.path.join(self.work, 'bin')
@@ -213,7 +270,7 @@ class Pod:
                                                            'capabilities': {'drop': ['ALL']},
                                                            'allowPrivilegeEscalation': False},
                             [], [{'type': t} for t in ('pid', 'mount', 'network', 'ipc', 'uts')], None)
-        pause_pid = self.start('pause', pause)
+        pause_pid = self.pause_pid = self.start('pause', pause)
         ok = True
 
         def container_bundle(c):
@@ -231,49 +288,64 @@ class Pod:
             return self.bundle(c['name'], args, env, user, sc, mounts, self.namespaces(pause_pid, share_pid), seccomp)
 
         # Init containers in order: a sidecar (restartPolicy Always) counts as started once its
-        # startupProbe succeeds; then the app containers start.
+        # startupProbe succeeds, or once it runs when it has none; then the app containers start.
         sidecars = []
         for c in self.spec.get('initContainers', []):
             if c.get('restartPolicy') != 'Always':
                 raise SystemExit(f'{c["name"]}: only sidecar init containers are simulated')
+            missing = self.missing_feature(c)
+            if missing:
+                log(f'  {c["name"]}: NOT RUN: {missing}')
+                continue
             self.start(c['name'], container_bundle(c))
             probe = c.get('startupProbe')
-            started = False
-            for _ in range(int(probe.get('failureThreshold', 30)) * 5 if probe else 1):
-                started, out = self.probe(c['name'], probe) if probe else (True, '')
-                if started:
-                    break
+            if probe:
+                started, out = self.probe_until(c, probe)
+                log(f'  {c["name"]}: startupProbe {"passed" if started else "FAILED: " + out}')
+            else:
                 time.sleep(0.2)
-            log(f'  {c["name"]}: startupProbe {"passed" if started else "FAILED: " + out}')
+                started, out = self.running(c['name']), self.output(c['name'])
+                log(f'  {c["name"]}: {"running" if started else "EXITED: " + out}')
             ok &= started
             sidecars.append(c)
         apps = [(c, self.start(c['name'], container_bundle(c), detach=False)) for c in self.spec['containers']]
 
-        consumers = [(c, p) for c, p in apps if 'attach' in c.get('args', [])]
-        for c, p in consumers:
-            rc = p.wait(timeout=120)
-            log(f'  {c["name"]}: exited {rc}: {open(os.path.join(self.work, c["name"] + ".log")).read().strip()}')
-            ok &= rc == 0
+        # The sidecars' readiness, while the apps run (the kubelet probes periodically).
         for c in sidecars:
             if c.get('readinessProbe'):
-                ready, out = self.probe(c['name'], c['readinessProbe'])
+                ready, out = self.probe_until(c, c['readinessProbe'])
                 log(f'  {c["name"]}: readinessProbe {"passed" if ready else "FAILED: " + out}')
                 ok &= ready
-            r = runc('exec', self.cid(c['name']), '/opt/gpuipc/bin/gpuipcctl', 'ls', check=False, capture=True)
-            log(f'  {c["name"]}: gpuipcctl ls inside the broker container:\n' +
-                '\n'.join('      ' + line for line in r.stdout.splitlines()))
-        # The apps that hold (the producer) are stopped the way the kubelet would: SIGTERM.
+
+        # Nobody stops an app container of a restartPolicy Never pod: each must end on its own,
+        # or the pod (and its GPU claim) would stay forever.
+        deadline = time.monotonic() + APP_DEADLINE_S
         for c, p in apps:
-            if p.poll() is None:
-                runc('kill', self.cid(c['name']), 'TERM', check=False)
-                p.wait(timeout=30)
+            try:
+                rc = p.wait(timeout=max(0.0, deadline - time.monotonic()))
+                log(f'  {c["name"]}: exited {rc}: {self.output(c["name"])}')
+                ok &= rc == 0
+            except subprocess.TimeoutExpired:
+                log(f'  {c["name"]}: STILL RUNNING after {APP_DEADLINE_S} s: a kubelet never stops it, '
+                    'so the pod would never complete')
+                ok = False
+        phase = 'Succeeded' if ok else 'Failed or stuck'
+        log(f'  pod phase (restartPolicy {self.spec.get("restartPolicy", "Always")}): {phase}')
         for c in sidecars:
+            if isbroker(c):
+                r = runc('exec', self.cid(c['name']), '/opt/gpuipc/bin/gpuipcctl', 'ls', check=False, capture=True)
+                log(f'  {c["name"]}: gpuipcctl ls inside the broker container after the apps ended:\n' +
+                    '\n'.join('      ' + line for line in r.stdout.splitlines()))
+        # Then the kubelet stops the sidecars, the last started first, with SIGTERM.
+        for c in reversed(sidecars):
             runc('kill', self.cid(c['name']), 'TERM', check=False)
             for _ in range(100):
                 st = runc('state', self.cid(c['name']), check=False, capture=True)
                 if st.returncode != 0 or json.loads(st.stdout)['status'] == 'stopped':
                     break
                 time.sleep(0.05)
+            if not isbroker(c):
+                continue
             blog = open(os.path.join(self.work, c['name'] + '.log')).read()
             if 'seccomp:' in blog:
                 log(f'  {c["name"]}: the seccomp filter killed the broker:\n{blog}')
