@@ -10,6 +10,7 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { admissionChecks } from './lib/admission.mjs';
 import { SETUPS } from './lib/contract.mjs';
 import { render } from './lib/objects.mjs';
 import * as repo from './lib/repo.mjs';
@@ -81,6 +82,11 @@ async function main() {
     if (r.error) continue;
     const results = await runChecks({ name, setup, objects: r.objects }, ctx);
     for (const [check, problems] of Object.entries(results)) report(`${name}: ${check}`, problems);
+  }
+
+  if (rendered['node-broker']?.objects) {
+    console.log('# node-broker admission policy (its CEL evaluated as the API server does)');
+    for (const [label, problems] of admissionChecks(rendered['node-broker'].objects)) report(label, problems);
   }
 
   console.log('# broken manifests (each must be rejected)');
