@@ -299,5 +299,47 @@ expect "broker: logged a clean stop, and its filter never fired" \
         bash -c '[[ $1 == *"\"msg\":\"stopped\""* && $1 != *"seccomp:"* ]]' _ "$logs"
 [[ $failures == 0 ]] || { echo "--- broker log"; echo "$logs"; }
 
+# ---- 5. k8s/node-setup's init containers, as its DaemonSet declares them ----
+# Each host directory becomes a fresh one here, owned and moded as the kubelet creates a missing
+# hostPath (root, 0755); every container runs twice, as after a pod's recreation.
+echo "# k8s/node-setup's init containers on this image"
+host=$(mktemp -d /tmp/gpuipc-node-setup.XXXXXX)
+trap 'cleanup; rm -rf "$host"' EXIT
+runs=$(python3 - "$root/k8s/node-setup/daemonset.yaml" "$host" <<'PY'
+import shlex, sys, yaml
+ds = yaml.safe_load(open(sys.argv[1]))
+spec = ds['spec']['template']['spec']
+paths = {v['name']: v['hostPath']['path'] for v in spec['volumes']}
+for c in spec['initContainers']:
+    sc = c['securityContext']
+    argv = ['--user', f"{sc['runAsUser']}:{sc['runAsGroup']}", '--cap-drop', 'ALL']
+    for cap in sc['capabilities'].get('add', []):
+        argv += ['--cap-add', cap]
+    if sc.get('readOnlyRootFilesystem'):
+        argv.append('--read-only')
+    if sc.get('allowPrivilegeEscalation') is False:
+        argv += ['--security-opt', 'no-new-privileges']
+    for m in c['volumeMounts']:
+        argv += ['-v', f"{sys.argv[2]}{paths[m['name']]}:{m['mountPath']}"]
+    argv += ['--entrypoint', c['command'][0], 'IMAGE'] + c['command'][1:] + c.get('args', [])
+    print(shlex.join(argv))
+PY
+)
+install -d -m 0755 "$host/var/lib/kubelet/seccomp" "$host/run/gpuipc"
+for round in 1 2; do
+        while read -r line; do
+                eval "args=($line)"
+                args=("${args[@]/#IMAGE/$suite/gpuipc}")
+                out=$(pm run --rm --network none "${args[@]}" 2>&1) ||
+                        fail "node-setup round $round: ${args[*]}: $out"
+        done <<<"$runs"
+done
+expect "node-setup: the image's profile installed as gpuipc/gpuipc-broker.json, mode 0644" bash -c \
+        "cmp -s '$root/seccomp/gpuipc-broker.json' '$host/var/lib/kubelet/seccomp/gpuipc/gpuipc-broker.json' &&
+         test \"\$(stat -c %a '$host/var/lib/kubelet/seccomp/gpuipc/gpuipc-broker.json')\" == 644"
+expect "node-setup: no temporary file left" test -z "$(find "$host/var/lib/kubelet/seccomp" -name '.*')"
+expect "node-setup: /run/gpuipc 0750, owned 65532:65532, after both rounds" \
+        test "$(stat -c '%a %u:%g' "$host/run/gpuipc")" == "750 65532:65532"
+
 [[ $failures == 0 ]] && echo "all checks passed" || echo "$failures checks failed"
 [[ $failures == 0 ]]

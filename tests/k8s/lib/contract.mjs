@@ -129,3 +129,17 @@ export const SETUPS = {
 // reference on its node).
 export const NODE_BROKER_PRIORITY = 'gpuipc-node-critical';
 
+
+// Kustomizations that prepare a cluster rather than run gpuipc, each checked by
+// its own rules (lib/support.mjs):
+//   node-setup:       the DaemonSet that installs the seccomp profile and the
+//                     node broker's socket directory on every node
+//   seccomp-operator: the same profile as a Security Profiles Operator object
+//   monitoring:       Prometheus Operator PodMonitors for the exporters
+export const SUPPORT = {
+  'node-setup': { dir: 'k8s/node-setup' },
+  'seccomp-operator': { dir: 'k8s/seccomp-operator' },
+  monitoring: { dir: 'k8s/monitoring' },
+};
+export const SECCOMP_ROOT = '/var/lib/kubelet/seccomp';
+export const IMAGE_PROFILE = `/usr/share/gpuipc/seccomp/${PROFILE_FILE}`;
