@@ -5,9 +5,10 @@
 #       the broker sidecar and as the example producer/consumer in k8s/. Runs as 65532:65532, the
 #       uid/gid the manifests give the broker; the socket lives in /run/gpuipc (a volume).
 #   docker build --target client -t ghcr.io/gpuipc/gpuipc-client:0.1.0 .
-#       only the client: libgpuipc.so.0, gpuipcctl and the Python module at the paths they are
-#       installed to, in an image of its own (FROM scratch) that application images copy from
-#       (examples/app-image/Containerfile adds them to a PyTorch image).
+#       only the client: libgpuipc.so.0, gpuipcctl and the Python module (as meson installs it,
+#       kept in /usr/share/gpuipc/python for the app image's own Python), in an image of its own
+#       (FROM scratch) that application images copy from (examples/app-image/Dockerfile adds them
+#       to a PyTorch image).
 #
 # Plain Dockerfile syntax without a `# syntax=` line: BuildKit, buildah and podman build it with
 # their built-in frontend, so an air-gapped build needs nothing but debian:12 and debian:12-slim.
@@ -41,7 +42,8 @@ RUN lib=usr/lib/$(gcc -print-multiarch) \
  && cp -a /out/usr/share/gpuipc /stage/broker/usr/share/ \
  && cp -a /out/usr/bin/gpuipcctl /stage/client/usr/bin/ \
  && cp -a /out/$lib/libgpuipc.so.0 /out/$lib/libgpuipc.so.0.* /stage/client/$lib/ \
- && cp -a python/gpuipc.py /stage/client/usr/share/gpuipc/python/
+ && find /out/usr/lib -path '*-packages/gpuipc*' -prune -exec cp -a {} /stage/client/usr/share/gpuipc/python/ \; \
+ && test -n "$(ls /stage/client/usr/share/gpuipc/python)"
 
 # The client files alone, for application images: COPY --from=<this image> / /
 FROM scratch AS client

@@ -23,6 +23,9 @@
 
 #define ACCEPTS_PER_WAKEUP 64
 #define ACCEPT_BACKOFF_MS 100
+/* A change of the policy file is loaded once it has been quiet this long: one reload for a burst of
+ * events (an editor's save, a ConfigMap update), none when a SIGHUP came meanwhile and loaded it. */
+#define POLICY_SETTLE_MS 100
 
 typedef struct Client {
         Server *server;
@@ -42,6 +45,7 @@ struct Server {
         uv_timer_t deadline_timer, accept_timer;
         uv_signal_t sig_term, sig_int, sig_hup;
         uv_poll_t policy_poll; /* the policy watch's fd, while s->watch is set */
+        uv_timer_t policy_settle;
         PolicyWatch *watch;
         int listen_fd;
         bool listening, stopping;
@@ -490,8 +494,10 @@ static void server_stop(Server *s)
         uv_close((uv_handle_t *)&s->sig_term, NULL);
         uv_close((uv_handle_t *)&s->sig_int, NULL);
         uv_close((uv_handle_t *)&s->sig_hup, NULL);
-        if (s->watch)
+        if (s->watch) {
                 uv_close((uv_handle_t *)&s->policy_poll, NULL);
+                uv_close((uv_handle_t *)&s->policy_settle, NULL);
+        }
 }
 
 /* Loads the policy again; a policy that does not load leaves the old one in force. */
@@ -501,6 +507,8 @@ static void reload_policy(Server *s, const char *trigger)
 
         if (!s->cfg.reload_policy)
                 return;
+        if (s->watch)
+                uv_timer_stop(&s->policy_settle); /* this load covers a pending change too */
         if (s->cfg.reload_policy(s->cfg.reload_userdata, &p) < 0) {
                 log_warn("policy reload failed; keeping the old policy", "trigger=%s", trigger);
                 return;
@@ -511,6 +519,11 @@ static void reload_policy(Server *s, const char *trigger)
         log_info("policy reloaded", "rules=%zu trigger=%s", policy_rule_count(p), trigger);
 }
 
+static void policy_settle_cb(uv_timer_t *t)
+{
+        reload_policy(t->data, "file");
+}
+
 static void policy_poll_cb(uv_poll_t *h, int status, int events)
 {
         Server *s = h->data;
@@ -518,7 +531,7 @@ static void policy_poll_cb(uv_poll_t *h, int status, int events)
         int r = status < 0 ? status : policy_watch_read(s->watch, &lost);
 
         if (r > 0)
-                reload_policy(s, "file");
+                uv_timer_start(&s->policy_settle, policy_settle_cb, POLICY_SETTLE_MS, 0);
         if (r < 0 || lost) {
                 if (r < 0)
                         log_warn("cannot read the policy watch; the policy is reloaded on SIGHUP only", "error=\"%s\"",
@@ -587,6 +600,8 @@ int server_new(Server **ret, const ServerConfig *cfg)
                 s->watch = cfg->policy_watch;
                 uv_poll_init(&s->loop, &s->policy_poll, policy_watch_fd(s->watch));
                 s->policy_poll.data = s;
+                uv_timer_init(&s->loop, &s->policy_settle);
+                s->policy_settle.data = s;
                 uv_poll_start(&s->policy_poll, UV_READABLE, policy_poll_cb);
         }
         *ret = s;
