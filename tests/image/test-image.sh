@@ -48,13 +48,22 @@ pm() {
                 --cgroup-manager cgroupfs --events-backend file "$@"
 }
 
+# Build containers of an interrupted build, and their mounts (which would keep the build
+# directory from being removed).
+drop_build_containers() {
+        local ids
+        ids=$(pm ps -a --external -q 2>/dev/null) || return 0
+        [[ -z $ids ]] || pm rm -f --storage $ids >/dev/null 2>&1 || true
+}
 cleanup() {
         for c in "${containers[@]}"; do pm rm -f "$c" >/dev/null 2>&1 || true; done
         for v in "${volumes[@]}"; do pm volume rm -f "$v" >/dev/null 2>&1 || true; done
         pm image unmount -a >/dev/null 2>&1 || true
+        drop_build_containers
 }
 trap cleanup EXIT
 pm rm -af >/dev/null 2>&1 || true # left over by an interrupted run
+drop_build_containers
 
 # ---- 1. the Debian base images ----
 # debootstrap's minbase is Debian's own base set; the real images are built from the same packages.
@@ -133,10 +142,17 @@ build_image() {
                 exit 1
         fi
 }
+# The build context is the source tree as .dockerignore trims it; a build directory inside it that
+# .dockerignore does not name (any but build*/) is left out too, podman's storage with it.
+ignore=$cache/dockerignore
+cp "$root/.dockerignore" "$ignore"
+real_root=$(realpath "$root") real_build=$(realpath "$build")
+[[ $real_build == "$real_root"/* ]] && echo "${real_build#"$real_root"/}" >>"$ignore"
 echo "# building (logs in $cache/build-*.log)"
-build_image "the broker image (default target)" broker -t "$suite/gpuipc" -f "$root/Dockerfile" "$root"
+build_image "the broker image (default target)" broker -t "$suite/gpuipc" -f "$root/Dockerfile" \
+        --ignorefile "$ignore" "$root"
 build_image "the client image (--target client)" client -t "$suite/gpuipc-client" --target client \
-        -f "$root/Dockerfile" "$root"
+        -f "$root/Dockerfile" --ignorefile "$ignore" "$root"
 build_image "the python3 stand-in for the PyTorch base" python-base -t "$suite/python-base" \
         -f "$root/tests/image/python-base.Dockerfile" "$root/tests/image"
 build_image "examples/app-image on it" app -t "$suite/app" --build-arg "GPUIPC_CLIENT=$suite/gpuipc-client" \
