@@ -135,8 +135,28 @@ def oci_config(rootfs, args, env, user, mounts, namespaces, seccomp, read_only, 
     }
 
 
+def configmap_write(d, data, generation):
+    """Writes a ConfigMap volume the way the kubelet's atomic writer does: the data in a new
+    timestamped directory, `..data_tmp` pointed at it and renamed over `..data`, each key a symlink
+    `key -> ..data/key` (made once), then the previous directory removed."""
+    old = os.readlink(os.path.join(d, '..data')) if os.path.lexists(os.path.join(d, '..data')) else None
+    new = f'..2026_01_01_00_00_00.{generation:09d}'
+    os.mkdir(os.path.join(d, new), 0o755)
+    for key, value in data.items():
+        with open(os.path.join(d, new, key), 'w') as f:
+            f.write(value)
+        os.chmod(os.path.join(d, new, key), 0o644)
+    os.symlink(new, os.path.join(d, '..data_tmp'))
+    os.rename(os.path.join(d, '..data_tmp'), os.path.join(d, '..data'))
+    for key in data:
+        if not os.path.lexists(os.path.join(d, key)):
+            os.symlink(os.path.join('..data', key), os.path.join(d, key))
+    if old:
+        shutil.rmtree(os.path.join(d, old))
+
+
 class Pod:
-    def __init__(self, pod, build, seccomp_dir, workdir, entrypoint):
+    def __init__(self, pod, build, seccomp_dir, workdir, entrypoint, configmaps=None):
         self.entrypoint = entrypoint
         self.pod = pod
         self.spec = pod['spec']
@@ -146,16 +166,28 @@ class Pod:
         self.ids = []
         self.prefix = 'gpuipc-' + str(os.getpid())
         self.volumes = {}
+        self.configmaps = configmaps or {}
+        self.generation = 0
         for v in self.spec.get('volumes', []):
-            if 'emptyDir' not in v:
-                raise SystemExit(f'volume {v["name"]}: only emptyDir is simulated')
             d = os.path.join(workdir, 'volumes', v['name'])
             os.makedirs(d)
-            os.chmod(d, 0o777)  # as the kubelet creates emptyDirs; fsGroup makes the group the pod's
-            if 'fsGroup' in self.spec.get('securityContext', {}):
-                os.chown(d, 0, self.spec['securityContext']['fsGroup'])
-                os.chmod(d, 0o2777)
+            if 'emptyDir' in v:
+                os.chmod(d, 0o777)  # as the kubelet creates emptyDirs; fsGroup makes the group the pod's
+                if 'fsGroup' in self.spec.get('securityContext', {}):
+                    os.chown(d, 0, self.spec['securityContext']['fsGroup'])
+                    os.chmod(d, 0o2777)
+            elif v.get('hostPath', {}).get('path') == '/run/gpuipc':
+                os.chmod(d, 0o750)  # as k8s/node-setup leaves the node's directory
+                os.chown(d, 65532, 65532)
+            elif 'configMap' in v:
+                self.configmap_update(v['name'], self.configmaps[v['configMap']['name']]['data'])
+            else:
+                raise SystemExit(f'volume {v["name"]}: only emptyDir, configMap and /run/gpuipc are simulated')
             self.volumes[v['name']] = d
+
+    def configmap_update(self, volume, data):
+        self.generation += 1
+        configmap_write(os.path.join(self.work, 'volumes', volume), data, self.generation)
 
     def cid(self, name):
         return f'{self.prefix}-{name}'
@@ -257,35 +289,40 @@ class Pod:
                 return 'this build\'s gpuipcctl has no `metrics --listen` (the exporter)'
         return None
 
-    def run(self):
+    def start_pause(self):
+        """The pod's binaries and its pause container (holding its namespaces)."""
         self.bindir = os.path.join(self.work, 'bin')
         os.makedirs(self.bindir)
         for b in ('broker/gpuipc-broker', 'cli/gpuipcctl'):
             shutil.copy(os.path.join(self.build, b), self.bindir)
-        share_pid = bool(self.spec.get('shareProcessNamespace'))
-        log(f'pod {self.pod["metadata"]["name"]}: shareProcessNamespace={share_pid}')
-
+        self.share_pid = bool(self.spec.get('shareProcessNamespace'))
+        log(f'pod {self.pod["metadata"]["name"]}: shareProcessNamespace={self.share_pid}')
         pause = self.bundle('pause', ['/usr/bin/sleep', 'infinity'], ['PATH=/usr/bin'],
                             {'uid': 65535, 'gid': 65535}, {'readOnlyRootFilesystem': True,
                                                            'capabilities': {'drop': ['ALL']},
                                                            'allowPrivilegeEscalation': False},
                             [], [{'type': t} for t in ('pid', 'mount', 'network', 'ipc', 'uts')], None)
-        pause_pid = self.pause_pid = self.start('pause', pause)
-        ok = True
+        self.pause_pid = self.start('pause', pause)
 
-        def container_bundle(c):
-            user, sc = self.user_of(c)
-            seccomp, how = self.seccomp_of(sc)
-            env = ['PATH=/opt/gpuipc/bin:/usr/bin:/bin'] + [f'{e["name"]}={e["value"]}' for e in c.get('env', [])]
-            args = (c.get('command') or self.entrypoint) + c.get('args', [])
-            if os.path.basename(args[0]) in ('gpuipc-broker', 'gpuipcctl'):
-                args[0] = '/opt/gpuipc/bin/' + os.path.basename(args[0])
-            args = memfd_only(args)
-            mounts = [{'destination': m['mountPath'], 'type': 'bind', 'source': self.volumes[m['name']],
-                       'options': ['rbind', 'ro' if m.get('readOnly') else 'rw']} for m in c.get('volumeMounts', [])]
-            log(f'  {c["name"]}: uid={user["uid"]} gid={user["gid"]} groups={user["additionalGids"]} '
-                f'seccomp={how} args={" ".join(args)}')
-            return self.bundle(c['name'], args, env, user, sc, mounts, self.namespaces(pause_pid, share_pid), seccomp)
+    def container_bundle(self, c):
+        user, sc = self.user_of(c)
+        seccomp, how = self.seccomp_of(sc)
+        env = ['PATH=/opt/gpuipc/bin:/usr/bin:/bin'] + [f'{e["name"]}={e["value"]}' for e in c.get('env', [])]
+        args = (c.get('command') or self.entrypoint) + c.get('args', [])
+        if os.path.basename(args[0]) in ('gpuipc-broker', 'gpuipcctl'):
+            args[0] = '/opt/gpuipc/bin/' + os.path.basename(args[0])
+        args = memfd_only(args)
+        mounts = [{'destination': m['mountPath'], 'type': 'bind', 'source': self.volumes[m['name']],
+                   'options': ['rbind', 'ro' if m.get('readOnly') else 'rw']} for m in c.get('volumeMounts', [])]
+        log(f'  {c["name"]}: uid={user["uid"]} gid={user["gid"]} groups={user["additionalGids"]} '
+            f'seccomp={how} args={" ".join(args)}')
+        return self.bundle(c['name'], args, env, user, sc, mounts, self.namespaces(self.pause_pid, self.share_pid),
+                           seccomp)
+
+    def run(self):
+        self.start_pause()
+        container_bundle = self.container_bundle
+        ok = True
 
         # Init containers in order: a sidecar (restartPolicy Always) counts as started once its
         # startupProbe succeeds, or once it runs when it has none; then the app containers start.
@@ -355,6 +392,68 @@ class Pod:
             ok &= stopped
         return ok
 
+    def verdict(self, uid, sock):
+        """What a client of this uid (group 65532, like the node-broker's client pods) gets for
+        attaching frames/x: "denied", or "timeout" when the policy lets it wait for the name."""
+        r = subprocess.run(['setpriv', '--reuid', str(uid), '--regid', str(uid), '--groups', '65532',
+                            os.path.join(self.bindir, 'gpuipcctl'), '--socket', sock, 'attach', '--name',
+                            'frames/x', '--timeout', '50'], capture_output=True, text=True, timeout=30)
+        out = r.stdout + r.stderr
+        return 'denied' if '[denied]' in out else 'timeout' if 'timeout' in out else f'other: {out.strip()}'
+
+    def wait_log(self, name, needle, count, timeout_s=15):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.output(name).count(needle) >= count:
+                return True
+            time.sleep(0.1)
+        return False
+
+    def run_node_broker_policy(self, policy_volume):
+        """The node broker's DaemonSet pod (its containers are services: they run until the pod is
+        deleted) with its policy ConfigMap, updated as the kubelet updates it, twice: a new policy
+        must apply without a restart or SIGHUP, an invalid one must leave the old one in force."""
+        self.start_pause()
+        ok = True
+        broker = next(c for c in self.spec['containers'] if isbroker(c))
+        for c in self.spec['containers']:
+            missing = self.missing_feature(c)
+            if missing:
+                log(f'  {c["name"]}: NOT RUN: {missing}')
+                continue
+            self.start(c['name'], self.container_bundle(c))
+            if c.get('startupProbe'):
+                started, out = self.probe_until(c, c['startupProbe'])
+                log(f'  {c["name"]}: startupProbe {"passed" if started else "FAILED: " + out}')
+                ok &= started
+        sock = os.path.join(self.volumes['gpuipc-socket'], 'gpuipc.sock')
+        cm = self.configmaps[next(v['configMap']['name'] for v in self.spec['volumes'] if v['name'] == policy_volume)]
+        policy = cm['data']['policy.conf']
+
+        def check(what, cond):
+            nonlocal ok
+            log(f'  {"ok  " if cond else "FAIL"} {what}')
+            ok &= bool(cond)
+
+        check('the shipped policy: the consumer uid 10002 may attach frames/', self.verdict(10002, sock) == 'timeout')
+        check('the shipped policy: the producer uid 10001 may not', self.verdict(10001, sock) == 'denied')
+        wider = policy.replace('deny all any', 'allow attach uid=10001 prefix=frames/\ndeny all any')
+        self.configmap_update(policy_volume, {**cm['data'], 'policy.conf': wider})
+        check('the ConfigMap updated (..data swapped): the broker reloads it by itself',
+              self.wait_log(broker['name'], 'policy reloaded', 1))
+        check('the new policy applies: uid 10001 may attach frames/ now', self.verdict(10001, sock) == 'timeout')
+        self.configmap_update(policy_volume, {**cm['data'], 'policy.conf': 'allow attach uid=10001 frames/\n'})
+        check('an update that does not parse is refused',
+              self.wait_log(broker['name'], 'keeping the old policy', 1))
+        check('... and the policy in force stays', self.verdict(10001, sock) == 'timeout')
+        check('the broker is still running (its filter and the profile never fired)',
+              self.running(broker['name']) and 'seccomp:' not in self.output(broker['name']))
+        for c in reversed(self.spec['containers']):
+            if self.cid(c['name']) in self.ids:
+                runc('kill', self.cid(c['name']), 'TERM', check=False)
+        check('the broker stops cleanly on SIGTERM', self.wait_log(broker['name'], '"msg":"stopped"', 1, 5))
+        return ok
+
     def cleanup(self):
         for cid in reversed(self.ids):
             runc('kill', cid, 'KILL', check=False, capture=True)
@@ -370,12 +469,26 @@ def main():
     ap.add_argument('--bin', required=True, help='the build directory')
     ap.add_argument('--seccomp-dir', required=True)
     ap.add_argument('--expect-shared-pid', action='store_true')
+    ap.add_argument('--node-broker-policy', metavar='VOLUME',
+                    help='--pod names a DaemonSet: run its pod and update the ConfigMap of VOLUME')
     a = ap.parse_args()
     if os.geteuid() != 0 or not shutil.which('runc'):
         print('runc simulation needs root and runc: skipped')
         return 77
+    if a.node_broker_policy and not shutil.which('setpriv'):
+        print('setpriv (util-linux) is needed to act as the client pods\' uids: skipped')
+        return 77
     with open(a.manifests) as f:
-        pod = find_pod(yaml.safe_load_all(f), a.pod)
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    configmaps = {d['metadata']['name']: d for d in docs if d['kind'] == 'ConfigMap'}
+    if a.node_broker_policy:
+        ds = next((d for d in docs if d['kind'] == 'DaemonSet' and d['metadata']['name'] == a.pod), None)
+        if not ds:
+            raise SystemExit(f'no DaemonSet named {a.pod} in the manifests')
+        pod = {'metadata': {'name': a.pod, **ds['spec']['template'].get('metadata', {})},
+               'spec': ds['spec']['template']['spec']}
+    else:
+        pod = find_pod(docs, a.pod)
     if bool(pod['spec'].get('shareProcessNamespace')) != a.expect_shared_pid:
         print(f'the pod {"does not share" if a.expect_shared_pid else "shares"} its PID namespace, unlike expected')
         return 1
@@ -383,9 +496,10 @@ def main():
     work = tempfile.mkdtemp(prefix='gpuipc-pod-')
     os.chmod(work, 0o755)
     p = Pod(pod, a.bin, a.seccomp_dir, work,
-            image_entrypoint(os.path.join(os.path.dirname(os.path.abspath(a.seccomp_dir)), 'Dockerfile')))
+            image_entrypoint(os.path.join(os.path.dirname(os.path.abspath(a.seccomp_dir)), 'Dockerfile')),
+            configmaps)
     try:
-        ok = p.run()
+        ok = p.run_node_broker_policy(a.node_broker_policy) if a.node_broker_policy else p.run()
     except (RuntimeError, subprocess.SubprocessError, OSError) as e:
         log(f'error: {e}')
         for name in os.listdir(work):
