@@ -116,6 +116,7 @@ int policy_watch_read(PolicyWatch *w, bool *ret_lost)
         }
         if (*ret_lost)
                 log_warn("the policy file's directory is gone; the policy is no longer reloaded on change "
-                         "(SIGHUP still reloads it)", NULL);
+                         "(SIGHUP still reloads it)",
+                         NULL);
         return changed;
 }
