@@ -22,6 +22,7 @@ packages=(
         gcc meson ninja-build pkg-config python3      # building
         libuv1-dev libmsgpack-dev libseccomp-dev      # the broker's and library's dependencies
         runc                                          # tests: the broker in an OCI container
+        podman debootstrap                            # tests: the images built from a local Debian base and run
         nodejs npm                                    # tests: offline Kubernetes manifest validation
         jq procps psmisc python3-yaml                 # tests: reading results, processes, manifests
         python3-msgpack python3-numpy                 # the Python package and its tests
@@ -45,7 +46,10 @@ install_packages() {
                 as_root apt-get update -qq
                 as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
         fi
-        if [[ -f tests/k8s/package-lock.json && ! -d tests/k8s/node_modules ]] && command -v npm >/dev/null; then
+        # Again whenever the lock file changed since the last install (a new dependency).
+        if [[ -f tests/k8s/package-lock.json && ( ! -d tests/k8s/node_modules ||
+                tests/k8s/package-lock.json -nt tests/k8s/node_modules/.package-lock.json ) ]] &&
+                command -v npm >/dev/null; then
                 npm ci --prefix tests/k8s --no-audit --no-fund --loglevel=error >/dev/null 2>&1 ||
                         echo "warning: npm ci in tests/k8s failed; the manifest tests will be skipped" >&2
         fi

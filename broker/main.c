@@ -24,6 +24,7 @@
 #include "log.h"
 #include "macro.h"
 #include "policy.h"
+#include "policywatch.h"
 #include "privs.h"
 #include "proto.h"
 #include "sandbox.h"
@@ -484,9 +485,13 @@ int main(int argc, char **argv)
         cfg.policy = policy;
         cfg.reload_policy = reload_policy;
         cfg.reload_userdata = (void *)o.policy_path;
+        /* A policy replaced on disk (a ConfigMap update, an edit) takes effect like SIGHUP. */
+        if (o.policy_path && policy_watch_new(&cfg.policy_watch, o.policy_path) < 0)
+                return 1;
         r = server_new(&server, &cfg);
         if (r < 0) {
                 log_error("cannot start the event loop", "error=\"%s\"", strerror(-r));
+                policy_watch_free(cfg.policy_watch);
                 return 1;
         }
 

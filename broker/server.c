@@ -1,6 +1,7 @@
 /* The event loop: the only file of the broker that includes <uv.h>. It accepts connections,
  * reads frames, hands requests to request.c, delivers the registry's outbox, watches pidfds for
- * peer death, fires wait deadlines and handles SIGTERM/SIGINT (stop) and SIGHUP (reload). */
+ * peer death, fires wait deadlines, handles SIGTERM/SIGINT (stop) and SIGHUP (reload) and reloads
+ * the policy when its file changes. */
 #include "server.h"
 
 #include <dirent.h>
@@ -25,6 +26,9 @@
 #define ACCEPTS_PER_WAKEUP 64
 #define ACCEPT_BACKOFF_MS 100
 #define BLOCKED_RETRY_MS 100
+/* A change of the policy file is loaded once it has been quiet this long: one reload for a burst of
+ * events (an editor's save, a ConfigMap update), none when a SIGHUP came meanwhile and loaded it. */
+#define POLICY_SETTLE_MS 100
 
 typedef struct Client {
         Server *server;
@@ -44,6 +48,9 @@ struct Server {
         uv_poll_t listen_poll;
         uv_timer_t deadline_timer, accept_timer, retry_timer;
         uv_signal_t sig_term, sig_int, sig_hup;
+        uv_poll_t policy_poll; /* the policy watch's fd, while s->watch is set */
+        uv_timer_t policy_settle;
+        PolicyWatch *watch;
         int listen_fd;
         bool listening, stopping;
         ServerConfig cfg;
@@ -630,6 +637,50 @@ static void server_stop(Server *s)
         uv_close((uv_handle_t *)&s->sig_term, NULL);
         uv_close((uv_handle_t *)&s->sig_int, NULL);
         uv_close((uv_handle_t *)&s->sig_hup, NULL);
+        if (s->watch) {
+                uv_close((uv_handle_t *)&s->policy_poll, NULL);
+                uv_close((uv_handle_t *)&s->policy_settle, NULL);
+        }
+}
+
+/* Loads the policy again; a policy that does not load leaves the old one in force. */
+static void reload_policy(Server *s, const char *trigger)
+{
+        Policy *p = NULL;
+
+        if (!s->cfg.reload_policy)
+                return;
+        if (s->watch)
+                uv_timer_stop(&s->policy_settle); /* this load covers a pending change too */
+        if (s->cfg.reload_policy(s->cfg.reload_userdata, &p) < 0) {
+                log_warn("policy reload failed; keeping the old policy", "trigger=%s", trigger);
+                return;
+        }
+        policy_free(s->policy);
+        s->policy = p;
+        s->cfg.policy = p;
+        log_info("policy reloaded", "rules=%zu trigger=%s", policy_rule_count(p), trigger);
+}
+
+static void policy_settle_cb(uv_timer_t *t)
+{
+        reload_policy(t->data, "file");
+}
+
+static void policy_poll_cb(uv_poll_t *h, int status, int events)
+{
+        Server *s = h->data;
+        bool lost = false;
+        int r = status < 0 ? status : policy_watch_read(s->watch, &lost);
+
+        if (r > 0)
+                uv_timer_start(&s->policy_settle, policy_settle_cb, POLICY_SETTLE_MS, 0);
+        if (r < 0 || lost) {
+                if (r < 0)
+                        log_warn("cannot read the policy watch; the policy is reloaded on SIGHUP only", "error=\"%s\"",
+                                 strerror(-r));
+                uv_poll_stop(h);
+        }
 }
 
 static void signal_cb(uv_signal_t *h, int signum)
@@ -637,18 +688,7 @@ static void signal_cb(uv_signal_t *h, int signum)
         Server *s = h->data;
 
         if (signum == SIGHUP) {
-                Policy *p = NULL;
-
-                if (!s->cfg.reload_policy)
-                        return;
-                if (s->cfg.reload_policy(s->cfg.reload_userdata, &p) < 0) {
-                        log_warn("policy reload failed; keeping the old policy", NULL);
-                        return;
-                }
-                policy_free(s->policy);
-                s->policy = p;
-                s->cfg.policy = p;
-                log_info("policy reloaded", "rules=%zu", policy_rule_count(p));
+                reload_policy(s, "SIGHUP");
                 return;
         }
         log_info("stopping", "signal=%s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -707,6 +747,14 @@ int server_new(Server **ret, const ServerConfig *cfg)
         uv_poll_start(&s->listen_poll, UV_READABLE, listen_cb);
         s->listening = true;
         rearm_deadline(s); /* the restart grace */
+        if (cfg->policy_watch) {
+                s->watch = cfg->policy_watch;
+                uv_poll_init(&s->loop, &s->policy_poll, policy_watch_fd(s->watch));
+                s->policy_poll.data = s;
+                uv_timer_init(&s->loop, &s->policy_settle);
+                s->policy_settle.data = s;
+                uv_poll_start(&s->policy_poll, UV_READABLE, policy_poll_cb);
+        }
         *ret = s;
         return 0;
 }
@@ -735,6 +783,7 @@ Server *server_free(Server *s)
         free(s->out.close_fds);
         s->reg = registry_free(s->reg);
         policy_free(s->policy);
+        policy_watch_free(s->watch);
         free(s);
         return NULL;
 }

@@ -7,6 +7,7 @@
 
 #include "broker-limits.h"
 #include "policy.h"
+#include "policywatch.h"
 
 typedef struct Server Server;
 
@@ -21,6 +22,9 @@ typedef struct ServerConfig {
         /* Called on SIGHUP: loads the policy again. 0 with *ret set (NULL = default), or <0 to keep the old one. */
         int (*reload_policy)(void *userdata, Policy **ret);
         void *reload_userdata;
+        /* Reloads the policy when its file changes, as SIGHUP does; owned by the server once
+         * server_new() succeeds; NULL: SIGHUP only. */
+        PolicyWatch *policy_watch;
 } ServerConfig;
 
 int server_new(Server **ret, const ServerConfig *cfg);

@@ -313,9 +313,10 @@ int cmd_publish(Ctl *ctl, int argc, char **argv)
 
 /* Keeps the reference for ms milliseconds, still handling events: a revoke, a lost broker or
  * SIGTERM ends it early. */
+/* Holds the buffer for ms milliseconds (ms < 0: until a stop signal), or until it is revoked. */
 static void hold_for(Ctl *ctl, gpuipc_buffer_t *b, long ms)
 {
-        uint64_t end = ctl_now_ms() + (uint64_t)ms;
+        uint64_t end = ms < 0 ? UINT64_MAX : ctl_now_ms() + (uint64_t)ms;
 
         catch_stop_signals();
         while (!gpuipc_buffer_revoked(b) && !stop_requested) {
@@ -380,7 +381,7 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
                                 return CTL_USAGE;
                         break;
                 case 'H':
-                        if (ctl_parse_int(ctl, "--hold", optarg, 0, INT32_MAX, &hold))
+                        if (ctl_parse_int(ctl, "--hold", optarg, -1, INT32_MAX, &hold))
                                 return CTL_USAGE;
                         break;
                 case 'd':
@@ -416,7 +417,7 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
         } else if (verdict.checked && !ctl->json) {
                 printf("verified %zu bytes\n", gpuipc_buffer_size(b));
         }
-        if (hold > 0)
+        if (hold != 0)
                 hold_for(ctl, b, hold);
         if (gpuipc_buffer_revoked(b)) {
                 fprintf(stderr, "gpuipcctl attach: the buffer was revoked: its producer died\n");

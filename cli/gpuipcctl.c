@@ -54,7 +54,7 @@ static const CtlCommand commands[] = {
           "  -w, --writable         consumers may map it writable\n"
           "  -b, --broker-held      the memory outlives this process until retired and drained (memfd, cuda-vmm)\n"
           "  -r, --retire-after N   retire it after N attaches\n" },
-        { "attach", cmd_attach, "--name N [--verify PATTERN] [--timeout MS] [--hold MS] [--device N]",
+        { "attach", cmd_attach, "--name N [--verify PATTERN] [--timeout MS] [--hold MS|-1] [--device N]",
           "attach a buffer, check it, hold it, release it",
           "Attaches the buffer published under a name (waiting for it to appear), optionally checks every byte\n"
           "against a pattern, keeps the reference for a while, and releases it. Exit 1 when a byte differs or\n"
@@ -62,7 +62,8 @@ static const CtlCommand commands[] = {
           "  -n, --name N           the name to attach\n"
           "  -v, --verify PATTERN   check every byte: " PATTERNS "\n"
           "  -t, --timeout MS       how long to wait for a publish (default 0: it must be there; -1: forever)\n"
-          "  -H, --hold MS          keep the reference this long before releasing it\n"
+          "  -H, --hold MS          keep the reference this long before releasing it (-1: until SIGTERM or\n"
+          "                         SIGINT, a long-running consumer)\n"
           "  -d, --device N         map CUDA buffers onto this device ordinal\n" },
         { "retire", cmd_retire, "NAME | --id N", "retire a buffer",
           "Retires a buffer: no new attaches; its producer hears drained after the last release. Allowed to\n"

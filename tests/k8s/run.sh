@@ -23,7 +23,7 @@ command -v node >/dev/null 2>&1 ||
   skip "node not found: the validator is a Node.js (>= 20) script"
 major=$(node -p 'process.versions.node.split(".")[0]')
 ((major >= 20)) || skip "node $(node --version) is too old: the validator needs node >= 20"
-for dep in kubernetes-models @kubernetes/client-node yaml; do
+for dep in kubernetes-models @kubernetes/client-node yaml @bufbuild/cel; do
   [[ -d $here/node_modules/$dep ]] ||
     skip "npm dependency $dep is missing: run 'npm ci' in tests/k8s (npm ci --prefix tests/k8s from the repository root)"
 done

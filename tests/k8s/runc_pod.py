@@ -8,8 +8,13 @@ root and seccomp profile (Localhost: the file shipped in seccomp/; RuntimeDefaul
 runc has no default of its own).
 
 GPUs are not available here, so CUDA kinds in the app commands become memfd and --device goes:
-everything else about the pod is as declared. The pod passes when every app container exits 0,
-the broker answers its probe inside its own container (under its profile) and stops cleanly.
+everything else about the pod is as declared. Nothing is done that a kubelet would not do: the app
+containers of a restartPolicy Never pod are never stopped, so each must end on its own; once they
+all have, the sidecars get SIGTERM, the last started first. Probes run as the kubelet runs them:
+exec inside the container, httpGet on the pod's network. The pod passes when every app container
+exits 0 by itself, the sidecars' probes pass (the broker's inside its own container, under its
+profile) and the broker stops cleanly. A sidecar this build cannot run at all (the exporter, in a
+gpuipcctl without `metrics --listen`) is reported as not run.
 
     runc_pod.py --manifests RENDERED.yaml --pod NAME --bin BUILD_DIR --seccomp-dir DIR [--expect-shared-pid]
 Exit: 0 pass, 1 fail, 77 when runc cannot run here (not root, no runc).
@@ -30,6 +35,9 @@ except ImportError:
     sys.exit(77)
 
 STATE_ROOT = '/run/gpuipc-test-runc'
+# How long the app containers may take to end on their own (the consumers wait 30 s at most);
+# GPUIPC_TEST_APP_DEADLINE_S shortens it when trying out a pod that is expected not to end.
+APP_DEADLINE_S = int(os.environ.get("GPUIPC_TEST_APP_DEADLINE_S", "60"))
 
 
 def log(*a):
@@ -49,6 +57,10 @@ def find_pod(docs, name):
         if d and d.get('kind') == 'Pod' and d['metadata']['name'] == name:
             return d
     raise SystemExit(f'no Pod named {name} in the manifests')
+
+
+def isbroker(c):
+    return c['name'] == 'gpuipc-broker'
 
 
 def memfd_only(args):
@@ -123,8 +135,28 @@ def oci_config(rootfs, args, env, user, mounts, namespaces, seccomp, read_only, 
     }
 
 
+def configmap_write(d, data, generation):
+    """Writes a ConfigMap volume the way the kubelet's atomic writer does: the data in a new
+    timestamped directory, `..data_tmp` pointed at it and renamed over `..data`, each key a symlink
+    `key -> ..data/key` (made once), then the previous directory removed."""
+    old = os.readlink(os.path.join(d, '..data')) if os.path.lexists(os.path.join(d, '..data')) else None
+    new = f'..2026_01_01_00_00_00.{generation:09d}'
+    os.mkdir(os.path.join(d, new), 0o755)
+    for key, value in data.items():
+        with open(os.path.join(d, new, key), 'w') as f:
+            f.write(value)
+        os.chmod(os.path.join(d, new, key), 0o644)
+    os.symlink(new, os.path.join(d, '..data_tmp'))
+    os.rename(os.path.join(d, '..data_tmp'), os.path.join(d, '..data'))
+    for key in data:
+        if not os.path.lexists(os.path.join(d, key)):
+            os.symlink(os.path.join('..data', key), os.path.join(d, key))
+    if old:
+        shutil.rmtree(os.path.join(d, old))
+
+
 class Pod:
-    def __init__(self, pod, build, seccomp_dir, workdir, entrypoint):
+    def __init__(self, pod, build, seccomp_dir, workdir, entrypoint, configmaps=None):
         self.entrypoint = entrypoint
         self.pod = pod
         self.spec = pod['spec']
@@ -134,16 +166,28 @@ class Pod:
         self.ids = []
         self.prefix = 'gpuipc-' + str(os.getpid())
         self.volumes = {}
+        self.configmaps = configmaps or {}
+        self.generation = 0
         for v in self.spec.get('volumes', []):
-            if 'emptyDir' not in v:
-                raise SystemExit(f'volume {v["name"]}: only emptyDir is simulated')
             d = os.path.join(workdir, 'volumes', v['name'])
             os.makedirs(d)
-            os.chmod(d, 0o777)  # as the kubelet creates emptyDirs; fsGroup makes the group the pod's
-            if 'fsGroup' in self.spec.get('securityContext', {}):
-                os.chown(d, 0, self.spec['securityContext']['fsGroup'])
-                os.chmod(d, 0o2777)
+            if 'emptyDir' in v:
+                os.chmod(d, 0o777)  # as the kubelet creates emptyDirs; fsGroup makes the group the pod's
+                if 'fsGroup' in self.spec.get('securityContext', {}):
+                    os.chown(d, 0, self.spec['securityContext']['fsGroup'])
+                    os.chmod(d, 0o2777)
+            elif v.get('hostPath', {}).get('path') == '/run/gpuipc':
+                os.chmod(d, 0o750)  # as k8s/node-setup leaves the node's directory
+                os.chown(d, 65532, 65532)
+            elif 'configMap' in v:
+                self.configmap_update(v['name'], self.configmaps[v['configMap']['name']]['data'])
+            else:
+                raise SystemExit(f'volume {v["name"]}: only emptyDir, configMap and /run/gpuipc are simulated')
             self.volumes[v['name']] = d
+
+    def configmap_update(self, volume, data):
+        self.generation += 1
+        configmap_write(os.path.join(self.work, 'volumes', volume), data, self.generation)
 
     def cid(self, name):
         return f'{self.prefix}-{name}'
@@ -195,86 +239,151 @@ class Pod:
         return subprocess.Popen(['runc', '--root', STATE_ROOT, 'run', '--bundle', bundle, cid],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out)
 
-    def probe(self, name, probe):
-        cmd = probe['exec']['command']
-        r = runc('exec', self.cid(name), *cmd, check=False, capture=True, timeout=30)
-        return r.returncode == 0, (r.stdout + r.stderr).strip()
+    def probe(self, c, probe):
+        """One probe, as the kubelet runs it: exec inside the container, or an HTTP GET on the pod's
+        network (here: from inside the pod's network namespace, on loopback)."""
+        if 'exec' in probe:
+            r = runc('exec', self.cid(c['name']), *probe['exec']['command'], check=False, capture=True, timeout=30)
+            return r.returncode == 0, (r.stdout + r.stderr).strip()
+        if 'httpGet' in probe:
+            get = probe['httpGet']
+            port = get['port']
+            if isinstance(port, str):
+                port = next(p['containerPort'] for p in c.get('ports', []) if p.get('name') == port)
+            url = f'http://127.0.0.1:{port}{get.get("path", "/")}'
+            code = ('import sys, urllib.request\n'
+                    f'r = urllib.request.urlopen({url!r}, timeout=2)\n'
+                    'sys.exit(0 if 200 <= r.status < 400 else 1)\n')
+            r = subprocess.run(['nsenter', f'--net=/proc/{self.pause_pid}/ns/net', sys.executable, '-c', code],
+                               capture_output=True, text=True, timeout=30)
+            return r.returncode == 0, f'GET {url}: ' + ((r.stdout + r.stderr).strip().splitlines() or ['ok'])[-1]
+        raise SystemExit(f'{c["name"]}: only exec and httpGet probes are simulated')
 
-    def run(self):
+    def probe_until(self, c, probe):
+        """Probes until success, for as long as the kubelet would (failureThreshold periods, at a
+        faster pace); gives up early when the container is gone."""
+        ok, out = False, ''
+        for _ in range(int(probe.get('failureThreshold', 3)) * 5):
+            ok, out = self.probe(c, probe)
+            if ok or not self.running(c['name']):
+                break
+            time.sleep(0.2)
+        return ok, out
+
+    def running(self, name):
+        st = runc('state', self.cid(name), check=False, capture=True)
+        return st.returncode == 0 and json.loads(st.stdout)['status'] == 'running'
+
+    def output(self, name):
+        with open(os.path.join(self.work, name + '.log')) as f:
+            return f.read().strip()
+
+    def missing_feature(self, c):
+        """Why this build cannot run the container at all, or None. The exporter sidecar needs
+        `gpuipcctl metrics --listen`, which not every gpuipcctl has."""
+        args = c.get('args', [])
+        if args[:2] == ['metrics', '--listen']:
+            r = subprocess.run([os.path.join(self.bindir, 'gpuipcctl'), 'metrics', '--help'],
+                               capture_output=True, text=True, timeout=10)
+            if '--listen' not in r.stdout + r.stderr:
+                return 'this build\'s gpuipcctl has no `metrics --listen` (the exporter)'
+        return None
+
+    def start_pause(self):
+        """The pod's binaries and its pause container (holding its namespaces)."""
         self.bindir = os.path.join(self.work, 'bin')
         os.makedirs(self.bindir)
         # gpuipcctl links libgpuipc.so.0 and finds it next to itself (its build RUNPATH has $ORIGIN).
         for b in ('broker/gpuipc-broker', 'cli/gpuipcctl', 'client/libgpuipc.so.0'):
             shutil.copy(os.path.join(self.build, b), self.bindir)
-        share_pid = bool(self.spec.get('shareProcessNamespace'))
-        log(f'pod {self.pod["metadata"]["name"]}: shareProcessNamespace={share_pid}')
-
+        self.share_pid = bool(self.spec.get('shareProcessNamespace'))
+        log(f'pod {self.pod["metadata"]["name"]}: shareProcessNamespace={self.share_pid}')
         pause = self.bundle('pause', ['/usr/bin/sleep', 'infinity'], ['PATH=/usr/bin'],
                             {'uid': 65535, 'gid': 65535}, {'readOnlyRootFilesystem': True,
                                                            'capabilities': {'drop': ['ALL']},
                                                            'allowPrivilegeEscalation': False},
                             [], [{'type': t} for t in ('pid', 'mount', 'network', 'ipc', 'uts')], None)
-        pause_pid = self.start('pause', pause)
+        self.pause_pid = self.start('pause', pause)
+
+    def container_bundle(self, c):
+        user, sc = self.user_of(c)
+        seccomp, how = self.seccomp_of(sc)
+        env = ['PATH=/opt/gpuipc/bin:/usr/bin:/bin'] + [f'{e["name"]}={e["value"]}' for e in c.get('env', [])]
+        args = (c.get('command') or self.entrypoint) + c.get('args', [])
+        if os.path.basename(args[0]) in ('gpuipc-broker', 'gpuipcctl'):
+            args[0] = '/opt/gpuipc/bin/' + os.path.basename(args[0])
+        args = memfd_only(args)
+        mounts = [{'destination': m['mountPath'], 'type': 'bind', 'source': self.volumes[m['name']],
+                   'options': ['rbind', 'ro' if m.get('readOnly') else 'rw']} for m in c.get('volumeMounts', [])]
+        log(f'  {c["name"]}: uid={user["uid"]} gid={user["gid"]} groups={user["additionalGids"]} '
+            f'seccomp={how} args={" ".join(args)}')
+        return self.bundle(c['name'], args, env, user, sc, mounts, self.namespaces(self.pause_pid, self.share_pid),
+                           seccomp)
+
+    def run(self):
+        self.start_pause()
+        container_bundle = self.container_bundle
         ok = True
 
-        def container_bundle(c):
-            user, sc = self.user_of(c)
-            seccomp, how = self.seccomp_of(sc)
-            env = ['PATH=/opt/gpuipc/bin:/usr/bin:/bin'] + [f'{e["name"]}={e["value"]}' for e in c.get('env', [])]
-            args = (c.get('command') or self.entrypoint) + c.get('args', [])
-            if os.path.basename(args[0]) in ('gpuipc-broker', 'gpuipcctl'):
-                args[0] = '/opt/gpuipc/bin/' + os.path.basename(args[0])
-            args = memfd_only(args)
-            mounts = [{'destination': m['mountPath'], 'type': 'bind', 'source': self.volumes[m['name']],
-                       'options': ['rbind', 'ro' if m.get('readOnly') else 'rw']} for m in c.get('volumeMounts', [])]
-            log(f'  {c["name"]}: uid={user["uid"]} gid={user["gid"]} groups={user["additionalGids"]} '
-                f'seccomp={how} args={" ".join(args)}')
-            return self.bundle(c['name'], args, env, user, sc, mounts, self.namespaces(pause_pid, share_pid), seccomp)
-
         # Init containers in order: a sidecar (restartPolicy Always) counts as started once its
-        # startupProbe succeeds; then the app containers start.
+        # startupProbe succeeds, or once it runs when it has none; then the app containers start.
         sidecars = []
         for c in self.spec.get('initContainers', []):
             if c.get('restartPolicy') != 'Always':
                 raise SystemExit(f'{c["name"]}: only sidecar init containers are simulated')
+            missing = self.missing_feature(c)
+            if missing:
+                log(f'  {c["name"]}: NOT RUN: {missing}')
+                continue
             self.start(c['name'], container_bundle(c))
             probe = c.get('startupProbe')
-            started = False
-            for _ in range(int(probe.get('failureThreshold', 30)) * 5 if probe else 1):
-                started, out = self.probe(c['name'], probe) if probe else (True, '')
-                if started:
-                    break
+            if probe:
+                started, out = self.probe_until(c, probe)
+                log(f'  {c["name"]}: startupProbe {"passed" if started else "FAILED: " + out}')
+            else:
                 time.sleep(0.2)
-            log(f'  {c["name"]}: startupProbe {"passed" if started else "FAILED: " + out}')
+                started, out = self.running(c['name']), self.output(c['name'])
+                log(f'  {c["name"]}: {"running" if started else "EXITED: " + out}')
             ok &= started
             sidecars.append(c)
         apps = [(c, self.start(c['name'], container_bundle(c), detach=False)) for c in self.spec['containers']]
 
-        consumers = [(c, p) for c, p in apps if 'attach' in c.get('args', [])]
-        for c, p in consumers:
-            rc = p.wait(timeout=120)
-            log(f'  {c["name"]}: exited {rc}: {open(os.path.join(self.work, c["name"] + ".log")).read().strip()}')
-            ok &= rc == 0
+        # The sidecars' readiness, while the apps run (the kubelet probes periodically).
         for c in sidecars:
             if c.get('readinessProbe'):
-                ready, out = self.probe(c['name'], c['readinessProbe'])
+                ready, out = self.probe_until(c, c['readinessProbe'])
                 log(f'  {c["name"]}: readinessProbe {"passed" if ready else "FAILED: " + out}')
                 ok &= ready
-            r = runc('exec', self.cid(c['name']), '/opt/gpuipc/bin/gpuipcctl', 'ls', check=False, capture=True)
-            log(f'  {c["name"]}: gpuipcctl ls inside the broker container:\n' +
-                '\n'.join('      ' + line for line in r.stdout.splitlines()))
-        # The apps that hold (the producer) are stopped the way the kubelet would: SIGTERM.
+
+        # Nobody stops an app container of a restartPolicy Never pod: each must end on its own,
+        # or the pod (and its GPU claim) would stay forever.
+        deadline = time.monotonic() + APP_DEADLINE_S
         for c, p in apps:
-            if p.poll() is None:
-                runc('kill', self.cid(c['name']), 'TERM', check=False)
-                p.wait(timeout=30)
+            try:
+                rc = p.wait(timeout=max(0.0, deadline - time.monotonic()))
+                log(f'  {c["name"]}: exited {rc}: {self.output(c["name"])}')
+                ok &= rc == 0
+            except subprocess.TimeoutExpired:
+                log(f'  {c["name"]}: STILL RUNNING after {APP_DEADLINE_S} s: a kubelet never stops it, '
+                    'so the pod would never complete')
+                ok = False
+        phase = 'Succeeded' if ok else 'Failed or stuck'
+        log(f'  pod phase (restartPolicy {self.spec.get("restartPolicy", "Always")}): {phase}')
         for c in sidecars:
+            if isbroker(c):
+                r = runc('exec', self.cid(c['name']), '/opt/gpuipc/bin/gpuipcctl', 'ls', check=False, capture=True)
+                log(f'  {c["name"]}: gpuipcctl ls inside the broker container after the apps ended:\n' +
+                    '\n'.join('      ' + line for line in r.stdout.splitlines()))
+        # Then the kubelet stops the sidecars, the last started first, with SIGTERM.
+        for c in reversed(sidecars):
             runc('kill', self.cid(c['name']), 'TERM', check=False)
             for _ in range(100):
                 st = runc('state', self.cid(c['name']), check=False, capture=True)
                 if st.returncode != 0 or json.loads(st.stdout)['status'] == 'stopped':
                     break
                 time.sleep(0.05)
+            if not isbroker(c):
+                continue
             blog = open(os.path.join(self.work, c['name'] + '.log')).read()
             if 'seccomp:' in blog:
                 log(f'  {c["name"]}: the seccomp filter killed the broker:\n{blog}')
@@ -282,6 +391,68 @@ class Pod:
             stopped = '"msg":"stopped"' in blog or ' info stopped' in blog
             log(f'  {c["name"]}: {"stopped cleanly on SIGTERM" if stopped else "did NOT log a clean stop"}')
             ok &= stopped
+        return ok
+
+    def verdict(self, uid, sock):
+        """What a client of this uid (group 65532, like the node-broker's client pods) gets for
+        attaching frames/x: "denied", or "timeout" when the policy lets it wait for the name."""
+        r = subprocess.run(['setpriv', '--reuid', str(uid), '--regid', str(uid), '--groups', '65532',
+                            os.path.join(self.bindir, 'gpuipcctl'), '--socket', sock, 'attach', '--name',
+                            'frames/x', '--timeout', '50'], capture_output=True, text=True, timeout=30)
+        out = r.stdout + r.stderr
+        return 'denied' if '[denied]' in out else 'timeout' if 'timeout' in out else f'other: {out.strip()}'
+
+    def wait_log(self, name, needle, count, timeout_s=15):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.output(name).count(needle) >= count:
+                return True
+            time.sleep(0.1)
+        return False
+
+    def run_node_broker_policy(self, policy_volume):
+        """The node broker's DaemonSet pod (its containers are services: they run until the pod is
+        deleted) with its policy ConfigMap, updated as the kubelet updates it, twice: a new policy
+        must apply without a restart or SIGHUP, an invalid one must leave the old one in force."""
+        self.start_pause()
+        ok = True
+        broker = next(c for c in self.spec['containers'] if isbroker(c))
+        for c in self.spec['containers']:
+            missing = self.missing_feature(c)
+            if missing:
+                log(f'  {c["name"]}: NOT RUN: {missing}')
+                continue
+            self.start(c['name'], self.container_bundle(c))
+            if c.get('startupProbe'):
+                started, out = self.probe_until(c, c['startupProbe'])
+                log(f'  {c["name"]}: startupProbe {"passed" if started else "FAILED: " + out}')
+                ok &= started
+        sock = os.path.join(self.volumes['gpuipc-socket'], 'gpuipc.sock')
+        cm = self.configmaps[next(v['configMap']['name'] for v in self.spec['volumes'] if v['name'] == policy_volume)]
+        policy = cm['data']['policy.conf']
+
+        def check(what, cond):
+            nonlocal ok
+            log(f'  {"ok  " if cond else "FAIL"} {what}')
+            ok &= bool(cond)
+
+        check('the shipped policy: the consumer uid 10002 may attach frames/', self.verdict(10002, sock) == 'timeout')
+        check('the shipped policy: the producer uid 10001 may not', self.verdict(10001, sock) == 'denied')
+        wider = policy.replace('deny all any', 'allow attach uid=10001 prefix=frames/\ndeny all any')
+        self.configmap_update(policy_volume, {**cm['data'], 'policy.conf': wider})
+        check('the ConfigMap updated (..data swapped): the broker reloads it by itself',
+              self.wait_log(broker['name'], 'policy reloaded', 1))
+        check('the new policy applies: uid 10001 may attach frames/ now', self.verdict(10001, sock) == 'timeout')
+        self.configmap_update(policy_volume, {**cm['data'], 'policy.conf': 'allow attach uid=10001 frames/\n'})
+        check('an update that does not parse is refused',
+              self.wait_log(broker['name'], 'keeping the old policy', 1))
+        check('... and the policy in force stays', self.verdict(10001, sock) == 'timeout')
+        check('the broker is still running (its filter and the profile never fired)',
+              self.running(broker['name']) and 'seccomp:' not in self.output(broker['name']))
+        for c in reversed(self.spec['containers']):
+            if self.cid(c['name']) in self.ids:
+                runc('kill', self.cid(c['name']), 'TERM', check=False)
+        check('the broker stops cleanly on SIGTERM', self.wait_log(broker['name'], '"msg":"stopped"', 1, 5))
         return ok
 
     def cleanup(self):
@@ -299,12 +470,26 @@ def main():
     ap.add_argument('--bin', required=True, help='the build directory')
     ap.add_argument('--seccomp-dir', required=True)
     ap.add_argument('--expect-shared-pid', action='store_true')
+    ap.add_argument('--node-broker-policy', metavar='VOLUME',
+                    help='--pod names a DaemonSet: run its pod and update the ConfigMap of VOLUME')
     a = ap.parse_args()
     if os.geteuid() != 0 or not shutil.which('runc'):
         print('runc simulation needs root and runc: skipped')
         return 77
+    if a.node_broker_policy and not shutil.which('setpriv'):
+        print('setpriv (util-linux) is needed to act as the client pods\' uids: skipped')
+        return 77
     with open(a.manifests) as f:
-        pod = find_pod(yaml.safe_load_all(f), a.pod)
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    configmaps = {d['metadata']['name']: d for d in docs if d['kind'] == 'ConfigMap'}
+    if a.node_broker_policy:
+        ds = next((d for d in docs if d['kind'] == 'DaemonSet' and d['metadata']['name'] == a.pod), None)
+        if not ds:
+            raise SystemExit(f'no DaemonSet named {a.pod} in the manifests')
+        pod = {'metadata': {'name': a.pod, **ds['spec']['template'].get('metadata', {})},
+               'spec': ds['spec']['template']['spec']}
+    else:
+        pod = find_pod(docs, a.pod)
     if bool(pod['spec'].get('shareProcessNamespace')) != a.expect_shared_pid:
         print(f'the pod {"does not share" if a.expect_shared_pid else "shares"} its PID namespace, unlike expected')
         return 1
@@ -312,9 +497,10 @@ def main():
     work = tempfile.mkdtemp(prefix='gpuipc-pod-')
     os.chmod(work, 0o755)
     p = Pod(pod, a.bin, a.seccomp_dir, work,
-            image_entrypoint(os.path.join(os.path.dirname(os.path.abspath(a.seccomp_dir)), 'Dockerfile')))
+            image_entrypoint(os.path.join(os.path.dirname(os.path.abspath(a.seccomp_dir)), 'Dockerfile')),
+            configmaps)
     try:
-        ok = p.run()
+        ok = p.run_node_broker_policy(a.node_broker_policy) if a.node_broker_policy else p.run()
     except (RuntimeError, subprocess.SubprocessError, OSError) as e:
         log(f'error: {e}')
         for name in os.listdir(work):

@@ -10,10 +10,12 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { SETUPS } from './lib/contract.mjs';
+import { admissionChecks } from './lib/admission.mjs';
+import { SETUPS, SUPPORT } from './lib/contract.mjs';
 import { render } from './lib/objects.mjs';
 import * as repo from './lib/repo.mjs';
 import { CHECKS } from './lib/rules.mjs';
+import { SUPPORT_CHECKS } from './lib/support.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = resolve(HERE, '..', '..');
@@ -42,14 +44,14 @@ function report(label, problems) {
 }
 
 // Runs every check on one rendered target. Returns { check: problems }.
-async function runChecks(target, ctx) {
+async function runChecks(target, ctx, checks = CHECKS) {
   const out = {};
-  for (const [name, check] of Object.entries(CHECKS)) out[name] = await check(target, ctx);
+  for (const [name, check] of Object.entries(checks)) out[name] = await check(target, ctx);
   return out;
 }
 
 // A broken case declares what it breaks in its kustomization's header:
-//   # setup: dra-vmm          the setup whose expectations apply
+//   # setup: dra-vmm          the setup (or support kustomization) whose expectations apply
 //   # expect: <text>          a problem containing <text> must be reported
 function brokenCase(dir) {
   const text = readFileSync(join(dir, 'kustomization.yaml'), 'utf8');
@@ -58,7 +60,7 @@ function brokenCase(dir) {
 }
 
 async function main() {
-  const ctx = { refs: {}, profiles: repo.shippedProfiles(ROOT) };
+  const ctx = { refs: {}, profiles: repo.shippedProfiles(ROOT), root: ROOT };
 
   console.log('# repository');
   report('every overlay is validated', repo.overlaysCovered(ROOT));
@@ -83,6 +85,20 @@ async function main() {
     for (const [check, problems] of Object.entries(results)) report(`${name}: ${check}`, problems);
   }
 
+  for (const [name, support] of Object.entries(SUPPORT)) {
+    console.log(`# ${name} (${support.dir})`);
+    const r = render(join(ROOT, support.dir));
+    report(`${name}: kustomize build`, r.error ? [r.error] : []);
+    if (r.error) continue;
+    const target = { name, setup: support, objects: r.objects };
+    for (const [check, fn] of Object.entries(SUPPORT_CHECKS[name])) report(`${name}: ${check}`, await fn(target, ctx));
+  }
+
+  if (rendered['node-broker']?.objects) {
+    console.log('# node-broker admission policy (its CEL evaluated as the API server does)');
+    for (const [label, problems] of admissionChecks(rendered['node-broker'].objects)) report(label, problems);
+  }
+
   console.log('# broken manifests (each must be rejected)');
   const brokenDir = join(HERE, 'broken');
   const cases = existsSync(brokenDir) ? readdirSync(brokenDir).sort() : [];
@@ -91,7 +107,8 @@ async function main() {
     const dir = join(brokenDir, c);
     const label = `broken/${c}`;
     const { setupName, expect } = brokenCase(dir);
-    const setup = SETUPS[setupName];
+    const setup = SETUPS[setupName] ?? SUPPORT[setupName];
+    const checks = SETUPS[setupName] ? CHECKS : SUPPORT_CHECKS[setupName];
     if (!setup || !expect) {
       report(label, ['kustomization.yaml needs "# setup: <known setup>" and "# expect: <text>"']);
       continue;
@@ -102,7 +119,7 @@ async function main() {
       report(label, [`does not build: ${r.error}`]);
       continue;
     }
-    const results = await runChecks({ name: label, setup, objects: r.objects }, ctx);
+    const results = await runChecks({ name: label, setup, objects: r.objects }, ctx, checks);
     const all = Object.entries(results).flatMap(([k, ps]) => ps.map((p) => `${k}: ${p}`));
     const hit = all.find((p) => p.toLowerCase().includes(expect.toLowerCase()));
     if (hit) {

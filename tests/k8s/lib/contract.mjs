@@ -31,6 +31,18 @@ export const BROKER_ARGS = [
 export const BROKER_EXTRA_ARGS = { '--policy': ['/etc/gpuipc/policy.conf'] };
 export const PROBE = [CLI, 'ping', '--timeout', '1000'];
 
+// The Prometheus exporter next to every broker: `gpuipcctl metrics --listen`
+// serving /metrics and /healthz, found by Prometheus through the pod's
+// prometheus.io/* annotations or k8s/monitoring's PodMonitors.
+export const METRICS_NAME = 'gpuipc-metrics';
+export const METRICS_PORT = 9470;
+export const METRICS_ARGS = ['metrics', '--listen', `0.0.0.0:${METRICS_PORT}`];
+export const METRICS_ANNOTATIONS = {
+  'prometheus.io/scrape': 'true',
+  'prometheus.io/port': String(METRICS_PORT),
+  'prometheus.io/path': '/metrics',
+};
+
 // Pods name the profile relative to the kubelet's seccomp root; the file
 // itself is shipped as seccomp/<basename> and installed under gpuipc/.
 export const LOCALHOST_PROFILE = 'gpuipc/gpuipc-broker.json';
@@ -74,6 +86,9 @@ export const CLUSTER_SCOPED = [
 //   nodeBroker:  per-node broker (DaemonSet) on the hostPath SOCKET_DIR
 //   gang:        LeaderWorkerSet scheduled by Volcano
 //   onlyDiffers: rendering equals this setup's except name, kind, sharePid
+//   service:     the apps run until stopped (the gang); otherwise they end:
+//                the producer retires after one attach per consumer and exits
+//                once drained, so the pod completes and frees its GPU claim
 export const SETUPS = {
   base: { dir: 'k8s/base', kind: 'memfd', consumers: 1, deviceClass: null },
   'dra-vmm': { dir: 'k8s/overlays/dra-vmm', kind: 'cuda-vmm', consumers: 1, deviceClass: 'gpu.nvidia.com' },
@@ -106,5 +121,25 @@ export const SETUPS = {
     consumers: 1,
     deviceClass: 'gpu.nvidia.com',
     gang: true,
+    service: true,
   },
 };
+
+// The node-broker overlay's PriorityClass (an evicted broker drops every
+// reference on its node).
+export const NODE_BROKER_PRIORITY = 'gpuipc-node-critical';
+
+
+// Kustomizations that prepare a cluster rather than run gpuipc, each checked by
+// its own rules (lib/support.mjs):
+//   node-setup:       the DaemonSet that installs the seccomp profile and the
+//                     node broker's socket directory on every node
+//   seccomp-operator: the same profile as a Security Profiles Operator object
+//   monitoring:       Prometheus Operator PodMonitors for the exporters
+export const SUPPORT = {
+  'node-setup': { dir: 'k8s/node-setup' },
+  'seccomp-operator': { dir: 'k8s/seccomp-operator' },
+  monitoring: { dir: 'k8s/monitoring' },
+};
+export const SECCOMP_ROOT = '/var/lib/kubelet/seccomp';
+export const IMAGE_PROFILE = `/usr/share/gpuipc/seccomp/${PROFILE_FILE}`;

@@ -96,7 +96,7 @@ export function dockerfileMatches(root) {
     .filter((i) => i.stage < last && i.op === 'RUN')
     .map((i) => i.arg)
     .join('\n');
-  if (!/meson setup\b.*-Dprefix=\/usr/.test(build) || !/meson install/.test(build))
+  if (!/meson setup\b.*(-D|--)prefix=\/usr/.test(build) || !/meson install/.test(build))
     out.push('Dockerfile: the build stage must run meson setup -Dprefix=/usr and meson install');
   const user = get('USER');
   if (!user || !new RegExp(`^${K.UID}(:${K.GID})?$`).test(user))

@@ -461,7 +461,37 @@ function nodeBrokerShape(t, specs, clients) {
     if (!(spec.volumes ?? []).some((v) => v.hostPath?.path === K.SOCKET_DIR))
       out.push(`${where}: node-broker clients mount the node's ${K.SOCKET_DIR}`);
   }
+  for (const { where, spec } of ds) {
+    if (spec.priorityClassName !== K.NODE_BROKER_PRIORITY)
+      out.push(`${where}: priorityClassName must be ${K.NODE_BROKER_PRIORITY} (an evicted broker drops every reference on the node)`);
+    else if (!t.objects.some((o) => o.kind === 'PriorityClass' && o.metadata.name === K.NODE_BROKER_PRIORITY))
+      out.push(`${where}: PriorityClass ${K.NODE_BROKER_PRIORITY} is not rendered`);
+    out.push(...nodeBrokerPolicy(t, where, spec));
+  }
   return out;
+}
+
+// The node broker gets its policy from a ConfigMap it reads (and reloads) at
+// /etc/gpuipc/policy.conf; the file must hold only rules the broker parses.
+const POLICY_RULE = /^(allow|deny)\s+(publish|attach|admin|all)(,(publish|attach|admin|all))*\s+(any|uid=\d+|gid=\d+)(\s+prefix=\S*)?$/;
+
+function nodeBrokerPolicy(t, where, spec) {
+  const broker = (spec.containers ?? []).find(isBroker);
+  const path = flagValue(broker ?? {}, '--policy');
+  if (!path) return [`${where}: the node broker must run with --policy (a node-wide broker without one lets every client use every name)`];
+  const dir = path.slice(0, path.lastIndexOf('/'));
+  const mount = (broker.volumeMounts ?? []).find((m) => m.mountPath === dir);
+  const vol = mount && (spec.volumes ?? []).find((v) => v.name === mount.name);
+  const cm = vol?.configMap && t.objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name === vol.configMap.name);
+  if (!cm) return [`${where}: --policy ${path}: ${dir} must be a ConfigMap volume of this setup`];
+  if (mount.subPath) return [`${where}: the policy ConfigMap must not use subPath (subPath mounts never see updates)`];
+  const text = cm.data?.[path.slice(dir.length + 1)];
+  if (text === undefined) return [`${where}: ConfigMap ${cm.metadata.name} has no key ${path.slice(dir.length + 1)}`];
+  const bad = text
+    .split('\n')
+    .map((l, i) => [l.replace(/#.*/, '').trim(), i + 1])
+    .filter(([l]) => l && !POLICY_RULE.test(l));
+  return bad.map(([l, n]) => `ConfigMap/${cm.metadata.name} line ${n}: not a policy rule: ${l}`);
 }
 
 function gangShape(t) {
@@ -516,6 +546,95 @@ function onlyDiffers(t, refObjects, refName) {
   return out;
 }
 
+// ---- the exporter sidecar ------------------------------------------------------
+
+// Every pod that runs a broker runs the exporter next to it, reachable for
+// both ways Prometheus finds pods.
+function metrics(t) {
+  const out = [];
+  for (const { where, template, spec } of podSpecs(t.objects)) {
+    const all = containers(spec);
+    const broker = all.find(({ c }) => isBroker(c));
+    if (!broker) continue;
+    const exporters = all.filter(({ c }) => c.name === K.METRICS_NAME);
+    if (exporters.length !== 1) {
+      out.push(`${where}: runs a broker, so it needs one ${K.METRICS_NAME} container (found ${exporters.length})`);
+      continue;
+    }
+    const [{ c, list, index, label }] = exporters;
+    const at = `${where} ${label}`;
+    if (canon(c.command) !== canon([K.CLI]) || canon(c.args) !== canon(K.METRICS_ARGS))
+      out.push(`${at}: must run ${K.CLI} ${K.METRICS_ARGS.join(' ')}`);
+    if (list !== broker.list) out.push(`${at}: must sit next to the broker (in ${broker.list})`);
+    else if (index <= broker.index) out.push(`${at}: must come after the broker`);
+    if (list === 'initContainers' && c.restartPolicy !== 'Always')
+      out.push(`${at}: restartPolicy must be Always (a native sidecar)`);
+    const port = (c.ports ?? []).find((p) => p.containerPort === K.METRICS_PORT);
+    if (!port || port.name !== 'metrics') out.push(`${at}: needs containerPort ${K.METRICS_PORT} named metrics`);
+    const probe = c.readinessProbe?.httpGet;
+    if (probe?.path !== '/healthz' || (probe?.port !== 'metrics' && probe?.port !== K.METRICS_PORT))
+      out.push(`${at}: readinessProbe must GET /healthz on the metrics port`);
+    if (c.livenessProbe) out.push(`${at}: no livenessProbe (a restart recreates a gang; the broker is unaffected anyway)`);
+    for (const [k, v] of Object.entries(K.METRICS_ANNOTATIONS)) {
+      if (template.metadata?.annotations?.[k] !== v)
+        out.push(`${where}: annotation ${k} must be "${v}" (Prometheus' pod discovery)`);
+    }
+  }
+  return out;
+}
+
+// ---- who the apps are -----------------------------------------------------------
+
+// No container but the broker runs as the broker's uid: a process of that uid
+// could reach into the broker (pidfd_getfd, ptrace) and take every fd it holds.
+function identity(t) {
+  const out = [];
+  for (const { where, spec } of podSpecs(t.objects)) {
+    for (const { c, label } of containers(spec)) {
+      if (!isBroker(c) && eff(spec, c, 'runAsUser') === K.UID)
+        out.push(`${where} ${label}: runs as the broker's uid ${K.UID}; apps use their own uid and reach the socket through group ${K.GID}`);
+    }
+  }
+  return out;
+}
+
+// ---- how the apps end ------------------------------------------------------------
+
+const consumersOf = (specs) => specs.flatMap(({ spec }) => appsOf(spec)).filter((c) => cliVerb(c) === 'attach');
+
+// Demo pods end: the producer retires after one attach per consumer and exits
+// once drained, every consumer exits after verifying, and the pod does not
+// restart them. The gang is a service: nothing there may end on its own (LWS
+// restarts it, and a restart recreates the whole group).
+function lifecycle(t) {
+  const out = [];
+  const specs = podSpecs(t.objects).filter(({ spec }) => appsOf(spec).length);
+  const groups = t.setup.nodeBroker ? [specs] : specs.map((s) => [s]);
+  for (const g of groups) {
+    const consumers = consumersOf(g);
+    for (const { where, spec } of g) {
+      for (const c of appsOf(spec)) {
+        const at = `${where} ${c.name}`;
+        const retire = flagValue(c, '--retire-after');
+        const hold = flagValue(c, '--hold');
+        if (t.setup.service) {
+          if (cliVerb(c) === 'publish' && retire !== undefined)
+            out.push(`${at}: a service's producer holds until stopped (no --retire-after)`);
+          if (cliVerb(c) === 'attach' && hold !== '-1')
+            out.push(`${at}: a service's consumer must hold until stopped (--hold -1), or it exits and the group is recreated`);
+          continue;
+        }
+        if (cliVerb(c) === 'publish' && retire !== String(consumers.length))
+          out.push(`${at}: never ends: --retire-after must be ${consumers.length} (one attach per consumer), is ${retire}`);
+        if (cliVerb(c) === 'attach' && hold === '-1') out.push(`${at}: never ends (--hold -1)`);
+      }
+      if (!t.setup.service && spec.restartPolicy !== 'Never')
+        out.push(`${where}: restartPolicy must be Never: the demo runs once and the pod completes`);
+    }
+  }
+  return out;
+}
+
 // Name -> check, in the order they are reported.
 export const CHECKS = {
   'schema types': schemaTypes,
@@ -530,4 +649,7 @@ export const CHECKS = {
   contract: contract,
   dra: dra,
   setup: setupShape,
+  metrics: metrics,
+  identity: identity,
+  lifecycle: lifecycle,
 };

@@ -191,7 +191,102 @@ const LWS_SHAPE = {
   },
 };
 
-export const CRD_SHAPES = { 'leaderworkerset.x-k8s.io/v1/LeaderWorkerSet': LWS_SHAPE };
+const LABEL_SELECTOR = {
+  type: 'object',
+  fields: {
+    matchLabels: { type: 'object', fields: {}, anyFields: { type: 'string' } },
+    matchExpressions: { list: 'V1LabelSelectorRequirement' },
+  },
+};
+
+// The fields of monitoring.coreos.com/v1 PodMonitor that gpuipc uses (a subset:
+// anything else is reported, so a misspelling cannot pass).
+const PODMONITOR_SHAPE = {
+  type: 'object',
+  required: ['apiVersion', 'kind', 'metadata', 'spec'],
+  fields: {
+    apiVersion: { type: 'string' },
+    kind: { type: 'string' },
+    metadata: { objectMeta: true },
+    spec: {
+      type: 'object',
+      required: ['selector'],
+      fields: {
+        selector: LABEL_SELECTOR,
+        namespaceSelector: {
+          type: 'object',
+          fields: { any: { type: 'boolean' }, matchNames: { type: 'array', items: { type: 'string' } } },
+        },
+        jobLabel: { type: 'string' },
+        podMetricsEndpoints: {
+          type: 'array',
+          items: {
+            type: 'object',
+            fields: {
+              port: { type: 'string' },
+              path: { type: 'string' },
+              scheme: { enum: ['http', 'https'] },
+              interval: { type: 'string' },
+              scrapeTimeout: { type: 'string' },
+            },
+          },
+        },
+      },
+    },
+  },
+};
+
+// security-profiles-operator.x-k8s.io/v1 SeccompProfile (cluster-scoped).
+const SECCOMPPROFILE_SHAPE = {
+  type: 'object',
+  required: ['apiVersion', 'kind', 'metadata', 'spec'],
+  fields: {
+    apiVersion: { type: 'string' },
+    kind: { type: 'string' },
+    metadata: { objectMeta: true },
+    spec: {
+      type: 'object',
+      required: ['defaultAction'],
+      fields: {
+        defaultAction: { type: 'string' },
+        architectures: { type: 'array', items: { type: 'string' } },
+        baseProfileName: { type: 'string' },
+        disabled: { type: 'boolean' },
+        syscalls: {
+          type: 'array',
+          items: {
+            type: 'object',
+            required: ['names', 'action'],
+            fields: {
+              names: { type: 'array', items: { type: 'string' } },
+              action: { type: 'string' },
+              errnoRet: { type: 'integer', min: 0 },
+              args: {
+                type: 'array',
+                items: {
+                  type: 'object',
+                  required: ['index', 'op'],
+                  fields: {
+                    index: { type: 'integer', min: 0 },
+                    value: { type: 'integer', min: 0 },
+                    valueTwo: { type: 'integer', min: 0 },
+                    op: { type: 'string' },
+                  },
+                },
+              },
+            },
+          },
+        },
+      },
+    },
+  },
+};
+
+export const CRD_SHAPES = {
+  'leaderworkerset.x-k8s.io/v1/LeaderWorkerSet': LWS_SHAPE,
+  'monitoring.coreos.com/v1/PodMonitor': PODMONITOR_SHAPE,
+  'security-profiles-operator.x-k8s.io/v1/SeccompProfile': SECCOMPPROFILE_SHAPE,
+};
 
 async function checkShape(v, shape, path, out) {
   const at = path || '.';
@@ -203,6 +298,12 @@ async function checkShape(v, shape, path, out) {
   if (shape.type === 'integer' && !(Number.isInteger(v) && v >= (shape.min ?? -Infinity)))
     return out.push(`${at}: must be an integer >= ${shape.min}`);
   if (shape.type === 'string' && typeof v !== 'string') return out.push(`${at}: must be a string`);
+  if (shape.type === 'boolean' && typeof v !== 'boolean') return out.push(`${at}: must be a boolean`);
+  if (shape.type === 'array') {
+    if (!Array.isArray(v)) return out.push(`${at}: must be a list`);
+    for (let i = 0; i < v.length; i++) await checkShape(v[i], shape.items, `${path}[${i}]`, out);
+    return;
+  }
   if (shape.intOrString && !(Number.isInteger(v) || typeof v === 'string'))
     return out.push(`${at}: must be an integer or a string`);
   if (shape.objectMeta) return walk(v, 'V1ObjectMeta', path, out);
@@ -220,6 +321,7 @@ async function checkShape(v, shape, path, out) {
     for (const [k, sub] of Object.entries(v)) {
       const p = path ? `${path}.${k}` : k;
       if (shape.fields[k]) await checkShape(sub, shape.fields[k], p, out);
+      else if (shape.anyFields) await checkShape(sub, shape.anyFields, p, out);
       else out.push(`${p}: unknown field`);
     }
   }
