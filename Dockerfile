@@ -36,9 +36,10 @@ RUN meson setup /build --buildtype=release --prefix=/usr --libdir="lib/$(gcc -pr
 # What each image gets, named file by file: no headers, pkg-config files, static archives or the
 # unversioned .so link (build against the source tree instead), no systemd units.
 RUN lib=usr/lib/$(gcc -print-multiarch) \
- && mkdir -p /stage/broker/usr/bin /stage/broker/usr/share /stage/client/usr/bin /stage/client/$lib \
-        /stage/client/usr/share/gpuipc/python \
+ && mkdir -p /stage/broker/usr/bin /stage/broker/$lib /stage/broker/usr/share /stage/client/usr/bin \
+        /stage/client/$lib /stage/client/usr/share/gpuipc/python \
  && cp -a /out/usr/bin/gpuipc-broker /out/usr/bin/gpuipcctl /stage/broker/usr/bin/ \
+ && cp -a /out/$lib/libgpuipc.so.0 /out/$lib/libgpuipc.so.0.* /stage/broker/$lib/ \
  && cp -a /out/usr/share/gpuipc /stage/broker/usr/share/ \
  && cp -a /out/usr/bin/gpuipcctl /stage/client/usr/bin/ \
  && cp -a /out/$lib/libgpuipc.so.0 /out/$lib/libgpuipc.so.0.* /stage/client/$lib/ \
@@ -55,7 +56,7 @@ LABEL org.opencontainers.image.title="gpuipc" \
       org.opencontainers.image.version="0.1.0" \
       org.opencontainers.image.licenses="Apache-2.0"
 # What the broker links besides libc (tests/image checks this list against the binaries' NEEDED
-# entries: nothing missing, nothing extra). gpuipcctl needs only libc.
+# entries: nothing missing, nothing extra). gpuipcctl (the probes) needs the libgpuipc.so.0 beside it.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libuv1 libseccomp2 \
  && rm -rf /var/lib/apt/lists/* \
@@ -64,6 +65,7 @@ RUN apt-get update \
         --shell /usr/sbin/nologin gpuipc \
  && install -d -o 65532 -g 65532 -m 0750 /run/gpuipc
 COPY --from=build /stage/broker/ /
+RUN ldconfig
 ENV GPUIPC_SOCKET=/run/gpuipc/gpuipc.sock
 USER 65532:65532
 ENTRYPOINT ["/usr/bin/gpuipc-broker"]
