@@ -292,6 +292,7 @@ typedef struct gpuipc_ring gpuipc_ring_t;
 typedef enum gpuipc_ring_mode {
         GPUIPC_RING_BACKPRESSURE = 0,
         GPUIPC_RING_LATEST = 1,
+        GPUIPC_RING_STREAM = 2, /* cuda-vmm slots, GPU doorbells: see the stream calls below */
 } gpuipc_ring_mode_t;
 
 typedef struct gpuipc_ring_options {
@@ -341,6 +342,24 @@ void gpuipc_ring_set_spin(gpuipc_ring_t *r, unsigned spin_us);
 
 /* Leaves (member) or closes (producer) the ring and frees what it holds. NULL is fine. */
 void gpuipc_ring_close(gpuipc_ring_t *r);
+
+/* Stream-ordered rings (mode GPUIPC_RING_STREAM, cuda-vmm slots): the CPU never waits for a frame;
+ * streams do, on counters in small cuda-vmm buffers (they cross PID namespaces, unlike CUDA IPC
+ * events). Each call enqueues into cu_stream (a CUstream of the ring's device; NULL: the legacy
+ * default stream) and returns at once:
+ *   producer: acquire enqueues a wait until every member released the frame the slot held; write
+ *             the slot with work in the same stream; publish enqueues "frame n is ready" for every
+ *             member (after that work);
+ *   member:   take enqueues a wait until frame n is ready and hands out its slot; run work on it in
+ *             the same stream; release enqueues "frame n is done".
+ * timeout_ms bounds only what the host may wait for: a member's seat (after join), and how far
+ * either side may run ahead of the other (at most `slots` frames). A member that stops releasing is
+ * evicted after the lease, and a producer's stream never stays blocked on a member that left. */
+int gpuipc_ring_stream_acquire(gpuipc_ring_t *r, void *cu_stream, int timeout_ms, gpuipc_buffer_t **ret_slot);
+int gpuipc_ring_stream_publish(gpuipc_ring_t *r, void *cu_stream, uint64_t *ret_frame);
+int gpuipc_ring_stream_take(gpuipc_ring_t *r, void *cu_stream, int timeout_ms, gpuipc_buffer_t **ret_slot,
+                            uint64_t *ret_frame);
+int gpuipc_ring_stream_release(gpuipc_ring_t *r, void *cu_stream);
 
 /* ---- rendezvous groups ---- */
 
