@@ -446,6 +446,36 @@ GcuContext cuda_primary_ctx(int ordinal)
         return ctx;
 }
 
+int cuda_check_stream(gpuipc_t *c, int ordinal, GcuStream s, const char *what)
+{
+        GcuContext ctx = NULL;
+        GcuDevice dev = -1;
+        GcuResult cr;
+        int r;
+
+        if (!s)
+                return 0;
+        cr = CU(cuStreamGetCtx, s, &ctx);
+        if (cr != GCU_SUCCESS)
+                return cuda_error_why(c, "cuStreamGetCtx", cr, "is the stream valid and not yet destroyed?");
+        if (ctx == cuda_primary_ctx(ordinal))
+                return 0;
+        cr = CU(cuCtxPushCurrent, ctx);
+        if (cr != GCU_SUCCESS)
+                return cuda_error(c, "cuCtxPushCurrent", cr);
+        cr = CU(cuCtxGetDevice, &dev);
+        r = cuda_ctx_pop(c, cr == GCU_SUCCESS ? 0 : cuda_error(c, "cuCtxGetDevice", cr));
+        if (r < 0)
+                return r;
+        if (dev != cuda_device(ordinal)) {
+                client_errmsg(c, "the stream belongs to another device than the one %s (device %d, %s): use a "
+                              "stream of that device, or map it after gpuipc_set_device() named the stream's device",
+                              what, ordinal, cuda_device_uuid(ordinal));
+                return GPUIPC_E_DEVICE;
+        }
+        return 0;
+}
+
 int cuda_ctx_push(gpuipc_t *c, int ordinal)
 {
         GcuContext ctx;

@@ -303,6 +303,12 @@ int cuda_device_unreachable(gpuipc_t *c, const char *uuid, int ordinal);
  * own current context is back when we return. */
 int cuda_ctx_push(gpuipc_t *c, int ordinal);
 
+/* Work in a stream must run on the device whose memory it touches: for memory no other device was
+ * given access, and a fault there would break the caller's context for good. NULL means the legacy
+ * default stream of the context we push, which is right by construction. what completes "the
+ * stream belongs to another device than the one ..." (e.g. "the fence is mapped on"). */
+int cuda_check_stream(gpuipc_t *c, int ordinal, GcuStream s, const char *what);
+
 /* Pops what cuda_ctx_push() pushed. Returns r, or the pop's error if r was 0 (a pop fails only
  * when code in between popped our context itself). Usage: return cuda_ctx_pop(c, work(c)); */
 int cuda_ctx_pop(gpuipc_t *c, int r);

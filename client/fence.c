@@ -116,44 +116,13 @@ _public_ int gpuipc_fence_open(gpuipc_t *c, const char *name, int timeout_ms, gp
         return 0;
 }
 
-int fence_check_stream(gpuipc_t *c, const gpuipc_fence_t *f, GcuStream s)
-{
-        GcuContext ctx = NULL;
-        GcuDevice dev = -1;
-        GcuResult cr;
-        int r;
-
-        if (!s)
-                return 0;
-        cr = CU(cuStreamGetCtx, s, &ctx);
-        if (cr != GCU_SUCCESS)
-                return cuda_error_why(c, "cuStreamGetCtx", cr, "is the stream valid and not yet destroyed?");
-        if (ctx == cuda_primary_ctx(f->ordinal))
-                return 0;
-        cr = CU(cuCtxPushCurrent, ctx);
-        if (cr != GCU_SUCCESS)
-                return cuda_error(c, "cuCtxPushCurrent", cr);
-        cr = CU(cuCtxGetDevice, &dev);
-        r = cuda_ctx_pop(c, cr == GCU_SUCCESS ? 0 : cuda_error(c, "cuCtxGetDevice", cr));
-        if (r < 0)
-                return r;
-        if (dev != cuda_device(f->ordinal)) {
-                client_errmsg(c, "the stream belongs to another device than the one the fence is mapped on "
-                              "(device %d, %s): use a stream of that device, or open the fence after "
-                              "gpuipc_set_device() named the stream's device",
-                              f->ordinal, cuda_device_uuid(f->ordinal));
-                return GPUIPC_E_DEVICE;
-        }
-        return 0;
-}
-
 static int fence_enqueue(gpuipc_fence_t *f, GcuStream s, uint64_t value, bool wait)
 {
         gpuipc_t *c = f->conn;
         GcuResult cr;
         int r;
 
-        r = fence_check_stream(c, f, s);
+        r = cuda_check_stream(c, f->ordinal, s, "the fence is mapped on");
         if (r < 0)
                 return r;
         if (f->event)

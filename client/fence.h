@@ -20,10 +20,6 @@ struct gpuipc_fence {
 /* Frees b keeping the message of the failure that made us give it up. Returns r. */
 int fence_undo(gpuipc_t *c, gpuipc_buffer_t *b, int r);
 
-/* The stream must run on the fence's device: for a counter no other device was given access, and
- * a fault there would break the caller's context for good. NULL means the legacy default stream
- * of the context we push, which is right by construction. */
-int fence_check_stream(gpuipc_t *c, const gpuipc_fence_t *f, GcuStream s);
 
 /* fence-event.c: whether an attached buffer carries an IPC-event fence; opening it (takes b);
  * recording or waiting in a stream (in the fence's context); whether the last record completed. */
