@@ -23,9 +23,11 @@
 #include "ring.h"
 #include "registry-internal.h"
 
+/* Part 0 the control page, then the slots, one page per seat, and (stream rings) one counter
+ * buffer per seat. */
 static uint32_t ring_n_parts(const RegRing *g)
 {
-        return 1 + g->n_slots + g->n_members;
+        return 1 + g->n_slots + g->n_members * (g->mode == PROTO_MODE_STREAM ? 2 : 1);
 }
 
 static RegRing *ring_lookup(const Registry *r, const char *name)
@@ -133,8 +135,10 @@ bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, char *why, size_t
         for (uint32_t i = 0; i < g->n_members; i++) {
                 if (g->seats[i].peer != p)
                         continue;
-                /* The control page and the slots are every member's; a member page its seat's only. */
-                if (b->ring_index < first_page || b->ring_index == first_page + i)
+                /* The control page and the slots are every member's; a member page (and counter) its
+                 * seat's only. */
+                if (b->ring_index < first_page || b->ring_index == first_page + i ||
+                    b->ring_index == first_page + g->n_members + i)
                         return true;
         }
         snprintf(why, cap, "buffer %llu ('%s') is part of ring '%s': only its members may attach it (and a member "
@@ -162,12 +166,6 @@ void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpe
         if (!g)
                 goto no_memory;
         memcpy(g->name, s->name, len + 1);
-        g->parts = calloc(1 + s->n_slots + s->n_members, sizeof(*g->parts));
-        g->seats = calloc(s->n_members, sizeof(*g->seats));
-        g->device = s->device && *s->device ? strdup(s->device) : NULL;
-        if (!g->parts || !g->seats || (s->device && *s->device && !g->device) ||
-            hmap_insert(&r->rings, &g->node, hash_str(g->name)) < 0)
-                goto no_memory;
         g->owner = p;
         g->acct = p->acct;
         g->kind = s->kind;
@@ -176,6 +174,12 @@ void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpe
         g->n_members = s->n_members;
         g->mode = s->mode;
         g->lease_ms = s->lease_ms;
+        g->parts = calloc(ring_n_parts(g), sizeof(*g->parts)); /* after the mode: it decides how many */
+        g->seats = calloc(s->n_members, sizeof(*g->seats));
+        g->device = s->device && *s->device ? strdup(s->device) : NULL;
+        if (!g->parts || !g->seats || (s->device && *s->device && !g->device) ||
+            hmap_insert(&r->rings, &g->node, hash_str(g->name)) < 0)
+                goto no_memory;
         for (uint32_t i = 0; i < g->n_members; i++) {
                 g->seats[i].ring = g;
                 g->seats[i].index = i;
@@ -211,7 +215,8 @@ static const char *part_mismatch(const RegRing *g, uint32_t index, const RegPubl
         bool slot = index >= 1 && index <= g->n_slots;
 
         if (index >= ring_n_parts(g))
-                return "the part index is beyond the ring's parts (1 control page, its slots, one page per member)";
+                return "the part index is beyond the ring's parts (1 control page, its slots, one page per member, and a "
+                       "stream ring's counters per member)";
         if (g->parts[index])
                 return "that part is registered already";
         if (a->broker_held || a->retire_after)
@@ -223,6 +228,13 @@ static const char *part_mismatch(const RegRing *g, uint32_t index, const RegPubl
                         return "slots are read-only for members";
                 if (g->device && (!a->device || strcmp(a->device, g->device) != 0))
                         return "a slot lives on the ring's device";
+                return NULL;
+        }
+        if (index > g->n_slots + g->n_members) {
+                if (a->kind != PROTO_KIND_CUDA_VMM || !a->writable || a->size < 128 || a->size > (64u << 20))
+                        return "a seat's counters are a writable cuda-vmm buffer of 128 bytes to 64 MiB";
+                if (g->device && (!a->device || strcmp(a->device, g->device) != 0))
+                        return "a seat's counters live on the ring's device";
                 return NULL;
         }
         if (a->kind != PROTO_KIND_MEMFD || a->size != RING_PAGE)
@@ -280,14 +292,15 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         }
 }
 
-/* The parts a member of seat i attaches: the control page, the slots, its own page. */
+/* The parts a member of seat i attaches: the control page, the slots, its own page (and counters). */
 static int encode_parts(const RegRing *g, uint32_t seat, ProtoItems *items)
 {
-        uint32_t page = 1 + g->n_slots + seat;
+        uint32_t page = 1 + g->n_slots + seat, counter = page + g->n_members;
+        uint32_t n = g->n_slots + (g->mode == PROTO_MODE_STREAM ? 3 : 2);
 
-        proto_items_init(items, PROTO_MAX_BODY / 2); /* 66 records of two numbers: a few KiB */
-        for (uint32_t i = 0; i <= g->n_slots + 1; i++) {
-                uint32_t part = i <= g->n_slots ? i : page;
+        proto_items_init(items, PROTO_MAX_BODY / 2); /* 67 records of two numbers: a few KiB */
+        for (uint32_t i = 0; i < n; i++) {
+                uint32_t part = i <= g->n_slots ? i : i == g->n_slots + 1 ? page : counter;
                 ProtoMsg rec = { 0 };
 
                 rec.index = part;

@@ -373,6 +373,10 @@ static void handle_ring_create(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                      "slots", (unsigned long long)m->members, (unsigned long long)m->members + 2);
                 return;
         }
+        if (m->mode == PROTO_MODE_STREAM && m->kind != PROTO_KIND_CUDA_VMM) {
+                fail(ctx, p, m, PROTO_STATUS_KIND, "a stream-ordered ring has cuda-vmm slots");
+                return;
+        }
         if (m->kind == PROTO_KIND_CUDA_VMM && (!proto_has(m, PF_DEVICE) || m->device.len == 0)) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "CUDA slots need the UUID of their device");
                 return;

@@ -30,6 +30,7 @@
 #include "internal.h"
 #include "macro.h"
 #include "ring.h"
+#include "ring-internal.h"
 
 #define RING_PUMP_MS 1           /* a producer looks for membership news at most this often */
 #define RING_SLEEP_SLICE_MS 10   /* ... and never sleeps longer than this without looking */
@@ -38,53 +39,7 @@
 #define RING_DEFAULT_MEMBERS 4
 #define RING_DEFAULT_LEASE_MS 2000
 
-/* What the producer knows of seat i (the control page says the same to members). */
-typedef struct Seat {
-        bool active;
-        uint64_t epoch, start;
-        uint64_t blocking_since; /* when it started to hold the producer up (0: it does not) */
-} Seat;
-
-struct gpuipc_ring {
-        gpuipc_t *conn;
-        List link; /* gpuipc.rings */
-        char name[PROTO_MAX_NAME + 1];
-        bool producer;
-        RingMode mode;
-        uint32_t n_slots, n_members, lease_ms, spin_us;
-        size_t slot_size;
-        gpuipc_kind_t kind;
-        gpuipc_buffer_t *ctl_buf; /* producer: its own; member: attached read-only */
-        volatile RingCtl *ctl;
-        gpuipc_buffer_t *slot[RING_MAX_SLOTS];
-
-        /* producer */
-        gpuipc_buffer_t *page_buf[RING_MAX_MEMBERS];
-        Seat seat[RING_MAX_MEMBERS];
-        uint64_t max_epoch; /* the highest epoch the broker gave a seat (declared again after a restart) */
-        uint64_t next;      /* the frame the next publish makes */
-        int writing;        /* the slot acquired for it, or -1 */
-        uint64_t last_pump_ms;
-
-        /* member */
-        uint32_t index;
-        uint64_t epoch;
-        gpuipc_buffer_t *page_part; /* attached writable */
-        volatile RingMember *page;
-        bool seated;        /* the producer has let us in (our epoch is in our seat) */
-        uint64_t cursor;    /* backpressure: the next frame to take; latest: the last one taken */
-        int taken;          /* the slot of the frame held, or -1 */
-        uint64_t taken_frame;
-        bool gone;          /* evicted, or the ring closed or lost its producer */
-        char gone_why[256];
-        int efd;            /* gpuipc_ring_fd, and its helper thread */
-        uint64_t notified_head; /* the head the fd last said something about */
-        pthread_t notifier;
-        bool notifier_on;
-        volatile bool stop;
-};
-
-static int remaining_ms(uint64_t deadline)
+int ring_remaining_ms(uint64_t deadline)
 {
         uint64_t now = client_now_ms();
 
@@ -93,12 +48,12 @@ static int remaining_ms(uint64_t deadline)
         return now >= deadline ? 0 : (int)MIN(deadline - now, (uint64_t)INT32_MAX);
 }
 
-static uint64_t deadline_of(int timeout_ms)
+uint64_t ring_deadline_of(int timeout_ms)
 {
         return timeout_ms < 0 ? UINT64_MAX : client_now_ms() + (uint64_t)timeout_ms;
 }
 
-static int min_timeout(int a, int b)
+int ring_min_timeout(int a, int b)
 {
         if (a < 0)
                 return b;
@@ -134,6 +89,11 @@ static void seat_activate(gpuipc_ring_t *r, uint32_t i, uint64_t epoch)
 {
         volatile RingMemberSlot *s = &r->ctl->member[i];
 
+        /* A stream ring's counters are reset before the member can see its seat. Should that fail
+         * (a CUDA error), the seat is not handed out: the member's join then times out, with the
+         * error in our errmsg. */
+        if (r->mode == RING_STREAM && ring_stream_seat_reset(r, i, r->next) < 0)
+                return;
         /* A new member takes frames from the next publish on. start and epoch are stored before the
          * state (release): a member that reads its epoch there also reads its start. */
         r->seat[i] = (Seat){ .active = true, .epoch = epoch, .start = r->next };
@@ -146,6 +106,9 @@ static void seat_deactivate(gpuipc_ring_t *r, uint32_t i)
 {
         r->seat[i].active = false;
         __atomic_store_n(&r->ctl->member[i].state, RING_MEMBER_FREE, __ATOMIC_RELEASE);
+        /* Our stream must not stay queued behind a member that left. */
+        if (r->mode == RING_STREAM)
+                ring_stream_seat_unblock(r, i);
 }
 
 void ring_on_event(gpuipc_t *c, const ProtoMsg *m)
@@ -173,7 +136,7 @@ void ring_on_event(gpuipc_t *c, const ProtoMsg *m)
 
 /* The producer reads the socket now and then while it publishes: that is how it learns of members
  * joining and leaving without a round trip per frame. */
-static void maybe_pump(gpuipc_ring_t *r, bool now)
+void ring_maybe_pump(gpuipc_ring_t *r, bool now)
 {
         uint64_t t = client_now_ms();
 
@@ -189,6 +152,12 @@ static void ring_free(gpuipc_ring_t *r)
 {
         gpuipc_t *c = r->conn;
 
+        ring_stream_close(r);
+        for (uint32_t i = 0; i < r->n_members; i++)
+                if (r->counter_buf[i])
+                        gpuipc_buffer_free(c, r->counter_buf[i]);
+        if (r->counter_part)
+                gpuipc_release(c, r->counter_part);
         for (uint32_t i = 0; i < r->n_slots; i++)
                 if (r->slot[i])
                         (r->producer ? gpuipc_buffer_free : gpuipc_release)(c, r->slot[i]);
@@ -203,7 +172,8 @@ static void ring_free(gpuipc_ring_t *r)
         free(r);
 }
 
-/* Registers part `index` (0: the control page, then the slots, then the member pages); restore:
+/* Registers part `index` (0: the control page, then the slots, the member pages and a stream ring's
+ * counters); restore:
  * again after a restart, under its id and generation. */
 static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, bool writable, bool restore)
 {
@@ -275,7 +245,8 @@ static int ring_declare(gpuipc_ring_t *r, bool restore)
         req.size = r->slot_size;
         req.slots = r->n_slots;
         req.members = r->n_members;
-        req.mode = r->mode == RING_LATEST ? PROTO_MODE_LATEST : PROTO_MODE_BACKPRESSURE;
+        req.mode = r->mode == RING_LATEST ? PROTO_MODE_LATEST
+                   : r->mode == RING_STREAM ? PROTO_MODE_STREAM : PROTO_MODE_BACKPRESSURE;
         req.timeout_ms = r->lease_ms;
         if (r->slot[0]->device[0]) {
                 req.device = proto_str(r->slot[0]->device);
@@ -290,7 +261,8 @@ static int ring_declare(gpuipc_ring_t *r, bool restore)
         return e;
 }
 
-/* Registers every part: the control page, the slots, the member pages. */
+/* Registers every part: the control page, the slots, the member pages, the counters (members write
+ * their own, so they are exported writable). */
 static int register_parts(gpuipc_ring_t *r, bool restore)
 {
         uint32_t part = 0;
@@ -300,6 +272,8 @@ static int register_parts(gpuipc_ring_t *r, bool restore)
                 e = register_part(r, part++, r->slot[i], false, restore);
         for (uint32_t i = 0; e == 0 && i < r->n_members; i++)
                 e = register_part(r, part++, r->page_buf[i], true, restore);
+        for (uint32_t i = 0; e == 0 && r->mode == RING_STREAM && i < r->n_members; i++)
+                e = register_part(r, part++, r->counter_buf[i], true, restore);
         return e;
 }
 
@@ -316,9 +290,13 @@ _public_ int gpuipc_ring_create(gpuipc_t *c, const char *name, const gpuipc_ring
         if (!o.kind)
                 o.kind = GPUIPC_KIND_MEMFD;
         if (o.slot_size == 0 || (o.kind != GPUIPC_KIND_MEMFD && o.kind != GPUIPC_KIND_CUDA_VMM) ||
-            o.slots > RING_MAX_SLOTS || o.max_members > RING_MAX_MEMBERS || o.mode > GPUIPC_RING_LATEST) {
+            o.slots > RING_MAX_SLOTS || o.max_members > RING_MAX_MEMBERS || o.mode > GPUIPC_RING_STREAM) {
                 client_errmsg(c, "a ring needs a slot size, memfd or cuda-vmm slots, at most %d slots and %d members",
                               RING_MAX_SLOTS, RING_MAX_MEMBERS);
+                return GPUIPC_E_INVALID;
+        }
+        if (o.mode == GPUIPC_RING_STREAM && o.kind != GPUIPC_KIND_CUDA_VMM) {
+                client_errmsg(c, "a stream-ordered ring needs cuda-vmm slots (its doorbells live in GPU memory)");
                 return GPUIPC_E_INVALID;
         }
         r = calloc(1, sizeof(*r));
@@ -327,7 +305,8 @@ _public_ int gpuipc_ring_create(gpuipc_t *c, const char *name, const gpuipc_ring
         r->conn = c;
         r->producer = true;
         snprintf(r->name, sizeof(r->name), "%s", name);
-        r->mode = o.mode == GPUIPC_RING_LATEST ? RING_LATEST : RING_BACKPRESSURE;
+        r->mode = o.mode == GPUIPC_RING_LATEST ? RING_LATEST
+                  : o.mode == GPUIPC_RING_STREAM ? RING_STREAM : RING_BACKPRESSURE;
         r->n_slots = o.slots ? o.slots : RING_DEFAULT_SLOTS;
         r->n_members = o.max_members ? o.max_members : RING_DEFAULT_MEMBERS;
         r->lease_ms = o.lease_ms ? o.lease_ms : RING_DEFAULT_LEASE_MS;
@@ -344,6 +323,8 @@ _public_ int gpuipc_ring_create(gpuipc_t *c, const char *name, const gpuipc_ring
                 e = gpuipc_buffer_alloc(c, GPUIPC_KIND_MEMFD, RING_PAGE, 0, &r->page_buf[i]);
         for (uint32_t i = 0; e == 0 && i < r->n_slots; i++)
                 e = gpuipc_buffer_alloc(c, o.kind, o.slot_size, o.device, &r->slot[i]);
+        if (e == 0 && r->mode == RING_STREAM)
+                e = ring_stream_alloc(r, o.device);
         if (e < 0)
                 goto fail;
         r->ctl = gpuipc_buffer_ptr(r->ctl_buf);
@@ -392,7 +373,7 @@ static int ring_blocker(gpuipc_ring_t *r, uint64_t head)
 }
 
 /* The producer gives up on member i: it held the ring up past the lease. */
-static void evict(gpuipc_ring_t *r, uint32_t i)
+void ring_evict(gpuipc_ring_t *r, uint32_t i)
 {
         ProtoMsg req = { .op = PROTO_OP_RING_EVICT };
         Frame f = { .fd = -1 };
@@ -456,10 +437,10 @@ static int wait_for_members(gpuipc_ring_t *r, uint64_t deadline)
                 if (!r->seat[b].blocking_since)
                         r->seat[b].blocking_since = now;
                 if (now - r->seat[b].blocking_since >= r->lease_ms) {
-                        evict(r, (uint32_t)b);
+                        ring_evict(r, (uint32_t)b);
                         continue;
                 }
-                left = remaining_ms(deadline);
+                left = ring_remaining_ms(deadline);
                 if (left == 0) {
                         client_errmsg(r->conn, "ring '%s': member %d still holds frame %llu", r->name, b,
                                       (unsigned long long)(r->next - r->n_slots));
@@ -473,13 +454,13 @@ static int wait_for_members(gpuipc_ring_t *r, uint64_t deadline)
                 __atomic_store_n(&r->ctl->producer_waiting, 1, __ATOMIC_RELAXED);
                 __atomic_thread_fence(__ATOMIC_SEQ_CST);
                 if (ring_blocker(r, head) == b) {
-                        int slice = min_timeout(left, RING_SLEEP_SLICE_MS);
-                        slice = min_timeout(slice, (int)(r->seat[b].blocking_since + r->lease_ms - now));
+                        int slice = ring_min_timeout(left, RING_SLEEP_SLICE_MS);
+                        slice = ring_min_timeout(slice, (int)(r->seat[b].blocking_since + r->lease_ms - now));
                         if (futex_wait(&page->wake, word, slice) == 0 && ++fruitless % 64 == 0)
                                 usleep(1000); /* a member that bumps its word for nothing costs us little */
                 }
                 __atomic_store_n(&r->ctl->producer_waiting, 0, __ATOMIC_RELAXED);
-                maybe_pump(r, false);
+                ring_maybe_pump(r, false);
         }
 }
 
@@ -529,16 +510,30 @@ static int pick_free_slot(gpuipc_ring_t *r)
         return GPUIPC_E_BUSY;
 }
 
+/* The host calls (acquire/publish, take/release): r on the right side, and not stream-ordered. */
+static int host_call(gpuipc_ring_t *r, bool producer)
+{
+        if (!r || r->producer != producer)
+                return GPUIPC_E_INVALID;
+        if (r->mode == RING_STREAM) {
+                client_errmsg(r->conn, "ring '%s' is stream-ordered: use gpuipc_ring_stream_%s", r->name,
+                              producer ? "acquire/publish" : "take/release");
+                return GPUIPC_E_STATE;
+        }
+        return 0;
+}
+
 _public_ int gpuipc_ring_acquire(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t **ret_slot)
 {
         int s, e;
 
-        if (!r || !r->producer || !ret_slot)
-                return GPUIPC_E_INVALID;
+        e = host_call(r, true);
+        if (e < 0 || !ret_slot)
+                return e < 0 ? e : GPUIPC_E_INVALID;
         if (r->writing < 0) {
-                maybe_pump(r, false);
+                ring_maybe_pump(r, false);
                 if (r->mode == RING_BACKPRESSURE) {
-                        e = wait_for_members(r, deadline_of(timeout_ms));
+                        e = wait_for_members(r, ring_deadline_of(timeout_ms));
                         if (e < 0)
                                 return e;
                         s = (int)((r->next - 1) % r->n_slots);
@@ -563,8 +558,9 @@ _public_ int gpuipc_ring_publish(gpuipc_ring_t *r, uint64_t *ret_frame)
         uint64_t n;
         int s, e;
 
-        if (!r || !r->producer)
-                return GPUIPC_E_INVALID;
+        e = host_call(r, true);
+        if (e < 0)
+                return e;
         if (r->writing < 0) {
                 client_errmsg(r->conn, "ring '%s': acquire a slot before publishing", r->name);
                 return GPUIPC_E_STATE;
@@ -598,17 +594,19 @@ _public_ int gpuipc_ring_publish(gpuipc_ring_t *r, uint64_t *ret_frame)
         r->next++;
         if (ret_frame)
                 *ret_frame = n;
-        maybe_pump(r, false);
+        ring_maybe_pump(r, false);
         return 0;
 }
 
 /* ---- member ---- */
 
-/* Attaches part `index` by id into its place (ring_free lets go of it again). */
-static int part_at(gpuipc_ring_t *r, uint32_t index, uint64_t id, uint32_t page)
+/* Attaches part `index` by id into its place (ring_free lets go of it again): page and counter are
+ * our seat's. */
+static int part_at(gpuipc_ring_t *r, uint32_t index, uint64_t id, uint32_t page, uint32_t counter)
 {
         gpuipc_buffer_t **place = index == 0 ? &r->ctl_buf : index <= r->n_slots ? &r->slot[index - 1]
-                                  : index == page ? &r->page_part : NULL;
+                                  : index == page ? &r->page_part
+                                  : index == counter && r->mode == RING_STREAM ? &r->counter_part : NULL;
         size_t want = index > 0 && index <= r->n_slots ? r->slot_size : RING_PAGE;
         int e;
 
@@ -618,6 +616,16 @@ static int part_at(gpuipc_ring_t *r, uint32_t index, uint64_t id, uint32_t page)
         if (e < 0)
                 return e;
         (*place)->ring_part = true; /* after a restart, the ring takes its seat back: no reclaim */
+        if (index == counter) {
+                if (gpuipc_buffer_kind(*place) != GPUIPC_KIND_CUDA_VMM || !(*place)->writable ||
+                    gpuipc_buffer_size(*place) < RING_COUNTER_BYTES) {
+                        client_errmsg(r->conn, "ring '%s': its counters are not a writable cuda-vmm buffer of "
+                                      "%d bytes or more", r->name, RING_COUNTER_BYTES);
+                        return GPUIPC_E_BAD_REPLY;
+                }
+                r->ordinal = (*place)->ordinal;
+                return 0;
+        }
         if (gpuipc_buffer_size(*place) != want) {
                 client_errmsg(r->conn, "ring '%s': part %u has %zu bytes, not %zu", r->name, index,
                               gpuipc_buffer_size(*place), want);
@@ -629,21 +637,22 @@ static int part_at(gpuipc_ring_t *r, uint32_t index, uint64_t id, uint32_t page)
 /* Attaches the parts the join reply names. */
 static int attach_parts(gpuipc_ring_t *r, const ProtoMsg *m)
 {
-        uint32_t page = 1 + r->n_slots + r->index;
+        uint32_t page = 1 + r->n_slots + r->index, counter = page + r->n_members;
+        uint32_t want = r->n_slots + (r->mode == RING_STREAM ? 3 : 2);
         ProtoIter it;
         ProtoMsg rec;
         int e, n = 0;
 
         proto_iter_init(&it, &m->items);
         while ((e = proto_iter_next(&it, &rec)) == 1) {
-                if (!proto_has(&rec, PF_INDEX) || !proto_has(&rec, PF_BUFFER) || rec.index > page)
+                if (!proto_has(&rec, PF_INDEX) || !proto_has(&rec, PF_BUFFER) || rec.index > counter)
                         return GPUIPC_E_BAD_REPLY;
-                e = part_at(r, (uint32_t)rec.index, rec.buffer, page);
+                e = part_at(r, (uint32_t)rec.index, rec.buffer, page, counter);
                 if (e < 0)
                         return e;
                 n++;
         }
-        if (e < 0 || n != (int)r->n_slots + 2 || !r->ctl_buf || !r->page_part)
+        if (e < 0 || n != (int)want || !r->ctl_buf || !r->page_part || (r->mode == RING_STREAM && !r->counter_part))
                 return GPUIPC_E_BAD_REPLY;
         for (uint32_t i = 0; i < r->n_slots; i++)
                 if (!r->slot[i])
@@ -659,9 +668,9 @@ static int join_request(gpuipc_t *c, const char *name, uint64_t deadline, Frame 
 
                 req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME);
                 e = client_request(c, &req, -1, 10000, f);
-                if (e != GPUIPC_E_NOT_FOUND || remaining_ms(deadline) == 0)
+                if (e != GPUIPC_E_NOT_FOUND || ring_remaining_ms(deadline) == 0)
                         return e;
-                (void)client_pump(c, min_timeout(remaining_ms(deadline), RING_JOIN_RETRY_MS));
+                (void)client_pump(c, ring_min_timeout(ring_remaining_ms(deadline), RING_JOIN_RETRY_MS));
         }
 }
 
@@ -669,7 +678,7 @@ static int join_request(gpuipc_t *c, const char *name, uint64_t deadline, Frame 
  * ring call after the broker told it we joined; we take frames from then on. Our page then says
  * that everything before our first frame counts as released; the epoch last, so that the producer
  * believes the page only once it is ours. */
-static bool check_seated(gpuipc_ring_t *r)
+bool ring_check_seated(gpuipc_ring_t *r)
 {
         volatile RingMemberSlot *s = &r->ctl->member[r->index];
 
@@ -677,8 +686,8 @@ static bool check_seated(gpuipc_ring_t *r)
                 return true;
         if (__atomic_load_n(&s->epoch, __ATOMIC_ACQUIRE) != r->epoch)
                 return false;
-        r->cursor = r->mode == RING_BACKPRESSURE ? s->start : 0;
-        r->page->released = r->mode == RING_BACKPRESSURE && r->cursor ? r->cursor - 1 : 0;
+        r->cursor = r->mode != RING_LATEST ? s->start : 0;
+        r->page->released = r->mode != RING_LATEST && r->cursor ? r->cursor - 1 : 0;
         r->page->held = 0;
         __atomic_store_n(&r->page->epoch, r->epoch, __ATOMIC_RELEASE);
         r->seated = true;
@@ -687,7 +696,7 @@ static bool check_seated(gpuipc_ring_t *r)
 
 _public_ int gpuipc_ring_join(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_ring_t **ret)
 {
-        uint64_t deadline = deadline_of(timeout_ms);
+        uint64_t deadline = ring_deadline_of(timeout_ms);
         Frame f = { .fd = -1 };
         gpuipc_ring_t *r;
         int e;
@@ -710,7 +719,8 @@ _public_ int gpuipc_ring_join(gpuipc_t *c, const char *name, int timeout_ms, gpu
         r->n_slots = (uint32_t)f.msg.slots;
         r->n_members = (uint32_t)f.msg.members;
         r->slot_size = f.msg.size;
-        r->mode = f.msg.mode == PROTO_MODE_LATEST ? RING_LATEST : RING_BACKPRESSURE;
+        r->mode = f.msg.mode == PROTO_MODE_LATEST ? RING_LATEST
+                  : f.msg.mode == PROTO_MODE_STREAM ? RING_STREAM : RING_BACKPRESSURE;
         r->lease_ms = (uint32_t)f.msg.timeout_ms;
         r->writing = r->taken = -1;
         r->efd = -1;
@@ -737,6 +747,8 @@ _public_ int gpuipc_ring_join(gpuipc_t *c, const char *name, int timeout_ms, gpu
                 if (!ring_ctl_valid(r->ctl, r->n_slots, r->n_members, r->slot_size)) {
                         client_errmsg(c, "ring '%s': its control page does not match what the broker said", name);
                         e = GPUIPC_E_BAD_REPLY;
+                } else if (r->mode == RING_STREAM) {
+                        e = ring_stream_join(r);
                 }
         }
         if (e < 0) {
@@ -753,7 +765,7 @@ _public_ int gpuipc_ring_join(gpuipc_t *c, const char *name, int timeout_ms, gpu
 }
 
 /* Was this member evicted (its seat given up by the producer)? */
-static bool member_evicted(gpuipc_ring_t *r)
+bool ring_member_evicted(gpuipc_ring_t *r)
 {
         volatile RingMemberSlot *s = &r->ctl->member[r->index];
 
@@ -762,13 +774,13 @@ static bool member_evicted(gpuipc_ring_t *r)
 }
 
 /* Why this member may take nothing any more, or NULL. */
-static const char *member_gone(gpuipc_ring_t *r)
+const char *ring_member_gone(gpuipc_ring_t *r)
 {
         if (r->gone)
                 return r->gone_why;
         if (gpuipc_buffer_revoked(r->ctl_buf))
                 return "its producer is gone";
-        if (member_evicted(r))
+        if (ring_member_evicted(r))
                 return "this member was evicted (it held the ring up past its lease)";
         if (__atomic_load_n(&r->ctl->closed, __ATOMIC_ACQUIRE))
                 return "the producer closed the ring";
@@ -782,7 +794,7 @@ static int try_take(gpuipc_ring_t *r)
         uint64_t head, seq;
         uint32_t s;
 
-        if (!check_seated(r))
+        if (!ring_check_seated(r))
                 return 0;
         head = __atomic_load_n(&ctl->head, __ATOMIC_ACQUIRE);
         if (r->mode == RING_BACKPRESSURE) {
@@ -826,24 +838,24 @@ static int try_take(gpuipc_ring_t *r)
 /* Sleeps until the doorbell moves from `seen` (or timeout_ms), unless a frame is there already. Not
  * seated yet, we cannot say we sleep (the producer reads our page only once we are): its publish
  * rings the doorbell then anyway, but nobody wakes us for it, so we sleep in short slices. */
-static void doorbell_sleep(gpuipc_ring_t *r, uint32_t seen, int timeout_ms)
+void ring_doorbell_sleep(gpuipc_ring_t *r, uint32_t seen, int timeout_ms)
 {
-        uint64_t before = r->mode == RING_BACKPRESSURE ? r->cursor : r->cursor + 1;
+        uint64_t before = r->mode != RING_LATEST ? r->cursor : r->cursor + 1;
 
         if (!r->seated) {
-                (void)futex_wait(&r->ctl->doorbell, seen, min_timeout(timeout_ms, 1));
+                (void)futex_wait(&r->ctl->doorbell, seen, ring_min_timeout(timeout_ms, 1));
                 return;
         }
         __atomic_fetch_add(&r->page->sleeping, 1, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE) < before && !member_gone(r))
+        if (__atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE) < before && !ring_member_gone(r))
                 (void)futex_wait(&r->ctl->doorbell, seen, timeout_ms);
         __atomic_fetch_sub(&r->page->sleeping, 1, __ATOMIC_RELEASE);
 }
 
 static void spin_for_frame(gpuipc_ring_t *r, int limit_ms)
 {
-        uint64_t before = r->mode == RING_BACKPRESSURE ? r->cursor : r->cursor + 1;
+        uint64_t before = r->mode != RING_LATEST ? r->cursor : r->cursor + 1;
         uint64_t t0 = monotonic_ns(), spin_ns = (uint64_t)r->spin_us * 1000;
 
         if (!r->seated)
@@ -867,13 +879,14 @@ static void drain_fd(gpuipc_ring_t *r)
 
 _public_ int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t **ret_slot, uint64_t *ret_frame)
 {
-        uint64_t deadline = deadline_of(timeout_ms), last_pump = 0;
+        uint64_t deadline = ring_deadline_of(timeout_ms), last_pump = 0;
         bool drained = false;
         const char *why;
         int e;
 
-        if (!r || r->producer || !ret_slot)
-                return GPUIPC_E_INVALID;
+        e = host_call(r, false);
+        if (e < 0 || !ret_slot)
+                return e < 0 ? e : GPUIPC_E_INVALID;
         if (r->taken >= 0) {
                 client_errmsg(r->conn, "ring '%s': release frame %llu first", r->name,
                               (unsigned long long)r->taken_frame);
@@ -883,7 +896,7 @@ _public_ int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t 
                 uint32_t seen = __atomic_load_n(&r->ctl->doorbell, __ATOMIC_ACQUIRE);
                 int left;
 
-                why = member_gone(r);
+                why = ring_member_gone(r);
                 if (why) {
                         client_errmsg(r->conn, "ring '%s': %s", r->name, why);
                         return GPUIPC_E_REVOKED;
@@ -893,7 +906,7 @@ _public_ int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t 
                         return e;
                 if (e == 1)
                         break;
-                left = remaining_ms(deadline);
+                left = ring_remaining_ms(deadline);
                 if (left == 0) {
                         /* Event-loop users: reset the fd, then look once more (a frame that came
                          * meanwhile would otherwise wait for the next publish). */
@@ -911,7 +924,7 @@ _public_ int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t 
                 }
                 if (r->spin_us)
                         spin_for_frame(r, left);
-                doorbell_sleep(r, seen, min_timeout(left, 100));
+                ring_doorbell_sleep(r, seen, ring_min_timeout(left, 100));
         }
         *ret_slot = r->slot[r->taken];
         if (ret_frame)
@@ -924,10 +937,11 @@ _public_ int gpuipc_ring_release(gpuipc_ring_t *r)
 {
         uint64_t n;
         bool intact;
-        int s;
+        int s, e;
 
-        if (!r || r->producer)
-                return GPUIPC_E_INVALID;
+        e = host_call(r, false);
+        if (e < 0)
+                return e;
         if (r->taken < 0) {
                 client_errmsg(r->conn, "ring '%s': no frame is taken", r->name);
                 return GPUIPC_E_STATE;
@@ -936,7 +950,7 @@ _public_ int gpuipc_ring_release(gpuipc_ring_t *r)
         n = r->taken_frame;
         /* Still ours when we let go? Then it did not change while we held it (a closed ring or a dead
          * producer writes nothing; only an evicted member may have lost its frame). */
-        intact = __atomic_load_n(&r->ctl->slot_seq[s], __ATOMIC_ACQUIRE) == n && !member_evicted(r);
+        intact = __atomic_load_n(&r->ctl->slot_seq[s], __ATOMIC_ACQUIRE) == n && !ring_member_evicted(r);
         if (r->mode == RING_BACKPRESSURE) {
                 __atomic_store_n(&r->page->released, n, __ATOMIC_RELEASE);
                 r->cursor = n + 1;
@@ -952,7 +966,7 @@ _public_ int gpuipc_ring_release(gpuipc_ring_t *r)
         r->taken = -1;
         if (!intact) {
                 client_errmsg(r->conn, "ring '%s': frame %llu was overwritten while held (%s)", r->name,
-                              (unsigned long long)n, member_evicted(r) ? member_gone(r) : "the slot changed");
+                              (unsigned long long)n, ring_member_evicted(r) ? ring_member_gone(r) : "the slot changed");
                 return GPUIPC_E_REVOKED;
         }
         return 0;

@@ -52,6 +52,7 @@ static const char *const event_names[_PROTO_EV_MAX] = {
 static const char *const mode_names[_PROTO_MODE_MAX] = {
         [PROTO_MODE_BACKPRESSURE] = "backpressure",
         [PROTO_MODE_LATEST] = "latest",
+        [PROTO_MODE_STREAM] = "stream",
 };
 
 static const char *const kind_names[_PROTO_KIND_MAX] = {

@@ -114,6 +114,7 @@ typedef enum ProtoMode {
         PROTO_MODE_NONE = 0,
         PROTO_MODE_BACKPRESSURE, /* every member sees every frame; the producer waits for the slowest */
         PROTO_MODE_LATEST,       /* the producer never waits; members take the newest frame */
+        PROTO_MODE_STREAM,       /* cuda-vmm slots, GPU doorbells: streams wait, the CPU never does */
         _PROTO_MODE_MAX,
 } ProtoMode;
 

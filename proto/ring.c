@@ -54,5 +54,5 @@ bool ring_ctl_valid(const volatile RingCtl *c, uint32_t n_slots, uint32_t n_memb
         return c->magic == RING_MAGIC && c->version == RING_LAYOUT_VERSION && c->n_slots == n_slots &&
                c->n_members == n_members && c->slot_size == slot_size && n_slots >= 1 &&
                n_slots <= RING_MAX_SLOTS && n_members >= 1 && n_members <= RING_MAX_MEMBERS &&
-               (c->mode == RING_BACKPRESSURE || c->mode == RING_LATEST);
+               (c->mode == RING_BACKPRESSURE || c->mode == RING_LATEST || c->mode == RING_STREAM);
 }

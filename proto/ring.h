@@ -7,7 +7,9 @@
  *     is sealed against new writable mappings);
  *   - one member page (RingMember) per member slot: written by that member only; the producer (and
  *     the broker, to show lag) map it read-only and treat what they read as untrusted input;
- *   - the slots: K buffers of one kind and size, written by the producer.
+ *   - the slots: K buffers of one kind and size, written by the producer;
+ *   - stream rings only: one small cuda-vmm buffer per member slot with two counters, "frame n is
+ *     ready" (the producer's stream writes it) and "frame n is done" (the member's stream writes it).
  *
  * Frames are numbered 1, 2, 3, ...; a slot holds frame n when slot_seq says so (slot_seq changes
  * only when the producer really rewrites the slot, so a member can tell whether the frame it held
@@ -30,6 +32,7 @@
 typedef enum RingMode {
         RING_BACKPRESSURE = 0, /* every member sees every frame; the producer waits for the slowest */
         RING_LATEST = 1,       /* the producer never waits: a member takes the newest frame, a slow one skips */
+        RING_STREAM = 2,       /* backpressure in the GPU: streams wait on counters in cuda-vmm memory */
 } RingMode;
 
 typedef enum RingMemberState {

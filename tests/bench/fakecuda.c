@@ -5,7 +5,8 @@
  *
  * Its numbers mean nothing. "Device memory" is a memfd mapped at the same address on every fake
  * device; cuMemCreate memory exports that memfd, a legacy handle names the producer's pid and fd
- * (opened through /proc), copies are memcpy. $FAKECUDA_DEVICES sets the device count (default 2).
+ * (opened through /proc), copies are memcpy; a stream is a worker thread that runs its queue in
+ * order, so that work is as asynchronous as on a GPU. $FAKECUDA_DEVICES sets the device count (default 2).
  * Only what libgpuipc and gpuipc-bench call is here; everything else is absent. */
 #include <errno.h>
 #include <fcntl.h>
@@ -489,28 +490,190 @@ API Res cuMemcpyDtoD_v2(DevPtr dst, DevPtr src, size_t n)
         return OK;
 }
 
+/* Streams run asynchronously, as a GPU's do: each created stream has a worker thread that runs its
+ * queue in order (copies, memsets, value writes, waits on a value, event records), so that code which
+ * forgets to order or synchronize its work fails here too. The NULL stream runs at once. */
+typedef enum OpKind { OP_COPY, OP_SET32, OP_WRITE, OP_WAIT, OP_EVENT } OpKind;
+
+typedef struct Event {
+        uint64_t recorded, reached; /* records queued / run: the event is complete when they agree */
+} Event;
+
+typedef struct Op {
+        struct Op *next;
+        OpKind kind;
+        void *dst;
+        const void *src;
+        size_t n;
+        uint64_t value;
+        Event *event;
+} Op;
+
+typedef struct Stream {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        Op *head, **tail;
+        bool busy, stop;
+        pthread_t worker;
+} Stream;
+
+static void op_run(const Op *o)
+{
+        switch (o->kind) {
+        case OP_COPY:
+                memcpy(o->dst, o->src, o->n);
+                break;
+        case OP_SET32:
+                for (size_t i = 0; i < o->n; i++)
+                        ((uint32_t *)o->dst)[i] = (uint32_t)o->value;
+                break;
+        case OP_WRITE:
+                __atomic_store_n((uint64_t *)o->dst, o->value, __ATOMIC_SEQ_CST);
+                break;
+        case OP_WAIT: /* GEQ, as a 64-bit unsigned compare */
+                while (__atomic_load_n((uint64_t *)o->dst, __ATOMIC_SEQ_CST) < o->value)
+                        usleep(10);
+                break;
+        case OP_EVENT:
+                __atomic_add_fetch(&o->event->reached, 1, __ATOMIC_SEQ_CST);
+                break;
+        }
+}
+
+static void *stream_main(void *arg)
+{
+        Stream *st = arg;
+
+        pthread_mutex_lock(&st->lock);
+        for (;;) {
+                Op *o;
+
+                while (!st->head && !st->stop)
+                        pthread_cond_wait(&st->cond, &st->lock);
+                if (!st->head)
+                        break;
+                o = st->head;
+                st->busy = true;
+                pthread_mutex_unlock(&st->lock);
+                op_run(o);
+                pthread_mutex_lock(&st->lock);
+                st->head = o->next;
+                if (!st->head)
+                        st->tail = &st->head;
+                st->busy = false;
+                free(o);
+                pthread_cond_broadcast(&st->cond);
+        }
+        pthread_mutex_unlock(&st->lock);
+        return NULL;
+}
+
+static Res enqueue(void *stream, Op op)
+{
+        Stream *st = stream;
+        Op *o;
+
+        if (!st) {
+                op_run(&op);
+                return OK;
+        }
+        o = malloc(sizeof(*o));
+        if (!o)
+                return E_OUT_OF_MEMORY;
+        *o = op;
+        o->next = NULL;
+        pthread_mutex_lock(&st->lock);
+        *st->tail = o;
+        st->tail = &o->next;
+        pthread_cond_broadcast(&st->cond);
+        pthread_mutex_unlock(&st->lock);
+        return OK;
+}
+
 API Res cuMemcpyDtoHAsync_v2(void *dst, DevPtr src, size_t n, void *stream)
 {
-        (void)stream;
-        return cuMemcpyDtoH_v2(dst, src, n);
+        return enqueue(stream, (Op){ .kind = OP_COPY, .dst = dst, .src = (const void *)(uintptr_t)src, .n = n });
+}
+
+API Res cuMemcpyHtoDAsync_v2(DevPtr dst, const void *src, size_t n, void *stream)
+{
+        return enqueue(stream, (Op){ .kind = OP_COPY, .dst = (void *)(uintptr_t)dst, .src = src, .n = n });
+}
+
+API Res cuMemcpyDtoDAsync_v2(DevPtr dst, DevPtr src, size_t n, void *stream)
+{
+        return enqueue(stream, (Op){ .kind = OP_COPY, .dst = (void *)(uintptr_t)dst,
+                                     .src = (const void *)(uintptr_t)src, .n = n });
+}
+
+API Res cuMemsetD32Async(DevPtr dst, unsigned v, size_t n, void *stream)
+{
+        return enqueue(stream, (Op){ .kind = OP_SET32, .dst = (void *)(uintptr_t)dst, .n = n, .value = v });
+}
+
+API Res cuMemsetD32_v2(DevPtr dst, unsigned v, size_t n)
+{
+        return cuMemsetD32Async(dst, v, n, NULL);
+}
+
+API Res cuMemAllocHost_v2(void **p, size_t n)
+{
+        *p = malloc(n ? n : 1);
+        return *p ? OK : E_OUT_OF_MEMORY;
+}
+
+API Res cuMemFreeHost(void *p)
+{
+        free(p);
+        return OK;
 }
 
 API Res cuStreamCreate(void **s, unsigned flags)
 {
-        (void)flags;
-        *s = malloc(1);
-        return OK;
-}
+        Stream *st = calloc(1, sizeof(*st));
 
-API Res cuStreamDestroy_v2(void *s)
-{
-        free(s);
+        (void)flags;
+        if (!st)
+                return E_OUT_OF_MEMORY;
+        pthread_mutex_init(&st->lock, NULL);
+        pthread_cond_init(&st->cond, NULL);
+        st->tail = &st->head;
+        if (pthread_create(&st->worker, NULL, stream_main, st) != 0) {
+                free(st);
+                return E_OUT_OF_MEMORY;
+        }
+        *s = st;
         return OK;
 }
 
 API Res cuStreamSynchronize(void *s)
 {
-        (void)s;
+        Stream *st = s;
+
+        if (!st)
+                return OK;
+        pthread_mutex_lock(&st->lock);
+        while (st->head)
+                pthread_cond_wait(&st->cond, &st->lock);
+        pthread_mutex_unlock(&st->lock);
+        return OK;
+}
+
+/* As CUDA does, a stream destroyed with work queued finishes that work first. */
+API Res cuStreamDestroy_v2(void *s)
+{
+        Stream *st = s;
+
+        if (!st)
+                return E_INVALID_HANDLE;
+        pthread_mutex_lock(&st->lock);
+        st->stop = true;
+        pthread_cond_broadcast(&st->cond);
+        pthread_mutex_unlock(&st->lock);
+        pthread_join(st->worker, NULL);
+        pthread_cond_destroy(&st->cond);
+        pthread_mutex_destroy(&st->lock);
+        free(st);
         return OK;
 }
 
@@ -523,17 +686,51 @@ API Res cuStreamGetCtx(void *s, void **ctx)
 
 API Res cuStreamWriteValue64_v2(void *s, DevPtr addr, uint64_t v, unsigned flags)
 {
-        (void)s;
         (void)flags;
-        __atomic_store_n((uint64_t *)(uintptr_t)addr, v, __ATOMIC_SEQ_CST);
-        return OK;
+        return enqueue(s, (Op){ .kind = OP_WRITE, .dst = (void *)(uintptr_t)addr, .value = v });
 }
 
 API Res cuStreamWaitValue64_v2(void *s, DevPtr addr, uint64_t v, unsigned flags)
 {
-        (void)s;
         (void)flags;
-        while ((int64_t)(__atomic_load_n((uint64_t *)(uintptr_t)addr, __ATOMIC_SEQ_CST) - v) < 0)
+        return enqueue(s, (Op){ .kind = OP_WAIT, .dst = (void *)(uintptr_t)addr, .value = v });
+}
+
+API Res cuEventCreate(void **e, unsigned flags)
+{
+        (void)flags;
+        *e = calloc(1, sizeof(Event));
+        return *e ? OK : E_OUT_OF_MEMORY;
+}
+
+API Res cuEventDestroy_v2(void *e)
+{
+        free(e);
+        return OK;
+}
+
+API Res cuEventRecord(void *e, void *s)
+{
+        Event *ev = e;
+
+        if (!ev)
+                return E_INVALID_HANDLE;
+        __atomic_add_fetch(&ev->recorded, 1, __ATOMIC_SEQ_CST);
+        return enqueue(s, (Op){ .kind = OP_EVENT, .event = ev });
+}
+
+API Res cuEventQuery(void *e)
+{
+        Event *ev = e;
+
+        return __atomic_load_n(&ev->reached, __ATOMIC_SEQ_CST) == __atomic_load_n(&ev->recorded, __ATOMIC_SEQ_CST)
+                       ? OK
+                       : 600; /* CUDA_ERROR_NOT_READY */
+}
+
+API Res cuEventSynchronize(void *e)
+{
+        while (cuEventQuery(e) != OK)
                 usleep(10);
         return OK;
 }

@@ -75,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 check(ctl.magic == RING_MAGIC && ctl.version == RING_LAYOUT_VERSION);
                 check(ctl.n_slots >= 1 && ctl.n_slots <= RING_MAX_SLOTS);
                 check(ctl.n_members >= 1 && ctl.n_members <= RING_MAX_MEMBERS);
-                check(ctl.mode == RING_BACKPRESSURE || ctl.mode == RING_LATEST);
+                check(ctl.mode == RING_BACKPRESSURE || ctl.mode == RING_LATEST || ctl.mode == RING_STREAM);
         }
         check(!ring_ctl_valid(&ctl, ctl.n_slots + 1, ctl.n_members, ctl.slot_size));
         return 0;

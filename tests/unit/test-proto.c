@@ -203,7 +203,7 @@ static const FieldInfo FIELDS[_PF_MAX] = {
         FB(PF_PENDING, "pending", pending),
         FU(PF_INDEX, "index", index),
         FU(PF_SLOTS, "slots", slots),
-        FE(PF_MODE, "mode", mode, PROTO_MODE_LATEST),
+        FE(PF_MODE, "mode", mode, PROTO_MODE_STREAM),
         FU(PF_LE_US, "le_us", le_us),
         FB(PF_PIDNS_DECLARED, "pidns_declared", pidns_declared),
 };
