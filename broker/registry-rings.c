@@ -267,7 +267,7 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
                 reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "ring '%s', part %u: %s", ring, index, why);
                 return;
         }
-        ring_part_name(name, sizeof(name), ring, index, g->n_slots);
+        ring_part_name(name, sizeof(name), ring, index, g->n_slots, g->n_members);
         a->name = name;
         b = reg_buffer_register(r, p, id, a, &fd, out);
         if (!b)

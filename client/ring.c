@@ -210,7 +210,7 @@ static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, b
         b->registered = true;
         b->state = PROTO_STATE_LIVE;
         b->generation = f.msg.generation;
-        ring_part_name(b->name, sizeof(b->name), r->name, index, r->n_slots);
+        ring_part_name(b->name, sizeof(b->name), r->name, index, r->n_slots, r->n_members);
         frame_free(&f);
         return 0;
 }

@@ -39,14 +39,16 @@ bool ring_member_lets(const RingMemberView *v, uint64_t start, uint64_t frame, u
         return v->released >= frame - n_slots;
 }
 
-void ring_part_name(char *buf, size_t cap, const char *ring, uint32_t index, uint32_t n_slots)
+void ring_part_name(char *buf, size_t cap, const char *ring, uint32_t index, uint32_t n_slots, uint32_t n_members)
 {
         if (index == 0)
                 snprintf(buf, cap, "%s@ctl", ring);
         else if (index <= n_slots)
                 snprintf(buf, cap, "%s@slot.%u", ring, index - 1);
-        else
+        else if (index <= n_slots + n_members)
                 snprintf(buf, cap, "%s@member.%u", ring, index - 1 - n_slots);
+        else
+                snprintf(buf, cap, "%s@counter.%u", ring, index - 1 - n_slots - n_members);
 }
 
 bool ring_ctl_valid(const volatile RingCtl *c, uint32_t n_slots, uint32_t n_members, uint64_t slot_size)

@@ -95,9 +95,9 @@ RingMemberView ring_member_view(const volatile RingMember *m, uint64_t epoch, ui
  * concerned? */
 bool ring_member_lets(const RingMemberView *v, uint64_t start, uint64_t frame, uint32_t n_slots);
 
-/* The name of part `index` of ring `ring` with n_slots slots: "RING@ctl", "RING@slot.K",
- * "RING@member.I" (what listings show). */
-void ring_part_name(char *buf, size_t cap, const char *ring, uint32_t index, uint32_t n_slots);
+/* The name of part `index` of a ring with n_slots slots and n_members seats: "RING@ctl",
+ * "RING@slot.K", "RING@member.I", "RING@counter.I" (a stream ring's; what listings show). */
+void ring_part_name(char *buf, size_t cap, const char *ring, uint32_t index, uint32_t n_slots, uint32_t n_members);
 
 /* Checks a control page a member maps (the producer's, but the member must not crash on a broken
  * one): magic, version, counts and sizes within the limits and equal to what the broker said. */
