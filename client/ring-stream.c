@@ -336,6 +336,7 @@ _public_ int gpuipc_ring_stream_take(gpuipc_ring_t *r, void *cu_stream, int time
                 uint32_t seen = __atomic_load_n(&r->ctl->doorbell, __ATOMIC_ACQUIRE);
                 int left;
 
+                ring_maybe_pump(r, false);
                 why = ring_member_gone(r);
                 if (why) {
                         member_unblock(r);
@@ -352,7 +353,6 @@ _public_ int gpuipc_ring_stream_take(gpuipc_ring_t *r, void *cu_stream, int time
                                                 : "its producer did not let this member in yet");
                         return GPUIPC_E_TIMEOUT;
                 }
-                (void)client_pump(r->conn, 0);
                 ring_doorbell_sleep(r, seen, ring_min_timeout(left, 100));
         }
         n = r->cursor;
@@ -396,5 +396,13 @@ _public_ int gpuipc_ring_stream_release(gpuipc_ring_t *r, void *cu_stream)
         __atomic_store_n(&r->page->released, r->taken_frame, __ATOMIC_RELEASE);
         r->cursor = r->taken_frame + 1;
         r->taken = -1;
+        /* Evicted while it held the frame: the producer no longer waited for it, so the work on it
+         * may have read a newer frame. (An eviction after this point, while the stream still reads,
+         * is reported by the next take: the stream cannot be asked.) */
+        if (ring_member_evicted(r)) {
+                client_errmsg(r->conn, "ring '%s': frame %llu may have been overwritten while held (%s)", r->name,
+                              (unsigned long long)(r->cursor - 1), ring_member_gone(r));
+                return GPUIPC_E_REVOKED;
+        }
         return 0;
 }
