@@ -629,7 +629,7 @@ class Client:
 
     def buffers(self, prefix: str = '') -> List[BufferInfo]:
         """Every buffer whose name starts with prefix that the broker shows this peer (its policy
-        decides), in every state, in increasing id order (gpuipc_list_buffers). Ring parts appear as
+        decides), in every state, in the order they were registered (gpuipc_list_buffers). Ring parts appear as
         NAME@ctl, NAME@slot.K and NAME@member.I. Not a snapshot: buffers added or removed meanwhile
         may be missed or not."""
         if not isinstance(prefix, str):
