@@ -146,6 +146,7 @@ class Peer:
             self.p.kill()
             self.p.wait()
             raise AssertionError(f'{self.role}: did not finish in {TIMEOUT_S} s') from None
+        self._close_pipes()
         if rc != 0:
             raise AssertionError(f'{self.role}: exited with {rc}')
 
@@ -153,6 +154,9 @@ class Peer:
         if self.p.poll() is None:
             self.p.kill()
         self.p.wait()
+        self._close_pipes()
+
+    def _close_pipes(self):
         for pipe in (self.p.stdin, self.p.stdout):
             try:
                 pipe.close()
