@@ -368,8 +368,9 @@ def role_ring_member(name, mode, style, frames, delay_ms):
         seen, bad, done = [], [], []
 
         def check(frame):
-            a = np.from_dlpack(frame)
-            if a.flags.writeable or not np.array_equal(a, ring_frame(frame.number)):
+            # NumPy's own DLPack import, or gpuipc's (which maps writable frames writable)
+            a = frame.numpy() if style == 'take' else np.from_dlpack(frame)
+            if a.flags.writeable or not frame.readonly or not np.array_equal(a, ring_frame(frame.number)):
                 bad.append(f'{frame.number} when taken')
             if delay:
                 time.sleep(delay)
