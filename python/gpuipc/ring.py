@@ -26,7 +26,7 @@ import ctypes
 import sys
 import warnings
 import weakref
-from typing import Any, AsyncIterator, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterator, Iterator, Optional, Tuple
 
 from . import _lib, arrays, dlpack, dtypes, errors, meta as _meta
 from .buffer import KINDS, KIND_NAMES, View

@@ -452,6 +452,104 @@ def role_ring_doomed_producer(name):
         time.sleep(TIMEOUT_S)
 
 
+STREAM_WORDS = 1024  # a stream ring's frame: uint32[1024], frame n = n * 65536 + index
+
+
+def stream_frame(n):
+    return (np.arange(STREAM_WORDS, dtype=np.uint32) + np.uint32(n * 65536))
+
+
+class FakeStreams:
+    """Streams and asynchronous copies of the stand-in libcuda (a worker thread per stream), the same
+    library libgpuipc loaded through $GPUIPC_LIBCUDA."""
+
+    def __init__(self):
+        self.cu = ctypes.CDLL(FAKECUDA)
+        self.cu.cuMemcpyHtoDAsync_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        self.cu.cuMemcpyDtoHAsync_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+        self.cu.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
+
+    def new(self):
+        s = ctypes.c_void_p()
+        assert self.cu.cuStreamCreate(ctypes.byref(s), 0) == 0
+        return s.value
+
+    def to_device(self, ptr, array, stream):
+        assert self.cu.cuMemcpyHtoDAsync_v2(ptr, array.ctypes.data, array.nbytes, stream) == 0
+
+    def to_host(self, array, ptr, stream):
+        assert self.cu.cuMemcpyDtoHAsync_v2(array.ctypes.data, ptr, array.nbytes, stream) == 0
+
+    def sync(self, stream):
+        assert self.cu.cuStreamSynchronize(stream) == 0
+
+
+def role_stream_producer(name, frames):
+    """A stream ring: each frame written by an asynchronous copy in the producer's stream, published in
+    that stream; the host never waits for a member."""
+    frames = int(frames)
+    fake = FakeStreams()
+    with gpuipc.Client(label='py-stream-producer') as c:
+        ring = c.ring(name, shape=(STREAM_WORDS,), dtype='uint32', mode='stream', slots=3, max_members=2,
+                      lease_ms=30000)
+        assert ring.kind == 'cuda-vmm', ring.kind
+        say('created')
+        hear('go')
+        c.process()
+        stream = fake.new()
+        sources = [stream_frame(n) for n in range(1, frames + 1)]  # alive until the stream copied them
+        numbers = []
+        for n in range(1, frames + 1):
+            frame = ring.acquire(stream=stream)
+            fake.to_device(frame.memory.ptr, sources[n - 1], stream)
+            numbers.append(ring.publish())  # in the stream it was acquired in
+        fake.sync(stream)
+        assert numbers == list(range(1, frames + 1)), numbers[:5]
+        say('published')
+        hear('close')
+        ring.close()
+        say('closed')
+
+
+def role_stream_member(name, frames, hold_every):
+    """Takes every frame in its own stream, copies it out when taken and again after the host paused
+    (the frame is still held in stream order: the producer's stream must wait), releases it in the
+    stream; checks every copy once at the end."""
+    frames, hold_every = int(frames), int(hold_every)
+    fake = FakeStreams()
+    with gpuipc.Client(label='py-stream-member') as c:
+        ring = c.join_ring(name, TIMEOUT_S * 1000)
+        assert (ring.mode, ring.shape, ring.dtype) == ('stream', (STREAM_WORDS,), 'uint32'), ring
+        say('joined')
+        stream = fake.new()
+        at_take = np.zeros((frames, STREAM_WORDS), np.uint32)
+        after_hold = np.zeros_like(at_take)
+        numbers, notes = [], []
+        for i in range(frames):
+            frame = ring.take(TIMEOUT_S * 1000, stream=stream)
+            numbers.append(frame.number)
+            if i == 0:
+                notes.append(f'device {frame.__dlpack_device__()}')
+                frame.__dlpack__(stream=stream)  # the frame's own stream: nothing to order
+                try:
+                    frame.__dlpack__(stream=fake.new())
+                    notes.append('another stream accepted without torch or CuPy')
+                except BufferError:
+                    pass
+            fake.to_host(at_take[i], frame.memory.ptr, stream)
+            if hold_every and i % hold_every == 0:
+                time.sleep(0.002)
+            fake.to_host(after_hold[i], frame.memory.ptr, stream)
+            frame.release()
+        fake.sync(stream)
+        bad = [n for n, a, b in zip(numbers, at_take, after_hold)
+               if not (np.array_equal(a, stream_frame(n)) and np.array_equal(b, stream_frame(n)))]
+        say('result ' + json.dumps({'in_order': numbers == list(range(1, frames + 1)), 'bad': bad[:10],
+                                    'notes': notes}))
+        hear('exit')
+        ring.close()
+
+
 def role_gpus_peer():
     with gpuipc.Client(label='py-gpus-peer', probe_gpus=True) as c:
         info = c.connection_info()
@@ -462,6 +560,7 @@ def role_gpus_peer():
 ROLES = {
     'ring-producer': role_ring_producer, 'ring-member': role_ring_member, 'ring-holder': role_ring_holder,
     'ring-doomed-producer': role_ring_doomed_producer, 'gpus-peer': role_gpus_peer,
+    'stream-producer': role_stream_producer, 'stream-member': role_stream_member,
     'arrays-producer': role_arrays_producer, 'c-meta-producer': role_c_meta_producer,
     'sd-producer': role_state_dict_producer, 'holder': role_holder, 'revoked-producer': role_revoked_producer,
     'name-holder': role_name_holder, 'no-cuda': role_no_cuda, 'fake-cuda-producer': role_fake_cuda_producer,
@@ -1070,6 +1169,41 @@ def case_c_ring():
     return 'frames of the slot\'s bytes without NAME@meta; an impostor NAME@meta refused, the seat given back'
 
 
+def case_stream_ring():
+    """The stream-ordered ring through the stand-in libcuda (streams are worker threads there): a
+    producer and two members (one pausing while it holds frames) in processes of their own, every
+    frame copied out in the member's stream when taken and again before release, and checked."""
+    if not gpuipc._lib.has('gpuipc_ring_stream_acquire'):
+        return f'skipped: libgpuipc {gpuipc.library_version()} has no stream-ordered rings'
+    if not FAKECUDA:
+        return 'skipped: no stand-in libcuda'
+    name, frames = f'py/{RUN}/ring/stream', 200
+    env = {'GPUIPC_LIBCUDA': FAKECUDA, 'FAKECUDA_DEVICES': '1'}
+    producer = Peer('stream-producer', name, frames, env=env)
+    members = []
+    try:
+        producer.expect('created')
+        members = [Peer('stream-member', name, frames, hold, env=env) for hold in (0, 10)]
+        for m in members:
+            m.expect('joined')
+        producer.say('go')
+        results = [json.loads(m.expect('result')) for m in members]
+        producer.expect('published')
+        for i, r in enumerate(results):
+            assert r['in_order'] and not r['bad'], f'member {i}: {r}'
+            assert r['notes'] == ['device (2, 0)'], f'member {i}: {r["notes"]}'
+        for m in members:
+            m.say('exit')
+            m.finish()
+        producer.say('close')
+        producer.expect('closed')
+        producer.finish()
+    finally:
+        for peer in [producer] + members:
+            peer.kill()
+    return f'{frames} frames to 2 members in stream order, each checked when taken and after being held'
+
+
 def ctl_json(*args):
     out = subprocess.run([os.environ['GPUIPC_CTL'], '--json', *args], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, f'gpuipcctl {" ".join(args)}: {out.stderr}'
@@ -1169,7 +1303,8 @@ def case_library_release():
 
 CASES = [case_numpy_dlpack, case_c_meta, case_state_dict, case_dropped_attached, case_dlpack_capsules,
          case_events_and_groups, case_exceptions, case_inspection, case_library_release, case_ring_backpressure,
-         case_ring_latest, case_ring_member_killed, case_ring_evicted, case_ring_errors, case_c_ring]
+         case_ring_latest, case_ring_member_killed, case_ring_evicted, case_ring_errors, case_c_ring,
+         case_stream_ring]
 
 
 def main(argv):
