@@ -440,10 +440,15 @@ class Client:
         use it. Views of it must not be used afterwards."""
         buf, _ = self._buffer_of(obj, 'free')
         with self._locked():
-            r = self._lib.gpuipc_buffer_free(self._c, buf._handle)
-            if r not in (_E_BUSY, _E_INVALID):
-                self._forget(buf)  # libgpuipc freed it, whatever the broker answered
-            self._check(r, f"free '{buf.name}'")
+            name = buf.name  # before libgpuipc forgets it
+            self._check(self._free_held(buf), f"free '{name}'")
+
+    def _free_held(self, buf):
+        """gpuipc_buffer_free, with the lock held; the code it returned."""
+        r = self._lib.gpuipc_buffer_free(self._c, buf._handle)
+        if r not in (_E_BUSY, _E_INVALID):
+            self._forget(buf)  # libgpuipc freed it, whatever the broker answered
+        return r
 
     # ---- consumer ----
 

@@ -486,8 +486,13 @@ class Ring:
             warnings.warn(f'gpuipc: ring {self.name!r} was not closed; closing it now', ResourceWarning,
                           stacklevel=2)
             handle, self._handle = self._handle, None
-            lib = self._client._lib
-            self._client._call_later(lambda: lib.gpuipc_ring_close(handle))
+            client, meta_buffer = self._client, self._meta_buffer
+
+            def close():
+                if meta_buffer is not None and meta_buffer._handle:
+                    client._free_held(meta_buffer)  # first, as close() does
+                client._lib.gpuipc_ring_close(handle)
+            client._call_later(close)
 
 
 _HINTS = {

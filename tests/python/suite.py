@@ -1100,6 +1100,18 @@ def case_ring_errors():
         expect_raise(gpuipc.StateError, lambda: np.from_dlpack(frame), 'a frame used after release')
         frame.release()  # idempotent
         done.append('StateError')
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            frame = member.take(2000)
+            assert frame.number == 2, frame
+            del frame  # dropped while held: released by the garbage collector
+            gc.collect()
+        assert any(issubclass(w.category, ResourceWarning) for w in caught), 'no ResourceWarning for a dropped frame'
+        ring.put(np.full(256, 9, np.uint8))
+        with member.take(2000) as frame:
+            assert frame.number == 3 and frame.read(0, 1) == b'\x09', frame
+        assert list(member.frames(timeout_ms=100)) == [], 'frames() did not stop after a quiet spell'
+        done.append('a dropped frame released (ResourceWarning)')
         if not gpuipc._lib.has('gpuipc_ring_stream_acquire'):
             expect_raise(gpuipc.KindError, lambda: a.ring(base + '/s', slot_size=8, mode='stream'),
                          'a stream ring without the stream calls')
@@ -1107,6 +1119,14 @@ def case_ring_errors():
         member.close()
         ring.close()
         assert ring.closed and member.closed
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            dropped = a.ring(base + '/dropped', slot_size=8, slots=2, max_members=1)
+            del dropped
+            gc.collect()
+        assert any(issubclass(w.category, ResourceWarning) for w in caught), 'no ResourceWarning for a dropped ring'
+        again = b.ring(base + '/dropped', slot_size=8, slots=2, max_members=1)  # the name is free again
+        again.close()
         expect_raise(gpuipc.StateError, lambda: ring.put(b'x'), 'a closed ring')
         left = [x.name for x in a.buffers(base + '/x') if x.state == 'live']
         assert not left, f'a closed ring left live buffers: {left}'
