@@ -933,7 +933,7 @@ def ring_members_done(members):
     return [json.loads(m.expect('done')) for m in members]
 
 
-def run_ring(mode, frames, slots, member_specs, lease_ms=2000):
+def run_ring(mode, frames, slots, member_specs, lease_ms=20000):
     """A producer and members (style, delay_ms) in processes of their own: returns (the producer's
     publish time, each member's 'done' report, each member's 'ended' report)."""
     name = f'py/{RUN}/ring/{mode}'
