@@ -292,10 +292,16 @@ class Ring:
 
     def put(self, array: Any, timeout_ms: int = -1, stream: Any = None) -> int:
         """Producer: acquire(), copy `array` (any framework's, of the ring's shape) into the frame with
-        the array's own framework, publish(); returns the frame's number."""
+        the array's own framework (stream rings: in the frame's stream), publish(); returns the
+        frame's number. A stream ring takes torch tensors and CuPy arrays only: a host copy would not
+        wait in the stream for the members' release."""
+        if self.mode == 'stream' and arrays.framework_of(array) not in ('torch', 'cupy'):
+            raise TypeError(f"ring '{self.name}' is stream-ordered: put() copies with torch or CuPy in the "
+                            f'frame\'s stream; copy a {type(array).__name__} into acquire()\'s frame yourself')
         frame = self.acquire(timeout_ms, stream)
-        arrays.copy_into(frame, array)
-        return self.publish(stream)
+        with _in_stream(frame.stream, self._device):
+            arrays.copy_into(frame, array)
+        return self.publish()
 
     # ---- member ----
 
@@ -514,6 +520,21 @@ def _current_torch_stream(ordinal):
     if torch is None or not torch.cuda.is_available():
         return None
     return torch.cuda.current_stream(max(ordinal, 0)).cuda_stream or None
+
+
+def _in_stream(handle, ordinal):
+    """A context in which torch's and CuPy's current stream is `handle` (a raw CUstream; None or 0:
+    leave them as they are)."""
+    import contextlib
+    stack = contextlib.ExitStack()
+    if handle:
+        torch = sys.modules.get('torch')
+        if torch is not None:
+            stack.enter_context(torch.cuda.stream(torch.cuda.ExternalStream(handle, device=ordinal)))
+        cupy = sys.modules.get('cupy')
+        if cupy is not None:
+            stack.enter_context(cupy.cuda.ExternalStream(handle, ordinal))
+    return stack
 
 
 def _order_after(waiter, signaller, ordinal):

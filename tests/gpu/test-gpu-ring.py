@@ -13,11 +13,12 @@ BASE + n, BASE = arange * 7919, so every element depends on the frame number. Ch
 1. Host doorbells, cuda-vmm slots (mode 'backpressure'): two torch members each get every frame in
    order, equal to BASE + n when taken and still equal after the member held it for a while.
 2. The stream-ordered ring (mode 'stream', torch streams): the producer writes each frame with a
-   kernel in its stream and publishes in that stream; a torch member and a second member (CuPy when
-   it is installed, else torch) take in their own streams, sleep on the GPU before checking (so that
-   a producer that did not wait for their release would overwrite the frame under them), and check
-   every frame on the GPU at take time and again after the sleep, without one host synchronization
-   per frame. The results are read once at the end: every frame 1..N, all equal.
+   kernel in its stream and publishes in that stream (every other frame through put()); a torch
+   member and a second member (CuPy when it is installed, else torch) take in their own streams,
+   sleep on the GPU before checking (so that a producer that did not wait for their release would
+   overwrite the frame under them), and check every frame on the GPU at take time and again after
+   the sleep, without one host synchronization per frame. The results are read once at the end:
+   every frame 1..N, all equal.
 
 Every wait has a timeout; a role that hangs or dies fails its check and the rest still run.
 """
@@ -71,11 +72,14 @@ def role_producer(name, mode):
     stream = torch.cuda.Stream() if mode == 'stream' else None
     t0 = time.monotonic()
     for n in range(1, FRAMES + 1):
-        if mode == 'stream':
+        if mode == 'stream' and n % 2:
             frame = ring.acquire(stream=stream)          # the stream waits for the members' release
             with torch.cuda.stream(stream):
                 frame.torch().copy_(base + n)            # written in the same stream
             ring.publish(stream=stream)                  # "frame n is ready", after the copy
+        elif mode == 'stream':
+            with torch.cuda.stream(stream):
+                ring.put(base + n, stream=stream)        # the same three steps in one call
         else:
             with ring.acquire(timeout_ms=STEP_TIMEOUT_S * 1000) as frame:
                 frame.torch().copy_(base + n)

@@ -497,6 +497,11 @@ def role_stream_producer(name, frames):
         hear('go')
         c.process()
         stream = fake.new()
+        try:
+            ring.put(stream_frame(0), stream=stream)
+            raise AssertionError('put() of a NumPy array into a stream ring was accepted')
+        except TypeError:
+            pass  # a host copy would not wait in the stream
         sources = [stream_frame(n) for n in range(1, frames + 1)]  # alive until the stream copied them
         numbers = []
         for n in range(1, frames + 1):
