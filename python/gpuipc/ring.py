@@ -30,6 +30,7 @@ from typing import Any, AsyncIterator, Iterator, Optional, Tuple
 
 from . import _lib, arrays, dlpack, dtypes, errors, meta as _meta
 from .buffer import KINDS, KIND_NAMES, View
+from .client import _Deadline, _name_bytes
 from .fence import stream_handle
 
 MODES = {'backpressure': 0, 'latest': 1, 'stream': 2}
@@ -207,7 +208,7 @@ class Ring:
         loaded, else the legacy default stream); refuses a stream for a host ring."""
         if self.mode != 'stream':
             if stream is not None:
-                raise ValueError(f"ring '{self.name}' is a {self.mode} ring with host doorbells; only "
+                raise ValueError(f"ring '{self.name}' hands frames over with host doorbells; only "
                                  f"mode='stream' rings take a stream")
             return None
         if stream is None:
@@ -255,7 +256,6 @@ class Ring:
         self._need(True, 'acquire()')
         if self._acquired is not None:
             return self._acquired
-        from .client import _Deadline
         slot = ctypes.c_void_p()
         cu = self._stream_arg(stream)
         lib = self._client._lib
@@ -324,7 +324,6 @@ class Ring:
         if held is not None and held.held:
             raise errors.StateError(f"ring '{self.name}': frame {held.number} is still held; release it first "
                                     f'(or take frames with `for frame in ring` or `with ring.take() as frame`)')
-        from .client import _Deadline
         slot, number = ctypes.c_void_p(), ctypes.c_uint64()
         cu = self._stream_arg(stream)
         lib = self._client._lib
@@ -601,7 +600,6 @@ def _layout(name, slots, slot_size, shape, dtype, mode, kind, device, max_member
 
 def create(client, name, slots, slot_size, shape, dtype, mode, kind, device, max_members, lease_ms, meta):
     """Client.ring(): publishes NAME@meta, then creates the ring (undoing the first if that fails)."""
-    from .client import _name_bytes
     target = _name_bytes(name, 'ring name')
     kind, slot_size, layout = _layout(name, slots, slot_size, shape, dtype, mode, kind, device, max_members,
                                       lease_ms)
@@ -628,7 +626,6 @@ def create(client, name, slots, slot_size, shape, dtype, mode, kind, device, max
 
 def join(client, name, timeout_ms, device):
     """Client.join_ring(): joins (waiting up to timeout_ms for the ring), then reads NAME@meta."""
-    from .client import _Deadline, _name_bytes
     target = _name_bytes(name, 'ring name')
     deadline = _Deadline(timeout_ms)
     h = ctypes.c_void_p()
