@@ -1229,6 +1229,61 @@ def case_stream_ring():
     return f'{frames} frames to 2 members in stream order, each checked when taken and after being held'
 
 
+def start_broker(sock, log):
+    broker = subprocess.Popen([os.environ['GPUIPC_BROKER'], '--socket', sock, '--log-level', 'warn',
+                               '--restart-grace-ms', '2000'], stderr=log)
+    deadline = time.monotonic() + 10
+    while not os.path.exists(sock) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return broker
+
+
+def case_ring_broker_restart():
+    """A ring through a broker restart (SIGKILL, a new broker on the same socket), reconnect on:
+    frames keep flowing, and a member that joins afterwards still reads NAME@meta as the ring's."""
+    if not os.environ.get('GPUIPC_BROKER'):
+        return 'skipped (no GPUIPC_BROKER)'
+    name = f'py/{RUN}/ring/restart'
+    with tempfile.TemporaryDirectory() as tmp:
+        sock, log = os.path.join(tmp, 's.sock'), open(os.path.join(tmp, 'broker.log'), 'w')
+        broker = start_broker(sock, log)
+        try:
+            opts = dict(socket=sock, reconnect=True, probe_gpus=False)
+            with gpuipc.Client(label='py-restart-p', **opts) as p, gpuipc.Client(label='py-restart-m', **opts) as m, \
+                    gpuipc.Client(label='py-restart-late', **opts) as late:
+                ring = p.ring(name, shape=(512,), dtype='int64', slots=4, max_members=2, meta={'v': 1})
+                member = m.join_ring(name, 2000)
+                p.process()
+
+                def flow(first, last, members):
+                    for n in range(first, last + 1):
+                        ring.put(np.arange(512, dtype=np.int64) * n)
+                        for r in members:
+                            with r.take(5000) as frame:
+                                assert frame.number == n and np.array_equal(frame.numpy(), np.arange(512) * n), n
+                flow(1, 10, [member])
+                epoch = p.connection_info().epoch
+                broker.kill()
+                broker.wait()
+                flow(11, 20, [member])  # shared memory alone: the broker is not needed for frames
+                broker = start_broker(sock, log)
+                p.ping(10000)  # reconnects: registers the ring, its parts and NAME@meta again
+                assert p.connection_info().epoch != epoch, 'no new broker instance'
+                flow(21, 30, [member])
+                joined = late.join_ring(name, 5000)  # NAME@meta and the control page: the same owner
+                assert (joined.shape, joined.dtype, joined.meta) == ((512,), 'int64', {'v': 1}), joined
+                p.process()
+                flow(31, 40, [member, joined])
+                joined.close()
+                member.close()
+                ring.close()
+        finally:
+            broker.kill()
+            broker.wait()
+            log.close()
+    return '40 frames, 10 of them while no broker ran; a member joined after the restart read NAME@meta'
+
+
 def ctl_json(*args):
     out = subprocess.run([os.environ['GPUIPC_CTL'], '--json', *args], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, f'gpuipcctl {" ".join(args)}: {out.stderr}'
@@ -1329,7 +1384,7 @@ def case_library_release():
 CASES = [case_numpy_dlpack, case_c_meta, case_state_dict, case_dropped_attached, case_dlpack_capsules,
          case_events_and_groups, case_exceptions, case_inspection, case_library_release, case_ring_backpressure,
          case_ring_latest, case_ring_member_killed, case_ring_evicted, case_ring_errors, case_c_ring,
-         case_stream_ring]
+         case_ring_broker_restart, case_stream_ring]
 
 
 def main(argv):
