@@ -215,8 +215,8 @@ static const char *part_mismatch(const RegRing *g, uint32_t index, const RegPubl
         bool slot = index >= 1 && index <= g->n_slots;
 
         if (index >= ring_n_parts(g))
-                return "the part index is beyond the ring's parts (1 control page, its slots, one page per member, and a "
-                       "stream ring's counters per member)";
+                return "the part index is beyond the ring's parts (1 control page, its slots, one page per "
+                       "member, and a stream ring's counters per member)";
         if (g->parts[index])
                 return "that part is registered already";
         if (a->broker_held || a->retire_after)

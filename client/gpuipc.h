@@ -442,8 +442,8 @@ typedef struct gpuipc_peer_info {
         char gpus[GPUIPC_MAX_GPUS][GPUIPC_MAX_UUID + 1];
 } gpuipc_peer_info_t;
 
-/* Lists buffers whose name starts with prefix (NULL or "": all), in the order they were registered, in every
- * state. Returns how many records were stored in items (at most cap; 0 only when none are left), or
+/* Lists buffers whose name starts with prefix (NULL or "": all), in the order they were
+ * registered, in every state. Returns how many records were stored in items (at most cap; 0 only when none are left), or
  * an error; *cursor as described above. */
 int gpuipc_list_buffers(gpuipc_t *c, const char *prefix, uint64_t *cursor, gpuipc_buffer_info_t *items, size_t cap);
 
