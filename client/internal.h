@@ -144,6 +144,9 @@ int client_pump(gpuipc_t *c, int timeout_ms);
 /* A fresh buffer id: random, non-zero, at most PROTO_MAX_BUFFER_ID (the producer chooses ids so
  * that they survive a broker restart). */
 uint64_t client_new_buffer_id(void);
+/* A buffer of ours of that kind, not allocated yet: its id drawn, no memory, no device (NULL: out of
+ * memory). Every own buffer starts here. */
+gpuipc_buffer_t *buffer_new_own(gpuipc_t *c, gpuipc_kind_t kind);
 
 /* Subscriptions keep the id the caller knows; the broker's id changes across a reconnect. */
 int client_resubscribe(gpuipc_t *c);

@@ -611,6 +611,12 @@ API Res cuMemsetD32Async(DevPtr dst, unsigned v, size_t n, void *stream)
         return enqueue(stream, (Op){ .kind = OP_SET32, .dst = (void *)(uintptr_t)dst, .n = n, .value = v });
 }
 
+API Res cuMemsetD8_v2(DevPtr dst, unsigned char v, size_t n)
+{
+        memset((void *)(uintptr_t)dst, v, n);
+        return OK;
+}
+
 API Res cuMemsetD32_v2(DevPtr dst, unsigned v, size_t n)
 {
         return cuMemsetD32Async(dst, v, n, NULL);
