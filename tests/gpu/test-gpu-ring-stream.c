@@ -18,9 +18,11 @@
  * the plumbing and the order are checked everywhere. */
 #include <inttypes.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "gpu.h"
 
@@ -31,6 +33,13 @@
 #define RING      "rs/frames"
 #define START_MS  30000
 
+/* Shared with the case process (an anonymous shared mapping): how far each member got, and when to
+ * stop. */
+typedef struct Progress {
+        _Atomic uint64_t taken[2];
+        _Atomic bool stop;
+} Progress;
+
 typedef struct StreamArg {
         const HBroker *broker;
         uint64_t frames;   /* the producer publishes this many, or (0) until told 'x' */
@@ -38,6 +47,8 @@ typedef struct StreamArg {
         unsigned members;
         uint64_t takes;    /* a member takes this many (0: one, never released: a staller) */
         bool reconnect;    /* through a broker restart */
+        Progress *progress; /* a member takes frames until progress->stop (takes is ignored) */
+        int idx;            /* ... counting them in progress->taken[idx] */
 } StreamArg;
 
 static uint32_t value_of(uint64_t frame)
@@ -168,6 +179,7 @@ static void check_frame(const uint32_t *host, uint64_t n)
 static int member(HChan *ch, void *arg)
 {
         const StreamArg *a = arg;
+        bool staller = !a->takes && !a->progress;
         uint64_t first = 0, n = 0, got = 0;
         GcuDevicePtr scratch;
         uint32_t *host = NULL;
@@ -184,7 +196,7 @@ static int member(HChan *ch, void *arg)
         gpu_pop();
         CHECK_OK(c, gpuipc_ring_join(c, RING, START_MS, &r));
         h_report(ch, 'j', "joined");
-        for (uint64_t i = 0; i < (a->takes ? a->takes : 1); i++) {
+        for (uint64_t i = 0; a->progress ? !atomic_load(&a->progress->stop) : i < (staller ? 1 : a->takes); i++) {
                 gpuipc_buffer_t *slot;
 
                 CHECK_OK(c, gpuipc_ring_stream_take(r, s, H_SOON_MS, &slot, &got));
@@ -195,7 +207,7 @@ static int member(HChan *ch, void *arg)
                 slow_work(scratch, s);
                 CHECK_CU(CU(cuMemcpyDtoHAsync, host, gpu_ptr(slot), SLOT, s));
                 gpu_pop();
-                if (!a->takes)
+                if (staller)
                         break;
                 CHECK_OK(c, gpuipc_ring_stream_release(r, s));
                 gpu_push(0);
@@ -203,8 +215,10 @@ static int member(HChan *ch, void *arg)
                 gpu_pop();
                 check_frame(host, got);
                 n++;
+                if (a->progress)
+                        atomic_store(&a->progress->taken[a->idx], n);
         }
-        if (a->takes) {
+        if (!staller) {
                 h_report(ch, 'd', "%" PRIu64 " %" PRIu64, first, n);
                 h_await(ch, 'x', 60000);
         } else {
@@ -482,39 +496,52 @@ static void test_stream_ring_misuse(void)
 static void test_stream_ring_broker_restart(void)
 {
         static const char *const flags[] = { "--restart-grace-ms", "5000", NULL };
+        Progress *pr = mmap(NULL, sizeof(*pr), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         HBroker *br = h_broker_start(flags);
-        StreamArg pa = { .broker = br, .frames = 0, .members = 2, .reconnect = true };
-        StreamArg ma = { .broker = br, .members = 2, .takes = 300, .reconnect = true };
-        uint64_t first = 0, n = 0;
+        StreamArg pa = { .broker = br, .frames = 0, .members = 2, .reconnect = true }, ma[2];
+        uint64_t first = 0, n = 0, before[2];
         char text[64];
         HChild *p, *k[2];
         gpuipc_t *obs;
 
+        CHECK(pr != MAP_FAILED);
         if (!gpu_machine.vmm[0] || !gpu_machine.mem_ops_64[0])
                 h_skip("a stream ring needs cuda-vmm export and 64-bit stream memory operations on GPU 0");
         p = h_spawn("producer", producer, &pa);
         h_child_expect(p, 'p', START_MS, NULL, 0);
-        k[0] = spawn_member("member-0", &ma, false);
-        k[1] = spawn_member("member-1", &ma, false);
+        for (int i = 0; i < 2; i++) {
+                ma[i] = (StreamArg){ .broker = br, .members = 2, .reconnect = true, .progress = pr, .idx = i };
+                k[i] = spawn_member(i ? "member-1" : "member-0", &ma[i], false);
+        }
         h_child_tell(p, 'g');
-        h_sleep_ms(300);
+        WAIT_UNTIL(atomic_load(&pr->taken[0]) >= 20 && atomic_load(&pr->taken[1]) >= 20, H_SOON_MS);
         h_broker_kill9(br);
         h_sleep_ms(300);
         h_broker_restart(br);
         obs = h_connect(br, "observer");
         WAIT_UNTIL(h_stats(obs, "rings") == 1 && h_stats(obs, "ring_members") == 2, H_SOON_MS);
+        for (int i = 0; i < 2; i++)
+                before[i] = atomic_load(&pr->taken[i]);
+        /* Past the grace: the seats are the members' for good. */
+        WAIT_UNTIL(atomic_load(&pr->taken[0]) >= before[0] + 50 && atomic_load(&pr->taken[1]) >= before[1] + 50,
+                   H_SOON_MS);
+        h_sleep_ms(5000);
+        CHECK_EQ(h_stats(obs, "ring_members"), 2);
+        atomic_store(&pr->stop, true);
         for (int i = 0; i < 2; i++) {
                 h_child_expect(k[i], 'd', 60000, text, sizeof(text));
                 CHECK(sscanf(text, "%" SCNu64 " %" SCNu64, &first, &n) == 2);
                 CHECK_EQ(first, 1);
-                CHECK_EQ(n, ma.takes);
+                CHECK_EQ(n, atomic_load(&pr->taken[i]));
         }
         for (int i = 0; i < 2; i++)
                 finish(k[i]);
         finish(p);
-        printf("# broker killed and restarted while a stream ring ran: the ring and both seats came back, "
-               "both members took frames 1..%" PRIu64 " intact\n", ma.takes);
+        printf("# broker killed and restarted while a stream ring ran: the ring and both seats came back and "
+               "stayed past the grace; the members took %" PRIu64 " and %" PRIu64 " consecutive frames from 1, "
+               "all intact\n", atomic_load(&pr->taken[0]), atomic_load(&pr->taken[1]));
         gpuipc_close(obs);
+        munmap(pr, sizeof(*pr));
         h_broker_settle(br);
         h_broker_stop(br);
 }
