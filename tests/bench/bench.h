@@ -221,6 +221,8 @@ int victim_main(int argc, char **argv);
 void section_seed(void);
 void section_ring(void);
 void section_gpu(void);
+/* Inside the GPU part: the stream-ordered ring against publish/attach, in C (gpu-ring.c). */
+void gpu_ring_rows(void);
 
 /* The machine, in words, for the table's heading; the GPU part fills gpus. */
 typedef struct Machine {

@@ -5,6 +5,8 @@
  *     the baseline of a cached attach is the first attach (target: at least 10x faster);
  *   - device-to-device copy bandwidth reading through an imported mapping against reading a
  *     local buffer on the same GPU (target: at least 95%);
+ *   - rings of 8 cuda-vmm slots to 1 and 8 consumers, stream-ordered against publish/attach
+ *     (gpu-ring.c);
  *   - tests/bench/torch_compare.py: PyTorch's own CUDA IPC against the Python module, whose
  *     rows it hands back as tab-separated lines.
  *
@@ -474,6 +476,7 @@ void section_gpu(void)
                 note("the producer failed while cleaning up");
         add_rows(sh, n_placements);
         broker_stop(&broker);
+        gpu_ring_rows();
 
         if (!bench_opts.torch_script || !*bench_opts.torch_script)
                 return;
