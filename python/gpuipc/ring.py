@@ -127,12 +127,22 @@ class Frame(View):
 
     def torch(self) -> Any:
         """A torch tensor over the frame (no copy); in a stream ring, ordered after the frame's stream
-        in torch's current stream."""
+        in torch's current stream. Each slot has one tensor, made at its first frame and handed out
+        again for every later frame in it (a DLPack import costs more than a small frame's hand-over):
+        do not resize it or keep it past the frame's release."""
+        ptr = self.memory._usable_ptr()  # raises once the frame is gone
+        cached = self.ring._tensors.get(ptr)
         if self.ring.mode != 'stream':
-            return View.torch(self)
+            if cached is None:
+                cached = self.ring._tensors[ptr] = View.torch(self)
+            return cached
         import torch
         current = torch.cuda.current_stream(max(self.memory.device_ordinal, 0)).cuda_stream
-        return torch.from_dlpack(self.__dlpack__(stream=current or 1))
+        if cached is None:
+            cached = self.ring._tensors[ptr] = torch.from_dlpack(self.__dlpack__(stream=current or 1))
+        else:
+            _order_after(current or 0, self.stream or 0, self.memory.device_ordinal)
+        return cached
 
     def __enter__(self):
         return self
@@ -181,6 +191,7 @@ class Ring:
         self.lease_ms = geometry.get('lease_ms')
         self.meta = {k: v for k, v in layout.items() if k not in _meta.RESERVED}
         self._facts = {}        # slot handle -> (ptr, size, kind, device ordinal)
+        self._tensors = {}      # slot pointer -> the torch tensor its frames hand out (Frame.torch)
         self._acquired = None   # producer: the frame acquired and not yet published
         self._held = None       # member: a weak reference to the frame it holds
         self._fd = None
@@ -478,6 +489,7 @@ class Ring:
             if frame is not None:
                 frame.memory.live = False
         self._acquired = None
+        self._tensors.clear()
         client._ring_closed(self)  # libgpuipc releases a frame still held
 
     def __enter__(self):
