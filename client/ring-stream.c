@@ -317,31 +317,25 @@ _public_ int gpuipc_ring_stream_take(gpuipc_ring_t *r, void *cu_stream, int time
                                      uint64_t *ret_frame)
 {
         uint64_t deadline = ring_deadline_of(timeout_ms), n;
-        const char *why;
         GcuResult cr;
         int e;
 
         if (!ret_slot)
                 return GPUIPC_E_INVALID;
         e = check_call(r, false, cu_stream);
+        if (e == 0)
+                e = ring_member_may_take(r);
         if (e < 0)
                 return e;
-        if (r->taken >= 0) {
-                client_errmsg(r->conn, "ring '%s': release frame %llu first", r->name,
-                              (unsigned long long)r->taken_frame);
-                return GPUIPC_E_STATE;
-        }
         /* Seated, and not more than K frames ahead of what the producer has queued. */
         for (;;) {
                 uint32_t seen = __atomic_load_n(&r->ctl->doorbell, __ATOMIC_ACQUIRE);
                 int left;
 
-                ring_maybe_pump(r, false);
-                why = ring_member_gone(r);
-                if (why) {
+                e = ring_member_alive(r);
+                if (e < 0) {
                         member_unblock(r);
-                        client_errmsg(r->conn, "ring '%s': %s", r->name, why);
-                        return GPUIPC_E_REVOKED;
+                        return e;
                 }
                 if (ring_check_seated(r) &&
                     r->cursor <= __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE) + r->n_slots)

@@ -790,6 +790,27 @@ const char *ring_member_gone(gpuipc_ring_t *r)
         return NULL;
 }
 
+int ring_member_may_take(gpuipc_ring_t *r)
+{
+        if (r->taken < 0)
+                return 0;
+        client_errmsg(r->conn, "ring '%s': release frame %llu first", r->name, (unsigned long long)r->taken_frame);
+        return GPUIPC_E_STATE;
+}
+
+int ring_member_alive(gpuipc_ring_t *r)
+{
+        const char *why;
+
+        /* News from the broker (eviction, revocation, a restart) comes over the socket. */
+        ring_maybe_pump(r, false);
+        why = ring_member_gone(r);
+        if (!why)
+                return 0;
+        client_errmsg(r->conn, "ring '%s': %s", r->name, why);
+        return GPUIPC_E_REVOKED;
+}
+
 /* One attempt: 1 with the frame taken, 0 when there is none yet, or an error. */
 static int try_take(gpuipc_ring_t *r)
 {
@@ -884,28 +905,21 @@ _public_ int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t 
 {
         uint64_t deadline = ring_deadline_of(timeout_ms);
         bool drained = false;
-        const char *why;
         int e;
 
         e = host_call(r, false);
         if (e < 0 || !ret_slot)
                 return e < 0 ? e : GPUIPC_E_INVALID;
-        if (r->taken >= 0) {
-                client_errmsg(r->conn, "ring '%s': release frame %llu first", r->name,
-                              (unsigned long long)r->taken_frame);
-                return GPUIPC_E_STATE;
-        }
+        e = ring_member_may_take(r);
+        if (e < 0)
+                return e;
         for (;;) {
                 uint32_t seen = __atomic_load_n(&r->ctl->doorbell, __ATOMIC_ACQUIRE);
                 int left;
 
-                /* News from the broker (eviction, revocation, a restart) comes over the socket. */
-                ring_maybe_pump(r, false);
-                why = ring_member_gone(r);
-                if (why) {
-                        client_errmsg(r->conn, "ring '%s': %s", r->name, why);
-                        return GPUIPC_E_REVOKED;
-                }
+                e = ring_member_alive(r);
+                if (e < 0)
+                        return e;
                 e = try_take(r);
                 if (e < 0)
                         return e;

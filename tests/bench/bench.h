@@ -223,6 +223,8 @@ void section_ring(void);
 void section_gpu(void);
 /* Inside the GPU part: the stream-ordered ring against publish/attach, in C (gpu-ring.c). */
 void gpu_ring_rows(void);
+/* In a GPU child: the libcuda libgpuipc loaded (for entry points its table lacks); dies without. */
+void *bench_libcuda(void);
 
 /* The machine, in words, for the table's heading; the GPU part fills gpus. */
 typedef struct Machine {

@@ -62,15 +62,8 @@ static uint32_t value_of(uint64_t frame)
 
 static void gx_load(Gx *g)
 {
-        Dl_info info;
-        void *h = NULL;
+        void *h = bench_libcuda();
 
-        if (gcu.cuMemAlloc && dladdr((void *)gcu.cuMemAlloc, &info) && info.dli_fname)
-                h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
-        if (!h)
-                h = dlopen("libcuda.so.1", RTLD_NOW);
-        if (!h)
-                die("cannot find libcuda again: %s", dlerror());
         *(void **)&g->memset32 = dlsym(h, "cuMemsetD32Async");
         *(void **)&g->copy = dlsym(h, "cuMemcpyDtoDAsync_v2");
         *(void **)&g->alloc = dlsym(h, "cuMemAlloc_v2");

@@ -159,7 +159,7 @@ typedef GcuResult (*MemcpyDtoD)(GcuDevicePtr dst, GcuDevicePtr src, size_t n);
 
 /* cuMemcpyDtoD from the libcuda that libgpuipc loaded (client/cuda.h lists only what the library
  * itself calls). */
-static MemcpyDtoD load_dtod(void)
+void *bench_libcuda(void)
 {
         Dl_info info;
         void *h = NULL;
@@ -170,7 +170,12 @@ static MemcpyDtoD load_dtod(void)
                 h = dlopen("libcuda.so.1", RTLD_NOW);
         if (!h)
                 die("cannot find libcuda again: %s", dlerror());
-        return (MemcpyDtoD)dlsym(h, "cuMemcpyDtoD_v2");
+        return h;
+}
+
+static MemcpyDtoD load_dtod(void)
+{
+        return (MemcpyDtoD)dlsym(bench_libcuda(), "cuMemcpyDtoD_v2");
 }
 
 static void cu_check(GcuResult r, const char *what)
