@@ -318,6 +318,9 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
                 m.has |= PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION);
                 outbox_send(out, p, &m, -1);
         }
+        /* Reclaims waiting for this id are refused now (a part is taken back by joining the ring),
+         * not left to count against their peers' references until the grace ends. */
+        reg_claims_adopt(r, b, out);
 }
 
 /* The parts a member of seat i attaches: the control page, the slots, its own page (and counters). */

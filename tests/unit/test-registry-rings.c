@@ -1010,6 +1010,37 @@ static void test_ring_seat_claims(void)
         env_free(e);
 }
 
+/* Fixed: a reclaim waiting for an id that then came back as a ring part stayed pending (counting
+ * against the member's references) until the grace ended, and was then refused as if its producer
+ * never came back. A part is taken back by joining the ring: the claim is refused at once. */
+static void test_ring_part_refuses_claims(void)
+{
+        Env *e = ring_env(NULL, 1000);
+        RegPeer *P = peer(e, 1000), *C = peer(e, 1001);
+        RegReclaim rec = { .buffer = 9000, .generation = 50, .refs = 2, .owner_uid = 1000, .name = "cam/bp@ctl",
+                           .kind = PROTO_KIND_MEMFD };
+        Part part;
+        Sent *r;
+
+        registry_reclaim(e->r, C, 55, &rec, &e->out);
+        flush(e);
+        check(env_reply(e, C, 55)->m.pending);
+        check_eq(gauges(e).claims_pending, 1);
+        ring_create_ok(e, P, &backpressure);
+        part = part_for(&backpressure, 0);
+        part.key = 9000;
+        part.restored = true;
+        part.generation = 50;
+        r = ring_part(e, P, backpressure.name, 0, part);
+        env_check_status(r, PROTO_STATUS_OK);
+        r = env_event(e, C, PROTO_EV_REVOKED);
+        check_eq(r->m.buffer, 9000);
+        check(env_msg_has(r, "part of a ring: join the ring again"));
+        check_eq(gauges(e).claims_pending, 0);
+        check_eq(refs_of(e, 9000), 0);
+        env_free(e);
+}
+
 /* Fixed: evicting a restored seat whose member has not come back left it reserved, so no new
  * member could take it until the grace ended (and never, for a ring restored after the grace). */
 static void test_ring_evict_reserved_seat(void)
@@ -1185,6 +1216,7 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_ring_part_freed);
         TEST_RUN(argc, argv, test_ring_restored);
         TEST_RUN(argc, argv, test_ring_seat_claims);
+        TEST_RUN(argc, argv, test_ring_part_refuses_claims);
         TEST_RUN(argc, argv, test_ring_evict_reserved_seat);
         TEST_RUN(argc, argv, test_ring_restored_after_grace);
         TEST_RUN(argc, argv, test_ring_part_never_adopts);
