@@ -1335,7 +1335,8 @@ static void op_ring_join(Model *M, Input *in)
         if (x & 0x80) {
                 /* Restored: seat y % 4, the epoch it waits for or another. */
                 uint32_t index = y % 4;
-                uint64_t epoch = R->exists && index < R->members && !(y & 4) ? R->seats[index].epoch : 1u + (y >> 3) % 5;
+                bool waiting = R->exists && index < R->members && !(y & 4);
+                uint64_t epoch = waiting ? R->seats[index].epoch : 1u + (y >> 3) % 5;
                 bool pending = false;
 
                 if (!R->exists)
