@@ -11,8 +11,9 @@
  *
  * After a broker restart the producer declares its ring again (restored) with the seats it still
  * counts as seated; their members come back and ask for their seat by index and epoch (rejoin),
- * in either order; seats nobody comes back for within the restart grace are freed, members whose
- * ring does not come back are told. Frames never stopped meanwhile: they do not need the broker.
+ * in either order; seats nobody comes back for within the restart grace are freed (at once when
+ * the ring comes back after it), members whose ring does not come back are told. Frames never
+ * stopped meanwhile: they do not need the broker.
  *
  * What this file must never do: let a peer other than a seat's member attach that seat's page
  * (the page is the member's only say in the ring, and the producer trusts nothing else it reads). */
@@ -148,6 +149,19 @@ bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, char *why, size_t
 
 static void seat_claims_settle(Registry *r, RegRing *g, Outbox *o);
 
+/* Frees the seats of g still waiting for their members: the restart grace is over (the producer
+ * hears member-left for each). */
+static void seats_unreserve(Registry *r, RegRing *g, Outbox *o)
+{
+        char why[PROTO_MAX_TEXT + 1];
+
+        snprintf(why, sizeof(why), "the member did not come back within the broker's restart grace (%u ms)",
+                 r->restart_grace_ms);
+        for (uint32_t i = 0; i < g->n_members; i++)
+                if (g->seats[i].reserved)
+                        seat_free(r, &g->seats[i], why, false, o);
+}
+
 void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpec *s, Outbox *out)
 {
         size_t len = strlen(s->name);
@@ -196,6 +210,10 @@ void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpe
         reg_reply_ok(out, p, id);
         if (s->restored)
                 seat_claims_settle(r, g, out);
+        /* Declared after the grace (its producer came back late, or only its connection dropped): no
+         * member can still be coming back, and a seat reserved now would stay taken for good. */
+        if (s->restored && !r->in_grace)
+                seats_unreserve(r, g, out);
         return;
 
 no_memory:
@@ -267,6 +285,16 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
                 reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "ring '%s', part %u: %s", ring, index, why);
                 return;
         }
+        /* A part is new memory under an id nobody holds: registering it must not adopt an orphan of
+         * this producer that has the id (as a restored publish would), or the reply would speak for
+         * a buffer that is no part of the ring. */
+        b = a->buffer ? reg_buffer_lookup(r, a->buffer) : NULL;
+        if (b) {
+                reg_reply_err(out, p, id, PROTO_STATUS_KEY_TAKEN, "buffer id %llu is registered already (by peer "
+                              "%llu, uid %u); draw a new id for a ring part", (unsigned long long)a->buffer,
+                              (unsigned long long)b->owner_id, b->owner_uid);
+                return;
+        }
         ring_part_name(name, sizeof(name), ring, index, g->n_slots, g->n_members);
         a->name = name;
         b = reg_buffer_register(r, p, id, a, &fd, out);
@@ -290,6 +318,9 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
                 m.has |= PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION);
                 outbox_send(out, p, &m, -1);
         }
+        /* Reclaims waiting for this id are refused now (a part is taken back by joining the ring),
+         * not left to count against their peers' references until the grace ends. */
+        reg_claims_adopt(r, b, out);
 }
 
 /* The parts a member of seat i attaches: the control page, the slots, its own page (and counters). */
@@ -370,11 +401,24 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         ring_event(r, g->owner, PROTO_EV_MEMBER_JOINED, g, s, NULL, out);
 }
 
+static RingSeat *seat_of(RegRing *g, const RegPeer *p)
+{
+        for (uint32_t i = 0; g && i < g->n_members; i++)
+                if (g->seats[i].peer == p)
+                        return &g->seats[i];
+        return NULL;
+}
+
 /* Gives member p back its seat (index, epoch) of ring g. 0, or a status (with why filled in). */
 static unsigned seat_bind(Registry *r, RegRing *g, RegPeer *p, uint32_t index, uint64_t epoch, char *why, size_t cap)
 {
-        RingSeat *s;
+        RingSeat *s = seat_of(g, p);
 
+        /* As for a join: one seat per connection, whatever epochs it can name. */
+        if (s) {
+                snprintf(why, cap, "this connection is a member of ring '%s' already (seat %u)", g->name, s->index);
+                return PROTO_STATUS_STATE;
+        }
         if (index >= g->n_members) {
                 snprintf(why, cap, "ring '%s' has %u seats", g->name, g->n_members);
                 return PROTO_STATUS_INVALID;
@@ -396,6 +440,7 @@ static void seat_claim_free(Registry *r, SeatClaim *c)
 {
         list_unlink(&c->link);
         list_unlink(&c->peer_link);
+        c->peer->n_seat_claims--;
         r->n_seat_claims--;
         free(c);
 }
@@ -457,8 +502,10 @@ void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring
                               "again within the broker's restart grace", ring);
                 return;
         }
-        if (r->n_seat_claims >= r->limits.waits_per_peer * (uint64_t)r->limits.connections) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "too many members wait for their rings");
+        /* Bounded per connection like its other waits, so that one peer cannot take every claim. */
+        if (p->n_seat_claims >= r->limits.waits_per_peer) {
+                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "this connection waits for %u seats of rings that "
+                              "are not back yet (the limit, --max-waits-per-peer)", p->n_seat_claims);
                 return;
         }
         c = calloc(1, sizeof(*c) + len + 1);
@@ -472,6 +519,7 @@ void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring
         memcpy(c->ring, ring, len + 1);
         list_append(&r->seat_claims, &c->link);
         list_append(&p->seat_claims, &c->peer_link);
+        p->n_seat_claims++;
         r->n_seat_claims++;
         reg_reply_base(&m, id, PROTO_STATUS_OK);
         m.pending = true;
@@ -488,23 +536,9 @@ void reg_rings_grace_end(Registry *r, Outbox *o)
                  "(%u ms)", r->restart_grace_ms);
         while (!list_empty(&r->seat_claims))
                 seat_claim_refuse(r, list_entry(r->seat_claims.next, SeatClaim, link), why, o);
-        snprintf(why, sizeof(why), "the member did not come back within the broker's restart grace (%u ms)",
-                 r->restart_grace_ms);
         for (p = registry_peer_first(r); p; p = registry_peer_next(r, p))
-                list_for_each(pos, &p->rings) {
-                        RegRing *g = list_entry(pos, RegRing, owner_link);
-                        for (uint32_t i = 0; i < g->n_members; i++)
-                                if (g->seats[i].reserved)
-                                        seat_free(r, &g->seats[i], why, false, o);
-                }
-}
-
-static RingSeat *seat_of(RegRing *g, const RegPeer *p)
-{
-        for (uint32_t i = 0; g && i < g->n_members; i++)
-                if (g->seats[i].peer == p)
-                        return &g->seats[i];
-        return NULL;
+                list_for_each(pos, &p->rings)
+                        seats_unreserve(r, list_entry(pos, RegRing, owner_link), o);
 }
 
 /* Drops p's references on g's parts (an evicted member may not come back for them). */
@@ -546,12 +580,21 @@ void registry_ring_evict(Registry *r, RegPeer *p, uint64_t id, const char *ring,
                               g ? "ring '%s' belongs to another producer" : "no ring '%s'", ring);
                 return;
         }
-        if (index >= g->n_members || !g->seats[index].peer || g->seats[index].epoch != epoch) {
+        if (index >= g->n_members || g->seats[index].epoch != epoch ||
+            (!g->seats[index].peer && !g->seats[index].reserved)) {
                 /* It left meanwhile (its member-left event is on its way): nothing to do. */
                 reg_reply_ok(out, p, id);
                 return;
         }
         s = &g->seats[index];
+        if (s->reserved) {
+                /* Restored, and its member has not come back: the producer gives the seat up, so
+                 * that a new member may take it (the producer hears member-left, as for any seat). */
+                reg_reply_ok(out, p, id);
+                seat_free(r, s, "evicted by the producer before its member came back after the broker restarted",
+                          false, out);
+                return;
+        }
         member = s->peer;
         snprintf(why, sizeof(why), "evicted by the producer: it held up the ring for longer than its %u ms lease",
                  g->lease_ms);

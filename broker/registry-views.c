@@ -89,6 +89,11 @@ const char *registry_buffer_name(const RegBuffer *b)
         return b->name;
 }
 
+bool registry_buffer_ring_part(const RegBuffer *b)
+{
+        return b->ring_part;
+}
+
 void registry_buffer_holders(const RegBuffer *b, void (*fn)(const RegPeer *p, uint32_t refs, void *ud), void *ud)
 {
         list_for_each(pos, &b->holds) {

@@ -199,6 +199,8 @@ RegBuffer *registry_buffer_by_id(const Registry *r, uint64_t id);
 /* The live buffer published under name, or NULL. */
 RegBuffer *registry_buffer_by_name(const Registry *r, const char *name);
 const char *registry_buffer_name(const RegBuffer *b);
+/* Whether b is a part of a ring: live under no name, attachable only by the ring's members. */
+bool registry_buffer_ring_part(const RegBuffer *b);
 
 /* Fills m with the buffer's description (name, kind, size, state, refs, ...); m points into b. */
 void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m);

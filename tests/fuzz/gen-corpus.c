@@ -345,7 +345,9 @@ static void gen_frames(void)
 
 enum {
         OP_ADD, OP_REMOVE, OP_HELLO, OP_PUBLISH, OP_PUBLISH_AGAIN, OP_ATTACH, OP_ATTACH_ID, OP_RELEASE,
-        OP_RETIRE, OP_FREE, OP_UNMAP, OP_SUBSCRIBE, OP_UNSUBSCRIBE, OP_JOIN, OP_TIME,
+        OP_RETIRE, OP_FREE, OP_UNMAP, OP_SUBSCRIBE, OP_UNSUBSCRIBE, OP_JOIN, OP_TIME, OP_RECLAIM,
+        OP_RING_CREATE, OP_RING_PART, OP_RING_FILL, OP_RING_JOIN, OP_RING_LEAVE, OP_RING_EVICT, OP_RING_CLOSE,
+        OP_RING_ATTACH,
 };
 
 /* Names: a, a/b, a/c, b, frames/0, frames/1, c, d. Prefixes: "", a, a/, b, x.
@@ -371,6 +373,22 @@ enum {
 #define T_1000 3
 /* Group byte: group index (g1, g2), members - 1 << 1. */
 #define GROUP(g, members) ((g) | ((members) - 1) << 1)
+/* Rings r/0, r/1, a. Create: RING(ring, mode) | RESTORED, then SHAPE(members, slots) (latest
+ * rounds slots up to members + 2; stream has cuda-vmm slots on GPU-a), then the declared seats
+ * (bit i: seat i, epoch 1 + i with the generation 3). Part: PART(ring, index), a variant (0 right,
+ * 4 kind, 5 size, 6 writability, 7 device), an id byte (0: the broker picks). Fill: the ring.
+ * Join: ring (| REJOIN: seat y % 4 at the epoch it waits for), y. Evict: ring, seat (| STALE).
+ * Attach: ring, part index. Time: 200 ends the restart grace. */
+#define RING(r, mode) ((r) | (mode) << 2)
+#define BP 0
+#define LATEST 1
+#define STREAM 2
+#define RESTORED 0x10
+#define SHAPE(members, slots) (((members) - 1) | ((slots) - 1) << 2)
+#define PART(r, index) ((r) | (index) << 2)
+#define REJOIN 0x80
+#define STALE 4
+#define GRACE_END 200
 
 static void program(const char *name, const uint8_t *ops, size_t len)
 {
@@ -382,6 +400,44 @@ static void program(const char *name, const uint8_t *ops, size_t len)
                 static const uint8_t ops_[] = { __VA_ARGS__ };   \
                 program(name, ops_, sizeof(ops_));               \
         } while (0)
+
+static void gen_rings(void)
+{
+        PROGRAM("ring-backpressure", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_ADD, 2, UID1001, OP_RING_CREATE, 0,
+                RING(0, BP), SHAPE(2, 1), 0, OP_RING_JOIN, 1, 0, 0, OP_RING_FILL, 0, OP_RING_JOIN, 1, 0, 0,
+                OP_RING_JOIN, 2, 0, 0, OP_RING_JOIN, 1, 0, 0, OP_RING_ATTACH, 1, 0, 0, OP_RING_ATTACH, 1, 0, 1,
+                OP_RING_ATTACH, 1, 0, 2, OP_RING_ATTACH, 1, 0, 3, OP_RING_ATTACH, 2, 0, 3, OP_RELEASE, 1, 0, 0,
+                OP_RING_LEAVE, 2, 0, OP_RING_EVICT, 0, 0, 0 | STALE, OP_RING_EVICT, 0, 0, 0, OP_RING_JOIN, 2, 0, 0,
+                OP_RING_CLOSE, 1, 0, OP_RING_CLOSE, 0, 0, OP_RING_ATTACH, 2, 0, 0, OP_FREE, 0, 0, 0);
+        PROGRAM("ring-latest-producer-dies", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_RING_CREATE, 0,
+                RING(1, LATEST), SHAPE(1, 1), 0, OP_RING_FILL, 1, OP_RING_JOIN, 1, 1, 0, OP_RING_ATTACH, 1, 1, 0,
+                OP_RING_ATTACH, 1, 1, 2, OP_RING_ATTACH, 1, 1, 4, OP_REMOVE, 0, OP_RING_JOIN, 1, 1, 0);
+        PROGRAM("ring-stream-member-dies", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_ADD, 2, UID1001, OP_HELLO, 1,
+                1, OP_HELLO, 2, 1, OP_RING_CREATE, 0, RING(0, STREAM), SHAPE(2, 1), 0, OP_RING_FILL, 0,
+                OP_RING_JOIN, 1, 0, 0, OP_RING_JOIN, 2, 0, 0, OP_RING_ATTACH, 1, 0, 4, OP_RING_ATTACH, 1, 0, 5,
+                OP_RING_ATTACH, 2, 0, 5, OP_RING_ATTACH, 2, 0, 3, OP_REMOVE, 1, OP_RING_JOIN, 1, 0, 0);
+        PROGRAM("ring-parts", OP_ADD, 0, UID1000, OP_ADD, 3, UID1000, OP_RING_CREATE, 0, RING(2, STREAM),
+                SHAPE(1, 2), 0, OP_RING_PART, 0, PART(2, 0), 0, 0, OP_RING_PART, 0, PART(2, 0), 0, 0,
+                OP_RING_PART, 0, PART(2, 1), 4, 0, OP_RING_PART, 0, PART(2, 1), 5, 0, OP_RING_PART, 0, PART(2, 1),
+                6, 0, OP_RING_PART, 0, PART(2, 1), 7, 0, OP_RING_PART, 3, PART(2, 1), 0, 0, OP_RING_PART, 0,
+                PART(2, 4), 5 | 8, 0, OP_RING_PART, 0, PART(2, 4), 5 | 16, 0, OP_RING_PART, 0, PART(2, 5), 0, 0,
+                OP_RING_PART, 0, PART(1, 0), 0, 0, OP_RING_FILL, 2, OP_RING_CREATE, 3, RING(0, BP), SHAPE(3, 5),
+                0, OP_RING_FILL, 0);
+        PROGRAM("ring-restored", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_ADD, 2, UID1001, OP_RING_JOIN, 1,
+                0 | REJOIN, 0, OP_RING_JOIN, 2, 0 | REJOIN, 1, OP_RING_CREATE, 0, RING(0, BP) | RESTORED,
+                SHAPE(3, 1), 1 | 4, OP_RING_FILL, 0 | 0x80, OP_RING_JOIN, 2, 0, 0, OP_RING_JOIN, 3, 0, 0,
+                OP_TIME, GRACE_END, OP_RING_JOIN, 2, 0, 0, OP_RING_JOIN, 1, 0 | REJOIN, 2);
+        PROGRAM("ring-restored-after-grace", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_TIME, GRACE_END,
+                OP_RING_JOIN, 1, 1 | REJOIN, 0, OP_RING_CREATE, 0, RING(1, LATEST) | RESTORED, SHAPE(2, 4), 3,
+                OP_RING_JOIN, 1, 1 | REJOIN, 0, OP_RING_FILL, 1, OP_RING_JOIN, 1, 1, 0);
+        PROGRAM("ring-evict-reserved", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_RING_CREATE, 0,
+                RING(0, BP) | RESTORED, SHAPE(1, 1), 1, OP_RING_FILL, 0, OP_RING_JOIN, 1, 0, 0, OP_RING_EVICT, 0, 0,
+                0 | STALE, OP_RING_EVICT, 0, 0, 0, OP_RING_JOIN, 1, 0, 0, OP_RING_EVICT, 0, 0, 0);
+        PROGRAM("ring-claims-refused", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_RING_JOIN, 1, 1 | REJOIN, 0,
+                OP_RING_JOIN, 1, 2 | REJOIN, 1, OP_RING_JOIN, 1, 0 | REJOIN, 2, OP_RING_JOIN, 1, 0 | REJOIN, 3,
+                OP_RECLAIM, 1, 0, 0, OP_RING_CREATE, 0, RING(0, BP) | RESTORED, SHAPE(2, 1), 0, OP_TIME,
+                GRACE_END);
+}
 
 static void gen_registry(void)
 {
@@ -439,6 +495,7 @@ static void gen_registry(void)
                 OP_PUBLISH, 0, 1, K_MEMFD | HELD, 0, OP_REMOVE, 0, OP_RETIRE, 2, 0, 1);
         PROGRAM("shutdown", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_ATTACH, 0, 0, T_1000, OP_JOIN, 1,
                 GROUP(1, 2), 10, OP_TIME, 255, OP_TIME, 1);
+        gen_rings();
 }
 
 /* ---- policies ---- */
