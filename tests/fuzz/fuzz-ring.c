@@ -13,7 +13,7 @@
  * says which membership the broker knows there (none, the control page's, the member page's, or
  * the next 8 bytes) and whether the member page is mapped; every seat the control page does not
  * seat shows nothing, every position is at most head and its lag is exactly what separates it from
- * head. */
+ * head (latest: a member holding nothing lags by nothing). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,11 +66,13 @@ static void check_ring_read(const RingCtl *ctl, const RingMember *page, const ui
                         continue;
                 }
                 check(s->confirmed == (pages[i] && page->epoch == epochs[i]));
-                check(s->position <= got.head && s->lag == got.head - s->position);
+                check(s->position <= got.head);
                 if (mode == RING_LATEST) {
+                        /* Holding nothing is not lagging: its next take gets the newest frame. */
                         check(s->position == (s->confirmed ? (page->held < got.head ? page->held : got.head) : 0));
-                        check(s->position || s->lag == 0);
+                        check(s->lag == (s->position ? got.head - s->position : 0));
                 } else {
+                        check(s->lag == got.head - s->position);
                         RingMemberView v = ring_member_view(pages[i] ? page : &(RingMember){ 0 }, epochs[i],
                                                             ctl->member[i].start, got.head);
                         check(s->position == (v.released < got.head ? v.released : got.head));

@@ -519,19 +519,24 @@ static void ring_input(const char *name, const RingMember *page, uint64_t head, 
 static void gen_rings(void)
 {
         static RingCtl ctl;
-        static const uint8_t seats[] = { 1, 2, 0, 3, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 4, 5 };
+        /* Seat 0: the control page's membership, its page mapped; 1: the same without its page; 2: the
+         * member page's epoch; 3: a membership the control page let go; 4: eight bytes of epoch; 5:
+         * seated with a start beyond head; 6: free. */
+        static const uint8_t seats[] = { 1, 5, 2, 1, 3, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 1, 0 };
         RingMember page = { .epoch = 3, .released = 90, .wake = 7 };
 
-        ctl = (RingCtl){ .magic = RING_MAGIC, .version = RING_LAYOUT_VERSION, .n_slots = 8, .n_members = 4,
+        ctl = (RingCtl){ .magic = RING_MAGIC, .version = RING_LAYOUT_VERSION, .n_slots = 9, .n_members = 7,
                          .mode = RING_BACKPRESSURE, .slot_size = 16384, .head = 100, .head_slot = 3 };
-        for (int i = 0; i < 3; i++)
-                ctl.member[i] = (RingMemberSlot){ .epoch = 3 + i, .start = 10, .state = RING_MEMBER_ACTIVE };
+        for (int i = 0; i < 7; i++)
+                ctl.member[i] = (RingMemberSlot){ .epoch = 3 + (uint64_t)i, .start = 10, .state = RING_MEMBER_ACTIVE };
+        ctl.member[3].state = RING_MEMBER_FREE;
+        ctl.member[5].start = 1000; /* a broken producer's: positions stay at most head */
         ring_input("read-backpressure", &page, 100, &ctl, RING_BACKPRESSURE, seats, sizeof(seats));
         ring_input("read-stream", &page, 100, &ctl, RING_STREAM, seats, sizeof(seats));
         page = (RingMember){ .epoch = 3, .released = UINT64_MAX, .held = 1ull << 62, .sleeping = 1 };
         ring_input("read-scribbled", &page, 100, &ctl, RING_BACKPRESSURE, seats, sizeof(seats));
         ctl.mode = RING_LATEST;
-        ctl.n_slots = 6;
+        ring_input("read-latest-scribbled", &page, 100, &ctl, RING_LATEST, seats, sizeof(seats));
         page = (RingMember){ .epoch = 3, .held = 97 };
         ring_input("read-latest", &page, 100, &ctl, RING_LATEST, seats, sizeof(seats));
         ctl.magic ^= 1;
