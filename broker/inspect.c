@@ -405,7 +405,10 @@ void inspect_ring_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         if (r)
                 registry_ring_view(r, &g);
         if (!r || !sees_ring(ctx, p, &g)) {
-                request_reply_error(ctx->out, p, m->id, PROTO_STATUS_NOT_FOUND, "no such ring");
+                char why[PROTO_MAX_NAME + 32];
+
+                snprintf(why, sizeof(why), "no ring named '%s'", name);
+                request_reply_error(ctx->out, p, m->id, PROTO_STATUS_NOT_FOUND, why);
                 return;
         }
         ringview_read(&g, &v);

@@ -289,6 +289,9 @@ int gpuipc_fence_create_ipc_event(gpuipc_t *c, const char *name, int device, gpu
  * explains the memory layout and why the hand-over is race-free. */
 typedef struct gpuipc_ring gpuipc_ring_t;
 
+#define GPUIPC_RING_MAX_SLOTS 64   /* slots of a ring */
+#define GPUIPC_RING_MAX_MEMBERS 64 /* member seats of a ring */
+
 typedef enum gpuipc_ring_mode {
         GPUIPC_RING_BACKPRESSURE = 0,
         GPUIPC_RING_LATEST = 1,

@@ -11,6 +11,7 @@
 
 #include "internal.h"
 #include "macro.h"
+#include "ring.h"
 
 /* Like every request that does not wait, an inspection gives the broker this long to answer. */
 #define INSPECT_REPLY_TIMEOUT_MS 10000
@@ -20,6 +21,8 @@ _Static_assert(GPUIPC_MAX_LABEL == PROTO_MAX_LABEL, "labels fit gpuipc_peer_info
 _Static_assert(GPUIPC_MAX_UUID == PROTO_MAX_UUID, "UUIDs fit the info structs");
 _Static_assert(GPUIPC_MAX_GPUS == PROTO_MAX_GPUS, "declared GPUs fit the info structs");
 _Static_assert(GPUIPC_MAX_PAGE == PROTO_MAX_ITEMS, "a page is at most one listing reply");
+_Static_assert(GPUIPC_RING_MAX_SLOTS == RING_MAX_SLOTS && GPUIPC_RING_MAX_MEMBERS == RING_MAX_MEMBERS,
+               "public ring limits are the layout's");
 _Static_assert((int)GPUIPC_STATE_LIVE == PROTO_STATE_LIVE && (int)GPUIPC_STATE_RETIRED == PROTO_STATE_RETIRED &&
                        (int)GPUIPC_STATE_IDLE == PROTO_STATE_IDLE,
                "public states are the protocol's");
