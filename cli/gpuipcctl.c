@@ -43,9 +43,10 @@ static const CtlCommand commands[] = {
           "Prints every counter, gauge and histogram series of the broker, one per line (docs/protocol.md,\n"
           "\"stats\", names them).\n" },
         { "metrics", cmd_metrics, "[--listen ADDR:PORT]", "the statistics for Prometheus, once or served over HTTP",
-          "Prints the broker's statistics in the Prometheus text format (version 0.0.4). With --listen it serves\n"
-          "them instead, until SIGTERM or SIGINT: GET /metrics asks the broker at every scrape (gpuipc_up says\n"
-          "whether it answered), GET /healthz answers 200 while the broker answers a ping and 503 otherwise.\n"
+          "Prints the broker's statistics, and per ring its head, lag, seats taken and slots, in the Prometheus\n"
+          "text format (version 0.0.4). With --listen it serves them instead, until SIGTERM or SIGINT: GET\n"
+          "/metrics asks the broker at every scrape (gpuipc_up says whether it answered), GET /healthz answers\n"
+          "200 while the broker answers a ping and 503 otherwise.\n"
           "The broker itself never opens a network socket; run this next to it (port 9470 by convention).\n\n"
           "  -l, --listen ADDR:PORT   serve HTTP here: 0.0.0.0:9470, 127.0.0.1:9470, [::]:9470, or :9470 for\n"
           "                           every address; port 0 picks a free one (printed at start)\n" },

@@ -487,10 +487,13 @@ def case_promtool(tmp):
     pub, _ = memfd_publisher(b.sock, "prom/a")
     ctl(b.sock, "attach", "--name", "prom/a")
     stop(pub)  # a peer cleanup to record
+    ring = HandRing(b.sock, "prom/r")  # the per-ring families too
     e = Exporter(b.sock)
     _, _, body = e.get("/metrics")
     stop(e.proc)
+    ring.close()
     b.stop()
+    check('gpuipc_ring_slots{ring="prom/r"} 4' in body, "no ring families: %s" % body)
     promtool_check(body)
     fam = parse_exposition(body)
     helps = [f["help"] for f in fam.values()]
@@ -694,6 +697,13 @@ def case_rings(tmp):
           "ls --json: %s" % ls)
     check(ctl(s, "ls", "--prefix", "nothing/").out.count("\n") == 1, "ls shows a ring table without rings")
 
+    # The exporter: one series per ring in each gpuipc_ring_* family.
+    fam = parse_exposition(ctl(s, "metrics").out)
+    for name, want in (("gpuipc_ring_head", 12), ("gpuipc_ring_lag_frames", 3), ("gpuipc_ring_seats_taken", 1),
+                       ("gpuipc_ring_slots", 4), ("gpuipc_rings", None), ("gpuipc_ring_members", None)):
+        got = sample(fam, name, ring="cli/r") if want is not None else sample(fam, name)
+        check(want is None or got == want, "%s: %s, expected %s" % (name, got, want))
+
     # A control page that does not hold the ring: head and lag unknown, and why.
     ring.put(0, 0, "<I", 0)
     r = one_document(ctl(s, "--json", "rings"), "rings")[0]
@@ -702,6 +712,9 @@ def case_rings(tmp):
     check(m["state"] == "joined" and m["position"] is None and m["lag"] is None, "unreadable seat: %s" % m)
     check(re.search(r"^cli/r +backpressure +memfd +4 +4\.0 KiB +1/2 +\? +- ", ctl(s, "rings").out, re.M),
           "unknown head in the table")
+    fam = parse_exposition(ctl(s, "metrics").out)
+    check(not any(l.get("ring") == "cli/r" for n, l, v in fam.get("gpuipc_ring_head", {"samples": []})["samples"]),
+          "a head sample for an unreadable control page")
 
     for args, name in ((("stat", "--ring", "nosuch"), "not-found"), (("stat", "nosuch"), "not-found"),
                        (("stat", "--ring", "--id", "3"), "usage")):
