@@ -454,6 +454,49 @@ static void test_ringstat_listing_pages(void)
         h_case_end(&k);
 }
 
+/* A listing reads a bounded number of pages of shared memory per request: 300 rings (a control
+ * page each) come in more than one page even when the page size allows all of them, every ring
+ * once. */
+static void test_ringstat_listing_budget(void)
+{
+        static RawRing g[300];
+        gpuipc_ring_info_t *items = calloc(1024, sizeof(*items));
+        static bool seen[300];
+        uint64_t cursor = 0;
+        unsigned total = 0, pages = 0;
+        HCase k;
+
+        CHECK(items);
+        h_case_begin(&k, NULL);
+        for (int i = 0; i < 300; i++) {
+                char name[32];
+
+                snprintf(name, sizeof(name), "many/%03d", i);
+                raw_ring_create(&g[i], k.broker, name, PROTO_MODE_BACKPRESSURE, 1, 1, NULL);
+        }
+        do {
+                int n = gpuipc_list_rings(k.obs, "many/", &cursor, items, 1024);
+
+                CHECK_OK(k.obs, n);
+                CHECK(n > 0 && n < 300 && ++pages <= 300);
+                for (int i = 0; i < n; i++) {
+                        unsigned idx = (unsigned)strtoul(items[i].name + 5, NULL, 10);
+
+                        CHECKF(idx < 300 && !seen[idx], "ring %s listed twice", items[i].name);
+                        seen[idx] = true;
+                        CHECK(items[i].head_known);
+                }
+                total += (unsigned)n;
+        } while (cursor);
+        h_log("300 rings in %u pages", pages);
+        CHECK_EQ(total, 300);
+        CHECK(pages >= 2);
+        for (int i = 0; i < 300; i++)
+                raw_ring_free(&g[i]);
+        free(items);
+        h_case_end(&k);
+}
+
 /* ---- rings of the library, members in processes of their own ---- */
 
 typedef struct MemberArg {
@@ -851,6 +894,7 @@ int main(int argc, char **argv)
                 H_TEST(test_ringstat_raw_stream),
                 H_TEST(test_ringstat_waiting_seat),
                 H_TEST(test_ringstat_listing_pages),
+                H_TEST(test_ringstat_listing_budget),
                 H_TEST(test_ringstat_backpressure_members),
                 H_TEST(test_ringstat_latest_members),
                 H_TEST(test_ringstat_scribbler_backpressure),
