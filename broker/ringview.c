@@ -49,13 +49,11 @@ void ringview_read(const RegRingView *g, RingView *ret)
         const volatile RingMember *pages[RING_MAX_MEMBERS] = { 0 };
         uint64_t epochs[RING_MAX_MEMBERS] = { 0 };
         const volatile RingCtl *ctl;
-        int map_errno = 0;
 
         memset(ret, 0, sizeof(*ret));
         ctl = page_map(g->ctl_fd);
         if (!ctl) {
-                map_errno = g->ctl_fd < 0 ? 0 : errno;
-                why_not(ret, g, map_errno);
+                why_not(ret, g, g->ctl_fd < 0 ? 0 : errno);
                 return;
         }
         ret->pages = 1;
@@ -67,8 +65,7 @@ void ringview_read(const RegRingView *g, RingView *ret)
                 pages[i] = page_map(g->seats[i].page_fd);
                 ret->pages += pages[i] != NULL;
         }
-        ring_read(ctl, g->n_slots, g->n_members, g->slot_size, (RingMode)(g->mode - 1), epochs, pages,
-                  &ret->reading);
+        ring_read(ctl, g->n_slots, g->n_members, g->slot_size, (RingMode)(g->mode - 1), epochs, pages, &ret->reading);
         for (uint32_t i = 0; i < RING_MAX_MEMBERS; i++)
                 page_unmap((const void *)pages[i]);
         page_unmap((const void *)ctl);

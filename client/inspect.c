@@ -30,7 +30,8 @@ _Static_assert((int)GPUIPC_KIND_MEMFD == PROTO_KIND_MEMFD && (int)GPUIPC_KIND_CU
                        (int)GPUIPC_KIND_CUDA_LEGACY == PROTO_KIND_CUDA_LEGACY,
                "public kinds are the protocol's");
 _Static_assert((int)GPUIPC_RING_BACKPRESSURE == PROTO_MODE_BACKPRESSURE - 1 &&
-                       (int)GPUIPC_RING_LATEST == PROTO_MODE_LATEST - 1 && (int)GPUIPC_RING_STREAM == PROTO_MODE_STREAM - 1,
+                       (int)GPUIPC_RING_LATEST == PROTO_MODE_LATEST - 1 &&
+                       (int)GPUIPC_RING_STREAM == PROTO_MODE_STREAM - 1,
                "public ring modes are the protocol's minus one");
 _Static_assert((int)GPUIPC_SEAT_WAITING == PROTO_SEAT_WAITING && (int)GPUIPC_SEAT_JOINED == PROTO_SEAT_JOINED &&
                        (int)GPUIPC_SEAT_UNCONFIRMED == PROTO_SEAT_UNCONFIRMED &&

@@ -78,10 +78,10 @@ static void *raw_page(int *ret_fd, bool read_only)
 {
         int fd = memfd_of(RING_PAGE);
         void *p = mmap(NULL, RING_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | (read_only ? F_SEAL_FUTURE_WRITE : 0);
 
         CHECK(p != MAP_FAILED);
-        CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | (read_only ? F_SEAL_FUTURE_WRITE : 0)) ==
-              0);
+        CHECK(fcntl(fd, F_ADD_SEALS, seals) == 0);
         *ret_fd = fd;
         return p;
 }
@@ -742,15 +742,16 @@ static void scribble_case(gpuipc_ring_mode_t mode)
                 CHECK(s.info.head_known);
                 for (uint32_t i = 0; i < s.info.members; i++) {
                         const gpuipc_ring_member_info_t *m = &s.seat[i];
+                        uint64_t want;
 
                         if (!s.taken[i] || !m->position_known)
                                 continue;
                         seen_seated++;
                         CHECKF(m->position <= s.info.head, "position %" PRIu64 " beyond head %" PRIu64, m->position,
                                s.info.head);
-                        CHECKF(m->lag == (mode == GPUIPC_RING_LATEST && m->position == 0 ? 0 : s.info.head - m->position),
-                               "lag %" PRIu64 " at position %" PRIu64 ", head %" PRIu64, m->lag, m->position,
-                               s.info.head);
+                        want = mode == GPUIPC_RING_LATEST && m->position == 0 ? 0 : s.info.head - m->position;
+                        CHECKF(m->lag == want, "lag %" PRIu64 " at position %" PRIu64 ", head %" PRIu64, m->lag,
+                               m->position, s.info.head);
                 }
         }
         h_child_expect(bad, 's', H_SOON_MS, NULL, 0);
