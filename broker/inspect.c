@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "macro.h"
+#include "ringview.h"
 
 /* Records stop well before the frame limit, leaving room for the reply's own fields. */
 #define ITEMS_BUDGET (PROTO_MAX_BODY - 1024)
@@ -247,6 +248,181 @@ void inspect_peers(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         reply.more = it.full;
         reply.after = last;
         reply.has = PROTO_BIT(PF_MORE) | PROTO_BIT(PF_AFTER);
+        reply_items(ctx, p, m, &it, &reply);
+}
+
+/* ---- rings ---- */
+
+/* A listing of rings maps at most about this many pages of shared memory per reply (a ring's
+ * control page and one page per taken seat: 4 rings of 64 members, or 128 rings of one), and stops
+ * after the ring that crosses it (more: true). Mapping, reading and unmapping a page costs about
+ * 13 us on a 2-core VM (mmap and munmap dominate), so a page of the listing keeps the broker from
+ * everyone else for about 3 ms at most; the rest comes in later requests, between other peers'. */
+#define RINGS_PAGE_BUDGET 256
+
+/* A ring is shown to the peers that would see a buffer of its name and its producer's uid. */
+static bool sees_ring(const RequestCtx *ctx, const RegPeer *p, const RegRingView *g)
+{
+        return sees_buffer(ctx, p, g->name, registry_peer_creds(g->owner)->uid);
+}
+
+/* The ring's description; the slowest seated member's lag in `lag`. m points into g and v. */
+static void ring_describe(const RegRingView *g, const RingView *v, ProtoMsg *m)
+{
+        const PeerCreds *c = registry_peer_creds(g->owner);
+        bool any = false;
+
+        memset(m, 0, sizeof(*m));
+        m->name = proto_str(g->name);
+        m->kind = g->kind;
+        m->size = g->slot_size;
+        m->slots = g->n_slots;
+        m->members = g->n_members;
+        m->mode = g->mode;
+        m->timeout_ms = g->lease_ms;
+        m->owner = registry_peer_id(g->owner);
+        m->uid = c->uid;
+        m->pid = c->pid;
+        m->taken = g->taken;
+        m->has = PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) | PROTO_BIT(PF_SLOTS) |
+                 PROTO_BIT(PF_MEMBERS) | PROTO_BIT(PF_MODE) | PROTO_BIT(PF_TIMEOUT_MS) | PROTO_BIT(PF_OWNER) |
+                 PROTO_BIT(PF_UID) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_TAKEN);
+        if (g->device) {
+                m->device = proto_str(g->device);
+                proto_set(m, PF_DEVICE);
+        }
+        if (!g->complete) {
+                m->pending = true; /* still being set up: not joinable yet */
+                proto_set(m, PF_PENDING);
+        }
+        if (!v->reading.ctl_valid) {
+                m->reason = proto_str(v->why);
+                proto_set(m, PF_REASON);
+                return;
+        }
+        m->head = v->reading.head;
+        proto_set(m, PF_HEAD);
+        for (uint32_t i = 0; i < g->n_members && i < RING_MAX_MEMBERS; i++) {
+                const RingSeatReading *s = &v->reading.seat[i];
+
+                if (g->seats[i].epoch && s->seated) {
+                        m->lag = any ? MAX(m->lag, s->lag) : s->lag;
+                        any = true;
+                }
+        }
+        if (any)
+                proto_set(m, PF_LAG);
+}
+
+static ProtoSeat seat_state(const RegRingSeatView *s, const RingSeatReading *r)
+{
+        if (s->reserved)
+                return PROTO_SEAT_WAITING;
+        if (!r->seated)
+                return PROTO_SEAT_JOINED;
+        return r->confirmed ? PROTO_SEAT_SEATED : PROTO_SEAT_UNCONFIRMED;
+}
+
+/* Seat i of a ring as a record; its member's identity only for a peer that may see it in peers. */
+static void seat_record(const RequestCtx *ctx, const RegPeer *p, const RegRingView *g, const RingView *v, uint32_t i,
+                        ProtoMsg *rec)
+{
+        const RegRingSeatView *s = &g->seats[i];
+        const RingSeatReading *r = &v->reading.seat[i];
+
+        memset(rec, 0, sizeof(*rec));
+        rec->index = i;
+        rec->generation = s->epoch;
+        rec->seat = seat_state(s, r);
+        rec->has = PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_SEAT);
+        if (s->member && sees_peer(ctx, p, s->member)) {
+                const PeerCreds *c = registry_peer_creds(s->member);
+
+                rec->peer = registry_peer_id(s->member);
+                rec->pid = c->pid;
+                rec->uid = c->uid;
+                rec->label = proto_str(registry_peer_label(s->member));
+                rec->has |= PROTO_BIT(PF_PEER) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_UID) | PROTO_BIT(PF_LABEL);
+        }
+        if (v->reading.ctl_valid && r->seated) {
+                rec->position = r->position;
+                rec->lag = r->lag;
+                rec->has |= PROTO_BIT(PF_POSITION) | PROTO_BIT(PF_LAG);
+        }
+}
+
+void inspect_rings(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+{
+        uint32_t max = page_size(m);
+        ProtoMsg reply = { 0 }, rec;
+        uint64_t last = m->after;
+        unsigned pages = 0;
+        RegRingView g;
+        RingView v;
+        Items it;
+
+        if (proto_has(m, PF_PREFIX) && !registry_prefix_valid(m->prefix.ptr, m->prefix.len)) {
+                request_reply_error(ctx->out, p, m->id, PROTO_STATUS_INVALID, "not a valid name prefix");
+                return;
+        }
+        items_init(&it);
+        for (RegRing *r = registry_ring_after(ctx->reg, m->after); r; r = registry_ring_next(ctx->reg, r)) {
+                registry_ring_view(r, &g);
+                if (m->prefix.len && strncmp(g.name, m->prefix.ptr, m->prefix.len) != 0)
+                        continue;
+                if (!sees_ring(ctx, p, &g))
+                        continue;
+                if (pages >= RINGS_PAGE_BUDGET) {
+                        it.full = true;
+                        break;
+                }
+                ringview_read(&g, &v);
+                pages += v.pages;
+                ring_describe(&g, &v, &rec);
+                if (!items_add(&it, &rec, max))
+                        break;
+                last = registry_ring_cursor(r);
+        }
+        reply.more = it.full;
+        reply.after = last;
+        reply.has = PROTO_BIT(PF_MORE) | PROTO_BIT(PF_AFTER);
+        reply_items(ctx, p, m, &it, &reply);
+}
+
+void inspect_ring_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+{
+        char name[PROTO_MAX_NAME + 1];
+        ProtoMsg reply, rec;
+        RegRingView g;
+        RingView v;
+        RegRing *r;
+        Items it;
+
+        if (!registry_name_valid(m->name.ptr, m->name.len)) {
+                request_reply_error(ctx->out, p, m->id, PROTO_STATUS_INVALID, "not a valid ring name");
+                return;
+        }
+        proto_str_copy(m->name, name, sizeof(name));
+        r = registry_ring_by_name(ctx->reg, name);
+        if (r)
+                registry_ring_view(r, &g);
+        if (!r || !sees_ring(ctx, p, &g)) {
+                char why[PROTO_MAX_NAME + 32];
+
+                snprintf(why, sizeof(why), "no ring named '%s'", name);
+                request_reply_error(ctx->out, p, m->id, PROTO_STATUS_NOT_FOUND, why);
+                return;
+        }
+        ringview_read(&g, &v);
+        ring_describe(&g, &v, &reply);
+        /* At most 64 seats of a few hundred bytes each: they always fit one reply. */
+        items_init(&it);
+        for (uint32_t i = 0; i < g.n_members && i < RING_MAX_MEMBERS; i++) {
+                if (!g.seats[i].epoch)
+                        continue;
+                seat_record(ctx, p, &g, &v, i, &rec);
+                items_add(&it, &rec, PROTO_MAX_ITEMS);
+        }
         reply_items(ctx, p, m, &it, &reply);
 }
 

@@ -105,6 +105,8 @@ typedef struct SeatClaim {
  * through here. */
 typedef struct RegRing {
         HNode node;       /* Registry.rings, by name */
+        List link;        /* Registry.ring_list, in creation order (listings page by seq) */
+        uint64_t seq;
         RegPeer *owner;
         List owner_link;  /* RegPeer.rings */
         UidAcct *acct;    /* the ring itself counts as one of its producer's buffers */
@@ -120,6 +122,13 @@ typedef struct RegRing {
         RingSeat *seats;       /* n_members */
         char name[];
 } RegRing;
+
+/* Part 0 the control page, then the slots, one page per seat, and (stream rings) one counter
+ * buffer per seat. */
+static inline uint32_t ring_n_parts(const RegRing *g)
+{
+        return 1 + g->n_slots + g->n_members * (g->mode == PROTO_MODE_STREAM ? 2 : 1);
+}
 
 typedef struct Sub {
         uint64_t id;
@@ -215,6 +224,8 @@ struct Registry {
         List restored;                      /* RegBuffer.restored_link */
         uint64_t n_claims;
         uint64_t n_rings, n_seated;
+        List ring_list;   /* RegRing.link, oldest first */
+        uint64_t next_ring_seq;
         List seat_claims; /* SeatClaim.link */
         uint64_t n_seat_claims;
 };

@@ -24,13 +24,6 @@
 #include "ring.h"
 #include "registry-internal.h"
 
-/* Part 0 the control page, then the slots, one page per seat, and (stream rings) one counter
- * buffer per seat. */
-static uint32_t ring_n_parts(const RegRing *g)
-{
-        return 1 + g->n_slots + g->n_members * (g->mode == PROTO_MODE_STREAM ? 2 : 1);
-}
-
 static RegRing *ring_lookup(const Registry *r, const char *name)
 {
         uint64_t h = hash_str(name);
@@ -101,6 +94,7 @@ static void ring_destroy(Registry *r, RegRing *g, const char *why, Outbox *o)
                 if (g->parts[i])
                         g->parts[i]->ring = NULL;
         list_unlink(&g->owner_link);
+        list_unlink(&g->link);
         hmap_remove(&r->rings, &g->node);
         g->acct->buffers--;
         reg_acct_put(r, g->acct);
@@ -205,6 +199,8 @@ void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpe
         }
         g->next_epoch = s->restored ? s->next_epoch : 0;
         list_append(&p->rings, &g->owner_link);
+        g->seq = ++r->next_ring_seq;
+        list_append(&r->ring_list, &g->link);
         g->acct->buffers++;
         r->n_rings++;
         reg_reply_ok(out, p, id);

@@ -273,6 +273,30 @@ static void finish(HChild *p)
         h_child_free(p);
 }
 
+/* What operators see of the ring once both members released `released` frames and stopped: both
+ * seated at that position (the host's view: the releases they queued), the producer's host at most
+ * twice the ring's two slots ahead (it queues frames its stream has not reached: its stream waits
+ * on the members' "done"), each member's lag what separates them. */
+static void expect_positions(const HBroker *br, uint64_t released)
+{
+        gpuipc_ring_member_info_t seats[2];
+        gpuipc_t *obs = h_connect(br, "observer");
+        gpuipc_ring_info_t g;
+        int n = gpuipc_stat_ring(obs, RING, &g, seats, 2);
+
+        CHECK_OK(obs, n);
+        CHECK(n == 2 && g.mode == GPUIPC_RING_STREAM && g.kind == GPUIPC_KIND_CUDA_VMM && g.head_known);
+        CHECKF(g.head >= released && g.head <= released + 2 * 2, "head %" PRIu64 " after %" PRIu64 " frames released",
+               g.head, released);
+        for (int i = 0; i < n; i++) {
+                CHECK(seats[i].state == GPUIPC_SEAT_SEATED && seats[i].position_known);
+                CHECK_EQ(seats[i].position, released);
+                CHECK_EQ(seats[i].lag, g.head - released);
+        }
+        CHECK(g.lag_known && g.lag == g.head - released);
+        gpuipc_close(obs);
+}
+
 /* Two members (one in a PID namespace of its own where possible) take 150 consecutive frames each
  * from frame 1, every one intact. */
 static void test_stream_ring_orders_frames(void)
@@ -295,6 +319,7 @@ static void test_stream_ring_orders_frames(void)
                 CHECK_EQ(first, 1);
                 CHECK_EQ(n, ma.takes);
         }
+        expect_positions(br, ma.takes);
         for (int i = 0; i < 2; i++)
                 finish(k[i]);
         finish(p);
