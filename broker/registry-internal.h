@@ -117,7 +117,9 @@ typedef struct RegRing {
         uint32_t lease_ms;
         char *device;
         uint64_t next_epoch;
-        uint32_t n_registered; /* parts so far; joinable once all are */
+        uint32_t n_registered; /* parts registered now */
+        bool set_up;           /* every part was registered once: joinable (seats whose parts were let go
+                                * of excepted, until the producer registers new ones) */
         RegBuffer **parts;     /* 1 + n_slots + n_members (twice n_members for a stream ring) */
         RingSeat *seats;       /* n_members */
         char name[];

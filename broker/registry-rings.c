@@ -60,14 +60,43 @@ static void ring_event(Registry *r, RegPeer *to, ProtoEvent ev, const RegRing *g
         r->counters.events++;
 }
 
+/* The parts a seat's member may write: its page, and a stream ring's counters. */
+static uint32_t seat_page(const RegRing *g, uint32_t seat)
+{
+        return 1 + g->n_slots + seat;
+}
+
+static bool seat_has_parts(const RegRing *g, uint32_t seat)
+{
+        return g->parts[seat_page(g, seat)] &&
+               (g->mode != PROTO_MODE_STREAM || g->parts[seat_page(g, seat) + g->n_members]);
+}
+
+/* A membership ended: the member keeps whatever it mapped of its page and counters, so they are no
+ * longer the seat's. Its next member gets new ones, which the producer registers when it hears
+ * member-left; until then the seat is not handed out. Without this, a peer that left (or was
+ * evicted) could still write the next member's page and speak for it. The old parts stay buffers
+ * of the producer, attachable by nobody, until it frees them. */
+static void seat_parts_let_go(RegRing *g, uint32_t seat)
+{
+        uint32_t page = seat_page(g, seat);
+
+        if (g->parts[page])
+                reg_ring_part_gone(g->parts[page]);
+        if (g->mode == PROTO_MODE_STREAM && g->parts[page + g->n_members])
+                reg_ring_part_gone(g->parts[page + g->n_members]);
+}
+
 /* Empties a seat, telling the producer (and the member, unless it is the one leaving or gone). A
- * reserved seat (its member has not come back) is freed with a word to the producer only. */
+ * reserved seat (its member has not come back) is freed with a word to the producer only. Either
+ * way the seat's parts are let go of. */
 static void seat_free(Registry *r, RingSeat *s, const char *why, bool tell_member, Outbox *o)
 {
         RegPeer *member = s->peer;
 
         if (s->reserved) {
                 s->reserved = false;
+                seat_parts_let_go(s->ring, s->index);
                 if (s->ring->owner)
                         ring_event(r, s->ring->owner, PROTO_EV_MEMBER_LEFT, s->ring, s, why, o);
                 return;
@@ -77,6 +106,7 @@ static void seat_free(Registry *r, RingSeat *s, const char *why, bool tell_membe
         s->peer = NULL;
         list_unlink(&s->peer_link);
         r->n_seated--;
+        seat_parts_let_go(s->ring, s->index);
         if (s->ring->owner)
                 ring_event(r, s->ring->owner, PROTO_EV_MEMBER_LEFT, s->ring, s, why, o);
         if (tell_member)
@@ -122,8 +152,8 @@ bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, char *why, size_t
         if (!b->ring_part)
                 return true;
         if (!g) {
-                snprintf(why, cap, "buffer %llu ('%s') belongs to a ring that is closed", (unsigned long long)b->id,
-                         b->name);
+                snprintf(why, cap, "buffer %llu ('%s') belongs to a ring that is closed, or to a membership that "
+                         "ended", (unsigned long long)b->id, b->name);
                 return false;
         }
         first_page = 1 + g->n_slots;
@@ -301,6 +331,7 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         b->ring_index = index;
         g->parts[index] = b;
         g->n_registered++;
+        g->set_up |= g->n_registered == ring_n_parts(g);
         /* Live, but under no name: members attach it by id. A restored part keeps its generation. */
         reg_buffer_set_state(r, b, PROTO_STATE_LIVE);
         if (!a->restored)
@@ -317,6 +348,15 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         /* Reclaims waiting for this id are refused now (a part is taken back by joining the ring),
          * not left to count against their peers' references until the grace ends. */
         reg_claims_adopt(r, b, out);
+}
+
+/* The control page and the slots: what every member attaches. */
+static bool ring_shared_parts_registered(const RegRing *g)
+{
+        for (uint32_t i = 0; i <= g->n_slots; i++)
+                if (!g->parts[i])
+                        return false;
+        return true;
 }
 
 /* The parts a member of seat i attaches: the control page, the slots, its own page (and counters). */
@@ -344,9 +384,10 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         RegRing *g = ring_lookup(r, ring);
         ProtoItems items;
         RingSeat *s = NULL;
+        bool renewing = false;
         ProtoMsg m;
 
-        if (!g || g->n_registered < ring_n_parts(g)) {
+        if (!g || !g->set_up || !ring_shared_parts_registered(g)) {
                 reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, g ? "ring '%s' is still being set up (%u of %u "
                               "parts registered)" : "no ring '%s'", ring, g ? g->n_registered : 0,
                               g ? ring_n_parts(g) : 0);
@@ -358,8 +399,19 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
                                       "already (seat %u)", ring, i);
                         return;
                 }
-                if (!s && !g->seats[i].peer && !g->seats[i].reserved)
+                if (s || g->seats[i].peer || g->seats[i].reserved)
+                        continue;
+                if (seat_has_parts(g, i))
                         s = &g->seats[i];
+                else
+                        renewing = true;
+        }
+        /* A free seat without parts gets them at the producer's next ring call: worth a retry
+         * (NOT_FOUND is what a joining client waits out), unlike a ring that is full. */
+        if (!s && renewing) {
+                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "ring '%s' has no seat ready: its producer has "
+                              "not yet given a seat that was let go new pages", ring);
+                return;
         }
         if (!s) {
                 reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "ring '%s' has all its %u member seats taken", ring,
@@ -595,8 +647,9 @@ void registry_ring_evict(Registry *r, RegPeer *p, uint64_t id, const char *ring,
         snprintf(why, sizeof(why), "evicted by the producer: it held up the ring for longer than its %u ms lease",
                  g->lease_ms);
         reg_reply_ok(out, p, id);
-        seat_free(r, s, why, true, out);
+        /* Before the seat is freed: its page and counters are still the ring's then. */
         drop_part_holds(r, g, member, out);
+        seat_free(r, s, why, true, out);
 }
 
 void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out)

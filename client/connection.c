@@ -709,6 +709,7 @@ _public_ int gpuipc_process(gpuipc_t *c)
          * with no time to wait tries once and says nothing when nobody listens yet). */
         int r = client_pump(c, 0);
 
+        ring_after_events(c);
         return r < 0 ? r : (int)c->ev_count;
 }
 

@@ -168,6 +168,9 @@ void buffer_close_all(gpuipc_t *c);
 
 /* A member-joined or member-left event. */
 void ring_on_event(gpuipc_t *c, const ProtoMsg *ev);
+/* After events were read at the top of a call (gpuipc_process): producers renew the seats whose
+ * memberships ended (ring_on_event only takes note; renewing needs requests of its own). */
+void ring_after_events(gpuipc_t *c);
 /* Closes every ring of c (gpuipc_close). */
 void ring_close_all(gpuipc_t *c);
 /* After a reconnect: producers declare their rings again, members take their seats back. 0, or

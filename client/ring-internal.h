@@ -15,7 +15,17 @@ typedef struct Seat {
         bool active;
         uint64_t epoch, start;
         uint64_t blocking_since; /* when it started to hold the producer up (0: it does not) */
+        /* The broker let go of this seat's page (and counters) when its last membership ended: the
+         * member that left may still have them mapped, so the next member gets new ones. */
+        bool renew;
+        bool replaced; /* renew: the new ones are made, not yet all registered */
 } Seat;
+
+/* Counters of a seat that was renewed, kept until no wait or write queued on them can be left. */
+typedef struct RetiredCounter {
+        gpuipc_buffer_t *buf;
+        uint64_t frame; /* the producer's next frame when they were retired */
+} RetiredCounter;
 
 struct gpuipc_ring {
         gpuipc_t *conn;
@@ -37,6 +47,9 @@ struct gpuipc_ring {
         uint64_t next;      /* the frame the next publish makes */
         int writing;        /* the slot acquired for it, or -1 */
         uint64_t last_pump_ms;
+        bool renew_pending; /* some seat wants renewing (Seat.renew) */
+        bool renewing;      /* renewing now: not again from within */
+        uint64_t renew_retry_ms; /* after a failed renewal, not before this */
 
         /* stream rings (ring-stream.c): per seat a small cuda-vmm buffer of two counters, "frame n is
          * ready" (the producer writes it) and "frame n is done" (the member writes it) */
@@ -44,6 +57,8 @@ struct gpuipc_ring {
         gpuipc_buffer_t *counter_part;                  /* member: its seat's, attached writable */
         GcuStream side;          /* a non-blocking stream of our own: reads and resets that must not wait
                                   * behind the caller's streams */
+        RetiredCounter retired[RING_MAX_MEMBERS];
+        uint32_t n_retired;
         GcuEvent done[RING_MAX_SLOTS]; /* producer: recorded when each slot's frame went out */
         bool done_used[RING_MAX_SLOTS];
         int ordinal;             /* the ring's device */
@@ -98,5 +113,9 @@ void ring_doorbell_sleep(gpuipc_ring_t *r, uint32_t seen, int timeout_ms);
 int ring_stream_alloc(gpuipc_ring_t *r, int device);
 int ring_stream_join(gpuipc_ring_t *r);
 int ring_stream_seat_reset(gpuipc_ring_t *r, uint32_t i, uint64_t start);
+/* Seat i gets new counters; the old ones are freed once the producer's stream is past them. */
+int ring_stream_seat_renew(gpuipc_ring_t *r, uint32_t i);
+/* Frees the retired counters the producer's stream is past (all: every one, at close). */
+void ring_stream_reap(gpuipc_ring_t *r, bool all);
 void ring_stream_seat_unblock(gpuipc_ring_t *r, uint32_t i);
 void ring_stream_close(gpuipc_ring_t *r);

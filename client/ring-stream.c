@@ -119,6 +119,82 @@ int ring_stream_seat_reset(gpuipc_ring_t *r, uint32_t i, uint64_t start)
                                               start ? start - 1 : 0)) : e;
 }
 
+static int counters_zero(gpuipc_ring_t *r, gpuipc_buffer_t *b)
+{
+        int e = counter_set(r, counter_at(b, RING_COUNTER_READY), 0);
+
+        return e == 0 ? counter_set(r, counter_at(b, RING_COUNTER_DONE), 0) : e;
+}
+
+/* Waits for everything queued in the ring's context: what bounds the retired counters when too
+ * many are waiting (as many as there are seats, within K frames: members that come and go without
+ * the producer publishing). */
+static int ctx_drain(gpuipc_ring_t *r)
+{
+        GcuResult cr = CU(cuCtxSynchronize);
+
+        return cr == GCU_SUCCESS ? 0 : cuda_error(r->conn, "cuCtxSynchronize", cr);
+}
+
+/* The member that left keeps its mapping of the old counters and could move them for the next
+ * member; so the seat gets new ones. Waits and writes the producer's stream queued on the old
+ * ones may still be pending: they stay allocated until ring_stream_reap finds the stream past
+ * them. */
+int ring_stream_seat_renew(gpuipc_ring_t *r, uint32_t i)
+{
+        gpuipc_buffer_t *fresh = NULL;
+        int e = 0;
+
+        if (r->n_retired == RING_MAX_MEMBERS) {
+                e = IN_CTX(r, ctx_drain(r));
+                if (e == 0)
+                        ring_stream_reap(r, true);
+        }
+        if (e == 0)
+                e = gpuipc_buffer_alloc(r->conn, GPUIPC_KIND_CUDA_VMM, RING_COUNTER_BYTES, r->ordinal, &fresh);
+        if (e == 0)
+                e = IN_CTX(r, counters_zero(r, fresh));
+        if (e < 0) {
+                if (fresh)
+                        (void)gpuipc_buffer_free(r->conn, fresh);
+                return e;
+        }
+        r->retired[r->n_retired++] = (RetiredCounter){ .buf = r->counter_buf[i], .frame = r->next };
+        r->counter_buf[i] = fresh;
+        return 0;
+}
+
+/* Whether the producer's stream is past everything queued before frame `frame`: K frames have
+ * been published since (each slot's event recorded anew), and every slot's event has completed. */
+static bool stream_past(gpuipc_ring_t *r, uint64_t frame)
+{
+        if (r->next < frame + r->n_slots)
+                return false;
+        for (uint32_t k = 0; k < r->n_slots; k++)
+                if (r->done_used[k] && CU(cuEventQuery, r->done[k]) != GCU_SUCCESS)
+                        return false;
+        return true;
+}
+
+void ring_stream_reap(gpuipc_ring_t *r, bool all)
+{
+        uint32_t kept = 0;
+
+        if (!r->n_retired)
+                return;
+        if (!all && cuda_ctx_push(r->conn, r->ordinal) < 0)
+                return;
+        for (uint32_t j = 0; j < r->n_retired; j++) {
+                if (all || stream_past(r, r->retired[j].frame))
+                        (void)gpuipc_buffer_free(r->conn, r->retired[j].buf);
+                else
+                        r->retired[kept++] = r->retired[j];
+        }
+        if (!all)
+                cuda_ctx_pop(r->conn, 0);
+        r->n_retired = kept;
+}
+
 void ring_stream_seat_unblock(gpuipc_ring_t *r, uint32_t i)
 {
         (void)IN_CTX(r, counter_set(r, counter_at(r->counter_buf[i], RING_COUNTER_DONE), RING_UNBLOCKED));
@@ -239,6 +315,7 @@ _public_ int gpuipc_ring_stream_acquire(gpuipc_ring_t *r, void *cu_stream, int t
                 return e;
         if (r->writing < 0) {
                 ring_maybe_pump(r, false);
+                ring_stream_reap(r, false);
                 s = (uint32_t)((r->next - 1) % r->n_slots);
                 e = IN_CTX(r, acquire_in_ctx(r, cu_stream, ring_deadline_of(timeout_ms), s));
                 if (e < 0)

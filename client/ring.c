@@ -33,6 +33,7 @@
 #include "ring-internal.h"
 
 #define RING_PUMP_MS 1           /* a ring call reads the socket at most this often */
+#define RING_RENEW_RETRY_MS 50    /* a seat renewal that failed is tried again after this */
 #define RING_SLEEP_SLICE_MS 10   /* ... and never sleeps longer than this without looking */
 #define RING_JOIN_RETRY_MS 20    /* a joiner asks again this often while the ring does not exist */
 #define RING_DEFAULT_SLOTS 4
@@ -129,9 +130,83 @@ void ring_on_event(gpuipc_t *c, const ProtoMsg *m)
         if (m->event == PROTO_EV_MEMBER_JOINED) {
                 seat_activate(r, (uint32_t)m->index, m->generation);
                 r->max_epoch = MAX(r->max_epoch, m->generation);
+                return;
         }
-        else if (r->seat[m->index].active && r->seat[m->index].epoch == m->generation)
+        if (r->seat[m->index].active && r->seat[m->index].epoch == m->generation)
                 seat_deactivate(r, (uint32_t)m->index);
+        /* Whichever membership it was, the broker let go of the seat's page with it (and hands the
+         * seat out again only with new ones): renewed by ring_renew_seats, outside event dispatch. */
+        r->seat[m->index].renew = true;
+        r->renew_pending = true;
+}
+
+static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, bool writable, bool restore);
+
+/* Makes seat i's new page (and counters) and lets go of the old ones; they are registered next. */
+static int seat_replace(gpuipc_ring_t *r, uint32_t i)
+{
+        gpuipc_buffer_t *fresh = NULL;
+        int e;
+
+        if (r->seat[i].replaced)
+                return 0;
+        e = gpuipc_buffer_alloc(r->conn, GPUIPC_KIND_MEMFD, RING_PAGE, 0, &fresh);
+        if (e == 0 && r->mode == RING_STREAM)
+                e = ring_stream_seat_renew(r, i);
+        if (e < 0) {
+                if (fresh)
+                        (void)gpuipc_buffer_free(r->conn, fresh);
+                return e;
+        }
+        /* The broker forgets the old page; a member that left may keep its own mapping of it. */
+        (void)gpuipc_buffer_free(r->conn, r->page_buf[i]);
+        r->page_buf[i] = fresh;
+        r->seat[i].replaced = true;
+        return 0;
+}
+
+/* Seat i's membership ended: a new page and counters, registered under its part indices, so that
+ * the broker may hand the seat out again. */
+static int seat_renew(gpuipc_ring_t *r, uint32_t i)
+{
+        uint32_t page = 1 + r->n_slots + i;
+        int e = seat_replace(r, i);
+
+        if (e == 0 && !r->page_buf[i]->registered)
+                e = register_part(r, page, r->page_buf[i], true, false);
+        if (e == 0 && r->mode == RING_STREAM && !r->counter_buf[i]->registered)
+                e = register_part(r, page + r->n_members, r->counter_buf[i], true, false);
+        if (e == 0)
+                r->seat[i].renew = r->seat[i].replaced = false;
+        return e;
+}
+
+/* Renews the seats whose memberships ended. Called where requests may be made (never from event
+ * dispatch, nor from within itself); a failure is retried a little later, and leaves the caller's
+ * error message as it was. */
+static void ring_renew_seats(gpuipc_ring_t *r)
+{
+        gpuipc_t *c = r->conn;
+        char saved[sizeof(c->errmsg)];
+
+        if (!r->producer || !r->renew_pending || r->renewing || client_now_ms() < r->renew_retry_ms)
+                return;
+        memcpy(saved, c->errmsg, sizeof(saved));
+        r->renewing = true;
+        r->renew_pending = false;
+        for (uint32_t i = 0; i < r->n_members; i++)
+                if (r->seat[i].renew && seat_renew(r, i) < 0) {
+                        r->renew_pending = true;
+                        r->renew_retry_ms = client_now_ms() + RING_RENEW_RETRY_MS;
+                }
+        r->renewing = false;
+        memcpy(c->errmsg, saved, sizeof(saved));
+}
+
+void ring_after_events(gpuipc_t *c)
+{
+        list_for_each(pos, &c->rings)
+                ring_renew_seats(list_entry(pos, gpuipc_ring_t, link));
 }
 
 /* Both sides read the socket now and then in their ring calls, never more than once a millisecond
@@ -142,10 +217,11 @@ void ring_maybe_pump(gpuipc_ring_t *r, bool now)
 {
         uint64_t t = client_now_ms();
 
-        if (!now && t - r->last_pump_ms < RING_PUMP_MS)
-                return;
-        r->last_pump_ms = t;
-        (void)client_pump(r->conn, 0);
+        if (now || t - r->last_pump_ms >= RING_PUMP_MS) {
+                r->last_pump_ms = t;
+                (void)client_pump(r->conn, 0);
+        }
+        ring_renew_seats(r);
 }
 
 /* ---- producer ---- */
@@ -154,6 +230,7 @@ static void ring_free(gpuipc_ring_t *r)
 {
         gpuipc_t *c = r->conn;
 
+        ring_stream_reap(r, true);
         ring_stream_close(r);
         for (uint32_t i = 0; i < r->n_members; i++)
                 if (r->counter_buf[i])
@@ -197,7 +274,7 @@ static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, b
         req.writable = writable;
         req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_KIND) |
                   PROTO_BIT(PF_SIZE) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_WRITABLE);
-        if (restore) {
+        if (restore && b->generation) { /* a part renewed but never registered is new to any broker */
                 req.restored = true;
                 req.generation = b->generation;
                 req.has |= PROTO_BIT(PF_RESTORED) | PROTO_BIT(PF_GENERATION);
@@ -1111,9 +1188,17 @@ int ring_after_reconnect(gpuipc_t *c)
                 int e;
 
                 if (r->producer) {
-                        e = ring_declare(r, true);
+                        /* Seats to renew get their new parts now: the old ones must not come back. */
+                        e = 0;
+                        for (uint32_t i = 0; e == 0 && i < r->n_members; i++)
+                                if (r->seat[i].renew)
+                                        e = seat_replace(r, i);
+                        if (e == 0)
+                                e = ring_declare(r, true);
                         if (e == 0)
                                 e = register_parts(r, true);
+                        for (uint32_t i = 0; e == 0 && i < r->n_members; i++)
+                                r->seat[i].renew = r->seat[i].replaced = false;
                 } else {
                         e = ring_restore_member(r);
                 }

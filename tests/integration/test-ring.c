@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "ring.h"
 
 #define SLOT_BYTES (16u << 10)
 
@@ -455,6 +456,138 @@ static void test_ring_parts_are_private(void)
         h_case_end(&k);
 }
 
+typedef struct ForgeArg {
+        const HBroker *broker;
+        const char *ring;
+} ForgeArg;
+
+/* The id of a member page of the ring the broker lists, other than `except` (0: none). */
+static uint64_t member_page_id(gpuipc_t *c, const char *ring, uint64_t except)
+{
+        char names[8][PROTO_MAX_NAME + 1];
+        uint64_t ids[8];
+        unsigned n = h_list_ids(c, ring, ids, names, 8);
+
+        for (unsigned i = 0; i < n && i < 8; i++)
+                if (strstr(names[i], "@member.") && ids[i] != except)
+                        return ids[i];
+        return 0;
+}
+
+/* A member that leaves the ring but keeps its page mapped, then writes on it as if whoever sits in
+ * its seat next had released every frame. */
+static int forger(HChan *ch, void *arg)
+{
+        const ForgeArg *a = arg;
+        gpuipc_t *c = h_connect(a->broker, "forger");
+        gpuipc_buffer_t *page = NULL;
+        volatile RingMember *m;
+        gpuipc_ring_t *r;
+        uint64_t t0;
+
+        CHECK_OK(c, gpuipc_ring_join(c, a->ring, H_SOON_MS, &r));
+        CHECK_OK(c, gpuipc_attach_id(c, member_page_id(c, a->ring, 0), &page));
+        h_report(ch, 'j', "%" PRIu64, gpuipc_buffer_id(page));
+        gpuipc_ring_close(r); /* the seat is free for the next member; the mapping stays ours */
+        h_report(ch, 'l', "left");
+        h_await(ch, 'f', H_SOON_MS);
+        m = gpuipc_buffer_ptr(page);
+        for (t0 = h_now_ms(); h_now_ms() - t0 < 1000;) {
+                m->held = 0;
+                __atomic_store_n(&m->released, UINT64_MAX >> 2, __ATOMIC_RELEASE);
+                __atomic_fetch_add(&m->wake, 1, __ATOMIC_RELEASE);
+                usleep(100);
+        }
+        h_report(ch, 's', "forged");
+        gpuipc_release(c, page);
+        gpuipc_close(c);
+        return 0;
+}
+
+/* A member that takes one frame and holds it until told, then checks it and releases it. */
+static int holder(HChan *ch, void *arg)
+{
+        const MemberArg *a = arg;
+        gpuipc_t *c = h_connect(a->broker, "holder");
+        gpuipc_buffer_t *slot;
+        gpuipc_ring_t *r;
+        uint64_t frame;
+        bool intact;
+        int e;
+
+        CHECK_OK(c, gpuipc_ring_join(c, a->ring, H_SOON_MS, &r));
+        h_report(ch, 'j', "joined");
+        CHECK_OK(c, gpuipc_ring_take(r, H_SOON_MS, &slot, &frame));
+        h_report(ch, 't', "%" PRIu64, frame);
+        h_await(ch, 'x', H_SOON_MS * 2);
+        intact = frame_is(slot, frame);
+        e = gpuipc_ring_release(r);
+        h_report(ch, 'r', "%d %d", e, intact);
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        return 0;
+}
+
+/* A member page is never handed to the seat's next member: one that left (or was evicted, or whose
+ * membership the broker ended) may still have the old page mapped, and could otherwise speak for
+ * the next member (here: "everything released" while it holds frame 1). The broker lets go of the
+ * page when the membership ends and hands the seat out again only once the producer has registered
+ * a new one; the producer keeps waiting for the real holder. */
+static void test_ring_seat_page_renewed(void)
+{
+        MemberArg ha;
+        ForgeArg fa;
+        HChild *bad, *kid;
+        gpuipc_buffer_t *slot;
+        gpuipc_ring_t *r;
+        gpuipc_t *c;
+        char text[64];
+        uint64_t old_page, t0, page = 0;
+        int e, intact;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        c = h_connect(k.broker, "ring-producer");
+        r = make_ring(c, "rings/forged", 2, 1, GPUIPC_RING_BACKPRESSURE, 60000);
+        fa = (ForgeArg){ k.broker, "rings/forged" };
+        bad = h_spawn("forger", forger, &fa);
+        h_child_expect(bad, 'j', H_SOON_MS, text, sizeof(text));
+        old_page = strtoull(text, NULL, 10);
+        CHECK_OK(c, gpuipc_process(c));
+        h_child_expect(bad, 'l', H_SOON_MS, NULL, 0);
+        /* The producer hears that the member left and renews the seat in its next call. */
+        for (t0 = h_now_ms(); h_now_ms() - t0 < 2000; h_sleep_ms(2)) {
+                CHECK((e = gpuipc_process(c)) >= 0);
+                page = member_page_id(c, "rings/forged@member.", old_page);
+                if (page)
+                        break;
+        }
+        h_log("the seat's page was %" PRIu64 ", is %" PRIu64 " after %" PRIu64 " ms", old_page, page,
+              h_now_ms() - t0);
+        ha = (MemberArg){ k.broker, "rings/forged", 1, 0, false, false, 0 };
+        kid = h_spawn("holder", holder, &ha);
+        await_join(c, kid);
+        produce(c, r, 1, 2);
+        h_child_expect(kid, 't', H_SOON_MS, NULL, 0); /* it holds frame 1: frame 3 needs its slot */
+        h_child_tell(bad, 'f');
+        h_sleep_ms(50);
+        CHECK_ERR(c, gpuipc_ring_acquire(r, 500, &slot), GPUIPC_E_TIMEOUT);
+        h_child_expect(bad, 's', H_SOON_MS, NULL, 0);
+        h_child_tell(kid, 'x');
+        h_child_expect(kid, 'r', H_SOON_MS, text, sizeof(text));
+        CHECKF(sscanf(text, "%d %d", &e, &intact) == 2 && e == 0 && intact, "the holder's release: %s", text);
+        CHECK_OK(c, gpuipc_ring_acquire(r, H_SOON_MS, &slot));
+        frame_fill(slot, 3);
+        CHECK_OK(c, gpuipc_ring_publish(r, NULL));
+        h_child_wait_ok(bad, H_SOON_MS);
+        h_child_wait_ok(kid, H_SOON_MS);
+        h_child_free(bad);
+        h_child_free(kid);
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
 /* A member driven by an event loop: poll on gpuipc_ring_fd(), take with timeout 0. */
 static void test_ring_fd(void)
 {
@@ -768,6 +901,7 @@ int main(int argc, char **argv)
                 H_TEST(test_ring_lease_evicts),
                 H_TEST(test_ring_producer_killed),
                 H_TEST(test_ring_parts_are_private),
+                H_TEST(test_ring_seat_page_renewed),
                 H_TEST(test_ring_fd),
                 H_TEST(test_ring_broker_restart),
                 H_TEST(test_ring_scribbler_backpressure),
