@@ -21,10 +21,12 @@ typedef struct Seat {
         bool replaced; /* renew: the new ones are made, not yet all registered */
 } Seat;
 
-/* Counters of a seat that was renewed, kept until no wait or write queued on them can be left. */
+/* Counters of a seat that was renewed, kept until no wait or write queued on them can be left:
+ * an event recorded by the next publish, behind everything queued before it. */
 typedef struct RetiredCounter {
         gpuipc_buffer_t *buf;
-        uint64_t frame; /* the producer's next frame when they were retired */
+        GcuEvent past;
+        bool recorded;
 } RetiredCounter;
 
 struct gpuipc_ring {
@@ -115,7 +117,8 @@ int ring_stream_join(gpuipc_ring_t *r);
 int ring_stream_seat_reset(gpuipc_ring_t *r, uint32_t i, uint64_t start);
 /* Seat i gets new counters; the old ones are freed once the producer's stream is past them. */
 int ring_stream_seat_renew(gpuipc_ring_t *r, uint32_t i);
-/* Frees the retired counters the producer's stream is past (all: every one, at close). */
+/* Frees the retired counters the producer's stream is past (all: every one, at close or when
+ * the stream was waited for). */
 void ring_stream_reap(gpuipc_ring_t *r, bool all);
 void ring_stream_seat_unblock(gpuipc_ring_t *r, uint32_t i);
 void ring_stream_close(gpuipc_ring_t *r);

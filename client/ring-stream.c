@@ -136,63 +136,90 @@ static int ctx_drain(gpuipc_ring_t *r)
         return cr == GCU_SUCCESS ? 0 : cuda_error(r->conn, "cuCtxSynchronize", cr);
 }
 
+static void reap_in_ctx(gpuipc_ring_t *r, bool all);
+
 /* The member that left keeps its mapping of the old counters and could move them for the next
  * member; so the seat gets new ones. Waits and writes the producer's stream queued on the old
- * ones may still be pending: they stay allocated until ring_stream_reap finds the stream past
- * them. */
-int ring_stream_seat_renew(gpuipc_ring_t *r, uint32_t i)
+ * ones may still be pending: they stay allocated until the event the next publish records behind
+ * them has completed (ring_stream_reap). */
+static int seat_renew_in_ctx(gpuipc_ring_t *r, uint32_t i)
 {
+        RetiredCounter *old = &r->retired[r->n_retired];
         gpuipc_buffer_t *fresh = NULL;
+        GcuResult cr;
         int e = 0;
 
         if (r->n_retired == RING_MAX_MEMBERS) {
-                e = IN_CTX(r, ctx_drain(r));
-                if (e == 0)
-                        ring_stream_reap(r, true);
+                e = ctx_drain(r);
+                if (e < 0)
+                        return e;
+                reap_in_ctx(r, true);
+                old = &r->retired[0];
         }
+        cr = CU(cuEventCreate, &old->past, GCU_EVENT_DISABLE_TIMING);
+        if (cr != GCU_SUCCESS)
+                return cuda_error(r->conn, "cuEventCreate", cr);
+        e = gpuipc_buffer_alloc(r->conn, GPUIPC_KIND_CUDA_VMM, RING_COUNTER_BYTES, r->ordinal, &fresh);
         if (e == 0)
-                e = gpuipc_buffer_alloc(r->conn, GPUIPC_KIND_CUDA_VMM, RING_COUNTER_BYTES, r->ordinal, &fresh);
-        if (e == 0)
-                e = IN_CTX(r, counters_zero(r, fresh));
+                e = counters_zero(r, fresh);
         if (e < 0) {
+                (void)CU(cuEventDestroy, old->past);
                 if (fresh)
                         (void)gpuipc_buffer_free(r->conn, fresh);
                 return e;
         }
-        r->retired[r->n_retired++] = (RetiredCounter){ .buf = r->counter_buf[i], .frame = r->next };
+        old->buf = r->counter_buf[i];
+        old->recorded = false;
+        r->n_retired++;
         r->counter_buf[i] = fresh;
         return 0;
 }
 
-/* Whether the producer's stream is past everything queued before frame `frame`: K frames have
- * been published since (each slot's event recorded anew), and every slot's event has completed. */
-static bool stream_past(gpuipc_ring_t *r, uint64_t frame)
+int ring_stream_seat_renew(gpuipc_ring_t *r, uint32_t i)
 {
-        if (r->next < frame + r->n_slots)
-                return false;
-        for (uint32_t k = 0; k < r->n_slots; k++)
-                if (r->done_used[k] && CU(cuEventQuery, r->done[k]) != GCU_SUCCESS)
-                        return false;
-        return true;
+        return IN_CTX(r, seat_renew_in_ctx(r, i));
+}
+
+/* Publish: the retired counters' events go behind this frame's work (and so behind every wait and
+ * write queued on them before). */
+static int retired_record(gpuipc_ring_t *r, GcuStream st)
+{
+        for (uint32_t j = 0; j < r->n_retired; j++) {
+                GcuResult cr;
+
+                if (r->retired[j].recorded)
+                        continue;
+                cr = CU(cuEventRecord, r->retired[j].past, st);
+                if (cr != GCU_SUCCESS)
+                        return cuda_error(r->conn, "cuEventRecord", cr);
+                r->retired[j].recorded = true;
+        }
+        return 0;
+}
+
+static void reap_in_ctx(gpuipc_ring_t *r, bool all)
+{
+        uint32_t kept = 0;
+
+        for (uint32_t j = 0; j < r->n_retired; j++) {
+                RetiredCounter *old = &r->retired[j];
+
+                if (all || (old->recorded && CU(cuEventQuery, old->past) == GCU_SUCCESS)) {
+                        (void)CU(cuEventDestroy, old->past);
+                        (void)gpuipc_buffer_free(r->conn, old->buf);
+                } else {
+                        r->retired[kept++] = *old;
+                }
+        }
+        r->n_retired = kept;
 }
 
 void ring_stream_reap(gpuipc_ring_t *r, bool all)
 {
-        uint32_t kept = 0;
-
-        if (!r->n_retired)
-                return;
-        if (!all && cuda_ctx_push(r->conn, r->ordinal) < 0)
-                return;
-        for (uint32_t j = 0; j < r->n_retired; j++) {
-                if (all || stream_past(r, r->retired[j].frame))
-                        (void)gpuipc_buffer_free(r->conn, r->retired[j].buf);
-                else
-                        r->retired[kept++] = r->retired[j];
-        }
-        if (!all)
+        if (r->n_retired && cuda_ctx_push(r->conn, r->ordinal) == 0) {
+                reap_in_ctx(r, all);
                 cuda_ctx_pop(r->conn, 0);
-        r->n_retired = kept;
+        }
 }
 
 void ring_stream_seat_unblock(gpuipc_ring_t *r, uint32_t i)
@@ -342,7 +369,7 @@ static int publish_in_ctx(gpuipc_ring_t *r, GcuStream st, uint32_t s, uint64_t n
         if (cr != GCU_SUCCESS)
                 return cuda_error(r->conn, "cuEventRecord", cr);
         r->done_used[s] = true;
-        return 0;
+        return retired_record(r, st);
 }
 
 _public_ int gpuipc_ring_stream_publish(gpuipc_ring_t *r, void *cu_stream, uint64_t *ret_frame)

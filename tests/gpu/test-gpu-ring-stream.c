@@ -367,7 +367,9 @@ static void test_stream_ring_evicts_a_staller(void)
 }
 
 /* A member killed while it holds a frame: its seat is let go as soon as the broker sees it die,
- * long before the (60 s) lease, and the producer's stream goes on. */
+ * long before the (60 s) lease, and the producer's stream goes on. Once the other member left too,
+ * a new member takes a seat again: with new counters (the old ones may still be mapped by whoever
+ * had them), while the producer's stream may still have waits queued on the old ones. */
 static void test_stream_ring_member_death(void)
 {
         HBroker *br = begin();
@@ -391,10 +393,16 @@ static void test_stream_ring_member_death(void)
         CHECK(sscanf(text, "%" SCNu64 " %" SCNu64, &first, &n) == 2);
         CHECK_EQ(n, ma.takes);
         CHECKF(h_now_ms() - t0 < 30000, "the producer waited for the dead member's lease");
-        finish(good);
-        finish(p);
         printf("# a member killed holding a frame: the other took %" PRIu64 " more frames within %" PRIu64
                " ms (lease 60 s)\n", n, h_now_ms() - t0);
+        finish(good);
+        good = spawn_member("successor", &ma, false);
+        h_child_expect(good, 'd', 50000, text, sizeof(text));
+        CHECK(sscanf(text, "%" SCNu64 " %" SCNu64, &first, &n) == 2);
+        CHECK_EQ(n, ma.takes);
+        printf("# then a member in a renewed seat took %" PRIu64 " frames from frame %" PRIu64 "\n", n, first);
+        finish(good);
+        finish(p);
         h_broker_settle(br);
         h_broker_stop(br);
 }
