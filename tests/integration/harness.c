@@ -888,6 +888,20 @@ unsigned h_list_ids(gpuipc_t *c, const char *prefix, uint64_t *ids, char (*names
         return n;
 }
 
+gpuipc_buffer_t *h_ring_own_page(gpuipc_t *c, const char *ring)
+{
+        char names[16][PROTO_MAX_NAME + 1];
+        gpuipc_buffer_t *page = NULL;
+        uint64_t ids[16];
+        unsigned n = h_list_ids(c, ring, ids, names, 16);
+
+        for (unsigned i = 0; i < n && i < 16 && !page; i++)
+                if (strstr(names[i], "@member.") && gpuipc_attach_id(c, ids[i], &page) < 0)
+                        page = NULL;
+        CHECKF(page, "no member page of ours among the %u parts of ring '%s'", n, ring);
+        return page;
+}
+
 /* ---- child processes ---- */
 
 /* Messages: a tag byte, a length byte, then that many bytes of text (one atomic pipe write). */

@@ -213,6 +213,9 @@ unsigned h_list_count(gpuipc_t *c, const char *prefix);
 /* The ids and names of (at most max) buffers listed under prefix, in listing order; their number. */
 unsigned h_list_ids(gpuipc_t *c, const char *prefix, uint64_t *ids, char (*names)[PROTO_MAX_NAME + 1],
                     unsigned max);
+/* A member of ring `ring`: attaches its own member page (the one of the ring's listed member pages
+ * it may attach), as a member that means to scribble on it would; fails the test if there is none. */
+gpuipc_buffer_t *h_ring_own_page(gpuipc_t *c, const char *ring);
 
 /* ---- child processes ---- */
 

@@ -486,7 +486,7 @@ static int forger(HChan *ch, void *arg)
         uint64_t t0;
 
         CHECK_OK(c, gpuipc_ring_join(c, a->ring, H_SOON_MS, &r));
-        CHECK_OK(c, gpuipc_attach_id(c, member_page_id(c, a->ring, 0), &page));
+        page = h_ring_own_page(c, a->ring);
         h_report(ch, 'j', "%" PRIu64, gpuipc_buffer_id(page));
         gpuipc_ring_close(r); /* the seat is free for the next member; the mapping stays ours */
         h_report(ch, 'l', "left");
@@ -629,19 +629,15 @@ static int scribbler(HChan *ch, void *arg)
 {
         const ScribbleArg *a = arg;
         gpuipc_t *c = h_connect(a->broker, "scribbler");
-        char names[8][PROTO_MAX_NAME + 1], text[256];
-        uint64_t ids[8], t0, *words = NULL;
+        uint64_t t0, *words = NULL;
         gpuipc_buffer_t *page = NULL;
         gpuipc_ring_t *r;
-        unsigned seed = (unsigned)getpid(), n;
+        unsigned seed = (unsigned)getpid();
+        char text[256];
 
         CHECK_OK(c, gpuipc_ring_join(c, a->ring, H_SOON_MS, &r));
         /* Our own page is the one member page we may attach (writable, as every member's is). */
-        n = h_list_ids(c, a->ring, ids, names, 8);
-        for (unsigned i = 0; i < n && !page; i++)
-                if (strstr(names[i], "@member.") && gpuipc_attach_id(c, ids[i], &page) < 0)
-                        page = NULL;
-        CHECKF(page, "no member page of ours among %u parts", n);
+        page = h_ring_own_page(c, a->ring);
         words = gpuipc_buffer_ptr(page);
         h_report(ch, 'j', "joined");
         t0 = h_now_ms();

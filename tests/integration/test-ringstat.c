@@ -682,18 +682,13 @@ static int scribbler(HChan *ch, void *arg)
 {
         const ScribbleArg *a = arg;
         gpuipc_t *c = h_connect(a->broker, "scribbler");
-        char names[8][PROTO_MAX_NAME + 1];
-        uint64_t ids[8], t0, *words = NULL;
+        uint64_t t0, *words = NULL;
         gpuipc_buffer_t *page = NULL;
-        unsigned seed = (unsigned)getpid(), n;
+        unsigned seed = (unsigned)getpid();
         gpuipc_ring_t *r;
 
         CHECK_OK(c, gpuipc_ring_join(c, a->ring, H_SOON_MS, &r));
-        n = h_list_ids(c, a->ring, ids, names, 8);
-        for (unsigned i = 0; i < n && !page; i++)
-                if (strstr(names[i], "@member.") && gpuipc_attach_id(c, ids[i], &page) < 0)
-                        page = NULL;
-        CHECKF(page, "no member page of ours among %u parts", n);
+        page = h_ring_own_page(c, a->ring);
         words = gpuipc_buffer_ptr(page);
         h_report(ch, 'j', "joined");
         for (t0 = h_now_ms(); h_now_ms() - t0 < a->ms;) {
