@@ -335,8 +335,9 @@ int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t **ret_slo
 int gpuipc_ring_release(gpuipc_ring_t *r);
 
 /* Member: an fd for event loops, readable when a frame may be ready (take with timeout 0 until it
- * says GPUIPC_E_TIMEOUT; that also resets the fd). A helper thread of the library sleeps on the
- * ring's doorbell for it. */
+ * says GPUIPC_E_TIMEOUT; that also resets the fd), and within about 200 ms of news from the broker
+ * (the producer died, the member was evicted: take then says GPUIPC_E_REVOKED). A helper thread of
+ * the library sleeps on the ring's doorbell for it. */
 int gpuipc_ring_fd(gpuipc_ring_t *r);
 
 /* Before sleeping, busy-wait up to spin_us: a member for a frame, a producer for a free slot (lower

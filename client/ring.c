@@ -17,6 +17,7 @@
  *     doorbell value it read before; the producer moves head and the doorbell, fences, then wakes
  *     whoever said it sleeps. Nobody sleeps through a publish. */
 #include <errno.h>
+#include <poll.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -34,6 +35,7 @@
 
 #define RING_PUMP_MS 1           /* a ring call reads the socket at most this often */
 #define RING_RENEW_RETRY_MS 50    /* a seat renewal that failed is tried again after this */
+#define NOTIFIER_LOOK_MS 200      /* a ring fd's helper thread looks at the socket at least this often */
 #define RING_SLEEP_SLICE_MS 10   /* ... and never sleeps longer than this without looking */
 #define RING_JOIN_RETRY_MS 20    /* a joiner asks again this often while the ring does not exist */
 #define RING_DEFAULT_SLOTS 4
@@ -1069,8 +1071,19 @@ _public_ void gpuipc_ring_set_spin(gpuipc_ring_t *r, unsigned spin_us)
                 r->spin_us = spin_us;
 }
 
+/* Whether the broker sent something this member has not read yet: its producer's death, an
+ * eviction, a restart come that way, not through shared memory. Polling reads nothing; the fd is
+ * the calling thread's (a reconnect may replace it: at worst one wake-up for nothing). */
+static bool broker_has_news(const gpuipc_ring_t *r)
+{
+        struct pollfd p = { .fd = __atomic_load_n(&r->conn->fd, __ATOMIC_RELAXED), .events = POLLIN };
+
+        return p.fd >= 0 && poll(&p, 1, 0) == 1;
+}
+
 /* The helper thread behind gpuipc_ring_fd: sleeps on the doorbell like a member, and makes the fd
- * readable whenever head moves (or the ring ends). It only reads shared memory and writes the fd. */
+ * readable whenever head moves, the ring ends, or the broker has news (looked at whenever it wakes,
+ * at least every NOTIFIER_LOOK_MS). It reads shared memory, polls the socket and writes the fd. */
 static void *notifier_main(void *arg)
 {
         gpuipc_ring_t *r = arg;
@@ -1080,7 +1093,8 @@ static void *notifier_main(void *arg)
                 uint32_t seen = __atomic_load_n(&r->ctl->doorbell, __ATOMIC_ACQUIRE);
                 uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE);
 
-                if (head != seen_head || __atomic_load_n(&r->ctl->closed, __ATOMIC_ACQUIRE)) {
+                if (head != seen_head || __atomic_load_n(&r->ctl->closed, __ATOMIC_ACQUIRE) ||
+                    broker_has_news(r)) {
                         seen_head = head;
                         (void)!write(r->efd, &one, sizeof(one));
                 }
@@ -1090,7 +1104,7 @@ static void *notifier_main(void *arg)
                 __atomic_thread_fence(__ATOMIC_SEQ_CST);
                 if (__atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE) == seen_head && !r->stop)
                         (void)futex_wait(&r->ctl->doorbell, seen,
-                                         __atomic_load_n(&r->seated, __ATOMIC_ACQUIRE) ? 200 : 1);
+                                         __atomic_load_n(&r->seated, __ATOMIC_ACQUIRE) ? NOTIFIER_LOOK_MS : 1);
                 __atomic_fetch_sub(&r->page->sleeping, 1, __ATOMIC_RELEASE);
         }
         return NULL;

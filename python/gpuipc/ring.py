@@ -406,8 +406,9 @@ class Ring:
 
     def fileno(self) -> int:
         """Member: an fd that is readable when a frame may be ready, for event loops (take with
-        timeout_ms=0 until it raises Timeout: that resets it). A helper thread of libgpuipc sleeps on
-        the ring's doorbell for it, from the first call on."""
+        timeout_ms=0 until it raises Timeout: that resets it), and within about 200 ms of news from
+        the broker (the producer died, this member was evicted: take then raises). A helper thread
+        of libgpuipc sleeps on the ring's doorbell for it, from the first call on."""
         self._need(False, 'fileno()')
         if self._fd is None:
             self._fd = self._call('fd', lambda r: self._client._lib.gpuipc_ring_fd(r))
