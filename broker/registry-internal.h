@@ -348,5 +348,8 @@ void reg_rings_drop_peer(Registry *r, RegPeer *p, Outbox *o);
  * back are told. */
 void reg_rings_grace_end(Registry *r, Outbox *o);
 void reg_ring_part_gone(RegBuffer *b);
+/* Whether g is set up: every part was registered once and its control page and slots still are
+ * (seats whose parts were let go of wait for new ones on their own). */
+bool reg_ring_set_up(const RegRing *g);
 /* Takes b off the restored list (it leaves the registry, or the grace ended). */
 void reg_restored_forget(Registry *r, RegBuffer *b);

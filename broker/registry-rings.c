@@ -350,10 +350,11 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         reg_claims_adopt(r, b, out);
 }
 
-/* The control page and the slots: what every member attaches. */
-static bool ring_shared_parts_registered(const RegRing *g)
+bool reg_ring_set_up(const RegRing *g)
 {
-        for (uint32_t i = 0; i <= g->n_slots; i++)
+        if (!g->set_up)
+                return false;
+        for (uint32_t i = 0; i <= g->n_slots; i++) /* the control page and the slots: every member's */
                 if (!g->parts[i])
                         return false;
         return true;
@@ -387,7 +388,7 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         bool renewing = false;
         ProtoMsg m;
 
-        if (!g || !g->set_up || !ring_shared_parts_registered(g)) {
+        if (!g || !reg_ring_set_up(g)) {
                 reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, g ? "ring '%s' is still being set up (%u of %u "
                               "parts registered)" : "no ring '%s'", ring, g ? g->n_registered : 0,
                               g ? ring_n_parts(g) : 0);

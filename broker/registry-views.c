@@ -141,7 +141,7 @@ void registry_ring_view(const RegRing *g, RegRingView *ret)
         ret->lease_ms = g->lease_ms;
         ret->device = g->device;
         ret->owner = g->owner;
-        ret->complete = g->n_registered == ring_n_parts(g);
+        ret->complete = reg_ring_set_up(g);
         ret->ctl_fd = part_fd(g, 0);
         for (uint32_t i = 0; i < g->n_members && i < RING_MAX_MEMBERS; i++) {
                 const RingSeat *s = &g->seats[i];

@@ -235,7 +235,7 @@ typedef struct RegRingView {
         uint32_t lease_ms;
         const char *device;    /* NULL for memfd slots */
         const RegPeer *owner;  /* its producer (a ring dies with it) */
-        bool complete;         /* every part is registered: the ring is joinable */
+        bool complete;         /* set up (reg_ring_set_up): joinable, its seats with parts at least */
         uint32_t taken;        /* seats with a member, or waiting for one */
         int ctl_fd;            /* the control page's memfd, the registry's (-1: not registered yet) */
         RegRingSeatView seats[RING_MAX_MEMBERS];
