@@ -374,6 +374,34 @@ def case_bad_values(tmp):
     b.stop()
 
 
+def case_connect_values(tmp):
+    """Where and how the library connects is never guessed: a socket path over 107 bytes, an empty
+    GPUIPC_SOCKET and a GPUIPC_CACHE_MAX that is no number are refused before anything is tried,
+    naming the value; good values work."""
+    b = Broker(tmp)
+    long_path = os.path.join(tmp, "s" * 120 + ".sock")
+    r = ctl(long_path, "ping", timeout=10)
+    check(r.rc == 1 and "is %d bytes long; a Unix socket path has at most 107" % len(long_path) in r.err,
+          "a %d-byte socket path: %s" % (len(long_path), r))
+    check(r.seconds < 5, "refusing a long socket path took %.1f s (was a truncated one tried?)" % r.seconds)
+    env = dict(os.environ, GPUIPC_SOCKET="")
+    p = subprocess.run([CTL, "ping"], capture_output=True, text=True, timeout=10, env=env)
+    check(p.returncode == 1 and "GPUIPC_SOCKET is set but empty" in p.stderr, "GPUIPC_SOCKET='': %s" % p)
+    env = dict(os.environ, GPUIPC_SOCKET=b.sock)
+    p = subprocess.run([CTL, "ping"], capture_output=True, text=True, timeout=10, env=env)
+    check(p.returncode == 0, "GPUIPC_SOCKET names the broker: %s" % p)
+    for bad in ("garbage", "-1", "", "1000001", "12abc"):
+        env = dict(os.environ, GPUIPC_CACHE_MAX=bad)
+        p = subprocess.run([CTL, "--socket", b.sock, "ping"], capture_output=True, text=True, timeout=10, env=env)
+        check(p.returncode == 1 and ("GPUIPC_CACHE_MAX='%s' is not a number of mappings" % bad) in p.stderr,
+              "GPUIPC_CACHE_MAX=%r: %s" % (bad, p))
+    for good in ("0", "64"):
+        env = dict(os.environ, GPUIPC_CACHE_MAX=good)
+        p = subprocess.run([CTL, "--socket", b.sock, "ping"], capture_output=True, text=True, timeout=10, env=env)
+        check(p.returncode == 0, "GPUIPC_CACHE_MAX=%s: %s" % (good, p))
+    b.stop()
+
+
 def mem_available():
     with open("/proc/meminfo") as f:
         for line in f:
