@@ -96,5 +96,17 @@ expect "... saying why" grep -q "not a regular file" "$dir/serve.log"
 expect "... and the broker still answers" "$ctl" --socket "$dir/f.sock" --timeout 1000 ping
 stop_last
 
+# ---- the fd limit: the soft one is raised to the hard one at start ----
+if command -v prlimit >/dev/null; then
+        serves "a broker started with a soft fd limit of 256 (hard 4096) serves" "$dir/l.sock" \
+                prlimit --nofile=256:4096 "$broker" --socket "$dir/l.sock" --seccomp enforce
+        lpid=${pids[-1]}
+        expect "... with its soft fd limit raised to the hard one" \
+                grep -Eq '^Max open files +4096 +4096' "/proc/$lpid/limits"
+        stop_last
+else
+        echo "skip the fd limit checks: no prlimit"
+fi
+
 [[ $failures == 0 ]] && echo "all checks passed" || echo "$failures checks failed"
 [[ $failures == 0 ]]
