@@ -16,7 +16,7 @@ latest mode (every frame checked through NumPy when taken and again before relea
 killed while it holds a frame, one evicted (its release raises Overwritten), iteration, asyncio
 through fileno(), and the ring's errors. Peers are separate processes (`suite.py role NAME ...`),
 talking over pipes. $GPUIPC_TEST_FAKECUDA names the stand-in libcuda (tests/bench/fakecuda.c) for
-the CUDA cases; $GPUIPC_CTL the gpuipcctl to compare listings with.
+the CUDA cases (fences among them); $GPUIPC_CTL the gpuipcctl to compare listings with. Also attach by id.
 """
 import asyncio
 import ctypes
@@ -328,6 +328,28 @@ def role_fake_cuda_consumer(name, expect):
         a.release()
 
 
+def role_fence_peer(name, creator):
+    """Creates (or opens) a fence on the stand-in GPU and signals and reads it as told over stdin:
+    `signal N` (then says `signalled N`), `read` (says `value N`), `close`, `exit`."""
+    with client('py-fence-' + ('creator' if creator == '1' else 'opener')) as c:
+        f = c.create_fence(name) if creator == '1' else c.open_fence(name, 5000)
+        say('ready')
+        for line in sys.stdin:
+            word, *arg = line.split()
+            if word == 'signal':
+                say(f'signalled {f.signal(int(arg[0]))}')
+            elif word == 'read':
+                say(f'value {f.value}')
+            elif word == 'close':
+                f.close()
+                try:
+                    f.signal(1)
+                except gpuipc.StateError as e:
+                    say(f'closed {e}')
+            elif word == 'exit':
+                return
+
+
 def ring_frame(n):
     return RING_BASE + np.uint32(n)
 
@@ -569,7 +591,7 @@ ROLES = {
     'arrays-producer': role_arrays_producer, 'c-meta-producer': role_c_meta_producer,
     'sd-producer': role_state_dict_producer, 'holder': role_holder, 'revoked-producer': role_revoked_producer,
     'name-holder': role_name_holder, 'no-cuda': role_no_cuda, 'fake-cuda-producer': role_fake_cuda_producer,
-    'fake-cuda-consumer': role_fake_cuda_consumer,
+    'fake-cuda-consumer': role_fake_cuda_consumer, 'fence-peer': role_fence_peer,
 }
 
 
@@ -931,6 +953,68 @@ def fake_cuda_exceptions(skipped):
     finally:
         producer.kill()
     return done
+
+
+def case_attach_id():
+    """A buffer attached by the id its producer passed along (as pipelines do), the same memory as
+    by name; an id nobody registered is NotFound, and a released handle is closed."""
+    data = np.arange(4096, dtype=np.uint8)
+    with client('py-by-id-producer') as p, client('py-by-id-consumer') as c:
+        b = p.empty((4096,), 'uint8', kind='memfd', framework=None)
+        b.write(data)
+        p.publish(b, f'py/{RUN}/by-id')
+        a = c.attach_id(b.id)
+        assert a.id == b.id and a.name == f'py/{RUN}/by-id', (a.id, b.id, a.name)
+        assert (a.numpy() == data).all(), 'attach_id mapped other bytes'
+        by_name = c.attach(f'py/{RUN}/by-id', 5000)
+        assert by_name.id == a.id
+        by_name.release()
+        a.release()
+        expect_raise(gpuipc.NotFound, lambda: c.attach_id(b.id + 1000003), 'an id nobody registered')
+        expect_raise(gpuipc.NotFound, lambda: c.attach_id(0), 'id 0')
+    return 'attached by id and by name alike; unknown ids are NotFound'
+
+
+def case_fences():
+    """A fence between two processes on the stand-in libcuda: the creator's signal is what the
+    opener reads, the opener's signal what the creator reads, values only grow, and a closed fence
+    refuses to be used."""
+    if not FAKECUDA:
+        return 'skipped: no stand-in libcuda'
+    env = {'GPUIPC_LIBCUDA': FAKECUDA, 'FAKECUDA_DEVICES': '1'}
+    name = f'py/{RUN}/fence'
+    creator = Peer('fence-peer', name, 1, env=env)
+    opener = None
+    try:
+        creator.expect('ready')
+        opener = Peer('fence-peer', name, 0, env=env)
+        opener.expect('ready')
+
+        def value_of(peer, want):
+            for _ in range(200):
+                peer.say('read')
+                got = int(peer.expect('value'))
+                if got == want:
+                    return got
+                time.sleep(0.01)
+            raise AssertionError(f'{peer.role}: the fence reads {got}, not {want}')
+
+        creator.say('signal 5')
+        assert creator.expect('signalled') == '5'
+        value_of(opener, 5)
+        opener.say('signal 9')
+        assert opener.expect('signalled') == '9'
+        value_of(creator, 9)
+        opener.say('close')
+        assert 'closed' in opener.expect('closed')
+        for peer in (opener, creator):
+            peer.say('exit')
+            peer.finish()
+    finally:
+        for peer in (creator, opener):
+            if peer:
+                peer.kill()
+    return 'signals read across processes both ways (5, then 9); a closed fence raises StateError'
 
 
 def ring_members_done(members):
@@ -1384,7 +1468,7 @@ def case_library_release():
 CASES = [case_numpy_dlpack, case_c_meta, case_state_dict, case_dropped_attached, case_dlpack_capsules,
          case_events_and_groups, case_exceptions, case_inspection, case_library_release, case_ring_backpressure,
          case_ring_latest, case_ring_member_killed, case_ring_evicted, case_ring_errors, case_c_ring,
-         case_ring_broker_restart, case_stream_ring]
+         case_ring_broker_restart, case_stream_ring, case_attach_id, case_fences]
 
 
 def main(argv):
