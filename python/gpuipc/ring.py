@@ -651,7 +651,11 @@ def join(client, name, timeout_ms, device):
             if r == _E_NOT_FOUND and not last:
                 continue
             if r == _E_NOT_FOUND and timeout_ms != 0:
-                raise errors.Timeout(f"join ring '{name}': no ring of that name appeared within {timeout_ms} ms "
+                # The broker's last word says whether the ring is missing or only not ready (being
+                # set up, or no seat with its new pages yet: its producer makes no ring calls).
+                said = (lib.gpuipc_errmsg(client._c) or b'').decode(errors='replace')
+                why = said if said.startswith(f"ring '{name}'") else 'no ring of that name appeared'
+                raise errors.Timeout(f"join ring '{name}': {why} within {timeout_ms} ms "
                                      f'(check the producer runs and uses the same name and socket)', _E_TIMEOUT,
                                      f"join ring '{name}'", '', '', 'timeout')
             client._check(r, f"join ring '{name}'")
