@@ -1234,6 +1234,7 @@ static bool ring_part_fits(const RingRec *R, uint32_t i, const RegPublish *a)
         return a->kind == PROTO_KIND_CUDA_VMM && a->writable && a->size >= 128 && a->size <= (64u << 20) && device_ok;
 }
 
+/* The parts registered now (the ring is set up once all of them were). */
 static uint32_t ring_registered(const RingRec *R)
 {
         uint32_t n = 0;
