@@ -28,7 +28,10 @@
  *   - every ring request gets the status the rules of docs/protocol.md 6.16 give; a join names
  *     exactly the seat's parts; member-joined and member-left events arrive exactly as the model
  *     expects (to whom, which ring, seat and epoch); an attach of a ring part succeeds only for a
- *     member of its ring, and a member page or counter only for its seat's member; the registry's
+ *     member of its ring, and a member page or counter only for its seat's member; a seat whose
+ *     membership ended lets go of its page and counters (they stay the producer's buffers,
+ *     attachable by nobody) and is not handed out until the producer registers new ones (a join
+ *     meanwhile: not-found, unless no seat is free: quota); the registry's
  *     rings, parts and seats match the model, and its own books hold (regaudit.h: parts point back
  *     at their ring, seats at live peers, per-uid accounting adds up).
  * At the end every peer leaves, which must leave no ring, seat or claim and only broker-held
@@ -128,7 +131,9 @@ typedef struct RingRec {
         uint32_t slots, members;
         const char *device;
         uint64_t next_epoch;
-        uint64_t parts[RING_PARTS_MAX]; /* buffer ids; 0: not registered */
+        bool set_up;                        /* every part was registered once */
+        uint64_t parts[RING_PARTS_MAX];     /* buffer ids; 0: not registered (or let go of) */
+        uint64_t let_go[RING_PARTS_MAX];    /* the last page or counters let go of at each index */
         SeatRec seats[RING_MEMBERS_MAX];
 } RingRec;
 
@@ -341,8 +346,27 @@ static void expect_ring_event(Model *M, RegPeer *to, ProtoEvent ev, int ring, ui
         M->expect[M->n_expect++] = (RingExpect){ to, ev, ring, seat, epoch };
 }
 
+/* A membership of seat i ended: its page (and a stream ring's counters) are the ring's no more.
+ * They stay buffers of the producer that nobody may attach; the seat waits for new ones. */
+static void seat_let_go(RingRec *R, uint32_t i)
+{
+        uint32_t idx[2] = { ring_page(R, i), ring_counter(R, i) };
+
+        for (uint32_t k = 0; k < (R->mode == PROTO_MODE_STREAM ? 2u : 1u); k++) {
+                if (R->parts[idx[k]])
+                        R->let_go[idx[k]] = R->parts[idx[k]];
+                R->parts[idx[k]] = 0;
+        }
+}
+
+/* Has seat i the parts a join hands out? */
+static bool seat_has_parts(const RingRec *R, uint32_t i)
+{
+        return R->parts[ring_page(R, i)] && (R->mode != PROTO_MODE_STREAM || R->parts[ring_counter(R, i)]);
+}
+
 /* Seat i of ring ri is emptied: the producer hears member-left, the member too when told (a
- * reserved seat has no member yet). */
+ * reserved seat has no member yet); either way its parts are let go of. */
 static void seat_vacate(Model *M, int ri, uint32_t i, bool tell_member)
 {
         RingRec *R = &M->rings[ri];
@@ -351,6 +375,7 @@ static void seat_vacate(Model *M, int ri, uint32_t i, bool tell_member)
         if (st->reserved) {
                 expect_ring_event(M, R->owner, PROTO_EV_MEMBER_LEFT, ri, i, st->epoch);
                 st->reserved = false;
+                seat_let_go(R, i);
                 return;
         }
         if (!st->peer)
@@ -359,6 +384,7 @@ static void seat_vacate(Model *M, int ri, uint32_t i, bool tell_member)
         if (tell_member)
                 expect_ring_event(M, st->peer, PROTO_EV_MEMBER_LEFT, ri, i, st->epoch);
         st->peer = NULL;
+        seat_let_go(R, i);
 }
 
 /* Ring ri is gone (closed, or its producer left): its members hear it, its producer does not. */
@@ -427,7 +453,8 @@ static void ring_event_take(Model *M, const Sent *s)
         check(!"unexpected ring event");
 }
 
-/* An attach of a ring's part succeeded: the peer must be a member, and of the part's seat. */
+/* An attach of a ring's part succeeded: the peer must be a member, and of the part's seat (a part
+ * of no ring in the model, closed or let go of, is nobody's). */
 static void check_part_attach(Model *M, RegPeer *p, uint64_t buffer)
 {
         RegBuffer *rb = registry_buffer_by_id(M->e->r, buffer);
@@ -518,7 +545,8 @@ static void absorb(Model *M)
 }
 
 /* The registry's rings against the model: shape, owner, parts (forgetting parts the registry
- * destroyed, which only a free or a drain does), seats and epochs. */
+ * destroyed, which only a free or a drain does: the model lets go of a seat's parts itself), seats
+ * and epochs. */
 static void compare_rings(Model *M)
 {
         Registry *r = M->e->r;
@@ -535,10 +563,10 @@ static void compare_rings(Model *M)
                 check_eq(g->n_slots, R->slots);
                 check_eq(g->n_members, R->members);
                 check_eq(g->next_epoch, R->next_epoch);
+                check_eq(g->set_up, R->set_up);
                 for (uint32_t i = 0; i < ring_parts_of(R); i++) {
                         if (!g->parts[i] && R->parts[i]) {
-                                RegBuffer *rb = registry_buffer_by_id(r, R->parts[i]);
-                                check(!rb || rb->ring != g);
+                                check(!registry_buffer_by_id(r, R->parts[i]));
                                 R->parts[i] = 0;
                         }
                         check_eq(g->parts[i] ? g->parts[i]->id : 0, R->parts[i]);
@@ -1206,7 +1234,18 @@ static bool ring_part_fits(const RingRec *R, uint32_t i, const RegPublish *a)
         return a->kind == PROTO_KIND_CUDA_VMM && a->writable && a->size >= 128 && a->size <= (64u << 20) && device_ok;
 }
 
-/* Registers part `index` of ring ri as a, checking the status the rules give. True if it was. */
+/* The parts registered now (the ring is set up once all of them were). */
+static uint32_t ring_registered(const RingRec *R)
+{
+        uint32_t n = 0;
+
+        for (uint32_t i = 0; i < ring_parts_of(R); i++)
+                n += R->parts[i] != 0;
+        return n;
+}
+
+/* Registers part `index` of ring ri as a, checking the status the rules give (an index whose part
+ * was let go of takes a new one). True if it was. */
 static bool ring_part_do(Model *M, RegPeer *p, int ri, uint32_t index, RegPublish *a)
 {
         RingRec *R = &M->rings[ri];
@@ -1246,6 +1285,7 @@ static bool ring_part_do(Model *M, RegPeer *p, int ri, uint32_t index, RegPublis
                         b = &M->bufs[M->n_bufs++];
                 *b = (Buf){ s->m.buffer, p, a->kind };
                 R->parts[index] = s->m.buffer;
+                R->set_up |= ring_registered(R) == ring_parts_of(R);
                 claims_meet(M, s->m.buffer); /* reclaims of a part's id are all refused */
         }
         absorb(M);
@@ -1325,7 +1365,8 @@ static void op_ring_join(Model *M, Input *in)
         uint8_t x = take(in), y = take(in);
         int ri = ring_at(x), seat;
         RingRec *R = &M->rings[ri];
-        uint32_t registered = 0, free_seat = UINT32_MAX;
+        uint32_t free_seat = UINT32_MAX;
+        bool shared = true, renewing = false;
         unsigned want;
         Pending *q;
         Sent *s;
@@ -1366,18 +1407,26 @@ static void op_ring_join(Model *M, Input *in)
                 absorb(M);
                 return;
         }
-        for (uint32_t i = 0; R->exists && i < ring_parts_of(R); i++)
-                registered += R->parts[i] != 0;
-        for (uint32_t i = 0; R->exists && i < R->members && free_seat == UINT32_MAX; i++)
-                if (!R->seats[i].peer && !R->seats[i].reserved)
+        /* Joinable once set up, while the control page and the slots are there; the first free seat
+         * that has its parts, else not-found while a free one waits for new parts (a retry), else
+         * quota. */
+        for (uint32_t i = 0; R->exists && i <= R->slots; i++)
+                shared &= R->parts[i] != 0;
+        for (uint32_t i = 0; R->exists && i < R->members && free_seat == UINT32_MAX; i++) {
+                if (R->seats[i].peer || R->seats[i].reserved)
+                        continue;
+                if (seat_has_parts(R, i))
                         free_seat = i;
+                else
+                        renewing = true;
+        }
         seat = ring_seat_of(R, p);
-        if (!R->exists || registered < ring_parts_of(R))
+        if (!R->exists || !R->set_up || !shared)
                 want = PROTO_STATUS_NOT_FOUND;
         else if (seat >= 0)
                 want = PROTO_STATUS_STATE;
         else if (free_seat == UINT32_MAX)
-                want = PROTO_STATUS_QUOTA;
+                want = renewing ? PROTO_STATUS_NOT_FOUND : PROTO_STATUS_QUOTA;
         else
                 want = PROTO_STATUS_OK;
         q = pending_add(M, p, REQ_OTHER);
@@ -1385,6 +1434,8 @@ static void op_ring_join(Model *M, Input *in)
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         check_eq(s->m.status, want);
+        if (want == PROTO_STATUS_NOT_FOUND && R->exists && R->set_up && shared)
+                check(env_msg_has(s, "no seat ready"));
         if (want == PROTO_STATUS_OK) {
                 uint32_t n = R->slots + (R->mode == PROTO_MODE_STREAM ? 3 : 2);
                 ProtoIter it;
@@ -1452,12 +1503,13 @@ static void op_ring_evict(Model *M, Input *in)
         if (want == PROTO_STATUS_OK && index < R->members && R->seats[index].epoch == epoch) {
                 RegPeer *member = R->seats[index].peer;
 
-                seat_vacate(M, ri, index, true);
-                /* The member's references on the ring's parts go, mappings included. */
+                /* The member's references on the ring's parts go, mappings included: its page and
+                 * counters too, which are still the ring's until the seat is freed. */
                 for (size_t i = 0; member && i < M->n_holds; i++)
                         for (uint32_t k = 0; k < ring_parts_of(R); k++)
                                 if (M->holds[i].peer == member && R->parts[k] && M->holds[i].buf == R->parts[k])
                                         M->holds[i].refs = 0, M->holds[i].mapped = false;
+                seat_vacate(M, ri, index, true);
         }
         q = pending_add(M, p, REQ_OTHER);
         registry_ring_evict(M->e->r, p, q->id, ring_names[ri], index, epoch, &M->e->out);
@@ -1489,8 +1541,19 @@ static void op_ring_close(Model *M, Input *in)
         absorb(M);
 }
 
-/* Attaches part x of a ring by id: granted to its members as the seat rules say, refused to
- * everyone else (absorb checks every granted attach of a part). */
+/* Is buffer a part of some ring in the model? */
+static bool model_ring_part(const Model *M, uint64_t buffer)
+{
+        for (int ri = 0; ri < N_RINGS; ri++)
+                for (uint32_t i = 0; M->rings[ri].exists && i < ring_parts_of(&M->rings[ri]); i++)
+                        if (M->rings[ri].parts[i] == buffer)
+                                return true;
+        return false;
+}
+
+/* Attaches part x of a ring by id (or, with flag 4, the page or counters last let go of at that
+ * index): granted to its members as the seat rules say, refused to everyone else, a buffer that is
+ * a ring's part no more to everyone (absorb checks every granted attach of a part). */
 static void op_ring_attach(Model *M, Input *in)
 {
         RegPeer *p = peer_at(M, take(in));
@@ -1498,7 +1561,8 @@ static void op_ring_attach(Model *M, Input *in)
         int ri = ring_at(x);
         RingRec *R = &M->rings[ri];
         uint32_t index = R->exists ? y % ring_parts_of(R) : 0;
-        uint64_t buffer = R->exists && R->parts[index] ? R->parts[index] : pick_buffer(M, y);
+        uint64_t buffer = (x & 4) && R->let_go[index] ? R->let_go[index]
+                          : R->exists && R->parts[index] ? R->parts[index] : pick_buffer(M, y);
         RegBuffer *rb = registry_buffer_by_id(M->e->r, buffer);
         bool part = R->exists && R->parts[index] == buffer, live;
         ProtoMsg d;
@@ -1519,6 +1583,11 @@ static void op_ring_attach(Model *M, Input *in)
                         check(s->m.status == PROTO_STATUS_OK || s->m.status == PROTO_STATUS_QUOTA);
                 else
                         check_eq(s->m.status, PROTO_STATUS_DENIED);
+        }
+        /* Of a closed ring, or let go of when a membership ended: nobody's. */
+        if (rb && registry_buffer_ring_part(rb) && !model_ring_part(M, buffer) && live && d.kind == PROTO_KIND_MEMFD) {
+                check_eq(s->m.status, PROTO_STATUS_DENIED);
+                check(env_msg_has(s, "closed, or to a membership that ended"));
         }
         absorb(M);
 }

@@ -443,7 +443,7 @@ static void program(const char *name, const uint8_t *ops, size_t len)
                 program(name, ops_, sizeof(ops_));               \
         } while (0)
 
-static void gen_rings(void)
+static void gen_ring_programs(void)
 {
         PROGRAM("ring-backpressure", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_ADD, 2, UID1001, OP_RING_CREATE, 0,
                 RING(0, BP), SHAPE(2, 1), 0, OP_RING_JOIN, 1, 0, 0, OP_RING_FILL, 0, OP_RING_JOIN, 1, 0, 0,
@@ -475,6 +475,20 @@ static void gen_rings(void)
         PROGRAM("ring-evict-reserved", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_RING_CREATE, 0,
                 RING(0, BP) | RESTORED, SHAPE(1, 1), 1, OP_RING_FILL, 0, OP_RING_JOIN, 1, 0, 0, OP_RING_EVICT, 0, 0,
                 0 | STALE, OP_RING_EVICT, 0, 0, 0, OP_RING_JOIN, 1, 0, 0, OP_RING_EVICT, 0, 0, 0);
+        /* A seat whose member left, or was evicted, or died, waits for new parts; the old ones are
+         * nobody's (attach flag 4: the part last let go of at that index). */
+        PROGRAM("ring-seat-renewed", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_ADD, 2, UID1001, OP_RING_CREATE, 0,
+                RING(0, BP), SHAPE(1, 1), 0, OP_RING_FILL, 0, OP_RING_JOIN, 1, 0, 0, OP_RING_ATTACH, 1, 0, 2,
+                OP_RING_LEAVE, 1, 0, OP_RING_JOIN, 2, 0, 0, OP_RING_ATTACH, 1, 4, 2, OP_RING_ATTACH, 2, 4, 2,
+                OP_RING_FILL, 0, OP_RING_JOIN, 2, 0, 0, OP_RING_ATTACH, 2, 4, 2, OP_RING_ATTACH, 2, 0, 2,
+                OP_RING_JOIN, 1, 0, 0, OP_RING_EVICT, 0, 0, 0, OP_RING_JOIN, 1, 0, 0, OP_RING_ATTACH, 2, 4, 2,
+                OP_RING_FILL, 0, OP_RING_JOIN, 1, 0, 0);
+        PROGRAM("ring-stream-seat-renewed", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_ADD, 2, UID1001, OP_HELLO,
+                1, 1, OP_HELLO, 2, 1, OP_RING_CREATE, 0, RING(0, STREAM), SHAPE(2, 1), 0, OP_RING_FILL, 0,
+                OP_RING_JOIN, 1, 0, 0, OP_RING_JOIN, 2, 0, 0, OP_RING_ATTACH, 1, 0, 2, OP_RING_ATTACH, 1, 0, 4,
+                OP_REMOVE, 1, OP_ADD, 1, UID1001, OP_HELLO, 1, 1, OP_RING_JOIN, 1, 0, 0, OP_RING_ATTACH, 1, 4, 2,
+                OP_RING_ATTACH, 1, 4, 4, OP_RING_FILL, 0, OP_RING_JOIN, 1, 0, 0, OP_RING_ATTACH, 1, 4, 2,
+                OP_RING_ATTACH, 1, 0, 2, OP_RING_ATTACH, 1, 0, 4);
         PROGRAM("ring-claims-refused", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_RING_JOIN, 1, 1 | REJOIN, 0,
                 OP_RING_JOIN, 1, 2 | REJOIN, 1, OP_RING_JOIN, 1, 0 | REJOIN, 2, OP_RING_JOIN, 1, 0 | REJOIN, 3,
                 OP_RECLAIM, 1, 0, 0, OP_RING_CREATE, 0, RING(0, BP) | RESTORED, SHAPE(2, 1), 0, OP_TIME,
@@ -537,7 +551,7 @@ static void gen_registry(void)
                 OP_PUBLISH, 0, 1, K_MEMFD | HELD, 0, OP_REMOVE, 0, OP_RETIRE, 2, 0, 1);
         PROGRAM("shutdown", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_ATTACH, 0, 0, T_1000, OP_JOIN, 1,
                 GROUP(1, 2), 10, OP_TIME, 255, OP_TIME, 1);
-        gen_rings();
+        gen_ring_programs();
 }
 
 /* ---- policies ---- */

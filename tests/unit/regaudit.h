@@ -1,6 +1,7 @@
 /* White-box checks of the registry's own books, for the ring unit test and the registry fuzz
  * target: rings, seats, seat claims and the per-uid accounting must agree with each other and
- * with the buffers and peers they point at. regenv.h checks what the public views show; this reads
+ * with the buffers and peers they point at, and each ring part be attachable exactly by whom
+ * docs/protocol.md 6.16 says. regenv.h checks what the public views show; this reads
  * broker/registry-internal.h on purpose, to see the pointers behind them. */
 #pragma once
 
@@ -30,6 +31,43 @@ static inline bool audit_peer_live(const Registry *r, const RegPeer *p)
         return false;
 }
 
+/* Which part p may attach, stated from docs/protocol.md 6.16 rather than taken from the code under
+ * test: nothing of a closed ring, nor a page or counters let go of when a membership ended (the
+ * buffer points at no ring any more); the control page and the slots every member; a seat's page
+ * (and a stream ring's counters) its member only. */
+static inline bool audit_part_attachable(const RegBuffer *b, const RegPeer *p)
+{
+        const RegRing *g = b->ring;
+        uint32_t pages;
+
+        if (!g)
+                return false;
+        pages = 1 + g->n_slots;
+        for (uint32_t i = 0; i < g->n_members; i++)
+                if (g->seats[i].peer == p)
+                        return b->ring_index < pages || b->ring_index == pages + i ||
+                               (g->mode == PROTO_MODE_STREAM && b->ring_index == pages + g->n_members + i);
+        return false;
+}
+
+/* The rule above against the registry's, for every ring part and every peer. */
+static inline void audit_part_attach_rules(const Registry *r)
+{
+        char why[PROTO_MAX_TEXT + 1];
+
+        list_for_each(pos, &r->buffers) {
+                const RegBuffer *b = list_entry(pos, RegBuffer, link);
+
+                if (!b->ring_part)
+                        continue;
+                list_for_each(pp, &r->peers) {
+                        const RegPeer *p = list_entry(pp, RegPeer, link);
+
+                        check_eq(reg_ring_may_attach(b, p, why, sizeof(why)), audit_part_attachable(b, p));
+                }
+        }
+}
+
 /* One ring: its owner, parts (each a buffer pointing back at it) and seats (each empty, reserved
  * for a member coming back, or taken by a live peer that sits in no other seat of it). Returns the
  * seats taken. */
@@ -54,6 +92,8 @@ static inline uint64_t audit_ring(const Registry *r, const RegRing *g)
                 check(b->owner == g->owner); /* parts are never broker-held: no orphans */
         }
         check_eq(registered, g->n_registered);
+        /* Joinable once every part was in: a ring still being set up has never had them all. */
+        check(g->set_up || registered < audit_ring_n_parts(g));
         for (uint32_t i = 0; i < g->n_members; i++) {
                 const RingSeat *s = &g->seats[i];
 
@@ -142,5 +182,6 @@ static inline void audit_registry(const Registry *r)
         }
         check_eq(seat_claims, r->n_seat_claims);
         check(r->in_grace || seat_claims == 0); /* the grace's end answers every claim */
+        audit_part_attach_rules(r);
         audit_accounting(r);
 }
