@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -228,8 +227,6 @@ static void rearm_deadline(Server *s)
 
 static void client_handle_closed(uv_handle_t *h);
 
-/* Removes a closed client's peer from the registry and lets libuv release its handles. Runs only
- * between outbox deliveries: removing a peer frees it and queues frames for others. */
 static uint64_t monotonic_us(void)
 {
         struct timespec ts;
@@ -238,6 +235,8 @@ static uint64_t monotonic_us(void)
         return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
+/* Removes a closed client's peer from the registry and lets libuv release its handles. Runs only
+ * between outbox deliveries: removing a peer frees it and queues frames for others. */
 static void client_finish(Server *s, Client *c)
 {
         uint32_t refs = registry_peer_refs(c->peer);
@@ -762,11 +761,6 @@ int server_new(Server **ret, const ServerConfig *cfg)
 int server_run(Server *s)
 {
         return uv_run(&s->loop, UV_RUN_DEFAULT);
-}
-
-uint64_t server_open_fds(void)
-{
-        return count_open_fds();
 }
 
 Server *server_free(Server *s)
