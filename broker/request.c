@@ -11,11 +11,8 @@
 #include "config.h"
 #include "inspect.h"
 #include "macro.h"
+#include "seals.h"
 #include "ring.h"
-
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
-#endif
 
 #define GROUP_MAX_MEMBERS 4096
 

@@ -19,10 +19,7 @@
 #include "bench.h"
 #include "internal.h"
 #include "macro.h"
-
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE 0x0010
-#endif
+#include "seals.h"
 
 BenchOpts bench_opts;
 Table *table;

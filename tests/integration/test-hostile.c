@@ -18,10 +18,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE 0x0010
-#endif
+#include "seals.h"
 
 /* ---- helpers ---- */
 
