@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "pattern.h"
 
 #define MAX_BROKERS        8
 #define LOG_TAIL_BYTES     6000
@@ -710,43 +711,24 @@ gpuipc_t *h_connect(const HBroker *b, const char *label)
         return c;
 }
 
-static uint64_t pattern_word(uint64_t seed, uint64_t i)
+/* Seed 0 is gpuipcctl's "counter", any other "random:SEED" (cli/pattern.c makes both). */
+static Pattern pattern_of(uint64_t seed)
 {
-        uint64_t x;
-
-        if (seed == 0)
-                return i;
-        x = seed + (i + 1) * 0x9e3779b97f4a7c15ULL;
-        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-        return x ^ (x >> 31);
+        return (Pattern){ seed ? PATTERN_RANDOM : PATTERN_COUNTER, seed };
 }
 
 void h_pattern_fill(void *dst, size_t len, uint64_t seed)
 {
-        uint8_t *d = dst;
+        Pattern p = pattern_of(seed);
 
-        for (size_t i = 0; i < len; i += 8) {
-                uint64_t w = pattern_word(seed, i / 8);
-                memcpy(d + i, &w, len - i < 8 ? len - i : 8);
-        }
+        pattern_fill(&p, 0, dst, len);
 }
 
 size_t h_pattern_check(const void *src, size_t len, uint64_t seed)
 {
-        const uint8_t *s = src;
+        Pattern p = pattern_of(seed);
 
-        for (size_t i = 0; i < len; i += 8) {
-                uint64_t w = pattern_word(seed, i / 8);
-                size_t n = len - i < 8 ? len - i : 8;
-
-                if (memcmp(s + i, &w, n) != 0) {
-                        for (size_t j = 0; j < n; j++)
-                                if (s[i + j] != ((uint8_t *)&w)[j])
-                                        return i + j;
-                }
-        }
-        return SIZE_MAX;
+        return pattern_check(&p, 0, src, len);
 }
 
 gpuipc_buffer_t *h_publish(gpuipc_t *c, const char *name, size_t size, uint64_t seed,

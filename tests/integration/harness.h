@@ -174,7 +174,7 @@ gpuipc_t *h_connect(const HBroker *b, const char *label);
 /* Connects with options (socket_path is filled in); returns the library's result. */
 int h_try_connect(const HBroker *b, gpuipc_options_t *opts, gpuipc_t **ret);
 
-/* Data patterns, compatible with gpuipcctl's: seed 0 is "counter" (each 8-byte word holds its
+/* Data patterns, gpuipcctl's own (cli/pattern.c): seed 0 is "counter" (each 8-byte word holds its
  * index), any other seed is "random:SEED". h_pattern_check returns the first differing offset or
  * SIZE_MAX. */
 void h_pattern_fill(void *dst, size_t len, uint64_t seed);
