@@ -133,7 +133,7 @@ static Hold *hold_get(Model *M, RegPeer *p, uint64_t buf)
 
         if (h)
                 return h;
-        check(M->n_holds < MAX_HOLDS);
+        CHECK(M->n_holds < MAX_HOLDS);
         M->holds[M->n_holds] = (Hold){ p, buf, 0, false };
         return &M->holds[M->n_holds++];
 }
@@ -150,7 +150,7 @@ static Pending *pending_add(Model *M, RegPeer *p, int type)
 {
         Pending *q;
 
-        check(M->n_pending < MAX_PENDING);
+        CHECK(M->n_pending < MAX_PENDING);
         q = &M->pending[M->n_pending++];
         *q = (Pending){ .id = ++M->next_id, .peer = p, .type = type, .name = -1, .group = -1 };
         return q;
@@ -162,13 +162,13 @@ static Pending pending_take(Model *M, RegPeer *to, uint64_t id)
         for (size_t i = 0; i < M->n_pending; i++) {
                 if (M->pending[i].id == id) {
                         Pending q = M->pending[i];
-                        check(q.peer == to);
+                        CHECK(q.peer == to);
                         M->pending[i] = M->pending[--M->n_pending];
                         return q;
                 }
         }
         fprintf(stderr, "reply %llu answers no pending request\n", (unsigned long long)id);
-        check(!"unexpected reply");
+        CHECK(!"unexpected reply");
         return (Pending){ 0 };
 }
 
@@ -214,7 +214,7 @@ static void claims_meet(Model *M, uint64_t id)
                         i++;
                         continue;
                 }
-                check(rb);
+                CHECK(rb);
                 if (claim_matches(rb, c->generation, c->uid, c->kind, c->name)) {
                         Hold *h = hold_get(M, c->peer, id);
                         h->refs += c->refs;
@@ -251,49 +251,49 @@ static void absorb(Model *M)
                                 Hold *h = hold_get(M, s->to, m->buffer);
                                 Buf *b = buf_find(M, m->buffer);
 
-                                check(b);
-                                check(proto_has(m, PF_CACHED));
+                                CHECK(b);
+                                CHECK(proto_has(m, PF_CACHED));
                                 if (b->kind == PROTO_KIND_CUDA_LEGACY) {
-                                        check(!m->cached && s->fd < 0);
-                                        check(proto_has(m, PF_HANDLE));
+                                        CHECK(!m->cached && s->fd < 0);
+                                        CHECK(proto_has(m, PF_HANDLE));
                                 } else {
                                         /* The fd travels exactly when the peer has no mapping. */
-                                        check_eq(m->cached, h->mapped);
-                                        check_eq(s->fd >= 0, !h->mapped);
+                                        CHECK_EQ(m->cached, h->mapped);
+                                        CHECK_EQ(s->fd >= 0, !h->mapped);
                                         h->mapped = true;
                                 }
                                 h->refs++;
                         }
                         continue;
                 }
-                check_eq(m->type, PROTO_EVENT);
-                check(buf_find(M, m->buffer) || (m->event == PROTO_EV_REVOKED && claim_doomed(M, s->to, m->buffer)));
+                CHECK_EQ(m->type, PROTO_EVENT);
+                CHECK(buf_find(M, m->buffer) || (m->event == PROTO_EV_REVOKED && claim_doomed(M, s->to, m->buffer)));
                 if (proto_has(m, PF_SUB)) {
-                        check(sub_owned(M, s->to, m->sub));
+                        CHECK(sub_owned(M, s->to, m->sub));
                         continue;
                 }
                 switch (m->event) {
                 case PROTO_EV_DRAINED:
-                        check(buf_find(M, m->buffer)->owner == s->to);
+                        CHECK(buf_find(M, m->buffer)->owner == s->to);
                         break;
                 case PROTO_EV_REVOKED: {
                         Hold *h = hold_find(M, s->to, m->buffer);
 
-                        check(proto_has(m, PF_REASON));
+                        CHECK(proto_has(m, PF_REASON));
                         if (claim_doomed_take(M, s->to, m->buffer))
                                 break;
-                        check(h && h->refs > 0);
+                        CHECK(h && h->refs > 0);
                         h->refs = 0;
                         break;
                 }
                 case PROTO_EV_FREED: {
                         Hold *h = hold_find(M, s->to, m->buffer);
-                        check(h && h->mapped);
+                        CHECK(h && h->mapped);
                         h->mapped = false;
                         break;
                 }
                 default:
-                        check(!"unexpected event");
+                        CHECK(!"unexpected event");
                 }
         }
 }
@@ -317,7 +317,7 @@ static void compare(Model *M)
                 Pending *q = &M->pending[i];
 
                 /* Only waits outlive their operation. */
-                check(q->waiting);
+                CHECK(q->waiting);
                 waits++;
                 if (q->type == REQ_JOIN)
                         group_seen[q->group] = true;
@@ -326,16 +326,16 @@ static void compare(Model *M)
                         names_waiting += registry_buffer_by_name(r, names[q->name]) == NULL;
                 }
         }
-        check_eq(g.waits, waits);
-        check_eq(g.groups, (uint64_t)group_seen[0] + group_seen[1]);
-        check_eq(g.names, g.live + names_waiting);
-        check(registry_next_deadline(r) > M->e->now);
+        CHECK_EQ(g.waits, waits);
+        CHECK_EQ(g.groups, (uint64_t)group_seen[0] + group_seen[1]);
+        CHECK_EQ(g.names, g.live + names_waiting);
+        CHECK(registry_next_deadline(r) > M->e->now);
         if (!waits && !M->in_grace)
-                check_eq(registry_next_deadline(r), UINT64_MAX);
-        check_eq(registry_in_grace(r), M->in_grace);
-        check_eq(g.claims_pending, M->n_claims);
+                CHECK_EQ(registry_next_deadline(r), UINT64_MAX);
+        CHECK_EQ(registry_in_grace(r), M->in_grace);
+        CHECK_EQ(g.claims_pending, M->n_claims);
         for (size_t i = 0; i < M->n_claims; i++)
-                check(!M->claims[i].doomed); /* every doomed claim got its revoked event */
+                CHECK(!M->claims[i].doomed); /* every doomed claim got its revoked event */
 
         for (RegPeer *p = registry_peer_first(r); p; p = registry_peer_next(r, p)) {
                 ProtoMsg d;
@@ -345,7 +345,7 @@ static void compare(Model *M)
                 for (size_t i = 0; i < M->n_holds; i++)
                         if (M->holds[i].peer == p)
                                 refs += M->holds[i].refs;
-                check_eq(d.refs, refs);
+                CHECK_EQ(d.refs, refs);
         }
         for (size_t i = 0; i < M->n_bufs; i++) {
                 Buf *b = &M->bufs[i];
@@ -363,12 +363,12 @@ static void compare(Model *M)
                         ProtoMsg d;
 
                         registry_buffer_describe(rb, &d);
-                        check_eq(d.refs, refs);
-                        check_eq(d.owner, b->owner ? registry_peer_id(b->owner) : 0);
+                        CHECK_EQ(d.refs, refs);
+                        CHECK_EQ(d.owner, b->owner ? registry_peer_id(b->owner) : 0);
                 } else {
                         /* Forgotten: nobody holds it, and everyone who mapped it was told. */
-                        check_eq(refs, 0);
-                        check(!mapped);
+                        CHECK_EQ(refs, 0);
+                        CHECK(!mapped);
                 }
         }
 }
@@ -407,7 +407,7 @@ static void op_add(Model *M, Input *in)
         r = registry_peer_add(M->e->r, &creds, M->e->now, NULL, &p, NULL, 0);
         if (r == PROTO_STATUS_QUOTA)
                 return;
-        check_eq(r, 0);
+        CHECK_EQ(r, 0);
         M->slot[s] = p;
 }
 
@@ -444,7 +444,7 @@ static void remove_one(Model *M, unsigned s)
                         M->bufs[i].owner = NULL;
         /* Nothing may stay addressed to it, not even frames queued before it left. */
         for (size_t i = 0; i < M->e->out.n_frames; i++)
-                check(M->e->out.frames[i].to != p);
+                CHECK(M->e->out.frames[i].to != p);
 }
 
 /* One peer leaves, or (with the high bit) two in one batch, as when the broker stops. */
@@ -475,9 +475,9 @@ static void op_hello(Model *M, Input *in)
         if (h.n_gpus == 2 && (c & 8))
                 h.n_gpus = 1;
         if (registry_peer_said_hello(p))
-                check_eq(registry_peer_hello(M->e->r, p, &h), PROTO_STATUS_STATE);
+                CHECK_EQ(registry_peer_hello(M->e->r, p, &h), PROTO_STATUS_STATE);
         else
-                check_eq(registry_peer_hello(M->e->r, p, &h), 0);
+                CHECK_EQ(registry_peer_hello(M->e->r, p, &h), 0);
 }
 
 static uint64_t generation_of(RegBuffer *rb)
@@ -551,17 +551,17 @@ static void op_publish(Model *M, Input *in, bool again)
         }
         q = pending_add(M, p, REQ_OTHER);
         registry_publish(M->e->r, p, q->id, &a, &M->e->out);
-        check_eq(a.fd, -1);
+        CHECK_EQ(a.fd, -1);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         if (s->m.status == PROTO_STATUS_OK) {
                 Buf *b = buf_find(M, s->m.buffer);
 
-                check(!again || s->m.buffer == a.buffer);
-                check(!a.buffer || s->m.buffer == a.buffer);
-                check(proto_has(&s->m, PF_STATE));
+                CHECK(!again || s->m.buffer == a.buffer);
+                CHECK(!a.buffer || s->m.buffer == a.buffer);
+                CHECK(proto_has(&s->m, PF_STATE));
                 if (!b) {
-                        check(!again);
+                        CHECK(!again);
                         b = &M->bufs[M->n_bufs++];
                 }
                 if (!again) /* new, an id used again after its buffer was forgotten, or adopted */
@@ -571,11 +571,11 @@ static void op_publish(Model *M, Input *in, bool again)
                         registry_buffer_describe(registry_buffer_by_id(M->e->r, s->m.buffer), &dd);
                         b->kind = dd.kind;
                 }
-                check(b->owner == p);
+                CHECK(b->owner == p);
                 if (!again)
                         claims_meet(M, s->m.buffer);
         } else if (!again && a.buffer && s->m.status == PROTO_STATUS_KEY_TAKEN) {
-                check(registry_buffer_by_id(M->e->r, a.buffer));
+                CHECK(registry_buffer_by_id(M->e->r, a.buffer));
         }
         absorb(M);
 }
@@ -616,24 +616,24 @@ static void op_reclaim(Model *M, Input *in)
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         if (refs_now + a.refs > 6) { /* the fuzzer's refs_per_peer */
-                check_eq(s->m.status, PROTO_STATUS_QUOTA);
+                CHECK_EQ(s->m.status, PROTO_STATUS_QUOTA);
         } else if (rb) {
                 bool match = claim_matches(rb, a.generation, a.owner_uid, a.kind, a.name);
 
-                check_eq(s->m.status, match ? PROTO_STATUS_OK : PROTO_STATUS_REVOKED);
+                CHECK_EQ(s->m.status, match ? PROTO_STATUS_OK : PROTO_STATUS_REVOKED);
                 if (match) {
                         Hold *h = hold_get(M, p, a.buffer);
-                        check(!proto_has(&s->m, PF_PENDING));
+                        CHECK(!proto_has(&s->m, PF_PENDING));
                         h->refs += a.refs;
                         h->mapped |= d.kind != PROTO_KIND_CUDA_LEGACY;
                 }
         } else if (M->in_grace) {
-                check_eq(s->m.status, PROTO_STATUS_OK);
-                check(proto_has(&s->m, PF_PENDING) && s->m.pending);
+                CHECK_EQ(s->m.status, PROTO_STATUS_OK);
+                CHECK(proto_has(&s->m, PF_PENDING) && s->m.pending);
                 M->claims[M->n_claims++] = (ClaimRec){ p, a.buffer, a.generation, a.refs, a.owner_uid, a.kind,
                                                        a.name, false, ++M->claim_seq };
         } else {
-                check_eq(s->m.status, PROTO_STATUS_REVOKED);
+                CHECK_EQ(s->m.status, PROTO_STATUS_REVOKED);
         }
         absorb(M);
 }
@@ -655,7 +655,7 @@ static void op_attach(Model *M, Input *in, bool by_id)
                                 &M->e->out);
         env_flush(M->e);
         if (!env_has_reply(M->e, p, q->id)) {
-                check(!by_id && timeouts[t % 5] > 0);
+                CHECK(!by_id && timeouts[t % 5] > 0);
                 q->waiting = true;
         }
         absorb(M);
@@ -696,16 +696,16 @@ static void op_buffer(Model *M, Input *in, int which)
                         if (M->claims[i].peer == p && M->claims[i].buf == buf && (!c || M->claims[i].seq < c->seq))
                                 c = &M->claims[i];
                 /* Release succeeds exactly when the model says a reference is held, or claimed. */
-                check_eq(s->m.status == PROTO_STATUS_OK, (h && h->refs > 0) || c);
+                CHECK_EQ(s->m.status == PROTO_STATUS_OK, (h && h->refs > 0) || c);
                 if (s->m.status != PROTO_STATUS_OK)
-                        check_eq(s->m.status, PROTO_STATUS_NOT_ATTACHED);
+                        CHECK_EQ(s->m.status, PROTO_STATUS_NOT_ATTACHED);
                 else if (h && h->refs > 0)
                         h->refs--;
                 else if (--c->refs == 0)
                         *c = M->claims[--M->n_claims];
         } else if (which == 3) {
                 Hold *h = hold_find(M, p, buf);
-                check_eq(s->m.status, PROTO_STATUS_OK);
+                CHECK_EQ(s->m.status, PROTO_STATUS_OK);
                 if (h)
                         h->mapped = false;
         }
@@ -729,7 +729,7 @@ static void op_subscribe(Model *M, Input *in, bool unsub)
                 registry_unsubscribe(M->e->r, p, q->id, sub, &M->e->out);
                 env_flush(M->e);
                 s = env_reply(M->e, p, q->id);
-                check_eq(s->m.status == PROTO_STATUS_OK, mine);
+                CHECK_EQ(s->m.status == PROTO_STATUS_OK, mine);
                 for (size_t i = 0; mine && i < M->n_subs; i++)
                         if (M->subs[i].id == sub)
                                 M->subs[i] = M->subs[--M->n_subs];
@@ -738,7 +738,7 @@ static void op_subscribe(Model *M, Input *in, bool unsub)
                 env_flush(M->e);
                 s = env_reply(M->e, p, q->id);
                 if (s->m.status == PROTO_STATUS_OK) {
-                        check(M->n_subs < MAX_SUBS);
+                        CHECK(M->n_subs < MAX_SUBS);
                         M->subs[M->n_subs++] = (SubRec){ p, s->m.sub };
                 }
         }
@@ -771,7 +771,7 @@ static void op_time(Model *M, Input *in)
                 registry_cancel_waits(M->e->r, PROTO_STATUS_SHUTDOWN, "stopping", &M->e->out);
                 env_flush(M->e);
                 for (size_t i = 0; i < M->e->n_sent; i++)
-                        check_eq(M->e->sent[i].m.status, PROTO_STATUS_SHUTDOWN);
+                        CHECK_EQ(M->e->sent[i].m.status, PROTO_STATUS_SHUTDOWN);
                 absorb(M);
                 return;
         }
@@ -786,7 +786,7 @@ static void op_time(Model *M, Input *in)
         env_flush(M->e);
         for (size_t i = 0; i < M->e->n_sent; i++)
                 if (M->e->sent[i].m.type == PROTO_REPLY)
-                        check_eq(M->e->sent[i].m.status, PROTO_STATUS_TIMEOUT);
+                        CHECK_EQ(M->e->sent[i].m.status, PROTO_STATUS_TIMEOUT);
         absorb(M);
 }
 

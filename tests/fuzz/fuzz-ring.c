@@ -46,37 +46,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         v = ring_member_view(&page, epoch, start, head);
         again = ring_member_view(&page, epoch, start, head);
-        check(v.valid == again.valid && v.released == again.released && v.held == again.held &&
+        CHECK(v.valid == again.valid && v.released == again.released && v.held == again.held &&
               v.sleeping == again.sleeping);
-        check(v.valid == (page.epoch == epoch && epoch != 0));
+        CHECK(v.valid == (page.epoch == epoch && epoch != 0));
         if (!v.valid) {
-                check(v.released == (start ? start - 1 : 0));
-                check(v.held == 0 && !v.sleeping);
+                CHECK(v.released == (start ? start - 1 : 0));
+                CHECK(v.held == 0 && !v.sleeping);
         } else {
                 uint64_t floor = start ? start - 1 : 0;
 
                 /* Clamped, in this order: to head, then up to start - 1 (a start beyond head is the
                  * producer's own affair: it never sets one). */
                 if (floor <= head)
-                        check(v.released >= floor && v.released <= head);
-                check(v.held == page.held);
-                check(v.sleeping == (page.sleeping != 0));
+                        CHECK(v.released >= floor && v.released <= head);
+                CHECK(v.held == page.held);
+                CHECK(v.sleeping == (page.sleeping != 0));
         }
         if (ring_member_lets(&v, start, frame, n_slots))
-                check(frame <= n_slots || frame - n_slots < start || v.released >= frame - n_slots);
+                CHECK(frame <= n_slots || frame - n_slots < start || v.released >= frame - n_slots);
         else
-                check(frame > n_slots && frame - n_slots >= start && v.released < frame - n_slots);
+                CHECK(frame > n_slots && frame - n_slots >= start && v.released < frame - n_slots);
 
         /* A control page from the rest of the input. */
         memset(&ctl, 0, sizeof(ctl));
         n = (size_t)(end - p) < sizeof(ctl) ? (size_t)(end - p) : sizeof(ctl);
         memcpy(&ctl, p, n);
         if (ring_ctl_valid(&ctl, ctl.n_slots, ctl.n_members, ctl.slot_size)) {
-                check(ctl.magic == RING_MAGIC && ctl.version == RING_LAYOUT_VERSION);
-                check(ctl.n_slots >= 1 && ctl.n_slots <= RING_MAX_SLOTS);
-                check(ctl.n_members >= 1 && ctl.n_members <= RING_MAX_MEMBERS);
-                check(ctl.mode == RING_BACKPRESSURE || ctl.mode == RING_LATEST || ctl.mode == RING_STREAM);
+                CHECK(ctl.magic == RING_MAGIC && ctl.version == RING_LAYOUT_VERSION);
+                CHECK(ctl.n_slots >= 1 && ctl.n_slots <= RING_MAX_SLOTS);
+                CHECK(ctl.n_members >= 1 && ctl.n_members <= RING_MAX_MEMBERS);
+                CHECK(ctl.mode == RING_BACKPRESSURE || ctl.mode == RING_LATEST || ctl.mode == RING_STREAM);
         }
-        check(!ring_ctl_valid(&ctl, ctl.n_slots + 1, ctl.n_members, ctl.slot_size));
+        CHECK(!ring_ctl_valid(&ctl, ctl.n_slots + 1, ctl.n_members, ctl.slot_size));
         return 0;
 }
