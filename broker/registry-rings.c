@@ -32,14 +32,7 @@ static uint32_t ring_n_parts(const RegRing *g)
 
 static RegRing *ring_lookup(const Registry *r, const char *name)
 {
-        uint64_t h = hash_str(name);
-
-        for (HNode *n = hmap_bucket(&r->rings, h); n; n = n->next) {
-                RegRing *g = container_of(n, RegRing, node);
-                if (n->hash == h && strcmp(g->name, name) == 0)
-                        return g;
-        }
-        return NULL;
+        return HMAP_FIND(&r->rings, hash_str(name), RegRing, node, g, strcmp(g->name, name) == 0);
 }
 
 RegRing *registry_ring_by_name(const Registry *r, const char *name)

@@ -47,14 +47,11 @@ void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m)
 
 RegBuffer *registry_buffer_after(const Registry *r, uint64_t after)
 {
-        uint64_t h = hash_u64(after);
-
         /* Usually the previous page's last buffer is still there: continue right after it. */
-        for (HNode *n = hmap_bucket(&r->buffers_by_seq, h); n; n = n->next) {
-                RegBuffer *b = container_of(n, RegBuffer, by_seq);
-                if (n->hash == h && b->seq == after)
-                        return registry_buffer_next(r, b);
-        }
+        RegBuffer *last = HMAP_FIND(&r->buffers_by_seq, hash_u64(after), RegBuffer, by_seq, b, b->seq == after);
+
+        if (last)
+                return registry_buffer_next(r, last);
         list_for_each(pos, &r->buffers) {
                 RegBuffer *b = list_entry(pos, RegBuffer, link);
                 if (b->seq > after)

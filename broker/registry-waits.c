@@ -20,14 +20,7 @@ void reg_wait_free(Registry *r, Wait *w)
 
 static RegGroup *group_lookup(const Registry *r, const char *name)
 {
-        uint64_t h = hash_str(name);
-
-        for (HNode *n = hmap_bucket(&r->groups, h); n; n = n->next) {
-                RegGroup *g = container_of(n, RegGroup, node);
-                if (n->hash == h && strcmp(g->name, name) == 0)
-                        return g;
-        }
-        return NULL;
+        return HMAP_FIND(&r->groups, hash_str(name), RegGroup, node, g, strcmp(g->name, name) == 0);
 }
 
 void reg_group_free(Registry *r, RegGroup *g)

@@ -35,13 +35,10 @@ bool registry_name_valid(const char *s, size_t len)
 UidAcct *reg_acct_get(Registry *r, uint32_t uid)
 {
         uint64_t h = hash_u64(uid);
-        UidAcct *a;
+        UidAcct *a = HMAP_FIND(&r->uids, h, UidAcct, node, x, x->uid == uid);
 
-        for (HNode *n = hmap_bucket(&r->uids, h); n; n = n->next) {
-                a = container_of(n, UidAcct, node);
-                if (n->hash == h && a->uid == uid)
-                        return a;
-        }
+        if (a)
+                return a;
         a = calloc(1, sizeof(*a));
         if (!a)
                 return NULL;
@@ -108,26 +105,12 @@ void reg_event_base(ProtoMsg *m, ProtoEvent ev, const RegBuffer *b)
 
 RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id)
 {
-        uint64_t h = hash_u64(id);
-
-        for (HNode *n = hmap_bucket(&r->buffers_by_id, h); n; n = n->next) {
-                RegBuffer *b = container_of(n, RegBuffer, by_id);
-                if (n->hash == h && b->id == id)
-                        return b;
-        }
-        return NULL;
+        return HMAP_FIND(&r->buffers_by_id, hash_u64(id), RegBuffer, by_id, b, b->id == id);
 }
 
 RegName *reg_name_lookup(const Registry *r, const char *name)
 {
-        uint64_t h = hash_str(name);
-
-        for (HNode *n = hmap_bucket(&r->names, h); n; n = n->next) {
-                RegName *e = container_of(n, RegName, node);
-                if (n->hash == h && strcmp(e->name, name) == 0)
-                        return e;
-        }
-        return NULL;
+        return HMAP_FIND(&r->names, hash_str(name), RegName, node, e, strcmp(e->name, name) == 0);
 }
 
 static RegName *name_get(Registry *r, const char *name)
@@ -159,14 +142,7 @@ void reg_name_put(Registry *r, RegName *e)
 
 static Hold *hold_lookup(const Registry *r, const RegPeer *p, const RegBuffer *b)
 {
-        uint64_t h = hold_hash(p->id, b->id);
-
-        for (HNode *n = hmap_bucket(&r->holds, h); n; n = n->next) {
-                Hold *x = container_of(n, Hold, node);
-                if (n->hash == h && x->peer == p && x->buf == b)
-                        return x;
-        }
-        return NULL;
+        return HMAP_FIND(&r->holds, hold_hash(p->id, b->id), Hold, node, h, h->peer == p && h->buf == b);
 }
 
 static bool hold_mapped(const Registry *r, const RegPeer *p, const RegBuffer *b)

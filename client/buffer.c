@@ -18,14 +18,7 @@
 
 static Mapping *map_by_id(gpuipc_t *c, uint64_t id)
 {
-        uint64_t h = hash_u64(id);
-
-        for (HNode *n = hmap_bucket(&c->maps_by_id, h); n; n = n->next) {
-                Mapping *m = container_of(n, Mapping, by_id);
-                if (n->hash == h && m->id == id)
-                        return m;
-        }
-        return NULL;
+        return HMAP_FIND(&c->maps_by_id, hash_u64(id), Mapping, by_id, m, m->id == id);
 }
 
 /* Takes m out of the lookup tables; it lives on while referenced. */

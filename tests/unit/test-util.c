@@ -59,14 +59,7 @@ typedef struct Item {
 
 static Item *lookup(HMap *m, unsigned key, uint64_t (*hf)(unsigned))
 {
-        uint64_t h = hf(key);
-
-        for (HNode *n = hmap_bucket(m, h); n; n = n->next) {
-                Item *it = container_of(n, Item, node);
-                if (n->hash == h && it->key == key)
-                        return it;
-        }
-        return NULL;
+        return HMAP_FIND(m, hf(key), Item, node, it, it->key == key);
 }
 
 static uint64_t good_hash(unsigned k)
