@@ -77,3 +77,11 @@ void outbox_clear(Outbox *o)
                 safe_close(o->close_fds[i]);
         o->n_frames = o->n_close = 0;
 }
+
+void outbox_deinit(Outbox *o)
+{
+        outbox_clear(o);
+        free(o->frames);
+        free(o->close_fds);
+        *o = (Outbox)OUTBOX_INIT;
+}

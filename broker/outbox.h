@@ -37,5 +37,8 @@ void outbox_close_fd(Outbox *o, int fd);
 /* Drops the frames addressed to p (which is going away: nothing may reach it any more). */
 void outbox_drop_peer(Outbox *o, RegPeer *p);
 
-/* Frees frames not stolen and closes the queued fds. */
+/* Frees frames not stolen and closes the queued fds; the outbox stays usable. */
 void outbox_clear(Outbox *o);
+
+/* Clears the outbox and frees its arrays: it is OUTBOX_INIT again. */
+void outbox_deinit(Outbox *o);

@@ -933,9 +933,7 @@ Registry *registry_free(Registry *r)
                 registry_peer_remove(r, list_entry(r->peers.next, RegPeer, link), &out);
         while (!list_empty(&r->buffers))
                 reg_buffer_destroy(r, list_entry(r->buffers.next, RegBuffer, link), &out);
-        outbox_clear(&out);
-        free(out.frames);
-        free(out.close_fds);
+        outbox_deinit(&out);
         hmap_deinit(&r->buffers_by_id);
         hmap_deinit(&r->buffers_by_seq);
         hmap_deinit(&r->claims);

@@ -696,12 +696,58 @@ static void signal_cb(uv_signal_t *h, int signum)
 
 /* ---- life cycle ---- */
 
-int server_new(Server **ret, const ServerConfig *cfg)
+/* Makes and starts every handle of the loop. 0, or the first libuv error (handles made before
+ * it stay in the loop: loop_undo closes them). */
+static int server_start_handles(Server *s)
 {
-        Server *s;
         int r;
 
-        s = calloc(1, sizeof(*s));
+        if ((r = uv_poll_init(&s->loop, &s->listen_poll, s->listen_fd)) < 0 ||
+            (r = uv_timer_init(&s->loop, &s->deadline_timer)) < 0 ||
+            (r = uv_timer_init(&s->loop, &s->accept_timer)) < 0 ||
+            (r = uv_timer_init(&s->loop, &s->retry_timer)) < 0 ||
+            (r = uv_signal_init(&s->loop, &s->sig_term)) < 0 ||
+            (r = uv_signal_init(&s->loop, &s->sig_int)) < 0 ||
+            (r = uv_signal_init(&s->loop, &s->sig_hup)) < 0)
+                return r;
+        s->listen_poll.data = s->deadline_timer.data = s->accept_timer.data = s->retry_timer.data = s;
+        s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
+        s->deadline_timer.timer_cb = deadline_cb;
+        if ((r = uv_signal_start(&s->sig_term, signal_cb, SIGTERM)) < 0 ||
+            (r = uv_signal_start(&s->sig_int, signal_cb, SIGINT)) < 0 ||
+            (r = uv_signal_start(&s->sig_hup, signal_cb, SIGHUP)) < 0 ||
+            (r = uv_poll_start(&s->listen_poll, UV_READABLE, listen_cb)) < 0)
+                return r;
+        s->listening = true;
+        if (s->watch) {
+                if ((r = uv_poll_init(&s->loop, &s->policy_poll, policy_watch_fd(s->watch))) < 0 ||
+                    (r = uv_timer_init(&s->loop, &s->policy_settle)) < 0)
+                        return r;
+                s->policy_poll.data = s->policy_settle.data = s;
+                r = uv_poll_start(&s->policy_poll, UV_READABLE, policy_poll_cb);
+        }
+        return r;
+}
+
+static void close_handle(uv_handle_t *h, void *arg)
+{
+        if (!uv_is_closing(h))
+                uv_close(h, NULL);
+}
+
+/* Undoes a loop that was set up half-way: closes whatever handles it has, then the loop. */
+static void loop_undo(uv_loop_t *loop)
+{
+        uv_walk(loop, close_handle, NULL);
+        uv_run(loop, UV_RUN_DEFAULT);
+        uv_loop_close(loop);
+}
+
+int server_new(Server **ret, const ServerConfig *cfg)
+{
+        _cleanup_free_ Server *s = calloc(1, sizeof(*s));
+        int r;
+
         if (!s)
                 return -ENOMEM;
         s->cfg = *cfg;
@@ -712,49 +758,25 @@ int server_new(Server **ret, const ServerConfig *cfg)
         list_init(&s->doomed);
         list_init(&s->blocked);
         r = uv_loop_init(&s->loop);
-        if (r < 0) {
-                free(s);
+        if (r < 0)
                 return r;
-        }
         r = registry_new(&s->reg, &(RegConfig){ .limits = cfg->limits, .epoch = cfg->epoch,
                                                 .first_generation = cfg->first_generation, .id_seed = cfg->id_seed,
                                                 .start_ms = uv_now(&s->loop),
                                                 .restart_grace_ms = cfg->restart_grace_ms });
+        if (r == 0) {
+                s->watch = cfg->policy_watch;
+                r = server_start_handles(s);
+        }
         if (r < 0) {
-                uv_loop_close(&s->loop);
-                free(s);
-                return r;
+                s->reg = registry_free(s->reg);
+                loop_undo(&s->loop);
+                return r; /* the policy and its watch stay the caller's */
         }
         server_stats_init(&s->stats);
         s->stats.started_ms = uv_now(&s->loop);
-        uv_poll_init(&s->loop, &s->listen_poll, s->listen_fd);
-        s->listen_poll.data = s;
-        uv_timer_init(&s->loop, &s->deadline_timer);
-        s->deadline_timer.data = s;
-        s->deadline_timer.timer_cb = deadline_cb;
-        uv_timer_init(&s->loop, &s->accept_timer);
-        s->accept_timer.data = s;
-        uv_timer_init(&s->loop, &s->retry_timer);
-        s->retry_timer.data = s;
-        uv_signal_init(&s->loop, &s->sig_term);
-        uv_signal_init(&s->loop, &s->sig_int);
-        uv_signal_init(&s->loop, &s->sig_hup);
-        s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
-        uv_signal_start(&s->sig_term, signal_cb, SIGTERM);
-        uv_signal_start(&s->sig_int, signal_cb, SIGINT);
-        uv_signal_start(&s->sig_hup, signal_cb, SIGHUP);
-        uv_poll_start(&s->listen_poll, UV_READABLE, listen_cb);
-        s->listening = true;
         rearm_deadline(s); /* the restart grace */
-        if (cfg->policy_watch) {
-                s->watch = cfg->policy_watch;
-                uv_poll_init(&s->loop, &s->policy_poll, policy_watch_fd(s->watch));
-                s->policy_poll.data = s;
-                uv_timer_init(&s->loop, &s->policy_settle);
-                s->policy_settle.data = s;
-                uv_poll_start(&s->policy_poll, UV_READABLE, policy_poll_cb);
-        }
-        *ret = s;
+        *ret = steal_ptr(s);
         return 0;
 }
 
@@ -772,9 +794,7 @@ Server *server_free(Server *s)
                 uv_run(&s->loop, UV_RUN_DEFAULT);
         }
         uv_loop_close(&s->loop);
-        outbox_clear(&s->out);
-        free(s->out.frames);
-        free(s->out.close_fds);
+        outbox_deinit(&s->out);
         s->reg = registry_free(s->reg);
         policy_free(s->policy);
         policy_watch_free(s->watch);

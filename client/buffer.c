@@ -314,45 +314,34 @@ _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms
 
 /* ---- consumer ---- */
 
-/* Builds the caller's handle for an attach reply, importing the memory unless cached. */
-static int attach_finish(gpuipc_t *c, Frame *f, gpuipc_buffer_t **ret)
+/* The mapping an attach reply stands for, with a reference taken: the cached one, or a new import
+ * of the fd that came with the reply (which f gives up either way). */
+static int map_for_reply(gpuipc_t *c, Frame *f, Mapping **ret)
 {
         const ProtoMsg *m = &f->msg;
-        const KindOps *ops = kind_ops((gpuipc_kind_t)m->kind);
         Mapping *map = map_by_id(c, m->buffer);
-        gpuipc_buffer_t *b;
+        _cleanup_free_ Mapping *fresh = NULL;
         int r;
 
-        if (!ops) {
-                client_errmsg(c, "the broker attached a buffer of an unknown kind");
-                return GPUIPC_E_BAD_REPLY;
-        }
         if (m->cached && !map) {
                 client_errmsg(c, "the broker said our cached mapping of buffer %llu serves, but it is gone",
                               (unsigned long long)m->buffer);
                 return GPUIPC_E_BAD_REPLY;
         }
-        b = calloc(1, sizeof(*b));
-        if (!b)
-                return -ENOMEM;
         if (!map) {
-                map = calloc(1, sizeof(*map));
-                if (!map) {
-                        free(b);
+                fresh = calloc(1, sizeof(*fresh));
+                if (!fresh)
                         return -ENOMEM;
-                }
-                map->id = m->buffer;
-                map->kind = (gpuipc_kind_t)m->kind;
-                map->size = m->size;
-                map->writable = m->writable;
-                map->ordinal = -1;
-                map->broker_mapped = f->fd >= 0;
-                r = ops->import(c, map, m, steal_fd(f->fd));
-                if (r < 0) {
-                        free(map);
-                        free(b);
+                fresh->id = m->buffer;
+                fresh->kind = (gpuipc_kind_t)m->kind;
+                fresh->size = m->size;
+                fresh->writable = m->writable;
+                fresh->ordinal = -1;
+                fresh->broker_mapped = f->fd >= 0;
+                r = kind_ops(fresh->kind)->import(c, fresh, m, steal_fd(f->fd));
+                if (r < 0)
                         return r;
-                }
+                map = steal_ptr(fresh);
                 if (hmap_insert(&c->maps_by_id, &map->by_id, hash_u64(map->id)) == 0)
                         map->in_cache = true;
         }
@@ -362,7 +351,28 @@ static int attach_finish(gpuipc_t *c, Frame *f, gpuipc_buffer_t **ret)
         map->generation = m->generation;
         map->owner_uid = (uint32_t)m->uid;
         map_ref(c, map);
+        *ret = map;
+        return 0;
+}
 
+/* Builds the caller's handle for an attach reply, importing the memory unless cached. */
+static int attach_finish(gpuipc_t *c, Frame *f, gpuipc_buffer_t **ret)
+{
+        const ProtoMsg *m = &f->msg;
+        _cleanup_free_ gpuipc_buffer_t *b = NULL;
+        Mapping *map;
+        int r;
+
+        if (!kind_ops((gpuipc_kind_t)m->kind)) {
+                client_errmsg(c, "the broker attached a buffer of an unknown kind");
+                return GPUIPC_E_BAD_REPLY;
+        }
+        b = calloc(1, sizeof(*b));
+        if (!b)
+                return -ENOMEM;
+        r = map_for_reply(c, f, &map);
+        if (r < 0)
+                return r;
         b->conn = c;
         b->kind = map->kind;
         b->size = map->size;
@@ -376,11 +386,10 @@ static int attach_finish(gpuipc_t *c, Frame *f, gpuipc_buffer_t **ret)
         proto_str_copy(m->device, b->device, sizeof(b->device));
         if (m->meta.len && copy_meta(b, m->meta.ptr, m->meta.len) < 0) {
                 map_unref(c, map);
-                free(b);
                 return -ENOMEM;
         }
         list_append(&c->attached, &b->attached_link);
-        *ret = b;
+        *ret = steal_ptr(b);
         return 0;
 }
 

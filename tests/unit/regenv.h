@@ -300,9 +300,7 @@ static inline void env_fini(Env *e)
                 if (!e->fds[i].closed)
                         CHECK(!env_fd_open(e->fds[i].fd)); /* no fd was opened since: no reuse */
         env_drop_sent(e);
-        free(e->out.frames);
-        free(e->out.close_fds);
-        e->out = (Outbox)OUTBOX_INIT;
+        outbox_deinit(&e->out);
         CHECK_EQ(env_count_open_fds(), e->baseline_fds);
 }
 

@@ -1003,8 +1003,8 @@ static void test_outbox(void)
         CHECK(!env_fd_open(fd));
         CHECK_EQ(o.n_frames, 0);
         CHECK_EQ(o.n_close, 0);
-        free(o.frames);
-        free(o.close_fds);
+        outbox_deinit(&o);
+        CHECK(o.frames == NULL && o.close_fds == NULL);
         e->fds[e->n_fds - 1].closed = true;
         registry_peer_remove(e->r, B, &e->out); /* a lost peer is disconnected */
         env_remove(e, A);
