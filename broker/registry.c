@@ -8,30 +8,6 @@
 
 #include "registry-internal.h"
 
-static bool name_char_ok(char c)
-{
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-               strchr("._:/@+=-", c) != NULL;
-}
-
-bool registry_prefix_valid(const char *s, size_t len)
-{
-        if (len > PROTO_MAX_NAME || (len > 0 && s[0] == '/'))
-                return false;
-        for (size_t i = 0; i < len; i++) {
-                if (!s[i] || !name_char_ok(s[i]))
-                        return false;
-                if (s[i] == '.' && i + 1 < len && s[i + 1] == '.')
-                        return false;
-        }
-        return true;
-}
-
-bool registry_name_valid(const char *s, size_t len)
-{
-        return len > 0 && registry_prefix_valid(s, len);
-}
-
 UidAcct *reg_acct_get(Registry *r, uint32_t uid)
 {
         uint64_t h = hash_u64(uid);

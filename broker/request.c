@@ -267,7 +267,7 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         const char *why;
 
         proto_str_copy(m->name, name, sizeof(name));
-        if (!registry_name_valid(m->name.ptr, m->name.len)) {
+        if (!proto_name_valid(m->name.ptr, m->name.len)) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
                 return;
         }
@@ -300,7 +300,7 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         }
         if (by_name) {
                 proto_str_copy(m->name, name, sizeof(name));
-                if (!registry_name_valid(m->name.ptr, m->name.len)) {
+                if (!proto_name_valid(m->name.ptr, m->name.len)) {
                         fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
                         return;
                 }
@@ -323,15 +323,13 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 
 /* ---- rings ---- */
 
-/* A ring's parts are named after it ("NAME@member.63"), so a ring name leaves room for that. */
-#define RING_NAME_MAX (PROTO_MAX_NAME - 16)
 #define RING_LEASE_DEFAULT_MS 2000
 
 /* Copies and checks a ring's name and asks the policy; false once answered. */
 static bool ring_name(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, PolicyAction action, char name[PROTO_MAX_NAME + 1])
 {
         proto_str_copy(m->name, name, PROTO_MAX_NAME + 1);
-        if (!registry_name_valid(m->name.ptr, m->name.len) || m->name.len > RING_NAME_MAX) {
+        if (!proto_name_valid(m->name.ptr, m->name.len) || m->name.len > RING_NAME_MAX) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid ring name (a buffer name of at most %d "
                      "bytes)", name, RING_NAME_MAX);
                 return false;
@@ -479,7 +477,7 @@ static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         RegReclaim a = { 0 };
 
         proto_str_copy(m->name, name, sizeof(name));
-        if (!registry_name_valid(m->name.ptr, m->name.len)) {
+        if (!proto_name_valid(m->name.ptr, m->name.len)) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
                 return;
         }
@@ -517,7 +515,7 @@ static void handle_subscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         char prefix[PROTO_MAX_NAME + 1];
 
         proto_str_copy(m->prefix, prefix, sizeof(prefix));
-        if (!registry_prefix_valid(m->prefix.ptr, m->prefix.len)) {
+        if (!proto_prefix_valid(m->prefix.ptr, m->prefix.len)) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid name prefix", prefix);
                 return;
         }
@@ -534,7 +532,7 @@ static void handle_group_join(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         char group[PROTO_MAX_NAME + 1];
 
         proto_str_copy(m->group, group, sizeof(group));
-        if (!registry_name_valid(m->group.ptr, m->group.len)) {
+        if (!proto_name_valid(m->group.ptr, m->group.len)) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid group name", group);
                 return;
         }

@@ -207,8 +207,11 @@ _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, c
         bool first;
         int r;
 
-        if (!c || !b || !b->own || !name || !*name || strlen(name) > PROTO_MAX_NAME)
+        if (!c || !b || !b->own || !name)
                 return GPUIPC_E_INVALID;
+        r = client_check_name(c, name, "buffer name", false, 0);
+        if (r < 0)
+                return r;
         if (o.meta_len > PROTO_MAX_META || (o.meta_len && !proto_meta_valid(o.meta, o.meta_len))) {
                 client_errmsg(c, "metadata must be one msgpack map of at most %d bytes", PROTO_MAX_META);
                 return GPUIPC_E_INVALID;
@@ -399,8 +402,10 @@ static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gp
         Frame f = { .fd = -1 };
         int r;
 
-        if (!c || !ret || (name && (!*name || strlen(name) > PROTO_MAX_NAME)))
+        if (!c || !ret)
                 return GPUIPC_E_INVALID;
+        if (name && (r = client_check_name(c, name, "buffer name", false, 0)) < 0)
+                return r;
         if (name) {
                 req.name = proto_str(name);
                 req.timeout_ms = timeout_ms < 0 ? PROTO_TIMEOUT_INFINITE : (uint64_t)timeout_ms;

@@ -48,6 +48,20 @@ void client_errmsg(gpuipc_t *c, const char *fmt, ...)
         va_end(ap);
 }
 
+int client_check_name(gpuipc_t *c, const char *name, const char *what, bool prefix, size_t max)
+{
+        size_t len = name ? strlen(name) : 0;
+
+        if (!name)
+                return GPUIPC_E_INVALID;
+        if ((prefix ? proto_prefix_valid(name, len) : proto_name_valid(name, len)) && (!max || len <= max))
+                return 0;
+        client_errmsg(c, "'%.*s%s' is not a valid %s: %s1 to %zu bytes of A-Z a-z 0-9 . _ : / @ + = -, not "
+                      "starting with '/', without '..'", (int)MIN(len, 64), name, len > 64 ? "..." : "", what,
+                      prefix ? "empty (every name) or " : "", max ? max : PROTO_MAX_NAME);
+        return GPUIPC_E_INVALID;
+}
+
 _public_ const char *gpuipc_errmsg(const gpuipc_t *c)
 {
         return c ? c->errmsg : connect_errmsg;
@@ -719,8 +733,9 @@ _public_ int gpuipc_subscribe(gpuipc_t *c, const char *prefix, uint64_t *ret_sub
         Subscription *s;
         int r;
 
-        if (!prefix || strlen(prefix) > PROTO_MAX_NAME)
-                return GPUIPC_E_INVALID;
+        r = client_check_name(c, prefix, "name prefix", true, 0);
+        if (r < 0)
+                return r;
         s = calloc(1, sizeof(*s));
         if (!s)
                 return -ENOMEM;
@@ -800,6 +815,9 @@ _public_ int gpuipc_group_join(gpuipc_t *c, const char *group, unsigned members,
 
         if (!group || timeout_ms == 0)
                 return GPUIPC_E_INVALID;
+        r = client_check_name(c, group, "group name", false, 0);
+        if (r < 0)
+                return r;
         req.group = proto_str(group);
         req.members = members;
         req.timeout_ms = timeout_ms < 0 ? PROTO_TIMEOUT_INFINITE : (uint64_t)timeout_ms;

@@ -132,6 +132,11 @@ void frame_free(Frame *f);
 /* Sets gpuipc_errmsg(). */
 void client_errmsg(gpuipc_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Checks a name (what: "buffer name", "group name", ...) or, with prefix, a name prefix by the
+ * protocol's rules (proto_name_valid) before it is sent, and at most max bytes long (0:
+ * PROTO_MAX_NAME). 0, or GPUIPC_E_INVALID with gpuipc_errmsg() saying why. */
+int client_check_name(gpuipc_t *c, const char *name, const char *what, bool prefix, size_t max);
+
 /* Records that we stopped waiting for reply id (a late attach success is released). */
 void client_abandon(gpuipc_t *c, uint64_t id);
 

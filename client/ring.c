@@ -284,8 +284,11 @@ _public_ int gpuipc_ring_create(gpuipc_t *c, const char *name, const gpuipc_ring
         gpuipc_ring_t *r;
         int e;
 
-        if (!c || !name || !opts || !ret || strlen(name) > PROTO_MAX_NAME || opts->struct_size == 0)
+        if (!c || !name || !opts || !ret || opts->struct_size == 0)
                 return GPUIPC_E_INVALID;
+        e = client_check_name(c, name, "ring name", false, RING_NAME_MAX);
+        if (e < 0)
+                return e;
         memcpy(&o, opts, MIN(opts->struct_size, sizeof(o)));
         if (!o.kind)
                 o.kind = GPUIPC_KIND_MEMFD;
@@ -701,8 +704,11 @@ _public_ int gpuipc_ring_join(gpuipc_t *c, const char *name, int timeout_ms, gpu
         gpuipc_ring_t *r;
         int e;
 
-        if (!c || !name || !ret || strlen(name) > PROTO_MAX_NAME)
+        if (!c || !name || !ret)
                 return GPUIPC_E_INVALID;
+        e = client_check_name(c, name, "ring name", false, RING_NAME_MAX);
+        if (e < 0)
+                return e;
         e = join_request(c, name, deadline, &f);
         if (e < 0)
                 return e;

@@ -286,6 +286,12 @@ bool proto_utf8_valid(const char *s, size_t len);
  * may leave), so that a truncated message stays valid UTF-8. */
 size_t proto_utf8_trim(const char *s, size_t len);
 
+/* Names of buffers, groups and rings: 1-255 bytes of [A-Za-z0-9._:/@+=-], not starting with '/',
+ * without "..". A prefix (subscriptions, listings) may also be empty: every name. The client checks
+ * before it sends, the broker when a request arrives. */
+bool proto_name_valid(const char *s, size_t len);
+bool proto_prefix_valid(const char *s, size_t len);
+
 /* A ProtoStr compared with a C string. */
 bool proto_str_eq(ProtoStr s, const char *c);
 

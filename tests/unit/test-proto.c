@@ -1677,8 +1677,41 @@ static void test_alloc_hook(void)
         fprintf(stderr, "  allocation counting: %s\n", alloc_counting() ? "on" : "off (sanitizer build)");
 }
 
+/* The name rules both sides check: the allowed bytes, no leading '/', no "..", 1 to 255 bytes
+ * (a prefix may be empty). */
+static void test_names_valid(void)
+{
+        char long_name[300];
+
+        CHECK(proto_name_valid("a", 1));
+        CHECK(proto_name_valid("frames/cam0/0", 13));
+        CHECK(proto_name_valid("a.b_c:d/e@f+g=h-i", 17));
+        CHECK(proto_name_valid("A9", 2));
+        CHECK(!proto_name_valid("", 0));
+        CHECK(!proto_name_valid("/abs", 4));
+        CHECK(!proto_name_valid("a/../b", 6));
+        CHECK(!proto_name_valid("..", 2));
+        CHECK(!proto_name_valid("a..", 3));
+        CHECK(proto_name_valid("a.", 2));
+        CHECK(proto_name_valid("a/./b", 5));
+        CHECK(!proto_name_valid("a b", 3));
+        CHECK(!proto_name_valid("a#b", 3));
+        CHECK(!proto_name_valid("a\nb", 3));
+        CHECK(!proto_name_valid("a\0b", 3));
+        CHECK(!proto_name_valid("caf\xc3\xa9", 5));
+        memset(long_name, 'n', sizeof(long_name));
+        CHECK(proto_name_valid(long_name, PROTO_MAX_NAME));
+        CHECK(!proto_name_valid(long_name, PROTO_MAX_NAME + 1));
+        CHECK(proto_prefix_valid("", 0));
+        CHECK(proto_prefix_valid("frames/", 7));
+        CHECK(!proto_prefix_valid("/", 1));
+        CHECK(!proto_prefix_valid("x..", 3));
+        CHECK(!proto_prefix_valid(long_name, PROTO_MAX_NAME + 1));
+}
+
 int main(int argc, char **argv)
 {
+        TEST_RUN(argc, argv, test_names_valid);
         TEST_RUN(argc, argv, test_alloc_hook);
         TEST_RUN(argc, argv, test_field_table);
         TEST_RUN(argc, argv, test_header_roundtrip);

@@ -201,36 +201,6 @@ static uint64_t refs_of(Env *e, uint64_t buffer)
 
 /* ---- tests ---- */
 
-static void test_names_valid(void)
-{
-        char long_name[300];
-
-        CHECK(registry_name_valid("a", 1));
-        CHECK(registry_name_valid("frames/cam0/0", 13));
-        CHECK(registry_name_valid("a.b_c:d/e@f+g=h-i", 17));
-        CHECK(registry_name_valid("A9", 2));
-        CHECK(!registry_name_valid("", 0));
-        CHECK(!registry_name_valid("/abs", 4));
-        CHECK(!registry_name_valid("a/../b", 6));
-        CHECK(!registry_name_valid("..", 2));
-        CHECK(!registry_name_valid("a..", 3));
-        CHECK(registry_name_valid("a.", 2));
-        CHECK(registry_name_valid("a/./b", 5));
-        CHECK(!registry_name_valid("a b", 3));
-        CHECK(!registry_name_valid("a#b", 3));
-        CHECK(!registry_name_valid("a\nb", 3));
-        CHECK(!registry_name_valid("a\0b", 3));
-        CHECK(!registry_name_valid("caf\xc3\xa9", 5));
-        memset(long_name, 'n', sizeof(long_name));
-        CHECK(registry_name_valid(long_name, PROTO_MAX_NAME));
-        CHECK(!registry_name_valid(long_name, PROTO_MAX_NAME + 1));
-        CHECK(registry_prefix_valid("", 0));
-        CHECK(registry_prefix_valid("frames/", 7));
-        CHECK(!registry_prefix_valid("/", 1));
-        CHECK(!registry_prefix_valid("x..", 3));
-        CHECK(!registry_prefix_valid(long_name, PROTO_MAX_NAME + 1));
-}
-
 static void test_publish_attach_release_retire(void)
 {
         Env *e = env_new(NULL);
@@ -1807,7 +1777,6 @@ static void test_many(void)
 
 int main(int argc, char **argv)
 {
-        TEST_RUN(argc, argv, test_names_valid);
         TEST_RUN(argc, argv, test_publish_attach_release_retire);
         TEST_RUN(argc, argv, test_retire_while_held);
         TEST_RUN(argc, argv, test_attach_waits_for_publish);
