@@ -58,7 +58,7 @@ void conn_deinit(Conn *c)
         c->n_unread = 0;
 }
 
-int conn_recv(Conn *c, uint8_t *buf, size_t cap, size_t *ret_len, int *fds, size_t *ret_n_fds)
+int conn_recv(Conn *c, uint8_t *buf, size_t cap, size_t *ret_len, int *fds, size_t *ret_n_fds, bool *ret_truncated)
 {
         size_t n_fds = 0;
         int truncated = 0;
@@ -71,13 +71,9 @@ int conn_recv(Conn *c, uint8_t *buf, size_t cap, size_t *ret_len, int *fds, size
                 return (int)n;
         if (n == 0 && n_fds == 0)
                 return CONN_E_EOF;
-        if (truncated) {
-                for (size_t i = 0; i < n_fds; i++)
-                        safe_close(fds[i]);
-                return CONN_E_TRUNC;
-        }
         *ret_len = (size_t)n;
         *ret_n_fds = n_fds;
+        *ret_truncated = truncated;
         return 0;
 }
 

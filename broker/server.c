@@ -324,59 +324,24 @@ static void protocol_error(Client *c, uint64_t id, const char *what)
         client_close(c, what);
 }
 
-static void handle_frame(Client *c, const uint8_t *buf, size_t len, int *fds, size_t n_fds)
+static void handle_frame(Client *c, const uint8_t *buf, size_t len, int *fds, size_t n_fds, bool truncated)
 {
         Server *s = c->server;
         RequestCtx ctx = { s->reg, s->policy, &s->stats, uv_now(&s->loop), s->pidns, &s->out };
-        ProtoField field = _PF_MAX;
-        ProtoHeader h;
+        ProtoFrameError err;
         ProtoMsg m;
-        char why[160];
-        int e;
 
         s->stats.frames_in++;
         s->stats.bytes_in += len;
         s->stats.fds_in += n_fds;
-        e = proto_header_parse(buf, len, &h);
-        if (e == 0 && h.body_len != len - PROTO_HEADER_SIZE)
-                e = PROTO_E_NEED_MORE;
-        if (e == 0 && h.n_fds != n_fds) {
-                snprintf(why, sizeof(why), "the header announces %u fds but the frame carries %zu", h.n_fds, n_fds);
-                goto violation;
-        }
-        if (e) {
-                snprintf(why, sizeof(why), "%s", e == PROTO_E_NEED_MORE ? "the header's body length differs from the "
-                                                                          "frame's" : proto_strerror(e));
-                goto violation;
-        }
-        e = proto_msg_decode(buf + PROTO_HEADER_SIZE, h.body_len, &m, &field);
-        if (e == PROTO_E_FIELD || e == PROTO_E_MISSING || e == PROTO_E_DUPLICATE || e == PROTO_E_UTF8) {
-                uint64_t id = 0;
-
-                snprintf(why, sizeof(why), "field '%s' is %s", proto_field_name(field),
-                         e == PROTO_E_MISSING     ? "missing"
-                         : e == PROTO_E_DUPLICATE ? "given twice"
-                         : e == PROTO_E_UTF8      ? "not valid UTF-8"
-                                                  : "of the wrong type or too long");
-                /* Well-formed but wrong: answered with the request's id, and the connection stays.
-                 * Without a readable id no reply could be matched to its request (clients pipeline),
-                 * so that is a violation: the client would otherwise wait for an answer forever. */
-                if (proto_peek_id(buf + PROTO_HEADER_SIZE, h.body_len, &id) != 0 || id == 0) {
-                        snprintf(why + strlen(why), sizeof(why) - strlen(why),
-                                 ", and the request has no readable id to answer it with");
-                        goto violation;
-                }
-                request_reply_error(&s->out, c->peer, id, PROTO_STATUS_BAD_REQUEST, why);
+        if (proto_frame_decode(buf, len, n_fds, truncated, PROTO_REQUEST, &m, &err) != 0) {
                 for (size_t i = 0; i < n_fds; i++)
                         safe_close(fds[i]);
+                if (err.id)
+                        request_reply_error(&s->out, c->peer, err.id, PROTO_STATUS_BAD_REQUEST, err.text);
+                else
+                        protocol_error(c, 0, err.text);
                 return;
-        }
-        if (e == 0 && m.type != PROTO_REQUEST)
-                e = PROTO_E_KIND;
-        if (e) {
-                snprintf(why, sizeof(why), "%s",
-                         e == PROTO_E_KIND ? "peers may only send requests" : proto_strerror(e));
-                goto violation;
         }
         /* Listing /proc/self/fd costs a lot with 100k fds held: at most once a second. */
         if (m.op == PROTO_OP_STATS && (!s->fds_counted_ms || ctx.now_ms - s->fds_counted_ms >= 1000)) {
@@ -385,12 +350,6 @@ static void handle_frame(Client *c, const uint8_t *buf, size_t len, int *fds, si
                 s->fds_counted_ms = ctx.now_ms;
         }
         request_handle(&ctx, c->peer, &m, n_fds ? fds[0] : -1);
-        return;
-
-violation:
-        for (size_t i = 0; i < n_fds; i++)
-                safe_close(fds[i]);
-        protocol_error(c, 0, why);
 }
 
 /* Reads and handles one frame. One, not as many as there are: the poll is level-triggered, so a
@@ -401,21 +360,20 @@ static void client_read(Client *c)
         Server *s = c->server;
         int fds[CONN_MAX_RECV_FDS];
         size_t len, n_fds;
-        int r = conn_recv(&c->conn, s->rbuf, sizeof(s->rbuf), &len, fds, &n_fds);
+        bool truncated;
+        int r = conn_recv(&c->conn, s->rbuf, sizeof(s->rbuf), &len, fds, &n_fds, &truncated);
 
         if (r == CONN_E_AGAIN)
                 return;
         if (r == CONN_E_EOF) {
                 client_close(c, "closed its connection");
-        } else if (r == CONN_E_TRUNC) {
-                protocol_error(c, 0, "a frame exceeded the size limit or carried too many fds");
         } else if (r < 0) {
                 client_close(c, "receive failed");
         } else {
                 /* A request's time in the broker: decoding, handling, and delivering what it caused. */
                 uint64_t start = monotonic_us();
 
-                handle_frame(c, s->rbuf, len, fds, n_fds);
+                handle_frame(c, s->rbuf, len, fds, n_fds, truncated);
                 deliver(s);
                 histogram_record(&s->stats.request_us, monotonic_us() - start);
                 return;

@@ -211,10 +211,10 @@ static int send_frame(gpuipc_t *c, const ProtoBuf *frame, int fd, uint64_t deadl
  * c->rbuf and stays valid until the next receive. */
 static int recv_frame(gpuipc_t *c, uint64_t deadline, Frame *ret)
 {
-        int fds[MAX_RECV_FDS], e, truncated = 0;
+        int fds[MAX_RECV_FDS], truncated = 0;
         bool reset_seen = false;
+        ProtoFrameError err;
         size_t n_fds = 0;
-        ProtoHeader h;
         ssize_t n;
 
         for (;;) {
@@ -245,16 +245,11 @@ static int recv_frame(gpuipc_t *c, uint64_t deadline, Frame *ret)
                 mark_broken(c);
                 return GPUIPC_E_DISCONNECTED;
         }
-        e = proto_header_parse(c->rbuf, (size_t)n, &h);
-        if (!e && (h.body_len != (size_t)n - PROTO_HEADER_SIZE || h.n_fds != n_fds || truncated))
-                e = PROTO_E_MALFORMED;
-        if (!e)
-                e = proto_msg_decode(c->rbuf + PROTO_HEADER_SIZE, h.body_len, &ret->msg, NULL);
-        if (e) {
+        if (proto_frame_decode(c->rbuf, (size_t)n, n_fds, truncated, PROTO_NONE, &ret->msg, &err) != 0) {
                 for (size_t i = 0; i < n_fds; i++)
                         close(fds[i]);
                 client_errmsg(c, "the broker sent a frame we cannot read (%s); are client and broker of the same "
-                              "release?", proto_strerror(e));
+                              "release?", err.text);
                 mark_broken(c);
                 return GPUIPC_E_BAD_REPLY;
         }

@@ -699,7 +699,7 @@ const char *proto_strerror(int e)
 {
         switch (e) {
         case 0: return "ok";
-        case PROTO_E_NEED_MORE: return "frame is truncated";
+        case PROTO_E_LENGTH: return "the header's body length differs from the frame's";
         case PROTO_E_MAGIC: return "not a gpuipc frame (bad magic)";
         case PROTO_E_VERSION: return "unsupported frame version";
         case PROTO_E_TOO_BIG: return "frame exceeds the size or fd limits";
@@ -710,6 +710,7 @@ const char *proto_strerror(int e)
         case PROTO_E_DUPLICATE: return "a key appears twice in the message";
         case PROTO_E_RESERVED: return "the header's reserved bytes are not zero";
         case PROTO_E_UTF8: return "a string is not valid UTF-8";
+        case PROTO_E_FDS: return "the frame carries another number of fds than its header announces";
         default: return "unknown protocol error";
         }
 }

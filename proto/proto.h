@@ -33,7 +33,7 @@
 
 /* ---- positive decode outcomes ---- */
 enum {
-        PROTO_E_NEED_MORE = 1, /* fewer bytes than the header announces */
+        PROTO_E_LENGTH = 1,    /* the record is shorter than a header, or its body not as long as announced */
         PROTO_E_MAGIC,         /* not a gpuipc frame */
         PROTO_E_VERSION,       /* frame version we do not speak */
         PROTO_E_TOO_BIG,       /* body or fd count over the limits */
@@ -44,6 +44,7 @@ enum {
         PROTO_E_DUPLICATE,     /* a key appears twice */
         PROTO_E_RESERVED,      /* the header's reserved bytes are not zero */
         PROTO_E_UTF8,          /* a string (a field, or one inside meta) is not valid UTF-8 */
+        PROTO_E_FDS,           /* the record carries another number of fds than its header announces */
 };
 
 typedef struct ProtoHeader {
@@ -204,8 +205,29 @@ static inline ProtoStr proto_str(const char *s)
 
 /* ---- frames ---- */
 
-/* Parses the fixed header at buf. 0, or PROTO_E_NEED_MORE / _MAGIC / _VERSION / _RESERVED / _TOO_BIG. */
+/* Parses the fixed header at buf. 0, or PROTO_E_LENGTH / _MAGIC / _VERSION / _RESERVED / _TOO_BIG. */
 int proto_header_parse(const uint8_t *buf, size_t len, ProtoHeader *ret);
+
+/* What proto_frame_decode found wrong with a received frame. */
+typedef struct ProtoFrameError {
+        int code;         /* a PROTO_E_* code; 0 when the frame decoded */
+        ProtoField field; /* the field at fault (PROTO_E_FIELD, _MISSING, _DUPLICATE, _UTF8), else _PF_MAX */
+        /* Non-zero: a request whose fields are wrong but whose id could be read: it is answered
+         * (bad-request) and the connection stays. 0: a framing violation, after which frame
+         * boundaries cannot be trusted and the connection must close. */
+        uint64_t id;
+        char text[192];   /* what is wrong, in words: for the reply, the log or an error message */
+} ProtoFrameError;
+
+/* Checks and decodes one received record, the one way both sides read frames: the header (magic,
+ * version, reserved bytes, limits), the body's length against the record's, the fd count against
+ * the n_fds fds that came with it, then the body (proto_msg_decode). truncated: the transport cut
+ * the record or its control data (MSG_TRUNC, MSG_CTRUNC, more fds than it takes). expect:
+ * PROTO_REQUEST where only requests may arrive (the broker), PROTO_NONE for any message (a client).
+ * 0 with *m decoded (pointing into frame, which must outlive it), or the PROTO_E_* code with *err
+ * filled. The fds stay the caller's either way. */
+int proto_frame_decode(const uint8_t *frame, size_t len, size_t n_fds, bool truncated, ProtoType expect, ProtoMsg *m,
+                       ProtoFrameError *err);
 
 /* Writes a header for a body of body_len bytes carrying n_fds fds. */
 void proto_header_write(uint8_t out[PROTO_HEADER_SIZE], uint32_t body_len, uint8_t n_fds);

@@ -1,4 +1,5 @@
-/* Fuzz target: frame header parse, message decode, listing iteration and the encoder.
+/* Fuzz target: proto_frame_decode (the one way broker and library read a frame), frame header
+ * parse, message decode, listing iteration and the encoder.
  *
  * The input is tried two ways: as a frame (12-byte header, then the body it announces) and as a
  * bare body. Whatever decodes must re-encode (unless it carries an op or event name this version
@@ -130,14 +131,38 @@ static void try_body(const uint8_t *body, size_t len, uint8_t n_fds)
         }
 }
 
+/* The input as a received record, with and without an fd, as the broker and as a client read it:
+ * an error is named, only a request's field error is answerable (by its id), and what decodes is
+ * what the receiver expects. */
+static void try_frame(const uint8_t *data, size_t size)
+{
+        for (unsigned i = 0; i < 4; i++) {
+                ProtoType expect = i & 1 ? PROTO_REQUEST : PROTO_NONE;
+                ProtoFrameError err;
+                ProtoMsg m;
+                int e = proto_frame_decode(data, size, i >> 1, false, expect, &m, &err);
+
+                CHECK_EQ(e, err.code);
+                if (e == 0) {
+                        CHECK(expect == PROTO_NONE || m.type == expect);
+                        continue;
+                }
+                CHECK(err.text[0] != 0);
+                if (err.id)
+                        CHECK(expect == PROTO_REQUEST && err.field < _PF_MAX);
+        }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
         ProtoHeader h;
         int e;
 
+        try_frame(data, size);
+
         e = proto_header_parse(data, size, &h);
         if (size < PROTO_HEADER_SIZE)
-                CHECK_EQ(e, PROTO_E_NEED_MORE);
+                CHECK_EQ(e, PROTO_E_LENGTH);
         if (e == 0) {
                 CHECK_EQ(h.version, PROTO_VERSION);
                 CHECK(h.n_fds <= PROTO_MAX_FDS);

@@ -344,7 +344,7 @@ static void test_header_errors(void)
         proto_header_write(good, 10, 0);
         /* Every truncated header asks for more bytes. */
         for (size_t len = 0; len < PROTO_HEADER_SIZE; len++)
-                CHECK_EQ(proto_header_parse(keep(good, len), len, &h), PROTO_E_NEED_MORE);
+                CHECK_EQ(proto_header_parse(keep(good, len), len, &h), PROTO_E_LENGTH);
 
         memcpy(hdr, good, sizeof(hdr));
         hdr[0] = 'X';
@@ -733,7 +733,7 @@ static void test_truncated_everywhere(void)
         /* A frame cut inside its header asks for more. */
         for (size_t len = 0; len < PROTO_HEADER_SIZE; len++) {
                 ProtoHeader h;
-                CHECK_EQ(proto_header_parse(keep(b.data, len), len, &h), PROTO_E_NEED_MORE);
+                CHECK_EQ(proto_header_parse(keep(b.data, len), len, &h), PROTO_E_LENGTH);
         }
         proto_buf_free(&b);
 }
@@ -1677,6 +1677,85 @@ static void test_alloc_hook(void)
         fprintf(stderr, "  allocation counting: %s\n", alloc_counting() ? "on" : "off (sanitizer build)");
 }
 
+/* A frame around body with the header's fd count n_fds. */
+static ProtoBuf frame_of(const ProtoBuf *body, uint8_t n_fds)
+{
+        ProtoBuf f = { 0 };
+        uint8_t hdr[PROTO_HEADER_SIZE];
+
+        proto_header_write(hdr, (uint32_t)body->len, n_fds);
+        CHECK_EQ(proto_buf_append(&f, hdr, sizeof(hdr)), 0);
+        CHECK_EQ(proto_buf_append(&f, body->data, body->len), 0);
+        return f;
+}
+
+/* proto_frame_decode, the one way broker and library read a frame: each framing fault is a
+ * violation (id 0) named in words, a request's field error keeps the connection when its id is
+ * readable, and only the broker (expect PROTO_REQUEST) refuses replies and events. */
+static void test_frame_decode(void)
+{
+        ProtoBuf body = { 0 }, f;
+        ProtoFrameError err;
+        ProtoMsg m;
+
+        req(&body, "ping", 0);
+        f = frame_of(&body, 0);
+        CHECK_EQ(proto_frame_decode(keep(f.data, f.len), f.len, 0, false, PROTO_REQUEST, &m, &err), 0);
+        CHECK_EQ(err.code, 0);
+        CHECK(m.type == PROTO_REQUEST && m.op == PROTO_OP_PING && m.id == 1);
+        /* The transport cut it, it is shorter than a header, or its body is not what it announces. */
+        CHECK_EQ(proto_frame_decode(keep(f.data, f.len), f.len, 0, true, PROTO_REQUEST, &m, &err), PROTO_E_TOO_BIG);
+        CHECK_STREQ(err.text, "a frame exceeded the size limit or carried too many fds");
+        CHECK_EQ(proto_frame_decode(keep(f.data, 11), 11, 0, false, PROTO_NONE, &m, &err), PROTO_E_LENGTH);
+        CHECK_EQ(proto_frame_decode(keep(f.data, f.len - 1), f.len - 1, 0, false, PROTO_NONE, &m, &err),
+                 PROTO_E_LENGTH);
+        CHECK_STREQ(err.text, "the header's body length differs from the frame's");
+        CHECK_EQ(err.id, 0);
+        /* An fd the header does not announce, or one announced and missing. */
+        CHECK_EQ(proto_frame_decode(keep(f.data, f.len), f.len, 1, false, PROTO_REQUEST, &m, &err), PROTO_E_FDS);
+        CHECK_STREQ(err.text, "the header announces 0 fds but the frame carries 1");
+        proto_buf_free(&f);
+        f = frame_of(&body, 1);
+        CHECK_EQ(proto_frame_decode(keep(f.data, f.len), f.len, 0, false, PROTO_REQUEST, &m, &err), PROTO_E_FDS);
+        CHECK_EQ(proto_frame_decode(keep(f.data, f.len), f.len, 1, false, PROTO_REQUEST, &m, &err), 0);
+        proto_buf_free(&f);
+        proto_buf_free(&body);
+
+        /* A field error: answerable with the id when the id is readable, else a violation. */
+        req(&body, "publish", 1);
+        w_kv_u(&body, "name", 7);
+        f = frame_of(&body, 0);
+        CHECK_EQ(proto_frame_decode(keep(f.data, f.len), f.len, 0, false, PROTO_REQUEST, &m, &err), PROTO_E_FIELD);
+        CHECK_EQ(err.field, PF_NAME);
+        CHECK_EQ(err.id, 1);
+        CHECK_STREQ(err.text, "field 'name' is of the wrong type or too long");
+        proto_buf_free(&f);
+        proto_buf_free(&body);
+        w_map(&body, 2);
+        w_kv_s(&body, "op", "publish");
+        w_kv_u(&body, "name", 7);
+        f = frame_of(&body, 0);
+        CHECK_EQ(proto_frame_decode(keep(f.data, f.len), f.len, 0, false, PROTO_REQUEST, &m, &err), PROTO_E_FIELD);
+        CHECK_EQ(err.id, 0);
+        CHECK_STREQ(err.text, "field 'name' is of the wrong type or too long, and the request has no readable id to "
+                              "answer it with");
+        proto_buf_free(&f);
+        proto_buf_free(&body);
+
+        /* A reply: what a client reads, and what the broker never accepts. */
+        w_map(&body, 2);
+        w_kv_u(&body, "reply", 3);
+        w_kv_u(&body, "status", 0);
+        f = frame_of(&body, 0);
+        CHECK_EQ(proto_frame_decode(keep(f.data, f.len), f.len, 0, false, PROTO_NONE, &m, &err), 0);
+        CHECK(m.type == PROTO_REPLY && m.reply == 3);
+        CHECK_EQ(proto_frame_decode(keep(f.data, f.len), f.len, 0, false, PROTO_REQUEST, &m, &err), PROTO_E_KIND);
+        CHECK_STREQ(err.text, "peers may only send requests");
+        CHECK_EQ(err.id, 0);
+        proto_buf_free(&f);
+        proto_buf_free(&body);
+}
+
 /* The name rules both sides check: the allowed bytes, no leading '/', no "..", 1 to 255 bytes
  * (a prefix may be empty). */
 static void test_names_valid(void)
@@ -1711,6 +1790,7 @@ static void test_names_valid(void)
 
 int main(int argc, char **argv)
 {
+        TEST_RUN(argc, argv, test_frame_decode);
         TEST_RUN(argc, argv, test_names_valid);
         TEST_RUN(argc, argv, test_alloc_hook);
         TEST_RUN(argc, argv, test_field_table);
