@@ -1,11 +1,10 @@
-/* The registry's output queue: encoded frames for peers and fds to close afterwards. */
+/* The registry's output queue: encoded frames for peers and fds to close afterwards (outbox.h). */
 #include "outbox.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
 #include "macro.h"
-#include "registry.h"
 
 int outbox_send(Outbox *o, RegPeer *to, const ProtoMsg *m, int fd)
 {
@@ -27,7 +26,7 @@ int outbox_send(Outbox *o, RegPeer *to, const ProtoMsg *m, int fd)
         return 0;
 lost:
         proto_buf_free(&buf);
-        registry_peer_mark_lost(to);
+        o->lost(to);
         return -ENOMEM;
 }
 
@@ -44,7 +43,7 @@ void outbox_close_fd(Outbox *o, int fd)
                         for (size_t i = 0; i < o->n_frames; i++) {
                                 if (o->frames[i].fd == fd) {
                                         o->frames[i].fd = -1;
-                                        registry_peer_mark_lost(o->frames[i].to);
+                                        o->lost(o->frames[i].to);
                                 }
                         }
                         safe_close(fd);
@@ -83,5 +82,5 @@ void outbox_deinit(Outbox *o)
         outbox_clear(o);
         free(o->frames);
         free(o->close_fds);
-        *o = (Outbox)OUTBOX_INIT;
+        *o = (Outbox){ .lost = o->lost };
 }

@@ -1,6 +1,10 @@
 /* What a registry operation asks its caller to do: frames to deliver to peers (each may carry one
  * fd that stays owned by the registry) and fds to close once every frame has been handed over.
- * The registry never does I/O itself; the server drains the outbox after each operation. */
+ * The registry never does I/O itself; the server drains the outbox after each operation.
+ *
+ * The outbox knows peers only as addresses: it never looks inside a RegPeer and calls nothing in
+ * the registry. A peer that misses a frame (it could not be built or queued) is reported through
+ * the `lost` hook its owner installs (OUTBOX_INIT, in registry.h, installs the registry's). */
 #pragma once
 
 #include <stdbool.h>
@@ -23,11 +27,12 @@ typedef struct Outbox {
         size_t n_close, cap_close;
         /* Replies sent with each error status: every reply passes here, whoever built it. */
         uint64_t failed_replies[_PROTO_STATUS_MAX];
+        /* Called for a peer that missed a frame: it must be disconnected, since what it knows of
+         * the broker's state is wrong from now on. Must be set. */
+        void (*lost)(RegPeer *p);
 } Outbox;
 
-#define OUTBOX_INIT { 0 }
-
-/* Encodes m for peer `to` with an optional borrowed fd. On failure the peer is marked lost (it
+/* Encodes m for peer `to` with an optional borrowed fd. On failure the peer is reported lost (it
  * missed a message, so it must be disconnected) and -ENOMEM is returned. */
 int outbox_send(Outbox *o, RegPeer *to, const ProtoMsg *m, int fd);
 
@@ -40,5 +45,5 @@ void outbox_drop_peer(Outbox *o, RegPeer *p);
 /* Frees frames not stolen and closes the queued fds; the outbox stays usable. */
 void outbox_clear(Outbox *o);
 
-/* Clears the outbox and frees its arrays: it is OUTBOX_INIT again. */
+/* Clears the outbox and frees its arrays: it is empty again (its lost hook stays). */
 void outbox_deinit(Outbox *o);

@@ -12,19 +12,13 @@
 #include <stdint.h>
 
 #include "broker-limits.h"
+#include "creds.h"
 #include "outbox.h"
 #include "proto.h"
 
 typedef struct Registry Registry;
 typedef struct RegPeer RegPeer;
 typedef struct RegBuffer RegBuffer;
-
-/* Identity read from the kernel at accept (broker/peer.c). */
-typedef struct PeerCreds {
-        uint32_t uid, gid;
-        uint32_t pid;   /* in the broker's PID namespace; 0 = the peer is outside it */
-        uint64_t pidns; /* PID-namespace inode read from /proc by the broker; 0 = unknown */
-} PeerCreds;
 
 /* What a hello declares. Used only to diagnose, never to authorize. */
 typedef struct PeerHello {
@@ -132,6 +126,10 @@ void *registry_peer_userdata(const RegPeer *p);
 
 /* A frame for this peer could not be built or queued; its caller must disconnect it. */
 void registry_peer_mark_lost(RegPeer *p);
+
+/* An outbox for registry operations: a peer that misses a frame is marked lost in the registry,
+ * and registry_take_lost() hands it to whoever disconnects it. */
+#define OUTBOX_INIT { .lost = registry_peer_mark_lost }
 bool registry_peer_lost(const RegPeer *p);
 
 /* The next peer marked lost and not yet taken (each once), or NULL. */
