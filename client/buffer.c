@@ -8,11 +8,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "cuda.h"
 #include "internal.h"
 #include "macro.h"
+
+/* ---- ids ---- */
+
+uint64_t client_new_buffer_id(void)
+{
+        uint64_t v = 0;
+
+        /* getrandom blocks only before the kernel's pool is initialized, long before any of this. */
+        while ((v & PROTO_MAX_BUFFER_ID) == 0)
+                if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+                        v = client_now_ms() ^ (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&v;
+        return v & PROTO_MAX_BUFFER_ID;
+}
 
 /* ---- mapping cache ---- */
 

@@ -13,6 +13,7 @@
 #define CLIENT_EVENT_QUEUE_MAX 4096
 #define CLIENT_CACHE_MAX_IDLE 256 /* unreferenced mappings kept for re-attach ($GPUIPC_CACHE_MAX) */
 #define CLIENT_REPLY_GRACE_MS 1000 /* how much longer we wait than we asked the broker to */
+#define CLIENT_RETRY_MS 50         /* between connect attempts while the broker is away */
 
 /* Kind-specific state of memory this process allocated. */
 typedef struct KindAlloc {
@@ -120,7 +121,7 @@ struct gpuipc {
         int device_pref;        /* gpuipc_set_device(); -1: the buffer's own device */
 };
 
-/* ---- connection.c ---- */
+/* ---- transport.c: frames in and out ---- */
 
 /* Sends req (its id is assigned here) with an optional borrowed fd, then waits up to timeout_ms
  * (<0: forever) for the reply; events arriving meanwhile are queued. On success the reply is in
@@ -140,24 +141,39 @@ int client_check_name(gpuipc_t *c, const char *name, const char *what, bool pref
 /* Records that we stopped waiting for reply id (a late attach success is released). */
 void client_abandon(gpuipc_t *c, uint64_t id);
 
-/* Queues an event for the caller. */
-void client_queue_event(gpuipc_t *c, const gpuipc_event_t *ev);
-
 /* Reads and handles whatever is ready, waiting at most timeout_ms for the first frame. */
 int client_pump(gpuipc_t *c, int timeout_ms);
 
-/* A fresh buffer id: random, non-zero, at most PROTO_MAX_BUFFER_ID (the producer chooses ids so
- * that they survive a broker restart). */
-uint64_t client_new_buffer_id(void);
+/* Milliseconds on a monotonic clock; a deadline timeout_ms from now (<0: UINT64_MAX, never);
+ * the milliseconds left until deadline as poll(2) wants them (-1: forever). */
+uint64_t client_now_ms(void);
+uint64_t client_deadline(int timeout_ms);
+int client_remaining_ms(uint64_t deadline);
+
+/* The broker went away: the socket is closed, and with reconnect on a timer wakes gpuipc_fd(). */
+void client_mark_broken(gpuipc_t *c);
+/* A new socket joins the epoll set behind gpuipc_fd() (and the retry timer stops). */
+void client_watch_socket(gpuipc_t *c);
+
+/* ---- connect.c: opening, hello, reconnecting ---- */
+
+/* Connects again and registers everything again, trying until timeout_ms. 0 or an error. */
+int client_reconnect(gpuipc_t *c, int timeout_ms);
+
+/* ---- events.c: the event queue, subscriptions ---- */
+
+/* Queues an event for the caller. */
+void client_queue_event(gpuipc_t *c, const gpuipc_event_t *ev);
 
 /* Subscriptions keep the id the caller knows; the broker's id changes across a reconnect. */
 int client_resubscribe(gpuipc_t *c);
 uint64_t client_subscription_id(gpuipc_t *c, uint64_t broker_id);
 
-/* Milliseconds on a monotonic clock. */
-uint64_t client_now_ms(void);
-
 /* ---- buffer.c ---- */
+
+/* A fresh buffer id: random, non-zero, at most PROTO_MAX_BUFFER_ID (the producer chooses ids so
+ * that they survive a broker restart). */
+uint64_t client_new_buffer_id(void);
 
 void buffer_on_event(gpuipc_t *c, const ProtoMsg *ev);
 void buffer_on_late_attach(gpuipc_t *c, Frame *f);
