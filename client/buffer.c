@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "cuda.h"
@@ -290,20 +289,6 @@ _public_ int gpuipc_retire(gpuipc_t *c, gpuipc_buffer_t *b)
         return 0;
 }
 
-/* Removes the queued drained event of buffer id, if any: the caller waited for it. */
-static void consume_drained(gpuipc_t *c, uint64_t id)
-{
-        size_t n = c->ev_count, kept = 0;
-
-        for (size_t i = 0; i < n; i++) {
-                gpuipc_event_t ev = c->events[(c->ev_head + i) % CLIENT_EVENT_QUEUE_MAX];
-                if (ev.type == GPUIPC_EVENT_DRAINED && ev.buffer == id && ev.subscription == 0)
-                        continue;
-                c->events[(c->ev_head + kept++) % CLIENT_EVENT_QUEUE_MAX] = ev;
-        }
-        c->ev_count = kept;
-}
-
 _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms)
 {
         uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : client_now_ms() + (uint64_t)timeout_ms;
@@ -326,7 +311,7 @@ _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms
                 if (r < 0)
                         return r;
         }
-        consume_drained(c, b->id);
+        client_drop_events(c, GPUIPC_EVENT_DRAINED, b->id);
         return 0;
 }
 
@@ -599,24 +584,19 @@ _public_ int gpuipc_buffer_revoked(const gpuipc_buffer_t *b)
 
 /* ---- broker events ---- */
 
+/* Tells the broker something it only needs to hear (unmap, release), without waiting: this runs
+ * inside event handling too, where no request may wait for its reply. */
 static void request_nowait(gpuipc_t *c, ProtoOp op, uint64_t buffer)
 {
         ProtoMsg req = { .op = op, .buffer = buffer, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
-        ProtoBuf frame = { 0 };
 
-        if (c->fd < 0)
-                return;
-        req.id = ++c->next_id;
-        proto_set(&req, PF_ID);
-        if (proto_frame_encode(&frame, &req, 0) == 0)
-                (void)!send(c->fd, frame.data, frame.len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        proto_buf_free(&frame);
+        (void)client_send_nowait(c, &req);
 }
 
-void buffer_on_late_attach(gpuipc_t *c, Frame *f)
+void buffer_on_late_attach(gpuipc_t *c, const ProtoMsg *reply)
 {
-        if (f->msg.status == PROTO_STATUS_OK && proto_has(&f->msg, PF_BUFFER))
-                request_nowait(c, PROTO_OP_RELEASE, f->msg.buffer);
+        if (reply->status == PROTO_STATUS_OK && proto_has(reply, PF_BUFFER))
+                request_nowait(c, PROTO_OP_RELEASE, reply->buffer);
 }
 
 void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)
@@ -669,10 +649,6 @@ void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)
         case PROTO_EV_RETIRED:
                 ev.type = GPUIPC_EVENT_RETIRED;
                 break;
-        case PROTO_EV_MEMBER_JOINED:
-        case PROTO_EV_MEMBER_LEFT:
-                ring_on_event(c, m);
-                return;
         default:
                 return; /* from a newer broker: nothing we can act on */
         }
@@ -781,7 +757,6 @@ static int reclaim(gpuipc_t *c, gpuipc_buffer_t *b)
 
 int buffer_after_reconnect(gpuipc_t *c)
 {
-        gpuipc_event_t ev = { .type = GPUIPC_EVENT_RECONNECTED };
         uint64_t round = ++c->restore_round;
         int r;
 
@@ -817,12 +792,6 @@ int buffer_after_reconnect(gpuipc_t *c)
                 if (r < 0)
                         return r;
         }
-        r = client_resubscribe(c);
-        if (r == 0)
-                r = ring_after_reconnect(c);
-        if (r < 0)
-                return r;
-        client_queue_event(c, &ev);
         return 0;
 }
 

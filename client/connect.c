@@ -101,7 +101,25 @@ static int say_hello(gpuipc_t *c)
         return 0;
 }
 
-int client_reconnect(gpuipc_t *c, int timeout_ms)
+/* Registers again, with the broker we reconnected to, everything this connection had: own buffers
+ * first (so that reclaims of our own consumers find them), held references, subscriptions, rings;
+ * then tells the caller. 0, or GPUIPC_E_DISCONNECTED if the broker was lost again. */
+static int restore(gpuipc_t *c)
+{
+        gpuipc_event_t ev = { .type = GPUIPC_EVENT_RECONNECTED };
+        int r = buffer_after_reconnect(c);
+
+        if (r == 0)
+                r = client_resubscribe(c);
+        if (r == 0)
+                r = ring_after_reconnect(c);
+        if (r < 0)
+                return r;
+        client_queue_event(c, &ev);
+        return 0;
+}
+
+static int reconnect(gpuipc_t *c, int timeout_ms)
 {
         uint64_t deadline = client_deadline(timeout_ms);
         int r;
@@ -113,7 +131,7 @@ int client_reconnect(gpuipc_t *c, int timeout_ms)
                 if (r == 0)
                         r = say_hello(c);
                 if (r == 0)
-                        r = buffer_after_reconnect(c);
+                        r = restore(c);
                 c->restoring = false;
                 if (r == 0)
                         return 0;
@@ -192,6 +210,15 @@ static int cache_max_of(size_t *ret)
         return 0;
 }
 
+/* Broker events go to whoever keeps the state they are about: rings their members, buffers the rest. */
+static void route_event(gpuipc_t *c, const ProtoMsg *ev)
+{
+        if (ev->event == PROTO_EV_MEMBER_JOINED || ev->event == PROTO_EV_MEMBER_LEFT)
+                ring_on_event(c, ev);
+        else
+                buffer_on_event(c, ev);
+}
+
 _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
 {
         gpuipc_options_t o = opts ? *opts : (gpuipc_options_t){ 0 };
@@ -219,6 +246,7 @@ _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
         list_init(&c->rings);
         list_init(&c->idle);
         c->fd = c->retry_timer = -1;
+        c->hooks = (ClientHooks){ .event = route_event, .late_reply = buffer_on_late_attach, .reconnect = reconnect };
         c->epfd = epoll_create1(EPOLL_CLOEXEC);
         c->rbuf = malloc(PROTO_MAX_FRAME);
         c->events = calloc(CLIENT_EVENT_QUEUE_MAX, sizeof(*c->events));
@@ -272,6 +300,7 @@ _public_ void gpuipc_close(gpuipc_t *c)
         free(c->events);
         free(c->rbuf);
         proto_buf_free(&c->wbuf);
+        proto_buf_free(&c->nbuf);
         free(c);
 }
 

@@ -31,6 +31,19 @@ static bool take_event(gpuipc_t *c, gpuipc_event_t *ret)
         return true;
 }
 
+void client_drop_events(gpuipc_t *c, gpuipc_event_type_t type, uint64_t buffer)
+{
+        size_t n = c->ev_count, kept = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                gpuipc_event_t ev = c->events[(c->ev_head + i) % CLIENT_EVENT_QUEUE_MAX];
+                if (ev.type == type && ev.buffer == buffer && ev.subscription == 0)
+                        continue;
+                c->events[(c->ev_head + kept++) % CLIENT_EVENT_QUEUE_MAX] = ev;
+        }
+        c->ev_count = kept;
+}
+
 _public_ int gpuipc_next_event(gpuipc_t *c, gpuipc_event_t *ret, int timeout_ms)
 {
         uint64_t deadline = client_deadline(timeout_ms);

@@ -88,6 +88,18 @@ typedef struct Frame {
         int fd;             /* owned, or -1 */
 } Frame;
 
+/* What the transport hands up to the layers above it, which it never calls by name; gpuipc_connect
+ * installs them (connect.c). */
+typedef struct ClientHooks {
+        /* An event arrived (a buffer's, a subscription's, a ring's). */
+        void (*event)(gpuipc_t *c, const ProtoMsg *ev);
+        /* The reply to a request we stopped waiting for (client_abandon) arrived after all. */
+        void (*late_reply)(gpuipc_t *c, const ProtoMsg *reply);
+        /* The broker went away: connect again and register everything again, within timeout_ms.
+         * 0 or an error. */
+        int (*reconnect)(gpuipc_t *c, int timeout_ms);
+} ClientHooks;
+
 struct gpuipc {
         int fd;
         bool broken;        /* the broker went away; the next call reconnects if allowed */
@@ -108,6 +120,8 @@ struct gpuipc {
         char errmsg[PROTO_MAX_TEXT + 1];
         uint8_t *rbuf;
         ProtoBuf wbuf;          /* the request being sent, reused: no allocation per request */
+        ProtoBuf nbuf;          /* the same for requests sent without waiting (client_send_nowait) */
+        ClientHooks hooks;
         gpuipc_event_t *events; /* ring */
         size_t ev_head, ev_count;
         uint64_t events_lost;
@@ -129,6 +143,11 @@ struct gpuipc {
  * and its message lands in gpuipc_errmsg(). */
 int client_request(gpuipc_t *c, ProtoMsg *req, int fd, int timeout_ms, Frame *ret);
 void frame_free(Frame *f);
+
+/* Sends req (its id is assigned here) without an fd and without waiting for room or a reply: for
+ * what the broker only needs to hear (unmap, the release of a late reference), also from inside
+ * an event hook. Dropped when the socket is full or gone. 0 or an error. */
+int client_send_nowait(gpuipc_t *c, ProtoMsg *req);
 
 /* Sets gpuipc_errmsg(). */
 void client_errmsg(gpuipc_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -155,15 +174,14 @@ void client_mark_broken(gpuipc_t *c);
 /* A new socket joins the epoll set behind gpuipc_fd() (and the retry timer stops). */
 void client_watch_socket(gpuipc_t *c);
 
-/* ---- connect.c: opening, hello, reconnecting ---- */
-
-/* Connects again and registers everything again, trying until timeout_ms. 0 or an error. */
-int client_reconnect(gpuipc_t *c, int timeout_ms);
-
 /* ---- events.c: the event queue, subscriptions ---- */
 
 /* Queues an event for the caller. */
 void client_queue_event(gpuipc_t *c, const gpuipc_event_t *ev);
+
+/* Takes queued events of this type about one of our own buffers (not a subscription's) out of the
+ * queue: the caller waited for it another way. */
+void client_drop_events(gpuipc_t *c, gpuipc_event_type_t type, uint64_t buffer);
 
 /* Subscriptions keep the id the caller knows; the broker's id changes across a reconnect. */
 int client_resubscribe(gpuipc_t *c);
@@ -175,8 +193,10 @@ uint64_t client_subscription_id(gpuipc_t *c, uint64_t broker_id);
  * that they survive a broker restart). */
 uint64_t client_new_buffer_id(void);
 
+/* A buffer event (the hooks route member events to ring.c). */
 void buffer_on_event(gpuipc_t *c, const ProtoMsg *ev);
-void buffer_on_late_attach(gpuipc_t *c, Frame *f);
+/* A late attach reply: the reference it took is given back. */
+void buffer_on_late_attach(gpuipc_t *c, const ProtoMsg *reply);
 /* After a reconnect: register own live and retired buffers again (restored), reclaim the references
  * of attached buffers, drop idle cached mappings. 0, or GPUIPC_E_DISCONNECTED if lost again. */
 int buffer_after_reconnect(gpuipc_t *c);

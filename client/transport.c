@@ -234,7 +234,7 @@ static int dispatch(gpuipc_t *c, Frame *f)
         int r = 0;
 
         if (f->msg.type == PROTO_EVENT) {
-                buffer_on_event(c, &f->msg);
+                c->hooks.event(c, &f->msg);
         } else if (f->msg.type == PROTO_REPLY && f->msg.reply == 0 && f->msg.status != PROTO_STATUS_OK) {
                 r = reply_error(c, &f->msg);
                 /* A stopping broker is a lost connection like any other, for callers and for
@@ -243,7 +243,7 @@ static int dispatch(gpuipc_t *c, Frame *f)
                         r = GPUIPC_E_DISCONNECTED;
                 client_mark_broken(c);
         } else if (f->msg.type == PROTO_REPLY && unabandon(c, f->msg.reply)) {
-                buffer_on_late_attach(c, f);
+                c->hooks.late_reply(c, &f->msg);
         }
         frame_free(f);
         return r;
@@ -308,6 +308,22 @@ static int request_once(gpuipc_t *c, ProtoMsg *req, int fd, uint64_t deadline, F
         }
 }
 
+int client_send_nowait(gpuipc_t *c, ProtoMsg *req)
+{
+        int r;
+
+        if (c->fd < 0)
+                return GPUIPC_E_DISCONNECTED;
+        req->id = ++c->next_id;
+        proto_set(req, PF_ID);
+        c->nbuf.len = 0;
+        r = proto_frame_encode(&c->nbuf, req, 0);
+        if (r != 0)
+                return r > 0 ? GPUIPC_E_INVALID : r;
+        r = fdpass_send(c->fd, c->nbuf.data, c->nbuf.len, -1);
+        return r == -EAGAIN ? 0 : r; /* a full socket: the broker learns it from our next request or close */
+}
+
 int client_request(gpuipc_t *c, ProtoMsg *req, int fd, int timeout_ms, Frame *ret)
 {
         int r;
@@ -320,7 +336,7 @@ int client_request(gpuipc_t *c, ProtoMsg *req, int fd, int timeout_ms, Frame *re
                                               "option)");
                                 return GPUIPC_E_DISCONNECTED;
                         }
-                        r = client_reconnect(c, c->connect_timeout_ms);
+                        r = c->hooks.reconnect(c, c->connect_timeout_ms);
                         if (r < 0)
                                 return r;
                 }
@@ -347,7 +363,7 @@ int client_pump(gpuipc_t *c, int timeout_ms)
                                 return n ? n : GPUIPC_E_DISCONNECTED;
                         /* Waiting (for drained, for events) goes on through a restart: reconnect
                          * within what is left of the wait; with nothing left, try once. */
-                        r = client_reconnect(c, client_remaining_ms(deadline));
+                        r = c->hooks.reconnect(c, client_remaining_ms(deadline));
                         if (r == GPUIPC_E_NO_BROKER)
                                 return n; /* nobody listens yet; the next call tries again */
                         if (r < 0)
