@@ -195,7 +195,7 @@ static int publish_new(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, bool r
                 req.meta = (ProtoRaw){ b->meta, (uint32_t)b->meta_len, 1 };
                 proto_set(&req, PF_META);
         }
-        return client_request(c, &req, fd, 10000, f);
+        return client_request(c, &req, fd, CLIENT_REQUEST_TIMEOUT_MS, f);
 }
 
 /* Publishes an idle, registered buffer again: one round trip, nothing travels. */
@@ -211,7 +211,7 @@ static int publish_again(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, bool
                 req.meta = (ProtoRaw){ b->meta, (uint32_t)b->meta_len, b->meta_len ? 1 : 0 };
                 proto_set(&req, PF_META);
         }
-        return client_request(c, &req, -1, 10000, f);
+        return client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, f);
 }
 
 _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, const gpuipc_publish_options_t *opts)
@@ -265,7 +265,7 @@ static int simple_request(gpuipc_t *c, ProtoOp op, uint64_t buffer)
 {
         ProtoMsg req = { .op = op, .buffer = buffer, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
         Frame f = { .fd = -1 };
-        int r = client_request(c, &req, -1, 10000, &f);
+        int r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
 
         if (r == 0)
                 frame_free(&f);
@@ -740,7 +740,7 @@ static int reclaim(gpuipc_t *c, gpuipc_buffer_t *b)
         req.kind = (ProtoKind)m->kind;
         req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_REFS) |
                   PROTO_BIT(PF_UID) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND);
-        r = client_request(c, &req, -1, 10000, &f);
+        r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
         if (r == GPUIPC_E_DISCONNECTED)
                 return r;
         if (r < 0) {

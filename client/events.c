@@ -93,7 +93,7 @@ _public_ int gpuipc_subscribe(gpuipc_t *c, const char *prefix, uint64_t *ret_sub
                 return -ENOMEM;
         req.prefix = proto_str(prefix);
         req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_PREFIX);
-        r = client_request(c, &req, -1, 10000, &f);
+        r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
         if (r < 0) {
                 free(s);
                 return r;
@@ -120,7 +120,7 @@ _public_ int gpuipc_unsubscribe(gpuipc_t *c, uint64_t subscription)
                         continue;
                 req.sub = s->broker_id;
                 req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_SUB);
-                r = client_request(c, &req, -1, 10000, &f);
+                r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
                 if (r == 0)
                         frame_free(&f);
                 list_unlink(&s->link);
@@ -140,7 +140,7 @@ int client_resubscribe(gpuipc_t *c)
 
                 req.prefix = proto_str(s->prefix);
                 req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_PREFIX);
-                r = client_request(c, &req, -1, 10000, &f);
+                r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
                 if (r < 0)
                         return r;
                 s->broker_id = f.msg.sub;

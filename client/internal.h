@@ -13,6 +13,9 @@
 #define CLIENT_EVENT_QUEUE_MAX 4096
 #define CLIENT_CACHE_MAX_IDLE 256 /* unreferenced mappings kept for re-attach ($GPUIPC_CACHE_MAX) */
 #define CLIENT_REPLY_GRACE_MS 1000 /* how much longer we wait than we asked the broker to */
+/* How long a request that makes the broker wait for nothing may take: generous, since the broker
+ * answers these at once and only a stopped or overloaded one takes longer. */
+#define CLIENT_REQUEST_TIMEOUT_MS 10000
 #define CLIENT_RETRY_MS 50         /* between connect attempts while the broker is away */
 
 /* Kind-specific state of memory this process allocated. */

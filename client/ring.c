@@ -76,7 +76,7 @@ static int simple_ring_request(gpuipc_t *c, ProtoOp op, const char *name)
 {
         ProtoMsg req = { .op = op, .name = proto_str(name), .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) };
         Frame f = { .fd = -1 };
-        int r = client_request(c, &req, -1, 10000, &f);
+        int r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
 
         if (r == 0)
                 frame_free(&f);
@@ -204,7 +204,7 @@ static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, b
                 req.device = proto_str(b->device);
                 proto_set(&req, PF_DEVICE);
         }
-        e = client_request(c, &req, fd, 10000, &f);
+        e = client_request(c, &req, fd, CLIENT_REQUEST_TIMEOUT_MS, &f);
         if (e < 0)
                 return e;
         b->registered = true;
@@ -254,7 +254,7 @@ static int ring_declare(gpuipc_ring_t *r, bool restore)
         }
         req.has |= PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) |
                    PROTO_BIT(PF_SLOTS) | PROTO_BIT(PF_MEMBERS) | PROTO_BIT(PF_MODE) | PROTO_BIT(PF_TIMEOUT_MS);
-        e = client_request(r->conn, &req, -1, 10000, &f);
+        e = client_request(r->conn, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
         proto_items_free(&seats);
         if (e == 0)
                 frame_free(&f);
@@ -387,7 +387,7 @@ void ring_evict(gpuipc_ring_t *r, uint32_t i)
         req.generation = r->seat[i].epoch;
         req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION);
         /* The broker only keeps its books here; the member already counts as gone for us. */
-        if (client_request(r->conn, &req, -1, 10000, &f) == 0)
+        if (client_request(r->conn, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f) == 0)
                 frame_free(&f);
 }
 
@@ -670,7 +670,7 @@ static int join_request(gpuipc_t *c, const char *name, uint64_t deadline, Frame 
                 int e;
 
                 req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME);
-                e = client_request(c, &req, -1, 10000, f);
+                e = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, f);
                 if (e != GPUIPC_E_NOT_FOUND || ring_remaining_ms(deadline) == 0)
                         return e;
                 (void)client_pump(c, ring_min_timeout(ring_remaining_ms(deadline), RING_JOIN_RETRY_MS));
@@ -1083,7 +1083,7 @@ static int ring_restore_member(gpuipc_ring_t *r)
         req.generation = r->epoch;
         req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_RESTORED) | PROTO_BIT(PF_INDEX) |
                   PROTO_BIT(PF_GENERATION);
-        e = client_request(r->conn, &req, -1, 10000, &f);
+        e = client_request(r->conn, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
         if (e == GPUIPC_E_DISCONNECTED)
                 return e;
         if (e < 0) {
