@@ -2,6 +2,7 @@
 #include "outbox.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "macro.h"
@@ -28,6 +29,27 @@ lost:
         proto_buf_free(&buf);
         o->lost(to);
         return -ENOMEM;
+}
+
+int outbox_send_errorv(Outbox *o, RegPeer *to, uint64_t id, unsigned status, const char *fmt, va_list ap)
+{
+        char text[PROTO_MAX_TEXT + 1];
+        ProtoMsg m;
+
+        vsnprintf(text, sizeof(text), fmt, ap);
+        proto_reply_error(&m, id, status, text);
+        return outbox_send(o, to, &m, -1);
+}
+
+int outbox_send_error(Outbox *o, RegPeer *to, uint64_t id, unsigned status, const char *fmt, ...)
+{
+        va_list ap;
+        int r;
+
+        va_start(ap, fmt);
+        r = outbox_send_errorv(o, to, id, status, fmt, ap);
+        va_end(ap);
+        return r;
 }
 
 void outbox_close_fd(Outbox *o, int fd)

@@ -7,6 +7,7 @@
  * the `lost` hook its owner installs (OUTBOX_INIT, in registry.h, installs the registry's). */
 #pragma once
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -35,6 +36,14 @@ typedef struct Outbox {
 /* Encodes m for peer `to` with an optional borrowed fd. On failure the peer is reported lost (it
  * missed a message, so it must be disconnected) and -ENOMEM is returned. */
 int outbox_send(Outbox *o, RegPeer *to, const ProtoMsg *m, int fd);
+
+/* The error reply (proto_reply_error) to request id of peer `to`, its text formatted from fmt and
+ * cut to PROTO_MAX_TEXT bytes: the one way the broker's registry and request layer answer a
+ * request that failed. 0 or -ENOMEM (the peer is reported lost). */
+int outbox_send_error(Outbox *o, RegPeer *to, uint64_t id, unsigned status, const char *fmt, ...)
+        __attribute__((format(printf, 5, 6)));
+int outbox_send_errorv(Outbox *o, RegPeer *to, uint64_t id, unsigned status, const char *fmt, va_list ap)
+        __attribute__((format(printf, 5, 0)));
 
 /* Takes ownership of fd, to be closed after the frames were handed over. */
 void outbox_close_fd(Outbox *o, int fd);

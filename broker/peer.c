@@ -19,15 +19,11 @@
 static void refuse(int fd, unsigned status, const char *why)
 {
         ProtoBuf frame = { 0 };
-        ProtoMsg m = { 0 };
+        ProtoMsg m;
         Conn conn;
 
         conn_init(&conn, fd, 1);
-        m.reply = 0;
-        m.status = status;
-        m.error = proto_str(proto_status_name(status));
-        m.message = proto_str(why);
-        m.has = PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) | PROTO_BIT(PF_ERROR) | PROTO_BIT(PF_MESSAGE);
+        proto_reply_error(&m, 0, status, why);
         if (proto_frame_encode(&frame, &m, 0) == 0)
                 (void)conn_send_last(&conn, &frame);
         proto_buf_free(&frame);
@@ -143,7 +139,7 @@ static void drop_slow_peer(Peer *p, const char *limit, size_t value, uint32_t ma
 {
         char why[PROTO_MAX_TEXT];
         ProtoBuf frame = { 0 };
-        ProtoMsg m = { 0 };
+        ProtoMsg m;
 
         p->set->stats->slow_peers_dropped++;
         log_warn("dropping a peer that does not read", "peer=%llu limit=%s value=%zu max=%u",
@@ -151,10 +147,7 @@ static void drop_slow_peer(Peer *p, const char *limit, size_t value, uint32_t ma
         snprintf(why, sizeof(why), "the broker disconnects this connection: it does not read what the broker sends "
                  "(%zu %s, the limit is %u: --%s)", value,
                  strcmp(limit, "max-queued-fds") == 0 ? "fds not received" : "bytes queued", max, limit);
-        m.status = PROTO_STATUS_QUOTA;
-        m.error = proto_str(proto_status_name(PROTO_STATUS_QUOTA));
-        m.message = proto_str(why);
-        m.has = PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) | PROTO_BIT(PF_ERROR) | PROTO_BIT(PF_MESSAGE);
+        proto_reply_error(&m, 0, PROTO_STATUS_QUOTA, why);
         if (proto_frame_encode(&frame, &m, 0) == 0)
                 (void)conn_send_last(&p->conn, &frame);
         proto_buf_free(&frame);

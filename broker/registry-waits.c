@@ -68,10 +68,9 @@ static void group_finish(Registry *r, RegGroup *g, bool complete, Outbox *o)
                                       g->name, joined, g->members);
                         continue;
                 }
-                reg_reply_base(&m, id, PROTO_STATUS_OK);
-                m.group = proto_str(g->name);
-                m.members = g->members;
-                m.has |= PROTO_BIT(PF_GROUP) | PROTO_BIT(PF_MEMBERS);
+                proto_reply_init(&m, id, PROTO_STATUS_OK);
+                proto_set_group(&m, proto_str(g->name));
+                proto_set_members(&m, g->members);
                 outbox_send(o, p, &m, -1);
         }
         if (complete)

@@ -34,49 +34,30 @@ void reg_acct_put(Registry *r, UidAcct *a)
         }
 }
 
-void reg_reply_base(ProtoMsg *m, uint64_t id, unsigned status)
-{
-        memset(m, 0, sizeof(*m));
-        m->reply = id;
-        m->status = status;
-        m->has = PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS);
-}
-
 void reg_reply_ok(Outbox *o, RegPeer *p, uint64_t id)
 {
         ProtoMsg m;
 
-        reg_reply_base(&m, id, PROTO_STATUS_OK);
+        proto_reply_init(&m, id, PROTO_STATUS_OK);
         outbox_send(o, p, &m, -1);
 }
 
 _printf_(5, 6) void reg_reply_err(Outbox *o, RegPeer *p, uint64_t id, unsigned status, const char *fmt, ...)
 {
-        char text[PROTO_MAX_TEXT + 1];
-        ProtoMsg m;
         va_list ap;
 
         va_start(ap, fmt);
-        vsnprintf(text, sizeof(text), fmt, ap);
+        outbox_send_errorv(o, p, id, status, fmt, ap);
         va_end(ap);
-        text[proto_utf8_trim(text, strlen(text))] = 0; /* a cut may split a character */
-        reg_reply_base(&m, id, status);
-        m.error = proto_str(proto_status_name(status));
-        m.message = proto_str(text);
-        m.has |= PROTO_BIT(PF_ERROR) | PROTO_BIT(PF_MESSAGE);
-        outbox_send(o, p, &m, -1);
 }
 
 void reg_event_base(ProtoMsg *m, ProtoEvent ev, const RegBuffer *b)
 {
-        memset(m, 0, sizeof(*m));
-        m->event = ev;
-        m->buffer = b->id;
-        m->generation = b->generation;
-        m->name = proto_str(b->name);
-        m->kind = b->kind;
-        m->has = PROTO_BIT(PF_EVENT) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION) |
-                 PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND);
+        proto_event_init(m, ev);
+        proto_set_buffer(m, b->id);
+        proto_set_generation(m, b->generation);
+        proto_set_name(m, proto_str(b->name));
+        proto_set_kind(m, b->kind);
 }
 
 RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id)
@@ -231,10 +212,8 @@ void reg_buffer_drain(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
         r->counters.drains++;
         if (b->owner) {
                 reg_event_base(&m, PROTO_EV_DRAINED, b);
-                if (reason) {
-                        m.reason = proto_str(reason);
-                        proto_set(&m, PF_REASON);
-                }
+                if (reason)
+                        proto_set_reason(&m, proto_str(reason));
                 outbox_send(o, b->owner, &m, -1);
                 r->counters.events++;
         }
@@ -273,8 +252,7 @@ void reg_buffer_revoke(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
                 if (h->count == 0)
                         continue; /* only a cached mapping: the freed event that follows covers it */
                 reg_event_base(&m, PROTO_EV_REVOKED, b);
-                m.reason = proto_str(reason);
-                proto_set(&m, PF_REASON);
+                proto_set_reason(&m, proto_str(reason));
                 outbox_send(o, h->peer, &m, -1);
                 r->counters.events++;
         }
@@ -353,10 +331,10 @@ static void reply_attached(Outbox *o, RegPeer *p, uint64_t id, const RegBuffer *
         ProtoMsg m;
 
         registry_buffer_describe(b, &m);
-        m.reply = id;
-        m.status = PROTO_STATUS_OK;
-        m.cached = cached;
-        m.has |= PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) | PROTO_BIT(PF_CACHED);
+        m.type = PROTO_REPLY;
+        proto_set_reply(&m, id);
+        proto_set_status(&m, PROTO_STATUS_OK);
+        proto_set_cached(&m, cached);
         outbox_send(o, p, &m, cached ? -1 : b->fd);
 }
 
@@ -484,11 +462,10 @@ static void reply_published(Outbox *o, RegPeer *p, uint64_t id, const RegBuffer 
 {
         ProtoMsg m;
 
-        reg_reply_base(&m, id, PROTO_STATUS_OK);
-        m.buffer = b->id;
-        m.generation = b->generation;
-        m.state = b->state;
-        m.has |= PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_STATE);
+        proto_reply_init(&m, id, PROTO_STATUS_OK);
+        proto_set_buffer(&m, b->id);
+        proto_set_generation(&m, b->generation);
+        proto_set_state(&m, b->state);
         outbox_send(o, p, &m, -1);
 }
 

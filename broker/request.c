@@ -18,26 +18,16 @@
 
 void request_reply_error(Outbox *out, RegPeer *p, uint64_t id, unsigned status, const char *message)
 {
-        ProtoMsg m = { 0 };
-
-        m.reply = id;
-        m.status = status;
-        m.error = proto_str(proto_status_name(status));
-        m.message = proto_str(message);
-        m.has = PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) | PROTO_BIT(PF_ERROR) | PROTO_BIT(PF_MESSAGE);
-        outbox_send(out, p, &m, -1);
+        outbox_send_error(out, p, id, status, "%s", message);
 }
 
 _printf_(5, 6) static void fail(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, unsigned status, const char *fmt, ...)
 {
-        char text[PROTO_MAX_TEXT + 1];
         va_list ap;
 
         va_start(ap, fmt);
-        vsnprintf(text, sizeof(text), fmt, ap);
+        outbox_send_errorv(ctx->out, p, m->id, status, fmt, ap);
         va_end(ap);
-        text[proto_utf8_trim(text, strlen(text))] = 0; /* a cut may split a character */
-        request_reply_error(ctx->out, p, m->id, status, text);
 }
 
 static uint32_t timeout_of(const ProtoMsg *m)
@@ -62,7 +52,7 @@ static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         const char *gpu_ptrs[PROTO_MAX_GPUS];
         const PeerCreds *c = registry_peer_creds(p);
         PeerHello h = { 0 };
-        ProtoMsg r = { 0 };
+        ProtoMsg r;
         int e;
 
         if (m->version != PROTO_VERSION) {
@@ -88,31 +78,25 @@ static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         }
 
         /* The reply tells the client how the broker sees it: that is what a doctor needs. */
-        r.reply = m->id;
-        r.status = PROTO_STATUS_OK;
-        r.version = PROTO_VERSION;
-        r.peer = registry_peer_id(p);
-        r.epoch = registry_epoch(ctx->reg);
-        r.pid = c->pid;
-        r.uid = c->uid;
-        r.gid = c->gid;
-        r.pidns = ctx->broker_pidns;
-        r.pidns_same = ctx->broker_pidns && (c->pidns ? c->pidns : m->pidns) == ctx->broker_pidns;
-        r.label = proto_str("gpuipc-broker " GPUIPC_VERSION);
-        r.has = PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) | PROTO_BIT(PF_VERSION) | PROTO_BIT(PF_PEER) |
-                PROTO_BIT(PF_EPOCH) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_UID) | PROTO_BIT(PF_GID) |
-                PROTO_BIT(PF_PIDNS) | PROTO_BIT(PF_PIDNS_SAME) | PROTO_BIT(PF_LABEL);
+        proto_reply_init(&r, m->id, PROTO_STATUS_OK);
+        proto_set_version(&r, PROTO_VERSION);
+        proto_set_peer(&r, registry_peer_id(p));
+        proto_set_epoch(&r, registry_epoch(ctx->reg));
+        proto_set_pid(&r, c->pid);
+        proto_set_uid(&r, c->uid);
+        proto_set_gid(&r, c->gid);
+        proto_set_pidns(&r, ctx->broker_pidns);
+        proto_set_pidns_same(&r, ctx->broker_pidns && (c->pidns ? c->pidns : m->pidns) == ctx->broker_pidns);
+        proto_set_label(&r, proto_str("gpuipc-broker " GPUIPC_VERSION));
         outbox_send(ctx->out, p, &r, -1);
 }
 
 static void handle_ping(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 {
-        ProtoMsg r = { 0 };
+        ProtoMsg r;
 
-        r.reply = m->id;
-        r.status = PROTO_STATUS_OK;
-        r.epoch = registry_epoch(ctx->reg);
-        r.has = PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) | PROTO_BIT(PF_EPOCH);
+        proto_reply_init(&r, m->id, PROTO_STATUS_OK);
+        proto_set_epoch(&r, registry_epoch(ctx->reg));
         outbox_send(ctx->out, p, &r, -1);
 }
 

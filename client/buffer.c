@@ -160,57 +160,47 @@ _public_ int gpuipc_buffer_alloc(gpuipc_t *c, gpuipc_kind_t kind, size_t size, i
 static int publish_new(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, bool restore, Frame *f)
 {
         const KindOps *ops = kind_ops(b->kind);
-        ProtoMsg req = { .op = PROTO_OP_PUBLISH };
+        ProtoMsg req;
         int fd = -1, r;
 
         r = ops->export(c, b, b->writable, &fd);
         if (r < 0)
                 return r;
-        req.name = proto_str(name);
-        req.buffer = b->id;
-        proto_set(&req, PF_BUFFER);
+        proto_request_init(&req, PROTO_OP_PUBLISH);
+        proto_set_name(&req, proto_str(name));
+        proto_set_buffer(&req, b->id);
         if (restore) {
-                req.restored = true;
-                req.generation = b->generation;
-                req.state = b->state;
-                req.has |= PROTO_BIT(PF_RESTORED) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_STATE);
+                proto_set_restored(&req, true);
+                proto_set_generation(&req, b->generation);
+                proto_set_state(&req, b->state);
         }
-        req.kind = (ProtoKind)b->kind;
-        req.size = b->size;
-        req.writable = b->writable;
-        req.broker_held = b->broker_held;
-        req.retire_after = b->retire_after;
-        req.has |= PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) |
-                   PROTO_BIT(PF_WRITABLE) | PROTO_BIT(PF_BROKER_HELD) | PROTO_BIT(PF_RETIRE_AFTER);
-        if (b->device[0]) {
-                req.device = proto_str(b->device);
-                proto_set(&req, PF_DEVICE);
-        }
+        proto_set_kind(&req, (ProtoKind)b->kind);
+        proto_set_size(&req, b->size);
+        proto_set_writable(&req, b->writable);
+        proto_set_broker_held(&req, b->broker_held);
+        proto_set_retire_after(&req, b->retire_after);
+        if (b->device[0])
+                proto_set_device(&req, proto_str(b->device));
         if (b->kind == GPUIPC_KIND_CUDA_LEGACY) {
-                req.offset = b->ka.dptr - b->ka.base;
-                req.handle = (ProtoStr){ (const char *)b->ka.ipc_handle, PROTO_LEGACY_HANDLE_SIZE };
-                req.has |= PROTO_BIT(PF_OFFSET) | PROTO_BIT(PF_HANDLE);
+                proto_set_offset(&req, b->ka.dptr - b->ka.base);
+                proto_set_handle(&req, (ProtoStr){ (const char *)b->ka.ipc_handle, PROTO_LEGACY_HANDLE_SIZE });
         }
-        if (b->meta_len) {
-                req.meta = (ProtoRaw){ b->meta, (uint32_t)b->meta_len, 1 };
-                proto_set(&req, PF_META);
-        }
+        if (b->meta_len)
+                proto_set_meta(&req, (ProtoRaw){ b->meta, (uint32_t)b->meta_len, 1 });
         return client_request(c, &req, fd, CLIENT_REQUEST_TIMEOUT_MS, f);
 }
 
 /* Publishes an idle, registered buffer again: one round trip, nothing travels. */
 static int publish_again(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, bool new_meta, Frame *f)
 {
-        ProtoMsg req = { .op = PROTO_OP_PUBLISH };
+        ProtoMsg req;
 
-        req.name = proto_str(name);
-        req.buffer = b->id;
-        req.retire_after = b->retire_after;
-        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_RETIRE_AFTER);
-        if (new_meta) {
-                req.meta = (ProtoRaw){ b->meta, (uint32_t)b->meta_len, b->meta_len ? 1 : 0 };
-                proto_set(&req, PF_META);
-        }
+        proto_request_init(&req, PROTO_OP_PUBLISH);
+        proto_set_name(&req, proto_str(name));
+        proto_set_buffer(&req, b->id);
+        proto_set_retire_after(&req, b->retire_after);
+        if (new_meta)
+                proto_set_meta(&req, (ProtoRaw){ b->meta, (uint32_t)b->meta_len, b->meta_len ? 1 : 0 });
         return client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, f);
 }
 
@@ -263,9 +253,13 @@ _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, c
 
 static int simple_request(gpuipc_t *c, ProtoOp op, uint64_t buffer)
 {
-        ProtoMsg req = { .op = op, .buffer = buffer, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
         Frame f = { .fd = -1 };
-        int r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
+        ProtoMsg req;
+        int r;
+
+        proto_request_init(&req, op);
+        proto_set_buffer(&req, buffer);
+        r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
 
         if (r == 0)
                 frame_free(&f);
@@ -398,23 +392,21 @@ static int attach_finish(gpuipc_t *c, Frame *f, gpuipc_buffer_t **ret)
 
 static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gpuipc_buffer_t **ret)
 {
-        ProtoMsg req = { .op = PROTO_OP_ATTACH };
         Frame f = { .fd = -1 };
+        ProtoMsg req;
         int r;
 
         if (!c || !ret)
                 return GPUIPC_E_INVALID;
         if (name && (r = client_check_name(c, name, "buffer name", false, 0)) < 0)
                 return r;
+        proto_request_init(&req, PROTO_OP_ATTACH);
         if (name) {
-                req.name = proto_str(name);
-                req.timeout_ms = timeout_ms < 0 ? PROTO_TIMEOUT_INFINITE : (uint64_t)timeout_ms;
-                req.has |= PROTO_BIT(PF_NAME) | PROTO_BIT(PF_TIMEOUT_MS);
+                proto_set_name(&req, proto_str(name));
+                proto_set_timeout_ms(&req, timeout_ms < 0 ? PROTO_TIMEOUT_INFINITE : (uint64_t)timeout_ms);
         } else {
-                req.buffer = id;
-                proto_set(&req, PF_BUFFER);
+                proto_set_buffer(&req, id);
         }
-        proto_set(&req, PF_OP);
         r = client_request(c, &req, -1, timeout_ms < 0 ? -1 : timeout_ms + CLIENT_REPLY_GRACE_MS, &f);
         if (r == GPUIPC_E_DEVICE && cuda_load() < 0) {
                 /* We declared no GPU because CUDA does not work in this process: say that, it is
@@ -588,8 +580,10 @@ _public_ int gpuipc_buffer_revoked(const gpuipc_buffer_t *b)
  * inside event handling too, where no request may wait for its reply. */
 static void request_nowait(gpuipc_t *c, ProtoOp op, uint64_t buffer)
 {
-        ProtoMsg req = { .op = op, .buffer = buffer, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
+        ProtoMsg req;
 
+        proto_request_init(&req, op);
+        proto_set_buffer(&req, buffer);
         (void)client_send_nowait(c, &req);
 }
 
@@ -727,19 +721,18 @@ static void revoke_mapping(gpuipc_t *c, Mapping *m, const char *why)
 /* Registers again the references this connection holds on b's buffer (all handles at once). */
 static int reclaim(gpuipc_t *c, gpuipc_buffer_t *b)
 {
-        ProtoMsg req = { .op = PROTO_OP_RECLAIM };
         Mapping *m = b->map;
         Frame f = { .fd = -1 };
+        ProtoMsg req;
         int r;
 
-        req.buffer = m->id;
-        req.generation = m->generation;
-        req.refs = m->refs;
-        req.uid = m->owner_uid;
-        req.name = proto_str(b->name);
-        req.kind = (ProtoKind)m->kind;
-        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_REFS) |
-                  PROTO_BIT(PF_UID) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND);
+        proto_request_init(&req, PROTO_OP_RECLAIM);
+        proto_set_buffer(&req, m->id);
+        proto_set_generation(&req, m->generation);
+        proto_set_refs(&req, m->refs);
+        proto_set_uid(&req, m->owner_uid);
+        proto_set_name(&req, proto_str(b->name));
+        proto_set_kind(&req, (ProtoKind)m->kind);
         r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
         if (r == GPUIPC_E_DISCONNECTED)
                 return r;

@@ -75,20 +75,16 @@ static int open_socket(gpuipc_t *c, int timeout_ms)
 
 static int say_hello(gpuipc_t *c)
 {
-        ProtoMsg req = { 0 };
         Frame f = { .fd = -1 };
+        ProtoMsg req;
         int r;
 
-        req.op = PROTO_OP_HELLO;
-        req.version = PROTO_VERSION;
-        req.pid = (uint64_t)getpid();
-        req.pidns = c->pidns;
-        req.label = proto_str(c->label);
-        req.n_gpus = c->n_gpus;
-        for (uint32_t i = 0; i < c->n_gpus; i++)
-                req.gpus[i] = proto_str(c->gpus[i]);
-        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_VERSION) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_PIDNS) |
-                  PROTO_BIT(PF_LABEL) | PROTO_BIT(PF_GPUS);
+        proto_request_init(&req, PROTO_OP_HELLO);
+        proto_set_version(&req, PROTO_VERSION);
+        proto_set_pid(&req, (uint64_t)getpid());
+        proto_set_pidns(&req, c->pidns);
+        proto_set_label(&req, proto_str(c->label));
+        proto_set_gpus(&req, c->gpus, c->n_gpus);
         /* A caller that bounds connecting bounds the greeting too: a stopped broker accepts (the
          * kernel queues the connection) but never answers. */
         r = client_request(c, &req, -1, c->connect_timeout_ms > 0 ? c->connect_timeout_ms : 10000, &f);
@@ -306,10 +302,12 @@ _public_ void gpuipc_close(gpuipc_t *c)
 
 _public_ int gpuipc_ping(gpuipc_t *c, int timeout_ms)
 {
-        ProtoMsg req = { .op = PROTO_OP_PING, .has = PROTO_BIT(PF_OP) };
         Frame f = { .fd = -1 };
-        int r = client_request(c, &req, -1, timeout_ms, &f);
+        ProtoMsg req;
+        int r;
 
+        proto_request_init(&req, PROTO_OP_PING);
+        r = client_request(c, &req, -1, timeout_ms, &f);
         if (r == 0)
                 frame_free(&f);
         return r;

@@ -80,7 +80,7 @@ _public_ int gpuipc_process(gpuipc_t *c)
 
 _public_ int gpuipc_subscribe(gpuipc_t *c, const char *prefix, uint64_t *ret_subscription)
 {
-        ProtoMsg req = { .op = PROTO_OP_SUBSCRIBE };
+        ProtoMsg req;
         Frame f = { .fd = -1 };
         Subscription *s;
         int r;
@@ -91,8 +91,8 @@ _public_ int gpuipc_subscribe(gpuipc_t *c, const char *prefix, uint64_t *ret_sub
         s = calloc(1, sizeof(*s));
         if (!s)
                 return -ENOMEM;
-        req.prefix = proto_str(prefix);
-        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_PREFIX);
+        proto_request_init(&req, PROTO_OP_SUBSCRIBE);
+        proto_set_prefix(&req, proto_str(prefix));
         r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
         if (r < 0) {
                 free(s);
@@ -112,14 +112,14 @@ _public_ int gpuipc_unsubscribe(gpuipc_t *c, uint64_t subscription)
 {
         list_for_each(pos, &c->subs) {
                 Subscription *s = list_entry(pos, Subscription, link);
-                ProtoMsg req = { .op = PROTO_OP_UNSUBSCRIBE };
+                ProtoMsg req;
                 Frame f = { .fd = -1 };
                 int r;
 
                 if (s->id != subscription)
                         continue;
-                req.sub = s->broker_id;
-                req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_SUB);
+                proto_request_init(&req, PROTO_OP_UNSUBSCRIBE);
+                proto_set_sub(&req, s->broker_id);
                 r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
                 if (r == 0)
                         frame_free(&f);
@@ -134,12 +134,12 @@ int client_resubscribe(gpuipc_t *c)
 {
         list_for_each(pos, &c->subs) {
                 Subscription *s = list_entry(pos, Subscription, link);
-                ProtoMsg req = { .op = PROTO_OP_SUBSCRIBE };
+                ProtoMsg req;
                 Frame f = { .fd = -1 };
                 int r;
 
-                req.prefix = proto_str(s->prefix);
-                req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_PREFIX);
+                proto_request_init(&req, PROTO_OP_SUBSCRIBE);
+                proto_set_prefix(&req, proto_str(s->prefix));
                 r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
                 if (r < 0)
                         return r;
@@ -161,7 +161,7 @@ uint64_t client_subscription_id(gpuipc_t *c, uint64_t broker_id)
 
 _public_ int gpuipc_group_join(gpuipc_t *c, const char *group, unsigned members, int timeout_ms)
 {
-        ProtoMsg req = { .op = PROTO_OP_GROUP_JOIN };
+        ProtoMsg req;
         Frame f = { .fd = -1 };
         int r;
 
@@ -170,10 +170,10 @@ _public_ int gpuipc_group_join(gpuipc_t *c, const char *group, unsigned members,
         r = client_check_name(c, group, "group name", false, 0);
         if (r < 0)
                 return r;
-        req.group = proto_str(group);
-        req.members = members;
-        req.timeout_ms = timeout_ms < 0 ? PROTO_TIMEOUT_INFINITE : (uint64_t)timeout_ms;
-        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_GROUP) | PROTO_BIT(PF_MEMBERS) | PROTO_BIT(PF_TIMEOUT_MS);
+        proto_request_init(&req, PROTO_OP_GROUP_JOIN);
+        proto_set_group(&req, proto_str(group));
+        proto_set_members(&req, members);
+        proto_set_timeout_ms(&req, timeout_ms < 0 ? PROTO_TIMEOUT_INFINITE : (uint64_t)timeout_ms);
         r = client_request(c, &req, -1, timeout_ms < 0 ? -1 : timeout_ms + CLIENT_REPLY_GRACE_MS, &f);
         if (r == 0)
                 frame_free(&f);

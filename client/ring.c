@@ -74,9 +74,13 @@ static gpuipc_ring_t *ring_by_name(gpuipc_t *c, const char *name, uint32_t len)
 
 static int simple_ring_request(gpuipc_t *c, ProtoOp op, const char *name)
 {
-        ProtoMsg req = { .op = op, .name = proto_str(name), .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) };
         Frame f = { .fd = -1 };
-        int r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
+        ProtoMsg req;
+        int r;
+
+        proto_request_init(&req, op);
+        proto_set_name(&req, proto_str(name));
+        r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
 
         if (r == 0)
                 frame_free(&f);
@@ -178,7 +182,7 @@ static void ring_free(gpuipc_ring_t *r)
 static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, bool writable, bool restore)
 {
         gpuipc_t *c = r->conn;
-        ProtoMsg req = { .op = PROTO_OP_RING_PART };
+        ProtoMsg req;
         Frame f = { .fd = -1 };
         int fd = -1, e;
 
@@ -187,22 +191,19 @@ static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, b
         e = kind_ops(b->kind)->export(c, b, writable, &fd);
         if (e < 0)
                 return e;
-        req.name = proto_str(r->name);
-        req.index = index;
-        req.kind = (ProtoKind)b->kind;
-        req.size = b->size;
-        req.buffer = b->id;
-        req.writable = writable;
-        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_KIND) |
-                  PROTO_BIT(PF_SIZE) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_WRITABLE);
+        proto_request_init(&req, PROTO_OP_RING_PART);
+        proto_set_name(&req, proto_str(r->name));
+        proto_set_index(&req, index);
+        proto_set_kind(&req, (ProtoKind)b->kind);
+        proto_set_size(&req, b->size);
+        proto_set_buffer(&req, b->id);
+        proto_set_writable(&req, writable);
         if (restore) {
-                req.restored = true;
-                req.generation = b->generation;
-                req.has |= PROTO_BIT(PF_RESTORED) | PROTO_BIT(PF_GENERATION);
+                proto_set_restored(&req, true);
+                proto_set_generation(&req, b->generation);
         }
         if (b->device[0]) {
-                req.device = proto_str(b->device);
-                proto_set(&req, PF_DEVICE);
+                proto_set_device(&req, proto_str(b->device));
         }
         e = client_request(c, &req, fd, CLIENT_REQUEST_TIMEOUT_MS, &f);
         if (e < 0)
@@ -219,41 +220,41 @@ static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, b
  * seated, so that their members can take them back. */
 static int ring_declare(gpuipc_ring_t *r, bool restore)
 {
-        ProtoMsg req = { .op = PROTO_OP_RING_CREATE };
+        ProtoMsg req;
         Frame f = { .fd = -1 };
         ProtoItems seats;
         int e;
 
+        proto_request_init(&req, PROTO_OP_RING_CREATE);
         proto_items_init(&seats, PROTO_MAX_BODY / 2);
         if (restore) {
                 for (uint32_t i = 0; i < r->n_members; i++) {
-                        ProtoMsg rec = { .index = i, .generation = r->seat[i].epoch };
+                        ProtoMsg rec;
 
-                        rec.has = PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION);
+                        proto_record_init(&rec);
+                        proto_set_index(&rec, i);
+                        proto_set_generation(&rec, r->seat[i].epoch);
                         if (r->seat[i].active && !proto_items_add(&seats, &rec)) {
                                 proto_items_free(&seats);
                                 return -ENOMEM;
                         }
                 }
-                req.restored = true;
-                req.generation = r->max_epoch;
-                req.items = proto_items_finish(&seats);
-                req.has |= PROTO_BIT(PF_RESTORED) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_ITEMS);
+                proto_set_restored(&req, true);
+                proto_set_generation(&req, r->max_epoch);
+                proto_set_items(&req, proto_items_finish(&seats));
         }
-        req.name = proto_str(r->name);
-        req.kind = (ProtoKind)r->kind;
-        req.size = r->slot_size;
-        req.slots = r->n_slots;
-        req.members = r->n_members;
-        req.mode = r->mode == RING_LATEST ? PROTO_MODE_LATEST
-                   : r->mode == RING_STREAM ? PROTO_MODE_STREAM : PROTO_MODE_BACKPRESSURE;
-        req.timeout_ms = r->lease_ms;
+        proto_set_name(&req, proto_str(r->name));
+        proto_set_kind(&req, (ProtoKind)r->kind);
+        proto_set_size(&req, r->slot_size);
+        proto_set_slots(&req, r->n_slots);
+        proto_set_members(&req, r->n_members);
+        proto_set_mode(&req, r->mode == RING_LATEST   ? PROTO_MODE_LATEST
+                             : r->mode == RING_STREAM ? PROTO_MODE_STREAM
+                                                      : PROTO_MODE_BACKPRESSURE);
+        proto_set_timeout_ms(&req, r->lease_ms);
         if (r->slot[0]->device[0]) {
-                req.device = proto_str(r->slot[0]->device);
-                proto_set(&req, PF_DEVICE);
+                proto_set_device(&req, proto_str(r->slot[0]->device));
         }
-        req.has |= PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) |
-                   PROTO_BIT(PF_SLOTS) | PROTO_BIT(PF_MEMBERS) | PROTO_BIT(PF_MODE) | PROTO_BIT(PF_TIMEOUT_MS);
         e = client_request(r->conn, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
         proto_items_free(&seats);
         if (e == 0)
@@ -378,14 +379,14 @@ static int ring_blocker(gpuipc_ring_t *r, uint64_t head)
 /* The producer gives up on member i: it held the ring up past the lease. */
 void ring_evict(gpuipc_ring_t *r, uint32_t i)
 {
-        ProtoMsg req = { .op = PROTO_OP_RING_EVICT };
+        ProtoMsg req;
         Frame f = { .fd = -1 };
 
         seat_deactivate(r, i);
-        req.name = proto_str(r->name);
-        req.index = i;
-        req.generation = r->seat[i].epoch;
-        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION);
+        proto_request_init(&req, PROTO_OP_RING_EVICT);
+        proto_set_name(&req, proto_str(r->name));
+        proto_set_index(&req, i);
+        proto_set_generation(&req, r->seat[i].epoch);
         /* The broker only keeps its books here; the member already counts as gone for us. */
         if (client_request(r->conn, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f) == 0)
                 frame_free(&f);
@@ -666,10 +667,11 @@ static int attach_parts(gpuipc_ring_t *r, const ProtoMsg *m)
 static int join_request(gpuipc_t *c, const char *name, uint64_t deadline, Frame *f)
 {
         for (;;) {
-                ProtoMsg req = { .op = PROTO_OP_RING_JOIN, .name = proto_str(name) };
+                ProtoMsg req;
                 int e;
 
-                req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME);
+                proto_request_init(&req, PROTO_OP_RING_JOIN);
+                proto_set_name(&req, proto_str(name));
                 e = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, f);
                 if (e != GPUIPC_E_NOT_FOUND || ring_remaining_ms(deadline) == 0)
                         return e;
@@ -1071,18 +1073,17 @@ _public_ void gpuipc_ring_close(gpuipc_ring_t *r)
  * again (the broker keeps our claim through its restart grace). */
 static int ring_restore_member(gpuipc_ring_t *r)
 {
-        ProtoMsg req = { .op = PROTO_OP_RING_JOIN };
+        ProtoMsg req;
         Frame f = { .fd = -1 };
         int e;
 
         if (r->gone)
                 return 0;
-        req.name = proto_str(r->name);
-        req.restored = true;
-        req.index = r->index;
-        req.generation = r->epoch;
-        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_RESTORED) | PROTO_BIT(PF_INDEX) |
-                  PROTO_BIT(PF_GENERATION);
+        proto_request_init(&req, PROTO_OP_RING_JOIN);
+        proto_set_name(&req, proto_str(r->name));
+        proto_set_restored(&req, true);
+        proto_set_index(&req, r->index);
+        proto_set_generation(&req, r->epoch);
         e = client_request(r->conn, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
         if (e == GPUIPC_E_DISCONNECTED)
                 return e;

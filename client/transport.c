@@ -272,8 +272,7 @@ static int request_once(gpuipc_t *c, ProtoMsg *req, int fd, uint64_t deadline, F
 {
         int r;
 
-        req->id = ++c->next_id;
-        proto_set(req, PF_ID);
+        proto_set_id(req, ++c->next_id);
         c->wbuf.len = 0;
         r = proto_frame_encode(&c->wbuf, req, fd >= 0 ? 1 : 0);
         if (r != 0) {
@@ -314,8 +313,7 @@ int client_send_nowait(gpuipc_t *c, ProtoMsg *req)
 
         if (c->fd < 0)
                 return GPUIPC_E_DISCONNECTED;
-        req->id = ++c->next_id;
-        proto_set(req, PF_ID);
+        proto_set_id(req, ++c->next_id);
         c->nbuf.len = 0;
         r = proto_frame_encode(&c->nbuf, req, 0);
         if (r != 0)

@@ -623,6 +623,15 @@ void proto_items_free(ProtoItems *it)
         proto_buf_free(&it->buf);
 }
 
+void proto_reply_error(ProtoMsg *m, uint64_t id, unsigned status, const char *text)
+{
+        size_t len = text ? strnlen(text, PROTO_MAX_TEXT) : 0;
+
+        proto_reply_init(m, id, status);
+        proto_set_error(m, proto_str(proto_status_name(status)));
+        proto_set_message(m, (ProtoStr){ text, (uint32_t)proto_utf8_trim(text ? text : "", len) });
+}
+
 /* ---- names ---- */
 
 static const char *name_or(const char *const *tbl, unsigned n, unsigned i, const char *fallback)

@@ -203,6 +203,116 @@ static inline ProtoStr proto_str(const char *s)
         return (ProtoStr){ s, s ? (uint32_t)__builtin_strlen(s) : 0 };
 }
 
+/* ---- building messages ----
+ * A field is sent when it is present, so setting one sets its value and its presence together:
+ * proto_set_<field>(m, value) for each field but gpus (proto_set_gpus). A message starts with one
+ * of the *_init builders below; nothing else touches `has`. */
+#define PROTO_SETTER(FIELD, member, type)                                                                   \
+        static inline void proto_set_##member(ProtoMsg *m, type v)                                          \
+        {                                                                                                   \
+                m->member = v;                                                                              \
+                m->has |= PROTO_BIT(PF_##FIELD);                                                            \
+        }
+
+PROTO_SETTER(OP, op, ProtoOp)
+PROTO_SETTER(ID, id, uint64_t)
+PROTO_SETTER(REPLY, reply, uint64_t)
+PROTO_SETTER(STATUS, status, uint64_t)
+PROTO_SETTER(EVENT, event, ProtoEvent)
+PROTO_SETTER(ERROR, error, ProtoStr)
+PROTO_SETTER(MESSAGE, message, ProtoStr)
+PROTO_SETTER(VERSION, version, uint64_t)
+PROTO_SETTER(PID, pid, uint64_t)
+PROTO_SETTER(PIDNS, pidns, uint64_t)
+PROTO_SETTER(LABEL, label, ProtoStr)
+PROTO_SETTER(NAME, name, ProtoStr)
+PROTO_SETTER(PREFIX, prefix, ProtoStr)
+PROTO_SETTER(KIND, kind, ProtoKind)
+PROTO_SETTER(SIZE, size, uint64_t)
+PROTO_SETTER(OFFSET, offset, uint64_t)
+PROTO_SETTER(DEVICE, device, ProtoStr)
+PROTO_SETTER(META, meta, ProtoRaw)
+PROTO_SETTER(HANDLE, handle, ProtoStr)
+PROTO_SETTER(BROKER_HELD, broker_held, bool)
+PROTO_SETTER(WRITABLE, writable, bool)
+PROTO_SETTER(RETIRE_AFTER, retire_after, uint64_t)
+PROTO_SETTER(TIMEOUT_MS, timeout_ms, uint64_t)
+PROTO_SETTER(BUFFER, buffer, uint64_t)
+PROTO_SETTER(GENERATION, generation, uint64_t)
+PROTO_SETTER(CACHED, cached, bool)
+PROTO_SETTER(STATE, state, ProtoState)
+PROTO_SETTER(REFS, refs, uint64_t)
+PROTO_SETTER(HOLDERS, holders, uint64_t)
+PROTO_SETTER(OWNER, owner, uint64_t)
+PROTO_SETTER(PEER, peer, uint64_t)
+PROTO_SETTER(UID, uid, uint64_t)
+PROTO_SETTER(GID, gid, uint64_t)
+PROTO_SETTER(SUB, sub, uint64_t)
+PROTO_SETTER(REASON, reason, ProtoStr)
+PROTO_SETTER(GROUP, group, ProtoStr)
+PROTO_SETTER(MEMBERS, members, uint64_t)
+PROTO_SETTER(EPOCH, epoch, uint64_t)
+PROTO_SETTER(AFTER, after, uint64_t)
+PROTO_SETTER(LIMIT, limit, uint64_t)
+PROTO_SETTER(MORE, more, bool)
+PROTO_SETTER(ITEMS, items, ProtoRaw)
+PROTO_SETTER(VALUE, value, uint64_t)
+PROTO_SETTER(BUFFERS, buffers, uint64_t)
+PROTO_SETTER(SUBS, subs, uint64_t)
+PROTO_SETTER(WAITS, waits, uint64_t)
+PROTO_SETTER(FDS, fds, uint64_t)
+PROTO_SETTER(PIDNS_SAME, pidns_same, bool)
+PROTO_SETTER(STARTED_MS, started_ms, uint64_t)
+PROTO_SETTER(RESTORED, restored, bool)
+PROTO_SETTER(PENDING, pending, bool)
+PROTO_SETTER(INDEX, index, uint64_t)
+PROTO_SETTER(SLOTS, slots, uint64_t)
+PROTO_SETTER(MODE, mode, ProtoMode)
+PROTO_SETTER(LE_US, le_us, uint64_t)
+PROTO_SETTER(PIDNS_DECLARED, pidns_declared, bool)
+
+/* The GPU UUIDs a hello declares or a peer record lists: n strings of gpus (at most PROTO_MAX_GPUS,
+ * more are left out), which must outlive m. Present even when n is 0. */
+static inline void proto_set_gpus(ProtoMsg *m, const char (*gpus)[PROTO_MAX_UUID + 1], uint32_t n)
+{
+        m->n_gpus = n < PROTO_MAX_GPUS ? n : PROTO_MAX_GPUS;
+        for (uint32_t i = 0; i < m->n_gpus; i++)
+                m->gpus[i] = proto_str(gpus[i]);
+        m->has |= PROTO_BIT(PF_GPUS);
+}
+
+/* An empty message of each kind: a request for op (its id is set when it is sent), a reply to
+ * request id with status, an event, a listing record. */
+static inline void proto_request_init(ProtoMsg *m, ProtoOp op)
+{
+        *m = (ProtoMsg){ .type = PROTO_REQUEST };
+        proto_set_op(m, op);
+}
+
+static inline void proto_reply_init(ProtoMsg *m, uint64_t id, unsigned status)
+{
+        *m = (ProtoMsg){ .type = PROTO_REPLY };
+        proto_set_reply(m, id);
+        proto_set_status(m, status);
+}
+
+static inline void proto_event_init(ProtoMsg *m, ProtoEvent ev)
+{
+        *m = (ProtoMsg){ .type = PROTO_EVENT };
+        proto_set_event(m, ev);
+}
+
+static inline void proto_record_init(ProtoMsg *m)
+{
+        *m = (ProtoMsg){ .type = PROTO_RECORD };
+}
+
+/* The error reply every side sends (the broker's registry, request layer and connections alike):
+ * to request id (0: a notice to the connection itself), with status, its stable name, and text
+ * saying what happened in this case (the status's default text says how to fix it in general).
+ * text must outlive m; it is cut to PROTO_MAX_TEXT bytes, never inside a UTF-8 character. */
+void proto_reply_error(ProtoMsg *m, uint64_t id, unsigned status, const char *text);
+
 /* ---- frames ---- */
 
 /* Parses the fixed header at buf. 0, or PROTO_E_LENGTH / _MAGIC / _VERSION / _RESERVED / _TOO_BIG. */

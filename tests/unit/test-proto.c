@@ -1677,6 +1677,37 @@ static void test_alloc_hook(void)
         fprintf(stderr, "  allocation counting: %s\n", alloc_counting() ? "on" : "off (sanitizer build)");
 }
 
+/* Builders set a field's value and its presence together, and the error reply is the same for every
+ * sender: status, its name, and the text cut to the limit without splitting a UTF-8 character. */
+static void test_builders(void)
+{
+        char text[PROTO_MAX_TEXT + 8];
+        ProtoMsg m, back;
+
+        proto_request_init(&m, PROTO_OP_ATTACH);
+        CHECK_EQ(m.has, PROTO_BIT(PF_OP));
+        proto_set_name(&m, proto_str("cam0"));
+        proto_set_timeout_ms(&m, 5);
+        CHECK_EQ(m.has, PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_TIMEOUT_MS));
+        proto_set_id(&m, 9);
+        frame_roundtrip(&m, 0, &back);
+        CHECK(back.type == PROTO_REQUEST && back.op == PROTO_OP_ATTACH && back.id == 9 && back.timeout_ms == 5);
+        CHECK(proto_str_eq(back.name, "cam0"));
+
+        memset(text, 'a', sizeof(text));
+        memcpy(text + PROTO_MAX_TEXT - 1, "\xc3\xa9", 2); /* a character across the limit */
+        text[sizeof(text) - 1] = 0;
+        proto_reply_error(&m, 4, PROTO_STATUS_QUOTA, text);
+        CHECK_EQ(m.has, PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) | PROTO_BIT(PF_ERROR) | PROTO_BIT(PF_MESSAGE));
+        CHECK_EQ(m.message.len, PROTO_MAX_TEXT - 1);
+        CHECK(proto_utf8_valid(m.message.ptr, m.message.len));
+        frame_roundtrip(&m, 0, &back);
+        CHECK(back.type == PROTO_REPLY && back.reply == 4 && back.status == PROTO_STATUS_QUOTA);
+        CHECK(proto_str_eq(back.error, "quota"));
+        proto_reply_error(&m, 0, PROTO_STATUS_SHUTDOWN, NULL);
+        CHECK_EQ(m.message.len, 0);
+}
+
 /* A frame around body with the header's fd count n_fds. */
 static ProtoBuf frame_of(const ProtoBuf *body, uint8_t n_fds)
 {
@@ -1790,6 +1821,7 @@ static void test_names_valid(void)
 
 int main(int argc, char **argv)
 {
+        TEST_RUN(argc, argv, test_builders);
         TEST_RUN(argc, argv, test_frame_decode);
         TEST_RUN(argc, argv, test_names_valid);
         TEST_RUN(argc, argv, test_alloc_hook);
