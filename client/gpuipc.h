@@ -42,37 +42,43 @@ typedef enum gpuipc_kind {
         GPUIPC_KIND_CUDA_LEGACY = 3, /* cuIpcGetMemHandle; producer and consumer in one PID namespace */
 } gpuipc_kind_t;
 
-/* Error codes. GPUIPC_E_* from -1001 to -1099 are the broker's reply statuses (docs/protocol.md). */
+/* Error codes, their values and their stable names, from one table (libuv's UV_ERRNO_MAP): XX(NAME,
+ * value, "name") for each GPUIPC_E_NAME. -1001 to -1099 are the broker's reply statuses (status N is
+ * -(1000 + N); the names are docs/protocol.md's), -1100 and below the library's own. */
+#define GPUIPC_ERRNO_MAP(XX)                                                                              \
+        XX(BAD_REQUEST, -1001, "bad-request")                                                             \
+        XX(PROTOCOL, -1002, "protocol")                                                                   \
+        XX(VERSION, -1003, "version")                                                                     \
+        XX(UNKNOWN_OP, -1004, "unknown-op")                                                               \
+        XX(NOT_FOUND, -1005, "not-found")                                                                 \
+        XX(TIMEOUT, -1006, "timeout")                                                                     \
+        XX(NAME_TAKEN, -1007, "name-taken")                                                               \
+        XX(QUOTA, -1008, "quota")                                                                         \
+        XX(DENIED, -1009, "denied")                                                                       \
+        XX(NOT_OWNER, -1010, "not-owner")                                                                 \
+        XX(NOT_ATTACHED, -1011, "not-attached")                                                           \
+        XX(STATE, -1012, "state")                                                                         \
+        XX(BAD_FD, -1013, "bad-fd")                                                                       \
+        XX(PIDNS, -1014, "pidns")                                                                         \
+        XX(DEVICE, -1015, "device")                                                                       \
+        XX(GROUP_MISMATCH, -1016, "group-mismatch")                                                       \
+        XX(REVOKED, -1017, "revoked")                                                                     \
+        XX(HELLO_FIRST, -1018, "hello-first")                                                             \
+        XX(SHUTDOWN, -1019, "shutdown")                                                                   \
+        XX(KIND, -1020, "kind")                                                                           \
+        XX(INVALID, -1021, "invalid")                                                                     \
+        XX(KEY_TAKEN, -1022, "key-taken")                                                                 \
+        XX(NO_BROKER, -1100, "no-broker")       /* nothing listens on the socket */                       \
+        XX(DISCONNECTED, -1101, "disconnected") /* the broker went away */                                \
+        XX(NO_CUDA, -1102, "no-cuda")           /* a CUDA kind, but no usable libcuda.so.1 or device */   \
+        XX(CUDA, -1103, "cuda")                 /* a CUDA call failed; gpuipc_errmsg() names it */        \
+        XX(BUSY, -1104, "busy")                 /* the buffer is still in use (attached or published) */  \
+        XX(BAD_REPLY, -1105, "bad-reply")       /* the broker's reply made no sense (version skew?) */
+
 enum {
-        GPUIPC_E_BAD_REQUEST = -1001,
-        GPUIPC_E_PROTOCOL = -1002,
-        GPUIPC_E_VERSION = -1003,
-        GPUIPC_E_UNKNOWN_OP = -1004,
-        GPUIPC_E_NOT_FOUND = -1005,
-        GPUIPC_E_TIMEOUT = -1006,
-        GPUIPC_E_NAME_TAKEN = -1007,
-        GPUIPC_E_QUOTA = -1008,
-        GPUIPC_E_DENIED = -1009,
-        GPUIPC_E_NOT_OWNER = -1010,
-        GPUIPC_E_NOT_ATTACHED = -1011,
-        GPUIPC_E_STATE = -1012,
-        GPUIPC_E_BAD_FD = -1013,
-        GPUIPC_E_PIDNS = -1014,
-        GPUIPC_E_DEVICE = -1015,
-        GPUIPC_E_GROUP_MISMATCH = -1016,
-        GPUIPC_E_REVOKED = -1017,
-        GPUIPC_E_HELLO_FIRST = -1018,
-        GPUIPC_E_SHUTDOWN = -1019,
-        GPUIPC_E_KIND = -1020,
-        GPUIPC_E_INVALID = -1021,
-        GPUIPC_E_KEY_TAKEN = -1022,
-        /* Raised by the library itself. */
-        GPUIPC_E_NO_BROKER = -1100,    /* nothing listens on the socket */
-        GPUIPC_E_DISCONNECTED = -1101, /* the broker went away */
-        GPUIPC_E_NO_CUDA = -1102,      /* a CUDA kind, but no usable libcuda.so.1 or device */
-        GPUIPC_E_CUDA = -1103,         /* a CUDA call failed; gpuipc_errmsg() names it */
-        GPUIPC_E_BUSY = -1104,         /* the buffer is still in use (attached or published) */
-        GPUIPC_E_BAD_REPLY = -1105,    /* the broker's reply made no sense (version skew?) */
+#define GPUIPC_XX(code, value, name) GPUIPC_E_##code = value,
+        GPUIPC_ERRNO_MAP(GPUIPC_XX)
+#undef GPUIPC_XX
 };
 
 /* A sentence naming the cause of err and the usual fix. Never NULL. */
