@@ -211,7 +211,7 @@ static int hold_until_drained(Ctl *ctl, gpuipc_buffer_t *b)
         catch_stop_signals();
         while (!stop_requested) {
                 gpuipc_event_t ev;
-                int r = gpuipc_next_event(ctl->c, &ev, TICK_MS);
+                int r = gpuipc_next_event(ctl->c, TICK_MS, &ev);
 
                 if (r == GPUIPC_E_TIMEOUT)
                         continue;
@@ -241,7 +241,7 @@ int cmd_publish(Ctl *ctl, int argc, char **argv)
                 CTL_HELP_OPTION,
                 {}
         };
-        gpuipc_publish_options_t po = { 0 };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po) };
         gpuipc_kind_t kind = GPUIPC_KIND_MEMFD;
         Pattern pat = { PATTERN_COUNTER, 0 };
         const char *name = NULL, *size_arg = NULL;
@@ -326,7 +326,7 @@ static void hold_for(Ctl *ctl, gpuipc_buffer_t *b, long ms)
 
                 if (now >= end)
                         return;
-                r = gpuipc_next_event(ctl->c, &ev, (int)MIN(end - now, (uint64_t)TICK_MS));
+                r = gpuipc_next_event(ctl->c, (int)MIN(end - now, (uint64_t)TICK_MS), &ev);
                 if (r < 0 && r != GPUIPC_E_TIMEOUT)
                         return;
         }
@@ -459,7 +459,7 @@ int cmd_retire(Ctl *ctl, int argc, char **argv)
                 /* By name: the live buffer under that name. */
                 name = argv[optind];
                 snprintf(what, sizeof(what), "retire '%s'", name);
-                r = gpuipc_stat_buffer(ctl->c, name, 0, &info, NULL, 0);
+                r = gpuipc_stat_buffer(ctl->c, name, 0, NULL, 0, &info);
                 if (r < 0)
                         return ctl_fail(ctl, what, r);
                 id = info.buffer;

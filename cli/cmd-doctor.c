@@ -88,7 +88,7 @@ static bool check_socket(Doctor *d, const char *path)
 static bool check_broker(Doctor *d, bool socket_ok)
 {
         gpuipc_connection_info_t info;
-        gpuipc_options_t o = { 0 };
+        gpuipc_options_t o = { .struct_size = sizeof(o) };
         uint64_t start;
         int r;
 

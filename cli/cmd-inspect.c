@@ -203,7 +203,7 @@ int cmd_stat(Ctl *ctl, int argc, char **argv)
         holders = calloc(GPUIPC_MAX_PAGE, sizeof(*holders));
         if (!holders)
                 return ctl_fail(ctl, "stat", -ENOMEM);
-        n = gpuipc_stat_buffer(ctl->c, a.name, a.id, &b, holders, GPUIPC_MAX_PAGE);
+        n = gpuipc_stat_buffer(ctl->c, a.name, a.id, holders, GPUIPC_MAX_PAGE, &b);
         if (n < 0) {
                 if (a.name)
                         snprintf(what, sizeof(what), "stat '%s'", a.name);
@@ -429,7 +429,7 @@ int cmd_watch(Ctl *ctl, int argc, char **argv)
         if (r < 0)
                 return ctl_fail(ctl, "subscribe", r);
         for (;;) {
-                r = gpuipc_next_event(ctl->c, &ev, -1);
+                r = gpuipc_next_event(ctl->c, -1, &ev);
                 if (r < 0) {
                         ctl->printed = false; /* a stream: the error is the last line */
                         return ctl_fail(ctl, "watch", r);

@@ -32,7 +32,8 @@ static void on_stop_signal(int sig)
 static int reach_broker(Exporter *e)
 {
         Ctl *ctl = e->ctl;
-        gpuipc_options_t o = { .socket_path = ctl->socket, .label = "gpuipcctl-metrics", .no_gpus = 1 };
+        gpuipc_options_t o = { .struct_size = sizeof(o), .socket_path = ctl->socket, .label = "gpuipcctl-metrics",
+                               .no_gpus = 1 };
         const char *why;
         int r = 0;
 

@@ -161,7 +161,7 @@ int ctl_bad_option(Ctl *ctl, int argc, char **argv, int c)
 
 int ctl_connect(Ctl *ctl, bool probe_gpus)
 {
-        gpuipc_options_t o = { 0 };
+        gpuipc_options_t o = { .struct_size = sizeof(o) };
         int r;
 
         if (ctl->c)

@@ -206,7 +206,7 @@ static int publish_again(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, bool
 
 _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, const gpuipc_publish_options_t *opts)
 {
-        gpuipc_publish_options_t o = opts ? *opts : (gpuipc_publish_options_t){ 0 };
+        gpuipc_publish_options_t o;
         Frame f = { .fd = -1 };
         bool first;
         int r;
@@ -216,6 +216,11 @@ _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, c
         r = client_check_name(c, name, "buffer name", false, 0);
         if (r < 0)
                 return r;
+        if (client_copy_options(&o, sizeof(o), opts) < 0) {
+                client_errmsg(c, "gpuipc_publish_options_t.struct_size is 0: set it to "
+                              "sizeof(gpuipc_publish_options_t)");
+                return GPUIPC_E_INVALID;
+        }
         if (o.meta_len > PROTO_MAX_META || (o.meta_len && !proto_meta_valid(o.meta, o.meta_len))) {
                 client_errmsg(c, "metadata must be one msgpack map of at most %d bytes", PROTO_MAX_META);
                 return GPUIPC_E_INVALID;
@@ -471,8 +476,10 @@ _public_ int gpuipc_buffer_free(gpuipc_t *c, gpuipc_buffer_t *b)
 
         if (!c || !b)
                 return GPUIPC_E_INVALID;
-        if (!b->own)
-                return gpuipc_release(c, b);
+        if (!b->own) {
+                client_errmsg(c, "'%s' is attached, not this connection's own: drop it with gpuipc_release", b->name);
+                return GPUIPC_E_INVALID;
+        }
         /* Legacy memory must outlive every consumer's open handle: that is what drained says. */
         if (b->kind == GPUIPC_KIND_CUDA_LEGACY && (b->state == PROTO_STATE_LIVE || b->state == PROTO_STATE_RETIRED)) {
                 client_errmsg(c, "'%s' may still be open in a consumer: retire it and wait for drained first", b->name);
@@ -786,6 +793,11 @@ int buffer_after_reconnect(gpuipc_t *c)
                         return r;
         }
         return 0;
+}
+
+int buffer_drop(gpuipc_t *c, gpuipc_buffer_t *b)
+{
+        return b->own ? gpuipc_buffer_free(c, b) : gpuipc_release(c, b);
 }
 
 void buffer_close_all(gpuipc_t *c)

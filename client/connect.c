@@ -217,7 +217,7 @@ static void route_event(gpuipc_t *c, const ProtoMsg *ev)
 
 _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
 {
-        gpuipc_options_t o = opts ? *opts : (gpuipc_options_t){ 0 };
+        gpuipc_options_t o;
         const char *path;
         size_t max_idle;
         gpuipc_t *c;
@@ -226,6 +226,11 @@ _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
         if (!ret)
                 return -EINVAL;
         connect_errmsg[0] = 0;
+        if (client_copy_options(&o, sizeof(o), opts) < 0) {
+                snprintf(connect_errmsg, sizeof(connect_errmsg), "gpuipc_options_t.struct_size is 0: set it to "
+                         "sizeof(gpuipc_options_t)");
+                return GPUIPC_E_INVALID;
+        }
         path = socket_path_of(&o);
         if (!path)
                 return GPUIPC_E_INVALID;

@@ -44,7 +44,7 @@ void client_drop_events(gpuipc_t *c, gpuipc_event_type_t type, uint64_t buffer)
         c->ev_count = kept;
 }
 
-_public_ int gpuipc_next_event(gpuipc_t *c, gpuipc_event_t *ret, int timeout_ms)
+_public_ int gpuipc_next_event(gpuipc_t *c, int timeout_ms, gpuipc_event_t *ret)
 {
         uint64_t deadline = client_deadline(timeout_ms);
         bool pumped = false;

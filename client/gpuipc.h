@@ -19,6 +19,15 @@
  * independent.
  *
  * Timeouts are in milliseconds: 0 means "do not wait", a negative value "wait as long as it takes".
+ *
+ * Names: gpuipc_<verb>(c, ...) asks the broker for something on connection c (connect, publish,
+ * attach, release, retire, subscribe, ...); gpuipc_<object>_<verb>() makes, reads or frees an object
+ * (gpuipc_buffer_alloc, gpuipc_buffer_read, gpuipc_buffer_free, gpuipc_fence_signal, ...). A
+ * producer drops its buffer with gpuipc_buffer_free, a consumer with gpuipc_release. A function that
+ * returns an object does so through its last argument, ret (gpuipc_connect, which has nothing to
+ * act on yet, takes it first). Options structs start with struct_size = sizeof(the struct), so a
+ * later release can add fields without breaking callers built against this one; a NULL options
+ * pointer means every default.
  */
 #ifndef GPUIPC_H
 #define GPUIPC_H
@@ -96,6 +105,7 @@ const char *gpuipc_version(void);
 /* ---- connections ---- */
 
 typedef struct gpuipc_options {
+        size_t struct_size;      /* sizeof(gpuipc_options_t): lets this struct grow (0 is refused) */
         const char *socket_path; /* NULL: $GPUIPC_SOCKET, else /run/gpuipc/gpuipc.sock */
         const char *label;       /* shown by `gpuipcctl peers`; NULL: the program's name */
         int connect_timeout_ms;  /* keep trying while the socket is missing or refuses, and wait this long
@@ -137,6 +147,7 @@ int gpuipc_buffer_alloc(gpuipc_t *c, gpuipc_kind_t kind, size_t size, int device
 int gpuipc_buffer_wrap_cuda(gpuipc_t *c, uint64_t device_ptr, size_t size, gpuipc_buffer_t **ret);
 
 typedef struct gpuipc_publish_options {
+        size_t struct_size;    /* sizeof(gpuipc_publish_options_t): lets this struct grow (0 is refused) */
         int writable;          /* consumers may write; fixed at the buffer's first publish */
         int broker_held;       /* memfd, cuda-vmm: the memory outlives this process until retired and drained */
         unsigned retire_after; /* retire automatically after this many attaches (0: never) */
@@ -184,7 +195,8 @@ int gpuipc_buffer_read(const gpuipc_buffer_t *b, size_t offset, void *dst, size_
 int gpuipc_buffer_write(gpuipc_buffer_t *b, size_t offset, const void *src, size_t len);
 
 /* Producer: unregisters (retiring first if needed; the broker forgets it once drained) and frees
- * the memory once nobody can use it any more; a consumer's buffer is released. b is freed. */
+ * the memory once nobody can use it any more; b is freed. An attached buffer is GPUIPC_E_INVALID
+ * (a consumer drops its buffers with gpuipc_release, the one way to). */
 int gpuipc_buffer_free(gpuipc_t *c, gpuipc_buffer_t *b);
 
 /* Host pointer (memfd) or device pointer (CUDA kinds) of the data. */
@@ -236,11 +248,11 @@ int gpuipc_subscribe(gpuipc_t *c, const char *prefix, uint64_t *ret_subscription
 int gpuipc_unsubscribe(gpuipc_t *c, uint64_t subscription);
 
 /* Takes the oldest queued event, waiting up to timeout_ms for one. GPUIPC_E_TIMEOUT if none. */
-int gpuipc_next_event(gpuipc_t *c, gpuipc_event_t *ret, int timeout_ms);
+int gpuipc_next_event(gpuipc_t *c, int timeout_ms, gpuipc_event_t *ret);
 
 /* For callers with their own event loop: poll gpuipc_fd() for reading, then call
  * gpuipc_process(), which reads what arrived without blocking and returns the number of queued
- * events (take them with gpuipc_next_event(c, &ev, 0)) or an error. gpuipc_fd() is an epoll fd that
+ * events (take them with gpuipc_next_event(c, 0, &ev)) or an error. gpuipc_fd() is an epoll fd that
  * stays the same for the life of the connection (register it once); while the broker is away and
  * reconnect is on, it wakes every 50 ms so that gpuipc_process() can try again. */
 int gpuipc_fd(const gpuipc_t *c);
@@ -302,7 +314,7 @@ typedef enum gpuipc_ring_mode {
 } gpuipc_ring_mode_t;
 
 typedef struct gpuipc_ring_options {
-        size_t struct_size;       /* sizeof(gpuipc_ring_options_t): lets this struct grow */
+        size_t struct_size;       /* sizeof(gpuipc_ring_options_t): lets this struct grow (0 is refused) */
         gpuipc_kind_t kind;       /* of the slots: GPUIPC_KIND_MEMFD (0: the default) or GPUIPC_KIND_CUDA_VMM */
         size_t slot_size;         /* bytes per slot (required) */
         unsigned slots;           /* 0: 4 */
@@ -462,8 +474,8 @@ int gpuipc_list_peers(gpuipc_t *c, uint64_t *cursor, gpuipc_peer_info_t *items, 
  * holders (may be NULL with cap 0), and returns how many holders were stored; ret->holders says
  * how many there are (the broker sends at most GPUIPC_MAX_PAGE). GPUIPC_E_NOT_FOUND when there is
  * no such buffer. */
-int gpuipc_stat_buffer(gpuipc_t *c, const char *name, uint64_t buffer, gpuipc_buffer_info_t *ret,
-                       gpuipc_holder_info_t *holders, size_t cap);
+int gpuipc_stat_buffer(gpuipc_t *c, const char *name, uint64_t buffer, gpuipc_holder_info_t *holders, size_t cap,
+                       gpuipc_buffer_info_t *ret);
 
 /* Retires a buffer by its broker id, whoever published it: allowed to its producer, to peers of
  * the producer's uid once it is gone, and to a policy admin (docs/security.md). For a buffer of

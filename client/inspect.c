@@ -209,8 +209,8 @@ _public_ int gpuipc_list_peers(gpuipc_t *c, uint64_t *cursor, gpuipc_peer_info_t
         return list_page(c, &req, cursor, items, sizeof(*items), cap, peer_info_cb);
 }
 
-_public_ int gpuipc_stat_buffer(gpuipc_t *c, const char *name, uint64_t buffer, gpuipc_buffer_info_t *ret,
-                                gpuipc_holder_info_t *holders, size_t cap)
+_public_ int gpuipc_stat_buffer(gpuipc_t *c, const char *name, uint64_t buffer, gpuipc_holder_info_t *holders,
+                                size_t cap, gpuipc_buffer_info_t *ret)
 {
         ProtoMsg req = { .op = PROTO_OP_STAT, .has = PROTO_BIT(PF_OP) };
         Frame f = { .fd = -1 };

@@ -152,6 +152,12 @@ void frame_free(Frame *f);
  * an event hook. Dropped when the socket is full or gone. 0 or an error. */
 int client_send_nowait(gpuipc_t *c, ProtoMsg *req);
 
+/* Copies a caller's options struct (its first field: size_t struct_size) into dst of dst_size
+ * bytes: what the caller's release knew of is taken, the rest stays zero (the defaults), and fields
+ * of a later release beyond dst_size are ignored. NULL gives the defaults. 0, or GPUIPC_E_INVALID
+ * for a struct_size of 0 (an options struct whose size was never set). */
+int client_copy_options(void *dst, size_t dst_size, const void *src);
+
 /* Sets gpuipc_errmsg(). */
 void client_errmsg(gpuipc_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -204,6 +210,9 @@ void buffer_on_late_attach(gpuipc_t *c, const ProtoMsg *reply);
  * of attached buffers, drop idle cached mappings. 0, or GPUIPC_E_DISCONNECTED if lost again. */
 int buffer_after_reconnect(gpuipc_t *c);
 void buffer_close_all(gpuipc_t *c);
+/* Drops b whichever end it is: gpuipc_buffer_free for this connection's own, gpuipc_release for an
+ * attached one (for the library's own objects that may be either, such as a fence). */
+int buffer_drop(gpuipc_t *c, gpuipc_buffer_t *b);
 
 /* ---- ring.c ---- */
 

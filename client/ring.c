@@ -285,12 +285,15 @@ _public_ int gpuipc_ring_create(gpuipc_t *c, const char *name, const gpuipc_ring
         gpuipc_ring_t *r;
         int e;
 
-        if (!c || !name || !opts || !ret || opts->struct_size == 0)
+        if (!c || !name || !opts || !ret)
                 return GPUIPC_E_INVALID;
         e = client_check_name(c, name, "ring name", false, RING_NAME_MAX);
         if (e < 0)
                 return e;
-        memcpy(&o, opts, MIN(opts->struct_size, sizeof(o)));
+        if (client_copy_options(&o, sizeof(o), opts) < 0) {
+                client_errmsg(c, "gpuipc_ring_options_t.struct_size is 0: set it to sizeof(gpuipc_ring_options_t)");
+                return GPUIPC_E_INVALID;
+        }
         if (!o.kind)
                 o.kind = GPUIPC_KIND_MEMFD;
         if (o.slot_size == 0 || (o.kind != GPUIPC_KIND_MEMFD && o.kind != GPUIPC_KIND_CUDA_VMM) ||

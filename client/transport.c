@@ -53,6 +53,20 @@ int client_check_name(gpuipc_t *c, const char *name, const char *what, bool pref
         return GPUIPC_E_INVALID;
 }
 
+int client_copy_options(void *dst, size_t dst_size, const void *src)
+{
+        size_t size;
+
+        memset(dst, 0, dst_size);
+        if (!src)
+                return 0;
+        memcpy(&size, src, sizeof(size));
+        if (size < sizeof(size))
+                return GPUIPC_E_INVALID;
+        memcpy(dst, src, MIN(size, dst_size));
+        return 0;
+}
+
 void frame_free(Frame *f)
 {
         f->fd = safe_close(f->fd);

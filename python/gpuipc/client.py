@@ -509,7 +509,7 @@ class Client:
         """The next event from libgpuipc (internal ones included), or None after timeout_ms."""
         ev = _lib.Event()
         with self._locked():
-            r = self._lib.gpuipc_next_event(self._c, ctypes.byref(ev), timeout_ms)
+            r = self._lib.gpuipc_next_event(self._c, timeout_ms, ctypes.byref(ev))
             if r == _E_TIMEOUT:
                 return None
             self._check(r, 'wait for an event')

@@ -452,6 +452,7 @@ void broker_stop(Broker *b)
 static gpuipc_t *connect_to(const Broker *b, const char *label, bool gpus)
 {
         gpuipc_options_t o = {
+                .struct_size = sizeof(o),
                 .socket_path = b->sock, .label = label, .connect_timeout_ms = 10000, .no_gpus = !gpus};
         gpuipc_t *c = NULL;
         int r = gpuipc_connect(&c, &o);

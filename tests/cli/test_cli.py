@@ -568,13 +568,13 @@ def case_untrusted_text(tmp):
     lib = ctypes.CDLL(lib_path)
 
     class Options(ctypes.Structure):
-        _fields_ = [("socket_path", ctypes.c_char_p), ("label", ctypes.c_char_p), ("connect_timeout_ms", ctypes.c_int),
-                    ("reconnect", ctypes.c_int), ("no_gpus", ctypes.c_int)]
+        _fields_ = [("struct_size", ctypes.c_size_t), ("socket_path", ctypes.c_char_p), ("label", ctypes.c_char_p),
+                    ("connect_timeout_ms", ctypes.c_int), ("reconnect", ctypes.c_int), ("no_gpus", ctypes.c_int)]
     lib.gpuipc_err_name.restype = ctypes.c_char_p
     b = Broker(tmp)
     label = b"evil\x1b[31m\xff\rrow"
     conn = ctypes.c_void_p()
-    opts = Options(b.sock.encode(), label, 1000, 0, 1)
+    opts = Options(ctypes.sizeof(Options), b.sock.encode(), label, 1000, 0, 1)
     rc = lib.gpuipc_connect(ctypes.byref(conn), ctypes.byref(opts))
     if rc < 0:
         name = lib.gpuipc_err_name(rc).decode()

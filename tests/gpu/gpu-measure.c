@@ -123,7 +123,7 @@ static Stat export_alone(bool mapped)
  * but the warm-up one is timed (no_sync: the export and the round trip, not a device sync). */
 static Stat publish_all(gpuipc_t *c, gpuipc_kind_t kind, gpuipc_buffer_t **bufs)
 {
-        gpuipc_publish_options_t po = { .no_sync = 1 };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .no_sync = 1 };
         double t[FIRST_RUNS];
         char name[64];
 

@@ -83,7 +83,8 @@ static int producer(HChan *ch, void *arg)
         h_report(ch, 'p', "ready");
         for (int ph = 0; ph < a->n_phases; ph++) {
                 const Phase *phase = &a->phases[ph];
-                gpuipc_publish_options_t po = { .retire_after = 1, .no_sync = phase->mode != MODE_SYNC };
+                gpuipc_publish_options_t po = { .struct_size = sizeof(po), .retire_after = 1,
+                                                .no_sync = phase->mode != MODE_SYNC };
 
                 for (int i = 0; i < phase->rounds; i++) {
                         round++;

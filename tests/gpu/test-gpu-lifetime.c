@@ -26,7 +26,7 @@ typedef struct LifeArg {
 static int doomed_producer(HChan *ch, void *arg)
 {
         const LifeArg *a = arg;
-        gpuipc_publish_options_t po = { .broker_held = a->broker_held };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .broker_held = a->broker_held };
         gpuipc_buffer_t *b = NULL;
         gpuipc_t *c;
 
@@ -110,7 +110,7 @@ static void check_not_revoked(gpuipc_t *obs, const char *name)
         gpuipc_event_t ev;
 
         CHECK_OK(obs, gpuipc_ping(obs, H_SOON_MS));
-        while (gpuipc_next_event(obs, &ev, 0) == 0)
+        while (gpuipc_next_event(obs, 0, &ev) == 0)
                 CHECKF(!(ev.type == GPUIPC_EVENT_REVOKED && strcmp(ev.name, name) == 0),
                        "'%s' was revoked although broker-held: %s", name, ev.reason);
 }
@@ -242,7 +242,7 @@ static void test_not_broker_held_is_revoked(void)
 static int legacy_held_producer(HChan *ch, void *arg)
 {
         const LifeArg *a = arg;
-        gpuipc_publish_options_t po = { .broker_held = 1 };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .broker_held = 1 };
         gpuipc_buffer_t *b = NULL;
         gpuipc_t *c;
 

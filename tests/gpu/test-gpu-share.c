@@ -74,7 +74,7 @@ static gpuipc_buffer_t *make_buffer(gpuipc_t *c, const ShareArg *a, GcuDevicePtr
 static int producer(HChan *ch, void *arg)
 {
         const ShareArg *a = arg;
-        gpuipc_publish_options_t po = { .writable = 1 };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .writable = 1 };
         size_t half = a->size / 2;
         GcuDevicePtr raw = 0;
         gpuipc_buffer_t *b;

@@ -527,7 +527,8 @@ static void broker_wait_ready(HBroker *b)
         int prev = -1, stable = 0;
 
         for (;;) {
-                gpuipc_options_t o = { .socket_path = b->sock, .label = "harness-probe", .no_gpus = 1 };
+                gpuipc_options_t o = { .struct_size = sizeof(o), .socket_path = b->sock, .label = "harness-probe",
+                                       .no_gpus = 1 };
                 gpuipc_t *c = NULL;
 
                 require_alive(b, "while starting");
@@ -704,7 +705,7 @@ int h_try_connect(const HBroker *b, gpuipc_options_t *opts, gpuipc_t **ret)
 
 gpuipc_t *h_connect(const HBroker *b, const char *label)
 {
-        gpuipc_options_t o = { .label = label };
+        gpuipc_options_t o = { .struct_size = sizeof(o), .label = label };
         gpuipc_t *c = NULL;
         int r = h_try_connect(b, &o, &c);
 
@@ -770,7 +771,7 @@ int h_next_event_of(gpuipc_t *c, gpuipc_event_type_t type, int timeout_ms, gpuip
 
         for (;;) {
                 uint64_t now = h_now_ms();
-                int r = gpuipc_next_event(c, ret, now >= deadline ? 0 : (int)(deadline - now));
+                int r = gpuipc_next_event(c, now >= deadline ? 0 : (int)(deadline - now), ret);
 
                 if (r < 0)
                         return r;
@@ -1374,11 +1375,11 @@ void h_bystander_check(HCase *k)
         CHECK_OK(k->by_prod, gpuipc_ping(k->by_prod, H_SOON_MS));
         CHECK_OK(k->by_cons, gpuipc_ping(k->by_cons, H_SOON_MS));
         /* Nothing happened to the bystander's buffer: no revoke, no retire, no drain. */
-        while ((r = gpuipc_next_event(k->by_cons, &ev, 0)) == 0)
+        while ((r = gpuipc_next_event(k->by_cons, 0, &ev)) == 0)
                 CHECKF(ev.type != GPUIPC_EVENT_REVOKED, "the bystander's consumer got a revoke for '%s'",
                        ev.name);
         CHECK_EQ(r, GPUIPC_E_TIMEOUT);
-        while ((r = gpuipc_next_event(k->by_prod, &ev, 0)) == 0)
+        while ((r = gpuipc_next_event(k->by_prod, 0, &ev)) == 0)
                 CHECKF(ev.type != GPUIPC_EVENT_DRAINED, "the bystander's producer got drained for '%s'",
                        ev.name);
         CHECK_EQ(r, GPUIPC_E_TIMEOUT);

@@ -23,7 +23,7 @@ typedef struct PeerArg {
 static int producer(HChan *ch, void *arg)
 {
         const PeerArg *a = arg;
-        gpuipc_publish_options_t po = { .broker_held = a->broker_held };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .broker_held = a->broker_held };
         gpuipc_t *c = h_connect(a->broker, "doomed-producer");
         gpuipc_buffer_t *b = h_publish(c, a->name, a->size, a->seed, &po);
 

@@ -698,7 +698,7 @@ typedef struct OwnerArg {
 static int held_producer(HChan *ch, void *arg)
 {
         const OwnerArg *a = arg;
-        gpuipc_publish_options_t po = { .broker_held = 1 };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .broker_held = 1 };
         gpuipc_t *c = h_connect(a->broker, "orphan-producer");
         gpuipc_buffer_t *b = h_publish(c, "orphan/x", 4096, 1, &po);
 

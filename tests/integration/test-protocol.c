@@ -232,7 +232,7 @@ static void test_stat_pages_holders(void)
 static void test_retire_after_waiters_time_out_saying_why(void)
 {
         enum { WAITERS = 3 };
-        gpuipc_publish_options_t once = { .retire_after = 1 };
+        gpuipc_publish_options_t once = { .struct_size = sizeof(once), .retire_after = 1 };
         int socks[WAITERS], served = 0, told = 0;
         HFrame *f = h_frame_new();
         gpuipc_t *prod;

@@ -228,7 +228,7 @@ static void test_max_connections_per_uid(void)
         /* The bystander and the observer hold three connections: three more fit. */
         static const char *const flags[] = { "--max-connections-per-uid", "6", NULL };
         gpuipc_t *c[3], *extra = NULL;
-        gpuipc_options_t o = { .label = "one-too-many" };
+        gpuipc_options_t o = { .struct_size = sizeof(o), .label = "one-too-many" };
         const char *msg;
         char text[PROTO_MAX_TEXT + 1];
         HChild *ctl;

@@ -1,6 +1,6 @@
 /* libgpuipc's error codes (client/error.c): the one table in gpuipc.h (GPUIPC_ERRNO_MAP) names the
  * broker's statuses exactly as the protocol does, covers every status, and every code has a name
- * and a text. */
+ * and a text; and the options structs carry their size. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -56,10 +56,26 @@ static void test_other_codes(void)
         CHECK_STREQ(gpuipc_strerror(-999999), "unknown error");
 }
 
+/* An options struct whose struct_size was never set is refused before anything happens, saying why
+ * (a later release could not tell what it holds). */
+static void test_options_need_their_size(void)
+{
+        gpuipc_options_t o = { .socket_path = "/nonexistent/s.sock" };
+        gpuipc_t *c = NULL;
+
+        CHECK_EQ(gpuipc_connect(&c, &o), GPUIPC_E_INVALID);
+        CHECK(c == NULL);
+        CHECK(strstr(gpuipc_errmsg(NULL), "struct_size") != NULL);
+        o.struct_size = sizeof(o);
+        o.no_gpus = 1;
+        CHECK_EQ(gpuipc_connect(&c, &o), GPUIPC_E_NO_BROKER); /* now it tries */
+}
+
 int main(int argc, char **argv)
 {
         TEST_RUN(argc, argv, test_broker_statuses_match_the_protocol);
         TEST_RUN(argc, argv, test_every_code_named_and_explained);
         TEST_RUN(argc, argv, test_other_codes);
+        TEST_RUN(argc, argv, test_options_need_their_size);
         return TEST_END();
 }
