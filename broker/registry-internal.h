@@ -1,7 +1,8 @@
 /* Internals shared by the registry's files: registry.c (buffers, names, references and the
  * operations on them), registry-peers.c, registry-waits.c (attach waits, groups, deadlines),
- * registry-claims.c (reclaims after a restart and the restart grace), registry-subs.c and
- * registry-views.c. Nothing outside broker/registry*.c includes this. */
+ * registry-claims.c (reclaims after a restart and the restart grace), registry-rings.c,
+ * registry-subs.c and registry-views.c. Nothing outside broker/registry*.c includes this, except
+ * the white-box checks of tests/unit/regaudit.h. */
 #pragma once
 
 #include <stdio.h>
@@ -99,10 +100,13 @@ typedef struct SeatClaim {
 } SeatClaim;
 
 /* A ring (docs/design.md "Rings"): its shape, its parts (buffers of its producer, attachable only
- * by its members: part 0 the control page, 1..n_slots the slots, then one member page per seat),
- * and who sits in which seat. Frames never pass through here. */
+ * by its members: part 0 the control page, 1..n_slots the slots, then one member page per seat and,
+ * for a stream ring, one counter buffer per seat), and who sits in which seat. Frames never pass
+ * through here. */
 typedef struct RegRing {
         HNode node;       /* Registry.rings, by name */
+        List link;        /* Registry.ring_list, in creation order (listings page by seq) */
+        uint64_t seq;
         RegPeer *owner;
         List owner_link;  /* RegPeer.rings */
         UidAcct *acct;    /* the ring itself counts as one of its producer's buffers */
@@ -114,10 +118,17 @@ typedef struct RegRing {
         char *device;
         uint64_t next_epoch;
         uint32_t n_registered; /* parts so far; joinable once all are */
-        RegBuffer **parts;     /* 1 + n_slots + n_members */
+        RegBuffer **parts;     /* 1 + n_slots + n_members (twice n_members for a stream ring) */
         RingSeat *seats;       /* n_members */
         char name[];
 } RegRing;
+
+/* Part 0 the control page, then the slots, one page per seat, and (stream rings) one counter
+ * buffer per seat. */
+static inline uint32_t ring_n_parts(const RegRing *g)
+{
+        return 1 + g->n_slots + g->n_members * (g->mode == PROTO_MODE_STREAM ? 2 : 1);
+}
 
 typedef struct Sub {
         uint64_t id;
@@ -146,6 +157,7 @@ struct RegPeer {
         List seat_claims; /* SeatClaim.peer_link */
         uint32_t n_refs, n_waits, n_subs;
         uint32_t n_claim_refs; /* references its pending claims ask for (they count against its quota) */
+        uint32_t n_seat_claims; /* its SeatClaims: bounded like its waits */
         UidAcct *acct;
         uint64_t connected_ms;
         void *userdata;
@@ -212,6 +224,8 @@ struct Registry {
         List restored;                      /* RegBuffer.restored_link */
         uint64_t n_claims;
         uint64_t n_rings, n_seated;
+        List ring_list;   /* RegRing.link, oldest first */
+        uint64_t next_ring_seq;
         List seat_claims; /* SeatClaim.link */
         uint64_t n_seat_claims;
 };

@@ -11,8 +11,9 @@
  *
  * After a broker restart the producer declares its ring again (restored) with the seats it still
  * counts as seated; their members come back and ask for their seat by index and epoch (rejoin),
- * in either order; seats nobody comes back for within the restart grace are freed, members whose
- * ring does not come back are told. Frames never stopped meanwhile: they do not need the broker.
+ * in either order; seats nobody comes back for within the restart grace are freed (at once when
+ * the ring comes back after it), members whose ring does not come back are told. Frames never
+ * stopped meanwhile: they do not need the broker.
  *
  * What this file must never do: let a peer other than a seat's member attach that seat's page
  * (the page is the member's only say in the ring, and the producer trusts nothing else it reads). */
@@ -22,13 +23,6 @@
 
 #include "ring.h"
 #include "registry-internal.h"
-
-/* Part 0 the control page, then the slots, one page per seat, and (stream rings) one counter
- * buffer per seat. */
-static uint32_t ring_n_parts(const RegRing *g)
-{
-        return 1 + g->n_slots + g->n_members * (g->mode == PROTO_MODE_STREAM ? 2 : 1);
-}
 
 static RegRing *ring_lookup(const Registry *r, const char *name)
 {
@@ -90,6 +84,7 @@ static void ring_destroy(Registry *r, RegRing *g, const char *why, Outbox *o)
                 if (g->parts[i])
                         g->parts[i]->ring = NULL;
         list_unlink(&g->owner_link);
+        list_unlink(&g->link);
         hmap_remove(&r->rings, &g->node);
         g->acct->buffers--;
         reg_acct_put(r, g->acct);
@@ -138,6 +133,19 @@ bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, char *why, size_t
 
 static void seat_claims_settle(Registry *r, RegRing *g, Outbox *o);
 
+/* Frees the seats of g still waiting for their members: the restart grace is over (the producer
+ * hears member-left for each). */
+static void seats_unreserve(Registry *r, RegRing *g, Outbox *o)
+{
+        char why[PROTO_MAX_TEXT + 1];
+
+        snprintf(why, sizeof(why), "the member did not come back within the broker's restart grace (%u ms)",
+                 r->restart_grace_ms);
+        for (uint32_t i = 0; i < g->n_members; i++)
+                if (g->seats[i].reserved)
+                        seat_free(r, &g->seats[i], why, false, o);
+}
+
 void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpec *s, Outbox *out)
 {
         size_t len = strlen(s->name);
@@ -181,11 +189,17 @@ void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpe
         }
         g->next_epoch = s->restored ? s->next_epoch : 0;
         list_append(&p->rings, &g->owner_link);
+        g->seq = ++r->next_ring_seq;
+        list_append(&r->ring_list, &g->link);
         g->acct->buffers++;
         r->n_rings++;
         reg_reply_ok(out, p, id);
         if (s->restored)
                 seat_claims_settle(r, g, out);
+        /* Declared after the grace (its producer came back late, or only its connection dropped): no
+         * member can still be coming back, and a seat reserved now would stay taken for good. */
+        if (s->restored && !r->in_grace)
+                seats_unreserve(r, g, out);
         return;
 
 no_memory:
@@ -205,8 +219,8 @@ static const char *part_mismatch(const RegRing *g, uint32_t index, const RegPubl
         bool slot = index >= 1 && index <= g->n_slots;
 
         if (index >= ring_n_parts(g))
-                return "the part index is beyond the ring's parts (1 control page, its slots, one page per member, and a "
-                       "stream ring's counters per member)";
+                return "the part index is beyond the ring's parts (1 control page, its slots, one page per "
+                       "member, and a stream ring's counters per member)";
         if (g->parts[index])
                 return "that part is registered already";
         if (a->broker_held || a->retire_after)
@@ -257,6 +271,16 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
                 reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "ring '%s', part %u: %s", ring, index, why);
                 return;
         }
+        /* A part is new memory under an id nobody holds: registering it must not adopt an orphan of
+         * this producer that has the id (as a restored publish would), or the reply would speak for
+         * a buffer that is no part of the ring. */
+        b = a->buffer ? reg_buffer_lookup(r, a->buffer) : NULL;
+        if (b) {
+                reg_reply_err(out, p, id, PROTO_STATUS_KEY_TAKEN, "buffer id %llu is registered already (by peer "
+                              "%llu, uid %u); draw a new id for a ring part", (unsigned long long)a->buffer,
+                              (unsigned long long)b->owner_id, b->owner_uid);
+                return;
+        }
         ring_part_name(name, sizeof(name), ring, index, g->n_slots, g->n_members);
         a->name = name;
         b = reg_buffer_register(r, p, id, a, &fd, out);
@@ -279,6 +303,9 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
                 proto_set_generation(&m, b->generation);
                 outbox_send(out, p, &m, -1);
         }
+        /* Reclaims waiting for this id are refused now (a part is taken back by joining the ring),
+         * not left to count against their peers' references until the grace ends. */
+        reg_claims_adopt(r, b, out);
 }
 
 /* The parts a member of seat i attaches: the control page, the slots, its own page (and counters). */
@@ -354,11 +381,24 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         ring_event(r, g->owner, PROTO_EV_MEMBER_JOINED, g, s, NULL, out);
 }
 
+static RingSeat *seat_of(RegRing *g, const RegPeer *p)
+{
+        for (uint32_t i = 0; g && i < g->n_members; i++)
+                if (g->seats[i].peer == p)
+                        return &g->seats[i];
+        return NULL;
+}
+
 /* Gives member p back its seat (index, epoch) of ring g. 0, or a status (with why filled in). */
 static unsigned seat_bind(Registry *r, RegRing *g, RegPeer *p, uint32_t index, uint64_t epoch, char *why, size_t cap)
 {
-        RingSeat *s;
+        RingSeat *s = seat_of(g, p);
 
+        /* As for a join: one seat per connection, whatever epochs it can name. */
+        if (s) {
+                snprintf(why, cap, "this connection is a member of ring '%s' already (seat %u)", g->name, s->index);
+                return PROTO_STATUS_STATE;
+        }
         if (index >= g->n_members) {
                 snprintf(why, cap, "ring '%s' has %u seats", g->name, g->n_members);
                 return PROTO_STATUS_INVALID;
@@ -380,6 +420,7 @@ static void seat_claim_free(Registry *r, SeatClaim *c)
 {
         list_unlink(&c->link);
         list_unlink(&c->peer_link);
+        c->peer->n_seat_claims--;
         r->n_seat_claims--;
         free(c);
 }
@@ -439,8 +480,10 @@ void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring
                               "again within the broker's restart grace", ring);
                 return;
         }
-        if (r->n_seat_claims >= r->limits.waits_per_peer * (uint64_t)r->limits.connections) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "too many members wait for their rings");
+        /* Bounded per connection like its other waits, so that one peer cannot take every claim. */
+        if (p->n_seat_claims >= r->limits.waits_per_peer) {
+                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "this connection waits for %u seats of rings that "
+                              "are not back yet (the limit, --max-waits-per-peer)", p->n_seat_claims);
                 return;
         }
         c = calloc(1, sizeof(*c) + len + 1);
@@ -454,6 +497,7 @@ void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring
         memcpy(c->ring, ring, len + 1);
         list_append(&r->seat_claims, &c->link);
         list_append(&p->seat_claims, &c->peer_link);
+        p->n_seat_claims++;
         r->n_seat_claims++;
         proto_reply_init(&m, id, PROTO_STATUS_OK);
         proto_set_pending(&m, true);
@@ -469,23 +513,9 @@ void reg_rings_grace_end(Registry *r, Outbox *o)
                  "(%u ms)", r->restart_grace_ms);
         while (!list_empty(&r->seat_claims))
                 seat_claim_refuse(r, list_entry(r->seat_claims.next, SeatClaim, link), why, o);
-        snprintf(why, sizeof(why), "the member did not come back within the broker's restart grace (%u ms)",
-                 r->restart_grace_ms);
         for (p = registry_peer_first(r); p; p = registry_peer_next(r, p))
-                list_for_each(pos, &p->rings) {
-                        RegRing *g = list_entry(pos, RegRing, owner_link);
-                        for (uint32_t i = 0; i < g->n_members; i++)
-                                if (g->seats[i].reserved)
-                                        seat_free(r, &g->seats[i], why, false, o);
-                }
-}
-
-static RingSeat *seat_of(RegRing *g, const RegPeer *p)
-{
-        for (uint32_t i = 0; g && i < g->n_members; i++)
-                if (g->seats[i].peer == p)
-                        return &g->seats[i];
-        return NULL;
+                list_for_each(pos, &p->rings)
+                        seats_unreserve(r, list_entry(pos, RegRing, owner_link), o);
 }
 
 /* Drops p's references on g's parts (an evicted member may not come back for them). */
@@ -527,12 +557,21 @@ void registry_ring_evict(Registry *r, RegPeer *p, uint64_t id, const char *ring,
                               g ? "ring '%s' belongs to another producer" : "no ring '%s'", ring);
                 return;
         }
-        if (index >= g->n_members || !g->seats[index].peer || g->seats[index].epoch != epoch) {
+        if (index >= g->n_members || g->seats[index].epoch != epoch ||
+            (!g->seats[index].peer && !g->seats[index].reserved)) {
                 /* It left meanwhile (its member-left event is on its way): nothing to do. */
                 reg_reply_ok(out, p, id);
                 return;
         }
         s = &g->seats[index];
+        if (s->reserved) {
+                /* Restored, and its member has not come back: the producer gives the seat up, so
+                 * that a new member may take it (the producer hears member-left, as for any seat). */
+                reg_reply_ok(out, p, id);
+                seat_free(r, s, "evicted by the producer before its member came back after the broker restarted",
+                          false, out);
+                return;
+        }
         member = s->peer;
         snprintf(why, sizeof(why), "evicted by the producer: it held up the ring for longer than its %u ms lease",
                  g->lease_ms);

@@ -74,6 +74,11 @@ const char *registry_buffer_name(const RegBuffer *b)
         return b->name;
 }
 
+bool registry_buffer_ring_part(const RegBuffer *b)
+{
+        return b->ring_part;
+}
+
 void registry_buffer_holders(const RegBuffer *b, void (*fn)(const RegPeer *p, uint32_t refs, void *ud), void *ud)
 {
         list_for_each(pos, &b->holds) {
@@ -81,6 +86,65 @@ void registry_buffer_holders(const RegBuffer *b, void (*fn)(const RegPeer *p, ui
                 if (h->count)
                         fn(h->peer, h->count, ud);
         }
+}
+
+RegRing *registry_ring_after(const Registry *r, uint64_t after)
+{
+        list_for_each(pos, &r->ring_list) {
+                RegRing *g = list_entry(pos, RegRing, link);
+                if (g->seq > after)
+                        return g;
+        }
+        return NULL;
+}
+
+RegRing *registry_ring_next(const Registry *r, const RegRing *g)
+{
+        return g->link.next == &r->ring_list ? NULL : list_entry(g->link.next, RegRing, link);
+}
+
+uint64_t registry_ring_cursor(const RegRing *g)
+{
+        return g->seq;
+}
+
+/* A part's memfd, or -1 while it is not registered. */
+static int part_fd(const RegRing *g, uint32_t index)
+{
+        return g->parts[index] ? g->parts[index]->fd : -1;
+}
+
+void registry_ring_view(const RegRing *g, RegRingView *ret)
+{
+        memset(ret, 0, sizeof(*ret));
+        ret->name = g->name;
+        ret->kind = g->kind;
+        ret->slot_size = g->slot_size;
+        ret->n_slots = g->n_slots;
+        ret->n_members = g->n_members;
+        ret->mode = g->mode;
+        ret->lease_ms = g->lease_ms;
+        ret->device = g->device;
+        ret->owner = g->owner;
+        ret->complete = g->n_registered == ring_n_parts(g);
+        ret->ctl_fd = part_fd(g, 0);
+        for (uint32_t i = 0; i < g->n_members && i < RING_MAX_MEMBERS; i++) {
+                const RingSeat *s = &g->seats[i];
+                RegRingSeatView *v = &ret->seats[i];
+
+                v->page_fd = part_fd(g, 1 + g->n_slots + i);
+                if (!s->peer && !s->reserved)
+                        continue;
+                v->epoch = s->epoch;
+                v->member = s->peer;
+                v->reserved = s->reserved;
+                ret->taken++;
+        }
+}
+
+const char *registry_peer_label(const RegPeer *p)
+{
+        return p->label;
 }
 
 RegPeer *registry_peer_first(const Registry *r)

@@ -861,6 +861,7 @@ int registry_new(Registry **ret, const RegConfig *cfg)
         list_init(&r->lost);
         list_init(&r->restored);
         list_init(&r->seat_claims);
+        list_init(&r->ring_list);
         r->grace_timer = (Timer){ HEAP_NODE_INIT, TIMER_GRACE };
         /* Every broker start may be a restart: holders of a predecessor get the grace to come back. */
         if (cfg->restart_grace_ms > 0) {

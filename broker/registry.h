@@ -15,6 +15,7 @@
 #include "creds.h"
 #include "outbox.h"
 #include "proto.h"
+#include "ring.h"
 
 typedef struct Registry Registry;
 typedef struct RegPeer RegPeer;
@@ -122,6 +123,8 @@ bool registry_peer_said_hello(const RegPeer *p);
 uint32_t registry_peer_refs(const RegPeer *p);
 uint64_t registry_peer_id(const RegPeer *p);
 const PeerCreds *registry_peer_creds(const RegPeer *p);
+/* What the peer called itself in hello ("" before). */
+const char *registry_peer_label(const RegPeer *p);
 void *registry_peer_userdata(const RegPeer *p);
 
 /* A frame for this peer could not be built or queued; its caller must disconnect it. */
@@ -197,6 +200,8 @@ RegBuffer *registry_buffer_by_id(const Registry *r, uint64_t id);
 /* The live buffer published under name, or NULL. */
 RegBuffer *registry_buffer_by_name(const Registry *r, const char *name);
 const char *registry_buffer_name(const RegBuffer *b);
+/* Whether b is a part of a ring: live under no name, attachable only by the ring's members. */
+bool registry_buffer_ring_part(const RegBuffer *b);
 
 /* Fills m with the buffer's description (name, kind, size, state, refs, ...); m points into b. */
 void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m);
@@ -204,6 +209,37 @@ void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m);
 /* Calls fn for each peer holding references to b. */
 void registry_buffer_holders(const RegBuffer *b, void (*fn)(const RegPeer *p, uint32_t refs, void *ud),
                              void *ud);
+
+/* Rings in creation order, paged like buffers (registry_ring_cursor increases with each ring). */
+RegRing *registry_ring_after(const Registry *r, uint64_t after);
+RegRing *registry_ring_next(const Registry *r, const RegRing *g);
+uint64_t registry_ring_cursor(const RegRing *g);
+
+/* One seat of a ring, for listings. */
+typedef struct RegRingSeatView {
+        uint64_t epoch;        /* of its membership; 0: the seat is free */
+        const RegPeer *member; /* NULL: free, or waiting for its member to come back (reserved) */
+        bool reserved;         /* restored after a broker restart; its member has not come back yet */
+        int page_fd;           /* its member page's memfd, the registry's (-1: not registered yet) */
+} RegRingSeatView;
+
+/* What the registry knows of a ring. Points into the registry: valid until the next operation. */
+typedef struct RegRingView {
+        const char *name;
+        ProtoKind kind; /* of the slots */
+        uint64_t slot_size;
+        uint32_t n_slots, n_members;
+        ProtoMode mode;
+        uint32_t lease_ms;
+        const char *device;    /* NULL for memfd slots */
+        const RegPeer *owner;  /* its producer (a ring dies with it) */
+        bool complete;         /* every part is registered: the ring is joinable */
+        uint32_t taken;        /* seats with a member, or waiting for one */
+        int ctl_fd;            /* the control page's memfd, the registry's (-1: not registered yet) */
+        RegRingSeatView seats[RING_MAX_MEMBERS];
+} RegRingView;
+
+void registry_ring_view(const RegRing *g, RegRingView *ret);
 
 RegPeer *registry_peer_first(const Registry *r);
 RegPeer *registry_peer_next(const Registry *r, const RegPeer *p);

@@ -612,6 +612,12 @@ void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd)
         case PROTO_OP_STATS:
                 inspect_stats(ctx, p, m);
                 break;
+        case PROTO_OP_RINGS:
+                inspect_rings(ctx, p, m);
+                break;
+        case PROTO_OP_RING_STAT:
+                inspect_ring_stat(ctx, p, m);
+                break;
         default:
                 fail(ctx, p, m, PROTO_STATUS_UNKNOWN_OP, "this broker does not know that operation");
                 break;

@@ -1,5 +1,5 @@
-/* Read-only subcommands: ping, ls, stat, peers, stats and watch. Each prints a table for people or,
- * with --json, exactly one JSON document (watch: one per event and line). */
+/* Read-only subcommands: ping, ls, stat, peers, stats and watch (rings: cmd-rings.c). Each prints a
+ * table for people or, with --json, exactly one JSON document (watch: one per event and line). */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -15,9 +15,10 @@
 typedef struct InspectArgs {
         const char *prefix, *name;
         uint64_t id;
+        bool ring;
 } InspectArgs;
 
-enum { TAKES_PREFIX = 1, TAKES_ID = 2, TAKES_NAME = 4 };
+enum { TAKES_PREFIX = 1, TAKES_ID = 2, TAKES_NAME = 4, TAKES_RING = 8 };
 
 /* The options of the read-only commands; `takes` says which this one accepts. CTL_CONTINUE, or
  * the exit code (after --help or a usage error). */
@@ -26,6 +27,7 @@ static int parse_args(Ctl *ctl, int argc, char **argv, unsigned takes, InspectAr
         static const struct option longopts[] = {
                 { "prefix", required_argument, NULL, 'p' },
                 { "id", required_argument, NULL, 'i' },
+                { "ring", no_argument, NULL, 'r' },
                 CTL_HELP_OPTION,
                 {}
         };
@@ -33,7 +35,7 @@ static int parse_args(Ctl *ctl, int argc, char **argv, unsigned takes, InspectAr
         int c;
 
         *a = (InspectArgs){ 0 };
-        while ((c = getopt_long(argc, argv, ":p:i:h", longopts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, ":p:i:rh", longopts, NULL)) >= 0) {
                 switch (c) {
                 case 'p':
                         if (!(takes & TAKES_PREFIX))
@@ -46,6 +48,11 @@ static int parse_args(Ctl *ctl, int argc, char **argv, unsigned takes, InspectAr
                         if (ctl_parse_int(ctl, "--id", optarg, 1, INT64_MAX, &v))
                                 return CTL_USAGE;
                         a->id = (uint64_t)v;
+                        break;
+                case 'r':
+                        if (!(takes & TAKES_RING))
+                                return ctl_usage(ctl, "takes no --ring");
+                        a->ring = true;
                         break;
                 case 'h':
                         return ctl_help(ctl);
@@ -182,6 +189,12 @@ int cmd_ls(Ctl *ctl, int argc, char **argv)
                 putchar('\n');
         }
         free(page);
+        /* --json keeps its one document, the buffers' array: `rings --json` lists the rings. */
+        if (r == CTL_OK && !ctl->json) {
+                int e = ctl_ls_rings(ctl, a.prefix);
+                if (e < 0)
+                        r = ctl_fail(ctl, "ls (rings)", e);
+        }
         return r;
 }
 
@@ -189,27 +202,43 @@ int cmd_stat(Ctl *ctl, int argc, char **argv)
 {
         gpuipc_holder_info_t *holders;
         gpuipc_buffer_info_t b;
-        char what[GPUIPC_MAX_NAME + 32];
+        char what[GPUIPC_MAX_NAME + 32], detail[GPUIPC_MAX_NAME + 64];
         InspectArgs a;
-        int n, r = parse_args(ctl, argc, argv, TAKES_ID | TAKES_NAME, &a);
+        int n, r = parse_args(ctl, argc, argv, TAKES_ID | TAKES_NAME | TAKES_RING, &a);
 
         if (r != CTL_CONTINUE)
                 return r;
         if (!a.name == !a.id)
                 return ctl_usage(ctl, "give a NAME or --id N (one of them)");
+        if (a.ring && !a.name)
+                return ctl_usage(ctl, "--ring takes the ring's NAME, not --id");
         r = ctl_connect(ctl, false);
         if (r)
                 return r;
+        if (a.name)
+                snprintf(what, sizeof(what), "stat '%s'", a.name);
+        else
+                snprintf(what, sizeof(what), "stat --id %" PRIu64, a.id);
+        if (a.ring) {
+                n = ctl_stat_ring(ctl, a.name);
+                return n < 0 ? ctl_fail(ctl, what, n) : CTL_OK;
+        }
         holders = calloc(GPUIPC_MAX_PAGE, sizeof(*holders));
         if (!holders)
                 return ctl_fail(ctl, "stat", -ENOMEM);
         n = gpuipc_stat_buffer(ctl->c, a.name, a.id, holders, GPUIPC_MAX_PAGE, &b);
         if (n < 0) {
-                if (a.name)
-                        snprintf(what, sizeof(what), "stat '%s'", a.name);
-                else
-                        snprintf(what, sizeof(what), "stat --id %" PRIu64, a.id);
                 free(holders);
+                /* Rings have names of their own: a NAME no live buffer has may be a ring's. */
+                if (n == GPUIPC_E_NOT_FOUND && a.name) {
+                        int e = ctl_stat_ring(ctl, a.name);
+                        if (e == 0)
+                                return CTL_OK;
+                        if (e != GPUIPC_E_NOT_FOUND && e != GPUIPC_E_UNKNOWN_OP)
+                                return ctl_fail(ctl, what, e);
+                        snprintf(detail, sizeof(detail), "no live buffer and no ring is named '%s'", a.name);
+                        return ctl_fail_detail(ctl, what, n, detail);
+                }
                 return ctl_fail(ctl, what, n);
         }
         if (ctl->json) {

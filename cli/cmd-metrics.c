@@ -1,6 +1,6 @@
-/* gpuipcctl metrics: the broker's statistics for Prometheus, printed once or served over HTTP by a
- * small exporter process (the broker itself stays off the network). The exporter keeps one broker
- * connection, asks it at every scrape, and reconnects after the broker went away. */
+/* gpuipcctl metrics: the broker's statistics and its rings for Prometheus, printed once or served
+ * over HTTP by a small exporter process (the broker itself stays off the network). The exporter
+ * keeps one broker connection, asks it at every scrape, and reconnects after the broker went away. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -13,12 +13,35 @@
 #include "json.h"
 #include "metrics.h"
 
+/* Rings exported per scrape at most: one series each per gpuipc_ring_* family. */
+#define MAX_RINGS 4096
+
 typedef struct Exporter {
         Ctl *ctl;
         gpuipc_stat_t *stats;
+        gpuipc_ring_info_t *rings; /* MAX_RINGS */
         bool reachable; /* what the last scrape found, to log only the changes */
         bool logged;
 } Exporter;
+
+/* Up to MAX_RINGS rings into rings: how many, or an error (a broker older than ring listings has
+ * none to show: 0). */
+static int scrape_rings(gpuipc_t *c, gpuipc_ring_info_t *rings)
+{
+        uint64_t cursor = 0;
+        int n = 0;
+
+        do {
+                int got = gpuipc_list_rings(c, NULL, &cursor, rings + n, MAX_RINGS - n);
+
+                if (got == GPUIPC_E_UNKNOWN_OP)
+                        return 0;
+                if (got < 0)
+                        return got;
+                n += got;
+        } while (cursor && n < MAX_RINGS);
+        return n;
+}
 
 static volatile sig_atomic_t stop_requested;
 
@@ -62,22 +85,33 @@ static int reach_broker(Exporter *e)
         return r;
 }
 
-/* The records of one scrape, or -1 (the broker did not answer). */
-static int scrape(Exporter *e)
+/* One scrape into in: the records and rings, or up false (the broker did not answer). */
+static void scrape(Exporter *e, MetricsInput *in)
 {
-        int n;
+        const char *what = "stats";
+        int n, n_rings = 0;
 
+        *in = (MetricsInput){ .stats = e->stats, .rings = e->rings };
         if (reach_broker(e) < 0)
-                return -1;
+                return;
         n = gpuipc_stats(e->ctl->c, e->stats, GPUIPC_MAX_PAGE);
-        if (n < 0) {
-                fprintf(stderr, "gpuipcctl metrics: stats: [%s] %s\n", gpuipc_err_name(n), gpuipc_errmsg(e->ctl->c));
+        if (n >= 0) {
+                what = "rings";
+                n_rings = scrape_rings(e->ctl->c, e->rings);
+        }
+        if (n < 0 || n_rings < 0) {
+                int err = n < 0 ? n : n_rings;
+
+                fprintf(stderr, "gpuipcctl metrics: %s: [%s] %s\n", what, gpuipc_err_name(err),
+                        gpuipc_errmsg(e->ctl->c));
                 gpuipc_close(e->ctl->c);
                 e->ctl->c = NULL;
                 e->reachable = false;
-                return -1;
+                return;
         }
-        return n > GPUIPC_MAX_PAGE ? GPUIPC_MAX_PAGE : n;
+        in->up = true;
+        in->n_stats = n > GPUIPC_MAX_PAGE ? GPUIPC_MAX_PAGE : n;
+        in->n_rings = n_rings;
 }
 
 static void serve(const char *path, HttpResponse *ret, void *ud)
@@ -86,12 +120,13 @@ static void serve(const char *path, HttpResponse *ret, void *ud)
         FILE *f;
 
         if (strcmp(path, "/metrics") == 0) {
-                int n = scrape(e);
+                MetricsInput in;
 
+                scrape(e, &in);
                 f = open_memstream(&ret->body, &ret->len);
                 if (!f)
                         return;
-                metrics_write_text(f, e->stats, n < 0 ? 0 : n, n >= 0);
+                metrics_write_text(f, &in);
                 fclose(f);
                 ret->status = 200;
                 ret->content_type = METRICS_CONTENT_TYPE;
@@ -124,7 +159,10 @@ static int listen_and_serve(Ctl *ctl, const char *spec)
         if (fd < 0)
                 return ctl_error(ctl, "listen", "--listen '%s': %s", spec, why);
         e.stats = calloc(GPUIPC_MAX_PAGE, sizeof(*e.stats));
-        if (!e.stats) {
+        e.rings = calloc(MAX_RINGS, sizeof(*e.rings));
+        if (!e.stats || !e.rings) {
+                free(e.stats);
+                free(e.rings);
                 close(fd);
                 return ctl_fail(ctl, "metrics", -ENOMEM);
         }
@@ -140,6 +178,7 @@ static int listen_and_serve(Ctl *ctl, const char *spec)
         ctl->printed = true;
         r = http_serve(fd, serve, &e, &stop_requested);
         free(e.stats);
+        free(e.rings);
         if (r < 0) {
                 ctl->printed = false;
                 return ctl_fail(ctl, "serving HTTP", r);
@@ -151,7 +190,9 @@ int cmd_metrics(Ctl *ctl, int argc, char **argv)
 {
         static const struct option longopts[] = { { "listen", required_argument, NULL, 'l' }, CTL_HELP_OPTION, {} };
         const char *listen_spec = NULL;
+        MetricsInput in = { 0 };
         gpuipc_stat_t *stats;
+        gpuipc_ring_info_t *rings;
         int c, n, r;
 
         while ((c = getopt_long(argc, argv, ":l:h", longopts, NULL)) >= 0) {
@@ -169,21 +210,33 @@ int cmd_metrics(Ctl *ctl, int argc, char **argv)
         /* Once: without a broker the exposition still comes out, saying gpuipc_up 0 (a textfile
          * collector then records the outage), and the exit code says so too. */
         stats = calloc(GPUIPC_MAX_PAGE, sizeof(*stats));
-        if (!stats)
+        rings = calloc(MAX_RINGS, sizeof(*rings));
+        if (!stats || !rings) {
+                free(stats);
+                free(rings);
                 return ctl_fail(ctl, "metrics", -ENOMEM);
+        }
         ctl->printed = true; /* the exposition is the document, failure or not */
-        n = 0;
+        in = (MetricsInput){ .stats = stats, .rings = rings };
         r = ctl_connect(ctl, false);
         if (r == 0) {
                 n = gpuipc_stats(ctl->c, stats, GPUIPC_MAX_PAGE);
                 if (n < 0)
                         r = ctl_fail(ctl, "stats", n);
-                n = n < 0 ? 0 : n > GPUIPC_MAX_PAGE ? GPUIPC_MAX_PAGE : n;
+                in.n_stats = n < 0 ? 0 : n > GPUIPC_MAX_PAGE ? GPUIPC_MAX_PAGE : n;
         }
+        if (r == 0) {
+                n = scrape_rings(ctl->c, rings);
+                if (n < 0)
+                        r = ctl_fail(ctl, "rings", n);
+                in.n_rings = n < 0 ? 0 : n;
+        }
+        in.up = r == 0;
         if (ctl->json)
-                metrics_write_json(stdout, stats, n, r == 0);
+                metrics_write_json(stdout, &in);
         else
-                metrics_write_text(stdout, stats, n, r == 0);
+                metrics_write_text(stdout, &in);
         free(stats);
+        free(rings);
         return r;
 }

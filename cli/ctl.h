@@ -59,6 +59,8 @@ int ctl_connect(Ctl *ctl, bool probe_gpus);
  * stderr (and, with --json, an error document to stdout when none was printed yet). Returns
  * CTL_FAILED, or CTL_NO_BROKER when the broker is unreachable. */
 int ctl_fail(Ctl *ctl, const char *what, int err);
+/* The same with the detail given (instead of the broker's message for the last call). */
+int ctl_fail_detail(Ctl *ctl, const char *what, int err, const char *detail);
 
 /* A failure found here, not by the library: prints "gpuipcctl CMD: <message>" (and, with --json,
  * {"error": name, "message": ...}). Returns CTL_FAILED. */
@@ -88,3 +90,9 @@ int cmd_retire(Ctl *ctl, int argc, char **argv);
 int cmd_watch(Ctl *ctl, int argc, char **argv);
 int cmd_group(Ctl *ctl, int argc, char **argv);
 int cmd_doctor(Ctl *ctl, int argc, char **argv);
+int cmd_rings(Ctl *ctl, int argc, char **argv);
+
+/* cmd-rings.c for ls and stat: the rings' table after the buffers' (nothing without rings), and one
+ * ring with its seats (a table, or the JSON document). 0, or the library's error (nothing printed). */
+int ctl_ls_rings(Ctl *ctl, const char *prefix);
+int ctl_stat_ring(Ctl *ctl, const char *name);

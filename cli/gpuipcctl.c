@@ -18,14 +18,24 @@ static const CtlCommand commands[] = {
         { "ping", cmd_ping, "[--timeout MS]", "exit 0 when the broker answers (a readiness probe)",
           "Exits 0 when the broker answers a ping: a readiness or startup probe.\n\n"
           "  -t, --timeout MS    how long to wait for the broker (the same as the global --timeout)\n" },
-        { "ls", cmd_ls, "[--prefix P]", "list buffers",
+        { "ls", cmd_ls, "[--prefix P]", "list buffers, then rings",
           "Lists buffers in every state: id, name, generation, kind, size, state, references, and the producer's\n"
-          "uid and pid (\"held\": broker-held; \"orphaned\": its producer is gone).\n\n"
-          "  -p, --prefix P      only buffers whose name starts with P\n" },
-        { "stat", cmd_stat, "NAME | --id N", "show one buffer and who holds it",
+          "uid and pid (\"held\": broker-held; \"orphaned\": its producer is gone). Then, if there are any, the\n"
+          "rings as `gpuipcctl rings` shows them. With --json: the buffers' array only (rings --json lists rings).\n\n"
+          "  -p, --prefix P      only buffers (and rings) whose name starts with P\n" },
+        { "stat", cmd_stat, "NAME | --id N | --ring NAME", "show one buffer and who holds it, or one ring",
           "Shows one buffer and the peers holding references to it. NAME finds the live buffer published under\n"
-          "it; --id finds any buffer by its broker id.\n\n"
-          "  -i, --id N          the buffer's broker id (as ls shows it)\n" },
+          "it, or else the ring of that name; --id finds any buffer by its broker id. A ring is shown with each\n"
+          "taken seat: its state, its member, its position and how many frames it lags behind the head.\n\n"
+          "  -i, --id N          the buffer's broker id (as ls shows it)\n"
+          "  -r, --ring          NAME is a ring's (rings and buffers have names of their own)\n" },
+        { "rings", cmd_rings, "[--prefix P]", "list rings and how far their members lag",
+          "Lists rings: mode, slots and their kind and size, seats taken of all, the head (the newest frame;\n"
+          "\"?\": the control page could not be read), the slowest seated member's lag in frames (\"-\": none\n"
+          "seated), and the producer's uid and pid (\"setting-up\": not every part is registered yet). Head and\n"
+          "lag come from the ring's shared memory as its producer and members wrote it; `stat NAME` shows the\n"
+          "seats.\n\n"
+          "  -p, --prefix P      only rings whose name starts with P\n" },
         { "peers", cmd_peers, "", "list connected peers",
           "Lists the connected peers: pid and uid from the kernel (pid 0: outside the broker's PID namespace),\n"
           "gid, PID namespace, label, buffers owned, references, subscriptions, waits and declared GPUs.\n" },
@@ -33,9 +43,10 @@ static const CtlCommand commands[] = {
           "Prints every counter, gauge and histogram series of the broker, one per line (docs/protocol.md,\n"
           "\"stats\", names them).\n" },
         { "metrics", cmd_metrics, "[--listen ADDR:PORT]", "the statistics for Prometheus, once or served over HTTP",
-          "Prints the broker's statistics in the Prometheus text format (version 0.0.4). With --listen it serves\n"
-          "them instead, until SIGTERM or SIGINT: GET /metrics asks the broker at every scrape (gpuipc_up says\n"
-          "whether it answered), GET /healthz answers 200 while the broker answers a ping and 503 otherwise.\n"
+          "Prints the broker's statistics, and per ring its head, lag, seats taken and slots, in the Prometheus\n"
+          "text format (version 0.0.4). With --listen it serves them instead, until SIGTERM or SIGINT: GET\n"
+          "/metrics asks the broker at every scrape (gpuipc_up says whether it answered), GET /healthz answers\n"
+          "200 while the broker answers a ping and 503 otherwise.\n"
           "The broker itself never opens a network socket; run this next to it (port 9470 by convention).\n\n"
           "  -l, --listen ADDR:PORT   serve HTTP here: 0.0.0.0:9470, 127.0.0.1:9470, [::]:9470, or :9470 for\n"
           "                           every address; port 0 picks a free one (printed at start)\n" },
@@ -183,7 +194,11 @@ int ctl_connect(Ctl *ctl, bool probe_gpus)
 
 int ctl_fail(Ctl *ctl, const char *what, int err)
 {
-        const char *detail = ctl->c ? gpuipc_errmsg(ctl->c) : "";
+        return ctl_fail_detail(ctl, what, err, ctl->c ? gpuipc_errmsg(ctl->c) : "");
+}
+
+int ctl_fail_detail(Ctl *ctl, const char *what, int err, const char *detail)
+{
         char message[2048];
 
         /* The error's name first: scripts can match it, people can search for it. The broker's

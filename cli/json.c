@@ -92,6 +92,15 @@ void json_ku64(Json *j, const char *key, uint64_t v)
         json_u64(j, v);
 }
 
+void json_ku64_or_null(Json *j, const char *key, bool known, uint64_t v)
+{
+        json_key(j, key);
+        if (known)
+                json_u64(j, v);
+        else
+                fputs("null", j->f);
+}
+
 void json_kbool(Json *j, const char *key, bool v)
 {
         json_key(j, key);

@@ -1,4 +1,4 @@
-/* Minimal JSON writing for --json output: objects and arrays of strings, numbers and booleans.
+/* Minimal JSON writing for --json output: objects and arrays of strings, numbers, booleans and null.
  * Whatever bytes a string holds, the output is valid JSON: control characters are escaped and
  * bytes that are not UTF-8 become U+FFFD (labels and names come from other peers). */
 #pragma once
@@ -27,3 +27,5 @@ void json_bool(Json *j, bool v);
 void json_kstr(Json *j, const char *key, const char *s);
 void json_ku64(Json *j, const char *key, uint64_t v);
 void json_kbool(Json *j, const char *key, bool v);
+/* A number, or null when it is not known. */
+void json_ku64_or_null(Json *j, const char *key, bool known, uint64_t v);

@@ -40,6 +40,8 @@ static const MetricDesc descs[] = {
         { "subscriptions", "subscriptions", GAUGE, 0, NULL, NULL, "Event subscriptions of all peers." },
         { "groups", "groups", GAUGE, 0, NULL, NULL, "Rendezvous groups still forming." },
         { "names", "names", GAUGE, 0, NULL, NULL, "Names with a published buffer or a waiter." },
+        { "rings", "rings", GAUGE, 0, NULL, NULL, "Rings registered (frames pass through them without the broker)." },
+        { "ring_members", "ring_members", GAUGE, 0, NULL, NULL, "Members seated in rings, over all rings." },
         { "open_fds", "open_fds", GAUGE, 0, NULL, NULL,
           "File descriptors open in the broker process (counted at most once a second)." },
         { "open_fds_limit", "max_fds", GAUGE, 0, NULL, NULL,
@@ -319,8 +321,62 @@ static void undescribed(Sink *s, const gpuipc_stat_t *st)
         sample(s, "", status_key, &status, status[0] ? 1 : 0, value);
 }
 
-static void write_all(Sink *s, const gpuipc_stat_t *stats, int n, bool up)
+/* ---- rings -> gpuipc_ring_*{ring} ---- */
+
+typedef enum RingValue { RING_HEAD, RING_LAG, RING_TAKEN, RING_SLOTS } RingValue;
+
+typedef struct RingDesc {
+        const char *metric;
+        RingValue value;
+        const char *help;
+} RingDesc;
+
+static const RingDesc ring_descs[] = {
+        { "ring_head", RING_HEAD, "The newest frame published in the ring, from its control page (no sample while "
+          "the broker cannot read it)." },
+        { "ring_lag_frames", RING_LAG, "Frames the ring's slowest seated member is behind its head (no sample with "
+          "nobody seated). A backpressure ring's producer waits when this reaches gpuipc_ring_slots." },
+        { "ring_seats_taken", RING_TAKEN, "Member seats of the ring taken: by members, or kept for one after a "
+          "broker restart." },
+        { "ring_slots", RING_SLOTS, "Slots of the ring: frames its producer may publish ahead of its slowest member "
+          "(backpressure)." },
+};
+
+static bool ring_value(const gpuipc_ring_info_t *g, RingValue v, uint64_t *ret)
 {
+        switch (v) {
+        case RING_HEAD: *ret = g->head; return g->head_known;
+        case RING_LAG: *ret = g->lag; return g->lag_known;
+        case RING_TAKEN: *ret = g->taken; return true;
+        case RING_SLOTS: *ret = g->slots; return true;
+        }
+        return false;
+}
+
+static void rings(Sink *s, const gpuipc_ring_info_t *items, int n)
+{
+        static const char *const ring_key[] = { "ring" };
+
+        for (size_t d = 0; d < sizeof(ring_descs) / sizeof(ring_descs[0]); d++) {
+                for (int i = 0; i < n; i++) {
+                        const char *name = items[i].name;
+                        char value[32];
+                        uint64_t v;
+
+                        if (!ring_value(&items[i], ring_descs[d].value, &v))
+                                continue;
+                        family_begin(s, ring_descs[d].metric, GAUGE, ring_descs[d].help);
+                        snprintf(value, sizeof(value), "%" PRIu64, v);
+                        sample(s, "", ring_key, &name, 1, value);
+                }
+        }
+}
+
+static void write_all(Sink *s, const MetricsInput *in)
+{
+        const gpuipc_stat_t *stats = in->stats;
+        int n = in->n_stats;
+        bool up = in->up;
         static const char *const build_keys[] = { "version", "library" };
         const char *build_values[] = { GPUIPC_VERSION, gpuipc_version() };
         bool *used = calloc(n > 0 ? (size_t)n : 1, sizeof(*used));
@@ -338,24 +394,25 @@ static void write_all(Sink *s, const gpuipc_stat_t *stats, int n, bool up)
                 for (int i = 0; i < n; i++)
                         if (!used[i])
                                 undescribed(s, &stats[i]);
+                rings(s, in->rings, in->n_rings);
         }
         family_end(s);
         free(used);
 }
 
-void metrics_write_text(FILE *f, const gpuipc_stat_t *stats, int n, bool up)
+void metrics_write_text(FILE *f, const MetricsInput *in)
 {
         Sink s = { .f = f };
 
-        write_all(&s, stats, n, up);
+        write_all(&s, in);
 }
 
-void metrics_write_json(FILE *f, const gpuipc_stat_t *stats, int n, bool up)
+void metrics_write_json(FILE *f, const MetricsInput *in)
 {
         Sink s = { .f = f, .json = true };
 
         json_begin(&s.families, f, '[');
-        write_all(&s, stats, n, up);
+        write_all(&s, in);
         json_end(&s.families, ']');
         fputc('\n', f);
 }

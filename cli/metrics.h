@@ -11,11 +11,21 @@
 /* The exposition format, version 0.0.4 (the HTTP Content-Type to announce it with). */
 #define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
-/* Writes every family: gpuipc_up (1 if up, i.e. stats came from the broker), gpuipc_build_info,
- * then the families the n stats hold (none when !up). Records this release does not know are
- * exported too, as gauges or counters (by their _total suffix) with a HELP text saying so. */
-void metrics_write_text(FILE *f, const gpuipc_stat_t *stats, int n, bool up);
+/* What one scrape got from the broker: its statistics and its rings (a ring listing). */
+typedef struct MetricsInput {
+        bool up; /* the broker answered: stats came from it */
+        const gpuipc_stat_t *stats;
+        int n_stats;
+        const gpuipc_ring_info_t *rings;
+        int n_rings;
+} MetricsInput;
+
+/* Writes every family: gpuipc_up, gpuipc_build_info, then the families the stats hold, then one
+ * sample per ring in each gpuipc_ring_* family (labelled ring="NAME": as many series as rings;
+ * nothing but up and build_info when !up). Records this release does not know are exported too, as
+ * gauges or counters (by their _total suffix) with a HELP text saying so. */
+void metrics_write_text(FILE *f, const MetricsInput *in);
 
 /* The same families as one JSON array: [{"name", "type", "help", "samples": [{"name", "labels",
  * "value"}]}], sample values as numbers. */
-void metrics_write_json(FILE *f, const gpuipc_stat_t *stats, int n, bool up);
+void metrics_write_json(FILE *f, const MetricsInput *in);

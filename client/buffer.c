@@ -124,6 +124,21 @@ static gpuipc_buffer_t *own_by_id(gpuipc_t *c, uint64_t id)
 
 /* ---- producer ---- */
 
+gpuipc_buffer_t *buffer_new_own(gpuipc_t *c, gpuipc_kind_t kind)
+{
+        gpuipc_buffer_t *b = calloc(1, sizeof(*b));
+
+        if (!b)
+                return NULL;
+        b->conn = c;
+        b->own = true;
+        b->kind = kind;
+        b->id = client_new_buffer_id(); /* the key it keeps for its whole life, across brokers */
+        b->ka.fd = -1;
+        b->ordinal = -1;
+        return b;
+}
+
 _public_ int gpuipc_buffer_alloc(gpuipc_t *c, gpuipc_kind_t kind, size_t size, int device, gpuipc_buffer_t **ret)
 {
         const KindOps *ops = kind_ops(kind);
@@ -136,15 +151,9 @@ _public_ int gpuipc_buffer_alloc(gpuipc_t *c, gpuipc_kind_t kind, size_t size, i
                 client_errmsg(c, "unknown buffer kind %d", (int)kind);
                 return GPUIPC_E_INVALID;
         }
-        b = calloc(1, sizeof(*b));
+        b = buffer_new_own(c, kind);
         if (!b)
                 return -ENOMEM;
-        b->conn = c;
-        b->own = true;
-        b->kind = kind;
-        b->id = client_new_buffer_id();
-        b->ka.fd = -1;
-        b->ordinal = -1;
         r = ops->alloc(c, b, size, device);
         if (r < 0) {
                 free(b);

@@ -307,6 +307,9 @@ int gpuipc_fence_create_ipc_event(gpuipc_t *c, const char *name, int device, gpu
  * explains the memory layout and why the hand-over is race-free. */
 typedef struct gpuipc_ring gpuipc_ring_t;
 
+#define GPUIPC_RING_MAX_SLOTS 64   /* slots of a ring */
+#define GPUIPC_RING_MAX_MEMBERS 64 /* member seats of a ring */
+
 typedef enum gpuipc_ring_mode {
         GPUIPC_RING_BACKPRESSURE = 0,
         GPUIPC_RING_LATEST = 1,
@@ -460,8 +463,8 @@ typedef struct gpuipc_peer_info {
         char gpus[GPUIPC_MAX_GPUS][GPUIPC_MAX_UUID + 1];
 } gpuipc_peer_info_t;
 
-/* Lists buffers whose name starts with prefix (NULL or "": all), in increasing id order, in every
- * state. Returns how many records were stored in items (at most cap; 0 only when none are left), or
+/* Lists buffers whose name starts with prefix (NULL or "": all), in the order they were
+ * registered, in every state. Returns how many records were stored in items (at most cap; 0 only when none are left), or
  * an error; *cursor as described above. */
 int gpuipc_list_buffers(gpuipc_t *c, const char *prefix, uint64_t *cursor, gpuipc_buffer_info_t *items, size_t cap);
 
@@ -481,6 +484,74 @@ int gpuipc_stat_buffer(gpuipc_t *c, const char *name, uint64_t buffer, gpuipc_ho
  * the producer's uid once it is gone, and to a policy admin (docs/security.md). For a buffer of
  * this connection's own, use gpuipc_retire(), which also keeps the handle's state. */
 int gpuipc_retire_id(gpuipc_t *c, uint64_t buffer);
+
+/* ---- rings, as operators see them (docs/operations.md "Rings") ---- */
+
+typedef enum gpuipc_seat_state {
+        GPUIPC_SEAT_WAITING = 1,     /* kept through a broker restart: its member has not come back yet */
+        GPUIPC_SEAT_JOINED = 2,      /* a member joined; the producer has not seated it yet (it does at
+                                      * its next ring call), or the control page cannot be read */
+        GPUIPC_SEAT_UNCONFIRMED = 3, /* the producer seated it, but the member's page does not speak for
+                                      * the membership: it has not taken its seat yet, or wrote over
+                                      * its page; the producer counts it as having released nothing
+                                      * since it joined */
+        GPUIPC_SEAT_SEATED = 4,      /* seated, and its page speaks for it */
+} gpuipc_seat_state_t;
+
+/* "backpressure", "latest", "stream" / "waiting", "joined", "unconfirmed", "seated"; "unknown" for
+ * values out of range. Never NULL. */
+const char *gpuipc_ring_mode_name(gpuipc_ring_mode_t mode);
+const char *gpuipc_seat_state_name(gpuipc_seat_state_t state);
+
+/* One ring. head and lag are read from the ring's shared memory when the broker answers: what its
+ * producer and members wrote there, checked and clamped, never trusted. */
+typedef struct gpuipc_ring_info {
+        char name[GPUIPC_MAX_NAME + 1];
+        gpuipc_ring_mode_t mode;
+        gpuipc_kind_t kind;               /* of the slots */
+        uint64_t slot_size;               /* bytes per slot */
+        unsigned slots, members;          /* slots; member seats */
+        unsigned taken;                   /* seats taken: by a member, or kept for one (waiting) */
+        uint64_t lease_ms;                /* how long a member may hold the producer up */
+        char device[GPUIPC_MAX_UUID + 1]; /* the slots' GPU (cuda-vmm), "" for memfd */
+        uint64_t owner, uid, pid;         /* the producer: its peer id, uid, and pid (0: outside the
+                                           * broker's PID namespace) */
+        int ready;                        /* every part is registered: members may join */
+        int head_known;                   /* 0: the broker could not read the control page (why says
+                                           * why); head and lag are then unknown */
+        uint64_t head;                    /* the newest frame published (0: none yet) */
+        int lag_known;                    /* some member is seated (and head known) */
+        uint64_t lag;                     /* frames the slowest seated member is behind head */
+        char why[256];                    /* why head is unknown, else "" */
+} gpuipc_ring_info_t;
+
+/* One taken seat of a ring. */
+typedef struct gpuipc_ring_member_info {
+        unsigned seat;                    /* its index, from 0 */
+        uint64_t epoch;                   /* its membership: a new one at every join */
+        gpuipc_seat_state_t state;
+        uint64_t peer, pid, uid;          /* the member's connection (pid 0: outside the broker's PID
+                                           * namespace); all 0 while waiting, or for a connection the
+                                           * policy does not show this one (as in gpuipc_list_peers) */
+        char label[GPUIPC_MAX_LABEL + 1];
+        int position_known;               /* the control page seats it (and could be read) */
+        /* Backpressure: the last frame it released. Stream: the last frame whose release it queued
+         * (its GPU stream may still be working on it: the broker cannot read GPU memory). Latest:
+         * the frame it holds, 0 for none. Never above the ring's head. */
+        uint64_t position;
+        uint64_t lag;                     /* head - position; latest: 0 while it holds nothing */
+} gpuipc_ring_member_info_t;
+
+/* Lists rings whose name starts with prefix (NULL or "": all), oldest first, paged like
+ * gpuipc_list_buffers (a page may hold fewer records than asked: reading the rings' memory is
+ * bounded per request). Only rings the policy lets this connection see (docs/security.md). */
+int gpuipc_list_rings(gpuipc_t *c, const char *prefix, uint64_t *cursor, gpuipc_ring_info_t *items, size_t cap);
+
+/* Describes the ring named name in *ret and up to cap of its taken seats, in seat order, in members
+ * (may be NULL with cap 0); returns how many were stored (ret->taken says how many there are).
+ * GPUIPC_E_NOT_FOUND when there is no such ring (or none this connection may see). */
+int gpuipc_stat_ring(gpuipc_t *c, const char *name, gpuipc_ring_member_info_t *members, size_t cap,
+                     gpuipc_ring_info_t *ret);
 
 /* One of the broker's counters, gauges or histogram series (docs/protocol.md, `stats`). */
 typedef struct gpuipc_stat {

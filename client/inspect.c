@@ -1,14 +1,17 @@
-/* The broker's read-only views and an operator's retire, as public calls: listings of buffers and
- * peers (paged with a cursor), one buffer with its holders, the statistics, and what a connection
+/* The broker's read-only views and an operator's retire, as public calls: listings of buffers,
+ * peers and rings (paged with a cursor), one buffer with its holders, one ring with its seats, the
+ * statistics, and what a connection
  * knows about itself. Records arrive as msgpack maps; here they become the plain structs of
  * gpuipc.h, so that gpuipcctl and other languages need nothing but the public header. This file
  * only asks and copies: it keeps no state and never changes a buffer handle. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
 #include "macro.h"
+#include "ring.h"
 
 /* Like every request that does not wait, an inspection gives the broker this long to answer. */
 #define INSPECT_REPLY_TIMEOUT_MS 10000
@@ -18,12 +21,22 @@ _Static_assert(GPUIPC_MAX_LABEL == PROTO_MAX_LABEL, "labels fit gpuipc_peer_info
 _Static_assert(GPUIPC_MAX_UUID == PROTO_MAX_UUID, "UUIDs fit the info structs");
 _Static_assert(GPUIPC_MAX_GPUS == PROTO_MAX_GPUS, "declared GPUs fit the info structs");
 _Static_assert(GPUIPC_MAX_PAGE == PROTO_MAX_ITEMS, "a page is at most one listing reply");
+_Static_assert(GPUIPC_RING_MAX_SLOTS == RING_MAX_SLOTS && GPUIPC_RING_MAX_MEMBERS == RING_MAX_MEMBERS,
+               "public ring limits are the layout's");
 _Static_assert((int)GPUIPC_STATE_LIVE == PROTO_STATE_LIVE && (int)GPUIPC_STATE_RETIRED == PROTO_STATE_RETIRED &&
                        (int)GPUIPC_STATE_IDLE == PROTO_STATE_IDLE,
                "public states are the protocol's");
 _Static_assert((int)GPUIPC_KIND_MEMFD == PROTO_KIND_MEMFD && (int)GPUIPC_KIND_CUDA_VMM == PROTO_KIND_CUDA_VMM &&
                        (int)GPUIPC_KIND_CUDA_LEGACY == PROTO_KIND_CUDA_LEGACY,
                "public kinds are the protocol's");
+_Static_assert((int)GPUIPC_RING_BACKPRESSURE == PROTO_MODE_BACKPRESSURE - 1 &&
+                       (int)GPUIPC_RING_LATEST == PROTO_MODE_LATEST - 1 &&
+                       (int)GPUIPC_RING_STREAM == PROTO_MODE_STREAM - 1,
+               "public ring modes are the protocol's minus one");
+_Static_assert((int)GPUIPC_SEAT_WAITING == PROTO_SEAT_WAITING && (int)GPUIPC_SEAT_JOINED == PROTO_SEAT_JOINED &&
+                       (int)GPUIPC_SEAT_UNCONFIRMED == PROTO_SEAT_UNCONFIRMED &&
+                       (int)GPUIPC_SEAT_SEATED == PROTO_SEAT_SEATED,
+               "public seat states are the protocol's");
 
 /* ---- names ---- */
 
@@ -35,6 +48,17 @@ _public_ const char *gpuipc_kind_name(gpuipc_kind_t kind)
 _public_ const char *gpuipc_state_name(gpuipc_buffer_state_t state)
 {
         return state > 0 && state < (int)_PROTO_STATE_MAX ? proto_state_name((ProtoState)state) : "unknown";
+}
+
+_public_ const char *gpuipc_ring_mode_name(gpuipc_ring_mode_t mode)
+{
+        return (int)mode >= 0 && (int)mode < (int)_PROTO_MODE_MAX - 1 ? proto_mode_name((ProtoMode)(mode + 1))
+                                                                       : "unknown";
+}
+
+_public_ const char *gpuipc_seat_state_name(gpuipc_seat_state_t state)
+{
+        return state > 0 && state < (int)_PROTO_SEAT_MAX ? proto_seat_name((ProtoSeat)state) : "unknown";
 }
 
 _public_ const char *gpuipc_event_name(gpuipc_event_type_t type)
@@ -105,6 +129,46 @@ static void holder_info_from(const ProtoMsg *m, gpuipc_holder_info_t *ret)
         *ret = (gpuipc_holder_info_t){ .peer = m->peer, .pid = m->pid, .uid = m->uid, .refs = m->refs };
 }
 
+static void ring_info_from(const ProtoMsg *m, gpuipc_ring_info_t *ret)
+{
+        memset(ret, 0, sizeof(*ret));
+        proto_str_copy(m->name, ret->name, sizeof(ret->name));
+        ret->mode = m->mode > PROTO_MODE_NONE ? (gpuipc_ring_mode_t)(m->mode - 1) : GPUIPC_RING_BACKPRESSURE;
+        ret->kind = (gpuipc_kind_t)m->kind;
+        ret->slot_size = m->size;
+        ret->slots = (unsigned)MIN(m->slots, (uint64_t)UINT_MAX);
+        ret->members = (unsigned)MIN(m->members, (uint64_t)UINT_MAX);
+        ret->taken = (unsigned)MIN(m->taken, (uint64_t)UINT_MAX);
+        ret->lease_ms = m->timeout_ms;
+        proto_str_copy(m->device, ret->device, sizeof(ret->device));
+        ret->owner = m->owner;
+        ret->uid = m->uid;
+        ret->pid = m->pid;
+        ret->ready = !m->pending;
+        ret->head_known = proto_has(m, PF_HEAD);
+        ret->head = m->head;
+        ret->lag_known = proto_has(m, PF_LAG);
+        ret->lag = m->lag;
+        proto_str_copy(m->reason, ret->why, sizeof(ret->why));
+        /* A cut may split a character: keep the text valid UTF-8. */
+        ret->why[proto_utf8_trim(ret->why, strlen(ret->why))] = 0;
+}
+
+static void ring_member_info_from(const ProtoMsg *m, gpuipc_ring_member_info_t *ret)
+{
+        memset(ret, 0, sizeof(*ret));
+        ret->seat = (unsigned)MIN(m->index, (uint64_t)UINT_MAX);
+        ret->epoch = m->generation;
+        ret->state = (gpuipc_seat_state_t)m->seat;
+        ret->peer = m->peer;
+        ret->pid = m->pid;
+        ret->uid = m->uid;
+        proto_str_copy(m->label, ret->label, sizeof(ret->label));
+        ret->position_known = proto_has(m, PF_POSITION);
+        ret->position = m->position;
+        ret->lag = m->lag;
+}
+
 static void stat_from(const ProtoMsg *m, gpuipc_stat_t *ret)
 {
         memset(ret, 0, sizeof(*ret));
@@ -150,9 +214,8 @@ static int list_page(gpuipc_t *c, ProtoMsg *req, uint64_t *cursor, void *items, 
                 return -EINVAL;
         if (cap == 0)
                 return 0;
-        req->after = *cursor;
-        req->limit = MIN(cap, (size_t)GPUIPC_MAX_PAGE);
-        req->has |= PROTO_BIT(PF_OP) | PROTO_BIT(PF_AFTER) | PROTO_BIT(PF_LIMIT);
+        proto_set_after(req, *cursor);
+        proto_set_limit(req, MIN(cap, (size_t)GPUIPC_MAX_PAGE));
         r = client_request(c, req, -1, INSPECT_REPLY_TIMEOUT_MS, &f);
         if (r < 0)
                 return r;
@@ -183,6 +246,16 @@ static void holder_info_cb(const ProtoMsg *m, void *ret)
         holder_info_from(m, ret);
 }
 
+static void ring_info_cb(const ProtoMsg *m, void *ret)
+{
+        ring_info_from(m, ret);
+}
+
+static void ring_member_info_cb(const ProtoMsg *m, void *ret)
+{
+        ring_member_info_from(m, ret);
+}
+
 static void stat_cb(const ProtoMsg *m, void *ret)
 {
         stat_from(m, ret);
@@ -191,41 +264,41 @@ static void stat_cb(const ProtoMsg *m, void *ret)
 _public_ int gpuipc_list_buffers(gpuipc_t *c, const char *prefix, uint64_t *cursor, gpuipc_buffer_info_t *items,
                                  size_t cap)
 {
-        ProtoMsg req = { .op = PROTO_OP_LIST };
+        ProtoMsg req;
 
+        proto_request_init(&req, PROTO_OP_LIST);
         if (prefix && *prefix) {
                 if (strlen(prefix) > PROTO_MAX_NAME)
                         return GPUIPC_E_INVALID;
-                req.prefix = proto_str(prefix);
-                proto_set(&req, PF_PREFIX);
+                proto_set_prefix(&req, proto_str(prefix));
         }
         return list_page(c, &req, cursor, items, sizeof(*items), cap, buffer_info_cb);
 }
 
 _public_ int gpuipc_list_peers(gpuipc_t *c, uint64_t *cursor, gpuipc_peer_info_t *items, size_t cap)
 {
-        ProtoMsg req = { .op = PROTO_OP_PEERS };
+        ProtoMsg req;
 
+        proto_request_init(&req, PROTO_OP_PEERS);
         return list_page(c, &req, cursor, items, sizeof(*items), cap, peer_info_cb);
 }
 
 _public_ int gpuipc_stat_buffer(gpuipc_t *c, const char *name, uint64_t buffer, gpuipc_holder_info_t *holders,
                                 size_t cap, gpuipc_buffer_info_t *ret)
 {
-        ProtoMsg req = { .op = PROTO_OP_STAT, .has = PROTO_BIT(PF_OP) };
         Frame f = { .fd = -1 };
+        ProtoMsg req;
         int n;
 
         if (!c || !ret || (!holders && cap))
                 return -EINVAL;
+        proto_request_init(&req, PROTO_OP_STAT);
         if (name) {
                 if (strlen(name) > PROTO_MAX_NAME)
                         return GPUIPC_E_INVALID;
-                req.name = proto_str(name);
-                proto_set(&req, PF_NAME);
+                proto_set_name(&req, proto_str(name));
         } else {
-                req.buffer = buffer;
-                proto_set(&req, PF_BUFFER);
+                proto_set_buffer(&req, buffer);
         }
         n = client_request(c, &req, -1, INSPECT_REPLY_TIMEOUT_MS, &f);
         if (n < 0)
@@ -239,14 +312,55 @@ _public_ int gpuipc_stat_buffer(gpuipc_t *c, const char *name, uint64_t buffer, 
         return n;
 }
 
+_public_ int gpuipc_list_rings(gpuipc_t *c, const char *prefix, uint64_t *cursor, gpuipc_ring_info_t *items,
+                               size_t cap)
+{
+        ProtoMsg req;
+
+        proto_request_init(&req, PROTO_OP_RINGS);
+        if (prefix && *prefix) {
+                if (strlen(prefix) > PROTO_MAX_NAME)
+                        return GPUIPC_E_INVALID;
+                proto_set_prefix(&req, proto_str(prefix));
+        }
+        return list_page(c, &req, cursor, items, sizeof(*items), cap, ring_info_cb);
+}
+
+_public_ int gpuipc_stat_ring(gpuipc_t *c, const char *name, gpuipc_ring_member_info_t *members, size_t cap,
+                              gpuipc_ring_info_t *ret)
+{
+        Frame f = { .fd = -1 };
+        ProtoMsg req;
+        int n;
+
+        if (!c || !name || !ret || (!members && cap))
+                return -EINVAL;
+        if (strlen(name) > PROTO_MAX_NAME)
+                return GPUIPC_E_INVALID;
+        proto_request_init(&req, PROTO_OP_RING_STAT);
+        proto_set_name(&req, proto_str(name));
+        n = client_request(c, &req, -1, INSPECT_REPLY_TIMEOUT_MS, &f);
+        if (n < 0)
+                return n;
+        n = copy_records(c, &f.msg, members, sizeof(*members), cap, ring_member_info_cb);
+        if (n >= 0) {
+                ring_info_from(&f.msg, ret);
+                n = (int)MIN((size_t)n, cap);
+        }
+        frame_free(&f);
+        return n;
+}
+
 _public_ int gpuipc_retire_id(gpuipc_t *c, uint64_t buffer)
 {
-        ProtoMsg req = { .op = PROTO_OP_RETIRE, .buffer = buffer, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
         Frame f = { .fd = -1 };
+        ProtoMsg req;
         int r;
 
         if (!c)
                 return -EINVAL;
+        proto_request_init(&req, PROTO_OP_RETIRE);
+        proto_set_buffer(&req, buffer);
         r = client_request(c, &req, -1, INSPECT_REPLY_TIMEOUT_MS, &f);
         if (r == 0)
                 frame_free(&f);
@@ -255,12 +369,13 @@ _public_ int gpuipc_retire_id(gpuipc_t *c, uint64_t buffer)
 
 _public_ int gpuipc_stats(gpuipc_t *c, gpuipc_stat_t *items, size_t cap)
 {
-        ProtoMsg req = { .op = PROTO_OP_STATS, .has = PROTO_BIT(PF_OP) };
         Frame f = { .fd = -1 };
+        ProtoMsg req;
         int n;
 
         if (!c || (!items && cap))
                 return -EINVAL;
+        proto_request_init(&req, PROTO_OP_STATS);
         n = client_request(c, &req, -1, INSPECT_REPLY_TIMEOUT_MS, &f);
         if (n < 0)
                 return n;

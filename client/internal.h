@@ -201,6 +201,9 @@ uint64_t client_subscription_id(gpuipc_t *c, uint64_t broker_id);
 /* A fresh buffer id: random, non-zero, at most PROTO_MAX_BUFFER_ID (the producer chooses ids so
  * that they survive a broker restart). */
 uint64_t client_new_buffer_id(void);
+/* A buffer of ours of that kind, not allocated yet: its id drawn, no memory, no device (NULL: out of
+ * memory). Every own buffer starts here. */
+gpuipc_buffer_t *buffer_new_own(gpuipc_t *c, gpuipc_kind_t kind);
 
 /* A buffer event (the hooks route member events to ring.c). */
 void buffer_on_event(gpuipc_t *c, const ProtoMsg *ev);

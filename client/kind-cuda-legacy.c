@@ -195,14 +195,11 @@ _public_ int gpuipc_buffer_wrap_cuda(gpuipc_t *c, uint64_t device_ptr, size_t si
         r = wrap_probe(c, device_ptr, size, &ordinal, &base);
         if (r < 0)
                 return r;
-        b = calloc(1, sizeof(*b));
+        /* As gpuipc_buffer_alloc() makes them (with an id of its own), but the memory stays the
+         * caller's. */
+        b = buffer_new_own(c, GPUIPC_KIND_CUDA_LEGACY);
         if (!b)
                 return -ENOMEM;
-        /* As gpuipc_buffer_alloc() makes them, but the memory stays the caller's. */
-        b->conn = c;
-        b->own = true;
-        b->kind = GPUIPC_KIND_CUDA_LEGACY;
-        b->ka.fd = -1;
         b->ka.wrapped = true;
         b->ka.base = base;
         b->ka.dptr = device_ptr;

@@ -83,6 +83,11 @@ void ring_evict(gpuipc_ring_t *r, uint32_t i);
 /* Member: whether the producer has let it in yet (and then sets it up to take frames). */
 bool ring_check_seated(gpuipc_ring_t *r);
 bool ring_member_evicted(gpuipc_ring_t *r);
+/* Member, at the top of a take: GPUIPC_E_STATE (and why) while it holds a frame, else 0. */
+int ring_member_may_take(gpuipc_ring_t *r);
+/* Member, in a take's wait: reads the socket now and then; GPUIPC_E_REVOKED (and why) once it may
+ * take nothing any more, else 0. */
+int ring_member_alive(gpuipc_ring_t *r);
 /* Member: why it may take nothing any more, or NULL. */
 const char *ring_member_gone(gpuipc_ring_t *r);
 /* Member: sleeps on the control page's doorbell while it reads `seen` (at most timeout_ms). */

@@ -317,30 +317,25 @@ _public_ int gpuipc_ring_stream_take(gpuipc_ring_t *r, void *cu_stream, int time
                                      uint64_t *ret_frame)
 {
         uint64_t deadline = ring_deadline_of(timeout_ms), n;
-        const char *why;
         GcuResult cr;
         int e;
 
         if (!ret_slot)
                 return GPUIPC_E_INVALID;
         e = check_call(r, false, cu_stream);
+        if (e == 0)
+                e = ring_member_may_take(r);
         if (e < 0)
                 return e;
-        if (r->taken >= 0) {
-                client_errmsg(r->conn, "ring '%s': release frame %llu first", r->name,
-                              (unsigned long long)r->taken_frame);
-                return GPUIPC_E_STATE;
-        }
         /* Seated, and not more than K frames ahead of what the producer has queued. */
         for (;;) {
                 uint32_t seen = __atomic_load_n(&r->ctl->doorbell, __ATOMIC_ACQUIRE);
                 int left;
 
-                why = ring_member_gone(r);
-                if (why) {
+                e = ring_member_alive(r);
+                if (e < 0) {
                         member_unblock(r);
-                        client_errmsg(r->conn, "ring '%s': %s", r->name, why);
-                        return GPUIPC_E_REVOKED;
+                        return e;
                 }
                 if (ring_check_seated(r) &&
                     r->cursor <= __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE) + r->n_slots)
@@ -352,7 +347,6 @@ _public_ int gpuipc_ring_stream_take(gpuipc_ring_t *r, void *cu_stream, int time
                                                 : "its producer did not let this member in yet");
                         return GPUIPC_E_TIMEOUT;
                 }
-                (void)client_pump(r->conn, 0);
                 ring_doorbell_sleep(r, seen, ring_min_timeout(left, 100));
         }
         n = r->cursor;
@@ -396,5 +390,13 @@ _public_ int gpuipc_ring_stream_release(gpuipc_ring_t *r, void *cu_stream)
         __atomic_store_n(&r->page->released, r->taken_frame, __ATOMIC_RELEASE);
         r->cursor = r->taken_frame + 1;
         r->taken = -1;
+        /* Evicted while it held the frame: the producer no longer waited for it, so the work on it
+         * may have read a newer frame. (An eviction after this point, while the stream still reads,
+         * is reported by the next take: the stream cannot be asked.) */
+        if (ring_member_evicted(r)) {
+                client_errmsg(r->conn, "ring '%s': frame %llu may have been overwritten while held (%s)", r->name,
+                              (unsigned long long)(r->cursor - 1), ring_member_gone(r));
+                return GPUIPC_E_REVOKED;
+        }
         return 0;
 }

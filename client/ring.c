@@ -32,7 +32,7 @@
 #include "ring.h"
 #include "ring-internal.h"
 
-#define RING_PUMP_MS 1           /* a producer looks for membership news at most this often */
+#define RING_PUMP_MS 1           /* a ring call reads the socket at most this often */
 #define RING_SLEEP_SLICE_MS 10   /* ... and never sleeps longer than this without looking */
 #define RING_JOIN_RETRY_MS 20    /* a joiner asks again this often while the ring does not exist */
 #define RING_DEFAULT_SLOTS 4
@@ -138,8 +138,10 @@ void ring_on_event(gpuipc_t *c, const ProtoMsg *m)
                 seat_deactivate(r, (uint32_t)m->index);
 }
 
-/* The producer reads the socket now and then while it publishes: that is how it learns of members
- * joining and leaving without a round trip per frame. */
+/* Both sides read the socket now and then in their ring calls, never more than once a millisecond
+ * and never waiting: that is how a producer learns of members joining and leaving without a round
+ * trip per frame, and how either side notices a broker restart and takes its ring or seat back
+ * within the restart grace even when frames never keep it waiting. */
 void ring_maybe_pump(gpuipc_ring_t *r, bool now)
 {
         uint64_t t = client_now_ms();
@@ -792,10 +794,32 @@ const char *ring_member_gone(gpuipc_ring_t *r)
         if (gpuipc_buffer_revoked(r->ctl_buf))
                 return "its producer is gone";
         if (ring_member_evicted(r))
-                return "this member was evicted (it held the ring up past its lease)";
+                return "this member lost its seat (its producer evicted it: it held the ring up past its lease, "
+                       "or did not take its seat back within a broker restart's grace)";
         if (__atomic_load_n(&r->ctl->closed, __ATOMIC_ACQUIRE))
                 return "the producer closed the ring";
         return NULL;
+}
+
+int ring_member_may_take(gpuipc_ring_t *r)
+{
+        if (r->taken < 0)
+                return 0;
+        client_errmsg(r->conn, "ring '%s': release frame %llu first", r->name, (unsigned long long)r->taken_frame);
+        return GPUIPC_E_STATE;
+}
+
+int ring_member_alive(gpuipc_ring_t *r)
+{
+        const char *why;
+
+        /* News from the broker (eviction, revocation, a restart) comes over the socket. */
+        ring_maybe_pump(r, false);
+        why = ring_member_gone(r);
+        if (!why)
+                return 0;
+        client_errmsg(r->conn, "ring '%s': %s", r->name, why);
+        return GPUIPC_E_REVOKED;
 }
 
 /* One attempt: 1 with the frame taken, 0 when there is none yet, or an error. */
@@ -890,28 +914,23 @@ static void drain_fd(gpuipc_ring_t *r)
 
 _public_ int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t **ret_slot, uint64_t *ret_frame)
 {
-        uint64_t deadline = ring_deadline_of(timeout_ms), last_pump = 0;
+        uint64_t deadline = ring_deadline_of(timeout_ms);
         bool drained = false;
-        const char *why;
         int e;
 
         e = host_call(r, false);
         if (e < 0 || !ret_slot)
                 return e < 0 ? e : GPUIPC_E_INVALID;
-        if (r->taken >= 0) {
-                client_errmsg(r->conn, "ring '%s': release frame %llu first", r->name,
-                              (unsigned long long)r->taken_frame);
-                return GPUIPC_E_STATE;
-        }
+        e = ring_member_may_take(r);
+        if (e < 0)
+                return e;
         for (;;) {
                 uint32_t seen = __atomic_load_n(&r->ctl->doorbell, __ATOMIC_ACQUIRE);
                 int left;
 
-                why = ring_member_gone(r);
-                if (why) {
-                        client_errmsg(r->conn, "ring '%s': %s", r->name, why);
-                        return GPUIPC_E_REVOKED;
-                }
+                e = ring_member_alive(r);
+                if (e < 0)
+                        return e;
                 e = try_take(r);
                 if (e < 0)
                         return e;
@@ -927,11 +946,6 @@ _public_ int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t 
                                 continue;
                         }
                         return GPUIPC_E_TIMEOUT;
-                }
-                /* News from the broker (eviction, revocation) comes over the socket. */
-                if (client_now_ms() - last_pump >= RING_PUMP_MS) {
-                        last_pump = client_now_ms();
-                        (void)client_pump(r->conn, 0);
                 }
                 if (r->spin_us)
                         spin_for_frame(r, left);

@@ -40,6 +40,7 @@ static const char *const op_names[_PROTO_OP_MAX] = {
         [PROTO_OP_RING_CREATE] = "ring-create", [PROTO_OP_RING_PART] = "ring-part",
         [PROTO_OP_RING_JOIN] = "ring-join", [PROTO_OP_RING_LEAVE] = "ring-leave",
         [PROTO_OP_RING_EVICT] = "ring-evict", [PROTO_OP_RING_CLOSE] = "ring-close",
+        [PROTO_OP_RINGS] = "rings",         [PROTO_OP_RING_STAT] = "ring-stat",
 };
 
 static const char *const event_names[_PROTO_EV_MAX] = {
@@ -53,6 +54,13 @@ static const char *const mode_names[_PROTO_MODE_MAX] = {
         [PROTO_MODE_BACKPRESSURE] = "backpressure",
         [PROTO_MODE_LATEST] = "latest",
         [PROTO_MODE_STREAM] = "stream",
+};
+
+static const char *const seat_names[_PROTO_SEAT_MAX] = {
+        [PROTO_SEAT_WAITING] = "waiting",
+        [PROTO_SEAT_JOINED] = "joined",
+        [PROTO_SEAT_UNCONFIRMED] = "unconfirmed",
+        [PROTO_SEAT_SEATED] = "seated",
 };
 
 static const char *const kind_names[_PROTO_KIND_MAX] = {
@@ -130,6 +138,11 @@ static const FieldDesc fields[_PF_MAX] = {
         [PF_MODE] = E("mode", mode, mode_names),
         [PF_LE_US] = F("le_us", T_U64, 0, le_us),
         [PF_PIDNS_DECLARED] = F("pidns_declared", T_BOOL, 0, pidns_declared),
+        [PF_HEAD] = F("head", T_U64, 0, head),
+        [PF_TAKEN] = F("taken", T_U64, 0, taken),
+        [PF_SEAT] = E("seat", seat, seat_names),
+        [PF_POSITION] = F("position", T_U64, 0, position),
+        [PF_LAG] = F("lag", T_U64, 0, lag),
 };
 
 /* Fields each request must carry besides "op" and "id"; finer rules (name or buffer) are the
@@ -150,6 +163,7 @@ static const uint64_t op_required[_PROTO_OP_MAX] = {
         [PROTO_OP_RING_LEAVE] = PROTO_BIT(PF_NAME),
         [PROTO_OP_RING_EVICT] = PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION),
         [PROTO_OP_RING_CLOSE] = PROTO_BIT(PF_NAME),
+        [PROTO_OP_RING_STAT] = PROTO_BIT(PF_NAME),
         [PROTO_OP_SUBSCRIBE] = PROTO_BIT(PF_PREFIX),
         [PROTO_OP_UNSUBSCRIBE] = PROTO_BIT(PF_SUB),
         [PROTO_OP_GROUP_JOIN] = PROTO_BIT(PF_GROUP) | PROTO_BIT(PF_MEMBERS),
@@ -657,6 +671,11 @@ const char *proto_kind_name(ProtoKind kind)
 const char *proto_mode_name(ProtoMode mode)
 {
         return name_or(mode_names, _PROTO_MODE_MAX, mode, "none");
+}
+
+const char *proto_seat_name(ProtoSeat seat)
+{
+        return name_or(seat_names, _PROTO_SEAT_MAX, seat, "none");
 }
 
 const char *proto_state_name(ProtoState state)

@@ -85,6 +85,8 @@ typedef enum ProtoOp {
         PROTO_OP_RING_LEAVE,
         PROTO_OP_RING_EVICT,  /* the producer drops a member that stalled past the lease, */
         PROTO_OP_RING_CLOSE,  /* and ends it */
+        PROTO_OP_RINGS,       /* operators: rings listed, */
+        PROTO_OP_RING_STAT,   /* ... and one ring with its seats and how far each lags */
         PROTO_OP_UNKNOWN, /* a string we do not know: answered with status unknown-op */
         _PROTO_OP_MAX,
 } ProtoOp;
@@ -109,6 +111,16 @@ typedef enum ProtoKind {
         PROTO_KIND_CUDA_LEGACY,
         _PROTO_KIND_MAX,
 } ProtoKind;
+
+/* A ring seat as ring-stat shows it (PF_SEAT; docs/protocol.md 6.17). */
+typedef enum ProtoSeat {
+        PROTO_SEAT_NONE = 0,
+        PROTO_SEAT_WAITING,     /* restored after a broker restart: its member has not come back yet */
+        PROTO_SEAT_JOINED,      /* a member joined; the control page does not seat it (yet) */
+        PROTO_SEAT_UNCONFIRMED, /* the producer seated it; the member's page does not speak for it */
+        PROTO_SEAT_SEATED,      /* seated, and its member's page speaks for it */
+        _PROTO_SEAT_MAX,
+} ProtoSeat;
 
 /* A ring's mode (PF_MODE); proto/ring.h's RingMode is the same minus one. */
 typedef enum ProtoMode {
@@ -154,6 +166,7 @@ typedef enum ProtoField {
         PF_INDEX, PF_SLOTS, PF_MODE,
         PF_LE_US,
         PF_PIDNS_DECLARED,
+        PF_HEAD, PF_TAKEN, PF_SEAT, PF_POSITION, PF_LAG,
         _PF_MAX,
 } ProtoField;
 
@@ -179,6 +192,8 @@ typedef struct ProtoMsg {
         uint64_t index, slots;
         ProtoMode mode;
         uint64_t le_us; /* stats records: a histogram bucket's upper bound */
+        uint64_t head, taken, position, lag; /* ring listings: frames and seats */
+        ProtoSeat seat;
         bool broker_held, writable, cached, more, pidns_same, restored, pending, pidns_declared;
 
         ProtoStr error, message, label, name, prefix, device, reason, group;
@@ -196,6 +211,12 @@ static inline bool proto_has(const ProtoMsg *m, ProtoField f)
 static inline void proto_set(ProtoMsg *m, ProtoField f)
 {
         m->has |= PROTO_BIT(f);
+}
+
+/* Leaves field f out of m (a description that must not say everything it knows). */
+static inline void proto_unset(ProtoMsg *m, ProtoField f)
+{
+        m->has &= ~PROTO_BIT(f);
 }
 
 static inline ProtoStr proto_str(const char *s)
@@ -270,6 +291,11 @@ PROTO_SETTER(SLOTS, slots, uint64_t)
 PROTO_SETTER(MODE, mode, ProtoMode)
 PROTO_SETTER(LE_US, le_us, uint64_t)
 PROTO_SETTER(PIDNS_DECLARED, pidns_declared, bool)
+PROTO_SETTER(HEAD, head, uint64_t)
+PROTO_SETTER(TAKEN, taken, uint64_t)
+PROTO_SETTER(POSITION, position, uint64_t)
+PROTO_SETTER(LAG, lag, uint64_t)
+PROTO_SETTER(SEAT, seat, ProtoSeat)
 
 /* The GPU UUIDs a hello declares or a peer record lists: n strings of gpus (at most PROTO_MAX_GPUS,
  * more are left out), which must outlive m. Present even when n is 0. */
@@ -401,6 +427,7 @@ const char *proto_event_name(ProtoEvent ev);
 const char *proto_kind_name(ProtoKind kind);
 const char *proto_state_name(ProtoState state);
 const char *proto_mode_name(ProtoMode mode);
+const char *proto_seat_name(ProtoSeat seat);
 const char *proto_field_name(ProtoField f);
 const char *proto_strerror(int proto_e);
 

@@ -3,6 +3,7 @@
 #include "ring.h"
 
 #include <stdio.h>
+#include <string.h>
 
 RingMemberView ring_member_view(const volatile RingMember *m, uint64_t epoch, uint64_t start, uint64_t head)
 {
@@ -57,4 +58,62 @@ bool ring_ctl_valid(const volatile RingCtl *c, uint32_t n_slots, uint32_t n_memb
                c->n_members == n_members && c->slot_size == slot_size && n_slots >= 1 &&
                n_slots <= RING_MAX_SLOTS && n_members >= 1 && n_members <= RING_MAX_MEMBERS &&
                (c->mode == RING_BACKPRESSURE || c->mode == RING_LATEST || c->mode == RING_STREAM);
+}
+
+static uint64_t frames_behind(uint64_t head, uint64_t position)
+{
+        return position < head ? head - position : 0;
+}
+
+/* Seat i of a validated control page, for membership epoch. */
+static RingSeatReading seat_read(const volatile RingCtl *c, uint32_t i, uint64_t epoch, RingMode mode, uint64_t head,
+                                 const volatile RingMember *m)
+{
+        const volatile RingMemberSlot *s = &c->member[i];
+        RingSeatReading v = { 0 };
+        RingMemberView mv;
+        uint64_t start;
+
+        /* The producer stores start, then epoch (release), then state: epoch read with acquire before
+         * start gives the start of that membership. */
+        if (__atomic_load_n(&s->epoch, __ATOMIC_ACQUIRE) != epoch ||
+            __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != RING_MEMBER_ACTIVE)
+                return v;
+        start = __atomic_load_n(&s->start, __ATOMIC_RELAXED);
+        v.seated = true;
+        if (mode == RING_LATEST) {
+                uint64_t held = 0;
+
+                /* What the producer compares for equality only is a number to show here: at most head,
+                 * and only from a page that speaks for this membership. */
+                if (m && __atomic_load_n(&m->epoch, __ATOMIC_ACQUIRE) == epoch) {
+                        v.confirmed = true;
+                        held = __atomic_load_n(&m->held, __ATOMIC_ACQUIRE);
+                }
+                v.position = held > head ? head : held;
+                v.lag = v.position ? frames_behind(head, v.position) : 0;
+                return v;
+        }
+        if (m)
+                mv = ring_member_view(m, epoch, start, head);
+        else
+                mv = (RingMemberView){ .released = start ? start - 1 : 0 };
+        v.confirmed = mv.valid;
+        /* Above head only when the control page's start is: a producer's garbage, shown as head. */
+        v.position = mv.released > head ? head : mv.released;
+        v.lag = frames_behind(head, v.position);
+        return v;
+}
+
+void ring_read(const volatile RingCtl *c, uint32_t n_slots, uint32_t n_members, uint64_t slot_size, RingMode mode,
+               const uint64_t *epochs, const volatile RingMember *const *pages, RingReading *ret)
+{
+        memset(ret, 0, sizeof(*ret));
+        if (n_members > RING_MAX_MEMBERS || !ring_ctl_valid(c, n_slots, n_members, slot_size))
+                return;
+        ret->ctl_valid = true;
+        ret->head = __atomic_load_n(&c->head, __ATOMIC_ACQUIRE);
+        for (uint32_t i = 0; i < n_members; i++)
+                if (epochs[i])
+                        ret->seat[i] = seat_read(c, i, epochs[i], mode, ret->head, pages[i]);
 }

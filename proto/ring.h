@@ -104,3 +104,31 @@ void ring_part_name(char *buf, size_t cap, const char *ring, uint32_t index, uin
 /* Checks a control page a member maps (the producer's, but the member must not crash on a broken
  * one): magic, version, counts and sizes within the limits and equal to what the broker said. */
 bool ring_ctl_valid(const volatile RingCtl *c, uint32_t n_slots, uint32_t n_members, uint64_t slot_size);
+
+/* ---- what operators see (the broker's ring-stat and rings replies) ---- */
+
+/* One seat, read from the producer's control page and the seat's member page. */
+typedef struct RingSeatReading {
+        bool seated;       /* the control page seats membership `epoch` in this seat */
+        bool confirmed;    /* ... and the member's page speaks for that membership */
+        /* Only when seated, and never above head. Backpressure and stream: the last frame released,
+         * as the producer counts it (ring_member_view: start - 1 for a page that does not speak for
+         * the seat); latest: the frame the member holds (0: none). */
+        uint64_t position;
+        uint64_t lag; /* head - position, 0 when position is at or above head; latest: 0 holding none */
+} RingSeatReading;
+
+/* A whole ring as the broker reads it for a listing. */
+typedef struct RingReading {
+        bool ctl_valid;    /* the control page passed ring_ctl_valid; nothing below is set otherwise */
+        uint64_t head;     /* the newest published frame, as the control page says */
+        RingSeatReading seat[RING_MAX_MEMBERS];
+} RingReading;
+
+/* Reads a ring for operators: the control page c (the ring's shape as the broker knows it: n_slots,
+ * n_members, slot_size, mode) and, for each seat i below n_members, its member page pages[i] (NULL:
+ * not available) for membership epochs[i] (0: the seat is free; nothing is read for it). Every
+ * shared word is loaded once; both pages are the other sides' and may hold anything, so only
+ * checked or clamped values come out. n_members above RING_MAX_MEMBERS reads as invalid. */
+void ring_read(const volatile RingCtl *c, uint32_t n_slots, uint32_t n_members, uint64_t slot_size, RingMode mode,
+               const uint64_t *epochs, const volatile RingMember *const *pages, RingReading *ret);

@@ -10,6 +10,14 @@ gpuipc-broker, with PyTorch, JAX, CuPy and NumPy.
     c.publish(t, 'frames/cam0')                     a.release()
     c.retire(t); c.wait_drained(t)
 
+Frames through a ring, without a broker round trip per frame:
+
+    with c.ring('cam0', shape=(480, 640, 3), dtype='uint8') as ring:      # producer
+        ring.put(image)                                                   # or: with ring.acquire() as f: ...
+    with c.join_ring('cam0') as ring:                                     # member
+        for frame in ring:                                                # released when the next comes
+            x = torch.from_dlpack(frame)
+
 Weights between a trainer and an inference engine:
 
     v = c.publish_state_dict(model.state_dict(), 'policy')          # trainer, every update
@@ -22,10 +30,12 @@ from ._version import __version__
 from .buffer import KINDS, Attached, Buffer, View
 from .client import Client
 from .errors import (Busy, CudaError, Denied, Device, Disconnected, Error, GroupMismatch, InvalidArgument, KindError,
-                     MetadataError, NameTaken, NoBroker, NoCuda, NotFound, PidNamespace, ProtocolError, Quota, Revoked,
-                     StateError, SystemCallError, Timeout)
+                     MetadataError, NameTaken, NoBroker, NoCuda, NotFound, Overwritten, PidNamespace, ProtocolError,
+                     Quota, Revoked, RingClosed, StateError, SystemCallError, Timeout)
 from .events import Event, Subscription
 from .fence import Fence
+from .inspection import BufferInfo, ConnectionInfo, HolderInfo, PeerInfo, Stat
+from .ring import Frame, Ring
 from .state_dict import StateDict, StateDictVersion
 
 
@@ -36,10 +46,19 @@ def library_path():
     return _lib.path()
 
 
+def library_version():
+    """The loaded libgpuipc's release ("MAJOR.MINOR.PATCH", gpuipc_version); the package refuses a
+    library of another MAJOR.MINOR at load."""
+    from . import _lib
+    return _lib.version()
+
+
 __all__ = [
     '__version__', 'Client', 'Buffer', 'Attached', 'View', 'StateDict', 'StateDictVersion', 'Event', 'Subscription',
-    'Fence', 'KINDS', 'library_path',
-    'Error', 'NotFound', 'Timeout', 'Denied', 'Revoked', 'PidNamespace', 'Device', 'NoBroker', 'NoCuda',
+    'Fence', 'Ring', 'Frame', 'BufferInfo', 'HolderInfo', 'PeerInfo', 'Stat', 'ConnectionInfo', 'KINDS',
+    'library_path', 'library_version',
+    'Error', 'NotFound', 'Timeout', 'Denied', 'Revoked', 'RingClosed', 'Overwritten', 'PidNamespace', 'Device',
+    'NoBroker', 'NoCuda',
     'Disconnected', 'CudaError', 'NameTaken', 'Quota', 'Busy', 'InvalidArgument', 'StateError', 'KindError',
     'GroupMismatch', 'ProtocolError', 'MetadataError', 'SystemCallError',
 ]

@@ -5,10 +5,15 @@ The library is looked up in this order:
 1. ``$GPUIPC_LIBRARY``, when set: exactly that file (development trees and tests use it);
 2. ``libgpuipc.so`` inside this package, where the wheel puts it;
 3. the system's ``libgpuipc.so.0`` (a ``meson install`` of the C library).
+
+A library of another release than this package is refused at load (``gpuipc_version()``): the
+structures below mirror gpuipc.h of this release, and a skew would misread them silently.
 """
 import ctypes
 import os
 import threading
+
+from ._version import __version__
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -45,8 +50,57 @@ class Event(ctypes.Structure):
                 ('reason', ctypes.c_char * 256)]
 
 
+_MAX_NAME, _MAX_LABEL, _MAX_UUID, _MAX_GPUS = 255, 64, 64, 64
+MAX_PAGE = 1024  # GPUIPC_MAX_PAGE: records the broker sends at most in one page
+
+
+class RingOptions(ctypes.Structure):
+    """gpuipc_ring_options_t (struct_size first: the C side reads only what this release knows)."""
+    _fields_ = [('struct_size', ctypes.c_size_t), ('kind', ctypes.c_int), ('slot_size', ctypes.c_size_t),
+                ('slots', ctypes.c_uint), ('max_members', ctypes.c_uint), ('device', ctypes.c_int),
+                ('mode', ctypes.c_int), ('lease_ms', ctypes.c_uint)]
+
+
+class BufferInfo(ctypes.Structure):
+    """gpuipc_buffer_info_t."""
+    _fields_ = [('buffer', _u64), ('generation', _u64), ('name', ctypes.c_char * (_MAX_NAME + 1)),
+                ('kind', ctypes.c_int), ('state', ctypes.c_int), ('size', _u64), ('refs', _u64), ('holders', _u64),
+                ('owner', _u64), ('uid', _u64), ('pid', _u64), ('device', ctypes.c_char * (_MAX_UUID + 1)),
+                ('writable', ctypes.c_int), ('broker_held', ctypes.c_int)]
+
+
+class HolderInfo(ctypes.Structure):
+    """gpuipc_holder_info_t."""
+    _fields_ = [('peer', _u64), ('pid', _u64), ('uid', _u64), ('refs', _u64)]
+
+
+class PeerInfo(ctypes.Structure):
+    """gpuipc_peer_info_t."""
+    _fields_ = [('peer', _u64), ('pid', _u64), ('uid', _u64), ('gid', _u64), ('pidns', _u64),
+                ('pidns_declared', ctypes.c_int), ('label', ctypes.c_char * (_MAX_LABEL + 1)), ('buffers', _u64),
+                ('refs', _u64), ('subs', _u64), ('waits', _u64), ('started_ms', _u64), ('n_gpus', ctypes.c_uint),
+                ('gpus', (ctypes.c_char * (_MAX_UUID + 1)) * _MAX_GPUS)]
+
+
+class Stat(ctypes.Structure):
+    """gpuipc_stat_t."""
+    _fields_ = [('name', ctypes.c_char * (_MAX_NAME + 1)), ('status', ctypes.c_char * 32), ('le_us', _u64),
+                ('value', _u64)]
+
+
+class ConnectionInfo(ctypes.Structure):
+    """gpuipc_connection_info_t."""
+    _fields_ = [('peer', _u64), ('epoch', _u64), ('pidns', _u64), ('pidns_same', ctypes.c_int),
+                ('connected', ctypes.c_int), ('socket_path', ctypes.c_char * 108), ('n_gpus', ctypes.c_uint),
+                ('gpus', (ctypes.c_char * (_MAX_UUID + 1)) * _MAX_GPUS)]
+
+
+_pu64 = ctypes.POINTER(_u64)
+
 # name: (result type, argument types)
 _SIGNATURES = {
+    'gpuipc_version': (_s, []),
+    'gpuipc_err_name': (_s, [_i]),
     'gpuipc_strerror': (_s, [_i]),
     'gpuipc_connect': (_i, [_pp, ctypes.POINTER(Options)]),
     'gpuipc_close': (None, [_p]),
@@ -89,6 +143,32 @@ _SIGNATURES = {
     'gpuipc_fence_value': (_i, [_p, ctypes.POINTER(_u64)]),
     'gpuipc_fence_close': (None, [_p]),
     'gpuipc_group_join': (_i, [_p, _s, _u, _i]),
+    'gpuipc_list_buffers': (_i, [_p, _s, _pu64, ctypes.POINTER(BufferInfo), _sz]),
+    'gpuipc_list_peers': (_i, [_p, _pu64, ctypes.POINTER(PeerInfo), _sz]),
+    'gpuipc_stat_buffer': (_i, [_p, _s, _u64, ctypes.POINTER(HolderInfo), _sz, ctypes.POINTER(BufferInfo)]),
+    'gpuipc_retire_id': (_i, [_p, _u64]),
+    'gpuipc_stats': (_i, [_p, ctypes.POINTER(Stat), _sz]),
+    'gpuipc_connection_info': (_i, [_p, ctypes.POINTER(ConnectionInfo)]),
+    'gpuipc_kind_name': (_s, [_i]),
+    'gpuipc_state_name': (_s, [_i]),
+    'gpuipc_ring_create': (_i, [_p, _s, ctypes.POINTER(RingOptions), _pp]),
+    'gpuipc_ring_join': (_i, [_p, _s, _i, _pp]),
+    'gpuipc_ring_acquire': (_i, [_p, _i, _pp]),
+    'gpuipc_ring_publish': (_i, [_p, _pu64]),
+    'gpuipc_ring_take': (_i, [_p, _i, _pp, _pu64]),
+    'gpuipc_ring_release': (_i, [_p]),
+    'gpuipc_ring_fd': (_i, [_p]),
+    'gpuipc_ring_set_spin': (None, [_p, _u]),
+    'gpuipc_ring_close': (None, [_p]),
+}
+
+# Declared in gpuipc.h but possibly not in every library of this release yet: bound when present
+# (has() says so), and the calls that need them say what is missing.
+_OPTIONAL = {
+    'gpuipc_ring_stream_acquire': (_i, [_p, _p, _i, _pp]),
+    'gpuipc_ring_stream_publish': (_i, [_p, _p, _pu64]),
+    'gpuipc_ring_stream_take': (_i, [_p, _p, _i, _pp, _pu64]),
+    'gpuipc_ring_stream_release': (_i, [_p, _p]),
 }
 
 _lib = None
@@ -120,13 +200,52 @@ def load():
             except OSError as e:
                 tried.append(f'{path} ({e})')
                 continue
+            _check_release(lib, path)
             for name, (res, args) in _SIGNATURES.items():
                 fn = getattr(lib, name)
                 fn.restype, fn.argtypes = res, args
+            for name, (res, args) in _OPTIONAL.items():
+                fn = getattr(lib, name, None)
+                if fn is not None:
+                    fn.restype, fn.argtypes = res, args
             _lib, _lib_path = lib, path
             return lib
         raise OSError('gpuipc: cannot load libgpuipc; tried ' + '; '.join(tried) +
                       '. Install the gpuipc wheel (pip install gpuipc), or set GPUIPC_LIBRARY to a libgpuipc.so')
+
+
+def compatible(library_version, package_version=__version__):
+    """True when a libgpuipc of `library_version` ("MAJOR.MINOR.PATCH") fits this package: the same
+    MAJOR.MINOR (the patch level may differ: it changes no structure or signature)."""
+    return library_version.split('.')[:2] == package_version.split('.')[:2]
+
+
+def _check_release(lib, path):
+    """Refuses a library of another release (OSError naming both versions and the fix)."""
+    fn = getattr(lib, 'gpuipc_version', None)
+    if fn is None:
+        raise OSError(f'gpuipc: {path} predates gpuipc_version() (this package is {__version__}); install '
+                      f'libgpuipc {__version__}, or unset GPUIPC_LIBRARY to use the one in the package')
+    fn.restype, fn.argtypes = _s, []
+    version = (fn() or b'').decode(errors='replace')
+    if not compatible(version):
+        raise OSError(f'gpuipc: {path} is libgpuipc {version}, but this package is {__version__}: their '
+                      f'structures may differ; install libgpuipc {__version__}, or unset GPUIPC_LIBRARY to use '
+                      f'the one in the package')
+    missing = [name for name in _SIGNATURES if not hasattr(lib, name)]
+    if missing:
+        raise OSError(f'gpuipc: {path} (libgpuipc {version}) lacks {", ".join(missing)}; rebuild it from the '
+                      f'same source as this package')
+
+
+def has(name):
+    """True if the loaded library has the optional function `name` (see _OPTIONAL)."""
+    return name in _OPTIONAL and hasattr(load(), name)
+
+
+def version():
+    """The loaded libgpuipc's version string."""
+    return load().gpuipc_version().decode()
 
 
 def path():

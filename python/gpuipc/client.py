@@ -1,5 +1,6 @@
 """The connection to a gpuipc-broker: producing (alloc/empty, share, publish, retire, drained,
-free), consuming (attach), events, fences, rendezvous groups and state dicts.
+free), consuming (attach), rings, events, fences, rendezvous groups, state dicts, and what the broker
+says about itself (buffers, peers, stats).
 
 A Client serializes its calls with a lock, so threads may share one (each call waits for the one
 in progress; open one Client per thread for calls that block concurrently). Buffers dropped
@@ -15,14 +16,16 @@ import threading
 import time
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _lib, arrays, dtypes, errors, meta as _meta
 from .buffer import KINDS, Attached, Buffer, View
 from .events import Event, Subscription
 from .fence import Fence
+from .inspection import BufferInfo, ConnectionInfo, HolderInfo, PeerInfo, Stat
 
 if TYPE_CHECKING:
+    from .ring import Ring
     from .state_dict import StateDict, StateDictVersion
 
 # Long waits are cut in slices of this many milliseconds so that Ctrl-C (KeyboardInterrupt) and
@@ -81,8 +84,8 @@ class Client:
     probe_gpus: declare this process's visible GPUs at connect (needed to attach CUDA buffers;
     False skips initializing CUDA in a process that only uses memfd).
 
-    Use it as a context manager, or call close(): that releases every attachment, frees every
-    buffer this client allocated and closes its fences.
+    Use it as a context manager, or call close(): that closes its rings and fences, releases every
+    attachment and frees every buffer this client allocated.
     """
 
     def __init__(self, socket: Optional[str] = None, label: Optional[str] = None, connect_timeout_ms: int = 5000,
@@ -90,10 +93,11 @@ class Client:
         self._c = None
         self._lib = _lib.load()
         self._lock = threading.Lock()
-        self._pending = collections.deque()  # handles dropped by the GC while the lock was taken
+        self._pending = collections.deque()  # calls of finalizers that found the lock taken (_call_later)
         self._own = {}                       # handle -> Buffer
         self._own_ptrs = []                  # sorted (ptr, handle) of own buffers, to find an array's buffer
         self._attached = weakref.WeakSet()
+        self._rings = weakref.WeakSet()
         self._fences = {}                    # handle -> Fence
         self._waited_fences = {}             # name -> Fence opened for Attached.wait_ready
         self._stash = collections.deque()    # events an internal wait took that belong to the caller
@@ -106,7 +110,7 @@ class Client:
         r = self._lib.gpuipc_connect(ctypes.byref(c), ctypes.byref(opts))
         if r < 0:
             detail = (self._lib.gpuipc_errmsg(None) or b'').decode(errors='replace')
-            raise errors.from_code(r, 'connect', detail, self._strerror(r))
+            raise errors.from_code(r, 'connect', detail, self._strerror(r), self._err_name(r))
         self._c = c.value
 
     def __repr__(self):
@@ -117,11 +121,14 @@ class Client:
     def _strerror(self, r):
         return (self._lib.gpuipc_strerror(r) or b'').decode(errors='replace')
 
+    def _err_name(self, r):
+        return (self._lib.gpuipc_err_name(r) or b'').decode(errors='replace')
+
     def _check(self, r, what):
         """Raises the exception for a negative r (call with the lock held, right after the call)."""
         if r < 0:
             detail = (self._lib.gpuipc_errmsg(self._c) or b'').decode(errors='replace') if self._c else ''
-            raise errors.from_code(r, what, detail, self._strerror(r))
+            raise errors.from_code(r, what, detail, self._strerror(r), self._err_name(r))
         return r
 
     @contextlib.contextmanager
@@ -136,7 +143,7 @@ class Client:
 
     def _drain_pending(self):
         while self._pending and self._c:
-            self._lib.gpuipc_release(self._c, self._pending.popleft())
+            self._pending.popleft()()
 
     def _release(self, attached, handle):
         with self._lock:
@@ -149,19 +156,24 @@ class Client:
                 self._drain_pending()
 
     def _release_later(self, handle):
-        """From a finalizer, in any thread: release now if the connection is free, else after the
-        call in progress (never block, never interleave with a call)."""
+        """From a finalizer: releases an attachment's handle (see _call_later)."""
+        self._call_later(lambda: self._lib.gpuipc_release(self._c, handle))
+
+    def _call_later(self, call):
+        """From a finalizer, in any thread: runs call() with the connection now if it is free, else
+        right after the call in progress (never blocks, never interleaves with a call); not at all
+        once the client is closed (close() let go of everything)."""
         if not self._c:
             return
         if self._lock.acquire(blocking=False):
             try:
                 if self._c:
-                    self._lib.gpuipc_release(self._c, handle)
+                    call()
                     self._drain_pending()
             finally:
                 self._lock.release()
         else:
-            self._pending.append(handle)
+            self._pending.append(call)
 
     @property
     def closed(self) -> bool:
@@ -169,11 +181,14 @@ class Client:
         return not self._c
 
     def close(self) -> None:
-        """Closes fences, releases attachments, frees this client's buffers (unmapping them), closes
-        the connection. Idempotent. Views of any of them must not be used afterwards."""
+        """Closes rings and fences, releases attachments, frees this client's buffers (unmapping
+        them), closes the connection. Idempotent. Views of any of them must not be used afterwards."""
         with self._lock:
             if not self._c:
                 return
+            for ring in list(self._rings):
+                ring._forget()  # gpuipc_close closes the rings themselves
+            self._rings.clear()
             for handle, fence in list(self._fences.items()):
                 fence._handle = None
                 self._lib.gpuipc_fence_close(handle)
@@ -425,10 +440,15 @@ class Client:
         use it. Views of it must not be used afterwards."""
         buf, _ = self._buffer_of(obj, 'free')
         with self._locked():
-            r = self._lib.gpuipc_buffer_free(self._c, buf._handle)
-            if r not in (_E_BUSY, _E_INVALID):
-                self._forget(buf)  # libgpuipc freed it, whatever the broker answered
-            self._check(r, f"free '{buf.name}'")
+            name = buf.name  # before libgpuipc forgets it
+            self._check(self._free_held(buf), f"free '{name}'")
+
+    def _free_held(self, buf):
+        """gpuipc_buffer_free, with the lock held; the code it returned."""
+        r = self._lib.gpuipc_buffer_free(self._c, buf._handle)
+        if r not in (_E_BUSY, _E_INVALID):
+            self._forget(buf)  # libgpuipc freed it, whatever the broker answered
+        return r
 
     # ---- consumer ----
 
@@ -569,6 +589,120 @@ class Client:
                     self._stash.append(ev)
             elif last:
                 return None
+
+    # ---- rings ----
+
+    def ring(self, name: str, *, slots: int = 4, slot_size: Optional[int] = None,
+             shape: Union[int, Sequence[int], None] = None, dtype: Any = None, mode: str = 'backpressure',
+             kind: Optional[str] = None, device: int = 0, max_members: int = 4, lease_ms: int = 2000,
+             meta: Optional[Mapping[str, Any]] = None) -> 'Ring':
+        """Creates a ring of `slots` frames under `name`, as its producer (gpuipc_ring_create): frames
+        of `shape` and `dtype` (a name or any framework's dtype; default float32), or of `slot_size`
+        bytes (uint8, unless dtype is given). Members join it with join_ring() and take frames without
+        a broker round trip per frame.
+
+        mode: 'backpressure' (every member gets every frame; a slot is reused once every member
+        released it; a member holding the producer up for longer than lease_ms is evicted), 'latest'
+        (the producer never waits; members take the newest frame; needs slots >= max_members + 2) or
+        'stream' (cuda-vmm slots handed over in CUDA stream order; the host never waits for a frame).
+        kind: 'memfd' (host memory, the default) or 'cuda-vmm' (on CUDA device `device`; the default
+        of 'stream'). meta: your own metadata for members (Ring.meta), at most 4 KiB with gpuipc's.
+        The ring's dtype and shape reach members through a small buffer `name`@meta (docs/python.md).
+        Returns a Ring (a context manager: leaving it closes the ring).
+        """
+        from . import ring as _ring
+        return _ring.create(self, name, slots, slot_size, shape, dtype, mode, kind, device, max_members, lease_ms,
+                            meta)
+
+    def join_ring(self, name: str, timeout_ms: int = 5000, device: int = -1) -> 'Ring':
+        """Joins the ring published under `name` as a member (gpuipc_ring_join), waiting up to
+        timeout_ms for it to exist (Timeout; 0: NotFound at once). Its slots are mapped once (CUDA
+        kinds onto `device`; -1: the ring's own GPU). The producer seats the member at its next ring
+        call; frames from then on are the member's. Returns a Ring: take() frames, iterate over it, or
+        await take_async(). Raises Quota when every seat is taken."""
+        from . import ring as _ring
+        return _ring.join(self, name, timeout_ms, device)
+
+    def _ring_closed(self, ring):
+        with self._lock:
+            self._rings.discard(ring)
+            handle, ring._handle = ring._handle, None
+            if handle and self._c:
+                self._lib.gpuipc_ring_close(handle)
+
+    # ---- what the broker says (gpuipcctl ls, stat, peers, stats) ----
+
+    def buffers(self, prefix: str = '') -> List[BufferInfo]:
+        """Every buffer whose name starts with prefix that the broker shows this peer (its policy
+        decides), in every state, in the order they were registered (gpuipc_list_buffers). Ring parts appear as
+        NAME@ctl, NAME@slot.K and NAME@member.I. Not a snapshot: buffers added or removed meanwhile
+        may be missed or not."""
+        if not isinstance(prefix, str):
+            raise TypeError('the prefix must be a string')
+        page = (_lib.BufferInfo * 256)()
+        return [BufferInfo._from_c(self._lib, b) for b in self._paged(
+            'list buffers', lambda cur: self._lib.gpuipc_list_buffers(self._c, prefix.encode(), cur, page, 256), page)]
+
+    def peers(self) -> List[PeerInfo]:
+        """Every connection to the broker that it shows this peer (its own uid's, or all to a policy
+        administrator), this one included (gpuipc_list_peers)."""
+        page = (_lib.PeerInfo * 64)()
+        return [PeerInfo._from_c(p) for p in self._paged(
+            'list peers', lambda cur: self._lib.gpuipc_list_peers(self._c, cur, page, 64), page)]
+
+    def _paged(self, what, call, page):
+        """Runs call(cursor) until the cursor comes back 0; the records of every page."""
+        cursor, out = ctypes.c_uint64(0), []
+        while True:
+            with self._locked():
+                n = self._check(call(ctypes.byref(cursor)), what)
+            out += [type(page[i]).from_buffer_copy(page[i]) for i in range(n)]
+            if not cursor.value:
+                return out
+
+    def stat(self, name: Optional[str] = None, buffer_id: Optional[int] = None) -> BufferInfo:
+        """One buffer: the live buffer published under `name`, or the buffer with `buffer_id` (in any
+        state), with the peers holding it in `held_by` (gpuipc_stat_buffer). Raises NotFound."""
+        if (name is None) == (buffer_id is None):
+            raise ValueError('stat() takes a name or a buffer_id')
+        target = _name_bytes(name) if name is not None else None
+        info = _lib.BufferInfo()
+        cap = 64
+        while True:
+            holders = (_lib.HolderInfo * cap)()
+            with self._locked():
+                n = self._check(self._lib.gpuipc_stat_buffer(self._c, target, int(buffer_id or 0), holders, cap,
+                                                             ctypes.byref(info)),
+                                f"stat '{name}'" if name is not None else f'stat buffer {buffer_id}')
+            if n >= min(info.holders, _lib.MAX_PAGE) or cap >= _lib.MAX_PAGE:
+                return BufferInfo._from_c(self._lib, info, [HolderInfo._from_c(holders[i]) for i in range(n)])
+            cap = _lib.MAX_PAGE
+
+    def stats(self) -> List[Stat]:
+        """The broker's counters, gauges and histogram series (gpuipc_stats; docs/protocol.md, `stats`)."""
+        cap = 256
+        while True:
+            items = (_lib.Stat * cap)()
+            with self._locked():
+                n = self._check(self._lib.gpuipc_stats(self._c, items, cap), 'stats')
+            if n <= cap:
+                return [Stat._from_c(items[i]) for i in range(n)]
+            cap = n
+
+    def retire_id(self, buffer_id: int) -> None:
+        """Retires a buffer by its broker id, whoever published it: allowed to its producer, to peers of
+        the producer's uid once it is gone, and to a policy administrator (gpuipc_retire_id). For a
+        buffer of this client's own, retire() also keeps the Buffer's state."""
+        with self._locked():
+            self._check(self._lib.gpuipc_retire_id(self._c, int(buffer_id)), f'retire buffer {buffer_id}')
+
+    def connection_info(self) -> ConnectionInfo:
+        """This connection's peer id, the broker's epoch, PID namespaces, socket and declared GPUs
+        (gpuipc_connection_info)."""
+        info = _lib.ConnectionInfo()
+        with self._locked():
+            self._check(self._lib.gpuipc_connection_info(self._c, ctypes.byref(info)), 'connection info')
+        return ConnectionInfo._from_c(info)
 
     # ---- fences ----
 

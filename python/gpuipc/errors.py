@@ -1,17 +1,17 @@
 """gpuipc's exceptions: one class per cause, each keeping what the broker said.
 
-Every libgpuipc failure becomes an instance of a subclass of `Error` chosen by its code
-(`GPUIPC_E_*` in client/gpuipc.h, or a negative errno). Where a built-in exception means the same
-thing, the class derives from it too, so ``except TimeoutError`` or ``except PermissionError`` also
-work.
+Every libgpuipc failure becomes an instance of a subclass of `Error` chosen by the error's stable
+name (``gpuipc_err_name()``: the broker's status names such as ``not-found``, the library's own
+such as ``no-broker``, or the errno name such as ``EINVAL``). Where a built-in exception means the
+same thing, the class derives from it too, so ``except TimeoutError`` or ``except PermissionError``
+also work.
 """
-import errno as _errno
 import os
 
 __all__ = [
-    'Error', 'NotFound', 'Timeout', 'Denied', 'Revoked', 'PidNamespace', 'Device', 'NoBroker', 'NoCuda',
-    'Disconnected', 'CudaError', 'NameTaken', 'Quota', 'Busy', 'InvalidArgument', 'StateError', 'KindError',
-    'GroupMismatch', 'ProtocolError', 'MetadataError', 'SystemCallError',
+    'Error', 'NotFound', 'Timeout', 'Denied', 'Revoked', 'RingClosed', 'Overwritten', 'PidNamespace', 'Device',
+    'NoBroker', 'NoCuda', 'Disconnected', 'CudaError', 'NameTaken', 'Quota', 'Busy', 'InvalidArgument',
+    'StateError', 'KindError', 'GroupMismatch', 'ProtocolError', 'MetadataError', 'SystemCallError',
 ]
 
 
@@ -20,14 +20,16 @@ class Error(Exception):
 
     Attributes:
         code: the negative libgpuipc code (``GPUIPC_E_*`` or ``-errno``; 0 for failures found in Python).
+        name: the code's stable short name (``gpuipc_err_name``: ``"not-found"``, ``"no-broker"``,
+            ``"ENOENT"``, ...; ``""`` for failures found in Python).
         operation: what was being done, e.g. ``"attach 'weights/policy'"``.
         detail: what the broker (or libgpuipc) said about this failure (``gpuipc_errmsg``), may be empty.
         hint: libgpuipc's sentence naming the cause and the usual fix (``gpuipc_strerror``).
     """
 
-    def __init__(self, message, code=0, operation='', detail='', hint=''):
+    def __init__(self, message, code=0, operation='', detail='', hint='', name=''):
         super().__init__(message)
-        self.code, self.operation, self.detail, self.hint = code, operation, detail, hint
+        self.code, self.operation, self.detail, self.hint, self.name = code, operation, detail, hint, name
 
 
 class NotFound(Error, LookupError):
@@ -43,7 +45,17 @@ class Denied(Error, PermissionError):
 
 
 class Revoked(Error):
-    """The buffer's memory is gone: its producer died and it was not published broker-held."""
+    """The memory is gone: the buffer's (or ring's) producer died and it was not broker-held, or this
+    ring member was evicted."""
+
+
+class RingClosed(Revoked):
+    """The ring's producer closed it: no frame will come any more (iterating a ring just stops)."""
+
+
+class Overwritten(Revoked):
+    """A ring frame changed while this member held it: the producer evicted the member, which held a
+    backpressure ring up for longer than its lease. Whatever was read from the frame is suspect."""
 
 
 class PidNamespace(Error):
@@ -71,7 +83,7 @@ class CudaError(Error):
 
 
 class NameTaken(Error):
-    """Another producer has a live buffer under this name."""
+    """Another producer has a live buffer (or ring) under this name, or a buffer id is registered already."""
 
 
 class Quota(Error):
@@ -109,60 +121,47 @@ class MetadataError(Error, ValueError):
 class SystemCallError(Error, OSError):
     """A system call failed; ``errno`` holds its error number."""
 
-    def __init__(self, message, code=0, operation='', detail='', hint=''):
-        super().__init__(message, code, operation, detail, hint)
+    def __init__(self, message, code=0, operation='', detail='', hint='', name=''):
+        super().__init__(message, code, operation, detail, hint, name)
         self.errno = -code if code < 0 else None
 
 
-# GPUIPC_E_* codes (client/gpuipc.h) -> class
-_BY_CODE = {
-    -1001: InvalidArgument,  # BAD_REQUEST
-    -1002: ProtocolError,    # PROTOCOL
-    -1003: ProtocolError,    # VERSION
-    -1004: ProtocolError,    # UNKNOWN_OP
-    -1005: NotFound,
-    -1006: Timeout,
-    -1007: NameTaken,
-    -1008: Quota,
-    -1009: Denied,
-    -1010: Denied,           # NOT_OWNER
-    -1011: StateError,       # NOT_ATTACHED
-    -1012: StateError,
-    -1013: ProtocolError,    # BAD_FD
-    -1014: PidNamespace,
-    -1015: Device,
-    -1016: GroupMismatch,
-    -1017: Revoked,
-    -1018: ProtocolError,    # HELLO_FIRST
-    -1019: Disconnected,     # SHUTDOWN
-    -1020: KindError,
-    -1021: InvalidArgument,  # INVALID
-    -1100: NoBroker,
-    -1101: Disconnected,
-    -1102: NoCuda,
-    -1103: CudaError,
-    -1104: Busy,
-    -1105: ProtocolError,    # BAD_REPLY
+# gpuipc_err_name() -> class: the broker's statuses (docs/protocol.md section 8), the library's own
+# codes, and the errno names that have a class of their own (other errnos: SystemCallError).
+_BY_NAME = {
+    'bad-request': InvalidArgument, 'protocol': ProtocolError, 'version': ProtocolError,
+    'unknown-op': ProtocolError, 'not-found': NotFound, 'timeout': Timeout, 'name-taken': NameTaken,
+    'quota': Quota, 'denied': Denied, 'not-owner': Denied, 'not-attached': StateError, 'state': StateError,
+    'bad-fd': ProtocolError, 'pidns': PidNamespace, 'device': Device, 'group-mismatch': GroupMismatch,
+    'revoked': Revoked, 'hello-first': ProtocolError, 'shutdown': Disconnected, 'kind': KindError,
+    'invalid': InvalidArgument, 'key-taken': NameTaken,
+    'no-broker': NoBroker, 'disconnected': Disconnected, 'no-cuda': NoCuda, 'cuda': CudaError, 'busy': Busy,
+    'bad-reply': ProtocolError,
+    'EINVAL': InvalidArgument, 'EACCES': Denied, 'EPERM': Denied, 'ETIMEDOUT': Timeout,
 }
 
 
-def class_for(code):
-    """The exception class for a negative libgpuipc code."""
-    cls = _BY_CODE.get(code)
+def err_name(code):
+    """libgpuipc's stable name of a code (gpuipc_err_name)."""
+    from . import _lib
+    return (_lib.load().gpuipc_err_name(code) or b'').decode(errors='replace')
+
+
+def class_for(code, name=None):
+    """The exception class for a negative libgpuipc code (name: its gpuipc_err_name, looked up if None)."""
+    cls = _BY_NAME.get(err_name(code) if name is None else name)
     if cls is not None:
         return cls
-    if code == -_errno.EINVAL:
-        return InvalidArgument
-    if code in (-_errno.EACCES, -_errno.EPERM):
-        return Denied
-    if code == -_errno.ETIMEDOUT:
-        return Timeout
     return SystemCallError if -4096 < code < 0 else Error
 
 
-def from_code(code, operation, detail, hint):
-    """The exception to raise for a failed call: 'operation: detail (hint)'."""
+def from_code(code, operation, detail, hint, name=None, cls=None):
+    """The exception to raise for a failed call: 'operation: detail (hint)'. cls: a subclass of the
+    code's class that the caller knows fits better (e.g. RingClosed for a 'revoked')."""
+    if name is None:
+        name = err_name(code)
     if not hint and -4096 < code < 0:
         hint = os.strerror(-code)
     text = f'{detail} ({hint})' if detail and hint and detail != hint else (detail or hint or f'error {code}')
-    return class_for(code)(f'{operation}: {text}' if operation else text, code, operation, detail, hint)
+    return (cls or class_for(code, name))(f'{operation}: {text}' if operation else text, code, operation, detail,
+                                          hint, name)

@@ -9,6 +9,8 @@ gpuipc itself writes a few keys, which C producers and consumers may use as well
     fence        name of a fence to wait on before reading (publish(..., fence=...))
     fence_value  the value that fence reaches once the data is written
     state_dict   {'version', 'manifest': [offset, length], 'digest'}: a state dict (state_dict.py)
+    ring         {'mode', 'slots', 'slot_size', 'kind', 'max_members', 'lease_ms', 'device'}: a ring's
+                 geometry, in its NAME@meta buffer (ring.py), whose dtype and shape are its frames'
 
 Everything else is the producer's own, round-tripped exactly by the msgpack package: ints of any
 sign up to 64 bits, floats, None, bools, str, bytes, lists and nested maps (tuples arrive as lists).
@@ -18,7 +20,7 @@ import msgpack
 from .errors import MetadataError
 
 MAX_BYTES = 4096
-RESERVED = ('dtype', 'shape', 'strides', 'offset', 'fence', 'fence_value', 'state_dict')
+RESERVED = ('dtype', 'shape', 'strides', 'offset', 'fence', 'fence_value', 'state_dict', 'ring')
 
 
 def pack(user, layout=None):

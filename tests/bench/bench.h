@@ -221,6 +221,10 @@ int victim_main(int argc, char **argv);
 void section_seed(void);
 void section_ring(void);
 void section_gpu(void);
+/* Inside the GPU part: the stream-ordered ring against publish/attach, in C (gpu-ring.c). */
+void gpu_ring_rows(void);
+/* In a GPU child: the libcuda libgpuipc loaded (for entry points its table lacks); dies without. */
+void *bench_libcuda(void);
 
 /* The machine, in words, for the table's heading; the GPU part fills gpus. */
 typedef struct Machine {

@@ -199,9 +199,12 @@ API Res cuCtxPopCurrent_v2(void **ctx)
         return OK;
 }
 
+static Res streams_synchronize(void);
+
+/* As on a GPU: waits for every stream's work (streams here are the process's, not the context's). */
 API Res cuCtxSynchronize(void)
 {
-        return ctx_depth ? OK : E_INVALID_CONTEXT;
+        return ctx_depth ? streams_synchronize() : E_INVALID_CONTEXT;
 }
 
 API Res cuCtxGetDevice(int *dev)
@@ -515,7 +518,10 @@ typedef struct Stream {
         Op *head, **tail;
         bool busy, stop;
         pthread_t worker;
+        struct Stream *next; /* in streams */
 } Stream;
+
+static Stream *streams; /* every live stream, under lock */
 
 static void op_run(const Op *o)
 {
@@ -611,6 +617,12 @@ API Res cuMemsetD32Async(DevPtr dst, unsigned v, size_t n, void *stream)
         return enqueue(stream, (Op){ .kind = OP_SET32, .dst = (void *)(uintptr_t)dst, .n = n, .value = v });
 }
 
+API Res cuMemsetD8_v2(DevPtr dst, unsigned char v, size_t n)
+{
+        memset((void *)(uintptr_t)dst, v, n);
+        return OK;
+}
+
 API Res cuMemsetD32_v2(DevPtr dst, unsigned v, size_t n)
 {
         return cuMemsetD32Async(dst, v, n, NULL);
@@ -642,6 +654,10 @@ API Res cuStreamCreate(void **s, unsigned flags)
                 free(st);
                 return E_OUT_OF_MEMORY;
         }
+        pthread_mutex_lock(&lock);
+        st->next = streams;
+        streams = st;
+        pthread_mutex_unlock(&lock);
         *s = st;
         return OK;
 }
@@ -659,6 +675,15 @@ API Res cuStreamSynchronize(void *s)
         return OK;
 }
 
+static Res streams_synchronize(void)
+{
+        pthread_mutex_lock(&lock);
+        for (Stream *st = streams; st; st = st->next)
+                cuStreamSynchronize(st);
+        pthread_mutex_unlock(&lock);
+        return OK;
+}
+
 /* As CUDA does, a stream destroyed with work queued finishes that work first. */
 API Res cuStreamDestroy_v2(void *s)
 {
@@ -666,6 +691,14 @@ API Res cuStreamDestroy_v2(void *s)
 
         if (!st)
                 return E_INVALID_HANDLE;
+        pthread_mutex_lock(&lock);
+        for (Stream **p = &streams; *p; p = &(*p)->next) {
+                if (*p == st) {
+                        *p = st->next;
+                        break;
+                }
+        }
+        pthread_mutex_unlock(&lock);
         pthread_mutex_lock(&st->lock);
         st->stop = true;
         pthread_cond_broadcast(&st->cond);

@@ -5,6 +5,8 @@
  *     the baseline of a cached attach is the first attach (target: at least 10x faster);
  *   - device-to-device copy bandwidth reading through an imported mapping against reading a
  *     local buffer on the same GPU (target: at least 95%);
+ *   - rings of 8 cuda-vmm slots to 1 and 8 consumers, stream-ordered against publish/attach
+ *     (gpu-ring.c);
  *   - tests/bench/torch_compare.py: PyTorch's own CUDA IPC against the Python module, whose
  *     rows it hands back as tab-separated lines.
  *
@@ -157,7 +159,7 @@ typedef GcuResult (*MemcpyDtoD)(GcuDevicePtr dst, GcuDevicePtr src, size_t n);
 
 /* cuMemcpyDtoD from the libcuda that libgpuipc loaded (client/cuda.h lists only what the library
  * itself calls). */
-static MemcpyDtoD load_dtod(void)
+void *bench_libcuda(void)
 {
         Dl_info info;
         void *h = NULL;
@@ -168,7 +170,12 @@ static MemcpyDtoD load_dtod(void)
                 h = dlopen("libcuda.so.1", RTLD_NOW);
         if (!h)
                 die("cannot find libcuda again: %s", dlerror());
-        return (MemcpyDtoD)dlsym(h, "cuMemcpyDtoD_v2");
+        return h;
+}
+
+static MemcpyDtoD load_dtod(void)
+{
+        return (MemcpyDtoD)dlsym(bench_libcuda(), "cuMemcpyDtoD_v2");
 }
 
 static void cu_check(GcuResult r, const char *what)
@@ -474,6 +481,7 @@ void section_gpu(void)
                 note("the producer failed while cleaning up");
         add_rows(sh, n_placements);
         broker_stop(&broker);
+        gpu_ring_rows();
 
         if (!bench_opts.torch_script || !*bench_opts.torch_script)
                 return;

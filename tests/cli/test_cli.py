@@ -487,10 +487,13 @@ def case_promtool(tmp):
     pub, _ = memfd_publisher(b.sock, "prom/a")
     ctl(b.sock, "attach", "--name", "prom/a")
     stop(pub)  # a peer cleanup to record
+    ring = HandRing(b.sock, "prom/r")  # the per-ring families too
     e = Exporter(b.sock)
     _, _, body = e.get("/metrics")
     stop(e.proc)
+    ring.close()
     b.stop()
+    check('gpuipc_ring_slots{ring="prom/r"} 4' in body, "no ring families: %s" % body)
     promtool_check(body)
     fam = parse_exposition(body)
     helps = [f["help"] for f in fam.values()]
@@ -588,6 +591,138 @@ def case_untrusted_text(tmp):
     check(b"\x1b" not in table and b"\xff" not in table and b"\r" not in table, "raw bytes in the table: %r" % table)
     check(b"evil?[31m?" in table, "the label is not shown escaped: %r" % table)
     lib.gpuipc_close(conn)
+    b.stop()
+
+
+# ---- a ring made by hand (proto/ring.h's layout), for what rings, ls and stat show ----
+
+class HandRing:
+    """A ring set up over the protocol by a Python producer that writes its control page and its
+    members' pages itself (tests/integration/independent_client.py speaks the protocol), so the
+    test knows the head and each position the broker reads."""
+    MAGIC, LAYOUT = 0x474E5252, 1
+    HEAD, MEMBER, MEMBER_SIZE = 32, 824, 24  # offsets in the control page (RingCtl)
+    PAGE = 4096
+
+    def __init__(self, sock, name, slots=4, members=2):
+        sys.path.insert(0, os.path.join(SOURCE_ROOT, "tests", "integration"))
+        import independent_client as ic
+        import mmap
+        import struct
+        self.ic, self.struct, self.name = ic, struct, name
+        self.prod = ic.Conn(sock, "ring-producer")
+        ic.hello(self.prod, "ring-producer")
+        r = self.prod.call("ring-create", name=name, kind="memfd", size=self.PAGE, slots=slots, members=members,
+                           mode="backpressure")
+        check(r.get("status") == 0, "ring-create: %s" % r)
+        seal = ic.F_SEAL_SHRINK | ic.F_SEAL_GROW | ic.F_SEAL_SEAL
+        ctl = struct.pack("<6IQ", self.MAGIC, self.LAYOUT, slots, members, 0, 0, self.PAGE)
+        self.maps, part = [], 0
+        for index in range(1 + slots + members):
+            writable = index > slots
+            fd = os.memfd_create("hand-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            os.ftruncate(fd, self.PAGE)
+            m = mmap.mmap(fd, self.PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            if index == 0:
+                m[:len(ctl)] = ctl
+            self.maps.append(m)
+            import fcntl
+            fcntl.fcntl(fd, ic.F_ADD_SEALS, seal | (0 if writable else ic.F_SEAL_FUTURE_WRITE))
+            msg, _ = self.prod.request("ring-part", fd=fd, name=name, index=index, kind="memfd", size=self.PAGE,
+                                       writable=writable)
+            os.close(fd)
+            check(msg.get("status") == 0, "ring-part %d: %s" % (index, msg))
+        self.slots, self.members = slots, members
+
+    def join(self, label):
+        c = self.ic.Conn(self.prod.sock.getpeername(), label)
+        self.ic.hello(c, label)
+        r = c.call("ring-join", name=self.name)
+        check(r.get("status") == 0, "ring-join: %s" % r)
+        return c, r["index"], r["generation"]
+
+    def put(self, where, offset, fmt, *values):
+        self.struct.pack_into(fmt, self.maps[where], offset, *values)
+
+    def set_head(self, head):
+        self.put(0, self.HEAD, "<Q", head)
+
+    def seat(self, seat, epoch, start, released):
+        """What the producer writes when it seats a member, and what the member writes then."""
+        self.put(0, self.MEMBER + seat * self.MEMBER_SIZE, "<QQI", epoch, start, 1)
+        self.put(1 + self.slots + seat, 0, "<QQ", epoch, released)
+
+    def close(self):
+        self.prod.close()
+        for m in self.maps:
+            m.close()
+
+
+def case_rings(tmp):
+    """rings, ls and stat show a ring, its seats and how far each lags, as tables and as JSON; a
+    control page that cannot be read shows as an unknown head."""
+    b = Broker(tmp)
+    s = b.sock
+    ring = HandRing(s, "cli/r")
+    member, seat, epoch = ring.join("cli-member")
+    ring.set_head(12)
+    ring.seat(seat, epoch, 1, 9)
+
+    rings = one_document(ctl(s, "--json", "rings"), "rings")
+    check(len(rings) == 1, "rings: %s" % rings)
+    r = rings[0]
+    check(r["name"] == "cli/r" and r["mode"] == "backpressure" and r["kind"] == "memfd" and r["slots"] == 4 and
+          r["members"] == 2 and r["taken"] == 1 and r["head"] == 12 and r["lag"] == 3 and r["ready"] is True and
+          r["why"] == "" and r["pid"] == os.getpid(), "rings: %s" % r)
+    table = ctl(s, "rings")
+    check(table.rc == 0 and re.search(r"^cli/r +backpressure +memfd +4 +4\.0 KiB +1/2 +12 +3 ", table.out, re.M),
+          "rings table: %s" % table)
+
+    st = one_document(ctl(s, "--json", "stat", "cli/r"), "stat (ring)")
+    check(st["ring"]["name"] == "cli/r" and st["ring"]["lag"] == 3, "stat: %s" % st)
+    check(len(st["seats"]) == 1, "stat seats: %s" % st)
+    m = st["seats"][0]
+    check(m["seat"] == seat and m["epoch"] == epoch and m["state"] == "seated" and m["position"] == 9 and
+          m["lag"] == 3 and m["label"] == "cli-member" and m["peer"] > 0, "seat: %s" % m)
+    text = ctl(s, "stat", "--ring", "cli/r")
+    check(text.rc == 0 and re.search(r"^ +0 +%d +seated .* 9 +3 cli-member$" % epoch, text.out, re.M),
+          "stat table: %s" % text)
+
+    # ls: the buffers (the ring's parts among them), then the rings; --json keeps the buffers' array.
+    ls = ctl(s, "ls")
+    check(ls.rc == 0 and "cli/r@ctl" in ls.out and re.search(r"\n\nRING +MODE", ls.out) and
+          re.search(r"^cli/r +backpressure", ls.out, re.M), "ls: %s" % ls)
+    ls = one_document(ctl(s, "--json", "ls"), "ls")
+    check(isinstance(ls, list) and all("buffer" in x for x in ls) and any(x["name"] == "cli/r@ctl" for x in ls),
+          "ls --json: %s" % ls)
+    check(ctl(s, "ls", "--prefix", "nothing/").out.count("\n") == 1, "ls shows a ring table without rings")
+
+    # The exporter: one series per ring in each gpuipc_ring_* family.
+    fam = parse_exposition(ctl(s, "metrics").out)
+    for name, want in (("gpuipc_ring_head", 12), ("gpuipc_ring_lag_frames", 3), ("gpuipc_ring_seats_taken", 1),
+                       ("gpuipc_ring_slots", 4), ("gpuipc_rings", None), ("gpuipc_ring_members", None)):
+        got = sample(fam, name, ring="cli/r") if want is not None else sample(fam, name)
+        check(want is None or got == want, "%s: %s, expected %s" % (name, got, want))
+
+    # A control page that does not hold the ring: head and lag unknown, and why.
+    ring.put(0, 0, "<I", 0)
+    r = one_document(ctl(s, "--json", "rings"), "rings")[0]
+    check(r["head"] is None and r["lag"] is None and "control page" in r["why"], "unreadable: %s" % r)
+    m = one_document(ctl(s, "--json", "stat", "cli/r"), "stat")["seats"][0]
+    check(m["state"] == "joined" and m["position"] is None and m["lag"] is None, "unreadable seat: %s" % m)
+    check(re.search(r"^cli/r +backpressure +memfd +4 +4\.0 KiB +1/2 +\? +- ", ctl(s, "rings").out, re.M),
+          "unknown head in the table")
+    fam = parse_exposition(ctl(s, "metrics").out)
+    check(not any(l.get("ring") == "cli/r" for n, l, v in fam.get("gpuipc_ring_head", {"samples": []})["samples"]),
+          "a head sample for an unreadable control page")
+
+    for args, name in ((("stat", "--ring", "nosuch"), "not-found"), (("stat", "nosuch"), "not-found"),
+                       (("stat", "--ring", "--id", "3"), "usage")):
+        r = ctl(s, "--json", *args)
+        doc = one_document(r, " ".join(args))
+        check(r.rc != 0 and doc.get("error") == name, "%s: %s" % (args, r))
+    member.close()
+    ring.close()
     b.stop()
 
 

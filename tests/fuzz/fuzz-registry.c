@@ -5,9 +5,12 @@
  * publish again by id, publish under an id of the producer's choosing or restored after a restart
  * (live or retired, with a generation), reclaim (matching or not, before or after its producer
  * came back), attach by name (waiting) or id, release, retire, free, unmap, subscribe, unsubscribe,
- * group join, time passing (expire, and the end of the restart grace) and cancelling every wait.
- * Requests follow what broker/request.c lets through (valid names, legacy never broker-held,
- * group counts above 0).
+ * group join, time passing (expire, and the end of the restart grace) and cancelling every wait;
+ * and rings: create (backpressure, latest or stream; restored with seats), register a part (any
+ * index, kind, size, writability, device, id; restored), register every missing part, join, take
+ * a seat back (restored join, before or after the ring came back), leave, evict (current or stale
+ * epoch), close, attach a part by id. Requests follow what broker/request.c lets through (valid
+ * names, legacy never broker-held, group counts above 0, ring shapes in range).
  *
  * After every operation the outbox is decoded and checked (regenv.h: every frame decodes, every fd
  * borrowed by a frame is open and ours, every fd closed is closed once, gauges agree with the
@@ -21,8 +24,15 @@
  *   - a reclaim succeeds exactly for the same, undrained publication, waits exactly when the id is
  *     unknown during the grace, and a waiting claim becomes references or a revoked event when its
  *     buffer is registered, and a revoked event when the grace ends;
- *   - pending waits, groups and names match the gauges; no deadline is left in the past.
- * At the end the registry is freed and every fd it was given must be closed. */
+ *   - pending waits, groups and names match the gauges; no deadline is left in the past;
+ *   - every ring request gets the status the rules of docs/protocol.md 6.16 give; a join names
+ *     exactly the seat's parts; member-joined and member-left events arrive exactly as the model
+ *     expects (to whom, which ring, seat and epoch); an attach of a ring part succeeds only for a
+ *     member of its ring, and a member page or counter only for its seat's member; the registry's
+ *     rings, parts and seats match the model, and its own books hold (regaudit.h: parts point back
+ *     at their ring, seats at live peers, per-uid accounting adds up).
+ * At the end every peer leaves, which must leave no ring, seat or claim and only broker-held
+ * orphans; then the registry is freed and every fd it was given must be closed. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +42,7 @@
 #define ENV_MAX_SENT 512
 #define ENV_MAX_FDS 128
 #include "regenv.h"
+#include "regaudit.h"
 
 #define SLOTS 4
 #define MAX_PENDING 256
@@ -40,6 +51,16 @@
 #define MAX_SUBS 64
 #define MAX_CLAIMS 64
 #define GRACE_MS 2000
+#define N_OPS 24
+#define LIMIT_BUFFERS 10 /* per uid: a ring and its parts count */
+#define LIMIT_FDS 8
+#define LIMIT_WAITS 3 /* per peer: attach waits and group joins; seat claims apart */
+#define N_RINGS 3
+#define RING_SLOTS_MAX 5
+#define RING_MEMBERS_MAX 3
+#define RING_PARTS_MAX (1 + RING_SLOTS_MAX + 2 * RING_MEMBERS_MAX)
+#define MAX_SEAT_CLAIMS 32
+#define MAX_EXPECT 64
 
 static const char *const names[] = { "a", "a/b", "a/c", "b", "frames/0", "frames/1", "c", "d" };
 #define N_NAMES (sizeof(names) / sizeof(names[0]))
@@ -49,6 +70,8 @@ static const char *const devices[] = { "GPU-a", "GPU-b" };
 static const uint32_t timeouts[] = { 0, 1, 50, 1000, PROTO_TIMEOUT_INFINITE };
 static const uint8_t handle[PROTO_LEGACY_HANDLE_SIZE] = { 7 };
 static const uint8_t meta[] = { 0x81, 0xa5, 's', 'h', 'a', 'p', 'e', 0x92, 0x04, 0x04 };
+/* Ring names are their own namespace: "a" is also a buffer name. */
+static const char *const ring_names[N_RINGS] = { "r/0", "r/1", "a" };
 
 enum { REQ_ATTACH, REQ_JOIN, REQ_OTHER };
 
@@ -61,12 +84,12 @@ typedef struct Pending {
         bool waiting;
 } Pending;
 
-typedef struct Hold {
+typedef struct HoldRec {
         RegPeer *peer;
         uint64_t buf;
         uint32_t refs;
         bool mapped;
-} Hold;
+} HoldRec;
 
 typedef struct Buf {
         uint64_t id;
@@ -90,13 +113,49 @@ typedef struct ClaimRec {
         uint64_t seq; /* order of arrival: a release takes from the peer's oldest claim first */
 } ClaimRec;
 
+/* One seat of a ring: taken by peer, or reserved for a member coming back after the restart. */
+typedef struct SeatRec {
+        RegPeer *peer;
+        uint64_t epoch;
+        bool reserved;
+} SeatRec;
+
+typedef struct RingRec {
+        bool exists;
+        RegPeer *owner;
+        ProtoMode mode;
+        ProtoKind kind;
+        uint32_t slots, members;
+        const char *device;
+        uint64_t next_epoch;
+        uint64_t parts[RING_PARTS_MAX]; /* buffer ids; 0: not registered */
+        SeatRec seats[RING_MEMBERS_MAX];
+} RingRec;
+
+/* A member asking for its seat back before its ring came back (the registry's SeatClaim). */
+typedef struct SeatClaimRec {
+        RegPeer *peer;
+        int ring;
+        uint32_t index;
+        uint64_t epoch;
+} SeatClaimRec;
+
+/* A ring event the registry must send in this operation. */
+typedef struct RingExpect {
+        RegPeer *to;
+        ProtoEvent ev;
+        int ring;
+        uint32_t seat;
+        uint64_t epoch;
+} RingExpect;
+
 typedef struct Model {
         Env *e;
         RegPeer *slot[SLOTS];
         uint64_t next_id;
         Pending pending[MAX_PENDING];
         size_t n_pending;
-        Hold holds[MAX_HOLDS];
+        HoldRec holds[MAX_HOLDS];
         size_t n_holds;
         Buf bufs[MAX_BUFS];
         size_t n_bufs;
@@ -106,6 +165,11 @@ typedef struct Model {
         size_t n_claims;
         uint64_t claim_seq;
         bool in_grace;
+        RingRec rings[N_RINGS];
+        SeatClaimRec seat_claims[MAX_SEAT_CLAIMS]; /* in order of arrival, as the registry settles them */
+        size_t n_seat_claims;
+        RingExpect expect[MAX_EXPECT];
+        size_t n_expect;
 } Model;
 
 typedef struct Input {
@@ -119,7 +183,7 @@ static uint8_t take(Input *in)
 
 /* ---- model bookkeeping ---- */
 
-static Hold *hold_find(Model *M, RegPeer *p, uint64_t buf)
+static HoldRec *hold_find(Model *M, RegPeer *p, uint64_t buf)
 {
         for (size_t i = 0; i < M->n_holds; i++)
                 if (M->holds[i].peer == p && M->holds[i].buf == buf)
@@ -127,14 +191,14 @@ static Hold *hold_find(Model *M, RegPeer *p, uint64_t buf)
         return NULL;
 }
 
-static Hold *hold_get(Model *M, RegPeer *p, uint64_t buf)
+static HoldRec *hold_get(Model *M, RegPeer *p, uint64_t buf)
 {
-        Hold *h = hold_find(M, p, buf);
+        HoldRec *h = hold_find(M, p, buf);
 
         if (h)
                 return h;
         CHECK(M->n_holds < MAX_HOLDS);
-        M->holds[M->n_holds] = (Hold){ p, buf, 0, false };
+        M->holds[M->n_holds] = (HoldRec){ p, buf, 0, false };
         return &M->holds[M->n_holds++];
 }
 
@@ -192,14 +256,15 @@ static bool claim_doomed_take(Model *M, RegPeer *p, uint64_t buf)
         return false;
 }
 
-/* Would the registry take a reclaim of (generation, uid, kind, name) for rb? (registry-claims.c) */
+/* Would the registry take a reclaim of (generation, uid, kind, name) for rb? (registry-claims.c; a
+ * ring's part is taken back by joining the ring, never reclaimed) */
 static bool claim_matches(RegBuffer *rb, uint64_t generation, uint32_t uid, ProtoKind kind, const char *name)
 {
         ProtoMsg d;
 
         registry_buffer_describe(rb, &d);
         return d.generation == generation && d.uid == uid && d.kind == kind && proto_str_eq(d.name, name) &&
-               d.state != PROTO_STATE_IDLE;
+               d.state != PROTO_STATE_IDLE && !registry_buffer_ring_part(rb);
 }
 
 /* A buffer was registered under id: the model's claims for it become references or are doomed. */
@@ -216,7 +281,7 @@ static void claims_meet(Model *M, uint64_t id)
                 }
                 CHECK(rb);
                 if (claim_matches(rb, c->generation, c->uid, c->kind, c->name)) {
-                        Hold *h = hold_get(M, c->peer, id);
+                        HoldRec *h = hold_get(M, c->peer, id);
                         h->refs += c->refs;
                         h->mapped |= c->kind != PROTO_KIND_CUDA_LEGACY;
                         *c = M->claims[--M->n_claims];
@@ -235,6 +300,149 @@ static bool sub_owned(const Model *M, RegPeer *p, uint64_t sub)
         return false;
 }
 
+/* ---- the ring model ---- */
+
+static uint32_t ring_parts_of(const RingRec *R)
+{
+        return 1 + R->slots + R->members * (R->mode == PROTO_MODE_STREAM ? 2 : 1);
+}
+
+static uint32_t ring_page(const RingRec *R, uint32_t seat)
+{
+        return 1 + R->slots + seat;
+}
+
+static uint32_t ring_counter(const RingRec *R, uint32_t seat)
+{
+        return 1 + R->slots + R->members + seat;
+}
+
+static int ring_seat_of(const RingRec *R, const RegPeer *p)
+{
+        for (uint32_t i = 0; R->exists && i < R->members; i++)
+                if (R->seats[i].peer == p)
+                        return (int)i;
+        return -1;
+}
+
+/* May p attach part i of R? Every member the control page and the slots, a member page and
+ * counters only their seat's member. */
+static bool ring_may_attach(const RingRec *R, const RegPeer *p, uint32_t i)
+{
+        int seat = ring_seat_of(R, p);
+
+        return seat >= 0 && (i <= R->slots || i == ring_page(R, (uint32_t)seat) ||
+                             (R->mode == PROTO_MODE_STREAM && i == ring_counter(R, (uint32_t)seat)));
+}
+
+static void expect_ring_event(Model *M, RegPeer *to, ProtoEvent ev, int ring, uint32_t seat, uint64_t epoch)
+{
+        CHECK(M->n_expect < MAX_EXPECT);
+        M->expect[M->n_expect++] = (RingExpect){ to, ev, ring, seat, epoch };
+}
+
+/* Seat i of ring ri is emptied: the producer hears member-left, the member too when told (a
+ * reserved seat has no member yet). */
+static void seat_vacate(Model *M, int ri, uint32_t i, bool tell_member)
+{
+        RingRec *R = &M->rings[ri];
+        SeatRec *st = &R->seats[i];
+
+        if (st->reserved) {
+                expect_ring_event(M, R->owner, PROTO_EV_MEMBER_LEFT, ri, i, st->epoch);
+                st->reserved = false;
+                return;
+        }
+        if (!st->peer)
+                return;
+        expect_ring_event(M, R->owner, PROTO_EV_MEMBER_LEFT, ri, i, st->epoch);
+        if (tell_member)
+                expect_ring_event(M, st->peer, PROTO_EV_MEMBER_LEFT, ri, i, st->epoch);
+        st->peer = NULL;
+}
+
+/* Ring ri is gone (closed, or its producer left): its members hear it, its producer does not. */
+static void ring_forget(Model *M, int ri)
+{
+        RingRec *R = &M->rings[ri];
+
+        for (uint32_t i = 0; i < R->members; i++)
+                if (R->seats[i].peer)
+                        expect_ring_event(M, R->seats[i].peer, PROTO_EV_MEMBER_LEFT, ri, i, R->seats[i].epoch);
+        memset(R, 0, sizeof(*R));
+}
+
+/* The restart grace is over for ring ri: seats still waiting for their members are given up. */
+static void ring_unreserve(Model *M, int ri)
+{
+        for (uint32_t i = 0; M->rings[ri].exists && i < M->rings[ri].members; i++)
+                if (M->rings[ri].seats[i].reserved)
+                        seat_vacate(M, ri, i, false);
+}
+
+static void seat_claim_drop(Model *M, size_t i)
+{
+        memmove(&M->seat_claims[i], &M->seat_claims[i + 1], (M->n_seat_claims - i - 1) * sizeof(M->seat_claims[0]));
+        M->n_seat_claims--;
+}
+
+static size_t seat_claims_of(const Model *M, const RegPeer *p)
+{
+        size_t n = 0;
+
+        for (size_t i = 0; i < M->n_seat_claims; i++)
+                n += M->seat_claims[i].peer == p;
+        return n;
+}
+
+static int ring_by_name(ProtoStr name)
+{
+        for (int i = 0; i < N_RINGS; i++)
+                if (proto_str_eq(name, ring_names[i]))
+                        return i;
+        return -1;
+}
+
+/* A ring event: it must be one the model expects (each once). */
+static void ring_event_take(Model *M, const Sent *s)
+{
+        const ProtoMsg *m = &s->m;
+        int ri = ring_by_name(m->name);
+
+        CHECK(ri >= 0);
+        CHECK(proto_has(m, PF_INDEX) && proto_has(m, PF_GENERATION) && !proto_has(m, PF_BUFFER));
+        CHECK_EQ(proto_has(m, PF_REASON), m->event == PROTO_EV_MEMBER_LEFT);
+        for (size_t i = 0; i < M->n_expect; i++) {
+                RingExpect *x = &M->expect[i];
+
+                if (x->to == s->to && x->ev == m->event && x->ring == ri && x->seat == m->index &&
+                    x->epoch == m->generation) {
+                        *x = M->expect[--M->n_expect];
+                        return;
+                }
+        }
+        fprintf(stderr, "unexpected %s about ring '%s' seat %llu epoch %llu to peer %llu\n",
+                proto_event_name(m->event), ring_names[ri], (unsigned long long)m->index,
+                (unsigned long long)m->generation, (unsigned long long)registry_peer_id(s->to));
+        CHECK(!"unexpected ring event");
+}
+
+/* An attach of a ring's part succeeded: the peer must be a member, and of the part's seat. */
+static void check_part_attach(Model *M, RegPeer *p, uint64_t buffer)
+{
+        RegBuffer *rb = registry_buffer_by_id(M->e->r, buffer);
+
+        if (!rb || !registry_buffer_ring_part(rb))
+                return;
+        for (int ri = 0; ri < N_RINGS; ri++)
+                for (uint32_t i = 0; M->rings[ri].exists && i < ring_parts_of(&M->rings[ri]); i++)
+                        if (M->rings[ri].parts[i] == buffer) {
+                                CHECK(ring_may_attach(&M->rings[ri], p, i));
+                                return;
+                        }
+        CHECK(!"a part of a closed ring was attached");
+}
+
 /* Reads what one operation sent and updates the model. */
 static void absorb(Model *M)
 {
@@ -248,7 +456,7 @@ static void absorb(Model *M)
                         Pending q = pending_take(M, s->to, m->reply);
 
                         if (q.type == REQ_ATTACH && m->status == PROTO_STATUS_OK) {
-                                Hold *h = hold_get(M, s->to, m->buffer);
+                                HoldRec *h = hold_get(M, s->to, m->buffer);
                                 Buf *b = buf_find(M, m->buffer);
 
                                 CHECK(b);
@@ -263,10 +471,15 @@ static void absorb(Model *M)
                                         h->mapped = true;
                                 }
                                 h->refs++;
+                                check_part_attach(M, s->to, m->buffer);
                         }
                         continue;
                 }
                 CHECK_EQ(m->type, PROTO_EVENT);
+                if (m->event == PROTO_EV_MEMBER_JOINED || m->event == PROTO_EV_MEMBER_LEFT) {
+                        ring_event_take(M, s);
+                        continue;
+                }
                 CHECK(buf_find(M, m->buffer) || (m->event == PROTO_EV_REVOKED && claim_doomed(M, s->to, m->buffer)));
                 if (proto_has(m, PF_SUB)) {
                         CHECK(sub_owned(M, s->to, m->sub));
@@ -277,7 +490,7 @@ static void absorb(Model *M)
                         CHECK(buf_find(M, m->buffer)->owner == s->to);
                         break;
                 case PROTO_EV_REVOKED: {
-                        Hold *h = hold_find(M, s->to, m->buffer);
+                        HoldRec *h = hold_find(M, s->to, m->buffer);
 
                         CHECK(proto_has(m, PF_REASON));
                         if (claim_doomed_take(M, s->to, m->buffer))
@@ -287,7 +500,7 @@ static void absorb(Model *M)
                         break;
                 }
                 case PROTO_EV_FREED: {
-                        Hold *h = hold_find(M, s->to, m->buffer);
+                        HoldRec *h = hold_find(M, s->to, m->buffer);
                         CHECK(h && h->mapped);
                         h->mapped = false;
                         break;
@@ -296,6 +509,59 @@ static void absorb(Model *M)
                         CHECK(!"unexpected event");
                 }
         }
+        /* Every ring event the model expected came. */
+        for (size_t i = 0; i < M->n_expect; i++)
+                fprintf(stderr, "missing %s about ring '%s' seat %u epoch %llu to peer %llu\n",
+                        proto_event_name(M->expect[i].ev), ring_names[M->expect[i].ring], M->expect[i].seat,
+                        (unsigned long long)M->expect[i].epoch, (unsigned long long)registry_peer_id(M->expect[i].to));
+        CHECK_EQ(M->n_expect, 0);
+}
+
+/* The registry's rings against the model: shape, owner, parts (forgetting parts the registry
+ * destroyed, which only a free or a drain does), seats and epochs. */
+static void compare_rings(Model *M)
+{
+        Registry *r = M->e->r;
+
+        for (int ri = 0; ri < N_RINGS; ri++) {
+                RingRec *R = &M->rings[ri];
+                RegRing *g = registry_ring_by_name(r, ring_names[ri]);
+
+                CHECK_EQ(g != NULL, R->exists);
+                if (!g)
+                        continue;
+                CHECK(g->owner == R->owner);
+                CHECK_EQ(g->mode, R->mode);
+                CHECK_EQ(g->n_slots, R->slots);
+                CHECK_EQ(g->n_members, R->members);
+                CHECK_EQ(g->next_epoch, R->next_epoch);
+                for (uint32_t i = 0; i < ring_parts_of(R); i++) {
+                        if (!g->parts[i] && R->parts[i]) {
+                                RegBuffer *rb = registry_buffer_by_id(r, R->parts[i]);
+                                CHECK(!rb || rb->ring != g);
+                                R->parts[i] = 0;
+                        }
+                        CHECK_EQ(g->parts[i] ? g->parts[i]->id : 0, R->parts[i]);
+                }
+                for (uint32_t i = 0; i < R->members; i++) {
+                        CHECK(g->seats[i].peer == R->seats[i].peer);
+                        CHECK_EQ(g->seats[i].reserved, R->seats[i].reserved);
+                        if (R->seats[i].peer || R->seats[i].reserved)
+                                CHECK_EQ(g->seats[i].epoch, R->seats[i].epoch);
+                }
+        }
+        CHECK_EQ(r->n_seat_claims, M->n_seat_claims);
+        audit_registry(r);
+}
+
+/* Ring parts live under no name (the names gauge does not count them). */
+static uint64_t unnamed_parts(const Registry *r)
+{
+        uint64_t n = 0;
+
+        for (RegBuffer *b = registry_buffer_after(r, 0); b; b = registry_buffer_next(r, b))
+                n += b->ring_part && b->state == PROTO_STATE_LIVE && !b->published;
+        return n;
 }
 
 /* Compares the model with the registry after an operation. */
@@ -328,7 +594,7 @@ static void compare(Model *M)
         }
         CHECK_EQ(g.waits, waits);
         CHECK_EQ(g.groups, (uint64_t)group_seen[0] + group_seen[1]);
-        CHECK_EQ(g.names, g.live + names_waiting);
+        CHECK_EQ(g.names, g.live - unnamed_parts(r) + names_waiting);
         CHECK(registry_next_deadline(r) > M->e->now);
         if (!waits && !M->in_grace)
                 CHECK_EQ(registry_next_deadline(r), UINT64_MAX);
@@ -371,6 +637,7 @@ static void compare(Model *M)
                         CHECK(!mapped);
                 }
         }
+        compare_rings(M);
 }
 
 /* ---- operations ---- */
@@ -411,11 +678,32 @@ static void op_add(Model *M, Input *in)
         M->slot[s] = p;
 }
 
+/* What p's departure does to rings: its claims go silently, its seats are freed (their producers
+ * hear it), its rings are destroyed (their members hear it). */
+static void rings_drop_peer(Model *M, RegPeer *p)
+{
+        for (size_t i = 0; i < M->n_seat_claims;)
+                if (M->seat_claims[i].peer == p)
+                        seat_claim_drop(M, i);
+                else
+                        i++;
+        for (int ri = 0; ri < N_RINGS; ri++) {
+                int seat = ring_seat_of(&M->rings[ri], p);
+
+                if (seat >= 0)
+                        seat_vacate(M, ri, (uint32_t)seat, false);
+        }
+        for (int ri = 0; ri < N_RINGS; ri++)
+                if (M->rings[ri].exists && M->rings[ri].owner == p)
+                        ring_forget(M, ri);
+}
+
 /* Takes peer slot s out of the registry and the model (without flushing the outbox). */
 static void remove_one(Model *M, unsigned s)
 {
         RegPeer *p = M->slot[s];
 
+        rings_drop_peer(M, p);
         registry_peer_remove(M->e->r, p, &M->e->out);
         M->slot[s] = NULL;
         /* Forget it before reading what its departure caused: nothing may be addressed to it. */
@@ -442,6 +730,11 @@ static void remove_one(Model *M, unsigned s)
         for (size_t i = 0; i < M->n_bufs; i++)
                 if (M->bufs[i].owner == p)
                         M->bufs[i].owner = NULL;
+        for (size_t i = 0; i < M->n_expect;)
+                if (M->expect[i].to == p)
+                        M->expect[i] = M->expect[--M->n_expect];
+                else
+                        i++;
         /* Nothing may stay addressed to it, not even frames queued before it left. */
         for (size_t i = 0; i < M->e->out.n_frames; i++)
                 CHECK(M->e->out.frames[i].to != p);
@@ -622,7 +915,7 @@ static void op_reclaim(Model *M, Input *in)
 
                 CHECK_EQ(s->m.status, match ? PROTO_STATUS_OK : PROTO_STATUS_REVOKED);
                 if (match) {
-                        Hold *h = hold_get(M, p, a.buffer);
+                        HoldRec *h = hold_get(M, p, a.buffer);
                         CHECK(!proto_has(&s->m, PF_PENDING));
                         h->refs += a.refs;
                         h->mapped |= d.kind != PROTO_KIND_CUDA_LEGACY;
@@ -689,7 +982,7 @@ static void op_buffer(Model *M, Input *in, int which)
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         if (which == 0) {
-                Hold *h = hold_find(M, p, buf);
+                HoldRec *h = hold_find(M, p, buf);
                 ClaimRec *c = NULL;
 
                 for (size_t i = 0; i < M->n_claims; i++)
@@ -704,7 +997,7 @@ static void op_buffer(Model *M, Input *in, int which)
                 else if (--c->refs == 0)
                         *c = M->claims[--M->n_claims];
         } else if (which == 3) {
-                Hold *h = hold_find(M, p, buf);
+                HoldRec *h = hold_find(M, p, buf);
                 CHECK_EQ(s->m.status, PROTO_STATUS_OK);
                 if (h)
                         h->mapped = false;
@@ -781,6 +1074,13 @@ static void op_time(Model *M, Input *in)
                 M->in_grace = false;
                 for (size_t i = 0; i < M->n_claims; i++)
                         M->claims[i].doomed = true;
+                /* Members whose ring did not come back are told; seats nobody came back for are freed. */
+                for (size_t i = 0; i < M->n_seat_claims; i++)
+                        expect_ring_event(M, M->seat_claims[i].peer, PROTO_EV_MEMBER_LEFT, M->seat_claims[i].ring,
+                                          M->seat_claims[i].index, M->seat_claims[i].epoch);
+                M->n_seat_claims = 0;
+                for (int ri = 0; ri < N_RINGS; ri++)
+                        ring_unreserve(M, ri);
         }
         registry_expire(M->e->r, M->e->now, &M->e->out);
         env_flush(M->e);
@@ -790,9 +1090,443 @@ static void op_time(Model *M, Input *in)
         absorb(M);
 }
 
-static const char *const op_names[16] = {
+
+/* ---- rings ---- */
+
+/* The ring a byte names: its low two bits (the others carry flags). */
+static int ring_at(uint8_t b)
+{
+        return (b & 3) % N_RINGS;
+}
+
+/* A ring's shape the request layer lets through: 1-5 slots, 1-3 seats, latest with slots >=
+ * seats + 2, stream with cuda-vmm slots, CUDA slots with a device; restored with some seats
+ * declared (epochs up to the generation it names). */
+static void op_ring_create(Model *M, Input *in)
+{
+        RegPeer *p = peer_at(M, take(in));
+        uint8_t a = take(in), b = take(in), c = take(in);
+        int ri = ring_at(a);
+        RingRec *R = &M->rings[ri];
+        uint64_t epochs[RING_MEMBERS_MAX] = { 0 };
+        RegRingSpec spec = { 0 };
+        unsigned want;
+        Pending *q;
+        Sent *s;
+
+        if (!p)
+                return;
+        spec.name = ring_names[ri];
+        spec.mode = (ProtoMode)(PROTO_MODE_BACKPRESSURE + ((a >> 2) & 3) % 3);
+        spec.n_members = 1 + (b & 3) % 3;
+        spec.n_slots = 1 + ((b >> 2) & 7) % 5;
+        if (spec.mode == PROTO_MODE_LATEST && spec.n_slots < spec.n_members + 2)
+                spec.n_slots = spec.n_members + 2;
+        spec.kind = spec.mode == PROTO_MODE_STREAM || (b & 0x20) ? PROTO_KIND_CUDA_VMM : PROTO_KIND_MEMFD;
+        spec.device = spec.kind == PROTO_KIND_CUDA_VMM ? devices[(b >> 6) & 1] : NULL;
+        spec.slot_size = 4096;
+        spec.lease_ms = 100;
+        if (a & 0x10) {
+                spec.restored = true;
+                spec.next_epoch = 3 + (c >> 6);
+                spec.epochs = epochs;
+                for (uint32_t i = 0; i < spec.n_members; i++)
+                        if ((c >> i) & 1)
+                                epochs[i] = 1 + ((c >> 3) + i) % spec.next_epoch;
+        }
+        want = R->exists ? PROTO_STATUS_NAME_TAKEN
+               : p->acct->buffers >= LIMIT_BUFFERS ? PROTO_STATUS_QUOTA : PROTO_STATUS_OK;
+        q = pending_add(M, p, REQ_OTHER);
+        if (want == PROTO_STATUS_OK) {
+                *R = (RingRec){ .exists = true, .owner = p, .mode = spec.mode, .kind = spec.kind,
+                                .slots = spec.n_slots, .members = spec.n_members, .device = spec.device,
+                                .next_epoch = spec.restored ? spec.next_epoch : 0 };
+                for (uint32_t i = 0; i < spec.n_members; i++)
+                        if (epochs[i])
+                                R->seats[i] = (SeatRec){ NULL, epochs[i], true };
+                /* Members that asked first get their seats, in the order they asked, or are told no. */
+                for (size_t i = 0; spec.restored && i < M->n_seat_claims;) {
+                        SeatClaimRec *k = &M->seat_claims[i];
+
+                        if (k->ring != ri) {
+                                i++;
+                                continue;
+                        }
+                        if (ring_seat_of(R, k->peer) < 0 && k->index < R->members && R->seats[k->index].reserved &&
+                            R->seats[k->index].epoch == k->epoch)
+                                R->seats[k->index] = (SeatRec){ k->peer, k->epoch, false };
+                        else
+                                expect_ring_event(M, k->peer, PROTO_EV_MEMBER_LEFT, ri, k->index, k->epoch);
+                        seat_claim_drop(M, i);
+                }
+                if (!M->in_grace)
+                        ring_unreserve(M, ri);
+        }
+        registry_ring_create(M->e->r, p, q->id, &spec, &M->e->out);
+        env_flush(M->e);
+        s = env_reply(M->e, p, q->id);
+        CHECK_EQ(s->m.status, want);
+        absorb(M);
+}
+
+typedef struct PartShape {
+        ProtoKind kind;
+        uint64_t size;
+        bool writable;
+        const char *device;
+} PartShape;
+
+/* What part i of R must be (docs/protocol.md 6.16). */
+static PartShape ring_part_shape(const RingRec *R, uint32_t i)
+{
+        if (i == 0)
+                return (PartShape){ PROTO_KIND_MEMFD, 4096, false, NULL };
+        if (i <= R->slots)
+                return (PartShape){ R->kind, 4096, false, R->device };
+        if (i <= R->slots + R->members)
+                return (PartShape){ PROTO_KIND_MEMFD, 4096, true, NULL };
+        return (PartShape){ PROTO_KIND_CUDA_VMM, 256, true, R->device };
+}
+
+/* Does a fit part i (below the ring's part count) of R? Stated from the protocol, not from the
+ * code under test. */
+static bool ring_part_fits(const RingRec *R, uint32_t i, const RegPublish *a)
+{
+        bool device_ok = !R->device || (a->device && strcmp(a->device, R->device) == 0);
+
+        if (a->broker_held || a->retire_after)
+                return false;
+        if (i == 0) /* the control page */
+                return a->kind == PROTO_KIND_MEMFD && a->size == 4096 && !a->writable;
+        if (i <= R->slots)
+                return a->kind == R->kind && a->size == 4096 && !a->writable && device_ok;
+        if (i <= R->slots + R->members) /* a member page */
+                return a->kind == PROTO_KIND_MEMFD && a->size == 4096 && a->writable;
+        /* a stream ring's counters */
+        return a->kind == PROTO_KIND_CUDA_VMM && a->writable && a->size >= 128 && a->size <= (64u << 20) && device_ok;
+}
+
+/* Registers part `index` of ring ri as a, checking the status the rules give. True if it was. */
+static bool ring_part_do(Model *M, RegPeer *p, int ri, uint32_t index, RegPublish *a)
+{
+        RingRec *R = &M->rings[ri];
+        unsigned want;
+        Pending *q;
+        Sent *s;
+
+        if (!R->exists)
+                want = PROTO_STATUS_NOT_FOUND;
+        else if (R->owner != p)
+                want = PROTO_STATUS_NOT_OWNER;
+        else if (index >= ring_parts_of(R) || R->parts[index] || !ring_part_fits(R, index, a) ||
+                 (a->restored && (a->generation == 0 || a->generation > M->e->r->generation)))
+                want = PROTO_STATUS_INVALID;
+        else if (a->buffer && registry_buffer_by_id(M->e->r, a->buffer))
+                want = PROTO_STATUS_KEY_TAKEN;
+        else if (p->acct->buffers >= LIMIT_BUFFERS || p->acct->fds >= LIMIT_FDS)
+                want = PROTO_STATUS_QUOTA;
+        else
+                want = PROTO_STATUS_OK;
+        a->fd = env_memfd(M->e, 4096);
+        q = pending_add(M, p, REQ_OTHER);
+        registry_ring_part(M->e->r, p, q->id, ring_names[ri], index, a, &M->e->out);
+        CHECK_EQ(a->fd, -1);
+        env_flush(M->e);
+        s = env_reply(M->e, p, q->id);
+        if (s->m.status != want)
+                fprintf(stderr, "ring part %u: %s, want %s (%.*s)\n", index, proto_status_name((unsigned)s->m.status),
+                        proto_status_name(want), (int)s->m.message.len, s->m.message.ptr ? s->m.message.ptr : "");
+        CHECK_EQ(s->m.status, want);
+        if (want == PROTO_STATUS_OK) {
+                Buf *b = buf_find(M, s->m.buffer);
+
+                CHECK(!a->buffer || s->m.buffer == a->buffer);
+                CHECK_EQ(s->m.generation, a->restored ? a->generation : M->e->r->generation);
+                if (!b)
+                        b = &M->bufs[M->n_bufs++];
+                *b = (Buf){ s->m.buffer, p, a->kind };
+                R->parts[index] = s->m.buffer;
+                claims_meet(M, s->m.buffer); /* reclaims of a part's id are all refused */
+        }
+        absorb(M);
+        return want == PROTO_STATUS_OK;
+}
+
+static bool ring_room(const Model *M)
+{
+        return M->e->n_fds < ENV_MAX_FDS - 1 && M->n_bufs < MAX_BUFS;
+}
+
+/* One part, any index, shaped right or wrong in one respect, under an id of any kind. */
+static void op_ring_part(Model *M, Input *in)
+{
+        RegPeer *p = peer_at(M, take(in));
+        uint8_t x = take(in), v = take(in), k = take(in);
+        int ri = ring_at(x);
+        RingRec *R = &M->rings[ri];
+        uint32_t index = (x >> 2) % (R->exists ? ring_parts_of(R) + 2 : RING_PARTS_MAX + 1);
+        PartShape ps = ring_part_shape(R, index);
+        RegPublish a = { 0 };
+
+        if (!p || !ring_room(M))
+                return;
+        a.kind = ps.kind;
+        a.size = ps.size;
+        a.writable = ps.writable;
+        a.device = ps.device;
+        switch (v & 7) {
+        case 4: a.kind = 1 + (v >> 3) % 3; break;
+        case 5: a.size = (v & 8) ? 127 : (v & 16) ? (64u << 20) : 4097; break;
+        case 6: a.writable = !a.writable; break;
+        case 7: a.device = (v & 8) ? NULL : devices[(v >> 4) & 1]; break;
+        default: break;
+        }
+        if (a.kind == PROTO_KIND_CUDA_LEGACY)
+                a.kind = PROTO_KIND_MEMFD; /* the request layer refuses legacy parts */
+        if (a.kind == PROTO_KIND_CUDA_VMM && !a.device)
+                a.device = (v & 0x40) ? NULL : devices[0];
+        a.broker_held = (v & 0xe0) == 0xe0;
+        a.retire_after = (v & 0xe0) == 0xc0;
+        a.buffer = pick_new_id(M, k);
+        if (k & 0x10) {
+                a.restored = true;
+                a.generation = (k & 0x20) ? M->e->r->generation : (k & 0x40) ? 0 : 1u + (k >> 7);
+                if ((k & 0x60) == 0x60)
+                        a.generation = M->e->r->generation + 1;
+        }
+        ring_part_do(M, p, ri, index, &a);
+}
+
+/* Registers every part ring ri lacks, each as it must be, until one is refused (a quota). */
+static void op_ring_fill(Model *M, Input *in)
+{
+        uint8_t x = take(in);
+        int ri = ring_at(x);
+        RingRec *R = &M->rings[ri];
+
+        if (!R->exists)
+                return;
+        for (uint32_t i = 0; i < ring_parts_of(R) && ring_room(M); i++) {
+                PartShape ps = ring_part_shape(R, i);
+                RegPublish a = { .kind = ps.kind, .size = ps.size, .writable = ps.writable, .device = ps.device };
+
+                if (R->parts[i])
+                        continue;
+                a.buffer = (x & 0x80) ? 4000000u + (uint64_t)ri * 100 + i : 0;
+                if (!ring_part_do(M, R->owner, ri, i, &a))
+                        return;
+        }
+}
+
+/* A join: a free seat and a new epoch, and the parts of that seat; or a seat taken back. */
+static void op_ring_join(Model *M, Input *in)
+{
+        RegPeer *p = peer_at(M, take(in));
+        uint8_t x = take(in), y = take(in);
+        int ri = ring_at(x), seat;
+        RingRec *R = &M->rings[ri];
+        uint32_t registered = 0, free_seat = UINT32_MAX;
+        unsigned want;
+        Pending *q;
+        Sent *s;
+
+        if (!p)
+                return;
+        if (x & 0x80) {
+                /* Restored: seat y % 4, the epoch it waits for or another. */
+                uint32_t index = y % 4;
+                bool waiting = R->exists && index < R->members && !(y & 4);
+                uint64_t epoch = waiting ? R->seats[index].epoch : 1u + (y >> 3) % 5;
+                bool pending = false;
+
+                if (!R->exists)
+                        want = !M->in_grace ? PROTO_STATUS_REVOKED
+                               : seat_claims_of(M, p) >= LIMIT_WAITS ? PROTO_STATUS_QUOTA : PROTO_STATUS_OK;
+                else if (ring_seat_of(R, p) >= 0)
+                        want = PROTO_STATUS_STATE;
+                else if (index >= R->members)
+                        want = PROTO_STATUS_INVALID;
+                else if (!R->seats[index].reserved || R->seats[index].epoch != epoch)
+                        want = PROTO_STATUS_REVOKED;
+                else
+                        want = PROTO_STATUS_OK;
+                q = pending_add(M, p, REQ_OTHER);
+                registry_ring_rejoin(M->e->r, p, q->id, ring_names[ri], index, epoch, &M->e->out);
+                env_flush(M->e);
+                s = env_reply(M->e, p, q->id);
+                CHECK_EQ(s->m.status, want);
+                pending = proto_has(&s->m, PF_PENDING) && s->m.pending;
+                CHECK_EQ(pending, want == PROTO_STATUS_OK && !R->exists);
+                if (want == PROTO_STATUS_OK && R->exists) {
+                        R->seats[index] = (SeatRec){ p, epoch, false };
+                } else if (pending) {
+                        CHECK(M->n_seat_claims < MAX_SEAT_CLAIMS);
+                        M->seat_claims[M->n_seat_claims++] = (SeatClaimRec){ p, ri, index, epoch };
+                }
+                absorb(M);
+                return;
+        }
+        for (uint32_t i = 0; R->exists && i < ring_parts_of(R); i++)
+                registered += R->parts[i] != 0;
+        for (uint32_t i = 0; R->exists && i < R->members && free_seat == UINT32_MAX; i++)
+                if (!R->seats[i].peer && !R->seats[i].reserved)
+                        free_seat = i;
+        seat = ring_seat_of(R, p);
+        if (!R->exists || registered < ring_parts_of(R))
+                want = PROTO_STATUS_NOT_FOUND;
+        else if (seat >= 0)
+                want = PROTO_STATUS_STATE;
+        else if (free_seat == UINT32_MAX)
+                want = PROTO_STATUS_QUOTA;
+        else
+                want = PROTO_STATUS_OK;
+        q = pending_add(M, p, REQ_OTHER);
+        registry_ring_join(M->e->r, p, q->id, ring_names[ri], &M->e->out);
+        env_flush(M->e);
+        s = env_reply(M->e, p, q->id);
+        CHECK_EQ(s->m.status, want);
+        if (want == PROTO_STATUS_OK) {
+                uint32_t n = R->slots + (R->mode == PROTO_MODE_STREAM ? 3 : 2);
+                ProtoIter it;
+                ProtoMsg rec;
+
+                R->next_epoch++;
+                CHECK_EQ(s->m.index, free_seat);
+                CHECK_EQ(s->m.generation, R->next_epoch);
+                CHECK_EQ(s->m.mode, R->mode);
+                CHECK_EQ(s->m.slots, R->slots);
+                CHECK_EQ(s->m.members, R->members);
+                proto_iter_init(&it, &s->m.items);
+                for (uint32_t i = 0; i < n; i++) {
+                        uint32_t part = i <= R->slots ? i : i == R->slots + 1 ? ring_page(R, free_seat)
+                                                                                 : ring_counter(R, free_seat);
+                        CHECK_EQ(proto_iter_next(&it, &rec), 1);
+                        CHECK_EQ(rec.index, part);
+                        CHECK_EQ(rec.buffer, R->parts[part]);
+                }
+                CHECK_EQ(proto_iter_next(&it, &rec), 0);
+                R->seats[free_seat] = (SeatRec){ p, R->next_epoch, false };
+                expect_ring_event(M, R->owner, PROTO_EV_MEMBER_JOINED, ri, free_seat, R->next_epoch);
+        }
+        absorb(M);
+}
+
+static void op_ring_leave(Model *M, Input *in)
+{
+        RegPeer *p = peer_at(M, take(in));
+        int ri = ring_at(take(in)), seat;
+        Pending *q;
+        Sent *s;
+
+        if (!p)
+                return;
+        seat = ring_seat_of(&M->rings[ri], p);
+        if (seat >= 0)
+                seat_vacate(M, ri, (uint32_t)seat, false);
+        q = pending_add(M, p, REQ_OTHER);
+        registry_ring_leave(M->e->r, p, q->id, ring_names[ri], &M->e->out);
+        env_flush(M->e);
+        s = env_reply(M->e, p, q->id);
+        CHECK_EQ(s->m.status, seat >= 0 ? PROTO_STATUS_OK : PROTO_STATUS_NOT_FOUND);
+        absorb(M);
+}
+
+/* The producer (or another peer) evicts seat y % 4 at its epoch, or at a stale one. */
+static void op_ring_evict(Model *M, Input *in)
+{
+        RegPeer *p = peer_at(M, take(in));
+        uint8_t x = take(in), y = take(in);
+        int ri = ring_at(x);
+        RingRec *R = &M->rings[ri];
+        uint32_t index = y % 4;
+        uint64_t epoch = R->exists && index < R->members ? R->seats[index].epoch : 1;
+        unsigned want;
+        Pending *q;
+        Sent *s;
+
+        if (!p)
+                return;
+        if (y & 4)
+                epoch += (y & 8) ? 1 : -1;
+        want = !R->exists ? PROTO_STATUS_NOT_FOUND : R->owner != p ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_OK;
+        if (want == PROTO_STATUS_OK && index < R->members && R->seats[index].epoch == epoch) {
+                RegPeer *member = R->seats[index].peer;
+
+                seat_vacate(M, ri, index, true);
+                /* The member's references on the ring's parts go, mappings included. */
+                for (size_t i = 0; member && i < M->n_holds; i++)
+                        for (uint32_t k = 0; k < ring_parts_of(R); k++)
+                                if (M->holds[i].peer == member && R->parts[k] && M->holds[i].buf == R->parts[k])
+                                        M->holds[i].refs = 0, M->holds[i].mapped = false;
+        }
+        q = pending_add(M, p, REQ_OTHER);
+        registry_ring_evict(M->e->r, p, q->id, ring_names[ri], index, epoch, &M->e->out);
+        env_flush(M->e);
+        s = env_reply(M->e, p, q->id);
+        CHECK_EQ(s->m.status, want);
+        absorb(M);
+}
+
+static void op_ring_close(Model *M, Input *in)
+{
+        RegPeer *p = peer_at(M, take(in));
+        int ri = ring_at(take(in));
+        RingRec *R = &M->rings[ri];
+        unsigned want;
+        Pending *q;
+        Sent *s;
+
+        if (!p)
+                return;
+        want = !R->exists ? PROTO_STATUS_NOT_FOUND : R->owner != p ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_OK;
+        if (want == PROTO_STATUS_OK)
+                ring_forget(M, ri);
+        q = pending_add(M, p, REQ_OTHER);
+        registry_ring_close(M->e->r, p, q->id, ring_names[ri], &M->e->out);
+        env_flush(M->e);
+        s = env_reply(M->e, p, q->id);
+        CHECK_EQ(s->m.status, want);
+        absorb(M);
+}
+
+/* Attaches part x of a ring by id: granted to its members as the seat rules say, refused to
+ * everyone else (absorb checks every granted attach of a part). */
+static void op_ring_attach(Model *M, Input *in)
+{
+        RegPeer *p = peer_at(M, take(in));
+        uint8_t x = take(in), y = take(in);
+        int ri = ring_at(x);
+        RingRec *R = &M->rings[ri];
+        uint32_t index = R->exists ? y % ring_parts_of(R) : 0;
+        uint64_t buffer = R->exists && R->parts[index] ? R->parts[index] : pick_buffer(M, y);
+        RegBuffer *rb = registry_buffer_by_id(M->e->r, buffer);
+        bool part = R->exists && R->parts[index] == buffer, live;
+        ProtoMsg d;
+        Pending *q;
+        Sent *s;
+
+        if (!p)
+                return;
+        if (rb)
+                registry_buffer_describe(rb, &d);
+        live = rb && d.state == PROTO_STATE_LIVE;
+        q = pending_add(M, p, REQ_ATTACH);
+        registry_attach(M->e->r, p, q->id, NULL, buffer, 0, M->e->now, &M->e->out);
+        env_flush(M->e);
+        s = env_reply(M->e, p, q->id);
+        if (part && live && d.kind == PROTO_KIND_MEMFD) {
+                if (ring_may_attach(R, p, index))
+                        CHECK(s->m.status == PROTO_STATUS_OK || s->m.status == PROTO_STATUS_QUOTA);
+                else
+                        CHECK_EQ(s->m.status, PROTO_STATUS_DENIED);
+        }
+        absorb(M);
+}
+
+static const char *const op_names[N_OPS] = {
         "add", "remove", "hello", "publish", "publish-again", "attach", "attach-id", "release", "retire",
-        "free", "unmap", "subscribe", "unsubscribe", "group-join", "time", "reclaim",
+        "free", "unmap", "subscribe", "unsubscribe", "group-join", "time", "reclaim", "ring-create", "ring-part",
+        "ring-fill", "ring-join", "ring-leave", "ring-evict", "ring-close", "ring-attach",
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -806,10 +1540,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* Small limits, so quotas are reached. */
         limits.connections = 4;
         limits.connections_per_uid = 2;
-        limits.buffers_per_uid = 6;
-        limits.fds_per_uid = 5;
+        limits.buffers_per_uid = LIMIT_BUFFERS;
+        limits.fds_per_uid = LIMIT_FDS;
         limits.refs_per_peer = 6;
-        limits.waits_per_peer = 3;
+        limits.waits_per_peer = LIMIT_WAITS;
         limits.subs_per_peer = 2;
         limits.max_timeout_ms = 5000;
         if (trace < 0)
@@ -823,7 +1557,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         M.in_grace = true;
 
         while (in.p < in.end && ops++ < 400) {
-                uint8_t op = take(&in) % 16;
+                uint8_t op = take(&in) % N_OPS;
 
                 if (trace)
                         fprintf(stderr, "op %2u at %zu: %s\n", op, (size_t)(in.p - data - 1), op_names[op]);
@@ -843,7 +1577,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 case 12: op_subscribe(&M, &in, true); break;
                 case 13: op_join(&M, &in); break;
                 case 14: op_time(&M, &in); break;
-                default: op_reclaim(&M, &in); break;
+                case 15: op_reclaim(&M, &in); break;
+                case 16: op_ring_create(&M, &in); break;
+                case 17: op_ring_part(&M, &in); break;
+                case 18: op_ring_fill(&M, &in); break;
+                case 19: op_ring_join(&M, &in); break;
+                case 20: op_ring_leave(&M, &in); break;
+                case 21: op_ring_evict(&M, &in); break;
+                case 22: op_ring_close(&M, &in); break;
+                default: op_ring_attach(&M, &in); break;
                 }
                 compare(&M);
                 if (trace) {
@@ -866,6 +1608,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                 (unsigned long long)g.waits, (unsigned long long)g.subs,
                                 (unsigned long long)g.groups);
                 }
+        }
+        /* Everyone leaves: no ring, seat or claim may be left, and only broker-held orphans. */
+        for (unsigned i = 0; i < SLOTS; i++) {
+                if (!M.slot[i])
+                        continue;
+                remove_one(&M, i);
+                env_flush(M.e);
+                absorb(&M);
+                compare(&M);
+        }
+        {
+                RegGauges g;
+
+                registry_gauges(M.e->r, &g);
+                CHECK_EQ(g.peers, 0);
+                CHECK_EQ(g.rings, 0);
+                CHECK_EQ(g.ring_members, 0);
+                CHECK_EQ(g.refs, 0);
+                CHECK_EQ(g.waits, 0);
+                CHECK_EQ(g.buffers, g.orphaned);
+                CHECK_EQ(M.e->r->n_seat_claims, 0);
         }
         env_fini(M.e);
         M.e = NULL;

@@ -7,7 +7,13 @@
  * having released exactly what the member never had; a released value is never above head nor
  * below start - 1; a member lets a frame through exactly when its released count says so (or it
  * joined after the frame to be overwritten); and the same bytes give the same view. A control page
- * is accepted only with sane counts. */
+ * is accepted only with sane counts.
+ *
+ * Then what the broker shows operators (ring_read): after the control page, one byte per seat
+ * says which membership the broker knows there (none, the control page's, the member page's, or
+ * the next 8 bytes) and whether the member page is mapped; every seat the control page does not
+ * seat shows nothing, every position is at most head and its lag is exactly what separates it from
+ * head (latest: a member holding nothing lags by nothing). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +28,60 @@ static uint64_t take_u64(const uint8_t **p, const uint8_t *end)
         for (int i = 0; i < 8 && *p < end; i++)
                 v |= (uint64_t)*(*p)++ << (8 * i);
         return v;
+}
+
+/* The operators' view of ctl with the broker's seats taken from the input. */
+static void check_ring_read(const RingCtl *ctl, const RingMember *page, const uint8_t *p, const uint8_t *end)
+{
+        static RingReading got, again;
+        const volatile RingMember *pages[RING_MAX_MEMBERS] = { 0 };
+        uint64_t epochs[RING_MAX_MEMBERS] = { 0 };
+        uint32_t n_members = ctl->n_members <= RING_MAX_MEMBERS ? ctl->n_members : RING_MAX_MEMBERS;
+        RingMode mode = p < end ? (RingMode)(*p++ % 3) : RING_BACKPRESSURE;
+
+        for (uint32_t i = 0; i < n_members && p < end; i++) {
+                uint8_t sel = *p++;
+
+                switch (sel & 3) {
+                case 0: epochs[i] = 0; break;
+                case 1: epochs[i] = ctl->member[i].epoch; break;
+                case 2: epochs[i] = page->epoch; break;
+                default: epochs[i] = take_u64(&p, end); break;
+                }
+                pages[i] = sel & 4 ? NULL : page;
+        }
+        ring_read(ctl, ctl->n_slots, ctl->n_members, ctl->slot_size, mode, epochs, pages, &got);
+        ring_read(ctl, ctl->n_slots, ctl->n_members, ctl->slot_size, mode, epochs, pages, &again);
+        CHECK(memcmp(&got, &again, sizeof(got)) == 0);
+        CHECK(got.ctl_valid == (ctl->n_members <= RING_MAX_MEMBERS &&
+                                ring_ctl_valid(ctl, ctl->n_slots, ctl->n_members, ctl->slot_size)));
+        for (uint32_t i = 0; i < RING_MAX_MEMBERS; i++) {
+                const RingSeatReading *s = &got.seat[i];
+                bool seated = got.ctl_valid && i < n_members && epochs[i] && ctl->member[i].epoch == epochs[i] &&
+                              ctl->member[i].state == RING_MEMBER_ACTIVE;
+
+                CHECK(s->seated == seated);
+                if (!seated) {
+                        CHECK(!s->confirmed && s->position == 0 && s->lag == 0);
+                        continue;
+                }
+                CHECK(s->confirmed == (pages[i] && page->epoch == epochs[i]));
+                CHECK(s->position <= got.head);
+                if (mode == RING_LATEST) {
+                        /* Holding nothing is not lagging: its next take gets the newest frame. */
+                        CHECK(s->position == (s->confirmed ? (page->held < got.head ? page->held : got.head) : 0));
+                        CHECK(s->lag == (s->position ? got.head - s->position : 0));
+                } else {
+                        CHECK(s->lag == got.head - s->position);
+                        RingMemberView v = ring_member_view(pages[i] ? page : &(RingMember){ 0 }, epochs[i],
+                                                            ctl->member[i].start, got.head);
+                        CHECK(s->position == (v.released < got.head ? v.released : got.head));
+                }
+        }
+        if (!got.ctl_valid)
+                CHECK(got.head == 0);
+        else
+                CHECK(got.head == ctl->head);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -78,5 +138,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 CHECK(ctl.mode == RING_BACKPRESSURE || ctl.mode == RING_LATEST || ctl.mode == RING_STREAM);
         }
         CHECK(!ring_ctl_valid(&ctl, ctl.n_slots + 1, ctl.n_members, ctl.slot_size));
+        p += n;
+        check_ring_read(&ctl, &page, p, end);
         return 0;
 }

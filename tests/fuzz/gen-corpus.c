@@ -1,11 +1,13 @@
 /* Writes the seed corpora of the fuzz targets: meaningful inputs each target should start from.
  *
- *     gen-corpus OUTDIR      (creates OUTDIR/frame, OUTDIR/registry, OUTDIR/policy)
+ *     gen-corpus OUTDIR      (creates OUTDIR/frame, OUTDIR/registry, OUTDIR/policy, OUTDIR/ring)
  *
  * frame: a valid frame of every request, typical replies and every event, plus frames that
  * exercise the decoder's limits (the msgpack-c map32 trap, deep metadata, duplicates, limits).
  * registry: operation programs in fuzz-registry.c's encoding, one per lifetime scenario.
- * policy: policy files, valid and not. The output is committed (tests/fuzz/corpus/); run this
+ * policy: policy files, valid and not. ring: rings' shared memory as fuzz-ring.c reads it (a member
+ * page, what the reader knows, a control page, the broker's seats), in each mode and scribbled. The
+ * output is committed (tests/fuzz/corpus/); run this
  * again only when the formats change. */
 #include <errno.h>
 #include <stdio.h>
@@ -15,6 +17,7 @@
 
 #include "mpwrite.h"
 #include "proto.h"
+#include "ring.h"
 
 static const char *outdir;
 
@@ -166,6 +169,13 @@ static void gen_frames(void)
         m = request(PROTO_OP_UNMAP, 19);
         SET(m, PF_BUFFER, buffer, 17);
         frame("req-unmap", &m, 0);
+        m = request(PROTO_OP_RINGS, 20);
+        SET(m, PF_PREFIX, prefix, proto_str("cams/"));
+        SET(m, PF_AFTER, after, 2);
+        frame("req-rings", &m, 0);
+        m = request(PROTO_OP_RING_STAT, 21);
+        SET(m, PF_NAME, name, proto_str("cams/front"));
+        frame("req-ring-stat", &m, 0);
 
         /* Replies. */
         memset(&m, 0, sizeof(m));
@@ -232,6 +242,38 @@ static void gen_frames(void)
                 SET(m, PF_AFTER, after, 17);
                 SET(m, PF_ITEMS, items, ((ProtoRaw){ items.data, (uint32_t)items.len, 2 }));
                 frame("reply-list", &m, 0);
+                proto_buf_free(&items);
+        }
+        /* A ring with two seats: one seated and behind, one waiting for its member. */
+        {
+                ProtoMsg rec = { 0 };
+
+                w_arr(&items, 2);
+                SET(rec, PF_INDEX, index, 0);
+                SET(rec, PF_GENERATION, generation, 3);
+                SET(rec, PF_SEAT, seat, PROTO_SEAT_SEATED);
+                SET(rec, PF_PEER, peer, 4);
+                SET(rec, PF_LABEL, label, proto_str("detector"));
+                SET(rec, PF_POSITION, position, 1200);
+                SET(rec, PF_LAG, lag, 7);
+                proto_record_encode(&items, &rec);
+                memset(&rec, 0, sizeof(rec));
+                SET(rec, PF_INDEX, index, 1);
+                SET(rec, PF_GENERATION, generation, 2);
+                SET(rec, PF_SEAT, seat, PROTO_SEAT_WAITING);
+                proto_record_encode(&items, &rec);
+                memset(&m, 0, sizeof(m));
+                SET(m, PF_REPLY, reply, 21);
+                SET(m, PF_STATUS, status, 0);
+                SET(m, PF_NAME, name, proto_str("cams/front"));
+                SET(m, PF_MODE, mode, PROTO_MODE_BACKPRESSURE);
+                SET(m, PF_SLOTS, slots, 8);
+                SET(m, PF_MEMBERS, members, 4);
+                SET(m, PF_HEAD, head, 1207);
+                SET(m, PF_TAKEN, taken, 2);
+                SET(m, PF_LAG, lag, 7);
+                SET(m, PF_ITEMS, items, ((ProtoRaw){ items.data, (uint32_t)items.len, 2 }));
+                frame("reply-ring-stat", &m, 0);
                 proto_buf_free(&items);
         }
 
@@ -345,7 +387,9 @@ static void gen_frames(void)
 
 enum {
         OP_ADD, OP_REMOVE, OP_HELLO, OP_PUBLISH, OP_PUBLISH_AGAIN, OP_ATTACH, OP_ATTACH_ID, OP_RELEASE,
-        OP_RETIRE, OP_FREE, OP_UNMAP, OP_SUBSCRIBE, OP_UNSUBSCRIBE, OP_JOIN, OP_TIME,
+        OP_RETIRE, OP_FREE, OP_UNMAP, OP_SUBSCRIBE, OP_UNSUBSCRIBE, OP_JOIN, OP_TIME, OP_RECLAIM,
+        OP_RING_CREATE, OP_RING_PART, OP_RING_FILL, OP_RING_JOIN, OP_RING_LEAVE, OP_RING_EVICT, OP_RING_CLOSE,
+        OP_RING_ATTACH,
 };
 
 /* Names: a, a/b, a/c, b, frames/0, frames/1, c, d. Prefixes: "", a, a/, b, x.
@@ -371,6 +415,22 @@ enum {
 #define T_1000 3
 /* Group byte: group index (g1, g2), members - 1 << 1. */
 #define GROUP(g, members) ((g) | ((members) - 1) << 1)
+/* Rings r/0, r/1, a. Create: RING(ring, mode) | RESTORED, then SHAPE(members, slots) (latest
+ * rounds slots up to members + 2; stream has cuda-vmm slots on GPU-a), then the declared seats
+ * (bit i: seat i, epoch 1 + i with the generation 3). Part: PART(ring, index), a variant (0 right,
+ * 4 kind, 5 size, 6 writability, 7 device), an id byte (0: the broker picks). Fill: the ring.
+ * Join: ring (| REJOIN: seat y % 4 at the epoch it waits for), y. Evict: ring, seat (| STALE).
+ * Attach: ring, part index. Time: 200 ends the restart grace. */
+#define RING(r, mode) ((r) | (mode) << 2)
+#define BP 0
+#define LATEST 1
+#define STREAM 2
+#define RESTORED 0x10
+#define SHAPE(members, slots) (((members) - 1) | ((slots) - 1) << 2)
+#define PART(r, index) ((r) | (index) << 2)
+#define REJOIN 0x80
+#define STALE 4
+#define GRACE_END 200
 
 static void program(const char *name, const uint8_t *ops, size_t len)
 {
@@ -382,6 +442,44 @@ static void program(const char *name, const uint8_t *ops, size_t len)
                 static const uint8_t ops_[] = { __VA_ARGS__ };   \
                 program(name, ops_, sizeof(ops_));               \
         } while (0)
+
+static void gen_rings(void)
+{
+        PROGRAM("ring-backpressure", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_ADD, 2, UID1001, OP_RING_CREATE, 0,
+                RING(0, BP), SHAPE(2, 1), 0, OP_RING_JOIN, 1, 0, 0, OP_RING_FILL, 0, OP_RING_JOIN, 1, 0, 0,
+                OP_RING_JOIN, 2, 0, 0, OP_RING_JOIN, 1, 0, 0, OP_RING_ATTACH, 1, 0, 0, OP_RING_ATTACH, 1, 0, 1,
+                OP_RING_ATTACH, 1, 0, 2, OP_RING_ATTACH, 1, 0, 3, OP_RING_ATTACH, 2, 0, 3, OP_RELEASE, 1, 0, 0,
+                OP_RING_LEAVE, 2, 0, OP_RING_EVICT, 0, 0, 0 | STALE, OP_RING_EVICT, 0, 0, 0, OP_RING_JOIN, 2, 0, 0,
+                OP_RING_CLOSE, 1, 0, OP_RING_CLOSE, 0, 0, OP_RING_ATTACH, 2, 0, 0, OP_FREE, 0, 0, 0);
+        PROGRAM("ring-latest-producer-dies", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_RING_CREATE, 0,
+                RING(1, LATEST), SHAPE(1, 1), 0, OP_RING_FILL, 1, OP_RING_JOIN, 1, 1, 0, OP_RING_ATTACH, 1, 1, 0,
+                OP_RING_ATTACH, 1, 1, 2, OP_RING_ATTACH, 1, 1, 4, OP_REMOVE, 0, OP_RING_JOIN, 1, 1, 0);
+        PROGRAM("ring-stream-member-dies", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_ADD, 2, UID1001, OP_HELLO, 1,
+                1, OP_HELLO, 2, 1, OP_RING_CREATE, 0, RING(0, STREAM), SHAPE(2, 1), 0, OP_RING_FILL, 0,
+                OP_RING_JOIN, 1, 0, 0, OP_RING_JOIN, 2, 0, 0, OP_RING_ATTACH, 1, 0, 4, OP_RING_ATTACH, 1, 0, 5,
+                OP_RING_ATTACH, 2, 0, 5, OP_RING_ATTACH, 2, 0, 3, OP_REMOVE, 1, OP_RING_JOIN, 1, 0, 0);
+        PROGRAM("ring-parts", OP_ADD, 0, UID1000, OP_ADD, 3, UID1000, OP_RING_CREATE, 0, RING(2, STREAM),
+                SHAPE(1, 2), 0, OP_RING_PART, 0, PART(2, 0), 0, 0, OP_RING_PART, 0, PART(2, 0), 0, 0,
+                OP_RING_PART, 0, PART(2, 1), 4, 0, OP_RING_PART, 0, PART(2, 1), 5, 0, OP_RING_PART, 0, PART(2, 1),
+                6, 0, OP_RING_PART, 0, PART(2, 1), 7, 0, OP_RING_PART, 3, PART(2, 1), 0, 0, OP_RING_PART, 0,
+                PART(2, 4), 5 | 8, 0, OP_RING_PART, 0, PART(2, 4), 5 | 16, 0, OP_RING_PART, 0, PART(2, 5), 0, 0,
+                OP_RING_PART, 0, PART(1, 0), 0, 0, OP_RING_FILL, 2, OP_RING_CREATE, 3, RING(0, BP), SHAPE(3, 5),
+                0, OP_RING_FILL, 0);
+        PROGRAM("ring-restored", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_ADD, 2, UID1001, OP_RING_JOIN, 1,
+                0 | REJOIN, 0, OP_RING_JOIN, 2, 0 | REJOIN, 1, OP_RING_CREATE, 0, RING(0, BP) | RESTORED,
+                SHAPE(3, 1), 1 | 4, OP_RING_FILL, 0 | 0x80, OP_RING_JOIN, 2, 0, 0, OP_RING_JOIN, 3, 0, 0,
+                OP_TIME, GRACE_END, OP_RING_JOIN, 2, 0, 0, OP_RING_JOIN, 1, 0 | REJOIN, 2);
+        PROGRAM("ring-restored-after-grace", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_TIME, GRACE_END,
+                OP_RING_JOIN, 1, 1 | REJOIN, 0, OP_RING_CREATE, 0, RING(1, LATEST) | RESTORED, SHAPE(2, 4), 3,
+                OP_RING_JOIN, 1, 1 | REJOIN, 0, OP_RING_FILL, 1, OP_RING_JOIN, 1, 1, 0);
+        PROGRAM("ring-evict-reserved", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_RING_CREATE, 0,
+                RING(0, BP) | RESTORED, SHAPE(1, 1), 1, OP_RING_FILL, 0, OP_RING_JOIN, 1, 0, 0, OP_RING_EVICT, 0, 0,
+                0 | STALE, OP_RING_EVICT, 0, 0, 0, OP_RING_JOIN, 1, 0, 0, OP_RING_EVICT, 0, 0, 0);
+        PROGRAM("ring-claims-refused", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_RING_JOIN, 1, 1 | REJOIN, 0,
+                OP_RING_JOIN, 1, 2 | REJOIN, 1, OP_RING_JOIN, 1, 0 | REJOIN, 2, OP_RING_JOIN, 1, 0 | REJOIN, 3,
+                OP_RECLAIM, 1, 0, 0, OP_RING_CREATE, 0, RING(0, BP) | RESTORED, SHAPE(2, 1), 0, OP_TIME,
+                GRACE_END);
+}
 
 static void gen_registry(void)
 {
@@ -439,9 +537,68 @@ static void gen_registry(void)
                 OP_PUBLISH, 0, 1, K_MEMFD | HELD, 0, OP_REMOVE, 0, OP_RETIRE, 2, 0, 1);
         PROGRAM("shutdown", OP_ADD, 0, UID1000, OP_ADD, 1, UID1001, OP_ATTACH, 0, 0, T_1000, OP_JOIN, 1,
                 GROUP(1, 2), 10, OP_TIME, 255, OP_TIME, 1);
+        gen_rings();
 }
 
 /* ---- policies ---- */
+
+/* ---- rings: fuzz-ring.c's input ---- */
+
+static void put_u64(ProtoBuf *b, uint64_t v)
+{
+        for (int i = 0; i < 8; i++) {
+                uint8_t byte = (uint8_t)(v >> (8 * i));
+                w_raw(b, &byte, 1);
+        }
+}
+
+/* A member page, the reader's epoch/start/head/frame/slots, a control page, the broker's mode and
+ * one selector per seat (fuzz-ring.c says what they mean). */
+static void ring_input(const char *name, const RingMember *page, uint64_t head, const RingCtl *ctl, RingMode mode,
+                       const uint8_t *seats, size_t n_seats)
+{
+        ProtoBuf b = { 0 };
+        uint8_t m = (uint8_t)mode;
+
+        w_raw(&b, page, sizeof(*page));
+        put_u64(&b, page->epoch);
+        put_u64(&b, ctl->member[0].start);
+        put_u64(&b, head);
+        put_u64(&b, head + 1);
+        put_u64(&b, ctl->n_slots - 1);
+        w_raw(&b, ctl, sizeof(*ctl));
+        w_raw(&b, &m, 1);
+        w_raw(&b, seats, n_seats);
+        write_file("ring", name, b.data, b.len);
+        proto_buf_free(&b);
+}
+
+static void gen_rings(void)
+{
+        static RingCtl ctl;
+        /* Seat 0: the control page's membership, its page mapped; 1: the same without its page; 2: the
+         * member page's epoch; 3: a membership the control page let go; 4: eight bytes of epoch; 5:
+         * seated with a start beyond head; 6: free. */
+        static const uint8_t seats[] = { 1, 5, 2, 1, 3, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 1, 0 };
+        RingMember page = { .epoch = 3, .released = 90, .wake = 7 };
+
+        ctl = (RingCtl){ .magic = RING_MAGIC, .version = RING_LAYOUT_VERSION, .n_slots = 9, .n_members = 7,
+                         .mode = RING_BACKPRESSURE, .slot_size = 16384, .head = 100, .head_slot = 3 };
+        for (int i = 0; i < 7; i++)
+                ctl.member[i] = (RingMemberSlot){ .epoch = 3 + (uint64_t)i, .start = 10, .state = RING_MEMBER_ACTIVE };
+        ctl.member[3].state = RING_MEMBER_FREE;
+        ctl.member[5].start = 1000; /* a broken producer's: positions stay at most head */
+        ring_input("read-backpressure", &page, 100, &ctl, RING_BACKPRESSURE, seats, sizeof(seats));
+        ring_input("read-stream", &page, 100, &ctl, RING_STREAM, seats, sizeof(seats));
+        page = (RingMember){ .epoch = 3, .released = UINT64_MAX, .held = 1ull << 62, .sleeping = 1 };
+        ring_input("read-scribbled", &page, 100, &ctl, RING_BACKPRESSURE, seats, sizeof(seats));
+        ctl.mode = RING_LATEST;
+        ring_input("read-latest-scribbled", &page, 100, &ctl, RING_LATEST, seats, sizeof(seats));
+        page = (RingMember){ .epoch = 3, .held = 97 };
+        ring_input("read-latest", &page, 100, &ctl, RING_LATEST, seats, sizeof(seats));
+        ctl.magic ^= 1;
+        ring_input("read-bad-ctl", &page, 100, &ctl, RING_LATEST, seats, sizeof(seats));
+}
 
 static void policy(const char *name, const char *text)
 {
@@ -482,5 +639,6 @@ int main(int argc, char **argv)
         gen_frames();
         gen_registry();
         gen_policies();
+        gen_rings();
         return 0;
 }

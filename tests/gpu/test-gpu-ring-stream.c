@@ -18,9 +18,11 @@
  * the plumbing and the order are checked everywhere. */
 #include <inttypes.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "gpu.h"
 
@@ -31,12 +33,22 @@
 #define RING      "rs/frames"
 #define START_MS  30000
 
+/* Shared with the case process (an anonymous shared mapping): how far each member got, and when to
+ * stop. */
+typedef struct Progress {
+        _Atomic uint64_t taken[2];
+        _Atomic bool stop;
+} Progress;
+
 typedef struct StreamArg {
         const HBroker *broker;
         uint64_t frames;   /* the producer publishes this many, or (0) until told 'x' */
         unsigned lease_ms; /* 0: the library's default */
         unsigned members;
         uint64_t takes;    /* a member takes this many (0: one, never released: a staller) */
+        bool reconnect;    /* through a broker restart */
+        Progress *progress; /* a member takes frames until progress->stop (takes is ignored) */
+        int idx;            /* ... counting them in progress->taken[idx] */
 } StreamArg;
 
 static uint32_t value_of(uint64_t frame)
@@ -72,6 +84,20 @@ static void stream_free(GcuStream s)
         gpu_pop();
 }
 
+static gpuipc_t *connect_to(const StreamArg *a, const char *label)
+{
+        gpuipc_options_t o = { .struct_size = sizeof(o), .socket_path = a->broker->sock, .label = label,
+                               .reconnect = a->reconnect };
+        gpuipc_t *c = NULL;
+        int r;
+
+        if (!a->reconnect)
+                return gpu_connect(a->broker, label);
+        r = gpuipc_connect(&c, &o);
+        CHECKF(r == 0, "connect: %s [%s]", gpuipc_strerror(r), gpuipc_errmsg(NULL));
+        return c;
+}
+
 /* GPU work that takes a while, so that the other side gets ahead of this stream. */
 static void slow_work(GcuDevicePtr scratch, GcuStream s)
 {
@@ -95,7 +121,7 @@ static int producer(HChan *ch, void *arg)
         gpuipc_t *c;
 
         gpu_init();
-        c = gpu_connect(a->broker, "producer");
+        c = connect_to(a, "producer");
         scratch = gpu_alloc(0, SCRATCH);
         s = stream_new();
         CHECK_OK(c, gpuipc_ring_create(c, RING, &o, &r));
@@ -154,6 +180,7 @@ static void check_frame(const uint32_t *host, uint64_t n)
 static int member(HChan *ch, void *arg)
 {
         const StreamArg *a = arg;
+        bool staller = !a->takes && !a->progress;
         uint64_t first = 0, n = 0, got = 0;
         GcuDevicePtr scratch;
         uint32_t *host = NULL;
@@ -162,7 +189,7 @@ static int member(HChan *ch, void *arg)
         gpuipc_t *c;
 
         gpu_init();
-        c = gpu_connect(a->broker, "member");
+        c = connect_to(a, "member");
         scratch = gpu_alloc(0, SCRATCH);
         s = stream_new();
         gpu_push(0);
@@ -170,7 +197,7 @@ static int member(HChan *ch, void *arg)
         gpu_pop();
         CHECK_OK(c, gpuipc_ring_join(c, RING, START_MS, &r));
         h_report(ch, 'j', "joined");
-        for (uint64_t i = 0; i < (a->takes ? a->takes : 1); i++) {
+        for (uint64_t i = 0; a->progress ? !atomic_load(&a->progress->stop) : i < (staller ? 1 : a->takes); i++) {
                 gpuipc_buffer_t *slot;
 
                 CHECK_OK(c, gpuipc_ring_stream_take(r, s, H_SOON_MS, &slot, &got));
@@ -181,7 +208,7 @@ static int member(HChan *ch, void *arg)
                 slow_work(scratch, s);
                 CHECK_CU(CU(cuMemcpyDtoHAsync, host, gpu_ptr(slot), SLOT, s));
                 gpu_pop();
-                if (!a->takes)
+                if (staller)
                         break;
                 CHECK_OK(c, gpuipc_ring_stream_release(r, s));
                 gpu_push(0);
@@ -189,8 +216,10 @@ static int member(HChan *ch, void *arg)
                 gpu_pop();
                 check_frame(host, got);
                 n++;
+                if (a->progress)
+                        atomic_store(&a->progress->taken[a->idx], n);
         }
-        if (a->takes) {
+        if (!staller) {
                 h_report(ch, 'd', "%" PRIu64 " %" PRIu64, first, n);
                 h_await(ch, 'x', 60000);
         } else {
@@ -203,7 +232,9 @@ static int member(HChan *ch, void *arg)
                 check_frame(host, got);
                 h_report(ch, 'h', "%" PRIu64, got);
                 h_await(ch, 'x', 60000);
-                CHECK_ERR(c, gpuipc_ring_stream_release(r, s), 0); /* late, but ours to give back */
+                /* Late: the producer went on without us, and the frame may have changed meanwhile. */
+                CHECK_ERR(c, gpuipc_ring_stream_release(r, s), GPUIPC_E_REVOKED);
+                CHECK(strstr(gpuipc_errmsg(c), "overwritten"));
                 e = gpuipc_ring_stream_take(r, s, 2000, &slot, &got);
                 h_report(ch, 'r', "%d %.200s", e, gpuipc_errmsg(c));
         }
@@ -243,6 +274,30 @@ static void finish(HChild *p)
         h_child_free(p);
 }
 
+/* What operators see of the ring once both members released `released` frames and stopped: both
+ * seated at that position (the host's view: the releases they queued), the producer's host at most
+ * twice the ring's two slots ahead (it queues frames its stream has not reached: its stream waits
+ * on the members' "done"), each member's lag what separates them. */
+static void expect_positions(const HBroker *br, uint64_t released)
+{
+        gpuipc_ring_member_info_t seats[2];
+        gpuipc_t *obs = h_connect(br, "observer");
+        gpuipc_ring_info_t g;
+        int n = gpuipc_stat_ring(obs, RING, seats, 2, &g);
+
+        CHECK_OK(obs, n);
+        CHECK(n == 2 && g.mode == GPUIPC_RING_STREAM && g.kind == GPUIPC_KIND_CUDA_VMM && g.head_known);
+        CHECKF(g.head >= released && g.head <= released + 2 * 2, "head %" PRIu64 " after %" PRIu64 " frames released",
+               g.head, released);
+        for (int i = 0; i < n; i++) {
+                CHECK(seats[i].state == GPUIPC_SEAT_SEATED && seats[i].position_known);
+                CHECK_EQ(seats[i].position, released);
+                CHECK_EQ(seats[i].lag, g.head - released);
+        }
+        CHECK(g.lag_known && g.lag == g.head - released);
+        gpuipc_close(obs);
+}
+
 /* Two members (one in a PID namespace of its own where possible) take 150 consecutive frames each
  * from frame 1, every one intact. */
 static void test_stream_ring_orders_frames(void)
@@ -265,6 +320,7 @@ static void test_stream_ring_orders_frames(void)
                 CHECK_EQ(first, 1);
                 CHECK_EQ(n, ma.takes);
         }
+        expect_positions(br, ma.takes);
         for (int i = 0; i < 2; i++)
                 finish(k[i]);
         finish(p);
@@ -279,7 +335,8 @@ static void test_stream_ring_orders_frames(void)
 static void test_stream_ring_evicts_a_staller(void)
 {
         HBroker *br = begin();
-        StreamArg pa = { .broker = br, .frames = 0, .members = 2, .lease_ms = 300 };
+        /* A lease long enough that a loaded machine does not evict the healthy member too. */
+        StreamArg pa = { .broker = br, .frames = 0, .members = 2, .lease_ms = 1500 };
         StreamArg ma = { .broker = br, .members = 2, .takes = 60 };
         StreamArg sa = { .broker = br, .members = 2, .takes = 0 };
         uint64_t first = 0, n = 0;
@@ -304,7 +361,7 @@ static void test_stream_ring_evicts_a_staller(void)
         h_child_free(stall);
         finish(good);
         finish(p);
-        printf("# a member that never released was evicted after the 300 ms lease; the other took %" PRIu64
+        printf("# a member that never released was evicted after the 1.5 s lease; the other took %" PRIu64
                " frames\n", n);
         h_broker_settle(br);
         h_broker_stop(br);
@@ -460,6 +517,62 @@ static void test_stream_ring_misuse(void)
         h_broker_stop(br);
 }
 
+/* The broker is killed and started again while frames flow: they never needed it. The producer
+ * declares the ring again (its counters too), the members take their seats back, and every frame
+ * of both members is intact and in order. */
+static void test_stream_ring_broker_restart(void)
+{
+        static const char *const flags[] = { "--restart-grace-ms", "5000", NULL };
+        Progress *pr = mmap(NULL, sizeof(*pr), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        HBroker *br = h_broker_start(flags);
+        StreamArg pa = { .broker = br, .frames = 0, .members = 2, .reconnect = true }, ma[2];
+        uint64_t first = 0, n = 0, before[2];
+        char text[64];
+        HChild *p, *k[2];
+        gpuipc_t *obs;
+
+        CHECK(pr != MAP_FAILED);
+        if (!gpu_machine.vmm[0] || !gpu_machine.mem_ops_64[0])
+                h_skip("a stream ring needs cuda-vmm export and 64-bit stream memory operations on GPU 0");
+        p = h_spawn("producer", producer, &pa);
+        h_child_expect(p, 'p', START_MS, NULL, 0);
+        for (int i = 0; i < 2; i++) {
+                ma[i] = (StreamArg){ .broker = br, .members = 2, .reconnect = true, .progress = pr, .idx = i };
+                k[i] = spawn_member(i ? "member-1" : "member-0", &ma[i], false);
+        }
+        h_child_tell(p, 'g');
+        WAIT_UNTIL(atomic_load(&pr->taken[0]) >= 20 && atomic_load(&pr->taken[1]) >= 20, H_SOON_MS);
+        h_broker_kill9(br);
+        h_sleep_ms(300);
+        h_broker_restart(br);
+        obs = h_connect(br, "observer");
+        WAIT_UNTIL(h_stats(obs, "rings") == 1 && h_stats(obs, "ring_members") == 2, H_SOON_MS);
+        for (int i = 0; i < 2; i++)
+                before[i] = atomic_load(&pr->taken[i]);
+        /* Past the grace: the seats are the members' for good. */
+        WAIT_UNTIL(atomic_load(&pr->taken[0]) >= before[0] + 50 && atomic_load(&pr->taken[1]) >= before[1] + 50,
+                   H_SOON_MS);
+        h_sleep_ms(5000);
+        CHECK_EQ(h_stats(obs, "ring_members"), 2);
+        atomic_store(&pr->stop, true);
+        for (int i = 0; i < 2; i++) {
+                h_child_expect(k[i], 'd', 60000, text, sizeof(text));
+                CHECK(sscanf(text, "%" SCNu64 " %" SCNu64, &first, &n) == 2);
+                CHECK_EQ(first, 1);
+                CHECK_EQ(n, atomic_load(&pr->taken[i]));
+        }
+        for (int i = 0; i < 2; i++)
+                finish(k[i]);
+        finish(p);
+        printf("# broker killed and restarted while a stream ring ran: the ring and both seats came back and "
+               "stayed past the grace; the members took %" PRIu64 " and %" PRIu64 " consecutive frames from 1, "
+               "all intact\n", atomic_load(&pr->taken[0]), atomic_load(&pr->taken[1]));
+        gpuipc_close(obs);
+        munmap(pr, sizeof(*pr));
+        h_broker_settle(br);
+        h_broker_stop(br);
+}
+
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
@@ -468,6 +581,7 @@ int main(int argc, char **argv)
                 H_TEST(test_stream_ring_member_death),
                 H_TEST(test_stream_ring_producer_death),
                 H_TEST(test_stream_ring_misuse),
+                H_TEST(test_stream_ring_broker_restart),
         };
 
         return gpu_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]), 1);

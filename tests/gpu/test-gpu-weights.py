@@ -18,7 +18,8 @@ per check. Exit status: 0 all passed, 1 a check failed, 77 no GPU (or no torch /
 4. Side by side with torch's own per-tensor CUDA IPC (reduce_tensor / rebuild_cuda_tensor, one PID
    namespace, which is all it supports): the time to make the whole model usable in a consumer,
    cold (first share) and warm (a new version into memory the consumer has mapped already).
-   Targets: cold at least 10x faster than torch, warm under 5 ms.
+   Targets (printed MET or MISSED; a timing never fails the test): cold at least 10x faster than
+   torch, warm under 5 ms.
 
 Every wait has a timeout; a role that hangs or dies fails its check and the rest still run.
 """
@@ -372,6 +373,11 @@ class Report:
         self.results.append((name, bool(ok)))
         print(f'{"PASS" if ok else "FAIL"}  {name}{": " + detail if detail else ""}', flush=True)
 
+    def target(self, name, met, detail=''):
+        """A performance target: printed MET or MISSED, never a failure (timings are measurements,
+        not correctness; docs/performance.md records them)."""
+        print(f'{"MET " if met else "MISSED"}  {name}{": " + detail if detail else ""}', flush=True)
+
     def error(self, name, exc):
         self.results.append((name, False))
         print(f'FAIL  {name}: {exc}', flush=True)
@@ -475,9 +481,9 @@ def phase_bench(report, tmp):
     for label, a, b in lines:
         print(f'{label:26}{a:12.2f}{b:12.2f}{a / b if b else float("inf"):13.1f}x')
     print(f'gpuipc second version (maps the second buffer): e2e {g[1]["e2e"] * 1000:.2f} ms')
-    report.check('cold: gpuipc at least 10x faster than torch per-tensor IPC (e2e)', lines[0][1] >= 10 * lines[0][2],
+    report.target('cold: gpuipc at least 10x faster than torch per-tensor IPC (e2e)', lines[0][1] >= 10 * lines[0][2],
                  f'{lines[0][1]:.2f} ms vs {lines[0][2]:.2f} ms ({lines[0][1] / lines[0][2]:.1f}x)')
-    report.check('warm: gpuipc under 5 ms (e2e)', lines[2][2] < 5.0, f'{lines[2][2]:.2f} ms')
+    report.target('warm: gpuipc under 5 ms (e2e)', lines[2][2] < 5.0, f'{lines[2][2]:.2f} ms')
 
 
 def main():

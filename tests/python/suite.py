@@ -9,18 +9,26 @@ Cases: NumPy arrays through DLPack (every dtype, read-only views, a strided slic
 every msgpack type round-tripped exactly (also bytes a C producer writes), a state dict of 500
 arrays and its versions with double buffering (memory and fds flat across 1000 updates), a dropped
 Attached releasing its reference (only once its last view is gone), Client.close() releasing
-everything, events, groups, the DLPack capsules themselves, and each exception class raised where
-it belongs. Peers are separate processes (`suite.py role NAME ...`), talking over pipes.
-$GPUIPC_TEST_FAKECUDA names the stand-in libcuda (tests/bench/fakecuda.c) for the CUDA cases.
+everything, events, groups, the DLPack capsules themselves, each exception class raised where it
+belongs, the inspection calls (checked against `gpuipcctl --json`), the library's release checked
+at load, and rings: a producer and two members in processes of their own in backpressure and
+latest mode (every frame checked through NumPy when taken and again before release), a member
+killed while it holds a frame, one evicted (its release raises Overwritten), iteration, asyncio
+through fileno(), and the ring's errors. Peers are separate processes (`suite.py role NAME ...`),
+talking over pipes. $GPUIPC_TEST_FAKECUDA names the stand-in libcuda (tests/bench/fakecuda.c) for
+the CUDA cases; $GPUIPC_CTL the gpuipcctl to compare listings with.
 """
 import asyncio
+import ctypes
 import gc
 import json
 import os
+import shutil
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -47,6 +55,11 @@ META = {
     'map': {f'k{i}': i * 1.25 for i in range(20)},
     'nested': {'a': {'b': {'c': [1, 2.5, None, 'x', b'y', {'d': -7, 5: 'int key'}]}}},
 }
+
+# ring frames: uint32 words, frame n = RING_BASE + n (every word depends on n)
+RING_SHAPE = (64, 256)
+RING_BASE = (np.arange(RING_SHAPE[0] * RING_SHAPE[1], dtype=np.uint64) * 2654435761 % 2 ** 32).astype(
+    np.uint32).reshape(RING_SHAPE)
 
 DTYPES = ['float32', 'float64', 'float16', 'int8', 'uint8', 'int16', 'uint16', 'int32', 'uint32', 'int64', 'uint64',
           'bool', 'complex64']
@@ -133,6 +146,7 @@ class Peer:
             self.p.kill()
             self.p.wait()
             raise AssertionError(f'{self.role}: did not finish in {TIMEOUT_S} s') from None
+        self._close_pipes()
         if rc != 0:
             raise AssertionError(f'{self.role}: exited with {rc}')
 
@@ -140,6 +154,14 @@ class Peer:
         if self.p.poll() is None:
             self.p.kill()
         self.p.wait()
+        self._close_pipes()
+
+    def _close_pipes(self):
+        for pipe in (self.p.stdin, self.p.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass  # a peer that died mid-write: nothing to flush to
 
 
 def _readline(stream, timeout):
@@ -306,7 +328,244 @@ def role_fake_cuda_consumer(name, expect):
         a.release()
 
 
+def ring_frame(n):
+    return RING_BASE + np.uint32(n)
+
+
+def role_ring_producer(name, mode, frames, slots, members, lease_ms):
+    """Creates the ring, waits for 'go' (the members joined), publishes frames 1..frames, each filled
+    whole, then closes the ring on 'close'."""
+    frames = int(frames)
+    with client('py-ring-producer') as c:
+        ring = c.ring(name, shape=RING_SHAPE, dtype='uint32', slots=int(slots), mode=mode,
+                      max_members=int(members), lease_ms=int(lease_ms), meta={'run': RUN})
+        say('created')
+        hear('go')
+        c.process()  # seats the members that joined: every frame from now on is theirs
+        t0, numbers = time.monotonic(), []
+        for n in range(1, frames + 1):
+            with ring.acquire(TIMEOUT_S * 1000) as frame:
+                frame.numpy()[...] = ring_frame(n)
+            numbers.append(frame.number)
+        elapsed = time.monotonic() - t0
+        assert numbers == list(range(1, frames + 1)), f'publish numbered {numbers[:5]}...'
+        say(f'published {elapsed:.3f}')
+        hear('close')
+        ring.close()
+        say('closed')
+
+
+def role_ring_member(name, mode, style, frames, delay_ms):
+    """Joins, takes frames (style 'iterate': for frame in ring; 'take': with ring.take(); 'async':
+    async for, with a ticker that must keep running), checks each through NumPy when taken and again
+    before it is released, says 'done' once it has frame `frames` (backpressure: all of them), and
+    'ended' when the producer closed the ring."""
+    frames, delay = int(frames), float(delay_ms) / 1000
+    with client(f'py-ring-{style}') as c:
+        ring = c.join_ring(name, TIMEOUT_S * 1000)
+        assert (ring.shape, ring.dtype, ring.meta, ring.mode) == (RING_SHAPE, 'uint32', {'run': RUN}, mode), ring
+        say('joined')
+        seen, bad, done = [], [], []
+
+        def check(frame):
+            # NumPy's own DLPack import, or gpuipc's (which maps writable frames writable)
+            a = frame.numpy() if style == 'take' else np.from_dlpack(frame)
+            if a.flags.writeable or not frame.readonly or not np.array_equal(a, ring_frame(frame.number)):
+                bad.append(f'{frame.number} when taken')
+            if delay:
+                time.sleep(delay)
+            if not np.array_equal(a, ring_frame(frame.number)):
+                bad.append(f'{frame.number} changed while held')
+            seen.append(frame.number)
+            if frame.number == frames and not done:
+                done.append(1)
+                say('done ' + json.dumps({'seen': len(seen), 'first': seen[0], 'last': seen[-1], 'bad': bad,
+                                          'in_order': seen == sorted(set(seen)),
+                                          'consecutive': seen == list(range(seen[0], seen[-1] + 1))}))
+
+        ticks = {'before_first': None, 'all': 0}
+        if style == 'iterate':
+            for frame in ring:
+                check(frame)
+        elif style == 'take':
+            while True:
+                try:
+                    with ring.take(TIMEOUT_S * 1000) as frame:
+                        check(frame)
+                except gpuipc.RingClosed:
+                    break
+        else:
+            async def run():
+                async def ticker():
+                    while True:
+                        await asyncio.sleep(0.005)
+                        ticks['all'] += 1
+                tick = asyncio.create_task(ticker())
+                async for frame in ring:
+                    if ticks['before_first'] is None:
+                        ticks['before_first'] = ticks['all']
+                    check(frame)
+                tick.cancel()
+            asyncio.run(run())
+        ring.close()
+        say('ended ' + json.dumps({'seen': len(seen), 'ticks_before_first': ticks['before_first']}))
+
+
+def role_ring_holder(name, then):
+    """Takes frame 1 and holds it: 'kill' waits to be killed; 'stall' waits for 'check', then releases
+    (which must raise Overwritten: it was evicted meanwhile) and takes again (Revoked, not RingClosed)."""
+    with client('py-ring-holder') as c:
+        ring = c.join_ring(name, TIMEOUT_S * 1000)
+        say('joined')
+        frame = ring.take(TIMEOUT_S * 1000)
+        a = np.from_dlpack(frame)
+        intact = frame.number == 1 and np.array_equal(a, ring_frame(1))
+        say(f'holding {intact}')
+        if then == 'kill':
+            time.sleep(TIMEOUT_S)
+            return
+        hear('check')
+        rewritten = not np.array_equal(a, ring_frame(1))
+        del a
+        try:
+            frame.release()
+            released = 'no exception'
+        except gpuipc.Error as e:
+            released = f'{type(e).__name__} {e.name} {isinstance(e, gpuipc.Revoked)}'
+        try:
+            ring.take(2000)
+            again = 'no exception'
+        except gpuipc.Error as e:
+            again = type(e).__name__
+        say('result ' + json.dumps({'rewritten': rewritten, 'release': released, 'take': again}))
+        ring.close()
+
+
+def role_ring_doomed_producer(name):
+    with client('py-ring-doomed') as c:
+        ring = c.ring(name, slot_size=64, slots=2, max_members=1)
+        say('created')
+        hear('go')
+        c.process()
+        ring.put(np.arange(64, dtype=np.uint8))
+        say('published')
+        time.sleep(TIMEOUT_S)
+
+
+STREAM_WORDS = 1024  # a stream ring's frame: uint32[1024], frame n = n * 65536 + index
+
+
+def stream_frame(n):
+    return (np.arange(STREAM_WORDS, dtype=np.uint32) + np.uint32(n * 65536))
+
+
+class FakeStreams:
+    """Streams and asynchronous copies of the stand-in libcuda (a worker thread per stream), the same
+    library libgpuipc loaded through $GPUIPC_LIBCUDA."""
+
+    def __init__(self):
+        self.cu = ctypes.CDLL(FAKECUDA)
+        self.cu.cuMemcpyHtoDAsync_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        self.cu.cuMemcpyDtoHAsync_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+        self.cu.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
+
+    def new(self):
+        s = ctypes.c_void_p()
+        assert self.cu.cuStreamCreate(ctypes.byref(s), 0) == 0
+        return s.value
+
+    def to_device(self, ptr, array, stream):
+        assert self.cu.cuMemcpyHtoDAsync_v2(ptr, array.ctypes.data, array.nbytes, stream) == 0
+
+    def to_host(self, array, ptr, stream):
+        assert self.cu.cuMemcpyDtoHAsync_v2(array.ctypes.data, ptr, array.nbytes, stream) == 0
+
+    def sync(self, stream):
+        assert self.cu.cuStreamSynchronize(stream) == 0
+
+
+def role_stream_producer(name, frames):
+    """A stream ring: each frame written by an asynchronous copy in the producer's stream, published in
+    that stream; the host never waits for a member."""
+    frames = int(frames)
+    fake = FakeStreams()
+    with gpuipc.Client(label='py-stream-producer') as c:
+        ring = c.ring(name, shape=(STREAM_WORDS,), dtype='uint32', mode='stream', slots=3, max_members=2,
+                      lease_ms=30000)
+        assert ring.kind == 'cuda-vmm', ring.kind
+        say('created')
+        hear('go')
+        c.process()
+        stream = fake.new()
+        try:
+            ring.put(stream_frame(0), stream=stream)
+            raise AssertionError('put() of a NumPy array into a stream ring was accepted')
+        except TypeError:
+            pass  # a host copy would not wait in the stream
+        sources = [stream_frame(n) for n in range(1, frames + 1)]  # alive until the stream copied them
+        numbers = []
+        for n in range(1, frames + 1):
+            frame = ring.acquire(stream=stream)
+            fake.to_device(frame.memory.ptr, sources[n - 1], stream)
+            numbers.append(ring.publish())  # in the stream it was acquired in
+        fake.sync(stream)
+        assert numbers == list(range(1, frames + 1)), numbers[:5]
+        say('published')
+        hear('close')
+        ring.close()
+        say('closed')
+
+
+def role_stream_member(name, frames, hold_every):
+    """Takes every frame in its own stream, copies it out when taken and again after the host paused
+    (the frame is still held in stream order: the producer's stream must wait), releases it in the
+    stream; checks every copy once at the end."""
+    frames, hold_every = int(frames), int(hold_every)
+    fake = FakeStreams()
+    with gpuipc.Client(label='py-stream-member') as c:
+        ring = c.join_ring(name, TIMEOUT_S * 1000)
+        assert (ring.mode, ring.shape, ring.dtype) == ('stream', (STREAM_WORDS,), 'uint32'), ring
+        say('joined')
+        stream = fake.new()
+        at_take = np.zeros((frames, STREAM_WORDS), np.uint32)
+        after_hold = np.zeros_like(at_take)
+        numbers, notes = [], []
+        for i in range(frames):
+            frame = ring.take(TIMEOUT_S * 1000, stream=stream)
+            numbers.append(frame.number)
+            if i == 0:
+                notes.append(f'device {frame.__dlpack_device__()}')
+                frame.__dlpack__(stream=stream)  # the frame's own stream: nothing to order
+                try:
+                    frame.__dlpack__(stream=fake.new())
+                    notes.append('another stream accepted without torch or CuPy')
+                except BufferError:
+                    pass
+            fake.to_host(at_take[i], frame.memory.ptr, stream)
+            if hold_every and i % hold_every == 0:
+                time.sleep(0.002)
+            fake.to_host(after_hold[i], frame.memory.ptr, stream)
+            frame.release()
+        fake.sync(stream)
+        bad = [n for n, a, b in zip(numbers, at_take, after_hold)
+               if not (np.array_equal(a, stream_frame(n)) and np.array_equal(b, stream_frame(n)))]
+        say('result ' + json.dumps({'in_order': numbers == list(range(1, frames + 1)), 'bad': bad[:10],
+                                    'notes': notes}))
+        hear('exit')
+        ring.close()
+
+
+def role_gpus_peer():
+    with gpuipc.Client(label='py-gpus-peer', probe_gpus=True) as c:
+        info = c.connection_info()
+        say('peer ' + json.dumps({'peer': info.peer, 'gpus': list(info.gpus)}))
+        hear('exit')
+
+
 ROLES = {
+    'ring-producer': role_ring_producer, 'ring-member': role_ring_member, 'ring-holder': role_ring_holder,
+    'ring-doomed-producer': role_ring_doomed_producer, 'gpus-peer': role_gpus_peer,
+    'stream-producer': role_stream_producer, 'stream-member': role_stream_member,
     'arrays-producer': role_arrays_producer, 'c-meta-producer': role_c_meta_producer,
     'sd-producer': role_state_dict_producer, 'holder': role_holder, 'revoked-producer': role_revoked_producer,
     'name-holder': role_name_holder, 'no-cuda': role_no_cuda, 'fake-cuda-producer': role_fake_cuda_producer,
@@ -674,8 +933,458 @@ def fake_cuda_exceptions(skipped):
     return done
 
 
+def ring_members_done(members):
+    """Each member's 'done' report, then its 'ended' report once the producer closed the ring."""
+    return [json.loads(m.expect('done')) for m in members]
+
+
+def run_ring(mode, frames, slots, member_specs, lease_ms=20000):
+    """A producer and members (style, delay_ms) in processes of their own: returns (the producer's
+    publish time, each member's 'done' report, each member's 'ended' report)."""
+    name = f'py/{RUN}/ring/{mode}'
+    producer = Peer('ring-producer', name, mode, frames, slots, len(member_specs), lease_ms)
+    members = []
+    try:
+        producer.expect('created')
+        members = [Peer('ring-member', name, mode, style, frames, delay) for style, delay in member_specs]
+        for m in members:
+            m.expect('joined')
+        time.sleep(0.2)  # members wait for frames meanwhile (the async one must keep its loop running)
+        producer.say('go')
+        done = ring_members_done(members)
+        elapsed = float(producer.expect('published'))
+        producer.say('close')
+        producer.expect('closed')
+        ended = [json.loads(m.expect('ended')) for m in members]
+        for peer in [producer] + members:
+            peer.finish()
+        return elapsed, done, ended
+    finally:
+        for peer in [producer] + members:
+            peer.kill()
+
+
+def case_ring_backpressure():
+    """Backpressure: two members (iterating; async for through fileno()) each get every frame, in
+    order, intact when taken and unchanged until released; the ring's close ends both loops."""
+    frames = 600
+    elapsed, done, ended = run_ring('backpressure', frames, 4, [('iterate', 0), ('async', 0)])
+    for style, d, e in zip(('iterate', 'async'), done, ended):
+        assert d['bad'] == [], f'{style}: frames wrong: {d["bad"][:5]}'
+        assert d['seen'] == frames and d['first'] == 1 and d['consecutive'], f'{style}: {d}'
+        assert e['seen'] == frames, f'{style}: took {e["seen"]} frames in all, not {frames}'
+    assert ended[1]['ticks_before_first'] >= 5, f'the asyncio loop was blocked while waiting: {ended[1]}'
+    return (f'{frames} frames of {RING_BASE.nbytes // 1024} KiB to 2 members ({frames / elapsed:.0f} frames/s), '
+            f'every frame checked twice; asyncio loop ticked {ended[1]["ticks_before_first"]} times while waiting')
+
+
+def case_ring_latest():
+    """Latest: the producer never waits; a slow member skips frames, a fast one may; both see only
+    newer frames, intact, and the last one."""
+    frames = 300
+    elapsed, done, ended = run_ring('latest', frames, 4, [('take', 3), ('iterate', 0)])
+    for style, d in zip(('take (slow)', 'iterate'), done):
+        assert d['bad'] == [], f'{style}: frames wrong: {d["bad"][:5]}'
+        assert d['in_order'] and d['last'] == frames, f'{style}: {d}'
+    slow = done[0]
+    assert slow['seen'] < frames, f'the slow member skipped nothing: {slow}'
+    return (f'{frames} frames published in {elapsed * 1000:.0f} ms; the slow member took {slow["seen"]}, the fast '
+            f'one {done[1]["seen"]}, each in order, intact, the last included')
+
+
+def case_ring_member_killed():
+    """A member killed while it holds a frame frees its seat at once (well within the lease): the
+    producer goes on and the other member still gets every frame."""
+    name, frames, lease_ms = f'py/{RUN}/ring/killed', 20, 10000
+    producer = Peer('ring-producer', name, 'backpressure', frames, 2, 2, lease_ms)
+    peers = [producer]
+    try:
+        producer.expect('created')
+        holder = Peer('ring-holder', name, 'kill')
+        member = Peer('ring-member', name, 'backpressure', 'iterate', frames, 0)
+        peers += [holder, member]
+        holder.expect('joined')
+        member.expect('joined')
+        producer.say('go')
+        assert holder.expect('holding') == 'True', 'the holder got a wrong frame 1'
+        t0 = time.monotonic()
+        holder.p.send_signal(signal.SIGKILL)
+        holder.p.wait()
+        producer.expect('published')
+        freed_s = time.monotonic() - t0
+        d = json.loads(member.expect('done'))
+        assert d['bad'] == [] and d['seen'] == frames and d['consecutive'], d
+        assert freed_s < lease_ms / 2000, f'the producer waited {freed_s:.1f} s: the seat was not freed at the death'
+        producer.say('close')
+        producer.expect('closed')
+        member.expect('ended')
+        producer.finish()
+        member.finish()
+    finally:
+        for peer in peers:
+            peer.kill()
+    return f'the producer went on {freed_s * 1000:.0f} ms after the kill (lease {lease_ms} ms); {frames} frames intact'
+
+
+def case_ring_evicted():
+    """A member that holds a backpressure ring up past the lease is evicted: its frame is rewritten,
+    and its release says so (Overwritten, a Revoked), its next take too (Revoked)."""
+    name, lease_ms = f'py/{RUN}/ring/evicted', 300
+    producer = Peer('ring-producer', name, 'backpressure', 4, 2, 1, lease_ms)
+    peers = [producer]
+    try:
+        producer.expect('created')
+        holder = Peer('ring-holder', name, 'stall')
+        peers.append(holder)
+        holder.expect('joined')
+        producer.say('go')
+        assert holder.expect('holding') == 'True'
+        waited = float(producer.expect('published'))
+        holder.say('check')
+        result = json.loads(holder.expect('result'))
+        assert result == {'rewritten': True, 'release': 'Overwritten revoked True', 'take': 'Revoked'}, result
+        assert waited >= lease_ms / 1000 * 0.9, f'the producer did not wait for the lease: {waited:.3f} s'
+        producer.say('close')
+        producer.expect('closed')
+        holder.finish()
+        producer.finish()
+    finally:
+        for peer in peers:
+            peer.kill()
+    return f'evicted after the {lease_ms} ms lease (the producer waited {waited * 1000:.0f} ms); Overwritten, then Revoked'
+
+
+def case_ring_errors():
+    """The ring's errors, each as its class: no such ring, a taken name, no free seat, a bad geometry,
+    a frame held twice, a side's call on the other side, a stream on a host ring, a frame used after
+    release, the producer killed."""
+    done = []
+    base = f'py/{RUN}/ring/err'
+    with client('py-ring-err-a') as a, client('py-ring-err-b') as b, client('py-ring-err-c') as c3:
+        e = expect_raise(gpuipc.NotFound, lambda: b.join_ring(base + '/absent', 0), 'join an absent ring')
+        assert e.name == 'not-found', e.name
+        expect_raise(gpuipc.Timeout, lambda: b.join_ring(base + '/absent', 300), 'join an absent ring, waiting')
+        done.append('NotFound/Timeout')
+        ring = a.ring(base + '/x', slot_size=256, slots=2, max_members=1)
+        expect_raise(gpuipc.NameTaken, lambda: b.ring(base + '/x', slot_size=256), 'a second producer')
+        done.append('NameTaken')
+        member = b.join_ring(base + '/x', 2000)
+        expect_raise(gpuipc.Quota, lambda: c3.join_ring(base + '/x', 2000), 'every seat taken')
+        done.append('Quota')
+        expect_raise(gpuipc.InvalidArgument, lambda: a.ring(base + '/y', slot_size=8, slots=2, mode='latest'),
+                     'latest with slots < members + 2')
+        for bad in (dict(), dict(slot_size=0), dict(shape=(4,), slot_size=3), dict(slot_size=8, mode='fast'),
+                    dict(slot_size=8, kind='cuda-legacy'), dict(slot_size=8, slots=0)):
+            try:
+                a.ring(base + '/z', **bad)
+                raise AssertionError(f'ring({bad}) was accepted')
+            except ValueError:
+                pass
+        assert not [x for x in a.buffers(base + '/y') + a.buffers(base + '/z')], 'a refused ring left buffers'
+        done.append('InvalidArgument/ValueError')
+        for fn, what in ((lambda: member.acquire(0), 'acquire on a member'), (lambda: ring.take(0), 'take on a producer'),
+                         (lambda: ring.fileno(), 'fileno on a producer')):
+            try:
+                fn()
+                raise AssertionError(f'{what} was accepted')
+            except TypeError:
+                pass
+        done.append('TypeError')
+        try:
+            ring.acquire(0, stream=0)
+            raise AssertionError('a stream on a host ring was accepted')
+        except ValueError:
+            pass
+        a.process()
+        ring.put(np.full(256, 7, np.uint8))
+        ring.put(np.full(256, 8, np.uint8))
+        frame = member.take(2000)
+        assert frame.number == 1 and frame.read(0, 4) == b'\x07' * 4, frame
+        expect_raise(gpuipc.StateError, lambda: member.take(0), 'take while holding')
+        frame.release()
+        expect_raise(gpuipc.StateError, lambda: np.from_dlpack(frame), 'a frame used after release')
+        frame.release()  # idempotent
+        done.append('StateError')
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            frame = member.take(2000)
+            assert frame.number == 2, frame
+            del frame  # dropped while held: released by the garbage collector
+            gc.collect()
+        assert any(issubclass(w.category, ResourceWarning) for w in caught), 'no ResourceWarning for a dropped frame'
+        ring.put(np.full(256, 9, np.uint8))
+        with member.take(2000) as frame:
+            assert frame.number == 3 and frame.read(0, 1) == b'\x09', frame
+        assert list(member.frames(timeout_ms=100)) == [], 'frames() did not stop after a quiet spell'
+        done.append('a dropped frame released (ResourceWarning)')
+        if not gpuipc._lib.has('gpuipc_ring_stream_acquire'):
+            expect_raise(gpuipc.KindError, lambda: a.ring(base + '/s', slot_size=8, mode='stream'),
+                         'a stream ring without the stream calls')
+            done.append('KindError (no stream rings in this libgpuipc)')
+        member.close()
+        ring.close()
+        assert ring.closed and member.closed
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            dropped = a.ring(base + '/dropped', slot_size=8, slots=2, max_members=1)
+            del dropped
+            gc.collect()
+        assert any(issubclass(w.category, ResourceWarning) for w in caught), 'no ResourceWarning for a dropped ring'
+        again = b.ring(base + '/dropped', slot_size=8, slots=2, max_members=1)  # the name is free again
+        again.close()
+        expect_raise(gpuipc.StateError, lambda: ring.put(b'x'), 'a closed ring')
+        left = [x.name for x in a.buffers(base + '/x') if x.state == 'live']
+        assert not left, f'a closed ring left live buffers: {left}'
+    name = base + '/doomed'
+    producer = Peer('ring-doomed-producer', name)
+    try:
+        producer.expect('created')
+        with client('py-ring-err-d') as d:
+            ring = d.join_ring(name, 2000)
+            assert ring.shape is None and ring.dtype == 'uint8' and ring.slot_size == 64, ring
+            producer.say('go')
+            producer.expect('published')
+            with ring.take(2000) as frame:
+                assert np.array_equal(frame.numpy(), np.arange(64, dtype=np.uint8))
+            producer.p.send_signal(signal.SIGKILL)
+            producer.p.wait()
+            e = expect_raise(gpuipc.Revoked, lambda: ring.take(5000), 'take after the producer died')
+            ring.close()
+    finally:
+        producer.kill()
+    done.append('Revoked')
+    return ', '.join(done)
+
+
+def case_c_ring():
+    """A ring made without gpuipc's metadata (as a C producer makes it) gives frames of bytes; a
+    NAME@meta of someone else's is refused."""
+    name = f'py/{RUN}/ring/c'
+    with client('py-cring-a') as a, client('py-cring-b') as b, client('py-cring-c') as c3:
+        h = ctypes.c_void_p()
+        opts = gpuipc._lib.RingOptions(ctypes.sizeof(gpuipc._lib.RingOptions), 1, 100, 2, 2, 0, 0, 0)
+        with a._locked():
+            a._check(a._lib.gpuipc_ring_create(a._c, name.encode(), ctypes.byref(opts), ctypes.byref(h)), 'create')
+        try:
+            ring = b.join_ring(name, 2000)
+            assert (ring.shape, ring.dtype, ring.mode, ring.slot_size, ring.meta) == (None, 'uint8', None, None, {})
+            a.process()
+            slot = ctypes.c_void_p()
+            with a._locked():
+                a._check(a._lib.gpuipc_ring_acquire(h, 1000, ctypes.byref(slot)), 'acquire')
+                ctypes.memmove(a._lib.gpuipc_buffer_ptr(slot), bytes(range(100)), 100)
+                a._check(a._lib.gpuipc_ring_publish(h, None), 'publish')
+            with ring.take(2000) as frame:
+                assert frame.shape == (100,) and bytes(frame.numpy()) == bytes(range(100)), frame
+            assert ring.slot_size == 100 and ring.kind == 'memfd'
+            ring.close()
+            impostor = c3.alloc(1, 'memfd')
+            c3._publish_raw(impostor, (name + '@meta').encode(),
+                            gpuipc.meta.pack({}, {'dtype': 'float64', 'shape': [1000], 'ring': {'mode': 'latest'}}))
+            e = expect_raise(gpuipc.MetadataError, lambda: b.join_ring(name, 2000), 'a NAME@meta of another peer')
+            assert 'not its producer' in str(e), e
+            c3.free(impostor)
+            # the refused join gave its seat back: both seats are free again
+            rings = [b.join_ring(name, 2000), c3.join_ring(name, 2000)]
+            for r in rings:
+                r.close()
+        finally:
+            with a._locked():
+                a._lib.gpuipc_ring_close(h)
+    return 'frames of the slot\'s bytes without NAME@meta; an impostor NAME@meta refused, the seat given back'
+
+
+def case_stream_ring():
+    """The stream-ordered ring through the stand-in libcuda (streams are worker threads there): a
+    producer and two members (one pausing while it holds frames) in processes of their own, every
+    frame copied out in the member's stream when taken and again before release, and checked."""
+    if not gpuipc._lib.has('gpuipc_ring_stream_acquire'):
+        return f'skipped: libgpuipc {gpuipc.library_version()} has no stream-ordered rings'
+    if not FAKECUDA:
+        return 'skipped: no stand-in libcuda'
+    name, frames = f'py/{RUN}/ring/stream', 200
+    env = {'GPUIPC_LIBCUDA': FAKECUDA, 'FAKECUDA_DEVICES': '1'}
+    producer = Peer('stream-producer', name, frames, env=env)
+    members = []
+    try:
+        producer.expect('created')
+        members = [Peer('stream-member', name, frames, hold, env=env) for hold in (0, 10)]
+        for m in members:
+            m.expect('joined')
+        producer.say('go')
+        results = [json.loads(m.expect('result')) for m in members]
+        producer.expect('published')
+        for i, r in enumerate(results):
+            assert r['in_order'] and not r['bad'], f'member {i}: {r}'
+            assert r['notes'] == ['device (2, 0)'], f'member {i}: {r["notes"]}'
+        for m in members:
+            m.say('exit')
+            m.finish()
+        producer.say('close')
+        producer.expect('closed')
+        producer.finish()
+    finally:
+        for peer in [producer] + members:
+            peer.kill()
+    return f'{frames} frames to 2 members in stream order, each checked when taken and after being held'
+
+
+def start_broker(sock, log):
+    broker = subprocess.Popen([os.environ['GPUIPC_BROKER'], '--socket', sock, '--log-level', 'warn',
+                               '--restart-grace-ms', '2000'], stderr=log)
+    deadline = time.monotonic() + 10
+    while not os.path.exists(sock) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return broker
+
+
+def case_ring_broker_restart():
+    """A ring through a broker restart (SIGKILL, a new broker on the same socket), reconnect on:
+    frames keep flowing, and a member that joins afterwards still reads NAME@meta as the ring's."""
+    if not os.environ.get('GPUIPC_BROKER'):
+        return 'skipped (no GPUIPC_BROKER)'
+    name = f'py/{RUN}/ring/restart'
+    with tempfile.TemporaryDirectory() as tmp:
+        sock, log = os.path.join(tmp, 's.sock'), open(os.path.join(tmp, 'broker.log'), 'w')
+        broker = start_broker(sock, log)
+        try:
+            opts = dict(socket=sock, reconnect=True, probe_gpus=False)
+            with gpuipc.Client(label='py-restart-p', **opts) as p, gpuipc.Client(label='py-restart-m', **opts) as m, \
+                    gpuipc.Client(label='py-restart-late', **opts) as late:
+                ring = p.ring(name, shape=(512,), dtype='int64', slots=4, max_members=2, meta={'v': 1})
+                member = m.join_ring(name, 2000)
+                p.process()
+
+                def flow(first, last, members):
+                    for n in range(first, last + 1):
+                        ring.put(np.arange(512, dtype=np.int64) * n)
+                        for r in members:
+                            with r.take(5000) as frame:
+                                assert frame.number == n and np.array_equal(frame.numpy(), np.arange(512) * n), n
+                flow(1, 10, [member])
+                epoch = p.connection_info().epoch
+                broker.kill()
+                broker.wait()
+                flow(11, 20, [member])  # shared memory alone: the broker is not needed for frames
+                broker = start_broker(sock, log)
+                p.ping(10000)  # reconnects: registers the ring, its parts and NAME@meta again
+                assert p.connection_info().epoch != epoch, 'no new broker instance'
+                flow(21, 30, [member])
+                joined = late.join_ring(name, 5000)  # NAME@meta and the control page: the same owner
+                assert (joined.shape, joined.dtype, joined.meta) == ((512,), 'int64', {'v': 1}), joined
+                p.process()
+                flow(31, 40, [member, joined])
+                joined.close()
+                member.close()
+                ring.close()
+        finally:
+            broker.kill()
+            broker.wait()
+            log.close()
+    return '40 frames, 10 of them while no broker ran; a member joined after the restart read NAME@meta'
+
+
+def ctl_json(*args):
+    out = subprocess.run([os.environ['GPUIPC_CTL'], '--json', *args], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, f'gpuipcctl {" ".join(args)}: {out.stderr}'
+    return json.loads(out.stdout)
+
+
+def case_inspection():
+    """buffers(), stat() with holders, peers(), stats(), retire_id(), connection_info(): the same
+    records gpuipcctl --json prints (it reads them through the same C calls); error names."""
+    if not os.environ.get('GPUIPC_CTL'):
+        return 'skipped (no GPUIPC_CTL)'
+    prefix = f'py/{RUN}/insp/'
+    with client('py-insp-a') as a, client('py-insp-b') as b:
+        bufs = []
+        for i in range(3):
+            buf = a.alloc(1000 + i, 'memfd')
+            a.publish(buf, f'{prefix}{i}', writable=bool(i % 2))
+            bufs.append(buf)
+        held = b.attach(prefix + '1')
+        listed = a.buffers(prefix)
+        assert [x.name for x in listed] == [f'{prefix}{i}' for i in range(3)], 'not in the order registered'
+        assert [x.id for x in listed] == [x['buffer'] for x in ctl_json('ls', '--prefix', prefix)]
+        me, other = a.connection_info(), b.connection_info()
+        assert me.peer != other.peer and me.connected and me.socket_path == os.environ['GPUIPC_SOCKET'], me
+        for x in listed:
+            want = ctl_json('stat', x.name)['buffer']
+            got = {'buffer': x.id, 'name': x.name, 'generation': x.generation, 'kind': x.kind, 'size': x.size,
+                   'state': x.state, 'refs': x.refs, 'holders': x.holders, 'owner': x.owner, 'uid': x.uid,
+                   'pid': x.pid, 'device': x.device, 'writable': x.writable, 'broker_held': x.broker_held}
+            assert got == want, f'{x.name}: {got} != gpuipcctl {want}'
+            assert x.owner == me.peer and x.pid == os.getpid()
+        st = a.stat(prefix + '1')
+        assert st.refs == 1 and st.holders == 1 and st.held_by == (gpuipc.HolderInfo(other.peer, os.getpid(),
+                                                                                     os.getuid(), 1),), st
+        assert a.stat(buffer_id=st.id).name == st.name
+        expect_raise(gpuipc.NotFound, lambda: a.stat(prefix + 'absent'), 'stat an absent name')
+        peers = {p.peer: p for p in a.peers()}
+        want = {p['peer']: p for p in ctl_json('peers')}
+        for p in (me.peer, other.peer):
+            got = dataclass_dict(peers[p])
+            assert got == want[p], f'peer {p}: {got} != gpuipcctl {want[p]}'
+        assert peers[me.peer].label == 'py-insp-a' and peers[me.peer].buffers >= 3
+        stats = a.stats()
+        names = {x.name for x in stats}
+        ctl_stats = ctl_json('stats')
+        scalar = {k for k, v in ctl_stats.items() if isinstance(v, int)}
+        assert scalar <= names, f'stats missing {scalar - names}'
+        assert any(x.name.endswith('_bucket') and x.le_us for x in stats), 'no histogram buckets'
+        a.retire_id(bufs[2].id)
+        assert a.stat(buffer_id=bufs[2].id).state in ('retired', 'idle')
+        b.retire_id(bufs[1].id)  # another peer's: the policy's `allow all` makes b an administrator
+        assert a.stat(buffer_id=bufs[1].id).state == 'retired', 'retired while held: not drained yet'
+        e = expect_raise(gpuipc.NotFound, lambda: b.retire_id(2 ** 52 + 12345), 'retire an unknown id')
+        assert e.name == 'not-found' and e.code == -1005, (e.name, e.code)
+        held.release()
+        gpus = 'not checked (no stand-in libcuda)'
+        if FAKECUDA:
+            peer = Peer('gpus-peer', env={'GPUIPC_LIBCUDA': FAKECUDA, 'FAKECUDA_DEVICES': '2'})
+            try:
+                info = json.loads(peer.expect('peer'))
+                got = {p.peer: p for p in a.peers()}[info['peer']]
+                assert len(info['gpus']) == 2 and list(got.gpus) == info['gpus'], (got, info)
+                assert {p['peer']: p for p in ctl_json('peers')}[info['peer']] == dataclass_dict(got)
+                peer.say('exit')
+                peer.finish()
+            finally:
+                peer.kill()
+            gpus = f'{len(info["gpus"])} declared GPUs read back'
+    return f'{len(listed)} buffers, 2 peers and {len(scalar)} counters as gpuipcctl shows them; holders; {gpus}'
+
+
+def dataclass_dict(peer):
+    import dataclasses
+    d = dataclasses.asdict(peer)
+    d['gpus'] = list(d['gpus'])
+    return d
+
+
+def case_library_release():
+    """A libgpuipc of another release is refused at load, naming both versions."""
+    assert gpuipc._lib.compatible('0.1.7', '0.1.0') and not gpuipc._lib.compatible('0.2.0', '0.1.0')
+    assert gpuipc.library_version() == gpuipc.__version__
+    cc = shutil.which('cc') or shutil.which('gcc')
+    if not cc:
+        return 'compatible() only (no C compiler for a stand-in library)'
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, 'old.c')
+        with open(src, 'w') as f:
+            f.write('const char *gpuipc_version(void) { return "0.0.9"; }\n')
+        lib = os.path.join(tmp, 'libold.so')
+        subprocess.run([cc, '-shared', '-fPIC', '-o', lib, src], check=True)
+        out = subprocess.run([sys.executable, '-c', 'import gpuipc; gpuipc.Client()'], capture_output=True, text=True,
+                             env=dict(os.environ, GPUIPC_LIBRARY=lib), timeout=60)
+    assert out.returncode != 0 and 'libgpuipc 0.0.9' in out.stderr and gpuipc.__version__ in out.stderr, out.stderr
+    return 'a 0.0.9 stand-in refused: ' + out.stderr.strip().splitlines()[-1][:90] + '...'
+
+
 CASES = [case_numpy_dlpack, case_c_meta, case_state_dict, case_dropped_attached, case_dlpack_capsules,
-         case_events_and_groups, case_exceptions]
+         case_events_and_groups, case_exceptions, case_inspection, case_library_release, case_ring_backpressure,
+         case_ring_latest, case_ring_member_killed, case_ring_evicted, case_ring_errors, case_c_ring,
+         case_ring_broker_restart, case_stream_ring]
 
 
 def main(argv):

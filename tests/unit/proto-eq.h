@@ -40,6 +40,9 @@ static inline bool proto_msg_eq(const ProtoMsg *a, const ProtoMsg *b, ProtoField
         d = PF_MODE;
         if (proto_has(a, d) && a->mode != b->mode)
                 goto out;
+        d = PF_SEAT;
+        if (proto_has(a, d) && a->seat != b->seat)
+                goto out;
         {
                 static const struct { ProtoField f; size_t off; } u64s[] = {
                         { PF_ID, offsetof(ProtoMsg, id) }, { PF_REPLY, offsetof(ProtoMsg, reply) },
@@ -60,6 +63,8 @@ static inline bool proto_msg_eq(const ProtoMsg *a, const ProtoMsg *b, ProtoField
                         { PF_STARTED_MS, offsetof(ProtoMsg, started_ms) },
                         { PF_INDEX, offsetof(ProtoMsg, index) }, { PF_SLOTS, offsetof(ProtoMsg, slots) },
                         { PF_LE_US, offsetof(ProtoMsg, le_us) },
+                        { PF_HEAD, offsetof(ProtoMsg, head) }, { PF_TAKEN, offsetof(ProtoMsg, taken) },
+                        { PF_POSITION, offsetof(ProtoMsg, position) }, { PF_LAG, offsetof(ProtoMsg, lag) },
                 };
                 static const struct { ProtoField f; size_t off; } bools[] = {
                         { PF_BROKER_HELD, offsetof(ProtoMsg, broker_held) },

@@ -17,19 +17,26 @@ static gpuipc_stat_t stat_of(const char *name, const char *status, uint64_t le_u
         return s;
 }
 
-static char *render(const gpuipc_stat_t *stats, int n, bool up, bool json)
+static char *render_with_rings(const gpuipc_stat_t *stats, int n, const gpuipc_ring_info_t *rings, int n_rings,
+                               bool up, bool json)
 {
+        MetricsInput in = { up, stats, n, rings, n_rings };
         char *text = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
 
         CHECK(f);
         if (json)
-                metrics_write_json(f, stats, n, up);
+                metrics_write_json(f, &in);
         else
-                metrics_write_text(f, stats, n, up);
+                metrics_write_text(f, &in);
         CHECK(fclose(f) == 0);
         return text;
+}
+
+static char *render(const gpuipc_stat_t *stats, int n, bool up, bool json)
+{
+        return render_with_rings(stats, n, NULL, 0, up, json);
 }
 
 static void check_line(const char *text, const char *line)
@@ -128,10 +135,44 @@ static void test_metrics_down(void)
         free(j);
 }
 
+/* Rings: one series per ring in each gpuipc_ring_* family, labelled with its name; what is not
+ * known (the head of an unreadable control page, the lag of a ring nobody sits in) has no sample. */
+static void test_metrics_rings(void)
+{
+        const gpuipc_stat_t stats[] = { stat_of("rings", "", 0, 2), stat_of("ring_members", "", 0, 3) };
+        gpuipc_ring_info_t rings[2] = { { .slots = 8, .taken = 3, .head_known = 1, .head = 1207, .lag_known = 1,
+                                          .lag = 7 },
+                                        { .slots = 4, .taken = 0 } };
+        char *t, *j;
+
+        snprintf(rings[0].name, sizeof(rings[0].name), "cams/front");
+        snprintf(rings[1].name, sizeof(rings[1].name), "cams/\"odd\"");
+        t = render_with_rings(stats, 2, rings, 2, true, false);
+        j = render_with_rings(stats, 2, rings, 2, true, true);
+        check_line(t, "gpuipc_rings 2");
+        check_line(t, "gpuipc_ring_members 3");
+        check_line(t, "# TYPE gpuipc_ring_head gauge");
+        check_line(t, "gpuipc_ring_head{ring=\"cams/front\"} 1207");
+        check_line(t, "gpuipc_ring_lag_frames{ring=\"cams/front\"} 7");
+        check_line(t, "gpuipc_ring_seats_taken{ring=\"cams/front\"} 3");
+        check_line(t, "gpuipc_ring_seats_taken{ring=\"cams/\\\"odd\\\"\"} 0");
+        check_line(t, "gpuipc_ring_slots{ring=\"cams/front\"} 8");
+        CHECK(count(t, "gpuipc_ring_head{") == 1 && count(t, "gpuipc_ring_lag_frames{") == 1);
+        CHECK(count(t, "# HELP gpuipc_ring_slots ") == 1 && count(t, "gpuipc_ring_slots{") == 2);
+        CHECK(strstr(j, "\"name\":\"gpuipc_ring_lag_frames\"") && strstr(j, "\"labels\":{\"ring\":\"cams/front\"}"));
+        free(t);
+        free(j);
+        /* Without a broker: no ring family at all. */
+        t = render_with_rings(stats, 2, rings, 2, false, false);
+        CHECK(!strstr(t, "gpuipc_ring"));
+        free(t);
+}
+
 int main(int argc, char **argv)
 {
         TEST_RUN(argc, argv, test_metrics_known);
         TEST_RUN(argc, argv, test_metrics_unknown);
         TEST_RUN(argc, argv, test_metrics_down);
+        TEST_RUN(argc, argv, test_metrics_rings);
         return TEST_END();
 }

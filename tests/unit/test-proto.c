@@ -149,7 +149,7 @@ typedef struct FieldInfo {
 #define FE(f, k, m, n) [f] = { f, k, FT_ENUM, offsetof(ProtoMsg, m), 0, n }
 
 static const FieldInfo FIELDS[_PF_MAX] = {
-        FE(PF_OP, "op", op, PROTO_OP_RING_CLOSE),
+        FE(PF_OP, "op", op, PROTO_OP_RING_STAT),
         FU(PF_ID, "id", id),
         FU(PF_REPLY, "reply", reply),
         FU(PF_STATUS, "status", status),
@@ -206,6 +206,11 @@ static const FieldInfo FIELDS[_PF_MAX] = {
         FE(PF_MODE, "mode", mode, PROTO_MODE_STREAM),
         FU(PF_LE_US, "le_us", le_us),
         FB(PF_PIDNS_DECLARED, "pidns_declared", pidns_declared),
+        FU(PF_HEAD, "head", head),
+        FU(PF_TAKEN, "taken", taken),
+        FE(PF_SEAT, "seat", seat, PROTO_SEAT_SEATED),
+        FU(PF_POSITION, "position", position),
+        FU(PF_LAG, "lag", lag),
 };
 
 static const uint8_t handle_a[PROTO_LEGACY_HANDLE_SIZE] = { 1, 2, 3, [63] = 0xff };
@@ -524,6 +529,8 @@ static const struct {
         { PROTO_OP_RING_LEAVE, "ring-leave", { PF_NAME }, 1 },
         { PROTO_OP_RING_EVICT, "ring-evict", { PF_NAME, PF_INDEX, PF_GENERATION }, 3 },
         { PROTO_OP_RING_CLOSE, "ring-close", { PF_NAME }, 1 },
+        { PROTO_OP_RINGS, "rings", { 0 }, 0 },
+        { PROTO_OP_RING_STAT, "ring-stat", { PF_NAME }, 1 },
 };
 
 static void test_every_op(void)
