@@ -115,6 +115,8 @@ static void check_not_revoked(gpuipc_t *obs, const char *name)
                        "'%s' was revoked although broker-held: %s", name, ev.reason);
 }
 
+/* A broker-held cuda-vmm buffer outlives its SIGKILLed producer (new consumers read its data) until gpuipcctl
+ * retire, and then drains and the broker lets go of its fd. */
 static void test_broker_held_outlives_producer_until_ctl_retire(void)
 {
         HBroker *br = h_broker_start(NULL);
@@ -168,6 +170,7 @@ static void test_broker_held_outlives_producer_until_ctl_retire(void)
         h_broker_stop(br);
 }
 
+/* Any peer of the producer's uid may retire an orphaned broker-held buffer, and it then drains. */
 static void test_broker_held_retired_by_same_uid_peer(void)
 {
         HBroker *br = h_broker_start(NULL);
@@ -210,6 +213,7 @@ static void test_broker_held_retired_by_same_uid_peer(void)
         h_broker_stop(br);
 }
 
+/* Without broker-held lifetime a SIGKILLed producer's cuda-vmm buffer is revoked: its holder is told. */
 static void test_not_broker_held_is_revoked(void)
 {
         HBroker *br = h_broker_start(NULL);
@@ -263,6 +267,7 @@ static int legacy_held_producer(HChan *ch, void *arg)
         return 0;
 }
 
+/* Publishing cuda-legacy memory as broker-held is refused with GPUIPC_E_KIND (that memory dies with its producer). */
 static void test_legacy_cannot_be_broker_held(void)
 {
         HBroker *br = h_broker_start(NULL);

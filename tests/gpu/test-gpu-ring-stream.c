@@ -443,6 +443,8 @@ static int orphan(HChan *ch, void *arg)
         return 0;
 }
 
+/* When a stream ring's producer dies, a member's next take says so and the waits queued in its stream are let
+ * through (the stream drains). */
 static void test_stream_ring_producer_death(void)
 {
         HBroker *br = begin();
@@ -504,6 +506,8 @@ static int misuse(HChan *ch, void *arg)
         return 0;
 }
 
+/* Host calls on a stream ring and stream calls on a host ring are refused with words that say which to use; a
+ * stream ring of memfd slots is refused at creation. */
 static void test_stream_ring_misuse(void)
 {
         HBroker *br = begin();

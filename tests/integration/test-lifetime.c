@@ -68,6 +68,8 @@ static void release_child(HChild *child)
         h_child_free(child);
 }
 
+/* 32 consumers (processes and gpuipcctl) attach one buffer and verify its bytes; it drains only after every one
+ * released it, and the broker then forgets it. */
 static void test_fanout_32_consumers(void)
 {
         const size_t size = 1u << 20;
@@ -131,6 +133,8 @@ static void test_fanout_32_consumers(void)
         h_case_end(&k);
 }
 
+/* Attaches for a name not yet published wait in the broker and return because of the publish, not before it, with
+ * the data. */
 static void test_attach_waits_for_publish(void)
 {
         const uint64_t seed = 0xfeed;
@@ -177,6 +181,8 @@ static void test_attach_waits_for_publish(void)
         h_case_end(&k);
 }
 
+/* An attach for a name nobody publishes times out after its timeout, naming the name, and leaves no wait behind: a
+ * later publish gives it no reference (gpuipcctl reports the same). */
 static void test_attach_timeout(void)
 {
         gpuipc_t *c, *prod;
@@ -229,6 +235,8 @@ static void test_attach_timeout(void)
         h_case_end(&k);
 }
 
+/* A retired buffer takes no new attaches and drains exactly when its last reference goes (never earlier);
+ * subscribers see publish, retire, drain in order, and the memory may be published again. */
 static void test_drained_after_last_release(void)
 {
         const uint64_t seed = 42;
@@ -314,6 +322,8 @@ static void test_drained_after_last_release(void)
         h_case_end(&k);
 }
 
+/* retire_after=3 retires a buffer on its third attach: a fourth consumer finds nothing, and it drains once the
+ * three release. */
 static void test_retire_after(void)
 {
         gpuipc_publish_options_t po = { .struct_size = sizeof(po), .retire_after = 3 };

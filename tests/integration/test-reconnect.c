@@ -179,11 +179,14 @@ static void restart_case(bool crash)
         h_broker_stop(b);
 }
 
+/* The same after a clean stop and restart of the broker. */
 static void test_restart_keeps_the_contract(void)
 {
         restart_case(false);
 }
 
+/* After a kill -9 of the broker and a restart, clients keep their buffers, ids and references, and drained still
+ * means nobody can hold the memory. */
 static void test_crash_restart_keeps_the_contract(void)
 {
         restart_case(true);

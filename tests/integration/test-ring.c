@@ -599,11 +599,14 @@ static unsigned scribble_ms(void)
         return env ? (unsigned)strtoul(env, NULL, 10) : 30000;
 }
 
+/* A member scribbling over its own page cannot stall or corrupt a backpressure ring: honest members take every
+ * frame in order and intact, and the broker stays fine. */
 static void test_ring_scribbler_backpressure(void)
 {
         scribble_case(GPUIPC_RING_BACKPRESSURE, scribble_ms());
 }
 
+/* The same for a latest-mode ring. */
 static void test_ring_scribbler_latest(void)
 {
         scribble_case(GPUIPC_RING_LATEST, scribble_ms());

@@ -369,11 +369,14 @@ static void raw_modes_case(ProtoMode mode)
         h_case_end(&k);
 }
 
+/* A hand-made backpressure ring is listed exactly: every seat state, positions and lags, clamps for a scribbled
+ * page, an invalid control page, a member leaving. */
 static void test_ringstat_raw_backpressure(void)
 {
         raw_modes_case(PROTO_MODE_BACKPRESSURE);
 }
 
+/* The same exact listing for a hand-made latest-mode ring. */
 static void test_ringstat_raw_latest(void)
 {
         raw_modes_case(PROTO_MODE_LATEST);
@@ -765,11 +768,14 @@ static void scribble_case(gpuipc_ring_mode_t mode)
         h_case_end(&k);
 }
 
+/* Asked again and again while a member scribbles over its page, the broker's answers about a backpressure ring stay
+ * within what can be true. */
 static void test_ringstat_scribbler_backpressure(void)
 {
         scribble_case(GPUIPC_RING_BACKPRESSURE);
 }
 
+/* The same for a latest-mode ring. */
 static void test_ringstat_scribbler_latest(void)
 {
         scribble_case(GPUIPC_RING_LATEST);

@@ -60,6 +60,8 @@ static int event_waiter(HChan *ch, void *arg)
         return 0;
 }
 
+/* SIGTERM with attaches, group joins, an event reader and a peer with unread output pending: every waiter is told
+ * shutdown (or sees the hang-up) within 3 s and the broker exits cleanly. */
 static void test_sigterm_with_pending_waits(void)
 {
         static const char *const flags[] = { "--max-queued-bytes", "1048576", NULL };

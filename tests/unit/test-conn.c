@@ -61,6 +61,8 @@ static void pair(int sv[2])
         CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
 }
 
+/* A connection counts the fds its peer has not received yet and refuses a frame that would pass the limit (frames
+ * without fds still go); the count follows the peer's reads. */
 static void test_unreceived_fds_counted_and_bounded(void)
 {
         int sv[2], fd = memfd();

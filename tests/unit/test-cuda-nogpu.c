@@ -36,6 +36,7 @@ static bool fd_is_open(int fd)
         return fcntl(fd, F_GETFD) >= 0 || errno != EBADF;
 }
 
+/* A failed driver load says why and what to install, and is remembered rather than retried. */
 static void test_load_fails_with_reason(void)
 {
         CHECK_EQ(cuda_load(), (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
@@ -45,6 +46,7 @@ static void test_load_fails_with_reason(void)
         CHECK_EQ(cuda_load(), (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
 }
 
+/* Without a driver there are no visible GPUs or devices, and a device check fails with GPUIPC_E_DEVICE. */
 static void test_no_devices(void)
 {
         char gpus[PROTO_MAX_GPUS][PROTO_MAX_UUID + 1];
@@ -56,6 +58,7 @@ static void test_no_devices(void)
         CHECK_EQ(cuda_check_device(NULL, 0), (uint64_t)(int64_t)GPUIPC_E_DEVICE);
 }
 
+/* CU() returns GCU_ERROR_MISSING_ENTRY when nothing was loaded instead of jumping through a NULL pointer. */
 static void test_entry_points_absent(void)
 {
         /* CU() must not jump through a NULL pointer when nothing was loaded. */
@@ -63,6 +66,7 @@ static void test_entry_points_absent(void)
         CHECK_EQ(CU(cuCtxSynchronize), GCU_ERROR_MISSING_ENTRY);
 }
 
+/* A CUDA failure becomes GPUIPC_E_CUDA with a message that names the call and, for the common causes, the fix. */
 static void test_error_messages(void)
 {
         gpuipc_t *c = fake_connection();
@@ -79,6 +83,7 @@ static void test_error_messages(void)
         free(c);
 }
 
+/* gpuipc_cuda_describe without a driver says it is not loaded, lists no device and gives the reason. */
 static void test_describe(void)
 {
         CudaInfo *info = calloc(1, sizeof(*info));
@@ -104,16 +109,20 @@ static void check_alloc_fails(gpuipc_kind_t kind)
         free(c);
 }
 
+/* Allocating a cuda-vmm buffer without a CUDA driver fails with GPUIPC_E_NO_CUDA and leaves nothing behind. */
 static void test_alloc_vmm(void)
 {
         check_alloc_fails(GPUIPC_KIND_CUDA_VMM);
 }
 
+/* Allocating a cuda-legacy buffer without a CUDA driver fails with GPUIPC_E_NO_CUDA and leaves nothing behind. */
 static void test_alloc_legacy(void)
 {
         check_alloc_fails(GPUIPC_KIND_CUDA_LEGACY);
 }
 
+/* Wrapping device memory without a driver fails with GPUIPC_E_NO_CUDA (a NULL pointer with GPUIPC_E_INVALID) and
+ * registers nothing. */
 static void test_wrap(void)
 {
         gpuipc_t *c = fake_connection();
@@ -146,16 +155,19 @@ static void check_import_closes_fd(const KindOps *ops, gpuipc_kind_t kind)
         free(c);
 }
 
+/* A cuda-vmm import without a driver fails and still closes the fd it was given. */
 static void test_import_vmm(void)
 {
         check_import_closes_fd(&kind_cuda_vmm_ops, GPUIPC_KIND_CUDA_VMM);
 }
 
+/* A cuda-legacy import without a driver fails and still closes the fd it was given. */
 static void test_import_legacy(void)
 {
         check_import_closes_fd(&kind_cuda_legacy_ops, GPUIPC_KIND_CUDA_LEGACY);
 }
 
+/* Both CUDA kinds' copies report GPUIPC_E_NO_CUDA instead of calling a driver that is not there. */
 static void test_copy(void)
 {
         uint64_t host = 0;
@@ -166,6 +178,7 @@ static void test_copy(void)
                  (uint64_t)(int64_t)GPUIPC_E_NO_CUDA);
 }
 
+/* Fences without a driver fail with GPUIPC_E_NO_CUDA before any buffer is made or attach sent. */
 static void test_fence(void)
 {
         gpuipc_t *c = fake_connection();
@@ -217,11 +230,14 @@ static void default_library(void)
                 CHECK_STREQ(cuda_load_error(), "");
 }
 
+/* A $GPUIPC_LIBCUDA that is some other library (libc) is refused as lacking the CUDA entry points. */
 static void test_library_without_cuda(void)
 {
         in_child("libc.so.6", not_a_driver);
 }
 
+/* With $GPUIPC_LIBCUDA unset the library loads libcuda.so.1 if present, and otherwise says it was libcuda.so.1 it
+ * could not load. */
 static void test_default_library(void)
 {
         in_child(NULL, default_library);

@@ -52,6 +52,7 @@ static void parse_fails_s(const char *text, unsigned line, const char *why)
         parse_fails(text, strlen(text), line, why);
 }
 
+/* Without a policy file everyone publishes and attaches, and only root may manage other uids' buffers. */
 static void test_default(void)
 {
         /* Without a policy file: everyone publishes and attaches, only root manages others' buffers. */
@@ -65,6 +66,8 @@ static void test_default(void)
         CHECK(policy_free(NULL) == NULL);
 }
 
+/* The example policy in docs/security.md means what the documentation says (prefixes, gid rules, a final deny; root
+ * no exception). */
 static void test_documented_example(void)
 {
         Policy *p = parse_ok("# comment\n"
@@ -85,6 +88,7 @@ static void test_documented_example(void)
         CHECK(policy_free(p) == NULL);
 }
 
+/* Rules are tried in order and the first that matches decides; no match denies. */
 static void test_first_match_wins(void)
 {
         Policy *p = parse_ok("deny attach uid=1000 prefix=secret/\n"
@@ -105,6 +109,7 @@ static void test_first_match_wins(void)
         policy_free(p);
 }
 
+/* A loaded policy with no rules denies everything, to root too. */
 static void test_empty_policy_denies(void)
 {
         static const char *const empties[] = { "", "\n", "# only a comment\n", "   \t \n\n", "\r\n" };
@@ -121,6 +126,8 @@ static void test_empty_policy_denies(void)
         }
 }
 
+/* Each action (and "all") is granted only to the uid or gid its rule names, up to the largest uid; nothing else is
+ * implied. */
 static void test_actions_and_who(void)
 {
         Policy *p = parse_ok("allow admin uid=7\n"
@@ -143,6 +150,7 @@ static void test_actions_and_who(void)
         policy_free(p);
 }
 
+/* A rule's prefix is a plain, case-sensitive byte prefix; empty matches every name, 255 bytes is the longest. */
 static void test_prefixes(void)
 {
         char line[400];
@@ -179,6 +187,8 @@ static void test_prefixes(void)
         parse_fails_s(line, 1, "prefix=P");
 }
 
+/* Tabs, runs of spaces, CRLF, comment lines, trailing comments and a missing final newline do not change what a
+ * rule means. */
 static void test_whitespace_and_comments(void)
 {
         Policy *p = parse_ok("\t  allow\tattach   uid=5  prefix=x/   # trailing comment\r\n"
@@ -195,6 +205,7 @@ static void test_whitespace_and_comments(void)
         policy_free(p);
 }
 
+/* Every malformed rule is refused with its line number and what is wrong in it. */
 static void test_errors_name_their_line(void)
 {
         char buf[2048];
@@ -239,6 +250,7 @@ static void test_errors_name_their_line(void)
         }
 }
 
+/* A policy of 4096 rules loads; one more is refused, saying so. */
 static void test_rule_limit(void)
 {
         enum { LINE = 14 }; /* "allow all any\n" */

@@ -302,6 +302,7 @@ static ProtoField field_by_key(const char *key)
 
 /* ---- tests ---- */
 
+/* The test's field table covers every field once, under the key the codec uses. */
 static void test_field_table(void)
 {
         /* The table above covers every field once, under the key the codec uses. */
@@ -313,6 +314,7 @@ static void test_field_table(void)
         CHECK_STREQ(proto_field_name(_PF_MAX), "?");
 }
 
+/* Headers carry every body length and fd count exactly, body length little-endian, reserved bytes zero. */
 static void test_header_roundtrip(void)
 {
         static const uint32_t lens[] = { 0, 1, 255, 256, 65535, PROTO_MAX_BODY };
@@ -341,6 +343,8 @@ static void test_header_roundtrip(void)
         CHECK_EQ(hdr[11], 0x00);
 }
 
+/* Each way a header can be wrong (truncated, magic, version, reserved bytes, oversized body or fd
+ * count) gets its own error, and a failed parse leaves the output alone. */
 static void test_header_errors(void)
 {
         uint8_t good[PROTO_HEADER_SIZE], hdr[PROTO_HEADER_SIZE];
@@ -389,6 +393,8 @@ static void test_header_errors(void)
         CHECK_EQ(h.body_len, 99);
 }
 
+/* Every field, in both of its variants, survives encode and decode in a frame (with and without an fd) and as a
+ * bare record. */
 static void test_all_fields_roundtrip(void)
 {
         ProtoMsg m, d, d2;
@@ -420,6 +426,7 @@ static void test_all_fields_roundtrip(void)
         proto_buf_free(&rec);
 }
 
+/* proto_msg_eq, which the round-trip tests rely on, notices a change in any single field and names it. */
 static void test_eq_covers_every_field(void)
 {
         /* The comparison the round trips rely on notices a change in any single field. */
@@ -439,6 +446,8 @@ static void test_eq_covers_every_field(void)
         }
 }
 
+/* Integers decode from every msgpack width, signed encodings included when non-negative; negative values and other
+ * types are refused. */
 static void test_u64_encodings(void)
 {
         static const struct {
@@ -533,6 +542,8 @@ static const struct {
         { PROTO_OP_RING_STAT, "ring-stat", { PF_NAME }, 1 },
 };
 
+/* Every op has its wire name and round-trips with its required fields; without its id or any one required field the
+ * request is PROTO_E_MISSING naming that field. */
 static void test_every_op(void)
 {
         CHECK_EQ(sizeof(OPS) / sizeof(OPS[0]), PROTO_OP_UNKNOWN - 1);
@@ -570,6 +581,8 @@ static void test_every_op(void)
         CHECK_STREQ(proto_op_name(_PROTO_OP_MAX + 5), "unknown");
 }
 
+/* A message's type follows from its keys (reply needs status; event needs nothing else); a map that is none of
+ * request, reply or event is PROTO_E_KIND. */
 static void test_message_types(void)
 {
         ProtoBuf b = { 0 };
@@ -609,6 +622,7 @@ static void test_message_types(void)
         expect(&b, PROTO_E_MISSING, PF_ID);
 }
 
+/* Every event, kind and state has its wire name both ways, and each value round-trips through a frame. */
 static void test_enums(void)
 {
         static const char *const events[] = { NULL, "published", "retired", "revoked", "drained", "freed",
@@ -659,6 +673,7 @@ static void test_enums(void)
         CHECK_STREQ(proto_state_name(PROTO_STATE_NONE), "none");
 }
 
+/* An op or event from a newer peer decodes as UNKNOWN (answerable, ignorable) but is never encoded. */
 static void test_unknown_names(void)
 {
         ProtoBuf b = { 0 }, out = { 0 };
@@ -891,6 +906,8 @@ static void nested_meta(ProtoBuf *b, const char *key, unsigned depth, bool array
         w_u8(b, 0x01);
 }
 
+/* Metadata nests at most PROTO_MAX_DEPTH containers; deeper is the field's fault (not the frame's), and absurd
+ * depth is refused without deep recursion. */
 static void test_meta_depth(void)
 {
         ProtoBuf b = { 0 };
@@ -939,6 +956,8 @@ static void test_meta_depth(void)
         }
 }
 
+/* Metadata of exactly PROTO_MAX_META bytes decodes, one byte more is refused, and only a single msgpack map is
+ * metadata. */
 static void test_meta_limits(void)
 {
         ProtoBuf b = { 0 }, meta = { 0 };
@@ -988,6 +1007,8 @@ static void test_meta_limits(void)
         CHECK(proto_meta_valid(meta_a, sizeof(meta_a)));
 }
 
+/* A known key given twice is refused as PROTO_E_DUPLICATE naming that field (which value wins would be ambiguous);
+ * unknown keys may repeat. */
 static void test_duplicate_keys(void)
 {
         static const struct {
@@ -1021,6 +1042,8 @@ static void test_duplicate_keys(void)
         expect(&b, 0, _PF_MAX);
 }
 
+/* Keys from a newer protocol are skipped whatever their value's type, and the known fields around them decode
+ * unchanged. */
 static void test_unknown_keys_skipped(void)
 {
         ProtoBuf b = { 0 };
@@ -1078,6 +1101,7 @@ static void test_unknown_keys_skipped(void)
         expect(&b, PROTO_E_MISSING, PF_BUFFER);
 }
 
+/* A known key with a value of the wrong msgpack type is PROTO_E_FIELD naming that key. */
 static void test_wrong_types(void)
 {
         static const struct {
@@ -1128,6 +1152,8 @@ static void test_wrong_types(void)
         expect(&b, PROTO_E_MALFORMED, _PF_MAX);
 }
 
+/* A NUL inside a string (name, label, GPU UUID, enum value) is refused for that field; a key with a NUL is not the
+ * known key. */
 static void test_nul_bytes(void)
 {
         ProtoBuf b = { 0 };
@@ -1186,6 +1212,7 @@ static void str_of(ProtoBuf *b, const char *key, size_t n)
         free(s);
 }
 
+/* Every bounded field accepts exactly its limit and refuses one more, naming the field. */
 static void test_limits(void)
 {
         ProtoBuf b = { 0 };
@@ -1274,6 +1301,8 @@ static void test_limits(void)
         }
 }
 
+/* A body that is not exactly one msgpack map (empty, array, scalar, two maps, a truncated map header) is
+ * PROTO_E_MALFORMED. */
 static void test_not_a_map(void)
 {
         static const struct {
@@ -1296,6 +1325,8 @@ static void test_not_a_map(void)
                 CHECK_EQ(decode(bodies[i].b, bodies[i].len, &m, NULL), PROTO_E_MALFORMED);
 }
 
+/* The encoder refuses what a peer would refuse (too many fds, strings over their limit, a wrong-size handle, an
+ * oversized body) and appends nothing then. */
 static void test_encode_errors(void)
 {
         ProtoBuf out = { 0 };
@@ -1379,6 +1410,8 @@ static void test_encode_errors(void)
         proto_buf_free(&out); /* twice is harmless */
 }
 
+/* proto_iter walks a listing's records in order, treats an absent items field as empty, and stops with an error at
+ * a malformed record. */
 static void test_iter(void)
 {
         ProtoMsg reply = { 0 }, d, rec;
@@ -1478,6 +1511,8 @@ static void test_items_meta_depth(void)
         proto_buf_free(&items);
 }
 
+/* proto_peek_id finds the id of a request that does not decode, past nested values, so the error reply can name the
+ * request; no id or a bad one is an error. */
 static void test_peek_id(void)
 {
         ProtoBuf b = { 0 };
@@ -1540,6 +1575,8 @@ static void test_peek_id(void)
         CHECK_EQ(id, 7); /* untouched on failure */
 }
 
+/* Every protocol error and status has a distinct kebab-case name and a text, and the texts that matter most name
+ * their fix. */
 static void test_names_and_texts(void)
 {
         for (int e = 0; e <= PROTO_E_DUPLICATE; e++) {
@@ -1655,6 +1692,7 @@ static void test_utf8(void)
         CHECK_EQ(proto_utf8_trim("", 0), 0);
 }
 
+/* proto_str_eq treats a NULL string, and an absent field, as the empty string. */
 static void test_str_eq_null(void)
 {
         ProtoMsg m = { 0 };
@@ -1664,6 +1702,8 @@ static void test_str_eq_null(void)
         CHECK(proto_str_eq(m.label, "")); /* an absent field */
 }
 
+/* proto_buf_append grows the buffer across many appends without losing or reordering bytes; an empty append changes
+ * nothing. */
 static void test_buf(void)
 {
         ProtoBuf b = { 0 };
@@ -1678,6 +1718,8 @@ static void test_buf(void)
         proto_buf_free(&b);
 }
 
+/* Says whether this run really counted allocations during decoding (a sanitizer build cannot), so a pass is not
+ * mistaken for that proof. */
 static void test_alloc_hook(void)
 {
         /* Says whether the decodes above were really checked for allocations. */

@@ -457,16 +457,19 @@ static void ring_lifecycle(const Shape *s)
         env_free(e);
 }
 
+/* The whole life of a backpressure ring (create, parts, join, attach, leave, close) keeps the registry consistent. */
 static void test_ring_lifecycle_backpressure(void)
 {
         ring_lifecycle(&backpressure);
 }
 
+/* The same life for a latest-mode ring. */
 static void test_ring_lifecycle_latest(void)
 {
         ring_lifecycle(&latest);
 }
 
+/* The same life for a stream ring (cuda-vmm slots on a declared device). */
 static void test_ring_lifecycle_stream(void)
 {
         ring_lifecycle(&stream);
@@ -555,16 +558,20 @@ static void ring_parts_checked(const Shape *s)
         env_free(e);
 }
 
+/* A backpressure ring takes each part index once and only as what it must be; each refusal says why and closes the
+ * fd. */
 static void test_ring_parts_backpressure(void)
 {
         ring_parts_checked(&backpressure);
 }
 
+/* The same part checks for a latest-mode ring. */
 static void test_ring_parts_latest(void)
 {
         ring_parts_checked(&latest);
 }
 
+/* The same part checks for a stream ring (cuda-vmm slots on a declared device). */
 static void test_ring_parts_stream(void)
 {
         ring_parts_checked(&stream);

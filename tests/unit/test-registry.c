@@ -201,6 +201,8 @@ static uint64_t refs_of(Env *e, uint64_t buffer)
 
 /* ---- tests ---- */
 
+/* The basic life of a buffer: publish, attach (a reference and the fd), release, retire, drained, with every gauge
+ * right at each step. */
 static void test_publish_attach_release_retire(void)
 {
         Env *e = env_new(NULL);
@@ -284,6 +286,8 @@ static void test_publish_attach_release_retire(void)
         env_free(e);
 }
 
+/* Retiring a held buffer keeps existing references valid, stops new attaches, and the last release drains it (its
+ * reply before the drained event). */
 static void test_retire_while_held(void)
 {
         Env *e = env_new(NULL);
@@ -314,6 +318,7 @@ static void test_retire_while_held(void)
         env_free(e);
 }
 
+/* Attaches for a name not yet published wait, and the publish answers every waiter, oldest first, each with the fd. */
 static void test_attach_waits_for_publish(void)
 {
         Env *e = env_new(NULL);
@@ -350,6 +355,8 @@ static void test_attach_waits_for_publish(void)
         env_free(e);
 }
 
+/* An attach waiting for a name times out at its own deadline, earliest first, with a clamp to max_timeout_ms for
+ * "forever", and leaves no wait behind. */
 static void test_attach_timeout(void)
 {
         Limits l = LIMITS_DEFAULT;
@@ -400,6 +407,8 @@ static void test_attach_timeout(void)
         env_free(e);
 }
 
+/* retire_after retires a buffer on its Nth attach: subscribers hear it, later attaches find nothing, and extra
+ * waiters keep waiting for the next publish. */
 static void test_retire_after(void)
 {
         Env *e = env_new(NULL);
@@ -454,6 +463,8 @@ static void test_retire_after(void)
         env_free(e);
 }
 
+/* Another peer, even of the same uid, cannot publish under a live name (its fd is closed); once retired the name is
+ * free for anyone. */
 static void test_name_taken(void)
 {
         Env *e = env_new(NULL);
@@ -475,6 +486,8 @@ static void test_name_taken(void)
         env_free(e);
 }
 
+/* A producer publishing again under its own live name replaces the buffer: the old one is retired (subscribers
+ * told), the name points at the new one. */
 static void test_same_producer_replaces(void)
 {
         Env *e = env_new(NULL);
@@ -515,6 +528,8 @@ static void test_same_producer_replaces(void)
         env_free(e);
 }
 
+/* An idle (drained) buffer may be published again by its own producer only, under a free name, with a new
+ * generation and new metadata. */
 static void test_republish_idle(void)
 {
         static const uint8_t meta1[] = { 0x81, 0xa1, 'a', 0x01 }, meta2[] = { 0x81, 0xa1, 'b', 0x02 };
@@ -596,6 +611,8 @@ static void test_republish_idle(void)
         env_free(e);
 }
 
+/* A buffer's fd travels to each peer once: a later attach is "cached" until the peer unmaps, and then the fd is
+ * sent again. */
 static void test_fd_cached_and_unmap(void)
 {
         Env *e = env_new(NULL);
@@ -644,6 +661,7 @@ static void test_fd_cached_and_unmap(void)
         env_free(e);
 }
 
+/* A cuda-legacy buffer never sends an fd: every attach reply carries the IPC handle and device instead. */
 static void test_legacy_handle(void)
 {
         static const char *const gpu[] = { "GPU-1" };
@@ -669,6 +687,8 @@ static void test_legacy_handle(void)
         env_free(e);
 }
 
+/* A dead consumer's references, waits, group joins and subscriptions all go; a buffer still held by another
+ * consumer does not drain. */
 static void test_consumer_death(void)
 {
         Env *e = env_new(NULL);
@@ -709,6 +729,8 @@ static void test_consumer_death(void)
         env_free(e);
 }
 
+/* A producer's death revokes its buffers that are not broker-held: holders and subscribers are told, mapped peers
+ * hear freed, nothing is left. */
 static void test_producer_death_revokes(void)
 {
         static const char *const gpu[] = { "GPU-7" };
@@ -765,6 +787,8 @@ static void test_producer_death_revokes(void)
         env_free(e);
 }
 
+/* A broker-held buffer outlives its producer: nobody is told, it stays attachable (fd and uid kept), and the
+ * producer's uid may manage it. */
 static void test_producer_death_broker_held(void)
 {
         Env *e = env_new(NULL);
@@ -816,6 +840,8 @@ static void test_producer_death_broker_held(void)
         env_free(e);
 }
 
+/* A broker-held buffer orphaned by its producer's death may be freed by another connection of the producer's uid,
+ * and drains only once its consumers let go. */
 static void test_broker_held_orphan_by_uid_free(void)
 {
         Env *e = env_new(NULL);
@@ -882,6 +908,8 @@ static void test_orphan_takeover(void)
         env_free(e);
 }
 
+/* registry_cancel_waits (broker shutdown) answers every pending attach and group join with the given status and
+ * text. */
 static void test_cancel_waits(void)
 {
         Env *e = env_new(NULL);
@@ -981,6 +1009,8 @@ static void test_outbox(void)
         env_free(e);
 }
 
+/* Only the producer frees; freeing a referenced buffer retires it and forgets it once drained (the producer still
+ * hears drained), an unreferenced one goes at once. */
 static void test_free_live(void)
 {
         Env *e = env_new(NULL);
@@ -1017,6 +1047,8 @@ static void test_free_live(void)
         env_free(e);
 }
 
+/* Each per-peer and per-uid limit (connections, fds, buffers, references, waits, subscriptions) refuses the one
+ * over it with quota, saying which limit; another uid has its own budget. */
 static void test_quotas(void)
 {
         Limits l = LIMITS_DEFAULT;
@@ -1107,6 +1139,8 @@ static void test_quotas(void)
         env_free(e);
 }
 
+/* A subscription hears events for names under its byte prefix only, one event per matching subscription (tagged
+ * with its id), and only its owner may unsubscribe it, once. */
 static void test_subscriptions(void)
 {
         Env *e = env_new(NULL);
@@ -1158,6 +1192,8 @@ static void test_subscriptions(void)
         env_free(e);
 }
 
+/* A rendezvous group answers nobody until its last member joins, then everyone at once; at the earliest deadline
+ * all fail together ("2 of 3"); mismatched counts, zero members and joining twice are refused. */
 static void test_groups(void)
 {
         Env *e = env_new(NULL);
@@ -1246,6 +1282,8 @@ static void test_groups(void)
         env_free(e);
 }
 
+/* A cuda-legacy attach across PID namespaces is refused naming both namespaces and the two fixes (a pid of 0 from
+ * the kernel counts as another namespace; an unknown inode defers to the hello); cuda-vmm crosses namespaces. */
 static void test_pidns_diagnosis(void)
 {
         static const char *const gpu[] = { "GPU-aa" };
@@ -1316,6 +1354,8 @@ static void test_pidns_diagnosis_invisible_producer(void)
         env_free(e);
 }
 
+/* Attaching a CUDA buffer from a consumer that did not declare the producer's GPU fails saying which GPUs each side
+ * has; memfd ignores devices. */
 static void test_device_diagnosis(void)
 {
         static const char *const theirs[] = { "GPU-bbbb", "MIG-cccc" };
@@ -1364,6 +1404,8 @@ static void test_device_diagnosis(void)
         env_free(e);
 }
 
+/* A peer says hello once; its label, GPUs and declared PID namespace are kept (the kernel's namespace wins), and an
+ * over-long label is cut. */
 static void test_hello(void)
 {
         static const char *const gpus[] = { "GPU-1", "GPU-2" };
@@ -1629,6 +1671,8 @@ static void count_holder(const RegPeer *p, uint32_t refs, void *ud)
         *(uint64_t *)ud += refs;
 }
 
+/* The registry's views list buffers in registration order (cursors are positions; producer-chosen ids say nothing
+ * of order) and peers in id order, each describing what it owns. */
 static void test_views(void)
 {
         Env *e = env_new(NULL);

@@ -10,6 +10,7 @@
 
 /* ---- SipHash ---- */
 
+/* hash_bytes is SipHash-2-4: the reference implementation's test vectors. */
 static void test_siphash_vectors(void)
 {
         /* From the SipHash paper's reference implementation (vectors.h): key 00..0f, message
@@ -29,6 +30,8 @@ static void test_siphash_vectors(void)
                 CHECK_EQ(hash_bytes(msg, len), want[len]);
 }
 
+/* Hashes are deterministic for one key and change with the key, so peers cannot precompute collisions; hash_u64
+ * hashes the value's 8 bytes. */
 static void test_siphash_seed(void)
 {
         uint8_t k1[16] = { 1 }, k2[16] = { 2 };
@@ -124,11 +127,13 @@ static void hmap_exercise(uint64_t (*hf)(unsigned))
         free(items);
 }
 
+/* The hash table inserts, finds (HMAP_FIND), removes and grows correctly with a good hash. */
 static void test_hmap(void)
 {
         hmap_exercise(good_hash);
 }
 
+/* The same when all keys share two hash values (long chains): lookups compare keys, not only hashes. */
 static void test_hmap_collisions(void)
 {
         hmap_exercise(bad_hash);
@@ -156,6 +161,8 @@ static void heap_check_shape(const Heap *h)
         }
 }
 
+/* The timer heap keeps the earliest on top through pushes and removals, and removing a node that is not queued is
+ * harmless. */
 static void test_heap_basic(void)
 {
         Heap h = HEAP_INIT;
@@ -197,6 +204,7 @@ static void test_heap_basic(void)
         CHECK(h.v == NULL && h.n == 0);
 }
 
+/* Thousands of random pushes and removals from anywhere keep the heap property and the queued marks right. */
 static void test_heap_random(void)
 {
         enum { N = 2000 };
