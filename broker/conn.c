@@ -1,6 +1,10 @@
 /* Non-blocking SOCK_SEQPACKET I/O with fd passing (after wayland's connection.c: CLOEXEC on
  * receive, surplus and unexpected fds closed, every length checked), and the account of fds a
- * peer has not received. */
+ * peer has not received.
+ *
+ * What it must never do: block (a record the socket will not take now waits in the queue), leave
+ * a received fd that nobody owns open, or judge what a record says (proto_frame_decode does, in
+ * peer.c). */
 #include "conn.h"
 
 #include <errno.h>

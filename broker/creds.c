@@ -1,5 +1,9 @@
 /* Peer identity at accept: SO_PEERCRED, a pidfd (SO_PEERPIDFD or pidfd_open + start time), and
- * the PID namespace where the kernel tells it. See docs/design.md "Identity and diagnosis". */
+ * the PID namespace where the kernel tells it. See docs/design.md "Identity and diagnosis".
+ *
+ * What it must never do: take identity from what a peer says. A namespace the kernel does not
+ * show (the peer is outside the broker's PID namespace, or /proc is closed to the sandbox) is left
+ * unknown here; the registry then uses the hello's claim, marked as declared. */
 #include "creds.h"
 
 #include <errno.h>

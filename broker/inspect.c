@@ -1,6 +1,11 @@
 /* Listing replies. Each carries an "items" array of records; long listings are paged with
  * "after" (an opaque cursor: the position of the last record) and "more", so a reply always fits in
- * one frame. A peer sees only what the policy lets it see (docs/security.md "What listings show"). */
+ * one frame. A peer sees only what the policy lets it see (docs/security.md "What listings show").
+ *
+ * What it must never do: change the registry, show a peer a buffer, peer or ring the policy hides
+ * from it (sees_buffer, sees_peer, sees_ring decide, and a hidden buffer is "not found", not
+ * "denied"), hand out how to open a buffer (a listing drops the legacy handle), or keep a ring's
+ * memory mapped past the request that reads it (ringview.c). */
 #include "inspect.h"
 
 #include <stdio.h>

@@ -1,5 +1,7 @@
 /* gpuipc-broker: parses flags, binds the socket (or takes an inherited one), drops privileges,
- * loads the seccomp filter and runs the server. */
+ * loads the seccomp filter and runs the server. What it must never do: run the loop unconfined,
+ * or confine before what needs more than the runtime allow-list is done (binding, privileges, the
+ * policy file and its inotify watch, the loop's handles): the order below is the security model. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>

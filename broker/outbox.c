@@ -1,4 +1,6 @@
-/* The registry's output queue: encoded frames for peers and fds to close afterwards (outbox.h). */
+/* The registry's output queue: encoded frames for peers and fds to close afterwards (outbox.h).
+ * What it must never do: call into the registry (a frame it cannot build or queue is reported
+ * through the lost hook), or close an fd before the frames queued with it are handed over. */
 #include "outbox.h"
 
 #include <errno.h>

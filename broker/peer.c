@@ -225,12 +225,16 @@ static void handle_frame(Peer *p, RequestCtx *ctx, size_t len, int *fds, size_t 
         if (proto_frame_decode(p->set->rbuf, len, n_fds, truncated, PROTO_REQUEST, &m, &err) != 0) {
                 for (size_t i = 0; i < n_fds; i++)
                         safe_close(fds[i]);
+                /* A body sound enough to name its request's id is that request's fault: it is
+                 * refused like any bad request and the connection stays. Anything else breaks the
+                 * framing itself. */
                 if (err.id)
                         request_reply_error(ctx->out, p->reg, err.id, PROTO_STATUS_BAD_REQUEST, err.text);
                 else
                         protocol_error(p, ctx->out, err.text);
                 return;
         }
+        /* Counting the broker's open fds reads /proc: only when someone asks for the stats. */
         if (m.op == PROTO_OP_STATS)
                 stats_count_fds(st, ctx->now_ms);
         request_handle(ctx, p->reg, &m, n_fds ? fds[0] : -1);

@@ -1,4 +1,6 @@
-/* Peers in the registry: joining, saying hello, and leaving (which releases, revokes or orphans). */
+/* Peers in the registry: joining, saying hello, and leaving (which releases, revokes or orphans).
+ * What leaving must never do: leave anything of the peer behind (a reference, a wait, a
+ * subscription, a seat) or a frame addressed to it; tests/fuzz/fuzz-registry.c checks both. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

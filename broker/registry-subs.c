@@ -1,4 +1,6 @@
-/* Subscriptions: peers watching name prefixes, and the events they are sent. */
+/* Subscriptions: peers watching name prefixes, and the events they are sent. A prefix is a plain
+ * byte prefix, so a subscriber never hears of a name outside it (and the policy checked the prefix
+ * when it subscribed). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

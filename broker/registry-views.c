@@ -1,4 +1,5 @@
-/* Read-only views of the registry for listings, stat and stats. */
+/* Read-only views of the registry for listings, stat and stats: nothing here changes the registry;
+ * what a peer may see of them is inspect.c's decision. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

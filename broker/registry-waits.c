@@ -1,4 +1,6 @@
-/* Waiting: attaches waiting for a name, rendezvous groups, and the deadlines of both. */
+/* Waiting: attaches waiting for a name, rendezvous groups, and the deadlines of both. A wait ends
+ * once (a publish or its group's completion, its deadline, its peer leaving, the broker stopping)
+ * and must then be gone from its name's list and the timer heap alike (reg_wait_free). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

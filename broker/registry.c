@@ -1,5 +1,9 @@
 /* The registry state machine: buffers, names and references, and the operations on them.
- * See registry.h for the contract; docs/protocol.md for what each reply and event means. */
+ * See registry.h for the contract; docs/protocol.md for what each reply and event means.
+ *
+ * What it must never do: any I/O (no socket, no clock: the time comes in as an argument, no file),
+ * or close an fd itself: an fd it lets go goes to the outbox's close list and is closed after the
+ * frames of the same operation, which may still carry it, are sent. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,6 +30,8 @@ UidAcct *reg_acct_get(Registry *r, uint32_t uid)
         return a;
 }
 
+/* A uid's account lives only while the uid has a connection, a buffer or an fd, so that peers
+ * coming and going under ever new uids cannot grow the table. */
 void reg_acct_put(Registry *r, UidAcct *a)
 {
         if (a && !a->connections && !a->buffers && !a->fds) {
@@ -89,6 +95,8 @@ static RegName *name_get(Registry *r, const char *name)
         return e;
 }
 
+/* A name lives while a buffer is live under it or someone waits for it: asking for names nobody
+ * publishes costs nothing once those waits are over. */
 void reg_name_put(Registry *r, RegName *e)
 {
         if (e && !e->live && list_empty(&e->waits)) {
@@ -123,6 +131,8 @@ int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapp
                 list_append(&b->holds, &h->buf_link);
                 list_append(&p->holds, &h->peer_link);
         }
+        /* A hold with no references left stays while the peer keeps the mapping (mapped): it is
+         * how the next attach knows the fd need not travel again, and who hears "freed". */
         if (h->count == 0 && refs > 0)
                 b->holders++;
         h->count += refs;
@@ -172,6 +182,8 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
         while (!list_empty(&b->holds)) {
                 Hold *h = list_entry(b->holds.next, Hold, buf_link);
 
+                /* Only peers that still map it are told, so that they drop their cached mapping;
+                 * a lost peer gets nothing more. */
                 if (h->mapped && !h->peer->lost) {
                         ProtoMsg m;
 

@@ -1,4 +1,8 @@
-/* Request dispatch: validation, fd checks and policy in front of the registry. */
+/* Request dispatch: validation, fd checks and policy in front of the registry.
+ *
+ * What it must never do: let a request reach the registry before hello, with a field out of
+ * range, with an fd that is not what its kind needs, or without the policy's consent; or keep an
+ * fd it refused (request_handle owns the frame's fd and closes it unless the registry took it). */
 #include "request.h"
 
 #include <errno.h>
@@ -14,6 +18,8 @@
 #include "seals.h"
 #include "ring.h"
 
+/* A group needs one connection per member: more than the default --max-connections could never
+ * complete. */
 #define GROUP_MAX_MEMBERS 4096
 
 void request_reply_error(Outbox *out, RegPeer *p, uint64_t id, unsigned status, const char *message)
@@ -543,7 +549,7 @@ void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd)
         _cleanup_close_ int owned_fd = fd;
 
         if (owned_fd >= 0 && m->op != PROTO_OP_PUBLISH && m->op != PROTO_OP_RING_PART) {
-                fail(ctx, p, m, PROTO_STATUS_BAD_FD, "only publish carries an fd; '%s' does not", proto_op_name(m->op));
+                fail(ctx, p, m, PROTO_STATUS_BAD_FD, "only publish and ring-part carry an fd; '%s' does not", proto_op_name(m->op));
                 return;
         }
         if (m->op == PROTO_OP_HELLO) {

@@ -137,7 +137,9 @@ static void deliver(Server *s)
         rearm_deadline(s);
 }
 
-/* Reads one frame of the peer's (see peer_dispatch) and delivers what it caused. */
+/* Reads one frame of the peer's (see peer_dispatch) and delivers what it caused. One frame per
+ * wakeup, not all that are waiting: the poll is level-triggered, so a peer with a full socket is
+ * called again, but only after the others that are ready had their turn. */
 static void watch_read(Watch *w)
 {
         Server *s = w->server;
@@ -174,7 +176,8 @@ static void watch_poll_cb(uv_poll_t *h, int status, int events)
         deliver(w->server);
 }
 
-/* The peer's process exited: its pidfd became readable. */
+/* The peer's process exited: its pidfd became readable. Watched besides the socket: a child forked
+ * by the peer may keep the socket open after the process the kernel identified at accept is gone. */
 static void watch_pidfd_cb(uv_poll_t *h, int status, int events)
 {
         Watch *w = h->data;
