@@ -1,6 +1,10 @@
 /* Non-blocking SOCK_SEQPACKET I/O with fd passing (after wayland's connection.c: CLOEXEC on
  * receive, surplus and unexpected fds closed, every length checked), and the account of fds a
- * peer has not received. */
+ * peer has not received.
+ *
+ * What it must never do: block (a record the socket will not take now waits in the queue), leave
+ * a received fd that nobody owns open, or judge what a record says (proto_frame_decode does, in
+ * peer.c). */
 #include "conn.h"
 
 #include <errno.h>
@@ -58,7 +62,7 @@ void conn_deinit(Conn *c)
         c->n_unread = 0;
 }
 
-int conn_recv(Conn *c, uint8_t *buf, size_t cap, size_t *ret_len, int *fds, size_t *ret_n_fds)
+int conn_recv(Conn *c, uint8_t *buf, size_t cap, size_t *ret_len, int *fds, size_t *ret_n_fds, bool *ret_truncated)
 {
         size_t n_fds = 0;
         int truncated = 0;
@@ -71,13 +75,9 @@ int conn_recv(Conn *c, uint8_t *buf, size_t cap, size_t *ret_len, int *fds, size
                 return (int)n;
         if (n == 0 && n_fds == 0)
                 return CONN_E_EOF;
-        if (truncated) {
-                for (size_t i = 0; i < n_fds; i++)
-                        safe_close(fds[i]);
-                return CONN_E_TRUNC;
-        }
         *ret_len = (size_t)n;
         *ret_n_fds = n_fds;
+        *ret_truncated = truncated;
         return 0;
 }
 

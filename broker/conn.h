@@ -32,7 +32,6 @@ typedef struct Conn {
 enum {
         CONN_E_EOF = 1,   /* the peer closed its end */
         CONN_E_AGAIN,     /* nothing (more) to read or no room to write */
-        CONN_E_TRUNC,     /* a record over PROTO_MAX_FRAME, or more fds than we have room for */
         CONN_E_UNRECEIVED, /* sending this fd would leave the peer more than max_unreceived unreceived */
         CONN_E_BLOCKED,   /* the kernel refused an fd (ETOOMANYREFS: too many in flight for the broker's
                            * uid); the frame waits in the queue: retry later, polling will not tell */
@@ -46,9 +45,10 @@ void conn_init(Conn *c, int fd, uint32_t max_unreceived);
 void conn_deinit(Conn *c);
 
 /* Receives one record into buf (cap bytes) and its fds (CLOEXEC) into fds (CONN_MAX_RECV_FDS).
- * 0 with *ret_len, *ret_n_fds set; CONN_E_EOF, CONN_E_AGAIN, CONN_E_TRUNC (received fds are
- * closed then), or -errno. */
-int conn_recv(Conn *c, uint8_t *buf, size_t cap, size_t *ret_len, int *fds, size_t *ret_n_fds);
+ * 0 with *ret_len, *ret_n_fds set and *ret_truncated true when the record was larger than cap or
+ * brought more fds than fit (those were closed): proto_frame_decode judges it; CONN_E_EOF,
+ * CONN_E_AGAIN, or -errno. The caller owns the fds. */
+int conn_recv(Conn *c, uint8_t *buf, size_t cap, size_t *ret_len, int *fds, size_t *ret_n_fds, bool *ret_truncated);
 
 /* Sends a frame, or queues it when the socket is full. The frame's bytes are stolen; fd is
  * borrowed (dup'ed only if the frame has to wait). 0; CONN_E_BLOCKED (queued: see above);

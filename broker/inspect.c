@@ -1,6 +1,11 @@
 /* Listing replies. Each carries an "items" array of records; long listings are paged with
  * "after" (an opaque cursor: the position of the last record) and "more", so a reply always fits in
- * one frame. A peer sees only what the policy lets it see (docs/security.md "What listings show"). */
+ * one frame. A peer sees only what the policy lets it see (docs/security.md "What listings show").
+ *
+ * What it must never do: change the registry, show a peer a buffer, peer or ring the policy hides
+ * from it (sees_buffer, sees_peer, sees_ring decide, and a hidden buffer is "not found", not
+ * "denied"), hand out how to open a buffer (a listing drops the legacy handle), or keep a ring's
+ * memory mapped past the request that reads it (ringview.c). */
 #include "inspect.h"
 
 #include <stdio.h>
@@ -14,65 +19,26 @@
 #define ITEMS_BUDGET (PROTO_MAX_BODY - 1024)
 #define DEFAULT_PAGE 256
 
-typedef struct Items {
-        ProtoBuf buf;
-        uint32_t count;
-        bool full, failed;
-} Items;
-
-static void items_init(Items *it)
+/* One more record unless the page has max records already or the reply would outgrow its frame;
+ * false once full (the encoding itself is proto's: proto_items_*). */
+static bool items_add(ProtoItems *it, const ProtoMsg *rec, uint32_t max)
 {
-        static const uint8_t array32_placeholder[5];
-
-        /* Room for an array32 header, patched in items_finish once the count is known. */
-        *it = (Items){ 0 };
-        if (proto_buf_append(&it->buf, array32_placeholder, sizeof(array32_placeholder)) < 0)
-                it->failed = true;
-}
-
-/* Appends one record unless it would overflow the frame; returns false once full. */
-static bool items_add(Items *it, const ProtoMsg *rec, uint32_t max)
-{
-        size_t before = it->buf.len;
-
-        if (it->full || it->failed || it->count >= max)
-                return (it->full = true, false);
-        if (proto_record_encode(&it->buf, rec) < 0) {
-                it->failed = true;
-                return false;
-        }
-        if (it->buf.len > ITEMS_BUDGET) {
-                it->buf.len = before;
+        if (it->count >= max)
                 it->full = true;
-                return false;
-        }
-        it->count++;
-        return true;
+        return !it->full && proto_items_add(it, rec);
 }
 
-static void items_finish(Items *it, ProtoMsg *reply)
-{
-        it->buf.data[0] = 0xdd;
-        it->buf.data[1] = (uint8_t)(it->count >> 24);
-        it->buf.data[2] = (uint8_t)(it->count >> 16);
-        it->buf.data[3] = (uint8_t)(it->count >> 8);
-        it->buf.data[4] = (uint8_t)it->count;
-        reply->items = (ProtoRaw){ it->buf.data, (uint32_t)it->buf.len, it->count };
-        proto_set(reply, PF_ITEMS);
-}
-
-static void reply_items(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, Items *it, ProtoMsg *reply)
+static void reply_items(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, ProtoItems *it, ProtoMsg *reply)
 {
         if (it->failed) {
-                registry_peer_mark_lost(p);
+                registry_peer_mark_lost(p); /* out of memory: the peer is cut off rather than lied to */
         } else {
-                reply->reply = m->id;
-                reply->status = PROTO_STATUS_OK;
-                reply->has |= PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS);
-                items_finish(it, reply);
+                proto_set_reply(reply, m->id);
+                proto_set_status(reply, PROTO_STATUS_OK);
+                proto_set_items(reply, proto_items_finish(it));
                 outbox_send(ctx->out, p, reply, -1);
         }
-        proto_buf_free(&it->buf);
+        proto_items_free(it);
 }
 
 /* ---- who sees what ---- */
@@ -112,13 +78,13 @@ void inspect_list(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         uint32_t max = page_size(m);
         ProtoMsg reply = { 0 }, rec;
         uint64_t last = m->after;
-        Items it;
+        ProtoItems it;
 
         if (proto_has(m, PF_PREFIX) && !registry_prefix_valid(m->prefix.ptr, m->prefix.len)) {
                 request_reply_error(ctx->out, p, m->id, PROTO_STATUS_INVALID, "not a valid name prefix");
                 return;
         }
-        items_init(&it);
+        proto_items_init(&it, ITEMS_BUDGET);
         for (RegBuffer *b = registry_buffer_after(ctx->reg, m->after); b; b = registry_buffer_next(ctx->reg, b)) {
                 const char *name = registry_buffer_name(b);
 
@@ -128,14 +94,13 @@ void inspect_list(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 if (!sees_buffer(ctx, p, name, (uint32_t)rec.uid))
                         continue;
                 /* Listings show what a buffer is, not how to open it. */
-                rec.has &= ~PROTO_BIT(PF_HANDLE);
+                proto_unset(&rec, PF_HANDLE);
                 if (!items_add(&it, &rec, max))
                         break;
                 last = registry_buffer_cursor(b);
         }
-        reply.more = it.full;
-        reply.after = last;
-        reply.has = PROTO_BIT(PF_MORE) | PROTO_BIT(PF_AFTER);
+        proto_set_more(&reply, it.full);
+        proto_set_after(&reply, last);
         reply_items(ctx, p, m, &it, &reply);
 }
 
@@ -178,7 +143,7 @@ void inspect_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         uint64_t last = m->after;
         RegBuffer *b = NULL;
         ProtoMsg reply, rec;
-        Items it;
+        ProtoItems it;
 
         if (proto_has(m, PF_BUFFER)) {
                 b = registry_buffer_by_id(ctx->reg, m->buffer);
@@ -202,7 +167,7 @@ void inspect_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 request_reply_error(ctx->out, p, m->id, PROTO_STATUS_NOT_FOUND, "no such buffer");
                 return;
         }
-        reply.has &= ~PROTO_BIT(PF_HANDLE);
+        proto_unset(&reply, PF_HANDLE);
         /* At most one holder per connection, and connections are bounded: one array for all. */
         hs.cap = reply.holders;
         hs.v = hs.cap ? calloc(hs.cap, sizeof(*hs.v)) : NULL;
@@ -213,19 +178,20 @@ void inspect_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         registry_buffer_holders(b, collect_holder, &hs);
         if (hs.n > 1)
                 qsort(hs.v, hs.n, sizeof(*hs.v), holder_cmp);
-        items_init(&it);
+        proto_items_init(&it, ITEMS_BUDGET);
         for (size_t i = 0; i < hs.n; i++) {
-                rec = (ProtoMsg){ .peer = hs.v[i].peer, .pid = hs.v[i].pid, .uid = hs.v[i].uid,
-                                  .refs = hs.v[i].refs };
-                rec.has = PROTO_BIT(PF_PEER) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_UID) | PROTO_BIT(PF_REFS);
+                proto_record_init(&rec);
+                proto_set_peer(&rec, hs.v[i].peer);
+                proto_set_pid(&rec, hs.v[i].pid);
+                proto_set_uid(&rec, hs.v[i].uid);
+                proto_set_refs(&rec, hs.v[i].refs);
                 if (!items_add(&it, &rec, max))
                         break;
                 last = rec.peer;
         }
         free(hs.v);
-        reply.more = it.full;
-        reply.after = last;
-        reply.has |= PROTO_BIT(PF_MORE) | PROTO_BIT(PF_AFTER);
+        proto_set_more(&reply, it.full);
+        proto_set_after(&reply, last);
         reply_items(ctx, p, m, &it, &reply);
 }
 
@@ -234,9 +200,9 @@ void inspect_peers(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         uint32_t max = page_size(m);
         ProtoMsg reply = { 0 }, rec;
         uint64_t last = m->after;
-        Items it;
+        ProtoItems it;
 
-        items_init(&it);
+        proto_items_init(&it, ITEMS_BUDGET);
         for (RegPeer *q = registry_peer_first(ctx->reg); q; q = registry_peer_next(ctx->reg, q)) {
                 if (registry_peer_id(q) <= m->after || !sees_peer(ctx, p, q))
                         continue;
@@ -245,9 +211,8 @@ void inspect_peers(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                         break;
                 last = rec.peer;
         }
-        reply.more = it.full;
-        reply.after = last;
-        reply.has = PROTO_BIT(PF_MORE) | PROTO_BIT(PF_AFTER);
+        proto_set_more(&reply, it.full);
+        proto_set_after(&reply, last);
         reply_items(ctx, p, m, &it, &reply);
 }
 
@@ -270,48 +235,40 @@ static bool sees_ring(const RequestCtx *ctx, const RegPeer *p, const RegRingView
 static void ring_describe(const RegRingView *g, const RingView *v, ProtoMsg *m)
 {
         const PeerCreds *c = registry_peer_creds(g->owner);
+        uint64_t lag = 0;
         bool any = false;
 
-        memset(m, 0, sizeof(*m));
-        m->name = proto_str(g->name);
-        m->kind = g->kind;
-        m->size = g->slot_size;
-        m->slots = g->n_slots;
-        m->members = g->n_members;
-        m->mode = g->mode;
-        m->timeout_ms = g->lease_ms;
-        m->owner = registry_peer_id(g->owner);
-        m->uid = c->uid;
-        m->pid = c->pid;
-        m->taken = g->taken;
-        m->has = PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) | PROTO_BIT(PF_SLOTS) |
-                 PROTO_BIT(PF_MEMBERS) | PROTO_BIT(PF_MODE) | PROTO_BIT(PF_TIMEOUT_MS) | PROTO_BIT(PF_OWNER) |
-                 PROTO_BIT(PF_UID) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_TAKEN);
-        if (g->device) {
-                m->device = proto_str(g->device);
-                proto_set(m, PF_DEVICE);
-        }
-        if (!g->complete) {
-                m->pending = true; /* still being set up: not joinable yet */
-                proto_set(m, PF_PENDING);
-        }
+        proto_record_init(m);
+        proto_set_name(m, proto_str(g->name));
+        proto_set_kind(m, g->kind);
+        proto_set_size(m, g->slot_size);
+        proto_set_slots(m, g->n_slots);
+        proto_set_members(m, g->n_members);
+        proto_set_mode(m, g->mode);
+        proto_set_timeout_ms(m, g->lease_ms);
+        proto_set_owner(m, registry_peer_id(g->owner));
+        proto_set_uid(m, c->uid);
+        proto_set_pid(m, c->pid);
+        proto_set_taken(m, g->taken);
+        if (g->device)
+                proto_set_device(m, proto_str(g->device));
+        if (!g->complete)
+                proto_set_pending(m, true); /* still being set up: not joinable yet */
         if (!v->reading.ctl_valid) {
-                m->reason = proto_str(v->why);
-                proto_set(m, PF_REASON);
+                proto_set_reason(m, proto_str(v->why));
                 return;
         }
-        m->head = v->reading.head;
-        proto_set(m, PF_HEAD);
+        proto_set_head(m, v->reading.head);
         for (uint32_t i = 0; i < g->n_members && i < RING_MAX_MEMBERS; i++) {
                 const RingSeatReading *s = &v->reading.seat[i];
 
                 if (g->seats[i].epoch && s->seated) {
-                        m->lag = any ? MAX(m->lag, s->lag) : s->lag;
+                        lag = any ? MAX(lag, s->lag) : s->lag;
                         any = true;
                 }
         }
         if (any)
-                proto_set(m, PF_LAG);
+                proto_set_lag(m, lag);
 }
 
 static ProtoSeat seat_state(const RegRingSeatView *s, const RingSeatReading *r)
@@ -330,24 +287,21 @@ static void seat_record(const RequestCtx *ctx, const RegPeer *p, const RegRingVi
         const RegRingSeatView *s = &g->seats[i];
         const RingSeatReading *r = &v->reading.seat[i];
 
-        memset(rec, 0, sizeof(*rec));
-        rec->index = i;
-        rec->generation = s->epoch;
-        rec->seat = seat_state(s, r);
-        rec->has = PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_SEAT);
+        proto_record_init(rec);
+        proto_set_index(rec, i);
+        proto_set_generation(rec, s->epoch);
+        proto_set_seat(rec, seat_state(s, r));
         if (s->member && sees_peer(ctx, p, s->member)) {
                 const PeerCreds *c = registry_peer_creds(s->member);
 
-                rec->peer = registry_peer_id(s->member);
-                rec->pid = c->pid;
-                rec->uid = c->uid;
-                rec->label = proto_str(registry_peer_label(s->member));
-                rec->has |= PROTO_BIT(PF_PEER) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_UID) | PROTO_BIT(PF_LABEL);
+                proto_set_peer(rec, registry_peer_id(s->member));
+                proto_set_pid(rec, c->pid);
+                proto_set_uid(rec, c->uid);
+                proto_set_label(rec, proto_str(registry_peer_label(s->member)));
         }
         if (v->reading.ctl_valid && r->seated) {
-                rec->position = r->position;
-                rec->lag = r->lag;
-                rec->has |= PROTO_BIT(PF_POSITION) | PROTO_BIT(PF_LAG);
+                proto_set_position(rec, r->position);
+                proto_set_lag(rec, r->lag);
         }
 }
 
@@ -359,13 +313,13 @@ void inspect_rings(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         unsigned pages = 0;
         RegRingView g;
         RingView v;
-        Items it;
+        ProtoItems it;
 
         if (proto_has(m, PF_PREFIX) && !registry_prefix_valid(m->prefix.ptr, m->prefix.len)) {
                 request_reply_error(ctx->out, p, m->id, PROTO_STATUS_INVALID, "not a valid name prefix");
                 return;
         }
-        items_init(&it);
+        proto_items_init(&it, ITEMS_BUDGET);
         for (RegRing *r = registry_ring_after(ctx->reg, m->after); r; r = registry_ring_next(ctx->reg, r)) {
                 registry_ring_view(r, &g);
                 if (m->prefix.len && strncmp(g.name, m->prefix.ptr, m->prefix.len) != 0)
@@ -383,9 +337,8 @@ void inspect_rings(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                         break;
                 last = registry_ring_cursor(r);
         }
-        reply.more = it.full;
-        reply.after = last;
-        reply.has = PROTO_BIT(PF_MORE) | PROTO_BIT(PF_AFTER);
+        proto_set_more(&reply, it.full);
+        proto_set_after(&reply, last);
         reply_items(ctx, p, m, &it, &reply);
 }
 
@@ -396,7 +349,7 @@ void inspect_ring_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         RegRingView g;
         RingView v;
         RegRing *r;
-        Items it;
+        ProtoItems it;
 
         if (!registry_name_valid(m->name.ptr, m->name.len)) {
                 request_reply_error(ctx->out, p, m->id, PROTO_STATUS_INVALID, "not a valid ring name");
@@ -416,7 +369,7 @@ void inspect_ring_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         ringview_read(&g, &v);
         ring_describe(&g, &v, &reply);
         /* At most 64 seats of a few hundred bytes each: they always fit one reply. */
-        items_init(&it);
+        proto_items_init(&it, ITEMS_BUDGET);
         for (uint32_t i = 0; i < g.n_members && i < RING_MAX_MEMBERS; i++) {
                 if (!g.seats[i].epoch)
                         continue;
@@ -426,34 +379,34 @@ void inspect_ring_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         reply_items(ctx, p, m, &it, &reply);
 }
 
-static void add_stat(Items *it, const char *name, uint64_t value)
+static void add_stat(ProtoItems *it, const char *name, uint64_t value)
 {
-        ProtoMsg rec = { 0 };
+        ProtoMsg rec;
 
-        rec.name = proto_str(name);
-        rec.value = value;
-        rec.has = PROTO_BIT(PF_NAME) | PROTO_BIT(PF_VALUE);
+        proto_record_init(&rec);
+        proto_set_name(&rec, proto_str(name));
+        proto_set_value(&rec, value);
         items_add(it, &rec, PROTO_MAX_ITEMS);
 }
 
 /* Replies sent with each error status: records named request_errors_total whose "error" is the
  * status's name, one per status (zeros included, so that the series exist from the start). */
-static void add_failed_replies(Items *it, const Outbox *o)
+static void add_failed_replies(ProtoItems *it, const Outbox *o)
 {
         for (unsigned status = 1; status < _PROTO_STATUS_MAX; status++) {
-                ProtoMsg rec = { 0 };
+                ProtoMsg rec;
 
-                rec.name = proto_str("request_errors_total");
-                rec.error = proto_str(proto_status_name(status));
-                rec.value = o->failed_replies[status];
-                rec.has = PROTO_BIT(PF_NAME) | PROTO_BIT(PF_ERROR) | PROTO_BIT(PF_VALUE);
+                proto_record_init(&rec);
+                proto_set_name(&rec, proto_str("request_errors_total"));
+                proto_set_error(&rec, proto_str(proto_status_name(status)));
+                proto_set_value(&rec, o->failed_replies[status]);
                 items_add(it, &rec, PROTO_MAX_ITEMS);
         }
 }
 
 /* A histogram as records: NAME_bucket with "le_us" (the bound) and the cumulative count, for each
  * bound in ascending order, then NAME_count (every observation: the +Inf bucket) and NAME_sum. */
-static void add_histogram(Items *it, const char *name, const Histogram *h)
+static void add_histogram(ProtoItems *it, const char *name, const Histogram *h)
 {
         char bucket[64], count[64], sum[64];
 
@@ -461,12 +414,12 @@ static void add_histogram(Items *it, const char *name, const Histogram *h)
         snprintf(count, sizeof(count), "%s_count", name);
         snprintf(sum, sizeof(sum), "%s_sum", name);
         for (size_t i = 0; i < h->n_bounds; i++) {
-                ProtoMsg rec = { 0 };
+                ProtoMsg rec;
 
-                rec.name = proto_str(bucket);
-                rec.le_us = h->bounds_us[i];
-                rec.value = histogram_cumulative(h, i);
-                rec.has = PROTO_BIT(PF_NAME) | PROTO_BIT(PF_LE_US) | PROTO_BIT(PF_VALUE);
+                proto_record_init(&rec);
+                proto_set_name(&rec, proto_str(bucket));
+                proto_set_le_us(&rec, h->bounds_us[i]);
+                proto_set_value(&rec, histogram_cumulative(h, i));
                 items_add(it, &rec, PROTO_MAX_ITEMS);
         }
         add_stat(it, count, h->count);
@@ -480,10 +433,10 @@ void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         const ServerStats *s = ctx->stats;
         ProtoMsg reply = { 0 };
         RegGauges g;
-        Items it;
+        ProtoItems it;
 
         registry_gauges(ctx->reg, &g);
-        items_init(&it);
+        proto_items_init(&it, ITEMS_BUDGET);
         add_stat(&it, "peers", g.peers);
         add_stat(&it, "buffers", g.buffers);
         add_stat(&it, "buffers_live", g.live);

@@ -1,5 +1,6 @@
 /* Landlock rules for the broker (see landlock.h). Seccomp cannot tell paths apart; Landlock can,
- * so the two together give "no network, no exec, no files but these". */
+ * so the two together give "no network, no exec, no files but these". A kernel without Landlock
+ * (EOPNOTSUPP) must not stop the broker: seccomp still confines it, and the log says so. */
 #include "landlock.h"
 
 #include <errno.h>

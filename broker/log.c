@@ -1,5 +1,7 @@
 /* Text and JSON-lines logging with logfmt fields. Writes with one write(2) per line so lines
- * from a dying process are never interleaved. */
+ * from a dying process are never interleaved. What it must never do: let a field's bytes (names
+ * and labels come from peers) break a JSON line: quotes, backslashes and control characters are
+ * escaped. */
 #include "log.h"
 
 #include <stdarg.h>

@@ -1,5 +1,7 @@
 /* gpuipc-broker: parses flags, binds the socket (or takes an inherited one), drops privileges,
- * loads the seccomp filter and runs the server. */
+ * loads the seccomp filter and runs the server. What it must never do: run the loop unconfined,
+ * or confine before what needs more than the runtime allow-list is done (binding, privileges, the
+ * policy file and its inotify watch, the loop's handles): the order below is the security model. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -52,8 +54,34 @@ typedef struct Options {
  * that does not watch gpuipc_fd() takes between two calls. */
 #define RESTART_GRACE_MS_DEFAULT 10000
 
+/* The --max-* flags: each sets one field of Limits (broker-limits.h) to a number from 1 to
+ * 2^32 - 1. One table serves parsing and --help, so a new limit is one line here. */
+static const struct LimitFlag {
+        const char *name;
+        size_t offset; /* of the uint32_t it sets in Limits */
+        const char *help;
+} limit_flags[] = {
+        { "max-connections", offsetof(Limits, connections), "" },
+        { "max-connections-per-uid", offsetof(Limits, connections_per_uid), "" },
+        { "max-buffers-per-uid", offsetof(Limits, buffers_per_uid), "" },
+        { "max-fds-per-uid", offsetof(Limits, fds_per_uid), "" },
+        { "max-refs-per-peer", offsetof(Limits, refs_per_peer), "" },
+        { "max-waits-per-peer", offsetof(Limits, waits_per_peer), "" },
+        { "max-subs-per-peer", offsetof(Limits, subs_per_peer), "" },
+        { "max-queued-bytes", offsetof(Limits, queued_bytes), "" },
+        { "max-queued-fds", offsetof(Limits, queued_fds), "" },
+        { "max-timeout-ms", offsetof(Limits, max_timeout_ms), "longest wait a peer may ask for " },
+};
+
+static uint32_t *limit_field(Limits *l, const struct LimitFlag *flag)
+{
+        return (uint32_t *)((char *)l + flag->offset);
+}
+
 static void usage(FILE *f)
 {
+        Limits defaults = LIMITS_DEFAULT;
+
         fprintf(f,
                 "Usage: gpuipc-broker [OPTIONS]\n"
                 "Brokers GPU and host buffers between processes over a Unix socket.\n\n"
@@ -66,26 +94,21 @@ static void usage(FILE *f)
                 "      --seccomp MODE           enforce (default), log or off\n"
                 "  -p, --policy FILE            authorization rules (docs/security.md); SIGHUP reloads\n"
                 "      --log-format FORMAT      text (default) or json\n"
-                "      --log-level LEVEL        debug, info (default), warn or error\n"
-                "      --max-connections N              (default %u)\n"
-                "      --max-connections-per-uid N      (default %u)\n"
-                "      --max-buffers-per-uid N          (default %u)\n"
-                "      --max-fds-per-uid N              (default %u)\n"
-                "      --max-refs-per-peer N            (default %u)\n"
-                "      --max-waits-per-peer N           (default %u)\n"
-                "      --max-subs-per-peer N            (default %u)\n"
-                "      --max-queued-bytes N             (default %u)\n"
-                "      --max-queued-fds N               (default %u)\n"
-                "      --max-timeout-ms N               longest wait a peer may ask for (default %u)\n"
+                "      --log-level LEVEL        debug, info (default), warn or error\n",
+                GPUIPC_DEFAULT_SOCKET);
+        for (size_t i = 0; i < ARRAY_SIZE(limit_flags); i++) {
+                char flag[64];
+
+                snprintf(flag, sizeof(flag), "%s N", limit_flags[i].name);
+                fprintf(f, "      --%-31s%s(default %u)\n", flag, limit_flags[i].help,
+                        *limit_field(&defaults, &limit_flags[i]));
+        }
+        fprintf(f,
                 "      --restart-grace-ms N     after a restart, how long reconnecting holders may reclaim\n"
                 "                               before buffers they held drain (default %u; 0: no grace)\n"
                 "  -V, --version\n"
                 "  -h, --help\n",
-                GPUIPC_DEFAULT_SOCKET, LIMITS_DEFAULT.connections, LIMITS_DEFAULT.connections_per_uid,
-                LIMITS_DEFAULT.buffers_per_uid, LIMITS_DEFAULT.fds_per_uid, LIMITS_DEFAULT.refs_per_peer,
-                LIMITS_DEFAULT.waits_per_peer, LIMITS_DEFAULT.subs_per_peer, LIMITS_DEFAULT.queued_bytes,
-                LIMITS_DEFAULT.queued_fds,
-                LIMITS_DEFAULT.max_timeout_ms, RESTART_GRACE_MS_DEFAULT);
+                RESTART_GRACE_MS_DEFAULT);
 }
 
 enum {
@@ -95,17 +118,8 @@ enum {
         OPT_SECCOMP,
         OPT_LOG_FORMAT,
         OPT_LOG_LEVEL,
-        OPT_MAX_CONN,
-        OPT_MAX_CONN_UID,
-        OPT_MAX_BUF_UID,
-        OPT_MAX_FDS_UID,
-        OPT_MAX_REFS,
-        OPT_MAX_WAITS,
-        OPT_MAX_SUBS,
-        OPT_MAX_QUEUED,
-        OPT_MAX_TIMEOUT,
-        OPT_MAX_QUEUED_FDS,
         OPT_RESTART_GRACE,
+        OPT_LIMIT = 512, /* OPT_LIMIT + i: limit_flags[i] */
 };
 
 static int parse_uint(const char *s, unsigned base, uint64_t max, uint64_t *ret)
@@ -133,9 +147,28 @@ static int parse_limit(const char *name, const char *s, uint32_t *ret)
         return 0;
 }
 
+static int parse_socket_mode(const char *s, mode_t *ret)
+{
+        uint64_t v;
+
+        if (parse_uint(s, 8, 0777, &v) < 0) {
+                fprintf(stderr, "gpuipc-broker: --socket-mode needs an octal mode like 0660, not '%s'\n", s);
+                return -EINVAL;
+        }
+        /* Connecting needs write access: a mode that gives read and write to nobody starts a broker
+         * no peer can reach. */
+        if ((v & 0600) != 0600 && (v & 060) != 060 && (v & 06) != 06) {
+                fprintf(stderr, "gpuipc-broker: --socket-mode %s lets no peer connect: give read and write to the "
+                        "owner, the group or others (e.g. 0660)\n", s);
+                return -EINVAL;
+        }
+        *ret = (mode_t)v;
+        return 0;
+}
+
 static int parse_args(int argc, char **argv, Options *o)
 {
-        static const struct option longopts[] = {
+        static const struct option base_opts[] = {
                 { "socket", required_argument, NULL, 's' },
                 { "listen-fd", required_argument, NULL, OPT_LISTEN_FD },
                 { "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
@@ -146,25 +179,26 @@ static int parse_args(int argc, char **argv, Options *o)
                 { "policy", required_argument, NULL, 'p' },
                 { "log-format", required_argument, NULL, OPT_LOG_FORMAT },
                 { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
-                { "max-connections", required_argument, NULL, OPT_MAX_CONN },
-                { "max-connections-per-uid", required_argument, NULL, OPT_MAX_CONN_UID },
-                { "max-buffers-per-uid", required_argument, NULL, OPT_MAX_BUF_UID },
-                { "max-fds-per-uid", required_argument, NULL, OPT_MAX_FDS_UID },
-                { "max-refs-per-peer", required_argument, NULL, OPT_MAX_REFS },
-                { "max-waits-per-peer", required_argument, NULL, OPT_MAX_WAITS },
-                { "max-subs-per-peer", required_argument, NULL, OPT_MAX_SUBS },
-                { "max-queued-bytes", required_argument, NULL, OPT_MAX_QUEUED },
-                { "max-timeout-ms", required_argument, NULL, OPT_MAX_TIMEOUT },
                 { "restart-grace-ms", required_argument, NULL, OPT_RESTART_GRACE },
-                { "max-queued-fds", required_argument, NULL, OPT_MAX_QUEUED_FDS },
                 { "version", no_argument, NULL, 'V' },
                 { "help", no_argument, NULL, 'h' },
-                {}
         };
+        struct option longopts[ARRAY_SIZE(base_opts) + ARRAY_SIZE(limit_flags) + 1] = { 0 };
         uint64_t v;
         int c;
 
+        memcpy(longopts, base_opts, sizeof(base_opts));
+        for (size_t i = 0; i < ARRAY_SIZE(limit_flags); i++)
+                longopts[ARRAY_SIZE(base_opts) + i] =
+                        (struct option){ limit_flags[i].name, required_argument, NULL, OPT_LIMIT + (int)i };
         while ((c = getopt_long(argc, argv, "s:u:g:p:Vh", longopts, NULL)) >= 0) {
+                if (c >= OPT_LIMIT && c < OPT_LIMIT + (int)ARRAY_SIZE(limit_flags)) {
+                        const struct LimitFlag *flag = &limit_flags[c - OPT_LIMIT];
+
+                        if (parse_limit(flag->name, optarg, limit_field(&o->limits, flag)) < 0)
+                                return -EINVAL;
+                        continue;
+                }
                 switch (c) {
                 case 's':
                         if (!*optarg) {
@@ -181,19 +215,8 @@ static int parse_args(int argc, char **argv, Options *o)
                         o->listen_fd = (int)v;
                         break;
                 case OPT_SOCKET_MODE:
-                        if (parse_uint(optarg, 8, 0777, &v) < 0) {
-                                fprintf(stderr, "gpuipc-broker: --socket-mode needs an octal mode like 0660, "
-                                        "not '%s'\n", optarg);
+                        if (parse_socket_mode(optarg, &o->socket_mode) < 0)
                                 return -EINVAL;
-                        }
-                        /* Connecting needs write access: a mode that gives read and write to
-                         * nobody starts a broker no peer can reach. */
-                        if ((v & 0600) != 0600 && (v & 060) != 060 && (v & 06) != 06) {
-                                fprintf(stderr, "gpuipc-broker: --socket-mode %s lets no peer connect: give read "
-                                        "and write to the owner, the group or others (e.g. 0660)\n", optarg);
-                                return -EINVAL;
-                        }
-                        o->socket_mode = (mode_t)v;
                         break;
                 case OPT_SOCKET_GROUP:
                         o->socket_group = optarg;
@@ -225,46 +248,6 @@ static int parse_args(int argc, char **argv, Options *o)
                                 fprintf(stderr, "gpuipc-broker: --log-level is debug, info, warn or error\n");
                                 return -EINVAL;
                         }
-                        break;
-                case OPT_MAX_CONN:
-                        if (parse_limit("max-connections", optarg, &o->limits.connections) < 0)
-                                return -EINVAL;
-                        break;
-                case OPT_MAX_CONN_UID:
-                        if (parse_limit("max-connections-per-uid", optarg, &o->limits.connections_per_uid) < 0)
-                                return -EINVAL;
-                        break;
-                case OPT_MAX_BUF_UID:
-                        if (parse_limit("max-buffers-per-uid", optarg, &o->limits.buffers_per_uid) < 0)
-                                return -EINVAL;
-                        break;
-                case OPT_MAX_FDS_UID:
-                        if (parse_limit("max-fds-per-uid", optarg, &o->limits.fds_per_uid) < 0)
-                                return -EINVAL;
-                        break;
-                case OPT_MAX_REFS:
-                        if (parse_limit("max-refs-per-peer", optarg, &o->limits.refs_per_peer) < 0)
-                                return -EINVAL;
-                        break;
-                case OPT_MAX_WAITS:
-                        if (parse_limit("max-waits-per-peer", optarg, &o->limits.waits_per_peer) < 0)
-                                return -EINVAL;
-                        break;
-                case OPT_MAX_SUBS:
-                        if (parse_limit("max-subs-per-peer", optarg, &o->limits.subs_per_peer) < 0)
-                                return -EINVAL;
-                        break;
-                case OPT_MAX_QUEUED:
-                        if (parse_limit("max-queued-bytes", optarg, &o->limits.queued_bytes) < 0)
-                                return -EINVAL;
-                        break;
-                case OPT_MAX_QUEUED_FDS:
-                        if (parse_limit("max-queued-fds", optarg, &o->limits.queued_fds) < 0)
-                                return -EINVAL;
-                        break;
-                case OPT_MAX_TIMEOUT:
-                        if (parse_limit("max-timeout-ms", optarg, &o->limits.max_timeout_ms) < 0)
-                                return -EINVAL;
                         break;
                 case OPT_RESTART_GRACE: {
                         uint64_t grace;

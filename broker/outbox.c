@@ -1,11 +1,13 @@
-/* The registry's output queue: encoded frames for peers and fds to close afterwards. */
+/* The registry's output queue: encoded frames for peers and fds to close afterwards (outbox.h).
+ * What it must never do: call into the registry (a frame it cannot build or queue is reported
+ * through the lost hook), or close an fd before the frames queued with it are handed over. */
 #include "outbox.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "macro.h"
-#include "registry.h"
 
 int outbox_send(Outbox *o, RegPeer *to, const ProtoMsg *m, int fd)
 {
@@ -27,8 +29,29 @@ int outbox_send(Outbox *o, RegPeer *to, const ProtoMsg *m, int fd)
         return 0;
 lost:
         proto_buf_free(&buf);
-        registry_peer_mark_lost(to);
+        o->lost(to);
         return -ENOMEM;
+}
+
+int outbox_send_errorv(Outbox *o, RegPeer *to, uint64_t id, unsigned status, const char *fmt, va_list ap)
+{
+        char text[PROTO_MAX_TEXT + 1];
+        ProtoMsg m;
+
+        vsnprintf(text, sizeof(text), fmt, ap);
+        proto_reply_error(&m, id, status, text);
+        return outbox_send(o, to, &m, -1);
+}
+
+int outbox_send_error(Outbox *o, RegPeer *to, uint64_t id, unsigned status, const char *fmt, ...)
+{
+        va_list ap;
+        int r;
+
+        va_start(ap, fmt);
+        r = outbox_send_errorv(o, to, id, status, fmt, ap);
+        va_end(ap);
+        return r;
 }
 
 void outbox_close_fd(Outbox *o, int fd)
@@ -44,7 +67,7 @@ void outbox_close_fd(Outbox *o, int fd)
                         for (size_t i = 0; i < o->n_frames; i++) {
                                 if (o->frames[i].fd == fd) {
                                         o->frames[i].fd = -1;
-                                        registry_peer_mark_lost(o->frames[i].to);
+                                        o->lost(o->frames[i].to);
                                 }
                         }
                         safe_close(fd);
@@ -76,4 +99,12 @@ void outbox_clear(Outbox *o)
         for (size_t i = 0; i < o->n_close; i++)
                 safe_close(o->close_fds[i]);
         o->n_frames = o->n_close = 0;
+}
+
+void outbox_deinit(Outbox *o)
+{
+        outbox_clear(o);
+        free(o->frames);
+        free(o->close_fds);
+        *o = (Outbox){ .lost = o->lost };
 }

@@ -1,157 +1,265 @@
-/* Peer identity at accept: SO_PEERCRED, a pidfd (SO_PEERPIDFD or pidfd_open + start time), and
- * the PID namespace where the kernel tells it. See docs/design.md "Identity and diagnosis". */
+/* The broker's connections: see peer.h. The frames in and out of one peer pass here: reading and
+ * judging a frame (proto_frame_decode), handing a request on (request.c), and giving the socket
+ * what the registry addressed to it, with the two limits that protect every other peer from one
+ * that does not read (--max-queued-bytes, --max-queued-fds). */
 #include "peer.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "log.h"
 #include "macro.h"
+#include "registry.h"
+#include "request.h"
 
-#ifndef SO_PEERPIDFD
-#define SO_PEERPIDFD 77 /* Linux 6.5; Debian 12's headers predate it */
-#endif
-
-uint64_t peer_boottime_ticks(void)
+/* Tells a peer we will not serve it (a limit), then hangs up: through a Conn of its own, since no
+ * peer exists for it. Takes fd. */
+static void refuse(int fd, unsigned status, const char *why)
 {
-        struct timespec ts;
-        long hz = sysconf(_SC_CLK_TCK);
+        ProtoBuf frame = { 0 };
+        ProtoMsg m;
+        Conn conn;
 
-        clock_gettime(CLOCK_BOOTTIME, &ts);
-        return (uint64_t)ts.tv_sec * (uint64_t)hz + (uint64_t)ts.tv_nsec / (1000000000ull / (uint64_t)hz);
+        conn_init(&conn, fd, 1);
+        proto_reply_error(&m, 0, status, why);
+        if (proto_frame_encode(&frame, &m, 0) == 0)
+                (void)conn_send_last(&conn, &frame);
+        proto_buf_free(&frame);
+        conn_deinit(&conn);
 }
 
-uint64_t peer_pidns_of(uint32_t pid)
+int peer_new(Peer **ret, PeerSet *set, Registry *reg, int fd, uint64_t now_ms)
 {
-        char path[64];
-        struct stat st;
+        uint64_t ticks = creds_boottime_ticks();
+        char why[PROTO_MAX_TEXT] = "";
+        _cleanup_close_ int sock = fd, pidfd = -1;
+        _cleanup_free_ Peer *p = NULL;
+        PeerCreds creds;
+        int r;
 
-        if (pid)
-                snprintf(path, sizeof(path), "/proc/%u/ns/pid", pid);
-        else
-                snprintf(path, sizeof(path), "/proc/self/ns/pid");
-        return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
-}
-
-/* How many PID namespaces a process is in, counted from the one /proc belongs to (the entries of
- * NSpid in /proc/<pid>/status); 0 if unknown. Unlike /proc/<pid>/ns/pid, which Landlock and the
- * ptrace rules keep from the broker for every process but itself, status is readable for all. */
-static unsigned pidns_depth_of(const char *status_path)
-{
-        char buf[4096], *line;
-        _cleanup_close_ int fd = open(status_path, O_RDONLY | O_CLOEXEC);
-        unsigned depth = 0;
-        ssize_t n;
-
-        if (fd < 0 || (n = read(fd, buf, sizeof(buf) - 1)) <= 0)
-                return 0;
-        buf[n] = 0;
-        line = strstr(buf, "\nNSpid:");
-        if (!line)
-                return 0;
-        for (char *p = line + 7; *p && *p != '\n'; p++)
-                depth += (p[0] == ' ' || p[0] == '\t') && p[1] >= '0' && p[1] <= '9';
-        return depth;
-}
-
-/* The PID namespace of a peer the kernel shows in ours (pid > 0), read where the sandbox lets us:
- * the namespace link works only while the broker is not confined (and may inspect the peer); a
- * peer at the same NSpid depth as the broker is in the broker's own namespace (a visible pid is in
- * ours or one below it). 0 when neither tells: the peer's declared namespace is all there is. The
- * pidfd (if any) guards against the pid having been recycled while /proc was read. */
-static uint64_t pidns_from_kernel(uint32_t pid, int pidfd)
-{
-        static unsigned self_depth;
-        static uint64_t self_ns;
-        char path[64];
-        uint64_t ns = peer_pidns_of(pid);
-        struct pollfd exited = { .fd = pidfd, .events = POLLIN };
-
-        if (ns)
-                return ns;
-        if (!self_depth) {
-                self_depth = pidns_depth_of("/proc/self/status");
-                self_ns = peer_pidns_of(0);
+        r = creds_identify(sock, ticks, &creds, &pidfd);
+        if (r < 0) {
+                log_warn("cannot identify peer", "error=\"%s\"", strerror(-r));
+                return r;
         }
-        snprintf(path, sizeof(path), "/proc/%u/status", pid);
-        if (pidfd < 0 || !self_depth || !self_ns || pidns_depth_of(path) != self_depth)
-                return 0;
-        return poll(&exited, 1, 0) == 0 ? self_ns : 0;
-}
-
-/* Field 22 of /proc/<pid>/stat, after the parenthesised command name (which may hold spaces). */
-static int start_ticks_of(uint32_t pid, uint64_t *ret)
-{
-        char path[64], buf[1024];
-        _cleanup_close_ int fd = -1;
-        unsigned long long start;
-        const char *p;
-        ssize_t n;
-
-        snprintf(path, sizeof(path), "/proc/%u/stat", pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        n = read(fd, buf, sizeof(buf) - 1);
-        if (n <= 0)
-                return -EIO;
-        buf[n] = 0;
-        p = strrchr(buf, ')');
+        p = calloc(1, sizeof(*p));
         if (!p)
-                return -EIO;
-        /* after ")": state(3) ... starttime(22): skip 19 fields */
-        for (int field = 3; field < 22 && p; field++)
-                p = strchr(p + 1, ' ');
-        if (!p || sscanf(p + 1, "%llu", &start) != 1)
-                return -EIO;
-        *ret = start;
-        return 0;
-}
-
-static int pidfd_fallback(uint32_t pid, uint64_t accepted_ticks)
-{
-        _cleanup_close_ int fd = -1;
-        uint64_t start;
-
-        fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-        if (fd < 0)
-                return -errno;
-        /* A process started after we accepted cannot be the one that connected: the pid was
-         * recycled between SO_PEERCRED and pidfd_open. */
-        if (start_ticks_of(pid, &start) < 0 || start > accepted_ticks)
-                return -ESRCH;
-        return steal_fd(fd);
-}
-
-int peer_identify(int sock, uint64_t accepted_ticks, PeerCreds *ret, int *ret_pidfd)
-{
-        struct ucred cred;
-        socklen_t len = sizeof(cred);
-        int pidfd = -1;
-
-        if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
-                return -errno;
-        len = sizeof(pidfd);
-        if (getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) < 0) {
-                pidfd = -1;
-                if (cred.pid > 0)
-                        pidfd = pidfd_fallback((uint32_t)cred.pid, accepted_ticks);
-                if (pidfd < 0)
-                        pidfd = -1;
+                return -ENOMEM;
+        r = registry_peer_add(reg, &creds, now_ms, p, &p->reg, why, sizeof(why));
+        if (r != 0) {
+                set->stats->connections_refused++;
+                log_warn("connection refused", "uid=%u pid=%u reason=%s", creds.uid, creds.pid,
+                         r > 0 ? "quota" : "out-of-memory");
+                refuse(steal_fd(sock), PROTO_STATUS_QUOTA, why[0] ? why : "the broker is out of memory");
+                return r;
         }
-        *ret = (PeerCreds){
-                .uid = cred.uid,
-                .gid = cred.gid,
-                .pid = cred.pid > 0 ? (uint32_t)cred.pid : 0,
-                .pidns = cred.pid > 0 ? pidns_from_kernel((uint32_t)cred.pid, pidfd) : 0,
-        };
-        *ret_pidfd = pidfd;
+        p->creds = creds;
+        p->set = set;
+        p->pidfd = steal_fd(pidfd);
+        conn_init(&p->conn, steal_fd(sock), set->limits.queued_fds);
+        list_init(&p->blocked_link);
+        list_append(&set->open, &p->link);
+        set->stats->connections_total++;
+        log_info("peer connected", "peer=%llu pid=%u uid=%u gid=%u pidns=%llu pidfd=%s",
+                 (unsigned long long)registry_peer_id(p->reg), creds.pid, creds.uid, creds.gid,
+                 (unsigned long long)creds.pidns, p->pidfd >= 0 ? "yes" : "no");
+        *ret = steal_ptr(p);
         return 0;
+}
+
+Peer *peer_free(Peer *p)
+{
+        if (!p)
+                return NULL;
+        conn_deinit(&p->conn);
+        safe_close(p->pidfd);
+        free(p);
+        return NULL;
+}
+
+Peer *peer_of(const RegPeer *rp)
+{
+        return registry_peer_userdata(rp);
+}
+
+void peer_close(Peer *p, const char *why)
+{
+        if (p->closing)
+                return;
+        p->closing = true;
+        /* Try to push out what is queued (often an error reply), without waiting. */
+        conn_flush(&p->conn);
+        log_info("peer disconnected", "peer=%llu pid=%u uid=%u reason=\"%s\"",
+                 (unsigned long long)registry_peer_id(p->reg), p->creds.pid, p->creds.uid, why);
+        list_unlink(&p->link);
+        list_append(&p->set->doomed, &p->link);
+}
+
+void peer_forget(Peer *p, Registry *reg, Outbox *out)
+{
+        uint32_t refs = registry_peer_refs(p->reg);
+        uint64_t start = stats_now_us();
+
+        list_unlink(&p->link);
+        list_unlink(&p->blocked_link);
+        registry_peer_remove(reg, p->reg, out);
+        p->reg = NULL;
+        /* How long forgetting a peer takes (its references, waits, buffers) is worth watching. */
+        stats_peer_cleanup(p->set->stats, stats_now_us() - start, refs);
+}
+
+/* ---- frames out ---- */
+
+/* The kernel refused to pass an fd to this peer: the broker's uid has as many fds in flight as
+ * its RLIMIT_NOFILE allows (peers that do not read hold them). The recipient is not at fault, so
+ * it keeps its connection; its frames wait and are retried on a timer (the server's), since the
+ * socket itself stays writable and polling would spin. */
+static void peer_block(Peer *p, bool quietly)
+{
+        if (p->blocked)
+                return;
+        p->blocked = true;
+        list_append(&p->set->blocked, &p->blocked_link);
+        if (!quietly)
+                log_warn("the kernel refuses to pass more fds: the broker's uid has too many in flight (peers that "
+                         "do not read hold them); the frame waits", "peer=%llu retry_ms=%d",
+                         (unsigned long long)registry_peer_id(p->reg), PEER_BLOCKED_RETRY_MS);
+}
+
+bool peer_wants_write(const Peer *p)
+{
+        return !p->closing && !p->blocked && conn_pending(&p->conn);
+}
+
+/* Hangs up on a peer that stopped reading, telling it why in a last frame after everything it has
+ * yet to read: its queue is gone, the fds it did not receive would be charged to the broker. */
+static void drop_slow_peer(Peer *p, const char *limit, size_t value, uint32_t max)
+{
+        char why[PROTO_MAX_TEXT];
+        ProtoBuf frame = { 0 };
+        ProtoMsg m;
+
+        p->set->stats->slow_peers_dropped++;
+        log_warn("dropping a peer that does not read", "peer=%llu limit=%s value=%zu max=%u",
+                 (unsigned long long)registry_peer_id(p->reg), limit, value, max);
+        snprintf(why, sizeof(why), "the broker disconnects this connection: it does not read what the broker sends "
+                 "(%zu %s, the limit is %u: --%s)", value,
+                 strcmp(limit, "max-queued-fds") == 0 ? "fds not received" : "bytes queued", max, limit);
+        proto_reply_error(&m, 0, PROTO_STATUS_QUOTA, why);
+        if (proto_frame_encode(&frame, &m, 0) == 0)
+                (void)conn_send_last(&p->conn, &frame);
+        proto_buf_free(&frame);
+        peer_close(p, "too much unread output");
+}
+
+void peer_send(Peer *p, OutFrame *f)
+{
+        ServerStats *st = p->set->stats;
+        const Limits *l = &p->set->limits;
+        size_t len = f->frame.len;
+        int r;
+
+        if (p->closing)
+                return;
+        r = conn_send(&p->conn, &f->frame, f->fd);
+        if (r == CONN_E_BLOCKED) {
+                peer_block(p, false);
+                r = 0;
+        }
+        if (r == CONN_E_UNRECEIVED) {
+                /* Fds a peer has not read are charged to the broker's uid: bounded per peer. */
+                drop_slow_peer(p, "max-queued-fds", conn_unreceived_fds(&p->conn) + 1, l->queued_fds);
+                return;
+        }
+        if (r < 0) {
+                peer_close(p, "send failed");
+                return;
+        }
+        st->frames_out++;
+        st->bytes_out += len;
+        st->fds_out += f->fd >= 0;
+        /* Queued bytes bound the broker's memory (queued fds are bounded by conn_send). */
+        if (p->conn.queued_bytes > l->queued_bytes)
+                drop_slow_peer(p, "max-queued-bytes", p->conn.queued_bytes, l->queued_bytes);
+}
+
+void peer_flush(Peer *p)
+{
+        bool was_blocked = p->blocked;
+        int r;
+
+        list_unlink(&p->blocked_link);
+        p->blocked = false;
+        if (p->closing)
+                return;
+        r = conn_flush(&p->conn);
+        if (r == CONN_E_BLOCKED)
+                peer_block(p, was_blocked); /* quietly if it was reported when it first blocked */
+        else if (r < 0)
+                peer_close(p, "send failed");
+}
+
+/* ---- frames in ---- */
+
+/* Replies to a framing violation and hangs up once the reply went out: after one, frame
+ * boundaries can't be trusted. */
+static void protocol_error(Peer *p, Outbox *out, const char *what)
+{
+        p->set->stats->protocol_errors++;
+        log_warn("protocol violation", "peer=%llu error=\"%s\"", (unsigned long long)registry_peer_id(p->reg), what);
+        request_reply_error(out, p->reg, 0, PROTO_STATUS_PROTOCOL, what);
+        snprintf(p->hangup, sizeof(p->hangup), "%s", what);
+}
+
+static void handle_frame(Peer *p, RequestCtx *ctx, size_t len, int *fds, size_t n_fds, bool truncated)
+{
+        ServerStats *st = p->set->stats;
+        ProtoFrameError err;
+        ProtoMsg m;
+
+        st->frames_in++;
+        st->bytes_in += len;
+        st->fds_in += n_fds;
+        if (proto_frame_decode(p->set->rbuf, len, n_fds, truncated, PROTO_REQUEST, &m, &err) != 0) {
+                for (size_t i = 0; i < n_fds; i++)
+                        safe_close(fds[i]);
+                /* A body sound enough to name its request's id is that request's fault: it is
+                 * refused like any bad request and the connection stays. Anything else breaks the
+                 * framing itself. */
+                if (err.id)
+                        request_reply_error(ctx->out, p->reg, err.id, PROTO_STATUS_BAD_REQUEST, err.text);
+                else
+                        protocol_error(p, ctx->out, err.text);
+                return;
+        }
+        /* Counting the broker's open fds reads /proc: only when someone asks for the stats. */
+        if (m.op == PROTO_OP_STATS)
+                stats_count_fds(st, ctx->now_ms);
+        request_handle(ctx, p->reg, &m, n_fds ? fds[0] : -1);
+}
+
+bool peer_dispatch(Peer *p, RequestCtx *ctx)
+{
+        int fds[CONN_MAX_RECV_FDS];
+        size_t len, n_fds;
+        bool truncated;
+        int r;
+
+        if (p->closing)
+                return false;
+        r = conn_recv(&p->conn, p->set->rbuf, sizeof(p->set->rbuf), &len, fds, &n_fds, &truncated);
+        if (r == CONN_E_AGAIN)
+                return false;
+        if (r == CONN_E_EOF) {
+                peer_close(p, "closed its connection");
+                return false;
+        }
+        if (r < 0) {
+                peer_close(p, "receive failed");
+                return false;
+        }
+        handle_frame(p, ctx, len, fds, n_fds, truncated);
+        return true;
 }

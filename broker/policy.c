@@ -1,4 +1,5 @@
-/* Policy rules, first match wins:
+/* Policy rules, first match wins (pure: no file, no I/O; never a default allow once a policy is
+ * loaded):
  *
  *     # comment
  *     allow publish,attach uid=1000 prefix=frames/

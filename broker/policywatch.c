@@ -1,4 +1,5 @@
-/* The policy file's directory under inotify (see policywatch.h). */
+/* The policy file's directory under inotify (see policywatch.h). It never reloads anything
+ * itself: it only says the file may have changed, and the server reloads as on SIGHUP. */
 #include "policywatch.h"
 
 #include <errno.h>

@@ -1,4 +1,6 @@
-/* Dropping privileges after the socket is bound. */
+/* Dropping privileges after the socket is bound. What it must never do: leave the broker with
+ * root or any capability: --user must name an unprivileged user, and the ambient, bounding and
+ * effective capability sets are all emptied. */
 #include "privs.h"
 
 #include <errno.h>

@@ -41,16 +41,14 @@ static void claim_free(Registry *r, Claim *c)
 /* Tells a claimant that its claim cannot be honoured: stop using the memory. */
 static void claim_revoke(Registry *r, Claim *c, const char *reason, Outbox *o)
 {
-        ProtoMsg m = { 0 };
+        ProtoMsg m;
 
-        m.event = PROTO_EV_REVOKED;
-        m.buffer = c->buffer;
-        m.generation = c->generation;
-        m.name = proto_str(c->name);
-        m.kind = c->kind;
-        m.reason = proto_str(reason);
-        m.has = PROTO_BIT(PF_EVENT) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_NAME) |
-                PROTO_BIT(PF_KIND) | PROTO_BIT(PF_REASON);
+        proto_event_init(&m, PROTO_EV_REVOKED);
+        proto_set_buffer(&m, c->buffer);
+        proto_set_generation(&m, c->generation);
+        proto_set_name(&m, proto_str(c->name));
+        proto_set_kind(&m, c->kind);
+        proto_set_reason(&m, proto_str(reason));
         outbox_send(o, c->peer, &m, -1);
         r->counters.events++;
         r->counters.claims_revoked++;
@@ -117,9 +115,8 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
                         registry_peer_mark_lost(p);
                         return;
                 }
-                reg_reply_base(&m, id, PROTO_STATUS_OK);
-                m.state = b->state;
-                proto_set(&m, PF_STATE);
+                proto_reply_init(&m, id, PROTO_STATUS_OK);
+                proto_set_state(&m, b->state);
                 outbox_send(out, p, &m, -1);
                 return;
         }
@@ -148,9 +145,8 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
         list_append(&p->claims, &c->peer_link);
         p->n_claim_refs += a->refs;
         r->n_claims++;
-        reg_reply_base(&m, id, PROTO_STATUS_OK);
-        m.pending = true;
-        proto_set(&m, PF_PENDING);
+        proto_reply_init(&m, id, PROTO_STATUS_OK);
+        proto_set_pending(&m, true);
         outbox_send(out, p, &m, -1);
 }
 

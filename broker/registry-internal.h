@@ -266,12 +266,10 @@ UidAcct *reg_acct_get(Registry *r, uint32_t uid);
 
 void reg_acct_put(Registry *r, UidAcct *a);
 
-void reg_reply_base(ProtoMsg *m, uint64_t id, unsigned status);
-
 void reg_reply_ok(Outbox *o, RegPeer *p, uint64_t id);
 
-/* Replies with an error status; the message says what happened in this case, the status name
- * (and its default text, on the client side) says how to fix it in general. */
+/* Replies with an error status (outbox_send_error); the message says what happened in this case,
+ * the status name (and its default text, on the client side) says how to fix it in general. */
 _printf_(5, 6) void reg_reply_err(Outbox *o, RegPeer *p, uint64_t id, unsigned status, const char *fmt, ...);
 
 void reg_event_base(ProtoMsg *m, ProtoEvent ev, const RegBuffer *b);

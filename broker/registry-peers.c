@@ -1,4 +1,6 @@
-/* Peers in the registry: joining, saying hello, and leaving (which releases, revokes or orphans). */
+/* Peers in the registry: joining, saying hello, and leaving (which releases, revokes or orphans).
+ * What leaving must never do: leave anything of the peer behind (a reference, a wait, a
+ * subscription, a seat) or a frame addressed to it; tests/fuzz/fuzz-registry.c checks both. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,26 +190,22 @@ bool registry_peer_lost(const RegPeer *p)
 
 void registry_peer_describe(const RegPeer *p, ProtoMsg *m)
 {
-        memset(m, 0, sizeof(*m));
-        m->peer = p->id;
-        m->pid = p->creds.pid;
-        m->uid = p->creds.uid;
-        m->gid = p->creds.gid;
-        m->pidns = peer_pidns(p);
-        m->pidns_declared = peer_pidns_declared(p);
-        m->label = proto_str(p->label);
-        m->refs = p->n_refs;
-        m->subs = p->n_subs;
-        m->waits = p->n_waits;
-        m->started_ms = p->connected_ms;
-        m->n_gpus = p->n_gpus;
-        for (uint32_t i = 0; i < p->n_gpus && i < PROTO_MAX_GPUS; i++)
-                m->gpus[i] = proto_str(p->gpus[i]);
-        m->buffers = 0;
+        uint64_t owned = 0;
+
         list_for_each(pos, &p->owned)
-                m->buffers++;
-        m->has = PROTO_BIT(PF_PEER) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_UID) | PROTO_BIT(PF_GID) |
-                 PROTO_BIT(PF_PIDNS) | PROTO_BIT(PF_LABEL) | PROTO_BIT(PF_REFS) | PROTO_BIT(PF_SUBS) |
-                 PROTO_BIT(PF_WAITS) | PROTO_BIT(PF_STARTED_MS) | PROTO_BIT(PF_GPUS) | PROTO_BIT(PF_BUFFERS) |
-                 PROTO_BIT(PF_PIDNS_DECLARED);
+                owned++;
+        proto_record_init(m);
+        proto_set_peer(m, p->id);
+        proto_set_pid(m, p->creds.pid);
+        proto_set_uid(m, p->creds.uid);
+        proto_set_gid(m, p->creds.gid);
+        proto_set_pidns(m, peer_pidns(p));
+        proto_set_pidns_declared(m, peer_pidns_declared(p));
+        proto_set_label(m, proto_str(p->label));
+        proto_set_refs(m, p->n_refs);
+        proto_set_subs(m, p->n_subs);
+        proto_set_waits(m, p->n_waits);
+        proto_set_started_ms(m, p->connected_ms);
+        proto_set_gpus(m, p->gpus, p->n_gpus);
+        proto_set_buffers(m, owned);
 }

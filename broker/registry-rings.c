@@ -26,14 +26,7 @@
 
 static RegRing *ring_lookup(const Registry *r, const char *name)
 {
-        uint64_t h = hash_str(name);
-
-        for (HNode *n = hmap_bucket(&r->rings, h); n; n = n->next) {
-                RegRing *g = container_of(n, RegRing, node);
-                if (n->hash == h && strcmp(g->name, name) == 0)
-                        return g;
-        }
-        return NULL;
+        return HMAP_FIND(&r->rings, hash_str(name), RegRing, node, g, strcmp(g->name, name) == 0);
 }
 
 RegRing *registry_ring_by_name(const Registry *r, const char *name)
@@ -45,17 +38,14 @@ RegRing *registry_ring_by_name(const Registry *r, const char *name)
 static void ring_event(Registry *r, RegPeer *to, ProtoEvent ev, const RegRing *g, const RingSeat *s,
                        const char *reason, Outbox *o)
 {
-        ProtoMsg m = { 0 };
+        ProtoMsg m;
 
-        m.event = ev;
-        m.name = proto_str(g->name);
-        m.index = s->index;
-        m.generation = s->epoch;
-        m.has = PROTO_BIT(PF_EVENT) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION);
-        if (reason) {
-                m.reason = proto_str(reason);
-                proto_set(&m, PF_REASON);
-        }
+        proto_event_init(&m, ev);
+        proto_set_name(&m, proto_str(g->name));
+        proto_set_index(&m, s->index);
+        proto_set_generation(&m, s->epoch);
+        if (reason)
+                proto_set_reason(&m, proto_str(reason));
         outbox_send(o, to, &m, -1);
         r->counters.events++;
 }
@@ -339,10 +329,9 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         {
                 ProtoMsg m;
 
-                reg_reply_base(&m, id, PROTO_STATUS_OK);
-                m.buffer = b->id;
-                m.generation = b->generation;
-                m.has |= PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION);
+                proto_reply_init(&m, id, PROTO_STATUS_OK);
+                proto_set_buffer(&m, b->id);
+                proto_set_generation(&m, b->generation);
                 outbox_send(out, p, &m, -1);
         }
         /* Reclaims waiting for this id are refused now (a part is taken back by joining the ring),
@@ -369,11 +358,11 @@ static int encode_parts(const RegRing *g, uint32_t seat, ProtoItems *items)
         proto_items_init(items, PROTO_MAX_BODY / 2); /* 67 records of two numbers: a few KiB */
         for (uint32_t i = 0; i < n; i++) {
                 uint32_t part = i <= g->n_slots ? i : i == g->n_slots + 1 ? page : counter;
-                ProtoMsg rec = { 0 };
+                ProtoMsg rec;
 
-                rec.index = part;
-                rec.buffer = g->parts[part]->id;
-                rec.has = PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_BUFFER);
+                proto_record_init(&rec);
+                proto_set_index(&rec, part);
+                proto_set_buffer(&rec, g->parts[part]->id);
                 if (!proto_items_add(items, &rec))
                         return -ENOMEM;
         }
@@ -428,23 +417,18 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         s->epoch = ++g->next_epoch;
         list_append(&p->seats, &s->peer_link);
         r->n_seated++;
-        reg_reply_base(&m, id, PROTO_STATUS_OK);
-        m.index = s->index;
-        m.generation = s->epoch;
-        m.slots = g->n_slots;
-        m.members = g->n_members;
-        m.mode = g->mode;
-        m.kind = g->kind;
-        m.size = g->slot_size;
-        m.timeout_ms = g->lease_ms;
-        m.items = proto_items_finish(&items);
-        m.has |= PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_SLOTS) | PROTO_BIT(PF_MEMBERS) |
-                 PROTO_BIT(PF_MODE) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) | PROTO_BIT(PF_TIMEOUT_MS) |
-                 PROTO_BIT(PF_ITEMS);
-        if (g->device) {
-                m.device = proto_str(g->device);
-                proto_set(&m, PF_DEVICE);
-        }
+        proto_reply_init(&m, id, PROTO_STATUS_OK);
+        proto_set_index(&m, s->index);
+        proto_set_generation(&m, s->epoch);
+        proto_set_slots(&m, g->n_slots);
+        proto_set_members(&m, g->n_members);
+        proto_set_mode(&m, g->mode);
+        proto_set_kind(&m, g->kind);
+        proto_set_size(&m, g->slot_size);
+        proto_set_timeout_ms(&m, g->lease_ms);
+        proto_set_items(&m, proto_items_finish(&items));
+        if (g->device)
+                proto_set_device(&m, proto_str(g->device));
         outbox_send(out, p, &m, -1);
         proto_items_free(&items);
         ring_event(r, g->owner, PROTO_EV_MEMBER_JOINED, g, s, NULL, out);
@@ -497,15 +481,13 @@ static void seat_claim_free(Registry *r, SeatClaim *c)
 /* The member-left a member gets when its seat cannot come back. */
 static void seat_claim_refuse(Registry *r, SeatClaim *c, const char *why, Outbox *o)
 {
-        ProtoMsg m = { 0 };
+        ProtoMsg m;
 
-        m.event = PROTO_EV_MEMBER_LEFT;
-        m.name = proto_str(c->ring);
-        m.index = c->index;
-        m.generation = c->epoch;
-        m.reason = proto_str(why);
-        m.has = PROTO_BIT(PF_EVENT) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION) |
-                PROTO_BIT(PF_REASON);
+        proto_event_init(&m, PROTO_EV_MEMBER_LEFT);
+        proto_set_name(&m, proto_str(c->ring));
+        proto_set_index(&m, c->index);
+        proto_set_generation(&m, c->epoch);
+        proto_set_reason(&m, proto_str(why));
         outbox_send(o, c->peer, &m, -1);
         r->counters.events++;
         seat_claim_free(r, c);
@@ -570,9 +552,8 @@ void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring
         list_append(&p->seat_claims, &c->peer_link);
         p->n_seat_claims++;
         r->n_seat_claims++;
-        reg_reply_base(&m, id, PROTO_STATUS_OK);
-        m.pending = true;
-        proto_set(&m, PF_PENDING);
+        proto_reply_init(&m, id, PROTO_STATUS_OK);
+        proto_set_pending(&m, true);
         outbox_send(out, p, &m, -1);
 }
 

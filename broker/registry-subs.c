@@ -1,4 +1,6 @@
-/* Subscriptions: peers watching name prefixes, and the events they are sent. */
+/* Subscriptions: peers watching name prefixes, and the events they are sent. A prefix is a plain
+ * byte prefix, so a subscriber never hears of a name outside it (and the policy checked the prefix
+ * when it subscribed). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,12 +16,9 @@ void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, cons
                 if (strncmp(b->name, s->prefix, s->prefix_len) != 0)
                         continue;
                 reg_event_base(&m, ev, b);
-                m.sub = s->id;
-                proto_set(&m, PF_SUB);
-                if (reason) {
-                        m.reason = proto_str(reason);
-                        proto_set(&m, PF_REASON);
-                }
+                proto_set_sub(&m, s->id);
+                if (reason)
+                        proto_set_reason(&m, proto_str(reason));
                 outbox_send(o, s->peer, &m, -1);
                 r->counters.events++;
         }
@@ -50,9 +49,8 @@ void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix
         p->n_subs++;
         r->n_subs++;
 
-        reg_reply_base(&m, id, PROTO_STATUS_OK);
-        m.sub = s->id;
-        proto_set(&m, PF_SUB);
+        proto_reply_init(&m, id, PROTO_STATUS_OK);
+        proto_set_sub(&m, s->id);
         outbox_send(out, p, &m, -1);
 }
 

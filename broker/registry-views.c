@@ -1,4 +1,5 @@
-/* Read-only views of the registry for listings, stat and stats. */
+/* Read-only views of the registry for listings, stat and stats: nothing here changes the registry;
+ * what a peer may see of them is inspect.c's decision. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,54 +8,39 @@
 
 void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m)
 {
-        memset(m, 0, sizeof(*m));
-        m->buffer = b->id;
-        m->name = proto_str(b->name);
-        m->generation = b->generation;
-        m->kind = b->kind;
-        m->state = b->state;
-        m->size = b->size;
-        m->offset = b->offset;
-        m->writable = b->writable;
-        m->broker_held = b->broker_held;
-        m->refs = b->refs;
-        m->holders = b->holders;
-        m->owner = b->owner ? b->owner->id : 0;
-        m->uid = b->owner_uid;
-        m->pid = b->owner_pid;
-        m->has = PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_KIND) |
-                 PROTO_BIT(PF_STATE) | PROTO_BIT(PF_SIZE) | PROTO_BIT(PF_OFFSET) | PROTO_BIT(PF_WRITABLE) |
-                 PROTO_BIT(PF_BROKER_HELD) | PROTO_BIT(PF_REFS) | PROTO_BIT(PF_HOLDERS) |
-                 PROTO_BIT(PF_OWNER) | PROTO_BIT(PF_UID) | PROTO_BIT(PF_PID);
-        if (b->device) {
-                m->device = proto_str(b->device);
-                proto_set(m, PF_DEVICE);
-        }
-        if (b->meta_len) {
-                m->meta = (ProtoRaw){ b->meta, b->meta_len, 0 };
-                proto_set(m, PF_META);
-        }
-        if (b->handle) {
-                m->handle = (ProtoStr){ (const char *)b->handle, PROTO_LEGACY_HANDLE_SIZE };
-                proto_set(m, PF_HANDLE);
-        }
+        proto_record_init(m);
+        proto_set_buffer(m, b->id);
+        proto_set_name(m, proto_str(b->name));
+        proto_set_generation(m, b->generation);
+        proto_set_kind(m, b->kind);
+        proto_set_state(m, b->state);
+        proto_set_size(m, b->size);
+        proto_set_offset(m, b->offset);
+        proto_set_writable(m, b->writable);
+        proto_set_broker_held(m, b->broker_held);
+        proto_set_refs(m, b->refs);
+        proto_set_holders(m, b->holders);
+        proto_set_owner(m, b->owner ? b->owner->id : 0);
+        proto_set_uid(m, b->owner_uid);
+        proto_set_pid(m, b->owner_pid);
+        if (b->device)
+                proto_set_device(m, proto_str(b->device));
+        if (b->meta_len)
+                proto_set_meta(m, (ProtoRaw){ b->meta, b->meta_len, 0 });
+        if (b->handle)
+                proto_set_handle(m, (ProtoStr){ (const char *)b->handle, PROTO_LEGACY_HANDLE_SIZE });
         /* Registered again after a restart, and holders may still come back: it does not drain yet. */
-        if (b->restored) {
-                m->restored = true;
-                proto_set(m, PF_RESTORED);
-        }
+        if (b->restored)
+                proto_set_restored(m, true);
 }
 
 RegBuffer *registry_buffer_after(const Registry *r, uint64_t after)
 {
-        uint64_t h = hash_u64(after);
-
         /* Usually the previous page's last buffer is still there: continue right after it. */
-        for (HNode *n = hmap_bucket(&r->buffers_by_seq, h); n; n = n->next) {
-                RegBuffer *b = container_of(n, RegBuffer, by_seq);
-                if (n->hash == h && b->seq == after)
-                        return registry_buffer_next(r, b);
-        }
+        RegBuffer *last = HMAP_FIND(&r->buffers_by_seq, hash_u64(after), RegBuffer, by_seq, b, b->seq == after);
+
+        if (last)
+                return registry_buffer_next(r, last);
         list_for_each(pos, &r->buffers) {
                 RegBuffer *b = list_entry(pos, RegBuffer, link);
                 if (b->seq > after)

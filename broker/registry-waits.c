@@ -1,4 +1,6 @@
-/* Waiting: attaches waiting for a name, rendezvous groups, and the deadlines of both. */
+/* Waiting: attaches waiting for a name, rendezvous groups, and the deadlines of both. A wait ends
+ * once (a publish or its group's completion, its deadline, its peer leaving, the broker stopping)
+ * and must then be gone from its name's list and the timer heap alike (reg_wait_free). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,14 +22,7 @@ void reg_wait_free(Registry *r, Wait *w)
 
 static RegGroup *group_lookup(const Registry *r, const char *name)
 {
-        uint64_t h = hash_str(name);
-
-        for (HNode *n = hmap_bucket(&r->groups, h); n; n = n->next) {
-                RegGroup *g = container_of(n, RegGroup, node);
-                if (n->hash == h && strcmp(g->name, name) == 0)
-                        return g;
-        }
-        return NULL;
+        return HMAP_FIND(&r->groups, hash_str(name), RegGroup, node, g, strcmp(g->name, name) == 0);
 }
 
 void reg_group_free(Registry *r, RegGroup *g)
@@ -75,10 +70,9 @@ static void group_finish(Registry *r, RegGroup *g, bool complete, Outbox *o)
                                       g->name, joined, g->members);
                         continue;
                 }
-                reg_reply_base(&m, id, PROTO_STATUS_OK);
-                m.group = proto_str(g->name);
-                m.members = g->members;
-                m.has |= PROTO_BIT(PF_GROUP) | PROTO_BIT(PF_MEMBERS);
+                proto_reply_init(&m, id, PROTO_STATUS_OK);
+                proto_set_group(&m, proto_str(g->name));
+                proto_set_members(&m, g->members);
                 outbox_send(o, p, &m, -1);
         }
         if (complete)

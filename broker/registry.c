@@ -1,5 +1,9 @@
 /* The registry state machine: buffers, names and references, and the operations on them.
- * See registry.h for the contract; docs/protocol.md for what each reply and event means. */
+ * See registry.h for the contract; docs/protocol.md for what each reply and event means.
+ *
+ * What it must never do: any I/O (no socket, no clock: the time comes in as an argument, no file),
+ * or close an fd itself: an fd it lets go goes to the outbox's close list and is closed after the
+ * frames of the same operation, which may still carry it, are sent. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -8,40 +12,13 @@
 
 #include "registry-internal.h"
 
-static bool name_char_ok(char c)
-{
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-               strchr("._:/@+=-", c) != NULL;
-}
-
-bool registry_prefix_valid(const char *s, size_t len)
-{
-        if (len > PROTO_MAX_NAME || (len > 0 && s[0] == '/'))
-                return false;
-        for (size_t i = 0; i < len; i++) {
-                if (!s[i] || !name_char_ok(s[i]))
-                        return false;
-                if (s[i] == '.' && i + 1 < len && s[i + 1] == '.')
-                        return false;
-        }
-        return true;
-}
-
-bool registry_name_valid(const char *s, size_t len)
-{
-        return len > 0 && registry_prefix_valid(s, len);
-}
-
 UidAcct *reg_acct_get(Registry *r, uint32_t uid)
 {
         uint64_t h = hash_u64(uid);
-        UidAcct *a;
+        UidAcct *a = HMAP_FIND(&r->uids, h, UidAcct, node, x, x->uid == uid);
 
-        for (HNode *n = hmap_bucket(&r->uids, h); n; n = n->next) {
-                a = container_of(n, UidAcct, node);
-                if (n->hash == h && a->uid == uid)
-                        return a;
-        }
+        if (a)
+                return a;
         a = calloc(1, sizeof(*a));
         if (!a)
                 return NULL;
@@ -53,6 +30,8 @@ UidAcct *reg_acct_get(Registry *r, uint32_t uid)
         return a;
 }
 
+/* A uid's account lives only while the uid has a connection, a buffer or an fd, so that peers
+ * coming and going under ever new uids cannot grow the table. */
 void reg_acct_put(Registry *r, UidAcct *a)
 {
         if (a && !a->connections && !a->buffers && !a->fds) {
@@ -61,73 +40,40 @@ void reg_acct_put(Registry *r, UidAcct *a)
         }
 }
 
-void reg_reply_base(ProtoMsg *m, uint64_t id, unsigned status)
-{
-        memset(m, 0, sizeof(*m));
-        m->reply = id;
-        m->status = status;
-        m->has = PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS);
-}
-
 void reg_reply_ok(Outbox *o, RegPeer *p, uint64_t id)
 {
         ProtoMsg m;
 
-        reg_reply_base(&m, id, PROTO_STATUS_OK);
+        proto_reply_init(&m, id, PROTO_STATUS_OK);
         outbox_send(o, p, &m, -1);
 }
 
 _printf_(5, 6) void reg_reply_err(Outbox *o, RegPeer *p, uint64_t id, unsigned status, const char *fmt, ...)
 {
-        char text[PROTO_MAX_TEXT + 1];
-        ProtoMsg m;
         va_list ap;
 
         va_start(ap, fmt);
-        vsnprintf(text, sizeof(text), fmt, ap);
+        outbox_send_errorv(o, p, id, status, fmt, ap);
         va_end(ap);
-        text[proto_utf8_trim(text, strlen(text))] = 0; /* a cut may split a character */
-        reg_reply_base(&m, id, status);
-        m.error = proto_str(proto_status_name(status));
-        m.message = proto_str(text);
-        m.has |= PROTO_BIT(PF_ERROR) | PROTO_BIT(PF_MESSAGE);
-        outbox_send(o, p, &m, -1);
 }
 
 void reg_event_base(ProtoMsg *m, ProtoEvent ev, const RegBuffer *b)
 {
-        memset(m, 0, sizeof(*m));
-        m->event = ev;
-        m->buffer = b->id;
-        m->generation = b->generation;
-        m->name = proto_str(b->name);
-        m->kind = b->kind;
-        m->has = PROTO_BIT(PF_EVENT) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION) |
-                 PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND);
+        proto_event_init(m, ev);
+        proto_set_buffer(m, b->id);
+        proto_set_generation(m, b->generation);
+        proto_set_name(m, proto_str(b->name));
+        proto_set_kind(m, b->kind);
 }
 
 RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id)
 {
-        uint64_t h = hash_u64(id);
-
-        for (HNode *n = hmap_bucket(&r->buffers_by_id, h); n; n = n->next) {
-                RegBuffer *b = container_of(n, RegBuffer, by_id);
-                if (n->hash == h && b->id == id)
-                        return b;
-        }
-        return NULL;
+        return HMAP_FIND(&r->buffers_by_id, hash_u64(id), RegBuffer, by_id, b, b->id == id);
 }
 
 RegName *reg_name_lookup(const Registry *r, const char *name)
 {
-        uint64_t h = hash_str(name);
-
-        for (HNode *n = hmap_bucket(&r->names, h); n; n = n->next) {
-                RegName *e = container_of(n, RegName, node);
-                if (n->hash == h && strcmp(e->name, name) == 0)
-                        return e;
-        }
-        return NULL;
+        return HMAP_FIND(&r->names, hash_str(name), RegName, node, e, strcmp(e->name, name) == 0);
 }
 
 static RegName *name_get(Registry *r, const char *name)
@@ -149,6 +95,8 @@ static RegName *name_get(Registry *r, const char *name)
         return e;
 }
 
+/* A name lives while a buffer is live under it or someone waits for it: asking for names nobody
+ * publishes costs nothing once those waits are over. */
 void reg_name_put(Registry *r, RegName *e)
 {
         if (e && !e->live && list_empty(&e->waits)) {
@@ -159,14 +107,7 @@ void reg_name_put(Registry *r, RegName *e)
 
 static Hold *hold_lookup(const Registry *r, const RegPeer *p, const RegBuffer *b)
 {
-        uint64_t h = hold_hash(p->id, b->id);
-
-        for (HNode *n = hmap_bucket(&r->holds, h); n; n = n->next) {
-                Hold *x = container_of(n, Hold, node);
-                if (n->hash == h && x->peer == p && x->buf == b)
-                        return x;
-        }
-        return NULL;
+        return HMAP_FIND(&r->holds, hold_hash(p->id, b->id), Hold, node, h, h->peer == p && h->buf == b);
 }
 
 static bool hold_mapped(const Registry *r, const RegPeer *p, const RegBuffer *b)
@@ -190,6 +131,8 @@ int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapp
                 list_append(&b->holds, &h->buf_link);
                 list_append(&p->holds, &h->peer_link);
         }
+        /* A hold with no references left stays while the peer keeps the mapping (mapped): it is
+         * how the next attach knows the fd need not travel again, and who hears "freed". */
         if (h->count == 0 && refs > 0)
                 b->holders++;
         h->count += refs;
@@ -239,6 +182,8 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
         while (!list_empty(&b->holds)) {
                 Hold *h = list_entry(b->holds.next, Hold, buf_link);
 
+                /* Only peers that still map it are told, so that they drop their cached mapping;
+                 * a lost peer gets nothing more. */
                 if (h->mapped && !h->peer->lost) {
                         ProtoMsg m;
 
@@ -279,10 +224,8 @@ void reg_buffer_drain(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
         r->counters.drains++;
         if (b->owner) {
                 reg_event_base(&m, PROTO_EV_DRAINED, b);
-                if (reason) {
-                        m.reason = proto_str(reason);
-                        proto_set(&m, PF_REASON);
-                }
+                if (reason)
+                        proto_set_reason(&m, proto_str(reason));
                 outbox_send(o, b->owner, &m, -1);
                 r->counters.events++;
         }
@@ -321,8 +264,7 @@ void reg_buffer_revoke(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
                 if (h->count == 0)
                         continue; /* only a cached mapping: the freed event that follows covers it */
                 reg_event_base(&m, PROTO_EV_REVOKED, b);
-                m.reason = proto_str(reason);
-                proto_set(&m, PF_REASON);
+                proto_set_reason(&m, proto_str(reason));
                 outbox_send(o, h->peer, &m, -1);
                 r->counters.events++;
         }
@@ -401,10 +343,10 @@ static void reply_attached(Outbox *o, RegPeer *p, uint64_t id, const RegBuffer *
         ProtoMsg m;
 
         registry_buffer_describe(b, &m);
-        m.reply = id;
-        m.status = PROTO_STATUS_OK;
-        m.cached = cached;
-        m.has |= PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) | PROTO_BIT(PF_CACHED);
+        m.type = PROTO_REPLY;
+        proto_set_reply(&m, id);
+        proto_set_status(&m, PROTO_STATUS_OK);
+        proto_set_cached(&m, cached);
         outbox_send(o, p, &m, cached ? -1 : b->fd);
 }
 
@@ -532,11 +474,10 @@ static void reply_published(Outbox *o, RegPeer *p, uint64_t id, const RegBuffer 
 {
         ProtoMsg m;
 
-        reg_reply_base(&m, id, PROTO_STATUS_OK);
-        m.buffer = b->id;
-        m.generation = b->generation;
-        m.state = b->state;
-        m.has |= PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_STATE);
+        proto_reply_init(&m, id, PROTO_STATUS_OK);
+        proto_set_buffer(&m, b->id);
+        proto_set_generation(&m, b->generation);
+        proto_set_state(&m, b->state);
         outbox_send(o, p, &m, -1);
 }
 
@@ -958,9 +899,7 @@ Registry *registry_free(Registry *r)
                 registry_peer_remove(r, list_entry(r->peers.next, RegPeer, link), &out);
         while (!list_empty(&r->buffers))
                 reg_buffer_destroy(r, list_entry(r->buffers.next, RegBuffer, link), &out);
-        outbox_clear(&out);
-        free(out.frames);
-        free(out.close_fds);
+        outbox_deinit(&out);
         hmap_deinit(&r->buffers_by_id);
         hmap_deinit(&r->buffers_by_seq);
         hmap_deinit(&r->claims);

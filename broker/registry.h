@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "broker-limits.h"
+#include "creds.h"
 #include "outbox.h"
 #include "proto.h"
 #include "ring.h"
@@ -19,13 +20,6 @@
 typedef struct Registry Registry;
 typedef struct RegPeer RegPeer;
 typedef struct RegBuffer RegBuffer;
-
-/* Identity read from the kernel at accept (broker/peer.c). */
-typedef struct PeerCreds {
-        uint32_t uid, gid;
-        uint32_t pid;   /* in the broker's PID namespace; 0 = the peer is outside it */
-        uint64_t pidns; /* PID-namespace inode read from /proc by the broker; 0 = unknown */
-} PeerCreds;
 
 /* What a hello declares. Used only to diagnose, never to authorize. */
 typedef struct PeerHello {
@@ -135,6 +129,10 @@ void *registry_peer_userdata(const RegPeer *p);
 
 /* A frame for this peer could not be built or queued; its caller must disconnect it. */
 void registry_peer_mark_lost(RegPeer *p);
+
+/* An outbox for registry operations: a peer that misses a frame is marked lost in the registry,
+ * and registry_take_lost() hands it to whoever disconnects it. */
+#define OUTBOX_INIT { .lost = registry_peer_mark_lost }
 bool registry_peer_lost(const RegPeer *p);
 
 /* The next peer marked lost and not yet taken (each once), or NULL. */
@@ -254,7 +252,14 @@ typedef struct RegGauges {
 } RegGauges;
 void registry_gauges(const Registry *r, RegGauges *g);
 
-/* Names: 1-255 bytes of [A-Za-z0-9._:/@+=-], not starting with '/', without "..". Prefixes may
- * also be empty (everything). */
-bool registry_name_valid(const char *s, size_t len);
-bool registry_prefix_valid(const char *s, size_t len);
+/* The protocol's name rules (proto_name_valid) under their old names, for broker/inspect.c until
+ * it calls proto's directly. */
+static inline bool registry_name_valid(const char *s, size_t len)
+{
+        return proto_name_valid(s, len);
+}
+
+static inline bool registry_prefix_valid(const char *s, size_t len)
+{
+        return proto_prefix_valid(s, len);
+}

@@ -1,4 +1,8 @@
-/* Request dispatch: validation, fd checks and policy in front of the registry. */
+/* Request dispatch: validation, fd checks and policy in front of the registry.
+ *
+ * What it must never do: let a request reach the registry before hello, with a field out of
+ * range, with an fd that is not what its kind needs, or without the policy's consent; or keep an
+ * fd it refused (request_handle owns the frame's fd and closes it unless the registry took it). */
 #include "request.h"
 
 #include <errno.h>
@@ -11,36 +15,25 @@
 #include "config.h"
 #include "inspect.h"
 #include "macro.h"
+#include "seals.h"
 #include "ring.h"
 
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
-#endif
-
+/* A group needs one connection per member: more than the default --max-connections could never
+ * complete. */
 #define GROUP_MAX_MEMBERS 4096
 
 void request_reply_error(Outbox *out, RegPeer *p, uint64_t id, unsigned status, const char *message)
 {
-        ProtoMsg m = { 0 };
-
-        m.reply = id;
-        m.status = status;
-        m.error = proto_str(proto_status_name(status));
-        m.message = proto_str(message);
-        m.has = PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) | PROTO_BIT(PF_ERROR) | PROTO_BIT(PF_MESSAGE);
-        outbox_send(out, p, &m, -1);
+        outbox_send_error(out, p, id, status, "%s", message);
 }
 
 _printf_(5, 6) static void fail(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, unsigned status, const char *fmt, ...)
 {
-        char text[PROTO_MAX_TEXT + 1];
         va_list ap;
 
         va_start(ap, fmt);
-        vsnprintf(text, sizeof(text), fmt, ap);
+        outbox_send_errorv(ctx->out, p, m->id, status, fmt, ap);
         va_end(ap);
-        text[proto_utf8_trim(text, strlen(text))] = 0; /* a cut may split a character */
-        request_reply_error(ctx->out, p, m->id, status, text);
 }
 
 static uint32_t timeout_of(const ProtoMsg *m)
@@ -65,7 +58,7 @@ static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         const char *gpu_ptrs[PROTO_MAX_GPUS];
         const PeerCreds *c = registry_peer_creds(p);
         PeerHello h = { 0 };
-        ProtoMsg r = { 0 };
+        ProtoMsg r;
         int e;
 
         if (m->version != PROTO_VERSION) {
@@ -91,31 +84,25 @@ static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         }
 
         /* The reply tells the client how the broker sees it: that is what a doctor needs. */
-        r.reply = m->id;
-        r.status = PROTO_STATUS_OK;
-        r.version = PROTO_VERSION;
-        r.peer = registry_peer_id(p);
-        r.epoch = registry_epoch(ctx->reg);
-        r.pid = c->pid;
-        r.uid = c->uid;
-        r.gid = c->gid;
-        r.pidns = ctx->broker_pidns;
-        r.pidns_same = ctx->broker_pidns && (c->pidns ? c->pidns : m->pidns) == ctx->broker_pidns;
-        r.label = proto_str("gpuipc-broker " GPUIPC_VERSION);
-        r.has = PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) | PROTO_BIT(PF_VERSION) | PROTO_BIT(PF_PEER) |
-                PROTO_BIT(PF_EPOCH) | PROTO_BIT(PF_PID) | PROTO_BIT(PF_UID) | PROTO_BIT(PF_GID) |
-                PROTO_BIT(PF_PIDNS) | PROTO_BIT(PF_PIDNS_SAME) | PROTO_BIT(PF_LABEL);
+        proto_reply_init(&r, m->id, PROTO_STATUS_OK);
+        proto_set_version(&r, PROTO_VERSION);
+        proto_set_peer(&r, registry_peer_id(p));
+        proto_set_epoch(&r, registry_epoch(ctx->reg));
+        proto_set_pid(&r, c->pid);
+        proto_set_uid(&r, c->uid);
+        proto_set_gid(&r, c->gid);
+        proto_set_pidns(&r, ctx->broker_pidns);
+        proto_set_pidns_same(&r, ctx->broker_pidns && (c->pidns ? c->pidns : m->pidns) == ctx->broker_pidns);
+        proto_set_label(&r, proto_str("gpuipc-broker " GPUIPC_VERSION));
         outbox_send(ctx->out, p, &r, -1);
 }
 
 static void handle_ping(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 {
-        ProtoMsg r = { 0 };
+        ProtoMsg r;
 
-        r.reply = m->id;
-        r.status = PROTO_STATUS_OK;
-        r.epoch = registry_epoch(ctx->reg);
-        r.has = PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) | PROTO_BIT(PF_EPOCH);
+        proto_reply_init(&r, m->id, PROTO_STATUS_OK);
+        proto_set_epoch(&r, registry_epoch(ctx->reg));
         outbox_send(ctx->out, p, &r, -1);
 }
 
@@ -270,7 +257,7 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         const char *why;
 
         proto_str_copy(m->name, name, sizeof(name));
-        if (!registry_name_valid(m->name.ptr, m->name.len)) {
+        if (!proto_name_valid(m->name.ptr, m->name.len)) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
                 return;
         }
@@ -303,7 +290,7 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         }
         if (by_name) {
                 proto_str_copy(m->name, name, sizeof(name));
-                if (!registry_name_valid(m->name.ptr, m->name.len)) {
+                if (!proto_name_valid(m->name.ptr, m->name.len)) {
                         fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
                         return;
                 }
@@ -326,15 +313,13 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 
 /* ---- rings ---- */
 
-/* A ring's parts are named after it ("NAME@member.63"), so a ring name leaves room for that. */
-#define RING_NAME_MAX (PROTO_MAX_NAME - 16)
 #define RING_LEASE_DEFAULT_MS 2000
 
 /* Copies and checks a ring's name and asks the policy; false once answered. */
 static bool ring_name(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, PolicyAction action, char name[PROTO_MAX_NAME + 1])
 {
         proto_str_copy(m->name, name, PROTO_MAX_NAME + 1);
-        if (!registry_name_valid(m->name.ptr, m->name.len) || m->name.len > RING_NAME_MAX) {
+        if (!proto_name_valid(m->name.ptr, m->name.len) || m->name.len > RING_NAME_MAX) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid ring name (a buffer name of at most %d "
                      "bytes)", name, RING_NAME_MAX);
                 return false;
@@ -482,7 +467,7 @@ static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         RegReclaim a = { 0 };
 
         proto_str_copy(m->name, name, sizeof(name));
-        if (!registry_name_valid(m->name.ptr, m->name.len)) {
+        if (!proto_name_valid(m->name.ptr, m->name.len)) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
                 return;
         }
@@ -520,7 +505,7 @@ static void handle_subscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         char prefix[PROTO_MAX_NAME + 1];
 
         proto_str_copy(m->prefix, prefix, sizeof(prefix));
-        if (!registry_prefix_valid(m->prefix.ptr, m->prefix.len)) {
+        if (!proto_prefix_valid(m->prefix.ptr, m->prefix.len)) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid name prefix", prefix);
                 return;
         }
@@ -537,7 +522,7 @@ static void handle_group_join(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         char group[PROTO_MAX_NAME + 1];
 
         proto_str_copy(m->group, group, sizeof(group));
-        if (!registry_name_valid(m->group.ptr, m->group.len)) {
+        if (!proto_name_valid(m->group.ptr, m->group.len)) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid group name", group);
                 return;
         }
@@ -564,7 +549,7 @@ void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd)
         _cleanup_close_ int owned_fd = fd;
 
         if (owned_fd >= 0 && m->op != PROTO_OP_PUBLISH && m->op != PROTO_OP_RING_PART) {
-                fail(ctx, p, m, PROTO_STATUS_BAD_FD, "only publish carries an fd; '%s' does not", proto_op_name(m->op));
+                fail(ctx, p, m, PROTO_STATUS_BAD_FD, "only publish and ring-part carry an fd; '%s' does not", proto_op_name(m->op));
                 return;
         }
         if (m->op == PROTO_OP_HELLO) {

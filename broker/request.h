@@ -5,22 +5,11 @@
 
 #include <stdint.h>
 
-#include "histogram.h"
 #include "outbox.h"
 #include "policy.h"
 #include "proto.h"
 #include "registry.h"
-
-/* Counters kept by the server, reported by the stats request. */
-typedef struct ServerStats {
-        uint64_t connections_total, connections_refused, frames_in, frames_out, bytes_in, bytes_out;
-        uint64_t protocol_errors, slow_peers_dropped, fds_in, fds_out;
-        uint64_t peer_cleanup_us_last, peer_cleanup_us_max, peer_cleanup_refs_last; /* forgetting a peer */
-        Histogram request_us;      /* a request, from its frame read to its replies handed to the kernel */
-        Histogram peer_cleanup_us; /* forgetting a peer */
-        uint64_t started_ms;
-        uint64_t open_fds, open_fds_limit; /* filled by the server when stats are asked for */
-} ServerStats;
+#include "stats.h"
 
 typedef struct RequestCtx {
         Registry *reg;

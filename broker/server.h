@@ -30,6 +30,3 @@ typedef struct ServerConfig {
 int server_new(Server **ret, const ServerConfig *cfg);
 int server_run(Server *s);
 Server *server_free(Server *s);
-
-/* Open fds of this process (for stats). */
-uint64_t server_open_fds(void);

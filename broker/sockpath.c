@@ -1,5 +1,6 @@
 /* Creating the broker's socket file without falling for symlinks, stale sockets or directories
- * that someone else controls. */
+ * that someone else controls. What it must never do: remove or replace anything at the path that
+ * it has not proved to be a dead socket (a refused connection proves it; nothing else does). */
 #include "sockpath.h"
 
 #include <errno.h>

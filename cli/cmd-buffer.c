@@ -1,5 +1,9 @@
 /* Subcommands that move data: publish, attach, retire, and group. publish and attach hold what
- * they got until told to stop, so they handle SIGTERM themselves. */
+ * they got until told to stop, so they handle SIGTERM themselves.
+ *
+ * What they must never do: leave a reference or a published buffer behind when they exit on a
+ * signal (every path ends in gpuipc_release or gpuipc_buffer_free), or print a verdict about data
+ * they did not read: attach reports "verified" only after every byte was compared. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -17,7 +21,9 @@
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #endif
 
-#define CHUNK (16u << 20) /* staging for the CUDA kinds */
+/* Staging for the CUDA kinds, whose memory the host cannot address: a buffer of any size is filled
+ * or checked through this much host memory, not a copy of its whole size. */
+#define CHUNK (16u << 20)
 #define TICK_MS 200         /* how often a holding command checks for SIGTERM */
 
 /* Set by SIGTERM/SIGINT. A holding command must act on them itself: as a container's pid 1 it
@@ -211,7 +217,7 @@ static int hold_until_drained(Ctl *ctl, gpuipc_buffer_t *b)
         catch_stop_signals();
         while (!stop_requested) {
                 gpuipc_event_t ev;
-                int r = gpuipc_next_event(ctl->c, &ev, TICK_MS);
+                int r = gpuipc_next_event(ctl->c, TICK_MS, &ev);
 
                 if (r == GPUIPC_E_TIMEOUT)
                         continue;
@@ -219,6 +225,8 @@ static int hold_until_drained(Ctl *ctl, gpuipc_buffer_t *b)
                         ctl->printed = false; /* a stream of lines: the error is the last one */
                         return ctl_fail(ctl, "waiting for drained", r);
                 }
+                /* Ours, not a subscription's copy (subscription 0): only the producer's drained
+                 * says every consumer let go. */
                 if (ev.type == GPUIPC_EVENT_DRAINED && ev.subscription == 0 && ev.buffer == gpuipc_buffer_id(b)) {
                         print_buffer(ctl, "drained", b, NULL, NULL);
                         return CTL_OK;
@@ -241,7 +249,7 @@ int cmd_publish(Ctl *ctl, int argc, char **argv)
                 CTL_HELP_OPTION,
                 {}
         };
-        gpuipc_publish_options_t po = { 0 };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po) };
         gpuipc_kind_t kind = GPUIPC_KIND_MEMFD;
         Pattern pat = { PATTERN_COUNTER, 0 };
         const char *name = NULL, *size_arg = NULL;
@@ -287,6 +295,8 @@ int cmd_publish(Ctl *ctl, int argc, char **argv)
                 return ctl_usage(ctl, "%s is required", !name ? "--name" : "--size");
         if (kind == GPUIPC_KIND_MEMFD && (r = check_memory(ctl, size, size_arg)))
                 return r;
+        /* GPUs are probed (loading the CUDA driver, which takes a while) only for the CUDA kinds,
+         * whose publish names the device. */
         r = ctl_connect(ctl, kind != GPUIPC_KIND_MEMFD);
         if (r)
                 return r;
@@ -305,15 +315,15 @@ int cmd_publish(Ctl *ctl, int argc, char **argv)
                 return r;
         }
         print_buffer(ctl, "published", b, NULL, NULL);
-        /* Held until killed, or until someone retires it (or retire_after does) and it drains. */
+        /* Held until killed, or until someone retires it (or retire_after does) and it drains.
+         * Stopped early, gpuipc_buffer_free retires it first: consumers keep what they hold. */
         r = hold_until_drained(ctl, b);
         gpuipc_buffer_free(ctl->c, b);
         return r;
 }
 
-/* Keeps the reference for ms milliseconds, still handling events: a revoke, a lost broker or
- * SIGTERM ends it early. */
-/* Holds the buffer for ms milliseconds (ms < 0: until a stop signal), or until it is revoked. */
+/* Keeps the reference for ms milliseconds (ms < 0: until a stop signal), still handling events:
+ * reading them is what notices a revoke; a revoke, a lost broker or SIGTERM ends it early. */
 static void hold_for(Ctl *ctl, gpuipc_buffer_t *b, long ms)
 {
         uint64_t end = ms < 0 ? UINT64_MAX : ctl_now_ms() + (uint64_t)ms;
@@ -326,7 +336,7 @@ static void hold_for(Ctl *ctl, gpuipc_buffer_t *b, long ms)
 
                 if (now >= end)
                         return;
-                r = gpuipc_next_event(ctl->c, &ev, (int)MIN(end - now, (uint64_t)TICK_MS));
+                r = gpuipc_next_event(ctl->c, (int)MIN(end - now, (uint64_t)TICK_MS), &ev);
                 if (r < 0 && r != GPUIPC_E_TIMEOUT)
                         return;
         }
@@ -396,6 +406,8 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
                 return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
         if (!name)
                 return ctl_usage(ctl, "--name is required");
+        /* A consumer declares its GPUs in its hello: the broker refuses a CUDA buffer on a device the
+         * consumer cannot see, with a message naming both, instead of letting CUDA fail later. */
         r = ctl_connect(ctl, true);
         if (r)
                 return r;
@@ -456,10 +468,11 @@ int cmd_retire(Ctl *ctl, int argc, char **argv)
         if (r)
                 return r;
         if (!id) {
-                /* By name: the live buffer under that name. */
+                /* By name: the live buffer under that name. The broker retires by id (a name may
+                 * change hands), so the name is looked up first; a retired one is found by --id. */
                 name = argv[optind];
                 snprintf(what, sizeof(what), "retire '%s'", name);
-                r = gpuipc_stat_buffer(ctl->c, name, 0, &info, NULL, 0);
+                r = gpuipc_stat_buffer(ctl->c, name, 0, NULL, 0, &info);
                 if (r < 0)
                         return ctl_fail(ctl, what, r);
                 id = info.buffer;

@@ -1,7 +1,8 @@
 /* gpuipcctl doctor: what an operator checks first, each with a verdict in plain words. Every check
  * runs whatever the others found: without a broker the driver and the GPUs are still worth
  * knowing about. Checks that depend on something missing say so (verdict "??") instead of being
- * left out. */
+ * left out. What it must never do: change anything it looks at, or say "ok" about what it could
+ * not test. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -72,6 +73,8 @@ static bool check_socket(Doctor *d, const char *path)
                 verdict(d, V_FAIL, "socket", "%s exists but is not a socket", path);
                 return false;
         }
+        /* connect(2) on a Unix socket needs write permission on the file: this is the error a
+         * client would otherwise meet as a bare EACCES. */
         if (access(path, W_OK) < 0) {
                 verdict(d, V_FAIL, "socket", "%s (mode %04o, uid %u, gid %u) is not writable by uid %u gid %u: run "
                         "in the socket's group (fsGroup or supplementalGroups)", path, (unsigned)(st.st_mode & 07777),
@@ -88,7 +91,7 @@ static bool check_socket(Doctor *d, const char *path)
 static bool check_broker(Doctor *d, bool socket_ok)
 {
         gpuipc_connection_info_t info;
-        gpuipc_options_t o = { 0 };
+        gpuipc_options_t o = { .struct_size = sizeof(o) };
         uint64_t start;
         int r;
 

@@ -1,5 +1,8 @@
 /* Read-only subcommands: ping, ls, stat, peers, stats and watch (rings: cmd-rings.c). Each prints a
- * table for people or, with --json, exactly one JSON document (watch: one per event and line). */
+ * table for people or, with --json, exactly one JSON document (watch: one per event and line).
+ *
+ * What they must never do: change anything in the broker, or print another peer's text (names,
+ * labels, reasons) raw: it goes through text.c or json.c, since any peer chooses its own. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -10,7 +13,9 @@
 #include "json.h"
 #include "text.h"
 
-#define PAGE 256 /* records asked for per listing request */
+/* Records asked for per listing request: the broker's own default page, big enough that a typical
+ * listing is one round trip, small enough that a reply never nears the frame limit. */
+#define PAGE 256
 
 typedef struct InspectArgs {
         const char *prefix, *name;
@@ -226,7 +231,7 @@ int cmd_stat(Ctl *ctl, int argc, char **argv)
         holders = calloc(GPUIPC_MAX_PAGE, sizeof(*holders));
         if (!holders)
                 return ctl_fail(ctl, "stat", -ENOMEM);
-        n = gpuipc_stat_buffer(ctl->c, a.name, a.id, &b, holders, GPUIPC_MAX_PAGE);
+        n = gpuipc_stat_buffer(ctl->c, a.name, a.id, holders, GPUIPC_MAX_PAGE, &b);
         if (n < 0) {
                 free(holders);
                 /* Rings have names of their own: a NAME no live buffer has may be a ring's. */
@@ -234,6 +239,7 @@ int cmd_stat(Ctl *ctl, int argc, char **argv)
                         int e = ctl_stat_ring(ctl, a.name);
                         if (e == 0)
                                 return CTL_OK;
+                        /* unknown-op: a broker from before ring listings, which has no rings. */
                         if (e != GPUIPC_E_NOT_FOUND && e != GPUIPC_E_UNKNOWN_OP)
                                 return ctl_fail(ctl, what, e);
                         snprintf(detail, sizeof(detail), "no live buffer and no ring is named '%s'", a.name);
@@ -458,7 +464,7 @@ int cmd_watch(Ctl *ctl, int argc, char **argv)
         if (r < 0)
                 return ctl_fail(ctl, "subscribe", r);
         for (;;) {
-                r = gpuipc_next_event(ctl->c, &ev, -1);
+                r = gpuipc_next_event(ctl->c, -1, &ev);
                 if (r < 0) {
                         ctl->printed = false; /* a stream: the error is the last line */
                         return ctl_fail(ctl, "watch", r);
@@ -483,6 +489,6 @@ int cmd_watch(Ctl *ctl, int argc, char **argv)
                         }
                         putchar('\n');
                 }
-                fflush(stdout);
+                fflush(stdout); /* one line per event as it happens, also into a pipe */
         }
 }

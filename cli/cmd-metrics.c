@@ -1,6 +1,10 @@
 /* gpuipcctl metrics: the broker's statistics and its rings for Prometheus, printed once or served
  * over HTTP by a small exporter process (the broker itself stays off the network). The exporter
- * keeps one broker connection, asks it at every scrape, and reconnects after the broker went away. */
+ * keeps one broker connection, asks it at every scrape, and reconnects after the broker went away.
+ *
+ * What it must never do: put the broker on the network (only this process listens, and it only
+ * asks read-only questions), or leave a scrape without an answer when the broker is away: the
+ * exposition still comes, with gpuipc_up 0. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -13,7 +17,9 @@
 #include "json.h"
 #include "metrics.h"
 
-/* Rings exported per scrape at most: one series each per gpuipc_ring_* family. */
+/* Rings exported per scrape at most: one series each per gpuipc_ring_* family. A bound, so that a
+ * scrape's memory and time do not grow with whatever peers create; past it the first ones by
+ * cursor are shown. */
 #define MAX_RINGS 4096
 
 typedef struct Exporter {
@@ -55,7 +61,8 @@ static void on_stop_signal(int sig)
 static int reach_broker(Exporter *e)
 {
         Ctl *ctl = e->ctl;
-        gpuipc_options_t o = { .socket_path = ctl->socket, .label = "gpuipcctl-metrics", .no_gpus = 1 };
+        gpuipc_options_t o = { .struct_size = sizeof(o), .socket_path = ctl->socket, .label = "gpuipcctl-metrics",
+                               .no_gpus = 1 };
         const char *why;
         int r = 0;
 
@@ -65,6 +72,7 @@ static int reach_broker(Exporter *e)
                 if (r < 0)
                         ctl->c = NULL;
         }
+        /* A connection that once worked may be dead by now: only a ping answered says "up". */
         if (r == 0)
                 r = gpuipc_ping(ctl->c, ctl->timeout_ms);
         if (r < 0 && (e->reachable || !e->logged)) {

@@ -12,7 +12,9 @@
 #include "json.h"
 #include "text.h"
 
-#define PAGE 64 /* rings asked for per listing request */
+/* Rings asked for per request, fewer than buffers: the broker maps each listed ring's pages to read
+ * it, and a short page keeps each request short for the broker's other peers. */
+#define PAGE 64
 
 static void ring_json(Json *o, const gpuipc_ring_info_t *g)
 {
@@ -190,7 +192,7 @@ int ctl_stat_ring(Ctl *ctl, const char *name)
 {
         gpuipc_ring_member_info_t seats[GPUIPC_RING_MAX_MEMBERS];
         gpuipc_ring_info_t g;
-        int n = gpuipc_stat_ring(ctl->c, name, &g, seats, GPUIPC_RING_MAX_MEMBERS);
+        int n = gpuipc_stat_ring(ctl->c, name, seats, GPUIPC_RING_MAX_MEMBERS, &g);
 
         if (n < 0)
                 return n;

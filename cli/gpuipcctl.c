@@ -1,6 +1,10 @@
 /* gpuipcctl: the operator's tool. Global options, then one subcommand; this file holds the command
  * table with every help text, and what all subcommands share: connecting, reporting a failure, and
- * usage errors. */
+ * usage errors.
+ *
+ * What it must never do: print anything but one JSON document on stdout with --json (a failure is
+ * {"error", "message"}, and only when the command printed nothing yet), or let an exit code blur
+ * the three cases scripts and probes tell apart: 1 failed, 2 usage, 3 no broker. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
@@ -172,7 +176,7 @@ int ctl_bad_option(Ctl *ctl, int argc, char **argv, int c)
 
 int ctl_connect(Ctl *ctl, bool probe_gpus)
 {
-        gpuipc_options_t o = { 0 };
+        gpuipc_options_t o = { .struct_size = sizeof(o) };
         int r;
 
         if (ctl->c)
@@ -187,6 +191,8 @@ int ctl_connect(Ctl *ctl, bool probe_gpus)
                         gpuipc_err_name(r), gpuipc_errmsg(NULL));
                 json_error(ctl, gpuipc_err_name(r), gpuipc_errmsg(NULL));
                 ctl->c = NULL;
+                /* A socket we may not open or a broker that never greets us is, to a readiness
+                 * probe, the same as none: exit 3, not 1. */
                 return r == GPUIPC_E_NO_BROKER || r == -EACCES || r == GPUIPC_E_TIMEOUT ? CTL_NO_BROKER : CTL_FAILED;
         }
         return 0;

@@ -1,5 +1,7 @@
 /* The metrics exporter's HTTP server; see http.h. Each connection reads one request head (at most
- * HEAD_MAX bytes within DEADLINE_MS), gets one response, and is closed. */
+ * HEAD_MAX bytes within DEADLINE_MS), gets one response, and is closed. What it must never do: let
+ * one client hold the others up (every socket is non-blocking, every connection has a deadline, at
+ * most MAX_CLIENTS at once), or read a request body: nothing here takes input beyond a path. */
 #include "http.h"
 
 #include <arpa/inet.h>
@@ -17,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Scrapers and probes come now and then: 16 at once is plenty, and while every slot is taken the
+ * listener is not polled, so the next connection waits in the kernel's backlog and costs us nothing. */
 #define MAX_CLIENTS 16
 #define HEAD_MAX 8192       /* request line and headers; Prometheus sends a few hundred bytes */
 #define DEADLINE_MS 10000   /* a connection's whole life: request, handling, response */

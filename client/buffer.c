@@ -8,24 +8,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "cuda.h"
 #include "internal.h"
 #include "macro.h"
 
+/* ---- ids ---- */
+
+uint64_t client_new_buffer_id(void)
+{
+        uint64_t v = 0;
+
+        /* getrandom blocks only before the kernel's pool is initialized, long before any of this. */
+        while ((v & PROTO_MAX_BUFFER_ID) == 0)
+                if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+                        v = client_now_ms() ^ (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&v;
+        return v & PROTO_MAX_BUFFER_ID;
+}
+
 /* ---- mapping cache ---- */
 
 static Mapping *map_by_id(gpuipc_t *c, uint64_t id)
 {
-        uint64_t h = hash_u64(id);
-
-        for (HNode *n = hmap_bucket(&c->maps_by_id, h); n; n = n->next) {
-                Mapping *m = container_of(n, Mapping, by_id);
-                if (n->hash == h && m->id == id)
-                        return m;
-        }
-        return NULL;
+        return HMAP_FIND(&c->maps_by_id, hash_u64(id), Mapping, by_id, m, m->id == id);
 }
 
 /* Takes m out of the lookup tables; it lives on while referenced. */
@@ -162,69 +169,67 @@ _public_ int gpuipc_buffer_alloc(gpuipc_t *c, gpuipc_kind_t kind, size_t size, i
 static int publish_new(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, bool restore, Frame *f)
 {
         const KindOps *ops = kind_ops(b->kind);
-        ProtoMsg req = { .op = PROTO_OP_PUBLISH };
+        ProtoMsg req;
         int fd = -1, r;
 
         r = ops->export(c, b, b->writable, &fd);
         if (r < 0)
                 return r;
-        req.name = proto_str(name);
-        req.buffer = b->id;
-        proto_set(&req, PF_BUFFER);
+        proto_request_init(&req, PROTO_OP_PUBLISH);
+        proto_set_name(&req, proto_str(name));
+        proto_set_buffer(&req, b->id);
         if (restore) {
-                req.restored = true;
-                req.generation = b->generation;
-                req.state = b->state;
-                req.has |= PROTO_BIT(PF_RESTORED) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_STATE);
+                proto_set_restored(&req, true);
+                proto_set_generation(&req, b->generation);
+                proto_set_state(&req, b->state);
         }
-        req.kind = (ProtoKind)b->kind;
-        req.size = b->size;
-        req.writable = b->writable;
-        req.broker_held = b->broker_held;
-        req.retire_after = b->retire_after;
-        req.has |= PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) |
-                   PROTO_BIT(PF_WRITABLE) | PROTO_BIT(PF_BROKER_HELD) | PROTO_BIT(PF_RETIRE_AFTER);
-        if (b->device[0]) {
-                req.device = proto_str(b->device);
-                proto_set(&req, PF_DEVICE);
-        }
+        proto_set_kind(&req, (ProtoKind)b->kind);
+        proto_set_size(&req, b->size);
+        proto_set_writable(&req, b->writable);
+        proto_set_broker_held(&req, b->broker_held);
+        proto_set_retire_after(&req, b->retire_after);
+        if (b->device[0])
+                proto_set_device(&req, proto_str(b->device));
         if (b->kind == GPUIPC_KIND_CUDA_LEGACY) {
-                req.offset = b->ka.dptr - b->ka.base;
-                req.handle = (ProtoStr){ (const char *)b->ka.ipc_handle, PROTO_LEGACY_HANDLE_SIZE };
-                req.has |= PROTO_BIT(PF_OFFSET) | PROTO_BIT(PF_HANDLE);
+                proto_set_offset(&req, b->ka.dptr - b->ka.base);
+                proto_set_handle(&req, (ProtoStr){ (const char *)b->ka.ipc_handle, PROTO_LEGACY_HANDLE_SIZE });
         }
-        if (b->meta_len) {
-                req.meta = (ProtoRaw){ b->meta, (uint32_t)b->meta_len, 1 };
-                proto_set(&req, PF_META);
-        }
-        return client_request(c, &req, fd, 10000, f);
+        if (b->meta_len)
+                proto_set_meta(&req, (ProtoRaw){ b->meta, (uint32_t)b->meta_len, 1 });
+        return client_request(c, &req, fd, CLIENT_REQUEST_TIMEOUT_MS, f);
 }
 
 /* Publishes an idle, registered buffer again: one round trip, nothing travels. */
 static int publish_again(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, bool new_meta, Frame *f)
 {
-        ProtoMsg req = { .op = PROTO_OP_PUBLISH };
+        ProtoMsg req;
 
-        req.name = proto_str(name);
-        req.buffer = b->id;
-        req.retire_after = b->retire_after;
-        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_RETIRE_AFTER);
-        if (new_meta) {
-                req.meta = (ProtoRaw){ b->meta, (uint32_t)b->meta_len, b->meta_len ? 1 : 0 };
-                proto_set(&req, PF_META);
-        }
-        return client_request(c, &req, -1, 10000, f);
+        proto_request_init(&req, PROTO_OP_PUBLISH);
+        proto_set_name(&req, proto_str(name));
+        proto_set_buffer(&req, b->id);
+        proto_set_retire_after(&req, b->retire_after);
+        if (new_meta)
+                proto_set_meta(&req, (ProtoRaw){ b->meta, (uint32_t)b->meta_len, b->meta_len ? 1 : 0 });
+        return client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, f);
 }
 
 _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, const gpuipc_publish_options_t *opts)
 {
-        gpuipc_publish_options_t o = opts ? *opts : (gpuipc_publish_options_t){ 0 };
+        gpuipc_publish_options_t o;
         Frame f = { .fd = -1 };
         bool first;
         int r;
 
-        if (!c || !b || !b->own || !name || !*name || strlen(name) > PROTO_MAX_NAME)
+        if (!c || !b || !b->own || !name)
                 return GPUIPC_E_INVALID;
+        r = client_check_name(c, name, "buffer name", false, 0);
+        if (r < 0)
+                return r;
+        if (client_copy_options(&o, sizeof(o), opts) < 0) {
+                client_errmsg(c, "gpuipc_publish_options_t.struct_size is 0: set it to "
+                              "sizeof(gpuipc_publish_options_t)");
+                return GPUIPC_E_INVALID;
+        }
         if (o.meta_len > PROTO_MAX_META || (o.meta_len && !proto_meta_valid(o.meta, o.meta_len))) {
                 client_errmsg(c, "metadata must be one msgpack map of at most %d bytes", PROTO_MAX_META);
                 return GPUIPC_E_INVALID;
@@ -262,9 +267,13 @@ _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, c
 
 static int simple_request(gpuipc_t *c, ProtoOp op, uint64_t buffer)
 {
-        ProtoMsg req = { .op = op, .buffer = buffer, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
         Frame f = { .fd = -1 };
-        int r = client_request(c, &req, -1, 10000, &f);
+        ProtoMsg req;
+        int r;
+
+        proto_request_init(&req, op);
+        proto_set_buffer(&req, buffer);
+        r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
 
         if (r == 0)
                 frame_free(&f);
@@ -286,20 +295,6 @@ _public_ int gpuipc_retire(gpuipc_t *c, gpuipc_buffer_t *b)
         if (b->state == PROTO_STATE_LIVE)
                 b->state = PROTO_STATE_RETIRED;
         return 0;
-}
-
-/* Removes the queued drained event of buffer id, if any: the caller waited for it. */
-static void consume_drained(gpuipc_t *c, uint64_t id)
-{
-        size_t n = c->ev_count, kept = 0;
-
-        for (size_t i = 0; i < n; i++) {
-                gpuipc_event_t ev = c->events[(c->ev_head + i) % CLIENT_EVENT_QUEUE_MAX];
-                if (ev.type == GPUIPC_EVENT_DRAINED && ev.buffer == id && ev.subscription == 0)
-                        continue;
-                c->events[(c->ev_head + kept++) % CLIENT_EVENT_QUEUE_MAX] = ev;
-        }
-        c->ev_count = kept;
 }
 
 _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms)
@@ -324,51 +319,40 @@ _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms
                 if (r < 0)
                         return r;
         }
-        consume_drained(c, b->id);
+        client_drop_events(c, GPUIPC_EVENT_DRAINED, b->id);
         return 0;
 }
 
 /* ---- consumer ---- */
 
-/* Builds the caller's handle for an attach reply, importing the memory unless cached. */
-static int attach_finish(gpuipc_t *c, Frame *f, gpuipc_buffer_t **ret)
+/* The mapping an attach reply stands for, with a reference taken: the cached one, or a new import
+ * of the fd that came with the reply (which f gives up either way). */
+static int map_for_reply(gpuipc_t *c, Frame *f, Mapping **ret)
 {
         const ProtoMsg *m = &f->msg;
-        const KindOps *ops = kind_ops((gpuipc_kind_t)m->kind);
         Mapping *map = map_by_id(c, m->buffer);
-        gpuipc_buffer_t *b;
+        _cleanup_free_ Mapping *fresh = NULL;
         int r;
 
-        if (!ops) {
-                client_errmsg(c, "the broker attached a buffer of an unknown kind");
-                return GPUIPC_E_BAD_REPLY;
-        }
         if (m->cached && !map) {
                 client_errmsg(c, "the broker said our cached mapping of buffer %llu serves, but it is gone",
                               (unsigned long long)m->buffer);
                 return GPUIPC_E_BAD_REPLY;
         }
-        b = calloc(1, sizeof(*b));
-        if (!b)
-                return -ENOMEM;
         if (!map) {
-                map = calloc(1, sizeof(*map));
-                if (!map) {
-                        free(b);
+                fresh = calloc(1, sizeof(*fresh));
+                if (!fresh)
                         return -ENOMEM;
-                }
-                map->id = m->buffer;
-                map->kind = (gpuipc_kind_t)m->kind;
-                map->size = m->size;
-                map->writable = m->writable;
-                map->ordinal = -1;
-                map->broker_mapped = f->fd >= 0;
-                r = ops->import(c, map, m, steal_fd(f->fd));
-                if (r < 0) {
-                        free(map);
-                        free(b);
+                fresh->id = m->buffer;
+                fresh->kind = (gpuipc_kind_t)m->kind;
+                fresh->size = m->size;
+                fresh->writable = m->writable;
+                fresh->ordinal = -1;
+                fresh->broker_mapped = f->fd >= 0;
+                r = kind_ops(fresh->kind)->import(c, fresh, m, steal_fd(f->fd));
+                if (r < 0)
                         return r;
-                }
+                map = steal_ptr(fresh);
                 if (hmap_insert(&c->maps_by_id, &map->by_id, hash_u64(map->id)) == 0)
                         map->in_cache = true;
         }
@@ -378,7 +362,28 @@ static int attach_finish(gpuipc_t *c, Frame *f, gpuipc_buffer_t **ret)
         map->generation = m->generation;
         map->owner_uid = (uint32_t)m->uid;
         map_ref(c, map);
+        *ret = map;
+        return 0;
+}
 
+/* Builds the caller's handle for an attach reply, importing the memory unless cached. */
+static int attach_finish(gpuipc_t *c, Frame *f, gpuipc_buffer_t **ret)
+{
+        const ProtoMsg *m = &f->msg;
+        _cleanup_free_ gpuipc_buffer_t *b = NULL;
+        Mapping *map;
+        int r;
+
+        if (!kind_ops((gpuipc_kind_t)m->kind)) {
+                client_errmsg(c, "the broker attached a buffer of an unknown kind");
+                return GPUIPC_E_BAD_REPLY;
+        }
+        b = calloc(1, sizeof(*b));
+        if (!b)
+                return -ENOMEM;
+        r = map_for_reply(c, f, &map);
+        if (r < 0)
+                return r;
         b->conn = c;
         b->kind = map->kind;
         b->size = map->size;
@@ -392,31 +397,30 @@ static int attach_finish(gpuipc_t *c, Frame *f, gpuipc_buffer_t **ret)
         proto_str_copy(m->device, b->device, sizeof(b->device));
         if (m->meta.len && copy_meta(b, m->meta.ptr, m->meta.len) < 0) {
                 map_unref(c, map);
-                free(b);
                 return -ENOMEM;
         }
         list_append(&c->attached, &b->attached_link);
-        *ret = b;
+        *ret = steal_ptr(b);
         return 0;
 }
 
 static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gpuipc_buffer_t **ret)
 {
-        ProtoMsg req = { .op = PROTO_OP_ATTACH };
         Frame f = { .fd = -1 };
+        ProtoMsg req;
         int r;
 
-        if (!c || !ret || (name && (!*name || strlen(name) > PROTO_MAX_NAME)))
+        if (!c || !ret)
                 return GPUIPC_E_INVALID;
+        if (name && (r = client_check_name(c, name, "buffer name", false, 0)) < 0)
+                return r;
+        proto_request_init(&req, PROTO_OP_ATTACH);
         if (name) {
-                req.name = proto_str(name);
-                req.timeout_ms = timeout_ms < 0 ? PROTO_TIMEOUT_INFINITE : (uint64_t)timeout_ms;
-                req.has |= PROTO_BIT(PF_NAME) | PROTO_BIT(PF_TIMEOUT_MS);
+                proto_set_name(&req, proto_str(name));
+                proto_set_timeout_ms(&req, timeout_ms < 0 ? PROTO_TIMEOUT_INFINITE : (uint64_t)timeout_ms);
         } else {
-                req.buffer = id;
-                proto_set(&req, PF_BUFFER);
+                proto_set_buffer(&req, id);
         }
-        proto_set(&req, PF_OP);
         r = client_request(c, &req, -1, timeout_ms < 0 ? -1 : timeout_ms + CLIENT_REPLY_GRACE_MS, &f);
         if (r == GPUIPC_E_DEVICE && cuda_load() < 0) {
                 /* We declared no GPU because CUDA does not work in this process: say that, it is
@@ -481,8 +485,10 @@ _public_ int gpuipc_buffer_free(gpuipc_t *c, gpuipc_buffer_t *b)
 
         if (!c || !b)
                 return GPUIPC_E_INVALID;
-        if (!b->own)
-                return gpuipc_release(c, b);
+        if (!b->own) {
+                client_errmsg(c, "'%s' is attached, not this connection's own: drop it with gpuipc_release", b->name);
+                return GPUIPC_E_INVALID;
+        }
         /* Legacy memory must outlive every consumer's open handle: that is what drained says. */
         if (b->kind == GPUIPC_KIND_CUDA_LEGACY && (b->state == PROTO_STATE_LIVE || b->state == PROTO_STATE_RETIRED)) {
                 client_errmsg(c, "'%s' may still be open in a consumer: retire it and wait for drained first", b->name);
@@ -586,24 +592,21 @@ _public_ int gpuipc_buffer_revoked(const gpuipc_buffer_t *b)
 
 /* ---- broker events ---- */
 
+/* Tells the broker something it only needs to hear (unmap, release), without waiting: this runs
+ * inside event handling too, where no request may wait for its reply. */
 static void request_nowait(gpuipc_t *c, ProtoOp op, uint64_t buffer)
 {
-        ProtoMsg req = { .op = op, .buffer = buffer, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
-        ProtoBuf frame = { 0 };
+        ProtoMsg req;
 
-        if (c->fd < 0)
-                return;
-        req.id = ++c->next_id;
-        proto_set(&req, PF_ID);
-        if (proto_frame_encode(&frame, &req, 0) == 0)
-                (void)!send(c->fd, frame.data, frame.len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        proto_buf_free(&frame);
+        proto_request_init(&req, op);
+        proto_set_buffer(&req, buffer);
+        (void)client_send_nowait(c, &req);
 }
 
-void buffer_on_late_attach(gpuipc_t *c, Frame *f)
+void buffer_on_late_attach(gpuipc_t *c, const ProtoMsg *reply)
 {
-        if (f->msg.status == PROTO_STATUS_OK && proto_has(&f->msg, PF_BUFFER))
-                request_nowait(c, PROTO_OP_RELEASE, f->msg.buffer);
+        if (reply->status == PROTO_STATUS_OK && proto_has(reply, PF_BUFFER))
+                request_nowait(c, PROTO_OP_RELEASE, reply->buffer);
 }
 
 void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)
@@ -656,10 +659,6 @@ void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)
         case PROTO_EV_RETIRED:
                 ev.type = GPUIPC_EVENT_RETIRED;
                 break;
-        case PROTO_EV_MEMBER_JOINED:
-        case PROTO_EV_MEMBER_LEFT:
-                ring_on_event(c, m);
-                return;
         default:
                 return; /* from a newer broker: nothing we can act on */
         }
@@ -738,20 +737,19 @@ static void revoke_mapping(gpuipc_t *c, Mapping *m, const char *why)
 /* Registers again the references this connection holds on b's buffer (all handles at once). */
 static int reclaim(gpuipc_t *c, gpuipc_buffer_t *b)
 {
-        ProtoMsg req = { .op = PROTO_OP_RECLAIM };
         Mapping *m = b->map;
         Frame f = { .fd = -1 };
+        ProtoMsg req;
         int r;
 
-        req.buffer = m->id;
-        req.generation = m->generation;
-        req.refs = m->refs;
-        req.uid = m->owner_uid;
-        req.name = proto_str(b->name);
-        req.kind = (ProtoKind)m->kind;
-        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_REFS) |
-                  PROTO_BIT(PF_UID) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND);
-        r = client_request(c, &req, -1, 10000, &f);
+        proto_request_init(&req, PROTO_OP_RECLAIM);
+        proto_set_buffer(&req, m->id);
+        proto_set_generation(&req, m->generation);
+        proto_set_refs(&req, m->refs);
+        proto_set_uid(&req, m->owner_uid);
+        proto_set_name(&req, proto_str(b->name));
+        proto_set_kind(&req, (ProtoKind)m->kind);
+        r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
         if (r == GPUIPC_E_DISCONNECTED)
                 return r;
         if (r < 0) {
@@ -768,7 +766,6 @@ static int reclaim(gpuipc_t *c, gpuipc_buffer_t *b)
 
 int buffer_after_reconnect(gpuipc_t *c)
 {
-        gpuipc_event_t ev = { .type = GPUIPC_EVENT_RECONNECTED };
         uint64_t round = ++c->restore_round;
         int r;
 
@@ -804,13 +801,12 @@ int buffer_after_reconnect(gpuipc_t *c)
                 if (r < 0)
                         return r;
         }
-        r = client_resubscribe(c);
-        if (r == 0)
-                r = ring_after_reconnect(c);
-        if (r < 0)
-                return r;
-        client_queue_event(c, &ev);
         return 0;
+}
+
+int buffer_drop(gpuipc_t *c, gpuipc_buffer_t *b)
+{
+        return b->own ? gpuipc_buffer_free(c, b) : gpuipc_release(c, b);
 }
 
 void buffer_close_all(gpuipc_t *c)

@@ -1,29 +1,30 @@
-/* Error codes in words: gpuipc_strerror() names the cause and the usual fix, gpuipc_err_name() a
- * stable short name for scripts. The broker's statuses (-1001 .. -1099) take both from proto's
- * status table; the library's own codes from the one table below; the rest are -errno. */
+/* Error codes in words: gpuipc_err_name() gives the stable short name from GPUIPC_ERRNO_MAP (the
+ * codes' one table, in gpuipc.h), gpuipc_strerror() names the cause and the usual fix (the broker's
+ * statuses from proto's status table, the library's own from the table below); the rest are
+ * -errno. A unit test checks that the map's broker names are the protocol's. */
 #include <string.h>
 
 #include "config.h"
 #include "internal.h"
 #include "macro.h"
 
+/* The fix for each of the library's own codes; the broker's come from proto/status.c. */
 static const struct {
         int code;
-        const char *name, *text;
-} library_errors[] = {
-        { GPUIPC_E_NO_BROKER, "no-broker",
+        const char *text;
+} library_texts[] = {
+        { GPUIPC_E_NO_BROKER,
           "no broker answers on the socket: start gpuipc-broker, and mount its socket directory into this container "
           "at the path in GPUIPC_SOCKET" },
-        { GPUIPC_E_DISCONNECTED, "disconnected",
+        { GPUIPC_E_DISCONNECTED,
           "the broker went away (it stopped or restarted); reconnect, or connect with the reconnect option to do so "
           "automatically" },
-        { GPUIPC_E_NO_CUDA, "no-cuda",
+        { GPUIPC_E_NO_CUDA,
           "CUDA is not usable here: libcuda.so.1 could not be loaded or no GPU is visible; give the container a GPU "
           "(the same ResourceClaim as the producer) or use the memfd kind" },
-        { GPUIPC_E_CUDA, "cuda", "a CUDA call failed; gpuipc_errmsg() names the call and CUDA's error" },
-        { GPUIPC_E_BUSY, "busy", "the buffer is still in use: retire it and wait for drained first" },
-        { GPUIPC_E_BAD_REPLY, "bad-reply", "the broker's reply made no sense; use a client and broker of the same "
-                                           "release" },
+        { GPUIPC_E_CUDA, "a CUDA call failed; gpuipc_errmsg() names the call and CUDA's error" },
+        { GPUIPC_E_BUSY, "the buffer is still in use: retire it and wait for drained first" },
+        { GPUIPC_E_BAD_REPLY, "the broker's reply made no sense; use a client and broker of the same release" },
 };
 
 static bool is_broker_status(int err)
@@ -37,9 +38,9 @@ _public_ const char *gpuipc_strerror(int err)
                 return "success";
         if (is_broker_status(err))
                 return proto_status_text((unsigned)(-err - 1000));
-        for (size_t i = 0; i < ARRAY_SIZE(library_errors); i++)
-                if (library_errors[i].code == err)
-                        return library_errors[i].text;
+        for (size_t i = 0; i < ARRAY_SIZE(library_texts); i++)
+                if (library_texts[i].code == err)
+                        return library_texts[i].text;
         if (err < 0 && err > -4096)
                 return strerror(-err);
         return "unknown error";
@@ -49,13 +50,15 @@ _public_ const char *gpuipc_err_name(int err)
 {
         const char *name;
 
-        if (err == 0)
+        switch (err) {
+        case 0:
                 return "ok";
-        if (is_broker_status(err))
-                return proto_status_name((unsigned)(-err - 1000));
-        for (size_t i = 0; i < ARRAY_SIZE(library_errors); i++)
-                if (library_errors[i].code == err)
-                        return library_errors[i].name;
+#define GPUIPC_XX(code, value, text_name) \
+        case value:                        \
+                return text_name;
+                GPUIPC_ERRNO_MAP(GPUIPC_XX)
+#undef GPUIPC_XX
+        }
         /* glibc's name of the errno constant; NULL for numbers it does not know. */
         name = err < 0 && err > -4096 ? strerrorname_np(-err) : NULL;
         return name ? name : "unknown";

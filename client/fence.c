@@ -48,7 +48,7 @@ int fence_undo(gpuipc_t *c, gpuipc_buffer_t *b, int r)
         char why[sizeof(c->errmsg)];
 
         memcpy(why, c->errmsg, sizeof(why));
-        gpuipc_buffer_free(c, b);
+        buffer_drop(c, b);
         memcpy(c->errmsg, why, sizeof(why));
         return r;
 }
@@ -56,6 +56,7 @@ int fence_undo(gpuipc_t *c, gpuipc_buffer_t *b, int r)
 _public_ int gpuipc_fence_create(gpuipc_t *c, const char *name, int device, gpuipc_fence_t **ret)
 {
         gpuipc_publish_options_t opts = {
+                .struct_size = sizeof(opts),
                 .writable = 1,          /* either end may signal */
                 .broker_held = 0,       /* a fence is about live work: it goes with its creator */
         };
@@ -226,6 +227,6 @@ _public_ void gpuipc_fence_close(gpuipc_fence_t *f)
                         cuda_error(f->conn, "cuEventDestroy", cr);
                 cuda_ctx_pop(f->conn, 0);
         }
-        gpuipc_buffer_free(f->conn, f->buf);
+        buffer_drop(f->conn, f->buf);
         free(f);
 }

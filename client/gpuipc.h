@@ -19,6 +19,15 @@
  * independent.
  *
  * Timeouts are in milliseconds: 0 means "do not wait", a negative value "wait as long as it takes".
+ *
+ * Names: gpuipc_<verb>(c, ...) asks the broker for something on connection c (connect, publish,
+ * attach, release, retire, subscribe, ...); gpuipc_<object>_<verb>() makes, reads or frees an object
+ * (gpuipc_buffer_alloc, gpuipc_buffer_read, gpuipc_buffer_free, gpuipc_fence_signal, ...). A
+ * producer drops its buffer with gpuipc_buffer_free, a consumer with gpuipc_release. A function that
+ * returns an object does so through its last argument, ret (gpuipc_connect, which has nothing to
+ * act on yet, takes it first). Options structs start with struct_size = sizeof(the struct), so a
+ * later release can add fields without breaking callers built against this one; a NULL options
+ * pointer means every default.
  */
 #ifndef GPUIPC_H
 #define GPUIPC_H
@@ -42,37 +51,43 @@ typedef enum gpuipc_kind {
         GPUIPC_KIND_CUDA_LEGACY = 3, /* cuIpcGetMemHandle; producer and consumer in one PID namespace */
 } gpuipc_kind_t;
 
-/* Error codes. GPUIPC_E_* from -1001 to -1099 are the broker's reply statuses (docs/protocol.md). */
+/* Error codes, their values and their stable names, from one table (libuv's UV_ERRNO_MAP): XX(NAME,
+ * value, "name") for each GPUIPC_E_NAME. -1001 to -1099 are the broker's reply statuses (status N is
+ * -(1000 + N); the names are docs/protocol.md's), -1100 and below the library's own. */
+#define GPUIPC_ERRNO_MAP(XX)                                                                              \
+        XX(BAD_REQUEST, -1001, "bad-request")                                                             \
+        XX(PROTOCOL, -1002, "protocol")                                                                   \
+        XX(VERSION, -1003, "version")                                                                     \
+        XX(UNKNOWN_OP, -1004, "unknown-op")                                                               \
+        XX(NOT_FOUND, -1005, "not-found")                                                                 \
+        XX(TIMEOUT, -1006, "timeout")                                                                     \
+        XX(NAME_TAKEN, -1007, "name-taken")                                                               \
+        XX(QUOTA, -1008, "quota")                                                                         \
+        XX(DENIED, -1009, "denied")                                                                       \
+        XX(NOT_OWNER, -1010, "not-owner")                                                                 \
+        XX(NOT_ATTACHED, -1011, "not-attached")                                                           \
+        XX(STATE, -1012, "state")                                                                         \
+        XX(BAD_FD, -1013, "bad-fd")                                                                       \
+        XX(PIDNS, -1014, "pidns")                                                                         \
+        XX(DEVICE, -1015, "device")                                                                       \
+        XX(GROUP_MISMATCH, -1016, "group-mismatch")                                                       \
+        XX(REVOKED, -1017, "revoked")                                                                     \
+        XX(HELLO_FIRST, -1018, "hello-first")                                                             \
+        XX(SHUTDOWN, -1019, "shutdown")                                                                   \
+        XX(KIND, -1020, "kind")                                                                           \
+        XX(INVALID, -1021, "invalid")                                                                     \
+        XX(KEY_TAKEN, -1022, "key-taken")                                                                 \
+        XX(NO_BROKER, -1100, "no-broker")       /* nothing listens on the socket */                       \
+        XX(DISCONNECTED, -1101, "disconnected") /* the broker went away */                                \
+        XX(NO_CUDA, -1102, "no-cuda")           /* a CUDA kind, but no usable libcuda.so.1 or device */   \
+        XX(CUDA, -1103, "cuda")                 /* a CUDA call failed; gpuipc_errmsg() names it */        \
+        XX(BUSY, -1104, "busy")                 /* the buffer is still in use (attached or published) */  \
+        XX(BAD_REPLY, -1105, "bad-reply")       /* the broker's reply made no sense (version skew?) */
+
 enum {
-        GPUIPC_E_BAD_REQUEST = -1001,
-        GPUIPC_E_PROTOCOL = -1002,
-        GPUIPC_E_VERSION = -1003,
-        GPUIPC_E_UNKNOWN_OP = -1004,
-        GPUIPC_E_NOT_FOUND = -1005,
-        GPUIPC_E_TIMEOUT = -1006,
-        GPUIPC_E_NAME_TAKEN = -1007,
-        GPUIPC_E_QUOTA = -1008,
-        GPUIPC_E_DENIED = -1009,
-        GPUIPC_E_NOT_OWNER = -1010,
-        GPUIPC_E_NOT_ATTACHED = -1011,
-        GPUIPC_E_STATE = -1012,
-        GPUIPC_E_BAD_FD = -1013,
-        GPUIPC_E_PIDNS = -1014,
-        GPUIPC_E_DEVICE = -1015,
-        GPUIPC_E_GROUP_MISMATCH = -1016,
-        GPUIPC_E_REVOKED = -1017,
-        GPUIPC_E_HELLO_FIRST = -1018,
-        GPUIPC_E_SHUTDOWN = -1019,
-        GPUIPC_E_KIND = -1020,
-        GPUIPC_E_INVALID = -1021,
-        GPUIPC_E_KEY_TAKEN = -1022,
-        /* Raised by the library itself. */
-        GPUIPC_E_NO_BROKER = -1100,    /* nothing listens on the socket */
-        GPUIPC_E_DISCONNECTED = -1101, /* the broker went away */
-        GPUIPC_E_NO_CUDA = -1102,      /* a CUDA kind, but no usable libcuda.so.1 or device */
-        GPUIPC_E_CUDA = -1103,         /* a CUDA call failed; gpuipc_errmsg() names it */
-        GPUIPC_E_BUSY = -1104,         /* the buffer is still in use (attached or published) */
-        GPUIPC_E_BAD_REPLY = -1105,    /* the broker's reply made no sense (version skew?) */
+#define GPUIPC_XX(code, value, name) GPUIPC_E_##code = value,
+        GPUIPC_ERRNO_MAP(GPUIPC_XX)
+#undef GPUIPC_XX
 };
 
 /* A sentence naming the cause of err and the usual fix. Never NULL. */
@@ -90,6 +105,7 @@ const char *gpuipc_version(void);
 /* ---- connections ---- */
 
 typedef struct gpuipc_options {
+        size_t struct_size;      /* sizeof(gpuipc_options_t): lets this struct grow (0 is refused) */
         const char *socket_path; /* NULL: $GPUIPC_SOCKET, else /run/gpuipc/gpuipc.sock */
         const char *label;       /* shown by `gpuipcctl peers`; NULL: the program's name */
         int connect_timeout_ms;  /* keep trying while the socket is missing or refuses, and wait this long
@@ -131,6 +147,7 @@ int gpuipc_buffer_alloc(gpuipc_t *c, gpuipc_kind_t kind, size_t size, int device
 int gpuipc_buffer_wrap_cuda(gpuipc_t *c, uint64_t device_ptr, size_t size, gpuipc_buffer_t **ret);
 
 typedef struct gpuipc_publish_options {
+        size_t struct_size;    /* sizeof(gpuipc_publish_options_t): lets this struct grow (0 is refused) */
         int writable;          /* consumers may write; fixed at the buffer's first publish */
         int broker_held;       /* memfd, cuda-vmm: the memory outlives this process until retired and drained */
         unsigned retire_after; /* retire automatically after this many attaches (0: never) */
@@ -178,7 +195,8 @@ int gpuipc_buffer_read(const gpuipc_buffer_t *b, size_t offset, void *dst, size_
 int gpuipc_buffer_write(gpuipc_buffer_t *b, size_t offset, const void *src, size_t len);
 
 /* Producer: unregisters (retiring first if needed; the broker forgets it once drained) and frees
- * the memory once nobody can use it any more; a consumer's buffer is released. b is freed. */
+ * the memory once nobody can use it any more; b is freed. An attached buffer is GPUIPC_E_INVALID
+ * (a consumer drops its buffers with gpuipc_release, the one way to). */
 int gpuipc_buffer_free(gpuipc_t *c, gpuipc_buffer_t *b);
 
 /* Host pointer (memfd) or device pointer (CUDA kinds) of the data. */
@@ -230,11 +248,11 @@ int gpuipc_subscribe(gpuipc_t *c, const char *prefix, uint64_t *ret_subscription
 int gpuipc_unsubscribe(gpuipc_t *c, uint64_t subscription);
 
 /* Takes the oldest queued event, waiting up to timeout_ms for one. GPUIPC_E_TIMEOUT if none. */
-int gpuipc_next_event(gpuipc_t *c, gpuipc_event_t *ret, int timeout_ms);
+int gpuipc_next_event(gpuipc_t *c, int timeout_ms, gpuipc_event_t *ret);
 
 /* For callers with their own event loop: poll gpuipc_fd() for reading, then call
  * gpuipc_process(), which reads what arrived without blocking and returns the number of queued
- * events (take them with gpuipc_next_event(c, &ev, 0)) or an error. gpuipc_fd() is an epoll fd that
+ * events (take them with gpuipc_next_event(c, 0, &ev)) or an error. gpuipc_fd() is an epoll fd that
  * stays the same for the life of the connection (register it once); while the broker is away and
  * reconnect is on, it wakes every 50 ms so that gpuipc_process() can try again. */
 int gpuipc_fd(const gpuipc_t *c);
@@ -299,7 +317,7 @@ typedef enum gpuipc_ring_mode {
 } gpuipc_ring_mode_t;
 
 typedef struct gpuipc_ring_options {
-        size_t struct_size;       /* sizeof(gpuipc_ring_options_t): lets this struct grow */
+        size_t struct_size;       /* sizeof(gpuipc_ring_options_t): lets this struct grow (0 is refused) */
         gpuipc_kind_t kind;       /* of the slots: GPUIPC_KIND_MEMFD (0: the default) or GPUIPC_KIND_CUDA_VMM */
         size_t slot_size;         /* bytes per slot (required) */
         unsigned slots;           /* 0: 4 */
@@ -460,8 +478,8 @@ int gpuipc_list_peers(gpuipc_t *c, uint64_t *cursor, gpuipc_peer_info_t *items, 
  * holders (may be NULL with cap 0), and returns how many holders were stored; ret->holders says
  * how many there are (the broker sends at most GPUIPC_MAX_PAGE). GPUIPC_E_NOT_FOUND when there is
  * no such buffer. */
-int gpuipc_stat_buffer(gpuipc_t *c, const char *name, uint64_t buffer, gpuipc_buffer_info_t *ret,
-                       gpuipc_holder_info_t *holders, size_t cap);
+int gpuipc_stat_buffer(gpuipc_t *c, const char *name, uint64_t buffer, gpuipc_holder_info_t *holders, size_t cap,
+                       gpuipc_buffer_info_t *ret);
 
 /* Retires a buffer by its broker id, whoever published it: allowed to its producer, to peers of
  * the producer's uid once it is gone, and to a policy admin (docs/security.md). For a buffer of
@@ -533,8 +551,8 @@ int gpuipc_list_rings(gpuipc_t *c, const char *prefix, uint64_t *cursor, gpuipc_
 /* Describes the ring named name in *ret and up to cap of its taken seats, in seat order, in members
  * (may be NULL with cap 0); returns how many were stored (ret->taken says how many there are).
  * GPUIPC_E_NOT_FOUND when there is no such ring (or none this connection may see). */
-int gpuipc_stat_ring(gpuipc_t *c, const char *name, gpuipc_ring_info_t *ret, gpuipc_ring_member_info_t *members,
-                     size_t cap);
+int gpuipc_stat_ring(gpuipc_t *c, const char *name, gpuipc_ring_member_info_t *members, size_t cap,
+                     gpuipc_ring_info_t *ret);
 
 /* One of the broker's counters, gauges or histogram series (docs/protocol.md, `stats`). */
 typedef struct gpuipc_stat {

@@ -214,9 +214,8 @@ static int list_page(gpuipc_t *c, ProtoMsg *req, uint64_t *cursor, void *items, 
                 return -EINVAL;
         if (cap == 0)
                 return 0;
-        req->after = *cursor;
-        req->limit = MIN(cap, (size_t)GPUIPC_MAX_PAGE);
-        req->has |= PROTO_BIT(PF_OP) | PROTO_BIT(PF_AFTER) | PROTO_BIT(PF_LIMIT);
+        proto_set_after(req, *cursor);
+        proto_set_limit(req, MIN(cap, (size_t)GPUIPC_MAX_PAGE));
         r = client_request(c, req, -1, INSPECT_REPLY_TIMEOUT_MS, &f);
         if (r < 0)
                 return r;
@@ -265,41 +264,41 @@ static void stat_cb(const ProtoMsg *m, void *ret)
 _public_ int gpuipc_list_buffers(gpuipc_t *c, const char *prefix, uint64_t *cursor, gpuipc_buffer_info_t *items,
                                  size_t cap)
 {
-        ProtoMsg req = { .op = PROTO_OP_LIST };
+        ProtoMsg req;
 
+        proto_request_init(&req, PROTO_OP_LIST);
         if (prefix && *prefix) {
                 if (strlen(prefix) > PROTO_MAX_NAME)
                         return GPUIPC_E_INVALID;
-                req.prefix = proto_str(prefix);
-                proto_set(&req, PF_PREFIX);
+                proto_set_prefix(&req, proto_str(prefix));
         }
         return list_page(c, &req, cursor, items, sizeof(*items), cap, buffer_info_cb);
 }
 
 _public_ int gpuipc_list_peers(gpuipc_t *c, uint64_t *cursor, gpuipc_peer_info_t *items, size_t cap)
 {
-        ProtoMsg req = { .op = PROTO_OP_PEERS };
+        ProtoMsg req;
 
+        proto_request_init(&req, PROTO_OP_PEERS);
         return list_page(c, &req, cursor, items, sizeof(*items), cap, peer_info_cb);
 }
 
-_public_ int gpuipc_stat_buffer(gpuipc_t *c, const char *name, uint64_t buffer, gpuipc_buffer_info_t *ret,
-                                gpuipc_holder_info_t *holders, size_t cap)
+_public_ int gpuipc_stat_buffer(gpuipc_t *c, const char *name, uint64_t buffer, gpuipc_holder_info_t *holders,
+                                size_t cap, gpuipc_buffer_info_t *ret)
 {
-        ProtoMsg req = { .op = PROTO_OP_STAT, .has = PROTO_BIT(PF_OP) };
         Frame f = { .fd = -1 };
+        ProtoMsg req;
         int n;
 
         if (!c || !ret || (!holders && cap))
                 return -EINVAL;
+        proto_request_init(&req, PROTO_OP_STAT);
         if (name) {
                 if (strlen(name) > PROTO_MAX_NAME)
                         return GPUIPC_E_INVALID;
-                req.name = proto_str(name);
-                proto_set(&req, PF_NAME);
+                proto_set_name(&req, proto_str(name));
         } else {
-                req.buffer = buffer;
-                proto_set(&req, PF_BUFFER);
+                proto_set_buffer(&req, buffer);
         }
         n = client_request(c, &req, -1, INSPECT_REPLY_TIMEOUT_MS, &f);
         if (n < 0)
@@ -316,29 +315,30 @@ _public_ int gpuipc_stat_buffer(gpuipc_t *c, const char *name, uint64_t buffer, 
 _public_ int gpuipc_list_rings(gpuipc_t *c, const char *prefix, uint64_t *cursor, gpuipc_ring_info_t *items,
                                size_t cap)
 {
-        ProtoMsg req = { .op = PROTO_OP_RINGS };
+        ProtoMsg req;
 
+        proto_request_init(&req, PROTO_OP_RINGS);
         if (prefix && *prefix) {
                 if (strlen(prefix) > PROTO_MAX_NAME)
                         return GPUIPC_E_INVALID;
-                req.prefix = proto_str(prefix);
-                proto_set(&req, PF_PREFIX);
+                proto_set_prefix(&req, proto_str(prefix));
         }
         return list_page(c, &req, cursor, items, sizeof(*items), cap, ring_info_cb);
 }
 
-_public_ int gpuipc_stat_ring(gpuipc_t *c, const char *name, gpuipc_ring_info_t *ret,
-                              gpuipc_ring_member_info_t *members, size_t cap)
+_public_ int gpuipc_stat_ring(gpuipc_t *c, const char *name, gpuipc_ring_member_info_t *members, size_t cap,
+                              gpuipc_ring_info_t *ret)
 {
-        ProtoMsg req = { .op = PROTO_OP_RING_STAT, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) };
         Frame f = { .fd = -1 };
+        ProtoMsg req;
         int n;
 
         if (!c || !name || !ret || (!members && cap))
                 return -EINVAL;
         if (strlen(name) > PROTO_MAX_NAME)
                 return GPUIPC_E_INVALID;
-        req.name = proto_str(name);
+        proto_request_init(&req, PROTO_OP_RING_STAT);
+        proto_set_name(&req, proto_str(name));
         n = client_request(c, &req, -1, INSPECT_REPLY_TIMEOUT_MS, &f);
         if (n < 0)
                 return n;
@@ -353,12 +353,14 @@ _public_ int gpuipc_stat_ring(gpuipc_t *c, const char *name, gpuipc_ring_info_t 
 
 _public_ int gpuipc_retire_id(gpuipc_t *c, uint64_t buffer)
 {
-        ProtoMsg req = { .op = PROTO_OP_RETIRE, .buffer = buffer, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_BUFFER) };
         Frame f = { .fd = -1 };
+        ProtoMsg req;
         int r;
 
         if (!c)
                 return -EINVAL;
+        proto_request_init(&req, PROTO_OP_RETIRE);
+        proto_set_buffer(&req, buffer);
         r = client_request(c, &req, -1, INSPECT_REPLY_TIMEOUT_MS, &f);
         if (r == 0)
                 frame_free(&f);
@@ -367,12 +369,13 @@ _public_ int gpuipc_retire_id(gpuipc_t *c, uint64_t buffer)
 
 _public_ int gpuipc_stats(gpuipc_t *c, gpuipc_stat_t *items, size_t cap)
 {
-        ProtoMsg req = { .op = PROTO_OP_STATS, .has = PROTO_BIT(PF_OP) };
         Frame f = { .fd = -1 };
+        ProtoMsg req;
         int n;
 
         if (!c || (!items && cap))
                 return -EINVAL;
+        proto_request_init(&req, PROTO_OP_STATS);
         n = client_request(c, &req, -1, INSPECT_REPLY_TIMEOUT_MS, &f);
         if (n < 0)
                 return n;

@@ -13,6 +13,10 @@
 #define CLIENT_EVENT_QUEUE_MAX 4096
 #define CLIENT_CACHE_MAX_IDLE 256 /* unreferenced mappings kept for re-attach ($GPUIPC_CACHE_MAX) */
 #define CLIENT_REPLY_GRACE_MS 1000 /* how much longer we wait than we asked the broker to */
+/* How long a request that makes the broker wait for nothing may take: generous, since the broker
+ * answers these at once and only a stopped or overloaded one takes longer. */
+#define CLIENT_REQUEST_TIMEOUT_MS 10000
+#define CLIENT_RETRY_MS 50         /* between connect attempts while the broker is away */
 
 /* Kind-specific state of memory this process allocated. */
 typedef struct KindAlloc {
@@ -87,6 +91,18 @@ typedef struct Frame {
         int fd;             /* owned, or -1 */
 } Frame;
 
+/* What the transport hands up to the layers above it, which it never calls by name; gpuipc_connect
+ * installs them (connect.c). */
+typedef struct ClientHooks {
+        /* An event arrived (a buffer's, a subscription's, a ring's). */
+        void (*event)(gpuipc_t *c, const ProtoMsg *ev);
+        /* The reply to a request we stopped waiting for (client_abandon) arrived after all. */
+        void (*late_reply)(gpuipc_t *c, const ProtoMsg *reply);
+        /* The broker went away: connect again and register everything again, within timeout_ms.
+         * 0 or an error. */
+        int (*reconnect)(gpuipc_t *c, int timeout_ms);
+} ClientHooks;
+
 struct gpuipc {
         int fd;
         bool broken;        /* the broker went away; the next call reconnects if allowed */
@@ -107,6 +123,8 @@ struct gpuipc {
         char errmsg[PROTO_MAX_TEXT + 1];
         uint8_t *rbuf;
         ProtoBuf wbuf;          /* the request being sent, reused: no allocation per request */
+        ProtoBuf nbuf;          /* the same for requests sent without waiting (client_send_nowait) */
+        ClientHooks hooks;
         gpuipc_event_t *events; /* ring */
         size_t ev_head, ev_count;
         uint64_t events_lost;
@@ -120,7 +138,7 @@ struct gpuipc {
         int device_pref;        /* gpuipc_set_device(); -1: the buffer's own device */
 };
 
-/* ---- connection.c ---- */
+/* ---- transport.c: frames in and out ---- */
 
 /* Sends req (its id is assigned here) with an optional borrowed fd, then waits up to timeout_ms
  * (<0: forever) for the reply; events arriving meanwhile are queued. On success the reply is in
@@ -129,17 +147,56 @@ struct gpuipc {
 int client_request(gpuipc_t *c, ProtoMsg *req, int fd, int timeout_ms, Frame *ret);
 void frame_free(Frame *f);
 
+/* Sends req (its id is assigned here) without an fd and without waiting for room or a reply: for
+ * what the broker only needs to hear (unmap, the release of a late reference), also from inside
+ * an event hook. Dropped when the socket is full or gone. 0 or an error. */
+int client_send_nowait(gpuipc_t *c, ProtoMsg *req);
+
+/* Copies a caller's options struct (its first field: size_t struct_size) into dst of dst_size
+ * bytes: what the caller's release knew of is taken, the rest stays zero (the defaults), and fields
+ * of a later release beyond dst_size are ignored. NULL gives the defaults. 0, or GPUIPC_E_INVALID
+ * for a struct_size of 0 (an options struct whose size was never set). */
+int client_copy_options(void *dst, size_t dst_size, const void *src);
+
 /* Sets gpuipc_errmsg(). */
 void client_errmsg(gpuipc_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Checks a name (what: "buffer name", "group name", ...) or, with prefix, a name prefix by the
+ * protocol's rules (proto_name_valid) before it is sent, and at most max bytes long (0:
+ * PROTO_MAX_NAME). 0, or GPUIPC_E_INVALID with gpuipc_errmsg() saying why. */
+int client_check_name(gpuipc_t *c, const char *name, const char *what, bool prefix, size_t max);
 
 /* Records that we stopped waiting for reply id (a late attach success is released). */
 void client_abandon(gpuipc_t *c, uint64_t id);
 
+/* Reads and handles whatever is ready, waiting at most timeout_ms for the first frame. */
+int client_pump(gpuipc_t *c, int timeout_ms);
+
+/* Milliseconds on a monotonic clock; a deadline timeout_ms from now (<0: UINT64_MAX, never);
+ * the milliseconds left until deadline as poll(2) wants them (-1: forever). */
+uint64_t client_now_ms(void);
+uint64_t client_deadline(int timeout_ms);
+int client_remaining_ms(uint64_t deadline);
+
+/* The broker went away: the socket is closed, and with reconnect on a timer wakes gpuipc_fd(). */
+void client_mark_broken(gpuipc_t *c);
+/* A new socket joins the epoll set behind gpuipc_fd() (and the retry timer stops). */
+void client_watch_socket(gpuipc_t *c);
+
+/* ---- events.c: the event queue, subscriptions ---- */
+
 /* Queues an event for the caller. */
 void client_queue_event(gpuipc_t *c, const gpuipc_event_t *ev);
 
-/* Reads and handles whatever is ready, waiting at most timeout_ms for the first frame. */
-int client_pump(gpuipc_t *c, int timeout_ms);
+/* Takes queued events of this type about one of our own buffers (not a subscription's) out of the
+ * queue: the caller waited for it another way. */
+void client_drop_events(gpuipc_t *c, gpuipc_event_type_t type, uint64_t buffer);
+
+/* Subscriptions keep the id the caller knows; the broker's id changes across a reconnect. */
+int client_resubscribe(gpuipc_t *c);
+uint64_t client_subscription_id(gpuipc_t *c, uint64_t broker_id);
+
+/* ---- buffer.c ---- */
 
 /* A fresh buffer id: random, non-zero, at most PROTO_MAX_BUFFER_ID (the producer chooses ids so
  * that they survive a broker restart). */
@@ -148,21 +205,17 @@ uint64_t client_new_buffer_id(void);
  * memory). Every own buffer starts here. */
 gpuipc_buffer_t *buffer_new_own(gpuipc_t *c, gpuipc_kind_t kind);
 
-/* Subscriptions keep the id the caller knows; the broker's id changes across a reconnect. */
-int client_resubscribe(gpuipc_t *c);
-uint64_t client_subscription_id(gpuipc_t *c, uint64_t broker_id);
-
-/* Milliseconds on a monotonic clock. */
-uint64_t client_now_ms(void);
-
-/* ---- buffer.c ---- */
-
+/* A buffer event (the hooks route member events to ring.c). */
 void buffer_on_event(gpuipc_t *c, const ProtoMsg *ev);
-void buffer_on_late_attach(gpuipc_t *c, Frame *f);
+/* A late attach reply: the reference it took is given back. */
+void buffer_on_late_attach(gpuipc_t *c, const ProtoMsg *reply);
 /* After a reconnect: register own live and retired buffers again (restored), reclaim the references
  * of attached buffers, drop idle cached mappings. 0, or GPUIPC_E_DISCONNECTED if lost again. */
 int buffer_after_reconnect(gpuipc_t *c);
 void buffer_close_all(gpuipc_t *c);
+/* Drops b whichever end it is: gpuipc_buffer_free for this connection's own, gpuipc_release for an
+ * attached one (for the library's own objects that may be either, such as a fence). */
+int buffer_drop(gpuipc_t *c, gpuipc_buffer_t *b);
 
 /* ---- ring.c ---- */
 

@@ -10,10 +10,7 @@
 
 #include "internal.h"
 #include "macro.h"
-
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE 0x0010
-#endif
+#include "seals.h"
 
 static int memfd_alloc(gpuipc_t *c, gpuipc_buffer_t *b, size_t size, int device)
 {

@@ -77,9 +77,13 @@ static gpuipc_ring_t *ring_by_name(gpuipc_t *c, const char *name, uint32_t len)
 
 static int simple_ring_request(gpuipc_t *c, ProtoOp op, const char *name)
 {
-        ProtoMsg req = { .op = op, .name = proto_str(name), .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) };
         Frame f = { .fd = -1 };
-        int r = client_request(c, &req, -1, 10000, &f);
+        ProtoMsg req;
+        int r;
+
+        proto_request_init(&req, op);
+        proto_set_name(&req, proto_str(name));
+        r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
 
         if (r == 0)
                 frame_free(&f);
@@ -259,7 +263,7 @@ static void ring_free(gpuipc_ring_t *r)
 static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, bool writable, bool restore)
 {
         gpuipc_t *c = r->conn;
-        ProtoMsg req = { .op = PROTO_OP_RING_PART };
+        ProtoMsg req;
         Frame f = { .fd = -1 };
         int fd = -1, e;
 
@@ -268,24 +272,21 @@ static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, b
         e = kind_ops(b->kind)->export(c, b, writable, &fd);
         if (e < 0)
                 return e;
-        req.name = proto_str(r->name);
-        req.index = index;
-        req.kind = (ProtoKind)b->kind;
-        req.size = b->size;
-        req.buffer = b->id;
-        req.writable = writable;
-        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_KIND) |
-                  PROTO_BIT(PF_SIZE) | PROTO_BIT(PF_BUFFER) | PROTO_BIT(PF_WRITABLE);
+        proto_request_init(&req, PROTO_OP_RING_PART);
+        proto_set_name(&req, proto_str(r->name));
+        proto_set_index(&req, index);
+        proto_set_kind(&req, (ProtoKind)b->kind);
+        proto_set_size(&req, b->size);
+        proto_set_buffer(&req, b->id);
+        proto_set_writable(&req, writable);
         if (restore && b->generation) { /* a part renewed but never registered is new to any broker */
-                req.restored = true;
-                req.generation = b->generation;
-                req.has |= PROTO_BIT(PF_RESTORED) | PROTO_BIT(PF_GENERATION);
+                proto_set_restored(&req, true);
+                proto_set_generation(&req, b->generation);
         }
         if (b->device[0]) {
-                req.device = proto_str(b->device);
-                proto_set(&req, PF_DEVICE);
+                proto_set_device(&req, proto_str(b->device));
         }
-        e = client_request(c, &req, fd, 10000, &f);
+        e = client_request(c, &req, fd, CLIENT_REQUEST_TIMEOUT_MS, &f);
         if (e < 0)
                 return e;
         b->registered = true;
@@ -300,42 +301,42 @@ static int register_part(gpuipc_ring_t *r, uint32_t index, gpuipc_buffer_t *b, b
  * seated, so that their members can take them back. */
 static int ring_declare(gpuipc_ring_t *r, bool restore)
 {
-        ProtoMsg req = { .op = PROTO_OP_RING_CREATE };
+        ProtoMsg req;
         Frame f = { .fd = -1 };
         ProtoItems seats;
         int e;
 
+        proto_request_init(&req, PROTO_OP_RING_CREATE);
         proto_items_init(&seats, PROTO_MAX_BODY / 2);
         if (restore) {
                 for (uint32_t i = 0; i < r->n_members; i++) {
-                        ProtoMsg rec = { .index = i, .generation = r->seat[i].epoch };
+                        ProtoMsg rec;
 
-                        rec.has = PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION);
+                        proto_record_init(&rec);
+                        proto_set_index(&rec, i);
+                        proto_set_generation(&rec, r->seat[i].epoch);
                         if (r->seat[i].active && !proto_items_add(&seats, &rec)) {
                                 proto_items_free(&seats);
                                 return -ENOMEM;
                         }
                 }
-                req.restored = true;
-                req.generation = r->max_epoch;
-                req.items = proto_items_finish(&seats);
-                req.has |= PROTO_BIT(PF_RESTORED) | PROTO_BIT(PF_GENERATION) | PROTO_BIT(PF_ITEMS);
+                proto_set_restored(&req, true);
+                proto_set_generation(&req, r->max_epoch);
+                proto_set_items(&req, proto_items_finish(&seats));
         }
-        req.name = proto_str(r->name);
-        req.kind = (ProtoKind)r->kind;
-        req.size = r->slot_size;
-        req.slots = r->n_slots;
-        req.members = r->n_members;
-        req.mode = r->mode == RING_LATEST ? PROTO_MODE_LATEST
-                   : r->mode == RING_STREAM ? PROTO_MODE_STREAM : PROTO_MODE_BACKPRESSURE;
-        req.timeout_ms = r->lease_ms;
+        proto_set_name(&req, proto_str(r->name));
+        proto_set_kind(&req, (ProtoKind)r->kind);
+        proto_set_size(&req, r->slot_size);
+        proto_set_slots(&req, r->n_slots);
+        proto_set_members(&req, r->n_members);
+        proto_set_mode(&req, r->mode == RING_LATEST   ? PROTO_MODE_LATEST
+                             : r->mode == RING_STREAM ? PROTO_MODE_STREAM
+                                                      : PROTO_MODE_BACKPRESSURE);
+        proto_set_timeout_ms(&req, r->lease_ms);
         if (r->slot[0]->device[0]) {
-                req.device = proto_str(r->slot[0]->device);
-                proto_set(&req, PF_DEVICE);
+                proto_set_device(&req, proto_str(r->slot[0]->device));
         }
-        req.has |= PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_KIND) | PROTO_BIT(PF_SIZE) |
-                   PROTO_BIT(PF_SLOTS) | PROTO_BIT(PF_MEMBERS) | PROTO_BIT(PF_MODE) | PROTO_BIT(PF_TIMEOUT_MS);
-        e = client_request(r->conn, &req, -1, 10000, &f);
+        e = client_request(r->conn, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
         proto_items_free(&seats);
         if (e == 0)
                 frame_free(&f);
@@ -365,9 +366,15 @@ _public_ int gpuipc_ring_create(gpuipc_t *c, const char *name, const gpuipc_ring
         gpuipc_ring_t *r;
         int e;
 
-        if (!c || !name || !opts || !ret || strlen(name) > PROTO_MAX_NAME || opts->struct_size == 0)
+        if (!c || !name || !opts || !ret)
                 return GPUIPC_E_INVALID;
-        memcpy(&o, opts, MIN(opts->struct_size, sizeof(o)));
+        e = client_check_name(c, name, "ring name", false, RING_NAME_MAX);
+        if (e < 0)
+                return e;
+        if (client_copy_options(&o, sizeof(o), opts) < 0) {
+                client_errmsg(c, "gpuipc_ring_options_t.struct_size is 0: set it to sizeof(gpuipc_ring_options_t)");
+                return GPUIPC_E_INVALID;
+        }
         if (!o.kind)
                 o.kind = GPUIPC_KIND_MEMFD;
         if (o.slot_size == 0 || (o.kind != GPUIPC_KIND_MEMFD && o.kind != GPUIPC_KIND_CUDA_VMM) ||
@@ -456,16 +463,16 @@ static int ring_blocker(gpuipc_ring_t *r, uint64_t head)
 /* The producer gives up on member i: it held the ring up past the lease. */
 void ring_evict(gpuipc_ring_t *r, uint32_t i)
 {
-        ProtoMsg req = { .op = PROTO_OP_RING_EVICT };
+        ProtoMsg req;
         Frame f = { .fd = -1 };
 
         seat_deactivate(r, i);
-        req.name = proto_str(r->name);
-        req.index = i;
-        req.generation = r->seat[i].epoch;
-        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_INDEX) | PROTO_BIT(PF_GENERATION);
+        proto_request_init(&req, PROTO_OP_RING_EVICT);
+        proto_set_name(&req, proto_str(r->name));
+        proto_set_index(&req, i);
+        proto_set_generation(&req, r->seat[i].epoch);
         /* The broker only keeps its books here; the member already counts as gone for us. */
-        if (client_request(r->conn, &req, -1, 10000, &f) == 0)
+        if (client_request(r->conn, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f) == 0)
                 frame_free(&f);
 }
 
@@ -744,11 +751,12 @@ static int attach_parts(gpuipc_ring_t *r, const ProtoMsg *m)
 static int join_request(gpuipc_t *c, const char *name, uint64_t deadline, Frame *f)
 {
         for (;;) {
-                ProtoMsg req = { .op = PROTO_OP_RING_JOIN, .name = proto_str(name) };
+                ProtoMsg req;
                 int e;
 
-                req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME);
-                e = client_request(c, &req, -1, 10000, f);
+                proto_request_init(&req, PROTO_OP_RING_JOIN);
+                proto_set_name(&req, proto_str(name));
+                e = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, f);
                 if (e != GPUIPC_E_NOT_FOUND || ring_remaining_ms(deadline) == 0)
                         return e;
                 (void)client_pump(c, ring_min_timeout(ring_remaining_ms(deadline), RING_JOIN_RETRY_MS));
@@ -782,8 +790,11 @@ _public_ int gpuipc_ring_join(gpuipc_t *c, const char *name, int timeout_ms, gpu
         gpuipc_ring_t *r;
         int e;
 
-        if (!c || !name || !ret || strlen(name) > PROTO_MAX_NAME)
+        if (!c || !name || !ret)
                 return GPUIPC_E_INVALID;
+        e = client_check_name(c, name, "ring name", false, RING_NAME_MAX);
+        if (e < 0)
+                return e;
         e = join_request(c, name, deadline, &f);
         if (e < 0)
                 return e;
@@ -1170,19 +1181,18 @@ _public_ void gpuipc_ring_close(gpuipc_ring_t *r)
  * again (the broker keeps our claim through its restart grace). */
 static int ring_restore_member(gpuipc_ring_t *r)
 {
-        ProtoMsg req = { .op = PROTO_OP_RING_JOIN };
+        ProtoMsg req;
         Frame f = { .fd = -1 };
         int e;
 
         if (r->gone)
                 return 0;
-        req.name = proto_str(r->name);
-        req.restored = true;
-        req.index = r->index;
-        req.generation = r->epoch;
-        req.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_NAME) | PROTO_BIT(PF_RESTORED) | PROTO_BIT(PF_INDEX) |
-                  PROTO_BIT(PF_GENERATION);
-        e = client_request(r->conn, &req, -1, 10000, &f);
+        proto_request_init(&req, PROTO_OP_RING_JOIN);
+        proto_set_name(&req, proto_str(r->name));
+        proto_set_restored(&req, true);
+        proto_set_index(&req, r->index);
+        proto_set_generation(&req, r->epoch);
+        e = client_request(r->conn, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
         if (e == GPUIPC_E_DISCONNECTED)
                 return e;
         if (e < 0) {

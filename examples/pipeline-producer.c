@@ -29,13 +29,13 @@ int main(int argc, char **argv)
 {
         Options o = options_parse(argc, argv);
         gpuipc_buffer_t **slots = calloc(o.slots, sizeof(*slots));
-        gpuipc_publish_options_t po = { .retire_after = o.consumers };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .retire_after = o.consumers };
         gpuipc_t *c;
         double start;
         int r;
 
-        r = gpuipc_connect(&c, &(gpuipc_options_t){ .label = "pipeline-producer", .connect_timeout_ms = 5000,
-                                                    .no_gpus = 1 });
+        r = gpuipc_connect(&c, &(gpuipc_options_t){ .struct_size = sizeof(gpuipc_options_t), .label = "pipeline-producer",
+                                                    .connect_timeout_ms = 5000, .no_gpus = 1 });
         if (r < 0)
                 return die(NULL, "connect", r);
         for (unsigned s = 0; s < o.slots; s++) {

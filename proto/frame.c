@@ -1,4 +1,7 @@
-/* The fixed 12-byte frame header: magic "GIPC", version, fd count, reserved, body length (LE). */
+/* Frames: the fixed 12-byte header (magic "GIPC", version, fd count, reserved, body length LE),
+ * and proto_frame_decode, the one path by which the broker and the library read a received frame:
+ * whatever either side accepts, the other side's encoder produced, and the fuzzer checks both. */
+#include <stdio.h>
 #include <string.h>
 
 #include "proto.h"
@@ -8,7 +11,7 @@ int proto_header_parse(const uint8_t *buf, size_t len, ProtoHeader *ret)
         uint32_t body;
 
         if (len < PROTO_HEADER_SIZE)
-                return PROTO_E_NEED_MORE;
+                return PROTO_E_LENGTH;
         if (memcmp(buf, PROTO_MAGIC, 4) != 0)
                 return PROTO_E_MAGIC;
         if (buf[4] != PROTO_VERSION)
@@ -33,4 +36,58 @@ void proto_header_write(uint8_t out[PROTO_HEADER_SIZE], uint32_t body_len, uint8
         out[9] = (body_len >> 8) & 0xff;
         out[10] = (body_len >> 16) & 0xff;
         out[11] = (body_len >> 24) & 0xff;
+}
+
+static bool is_field_error(int e)
+{
+        return e == PROTO_E_FIELD || e == PROTO_E_MISSING || e == PROTO_E_DUPLICATE || e == PROTO_E_UTF8;
+}
+
+int proto_frame_decode(const uint8_t *frame, size_t len, size_t n_fds, bool truncated, ProtoType expect, ProtoMsg *m,
+                       ProtoFrameError *err)
+{
+        const uint8_t *body = frame + PROTO_HEADER_SIZE;
+        ProtoHeader h;
+        int e;
+
+        *err = (ProtoFrameError){ .field = _PF_MAX };
+        if (truncated) {
+                snprintf(err->text, sizeof(err->text), "a frame exceeded the size limit or carried too many fds");
+                return err->code = PROTO_E_TOO_BIG;
+        }
+        e = proto_header_parse(frame, len, &h);
+        if (e == 0 && h.body_len != len - PROTO_HEADER_SIZE)
+                e = PROTO_E_LENGTH;
+        if (e) {
+                snprintf(err->text, sizeof(err->text), "%s", proto_strerror(e));
+                return err->code = e;
+        }
+        if (h.n_fds != n_fds) {
+                snprintf(err->text, sizeof(err->text), "the header announces %u fds but the frame carries %zu", h.n_fds,
+                         n_fds);
+                return err->code = PROTO_E_FDS;
+        }
+        e = proto_msg_decode(body, h.body_len, m, &err->field);
+        if (e == 0 && expect != PROTO_NONE && m->type != expect)
+                e = PROTO_E_KIND;
+        if (is_field_error(e)) {
+                snprintf(err->text, sizeof(err->text), "field '%s' is %s", proto_field_name(err->field),
+                         e == PROTO_E_MISSING     ? "missing"
+                         : e == PROTO_E_DUPLICATE ? "given twice"
+                         : e == PROTO_E_UTF8      ? "not valid UTF-8"
+                                                  : "of the wrong type or too long");
+                /* Well-formed but wrong: a request is answered with its id and the connection stays.
+                 * Without a readable id no reply could be matched to its request (clients pipeline),
+                 * so that is a violation: the client would otherwise wait for an answer forever. */
+                if (expect == PROTO_REQUEST && (proto_peek_id(body, h.body_len, &err->id) != 0 || err->id == 0)) {
+                        err->id = 0;
+                        snprintf(err->text + strlen(err->text), sizeof(err->text) - strlen(err->text),
+                                 ", and the request has no readable id to answer it with");
+                }
+        } else if (e == PROTO_E_KIND && expect == PROTO_REQUEST) {
+                snprintf(err->text, sizeof(err->text), "peers may only send requests");
+        } else if (e) {
+                snprintf(err->text, sizeof(err->text), "%s", proto_strerror(e));
+        }
+        return err->code = e;
 }

@@ -637,6 +637,15 @@ void proto_items_free(ProtoItems *it)
         proto_buf_free(&it->buf);
 }
 
+void proto_reply_error(ProtoMsg *m, uint64_t id, unsigned status, const char *text)
+{
+        size_t len = text ? strnlen(text, PROTO_MAX_TEXT) : 0;
+
+        proto_reply_init(m, id, status);
+        proto_set_error(m, proto_str(proto_status_name(status)));
+        proto_set_message(m, (ProtoStr){ text, (uint32_t)proto_utf8_trim(text ? text : "", len) });
+}
+
 /* ---- names ---- */
 
 static const char *name_or(const char *const *tbl, unsigned n, unsigned i, const char *fallback)
@@ -718,7 +727,7 @@ const char *proto_strerror(int e)
 {
         switch (e) {
         case 0: return "ok";
-        case PROTO_E_NEED_MORE: return "frame is truncated";
+        case PROTO_E_LENGTH: return "the header's body length differs from the frame's";
         case PROTO_E_MAGIC: return "not a gpuipc frame (bad magic)";
         case PROTO_E_VERSION: return "unsupported frame version";
         case PROTO_E_TOO_BIG: return "frame exceeds the size or fd limits";
@@ -729,6 +738,7 @@ const char *proto_strerror(int e)
         case PROTO_E_DUPLICATE: return "a key appears twice in the message";
         case PROTO_E_RESERVED: return "the header's reserved bytes are not zero";
         case PROTO_E_UTF8: return "a string is not valid UTF-8";
+        case PROTO_E_FDS: return "the frame carries another number of fds than its header announces";
         default: return "unknown protocol error";
         }
 }

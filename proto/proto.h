@@ -33,7 +33,7 @@
 
 /* ---- positive decode outcomes ---- */
 enum {
-        PROTO_E_NEED_MORE = 1, /* fewer bytes than the header announces */
+        PROTO_E_LENGTH = 1,    /* the record is shorter than a header, or its body not as long as announced */
         PROTO_E_MAGIC,         /* not a gpuipc frame */
         PROTO_E_VERSION,       /* frame version we do not speak */
         PROTO_E_TOO_BIG,       /* body or fd count over the limits */
@@ -44,6 +44,7 @@ enum {
         PROTO_E_DUPLICATE,     /* a key appears twice */
         PROTO_E_RESERVED,      /* the header's reserved bytes are not zero */
         PROTO_E_UTF8,          /* a string (a field, or one inside meta) is not valid UTF-8 */
+        PROTO_E_FDS,           /* the record carries another number of fds than its header announces */
 };
 
 typedef struct ProtoHeader {
@@ -212,15 +213,157 @@ static inline void proto_set(ProtoMsg *m, ProtoField f)
         m->has |= PROTO_BIT(f);
 }
 
+/* Leaves field f out of m (a description that must not say everything it knows). */
+static inline void proto_unset(ProtoMsg *m, ProtoField f)
+{
+        m->has &= ~PROTO_BIT(f);
+}
+
 static inline ProtoStr proto_str(const char *s)
 {
         return (ProtoStr){ s, s ? (uint32_t)__builtin_strlen(s) : 0 };
 }
 
+/* ---- building messages ----
+ * A field is sent when it is present, so setting one sets its value and its presence together:
+ * proto_set_<field>(m, value) for each field but gpus (proto_set_gpus). A message starts with one
+ * of the *_init builders below; nothing else touches `has`. */
+#define PROTO_SETTER(FIELD, member, type)                                                                   \
+        static inline void proto_set_##member(ProtoMsg *m, type v)                                          \
+        {                                                                                                   \
+                m->member = v;                                                                              \
+                m->has |= PROTO_BIT(PF_##FIELD);                                                            \
+        }
+
+PROTO_SETTER(OP, op, ProtoOp)
+PROTO_SETTER(ID, id, uint64_t)
+PROTO_SETTER(REPLY, reply, uint64_t)
+PROTO_SETTER(STATUS, status, uint64_t)
+PROTO_SETTER(EVENT, event, ProtoEvent)
+PROTO_SETTER(ERROR, error, ProtoStr)
+PROTO_SETTER(MESSAGE, message, ProtoStr)
+PROTO_SETTER(VERSION, version, uint64_t)
+PROTO_SETTER(PID, pid, uint64_t)
+PROTO_SETTER(PIDNS, pidns, uint64_t)
+PROTO_SETTER(LABEL, label, ProtoStr)
+PROTO_SETTER(NAME, name, ProtoStr)
+PROTO_SETTER(PREFIX, prefix, ProtoStr)
+PROTO_SETTER(KIND, kind, ProtoKind)
+PROTO_SETTER(SIZE, size, uint64_t)
+PROTO_SETTER(OFFSET, offset, uint64_t)
+PROTO_SETTER(DEVICE, device, ProtoStr)
+PROTO_SETTER(META, meta, ProtoRaw)
+PROTO_SETTER(HANDLE, handle, ProtoStr)
+PROTO_SETTER(BROKER_HELD, broker_held, bool)
+PROTO_SETTER(WRITABLE, writable, bool)
+PROTO_SETTER(RETIRE_AFTER, retire_after, uint64_t)
+PROTO_SETTER(TIMEOUT_MS, timeout_ms, uint64_t)
+PROTO_SETTER(BUFFER, buffer, uint64_t)
+PROTO_SETTER(GENERATION, generation, uint64_t)
+PROTO_SETTER(CACHED, cached, bool)
+PROTO_SETTER(STATE, state, ProtoState)
+PROTO_SETTER(REFS, refs, uint64_t)
+PROTO_SETTER(HOLDERS, holders, uint64_t)
+PROTO_SETTER(OWNER, owner, uint64_t)
+PROTO_SETTER(PEER, peer, uint64_t)
+PROTO_SETTER(UID, uid, uint64_t)
+PROTO_SETTER(GID, gid, uint64_t)
+PROTO_SETTER(SUB, sub, uint64_t)
+PROTO_SETTER(REASON, reason, ProtoStr)
+PROTO_SETTER(GROUP, group, ProtoStr)
+PROTO_SETTER(MEMBERS, members, uint64_t)
+PROTO_SETTER(EPOCH, epoch, uint64_t)
+PROTO_SETTER(AFTER, after, uint64_t)
+PROTO_SETTER(LIMIT, limit, uint64_t)
+PROTO_SETTER(MORE, more, bool)
+PROTO_SETTER(ITEMS, items, ProtoRaw)
+PROTO_SETTER(VALUE, value, uint64_t)
+PROTO_SETTER(BUFFERS, buffers, uint64_t)
+PROTO_SETTER(SUBS, subs, uint64_t)
+PROTO_SETTER(WAITS, waits, uint64_t)
+PROTO_SETTER(FDS, fds, uint64_t)
+PROTO_SETTER(PIDNS_SAME, pidns_same, bool)
+PROTO_SETTER(STARTED_MS, started_ms, uint64_t)
+PROTO_SETTER(RESTORED, restored, bool)
+PROTO_SETTER(PENDING, pending, bool)
+PROTO_SETTER(INDEX, index, uint64_t)
+PROTO_SETTER(SLOTS, slots, uint64_t)
+PROTO_SETTER(MODE, mode, ProtoMode)
+PROTO_SETTER(LE_US, le_us, uint64_t)
+PROTO_SETTER(PIDNS_DECLARED, pidns_declared, bool)
+PROTO_SETTER(HEAD, head, uint64_t)
+PROTO_SETTER(TAKEN, taken, uint64_t)
+PROTO_SETTER(POSITION, position, uint64_t)
+PROTO_SETTER(LAG, lag, uint64_t)
+PROTO_SETTER(SEAT, seat, ProtoSeat)
+
+/* The GPU UUIDs a hello declares or a peer record lists: n strings of gpus (at most PROTO_MAX_GPUS,
+ * more are left out), which must outlive m. Present even when n is 0. */
+static inline void proto_set_gpus(ProtoMsg *m, const char (*gpus)[PROTO_MAX_UUID + 1], uint32_t n)
+{
+        m->n_gpus = n < PROTO_MAX_GPUS ? n : PROTO_MAX_GPUS;
+        for (uint32_t i = 0; i < m->n_gpus; i++)
+                m->gpus[i] = proto_str(gpus[i]);
+        m->has |= PROTO_BIT(PF_GPUS);
+}
+
+/* An empty message of each kind: a request for op (its id is set when it is sent), a reply to
+ * request id with status, an event, a listing record. */
+static inline void proto_request_init(ProtoMsg *m, ProtoOp op)
+{
+        *m = (ProtoMsg){ .type = PROTO_REQUEST };
+        proto_set_op(m, op);
+}
+
+static inline void proto_reply_init(ProtoMsg *m, uint64_t id, unsigned status)
+{
+        *m = (ProtoMsg){ .type = PROTO_REPLY };
+        proto_set_reply(m, id);
+        proto_set_status(m, status);
+}
+
+static inline void proto_event_init(ProtoMsg *m, ProtoEvent ev)
+{
+        *m = (ProtoMsg){ .type = PROTO_EVENT };
+        proto_set_event(m, ev);
+}
+
+static inline void proto_record_init(ProtoMsg *m)
+{
+        *m = (ProtoMsg){ .type = PROTO_RECORD };
+}
+
+/* The error reply every side sends (the broker's registry, request layer and connections alike):
+ * to request id (0: a notice to the connection itself), with status, its stable name, and text
+ * saying what happened in this case (the status's default text says how to fix it in general).
+ * text must outlive m; it is cut to PROTO_MAX_TEXT bytes, never inside a UTF-8 character. */
+void proto_reply_error(ProtoMsg *m, uint64_t id, unsigned status, const char *text);
+
 /* ---- frames ---- */
 
-/* Parses the fixed header at buf. 0, or PROTO_E_NEED_MORE / _MAGIC / _VERSION / _RESERVED / _TOO_BIG. */
+/* Parses the fixed header at buf. 0, or PROTO_E_LENGTH / _MAGIC / _VERSION / _RESERVED / _TOO_BIG. */
 int proto_header_parse(const uint8_t *buf, size_t len, ProtoHeader *ret);
+
+/* What proto_frame_decode found wrong with a received frame. */
+typedef struct ProtoFrameError {
+        int code;         /* a PROTO_E_* code; 0 when the frame decoded */
+        ProtoField field; /* the field at fault (PROTO_E_FIELD, _MISSING, _DUPLICATE, _UTF8), else _PF_MAX */
+        /* Non-zero: a request whose fields are wrong but whose id could be read: it is answered
+         * (bad-request) and the connection stays. 0: a framing violation, after which frame
+         * boundaries cannot be trusted and the connection must close. */
+        uint64_t id;
+        char text[192];   /* what is wrong, in words: for the reply, the log or an error message */
+} ProtoFrameError;
+
+/* Checks and decodes one received record, the one way both sides read frames: the header (magic,
+ * version, reserved bytes, limits), the body's length against the record's, the fd count against
+ * the n_fds fds that came with it, then the body (proto_msg_decode). truncated: the transport cut
+ * the record or its control data (MSG_TRUNC, MSG_CTRUNC, more fds than it takes). expect:
+ * PROTO_REQUEST where only requests may arrive (the broker), PROTO_NONE for any message (a client).
+ * 0 with *m decoded (pointing into frame, which must outlive it), or the PROTO_E_* code with *err
+ * filled. The fds stay the caller's either way. */
+int proto_frame_decode(const uint8_t *frame, size_t len, size_t n_fds, bool truncated, ProtoType expect, ProtoMsg *m,
+                       ProtoFrameError *err);
 
 /* Writes a header for a body of body_len bytes carrying n_fds fds. */
 void proto_header_write(uint8_t out[PROTO_HEADER_SIZE], uint32_t body_len, uint8_t n_fds);
@@ -301,6 +444,12 @@ bool proto_utf8_valid(const char *s, size_t len);
 /* The length of s without an incomplete UTF-8 sequence at its end (what cutting text to a buffer
  * may leave), so that a truncated message stays valid UTF-8. */
 size_t proto_utf8_trim(const char *s, size_t len);
+
+/* Names of buffers, groups and rings: 1-255 bytes of [A-Za-z0-9._:/@+=-], not starting with '/',
+ * without "..". A prefix (subscriptions, listings) may also be empty: every name. The client checks
+ * before it sends, the broker when a request arrives. */
+bool proto_name_valid(const char *s, size_t len);
+bool proto_prefix_valid(const char *s, size_t len);
 
 /* A ProtoStr compared with a C string. */
 bool proto_str_eq(ProtoStr s, const char *c);

@@ -28,6 +28,8 @@
 #define RING_MAX_SLOTS 64
 #define RING_MAX_MEMBERS 64
 #define RING_PAGE 4096
+/* A ring's parts are named after it ("NAME@member.63"), so a ring name leaves room for that. */
+#define RING_NAME_MAX (PROTO_MAX_NAME - 16)
 
 typedef enum RingMode {
         RING_BACKPRESSURE = 0, /* every member sees every frame; the producer waits for the slowest */

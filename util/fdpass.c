@@ -7,7 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-int fdpass_send(int sock, const void *buf, size_t len, int fd)
+static int send_record(int sock, const void *buf, size_t len, int fd, int flags)
 {
         union {
                 char buf[CMSG_SPACE(sizeof(int))];
@@ -29,14 +29,15 @@ int fdpass_send(int sock, const void *buf, size_t len, int fd)
                 memcpy(CMSG_DATA(cm), &fd, sizeof(int));
         }
         for (;;) {
-                if (sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0)
+                if (sendmsg(sock, &mh, MSG_NOSIGNAL | flags) >= 0)
                         return 0;
                 if (errno != EINTR)
                         return -errno;
         }
 }
 
-ssize_t fdpass_recv(int sock, void *buf, size_t cap, int *fds, size_t max_fds, size_t *ret_n_fds, int *ret_truncated)
+static ssize_t recv_record(int sock, void *buf, size_t cap, int *fds, size_t max_fds, size_t *ret_n_fds,
+                           int *ret_truncated, int flags)
 {
         union {
                 char buf[CMSG_SPACE(sizeof(int) * FDPASS_MAX_FDS)];
@@ -50,7 +51,7 @@ ssize_t fdpass_recv(int sock, void *buf, size_t cap, int *fds, size_t max_fds, s
         ssize_t n;
 
         do
-                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags);
         while (n < 0 && errno == EINTR);
         if (n < 0)
                 return -errno;
@@ -73,4 +74,25 @@ ssize_t fdpass_recv(int sock, void *buf, size_t cap, int *fds, size_t max_fds, s
         *ret_n_fds = n_fds;
         *ret_truncated = surplus || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC));
         return n;
+}
+
+int fdpass_send(int sock, const void *buf, size_t len, int fd)
+{
+        return send_record(sock, buf, len, fd, MSG_DONTWAIT);
+}
+
+ssize_t fdpass_recv(int sock, void *buf, size_t cap, int *fds, size_t max_fds, size_t *ret_n_fds, int *ret_truncated)
+{
+        return recv_record(sock, buf, cap, fds, max_fds, ret_n_fds, ret_truncated, MSG_DONTWAIT);
+}
+
+int fdpass_send_wait(int sock, const void *buf, size_t len, int fd)
+{
+        return send_record(sock, buf, len, fd, 0);
+}
+
+ssize_t fdpass_recv_wait(int sock, void *buf, size_t cap, int *fds, size_t max_fds, size_t *ret_n_fds,
+                         int *ret_truncated)
+{
+        return recv_record(sock, buf, cap, fds, max_fds, ret_n_fds, ret_truncated, 0);
 }

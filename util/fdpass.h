@@ -17,3 +17,9 @@ int fdpass_send(int sock, const void *buf, size_t len, int fd);
  * larger than cap or a truncated control message, *ret_truncated is set. Returns the record's
  * length (0 at EOF) or -errno. The caller owns the returned fds. */
 ssize_t fdpass_recv(int sock, void *buf, size_t cap, int *fds, size_t max_fds, size_t *ret_n_fds, int *ret_truncated);
+
+/* The same, blocking until the record could be sent or one arrived: for programs that wait on one
+ * socket alone (the benchmark's baselines), where blocking is the cheapest way to wait. */
+int fdpass_send_wait(int sock, const void *buf, size_t len, int fd);
+ssize_t fdpass_recv_wait(int sock, void *buf, size_t cap, int *fds, size_t max_fds, size_t *ret_n_fds,
+                         int *ret_truncated);

@@ -1,9 +1,11 @@
 /* Intrusive hash table with separate chaining, keyed by a 64-bit hash the caller computes.
- * The caller compares keys while walking a bucket; the table never looks inside entries. */
+ * The table never looks inside entries: a lookup names the key comparison (HMAP_FIND). */
 #pragma once
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "macro.h"
 
 typedef struct HNode {
         struct HNode *next;
@@ -31,6 +33,23 @@ static inline HNode *hmap_bucket(const HMap *m, uint64_t hash)
 {
         return m->buckets ? m->buckets[hash & m->mask] : NULL;
 }
+
+/* The entry of type `type` (linked through its HNode `member`) stored under key_hash for which cond
+ * holds, or NULL. cond sees the candidate as `var`:
+ *     RegName *e = HMAP_FIND(&r->names, hash_str(name), RegName, node, x, strcmp(x->name, name) == 0);
+ * Only entries with that very hash are compared, so cond runs about once per lookup. */
+#define HMAP_FIND(m, key_hash, type, member, var, cond)                                                            \
+        ({                                                                                                         \
+                const uint64_t hmap_h_ = (key_hash);                                                               \
+                type *hmap_found_ = NULL;                                                                          \
+                for (HNode *hmap_n_ = hmap_bucket((m), hmap_h_); hmap_n_ && !hmap_found_;                          \
+                     hmap_n_ = hmap_n_->next) {                                                                    \
+                        type *var = container_of(hmap_n_, type, member);                                           \
+                        if (hmap_n_->hash == hmap_h_ && (cond))                                                    \
+                                hmap_found_ = var;                                                                 \
+                }                                                                                                  \
+                hmap_found_;                                                                                       \
+        })
 
 /* Iteration over all nodes; the callback may not modify the table. */
 #define hmap_for_each(node, m) \

@@ -23,6 +23,16 @@
 #define _cleanup_free_ _cleanup_(freep)
 #define _cleanup_close_ _cleanup_(closep)
 
+/* Defines func##p(type *p), which calls func(*p) unless it is NULL: a variable declared
+ * `_cleanup_(funcp) Type *x = NULL;` is freed by func on every return that has not stolen it
+ * (steal_ptr). Use: DEFINE_CLEANUP(Server *, server_free). */
+#define DEFINE_CLEANUP(type, func)                                                                  \
+        static inline void func##p(type *p)                                                         \
+        {                                                                                           \
+                if (*p)                                                                             \
+                        func(*p);                                                                   \
+        }
+
 static inline void freep(void *p)
 {
         free(*(void **)p);

@@ -22,16 +22,25 @@ _p, _i, _u, _u64, _sz, _s = (ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctype
 _pp = ctypes.POINTER(ctypes.c_void_p)
 
 
-class Options(ctypes.Structure):
+class _Sized(ctypes.Structure):
+    """An options struct whose first field, struct_size, tells the C side how much of it this release
+    knows; it is filled in here, and the other fields are given as before (by position or name)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(ctypes.sizeof(self), *args, **kwargs)
+
+
+class Options(_Sized):
     """gpuipc_options_t."""
-    _fields_ = [('socket_path', ctypes.c_char_p), ('label', ctypes.c_char_p), ('connect_timeout_ms', ctypes.c_int),
-                ('reconnect', ctypes.c_int), ('no_gpus', ctypes.c_int)]
+    _fields_ = [('struct_size', ctypes.c_size_t), ('socket_path', ctypes.c_char_p), ('label', ctypes.c_char_p),
+                ('connect_timeout_ms', ctypes.c_int), ('reconnect', ctypes.c_int), ('no_gpus', ctypes.c_int)]
 
 
-class PublishOptions(ctypes.Structure):
+class PublishOptions(_Sized):
     """gpuipc_publish_options_t."""
-    _fields_ = [('writable', ctypes.c_int), ('broker_held', ctypes.c_int), ('retire_after', ctypes.c_uint),
-                ('meta', ctypes.c_void_p), ('meta_len', ctypes.c_size_t), ('no_sync', ctypes.c_int)]
+    _fields_ = [('struct_size', ctypes.c_size_t), ('writable', ctypes.c_int), ('broker_held', ctypes.c_int),
+                ('retire_after', ctypes.c_uint), ('meta', ctypes.c_void_p), ('meta_len', ctypes.c_size_t),
+                ('no_sync', ctypes.c_int)]
 
 
 class Event(ctypes.Structure):
@@ -123,7 +132,7 @@ _SIGNATURES = {
     'gpuipc_buffer_revoked': (_i, [_p]),
     'gpuipc_subscribe': (_i, [_p, _s, ctypes.POINTER(_u64)]),
     'gpuipc_unsubscribe': (_i, [_p, _u64]),
-    'gpuipc_next_event': (_i, [_p, ctypes.POINTER(Event), _i]),
+    'gpuipc_next_event': (_i, [_p, _i, ctypes.POINTER(Event)]),
     'gpuipc_fd': (_i, [_p]),
     'gpuipc_process': (_i, [_p]),
     'gpuipc_fence_create': (_i, [_p, _s, _i, _pp]),
@@ -136,7 +145,7 @@ _SIGNATURES = {
     'gpuipc_group_join': (_i, [_p, _s, _u, _i]),
     'gpuipc_list_buffers': (_i, [_p, _s, _pu64, ctypes.POINTER(BufferInfo), _sz]),
     'gpuipc_list_peers': (_i, [_p, _pu64, ctypes.POINTER(PeerInfo), _sz]),
-    'gpuipc_stat_buffer': (_i, [_p, _s, _u64, ctypes.POINTER(BufferInfo), ctypes.POINTER(HolderInfo), _sz]),
+    'gpuipc_stat_buffer': (_i, [_p, _s, _u64, ctypes.POINTER(HolderInfo), _sz, ctypes.POINTER(BufferInfo)]),
     'gpuipc_retire_id': (_i, [_p, _u64]),
     'gpuipc_stats': (_i, [_p, ctypes.POINTER(Stat), _sz]),
     'gpuipc_connection_info': (_i, [_p, ctypes.POINTER(ConnectionInfo)]),

@@ -529,7 +529,7 @@ class Client:
         """The next event from libgpuipc (internal ones included), or None after timeout_ms."""
         ev = _lib.Event()
         with self._locked():
-            r = self._lib.gpuipc_next_event(self._c, ctypes.byref(ev), timeout_ms)
+            r = self._lib.gpuipc_next_event(self._c, timeout_ms, ctypes.byref(ev))
             if r == _E_TIMEOUT:
                 return None
             self._check(r, 'wait for an event')
@@ -671,8 +671,8 @@ class Client:
         while True:
             holders = (_lib.HolderInfo * cap)()
             with self._locked():
-                n = self._check(self._lib.gpuipc_stat_buffer(self._c, target, int(buffer_id or 0), ctypes.byref(info),
-                                                             holders, cap),
+                n = self._check(self._lib.gpuipc_stat_buffer(self._c, target, int(buffer_id or 0), holders, cap,
+                                                             ctypes.byref(info)),
                                 f"stat '{name}'" if name is not None else f'stat buffer {buffer_id}')
             if n >= min(info.holders, _lib.MAX_PAGE) or cap >= _lib.MAX_PAGE:
                 return BufferInfo._from_c(self._lib, info, [HolderInfo._from_c(holders[i]) for i in range(n)])

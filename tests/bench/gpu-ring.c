@@ -118,7 +118,7 @@ static void produce_stream(gpuipc_t *c, const RingArgs *a, const Gx *g, GcuStrea
 
 static void produce_published(gpuipc_t *c, const RingArgs *a, const Gx *g, GcuStream s)
 {
-        gpuipc_publish_options_t po = { .retire_after = (unsigned)a->n_consumers };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .retire_after = (unsigned)a->n_consumers };
         gpuipc_buffer_t *slot[SLOTS];
         bool used[SLOTS] = { false };
         char name[96];

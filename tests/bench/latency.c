@@ -253,7 +253,7 @@ static void drop_events(gpuipc_t *c)
 {
         gpuipc_event_t ev;
 
-        while (gpuipc_next_event(c, &ev, 0) == 0)
+        while (gpuipc_next_event(c, 0, &ev) == 0)
                 ;
 }
 

@@ -1,8 +1,8 @@
 /* The baselines' plumbing: blocking SOCK_SEQPACKET records with SCM_RIGHTS, and an echo server
  * that answers each request with as many bytes as it asks for. This is what a broker round trip
- * costs at the very least: two records through the kernel and two wake-ups. Written apart from
- * util/fdpass.c on purpose: the baseline blocks (the cheapest way to wait) and must not share
- * code with what it is compared against. */
+ * costs at the very least: two records through the kernel and two wake-ups. The records go through
+ * util/fdpass.c's blocking calls (blocking is the cheapest way to wait on one socket), so the
+ * baseline builds its control messages exactly as the broker and the library do. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,66 +10,23 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "fdpass.h"
 #include "macro.h"
 
 int rec_send(int sock, const void *buf, size_t len, int fd)
 {
-        union {
-                char buf[CMSG_SPACE(sizeof(int))];
-                struct cmsghdr align;
-        } ctrl;
-        struct iovec iov = {(void *)buf, len};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-
-        if (fd >= 0) {
-                struct cmsghdr *cm;
-
-                memset(&ctrl, 0, sizeof(ctrl));
-                mh.msg_control = ctrl.buf;
-                mh.msg_controllen = sizeof(ctrl.buf);
-                cm = CMSG_FIRSTHDR(&mh);
-                cm->cmsg_level = SOL_SOCKET;
-                cm->cmsg_type = SCM_RIGHTS;
-                cm->cmsg_len = CMSG_LEN(sizeof(int));
-                memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-        }
-        while (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0) {
-                if (errno != EINTR)
-                        return -errno;
-        }
-        return 0;
+        return fdpass_send_wait(sock, buf, len, fd);
 }
 
 long rec_recv(int sock, void *buf, size_t cap, int *ret_fd)
 {
-        union {
-                char buf[CMSG_SPACE(sizeof(int) * 4)];
-                struct cmsghdr align;
-        } ctrl;
-        struct iovec iov = {buf, cap};
-        struct msghdr mh = {.msg_iov = &iov,
-                            .msg_iovlen = 1,
-                            .msg_control = ctrl.buf,
-                            .msg_controllen = sizeof(ctrl.buf)};
-        ssize_t n;
+        int fds[4], truncated;
+        size_t n_fds = 0;
+        ssize_t n = fdpass_recv_wait(sock, buf, cap, fds, ARRAY_SIZE(fds), &n_fds, &truncated);
 
-        *ret_fd = -1;
-        while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC)) < 0) {
-                if (errno != EINTR)
-                        return -errno;
-        }
-        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-                if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-                        continue;
-                for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-                        int fd;
-                        memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-                        if (*ret_fd < 0)
-                                *ret_fd = fd;
-                        else
-                                close(fd);
-                }
-        }
+        *ret_fd = n_fds ? fds[0] : -1;
+        for (size_t i = 1; i < n_fds; i++)
+                close(fds[i]);
         return (long)n;
 }
 

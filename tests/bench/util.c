@@ -19,10 +19,7 @@
 #include "bench.h"
 #include "internal.h"
 #include "macro.h"
-
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE 0x0010
-#endif
+#include "seals.h"
 
 BenchOpts bench_opts;
 Table *table;
@@ -455,6 +452,7 @@ void broker_stop(Broker *b)
 static gpuipc_t *connect_to(const Broker *b, const char *label, bool gpus)
 {
         gpuipc_options_t o = {
+                .struct_size = sizeof(o),
                 .socket_path = b->sock, .label = label, .connect_timeout_ms = 10000, .no_gpus = !gpus};
         gpuipc_t *c = NULL;
         int r = gpuipc_connect(&c, &o);

@@ -33,8 +33,8 @@ done < <(cd "$src" && grep -H '^[[:space:]]*#[[:space:]]*include' cli/*.c cli/*.
 readelf -d "$ctl" | grep -q 'NEEDED.*\[libgpuipc\.so\.0\]' || fail "gpuipcctl does not need libgpuipc.so.0"
 
 # 3. Imports: gpuipc_* only, each exported and matched by the version script's global patterns.
-mapfile -t patterns < <(awk '/global:/{g=1; next} /local:/{g=0} g' "$src/client/libgpuipc.sym" |
-        tr -d ' \t;' | grep -v '^$')
+# (every node's global names: one per line, "gpuipc_...;")
+mapfile -t patterns < <(grep -oE '^[[:space:]]+gpuipc_[A-Za-z0-9_*]+;' "$src/client/libgpuipc.sym" | tr -d ' \t;')
 [[ ${#patterns[@]} -gt 0 ]] || fail "no global patterns in libgpuipc.sym"
 exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | sed 's/@.*//' | sort -u)
 n_imports=0

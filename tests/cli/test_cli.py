@@ -535,9 +535,11 @@ def case_promtool(tmp):
     for h in ("gpuipc_request_duration_seconds", "gpuipc_peer_cleanup_duration_seconds"):
         check(fam[h]["type"] == "histogram", "%s is not a histogram" % h)
         check(sample(fam, h + "_bucket", le="+Inf") == sample(fam, h + "_count") > 0, "%s counts nothing" % h)
-    # the publisher's buffer went with it; the ring's parts (its control page, 4 slots, 2 member
-    # pages) are live, under no name
-    check(sample(fam, "gpuipc_buffers", state="live") == 7, "buffers by state")
+    # The publisher's buffer is gone; the ring's parts (control page, slots, member pages) are live
+    # buffers of its producer.
+    parts = 1 + ring.slots + ring.members
+    check(sample(fam, "gpuipc_buffers", state="live") == parts, "buffers by state: %s, want %d live" %
+          (fam["gpuipc_buffers"]["samples"], parts))
 
 
 def case_quota_counted(tmp):
@@ -601,13 +603,13 @@ def case_untrusted_text(tmp):
     lib = ctypes.CDLL(lib_path)
 
     class Options(ctypes.Structure):
-        _fields_ = [("socket_path", ctypes.c_char_p), ("label", ctypes.c_char_p), ("connect_timeout_ms", ctypes.c_int),
-                    ("reconnect", ctypes.c_int), ("no_gpus", ctypes.c_int)]
+        _fields_ = [("struct_size", ctypes.c_size_t), ("socket_path", ctypes.c_char_p), ("label", ctypes.c_char_p),
+                    ("connect_timeout_ms", ctypes.c_int), ("reconnect", ctypes.c_int), ("no_gpus", ctypes.c_int)]
     lib.gpuipc_err_name.restype = ctypes.c_char_p
     b = Broker(tmp)
     label = b"evil\x1b[31m\xff\rrow"
     conn = ctypes.c_void_p()
-    opts = Options(b.sock.encode(), label, 1000, 0, 1)
+    opts = Options(ctypes.sizeof(Options), b.sock.encode(), label, 1000, 0, 1)
     rc = lib.gpuipc_connect(ctypes.byref(conn), ctypes.byref(opts))
     if rc < 0:
         name = lib.gpuipc_err_name(rc).decode()

@@ -1,4 +1,5 @@
-/* Fuzz target: frame header parse, message decode, listing iteration and the encoder.
+/* Fuzz target: proto_frame_decode (the one way broker and library read a frame), frame header
+ * parse, message decode, listing iteration and the encoder.
  *
  * The input is tried two ways: as a frame (12-byte header, then the body it announces) and as a
  * bare body. Whatever decodes must re-encode (unless it carries an op or event name this version
@@ -19,10 +20,10 @@ static int decode(const uint8_t *body, size_t len, ProtoMsg *m)
         ProtoField f = _PF_MAX;
         int e = proto_msg_decode(body, len, m, &f);
 
-        check(e >= 0 && e <= PROTO_E_UTF8 && e != PROTO_E_RESERVED);
+        CHECK(e >= 0 && e <= PROTO_E_UTF8 && e != PROTO_E_RESERVED);
         if (e == PROTO_E_FIELD || e == PROTO_E_MISSING || e == PROTO_E_DUPLICATE || e == PROTO_E_UTF8)
-                check(f < _PF_MAX);
-        check(proto_strerror(e) != NULL);
+                CHECK(f < _PF_MAX);
+        CHECK(proto_strerror(e) != NULL);
         return e;
 }
 
@@ -43,29 +44,29 @@ static void check_items(const ProtoMsg *m)
                 int e;
 
                 seen++;
-                check(seen <= m->items.count);
-                check_eq(rec.type, PROTO_RECORD);
+                CHECK(seen <= m->items.count);
+                CHECK_EQ(rec.type, PROTO_RECORD);
                 /* [record] as a one-element listing. */
-                check_eq(proto_buf_append(&b, "\x91", 1), 0);
+                CHECK_EQ(proto_buf_append(&b, "\x91", 1), 0);
                 e = proto_record_encode(&b, &rec);
                 if ((proto_has(&rec, PF_OP) && rec.op == PROTO_OP_UNKNOWN) ||
                     (proto_has(&rec, PF_EVENT) && rec.event == PROTO_EV_UNKNOWN)) {
-                        check_eq(e, -EINVAL);
+                        CHECK_EQ(e, -EINVAL);
                         proto_buf_free(&b);
                         continue;
                 }
-                check_eq(e, 0);
+                CHECK_EQ(e, 0);
                 raw = (ProtoRaw){ b.data, (uint32_t)b.len, 1 };
                 proto_iter_init(&it2, &raw);
-                check_eq(proto_iter_next(&it2, &back), 1);
-                check(proto_msg_eq(&rec, &back, NULL));
-                check_eq(proto_iter_next(&it2, &back), 0);
+                CHECK_EQ(proto_iter_next(&it2, &back), 1);
+                CHECK(proto_msg_eq(&rec, &back, NULL));
+                CHECK_EQ(proto_iter_next(&it2, &back), 0);
                 proto_buf_free(&b);
         }
         /* Records are checked as they are read: a bad one ends the listing with its error. */
-        check(r == 0 || (r >= PROTO_E_MALFORMED && r <= PROTO_E_UTF8 && r != PROTO_E_RESERVED));
+        CHECK(r == 0 || (r >= PROTO_E_MALFORMED && r <= PROTO_E_UTF8 && r != PROTO_E_RESERVED));
         if (r == 0)
-                check_eq(seen, m->items.count);
+                CHECK_EQ(seen, m->items.count);
 }
 
 static void check_roundtrip(const uint8_t *body, size_t len, const ProtoMsg *m, uint8_t n_fds)
@@ -78,41 +79,41 @@ static void check_roundtrip(const uint8_t *body, size_t len, const ProtoMsg *m, 
         int e;
 
         if (proto_has(m, PF_META))
-                check(proto_meta_valid(m->meta.ptr, m->meta.len));
+                CHECK(proto_meta_valid(m->meta.ptr, m->meta.len));
         if (proto_has(m, PF_ITEMS))
                 check_items(m);
         /* The id can be found without a full decode (used for errors on requests that fail). Only
          * for messages without items: peek skips values within the meta depth only. */
         if (proto_has(m, PF_ID) && !proto_has(m, PF_ITEMS)) {
-                check_eq(proto_peek_id(body, len, &id), 0);
-                check_eq(id, m->id);
+                CHECK_EQ(proto_peek_id(body, len, &id), 0);
+                CHECK_EQ(id, m->id);
         }
 
         e = proto_frame_encode(&b1, m, n_fds);
         if ((proto_has(m, PF_OP) && m->op == PROTO_OP_UNKNOWN) ||
             (proto_has(m, PF_EVENT) && m->event == PROTO_EV_UNKNOWN)) {
-                check_eq(e, -EINVAL);
-                check_eq(b1.len, 0);
+                CHECK_EQ(e, -EINVAL);
+                CHECK_EQ(b1.len, 0);
                 proto_buf_free(&b1);
                 return;
         }
-        check_eq(e, 0);
+        CHECK_EQ(e, 0);
         /* The canonical encoding is never longer than what it came from. */
-        check(b1.len - PROTO_HEADER_SIZE <= len);
-        check_eq(proto_header_parse(b1.data, b1.len, &h), 0);
-        check_eq(h.n_fds, n_fds);
-        check_eq(h.body_len, b1.len - PROTO_HEADER_SIZE);
-        check_eq(decode(b1.data + PROTO_HEADER_SIZE, h.body_len, &m2), 0);
+        CHECK(b1.len - PROTO_HEADER_SIZE <= len);
+        CHECK_EQ(proto_header_parse(b1.data, b1.len, &h), 0);
+        CHECK_EQ(h.n_fds, n_fds);
+        CHECK_EQ(h.body_len, b1.len - PROTO_HEADER_SIZE);
+        CHECK_EQ(decode(b1.data + PROTO_HEADER_SIZE, h.body_len, &m2), 0);
         if (!proto_msg_eq(m, &m2, &diff)) {
                 fprintf(stderr, "round trip changed field %s\n", proto_field_name(diff));
-                check(!"round trip differs");
+                CHECK(!"round trip differs");
         }
         /* A fixpoint: encoding the decoded copy gives the same bytes. */
-        check_eq(proto_frame_encode(&b2, &m2, n_fds), 0);
-        check_eq(b2.len, b1.len);
-        check(memcmp(b1.data, b2.data, b1.len) == 0);
-        check_eq(decode(b2.data + PROTO_HEADER_SIZE, b2.len - PROTO_HEADER_SIZE, &m3), 0);
-        check(proto_msg_eq(&m2, &m3, NULL));
+        CHECK_EQ(proto_frame_encode(&b2, &m2, n_fds), 0);
+        CHECK_EQ(b2.len, b1.len);
+        CHECK(memcmp(b1.data, b2.data, b1.len) == 0);
+        CHECK_EQ(decode(b2.data + PROTO_HEADER_SIZE, b2.len - PROTO_HEADER_SIZE, &m3), 0);
+        CHECK(proto_msg_eq(&m2, &m3, NULL));
         proto_buf_free(&b1);
         proto_buf_free(&b2);
 }
@@ -123,10 +124,32 @@ static void try_body(const uint8_t *body, size_t len, uint8_t n_fds)
         uint64_t id;
 
         if (decode(body, len, &m) == 0) {
-                check(m.type == PROTO_REQUEST || m.type == PROTO_REPLY || m.type == PROTO_EVENT);
+                CHECK(m.type == PROTO_REQUEST || m.type == PROTO_REPLY || m.type == PROTO_EVENT);
                 check_roundtrip(body, len, &m, n_fds);
         } else {
                 (void)proto_peek_id(body, len, &id);
+        }
+}
+
+/* The input as a received record, with and without an fd, as the broker and as a client read it:
+ * an error is named, only a request's field error is answerable (by its id), and what decodes is
+ * what the receiver expects. */
+static void try_frame(const uint8_t *data, size_t size)
+{
+        for (unsigned i = 0; i < 4; i++) {
+                ProtoType expect = i & 1 ? PROTO_REQUEST : PROTO_NONE;
+                ProtoFrameError err;
+                ProtoMsg m;
+                int e = proto_frame_decode(data, size, i >> 1, false, expect, &m, &err);
+
+                CHECK_EQ(e, err.code);
+                if (e == 0) {
+                        CHECK(expect == PROTO_NONE || m.type == expect);
+                        continue;
+                }
+                CHECK(err.text[0] != 0);
+                if (err.id)
+                        CHECK(expect == PROTO_REQUEST && err.field < _PF_MAX);
         }
 }
 
@@ -135,13 +158,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ProtoHeader h;
         int e;
 
+        try_frame(data, size);
+
         e = proto_header_parse(data, size, &h);
         if (size < PROTO_HEADER_SIZE)
-                check_eq(e, PROTO_E_NEED_MORE);
+                CHECK_EQ(e, PROTO_E_LENGTH);
         if (e == 0) {
-                check_eq(h.version, PROTO_VERSION);
-                check(h.n_fds <= PROTO_MAX_FDS);
-                check(h.body_len <= PROTO_MAX_BODY);
+                CHECK_EQ(h.version, PROTO_VERSION);
+                CHECK(h.n_fds <= PROTO_MAX_FDS);
+                CHECK(h.body_len <= PROTO_MAX_BODY);
                 /* The body the header announces, or what there is of it. */
                 if (size - PROTO_HEADER_SIZE >= h.body_len)
                         try_body(data + PROTO_HEADER_SIZE, h.body_len, h.n_fds);
@@ -151,8 +176,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* The whole input as a body, as metadata, and as a listing. */
         try_body(data, size, 0);
         if (proto_meta_valid(data, size)) {
-                check(size <= PROTO_MAX_META);
-                check(size > 0 && (data[0] >> 4 == 0x8 || data[0] == 0xde || data[0] == 0xdf));
+                CHECK(size <= PROTO_MAX_META);
+                CHECK(size > 0 && (data[0] >> 4 == 0x8 || data[0] == 0xde || data[0] == 0xdf));
         }
         {
                 ProtoRaw raw = { data, (uint32_t)(size > UINT32_MAX ? UINT32_MAX : size), 0 };
@@ -162,7 +187,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
                 proto_iter_init(&it, &raw);
                 while (proto_iter_next(&it, &rec) == 1)
-                        check(++n <= size);
+                        CHECK(++n <= size);
         }
         return 0;
 }

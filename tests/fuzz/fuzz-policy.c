@@ -43,31 +43,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 unsigned long line;
                 char *end;
 
-                check(r == -EINVAL || r == -ENOMEM);
-                check(p == NULL);
+                CHECK(r == -EINVAL || r == -ENOMEM);
+                CHECK(p == NULL);
                 if (r == -EINVAL) {
-                        check(memchr(err, 0, sizeof(err)) != NULL);
-                        check(strncmp(err, "line ", 5) == 0);
+                        CHECK(memchr(err, 0, sizeof(err)) != NULL);
+                        CHECK(strncmp(err, "line ", 5) == 0);
                         line = strtoul(err + 5, &end, 10);
-                        check(line >= 1 && line <= lines);
-                        check(*end == ':');
+                        CHECK(line >= 1 && line <= lines);
+                        CHECK(*end == ':');
                 }
                 return 0;
         }
-        check_eq(r, 0);
-        check(p);
-        check(policy_rule_count(p) <= 4096);
-        check(policy_rule_count(p) <= lines);
+        CHECK_EQ(r, 0);
+        CHECK(p);
+        CHECK(policy_rule_count(p) <= 4096);
+        CHECK(policy_rule_count(p) <= lines);
         decide(p, first, sizeof(first));
         /* Deterministic: the same text, parsed again, decides the same way. */
-        check_eq(policy_parse((const char *)data, size, &q, err, sizeof(err)), 0);
+        CHECK_EQ(policy_parse((const char *)data, size, &q, err, sizeof(err)), 0);
         decide(q, second, sizeof(second));
-        check(memcmp(first, second, sizeof(first)) == 0);
+        CHECK(memcmp(first, second, sizeof(first)) == 0);
         /* No rules: nothing is allowed. */
         if (policy_rule_count(p) == 0)
                 for (size_t i = 0; i < sizeof(first); i++)
-                        check_eq(first[i], 0);
+                        CHECK_EQ(first[i], 0);
         policy_free(q);
-        check(policy_free(p) == NULL);
+        CHECK(policy_free(p) == NULL);
         return 0;
 }

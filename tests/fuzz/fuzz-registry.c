@@ -202,7 +202,7 @@ static HoldRec *hold_get(Model *M, RegPeer *p, uint64_t buf)
 
         if (h)
                 return h;
-        check(M->n_holds < MAX_HOLDS);
+        CHECK(M->n_holds < MAX_HOLDS);
         M->holds[M->n_holds] = (HoldRec){ p, buf, 0, false };
         return &M->holds[M->n_holds++];
 }
@@ -219,7 +219,7 @@ static Pending *pending_add(Model *M, RegPeer *p, int type)
 {
         Pending *q;
 
-        check(M->n_pending < MAX_PENDING);
+        CHECK(M->n_pending < MAX_PENDING);
         q = &M->pending[M->n_pending++];
         *q = (Pending){ .id = ++M->next_id, .peer = p, .type = type, .name = -1, .group = -1 };
         return q;
@@ -231,13 +231,13 @@ static Pending pending_take(Model *M, RegPeer *to, uint64_t id)
         for (size_t i = 0; i < M->n_pending; i++) {
                 if (M->pending[i].id == id) {
                         Pending q = M->pending[i];
-                        check(q.peer == to);
+                        CHECK(q.peer == to);
                         M->pending[i] = M->pending[--M->n_pending];
                         return q;
                 }
         }
         fprintf(stderr, "reply %llu answers no pending request\n", (unsigned long long)id);
-        check(!"unexpected reply");
+        CHECK(!"unexpected reply");
         return (Pending){ 0 };
 }
 
@@ -284,7 +284,7 @@ static void claims_meet(Model *M, uint64_t id)
                         i++;
                         continue;
                 }
-                check(rb);
+                CHECK(rb);
                 if (claim_matches(rb, c->generation, c->uid, c->kind, c->name)) {
                         HoldRec *h = hold_get(M, c->peer, id);
                         h->refs += c->refs;
@@ -342,7 +342,7 @@ static bool ring_may_attach(const RingRec *R, const RegPeer *p, uint32_t i)
 
 static void expect_ring_event(Model *M, RegPeer *to, ProtoEvent ev, int ring, uint32_t seat, uint64_t epoch)
 {
-        check(M->n_expect < MAX_EXPECT);
+        CHECK(M->n_expect < MAX_EXPECT);
         M->expect[M->n_expect++] = (RingExpect){ to, ev, ring, seat, epoch };
 }
 
@@ -435,9 +435,9 @@ static void ring_event_take(Model *M, const Sent *s)
         const ProtoMsg *m = &s->m;
         int ri = ring_by_name(m->name);
 
-        check(ri >= 0);
-        check(proto_has(m, PF_INDEX) && proto_has(m, PF_GENERATION) && !proto_has(m, PF_BUFFER));
-        check_eq(proto_has(m, PF_REASON), m->event == PROTO_EV_MEMBER_LEFT);
+        CHECK(ri >= 0);
+        CHECK(proto_has(m, PF_INDEX) && proto_has(m, PF_GENERATION) && !proto_has(m, PF_BUFFER));
+        CHECK_EQ(proto_has(m, PF_REASON), m->event == PROTO_EV_MEMBER_LEFT);
         for (size_t i = 0; i < M->n_expect; i++) {
                 RingExpect *x = &M->expect[i];
 
@@ -450,7 +450,7 @@ static void ring_event_take(Model *M, const Sent *s)
         fprintf(stderr, "unexpected %s about ring '%s' seat %llu epoch %llu to peer %llu\n",
                 proto_event_name(m->event), ring_names[ri], (unsigned long long)m->index,
                 (unsigned long long)m->generation, (unsigned long long)registry_peer_id(s->to));
-        check(!"unexpected ring event");
+        CHECK(!"unexpected ring event");
 }
 
 /* An attach of a ring's part succeeded: the peer must be a member, and of the part's seat (a part
@@ -464,10 +464,10 @@ static void check_part_attach(Model *M, RegPeer *p, uint64_t buffer)
         for (int ri = 0; ri < N_RINGS; ri++)
                 for (uint32_t i = 0; M->rings[ri].exists && i < ring_parts_of(&M->rings[ri]); i++)
                         if (M->rings[ri].parts[i] == buffer) {
-                                check(ring_may_attach(&M->rings[ri], p, i));
+                                CHECK(ring_may_attach(&M->rings[ri], p, i));
                                 return;
                         }
-        check(!"a part of a closed ring was attached");
+        CHECK(!"a part of a closed ring was attached");
 }
 
 /* Reads what one operation sent and updates the model. */
@@ -486,15 +486,15 @@ static void absorb(Model *M)
                                 HoldRec *h = hold_get(M, s->to, m->buffer);
                                 Buf *b = buf_find(M, m->buffer);
 
-                                check(b);
-                                check(proto_has(m, PF_CACHED));
+                                CHECK(b);
+                                CHECK(proto_has(m, PF_CACHED));
                                 if (b->kind == PROTO_KIND_CUDA_LEGACY) {
-                                        check(!m->cached && s->fd < 0);
-                                        check(proto_has(m, PF_HANDLE));
+                                        CHECK(!m->cached && s->fd < 0);
+                                        CHECK(proto_has(m, PF_HANDLE));
                                 } else {
                                         /* The fd travels exactly when the peer has no mapping. */
-                                        check_eq(m->cached, h->mapped);
-                                        check_eq(s->fd >= 0, !h->mapped);
+                                        CHECK_EQ(m->cached, h->mapped);
+                                        CHECK_EQ(s->fd >= 0, !h->mapped);
                                         h->mapped = true;
                                 }
                                 h->refs++;
@@ -502,38 +502,38 @@ static void absorb(Model *M)
                         }
                         continue;
                 }
-                check_eq(m->type, PROTO_EVENT);
+                CHECK_EQ(m->type, PROTO_EVENT);
                 if (m->event == PROTO_EV_MEMBER_JOINED || m->event == PROTO_EV_MEMBER_LEFT) {
                         ring_event_take(M, s);
                         continue;
                 }
-                check(buf_find(M, m->buffer) || (m->event == PROTO_EV_REVOKED && claim_doomed(M, s->to, m->buffer)));
+                CHECK(buf_find(M, m->buffer) || (m->event == PROTO_EV_REVOKED && claim_doomed(M, s->to, m->buffer)));
                 if (proto_has(m, PF_SUB)) {
-                        check(sub_owned(M, s->to, m->sub));
+                        CHECK(sub_owned(M, s->to, m->sub));
                         continue;
                 }
                 switch (m->event) {
                 case PROTO_EV_DRAINED:
-                        check(buf_find(M, m->buffer)->owner == s->to);
+                        CHECK(buf_find(M, m->buffer)->owner == s->to);
                         break;
                 case PROTO_EV_REVOKED: {
                         HoldRec *h = hold_find(M, s->to, m->buffer);
 
-                        check(proto_has(m, PF_REASON));
+                        CHECK(proto_has(m, PF_REASON));
                         if (claim_doomed_take(M, s->to, m->buffer))
                                 break;
-                        check(h && h->refs > 0);
+                        CHECK(h && h->refs > 0);
                         h->refs = 0;
                         break;
                 }
                 case PROTO_EV_FREED: {
                         HoldRec *h = hold_find(M, s->to, m->buffer);
-                        check(h && h->mapped);
+                        CHECK(h && h->mapped);
                         h->mapped = false;
                         break;
                 }
                 default:
-                        check(!"unexpected event");
+                        CHECK(!"unexpected event");
                 }
         }
         /* Every ring event the model expected came. */
@@ -541,7 +541,7 @@ static void absorb(Model *M)
                 fprintf(stderr, "missing %s about ring '%s' seat %u epoch %llu to peer %llu\n",
                         proto_event_name(M->expect[i].ev), ring_names[M->expect[i].ring], M->expect[i].seat,
                         (unsigned long long)M->expect[i].epoch, (unsigned long long)registry_peer_id(M->expect[i].to));
-        check_eq(M->n_expect, 0);
+        CHECK_EQ(M->n_expect, 0);
 }
 
 /* The registry's rings against the model: shape, owner, parts (forgetting parts the registry
@@ -555,30 +555,30 @@ static void compare_rings(Model *M)
                 RingRec *R = &M->rings[ri];
                 RegRing *g = registry_ring_by_name(r, ring_names[ri]);
 
-                check_eq(g != NULL, R->exists);
+                CHECK_EQ(g != NULL, R->exists);
                 if (!g)
                         continue;
-                check(g->owner == R->owner);
-                check_eq(g->mode, R->mode);
-                check_eq(g->n_slots, R->slots);
-                check_eq(g->n_members, R->members);
-                check_eq(g->next_epoch, R->next_epoch);
-                check_eq(g->set_up, R->set_up);
+                CHECK(g->owner == R->owner);
+                CHECK_EQ(g->mode, R->mode);
+                CHECK_EQ(g->n_slots, R->slots);
+                CHECK_EQ(g->n_members, R->members);
+                CHECK_EQ(g->next_epoch, R->next_epoch);
+                CHECK_EQ(g->set_up, R->set_up);
                 for (uint32_t i = 0; i < ring_parts_of(R); i++) {
                         if (!g->parts[i] && R->parts[i]) {
-                                check(!registry_buffer_by_id(r, R->parts[i]));
+                                CHECK(!registry_buffer_by_id(r, R->parts[i]));
                                 R->parts[i] = 0;
                         }
-                        check_eq(g->parts[i] ? g->parts[i]->id : 0, R->parts[i]);
+                        CHECK_EQ(g->parts[i] ? g->parts[i]->id : 0, R->parts[i]);
                 }
                 for (uint32_t i = 0; i < R->members; i++) {
-                        check(g->seats[i].peer == R->seats[i].peer);
-                        check_eq(g->seats[i].reserved, R->seats[i].reserved);
+                        CHECK(g->seats[i].peer == R->seats[i].peer);
+                        CHECK_EQ(g->seats[i].reserved, R->seats[i].reserved);
                         if (R->seats[i].peer || R->seats[i].reserved)
-                                check_eq(g->seats[i].epoch, R->seats[i].epoch);
+                                CHECK_EQ(g->seats[i].epoch, R->seats[i].epoch);
                 }
         }
-        check_eq(r->n_seat_claims, M->n_seat_claims);
+        CHECK_EQ(r->n_seat_claims, M->n_seat_claims);
         audit_registry(r);
 }
 
@@ -611,7 +611,7 @@ static void compare(Model *M)
                 Pending *q = &M->pending[i];
 
                 /* Only waits outlive their operation. */
-                check(q->waiting);
+                CHECK(q->waiting);
                 waits++;
                 if (q->type == REQ_JOIN)
                         group_seen[q->group] = true;
@@ -620,16 +620,16 @@ static void compare(Model *M)
                         names_waiting += registry_buffer_by_name(r, names[q->name]) == NULL;
                 }
         }
-        check_eq(g.waits, waits);
-        check_eq(g.groups, (uint64_t)group_seen[0] + group_seen[1]);
-        check_eq(g.names, g.live - unnamed_parts(r) + names_waiting);
-        check(registry_next_deadline(r) > M->e->now);
+        CHECK_EQ(g.waits, waits);
+        CHECK_EQ(g.groups, (uint64_t)group_seen[0] + group_seen[1]);
+        CHECK_EQ(g.names, g.live - unnamed_parts(r) + names_waiting);
+        CHECK(registry_next_deadline(r) > M->e->now);
         if (!waits && !M->in_grace)
-                check_eq(registry_next_deadline(r), UINT64_MAX);
-        check_eq(registry_in_grace(r), M->in_grace);
-        check_eq(g.claims_pending, M->n_claims);
+                CHECK_EQ(registry_next_deadline(r), UINT64_MAX);
+        CHECK_EQ(registry_in_grace(r), M->in_grace);
+        CHECK_EQ(g.claims_pending, M->n_claims);
         for (size_t i = 0; i < M->n_claims; i++)
-                check(!M->claims[i].doomed); /* every doomed claim got its revoked event */
+                CHECK(!M->claims[i].doomed); /* every doomed claim got its revoked event */
 
         for (RegPeer *p = registry_peer_first(r); p; p = registry_peer_next(r, p)) {
                 ProtoMsg d;
@@ -639,7 +639,7 @@ static void compare(Model *M)
                 for (size_t i = 0; i < M->n_holds; i++)
                         if (M->holds[i].peer == p)
                                 refs += M->holds[i].refs;
-                check_eq(d.refs, refs);
+                CHECK_EQ(d.refs, refs);
         }
         for (size_t i = 0; i < M->n_bufs; i++) {
                 Buf *b = &M->bufs[i];
@@ -657,12 +657,12 @@ static void compare(Model *M)
                         ProtoMsg d;
 
                         registry_buffer_describe(rb, &d);
-                        check_eq(d.refs, refs);
-                        check_eq(d.owner, b->owner ? registry_peer_id(b->owner) : 0);
+                        CHECK_EQ(d.refs, refs);
+                        CHECK_EQ(d.owner, b->owner ? registry_peer_id(b->owner) : 0);
                 } else {
                         /* Forgotten: nobody holds it, and everyone who mapped it was told. */
-                        check_eq(refs, 0);
-                        check(!mapped);
+                        CHECK_EQ(refs, 0);
+                        CHECK(!mapped);
                 }
         }
         compare_rings(M);
@@ -702,7 +702,7 @@ static void op_add(Model *M, Input *in)
         r = registry_peer_add(M->e->r, &creds, M->e->now, NULL, &p, NULL, 0);
         if (r == PROTO_STATUS_QUOTA)
                 return;
-        check_eq(r, 0);
+        CHECK_EQ(r, 0);
         M->slot[s] = p;
 }
 
@@ -765,7 +765,7 @@ static void remove_one(Model *M, unsigned s)
                         i++;
         /* Nothing may stay addressed to it, not even frames queued before it left. */
         for (size_t i = 0; i < M->e->out.n_frames; i++)
-                check(M->e->out.frames[i].to != p);
+                CHECK(M->e->out.frames[i].to != p);
 }
 
 /* One peer leaves, or (with the high bit) two in one batch, as when the broker stops. */
@@ -796,9 +796,9 @@ static void op_hello(Model *M, Input *in)
         if (h.n_gpus == 2 && (c & 8))
                 h.n_gpus = 1;
         if (registry_peer_said_hello(p))
-                check_eq(registry_peer_hello(M->e->r, p, &h), PROTO_STATUS_STATE);
+                CHECK_EQ(registry_peer_hello(M->e->r, p, &h), PROTO_STATUS_STATE);
         else
-                check_eq(registry_peer_hello(M->e->r, p, &h), 0);
+                CHECK_EQ(registry_peer_hello(M->e->r, p, &h), 0);
 }
 
 static uint64_t generation_of(RegBuffer *rb)
@@ -872,17 +872,17 @@ static void op_publish(Model *M, Input *in, bool again)
         }
         q = pending_add(M, p, REQ_OTHER);
         registry_publish(M->e->r, p, q->id, &a, &M->e->out);
-        check_eq(a.fd, -1);
+        CHECK_EQ(a.fd, -1);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         if (s->m.status == PROTO_STATUS_OK) {
                 Buf *b = buf_find(M, s->m.buffer);
 
-                check(!again || s->m.buffer == a.buffer);
-                check(!a.buffer || s->m.buffer == a.buffer);
-                check(proto_has(&s->m, PF_STATE));
+                CHECK(!again || s->m.buffer == a.buffer);
+                CHECK(!a.buffer || s->m.buffer == a.buffer);
+                CHECK(proto_has(&s->m, PF_STATE));
                 if (!b) {
-                        check(!again);
+                        CHECK(!again);
                         b = &M->bufs[M->n_bufs++];
                 }
                 if (!again) /* new, an id used again after its buffer was forgotten, or adopted */
@@ -892,11 +892,11 @@ static void op_publish(Model *M, Input *in, bool again)
                         registry_buffer_describe(registry_buffer_by_id(M->e->r, s->m.buffer), &dd);
                         b->kind = dd.kind;
                 }
-                check(b->owner == p);
+                CHECK(b->owner == p);
                 if (!again)
                         claims_meet(M, s->m.buffer);
         } else if (!again && a.buffer && s->m.status == PROTO_STATUS_KEY_TAKEN) {
-                check(registry_buffer_by_id(M->e->r, a.buffer));
+                CHECK(registry_buffer_by_id(M->e->r, a.buffer));
         }
         absorb(M);
 }
@@ -937,24 +937,24 @@ static void op_reclaim(Model *M, Input *in)
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         if (refs_now + a.refs > 6) { /* the fuzzer's refs_per_peer */
-                check_eq(s->m.status, PROTO_STATUS_QUOTA);
+                CHECK_EQ(s->m.status, PROTO_STATUS_QUOTA);
         } else if (rb) {
                 bool match = claim_matches(rb, a.generation, a.owner_uid, a.kind, a.name);
 
-                check_eq(s->m.status, match ? PROTO_STATUS_OK : PROTO_STATUS_REVOKED);
+                CHECK_EQ(s->m.status, match ? PROTO_STATUS_OK : PROTO_STATUS_REVOKED);
                 if (match) {
                         HoldRec *h = hold_get(M, p, a.buffer);
-                        check(!proto_has(&s->m, PF_PENDING));
+                        CHECK(!proto_has(&s->m, PF_PENDING));
                         h->refs += a.refs;
                         h->mapped |= d.kind != PROTO_KIND_CUDA_LEGACY;
                 }
         } else if (M->in_grace) {
-                check_eq(s->m.status, PROTO_STATUS_OK);
-                check(proto_has(&s->m, PF_PENDING) && s->m.pending);
+                CHECK_EQ(s->m.status, PROTO_STATUS_OK);
+                CHECK(proto_has(&s->m, PF_PENDING) && s->m.pending);
                 M->claims[M->n_claims++] = (ClaimRec){ p, a.buffer, a.generation, a.refs, a.owner_uid, a.kind,
                                                        a.name, false, ++M->claim_seq };
         } else {
-                check_eq(s->m.status, PROTO_STATUS_REVOKED);
+                CHECK_EQ(s->m.status, PROTO_STATUS_REVOKED);
         }
         absorb(M);
 }
@@ -976,7 +976,7 @@ static void op_attach(Model *M, Input *in, bool by_id)
                                 &M->e->out);
         env_flush(M->e);
         if (!env_has_reply(M->e, p, q->id)) {
-                check(!by_id && timeouts[t % 5] > 0);
+                CHECK(!by_id && timeouts[t % 5] > 0);
                 q->waiting = true;
         }
         absorb(M);
@@ -1017,16 +1017,16 @@ static void op_buffer(Model *M, Input *in, int which)
                         if (M->claims[i].peer == p && M->claims[i].buf == buf && (!c || M->claims[i].seq < c->seq))
                                 c = &M->claims[i];
                 /* Release succeeds exactly when the model says a reference is held, or claimed. */
-                check_eq(s->m.status == PROTO_STATUS_OK, (h && h->refs > 0) || c);
+                CHECK_EQ(s->m.status == PROTO_STATUS_OK, (h && h->refs > 0) || c);
                 if (s->m.status != PROTO_STATUS_OK)
-                        check_eq(s->m.status, PROTO_STATUS_NOT_ATTACHED);
+                        CHECK_EQ(s->m.status, PROTO_STATUS_NOT_ATTACHED);
                 else if (h && h->refs > 0)
                         h->refs--;
                 else if (--c->refs == 0)
                         *c = M->claims[--M->n_claims];
         } else if (which == 3) {
                 HoldRec *h = hold_find(M, p, buf);
-                check_eq(s->m.status, PROTO_STATUS_OK);
+                CHECK_EQ(s->m.status, PROTO_STATUS_OK);
                 if (h)
                         h->mapped = false;
         }
@@ -1050,7 +1050,7 @@ static void op_subscribe(Model *M, Input *in, bool unsub)
                 registry_unsubscribe(M->e->r, p, q->id, sub, &M->e->out);
                 env_flush(M->e);
                 s = env_reply(M->e, p, q->id);
-                check_eq(s->m.status == PROTO_STATUS_OK, mine);
+                CHECK_EQ(s->m.status == PROTO_STATUS_OK, mine);
                 for (size_t i = 0; mine && i < M->n_subs; i++)
                         if (M->subs[i].id == sub)
                                 M->subs[i] = M->subs[--M->n_subs];
@@ -1059,7 +1059,7 @@ static void op_subscribe(Model *M, Input *in, bool unsub)
                 env_flush(M->e);
                 s = env_reply(M->e, p, q->id);
                 if (s->m.status == PROTO_STATUS_OK) {
-                        check(M->n_subs < MAX_SUBS);
+                        CHECK(M->n_subs < MAX_SUBS);
                         M->subs[M->n_subs++] = (SubRec){ p, s->m.sub };
                 }
         }
@@ -1092,7 +1092,7 @@ static void op_time(Model *M, Input *in)
                 registry_cancel_waits(M->e->r, PROTO_STATUS_SHUTDOWN, "stopping", &M->e->out);
                 env_flush(M->e);
                 for (size_t i = 0; i < M->e->n_sent; i++)
-                        check_eq(M->e->sent[i].m.status, PROTO_STATUS_SHUTDOWN);
+                        CHECK_EQ(M->e->sent[i].m.status, PROTO_STATUS_SHUTDOWN);
                 absorb(M);
                 return;
         }
@@ -1114,7 +1114,7 @@ static void op_time(Model *M, Input *in)
         env_flush(M->e);
         for (size_t i = 0; i < M->e->n_sent; i++)
                 if (M->e->sent[i].m.type == PROTO_REPLY)
-                        check_eq(M->e->sent[i].m.status, PROTO_STATUS_TIMEOUT);
+                        CHECK_EQ(M->e->sent[i].m.status, PROTO_STATUS_TIMEOUT);
         absorb(M);
 }
 
@@ -1193,7 +1193,7 @@ static void op_ring_create(Model *M, Input *in)
         registry_ring_create(M->e->r, p, q->id, &spec, &M->e->out);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
-        check_eq(s->m.status, want);
+        CHECK_EQ(s->m.status, want);
         absorb(M);
 }
 
@@ -1269,18 +1269,18 @@ static bool ring_part_do(Model *M, RegPeer *p, int ri, uint32_t index, RegPublis
         a->fd = env_memfd(M->e, 4096);
         q = pending_add(M, p, REQ_OTHER);
         registry_ring_part(M->e->r, p, q->id, ring_names[ri], index, a, &M->e->out);
-        check_eq(a->fd, -1);
+        CHECK_EQ(a->fd, -1);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         if (s->m.status != want)
                 fprintf(stderr, "ring part %u: %s, want %s (%.*s)\n", index, proto_status_name((unsigned)s->m.status),
                         proto_status_name(want), (int)s->m.message.len, s->m.message.ptr ? s->m.message.ptr : "");
-        check_eq(s->m.status, want);
+        CHECK_EQ(s->m.status, want);
         if (want == PROTO_STATUS_OK) {
                 Buf *b = buf_find(M, s->m.buffer);
 
-                check(!a->buffer || s->m.buffer == a->buffer);
-                check_eq(s->m.generation, a->restored ? a->generation : M->e->r->generation);
+                CHECK(!a->buffer || s->m.buffer == a->buffer);
+                CHECK_EQ(s->m.generation, a->restored ? a->generation : M->e->r->generation);
                 if (!b)
                         b = &M->bufs[M->n_bufs++];
                 *b = (Buf){ s->m.buffer, p, a->kind };
@@ -1395,13 +1395,13 @@ static void op_ring_join(Model *M, Input *in)
                 registry_ring_rejoin(M->e->r, p, q->id, ring_names[ri], index, epoch, &M->e->out);
                 env_flush(M->e);
                 s = env_reply(M->e, p, q->id);
-                check_eq(s->m.status, want);
+                CHECK_EQ(s->m.status, want);
                 pending = proto_has(&s->m, PF_PENDING) && s->m.pending;
-                check_eq(pending, want == PROTO_STATUS_OK && !R->exists);
+                CHECK_EQ(pending, want == PROTO_STATUS_OK && !R->exists);
                 if (want == PROTO_STATUS_OK && R->exists) {
                         R->seats[index] = (SeatRec){ p, epoch, false };
                 } else if (pending) {
-                        check(M->n_seat_claims < MAX_SEAT_CLAIMS);
+                        CHECK(M->n_seat_claims < MAX_SEAT_CLAIMS);
                         M->seat_claims[M->n_seat_claims++] = (SeatClaimRec){ p, ri, index, epoch };
                 }
                 absorb(M);
@@ -1433,29 +1433,29 @@ static void op_ring_join(Model *M, Input *in)
         registry_ring_join(M->e->r, p, q->id, ring_names[ri], &M->e->out);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
-        check_eq(s->m.status, want);
+        CHECK_EQ(s->m.status, want);
         if (want == PROTO_STATUS_NOT_FOUND && R->exists && R->set_up && shared)
-                check(env_msg_has(s, "no seat ready"));
+                CHECK(env_msg_has(s, "no seat ready"));
         if (want == PROTO_STATUS_OK) {
                 uint32_t n = R->slots + (R->mode == PROTO_MODE_STREAM ? 3 : 2);
                 ProtoIter it;
                 ProtoMsg rec;
 
                 R->next_epoch++;
-                check_eq(s->m.index, free_seat);
-                check_eq(s->m.generation, R->next_epoch);
-                check_eq(s->m.mode, R->mode);
-                check_eq(s->m.slots, R->slots);
-                check_eq(s->m.members, R->members);
+                CHECK_EQ(s->m.index, free_seat);
+                CHECK_EQ(s->m.generation, R->next_epoch);
+                CHECK_EQ(s->m.mode, R->mode);
+                CHECK_EQ(s->m.slots, R->slots);
+                CHECK_EQ(s->m.members, R->members);
                 proto_iter_init(&it, &s->m.items);
                 for (uint32_t i = 0; i < n; i++) {
                         uint32_t part = i <= R->slots ? i : i == R->slots + 1 ? ring_page(R, free_seat)
                                                                                  : ring_counter(R, free_seat);
-                        check_eq(proto_iter_next(&it, &rec), 1);
-                        check_eq(rec.index, part);
-                        check_eq(rec.buffer, R->parts[part]);
+                        CHECK_EQ(proto_iter_next(&it, &rec), 1);
+                        CHECK_EQ(rec.index, part);
+                        CHECK_EQ(rec.buffer, R->parts[part]);
                 }
-                check_eq(proto_iter_next(&it, &rec), 0);
+                CHECK_EQ(proto_iter_next(&it, &rec), 0);
                 R->seats[free_seat] = (SeatRec){ p, R->next_epoch, false };
                 expect_ring_event(M, R->owner, PROTO_EV_MEMBER_JOINED, ri, free_seat, R->next_epoch);
         }
@@ -1478,7 +1478,7 @@ static void op_ring_leave(Model *M, Input *in)
         registry_ring_leave(M->e->r, p, q->id, ring_names[ri], &M->e->out);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
-        check_eq(s->m.status, seat >= 0 ? PROTO_STATUS_OK : PROTO_STATUS_NOT_FOUND);
+        CHECK_EQ(s->m.status, seat >= 0 ? PROTO_STATUS_OK : PROTO_STATUS_NOT_FOUND);
         absorb(M);
 }
 
@@ -1515,7 +1515,7 @@ static void op_ring_evict(Model *M, Input *in)
         registry_ring_evict(M->e->r, p, q->id, ring_names[ri], index, epoch, &M->e->out);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
-        check_eq(s->m.status, want);
+        CHECK_EQ(s->m.status, want);
         absorb(M);
 }
 
@@ -1537,7 +1537,7 @@ static void op_ring_close(Model *M, Input *in)
         registry_ring_close(M->e->r, p, q->id, ring_names[ri], &M->e->out);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
-        check_eq(s->m.status, want);
+        CHECK_EQ(s->m.status, want);
         absorb(M);
 }
 
@@ -1580,14 +1580,14 @@ static void op_ring_attach(Model *M, Input *in)
         s = env_reply(M->e, p, q->id);
         if (part && live && d.kind == PROTO_KIND_MEMFD) {
                 if (ring_may_attach(R, p, index))
-                        check(s->m.status == PROTO_STATUS_OK || s->m.status == PROTO_STATUS_QUOTA);
+                        CHECK(s->m.status == PROTO_STATUS_OK || s->m.status == PROTO_STATUS_QUOTA);
                 else
-                        check_eq(s->m.status, PROTO_STATUS_DENIED);
+                        CHECK_EQ(s->m.status, PROTO_STATUS_DENIED);
         }
         /* Of a closed ring, or let go of when a membership ended: nobody's. */
         if (rb && registry_buffer_ring_part(rb) && !model_ring_part(M, buffer) && live && d.kind == PROTO_KIND_MEMFD) {
-                check_eq(s->m.status, PROTO_STATUS_DENIED);
-                check(env_msg_has(s, "closed, or to a membership that ended"));
+                CHECK_EQ(s->m.status, PROTO_STATUS_DENIED);
+                CHECK(env_msg_has(s, "closed, or to a membership that ended"));
         }
         absorb(M);
 }
@@ -1691,13 +1691,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 RegGauges g;
 
                 registry_gauges(M.e->r, &g);
-                check_eq(g.peers, 0);
-                check_eq(g.rings, 0);
-                check_eq(g.ring_members, 0);
-                check_eq(g.refs, 0);
-                check_eq(g.waits, 0);
-                check_eq(g.buffers, g.orphaned);
-                check_eq(M.e->r->n_seat_claims, 0);
+                CHECK_EQ(g.peers, 0);
+                CHECK_EQ(g.rings, 0);
+                CHECK_EQ(g.ring_members, 0);
+                CHECK_EQ(g.refs, 0);
+                CHECK_EQ(g.waits, 0);
+                CHECK_EQ(g.buffers, g.orphaned);
+                CHECK_EQ(M.e->r->n_seat_claims, 0);
         }
         env_fini(M.e);
         M.e = NULL;

@@ -52,36 +52,36 @@ static void check_ring_read(const RingCtl *ctl, const RingMember *page, const ui
         }
         ring_read(ctl, ctl->n_slots, ctl->n_members, ctl->slot_size, mode, epochs, pages, &got);
         ring_read(ctl, ctl->n_slots, ctl->n_members, ctl->slot_size, mode, epochs, pages, &again);
-        check(memcmp(&got, &again, sizeof(got)) == 0);
-        check(got.ctl_valid == (ctl->n_members <= RING_MAX_MEMBERS &&
+        CHECK(memcmp(&got, &again, sizeof(got)) == 0);
+        CHECK(got.ctl_valid == (ctl->n_members <= RING_MAX_MEMBERS &&
                                 ring_ctl_valid(ctl, ctl->n_slots, ctl->n_members, ctl->slot_size)));
         for (uint32_t i = 0; i < RING_MAX_MEMBERS; i++) {
                 const RingSeatReading *s = &got.seat[i];
                 bool seated = got.ctl_valid && i < n_members && epochs[i] && ctl->member[i].epoch == epochs[i] &&
                               ctl->member[i].state == RING_MEMBER_ACTIVE;
 
-                check(s->seated == seated);
+                CHECK(s->seated == seated);
                 if (!seated) {
-                        check(!s->confirmed && s->position == 0 && s->lag == 0);
+                        CHECK(!s->confirmed && s->position == 0 && s->lag == 0);
                         continue;
                 }
-                check(s->confirmed == (pages[i] && page->epoch == epochs[i]));
-                check(s->position <= got.head);
+                CHECK(s->confirmed == (pages[i] && page->epoch == epochs[i]));
+                CHECK(s->position <= got.head);
                 if (mode == RING_LATEST) {
                         /* Holding nothing is not lagging: its next take gets the newest frame. */
-                        check(s->position == (s->confirmed ? (page->held < got.head ? page->held : got.head) : 0));
-                        check(s->lag == (s->position ? got.head - s->position : 0));
+                        CHECK(s->position == (s->confirmed ? (page->held < got.head ? page->held : got.head) : 0));
+                        CHECK(s->lag == (s->position ? got.head - s->position : 0));
                 } else {
-                        check(s->lag == got.head - s->position);
+                        CHECK(s->lag == got.head - s->position);
                         RingMemberView v = ring_member_view(pages[i] ? page : &(RingMember){ 0 }, epochs[i],
                                                             ctl->member[i].start, got.head);
-                        check(s->position == (v.released < got.head ? v.released : got.head));
+                        CHECK(s->position == (v.released < got.head ? v.released : got.head));
                 }
         }
         if (!got.ctl_valid)
-                check(got.head == 0);
+                CHECK(got.head == 0);
         else
-                check(got.head == ctl->head);
+                CHECK(got.head == ctl->head);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -106,38 +106,38 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         v = ring_member_view(&page, epoch, start, head);
         again = ring_member_view(&page, epoch, start, head);
-        check(v.valid == again.valid && v.released == again.released && v.held == again.held &&
+        CHECK(v.valid == again.valid && v.released == again.released && v.held == again.held &&
               v.sleeping == again.sleeping);
-        check(v.valid == (page.epoch == epoch && epoch != 0));
+        CHECK(v.valid == (page.epoch == epoch && epoch != 0));
         if (!v.valid) {
-                check(v.released == (start ? start - 1 : 0));
-                check(v.held == 0 && !v.sleeping);
+                CHECK(v.released == (start ? start - 1 : 0));
+                CHECK(v.held == 0 && !v.sleeping);
         } else {
                 uint64_t floor = start ? start - 1 : 0;
 
                 /* Clamped, in this order: to head, then up to start - 1 (a start beyond head is the
                  * producer's own affair: it never sets one). */
                 if (floor <= head)
-                        check(v.released >= floor && v.released <= head);
-                check(v.held == page.held);
-                check(v.sleeping == (page.sleeping != 0));
+                        CHECK(v.released >= floor && v.released <= head);
+                CHECK(v.held == page.held);
+                CHECK(v.sleeping == (page.sleeping != 0));
         }
         if (ring_member_lets(&v, start, frame, n_slots))
-                check(frame <= n_slots || frame - n_slots < start || v.released >= frame - n_slots);
+                CHECK(frame <= n_slots || frame - n_slots < start || v.released >= frame - n_slots);
         else
-                check(frame > n_slots && frame - n_slots >= start && v.released < frame - n_slots);
+                CHECK(frame > n_slots && frame - n_slots >= start && v.released < frame - n_slots);
 
         /* A control page from the rest of the input. */
         memset(&ctl, 0, sizeof(ctl));
         n = (size_t)(end - p) < sizeof(ctl) ? (size_t)(end - p) : sizeof(ctl);
         memcpy(&ctl, p, n);
         if (ring_ctl_valid(&ctl, ctl.n_slots, ctl.n_members, ctl.slot_size)) {
-                check(ctl.magic == RING_MAGIC && ctl.version == RING_LAYOUT_VERSION);
-                check(ctl.n_slots >= 1 && ctl.n_slots <= RING_MAX_SLOTS);
-                check(ctl.n_members >= 1 && ctl.n_members <= RING_MAX_MEMBERS);
-                check(ctl.mode == RING_BACKPRESSURE || ctl.mode == RING_LATEST || ctl.mode == RING_STREAM);
+                CHECK(ctl.magic == RING_MAGIC && ctl.version == RING_LAYOUT_VERSION);
+                CHECK(ctl.n_slots >= 1 && ctl.n_slots <= RING_MAX_SLOTS);
+                CHECK(ctl.n_members >= 1 && ctl.n_members <= RING_MAX_MEMBERS);
+                CHECK(ctl.mode == RING_BACKPRESSURE || ctl.mode == RING_LATEST || ctl.mode == RING_STREAM);
         }
-        check(!ring_ctl_valid(&ctl, ctl.n_slots + 1, ctl.n_members, ctl.slot_size));
+        CHECK(!ring_ctl_valid(&ctl, ctl.n_slots + 1, ctl.n_members, ctl.slot_size));
         p += n;
         check_ring_read(&ctl, &page, p, end);
         return 0;

@@ -123,7 +123,7 @@ static Stat export_alone(bool mapped)
  * but the warm-up one is timed (no_sync: the export and the round trip, not a device sync). */
 static Stat publish_all(gpuipc_t *c, gpuipc_kind_t kind, gpuipc_buffer_t **bufs)
 {
-        gpuipc_publish_options_t po = { .no_sync = 1 };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .no_sync = 1 };
         double t[FIRST_RUNS];
         char name[64];
 
@@ -428,6 +428,8 @@ static void check_column(const Column *c, const char *where, bool bandwidth)
                        where, kinds[k - 1], c->bw[k].p50, c->bw[0].p50);
 }
 
+/* Prints the cost table for 64 MiB buffers and checks that a cached attach beats a first one and that copying from
+ * a mapping reaches 90% of a local copy. */
 static void test_measure(void)
 {
         HBroker *br = h_broker_start(NULL);

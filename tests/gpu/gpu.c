@@ -238,7 +238,7 @@ void gpu_pop(void)
 
 gpuipc_t *gpu_connect(const HBroker *b, const char *label)
 {
-        gpuipc_options_t o = { .socket_path = b->sock, .label = label };
+        gpuipc_options_t o = { .struct_size = sizeof(o), .socket_path = b->sock, .label = label };
         gpuipc_t *c = NULL;
         int r = gpuipc_connect(&c, &o);
 

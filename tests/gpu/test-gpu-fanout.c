@@ -71,6 +71,8 @@ static int consumer(HChan *ch, void *arg)
         return 0;
 }
 
+/* Sixteen consumers, each with a CUDA context of its own, hold one cuda-vmm and one cuda-legacy buffer at once and
+ * verify every byte; the producer's drain follows the last release. */
 static void test_sixteen_consumers_at_once(void)
 {
         HBroker *br = h_broker_start(NULL);

@@ -83,7 +83,8 @@ static int producer(HChan *ch, void *arg)
         h_report(ch, 'p', "ready");
         for (int ph = 0; ph < a->n_phases; ph++) {
                 const Phase *phase = &a->phases[ph];
-                gpuipc_publish_options_t po = { .retire_after = 1, .no_sync = phase->mode != MODE_SYNC };
+                gpuipc_publish_options_t po = { .struct_size = sizeof(po), .retire_after = 1,
+                                                .no_sync = phase->mode != MODE_SYNC };
 
                 for (int i = 0; i < phase->rounds; i++) {
                         round++;
@@ -247,6 +248,8 @@ static void run_fence(bool ipc_event, int consumer_device, const Phase *phases, 
         h_broker_stop(br);
 }
 
+/* With a no_sync publish, a consumer waiting on the producer's gpuipc fence in its own stream never reads anything
+ * but this round's value (unfenced rounds show stale data is there to see). */
 static void test_fence_orders_no_sync_publish(void)
 {
         static const Phase phases[] = { { MODE_FENCED, 48 }, { MODE_UNFENCED, 12 } };
@@ -254,6 +257,8 @@ static void test_fence_orders_no_sync_publish(void)
         run_fence(false, 0, phases, 2);
 }
 
+/* A default (synchronizing) publish is enough for a consumer's plain gpuipc_buffer_read to see this round's value,
+ * never an older one. */
 static void test_default_publish_synchronizes(void)
 {
         static const Phase phases[] = { { MODE_SYNC, 24 } };
@@ -261,6 +266,7 @@ static void test_default_publish_synchronizes(void)
         run_fence(false, 0, phases, 1);
 }
 
+/* The same fence ordering when the consumer works on GPU 1. */
 static void test_fence_orders_no_sync_publish_cross_gpu(void)
 {
         static const Phase phases[] = { { MODE_FENCED, 24 } };
@@ -313,6 +319,7 @@ static int event_opener(HChan *ch, void *arg)
         return 0;
 }
 
+/* An IPC-event fence created in one PID namespace opens and works from a sibling PID namespace. */
 static void test_ipc_event_fence_across_pid_namespaces(void)
 {
         HBroker *br = h_broker_start(NULL);

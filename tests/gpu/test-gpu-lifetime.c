@@ -26,7 +26,7 @@ typedef struct LifeArg {
 static int doomed_producer(HChan *ch, void *arg)
 {
         const LifeArg *a = arg;
-        gpuipc_publish_options_t po = { .broker_held = a->broker_held };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .broker_held = a->broker_held };
         gpuipc_buffer_t *b = NULL;
         gpuipc_t *c;
 
@@ -110,11 +110,13 @@ static void check_not_revoked(gpuipc_t *obs, const char *name)
         gpuipc_event_t ev;
 
         CHECK_OK(obs, gpuipc_ping(obs, H_SOON_MS));
-        while (gpuipc_next_event(obs, &ev, 0) == 0)
+        while (gpuipc_next_event(obs, 0, &ev) == 0)
                 CHECKF(!(ev.type == GPUIPC_EVENT_REVOKED && strcmp(ev.name, name) == 0),
                        "'%s' was revoked although broker-held: %s", name, ev.reason);
 }
 
+/* A broker-held cuda-vmm buffer outlives its SIGKILLed producer (new consumers read its data) until gpuipcctl
+ * retire, and then drains and the broker lets go of its fd. */
 static void test_broker_held_outlives_producer_until_ctl_retire(void)
 {
         HBroker *br = h_broker_start(NULL);
@@ -168,6 +170,7 @@ static void test_broker_held_outlives_producer_until_ctl_retire(void)
         h_broker_stop(br);
 }
 
+/* Any peer of the producer's uid may retire an orphaned broker-held buffer, and it then drains. */
 static void test_broker_held_retired_by_same_uid_peer(void)
 {
         HBroker *br = h_broker_start(NULL);
@@ -210,6 +213,7 @@ static void test_broker_held_retired_by_same_uid_peer(void)
         h_broker_stop(br);
 }
 
+/* Without broker-held lifetime a SIGKILLed producer's cuda-vmm buffer is revoked: its holder is told. */
 static void test_not_broker_held_is_revoked(void)
 {
         HBroker *br = h_broker_start(NULL);
@@ -242,7 +246,7 @@ static void test_not_broker_held_is_revoked(void)
 static int legacy_held_producer(HChan *ch, void *arg)
 {
         const LifeArg *a = arg;
-        gpuipc_publish_options_t po = { .broker_held = 1 };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .broker_held = 1 };
         gpuipc_buffer_t *b = NULL;
         gpuipc_t *c;
 
@@ -263,6 +267,7 @@ static int legacy_held_producer(HChan *ch, void *arg)
         return 0;
 }
 
+/* Publishing cuda-legacy memory as broker-held is refused with GPUIPC_E_KIND (that memory dies with its producer). */
 static void test_legacy_cannot_be_broker_held(void)
 {
         HBroker *br = h_broker_start(NULL);

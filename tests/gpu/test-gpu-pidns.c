@@ -125,11 +125,13 @@ static void run_sibling(gpuipc_kind_t kind, const char *name)
         h_broker_stop(br);
 }
 
+/* cuda-vmm crosses sibling PID namespaces (the memory travels as an fd), data checked byte for byte. */
 static void test_sibling_namespaces_vmm_works(void)
 {
         run_sibling(GPUIPC_KIND_CUDA_VMM, "ns/vmm");
 }
 
+/* Between sibling PID namespaces the broker refuses cuda-legacy with GPUIPC_E_PIDNS and a message naming the fix. */
 static void test_sibling_namespaces_legacy_refused_by_broker(void)
 {
         run_sibling(GPUIPC_KIND_CUDA_LEGACY, "ns/legacy");
@@ -240,11 +242,14 @@ static void run_raw(bool sibling)
         h_child_free(p);
 }
 
+/* The CUDA failure the broker prevents, shown raw: a legacy IPC handle fails to open in a sibling PID namespace
+ * (CUDA_ERROR_INVALID_CONTEXT). */
 static void test_raw_legacy_handle_fails_across_sibling_namespaces(void)
 {
         run_raw(true);
 }
 
+/* The same raw legacy handle opens in a process of the producer's own PID namespace. */
 static void test_raw_legacy_handle_works_in_one_namespace(void)
 {
         run_raw(false);

@@ -86,7 +86,8 @@ static void stream_free(GcuStream s)
 
 static gpuipc_t *connect_to(const StreamArg *a, const char *label)
 {
-        gpuipc_options_t o = { .socket_path = a->broker->sock, .label = label, .reconnect = a->reconnect };
+        gpuipc_options_t o = { .struct_size = sizeof(o), .socket_path = a->broker->sock, .label = label,
+                               .reconnect = a->reconnect };
         gpuipc_t *c = NULL;
         int r;
 
@@ -282,7 +283,7 @@ static void expect_positions(const HBroker *br, uint64_t released)
         gpuipc_ring_member_info_t seats[2];
         gpuipc_t *obs = h_connect(br, "observer");
         gpuipc_ring_info_t g;
-        int n = gpuipc_stat_ring(obs, RING, &g, seats, 2);
+        int n = gpuipc_stat_ring(obs, RING, seats, 2, &g);
 
         CHECK_OK(obs, n);
         CHECK(n == 2 && g.mode == GPUIPC_RING_STREAM && g.kind == GPUIPC_KIND_CUDA_VMM && g.head_known);
@@ -450,6 +451,8 @@ static int orphan(HChan *ch, void *arg)
         return 0;
 }
 
+/* When a stream ring's producer dies, a member's next take says so and the waits queued in its stream are let
+ * through (the stream drains). */
 static void test_stream_ring_producer_death(void)
 {
         HBroker *br = begin();
@@ -511,6 +514,8 @@ static int misuse(HChan *ch, void *arg)
         return 0;
 }
 
+/* Host calls on a stream ring and stream calls on a host ring are refused with words that say which to use; a
+ * stream ring of memfd slots is refused at creation. */
 static void test_stream_ring_misuse(void)
 {
         HBroker *br = begin();

@@ -74,7 +74,7 @@ static gpuipc_buffer_t *make_buffer(gpuipc_t *c, const ShareArg *a, GcuDevicePtr
 static int producer(HChan *ch, void *arg)
 {
         const ShareArg *a = arg;
-        gpuipc_publish_options_t po = { .writable = 1 };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .writable = 1 };
         size_t half = a->size / 2;
         GcuDevicePtr raw = 0;
         gpuipc_buffer_t *b;
@@ -228,31 +228,38 @@ static void run_share(gpuipc_kind_t kind, bool wrap, int consumer_device)
         h_broker_stop(br);
 }
 
+/* A cuda-vmm buffer is read and written back byte for byte by a consumer on the same GPU. */
 static void test_same_vmm(void)
 {
         run_share(GPUIPC_KIND_CUDA_VMM, false, -1);
 }
 
+/* A cuda-legacy buffer is read and written back byte for byte by a consumer on the same GPU. */
 static void test_same_legacy(void)
 {
         run_share(GPUIPC_KIND_CUDA_LEGACY, false, -1);
 }
 
+/* The same for a cuda-legacy wrap of the producer's own cuMemAlloc memory at a non-zero offset. */
 static void test_same_legacy_wrapped_at_offset(void)
 {
         run_share(GPUIPC_KIND_CUDA_LEGACY, true, -1);
 }
 
+/* A cuda-vmm buffer from GPU 0 is read and written back byte for byte by a consumer on GPU 1, through peer access. */
 static void test_cross_vmm(void)
 {
         run_share(GPUIPC_KIND_CUDA_VMM, false, 1);
 }
 
+/* A cuda-legacy buffer from GPU 0 is read and written back byte for byte by a consumer on GPU 1, through peer
+ * access. */
 static void test_cross_legacy(void)
 {
         run_share(GPUIPC_KIND_CUDA_LEGACY, false, 1);
 }
 
+/* The same for a cuda-legacy wrap of the producer's own cuMemAlloc memory at a non-zero offset. */
 static void test_cross_legacy_wrapped_at_offset(void)
 {
         run_share(GPUIPC_KIND_CUDA_LEGACY, true, 1);

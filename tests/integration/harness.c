@@ -20,7 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fdpass.h"
 #include "internal.h"
+#include "pattern.h"
 
 #define MAX_BROKERS        8
 #define LOG_TAIL_BYTES     6000
@@ -525,7 +527,8 @@ static void broker_wait_ready(HBroker *b)
         int prev = -1, stable = 0;
 
         for (;;) {
-                gpuipc_options_t o = { .socket_path = b->sock, .label = "harness-probe", .no_gpus = 1 };
+                gpuipc_options_t o = { .struct_size = sizeof(o), .socket_path = b->sock, .label = "harness-probe",
+                                       .no_gpus = 1 };
                 gpuipc_t *c = NULL;
 
                 require_alive(b, "while starting");
@@ -702,7 +705,7 @@ int h_try_connect(const HBroker *b, gpuipc_options_t *opts, gpuipc_t **ret)
 
 gpuipc_t *h_connect(const HBroker *b, const char *label)
 {
-        gpuipc_options_t o = { .label = label };
+        gpuipc_options_t o = { .struct_size = sizeof(o), .label = label };
         gpuipc_t *c = NULL;
         int r = h_try_connect(b, &o, &c);
 
@@ -710,43 +713,24 @@ gpuipc_t *h_connect(const HBroker *b, const char *label)
         return c;
 }
 
-static uint64_t pattern_word(uint64_t seed, uint64_t i)
+/* Seed 0 is gpuipcctl's "counter", any other "random:SEED" (cli/pattern.c makes both). */
+static Pattern pattern_of(uint64_t seed)
 {
-        uint64_t x;
-
-        if (seed == 0)
-                return i;
-        x = seed + (i + 1) * 0x9e3779b97f4a7c15ULL;
-        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-        return x ^ (x >> 31);
+        return (Pattern){ seed ? PATTERN_RANDOM : PATTERN_COUNTER, seed };
 }
 
 void h_pattern_fill(void *dst, size_t len, uint64_t seed)
 {
-        uint8_t *d = dst;
+        Pattern p = pattern_of(seed);
 
-        for (size_t i = 0; i < len; i += 8) {
-                uint64_t w = pattern_word(seed, i / 8);
-                memcpy(d + i, &w, len - i < 8 ? len - i : 8);
-        }
+        pattern_fill(&p, 0, dst, len);
 }
 
 size_t h_pattern_check(const void *src, size_t len, uint64_t seed)
 {
-        const uint8_t *s = src;
+        Pattern p = pattern_of(seed);
 
-        for (size_t i = 0; i < len; i += 8) {
-                uint64_t w = pattern_word(seed, i / 8);
-                size_t n = len - i < 8 ? len - i : 8;
-
-                if (memcmp(s + i, &w, n) != 0) {
-                        for (size_t j = 0; j < n; j++)
-                                if (s[i + j] != ((uint8_t *)&w)[j])
-                                        return i + j;
-                }
-        }
-        return SIZE_MAX;
+        return pattern_check(&p, 0, src, len);
 }
 
 gpuipc_buffer_t *h_publish(gpuipc_t *c, const char *name, size_t size, uint64_t seed,
@@ -787,7 +771,7 @@ int h_next_event_of(gpuipc_t *c, gpuipc_event_type_t type, int timeout_ms, gpuip
 
         for (;;) {
                 uint64_t now = h_now_ms();
-                int r = gpuipc_next_event(c, ret, now >= deadline ? 0 : (int)(deadline - now));
+                int r = gpuipc_next_event(c, now >= deadline ? 0 : (int)(deadline - now), ret);
 
                 if (r < 0)
                         return r;
@@ -1289,19 +1273,11 @@ void h_frame_free(HFrame *f)
 
 int h_raw_recv(int sock, int timeout_ms, HFrame *f)
 {
-        union {
-                char buf[CMSG_SPACE(sizeof(int) * 8)];
-                struct cmsghdr align;
-        } ctrl;
-        struct iovec iov = { f->buf, sizeof(f->buf) };
-        struct msghdr mh = {
-                .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl.buf, .msg_controllen = sizeof(ctrl.buf)
-        };
         uint64_t deadline = h_now_ms() + (uint64_t)timeout_ms;
+        int fds[FDPASS_MAX_FDS], truncated = 0;
+        ProtoFrameError err;
         size_t n_fds = 0;
-        ProtoHeader h;
         ssize_t n;
-        int e;
 
         if (f->fd >= 0)
                 close(f->fd);
@@ -1310,39 +1286,25 @@ int h_raw_recv(int sock, int timeout_ms, HFrame *f)
                 struct pollfd p = { sock, POLLIN, 0 };
                 uint64_t now = h_now_ms();
 
-                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+                n = fdpass_recv(sock, f->buf, sizeof(f->buf), fds, FDPASS_MAX_FDS, &n_fds, &truncated);
                 if (n >= 0)
                         break;
-                if (errno == ECONNRESET)
+                if (n == -ECONNRESET)
                         return 0;
-                CHECKF(errno == EAGAIN || errno == EINTR, "recvmsg: %s", strerror(errno));
+                CHECKF(n == -EAGAIN, "recvmsg: %s", strerror((int)-n));
                 if (now >= deadline)
                         return -ETIMEDOUT;
                 poll(&p, 1, (int)(deadline - now));
         }
-        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-                if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-                        continue;
-                for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-                        int fd;
-                        memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-                        if (f->fd < 0)
-                                f->fd = fd;
-                        else
-                                close(fd);
-                        n_fds++;
-                }
-        }
+        f->fd = n_fds ? fds[0] : -1;
+        for (size_t i = 1; i < n_fds; i++)
+                close(fds[i]);
         if (n == 0 && n_fds == 0)
                 return 0;
         f->len = (size_t)n;
-        e = proto_header_parse(f->buf, f->len, &h);
-        CHECKF(e == 0, "the broker sent a frame with a bad header (%s)", proto_strerror(e));
-        CHECKF(h.body_len == f->len - PROTO_HEADER_SIZE,
-               "the broker's frame length disagrees with its header");
-        CHECKF(h.n_fds == n_fds, "the broker's frame announces %u fds and carries %zu", h.n_fds, n_fds);
-        e = proto_msg_decode(f->buf + PROTO_HEADER_SIZE, h.body_len, &f->msg, NULL);
-        CHECKF(e == 0, "the broker sent a frame we cannot decode (%s)", proto_strerror(e));
+        /* The library's own way of reading a frame: what it would refuse, the broker must not send. */
+        CHECKF(proto_frame_decode(f->buf, f->len, n_fds, truncated, PROTO_NONE, &f->msg, &err) == 0,
+               "the broker sent a frame we cannot read: %s", err.text);
         return 1;
 }
 
@@ -1427,11 +1389,11 @@ void h_bystander_check(HCase *k)
         CHECK_OK(k->by_prod, gpuipc_ping(k->by_prod, H_SOON_MS));
         CHECK_OK(k->by_cons, gpuipc_ping(k->by_cons, H_SOON_MS));
         /* Nothing happened to the bystander's buffer: no revoke, no retire, no drain. */
-        while ((r = gpuipc_next_event(k->by_cons, &ev, 0)) == 0)
+        while ((r = gpuipc_next_event(k->by_cons, 0, &ev)) == 0)
                 CHECKF(ev.type != GPUIPC_EVENT_REVOKED, "the bystander's consumer got a revoke for '%s'",
                        ev.name);
         CHECK_EQ(r, GPUIPC_E_TIMEOUT);
-        while ((r = gpuipc_next_event(k->by_prod, &ev, 0)) == 0)
+        while ((r = gpuipc_next_event(k->by_prod, 0, &ev)) == 0)
                 CHECKF(ev.type != GPUIPC_EVENT_DRAINED, "the bystander's producer got drained for '%s'",
                        ev.name);
         CHECK_EQ(r, GPUIPC_E_TIMEOUT);

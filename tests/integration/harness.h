@@ -33,25 +33,9 @@
 _Noreturn void h_fail(const char *file, int line, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 
-#define CHECK(cond)                                                                                         \
-        do {                                                                                                \
-                if (!(cond))                                                                                \
-                        h_fail(__FILE__, __LINE__, "check failed: %s", #cond);                              \
-        } while (0)
-
-#define CHECKF(cond, ...)                                                                                   \
-        do {                                                                                                \
-                if (!(cond))                                                                                \
-                        h_fail(__FILE__, __LINE__, __VA_ARGS__);                                            \
-        } while (0)
-
-#define CHECK_EQ(a, b)                                                                                      \
-        do {                                                                                                \
-                unsigned long long a_ = (unsigned long long)(a);                                            \
-                unsigned long long b_ = (unsigned long long)(b);                                            \
-                if (a_ != b_)                                                                               \
-                        h_fail(__FILE__, __LINE__, "%s == %llu, expected %s == %llu", #a, a_, #b, b_);      \
-        } while (0)
+/* CHECK, CHECKF, CHECK_EQ and CHECK_STREQ (tests/unit/check.h), failing through h_fail. */
+#define CHECK_FAIL h_fail
+#include "check.h"
 
 /* A libgpuipc call on connection c that must succeed. */
 #define CHECK_OK(c, call)                                                                                   \
@@ -174,7 +158,7 @@ gpuipc_t *h_connect(const HBroker *b, const char *label);
 /* Connects with options (socket_path is filled in); returns the library's result. */
 int h_try_connect(const HBroker *b, gpuipc_options_t *opts, gpuipc_t **ret);
 
-/* Data patterns, compatible with gpuipcctl's: seed 0 is "counter" (each 8-byte word holds its
+/* Data patterns, gpuipcctl's own (cli/pattern.c): seed 0 is "counter" (each 8-byte word holds its
  * index), any other seed is "random:SEED". h_pattern_check returns the first differing offset or
  * SIZE_MAX. */
 void h_pattern_fill(void *dst, size_t len, uint64_t seed);

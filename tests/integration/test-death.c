@@ -23,7 +23,7 @@ typedef struct PeerArg {
 static int producer(HChan *ch, void *arg)
 {
         const PeerArg *a = arg;
-        gpuipc_publish_options_t po = { .broker_held = a->broker_held };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .broker_held = a->broker_held };
         gpuipc_t *c = h_connect(a->broker, "doomed-producer");
         gpuipc_buffer_t *b = h_publish(c, a->name, a->size, a->seed, &po);
 
@@ -117,6 +117,8 @@ static uint64_t refs_of(gpuipc_t *obs, uint64_t id)
         return st.refs;
 }
 
+/* A SIGKILLed consumer's references are released by the broker, so a retired buffer it held drains and the producer
+ * hears drained. */
 static void test_consumer_kill9_releases_refs(void)
 {
         PeerArg arg;
@@ -175,6 +177,7 @@ static void test_consumer_kill9_releases_refs(void)
         h_case_end(&k);
 }
 
+/* A consumer SIGKILLed while waiting for a name leaves no wait behind, and a later publish hands it no reference. */
 static void test_waiting_consumer_kill9(void)
 {
         PeerArg arg = { 0 };
@@ -206,6 +209,8 @@ static void test_waiting_consumer_kill9(void)
         h_case_end(&k);
 }
 
+/* A SIGKILLed producer's buffer (not broker-held) is revoked: every holder and subscriber is told why, and the
+ * buffer and its fd are gone. */
 static void test_producer_kill9_revokes(void)
 {
         PeerArg arg;
@@ -252,6 +257,8 @@ static void test_producer_kill9_revokes(void)
         h_case_end(&k);
 }
 
+/* A broker-held buffer outlives its SIGKILLed producer: still attachable with the producer's data, retirable by a
+ * peer of its uid, and forgotten once its consumers let go. */
 static void test_broker_held_survives_producer(void)
 {
         PeerArg arg;

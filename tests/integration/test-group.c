@@ -72,6 +72,8 @@ static void join(gpuipc_t *obs, HChild *c, uint64_t waits_after)
         WAIT_UNTIL(h_stats(obs, "waits") == waits_after, H_SOON_MS);
 }
 
+/* No member of a rendezvous group returns before the last one joins (here gpuipcctl group), and then all return
+ * together (within a second of each other). */
 static void test_group_all_return_together(void)
 {
         MemberArg arg;
@@ -120,6 +122,8 @@ static void test_group_all_return_together(void)
         h_case_end(&k);
 }
 
+/* A group that never completes fails every member together, at the earliest member's deadline and within a second
+ * of each other, leaving no group or wait behind. */
 static void test_group_missing_member_fails_all(void)
 {
         const int first_timeout = 800;
@@ -168,6 +172,8 @@ static void test_group_missing_member_fails_all(void)
         h_case_end(&k);
 }
 
+/* Joining a group twice from one connection, or with another member count, is refused at once (naming both counts)
+ * and the first join stands. */
 static void test_group_mismatch_and_double_join(void)
 {
         ProtoMsg j = {
@@ -207,6 +213,7 @@ static void test_group_mismatch_and_double_join(void)
         h_case_end(&k);
 }
 
+/* A joined member that dies no longer counts: the group completes only when enough living members have joined. */
 static void test_group_member_killed(void)
 {
         MemberArg arg;

@@ -18,10 +18,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE 0x0010
-#endif
+#include "seals.h"
 
 /* ---- helpers ---- */
 
@@ -172,6 +169,8 @@ static void expect_status(int sock, ProtoMsg *req, int fd, unsigned status)
 
 /* ---- framing violations ---- */
 
+/* A body that is not one valid msgpack map is a framing violation that closes the connection, wherever the bad byte
+ * sits. */
 static void test_malformed_msgpack(void)
 {
         static const uint8_t bodies[][8] = {
@@ -248,6 +247,8 @@ static void test_malformed_msgpack(void)
         h_case_end(&k);
 }
 
+/* A frame over the size limit, or a header announcing one, closes the connection, and an fd riding along is closed
+ * too. */
 static void test_oversized_frame(void)
 {
         size_t len = PROTO_MAX_FRAME + 1;
@@ -272,6 +273,8 @@ static void test_oversized_frame(void)
         h_case_end(&k);
 }
 
+/* Any disagreement between the fds a header announces and those that arrive is a violation: the connection is
+ * closed and every fd that came is closed. */
 static void test_fd_count_mismatch(void)
 {
         uint8_t frame[256];
@@ -297,6 +300,7 @@ static void test_fd_count_mismatch(void)
         h_case_end(&k);
 }
 
+/* A wrong magic, version or reserved byte, or a length that disagrees with the record, closes the connection. */
 static void test_wrong_magic_and_version(void)
 {
         uint8_t frame[256], bad[256];
@@ -328,6 +332,7 @@ static void test_wrong_magic_and_version(void)
         h_case_end(&k);
 }
 
+/* A peer sending a reply or an event instead of a request is a violation that closes the connection. */
 static void test_not_a_request(void)
 {
         ProtoMsg reply = { .reply = 7, .status = 0, .has = PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) };
@@ -347,6 +352,8 @@ static void test_not_a_request(void)
         h_case_end(&k);
 }
 
+/* A zero-length record (which recvmsg cannot tell from EOF) only makes the broker hang up, and closes an fd sent
+ * with it. */
 static void test_zero_length_record(void)
 {
         int sock;
@@ -375,6 +382,8 @@ static uint64_t rnd(uint64_t *s)
         return x ^ (x >> 31);
 }
 
+/* 48 records of random bytes (half past the header check) never crash the broker: each is answered with an error or
+ * closes its connection, and every fd sent is closed. */
 static void test_random_bytes(void)
 {
         const char *env = getenv("GPUIPC_TEST_SEED");
@@ -434,6 +443,8 @@ static void test_random_bytes(void)
 
 /* ---- request-level errors: answered, connection kept ---- */
 
+/* Before hello only ping is answered: other requests are refused (a publish's memfd closed), a wrong version is
+ * refused, then hello works, once. */
 static void test_hello_first(void)
 {
         ProtoMsg list = { .op = PROTO_OP_LIST, .has = PROTO_BIT(PF_OP) };
@@ -474,6 +485,8 @@ static void test_hello_first(void)
         h_case_end(&k);
 }
 
+/* An fd sent with a request that takes none is refused as bad-fd and closed by the broker, and the connection stays
+ * usable. */
 static void test_fd_on_request_without_fd(void)
 {
         static const ProtoOp ops[] = { PROTO_OP_PING,   PROTO_OP_LIST,    PROTO_OP_STATS,
@@ -512,6 +525,8 @@ static void test_fd_on_request_without_fd(void)
         h_case_end(&k);
 }
 
+/* A publish whose fd is missing or not what its kind needs (a pipe, a socket, an unsealed or wrongly sized memfd,
+ * ...) is refused and the broker keeps nothing of it. */
 static void test_publish_with_wrong_fd(void)
 {
         const int good = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
@@ -579,6 +594,8 @@ static void test_publish_with_wrong_fd(void)
         h_case_end(&k);
 }
 
+/* Requests that are well-formed frames but wrong in substance (missing or conflicting fields, bad names, foreign or
+ * unknown ids) get an error reply each and leave the connection open. */
 static void test_bad_requests_keep_connection(void)
 {
         ProtoMsg m;
@@ -701,7 +718,7 @@ typedef struct OwnerArg {
 static int held_producer(HChan *ch, void *arg)
 {
         const OwnerArg *a = arg;
-        gpuipc_publish_options_t po = { .broker_held = 1 };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .broker_held = 1 };
         gpuipc_t *c = h_connect(a->broker, "orphan-producer");
         gpuipc_buffer_t *b = h_publish(c, "orphan/x", 4096, 1, &po);
 
@@ -744,6 +761,8 @@ static int stranger(HChan *ch, void *arg)
         return 0;
 }
 
+/* Another uid can neither retire nor free a live buffer, nor an orphaned broker-held one, yet may still attach; the
+ * orphan's own uid then retires it. */
 static void test_other_uid_cannot_manage(void)
 {
         static const char *const flags[] = { "--socket-mode", "0666", NULL };

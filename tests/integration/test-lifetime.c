@@ -68,6 +68,8 @@ static void release_child(HChild *child)
         h_child_free(child);
 }
 
+/* 32 consumers (processes and gpuipcctl) attach one buffer and verify its bytes; it drains only after every one
+ * released it, and the broker then forgets it. */
 static void test_fanout_32_consumers(void)
 {
         const size_t size = 1u << 20;
@@ -131,6 +133,8 @@ static void test_fanout_32_consumers(void)
         h_case_end(&k);
 }
 
+/* Attaches for a name not yet published wait in the broker and return because of the publish, not before it, with
+ * the data. */
 static void test_attach_waits_for_publish(void)
 {
         const uint64_t seed = 0xfeed;
@@ -177,6 +181,8 @@ static void test_attach_waits_for_publish(void)
         h_case_end(&k);
 }
 
+/* An attach for a name nobody publishes times out after its timeout, naming the name, and leaves no wait behind: a
+ * later publish gives it no reference (gpuipcctl reports the same). */
 static void test_attach_timeout(void)
 {
         gpuipc_t *c, *prod;
@@ -229,6 +235,8 @@ static void test_attach_timeout(void)
         h_case_end(&k);
 }
 
+/* A retired buffer takes no new attaches and drains exactly when its last reference goes (never earlier);
+ * subscribers see publish, retire, drain in order, and the memory may be published again. */
 static void test_drained_after_last_release(void)
 {
         const uint64_t seed = 42;
@@ -271,7 +279,7 @@ static void test_drained_after_last_release(void)
                 CHECK_OK(prod, gpuipc_ping(prod, H_SOON_MS));
                 if (i < 2) {
                         CHECK_ERR(prod, gpuipc_wait_drained(prod, b, 0), GPUIPC_E_TIMEOUT);
-                        while ((r = gpuipc_next_event(prod, &ev, 0)) == 0)
+                        while ((r = gpuipc_next_event(prod, 0, &ev)) == 0)
                                 CHECKF(ev.type != GPUIPC_EVENT_DRAINED, "drained with %d references left",
                                        2 - i);
                         CHECK_OK(k.obs, h_stat_id(k.obs, gpuipc_buffer_id(b), &st));
@@ -289,12 +297,12 @@ static void test_drained_after_last_release(void)
         CHECK_OK(prod, gpuipc_wait_drained(prod, b, 0));
 
         /* The subscriber saw publish, retire, drain, in that order. */
-        CHECK_OK(watcher, gpuipc_next_event(watcher, &ev, H_SOON_MS));
+        CHECK_OK(watcher, gpuipc_next_event(watcher, H_SOON_MS, &ev));
         CHECK_EQ(ev.type, GPUIPC_EVENT_PUBLISHED);
         CHECK_EQ(ev.subscription, sub);
-        CHECK_OK(watcher, gpuipc_next_event(watcher, &ev, H_SOON_MS));
+        CHECK_OK(watcher, gpuipc_next_event(watcher, H_SOON_MS, &ev));
         CHECK_EQ(ev.type, GPUIPC_EVENT_RETIRED);
-        CHECK_OK(watcher, gpuipc_next_event(watcher, &ev, H_SOON_MS));
+        CHECK_OK(watcher, gpuipc_next_event(watcher, H_SOON_MS, &ev));
         CHECK_EQ(ev.type, GPUIPC_EVENT_DRAINED);
         CHECK_EQ(ev.buffer, gpuipc_buffer_id(b));
 
@@ -314,9 +322,11 @@ static void test_drained_after_last_release(void)
         h_case_end(&k);
 }
 
+/* retire_after=3 retires a buffer on its third attach: a fourth consumer finds nothing, and it drains once the
+ * three release. */
 static void test_retire_after(void)
 {
-        gpuipc_publish_options_t po = { .retire_after = 3 };
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .retire_after = 3 };
         gpuipc_t *prod, *cons[4];
         gpuipc_buffer_t *b, *views[3], *extra = NULL;
         HStat st;
@@ -386,12 +396,41 @@ static void test_fd_travels_once_per_peer(void)
         h_case_end(&k);
 }
 
+/* A consumer has one way to drop a buffer, gpuipc_release: gpuipc_buffer_free (the producer's call)
+ * on an attached buffer is refused, naming the right call, and leaves the reference in place. */
+static void test_consumer_cannot_free(void)
+{
+        gpuipc_t *prod, *c;
+        gpuipc_buffer_t *b, *v;
+        HStat st;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        prod = h_connect(k.broker, "producer");
+        b = h_publish(prod, "drop/one-way", 4096, 5, NULL);
+        c = h_connect(k.broker, "consumer");
+        v = h_attach_verify(c, "drop/one-way", 0, 5);
+        CHECK_ERR(c, gpuipc_buffer_free(c, v), GPUIPC_E_INVALID);
+        CHECKF(strstr(gpuipc_errmsg(c), "gpuipc_release"), "errmsg: %s", gpuipc_errmsg(c));
+        CHECK_OK(k.obs, h_stat(k.obs, "drop/one-way", &st));
+        CHECK_EQ(st.refs, 1);
+        CHECK_EQ(h_pattern_check(gpuipc_buffer_ptr(v), gpuipc_buffer_size(v), 5), SIZE_MAX); /* still mapped */
+        CHECK_OK(c, gpuipc_release(c, v));
+        CHECK_OK(k.obs, h_stat(k.obs, "drop/one-way", &st));
+        CHECK_EQ(st.refs, 0);
+        CHECK_OK(prod, gpuipc_buffer_free(prod, b));
+        gpuipc_close(c);
+        gpuipc_close(prod);
+        h_case_end(&k);
+}
+
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
                 H_TEST(test_fanout_32_consumers), H_TEST(test_attach_waits_for_publish),
                 H_TEST(test_attach_timeout),      H_TEST(test_drained_after_last_release),
                 H_TEST(test_retire_after),        H_TEST(test_fd_travels_once_per_peer),
+                H_TEST(test_consumer_cannot_free),
         };
 
         return h_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));

@@ -35,6 +35,7 @@ static void expect_protocol_close(int sock, const char *what)
         h_frame_free(f);
 }
 
+/* A frame with a reserved header byte set closes the connection with a protocol error. */
 static void test_reserved_header_bytes(void)
 {
         ProtoMsg ping = { .op = PROTO_OP_PING, .id = 1, .has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID) };
@@ -105,6 +106,8 @@ static int sealed_memfd(size_t size)
         return fd;
 }
 
+/* A publish carrying an IPC handle for a kind other than cuda-legacy is refused as invalid, saying handles are for
+ * cuda-legacy. */
 static void test_handle_only_for_cuda_legacy(void)
 {
         static const uint8_t handle[PROTO_LEGACY_HANDLE_SIZE] = { 1, 2, 3 };
@@ -129,6 +132,8 @@ static void test_handle_only_for_cuda_legacy(void)
         h_case_end(&k);
 }
 
+/* A name of 256 bytes (built by hand: the encoder refuses it) is answered with an error naming the field and saying
+ * it is too long. */
 static void test_name_over_255_bytes(void)
 {
         char name[257];
@@ -168,6 +173,8 @@ static void test_name_over_255_bytes(void)
 
 /* ---- stat pages its holders ---- */
 
+/* stat pages through 40 holders 16 at a time, in increasing peer order with none repeated, and a name the broker
+ * would never publish is invalid rather than absent. */
 static void test_stat_pages_holders(void)
 {
         enum { HOLDERS = 40, PAGE = 16 };
@@ -229,10 +236,12 @@ static void test_stat_pages_holders(void)
 
 /* ---- waiters that lose a retire_after race ---- */
 
+/* With retire_after=1 and three waiters, one is served and the others fail saying the buffer was retired before
+ * their turn (not that nothing was published). */
 static void test_retire_after_waiters_time_out_saying_why(void)
 {
         enum { WAITERS = 3 };
-        gpuipc_publish_options_t once = { .retire_after = 1 };
+        gpuipc_publish_options_t once = { .struct_size = sizeof(once), .retire_after = 1 };
         int socks[WAITERS], served = 0, told = 0;
         HFrame *f = h_frame_new();
         gpuipc_t *prod;
@@ -274,6 +283,8 @@ static void test_retire_after_waiters_time_out_saying_why(void)
 
 /* ---- group-join asks the policy ---- */
 
+/* Group names are under the policy like buffer names: joining a group the policy does not allow is denied, naming
+ * the group. */
 static void test_group_join_policy(void)
 {
         char policy[256];

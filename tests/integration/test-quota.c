@@ -46,6 +46,8 @@ static int greedy_waiter(HChan *ch, void *arg)
         return 0;
 }
 
+/* --max-refs-per-peer refuses the attach over the limit (by name or id) without taking a reference; giving one back
+ * restores the allowance, and a woken wait is charged then. */
 static void test_max_refs_per_peer(void)
 {
         static const char *const flags[] = { "--max-refs-per-peer", "2", NULL };
@@ -95,6 +97,8 @@ static void test_max_refs_per_peer(void)
         h_case_end(&k);
 }
 
+/* --max-waits-per-peer counts attach waits and group joins together, refuses the one over the limit, and makes room
+ * when a wait ends. */
 static void test_max_waits_per_peer(void)
 {
         static const char *const flags[] = { "--max-waits-per-peer", "1", NULL };
@@ -143,6 +147,8 @@ static void test_max_waits_per_peer(void)
         h_case_end(&k);
 }
 
+/* --max-buffers-per-uid refuses a publish over the limit from any connection of that uid (saying which limit),
+ * closes the refused memfd, and counts a retired buffer until it is freed. */
 static void test_max_buffers_per_uid(void)
 {
         static const char *const flags[] = { "--max-buffers-per-uid", "2", NULL };
@@ -182,6 +188,8 @@ static void test_max_buffers_per_uid(void)
         h_case_end(&k);
 }
 
+/* --max-fds-per-uid refuses a publish that would hold one fd too many for that uid, and a freed buffer gives its fd
+ * back. */
 static void test_max_fds_per_uid(void)
 {
         static const char *const flags[] = { "--max-fds-per-uid", "2", NULL };
@@ -204,6 +212,7 @@ static void test_max_fds_per_uid(void)
         h_case_end(&k);
 }
 
+/* --max-subs-per-peer refuses the subscription over the limit, and unsubscribing makes room again. */
 static void test_max_subs_per_peer(void)
 {
         static const char *const flags[] = { "--max-subs-per-peer", "1", NULL };
@@ -223,12 +232,14 @@ static void test_max_subs_per_peer(void)
         h_case_end(&k);
 }
 
+/* --max-connections-per-uid refuses the connection over the limit with a quota notice the client reports, counted
+ * in connections_refused_total. */
 static void test_max_connections_per_uid(void)
 {
         /* The bystander and the observer hold three connections: three more fit. */
         static const char *const flags[] = { "--max-connections-per-uid", "6", NULL };
         gpuipc_t *c[3], *extra = NULL;
-        gpuipc_options_t o = { .label = "one-too-many" };
+        gpuipc_options_t o = { .struct_size = sizeof(o), .label = "one-too-many" };
         const char *msg;
         char text[PROTO_MAX_TEXT + 1];
         HChild *ctl;

@@ -23,7 +23,8 @@ static const char *const grace_flags[] = { "--restart-grace-ms", GRACE_MS_STR, N
 
 static gpuipc_t *connect_reconnecting(const HBroker *b, const char *label)
 {
-        gpuipc_options_t o = { .label = label, .reconnect = 1, .connect_timeout_ms = H_SOON_MS };
+        gpuipc_options_t o = { .struct_size = sizeof(o), .label = label, .reconnect = 1,
+                               .connect_timeout_ms = H_SOON_MS };
         gpuipc_t *c = NULL;
         int r = h_try_connect(b, &o, &c);
 
@@ -54,7 +55,7 @@ static void take_events(gpuipc_t *c, Events *e)
 {
         gpuipc_event_t ev;
 
-        while (gpuipc_next_event(c, &ev, 0) == 0) {
+        while (gpuipc_next_event(c, 0, &ev) == 0) {
                 h_log("event %d on '%s' (sub %" PRIu64 ", reason '%s')", ev.type, ev.name, ev.subscription,
                       ev.reason);
                 if (ev.type == GPUIPC_EVENT_RECONNECTED)
@@ -178,11 +179,14 @@ static void restart_case(bool crash)
         h_broker_stop(b);
 }
 
+/* The same after a clean stop and restart of the broker. */
 static void test_restart_keeps_the_contract(void)
 {
         restart_case(false);
 }
 
+/* After a kill -9 of the broker and a restart, clients keep their buffers, ids and references, and drained still
+ * means nobody can hold the memory. */
 static void test_crash_restart_keeps_the_contract(void)
 {
         restart_case(true);
@@ -463,7 +467,7 @@ static void test_event_loop_reconnects(void)
                         continue;
                 n = gpuipc_process(cons);
                 CHECK_OK(cons, n);
-                while (n-- > 0 && gpuipc_next_event(cons, &ev, 0) == 0)
+                while (n-- > 0 && gpuipc_next_event(cons, 0, &ev) == 0)
                         reconnected |= ev.type == GPUIPC_EVENT_RECONNECTED;
         }
         CHECK(reconnected);

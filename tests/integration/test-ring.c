@@ -786,11 +786,14 @@ static unsigned scribble_ms(void)
         return env ? (unsigned)strtoul(env, NULL, 10) : 30000;
 }
 
+/* A member scribbling over its own page cannot stall or corrupt a backpressure ring: honest members take every
+ * frame in order and intact, and the broker stays fine. */
 static void test_ring_scribbler_backpressure(void)
 {
         scribble_case(GPUIPC_RING_BACKPRESSURE, scribble_ms());
 }
 
+/* The same for a latest-mode ring. */
 static void test_ring_scribbler_latest(void)
 {
         scribble_case(GPUIPC_RING_LATEST, scribble_ms());
@@ -812,7 +815,8 @@ typedef struct LiveArg {
 
 static gpuipc_t *connect_reconnecting(const HBroker *b, const char *label)
 {
-        gpuipc_options_t o = { .label = label, .reconnect = 1, .connect_timeout_ms = H_SOON_MS };
+        gpuipc_options_t o = { .struct_size = sizeof(o), .label = label, .reconnect = 1,
+                               .connect_timeout_ms = H_SOON_MS };
         gpuipc_t *c = NULL;
         int r = h_try_connect(b, &o, &c);
 

@@ -215,7 +215,7 @@ static void ring_stat(gpuipc_t *c, const char *name, RingStat *ret)
         int n;
 
         memset(ret, 0, sizeof(*ret));
-        n = gpuipc_stat_ring(c, name, &ret->info, seats, RING_MAX_MEMBERS);
+        n = gpuipc_stat_ring(c, name, seats, RING_MAX_MEMBERS, &ret->info);
         CHECK_OK(c, n);
         CHECK_EQ(n, ret->info.taken);
         for (int i = 0; i < n; i++) {
@@ -369,11 +369,14 @@ static void raw_modes_case(ProtoMode mode)
         h_case_end(&k);
 }
 
+/* A hand-made backpressure ring is listed exactly: every seat state, positions and lags, clamps for a scribbled
+ * page, an invalid control page, a member leaving. */
 static void test_ringstat_raw_backpressure(void)
 {
         raw_modes_case(PROTO_MODE_BACKPRESSURE);
 }
 
+/* The same exact listing for a hand-made latest-mode ring. */
 static void test_ringstat_raw_latest(void)
 {
         raw_modes_case(PROTO_MODE_LATEST);
@@ -447,8 +450,8 @@ static void test_ringstat_listing_pages(void)
                 }
         } while (cursor);
         CHECK_EQ(seen, 4);
-        CHECK_ERR(k.obs, gpuipc_stat_ring(k.obs, "paged/9", &items[0], NULL, 0), GPUIPC_E_NOT_FOUND);
-        CHECK_ERR(k.obs, gpuipc_stat_ring(k.obs, "../bad", &items[0], NULL, 0), GPUIPC_E_INVALID);
+        CHECK_ERR(k.obs, gpuipc_stat_ring(k.obs, "paged/9", NULL, 0, &items[0]), GPUIPC_E_NOT_FOUND);
+        CHECK_ERR(k.obs, gpuipc_stat_ring(k.obs, "../bad", NULL, 0, &items[0]), GPUIPC_E_INVALID);
         for (int i = 0; i < 5; i++)
                 raw_ring_free(&g[i]);
         h_case_end(&k);
@@ -760,11 +763,14 @@ static void scribble_case(gpuipc_ring_mode_t mode)
         h_case_end(&k);
 }
 
+/* Asked again and again while a member scribbles over its page, the broker's answers about a backpressure ring stay
+ * within what can be true. */
 static void test_ringstat_scribbler_backpressure(void)
 {
         scribble_case(GPUIPC_RING_BACKPRESSURE);
 }
 
+/* The same for a latest-mode ring. */
 static void test_ringstat_scribbler_latest(void)
 {
         scribble_case(GPUIPC_RING_LATEST);
@@ -823,7 +829,7 @@ static int limited_child(HChan *ch, void *arg)
         ring_names(c, names, sizeof(names));
         CHECKF(strstr(names, "mine/r ") && strstr(names, "pub/own "), "a ring it may see is not listed: %s", names);
         CHECKF(!strstr(names, "theirs/"), "rings lists a ring the policy does not let it join: %s", names);
-        CHECK_ERR(c, gpuipc_stat_ring(c, "theirs/r", &info, NULL, 0), GPUIPC_E_NOT_FOUND);
+        CHECK_ERR(c, gpuipc_stat_ring(c, "theirs/r", NULL, 0, &info), GPUIPC_E_NOT_FOUND);
         /* It joins mine/r next to root's member: it sees its own seat's member, not root's. */
         CHECK_OK(c, gpuipc_ring_join(c, "mine/r", H_SOON_MS, &joined));
         ring_stat(c, "mine/r", &s);

@@ -68,7 +68,8 @@ static bool frame_whole(const volatile uint64_t *w, uint64_t *ret_frame)
 
 static gpuipc_t *soak_connect(const HBroker *b, const char *label)
 {
-        gpuipc_options_t o = { .label = label, .reconnect = 1, .connect_timeout_ms = H_SOON_MS, .no_gpus = 1 };
+        gpuipc_options_t o = { .struct_size = sizeof(o), .label = label, .reconnect = 1,
+                               .connect_timeout_ms = H_SOON_MS, .no_gpus = 1 };
         gpuipc_t *c = NULL;
         int r = h_try_connect(b, &o, &c);
 
@@ -81,7 +82,7 @@ static void count_reconnects(gpuipc_t *c)
 {
         gpuipc_event_t ev;
 
-        while (gpuipc_next_event(c, &ev, 0) == 0)
+        while (gpuipc_next_event(c, 0, &ev) == 0)
                 if (ev.type == GPUIPC_EVENT_RECONNECTED)
                         atomic_fetch_add(&shared->reconnects, 1);
 }
@@ -205,6 +206,8 @@ static void peer_start(Peer *p)
         h_child_expect(p->kid, 'u', H_SOON_MS, NULL, 0);
 }
 
+/* About a minute of rings of producers and verifying consumers under random SIGKILLs of peers and of the broker: no
+ * consumer ever sees a frame change while it holds it. */
 static void test_soak(void)
 {
         static const char *const flags[] = { "--restart-grace-ms", "2000", NULL };

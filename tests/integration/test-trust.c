@@ -155,6 +155,8 @@ static int limited_child(HChan *ch, void *arg)
         return 0;
 }
 
+/* Under a policy, list, stat and peers show a peer only the buffers it may attach or owns and the connections of
+ * its own uid, while an administrator sees everything. */
 static void test_listings_follow_policy(void)
 {
         char policy[256], names[512], labels[512];
@@ -211,6 +213,8 @@ static int unfiltered_child(HChan *ch, void *arg)
         return 0;
 }
 
+/* Without a policy file listings are not filtered: another uid sees every buffer and peer (every peer may attach
+ * every name anyway). */
 static void test_listings_without_policy(void)
 {
         const char *flags[] = { "--socket-mode", "0666", NULL };
@@ -257,6 +261,8 @@ static uint64_t own_pidns(void)
         return st.st_ino;
 }
 
+/* A peer in the broker's PID namespace that declares another one is placed where the kernel says; the lie changes
+ * nothing. */
 static void test_pidns_in_broker_namespace_is_verified(void)
 {
         HFrame *reply = h_frame_new();
@@ -304,6 +310,8 @@ static int nested_child(HChan *ch, void *arg)
         return 0;
 }
 
+/* For a peer in another PID namespace the broker reports either the kernel's view or the declared namespace marked
+ * as declared, never a declared value as verified. */
 static void test_pidns_elsewhere_is_marked_declared(void)
 {
         char what[64];
@@ -340,6 +348,7 @@ static void expect_bad_utf8(int sock, ProtoMsg *req, const char *field)
         h_frame_free(f);
 }
 
+/* Labels and metadata strings that are not UTF-8 are refused naming the field, and the connection stays usable. */
 static void test_strings_must_be_utf8(void)
 {
         static const uint8_t bad_meta[] = { 0x81, 0xa5, 'd', 't', 'y', 'p', 'e', 0xa2, 'f', 0xff };

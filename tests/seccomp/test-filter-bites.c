@@ -13,18 +13,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "config.h"
 #include "landlock.h"
 #include "log.h"
 #include "sandbox.h"
-
-#define check(cond)                                                                                   \
-        do {                                                                                          \
-                if (!(cond)) {                                                                        \
-                        fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);      \
-                        exit(1);                                                                      \
-                }                                                                                     \
-        } while (0)
 
 static char dir[] = "/tmp/gpuipc-sandbox-XXXXXX";
 static char sock_path[256], log_path[256], outside[256];
@@ -38,7 +31,7 @@ static int run_confined(Attempt attempt)
         pid_t pid = fork();
         int status;
 
-        check(pid >= 0);
+        CHECK(pid >= 0);
         if (pid == 0) {
                 int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
                 if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
@@ -50,7 +43,7 @@ static int run_confined(Attempt attempt)
                         _exit(92);
                 _exit(attempt());
         }
-        check(waitpid(pid, &status, 0) == pid);
+        CHECK(waitpid(pid, &status, 0) == pid);
         return status;
 }
 
@@ -60,7 +53,7 @@ static bool log_mentions(const char *what)
         FILE *f = fopen(log_path, "re");
         size_t n;
 
-        check(f);
+        CHECK(f);
         n = fread(buf, 1, sizeof(buf) - 1, f);
         buf[n] = 0;
         fclose(f);
@@ -127,32 +120,32 @@ static int try_proc_and_unlink(void)
 static void test_execve_killed(void)
 {
         int st = run_confined(try_execve);
-        check(WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS);
-        check(log_mentions("syscall=execve"));
+        CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS);
+        CHECK(log_mentions("syscall=execve"));
 }
 
 static void test_inet_socket_killed(void)
 {
         int st = run_confined(try_inet_socket);
-        check(WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS);
-        check(log_mentions("syscall=socket"));
+        CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS);
+        CHECK(log_mentions("syscall=socket"));
 }
 
 static void test_files_refused(void)
 {
         int st = run_confined(try_open_outside);
-        check(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
         st = run_confined(try_create_in_socket_dir);
-        check(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 static void test_allowed_still_work(void)
 {
         int st = run_confined(try_proc_and_unlink);
-        check(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
         st = run_confined(try_allowed);
-        check(WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS);
-        check(log_mentions("syscall=memfd_create"));
+        CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS);
+        CHECK(log_mentions("syscall=memfd_create"));
 }
 
 int main(void)
@@ -163,15 +156,15 @@ int main(void)
                 fprintf(stderr, "built without libseccomp: skipped\n");
                 return 77;
         }
-        check(mkdtemp(dir));
+        CHECK(mkdtemp(dir));
         snprintf(sock_path, sizeof(sock_path), "%s/s.sock", dir);
         snprintf(log_path, sizeof(log_path), "%s.log", dir);
         snprintf(outside, sizeof(outside), "%s.outside", dir);
         fd = open(outside, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        check(fd >= 0 && write(fd, "x", 1) == 1);
+        CHECK(fd >= 0 && write(fd, "x", 1) == 1);
         close(fd);
         fd = open(sock_path, O_WRONLY | O_CREAT, 0600); /* stands in for the socket file */
-        check(fd >= 0);
+        CHECK(fd >= 0);
         close(fd);
 
         test_execve_killed();

@@ -1,48 +1,73 @@
-/* Assertions for the unit tests: they cannot be compiled out (NDEBUG does not touch them), print
- * file:line and the failed expression, and abort so the test runner sees a failure. */
+/* The tests' one assertion vocabulary, shared by the unit tests, the fuzz targets' replay, the
+ * seccomp tests and (through harness.h) the integration and GPU tests:
+ *
+ *   CHECK(cond)            cond holds
+ *   CHECKF(cond, fmt, ...) cond holds; the failure says what fmt says
+ *   CHECK_EQ(a, b)         two integers are equal (both printed on failure)
+ *   CHECK_STREQ(a, b)      two C strings are equal (NULL never is)
+ *
+ * Checks cannot be compiled out (NDEBUG does not touch them). A failed check calls CHECK_FAIL(file,
+ * line, fmt, ...), which must not return: by default it prints where and why and aborts, so the
+ * test runner sees a failure; the integration harness defines CHECK_FAIL as h_fail before including
+ * this header (it also prints the brokers' logs and reports from child processes). */
 #pragma once
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define check(cond)                                                                             \
-        do {                                                                                    \
-                if (!(cond)) {                                                                  \
-                        fprintf(stderr, "%s:%d: %s: check failed: %s\n", __FILE__, __LINE__,   \
-                                __func__, #cond);                                               \
-                        abort();                                                                \
-                }                                                                               \
+#ifndef CHECK_FAIL
+#define CHECK_FAIL check_abort_
+__attribute__((format(printf, 3, 4), unused)) _Noreturn static void check_abort_(const char *file, int line,
+                                                                                 const char *fmt, ...)
+{
+        va_list ap;
+
+        fprintf(stderr, "%s:%d: ", file, line);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+        abort();
+}
+#endif
+
+#define CHECK(cond)                                                                                         \
+        do {                                                                                                \
+                if (!(cond))                                                                                \
+                        CHECK_FAIL(__FILE__, __LINE__, "check failed: %s", #cond);                          \
         } while (0)
 
-/* Integer equality that prints both values on failure. */
-#define check_eq(a, b)                                                                          \
-        do {                                                                                    \
-                uint64_t _a = (uint64_t)(a), _b = (uint64_t)(b);                                \
-                if (_a != _b) {                                                                 \
-                        fprintf(stderr, "%s:%d: %s: check failed: %s == %s (%" PRIu64           \
-                                " != %" PRIu64 ")\n", __FILE__, __LINE__, __func__, #a, #b, _a, _b); \
-                        abort();                                                                \
-                }                                                                               \
+#define CHECKF(cond, ...)                                                                                   \
+        do {                                                                                                \
+                if (!(cond))                                                                                \
+                        CHECK_FAIL(__FILE__, __LINE__, __VA_ARGS__);                                        \
         } while (0)
 
-#define check_streq(a, b)                                                                       \
-        do {                                                                                    \
-                const char *_a = (a), *_b = (b);                                                \
-                if (!_a || !_b || strcmp(_a, _b) != 0) {                                        \
-                        fprintf(stderr, "%s:%d: %s: check failed: %s == %s (\"%s\" != \"%s\")\n", \
-                                __FILE__, __LINE__, __func__, #a, #b, _a ? _a : "(null)",       \
-                                _b ? _b : "(null)");                                            \
-                        abort();                                                                \
-                }                                                                               \
+#define CHECK_EQ(a, b)                                                                                      \
+        do {                                                                                                \
+                uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                                            \
+                if (a_ != b_)                                                                               \
+                        CHECK_FAIL(__FILE__, __LINE__, "check failed: %s == %s (%" PRIu64 " != %" PRIu64 ")", \
+                                   #a, #b, a_, b_);                                                         \
+        } while (0)
+
+#define CHECK_STREQ(a, b)                                                                                   \
+        do {                                                                                                \
+                const char *a_ = (a), *b_ = (b);                                                            \
+                if (!a_ || !b_ || strcmp(a_, b_) != 0)                                                      \
+                        CHECK_FAIL(__FILE__, __LINE__, "check failed: %s == %s (\"%s\" != \"%s\")", #a, #b, \
+                                   a_ ? a_ : "(null)", b_ ? b_ : "(null)");                                 \
         } while (0)
 
 /* Exit code that tells meson the test was skipped (never use it for "passed"). */
 #define EXIT_TEST_SKIP 77
 
-/* Runs test functions, optionally only those named on the command line:
+/* Runs test functions in this process, optionally only those named on the command line (the
+ * integration tests fork one process per case instead: harness.h's h_main):
  *     int main(int argc, char **argv) { TEST_RUN(argc, argv, test_a); ...; return TEST_END(); }
  * A name prefixed with "bug_" runs only when named explicitly: those tests expose known bugs in
  * the code under test and are registered as their own meson test, so they fail on their own. */
@@ -63,7 +88,7 @@ static inline int test_selected_(int argc, char **argv, const char *name)
                 if (test_selected_(argc, argv, #fn)) {                                          \
                         fprintf(stderr, "%s ...\n", #fn);                                       \
                         fn();                                                                   \
-                        test_count_++;                                                  \
+                        test_count_++;                                                          \
                 }                                                                               \
         } while (0)
 

@@ -63,7 +63,7 @@ static inline void audit_part_attach_rules(const Registry *r)
                 list_for_each(pp, &r->peers) {
                         const RegPeer *p = list_entry(pp, RegPeer, link);
 
-                        check_eq(reg_ring_may_attach(b, p, why, sizeof(why)), audit_part_attachable(b, p));
+                        CHECK_EQ(reg_ring_may_attach(b, p, why, sizeof(why)), audit_part_attachable(b, p));
                 }
         }
 }
@@ -76,38 +76,38 @@ static inline uint64_t audit_ring(const Registry *r, const RegRing *g)
         uint32_t registered = 0;
         uint64_t seated = 0;
 
-        check(registry_ring_by_name(r, g->name) == g);
-        check(g->owner && audit_peer_live(r, g->owner));
-        check(audit_list_has(&g->owner->rings, &g->owner_link));
-        check(g->acct == g->owner->acct);
-        check(g->n_slots >= 1 && g->n_members >= 1);
+        CHECK(registry_ring_by_name(r, g->name) == g);
+        CHECK(g->owner && audit_peer_live(r, g->owner));
+        CHECK(audit_list_has(&g->owner->rings, &g->owner_link));
+        CHECK(g->acct == g->owner->acct);
+        CHECK(g->n_slots >= 1 && g->n_members >= 1);
         for (uint32_t i = 0; i < audit_ring_n_parts(g); i++) {
                 const RegBuffer *b = g->parts[i];
 
                 if (!b)
                         continue;
                 registered++;
-                check(b->ring_part && b->ring == g && b->ring_index == i);
-                check(reg_buffer_lookup(r, b->id) == b);
-                check(b->owner == g->owner); /* parts are never broker-held: no orphans */
+                CHECK(b->ring_part && b->ring == g && b->ring_index == i);
+                CHECK(reg_buffer_lookup(r, b->id) == b);
+                CHECK(b->owner == g->owner); /* parts are never broker-held: no orphans */
         }
-        check_eq(registered, g->n_registered);
+        CHECK_EQ(registered, g->n_registered);
         /* Joinable once every part was in: a ring still being set up has never had them all. */
-        check(g->set_up || registered < audit_ring_n_parts(g));
+        CHECK(g->set_up || registered < audit_ring_n_parts(g));
         for (uint32_t i = 0; i < g->n_members; i++) {
                 const RingSeat *s = &g->seats[i];
 
-                check(s->ring == g && s->index == i);
+                CHECK(s->ring == g && s->index == i);
                 /* A seat waits for its member only while members may still come back. */
-                check(!s->reserved || (r->in_grace && !s->peer && s->epoch > 0));
+                CHECK(!s->reserved || (r->in_grace && !s->peer && s->epoch > 0));
                 if (!s->peer)
                         continue;
                 seated++;
-                check(audit_peer_live(r, s->peer));
-                check(audit_list_has(&s->peer->seats, &s->peer_link));
-                check(s->epoch > 0);
+                CHECK(audit_peer_live(r, s->peer));
+                CHECK(audit_list_has(&s->peer->seats, &s->peer_link));
+                CHECK(s->epoch > 0);
                 for (uint32_t j = 0; j < i; j++)
-                        check(g->seats[j].peer != s->peer); /* one seat per connection and ring */
+                        CHECK(g->seats[j].peer != s->peer); /* one seat per connection and ring */
         }
         return seated;
 }
@@ -128,10 +128,10 @@ static inline void audit_account(const Registry *r, const UidAcct *a)
         }
         hmap_for_each(n, &r->rings)
                 buffers += container_of(n, RegRing, node)->acct == a;
-        check_eq(a->connections, connections);
-        check_eq(a->buffers, buffers);
-        check_eq(a->fds, fds);
-        check(connections || buffers || fds); /* an empty account is freed */
+        CHECK_EQ(a->connections, connections);
+        CHECK_EQ(a->buffers, buffers);
+        CHECK_EQ(a->fds, fds);
+        CHECK(connections || buffers || fds); /* an empty account is freed */
 }
 
 static inline void audit_accounting(const Registry *r)
@@ -148,15 +148,15 @@ static inline void audit_registry(const Registry *r)
                 rings++;
                 seated += audit_ring(r, container_of(n, RegRing, node));
         }
-        check(rings == r->n_rings);
-        check_eq(seated, r->n_seated);
+        CHECK(rings == r->n_rings);
+        CHECK_EQ(seated, r->n_seated);
         list_for_each(pos, &r->buffers) {
                 const RegBuffer *b = list_entry(pos, RegBuffer, link);
 
-                check(b->ring_part || !b->ring);
+                CHECK(b->ring_part || !b->ring);
                 if (b->ring) {
-                        check(b->ring_index < audit_ring_n_parts(b->ring));
-                        check(b->ring->parts[b->ring_index] == b);
+                        CHECK(b->ring_index < audit_ring_n_parts(b->ring));
+                        CHECK(b->ring->parts[b->ring_index] == b);
                 }
         }
         list_for_each(pos, &r->peers) {
@@ -164,24 +164,24 @@ static inline void audit_registry(const Registry *r)
                 uint32_t claims = 0;
 
                 list_for_each(rp, &p->rings)
-                        check(list_entry(rp, RegRing, owner_link)->owner == p);
+                        CHECK(list_entry(rp, RegRing, owner_link)->owner == p);
                 list_for_each(sp, &p->seats)
-                        check(list_entry(sp, RingSeat, peer_link)->peer == p);
+                        CHECK(list_entry(sp, RingSeat, peer_link)->peer == p);
                 list_for_each(cp, &p->seat_claims) {
-                        check(list_entry(cp, SeatClaim, peer_link)->peer == p);
+                        CHECK(list_entry(cp, SeatClaim, peer_link)->peer == p);
                         claims++;
                 }
-                check_eq(claims, p->n_seat_claims);
-                check(claims <= r->limits.waits_per_peer);
+                CHECK_EQ(claims, p->n_seat_claims);
+                CHECK(claims <= r->limits.waits_per_peer);
         }
         list_for_each(pos, &r->seat_claims) {
                 const SeatClaim *c = list_entry(pos, SeatClaim, link);
 
-                check(audit_peer_live(r, c->peer));
+                CHECK(audit_peer_live(r, c->peer));
                 seat_claims++;
         }
-        check_eq(seat_claims, r->n_seat_claims);
-        check(r->in_grace || seat_claims == 0); /* the grace's end answers every claim */
+        CHECK_EQ(seat_claims, r->n_seat_claims);
+        CHECK(r->in_grace || seat_claims == 0); /* the grace's end answers every claim */
         audit_part_attach_rules(r);
         audit_accounting(r);
 }

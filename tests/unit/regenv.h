@@ -52,7 +52,7 @@ static inline unsigned env_count_open_fds(void)
         struct dirent *de;
         unsigned n = 0;
 
-        check(d);
+        CHECK(d);
         while ((de = readdir(d)))
                 if (de->d_name[0] != '.')
                         n++;
@@ -75,8 +75,8 @@ static inline void env_init_cfg(Env *e, RegConfig cfg)
         e->baseline_fds = env_count_open_fds();
         cfg.epoch = 77;
         cfg.start_ms = 0;
-        check_eq(registry_new(&e->r, &cfg), 0);
-        check_eq(registry_epoch(e->r), 77);
+        CHECK_EQ(registry_new(&e->r, &cfg), 0);
+        CHECK_EQ(registry_epoch(e->r), 77);
 }
 
 /* ... with the given limits (NULL: the defaults), ids drawn from a fixed seed, and no restart grace. */
@@ -90,7 +90,7 @@ static inline Env *env_new(const Limits *limits)
 {
         Env *e = calloc(1, sizeof(*e));
 
-        check(e);
+        CHECK(e);
         env_init(e, limits);
         return e;
 }
@@ -101,11 +101,11 @@ static inline int env_memfd(Env *e, size_t size)
         int fd = memfd_create("gpuipc-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         struct stat st;
 
-        check(fd >= 0);
-        check_eq(ftruncate(fd, (off_t)size), 0);
-        check_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
-        check_eq(fstat(fd, &st), 0);
-        check(e->n_fds < ENV_MAX_FDS);
+        CHECK(fd >= 0);
+        CHECK_EQ(ftruncate(fd, (off_t)size), 0);
+        CHECK_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+        CHECK_EQ(fstat(fd, &st), 0);
+        CHECK(e->n_fds < ENV_MAX_FDS);
         e->fds[e->n_fds++] = (Tracked){ fd, st.st_ino, false };
         return fd;
 }
@@ -166,8 +166,8 @@ static inline void env_sum_holder(const RegPeer *p, uint32_t refs, void *ud)
 {
         HolderSum *h = ud;
 
-        check(p);
-        check(refs > 0);
+        CHECK(p);
+        CHECK(refs > 0);
         h->refs += refs;
         h->holders++;
 }
@@ -186,11 +186,11 @@ static inline void env_check(Env *e)
                 ProtoMsg m;
 
                 registry_buffer_describe(b, &m);
-                check(registry_buffer_by_id(e->r, m.buffer) == b);
+                CHECK(registry_buffer_by_id(e->r, m.buffer) == b);
                 registry_buffer_holders(b, env_sum_holder, &hs);
-                check_eq(hs.refs, m.refs);
-                check_eq(hs.holders, m.holders);
-                check(m.holders <= m.refs);
+                CHECK_EQ(hs.refs, m.refs);
+                CHECK_EQ(hs.holders, m.holders);
+                CHECK(m.holders <= m.refs);
                 refs += m.refs;
                 n_buf++;
                 live += m.state == PROTO_STATE_LIVE;
@@ -201,44 +201,44 @@ static inline void env_check(Env *e)
                  * its producer published it again); retired means someone still holds it; idle
                  * means drained and kept for its owner. */
                 if (m.state != PROTO_STATE_LIVE)
-                        check(registry_buffer_by_name(e->r, registry_buffer_name(b)) != b);
+                        CHECK(registry_buffer_by_name(e->r, registry_buffer_name(b)) != b);
                 else if (!registry_buffer_ring_part(b))
-                        check(registry_buffer_by_name(e->r, registry_buffer_name(b)) == b);
+                        CHECK(registry_buffer_by_name(e->r, registry_buffer_name(b)) == b);
                 named += registry_buffer_by_name(e->r, registry_buffer_name(b)) == b;
                 if (m.state == PROTO_STATE_RETIRED)
-                        check(m.refs > 0 || m.restored); /* a restored one waits for the grace */
+                        CHECK(m.refs > 0 || m.restored); /* a restored one waits for the grace */
                 if (m.state == PROTO_STATE_IDLE)
-                        check(m.refs == 0 && m.owner != 0);
+                        CHECK(m.refs == 0 && m.owner != 0);
                 if (m.owner == 0)
-                        check(m.broker_held);
+                        CHECK(m.broker_held);
         }
         for (RegPeer *p = registry_peer_first(e->r); p; p = registry_peer_next(e->r, p)) {
                 ProtoMsg m;
 
                 registry_peer_describe(p, &m);
-                check(!registry_peer_lost(p)); /* every frame for it could be built */
-                check_eq(m.peer, registry_peer_id(p));
+                CHECK(!registry_peer_lost(p)); /* every frame for it could be built */
+                CHECK_EQ(m.peer, registry_peer_id(p));
                 peer_refs += m.refs;
                 waits += m.waits;
                 subs += m.subs;
                 owned += m.buffers;
                 n_peers++;
         }
-        check_eq(g.buffers, n_buf);
-        check_eq(g.live, live);
-        check_eq(g.retired, retired);
-        check_eq(g.idle, idle);
-        check_eq(g.orphaned, orphaned);
-        check_eq(g.live + g.retired + g.idle, g.buffers);
-        check_eq(g.refs, refs);
-        check_eq(g.refs, peer_refs);
-        check_eq(g.waits, waits);
-        check_eq(g.subs, subs);
-        check_eq(g.peers, n_peers);
-        check_eq(owned + orphaned, n_buf);
-        check(g.names >= named);
+        CHECK_EQ(g.buffers, n_buf);
+        CHECK_EQ(g.live, live);
+        CHECK_EQ(g.retired, retired);
+        CHECK_EQ(g.idle, idle);
+        CHECK_EQ(g.orphaned, orphaned);
+        CHECK_EQ(g.live + g.retired + g.idle, g.buffers);
+        CHECK_EQ(g.refs, refs);
+        CHECK_EQ(g.refs, peer_refs);
+        CHECK_EQ(g.waits, waits);
+        CHECK_EQ(g.subs, subs);
+        CHECK_EQ(g.peers, n_peers);
+        CHECK_EQ(owned + orphaned, n_buf);
+        CHECK(g.names >= named);
         env_reap_closed(e);
-        check_eq(g.fds, env_held_fds(e));
+        CHECK_EQ(g.fds, env_held_fds(e));
 }
 
 /* Takes the outbox: decodes every frame (each must be a well-formed reply or event whose header
@@ -254,21 +254,21 @@ static inline size_t env_flush(Env *e)
                 ProtoField fld = _PF_MAX;
                 int r;
 
-                check(e->n_sent < ENV_MAX_SENT);
-                check(f->to);
-                check_eq(proto_header_parse(f->frame.data, f->frame.len, &h), 0);
-                check_eq(h.body_len, f->frame.len - PROTO_HEADER_SIZE);
-                check_eq(h.n_fds, f->fd >= 0 ? 1 : 0);
+                CHECK(e->n_sent < ENV_MAX_SENT);
+                CHECK(f->to);
+                CHECK_EQ(proto_header_parse(f->frame.data, f->frame.len, &h), 0);
+                CHECK_EQ(h.body_len, f->frame.len - PROTO_HEADER_SIZE);
+                CHECK_EQ(h.n_fds, f->fd >= 0 ? 1 : 0);
                 r = proto_msg_decode(f->frame.data + PROTO_HEADER_SIZE, h.body_len, &s->m, &fld);
                 if (r)
                         fprintf(stderr, "undecodable frame: %s (field %s)\n", proto_strerror(r),
                                 proto_field_name(fld));
-                check_eq(r, 0);
-                check(s->m.type == PROTO_REPLY || s->m.type == PROTO_EVENT);
+                CHECK_EQ(r, 0);
+                CHECK(s->m.type == PROTO_REPLY || s->m.type == PROTO_EVENT);
                 if (f->fd >= 0) {
                         /* A borrowed fd: still open, one of ours, not yet closed. */
-                        check(env_fd_open(f->fd));
-                        check(env_tracked_by_fd(e, f->fd));
+                        CHECK(env_fd_open(f->fd));
+                        CHECK(env_tracked_by_fd(e, f->fd));
                 }
                 s->to = f->to;
                 s->fd = f->fd;
@@ -280,7 +280,7 @@ static inline size_t env_flush(Env *e)
                 Tracked *t = env_tracked_by_fd(e, e->out.close_fds[i]);
 
                 /* Each fd closed exactly once: it is open and ours until now. */
-                check(t);
+                CHECK(t);
                 t->closed = true;
         }
         outbox_clear(&e->out);
@@ -295,17 +295,15 @@ static inline void env_fini(Env *e)
 
         env_flush(e);
         registry_gauges(e->r, &g);
-        check_eq(g.fds, env_held_fds(e));
+        CHECK_EQ(g.fds, env_held_fds(e));
         e->r = registry_free(e->r);
-        check(e->r == NULL);
+        CHECK(e->r == NULL);
         for (size_t i = 0; i < e->n_fds; i++)
                 if (!e->fds[i].closed)
-                        check(!env_fd_open(e->fds[i].fd)); /* no fd was opened since: no reuse */
+                        CHECK(!env_fd_open(e->fds[i].fd)); /* no fd was opened since: no reuse */
         env_drop_sent(e);
-        free(e->out.frames);
-        free(e->out.close_fds);
-        e->out = (Outbox)OUTBOX_INIT;
-        check_eq(env_count_open_fds(), e->baseline_fds);
+        outbox_deinit(&e->out);
+        CHECK_EQ(env_count_open_fds(), e->baseline_fds);
 }
 
 static inline void env_free(Env *e)
@@ -321,8 +319,8 @@ static inline RegPeer *env_peer(Env *e, uint32_t uid, uint32_t pid, uint64_t pid
         PeerCreds c = { .uid = uid, .gid = uid, .pid = pid, .pidns = pidns };
         RegPeer *p = NULL;
 
-        check_eq(registry_peer_add(e->r, &c, e->now, NULL, &p, NULL, 0), 0);
-        check(p);
+        CHECK_EQ(registry_peer_add(e->r, &c, e->now, NULL, &p, NULL, 0), 0);
+        CHECK(p);
         return p;
 }
 
@@ -332,8 +330,8 @@ static inline void env_hello(Env *e, RegPeer *p, uint64_t pidns, const char *lab
         PeerHello h = { .pid = registry_peer_creds(p)->pid, .pidns = pidns, .label = label, .n_gpus = n_gpus,
                         .gpus = gpus };
 
-        check_eq(registry_peer_hello(e->r, p, &h), 0);
-        check(registry_peer_said_hello(p));
+        CHECK_EQ(registry_peer_hello(e->r, p, &h), 0);
+        CHECK(registry_peer_said_hello(p));
 }
 
 static inline size_t env_remove(Env *e, RegPeer *p)
@@ -361,14 +359,14 @@ static inline Sent *env_reply(Env *e, const RegPeer *p, uint64_t id)
         for (size_t i = 0; i < e->n_sent; i++) {
                 Sent *s = &e->sent[i];
                 if (s->to == p && s->m.type == PROTO_REPLY && s->m.reply == id) {
-                        check(!found); /* exactly one reply per request */
+                        CHECK(!found); /* exactly one reply per request */
                         found = s;
                 }
         }
         if (!found)
                 fprintf(stderr, "no reply %llu to peer %llu\n", (unsigned long long)id,
                         (unsigned long long)registry_peer_id(p));
-        check(found);
+        CHECK(found);
         return found;
 }
 
@@ -398,7 +396,7 @@ static inline Sent *env_event(Env *e, const RegPeer *p, ProtoEvent ev)
         }
         fprintf(stderr, "no %s event to peer %llu\n", proto_event_name(ev),
                 (unsigned long long)registry_peer_id(p));
-        check(!"event missing");
+        CHECK(!"event missing");
         return NULL;
 }
 
@@ -415,11 +413,11 @@ static inline void env_check_status(const Sent *s, unsigned want)
                 fprintf(stderr, "status %s (%.*s), want %s\n", proto_status_name((unsigned)s->m.status),
                         (int)s->m.message.len, s->m.message.ptr ? s->m.message.ptr : "",
                         proto_status_name(want));
-        check_eq(s->m.status, want);
+        CHECK_EQ(s->m.status, want);
         if (want != PROTO_STATUS_OK) {
-                check(proto_has(&s->m, PF_ERROR));
-                check(proto_str_eq(s->m.error, proto_status_name(want)));
-                check(proto_has(&s->m, PF_MESSAGE) && s->m.message.len > 0);
+                CHECK(proto_has(&s->m, PF_ERROR));
+                CHECK(proto_str_eq(s->m.error, proto_status_name(want)));
+                CHECK(proto_has(&s->m, PF_MESSAGE) && s->m.message.len > 0);
         }
 }
 

@@ -15,7 +15,7 @@ static int memfd(void)
 {
         int fd = memfd_create("test-conn", MFD_CLOEXEC);
 
-        check(fd >= 0);
+        CHECK(fd >= 0);
         return fd;
 }
 
@@ -31,7 +31,7 @@ static ProtoBuf frame_of(size_t len)
                 m.message = (ProtoStr){ text, (uint32_t)(len < sizeof(text) ? len : sizeof(text)) };
                 proto_set(&m, PF_MESSAGE);
         }
-        check_eq(proto_frame_encode(&b, &m, 0), 0);
+        CHECK_EQ(proto_frame_encode(&b, &m, 0), 0);
         return b;
 }
 
@@ -50,7 +50,7 @@ static bool peer_read(int sock)
         int truncated = 0;
         ssize_t n = fdpass_recv(sock, buf, sizeof(buf), fds, 4, &n_fds, &truncated);
 
-        check(n > 0 && !truncated);
+        CHECK(n > 0 && !truncated);
         for (size_t i = 0; i < n_fds; i++)
                 close(fds[i]);
         return n_fds > 0;
@@ -58,9 +58,11 @@ static bool peer_read(int sock)
 
 static void pair(int sv[2])
 {
-        check(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
+        CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
 }
 
+/* A connection counts the fds its peer has not received yet and refuses a frame that would pass the limit (frames
+ * without fds still go); the count follows the peer's reads. */
 static void test_unreceived_fds_counted_and_bounded(void)
 {
         int sv[2], fd = memfd();
@@ -68,28 +70,28 @@ static void test_unreceived_fds_counted_and_bounded(void)
 
         pair(sv);
         conn_init(&c, sv[0], 4);
-        check_eq(conn_unreceived_fds(&c), 0);
+        CHECK_EQ(conn_unreceived_fds(&c), 0);
         for (int i = 0; i < 4; i++) {
-                check_eq(send_frame(&c, 0, fd), 0);
-                check_eq(send_frame(&c, 200, -1), 0); /* frames without fds in between */
+                CHECK_EQ(send_frame(&c, 0, fd), 0);
+                CHECK_EQ(send_frame(&c, 200, -1), 0); /* frames without fds in between */
         }
-        check_eq(conn_unreceived_fds(&c), 4);
+        CHECK_EQ(conn_unreceived_fds(&c), 4);
         /* A fifth would leave the peer more than the limit unreceived: refused, nothing sent. */
-        check_eq(send_frame(&c, 0, fd), CONN_E_UNRECEIVED);
-        check_eq(conn_unreceived_fds(&c), 4);
-        check_eq(send_frame(&c, 0, -1), 0); /* frames without fds still go */
+        CHECK_EQ(send_frame(&c, 0, fd), CONN_E_UNRECEIVED);
+        CHECK_EQ(conn_unreceived_fds(&c), 4);
+        CHECK_EQ(send_frame(&c, 0, -1), 0); /* frames without fds still go */
         /* As the peer reads, the count follows: never below what is really unread. */
-        check(peer_read(sv[1]));
-        check(!peer_read(sv[1]));
-        check(conn_unreceived_fds(&c) >= 3);
-        check(peer_read(sv[1]));
-        check(!peer_read(sv[1]));
-        check(conn_unreceived_fds(&c) >= 2);
+        CHECK(peer_read(sv[1]));
+        CHECK(!peer_read(sv[1]));
+        CHECK(conn_unreceived_fds(&c) >= 3);
+        CHECK(peer_read(sv[1]));
+        CHECK(!peer_read(sv[1]));
+        CHECK(conn_unreceived_fds(&c) >= 2);
         for (int i = 0; i < 5; i++)
                 peer_read(sv[1]);
-        check_eq(conn_unreceived_fds(&c), 0);
-        check_eq(send_frame(&c, 0, fd), 0);
-        check_eq(conn_unreceived_fds(&c), 1);
+        CHECK_EQ(conn_unreceived_fds(&c), 0);
+        CHECK_EQ(send_frame(&c, 0, fd), 0);
+        CHECK_EQ(conn_unreceived_fds(&c), 1);
         conn_deinit(&c);
         close(sv[1]);
         close(fd);
@@ -105,11 +107,11 @@ static void test_estimate_tracks_a_reader(void)
         pair(sv);
         conn_init(&c, sv[0], 8);
         for (int i = 0; i < 1000; i++) {
-                check_eq(send_frame(&c, (size_t)(i % 700), i % 3 ? -1 : fd), 0);
-                check(conn_unreceived_fds(&c) <= 1);
+                CHECK_EQ(send_frame(&c, (size_t)(i % 700), i % 3 ? -1 : fd), 0);
+                CHECK(conn_unreceived_fds(&c) <= 1);
                 peer_read(sv[1]);
         }
-        check_eq(conn_unreceived_fds(&c), 0);
+        CHECK_EQ(conn_unreceived_fds(&c), 0);
         conn_deinit(&c);
         close(sv[1]);
         close(fd);
@@ -122,15 +124,15 @@ static void test_queued_fds_count(void)
         Conn c;
 
         pair(sv);
-        check(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) == 0);
+        CHECK(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) == 0);
         conn_init(&c, sv[0], 64);
         while (!conn_pending(&c)) {
-                check_eq(send_frame(&c, 1000, -1), 0);
-                check(++sent < 10000);
+                CHECK_EQ(send_frame(&c, 1000, -1), 0);
+                CHECK(++sent < 10000);
         }
-        check_eq(send_frame(&c, 0, fd), 0);
-        check_eq(c.queued_fds, 1);
-        check_eq(conn_unreceived_fds(&c), 1);
+        CHECK_EQ(send_frame(&c, 0, fd), 0);
+        CHECK_EQ(c.queued_fds, 1);
+        CHECK_EQ(conn_unreceived_fds(&c), 1);
         /* The peer reads everything; flushing moves the queued fd into the socket. */
         while (conn_pending(&c)) {
                 while (true) {
@@ -144,10 +146,10 @@ static void test_queued_fds_count(void)
                         for (size_t i = 0; i < n_fds; i++)
                                 close(fds[i]);
                 }
-                check(conn_flush(&c) >= 0);
+                CHECK(conn_flush(&c) >= 0);
         }
-        check_eq(c.queued_fds, 0);
-        check(conn_unreceived_fds(&c) <= 1);
+        CHECK_EQ(c.queued_fds, 0);
+        CHECK(conn_unreceived_fds(&c) <= 1);
         while (true) {
                 uint8_t buf[PROTO_MAX_FRAME];
                 int fds[2];
@@ -159,7 +161,7 @@ static void test_queued_fds_count(void)
                 for (size_t i = 0; i < n_fds; i++)
                         close(fds[i]);
         }
-        check_eq(conn_unreceived_fds(&c), 0);
+        CHECK_EQ(conn_unreceived_fds(&c), 0);
         conn_deinit(&c);
         close(sv[1]);
         close(fd);
@@ -180,17 +182,17 @@ static void test_last_frame_through_full_socket(void)
         pair(sv);
         conn_init(&c, sv[0], 8);
         while (!conn_pending(&c))
-                check_eq(send_frame(&c, 1000, -1), 0);
+                CHECK_EQ(send_frame(&c, 1000, -1), 0);
         m.has = PROTO_BIT(PF_REPLY) | PROTO_BIT(PF_STATUS) | PROTO_BIT(PF_MESSAGE);
-        check_eq(proto_frame_encode(&b, &m, 0), 0);
-        check_eq(conn_send_last(&c, &b), 0);
-        check(!conn_pending(&c)); /* what was queued is dropped */
+        CHECK_EQ(proto_frame_encode(&b, &m, 0), 0);
+        CHECK_EQ(conn_send_last(&c, &b), 0);
+        CHECK(!conn_pending(&c)); /* what was queued is dropped */
         while ((n = fdpass_recv(sv[1], buf, sizeof(buf), fds, 2, &n_fds, &tr)) > 0) {
                 last_len = (size_t)n;
                 frames++;
         }
-        check(frames > 1);
-        check(memmem(buf, last_len, last, sizeof(last) - 1) != NULL); /* the last record read */
+        CHECK(frames > 1);
+        CHECK(memmem(buf, last_len, last, sizeof(last) - 1) != NULL); /* the last record read */
         conn_deinit(&c);
         close(sv[1]);
 }

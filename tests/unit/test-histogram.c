@@ -17,12 +17,12 @@ static void test_histogram_buckets(void)
         histogram_init(&h, bounds, ARRAY_SIZE(bounds));
         for (size_t i = 0; i < ARRAY_SIZE(values); i++)
                 histogram_record(&h, values[i]);
-        check_eq(histogram_cumulative(&h, 0), 2); /* 0, 10 */
-        check_eq(histogram_cumulative(&h, 1), 4); /* + 11, 100 */
-        check_eq(histogram_cumulative(&h, 2), 7); /* + 101, 999, 1000 */
-        check_eq(histogram_cumulative(&h, 3), 9); /* the +Inf bucket: everything */
-        check_eq(h.count, 9);
-        check_eq(h.sum_us, 0 + 10 + 11 + 100 + 101 + 999 + 1000 + 1001 + (uint64_t)UINT32_MAX);
+        CHECK_EQ(histogram_cumulative(&h, 0), 2); /* 0, 10 */
+        CHECK_EQ(histogram_cumulative(&h, 1), 4); /* + 11, 100 */
+        CHECK_EQ(histogram_cumulative(&h, 2), 7); /* + 101, 999, 1000 */
+        CHECK_EQ(histogram_cumulative(&h, 3), 9); /* the +Inf bucket: everything */
+        CHECK_EQ(h.count, 9);
+        CHECK_EQ(h.sum_us, 0 + 10 + 11 + 100 + 101 + 999 + 1000 + 1001 + (uint64_t)UINT32_MAX);
 }
 
 /* An empty histogram reports zeros; more bounds than fit are cut to HISTOGRAM_MAX_BOUNDS. */
@@ -33,15 +33,15 @@ static void test_histogram_limits(void)
 
         histogram_init(&h, bounds, ARRAY_SIZE(bounds));
         for (size_t i = 0; i <= ARRAY_SIZE(bounds); i++)
-                check_eq(histogram_cumulative(&h, i), 0);
-        check_eq(h.count, 0);
+                CHECK_EQ(histogram_cumulative(&h, i), 0);
+        CHECK_EQ(h.count, 0);
         for (size_t i = 0; i < ARRAY_SIZE(many); i++)
                 many[i] = (uint32_t)(i + 1);
         histogram_init(&h, many, ARRAY_SIZE(many));
-        check_eq(h.n_bounds, HISTOGRAM_MAX_BOUNDS);
+        CHECK_EQ(h.n_bounds, HISTOGRAM_MAX_BOUNDS);
         histogram_record(&h, 1000);
-        check_eq(histogram_cumulative(&h, HISTOGRAM_MAX_BOUNDS - 1), 0);
-        check_eq(histogram_cumulative(&h, HISTOGRAM_MAX_BOUNDS), 1);
+        CHECK_EQ(histogram_cumulative(&h, HISTOGRAM_MAX_BOUNDS - 1), 0);
+        CHECK_EQ(histogram_cumulative(&h, HISTOGRAM_MAX_BOUNDS), 1);
 }
 
 int main(int argc, char **argv)

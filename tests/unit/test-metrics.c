@@ -25,12 +25,12 @@ static char *render_with_rings(const gpuipc_stat_t *stats, int n, const gpuipc_r
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
 
-        check(f);
+        CHECK(f);
         if (json)
                 metrics_write_json(f, &in);
         else
                 metrics_write_text(f, &in);
-        check(fclose(f) == 0);
+        CHECK(fclose(f) == 0);
         return text;
 }
 
@@ -80,7 +80,7 @@ static void test_metrics_known(void)
         check_line(t, "gpuipc_buffers{state=\"live\"} 2");
         check_line(t, "gpuipc_buffers{state=\"retired\"} 1");
         check_line(t, "gpuipc_buffers{state=\"idle\"} 0");
-        check(count(t, "# TYPE gpuipc_buffers gauge") == 1); /* one family, and "buffers" itself left out */
+        CHECK(count(t, "# TYPE gpuipc_buffers gauge") == 1); /* one family, and "buffers" itself left out */
         check_line(t, "gpuipc_uptime_seconds 1.5");
         check_line(t, "gpuipc_open_fds 12");
         check_line(t, "gpuipc_max_fds 1024");
@@ -93,8 +93,8 @@ static void test_metrics_known(void)
         check_line(t, "gpuipc_request_duration_seconds_sum 0.0025");
         check_line(t, "gpuipc_request_duration_seconds_count 8");
         check_line(t, "gpuipc_peer_cleanup_max_seconds 1.5");
-        check(count(t, "# HELP ") == count(t, "# TYPE "));
-        check(!strstr(t, "_ms") && !strstr(t, "_us"));
+        CHECK(count(t, "# HELP ") == count(t, "# TYPE "));
+        CHECK(!strstr(t, "_ms") && !strstr(t, "_us"));
         free(t);
 }
 
@@ -116,7 +116,7 @@ static void test_metrics_unknown(void)
         check_line(t, "gpuipc_widget_wait_seconds 0.00025");
         check_line(t, "# TYPE gpuipc_widget_errors_total counter");
         check_line(t, "gpuipc_widget_errors_total{status=\"quota\"} 2");
-        check(!strstr(t, "gizmo") && !strstr(t, "bad name"));
+        CHECK(!strstr(t, "gizmo") && !strstr(t, "bad name"));
         free(t);
 }
 
@@ -127,10 +127,10 @@ static void test_metrics_down(void)
         char *t = render(stats, 1, false, false), *j = render(stats, 1, false, true);
 
         check_line(t, "gpuipc_up 0");
-        check(strstr(t, "gpuipc_build_info{version=\""));
-        check(!strstr(t, "gpuipc_peers"));
-        check(strstr(j, "\"name\":\"gpuipc_up\"") && strstr(j, "\"value\":0"));
-        check(j[0] == '[' && !strstr(j, "gpuipc_peers"));
+        CHECK(strstr(t, "gpuipc_build_info{version=\""));
+        CHECK(!strstr(t, "gpuipc_peers"));
+        CHECK(strstr(j, "\"name\":\"gpuipc_up\"") && strstr(j, "\"value\":0"));
+        CHECK(j[0] == '[' && !strstr(j, "gpuipc_peers"));
         free(t);
         free(j);
 }
@@ -157,14 +157,14 @@ static void test_metrics_rings(void)
         check_line(t, "gpuipc_ring_seats_taken{ring=\"cams/front\"} 3");
         check_line(t, "gpuipc_ring_seats_taken{ring=\"cams/\\\"odd\\\"\"} 0");
         check_line(t, "gpuipc_ring_slots{ring=\"cams/front\"} 8");
-        check(count(t, "gpuipc_ring_head{") == 1 && count(t, "gpuipc_ring_lag_frames{") == 1);
-        check(count(t, "# HELP gpuipc_ring_slots ") == 1 && count(t, "gpuipc_ring_slots{") == 2);
-        check(strstr(j, "\"name\":\"gpuipc_ring_lag_frames\"") && strstr(j, "\"labels\":{\"ring\":\"cams/front\"}"));
+        CHECK(count(t, "gpuipc_ring_head{") == 1 && count(t, "gpuipc_ring_lag_frames{") == 1);
+        CHECK(count(t, "# HELP gpuipc_ring_slots ") == 1 && count(t, "gpuipc_ring_slots{") == 2);
+        CHECK(strstr(j, "\"name\":\"gpuipc_ring_lag_frames\"") && strstr(j, "\"labels\":{\"ring\":\"cams/front\"}"));
         free(t);
         free(j);
         /* Without a broker: no ring family at all. */
         t = render_with_rings(stats, 2, rings, 2, false, false);
-        check(!strstr(t, "gpuipc_ring"));
+        CHECK(!strstr(t, "gpuipc_ring"));
         free(t);
 }
 

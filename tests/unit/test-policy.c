@@ -12,7 +12,7 @@ static int parse(const char *text, size_t len, Policy **ret, char *err, size_t c
         char *copy = malloc(len ? len : 1);
         int r;
 
-        check(copy);
+        CHECK(copy);
         memcpy(copy, text, len);
         r = policy_parse(copy, len, ret, err, cap);
         free(copy);
@@ -27,8 +27,8 @@ static Policy *parse_ok(const char *text)
 
         if (r != 0)
                 fprintf(stderr, "unexpected parse error: %s\n", err);
-        check_eq(r, 0);
-        check(p);
+        CHECK_EQ(r, 0);
+        CHECK(p);
         return p;
 }
 
@@ -38,13 +38,13 @@ static void parse_fails(const char *text, size_t len, unsigned line, const char 
         Policy *p = (Policy *)0x1;
         char err[256] = "", want[32];
 
-        check_eq(parse(text, len, &p, err, sizeof(err)), -EINVAL);
-        check(p == (Policy *)0x1); /* untouched on failure */
+        CHECK_EQ(parse(text, len, &p, err, sizeof(err)), -EINVAL);
+        CHECK(p == (Policy *)0x1); /* untouched on failure */
         snprintf(want, sizeof(want), "line %u: ", line);
         if (strncmp(err, want, strlen(want)) != 0 || !strstr(err, why))
                 fprintf(stderr, "error text: '%s' (want '%s...%s')\n", err, want, why);
-        check(strncmp(err, want, strlen(want)) == 0);
-        check(strstr(err, why));
+        CHECK(strncmp(err, want, strlen(want)) == 0);
+        CHECK(strstr(err, why));
 }
 
 static void parse_fails_s(const char *text, unsigned line, const char *why)
@@ -52,19 +52,22 @@ static void parse_fails_s(const char *text, unsigned line, const char *why)
         parse_fails(text, strlen(text), line, why);
 }
 
+/* Without a policy file everyone publishes and attaches, and only root may manage other uids' buffers. */
 static void test_default(void)
 {
         /* Without a policy file: everyone publishes and attaches, only root manages others' buffers. */
-        check(policy_allows(NULL, 1000, 1000, POLICY_PUBLISH, "x"));
-        check(policy_allows(NULL, 1000, 1000, POLICY_ATTACH, "frames/0"));
-        check(policy_allows(NULL, 0, 0, POLICY_ATTACH, ""));
-        check(!policy_allows(NULL, 1000, 0, POLICY_ADMIN, "x"));
-        check(!policy_allows(NULL, 1, 0, POLICY_ADMIN, "x"));
-        check(policy_allows(NULL, 0, 1000, POLICY_ADMIN, "x"));
-        check_eq(policy_rule_count(NULL), 0);
-        check(policy_free(NULL) == NULL);
+        CHECK(policy_allows(NULL, 1000, 1000, POLICY_PUBLISH, "x"));
+        CHECK(policy_allows(NULL, 1000, 1000, POLICY_ATTACH, "frames/0"));
+        CHECK(policy_allows(NULL, 0, 0, POLICY_ATTACH, ""));
+        CHECK(!policy_allows(NULL, 1000, 0, POLICY_ADMIN, "x"));
+        CHECK(!policy_allows(NULL, 1, 0, POLICY_ADMIN, "x"));
+        CHECK(policy_allows(NULL, 0, 1000, POLICY_ADMIN, "x"));
+        CHECK_EQ(policy_rule_count(NULL), 0);
+        CHECK(policy_free(NULL) == NULL);
 }
 
+/* The example policy in docs/security.md means what the documentation says (prefixes, gid rules, a final deny; root
+ * no exception). */
 static void test_documented_example(void)
 {
         Policy *p = parse_ok("# comment\n"
@@ -72,39 +75,41 @@ static void test_documented_example(void)
                              "allow attach gid=2000 prefix=frames/\n"
                              "deny all any\n");
 
-        check_eq(policy_rule_count(p), 3);
-        check(policy_allows(p, 1000, 5, POLICY_PUBLISH, "frames/0"));
-        check(policy_allows(p, 1000, 5, POLICY_ATTACH, "frames/0"));
-        check(!policy_allows(p, 1000, 5, POLICY_ADMIN, "frames/0"));
-        check(!policy_allows(p, 1000, 5, POLICY_PUBLISH, "weights/0"));
-        check(!policy_allows(p, 1000, 5, POLICY_PUBLISH, "frames")); /* a prefix, not a glob */
-        check(policy_allows(p, 3000, 2000, POLICY_ATTACH, "frames/x"));
-        check(!policy_allows(p, 3000, 2000, POLICY_PUBLISH, "frames/x"));
-        check(!policy_allows(p, 2000, 3000, POLICY_ATTACH, "frames/x")); /* gid=, not uid= */
-        check(!policy_allows(p, 0, 0, POLICY_ADMIN, "frames/x"));          /* root is no exception */
-        check(policy_free(p) == NULL);
+        CHECK_EQ(policy_rule_count(p), 3);
+        CHECK(policy_allows(p, 1000, 5, POLICY_PUBLISH, "frames/0"));
+        CHECK(policy_allows(p, 1000, 5, POLICY_ATTACH, "frames/0"));
+        CHECK(!policy_allows(p, 1000, 5, POLICY_ADMIN, "frames/0"));
+        CHECK(!policy_allows(p, 1000, 5, POLICY_PUBLISH, "weights/0"));
+        CHECK(!policy_allows(p, 1000, 5, POLICY_PUBLISH, "frames")); /* a prefix, not a glob */
+        CHECK(policy_allows(p, 3000, 2000, POLICY_ATTACH, "frames/x"));
+        CHECK(!policy_allows(p, 3000, 2000, POLICY_PUBLISH, "frames/x"));
+        CHECK(!policy_allows(p, 2000, 3000, POLICY_ATTACH, "frames/x")); /* gid=, not uid= */
+        CHECK(!policy_allows(p, 0, 0, POLICY_ADMIN, "frames/x"));          /* root is no exception */
+        CHECK(policy_free(p) == NULL);
 }
 
+/* Rules are tried in order and the first that matches decides; no match denies. */
 static void test_first_match_wins(void)
 {
         Policy *p = parse_ok("deny attach uid=1000 prefix=secret/\n"
                              "allow all any\n"
                              "deny all uid=1000\n");
 
-        check(!policy_allows(p, 1000, 0, POLICY_ATTACH, "secret/k"));
-        check(policy_allows(p, 1000, 0, POLICY_PUBLISH, "secret/k")); /* the deny names attach only */
-        check(policy_allows(p, 1000, 0, POLICY_ATTACH, "public"));     /* the later deny never runs */
-        check(policy_allows(p, 1001, 0, POLICY_ATTACH, "secret/k"));
-        check(policy_allows(p, 1001, 0, POLICY_ADMIN, "anything"));
+        CHECK(!policy_allows(p, 1000, 0, POLICY_ATTACH, "secret/k"));
+        CHECK(policy_allows(p, 1000, 0, POLICY_PUBLISH, "secret/k")); /* the deny names attach only */
+        CHECK(policy_allows(p, 1000, 0, POLICY_ATTACH, "public"));     /* the later deny never runs */
+        CHECK(policy_allows(p, 1001, 0, POLICY_ATTACH, "secret/k"));
+        CHECK(policy_allows(p, 1001, 0, POLICY_ADMIN, "anything"));
         policy_free(p);
 
         p = parse_ok("allow attach any prefix=a/\ndeny attach any prefix=a/b\n");
-        check(policy_allows(p, 1, 1, POLICY_ATTACH, "a/b"));
-        check(!policy_allows(p, 1, 1, POLICY_ATTACH, "b"));           /* no rule matched: denied */
-        check(!policy_allows(p, 1, 1, POLICY_PUBLISH, "a/x"));
+        CHECK(policy_allows(p, 1, 1, POLICY_ATTACH, "a/b"));
+        CHECK(!policy_allows(p, 1, 1, POLICY_ATTACH, "b"));           /* no rule matched: denied */
+        CHECK(!policy_allows(p, 1, 1, POLICY_PUBLISH, "a/x"));
         policy_free(p);
 }
 
+/* A loaded policy with no rules denies everything, to root too. */
 static void test_empty_policy_denies(void)
 {
         static const char *const empties[] = { "", "\n", "# only a comment\n", "   \t \n\n", "\r\n" };
@@ -112,15 +117,17 @@ static void test_empty_policy_denies(void)
         for (size_t i = 0; i < sizeof(empties) / sizeof(empties[0]); i++) {
                 Policy *p = parse_ok(empties[i]);
 
-                check_eq(policy_rule_count(p), 0);
+                CHECK_EQ(policy_rule_count(p), 0);
                 /* A loaded policy denies what no rule allows, to root too. */
-                check(!policy_allows(p, 0, 0, POLICY_PUBLISH, "x"));
-                check(!policy_allows(p, 0, 0, POLICY_ATTACH, "x"));
-                check(!policy_allows(p, 0, 0, POLICY_ADMIN, "x"));
+                CHECK(!policy_allows(p, 0, 0, POLICY_PUBLISH, "x"));
+                CHECK(!policy_allows(p, 0, 0, POLICY_ATTACH, "x"));
+                CHECK(!policy_allows(p, 0, 0, POLICY_ADMIN, "x"));
                 policy_free(p);
         }
 }
 
+/* Each action (and "all") is granted only to the uid or gid its rule names, up to the largest uid; nothing else is
+ * implied. */
 static void test_actions_and_who(void)
 {
         Policy *p = parse_ok("allow admin uid=7\n"
@@ -129,36 +136,37 @@ static void test_actions_and_who(void)
                              "allow publish,attach,admin uid=10\n"
                              "allow all uid=4294967295\n");
 
-        check_eq(policy_rule_count(p), 5);
-        check(policy_allows(p, 7, 0, POLICY_ADMIN, "any/name"));
-        check(!policy_allows(p, 7, 0, POLICY_ATTACH, "any/name"));
-        check(policy_allows(p, 100, 8, POLICY_PUBLISH, "p/1"));
-        check(!policy_allows(p, 100, 8, POLICY_PUBLISH, "q/1"));
-        check(policy_allows(p, 9, 0, POLICY_ATTACH, "z"));
-        check(policy_allows(p, 9, 0, POLICY_PUBLISH, "z"));
-        check(!policy_allows(p, 9, 0, POLICY_ADMIN, "z"));
-        check(policy_allows(p, 10, 0, POLICY_ADMIN, "z"));
-        check(policy_allows(p, UINT32_MAX, 0, POLICY_ADMIN, "z"));
-        check(!policy_allows(p, 0, 0, POLICY_ADMIN, "z"));
+        CHECK_EQ(policy_rule_count(p), 5);
+        CHECK(policy_allows(p, 7, 0, POLICY_ADMIN, "any/name"));
+        CHECK(!policy_allows(p, 7, 0, POLICY_ATTACH, "any/name"));
+        CHECK(policy_allows(p, 100, 8, POLICY_PUBLISH, "p/1"));
+        CHECK(!policy_allows(p, 100, 8, POLICY_PUBLISH, "q/1"));
+        CHECK(policy_allows(p, 9, 0, POLICY_ATTACH, "z"));
+        CHECK(policy_allows(p, 9, 0, POLICY_PUBLISH, "z"));
+        CHECK(!policy_allows(p, 9, 0, POLICY_ADMIN, "z"));
+        CHECK(policy_allows(p, 10, 0, POLICY_ADMIN, "z"));
+        CHECK(policy_allows(p, UINT32_MAX, 0, POLICY_ADMIN, "z"));
+        CHECK(!policy_allows(p, 0, 0, POLICY_ADMIN, "z"));
         policy_free(p);
 }
 
+/* A rule's prefix is a plain, case-sensitive byte prefix; empty matches every name, 255 bytes is the longest. */
 static void test_prefixes(void)
 {
         char line[400];
         Policy *p;
 
         p = parse_ok("allow attach any prefix=\n");
-        check(policy_allows(p, 1, 1, POLICY_ATTACH, "anything"));
-        check(policy_allows(p, 1, 1, POLICY_ATTACH, ""));
+        CHECK(policy_allows(p, 1, 1, POLICY_ATTACH, "anything"));
+        CHECK(policy_allows(p, 1, 1, POLICY_ATTACH, ""));
         policy_free(p);
 
         p = parse_ok("allow attach any prefix=frames/cam0\n");
-        check(policy_allows(p, 1, 1, POLICY_ATTACH, "frames/cam0"));
-        check(policy_allows(p, 1, 1, POLICY_ATTACH, "frames/cam0/1"));
-        check(policy_allows(p, 1, 1, POLICY_ATTACH, "frames/cam01")); /* plain byte prefix */
-        check(!policy_allows(p, 1, 1, POLICY_ATTACH, "frames/cam"));
-        check(!policy_allows(p, 1, 1, POLICY_ATTACH, "Frames/cam0"));
+        CHECK(policy_allows(p, 1, 1, POLICY_ATTACH, "frames/cam0"));
+        CHECK(policy_allows(p, 1, 1, POLICY_ATTACH, "frames/cam0/1"));
+        CHECK(policy_allows(p, 1, 1, POLICY_ATTACH, "frames/cam01")); /* plain byte prefix */
+        CHECK(!policy_allows(p, 1, 1, POLICY_ATTACH, "frames/cam"));
+        CHECK(!policy_allows(p, 1, 1, POLICY_ATTACH, "Frames/cam0"));
         policy_free(p);
 
         /* 255 bytes is the longest prefix. */
@@ -166,19 +174,21 @@ static void test_prefixes(void)
         strcpy(line, "allow all any prefix=");
         memset(line + strlen(line), 'a', 255);
         p = parse_ok(line);
-        check_eq(policy_rule_count(p), 1);
+        CHECK_EQ(policy_rule_count(p), 1);
         {
                 char name[300] = { 0 };
                 memset(name, 'a', 255);
-                check(policy_allows(p, 1, 1, POLICY_ATTACH, name));
+                CHECK(policy_allows(p, 1, 1, POLICY_ATTACH, name));
                 name[254] = 'b';
-                check(!policy_allows(p, 1, 1, POLICY_ATTACH, name));
+                CHECK(!policy_allows(p, 1, 1, POLICY_ATTACH, name));
         }
         policy_free(p);
         strcat(line, "a");
         parse_fails_s(line, 1, "prefix=P");
 }
 
+/* Tabs, runs of spaces, CRLF, comment lines, trailing comments and a missing final newline do not change what a
+ * rule means. */
 static void test_whitespace_and_comments(void)
 {
         Policy *p = parse_ok("\t  allow\tattach   uid=5  prefix=x/   # trailing comment\r\n"
@@ -188,13 +198,14 @@ static void test_whitespace_and_comments(void)
                              "deny publish any\r\n"
                              "allow publish uid=5"); /* no final newline */
 
-        check_eq(policy_rule_count(p), 3);
-        check(policy_allows(p, 5, 0, POLICY_ATTACH, "x/1"));
-        check(!policy_allows(p, 5, 0, POLICY_ATTACH, "y"));
-        check(!policy_allows(p, 5, 0, POLICY_PUBLISH, "x/1"));
+        CHECK_EQ(policy_rule_count(p), 3);
+        CHECK(policy_allows(p, 5, 0, POLICY_ATTACH, "x/1"));
+        CHECK(!policy_allows(p, 5, 0, POLICY_ATTACH, "y"));
+        CHECK(!policy_allows(p, 5, 0, POLICY_PUBLISH, "x/1"));
         policy_free(p);
 }
 
+/* Every malformed rule is refused with its line number and what is wrong in it. */
 static void test_errors_name_their_line(void)
 {
         char buf[2048];
@@ -233,12 +244,13 @@ static void test_errors_name_their_line(void)
                 Policy *p = NULL;
 
                 memset(small, 'z', sizeof(small));
-                check_eq(parse("bogus", 5, &p, small, sizeof(small)), -EINVAL);
-                check_eq(strlen(small), sizeof(small) - 1);
-                check(p == NULL);
+                CHECK_EQ(parse("bogus", 5, &p, small, sizeof(small)), -EINVAL);
+                CHECK_EQ(strlen(small), sizeof(small) - 1);
+                CHECK(p == NULL);
         }
 }
 
+/* A policy of 4096 rules loads; one more is refused, saying so. */
 static void test_rule_limit(void)
 {
         enum { LINE = 14 }; /* "allow all any\n" */
@@ -247,12 +259,12 @@ static void test_rule_limit(void)
         Policy *p = NULL;
         char err[128];
 
-        check(text);
+        CHECK(text);
         for (size_t i = 0; i <= n; i++)
                 memcpy(text + i * LINE, "allow all any\n", LINE);
-        check_eq(parse(text, LINE * n, &p, err, sizeof(err)), 0);
-        check_eq(policy_rule_count(p), n);
-        check(policy_allows(p, 1, 1, POLICY_ADMIN, "x"));
+        CHECK_EQ(parse(text, LINE * n, &p, err, sizeof(err)), 0);
+        CHECK_EQ(policy_rule_count(p), n);
+        CHECK(policy_allows(p, 1, 1, POLICY_ADMIN, "x"));
         policy_free(p);
         parse_fails(text, LINE * (n + 1), 4097, "more than 4096 rules");
         free(text);

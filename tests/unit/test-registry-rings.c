@@ -85,7 +85,7 @@ static Env *ring_env(const Limits *limits, uint32_t grace_ms)
 {
         Env *e = calloc(1, sizeof(*e));
 
-        check(e);
+        CHECK(e);
         env_init_cfg(e, (RegConfig){ .limits = limits ? *limits : LIMITS_DEFAULT, .id_seed = 1,
                                      .first_generation = 100, .restart_grace_ms = grace_ms });
         return e;
@@ -121,7 +121,7 @@ static void ring_create_ok(Env *e, RegPeer *p, const Shape *s)
         Sent *r = ring_create(e, p, &spec);
 
         env_check_status(r, PROTO_STATUS_OK);
-        check_eq(e->n_sent, 1); /* the reply, and nothing else */
+        CHECK_EQ(e->n_sent, 1); /* the reply, and nothing else */
 }
 
 static Sent *ring_part(Env *e, RegPeer *p, const char *ring, uint32_t index, Part o)
@@ -140,7 +140,7 @@ static Sent *ring_part(Env *e, RegPeer *p, const char *ring, uint32_t index, Par
         a.retire_after = o.retire_after;
         a.fd = env_memfd(e, 4096); /* the registry never looks inside; broker/request.c checks fds */
         registry_ring_part(e->r, p, id, ring, index, &a, &e->out);
-        check_eq(a.fd, -1); /* taken in every case */
+        CHECK_EQ(a.fd, -1); /* taken in every case */
         flush(e);
         return env_reply(e, p, id);
 }
@@ -150,9 +150,9 @@ static uint64_t ring_part_ok(Env *e, RegPeer *p, const Shape *s, uint32_t index)
         Sent *r = ring_part(e, p, s->name, index, part_for(s, index));
 
         env_check_status(r, PROTO_STATUS_OK);
-        check_eq(e->n_sent, 1);
-        check(proto_has(&r->m, PF_BUFFER) && r->m.buffer > 0);
-        check(proto_has(&r->m, PF_GENERATION) && r->m.generation > 100);
+        CHECK_EQ(e->n_sent, 1);
+        CHECK(proto_has(&r->m, PF_BUFFER) && r->m.buffer > 0);
+        CHECK(proto_has(&r->m, PF_GENERATION) && r->m.generation > 100);
         return r->m.buffer;
 }
 
@@ -253,7 +253,7 @@ static uint64_t refs_of(Env *e, uint64_t buffer)
         RegBuffer *b = registry_buffer_by_id(e->r, buffer);
         ProtoMsg m;
 
-        check(b);
+        CHECK(b);
         registry_buffer_describe(b, &m);
         return m.refs;
 }
@@ -263,15 +263,15 @@ static uint64_t refs_of(Env *e, uint64_t buffer)
 /* A ring event: ring name, seat, epoch, a reason exactly for member-left, and nothing of a buffer's. */
 static void check_ring_event(const Sent *s, ProtoEvent ev, const char *ring, uint32_t seat, uint64_t epoch)
 {
-        check_eq(s->m.type, PROTO_EVENT);
-        check_eq(s->m.event, ev);
-        check(proto_str_eq(s->m.name, ring));
-        check(proto_has(&s->m, PF_INDEX) && proto_has(&s->m, PF_GENERATION));
-        check_eq(s->m.index, seat);
-        check_eq(s->m.generation, epoch);
-        check(!proto_has(&s->m, PF_BUFFER) && !proto_has(&s->m, PF_KIND));
-        check_eq(proto_has(&s->m, PF_REASON), ev == PROTO_EV_MEMBER_LEFT);
-        check_eq(s->fd, -1);
+        CHECK_EQ(s->m.type, PROTO_EVENT);
+        CHECK_EQ(s->m.event, ev);
+        CHECK(proto_str_eq(s->m.name, ring));
+        CHECK(proto_has(&s->m, PF_INDEX) && proto_has(&s->m, PF_GENERATION));
+        CHECK_EQ(s->m.index, seat);
+        CHECK_EQ(s->m.generation, epoch);
+        CHECK(!proto_has(&s->m, PF_BUFFER) && !proto_has(&s->m, PF_KIND));
+        CHECK_EQ(proto_has(&s->m, PF_REASON), ev == PROTO_EV_MEMBER_LEFT);
+        CHECK_EQ(s->fd, -1);
 }
 
 /* The one event of this kind about this ring sent to p in the last operation, checked. */
@@ -283,14 +283,14 @@ static Sent *ring_event_to(Env *e, RegPeer *p, ProtoEvent ev, const char *ring, 
                 Sent *s = &e->sent[i];
 
                 if (s->to == p && s->m.type == PROTO_EVENT && s->m.event == ev && proto_str_eq(s->m.name, ring)) {
-                        check(!found);
+                        CHECK(!found);
                         found = s;
                 }
         }
         if (!found)
                 fprintf(stderr, "no %s event about ring '%s' to peer %llu\n", proto_event_name(ev), ring,
                         (unsigned long long)registry_peer_id(p));
-        check(found);
+        CHECK(found);
         check_ring_event(found, ev, ring, seat, epoch);
         return found;
 }
@@ -307,17 +307,17 @@ static uint64_t check_joined(Env *e, const Sent *r, RegPeer *owner, const Shape 
         Sent *ev;
 
         env_check_status(r, PROTO_STATUS_OK);
-        check_eq(r->m.index, seat);
-        check(r->m.generation > 0);
-        check_eq(r->m.slots, s->slots);
-        check_eq(r->m.members, s->members);
-        check_eq(r->m.mode, s->mode);
-        check_eq(r->m.kind, s->kind);
-        check_eq(r->m.size, s->slot_size);
-        check_eq(r->m.timeout_ms, 2000);
-        check_eq(proto_has(&r->m, PF_DEVICE), s->device != NULL);
+        CHECK_EQ(r->m.index, seat);
+        CHECK(r->m.generation > 0);
+        CHECK_EQ(r->m.slots, s->slots);
+        CHECK_EQ(r->m.members, s->members);
+        CHECK_EQ(r->m.mode, s->mode);
+        CHECK_EQ(r->m.kind, s->kind);
+        CHECK_EQ(r->m.size, s->slot_size);
+        CHECK_EQ(r->m.timeout_ms, 2000);
+        CHECK_EQ(proto_has(&r->m, PF_DEVICE), s->device != NULL);
         if (s->device)
-                check(proto_str_eq(r->m.device, s->device));
+                CHECK(proto_str_eq(r->m.device, s->device));
         for (uint32_t i = 0; i <= s->slots; i++)
                 want[n++] = i;
         want[n++] = page_of(s, seat);
@@ -325,14 +325,14 @@ static uint64_t check_joined(Env *e, const Sent *r, RegPeer *owner, const Shape 
                 want[n++] = counter_of(s, seat);
         proto_iter_init(&it, &r->m.items);
         for (uint32_t i = 0; i < n; i++) {
-                check_eq(proto_iter_next(&it, &rec), 1);
-                check_eq(rec.index, want[i]);
-                check_eq(rec.buffer, ids[want[i]]);
+                CHECK_EQ(proto_iter_next(&it, &rec), 1);
+                CHECK_EQ(rec.index, want[i]);
+                CHECK_EQ(rec.buffer, ids[want[i]]);
         }
-        check_eq(proto_iter_next(&it, &rec), 0);
+        CHECK_EQ(proto_iter_next(&it, &rec), 0);
         ev = ring_event_to(e, owner, PROTO_EV_MEMBER_JOINED, s->name, seat, r->m.generation);
-        check(env_pos(e, ev) > env_pos(e, r));
-        check_eq(e->n_sent, 2);
+        CHECK(env_pos(e, ev) > env_pos(e, r));
+        CHECK_EQ(e->n_sent, 2);
         return r->m.generation;
 }
 
@@ -364,8 +364,8 @@ static void join_not_ready(Env *e, RegPeer *p, const Shape *s)
         Sent *r = ring_join(e, p, s->name);
 
         env_check_status(r, PROTO_STATUS_NOT_FOUND);
-        check(env_msg_has(r, "has no seat ready"));
-        check_eq(e->n_sent, 1); /* no member-joined */
+        CHECK(env_msg_has(r, "has no seat ready"));
+        CHECK_EQ(e->n_sent, 1); /* no member-joined */
 }
 
 /* A membership of `seat` ended: its page (and counters) are the ring's no more. They stay live
@@ -377,7 +377,7 @@ static void check_let_go(Env *e, RegPeer *P, const Shape *s, const uint64_t *ids
         RegRing *g = registry_ring_by_name(e->r, s->name);
         uint32_t idx[2], n = seat_parts(s, seat, idx);
 
-        check(g);
+        CHECK(g);
         for (uint32_t k = 0; k < n; k++) {
                 RegBuffer *b = registry_buffer_by_id(e->r, ids[idx[k]]);
                 ProtoMsg d;
@@ -386,15 +386,15 @@ static void check_let_go(Env *e, RegPeer *P, const Shape *s, const uint64_t *ids
                         Sent *r = attach_id(e, who[i], ids[idx[k]]);
 
                         env_check_status(r, PROTO_STATUS_DENIED);
-                        check(env_msg_has(r, "a membership that ended"));
-                        check_eq(r->fd, -1);
+                        CHECK(env_msg_has(r, "a membership that ended"));
+                        CHECK_EQ(r->fd, -1);
                 }
-                check(g->parts[idx[k]] == NULL); /* the seat waits for new ones */
-                check(b && registry_buffer_ring_part(b));
+                CHECK(g->parts[idx[k]] == NULL); /* the seat waits for new ones */
+                CHECK(b && registry_buffer_ring_part(b));
                 registry_buffer_describe(b, &d);
-                check_eq(d.owner, registry_peer_id(P));
-                check_eq(d.state, PROTO_STATE_LIVE);
-                check(registry_buffer_by_name(e->r, registry_buffer_name(b)) != b);
+                CHECK_EQ(d.owner, registry_peer_id(P));
+                CHECK_EQ(d.state, PROTO_STATE_LIVE);
+                CHECK(registry_buffer_by_name(e->r, registry_buffer_name(b)) != b);
         }
 }
 
@@ -412,13 +412,13 @@ static void seat_renew(Env *e, RegPeer *P, const Shape *s, uint64_t *ids, uint32
 
                 old[k] = ids[idx[k]];
                 ids[idx[k]] = ring_part_ok(e, P, s, idx[k]);
-                check(ids[idx[k]] != old[k]);
-                check(registry_buffer_by_id(e->r, old[k])); /* the old one is still there */
+                CHECK(ids[idx[k]] != old[k]);
+                CHECK(registry_buffer_by_id(e->r, old[k])); /* the old one is still there */
                 r = ring_part(e, P, s->name, idx[k], part_for(s, idx[k]));
                 env_check_status(r, PROTO_STATUS_INVALID);
-                check(env_msg_has(r, "registered already"));
+                CHECK(env_msg_has(r, "registered already"));
         }
-        check_eq(gauges(e).buffers, buffers + n); /* old and new alike are the producer's */
+        CHECK_EQ(gauges(e).buffers, buffers + n); /* old and new alike are the producer's */
 }
 
 /* The producer frees parts it renewed (nobody holds them): they go at once. */
@@ -432,9 +432,9 @@ static void free_old_parts(Env *e, RegPeer *P, const uint64_t *old, uint32_t n)
                 registry_free_buffer(e->r, P, id, old[k], false, &e->out);
                 flush(e);
                 env_check_status(env_reply(e, P, id), PROTO_STATUS_OK);
-                check(registry_buffer_by_id(e->r, old[k]) == NULL);
+                CHECK(registry_buffer_by_id(e->r, old[k]) == NULL);
         }
-        check_eq(gauges(e).buffers, buffers - n);
+        CHECK_EQ(gauges(e).buffers, buffers - n);
 }
 
 /* ---- tests ---- */
@@ -448,13 +448,13 @@ static void ring_lifecycle(const Shape *s)
         Sent *r;
 
         ring_create_ok(e, P, s);
-        check_eq(gauges(e).rings, 1);
-        check_eq(gauges(e).buffers, 0); /* a ring is no buffer, though it counts as one for quotas */
+        CHECK_EQ(gauges(e).rings, 1);
+        CHECK_EQ(gauges(e).buffers, 0); /* a ring is no buffer, though it counts as one for quotas */
 
         /* Joinable only once every part is in. */
         r = ring_join(e, A, s->name);
         env_check_status(r, PROTO_STATUS_NOT_FOUND);
-        check(env_msg_has(r, "still being set up"));
+        CHECK(env_msg_has(r, "still being set up"));
         for (uint32_t i = 0; i + 1 < n_parts(s); i++)
                 ids[i] = ring_part_ok(e, P, s, i);
         r = ring_join(e, A, s->name);
@@ -462,37 +462,37 @@ static void ring_lifecycle(const Shape *s)
         {
                 char text[64];
                 snprintf(text, sizeof(text), "(%u of %u parts registered)", n_parts(s) - 1, n_parts(s));
-                check(env_msg_has(r, text));
+                CHECK(env_msg_has(r, text));
         }
-        check_eq(e->n_sent, 1); /* no member-joined */
+        CHECK_EQ(e->n_sent, 1); /* no member-joined */
         ids[n_parts(s) - 1] = ring_part_ok(e, P, s, n_parts(s) - 1);
-        check_eq(gauges(e).buffers, n_parts(s));
-        check_eq(gauges(e).live, n_parts(s)); /* live, but under no name */
+        CHECK_EQ(gauges(e).buffers, n_parts(s));
+        CHECK_EQ(gauges(e).live, n_parts(s)); /* live, but under no name */
         for (uint32_t i = 0; i < n_parts(s); i++)
-                check(registry_buffer_by_name(e->r, registry_buffer_name(registry_buffer_by_id(e->r, ids[i]))) ==
+                CHECK(registry_buffer_by_name(e->r, registry_buffer_name(registry_buffer_by_id(e->r, ids[i]))) ==
                       NULL);
 
         epoch_a = join_ok(e, A, P, s, ids, 0);
-        check_eq(gauges(e).ring_members, 1);
+        CHECK_EQ(gauges(e).ring_members, 1);
         r = ring_join(e, A, s->name);
         env_check_status(r, PROTO_STATUS_STATE);
-        check(env_msg_has(r, "member of ring"));
+        CHECK(env_msg_has(r, "member of ring"));
 
         /* A attaches what its seat may: the fd travels with each. */
         for (uint32_t i = 0; i <= s->slots; i++) {
                 r = attach_id(e, A, ids[i]);
                 env_check_status(r, PROTO_STATUS_OK);
-                check(r->fd >= 0);
+                CHECK(r->fd >= 0);
         }
         r = attach_id(e, A, ids[page_of(s, 0)]);
         env_check_status(r, PROTO_STATUS_OK);
-        check(r->m.writable);
+        CHECK(r->m.writable);
         if (s->mode == PROTO_MODE_STREAM)
                 env_check_status(attach_id(e, A, ids[counter_of(s, 0)]), PROTO_STATUS_OK);
         /* ... and not another seat's page or counters, nor does anyone outside the ring attach anything. */
         r = attach_id(e, A, ids[page_of(s, 1)]);
         env_check_status(r, PROTO_STATUS_DENIED);
-        check(env_msg_has(r, "only its members"));
+        CHECK(env_msg_has(r, "only its members"));
         if (s->mode == PROTO_MODE_STREAM) {
                 env_check_status(attach_id(e, A, ids[counter_of(s, 1)]), PROTO_STATUS_DENIED);
                 env_check_status(attach_id(e, A, ids[counter_of(s, 2)]), PROTO_STATUS_DENIED);
@@ -502,62 +502,62 @@ static void ring_lifecycle(const Shape *s)
         /* The producer is no member either. */
         env_check_status(attach_id(e, P, ids[0]), PROTO_STATUS_DENIED);
 
-        check_eq(join_ok(e, B, P, s, ids, 1), epoch_a + 1);
+        CHECK_EQ(join_ok(e, B, P, s, ids, 1), epoch_a + 1);
         env_check_status(attach_id(e, B, ids[page_of(s, 1)]), PROTO_STATUS_OK);
         env_check_status(attach_id(e, B, ids[page_of(s, 0)]), PROTO_STATUS_DENIED);
         for (uint32_t seat = 2; seat < s->members; seat++)
                 join_ok(e, peer(e, 1003), P, s, ids, seat);
         r = ring_join(e, X, s->name);
         env_check_status(r, PROTO_STATUS_QUOTA);
-        check(env_msg_has(r, "member seats taken"));
-        check_eq(e->n_sent, 1);
+        CHECK(env_msg_has(r, "member seats taken"));
+        CHECK_EQ(e->n_sent, 1);
 
         /* B leaves: the producer hears it, B only gets its reply. B keeps what it mapped of its page
          * (and counters), so they are the seat's no more: nobody may attach them, B included, and
          * the seat waits for new ones (a join meanwhile is told to retry). */
         r = ring_leave(e, B, s->name);
         env_check_status(r, PROTO_STATUS_OK);
-        check(env_msg_has(ring_event_to(e, P, PROTO_EV_MEMBER_LEFT, s->name, 1, epoch_a + 1), "the member left"));
-        check_eq(env_count_to(e, B), 1);
-        check_eq(e->n_sent, 2);
+        CHECK(env_msg_has(ring_event_to(e, P, PROTO_EV_MEMBER_LEFT, s->name, 1, epoch_a + 1), "the member left"));
+        CHECK_EQ(env_count_to(e, B), 1);
+        CHECK_EQ(e->n_sent, 2);
         env_check_status(ring_leave(e, B, s->name), PROTO_STATUS_NOT_FOUND);
         env_check_status(attach_id(e, B, ids[0]), PROTO_STATUS_DENIED); /* no member any more */
         check_let_go(e, P, s, ids, 1, (RegPeer *[]){ B, X, A, P }, 4);
-        check_eq(gauges(e).buffers, n_parts(s)); /* still the producer's */
-        check_eq(gauges(e).live, n_parts(s));
+        CHECK_EQ(gauges(e).buffers, n_parts(s)); /* still the producer's */
+        CHECK_EQ(gauges(e).live, n_parts(s));
         join_not_ready(e, X, s);
 
         /* The producer renews the seat; X gets it, under the new ids; the old ones stay out of
          * everyone's reach, the seat's new member's too. */
         seat_renew(e, P, s, ids, 1, old);
         epoch_x = join_ok(e, X, P, s, ids, 1);
-        check(epoch_x > epoch_a + 1); /* a new membership, a new epoch */
+        CHECK(epoch_x > epoch_a + 1); /* a new membership, a new epoch */
         env_check_status(attach_id(e, X, ids[page_of(s, 1)]), PROTO_STATUS_OK);
         for (uint32_t k = 0; k < n_seat_parts(s); k++) {
                 r = attach_id(e, X, old[k]);
                 env_check_status(r, PROTO_STATUS_DENIED);
-                check(env_msg_has(r, "a membership that ended"));
+                CHECK(env_msg_has(r, "a membership that ended"));
                 env_check_status(attach_id(e, B, old[k]), PROTO_STATUS_DENIED);
         }
         env_check_status(attach_id(e, B, ids[page_of(s, 1)]), PROTO_STATUS_DENIED);
         /* Full again: that is no retry. */
         r = ring_join(e, peer(e, 1002), s->name);
         env_check_status(r, PROTO_STATUS_QUOTA);
-        check(env_msg_has(r, "member seats taken"));
+        CHECK(env_msg_has(r, "member seats taken"));
 
         /* The producer frees the old parts: B still holds its old page, which goes once B lets go
          * (the producer hears it drained); the counters nobody held go at once. */
         registry_free_buffer(e->r, P, next_req, old[0], false, &e->out);
         flush(e);
         env_check_status(env_reply(e, P, next_req++), PROTO_STATUS_OK);
-        check(registry_buffer_by_id(e->r, old[0]));
-        check_eq(gauges(e).buffers, n_parts(s) + n_seat_parts(s));
+        CHECK(registry_buffer_by_id(e->r, old[0]));
+        CHECK_EQ(gauges(e).buffers, n_parts(s) + n_seat_parts(s));
         env_check_status(release(e, B, old[0]), PROTO_STATUS_OK);
-        check_eq(env_event(e, P, PROTO_EV_DRAINED)->m.buffer, old[0]);
-        check_eq(env_event(e, B, PROTO_EV_FREED)->m.buffer, old[0]);
-        check(registry_buffer_by_id(e->r, old[0]) == NULL);
+        CHECK_EQ(env_event(e, P, PROTO_EV_DRAINED)->m.buffer, old[0]);
+        CHECK_EQ(env_event(e, B, PROTO_EV_FREED)->m.buffer, old[0]);
+        CHECK(registry_buffer_by_id(e->r, old[0]) == NULL);
         free_old_parts(e, P, old + 1, n_seat_parts(s) - 1);
-        check_eq(gauges(e).buffers, n_parts(s));
+        CHECK_EQ(gauges(e).buffers, n_parts(s));
 
         /* Close: every member hears it, the producer gets its reply only; the parts stay its buffers,
          * attachable by nobody. */
@@ -565,16 +565,16 @@ static void ring_lifecycle(const Shape *s)
         env_check_status(ring_close(e, X, s->name), PROTO_STATUS_NOT_OWNER);
         r = ring_close(e, P, s->name);
         env_check_status(r, PROTO_STATUS_OK);
-        check(env_msg_has(ring_event_to(e, A, PROTO_EV_MEMBER_LEFT, s->name, 0, epoch_a), "closed"));
+        CHECK(env_msg_has(ring_event_to(e, A, PROTO_EV_MEMBER_LEFT, s->name, 0, epoch_a), "closed"));
         ring_event_to(e, X, PROTO_EV_MEMBER_LEFT, s->name, 1, epoch_x);
-        check_eq(env_count_to(e, P), 1);
-        check_eq(e->n_sent, 1 + s->members);
-        check_eq(gauges(e).rings, 0);
-        check_eq(gauges(e).ring_members, 0);
-        check_eq(gauges(e).buffers, n_parts(s));
+        CHECK_EQ(env_count_to(e, P), 1);
+        CHECK_EQ(e->n_sent, 1 + s->members);
+        CHECK_EQ(gauges(e).rings, 0);
+        CHECK_EQ(gauges(e).ring_members, 0);
+        CHECK_EQ(gauges(e).buffers, n_parts(s));
         r = attach_id(e, A, ids[0]);
         env_check_status(r, PROTO_STATUS_DENIED);
-        check(env_msg_has(r, "closed"));
+        CHECK(env_msg_has(r, "closed"));
         env_check_status(ring_close(e, P, s->name), PROTO_STATUS_NOT_FOUND);
         env_check_status(ring_join(e, A, s->name), PROTO_STATUS_NOT_FOUND);
         env_check_status(release(e, A, ids[0]), PROTO_STATUS_OK); /* references stay until released */
@@ -583,23 +583,26 @@ static void ring_lifecycle(const Shape *s)
         ring_create_ok(e, P, s);
         remove_peer(e, P);
         /* A holds the slots, its page (and counters); it mapped the control page too. */
-        check_eq(env_count_events(e, A, PROTO_EV_REVOKED), s->slots + 1 + (s->mode == PROTO_MODE_STREAM));
-        check_eq(env_count_events(e, A, PROTO_EV_FREED), s->slots + 2 + (s->mode == PROTO_MODE_STREAM));
-        check_eq(gauges(e).buffers, 0);
-        check_eq(gauges(e).rings, 0);
+        CHECK_EQ(env_count_events(e, A, PROTO_EV_REVOKED), s->slots + 1 + (s->mode == PROTO_MODE_STREAM));
+        CHECK_EQ(env_count_events(e, A, PROTO_EV_FREED), s->slots + 2 + (s->mode == PROTO_MODE_STREAM));
+        CHECK_EQ(gauges(e).buffers, 0);
+        CHECK_EQ(gauges(e).rings, 0);
         env_free(e);
 }
 
+/* The whole life of a backpressure ring (create, parts, join, attach, leave, close) keeps the registry consistent. */
 static void test_ring_lifecycle_backpressure(void)
 {
         ring_lifecycle(&backpressure);
 }
 
+/* The same life for a latest-mode ring. */
 static void test_ring_lifecycle_latest(void)
 {
         ring_lifecycle(&latest);
 }
 
+/* The same life for a stream ring (cuda-vmm slots on a declared device). */
 static void test_ring_lifecycle_stream(void)
 {
         ring_lifecycle(&stream);
@@ -627,7 +630,7 @@ static void ring_parts_checked(const Shape *s)
                 bad.device = bad.kind == PROTO_KIND_MEMFD ? NULL : "GPU-a";
                 r = ring_part(e, P, s->name, i, bad);
                 env_check_status(r, PROTO_STATUS_INVALID);
-                check(env_msg_has(r, slot ? "a slot has the ring's kind and slot size" :
+                CHECK(env_msg_has(r, slot ? "a slot has the ring's kind and slot size" :
                                   counter ? "a seat's counters are a writable cuda-vmm buffer" :
                                             "memfds of 4096 bytes"));
                 bad = good;
@@ -637,14 +640,14 @@ static void ring_parts_checked(const Shape *s)
                 bad.writable = !good.writable;
                 r = ring_part(e, P, s->name, i, bad);
                 env_check_status(r, PROTO_STATUS_INVALID);
-                check(env_msg_has(r, slot ? "read-only" : counter ? "writable cuda-vmm" : i == 0 ? "read-only" :
+                CHECK(env_msg_has(r, slot ? "read-only" : counter ? "writable cuda-vmm" : i == 0 ? "read-only" :
                                   "writable by its member"));
                 if (good.device) {
                         bad = good;
                         bad.device = "GPU-b";
                         r = ring_part(e, P, s->name, i, bad);
                         env_check_status(r, PROTO_STATUS_INVALID);
-                        check(env_msg_has(r, "the ring's device"));
+                        CHECK(env_msg_has(r, "the ring's device"));
                         bad.device = NULL;
                         env_check_status(ring_part(e, P, s->name, i, bad), PROTO_STATUS_INVALID);
                 }
@@ -652,7 +655,7 @@ static void ring_parts_checked(const Shape *s)
                 bad.held = true;
                 r = ring_part(e, P, s->name, i, bad);
                 env_check_status(r, PROTO_STATUS_INVALID);
-                check(env_msg_has(r, "neither broker-held nor retired"));
+                CHECK(env_msg_has(r, "neither broker-held nor retired"));
                 bad = good;
                 bad.retire_after = 1;
                 env_check_status(ring_part(e, P, s->name, i, bad), PROTO_STATUS_INVALID);
@@ -661,43 +664,47 @@ static void ring_parts_checked(const Shape *s)
                 bad.generation = 0;
                 r = ring_part(e, P, s->name, i, bad);
                 env_check_status(r, PROTO_STATUS_INVALID);
-                check(env_msg_has(r, "generation"));
+                CHECK(env_msg_has(r, "generation"));
                 bad.generation = 1000000;
                 env_check_status(ring_part(e, P, s->name, i, bad), PROTO_STATUS_INVALID);
                 /* Refusals change nothing: the ring still waits for this part. */
-                check_eq(gauges(e).buffers, i);
+                CHECK_EQ(gauges(e).buffers, i);
 
                 ring_part_ok(e, P, s, i);
                 r = ring_part(e, P, s->name, i, good);
                 env_check_status(r, PROTO_STATUS_INVALID);
-                check(env_msg_has(r, "registered already"));
-                check_eq(gauges(e).buffers, i + 1);
+                CHECK(env_msg_has(r, "registered already"));
+                CHECK_EQ(gauges(e).buffers, i + 1);
         }
         /* Past the last part, whatever it looks like. */
         for (uint32_t i = total; i < total + 3; i++) {
                 r = ring_part(e, P, s->name, i, part_for(s, i));
                 env_check_status(r, PROTO_STATUS_INVALID);
-                check(env_msg_has(r, "beyond the ring's parts"));
+                CHECK(env_msg_has(r, "beyond the ring's parts"));
         }
         r = ring_part(e, P, s->name, UINT32_MAX, part_for(s, 0));
         env_check_status(r, PROTO_STATUS_INVALID);
-        check(env_msg_has(r, "beyond"));
-        check_eq(gauges(e).buffers, total);
+        CHECK(env_msg_has(r, "beyond"));
+        CHECK_EQ(gauges(e).buffers, total);
         remove_peer(e, P);
-        check_eq(gauges(e).buffers, 0);
+        CHECK_EQ(gauges(e).buffers, 0);
         env_free(e);
 }
 
+/* A backpressure ring takes each part index once and only as what it must be; each refusal says why and closes the
+ * fd. */
 static void test_ring_parts_backpressure(void)
 {
         ring_parts_checked(&backpressure);
 }
 
+/* The same part checks for a latest-mode ring. */
 static void test_ring_parts_latest(void)
 {
         ring_parts_checked(&latest);
 }
 
+/* The same part checks for a stream ring (cuda-vmm slots on a declared device). */
 static void test_ring_parts_stream(void)
 {
         ring_parts_checked(&stream);
@@ -716,7 +723,7 @@ static void test_ring_stream_counters(void)
         Sent *r;
 
         s.members = 3;
-        check_eq(n_parts(&s), 9);
+        CHECK_EQ(n_parts(&s), 9);
         ring_create_ok(e, P, &s);
         for (uint32_t i = 0; i < 6; i++)
                 ids[i] = ring_part_ok(e, P, &s, i);
@@ -755,7 +762,7 @@ static void test_ring_stream_counters(void)
                 ring_event_to(e, M[i], PROTO_EV_MEMBER_LEFT, s.name, i, epoch[i]);
         remove_peer(e, P);
         for (uint32_t i = 0; i < 3; i++)
-                check_eq(env_count_events(e, M[i], PROTO_EV_REVOKED), 2); /* its page and its counters */
+                CHECK_EQ(env_count_events(e, M[i], PROTO_EV_REVOKED), 2); /* its page and its counters */
         env_free(e);
 }
 
@@ -783,52 +790,52 @@ static void test_ring_evict(void)
         env_check_status(attach_id(e, A, ids[0]), PROTO_STATUS_OK); /* two references on the control page */
         env_check_status(attach_id(e, A, ids[page_of(s, 0)]), PROTO_STATUS_OK);
         env_check_status(attach_id(e, A, other), PROTO_STATUS_OK);
-        check_eq(refs_of(e, ids[0]), 2);
+        CHECK_EQ(refs_of(e, ids[0]), 2);
 
         env_check_status(ring_evict(e, A, s->name, 0, epoch_a), PROTO_STATUS_NOT_OWNER);
         env_check_status(ring_evict(e, P, "no/such", 0, epoch_a), PROTO_STATUS_NOT_FOUND);
         /* Stale epochs and seats that do not exist: answered, nothing else. */
         env_check_status(ring_evict(e, P, s->name, 0, epoch_a + 1), PROTO_STATUS_OK);
-        check_eq(e->n_sent, 1);
+        CHECK_EQ(e->n_sent, 1);
         env_check_status(ring_evict(e, P, s->name, 0, epoch_a - 1), PROTO_STATUS_OK);
-        check_eq(e->n_sent, 1);
+        CHECK_EQ(e->n_sent, 1);
         env_check_status(ring_evict(e, P, s->name, 1, epoch_a), PROTO_STATUS_OK); /* an empty seat */
-        check_eq(e->n_sent, 1);
+        CHECK_EQ(e->n_sent, 1);
         env_check_status(ring_evict(e, P, s->name, 7, epoch_a), PROTO_STATUS_OK);
-        check_eq(e->n_sent, 1);
-        check_eq(gauges(e).ring_members, 1);
-        check_eq(refs_of(e, ids[0]), 2);
+        CHECK_EQ(e->n_sent, 1);
+        CHECK_EQ(gauges(e).ring_members, 1);
+        CHECK_EQ(refs_of(e, ids[0]), 2);
 
         /* The lease ran out: the reply first, then member-left to the producer and the member. */
         r = ring_evict(e, P, s->name, 0, epoch_a);
         env_check_status(r, PROTO_STATUS_OK);
         left = ring_event_to(e, P, PROTO_EV_MEMBER_LEFT, s->name, 0, epoch_a);
-        check(env_msg_has(left, "lease") && env_msg_has(left, "2000 ms"));
-        check(env_pos(e, left) > env_pos(e, r));
-        check(env_msg_has(ring_event_to(e, A, PROTO_EV_MEMBER_LEFT, s->name, 0, epoch_a), "evicted"));
-        check_eq(e->n_sent, 3);
-        check_eq(gauges(e).ring_members, 0);
+        CHECK(env_msg_has(left, "lease") && env_msg_has(left, "2000 ms"));
+        CHECK(env_pos(e, left) > env_pos(e, r));
+        CHECK(env_msg_has(ring_event_to(e, A, PROTO_EV_MEMBER_LEFT, s->name, 0, epoch_a), "evicted"));
+        CHECK_EQ(e->n_sent, 3);
+        CHECK_EQ(gauges(e).ring_members, 0);
         /* Its page among them: dropped while it was still the ring's, before the seat let go of it. */
         for (uint32_t i = 0; i < n_parts(s); i++)
-                check_eq(refs_of(e, ids[i]), 0);
-        check_eq(refs_of(e, other), 1); /* not a part: untouched */
+                CHECK_EQ(refs_of(e, ids[i]), 0);
+        CHECK_EQ(refs_of(e, other), 1); /* not a part: untouched */
         env_check_status(release(e, A, ids[0]), PROTO_STATUS_NOT_ATTACHED);
         env_check_status(attach_id(e, A, ids[0]), PROTO_STATUS_DENIED);
         check_let_go(e, P, s, ids, 0, (RegPeer *[]){ A, B, P }, 3);
         /* Evicting it again is a stale eviction. */
         env_check_status(ring_evict(e, P, s->name, 0, epoch_a), PROTO_STATUS_OK);
-        check_eq(e->n_sent, 1);
+        CHECK_EQ(e->n_sent, 1);
 
         /* Renewed, the seat is free for the next member, under a new epoch (until then a join takes
          * seat 1, which has its parts); one that left is no eviction. */
         seat_renew(e, P, s, ids, 0, old);
         free_old_parts(e, P, old, 1);
-        check(join_ok(e, B, P, s, ids, 0) > epoch_a);
+        CHECK(join_ok(e, B, P, s, ids, 0) > epoch_a);
         env_check_status(attach_id(e, B, old[0]), PROTO_STATUS_NOT_FOUND); /* freed */
         r = ring_leave(e, B, s->name);
         env_check_status(r, PROTO_STATUS_OK);
         env_check_status(ring_evict(e, P, s->name, 0, epoch_a + 1), PROTO_STATUS_OK);
-        check_eq(e->n_sent, 1);
+        CHECK_EQ(e->n_sent, 1);
 
         /* Evicting the last holder of a retired part drains it; its page too, which the producer
          * freed while the member held it (it went once the eviction dropped the member's hold). */
@@ -841,20 +848,20 @@ static void test_ring_evict(void)
         flush(e);
         registry_free_buffer(e->r, P, next_req++, ids[page_of(s, 0)], false, &e->out);
         flush(e);
-        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 0);
-        check_eq(refs_of(e, ids[page_of(s, 0)]), 1);
+        CHECK_EQ(env_count_events(e, P, PROTO_EV_DRAINED), 0);
+        CHECK_EQ(refs_of(e, ids[page_of(s, 0)]), 1);
         r = ring_evict(e, P, s->name, 0, epoch_a);
         env_check_status(r, PROTO_STATUS_OK);
-        check_eq(env_count_events(e, P, PROTO_EV_DRAINED), 2);
+        CHECK_EQ(env_count_events(e, P, PROTO_EV_DRAINED), 2);
         for (size_t i = 0; i < e->n_sent; i++) {
                 const ProtoMsg *m = &e->sent[i].m;
 
                 if (e->sent[i].to == P && m->type == PROTO_EVENT && m->event == PROTO_EV_DRAINED)
                         drained |= m->buffer == ids[1] ? 1u : m->buffer == ids[page_of(s, 0)] ? 2u : 4u;
         }
-        check_eq(drained, 3u);
-        check(registry_buffer_by_id(e->r, ids[page_of(s, 0)]) == NULL);
-        check_eq(refs_of(e, ids[1]), 0);
+        CHECK_EQ(drained, 3u);
+        CHECK(registry_buffer_by_id(e->r, ids[page_of(s, 0)]) == NULL);
+        CHECK_EQ(refs_of(e, ids[1]), 0);
         env_free(e);
 }
 
@@ -874,17 +881,17 @@ static void test_ring_owner_disconnects(void)
         env_check_status(attach_id(e, A, ids[2]), PROTO_STATUS_OK);
         remove_peer(e, P);
         left = ring_event_to(e, A, PROTO_EV_MEMBER_LEFT, s->name, 0, epoch_a);
-        check(env_msg_has(left, "producer") && env_msg_has(left, "disconnected"));
+        CHECK(env_msg_has(left, "producer") && env_msg_has(left, "disconnected"));
         ring_event_to(e, B, PROTO_EV_MEMBER_LEFT, s->name, 1, epoch_b);
-        check_eq(env_count_events(e, A, PROTO_EV_REVOKED), 2);
+        CHECK_EQ(env_count_events(e, A, PROTO_EV_REVOKED), 2);
         revoked = env_event(e, A, PROTO_EV_REVOKED);
-        check(env_pos(e, revoked) > env_pos(e, left));
-        check_eq(env_count_events(e, A, PROTO_EV_FREED), 2);
-        check_eq(env_count_to(e, B), 1);
-        check_eq(gauges(e).rings, 0);
-        check_eq(gauges(e).ring_members, 0);
-        check_eq(gauges(e).buffers, 0);
-        check_eq(gauges(e).refs, 0);
+        CHECK(env_pos(e, revoked) > env_pos(e, left));
+        CHECK_EQ(env_count_events(e, A, PROTO_EV_FREED), 2);
+        CHECK_EQ(env_count_to(e, B), 1);
+        CHECK_EQ(gauges(e).rings, 0);
+        CHECK_EQ(gauges(e).ring_members, 0);
+        CHECK_EQ(gauges(e).buffers, 0);
+        CHECK_EQ(gauges(e).refs, 0);
         env_check_status(ring_leave(e, A, s->name), PROTO_STATUS_NOT_FOUND);
         env_free(e);
 }
@@ -903,14 +910,14 @@ static void test_ring_member_disconnects(void)
         env_check_status(attach_id(e, A, ids[counter_of(s, 0)]), PROTO_STATUS_OK);
         remove_peer(e, A);
         left = ring_event_to(e, P, PROTO_EV_MEMBER_LEFT, s->name, 0, epoch_a);
-        check(env_msg_has(left, "the member disconnected"));
-        check_eq(e->n_sent, 1);
-        check_eq(gauges(e).ring_members, 0);
-        check_eq(refs_of(e, ids[counter_of(s, 0)]), 0);
+        CHECK(env_msg_has(left, "the member disconnected"));
+        CHECK_EQ(e->n_sent, 1);
+        CHECK_EQ(gauges(e).ring_members, 0);
+        CHECK_EQ(refs_of(e, ids[counter_of(s, 0)]), 0);
         /* Its page and counters went with its membership: seat 0 waits for new ones, so a join
          * takes seat 1, which has its own; seat 0, renewed, goes to the next one. */
         check_let_go(e, P, s, ids, 0, (RegPeer *[]){ B, C, P }, 3);
-        check(join_ok(e, B, P, s, ids, 1) > epoch_a);
+        CHECK(join_ok(e, B, P, s, ids, 1) > epoch_a);
         seat_renew(e, P, s, ids, 0, old);
         join_ok(e, C, P, s, ids, 0);
         for (uint32_t k = 0; k < 2; k++)
@@ -926,8 +933,8 @@ static void test_ring_member_disconnects(void)
                 join_ok(e, P, B, &s2, ids2, 0);
                 remove_peer(e, B);
                 ring_event_to(e, P, PROTO_EV_MEMBER_LEFT, s->name, 1, epoch_a + 1);
-                check(env_msg_has(ring_event_to(e, P, PROTO_EV_MEMBER_LEFT, s2.name, 0, 1), "producer"));
-                check_eq(gauges(e).rings, 1);
+                CHECK(env_msg_has(ring_event_to(e, P, PROTO_EV_MEMBER_LEFT, s2.name, 0, 1), "producer"));
+                CHECK_EQ(gauges(e).rings, 1);
         }
         env_free(e);
 }
@@ -961,13 +968,13 @@ static void test_ring_quotas(void)
         spec = spec_of(&s);
         r = ring_create(e, Q, &spec);
         env_check_status(r, PROTO_STATUS_QUOTA);
-        check(env_msg_has(r, "a ring counts as one"));
+        CHECK(env_msg_has(r, "a ring counts as one"));
         registry_free_buffer(e->r, Q, next_req++, extra, false, &e->out);
         flush(e);
         ring_create_ok(e, Q, &s); /* 5 */
         r = ring_part(e, Q, s.name, 0, part_for(&s, 0));
         env_check_status(r, PROTO_STATUS_QUOTA);
-        check(env_msg_has(r, "owns 5 buffers"));
+        CHECK(env_msg_has(r, "owns 5 buffers"));
         /* Closing gives the ring's own count back; its parts count until freed. */
         env_check_status(ring_close(e, P, backpressure.name), PROTO_STATUS_OK);
         ids[3] = ring_part_ok(e, Q, &s, 0);
@@ -980,7 +987,7 @@ static void test_ring_quotas(void)
         ring_part_ok(e, Q, &s, 2);
         remove_peer(e, Q);
         remove_peer(e, P);
-        check_eq(e->r->uids.count, 0); /* every account emptied and freed */
+        CHECK_EQ(e->r->uids.count, 0); /* every account emptied and freed */
         env_free(e);
 
         /* The fd quota: a part is refused once the uid's fds are all taken. */
@@ -994,7 +1001,7 @@ static void test_ring_quotas(void)
         ring_part_ok(e, P, &s, 1);
         r = ring_part(e, P, s.name, 2, part_for(&s, 2));
         env_check_status(r, PROTO_STATUS_QUOTA);
-        check(env_msg_has(r, "fds"));
+        CHECK(env_msg_has(r, "fds"));
         env_free(e);
 }
 
@@ -1014,10 +1021,10 @@ static void test_ring_names(void)
         ring_create_ok(e, P, &backpressure); /* a buffer of that name is no ring */
         r = ring_create(e, Q, &spec);
         env_check_status(r, PROTO_STATUS_NAME_TAKEN);
-        check(env_msg_has(r, "exists already"));
+        CHECK(env_msg_has(r, "exists already"));
         env_check_status(ring_create(e, P, &spec), PROTO_STATUS_NAME_TAKEN);
         env_check_status(ring_join(e, Q, "cam"), PROTO_STATUS_NOT_FOUND);
-        check_eq(gauges(e).rings, 1);
+        CHECK_EQ(gauges(e).rings, 1);
         env_free(e);
 }
 
@@ -1036,11 +1043,11 @@ static void test_ring_part_freed(void)
         registry_free_buffer(e->r, P, next_req++, ids[2], false, &e->out);
         flush(e);
         env_check_status(release(e, A, ids[2]), PROTO_STATUS_OK); /* the last reference: now it goes */
-        check_eq(env_count_events(e, A, PROTO_EV_FREED), 1);
-        check(registry_buffer_by_id(e->r, ids[2]) == NULL);
+        CHECK_EQ(env_count_events(e, A, PROTO_EV_FREED), 1);
+        CHECK(registry_buffer_by_id(e->r, ids[2]) == NULL);
         r = ring_join(e, B, s->name);
         env_check_status(r, PROTO_STATUS_NOT_FOUND);
-        check(env_msg_has(r, "5 of 6 parts"));
+        CHECK(env_msg_has(r, "5 of 6 parts"));
         ids[2] = ring_part_ok(e, P, s, 2);
         join_ok(e, B, P, s, ids, 1);
         env_free(e);
@@ -1065,23 +1072,23 @@ static void test_ring_restored(void)
         spec.epochs = epochs;
         r = ring_create(e, P, &spec);
         env_check_status(r, PROTO_STATUS_OK);
-        check_eq(e->n_sent, 1);
-        check_eq(gauges(e).ring_members, 0); /* waiting seats are nobody's yet */
+        CHECK_EQ(e->n_sent, 1);
+        CHECK_EQ(gauges(e).ring_members, 0); /* waiting seats are nobody's yet */
 
         /* A takes seat 0 back before the parts are in; wrong seats and epochs are refused. */
         r = ring_rejoin(e, A, s.name, 0, 5);
         env_check_status(r, PROTO_STATUS_OK);
-        check(!proto_has(&r->m, PF_PENDING));
-        check_eq(e->n_sent, 1); /* the producer already counts it */
-        check_eq(gauges(e).ring_members, 1);
+        CHECK(!proto_has(&r->m, PF_PENDING));
+        CHECK_EQ(e->n_sent, 1); /* the producer already counts it */
+        CHECK_EQ(gauges(e).ring_members, 1);
         r = ring_rejoin(e, C, s.name, 2, 6);
         env_check_status(r, PROTO_STATUS_REVOKED);
-        check(env_msg_has(r, "not waiting for membership 6"));
+        CHECK(env_msg_has(r, "not waiting for membership 6"));
         env_check_status(ring_rejoin(e, C, s.name, 1, 0), PROTO_STATUS_REVOKED); /* not declared */
         env_check_status(ring_rejoin(e, C, s.name, 0, 5), PROTO_STATUS_REVOKED); /* taken back already */
         r = ring_rejoin(e, C, s.name, 3, 5);
         env_check_status(r, PROTO_STATUS_INVALID);
-        check(env_msg_has(r, "has 3 seats"));
+        CHECK(env_msg_has(r, "has 3 seats"));
 
         /* Restored parts keep their generations. */
         for (uint32_t i = 0; i < n_parts(&s); i++) {
@@ -1092,36 +1099,36 @@ static void test_ring_restored(void)
                 part.key = 9000 + i;
                 r = ring_part(e, P, s.name, i, part);
                 env_check_status(r, PROTO_STATUS_OK);
-                check_eq(r->m.buffer, 9000 + i);
-                check_eq(r->m.generation, 50 + i);
+                CHECK_EQ(r->m.buffer, 9000 + i);
+                CHECK_EQ(r->m.generation, 50 + i);
                 ids[i] = r->m.buffer;
         }
         env_check_status(attach_id(e, A, ids[page_of(&s, 0)]), PROTO_STATUS_OK);
         /* A new member gets the one free seat and an epoch after every declared one. */
-        check_eq(join_ok(e, C, P, &s, ids, 1), 10);
+        CHECK_EQ(join_ok(e, C, P, &s, ids, 1), 10);
         r = ring_join(e, D, s.name);
         env_check_status(r, PROTO_STATUS_QUOTA); /* seat 2 waits for its member */
 
         /* The grace ends: seat 2's member never came; the producer hears it; D gets the seat. */
         expire(e, 999);
-        check_eq(e->n_sent, 0);
+        CHECK_EQ(e->n_sent, 0);
         expire(e, 1000);
         r = ring_event_to(e, P, PROTO_EV_MEMBER_LEFT, s.name, 2, 7);
-        check(env_msg_has(r, "did not come back within the broker's restart grace (1000 ms)"));
-        check_eq(e->n_sent, 1);
+        CHECK(env_msg_has(r, "did not come back within the broker's restart grace (1000 ms)"));
+        CHECK_EQ(e->n_sent, 1);
         /* Its member may still have its page mapped from before the restart: the seat waits for a
          * new one, and the old one is nobody's to attach. */
         check_let_go(e, P, &s, ids, 2, (RegPeer *[]){ D, A, C }, 3);
         join_not_ready(e, D, &s);
         seat_renew(e, P, &s, ids, 2, old);
-        check_eq(join_ok(e, D, P, &s, ids, 2), 11);
+        CHECK_EQ(join_ok(e, D, P, &s, ids, 2), 11);
         env_check_status(attach_id(e, D, old[0]), PROTO_STATUS_DENIED);
         free_old_parts(e, P, old, 1);
         env_check_status(ring_rejoin(e, peer(e, 1001), s.name, 2, 7), PROTO_STATUS_REVOKED);
         /* Taking a seat back after the grace, of a ring that is gone, is refused at once. */
         r = ring_rejoin(e, A, "gone/ring", 0, 1);
         env_check_status(r, PROTO_STATUS_REVOKED);
-        check(env_msg_has(r, "restart grace"));
+        CHECK(env_msg_has(r, "restart grace"));
         env_free(e);
 }
 
@@ -1140,14 +1147,14 @@ static void test_ring_seat_claims(void)
         s.members = 3;
         r = ring_rejoin(e, A, s.name, 0, 5);
         env_check_status(r, PROTO_STATUS_OK);
-        check(proto_has(&r->m, PF_PENDING) && r->m.pending);
-        check(ring_rejoin(e, B, s.name, 1, 3)->m.pending); /* an epoch the producer no longer counts */
-        check(ring_rejoin(e, Z, "other/ring", 0, 1)->m.pending);
-        check(ring_rejoin(e, X, s.name, 2, 1)->m.pending);
-        check_eq(e->r->n_seat_claims, 4);
+        CHECK(proto_has(&r->m, PF_PENDING) && r->m.pending);
+        CHECK(ring_rejoin(e, B, s.name, 1, 3)->m.pending); /* an epoch the producer no longer counts */
+        CHECK(ring_rejoin(e, Z, "other/ring", 0, 1)->m.pending);
+        CHECK(ring_rejoin(e, X, s.name, 2, 1)->m.pending);
+        CHECK_EQ(e->r->n_seat_claims, 4);
         remove_peer(e, X); /* its claim goes with it, silently */
-        check_eq(e->n_sent, 0);
-        check_eq(e->r->n_seat_claims, 3);
+        CHECK_EQ(e->n_sent, 0);
+        CHECK_EQ(e->r->n_seat_claims, 3);
 
         spec = spec_of(&s);
         spec.restored = true;
@@ -1158,12 +1165,12 @@ static void test_ring_seat_claims(void)
         reply = env_reply(e, P, 77);
         env_check_status(reply, PROTO_STATUS_OK);
         r = ring_event_to(e, B, PROTO_EV_MEMBER_LEFT, s.name, 1, 3);
-        check(env_msg_has(r, "not waiting for membership 3"));
-        check(env_pos(e, r) > env_pos(e, reply));
-        check_eq(env_count_to(e, A), 0); /* seated silently: it was told "pending" */
-        check_eq(e->n_sent, 2);
-        check_eq(gauges(e).ring_members, 1);
-        check_eq(e->r->n_seat_claims, 1);
+        CHECK(env_msg_has(r, "not waiting for membership 3"));
+        CHECK(env_pos(e, r) > env_pos(e, reply));
+        CHECK_EQ(env_count_to(e, A), 0); /* seated silently: it was told "pending" */
+        CHECK_EQ(e->n_sent, 2);
+        CHECK_EQ(gauges(e).ring_members, 1);
+        CHECK_EQ(e->r->n_seat_claims, 1);
         env_check_status(ring_leave(e, A, s.name), PROTO_STATUS_OK); /* really a member */
         ring_event_to(e, P, PROTO_EV_MEMBER_LEFT, s.name, 0, 5);
         for (uint32_t i = 0; i < n_parts(&s); i++)
@@ -1172,10 +1179,10 @@ static void test_ring_seat_claims(void)
         /* The grace ends: Z's ring never came back, seat 1's member never did. */
         expire(e, 1000);
         r = ring_event_to(e, Z, PROTO_EV_MEMBER_LEFT, "other/ring", 0, 1);
-        check(env_msg_has(r, "did not declare it again within the broker's restart grace (1000 ms)"));
+        CHECK(env_msg_has(r, "did not declare it again within the broker's restart grace (1000 ms)"));
         ring_event_to(e, P, PROTO_EV_MEMBER_LEFT, s.name, 1, 4);
-        check_eq(e->n_sent, 2);
-        check_eq(e->r->n_seat_claims, 0);
+        CHECK_EQ(e->n_sent, 2);
+        CHECK_EQ(e->r->n_seat_claims, 0);
         r = ring_rejoin(e, Z, "other/ring", 0, 1);
         env_check_status(r, PROTO_STATUS_REVOKED);
         join_ok(e, Z, P, &s, ids, 0);
@@ -1196,8 +1203,8 @@ static void test_ring_part_refuses_claims(void)
 
         registry_reclaim(e->r, C, 55, &rec, &e->out);
         flush(e);
-        check(env_reply(e, C, 55)->m.pending);
-        check_eq(gauges(e).claims_pending, 1);
+        CHECK(env_reply(e, C, 55)->m.pending);
+        CHECK_EQ(gauges(e).claims_pending, 1);
         ring_create_ok(e, P, &backpressure);
         part = part_for(&backpressure, 0);
         part.key = 9000;
@@ -1206,10 +1213,10 @@ static void test_ring_part_refuses_claims(void)
         r = ring_part(e, P, backpressure.name, 0, part);
         env_check_status(r, PROTO_STATUS_OK);
         r = env_event(e, C, PROTO_EV_REVOKED);
-        check_eq(r->m.buffer, 9000);
-        check(env_msg_has(r, "part of a ring: join the ring again"));
-        check_eq(gauges(e).claims_pending, 0);
-        check_eq(refs_of(e, 9000), 0);
+        CHECK_EQ(r->m.buffer, 9000);
+        CHECK(env_msg_has(r, "part of a ring: join the ring again"));
+        CHECK_EQ(gauges(e).claims_pending, 0);
+        CHECK_EQ(refs_of(e, 9000), 0);
         env_free(e);
 }
 
@@ -1234,17 +1241,17 @@ static void test_ring_evict_reserved_seat(void)
                 ids[i] = ring_part_ok(e, P, &s, i);
         env_check_status(ring_join(e, A, s.name), PROTO_STATUS_QUOTA);
         env_check_status(ring_evict(e, P, s.name, 0, 2), PROTO_STATUS_OK); /* another epoch: nothing */
-        check_eq(e->n_sent, 1);
+        CHECK_EQ(e->n_sent, 1);
         r = ring_evict(e, P, s.name, 0, 3);
         env_check_status(r, PROTO_STATUS_OK);
-        check(env_msg_has(ring_event_to(e, P, PROTO_EV_MEMBER_LEFT, s.name, 0, 3), "evicted"));
-        check_eq(e->n_sent, 2);
+        CHECK(env_msg_has(ring_event_to(e, P, PROTO_EV_MEMBER_LEFT, s.name, 0, 3), "evicted"));
+        CHECK_EQ(e->n_sent, 2);
         env_check_status(ring_rejoin(e, B, s.name, 0, 3), PROTO_STATUS_REVOKED);
         /* The membership given up may have the page mapped: the seat gets a new one first. */
         check_let_go(e, P, &s, ids, 0, (RegPeer *[]){ A, B }, 2);
         join_not_ready(e, A, &s);
         seat_renew(e, P, &s, ids, 0, old);
-        check_eq(join_ok(e, A, P, &s, ids, 0), 4);
+        CHECK_EQ(join_ok(e, A, P, &s, ids, 0), 4);
         env_free(e);
 }
 
@@ -1259,7 +1266,7 @@ static void test_ring_restored_after_grace(void)
         RegRingSpec spec;
         Sent *r, *left;
 
-        check(!registry_in_grace(e->r));
+        CHECK(!registry_in_grace(e->r));
         spec = spec_of(&s);
         spec.restored = true;
         spec.next_epoch = 4;
@@ -1267,14 +1274,14 @@ static void test_ring_restored_after_grace(void)
         r = ring_create(e, P, &spec);
         env_check_status(r, PROTO_STATUS_OK);
         left = ring_event_to(e, P, PROTO_EV_MEMBER_LEFT, s.name, 0, 4);
-        check(env_msg_has(left, "restart grace"));
-        check(env_pos(e, left) > env_pos(e, r));
-        check_eq(e->n_sent, 2);
+        CHECK(env_msg_has(left, "restart grace"));
+        CHECK(env_pos(e, left) > env_pos(e, r));
+        CHECK_EQ(e->n_sent, 2);
         env_check_status(ring_rejoin(e, B, s.name, 0, 4), PROTO_STATUS_REVOKED);
         for (uint32_t i = 0; i < n_parts(&s); i++)
                 ids[i] = ring_part_ok(e, P, &s, i);
-        check_eq(join_ok(e, A, P, &s, ids, 0), 5);
-        check_eq(join_ok(e, B, P, &s, ids, 1), 6);
+        CHECK_EQ(join_ok(e, A, P, &s, ids, 0), 5);
+        CHECK_EQ(join_ok(e, B, P, &s, ids, 1), 6);
         env_free(e);
 }
 
@@ -1297,7 +1304,7 @@ static void test_ring_part_never_adopts(void)
         env_check_status(&e->sent[0], PROTO_STATUS_OK);
         generation = e->sent[0].m.generation;
         remove_peer(e, P1);
-        check_eq(gauges(e).orphaned, 1);
+        CHECK_EQ(gauges(e).orphaned, 1);
 
         ring_create_ok(e, P2, s);
         part = part_for(s, 0);
@@ -1306,13 +1313,13 @@ static void test_ring_part_never_adopts(void)
         part.generation = generation;
         r = ring_part(e, P2, s->name, 0, part);
         env_check_status(r, PROTO_STATUS_KEY_TAKEN);
-        check_eq(gauges(e).orphaned, 1); /* still the broker's */
+        CHECK_EQ(gauges(e).orphaned, 1); /* still the broker's */
         registry_buffer_describe(registry_buffer_by_id(e->r, 77), &d);
-        check_eq(d.owner, 0);
+        CHECK_EQ(d.owner, 0);
         part.restored = false;
         env_check_status(ring_part(e, P2, s->name, 0, part), PROTO_STATUS_KEY_TAKEN);
         r = ring_join(e, M, s->name);
-        check(env_msg_has(r, "(0 of 6 parts registered)"));
+        CHECK(env_msg_has(r, "(0 of 6 parts registered)"));
         part.key = 78;
         env_check_status(ring_part(e, P2, s->name, 0, part), PROTO_STATUS_OK);
         env_free(e);
@@ -1336,17 +1343,17 @@ static void test_ring_one_seat_per_member(void)
         env_check_status(ring_rejoin(e, A, s.name, 0, 1), PROTO_STATUS_OK);
         r = ring_rejoin(e, A, s.name, 1, 2);
         env_check_status(r, PROTO_STATUS_STATE);
-        check(env_msg_has(r, "member of ring"));
-        check_eq(gauges(e).ring_members, 1);
+        CHECK(env_msg_has(r, "member of ring"));
+        CHECK_EQ(gauges(e).ring_members, 1);
         env_check_status(ring_rejoin(e, B, s.name, 1, 2), PROTO_STATUS_OK);
         env_check_status(ring_close(e, P, s.name), PROTO_STATUS_OK);
 
         /* The same through claims waiting for the ring. */
-        check(ring_rejoin(e, A, s.name, 0, 1)->m.pending);
-        check(ring_rejoin(e, A, s.name, 1, 2)->m.pending);
+        CHECK(ring_rejoin(e, A, s.name, 0, 1)->m.pending);
+        CHECK(ring_rejoin(e, A, s.name, 1, 2)->m.pending);
         env_check_status(ring_create(e, P, &spec), PROTO_STATUS_OK);
-        check(env_msg_has(ring_event_to(e, A, PROTO_EV_MEMBER_LEFT, s.name, 1, 2), "member of ring"));
-        check_eq(gauges(e).ring_members, 1);
+        CHECK(env_msg_has(ring_event_to(e, A, PROTO_EV_MEMBER_LEFT, s.name, 1, 2), "member of ring"));
+        CHECK_EQ(gauges(e).ring_members, 1);
         env_free(e);
 }
 
@@ -1364,14 +1371,14 @@ static void test_ring_seat_claims_quota(void)
         e = ring_env(&limits, 1000);
         A = peer(e, 1001);
         B = peer(e, 1001);
-        check(ring_rejoin(e, A, "r/1", 0, 1)->m.pending);
-        check(ring_rejoin(e, A, "r/2", 0, 1)->m.pending);
+        CHECK(ring_rejoin(e, A, "r/1", 0, 1)->m.pending);
+        CHECK(ring_rejoin(e, A, "r/2", 0, 1)->m.pending);
         r = ring_rejoin(e, A, "r/3", 0, 1);
         env_check_status(r, PROTO_STATUS_QUOTA);
-        check(env_msg_has(r, "--max-waits-per-peer"));
-        check(ring_rejoin(e, B, "r/3", 0, 1)->m.pending);
+        CHECK(env_msg_has(r, "--max-waits-per-peer"));
+        CHECK(ring_rejoin(e, B, "r/3", 0, 1)->m.pending);
         remove_peer(e, A);
-        check_eq(e->r->n_seat_claims, 1);
+        CHECK_EQ(e->r->n_seat_claims, 1);
         env_free(e);
 }
 

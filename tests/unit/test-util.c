@@ -10,6 +10,7 @@
 
 /* ---- SipHash ---- */
 
+/* hash_bytes is SipHash-2-4: the reference implementation's test vectors. */
 static void test_siphash_vectors(void)
 {
         /* From the SipHash paper's reference implementation (vectors.h): key 00..0f, message
@@ -26,9 +27,11 @@ static void test_siphash_vectors(void)
                 key[i] = msg[i] = (uint8_t)i;
         hash_seed(key);
         for (unsigned len = 0; len < 16; len++)
-                check_eq(hash_bytes(msg, len), want[len]);
+                CHECK_EQ(hash_bytes(msg, len), want[len]);
 }
 
+/* Hashes are deterministic for one key and change with the key, so peers cannot precompute collisions; hash_u64
+ * hashes the value's 8 bytes. */
 static void test_siphash_seed(void)
 {
         uint8_t k1[16] = { 1 }, k2[16] = { 2 };
@@ -37,15 +40,15 @@ static void test_siphash_seed(void)
         hash_seed(k1);
         a = hash_bytes("frames/0", 8);
         c = hash_u64(42);
-        check_eq(hash_bytes("frames/0", 8), a); /* deterministic for one key */
+        CHECK_EQ(hash_bytes("frames/0", 8), a); /* deterministic for one key */
         hash_seed(k2);
         b = hash_bytes("frames/0", 8);
-        check(a != b); /* another key, another hash: peers cannot precompute collisions */
-        check(hash_u64(42) != c);
+        CHECK(a != b); /* another key, another hash: peers cannot precompute collisions */
+        CHECK(hash_u64(42) != c);
         /* hash_u64 hashes the 8 bytes of the value. */
         {
                 uint64_t v = 42;
-                check_eq(hash_u64(42), hash_bytes(&v, sizeof(v)));
+                CHECK_EQ(hash_u64(42), hash_bytes(&v, sizeof(v)));
         }
 }
 
@@ -59,14 +62,7 @@ typedef struct Item {
 
 static Item *lookup(HMap *m, unsigned key, uint64_t (*hf)(unsigned))
 {
-        uint64_t h = hf(key);
-
-        for (HNode *n = hmap_bucket(m, h); n; n = n->next) {
-                Item *it = container_of(n, Item, node);
-                if (n->hash == h && it->key == key)
-                        return it;
-        }
-        return NULL;
+        return HMAP_FIND(m, hf(key), Item, node, it, it->key == key);
 }
 
 static uint64_t good_hash(unsigned k)
@@ -87,55 +83,57 @@ static void hmap_exercise(uint64_t (*hf)(unsigned))
         Item *items = calloc(N, sizeof(*items));
         size_t count;
 
-        check(items);
-        check(hmap_bucket(&m, 123) == NULL); /* empty table has no buckets */
-        check_eq(m.count, 0);
+        CHECK(items);
+        CHECK(hmap_bucket(&m, 123) == NULL); /* empty table has no buckets */
+        CHECK_EQ(m.count, 0);
         for (unsigned i = 0; i < N; i++) {
                 items[i].key = i;
-                check_eq(hmap_insert(&m, &items[i].node, hf(i)), 0);
-                check_eq(m.count, i + 1);
-                check(m.count <= m.mask + 1); /* load factor stays at or under 1 */
+                CHECK_EQ(hmap_insert(&m, &items[i].node, hf(i)), 0);
+                CHECK_EQ(m.count, i + 1);
+                CHECK(m.count <= m.mask + 1); /* load factor stays at or under 1 */
         }
         for (unsigned i = 0; i < N; i++)
-                check(lookup(&m, i, hf) == &items[i]);
-        check(lookup(&m, N + 5, hf) == NULL);
+                CHECK(lookup(&m, i, hf) == &items[i]);
+        CHECK(lookup(&m, N + 5, hf) == NULL);
 
         /* Iteration visits each node exactly once. */
         count = 0;
         hmap_for_each(n, &m) {
                 Item *it = container_of(n, Item, node);
-                check(!it->seen);
+                CHECK(!it->seen);
                 it->seen = true;
                 count++;
         }
-        check_eq(count, N);
+        CHECK_EQ(count, N);
 
         /* Remove the even keys, in an order unrelated to insertion. */
         for (unsigned i = 0; i < N; i += 2)
                 hmap_remove(&m, &items[(i * 7) % N].node); /* i even: (i * 7) % N is even too */
-        check_eq(m.count, N / 2);
+        CHECK_EQ(m.count, N / 2);
         for (unsigned i = 0; i < N; i++)
-                check((lookup(&m, i, hf) != NULL) == (i % 2 == 1));
+                CHECK((lookup(&m, i, hf) != NULL) == (i % 2 == 1));
 
         /* Re-insert one and remove everything. */
-        check_eq(hmap_insert(&m, &items[0].node, hf(0)), 0);
-        check(lookup(&m, 0, hf) == &items[0]);
+        CHECK_EQ(hmap_insert(&m, &items[0].node, hf(0)), 0);
+        CHECK(lookup(&m, 0, hf) == &items[0]);
         for (unsigned i = 0; i < N; i++)
                 if (lookup(&m, i, hf))
                         hmap_remove(&m, &items[i].node);
-        check_eq(m.count, 0);
-        hmap_for_each(n, &m) check(!n);
+        CHECK_EQ(m.count, 0);
+        hmap_for_each(n, &m) CHECK(!n);
         hmap_deinit(&m);
-        check(m.buckets == NULL && m.count == 0 && m.mask == 0);
+        CHECK(m.buckets == NULL && m.count == 0 && m.mask == 0);
         hmap_deinit(&m); /* twice is harmless */
         free(items);
 }
 
+/* The hash table inserts, finds (HMAP_FIND), removes and grows correctly with a good hash. */
 static void test_hmap(void)
 {
         hmap_exercise(good_hash);
 }
 
+/* The same when all keys share two hash values (long chains): lookups compare keys, not only hashes. */
 static void test_hmap_collisions(void)
 {
         hmap_exercise(bad_hash);
@@ -157,53 +155,56 @@ static uint64_t rng(void)
 static void heap_check_shape(const Heap *h)
 {
         for (size_t i = 0; i < h->n; i++) {
-                check_eq(h->v[i]->idx, i);
+                CHECK_EQ(h->v[i]->idx, i);
                 if (i)
-                        check(h->v[(i - 1) / 2]->key <= h->v[i]->key);
+                        CHECK(h->v[(i - 1) / 2]->key <= h->v[i]->key);
         }
 }
 
+/* The timer heap keeps the earliest on top through pushes and removals, and removing a node that is not queued is
+ * harmless. */
 static void test_heap_basic(void)
 {
         Heap h = HEAP_INIT;
         HeapNode a = HEAP_NODE_INIT, b = HEAP_NODE_INIT, c = HEAP_NODE_INIT;
 
-        check(heap_top(&h) == NULL);
-        check(!heap_queued(&a));
+        CHECK(heap_top(&h) == NULL);
+        CHECK(!heap_queued(&a));
         heap_remove(&h, &a); /* not queued: harmless */
-        check_eq(heap_push(&h, &a, 30), 0);
-        check_eq(heap_push(&h, &b, 10), 0);
-        check_eq(heap_push(&h, &c, 20), 0);
-        check(heap_queued(&a) && heap_queued(&b) && heap_queued(&c));
-        check(heap_top(&h) == &b);
+        CHECK_EQ(heap_push(&h, &a, 30), 0);
+        CHECK_EQ(heap_push(&h, &b, 10), 0);
+        CHECK_EQ(heap_push(&h, &c, 20), 0);
+        CHECK(heap_queued(&a) && heap_queued(&b) && heap_queued(&c));
+        CHECK(heap_top(&h) == &b);
         heap_remove(&h, &b);
-        check(!heap_queued(&b));
-        check(heap_top(&h) == &c);
+        CHECK(!heap_queued(&b));
+        CHECK(heap_top(&h) == &c);
         heap_remove(&h, &b); /* twice: harmless */
-        check_eq(h.n, 2);
+        CHECK_EQ(h.n, 2);
         heap_remove(&h, &a); /* the last one */
-        check(heap_top(&h) == &c);
+        CHECK(heap_top(&h) == &c);
         heap_remove(&h, &c);
-        check(heap_top(&h) == NULL);
+        CHECK(heap_top(&h) == NULL);
         /* Equal keys all come out. */
-        check_eq(heap_push(&h, &a, 5), 0);
-        check_eq(heap_push(&h, &b, 5), 0);
-        check_eq(heap_push(&h, &c, 5), 0);
+        CHECK_EQ(heap_push(&h, &a, 5), 0);
+        CHECK_EQ(heap_push(&h, &b, 5), 0);
+        CHECK_EQ(heap_push(&h, &c, 5), 0);
         for (int i = 0; i < 3; i++) {
                 HeapNode *t = heap_top(&h);
-                check(t && t->key == 5);
+                CHECK(t && t->key == 5);
                 heap_remove(&h, t);
         }
-        check(heap_top(&h) == NULL);
+        CHECK(heap_top(&h) == NULL);
         /* A node removed from one heap position and pushed again gets its new key. */
-        check_eq(heap_push(&h, &a, 7), 0);
+        CHECK_EQ(heap_push(&h, &a, 7), 0);
         heap_remove(&h, &a);
-        check_eq(heap_push(&h, &a, 3), 0);
-        check_eq(heap_top(&h)->key, 3);
+        CHECK_EQ(heap_push(&h, &a, 3), 0);
+        CHECK_EQ(heap_top(&h)->key, 3);
         heap_deinit(&h);
-        check(h.v == NULL && h.n == 0);
+        CHECK(h.v == NULL && h.n == 0);
 }
 
+/* Thousands of random pushes and removals from anywhere keep the heap property and the queued marks right. */
 static void test_heap_random(void)
 {
         enum { N = 2000 };
@@ -212,7 +213,7 @@ static void test_heap_random(void)
         uint64_t last = 0;
         size_t queued = 0;
 
-        check(nodes);
+        CHECK(nodes);
         for (size_t i = 0; i < N; i++)
                 nodes[i] = (HeapNode)HEAP_NODE_INIT;
         /* Random pushes and removals from anywhere; the heap property holds throughout. */
@@ -221,12 +222,12 @@ static void test_heap_random(void)
                 if (heap_queued(n)) {
                         heap_remove(&h, n);
                         queued--;
-                        check(!heap_queued(n));
+                        CHECK(!heap_queued(n));
                 } else {
-                        check_eq(heap_push(&h, n, rng() % 500), 0);
+                        CHECK_EQ(heap_push(&h, n, rng() % 500), 0);
                         queued++;
                 }
-                check_eq(h.n, queued);
+                CHECK_EQ(h.n, queued);
                 if (round % 97 == 0)
                         heap_check_shape(&h);
         }
@@ -234,12 +235,12 @@ static void test_heap_random(void)
         /* Popping yields non-decreasing keys. */
         while (heap_top(&h)) {
                 HeapNode *t = heap_top(&h);
-                check(t->key >= last);
+                CHECK(t->key >= last);
                 last = t->key;
                 heap_remove(&h, t);
                 queued--;
         }
-        check_eq(queued, 0);
+        CHECK_EQ(queued, 0);
         heap_deinit(&h);
         free(nodes);
 }

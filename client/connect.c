@@ -1,0 +1,319 @@
+/* A connection's life: finding and opening the socket, the hello, reconnecting after the broker
+ * restarts or drops us, and closing. It is also where a connection is put together: the transport's
+ * hooks are installed here, and a reconnect's restore runs in order (own buffers, then held
+ * references, subscriptions, rings), so that a request interrupted by the loss is sent again once
+ * everything it may refer to is registered: the caller sees only a RECONNECTED event. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "internal.h"
+#include "macro.h"
+
+/* Why the last gpuipc_connect() of this thread failed: the connection is gone by then. */
+static __thread char connect_errmsg[PROTO_MAX_TEXT + 1];
+
+_public_ const char *gpuipc_errmsg(const gpuipc_t *c)
+{
+        return c ? c->errmsg : connect_errmsg;
+}
+
+static int open_socket(gpuipc_t *c, int timeout_ms)
+{
+        uint64_t deadline = client_deadline(timeout_ms);
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+        /* Checked at connect too: never connect to a cut-off path. */
+        if (strlen(c->path) >= sizeof(sa.sun_path))
+                return -ENAMETOOLONG;
+        memcpy(sa.sun_path, c->path, strlen(c->path));
+        for (;;) {
+                int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), err;
+
+                if (fd < 0)
+                        return -errno;
+                if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+                        c->fd = fd;
+                        client_watch_socket(c);
+                        return 0;
+                }
+                err = errno;
+                close(fd);
+                if (err == EACCES || err == EPERM) {
+                        struct stat st;
+                        if (stat(c->path, &st) == 0)
+                                client_errmsg(c, "no permission to connect to %s (mode %04o, owner %u, group %u); run "
+                                              "in the socket's group (fsGroup / supplementalGroups)", c->path,
+                                              (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, (unsigned)st.st_gid);
+                        else
+                                client_errmsg(c, "no permission to reach %s", c->path);
+                        return -EACCES;
+                }
+                if (err == EPROTOTYPE) {
+                        client_errmsg(c, "%s is not a gpuipc socket (wrong socket type)", c->path);
+                        return GPUIPC_E_NO_BROKER;
+                }
+                if (err != ENOENT && err != ECONNREFUSED && err != EAGAIN) {
+                        client_errmsg(c, "cannot connect to %s: %s", c->path, strerror(err));
+                        return -err;
+                }
+                if (client_remaining_ms(deadline) == 0) {
+                        client_errmsg(c, "nothing listens on %s (%s); is gpuipc-broker running, and is its socket "
+                                      "directory mounted into this container at that path?", c->path, strerror(err));
+                        return GPUIPC_E_NO_BROKER;
+                }
+                usleep(CLIENT_RETRY_MS * 1000);
+        }
+}
+
+static int say_hello(gpuipc_t *c)
+{
+        Frame f = { .fd = -1 };
+        ProtoMsg req;
+        int r;
+
+        proto_request_init(&req, PROTO_OP_HELLO);
+        proto_set_version(&req, PROTO_VERSION);
+        proto_set_pid(&req, (uint64_t)getpid());
+        proto_set_pidns(&req, c->pidns);
+        proto_set_label(&req, proto_str(c->label));
+        proto_set_gpus(&req, c->gpus, c->n_gpus);
+        /* A caller that bounds connecting bounds the greeting too: a stopped broker accepts (the
+         * kernel queues the connection) but never answers. */
+        r = client_request(c, &req, -1, c->connect_timeout_ms > 0 ? c->connect_timeout_ms : 10000, &f);
+        if (r < 0)
+                return r;
+        c->peer_id = f.msg.peer;
+        c->pidns_same = f.msg.pidns_same;
+        c->epoch = f.msg.epoch;
+        frame_free(&f);
+        return 0;
+}
+
+/* Registers again, with the broker we reconnected to, everything this connection had: own buffers
+ * first (so that reclaims of our own consumers find them), held references, subscriptions, rings;
+ * then tells the caller. 0, or GPUIPC_E_DISCONNECTED if the broker was lost again. */
+static int restore(gpuipc_t *c)
+{
+        gpuipc_event_t ev = { .type = GPUIPC_EVENT_RECONNECTED };
+        int r = buffer_after_reconnect(c);
+
+        if (r == 0)
+                r = client_resubscribe(c);
+        if (r == 0)
+                r = ring_after_reconnect(c);
+        if (r < 0)
+                return r;
+        client_queue_event(c, &ev);
+        return 0;
+}
+
+static int reconnect(gpuipc_t *c, int timeout_ms)
+{
+        uint64_t deadline = client_deadline(timeout_ms);
+        int r;
+
+        for (;;) {
+                c->broken = false;
+                c->restoring = true;
+                r = open_socket(c, client_remaining_ms(deadline));
+                if (r == 0)
+                        r = say_hello(c);
+                if (r == 0)
+                        r = restore(c);
+                c->restoring = false;
+                if (r == 0)
+                        return 0;
+                client_mark_broken(c);
+                /* A broker that is being killed still accepts for a moment, then drops what it
+                 * accepted; a restarting one is not there yet. Either way: try again in time. */
+                if (r != GPUIPC_E_DISCONNECTED || client_remaining_ms(deadline) == 0)
+                        return r;
+                usleep(CLIENT_RETRY_MS * 1000);
+        }
+}
+
+static uint64_t own_pidns(void)
+{
+        struct stat st;
+        return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+static void default_label(char *buf, size_t cap)
+{
+        char comm[64] = "";
+        FILE *f = fopen("/proc/self/comm", "re");
+
+        if (f) {
+                if (fgets(comm, sizeof(comm), f))
+                        comm[strcspn(comm, "\n")] = 0;
+                fclose(f);
+        }
+        snprintf(buf, cap, "%s", comm[0] ? comm : "gpuipc-client");
+}
+
+/* Where to connect: the option, else $GPUIPC_SOCKET, else the default. A value that is given but
+ * empty or too long is an error, never a silent fallback. NULL with connect_errmsg set otherwise. */
+static const char *socket_path_of(const gpuipc_options_t *o)
+{
+        const char *path = o->socket_path, *what = "socket_path";
+
+        if (!path) {
+                path = getenv("GPUIPC_SOCKET");
+                what = "GPUIPC_SOCKET";
+        }
+        if (!path)
+                return GPUIPC_DEFAULT_SOCKET;
+        if (!*path) {
+                snprintf(connect_errmsg, sizeof(connect_errmsg), "%s is set but empty; give the broker's socket path "
+                         "(or leave it unset for %s)", what, GPUIPC_DEFAULT_SOCKET);
+                return NULL;
+        }
+        if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+                snprintf(connect_errmsg, sizeof(connect_errmsg), "%s '%.200s...' is %zu bytes long; a Unix socket "
+                         "path has at most %zu", what, path, strlen(path),
+                         sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+                return NULL;
+        }
+        return path;
+}
+
+/* $GPUIPC_CACHE_MAX: how many unreferenced mappings to keep (a number, else an error). */
+static int cache_max_of(size_t *ret)
+{
+        const char *env = getenv("GPUIPC_CACHE_MAX");
+        char *end;
+        unsigned long long v;
+
+        *ret = CLIENT_CACHE_MAX_IDLE;
+        if (!env)
+                return 0;
+        errno = 0;
+        v = strtoull(env, &end, 10);
+        if (!*env || *end || errno || env[0] == '-' || v > 1000000) {
+                snprintf(connect_errmsg, sizeof(connect_errmsg), "GPUIPC_CACHE_MAX='%.64s' is not a number of mappings "
+                         "from 0 to 1000000", env);
+                return GPUIPC_E_INVALID;
+        }
+        *ret = (size_t)v;
+        return 0;
+}
+
+/* Broker events go to whoever keeps the state they are about: rings their members, buffers the rest. */
+static void route_event(gpuipc_t *c, const ProtoMsg *ev)
+{
+        if (ev->event == PROTO_EV_MEMBER_JOINED || ev->event == PROTO_EV_MEMBER_LEFT)
+                ring_on_event(c, ev);
+        else
+                buffer_on_event(c, ev);
+}
+
+_public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
+{
+        gpuipc_options_t o;
+        const char *path;
+        size_t max_idle;
+        gpuipc_t *c;
+        int r;
+
+        if (!ret)
+                return -EINVAL;
+        connect_errmsg[0] = 0;
+        if (client_copy_options(&o, sizeof(o), opts) < 0) {
+                snprintf(connect_errmsg, sizeof(connect_errmsg), "gpuipc_options_t.struct_size is 0: set it to "
+                         "sizeof(gpuipc_options_t)");
+                return GPUIPC_E_INVALID;
+        }
+        path = socket_path_of(&o);
+        if (!path)
+                return GPUIPC_E_INVALID;
+        r = cache_max_of(&max_idle);
+        if (r < 0)
+                return r;
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return -ENOMEM;
+        /* First, so that gpuipc_close can undo a half-made connection. */
+        list_init(&c->own);
+        list_init(&c->attached);
+        list_init(&c->subs);
+        list_init(&c->rings);
+        list_init(&c->idle);
+        c->fd = c->retry_timer = -1;
+        c->hooks = (ClientHooks){ .event = route_event, .late_reply = buffer_on_late_attach, .reconnect = reconnect };
+        c->epfd = epoll_create1(EPOLL_CLOEXEC);
+        c->rbuf = malloc(PROTO_MAX_FRAME);
+        c->events = calloc(CLIENT_EVENT_QUEUE_MAX, sizeof(*c->events));
+        c->path = strdup(path);
+        if (c->epfd < 0 || !c->rbuf || !c->events || !c->path) {
+                r = c->epfd < 0 ? -errno : -ENOMEM;
+                gpuipc_close(c);
+                return r;
+        }
+        if (o.label)
+                snprintf(c->label, sizeof(c->label), "%s", o.label);
+        else
+                default_label(c->label, sizeof(c->label));
+        c->connect_timeout_ms = o.connect_timeout_ms;
+        c->reconnect = o.reconnect;
+        c->pidns = own_pidns();
+        c->max_idle = max_idle;
+        c->device_pref = -1;
+        if (!o.no_gpus)
+                c->n_gpus = cuda_visible_gpus(c->gpus, PROTO_MAX_GPUS);
+
+        r = open_socket(c, o.connect_timeout_ms);
+        if (r == 0)
+                r = say_hello(c);
+        if (r < 0) {
+                snprintf(connect_errmsg, sizeof(connect_errmsg), "%s", c->errmsg[0] ? c->errmsg : gpuipc_strerror(r));
+                gpuipc_close(c);
+                return r;
+        }
+        *ret = c;
+        return 0;
+}
+
+_public_ void gpuipc_close(gpuipc_t *c)
+{
+        if (!c)
+                return;
+        ring_close_all(c);
+        buffer_close_all(c);
+        while (!list_empty(&c->subs)) {
+                Subscription *s = list_entry(c->subs.next, Subscription, link);
+                list_unlink(&s->link);
+                free(s);
+        }
+        safe_close(c->fd);
+        safe_close(c->retry_timer);
+        safe_close(c->epfd);
+        free(c->path);
+        hmap_deinit(&c->maps_by_id);
+        free(c->abandoned);
+        free(c->events);
+        free(c->rbuf);
+        proto_buf_free(&c->wbuf);
+        proto_buf_free(&c->nbuf);
+        free(c);
+}
+
+_public_ int gpuipc_ping(gpuipc_t *c, int timeout_ms)
+{
+        Frame f = { .fd = -1 };
+        ProtoMsg req;
+        int r;
+
+        proto_request_init(&req, PROTO_OP_PING);
+        r = client_request(c, &req, -1, timeout_ms, &f);
+        if (r == 0)
+                frame_free(&f);
+        return r;
+}
