@@ -397,6 +397,18 @@ static int ring_producer(HChan *ch, void *arg)
         return 0;
 }
 
+/* Starts ring_producer for a->ring in a child and joins its ring from a new connection of ours. */
+static gpuipc_ring_t *join_doomed_producer(const MemberArg *a, HChild **ret_prod, gpuipc_t **ret_c)
+{
+        gpuipc_ring_t *r = NULL;
+
+        *ret_prod = h_spawn("producer", ring_producer, (void *)a);
+        h_child_expect(*ret_prod, 'c', H_SOON_MS, NULL, 0);
+        *ret_c = h_connect(a->broker, "member");
+        CHECK_OK(*ret_c, gpuipc_ring_join(*ret_c, a->ring, H_SOON_MS, &r));
+        return r;
+}
+
 /* The producer is killed: a member waiting for the next frame learns it promptly. */
 static void test_ring_producer_killed(void)
 {
@@ -411,10 +423,7 @@ static void test_ring_producer_killed(void)
 
         h_case_begin(&k, NULL);
         a = (MemberArg){ k.broker, "rings/orphan", 0, 0, false, false, 0 };
-        prod = h_spawn("producer", ring_producer, &a);
-        h_child_expect(prod, 'c', H_SOON_MS, NULL, 0);
-        c = h_connect(k.broker, "member");
-        CHECK_OK(c, gpuipc_ring_join(c, "rings/orphan", H_SOON_MS, &r));
+        r = join_doomed_producer(&a, &prod, &c);
         CHECK_OK(c, gpuipc_ring_take(r, H_SOON_MS, &slot, &frame));
         CHECK(frame_is(slot, frame));
         CHECK_OK(c, gpuipc_ring_release(r));
@@ -449,10 +458,7 @@ static void test_ring_fd_producer_killed(void)
 
         h_case_begin(&k, NULL);
         a = (MemberArg){ k.broker, "rings/orphan-fd", 1, 0, false, true, 0 };
-        prod = h_spawn("producer", ring_producer, &a);
-        h_child_expect(prod, 'c', H_SOON_MS, NULL, 0);
-        c = h_connect(k.broker, "member");
-        CHECK_OK(c, gpuipc_ring_join(c, "rings/orphan-fd", H_SOON_MS, &r));
+        r = join_doomed_producer(&a, &prod, &c);
         CHECK((p.fd = gpuipc_ring_fd(r)) >= 0);
         h_child_tell(prod, 'g');
         h_child_expect(prod, 'p', H_SOON_MS, NULL, 0);
