@@ -153,6 +153,15 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Out
  * (as_admin: the policy lets this peer manage other uids' buffers). */
 void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out);
 void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out);
+/* The buffer a request names by id, or NULL once the request was answered "not found": the one
+ * place that answers so. request.c resolves a buffer once with it, for its policy check (which
+ * needs the name) and for the operation, through the registry_buffer_* forms below. */
+RegBuffer *registry_request_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out);
+/* Attach by id, retire and free on a buffer resolved in the same turn; registry_attach (by id),
+ * registry_retire and registry_free_buffer resolve it first, for callers that hold only the id. */
+void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbox *out);
+void registry_buffer_retire(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, Outbox *out);
+void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, Outbox *out);
 /* A reconnecting consumer registers a reference it still holds (docs/protocol.md 6.15). Succeeds when
  * the buffer is that same publication and has not drained; waits (pending) while the broker is in its
  * restart grace and nobody registered the buffer yet; else answers `revoked`. */
