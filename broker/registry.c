@@ -63,7 +63,7 @@ void reg_event_base(ProtoMsg *m, ProtoEvent ev, const RegBuffer *b)
         proto_set_buffer(m, b->id);
         proto_set_generation(m, b->generation);
         proto_set_name(m, proto_str(b->name));
-        proto_set_kind(m, b->kind);
+        proto_set_kind(m, b->info.kind);
 }
 
 RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id)
@@ -304,7 +304,7 @@ static const char *describe_pidns(char *buf, size_t cap, uint64_t ns, bool decla
  * Returns a status and fills text, or 0. */
 static unsigned attach_diagnose(const RegBuffer *b, const RegPeer *p, char *text, size_t cap)
 {
-        if (b->kind == PROTO_KIND_CUDA_LEGACY) {
+        if (b->info.kind == PROTO_KIND_CUDA_LEGACY) {
                 uint64_t mine = peer_pidns(p);
                 bool differ = mine && b->owner_pidns && mine != b->owner_pidns;
                 char who[64], theirs[64], ours[64];
@@ -332,7 +332,7 @@ static unsigned attach_diagnose(const RegBuffer *b, const RegPeer *p, char *text
                         return PROTO_STATUS_PIDNS;
                 }
         }
-        if (b->kind != PROTO_KIND_MEMFD && b->device && !peer_sees_device(p, b->device)) {
+        if (b->info.kind != PROTO_KIND_MEMFD && b->device && !peer_sees_device(p, b->device)) {
                 size_t n = (size_t)snprintf(text, cap,
                                             "buffer '%s' lives on GPU %s, which this consumer cannot see "
                                             "(it sees: ", b->name, b->device);
@@ -693,12 +693,8 @@ RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPu
                 hmap_remove(&r->buffers_by_id, &b->by_id);
                 goto no_memory;
         }
-        b->kind = a->kind;
-        b->size = a->size;
-        b->offset = a->offset;
+        b->info = a->info;
         b->fd = steal_fd(*fd);
-        b->writable = a->writable;
-        b->broker_held = a->broker_held;
         b->retire_after = a->retire_after;
         b->owner = p;
         b->owner_id = p->id;

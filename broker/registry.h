@@ -33,15 +33,13 @@ typedef struct RegPublish {
         const char *name;
         bool again;              /* publish the idle buffer `buffer` again (nothing else is read) */
         uint64_t buffer;         /* new memory: the id (key) the producer chose, 0 = let the broker pick */
-        ProtoKind kind;
-        uint64_t size, offset;
+        ProtoBufferInfo info;    /* new memory: what it is (the new buffer takes a copy) */
         const char *device;      /* GPU UUID for the CUDA kinds, NULL for memfd */
         const uint8_t *meta;     /* msgpack map, validated; NULL for none or an empty one */
         uint32_t meta_len;
         bool has_meta;           /* publishing again: replace the metadata (an empty map clears it) */
         const uint8_t *handle;   /* cuda-legacy: PROTO_LEGACY_HANDLE_SIZE bytes */
         int fd;                  /* memfd and cuda-vmm; the registry takes it in every case */
-        bool writable, broker_held;
         uint32_t retire_after;   /* retire automatically after this many attaches; 0 = never */
         /* Registered again after the producer lost its broker connection: the memory is the same
          * publication as before (generation), consumers may still hold it and come back to reclaim

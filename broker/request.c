@@ -232,9 +232,7 @@ static const char *read_publish(const ProtoMsg *m, int fd, RegPublish *a, unsign
 static void fill_memory(const ProtoMsg *m, int *fd, RegPublish *a, char device[PROTO_MAX_UUID + 1])
 {
         a->buffer = m->buffer;
-        a->kind = m->kind;
-        a->size = m->size;
-        a->offset = m->offset;
+        proto_buffer_info_read(m, &a->info);
         a->device = proto_has(m, PF_DEVICE) ? proto_str_copy(m->device, device, PROTO_MAX_UUID + 1) : NULL;
         /* An empty map is a request too: publishing again with it clears the metadata. */
         a->has_meta = proto_has(m, PF_META);
@@ -244,8 +242,6 @@ static void fill_memory(const ProtoMsg *m, int *fd, RegPublish *a, char device[P
         }
         a->handle = proto_has(m, PF_HANDLE) ? (const uint8_t *)m->handle.ptr : NULL;
         a->fd = steal_fd(*fd);
-        a->writable = m->writable;
-        a->broker_held = m->broker_held;
         a->retire_after = (uint32_t)m->retire_after;
 }
 
