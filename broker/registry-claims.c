@@ -59,9 +59,9 @@ static void claim_revoke(Registry *r, Claim *c, const char *reason, Outbox *o)
 static const char *claim_mismatch(const RegBuffer *b, uint64_t generation, uint32_t owner_uid, ProtoKind kind,
                                   const char *name, char *why, size_t cap)
 {
-        if (b->owner_uid != owner_uid || b->kind != kind)
+        if (b->owner_uid != owner_uid || b->info.kind != kind)
                 snprintf(why, cap, "buffer %llu is now a %s buffer of uid %u, not the %s buffer of uid %u this "
-                         "consumer held", (unsigned long long)b->id, proto_kind_name(b->kind), b->owner_uid,
+                         "consumer held", (unsigned long long)b->id, proto_kind_name(b->info.kind), b->owner_uid,
                          proto_kind_name(kind), owner_uid);
         else if (b->generation != generation || strcmp(b->name, name) != 0)
                 snprintf(why, cap, "buffer %llu was published again (now generation %llu, '%s'; this consumer held "

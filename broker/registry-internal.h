@@ -175,15 +175,14 @@ struct RegBuffer {
         char *name;         /* heap: most names are short, and a registry holds 100k buffers */
         RegName *published; /* while live */
         uint64_t generation;
-        ProtoKind kind;
+        ProtoBufferInfo info; /* kind, size, offset, writable, broker_held: as published */
         ProtoState state;
-        uint64_t size, offset;
         char *device;       /* GPU UUID, NULL for memfd */
         uint8_t *meta;
         uint32_t meta_len;
         uint8_t *handle;    /* cuda-legacy only: PROTO_LEGACY_HANDLE_SIZE bytes */
         int fd;
-        bool writable, broker_held, free_on_drain;
+        bool free_on_drain;
         /* Registered again after a restart while holders may still come back: it does not drain
          * before the grace ends (Registry.restored lists these). */
         bool restored;

@@ -98,7 +98,7 @@ void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
                 list_unlink(&b->owner_link);
                 if (b->state == PROTO_STATE_IDLE || (b->state == PROTO_STATE_RETIRED && b->refs == 0)) {
                         reg_buffer_destroy(r, b, out);
-                } else if (b->broker_held) {
+                } else if (b->info.broker_held) {
                         /* The broker keeps the memory (its fd) until the buffer is retired and drained. */
                         b->owner = NULL;
                         r->n_orphaned++;

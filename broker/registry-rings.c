@@ -246,6 +246,7 @@ no_memory:
  * the publish does not fit. */
 static const char *part_mismatch(const RegRing *g, uint32_t index, const RegPublish *a)
 {
+        const ProtoBufferInfo *m = &a->info;
         bool slot = index >= 1 && index <= g->n_slots;
 
         if (index >= ring_n_parts(g))
@@ -253,29 +254,29 @@ static const char *part_mismatch(const RegRing *g, uint32_t index, const RegPubl
                        "member, and a stream ring's counters per member)";
         if (g->parts[index])
                 return "that part is registered already";
-        if (a->broker_held || a->retire_after)
+        if (m->broker_held || a->retire_after)
                 return "ring parts are neither broker-held nor retired after attaches";
         if (slot) {
-                if (a->kind != g->kind || a->size != g->slot_size)
+                if (m->kind != g->kind || m->size != g->slot_size)
                         return "a slot has the ring's kind and slot size";
-                if (a->writable)
+                if (m->writable)
                         return "slots are read-only for members";
                 if (g->device && (!a->device || strcmp(a->device, g->device) != 0))
                         return "a slot lives on the ring's device";
                 return NULL;
         }
         if (index > g->n_slots + g->n_members) {
-                if (a->kind != PROTO_KIND_CUDA_VMM || !a->writable || a->size < 128 || a->size > (64u << 20))
+                if (m->kind != PROTO_KIND_CUDA_VMM || !m->writable || m->size < 128 || m->size > (64u << 20))
                         return "a seat's counters are a writable cuda-vmm buffer of 128 bytes to 64 MiB";
                 if (g->device && (!a->device || strcmp(a->device, g->device) != 0))
                         return "a seat's counters live on the ring's device";
                 return NULL;
         }
-        if (a->kind != PROTO_KIND_MEMFD || a->size != RING_PAGE)
+        if (m->kind != PROTO_KIND_MEMFD || m->size != RING_PAGE)
                 return "the control page and member pages are memfds of 4096 bytes";
-        if (index == 0 && a->writable)
+        if (index == 0 && m->writable)
                 return "the control page is read-only for members";
-        if (index > g->n_slots && !a->writable)
+        if (index > g->n_slots && !m->writable)
                 return "a member page is writable by its member";
         return NULL;
 }

@@ -12,12 +12,8 @@ void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m)
         proto_set_buffer(m, b->id);
         proto_set_name(m, proto_str(b->name));
         proto_set_generation(m, b->generation);
-        proto_set_kind(m, b->kind);
+        proto_set_buffer_info(m, &b->info);
         proto_set_state(m, b->state);
-        proto_set_size(m, b->size);
-        proto_set_offset(m, b->offset);
-        proto_set_writable(m, b->writable);
-        proto_set_broker_held(m, b->broker_held);
         proto_set_refs(m, b->refs);
         proto_set_holders(m, b->holders);
         proto_set_owner(m, b->owner ? b->owner->id : 0);

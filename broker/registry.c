@@ -63,12 +63,21 @@ void reg_event_base(ProtoMsg *m, ProtoEvent ev, const RegBuffer *b)
         proto_set_buffer(m, b->id);
         proto_set_generation(m, b->generation);
         proto_set_name(m, proto_str(b->name));
-        proto_set_kind(m, b->kind);
+        proto_set_kind(m, b->info.kind);
 }
 
 RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id)
 {
         return HMAP_FIND(&r->buffers_by_id, hash_u64(id), RegBuffer, by_id, b, b->id == id);
+}
+
+RegBuffer *registry_request_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out)
+{
+        RegBuffer *b = reg_buffer_lookup(r, buffer);
+
+        if (!b)
+                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "no buffer with id %llu", (unsigned long long)buffer);
+        return b;
 }
 
 RegName *reg_name_lookup(const Registry *r, const char *name)
@@ -295,7 +304,7 @@ static const char *describe_pidns(char *buf, size_t cap, uint64_t ns, bool decla
  * Returns a status and fills text, or 0. */
 static unsigned attach_diagnose(const RegBuffer *b, const RegPeer *p, char *text, size_t cap)
 {
-        if (b->kind == PROTO_KIND_CUDA_LEGACY) {
+        if (b->info.kind == PROTO_KIND_CUDA_LEGACY) {
                 uint64_t mine = peer_pidns(p);
                 bool differ = mine && b->owner_pidns && mine != b->owner_pidns;
                 char who[64], theirs[64], ours[64];
@@ -323,7 +332,7 @@ static unsigned attach_diagnose(const RegBuffer *b, const RegPeer *p, char *text
                         return PROTO_STATUS_PIDNS;
                 }
         }
-        if (b->kind != PROTO_KIND_MEMFD && b->device && !peer_sees_device(p, b->device)) {
+        if (b->info.kind != PROTO_KIND_MEMFD && b->device && !peer_sees_device(p, b->device)) {
                 size_t n = (size_t)snprintf(text, cap,
                                             "buffer '%s' lives on GPU %s, which this consumer cannot see "
                                             "(it sees: ", b->name, b->device);
@@ -404,6 +413,16 @@ static void wake_waiters(Registry *r, RegName *e, Outbox *o)
         }
 }
 
+void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbox *out)
+{
+        if (b->state != PROTO_STATE_LIVE) {
+                reg_reply_err(out, p, id, PROTO_STATUS_STATE, "buffer %llu ('%s') is %s, not live",
+                              (unsigned long long)b->id, b->name, proto_state_name(b->state));
+                return;
+        }
+        attach_now(r, p, id, b, out);
+}
+
 void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer,
                      uint32_t timeout_ms, uint64_t now_ms, Outbox *out)
 {
@@ -412,18 +431,9 @@ void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uin
         Wait *w;
 
         if (!name) {
-                b = reg_buffer_lookup(r, buffer);
-                if (!b) {
-                        reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "no buffer with id %llu",
-                                      (unsigned long long)buffer);
-                        return;
-                }
-                if (b->state != PROTO_STATE_LIVE) {
-                        reg_reply_err(out, p, id, PROTO_STATUS_STATE, "buffer %llu ('%s') is %s, not live",
-                                      (unsigned long long)buffer, b->name, proto_state_name(b->state));
-                        return;
-                }
-                attach_now(r, p, id, b, out);
+                b = registry_request_buffer(r, p, id, buffer, out);
+                if (b)
+                        registry_buffer_attach(r, p, id, b, out);
                 return;
         }
 
@@ -562,15 +572,12 @@ static int buffer_set_fields(RegBuffer *b, const RegPublish *a)
 
 static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbox *out)
 {
-        RegBuffer *b = reg_buffer_lookup(r, a->buffer);
+        RegBuffer *b = registry_request_buffer(r, p, id, a->buffer, out);
         char *name;
         RegName *e;
 
-        if (!b) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "no buffer with id %llu",
-                              (unsigned long long)a->buffer);
+        if (!b)
                 return;
-        }
         if (b->owner != p) {
                 reg_reply_err(out, p, id, PROTO_STATUS_NOT_OWNER, "buffer %llu belongs to another peer",
                               (unsigned long long)a->buffer);
@@ -686,12 +693,8 @@ RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPu
                 hmap_remove(&r->buffers_by_id, &b->by_id);
                 goto no_memory;
         }
-        b->kind = a->kind;
-        b->size = a->size;
-        b->offset = a->offset;
+        b->info = a->info;
         b->fd = steal_fd(*fd);
-        b->writable = a->writable;
-        b->broker_held = a->broker_held;
         b->retire_after = a->retire_after;
         b->owner = p;
         b->owner_id = p->id;
@@ -812,39 +815,27 @@ void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbo
         reg_reply_ok(out, p, id);
 }
 
-static RegBuffer *managed_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin,
-                                 Outbox *out)
+/* Retire and free are for whoever may manage b (may_manage) or an admin; else replies and returns false. */
+static bool managing(RegPeer *p, uint64_t id, const RegBuffer *b, bool as_admin, Outbox *out)
 {
-        RegBuffer *b = reg_buffer_lookup(r, buffer);
-
-        if (!b) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "no buffer with id %llu", (unsigned long long)buffer);
-                return NULL;
-        }
-        if (!as_admin && !may_manage(b, p)) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_OWNER,
-                              "buffer %llu ('%s') belongs to peer %llu (uid %u)", (unsigned long long)buffer, b->name,
-                              (unsigned long long)b->owner_id, b->owner_uid);
-                return NULL;
-        }
-        return b;
+        if (as_admin || may_manage(b, p))
+                return true;
+        reg_reply_err(out, p, id, PROTO_STATUS_NOT_OWNER, "buffer %llu ('%s') belongs to peer %llu (uid %u)",
+                      (unsigned long long)b->id, b->name, (unsigned long long)b->owner_id, b->owner_uid);
+        return false;
 }
 
-void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out)
+void registry_buffer_retire(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, Outbox *out)
 {
-        RegBuffer *b = managed_buffer(r, p, id, buffer, as_admin, out);
-
-        if (!b)
+        if (!managing(p, id, b, as_admin, out))
                 return;
         reg_reply_ok(out, p, id); /* retiring twice is harmless: the drained event comes once */
         buffer_retire(r, b, out);
 }
 
-void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out)
+void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, Outbox *out)
 {
-        RegBuffer *b = managed_buffer(r, p, id, buffer, as_admin, out);
-
-        if (!b)
+        if (!managing(p, id, b, as_admin, out))
                 return;
         reg_reply_ok(out, p, id);
         if (b->state == PROTO_STATE_IDLE) {
@@ -854,6 +845,22 @@ void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer,
         /* Still referenced: forget it once drained; the producer still gets its drained event. */
         b->free_on_drain = true;
         buffer_retire(r, b, out);
+}
+
+void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out)
+{
+        RegBuffer *b = registry_request_buffer(r, p, id, buffer, out);
+
+        if (b)
+                registry_buffer_retire(r, p, id, b, as_admin, out);
+}
+
+void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out)
+{
+        RegBuffer *b = registry_request_buffer(r, p, id, buffer, out);
+
+        if (b)
+                registry_buffer_free(r, p, id, b, as_admin, out);
 }
 
 int registry_new(Registry **ret, const RegConfig *cfg)

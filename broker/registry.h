@@ -33,15 +33,13 @@ typedef struct RegPublish {
         const char *name;
         bool again;              /* publish the idle buffer `buffer` again (nothing else is read) */
         uint64_t buffer;         /* new memory: the id (key) the producer chose, 0 = let the broker pick */
-        ProtoKind kind;
-        uint64_t size, offset;
+        ProtoBufferInfo info;    /* new memory: what it is (the new buffer takes a copy) */
         const char *device;      /* GPU UUID for the CUDA kinds, NULL for memfd */
         const uint8_t *meta;     /* msgpack map, validated; NULL for none or an empty one */
         uint32_t meta_len;
         bool has_meta;           /* publishing again: replace the metadata (an empty map clears it) */
         const uint8_t *handle;   /* cuda-legacy: PROTO_LEGACY_HANDLE_SIZE bytes */
         int fd;                  /* memfd and cuda-vmm; the registry takes it in every case */
-        bool writable, broker_held;
         uint32_t retire_after;   /* retire automatically after this many attaches; 0 = never */
         /* Registered again after the producer lost its broker connection: the memory is the same
          * publication as before (generation), consumers may still hold it and come back to reclaim
@@ -153,6 +151,15 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Out
  * (as_admin: the policy lets this peer manage other uids' buffers). */
 void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out);
 void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out);
+/* The buffer a request names by id, or NULL once the request was answered "not found": the one
+ * place that answers so. request.c resolves a buffer once with it, for its policy check (which
+ * needs the name) and for the operation, through the registry_buffer_* forms below. */
+RegBuffer *registry_request_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out);
+/* Attach by id, retire and free on a buffer resolved in the same turn; registry_attach (by id),
+ * registry_retire and registry_free_buffer resolve it first, for callers that hold only the id. */
+void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbox *out);
+void registry_buffer_retire(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, Outbox *out);
+void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, Outbox *out);
 /* A reconnecting consumer registers a reference it still holds (docs/protocol.md 6.15). Succeeds when
  * the buffer is that same publication and has not drained; waits (pending) while the broker is in its
  * restart grace and nobody registered the buffer yet; else answers `revoked`. */

@@ -232,9 +232,7 @@ static const char *read_publish(const ProtoMsg *m, int fd, RegPublish *a, unsign
 static void fill_memory(const ProtoMsg *m, int *fd, RegPublish *a, char device[PROTO_MAX_UUID + 1])
 {
         a->buffer = m->buffer;
-        a->kind = m->kind;
-        a->size = m->size;
-        a->offset = m->offset;
+        proto_buffer_info_read(m, &a->info);
         a->device = proto_has(m, PF_DEVICE) ? proto_str_copy(m->device, device, PROTO_MAX_UUID + 1) : NULL;
         /* An empty map is a request too: publishing again with it clears the metadata. */
         a->has_meta = proto_has(m, PF_META);
@@ -244,8 +242,6 @@ static void fill_memory(const ProtoMsg *m, int *fd, RegPublish *a, char device[P
         }
         a->handle = proto_has(m, PF_HANDLE) ? (const uint8_t *)m->handle.ptr : NULL;
         a->fd = steal_fd(*fd);
-        a->writable = m->writable;
-        a->broker_held = m->broker_held;
         a->retire_after = (uint32_t)m->retire_after;
 }
 
@@ -280,35 +276,37 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
 
 static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 {
-        char name[PROTO_MAX_NAME + 1];
+        char copy[PROTO_MAX_NAME + 1];
         bool by_name = proto_has(m, PF_NAME), by_id = proto_has(m, PF_BUFFER);
-        const RegBuffer *b;
+        RegBuffer *b = NULL;
+        const char *name;
 
         if (by_name == by_id) {
                 fail(ctx, p, m, PROTO_STATUS_BAD_REQUEST, "attach takes either a name or a buffer id");
                 return;
         }
         if (by_name) {
-                proto_str_copy(m->name, name, sizeof(name));
+                name = proto_str_copy(m->name, copy, sizeof(copy));
                 if (!proto_name_valid(m->name.ptr, m->name.len)) {
                         fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
                         return;
                 }
         } else {
-                b = registry_buffer_by_id(ctx->reg, m->buffer);
-                if (!b) {
-                        fail(ctx, p, m, PROTO_STATUS_NOT_FOUND, "no buffer with id %llu",
-                             (unsigned long long)m->buffer);
+                /* Looked up once: the policy judges the name of the very buffer the attach takes. */
+                b = registry_request_buffer(ctx->reg, p, m->id, m->buffer, ctx->out);
+                if (!b)
                         return;
-                }
-                snprintf(name, sizeof(name), "%s", registry_buffer_name(b));
+                name = registry_buffer_name(b);
         }
         if (!allowed(ctx, p, POLICY_ATTACH, name)) {
                 fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u attach '%s'",
                      registry_peer_creds(p)->uid, name);
                 return;
         }
-        registry_attach(ctx->reg, p, m->id, by_name ? name : NULL, m->buffer, timeout_of(m), ctx->now_ms, ctx->out);
+        if (b)
+                registry_buffer_attach(ctx->reg, p, m->id, b, ctx->out);
+        else
+                registry_attach(ctx->reg, p, m->id, name, 0, timeout_of(m), ctx->now_ms, ctx->out);
 }
 
 /* ---- rings ---- */
@@ -491,11 +489,20 @@ static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         registry_reclaim(ctx->reg, p, m->id, &a, ctx->out);
 }
 
-/* May this peer manage buffers of other uids (by policy)? */
-static bool as_admin(RequestCtx *ctx, RegPeer *p, uint64_t buffer)
+/* Retire and free: the buffer is looked up once, for the policy's admin check (may this peer
+ * manage buffers of other uids?) and for the operation. */
+static void handle_retire_free(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 {
-        const RegBuffer *b = registry_buffer_by_id(ctx->reg, buffer);
-        return b && allowed(ctx, p, POLICY_ADMIN, registry_buffer_name(b));
+        RegBuffer *b = registry_request_buffer(ctx->reg, p, m->id, m->buffer, ctx->out);
+        bool as_admin;
+
+        if (!b)
+                return;
+        as_admin = allowed(ctx, p, POLICY_ADMIN, registry_buffer_name(b));
+        if (m->op == PROTO_OP_RETIRE)
+                registry_buffer_retire(ctx->reg, p, m->id, b, as_admin, ctx->out);
+        else
+                registry_buffer_free(ctx->reg, p, m->id, b, as_admin, ctx->out);
 }
 
 /* ---- dispatch ---- */
@@ -574,10 +581,8 @@ void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd)
                 registry_release(ctx->reg, p, m->id, m->buffer, ctx->out);
                 break;
         case PROTO_OP_RETIRE:
-                registry_retire(ctx->reg, p, m->id, m->buffer, as_admin(ctx, p, m->buffer), ctx->out);
-                break;
         case PROTO_OP_FREE:
-                registry_free_buffer(ctx->reg, p, m->id, m->buffer, as_admin(ctx, p, m->buffer), ctx->out);
+                handle_retire_free(ctx, p, m);
                 break;
         case PROTO_OP_SUBSCRIBE:
                 handle_subscribe(ctx, p, m);

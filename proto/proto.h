@@ -297,6 +297,34 @@ PROTO_SETTER(POSITION, position, uint64_t)
 PROTO_SETTER(LAG, lag, uint64_t)
 PROTO_SETTER(SEAT, seat, ProtoSeat)
 
+/* What a buffer's memory is: announced by publish (and ring-part), told by attach, stat and list,
+ * and fixed for the memory's life. The name, metadata and retire_after belong to each publication
+ * of it instead, and device, handle and metadata are strings whose owner differs from copy to copy;
+ * so they travel beside it. The broker's publish request, its buffers and their descriptions embed
+ * one, so that registering a buffer copies it in one assignment. */
+typedef struct ProtoBufferInfo {
+        ProtoKind kind;
+        uint64_t size, offset;
+        bool writable, broker_held;
+} ProtoBufferInfo;
+
+/* Reads a buffer's attributes from m (an absent one reads as 0 or false). */
+static inline void proto_buffer_info_read(const ProtoMsg *m, ProtoBufferInfo *ret)
+{
+        *ret = (ProtoBufferInfo){ .kind = m->kind, .size = m->size, .offset = m->offset,
+                                  .writable = m->writable, .broker_held = m->broker_held };
+}
+
+/* Sets every attribute of info on m. */
+static inline void proto_set_buffer_info(ProtoMsg *m, const ProtoBufferInfo *info)
+{
+        proto_set_kind(m, info->kind);
+        proto_set_size(m, info->size);
+        proto_set_offset(m, info->offset);
+        proto_set_writable(m, info->writable);
+        proto_set_broker_held(m, info->broker_held);
+}
+
 /* The GPU UUIDs a hello declares or a peer record lists: n strings of gpus (at most PROTO_MAX_GPUS,
  * more are left out), which must outlive m. Present even when n is 0. */
 static inline void proto_set_gpus(ProtoMsg *m, const char (*gpus)[PROTO_MAX_UUID + 1], uint32_t n)

@@ -834,13 +834,13 @@ static void op_publish(Model *M, Input *in, bool again)
         if (!p || M->e->n_fds >= ENV_MAX_FDS - 1 || M->n_bufs >= MAX_BUFS)
                 return;
         a.name = names[n % N_NAMES];
-        a.kind = 1 + (f & 3) % 3;
-        a.size = 4096;
-        a.device = a.kind == PROTO_KIND_MEMFD ? NULL : devices[d % 2];
-        a.handle = a.kind == PROTO_KIND_CUDA_LEGACY ? handle : NULL;
-        a.broker_held = a.kind != PROTO_KIND_CUDA_LEGACY && (f & 4);
+        a.info.kind = 1 + (f & 3) % 3;
+        a.info.size = 4096;
+        a.device = a.info.kind == PROTO_KIND_MEMFD ? NULL : devices[d % 2];
+        a.handle = a.info.kind == PROTO_KIND_CUDA_LEGACY ? handle : NULL;
+        a.info.broker_held = a.info.kind != PROTO_KIND_CUDA_LEGACY && (f & 4);
         a.retire_after = (f >> 3) % 4;
-        a.writable = true;
+        a.info.writable = true;
         if (f & 0x20) {
                 a.meta = meta;
                 a.meta_len = sizeof(meta);
@@ -867,7 +867,7 @@ static void op_publish(Model *M, Input *in, bool again)
                                 if (M->claims[i].buf == a.buffer)
                                         a.generation = M->claims[i].generation;
                 }
-                if (a.kind != PROTO_KIND_CUDA_LEGACY)
+                if (a.info.kind != PROTO_KIND_CUDA_LEGACY)
                         a.fd = env_memfd(M->e, 4096);
         }
         q = pending_add(M, p, REQ_OTHER);
@@ -886,7 +886,7 @@ static void op_publish(Model *M, Input *in, bool again)
                         b = &M->bufs[M->n_bufs++];
                 }
                 if (!again) /* new, an id used again after its buffer was forgotten, or adopted */
-                        *b = (Buf){ s->m.buffer, p, registry_buffer_by_id(M->e->r, s->m.buffer) ? a.kind : 0 };
+                        *b = (Buf){ s->m.buffer, p, registry_buffer_by_id(M->e->r, s->m.buffer) ? a.info.kind : 0 };
                 if (!again && registry_buffer_by_id(M->e->r, s->m.buffer)) {
                         ProtoMsg dd;
                         registry_buffer_describe(registry_buffer_by_id(M->e->r, s->m.buffer), &dd);
@@ -1220,18 +1220,19 @@ static PartShape ring_part_shape(const RingRec *R, uint32_t i)
  * code under test. */
 static bool ring_part_fits(const RingRec *R, uint32_t i, const RegPublish *a)
 {
+        const ProtoBufferInfo *m = &a->info;
         bool device_ok = !R->device || (a->device && strcmp(a->device, R->device) == 0);
 
-        if (a->broker_held || a->retire_after)
+        if (m->broker_held || a->retire_after)
                 return false;
         if (i == 0) /* the control page */
-                return a->kind == PROTO_KIND_MEMFD && a->size == 4096 && !a->writable;
+                return m->kind == PROTO_KIND_MEMFD && m->size == 4096 && !m->writable;
         if (i <= R->slots)
-                return a->kind == R->kind && a->size == 4096 && !a->writable && device_ok;
+                return m->kind == R->kind && m->size == 4096 && !m->writable && device_ok;
         if (i <= R->slots + R->members) /* a member page */
-                return a->kind == PROTO_KIND_MEMFD && a->size == 4096 && a->writable;
+                return m->kind == PROTO_KIND_MEMFD && m->size == 4096 && m->writable;
         /* a stream ring's counters */
-        return a->kind == PROTO_KIND_CUDA_VMM && a->writable && a->size >= 128 && a->size <= (64u << 20) && device_ok;
+        return m->kind == PROTO_KIND_CUDA_VMM && m->writable && m->size >= 128 && m->size <= (64u << 20) && device_ok;
 }
 
 /* The parts registered now (the ring is set up once all of them were). */
@@ -1283,7 +1284,7 @@ static bool ring_part_do(Model *M, RegPeer *p, int ri, uint32_t index, RegPublis
                 CHECK_EQ(s->m.generation, a->restored ? a->generation : M->e->r->generation);
                 if (!b)
                         b = &M->bufs[M->n_bufs++];
-                *b = (Buf){ s->m.buffer, p, a->kind };
+                *b = (Buf){ s->m.buffer, p, a->info.kind };
                 R->parts[index] = s->m.buffer;
                 R->set_up |= ring_registered(R) == ring_parts_of(R);
                 claims_meet(M, s->m.buffer); /* reclaims of a part's id are all refused */
@@ -1310,22 +1311,22 @@ static void op_ring_part(Model *M, Input *in)
 
         if (!p || !ring_room(M))
                 return;
-        a.kind = ps.kind;
-        a.size = ps.size;
-        a.writable = ps.writable;
+        a.info.kind = ps.kind;
+        a.info.size = ps.size;
+        a.info.writable = ps.writable;
         a.device = ps.device;
         switch (v & 7) {
-        case 4: a.kind = 1 + (v >> 3) % 3; break;
-        case 5: a.size = (v & 8) ? 127 : (v & 16) ? (64u << 20) : 4097; break;
-        case 6: a.writable = !a.writable; break;
+        case 4: a.info.kind = 1 + (v >> 3) % 3; break;
+        case 5: a.info.size = (v & 8) ? 127 : (v & 16) ? (64u << 20) : 4097; break;
+        case 6: a.info.writable = !a.info.writable; break;
         case 7: a.device = (v & 8) ? NULL : devices[(v >> 4) & 1]; break;
         default: break;
         }
-        if (a.kind == PROTO_KIND_CUDA_LEGACY)
-                a.kind = PROTO_KIND_MEMFD; /* the request layer refuses legacy parts */
-        if (a.kind == PROTO_KIND_CUDA_VMM && !a.device)
+        if (a.info.kind == PROTO_KIND_CUDA_LEGACY)
+                a.info.kind = PROTO_KIND_MEMFD; /* the request layer refuses legacy parts */
+        if (a.info.kind == PROTO_KIND_CUDA_VMM && !a.device)
                 a.device = (v & 0x40) ? NULL : devices[0];
-        a.broker_held = (v & 0xe0) == 0xe0;
+        a.info.broker_held = (v & 0xe0) == 0xe0;
         a.retire_after = (v & 0xe0) == 0xc0;
         a.buffer = pick_new_id(M, k);
         if (k & 0x10) {
@@ -1348,7 +1349,8 @@ static void op_ring_fill(Model *M, Input *in)
                 return;
         for (uint32_t i = 0; i < ring_parts_of(R) && ring_room(M); i++) {
                 PartShape ps = ring_part_shape(R, i);
-                RegPublish a = { .kind = ps.kind, .size = ps.size, .writable = ps.writable, .device = ps.device };
+                RegPublish a = { .info = { .kind = ps.kind, .size = ps.size, .writable = ps.writable },
+                                 .device = ps.device };
 
                 if (R->parts[i])
                         continue;

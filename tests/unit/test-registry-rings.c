@@ -129,14 +129,14 @@ static Sent *ring_part(Env *e, RegPeer *p, const char *ring, uint32_t index, Par
         RegPublish a = { 0 };
         uint64_t id = next_req++;
 
-        a.kind = o.kind;
-        a.size = o.size;
-        a.writable = o.writable;
+        a.info.kind = o.kind;
+        a.info.size = o.size;
+        a.info.writable = o.writable;
         a.device = o.device;
         a.buffer = o.key;
         a.restored = o.restored;
         a.generation = o.generation;
-        a.broker_held = o.held;
+        a.info.broker_held = o.held;
         a.retire_after = o.retire_after;
         a.fd = env_memfd(e, 4096); /* the registry never looks inside; broker/request.c checks fds */
         registry_ring_part(e->r, p, id, ring, index, &a, &e->out);
@@ -776,7 +776,7 @@ static void test_ring_evict(void)
         RegPeer *P = peer(e, 1000), *A = peer(e, 1001), *B = peer(e, 1001);
         uint64_t ids[8], old[2], epoch_a, other;
         unsigned drained = 0;
-        RegPublish pub = { .name = "other", .kind = PROTO_KIND_MEMFD, .size = 4096 };
+        RegPublish pub = { .name = "other", .info = { .kind = PROTO_KIND_MEMFD, .size = 4096 } };
         Sent *r, *left;
 
         ring_setup(e, P, s, ids);
@@ -946,7 +946,7 @@ static void test_ring_quotas(void)
         Shape s = backpressure;
         Env *e;
         RegPeer *P, *Q;
-        RegPublish pub = { .name = "x", .kind = PROTO_KIND_MEMFD, .size = 4096 };
+        RegPublish pub = { .name = "x", .info = { .kind = PROTO_KIND_MEMFD, .size = 4096 } };
         RegRingSpec spec;
         uint64_t ids[4], extra;
         Sent *r;
@@ -1010,7 +1010,7 @@ static void test_ring_names(void)
 {
         Env *e = ring_env(NULL, 0);
         RegPeer *P = peer(e, 1000), *Q = peer(e, 1001);
-        RegPublish pub = { .name = "cam/bp", .kind = PROTO_KIND_MEMFD, .size = 4096 };
+        RegPublish pub = { .name = "cam/bp", .info = { .kind = PROTO_KIND_MEMFD, .size = 4096 } };
         RegRingSpec spec = spec_of(&backpressure);
         Sent *r;
 
@@ -1292,7 +1292,8 @@ static void test_ring_part_never_adopts(void)
         const Shape *s = &backpressure;
         Env *e = ring_env(NULL, 0);
         RegPeer *P1 = peer(e, 1000), *P2 = peer(e, 1000), *M = peer(e, 1001);
-        RegPublish pub = { .name = "held", .kind = PROTO_KIND_MEMFD, .size = 4096, .buffer = 77, .broker_held = true };
+        RegPublish pub = { .name = "held", .buffer = 77,
+                           .info = { .kind = PROTO_KIND_MEMFD, .size = 4096, .broker_held = true } };
         uint64_t generation;
         ProtoMsg d;
         Part part;

@@ -44,18 +44,18 @@ static Sent *publish(Env *e, RegPeer *p, Pub o)
         a.restored = o.restored;
         a.generation = o.generation;
         a.retired = o.retired;
-        a.kind = o.kind ? o.kind : PROTO_KIND_MEMFD;
-        a.size = 4096;
+        a.info.kind = o.kind ? o.kind : PROTO_KIND_MEMFD;
+        a.info.size = 4096;
         a.device = o.device;
         a.meta = o.meta;
         a.meta_len = o.meta_len;
         a.has_meta = o.meta || o.clear_meta;
-        a.handle = a.kind == PROTO_KIND_CUDA_LEGACY ? handle64 : NULL;
+        a.handle = a.info.kind == PROTO_KIND_CUDA_LEGACY ? handle64 : NULL;
         want_fd = o.fd_mode == FD_FORCE ||
-                  (o.fd_mode == FD_AUTO && !o.buffer && a.kind != PROTO_KIND_CUDA_LEGACY);
+                  (o.fd_mode == FD_AUTO && !o.buffer && a.info.kind != PROTO_KIND_CUDA_LEGACY);
         a.fd = want_fd ? env_memfd(e, 4096) : -1;
-        a.writable = true;
-        a.broker_held = o.held;
+        a.info.writable = true;
+        a.info.broker_held = o.held;
         a.retire_after = o.retire_after;
         registry_publish(e->r, p, id, &a, &e->out);
         CHECK_EQ(a.fd, -1); /* taken in every case */
