@@ -31,9 +31,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
+
+import gpu_roles
 
 SKIP = 77
 NAME = 'wtest/policy'
@@ -321,69 +322,12 @@ ROLES = {'trainer': role_trainer, 'inference': role_inference, 'jax': role_jax,
 
 # ---- the orchestrator ----
 
-class Role:
-    """A role in a child process (optionally in a new PID namespace), JSON lines on its stdout."""
-
-    def __init__(self, name, *args, pidns=False, env=None):
-        cmd = [sys.executable, os.path.abspath(__file__), '--role', name, *args]
-        if pidns:
-            cmd = ['unshare', '--pid', '--fork', '--mount-proc', '--kill-child', *cmd]
-        self.name = name
-        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-                                  env=dict(os.environ, **(env or {})))
-
-    def expect(self, word, timeout=STEP_TIMEOUT_S):
-        """The JSON after the next line starting with word; other lines (a library's chatter) are
-        shown and skipped. Raises after timeout seconds or if the role exits."""
-        deadline = now() + timeout
-        while True:
-            out = []
-            t = threading.Thread(target=lambda: out.append(self.p.stdout.readline()), daemon=True)
-            t.start()
-            t.join(max(0.0, deadline - now()))
-            line = out[0].strip() if out else None
-            if line is None or (not line and self.p.poll() is not None):
-                raise RuntimeError(f'{self.name}: no {word!r} within {timeout} s (exit status {self.p.poll()})')
-            if line.startswith(word):
-                rest = line[len(word):].strip()
-                return json.loads(rest) if rest else None
-            if line:
-                print(f'  [{self.name}] {line[:300]}')
-
-    def say(self, word):
-        try:
-            self.p.stdin.write(word + '\n')
-            self.p.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass
-
-    def stop(self, timeout=30):
-        try:
-            self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
+def Role(name, *args, pidns=False, env=None):
+    """A role of this script in a child process (gpu_roles.Role)."""
+    return gpu_roles.Role(__file__, name, *args, pidns=pidns, env=env, step_timeout_s=STEP_TIMEOUT_S)
 
 
-class Report:
-    def __init__(self):
-        self.results = []
-
-    def check(self, name, ok, detail=''):
-        self.results.append((name, bool(ok)))
-        print(f'{"PASS" if ok else "FAIL"}  {name}{": " + detail if detail else ""}', flush=True)
-
-    def target(self, name, met, detail=''):
-        """A performance target: printed MET or MISSED, never a failure (timings are measurements,
-        not correctness; docs/performance.md records them)."""
-        print(f'{"MET " if met else "MISSED"}  {name}{": " + detail if detail else ""}', flush=True)
-
-    def error(self, name, exc):
-        self.results.append((name, False))
-        print(f'FAIL  {name}: {exc}', flush=True)
-
-    def skip(self, name, why):
-        print(f'SKIP  {name}: {why}', flush=True)
+Report = gpu_roles.Report
 
 
 def gpu_available():
