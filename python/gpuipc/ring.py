@@ -38,8 +38,10 @@ META_SUFFIX = '@meta'
 
 _E_TIMEOUT = -1006
 _E_NOT_FOUND = -1005
-# While a take_async() waits on the ring's fd, it also looks this often for news that reaches the
-# connection rather than the fd (the producer died, this member was evicted).
+# While a take_async() waits on the ring's fd, it also calls Client.process() this often: the fd
+# wakes for frames and for the broker's news on a live connection (the producer died, this member
+# was evicted), but after a broker restart there is no connection to watch, and reconnecting (to
+# take the seat back within the restart grace) needs a call.
 _ASYNC_NEWS_S = 0.25
 
 
