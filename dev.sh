@@ -110,10 +110,22 @@ summary() {
         [[ $failed == 0 ]]
 }
 
-# run_suite DIR: every test of DIR's build; 0 when all passed.
+# run_suite DIR: every test of DIR's build; 0 when all passed. The suite gets a temporary directory
+# of its own, empty at the start, which its last test (suite-tmp-clean) checks is empty again: as
+# root, a fresh directory mounted over /tmp in a private mount namespace (what hard-codes /tmp is
+# caught too, and other processes on the machine neither see it nor disturb the check), else TMPDIR.
 run_suite() {
-        local rc=0
-        meson test -C "$1" --print-errorlogs --num-processes 2 || rc=$?
+        local rc=0 tmp
+        tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpuipc-suite.XXXXXX")
+        chmod 1777 "$tmp" # like /tmp: tests that drop privileges create files there too
+        if [[ $(id -u) == 0 ]] && unshare --mount true 2>/dev/null; then
+                unshare --mount --propagation private -- bash -c 'mount --bind "$1" /tmp && shift && exec "$@"' _ \
+                        "$tmp" env TMPDIR=/tmp GPUIPC_SUITE_TMP=/tmp GPUIPC_SUITE_TMP_PRIVATE=1 \
+                        meson test -C "$1" --print-errorlogs --num-processes 2 || rc=$?
+        else
+                TMPDIR=$tmp GPUIPC_SUITE_TMP=$tmp meson test -C "$1" --print-errorlogs --num-processes 2 || rc=$?
+        fi
+        rm -rf "$tmp"
         return $rc
 }
 
