@@ -836,8 +836,11 @@ _public_ int gpuipc_ring_join(gpuipc_t *c, const char *name, int timeout_ms, gpu
         if (e == 0) {
                 r->ctl = gpuipc_buffer_ptr(r->ctl_buf);
                 r->page = gpuipc_buffer_ptr(r->page_part);
-                if (!ring_ctl_valid(r->ctl, r->n_slots, r->n_members, r->slot_size)) {
-                        client_errmsg(c, "ring '%s': its control page does not match what the broker said", name);
+                const RingShape shape = { r->n_slots, r->n_members, r->slot_size, r->mode };
+                char why[256];
+
+                if (ring_ctl_check(r->ctl, &shape, why, sizeof(why))) {
+                        client_errmsg(c, "ring '%s': its producer's control page is broken: %s", name, why);
                         e = GPUIPC_E_BAD_REPLY;
                 } else if (r->mode == RING_STREAM) {
                         e = ring_stream_join(r);
