@@ -26,6 +26,10 @@ typedef struct Ctl {
         bool json;
         int timeout_ms;
         gpuipc_t *c;
+        /* The connection survives a broker restart (the library's default): for the commands that
+         * hold something or wait (publish, attach --hold, watch, metrics --listen). A one-shot
+         * command reports on the one broker it asked instead (a listing's pages, an exit code). */
+        bool reconnect;
         const CtlCommand *cmd; /* the subcommand running */
         bool printed;          /* a document (or line) went to stdout already */
 } Ctl;

@@ -59,7 +59,8 @@ static const CtlCommand commands[] = {
           "[--retire-after N]",
           "publish a buffer and hold it until it drains",
           "Allocates a buffer, fills it with a pattern, publishes it and holds it until it was retired (by\n"
-          "gpuipcctl retire, or --retire-after) and drained, or until SIGTERM or SIGINT.\n\n"
+          "gpuipcctl retire, or --retire-after) and drained, or until SIGTERM or SIGINT. Through a broker\n"
+          "restart it reconnects and publishes the buffer again under the same id.\n\n"
           "  -n, --name N           the name to publish under\n"
           "  -s, --size BYTES       bytes, or with K, M, G or T (powers of 1024; KiB and KB mean the same);\n"
           "                         memfd buffers must fit in the memory available\n"
@@ -73,7 +74,8 @@ static const CtlCommand commands[] = {
           "attach a buffer, check it, hold it, release it",
           "Attaches the buffer published under a name (waiting for it to appear), optionally checks every byte\n"
           "against a pattern, keeps the reference for a while, and releases it. Exit 1 when a byte differs or\n"
-          "the buffer was revoked.\n\n"
+          "the buffer was revoked. While it holds, a broker restart is survived: it reconnects and reclaims\n"
+          "the reference.\n\n"
           "  -n, --name N           the name to attach\n"
           "  -v, --verify PATTERN   check every byte: " PATTERNS "\n"
           "  -t, --timeout MS       how long to wait for a publish (default 0: it must be there; -1: forever)\n"
@@ -86,7 +88,8 @@ static const CtlCommand commands[] = {
           "  -i, --id N          the buffer's broker id instead of a name\n" },
         { "watch", cmd_watch, "[--prefix P]", "print events as they happen",
           "Prints events about buffers as they happen (published, retired, revoked, drained), one per line,\n"
-          "until interrupted.\n\n"
+          "until interrupted. After a broker restart it reconnects and says so (reconnected); events meanwhile\n"
+          "are missed.\n\n"
           "  -p, --prefix P      only names starting with P\n" },
         { "group", cmd_group, "--name G --members N [--timeout MS]", "join a rendezvous group",
           "Joins a rendezvous group and waits until N members joined (exit 0), or until the earliest member's\n"
@@ -185,6 +188,7 @@ int ctl_connect(Ctl *ctl, bool probe_gpus)
         o.label = "gpuipcctl";
         o.connect_timeout_ms = ctl->timeout_ms;
         o.no_gpus = !probe_gpus;
+        o.no_reconnect = !ctl->reconnect;
         r = gpuipc_connect(&ctl->c, &o);
         if (r < 0) {
                 fprintf(stderr, "gpuipcctl %s: cannot reach the broker: [%s] %s\n", ctl->cmd->name,

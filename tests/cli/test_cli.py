@@ -485,6 +485,47 @@ def case_exporter(tmp):
     b.stop()
 
 
+def case_long_running_reconnect(tmp):
+    """publish, attach --hold and watch come through a broker restart (SIGKILL, a new broker on the
+    same socket): the publisher's buffer is published again, the holder's reference reclaimed and
+    held to the end, and watch says "reconnected" and goes on with the new broker's events."""
+    b = Broker(tmp, "--restart-grace-ms", "5000")
+    pub, _ = memfd_publisher(b.sock, "re/held")
+    att = spawn(b.sock, "--json", "attach", "--name", "re/held", "--verify", "random:3", "--hold", "8000")
+    doc = json.loads(read_line(att))
+    check(doc.get("event") == "attached" and doc.get("verified") is True, "attach said: %s" % doc)
+    watch = spawn(b.sock, "--json", "watch", "--prefix", "re/")
+    deadline = time.monotonic() + 10
+    while one_document(ctl(b.sock, "--json", "stats"), "stats")["subscriptions"] < 1:
+        check(time.monotonic() < deadline, "watch did not subscribe within 10 s")
+        time.sleep(0.05)
+    first, _ = memfd_publisher(b.sock, "re/first")
+    check(json.loads(read_line(watch)).get("name") == "re/first", "watch missed re/first")
+    start = time.monotonic()
+    b.proc.kill()
+    b.proc.wait()
+    b.start()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        r = ctl(b.sock, "--json", "stat", "re/held")
+        if r.rc == 0 and one_document(r, "stat")["buffer"]["refs"] == 1:
+            break
+        time.sleep(0.1)
+    check(r.rc == 0 and one_document(r, "stat")["buffer"]["refs"] == 1,
+          "after the restart the publisher's buffer and the holder's reference are not back: %s" % r)
+    after, _ = memfd_publisher(b.sock, "re/after")
+    events = []
+    while not events or events[-1].get("name") != "re/after":
+        events.append(json.loads(read_line(watch, 15)))
+    check(events[0]["event"] == "reconnected", "watch after the restart: %s" % events)
+    rc, out, err = stop(att) if att.poll() is not None else (att.wait(20), "", "")
+    check(rc == 0 and time.monotonic() - start > 3, "attach --hold 8000: exit %s after %.1f s of the restart: %s" %
+          (rc, time.monotonic() - start, err))
+    for p in (after, first, pub, watch):
+        stop(p)
+    b.stop()
+
+
 def case_exporter_http(tmp):
     """The exporter answers bad requests with 4xx and is not held up by a client that never sends."""
     b = Broker(tmp)

@@ -15,7 +15,7 @@
  * are about to overwrite has drained, write frame n into it (word 0 is n, word i is a function of
  * n and i), retire the previous frame and publish this one under the producer's name. Consumers (each
  * a process) attach a random producer's name, check every word, hold it a little, check every word
- * again, and release. Everyone connects with the reconnect option. The parent kills and restarts
+ * again, and release. Everyone reconnects (the library's default). The parent kills and restarts
  * them, and the broker, and prints a table of what happened.
  *
  * The ordinary run lasts a minute with two broker restarts. GPUIPC_SOAK=long runs for 20 minutes
@@ -262,7 +262,7 @@ static void judge_suspects(Verdicts *v, bool final)
 
 static gpuipc_t *soak_connect(const HBroker *b, const char *label)
 {
-        gpuipc_options_t o = { .struct_size = sizeof(o), .label = label, .reconnect = 1,
+        gpuipc_options_t o = { .struct_size = sizeof(o), .label = label,
                                .connect_timeout_ms = H_SOON_MS, .no_gpus = 1 };
         gpuipc_t *c = NULL;
         int r = h_try_connect(b, &o, &c);
