@@ -46,14 +46,18 @@ static const CtlCommand commands[] = {
         { "stats", cmd_stats, "", "show the broker's counters",
           "Prints every counter, gauge and histogram series of the broker, one per line (docs/protocol.md,\n"
           "\"stats\", names them).\n" },
-        { "metrics", cmd_metrics, "[--listen ADDR:PORT]", "the statistics for Prometheus, once or served over HTTP",
+        { "metrics", cmd_metrics, "[--listen ADDR:PORT [--no-sandbox]]",
+          "the statistics for Prometheus, once or served over HTTP",
           "Prints the broker's statistics, and per ring its head, lag, seats taken and slots, in the Prometheus\n"
           "text format (version 0.0.4). With --listen it serves them instead, until SIGTERM or SIGINT: GET\n"
-          "/metrics asks the broker at every scrape (gpuipc_up says whether it answered), GET /healthz answers\n"
-          "200 while the broker answers a ping and 503 otherwise.\n"
+          "/metrics asks the broker for every scrape, waiting at most --timeout (gpuipc_up says whether it\n"
+          "answered in time; if not, the last good sample comes with it), GET /healthz answers at once: 200\n"
+          "while the broker answered the exporter's last question, 503 otherwise. Once it listens, it runs\n"
+          "confined (no_new_privs, Landlock, a seccomp filter).\n"
           "The broker itself never opens a network socket; run this next to it (port 9470 by convention).\n\n"
           "  -l, --listen ADDR:PORT   serve HTTP here: 0.0.0.0:9470, 127.0.0.1:9470, [::]:9470, or :9470 for\n"
-          "                           every address; port 0 picks a free one (printed at start)\n" },
+          "                           every address; port 0 picks a free one (printed at start)\n"
+          "      --no-sandbox         serve unconfined (for debugging)\n" },
         { "publish", cmd_publish,
           "--name N --size BYTES [--kind K] [--device N] [--fill PATTERN] [--writable] [--broker-held] "
           "[--retire-after N]",

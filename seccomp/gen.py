@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Generates the broker's seccomp artefacts from the one allow-list (gpuipc-broker.allow).
 
-    gen.py header ALLOW OUT.h    C tables of the [runtime] rules (the in-process filter) and of the
-                                 [sanitizer] rules (added to it in sanitizer builds only)
+    gen.py header ALLOW OUT.h    C tables of the [runtime] rules (the in-process filter), of the
+                                 [sanitizer] rules (added to it in sanitizer builds only) and of the
+                                 [kill] calls (a filter that has them kills the process at once)
     gen.py json ALLOW OUT.json   the Kubernetes Localhost / OCI profile: [startup] + [runtime] + [probe],
                                  default deny
 """
@@ -14,7 +15,7 @@ import sys
 NUM = r'(?:0x[0-9a-fA-F]+|\d+)'
 RULE = re.compile(r'^([a-z0-9_]+)(?:\(([^)]*)\))?(?:!([A-Z0-9]+))?\s+(\S.*)$')
 COND = re.compile(r'^(\d)(?:&(' + NUM + r'))?=(' + NUM + r')$')
-SECTIONS = ('runtime', 'startup', 'probe', 'sanitizer')
+SECTIONS = ('runtime', 'startup', 'probe', 'sanitizer', 'kill')
 MAX_CONDS = 3
 
 
@@ -56,16 +57,18 @@ def parse(path):
             name, _, err, reason = m.groups()
             if err is not None and (not hasattr(errno, err) or conds):
                 sys.exit(f'{path}:{lineno}: {err} is not an errno name, or comes with conditions')
+            if current == 'kill' and (err is not None or conds):
+                sys.exit(f'{path}:{lineno}: a [kill] line names a call, with neither conditions nor an errno')
             rule = (name, conds, getattr(errno, err) if err else 0, reason)
-            # Twice in one artefact is an error; [sanitizer] may repeat what only the profile has.
+            # Twice in one artefact is an error; [sanitizer] may repeat what only the profile has,
+            # and what [kill] has (a sanitizer build lets its runtime's calls through).
             together = ('runtime', 'sanitizer') if current == 'sanitizer' else \
-                SECTIONS if current == 'runtime' else ('runtime', 'startup', 'probe')
+                SECTIONS if current == 'runtime' else ('runtime', 'startup', 'probe', 'kill')
             if any(r[:2] == rule[:2] for n in together for r in sections.get(n, [])):
                 sys.exit(f'{path}:{lineno}: {name} is listed twice')
             sections[current].append(rule)
-    for s in ('runtime', 'startup'):
-        if not sections.get(s):
-            sys.exit(f'{path}: section [{s}] is missing or empty')
+    if not sections.get('runtime'):
+        sys.exit(f'{path}: section [runtime] is missing or empty')
     return sections
 
 
@@ -97,10 +100,13 @@ def header(sections):
            '} SandboxRule;', '']
     out += c_table('sandbox_rules', sections['runtime'])
     out += c_table('sandbox_sanitizer_rules', sections.get('sanitizer', []))
+    out += c_table('sandbox_kill_rules', sections.get('kill', []))
     return '\n'.join(out)
 
 
 def profile(sections):
+    if not sections.get('startup'):
+        sys.exit('a profile needs a [startup] section: what runs before the in-process filter')
     rules = sections['startup'] + sections['runtime'] + sections.get('probe', [])
     plain = sorted({r[0] for r in rules if not r[1] and not r[2]})
     entries = [{'names': plain, 'action': 'SCMP_ACT_ALLOW'}]

@@ -22,12 +22,13 @@ done
 
 # 1. Includes.
 mapfile -t private < <(cd "$src" && ls client/*.h proto/*.h | xargs -n1 basename | grep -vx gpuipc.h)
-while read -r file line; do
-        header=$(sed -E 's/.*#include[[:space:]]*[<"]([^">]+)[">].*/\1/' <<<"$line")
+# (bash's own string operations: a process per include and header takes long on a loaded machine)
+while read -r file header; do
         for p in "${private[@]}"; do
-                [[ $(basename "$header") == "$p" ]] && fail "$file includes $header, a header of client/ or proto/"
+                [[ ${header##*/} == "$p" ]] && fail "$file includes $header, a header of client/ or proto/"
         done
-done < <(cd "$src" && grep -H '^[[:space:]]*#[[:space:]]*include' cli/*.c cli/*.h | sed 's/:/ /')
+done < <(cd "$src" && grep -H '^[[:space:]]*#[[:space:]]*include' cli/*.c cli/*.h |
+        sed -E 's/^([^:]+):.*#[[:space:]]*include[[:space:]]*[<"]([^">]+)[">].*/\1 \2/')
 
 # 2. Linked against the shared library.
 readelf -d "$ctl" | grep -q 'NEEDED.*\[libgpuipc\.so\.0\]' || fail "gpuipcctl does not need libgpuipc.so.0"
@@ -37,22 +38,22 @@ readelf -d "$ctl" | grep -q 'NEEDED.*\[libgpuipc\.so\.0\]' || fail "gpuipcctl do
 mapfile -t patterns < <(grep -oE '^[[:space:]]+gpuipc_[A-Za-z0-9_*]+;' "$src/client/libgpuipc.sym" | tr -d ' \t;')
 [[ ${#patterns[@]} -gt 0 ]] || fail "no global patterns in libgpuipc.sym"
 exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | sed 's/@.*//' | sort -u)
+imports=$(nm -D --undefined-only "$ctl" | awk '{print $2}' | sed 's/@.*//' | sort -u)
 n_imports=0
-while read -r sym; do
-        base=${sym%%@*}
-        if grep -qx "$base" <<<"$exported"; then
-                n_imports=$((n_imports + 1))
-                [[ $base == gpuipc_* ]] || fail "gpuipcctl imports $base from libgpuipc: not public API"
-                matched=0
-                for p in "${patterns[@]}"; do
-                        # shellcheck disable=SC2053 # the version script's patterns are globs
-                        [[ $base == $p ]] && matched=1
-                done
-                [[ $matched == 1 ]] || fail "$base is not listed in libgpuipc.sym"
-        elif [[ $base == gpuipc_* ]]; then
-                fail "gpuipcctl needs $base, which libgpuipc.so.0 does not export"
-        fi
-done < <(nm -D --undefined-only "$ctl" | awk '{print $2}')
+while read -r base; do
+        [[ -n $base ]] || continue
+        n_imports=$((n_imports + 1))
+        [[ $base == gpuipc_* ]] || fail "gpuipcctl imports $base from libgpuipc: not public API"
+        matched=0
+        for p in "${patterns[@]}"; do
+                # shellcheck disable=SC2053 # the version script's patterns are globs
+                [[ $base == $p ]] && matched=1
+        done
+        [[ $matched == 1 ]] || fail "$base is not listed in libgpuipc.sym"
+done < <(comm -12 <(echo "$imports") <(echo "$exported"))
+while read -r base; do
+        fail "gpuipcctl needs $base, which libgpuipc.so.0 does not export"
+done < <(comm -23 <(echo "$imports") <(echo "$exported") | grep '^gpuipc_')
 [[ $n_imports -gt 10 ]] || fail "gpuipcctl imports only $n_imports symbols from libgpuipc (expected its API)"
 
 # 4. The library exports exactly what gpuipc.h declares (comments stripped), and the version script
@@ -60,21 +61,22 @@ done < <(nm -D --undefined-only "$ctl" | awk '{print $2}')
 declared=$(sed -e ':a' -e 's|/\*.*\*/||g' -e '/\/\*/{N;ba' -e '}' "$src/client/gpuipc.h" |
         grep -oE '\bgpuipc_[a-z0-9_]+[[:space:]]*\(' | tr -d ' (' | sort -u)
 [[ -n $declared ]] || fail "found no functions in gpuipc.h"
+# (comm, not a grep per symbol: spawning hundreds of processes takes long on a loaded machine)
 while read -r sym; do
-        grep -qx "$sym" <<<"$exported" || fail "gpuipc.h declares $sym but libgpuipc.so.0 does not export it (add it to libgpuipc.sym)"
-done <<<"$declared"
+        fail "gpuipc.h declares $sym but libgpuipc.so.0 does not export it (add it to libgpuipc.sym)"
+done < <(comm -23 <(echo "$declared") <(echo "$exported"))
 while read -r sym; do
         [[ $sym == GPUIPC_* ]] && continue # the version node itself
-        grep -qx "$sym" <<<"$declared" || fail "libgpuipc.so.0 exports $sym, which gpuipc.h does not declare"
-done <<<"$exported"
+        fail "libgpuipc.so.0 exports $sym, which gpuipc.h does not declare"
+done < <(comm -13 <(echo "$declared") <(echo "$exported"))
 
 # 5. No static copy of the library's internals.
 internal=$(nm --defined-only "$client_a" "$proto_a" 2>/dev/null | awk '$2 ~ /^[TDRB]$/ {print $3}' |
         grep -v '^gpuipc_' | sort -u)
 [[ -n $internal ]] || fail "found no internal symbols in the static libraries (wrong paths?)"
 while read -r sym; do
-        grep -qx "$sym" <<<"$internal" && fail "gpuipcctl contains $sym, an internal function of the library"
-done < <(nm --defined-only "$ctl" | awk '{print $3}' | sort -u)
+        fail "gpuipcctl contains $sym, an internal function of the library"
+done < <(comm -12 <(echo "$internal") <(nm --defined-only "$ctl" | awk '{print $3}' | sort -u))
 
 if [[ $failed != 0 ]]; then
         exit 1
