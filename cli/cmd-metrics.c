@@ -159,11 +159,8 @@ int cmd_metrics(Ctl *ctl, int argc, char **argv)
                 return ctl_usage(ctl, "--listen '%s': %s", listen_spec, why);
         if (!listen_spec && !confined)
                 return ctl_usage(ctl, "--no-sandbox goes with --listen");
-        if (listen_spec) {
-                /* The exporter reconnects by itself: it is a long-running command. */
-                ctl->reconnect = true;
-                return listen_and_serve(ctl, listen_spec, confined);
-        }
+        if (listen_spec)
+                return listen_and_serve(ctl, listen_spec, confined); /* its sampler reconnects */
 
         /* Once: without a broker the exposition still comes out, saying gpuipc_up 0 (a textfile
          * collector then records the outage), and the exit code says so too. */
