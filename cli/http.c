@@ -28,7 +28,8 @@
 #define HEAD_MAX 8192                     /* request line and headers; Prometheus sends a few hundred bytes */
 #define TARGET_MAX 1024                   /* the path and query; longer is 414 */
 #define HEAD_TIMEOUT_MS 3000              /* from accept to a complete head: scrapers send it at once */
-#define DEADLINE_MS 10000                 /* a connection's whole life: request, waiting, response */
+#define DEADLINE_MS 10000                 /* a connection's life: request, waiting, response (a handler
+                                           * that waits longer moves it) */
 #define ACCEPT_BATCH 64                   /* connections taken per wake-up, so that clients get read too */
 #define TICK_MS 1000                      /* how often the loop looks at *stop even without a signal */
 
@@ -280,8 +281,11 @@ static void client_ask(Server *s, Client *c, uint64_t now)
         }
         http_body_unref(r.body);
         c->state = CLIENT_WAITING;
-        /* Never past the connection's deadline, and never without one. */
-        c->retry_at = r.retry_at_ms && r.retry_at_ms < c->deadline ? r.retry_at_ms : c->deadline;
+        /* Never without a time to ask again. The handler's deadline (a scrape's --timeout) may lie
+         * past the connection's: it moves, leaving the answer time to be sent. */
+        c->retry_at = r.retry_at_ms ? r.retry_at_ms : c->deadline;
+        if (c->retry_at + DEADLINE_MS / 2 > c->deadline)
+                c->deadline = c->retry_at + DEADLINE_MS / 2;
 }
 
 /* The head is complete: "METHOD SP TARGET SP HTTP/1.x", then headers we do not need. */
