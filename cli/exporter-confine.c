@@ -5,6 +5,7 @@
 #include "exporter-confine.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/landlock.h>
 #include <stdbool.h>
 #include <signal.h>
@@ -17,6 +18,8 @@
 #include <unistd.h>
 
 #include "config.h"
+
+static int scmp_open(const char **why);
 
 /* ---- Landlock: no file, no TCP ---- */
 
@@ -55,8 +58,19 @@ static int landlock_nothing(const char **why)
         }
         if (abi >= 5)
                 attr.handled_access_fs |= FS_IOCTL_DEV;
-        /* Everything handled and no rule: nothing is allowed. */
+        /* Everything handled and no rule: nothing is allowed (but to a sanitizer's runtime, which reads
+         * /proc at exit, in sanitizer builds). */
         ruleset = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
+        if (ruleset >= 0 && GPUIPC_SANITIZED) {
+                struct landlock_path_beneath_attr pb = {
+                        .allowed_access = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR,
+                        .parent_fd = open("/proc", O_PATH | O_CLOEXEC),
+                };
+                if (pb.parent_fd >= 0) {
+                        (void)syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &pb, 0);
+                        close(pb.parent_fd);
+                }
+        }
         if (ruleset < 0 || syscall(SYS_landlock_restrict_self, ruleset, 0) < 0) {
                 r = -errno;
                 *why = "landlock refused the ruleset";
@@ -69,9 +83,48 @@ static int landlock_nothing(const char **why)
 /* ---- seccomp ---- */
 
 #if HAVE_SECCOMP
+#include <dlfcn.h>
 #include <seccomp.h>
 
 #include "gpuipcctl-metrics-allow.h"
+
+/* libseccomp is loaded when the exporter confines itself, not linked: gpuipcctl ships in the client
+ * image for application containers, which need libc alone for every other command. */
+static struct {
+        scmp_filter_ctx (*init)(uint32_t def_action);
+        void (*release)(scmp_filter_ctx ctx);
+        int (*rule_add_array)(scmp_filter_ctx ctx, uint32_t action, int syscall, unsigned int arg_cnt,
+                              const struct scmp_arg_cmp *arg_array);
+        int (*load)(const scmp_filter_ctx ctx);
+        int (*resolve_name)(const char *name);
+        char *(*resolve_num_arch)(uint32_t arch_token, int num);
+} scmp;
+
+static int scmp_open(const char **why)
+{
+        void *h;
+
+        if (scmp.init)
+                return 0;
+        h = dlopen("libseccomp.so.2", RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+                *why = "libseccomp.so.2 cannot be loaded (install libseccomp2)";
+                return -ENOENT;
+        }
+        scmp.init = (scmp_filter_ctx (*)(uint32_t))dlsym(h, "seccomp_init");
+        scmp.release = (void (*)(scmp_filter_ctx))dlsym(h, "seccomp_release");
+        scmp.rule_add_array = (int (*)(scmp_filter_ctx, uint32_t, int, unsigned int,
+                                       const struct scmp_arg_cmp *))dlsym(h, "seccomp_rule_add_array");
+        scmp.load = (int (*)(const scmp_filter_ctx))dlsym(h, "seccomp_load");
+        scmp.resolve_name = (int (*)(const char *))dlsym(h, "seccomp_syscall_resolve_name");
+        scmp.resolve_num_arch = (char *(*)(uint32_t, int))dlsym(h, "seccomp_syscall_resolve_num_arch");
+        if (!scmp.init || !scmp.release || !scmp.rule_add_array || !scmp.load || !scmp.resolve_name ||
+            !scmp.resolve_num_arch) {
+                *why = "libseccomp.so.2 lacks a function the exporter needs";
+                return -ENOSYS;
+        }
+        return 0; /* (the handle stays open: the filter's names and the library live as long as we do) */
+}
 
 #define MAX_SYSCALL_NR 1024
 
@@ -129,13 +182,13 @@ static void sigsys_handler(int sig, siginfo_t *info, void *uctx)
 static void ctx_release(scmp_filter_ctx *ctx)
 {
         if (*ctx)
-                seccomp_release(*ctx);
+                scmp.release(*ctx);
 }
 
 static int add_rule(scmp_filter_ctx ctx, const SandboxRule *rule, uint32_t action)
 {
         struct scmp_arg_cmp cmp[sizeof(rule->conds) / sizeof(rule->conds[0])];
-        int nr = seccomp_syscall_resolve_name(rule->name);
+        int nr = scmp.resolve_name(rule->name);
 
         if (nr == __NR_SCMP_ERROR)
                 return 0; /* not a call on this architecture */
@@ -147,7 +200,7 @@ static int add_rule(scmp_filter_ctx ctx, const SandboxRule *rule, uint32_t actio
                 cmp[i] = c->masked ? SCMP_CMP((unsigned)c->arg, SCMP_CMP_MASKED_EQ, c->mask, c->value)
                                    : SCMP_CMP((unsigned)c->arg, SCMP_CMP_EQ, c->value);
         }
-        return seccomp_rule_add_array(ctx, action, nr, (unsigned)rule->n_conds, cmp);
+        return scmp.rule_add_array(ctx, action, nr, (unsigned)rule->n_conds, cmp);
 }
 
 static bool in_table(const SandboxRule *table, size_t n, const char *name)
@@ -167,7 +220,7 @@ static bool in_table(const SandboxRule *table, size_t n, const char *name)
 
 static int filter_build(scmp_filter_ctx *ret)
 {
-        scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_TRAP);
+        scmp_filter_ctx ctx = scmp.init(SCMP_ACT_TRAP);
         int r;
 
         if (!ctx)
@@ -198,11 +251,13 @@ static int seccomp_confine(const char **why)
 {
         __attribute__((cleanup(ctx_release))) scmp_filter_ctx ctx = NULL;
         struct sigaction sa = { .sa_sigaction = sigsys_handler, .sa_flags = SA_SIGINFO };
-        int r;
+        int r = scmp_open(why);
 
+        if (r < 0)
+                return r;
         for (int nr = 0; nr < MAX_SYSCALL_NR; nr++)
                 if (!syscall_names[nr])
-                        syscall_names[nr] = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
+                        syscall_names[nr] = scmp.resolve_num_arch(SCMP_ARCH_NATIVE, nr);
         sigemptyset(&sa.sa_mask);
         if (sigaction(SIGSYS, &sa, NULL) < 0) {
                 *why = "cannot catch SIGSYS";
@@ -213,7 +268,7 @@ static int seccomp_confine(const char **why)
                 *why = "cannot build the seccomp filter";
                 return r;
         }
-        r = seccomp_load(ctx);
+        r = scmp.load(ctx);
         if (r < 0)
                 *why = "cannot load the seccomp filter";
         return r;
@@ -221,10 +276,15 @@ static int seccomp_confine(const char **why)
 
 #else
 
-static int seccomp_confine(const char **why)
+static int scmp_open(const char **why)
 {
         *why = "this gpuipcctl was built without libseccomp";
         return -EOPNOTSUPP;
+}
+
+static int seccomp_confine(const char **why)
+{
+        return scmp_open(why);
 }
 
 #endif
@@ -237,7 +297,10 @@ int exporter_confine(const char **why)
                 *why = "cannot set no_new_privs";
                 return -errno;
         }
-        r = landlock_nothing(why);
+        /* libseccomp first: once Landlock applies, no library can be read any more. */
+        r = scmp_open(why);
+        if (r == 0)
+                r = landlock_nothing(why);
         if (r == 0)
                 r = seccomp_confine(why);
         return r;

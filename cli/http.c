@@ -352,8 +352,8 @@ static void client_write(Client *c)
 {
         for (;;) {
                 size_t body_len = c->body ? c->body->len : 0;
-                const char *p = c->off < c->hdr_len ? c->hdr + c->off : c->body->data + (c->off - c->hdr_len);
-                size_t left = c->off < c->hdr_len ? c->hdr_len - c->off : c->hdr_len + body_len - c->off;
+                const char *p;
+                size_t left;
                 ssize_t n;
 
                 if (c->off == c->hdr_len + body_len) {
@@ -361,6 +361,8 @@ static void client_write(Client *c)
                         client_close(c);
                         return;
                 }
+                p = c->off < c->hdr_len ? c->hdr + c->off : c->body->data + (c->off - c->hdr_len);
+                left = c->off < c->hdr_len ? c->hdr_len - c->off : c->hdr_len + body_len - c->off;
                 n = send(c->fd, p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (n < 0 && (errno == EAGAIN || errno == EINTR))
                         return;
