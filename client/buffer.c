@@ -311,6 +311,8 @@ _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, c
         b->retire_after = o.retire_after;
         if ((o.meta_len || b->state == PROTO_STATE_NONE) && copy_meta(b, o.meta, o.meta_len) < 0)
                 return -ENOMEM;
+        if (b->segment && b->segment->pool_seg && (r = pool_view_publishing(b)) < 0)
+                return r;
         if (!o.no_sync && kind_ops(b->kind)->sync) {
                 r = kind_ops(b->kind)->sync(c, b);
                 if (r < 0)
@@ -770,8 +772,11 @@ void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)
                         /* A buffer the caller already freed: nobody will ever ask about it. */
                         if (!b)
                                 return;
-                        if (b->generation == m->generation)
+                        if (b->generation == m->generation) {
                                 b->state = PROTO_STATE_IDLE;
+                                if (b->segment && b->segment->pool_seg)
+                                        pool_view_drained(b); /* its range may be handed out again */
+                        }
                 }
                 ev.type = GPUIPC_EVENT_DRAINED;
                 break;

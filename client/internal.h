@@ -233,8 +233,12 @@ int buffer_drop(gpuipc_t *c, gpuipc_buffer_t *b);
 
 /* ---- pool.c ---- */
 
-/* A view of a pool's segment was freed: ranges freed while it covered them become free. */
+/* A view of a pool's segment was freed, or drained: ranges freed while it covered them become free. */
 void pool_view_gone(gpuipc_buffer_t *view);
+void pool_view_drained(gpuipc_buffer_t *view);
+/* A view of a pool's segment is about to be published (again): 0, or GPUIPC_E_INVALID when it
+ * drained and its memory was freed since. */
+int pool_view_publishing(gpuipc_buffer_t *view);
 /* After a reconnect: no broker knows the pools' segments any more (the next view sends their fds). */
 void pool_after_reconnect(gpuipc_t *c);
 /* Closes every pool of c (gpuipc_close), after the views. */

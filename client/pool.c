@@ -33,11 +33,14 @@ typedef struct PoolBlock {
         BlockState state;
 } PoolBlock;
 
-/* A view made of a segment's memory, as long as it is not freed. */
+/* A view made of a segment's memory, as long as it is not freed. Active from when it is made (or
+ * published again) until it drained: only then may holders have it, so only then does it keep a
+ * freed range from being handed out. */
 typedef struct PoolView {
         List link;          /* PoolSegment.views */
         size_t offset, size;
         const gpuipc_buffer_t *buf;
+        bool active;
 } PoolView;
 
 typedef struct PoolSegment {
@@ -116,10 +119,33 @@ static bool covered_by_view(const PoolSegment *s, size_t offset, size_t size)
 {
         list_for_each(pos, &s->views) {
                 const PoolView *v = list_entry(pos, PoolView, link);
-                if (v->offset < offset + size && offset < v->offset + v->size)
+                if (v->active && v->offset < offset + size && offset < v->offset + v->size)
                         return true;
         }
         return false;
+}
+
+static PoolView *view_record(PoolSegment *s, const gpuipc_buffer_t *view)
+{
+        list_for_each(pos, &s->views) {
+                PoolView *v = list_entry(pos, PoolView, link);
+                if (v->buf == view)
+                        return v;
+        }
+        return NULL;
+}
+
+/* Ranges freed while views covered them, and no active view covers now, are free again. */
+static void release_deferred(gpuipc_pool_t *p, PoolSegment *s)
+{
+        list_for_each_safe(pos, &s->blocks) {
+                PoolBlock *k = list_entry(pos, PoolBlock, link);
+                if (k->state == BLOCK_DEFERRED && !covered_by_view(s, k->offset, k->size)) {
+                        p->stats.deferred -= k->size;
+                        s->used -= k->size;
+                        block_release(s, k);
+                }
+        }
 }
 
 /* The block holding byte offset of s. */
@@ -432,7 +458,7 @@ _public_ int gpuipc_pool_view(gpuipc_pool_t *p, const void *ptr, size_t size, gp
                 /* Under the lock, so that no free between the check and the record can miss the view. */
                 r = gpuipc_buffer_view(c, s->mem, a - s->base, size, ret);
                 if (r == 0) {
-                        *v = (PoolView){ .offset = a - s->base, .size = size, .buf = *ret };
+                        *v = (PoolView){ .offset = a - s->base, .size = size, .buf = *ret, .active = true };
                         list_append(&s->views, &v->link);
                         p->stats.views++;
                 } else {
@@ -447,27 +473,57 @@ void pool_view_gone(gpuipc_buffer_t *view)
 {
         PoolSegment *s = view->segment->pool_seg;
         gpuipc_pool_t *p = s->pool;
+        PoolView *v;
 
         pthread_mutex_lock(&p->lock);
-        list_for_each(pos, &s->views) {
-                PoolView *v = list_entry(pos, PoolView, link);
-                if (v->buf == view) {
-                        list_unlink(&v->link);
-                        free(v);
-                        p->stats.views--;
-                        break;
-                }
+        v = view_record(s, view);
+        if (v) {
+                list_unlink(&v->link);
+                free(v);
+                p->stats.views--;
         }
-        /* Ranges freed while this view covered them, and no other covers now, are free again. */
-        list_for_each_safe(pos, &s->blocks) {
-                PoolBlock *k = list_entry(pos, PoolBlock, link);
-                if (k->state == BLOCK_DEFERRED && !covered_by_view(s, k->offset, k->size)) {
-                        p->stats.deferred -= k->size;
-                        s->used -= k->size;
-                        block_release(s, k);
-                }
+        release_deferred(p, s);
+        pthread_mutex_unlock(&p->lock);
+}
+
+void pool_view_drained(gpuipc_buffer_t *view)
+{
+        PoolSegment *s = view->segment->pool_seg;
+        gpuipc_pool_t *p = s->pool;
+        PoolView *v;
+
+        pthread_mutex_lock(&p->lock);
+        v = view_record(s, view);
+        if (v)
+                v->active = false;
+        release_deferred(p, s);
+        pthread_mutex_unlock(&p->lock);
+}
+
+int pool_view_publishing(gpuipc_buffer_t *view)
+{
+        PoolSegment *s = view->segment->pool_seg;
+        gpuipc_pool_t *p = s->pool;
+        PoolView *v;
+        PoolBlock *k;
+        int r = 0;
+
+        pthread_mutex_lock(&p->lock);
+        v = view_record(s, view);
+        if (v && !v->active) {
+                /* Drained, so its range may have been freed (and handed out) since: only memory that is
+                 * still allocated is published again. */
+                k = block_at(s, v->offset);
+                if (k && k->state == BLOCK_USED && v->size <= k->size - (v->offset - k->offset))
+                        v->active = true;
+                else
+                        r = GPUIPC_E_INVALID;
         }
         pthread_mutex_unlock(&p->lock);
+        if (r < 0)
+                client_errmsg(view->conn, "the memory of this view was freed after it drained: make a new view of "
+                              "memory that is allocated");
+        return r;
 }
 
 _public_ int gpuipc_pool_trim(gpuipc_pool_t *p)

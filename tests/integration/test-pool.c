@@ -345,13 +345,18 @@ static void test_free_while_published(void)
         CHECK_ERR(c, gpuipc_pool_view(p, a, MIB, &held), GPUIPC_E_INVALID);
         CHECK_ERR(c, gpuipc_pool_close(p), GPUIPC_E_BUSY);
         CHECK_OK(c, gpuipc_retire(c, view));
+        CHECK_EQ(stats_of(p).deferred, MIB); /* retired, still held */
         CHECK_OK(cons, gpuipc_release(cons, held));
         CHECK_OK(c, gpuipc_wait_drained(c, view, H_SOON_MS));
-        CHECK_EQ(stats_of(p).deferred, MIB);
-        CHECK_OK(c, gpuipc_buffer_free(c, view));
+        /* Drained: nobody can hold it, so the range is free (the view itself may stay, idle). */
         CHECK_EQ(stats_of(p).deferred, 0);
+        /* ... and an idle view of memory freed since is not published again. */
+        CHECK_ERR(c, gpuipc_publish(c, view, "free/again", NULL), GPUIPC_E_INVALID);
         CHECK_OK(c, gpuipc_pool_alloc(p, MIB, &again));
         CHECK(again == a);
+        CHECK_OK(c, gpuipc_publish(c, view, "free/again", NULL)); /* allocated again: it may */
+        CHECK_OK(c, gpuipc_retire(c, view));
+        CHECK_OK(c, gpuipc_buffer_free(c, view));
         CHECK_OK(c, gpuipc_pool_close(p));
         gpuipc_close(cons);
         gpuipc_close(c);
