@@ -286,9 +286,10 @@ int gpuipc_pool_alloc(gpuipc_pool_t *p, size_t size, void **ret);
 /* Gives back what gpuipc_pool_alloc returned; handed out again only once no view covers it. */
 int gpuipc_pool_free(gpuipc_pool_t *p, void *ptr);
 
-/* A view (gpuipc_buffer_view) of [ptr, ptr + size), which must lie in one allocation of the pool:
- * GPUIPC_E_NOT_FOUND outside the pool, GPUIPC_E_INVALID when it spans two segments or memory that
- * is not allocated (gpuipc_errmsg says which). */
+/* A view (gpuipc_buffer_view) of [ptr, ptr + size), which must lie in one segment and start in an
+ * allocation (it may cover several: a state dict's arrays): GPUIPC_E_NOT_FOUND outside the pool,
+ * GPUIPC_E_INVALID when it spans two segments or starts in memory that is not allocated (gpuipc_errmsg
+ * says which). While it is active (until it drained) no allocation it covers is handed out again. */
 int gpuipc_pool_view(gpuipc_pool_t *p, const void *ptr, size_t size, gpuipc_buffer_t **ret);
 
 /* The segment holding ptr: its base and size. 0, or GPUIPC_E_NOT_FOUND. */

@@ -449,8 +449,10 @@ _public_ int gpuipc_pool_view(gpuipc_pool_t *p, const void *ptr, size_t size, gp
         } else if (size > s->size - (a - s->base)) {
                 client_errmsg(c, "[%#lx, +%zu) spans two segments of the pool: a view lies in one", (unsigned long)a, size);
                 r = GPUIPC_E_INVALID;
-        } else if (!k || k->state != BLOCK_USED || size > k->size - (a - s->base - k->offset)) {
-                client_errmsg(c, "[%#lx, +%zu) is not memory the pool handed out (or it was freed)", (unsigned long)a, size);
+        } else if (!k || k->state != BLOCK_USED) {
+                /* A view may cover several allocations (a live state dict's part), but it starts in one. */
+                client_errmsg(c, "[%#lx, +%zu) does not start in memory the pool handed out (it was freed, or never "
+                              "allocated)", (unsigned long)a, size);
                 r = GPUIPC_E_INVALID;
         } else if (!(v = calloc(1, sizeof(*v)))) {
                 r = -ENOMEM;
@@ -514,7 +516,7 @@ int pool_view_publishing(gpuipc_buffer_t *view)
                 /* Drained, so its range may have been freed (and handed out) since: only memory that is
                  * still allocated is published again. */
                 k = block_at(s, v->offset);
-                if (k && k->state == BLOCK_USED && v->size <= k->size - (v->offset - k->offset))
+                if (k && k->state == BLOCK_USED)
                         v->active = true;
                 else
                         r = GPUIPC_E_INVALID;

@@ -363,7 +363,8 @@ static void test_free_while_published(void)
         h_case_end(&k);
 }
 
-/* What a view of a pool cannot be: outside the pool, across two segments, of memory not allocated. */
+/* What a view of a pool cannot be: outside the pool, across two segments, starting in memory not
+ * allocated. */
 static void test_view_errors(void)
 {
         gpuipc_buffer_t *v;
@@ -382,7 +383,7 @@ static void test_view_errors(void)
         CHECK_ERR(c, gpuipc_pool_view(p, &v, 8, &v), GPUIPC_E_NOT_FOUND);
         CHECK_OK(c, gpuipc_pool_free(p, b));
         CHECK_ERR(c, gpuipc_pool_view(p, b, 8, &v), GPUIPC_E_INVALID);
-        CHECKF(strstr(gpuipc_errmsg(c), "not memory the pool handed out"), "%s", gpuipc_errmsg(c));
+        CHECKF(strstr(gpuipc_errmsg(c), "does not start in memory the pool handed out"), "%s", gpuipc_errmsg(c));
         CHECK_OK(c, gpuipc_pool_view(p, (char *)a + 512, 4096, &v));
         CHECK_OK(c, gpuipc_buffer_free(c, v));
         CHECK_OK(c, gpuipc_pool_close(p));
