@@ -295,6 +295,9 @@ int gpuipc_pool_view(gpuipc_pool_t *p, const void *ptr, size_t size, gpuipc_buff
 /* The segment holding ptr: its base and size. 0, or GPUIPC_E_NOT_FOUND. */
 int gpuipc_pool_segment(gpuipc_pool_t *p, const void *ptr, void **ret_base, size_t *ret_size);
 
+/* Every segment's base and size (up to cap of them, oldest first); returns how many there are. */
+int gpuipc_pool_segments(gpuipc_pool_t *p, void **bases, size_t *sizes, size_t cap);
+
 /* Frees the segments that hold nothing (the broker forgets those it knew; consumers' mappings kept
  * their memory valid for them). */
 int gpuipc_pool_trim(gpuipc_pool_t *p);

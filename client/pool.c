@@ -429,6 +429,25 @@ _public_ int gpuipc_pool_segment(gpuipc_pool_t *p, const void *ptr, void **ret_b
         return s ? 0 : GPUIPC_E_NOT_FOUND;
 }
 
+_public_ int gpuipc_pool_segments(gpuipc_pool_t *p, void **bases, size_t *sizes, size_t cap)
+{
+        size_t n = 0;
+
+        if (!p || (cap && (!bases || !sizes)))
+                return GPUIPC_E_INVALID;
+        pthread_mutex_lock(&p->lock);
+        list_for_each(pos, &p->segments) {
+                PoolSegment *s = list_entry(pos, PoolSegment, link);
+                if (n < cap) {
+                        bases[n] = (void *)s->base;
+                        sizes[n] = s->size;
+                }
+                n++;
+        }
+        pthread_mutex_unlock(&p->lock);
+        return (int)MIN(n, (size_t)INT32_MAX);
+}
+
 _public_ int gpuipc_pool_view(gpuipc_pool_t *p, const void *ptr, size_t size, gpuipc_buffer_t **ret)
 {
         uintptr_t a = (uintptr_t)ptr;

@@ -186,6 +186,7 @@ _SIGNATURES = {
     'gpuipc_pool_free': (_i, [_p, _p]),
     'gpuipc_pool_view': (_i, [_p, _p, _sz, _pp]),
     'gpuipc_pool_segment': (_i, [_p, _p, _pp, ctypes.POINTER(_sz)]),
+    'gpuipc_pool_segments': (_i, [_p, _pp, ctypes.POINTER(_sz), _sz]),
     'gpuipc_pool_trim': (_i, [_p]),
     'gpuipc_pool_stats': (_i, [_p, ctypes.POINTER(PoolStats)]),
     'gpuipc_pool_close': (_i, [_p]),

@@ -108,6 +108,7 @@ class Client:
         self._views_cache = collections.OrderedDict()  # (buffer id, digest, framework) -> views (state_dict.py)
         self._pools = []                     # Pool: where pooled arrays are found
         self._staging = {}                   # (kind, device) -> Pool for share()'s copies
+        self._closed_ranges = []             # (base, size) of closed pools' segments: what PoolClosed names
         opts = _lib.Options(socket.encode() if socket else None, label.encode() if label else None,
                             int(connect_timeout_ms), int(bool(reconnect)), 0 if probe_gpus else 1)
         c = ctypes.c_void_p()
@@ -340,10 +341,20 @@ class Client:
         if not self._pools:
             return None
         ptr = info.ptr + arrays.extent(info)[0]
-        for pool in self._pools:
+        last = self._pools[-1]  # the one that answered last: a state dict's arrays lie in one pool
+        for pool in (last, *self._pools):
             if not pool.closed and pool._segment(ptr) is not None:
+                if pool is not last:
+                    self._pools.remove(pool)
+                    self._pools.append(pool)
                 return pool
         return None
+
+    def _check_closed_pool(self, info, what):
+        """Raises PoolClosed if the array lies in the memory of a pool this client closed."""
+        ptr = info.ptr + arrays.extent(info)[0]
+        if any(base <= ptr < base + size for base, size in self._closed_ranges):
+            raise errors.PoolClosed(f'{what}: the array lies in a pool that was closed: its memory is gone')
 
     def _pooled(self, obj):
         """(pool, info) when obj is no own buffer's but lies in a pool of this client, else (None, info)."""
@@ -393,6 +404,7 @@ class Client:
         buf, info = self._owner(obj)
         pool = self._pool_of(info) if buf is None else None
         if buf is None and pool is None:
+            self._check_closed_pool(info, f"publish '{name}'")
             self._buffer_of(obj, f"publish '{name}'")  # raises, saying where the array must lie
         kind = buf.kind if buf is not None else pool.kind
         ordinal = buf.device_ordinal if buf is not None else pool.device

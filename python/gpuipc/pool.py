@@ -14,6 +14,7 @@ neither the framework nor the pool hands its memory out again while a consumer m
 itself stays, idle, to be published again without a round trip more when the same range is published
 again. ``pool.empty_cache()`` frees idle views, empties torch's cache and gives empty segments back.
 """
+import bisect
 import collections
 import ctypes
 import sys
@@ -121,6 +122,7 @@ class Pool:
         self._live = collections.defaultdict(list)  # (base, size) -> [_Publication], published, not drained
         self._idle = collections.OrderedDict()      # (base, size) -> view Buffer, drained, reusable
         self._mempool, self._entered = None, []
+        self._segs = []  # sorted (base, size) of segments looked up: they stay until trim or close
         opts = _lib.PoolOptions(KINDS[kind], max(self.device, 0), int(segment_size), int(max_segment_size),
                                 int(reserve), int(bool(writable)), int(bool(broker_held)))
         h = ctypes.c_void_p()
@@ -162,9 +164,18 @@ class Pool:
             raise errors.Busy(f'close the pool: {st.allocated} bytes of it are still allocated (tensors or arrays '
                               f'that use it): delete them first, or close(force=True)')
         with self._client._locked(), self._lock:
+            self._client._closed_ranges.extend(self._all_segments())
+            del self._client._closed_ranges[:-256]
             handle, self._handle = self._handle, None
+            self._segs.clear()
             self._client._pools.remove(self)
             self._client._check(self._lib.gpuipc_pool_close(handle), 'close the pool')
+
+    def _all_segments(self):
+        n = self._lib.gpuipc_pool_segments(self._handle, None, None, 0)
+        bases, sizes = (ctypes.c_void_p * max(n, 1))(), (ctypes.c_size_t * max(n, 1))()
+        n = min(n, self._lib.gpuipc_pool_segments(self._handle, bases, sizes, n))
+        return [(bases[i] or 0, sizes[i]) for i in range(max(n, 0))]
 
     def _forget(self):
         """The client closed (gpuipc_close freed the pool)."""
@@ -254,6 +265,7 @@ class Pool:
     def trim(self) -> None:
         """Frees the segments that hold nothing (gpuipc_pool_trim)."""
         self._check_open()
+        self._segs.clear()
         with self._client._locked():
             self._client._check(self._lib.gpuipc_pool_trim(self._handle), 'trim the pool')
 
@@ -267,11 +279,17 @@ class Pool:
     # ---- publishing (Client.publish/retire/wait_drained/free call these) ----
 
     def _segment(self, ptr):
-        """(base, size) of the segment holding ptr, or None."""
+        """(base, size) of the segment holding ptr, or None (segments seen are remembered: a state
+        dict's 200 arrays are looked up at every publish)."""
+        i = bisect.bisect_right(self._segs, (ptr, float('inf'))) - 1
+        if i >= 0 and ptr < self._segs[i][0] + self._segs[i][1]:
+            return self._segs[i]
         base, size = ctypes.c_void_p(), ctypes.c_size_t()
-        if self._lib.gpuipc_pool_segment(self._handle, ptr, ctypes.byref(base), ctypes.byref(size)) < 0:
+        if self.closed or self._lib.gpuipc_pool_segment(self._handle, ptr, ctypes.byref(base), ctypes.byref(size)) < 0:
             return None
-        return base.value, size.value
+        seg = (base.value, size.value)
+        bisect.insort(self._segs, seg)
+        return seg
 
     def holds(self, obj: Any) -> bool:
         """True if the array lies (at least its first byte) in this pool's memory."""

@@ -229,6 +229,22 @@ static void test_pool_allocates(void)
         }
         st = stats_of(p);
         CHECK(st.segments >= 2 && st.segments <= 4); /* 8.3 MiB: 4 + 4 + 8 MiB at most */
+        {
+                void *bases[8];
+                size_t sizes[8], total = 0;
+                int n = gpuipc_pool_segments(p, bases, sizes, 8);
+
+                CHECK_EQ((size_t)n, st.segments);
+                for (int i = 0; i < n; i++) {
+                        void *base = NULL;
+                        size_t size = 0;
+
+                        CHECK_OK(c, gpuipc_pool_segment(p, (char *)bases[i] + sizes[i] - 1, &base, &size));
+                        CHECK(base == bases[i] && size == sizes[i]);
+                        total += sizes[i];
+                }
+                CHECK_EQ(total, st.reserved);
+        }
         CHECK_EQ(st.exports, st.segments);
         CHECK(st.allocated >= 64 * 1000);
         CHECK_OK(c, gpuipc_pool_alloc(p, 40 * MIB, &big));

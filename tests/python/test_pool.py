@@ -266,7 +266,8 @@ def case_errors(c):
     p2 = c.pool(kind='memfd')
     x = p2.empty(16, 'float32', framework='numpy')
     p2.close(force=True)
-    expect(ValueError, lambda: c.publish(x, 'pool/closed'), 'publishing an array of a closed pool')
+    e = expect(gpuipc.PoolClosed, lambda: c.publish(x, 'pool/closed'), 'publishing an array of a closed pool')
+    assert 'closed' in str(e), e
 
 
 def case_fakecuda(c):
