@@ -358,7 +358,8 @@ def role_wproducer(sock_path, broker_sock, warm):
     step('prof', t0)
 
     # live: the state dict lives in a pool (a loader's weights), published without a copy
-    pool = c.pool(device=0, reserve=total + (total >> 4) + (64 << 20))
+    # reserved with room for torch's own rounding (1-10 MB tensors share 20 MiB blocks): one segment
+    pool = c.pool(device=0, reserve=int(total * 1.3))
     with pool:
         live = {k: torch.empty_like(t) for k, t in sd.items()}
     for k, t in sd.items():
@@ -556,7 +557,7 @@ class Mps:
     directory, set in the environment every process started afterwards inherits."""
 
     def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix='gpuipc-mps.')
+        self.dir = tempfile.mkdtemp(prefix='gpuipc-mps.', dir=os.environ.get('GPUIPC_BENCH_MPS_PARENT'))
         env = {'CUDA_MPS_PIPE_DIRECTORY': os.path.join(self.dir, 'pipe'),
                'CUDA_MPS_LOG_DIRECTORY': os.path.join(self.dir, 'log')}
         for d in env.values():
@@ -654,7 +655,7 @@ def main():
     if not torch.cuda.is_available():
         print('torch_pool: skipped: torch sees no CUDA device')
         return 77
-    trials, warm = (5, 4) if args.quick else (12, 8)
+    trials, warm = (8, 6) if args.quick else (12, 8)
     tag = ' [MPS]' if args.mps else ''
     mps = None
     if args.mps:
