@@ -498,7 +498,7 @@ def weights_section(broker_sock, tmp, warm, can_unshare):
     import gpu_roles
     role = lambda name, *a, pidns=False: gpu_roles.Role(__file__, name, *a, pidns=pidns, step_timeout_s=STEP_S)  # noqa: E731
     out = {}
-    sock = os.path.join(tmp, 'w.sock')
+    sock = tempfile.mktemp(dir=tmp, suffix='.sock')  # a new one per attempt: a listener's file stays
     prod = role('wproducer', sock, broker_sock, str(warm), pidns=can_unshare)
     cons = None
     try:
@@ -510,7 +510,7 @@ def weights_section(broker_sock, tmp, warm, can_unshare):
         for r in (cons, prod):
             if r is not None:
                 r.stop()
-    tsock = os.path.join(tmp, 't.sock')
+    tsock = tempfile.mktemp(dir=tmp, suffix='.sock')
     tp = role('tproducer', tsock, str(warm))
     tc = None
     try:
