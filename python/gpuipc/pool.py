@@ -157,6 +157,7 @@ class Pool:
         torch's cache: delete them first, or pass force=True if nothing will touch them again."""
         if self.closed:
             return
+        self._reap()
         self._free_views(retire=True)
         self._empty_torch_cache()
         st = self.stats()
@@ -258,6 +259,7 @@ class Pool:
     def empty_cache(self) -> None:
         """Frees idle views, lets torch give back the blocks it caches, and frees the segments that
         hold nothing (consumers keep what they still map)."""
+        self._reap()  # publications that drained let go of their arrays first
         self._free_views(retire=False)
         self._empty_torch_cache()
         self.trim()

@@ -418,10 +418,9 @@ def role_wconsumer(sock_path, broker_sock):
             del views
         elif kind == 'floor-warm':
             t1 = now()
-            views = sdm._torch_views(drv.tensor(base_ptr, size), entries)
+            made = len(sdm._torch_views(drv.tensor(base_ptr, size), entries))
             t3 = now()
-            rows.setdefault(kind, []).append({'e2e': t3 - t0, 'views': t3 - t1, 'copy': m['copy']})
-            del views
+            rows.setdefault(kind, []).append({'e2e': t3 - t0, 'views': t3 - t1, 'copy': m['copy'], 'n': made})
         elif kind in ('snap', 'live', 'prof'):
             name = {'snap': NAME, 'live': LIVE, 'prof': PROF}[kind]
             t1 = now()
@@ -566,7 +565,11 @@ class Mps:
         subprocess.run(['nvidia-cuda-mps-control', '-d'], check=True, timeout=30)
 
     def stop(self):
-        subprocess.run(['nvidia-cuda-mps-control'], input=b'quit\n', timeout=30)
+        """Quits the daemon: only once no client is left (this process never made a CUDA context)."""
+        try:
+            subprocess.run(['nvidia-cuda-mps-control'], input=b'quit\n', timeout=30)
+        except subprocess.TimeoutExpired:
+            print('torch_pool: the MPS daemon did not quit within 30 s', file=sys.stderr)
         for key in ('CUDA_MPS_PIPE_DIRECTORY', 'CUDA_MPS_LOG_DIRECTORY'):
             os.environ.pop(key, None)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -639,6 +642,7 @@ def main():
     ap.add_argument('--consumers', default='1,8')
     ap.add_argument('--share-mib', type=int, default=64)
     ap.add_argument('--only', choices=('share', 'weights'), help='one section')
+    ap.add_argument('--under-mps', action='store_true', help=argparse.SUPPRESS)  # the child that --mps runs
     ap.add_argument('--role')
     ap.add_argument('args', nargs='*')
     args = ap.parse_args()
@@ -655,14 +659,19 @@ def main():
     if not torch.cuda.is_available():
         print('torch_pool: skipped: torch sees no CUDA device')
         return 77
-    trials, warm = (8, 6) if args.quick else (12, 8)
-    tag = ' [MPS]' if args.mps else ''
-    mps = None
     if args.mps:
+        # The daemon quits only when no client is left: every CUDA context is made in a child.
         if not shutil.which('nvidia-cuda-mps-control'):
             print('torch_pool: skipped: --mps needs nvidia-cuda-mps-control')
             return 77
         mps = Mps()
+        try:
+            argv = [a for a in sys.argv[1:] if a != '--mps']
+            return subprocess.call([sys.executable, os.path.abspath(__file__), *argv, '--under-mps'])
+        finally:
+            mps.stop()
+    trials, warm = (8, 6) if args.quick else (12, 8)
+    tag = ' [MPS]' if args.under_mps else ''
     rows, failed = [], False
     broker = Broker(args.broker)
     tmp = tempfile.mkdtemp(prefix='gpuipc-pool-run.')
@@ -711,8 +720,6 @@ def main():
     finally:
         broker.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-        if mps is not None:
-            mps.stop()
     print(f'\n{"metric":96} {"value":>10} {"baseline":>10} {"ratio":>8}')
     for metric, value, unit, base_name, base, target, note in rows:
         print(f'{metric:96} {value:7.2f} {unit:2} {base:7.2f} {unit:2} {value / base:7.3f}x  {verdict(target, value, base):6} '
