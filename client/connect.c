@@ -245,6 +245,7 @@ _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
         list_init(&c->attached);
         list_init(&c->subs);
         list_init(&c->rings);
+        list_init(&c->pools);
         list_init(&c->idle);
         c->fd = c->retry_timer = -1;
         c->hooks = (ClientHooks){ .event = route_event, .late_reply = buffer_on_late_attach, .reconnect = reconnect };
@@ -286,7 +287,8 @@ _public_ void gpuipc_close(gpuipc_t *c)
         if (!c)
                 return;
         ring_close_all(c);
-        buffer_close_all(c);
+        buffer_close_all(c); /* views first: their pools' segments go after them */
+        pool_close_all(c);
         while (!list_empty(&c->subs)) {
                 Subscription *s = list_entry(c->subs.next, Subscription, link);
                 list_unlink(&s->link);

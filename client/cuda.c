@@ -547,6 +547,29 @@ int cuda_copy(gpuipc_t *c, void *ptr, int ordinal, void *host, size_t len, bool 
         return cuda_ctx_pop(c, r);
 }
 
+static int copy_batch_in_ctx(gpuipc_t *c, void *base, int ordinal, const gpuipc_copy_t *items, size_t n,
+                             GcuStream s)
+{
+        int r = cuda_check_stream(c, ordinal, s, "the buffer lives on");
+
+        for (size_t i = 0; r == 0 && i < n; i++) {
+                GcuResult cr = CU(cuMemcpyDtoDAsync, (GcuDevicePtr)(uintptr_t)base + items[i].offset,
+                                  (GcuDevicePtr)items[i].src, items[i].len, s);
+                if (cr != GCU_SUCCESS)
+                        r = cuda_error(c, "cuMemcpyDtoDAsync", cr);
+        }
+        return r;
+}
+
+int cuda_copy_batch(gpuipc_t *c, void *base, int ordinal, const gpuipc_copy_t *items, size_t n, GcuStream s)
+{
+        int r = cuda_ctx_push(c, ordinal);
+
+        if (r < 0)
+                return r;
+        return cuda_ctx_pop(c, copy_batch_in_ctx(c, base, ordinal, items, n, s));
+}
+
 /* ---- gpuipcctl doctor ---- */
 
 static void fact_failed(CudaFact *f, const char *call, GcuResult r)

@@ -43,10 +43,6 @@ typedef struct Mapping {
         bool writable, in_cache, revoked;
         bool broker_mapped; /* the broker knows we hold its fd's mapping (tell it when we drop it) */
         unsigned refs;
-        /* What a reclaim after a reconnect names: the publication held and its producer's uid. */
-        uint64_t generation;
-        uint32_t owner_uid;
-        uint64_t restore_round; /* the reconnect that last reclaimed it (one reclaim per mapping) */
         List idle_link;     /* in gpuipc.idle while refs == 0 */
         uint64_t handle, reserved, dptr; /* CUDA: imported handle / VA range / opened pointer */
 } Mapping;
@@ -64,17 +60,28 @@ struct gpuipc_buffer {
         uint8_t *meta;
         size_t meta_len;
         bool writable, revoked;
+        /* A view (gpuipc_buffer_view): the bytes [view_offset, view_offset + size) of the memory of
+         * segment (producer: this connection's own buffer; consumer: segment_id names the buffer
+         * the mapping is of). A view has no memory of its own. */
+        gpuipc_buffer_t *segment;
+        uint64_t segment_id;
+        size_t view_offset;
         /* producer */
         List own_link;
         ProtoState state;   /* as far as we know; NONE before the first publish */
         bool registered;    /* the broker we are connected to knows this id (else publish sends the memory) */
         bool ring_part;     /* part of a ring of ours: registered again by the ring, not as a buffer */
         bool broker_held;
+        bool attrs_fixed;   /* a segment whose writable and broker_held its pool chose */
         unsigned retire_after;
+        unsigned n_views;   /* a segment: its views not freed yet */
+        struct PoolSegment *pool_seg; /* a segment of a pool (pool.c), else NULL */
         KindAlloc ka;
         /* consumer */
         List attached_link;
         Mapping *map;
+        uint32_t owner_uid;        /* the producer's uid, as the attach said: what a reclaim names */
+        uint64_t restore_round;    /* the reconnect that last reclaimed this handle's id */
 };
 
 typedef struct Subscription {
@@ -132,6 +139,7 @@ struct gpuipc {
         size_t n_abandoned;
         List own, attached, subs;
         List rings;             /* gpuipc_ring_t.link: rings this connection produces or is a member of */
+        List pools;             /* gpuipc_pool_t.link: pools whose segments this connection shares */
         HMap maps_by_id;
         List idle;
         size_t n_idle, max_idle;
@@ -158,7 +166,7 @@ int client_send_nowait(gpuipc_t *c, ProtoMsg *req);
  * for a struct_size of 0 (an options struct whose size was never set). */
 int client_copy_options(void *dst, size_t dst_size, const void *src);
 
-/* Sets gpuipc_errmsg(). */
+/* Sets gpuipc_errmsg(); c NULL: nothing. */
 void client_errmsg(gpuipc_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Checks a name (what: "buffer name", "group name", ...) or, with prefix, a name prefix by the
@@ -213,9 +221,28 @@ void buffer_on_late_attach(gpuipc_t *c, const ProtoMsg *reply);
  * of attached buffers, drop idle cached mappings. 0, or GPUIPC_E_DISCONNECTED if lost again. */
 int buffer_after_reconnect(gpuipc_t *c);
 void buffer_close_all(gpuipc_t *c);
+/* Tells the broker to forget an own buffer it knows (forgotten once drained). 0 or an error; a
+ * buffer the broker never heard of, or a lost connection, is no error. */
+int buffer_unregister(gpuipc_t *c, gpuipc_buffer_t *b);
+/* Frees an own buffer's memory and its handle without a word to the broker (the caller said
+ * what was needed, or the connection is going). c may be NULL off the connection's thread. */
+void buffer_free_local(gpuipc_t *c, gpuipc_buffer_t *b);
 /* Drops b whichever end it is: gpuipc_buffer_free for this connection's own, gpuipc_release for an
  * attached one (for the library's own objects that may be either, such as a fence). */
 int buffer_drop(gpuipc_t *c, gpuipc_buffer_t *b);
+
+/* ---- pool.c ---- */
+
+/* A view of a pool's segment was freed, or drained: ranges freed while it covered them become free. */
+void pool_view_gone(gpuipc_buffer_t *view);
+void pool_view_drained(gpuipc_buffer_t *view);
+/* A view of a pool's segment is about to be published (again): 0, or GPUIPC_E_INVALID when it
+ * drained and its memory was freed since. */
+int pool_view_publishing(gpuipc_buffer_t *view);
+/* After a reconnect: no broker knows the pools' segments any more (the next view sends their fds). */
+void pool_after_reconnect(gpuipc_t *c);
+/* Closes every pool of c (gpuipc_close), after the views. */
+void pool_close_all(gpuipc_t *c);
 
 /* ---- ring.c ---- */
 
@@ -255,6 +282,10 @@ const KindOps *kind_ops(gpuipc_kind_t kind);
 extern const KindOps kind_memfd_ops;
 extern const KindOps kind_cuda_vmm_ops;
 extern const KindOps kind_cuda_legacy_ops;
+
+/* kind-cuda-vmm.c: whether device ordinal can make cuda-vmm memory and export it; says which
+ * capability it lacks, in words (GPUIPC_E_KIND), or what else is wrong with it. */
+int cuda_vmm_check(gpuipc_t *c, int ordinal);
 
 /* cuda.c (client/cuda.h): visible GPU UUIDs for hello (0 when CUDA is unavailable). */
 uint32_t cuda_visible_gpus(char out[][PROTO_MAX_UUID + 1], uint32_t max);

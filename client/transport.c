@@ -34,6 +34,8 @@ void client_errmsg(gpuipc_t *c, const char *fmt, ...)
 {
         va_list ap;
 
+        if (!c)
+                return; /* off the connection's thread (a pool's allocation): the code says it */
         va_start(ap, fmt);
         vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
         va_end(ap);

@@ -23,12 +23,15 @@ def describe(obj):
     dtype, shape, strides in elements (None when C-contiguous)."""
     fw = framework_of(obj)
     if fw == 'torch':
-        dev = obj.device
-        device = (dlpack.KDL_CPU, 0) if dev.type == 'cpu' else (dlpack.KDL_CUDA, dev.index or 0)
-        if dev.type not in ('cpu', 'cuda'):
-            raise TypeError(f'a torch tensor on {dev} cannot be shared; move it to the CPU or a CUDA device')
+        # The cheapest accessors: a state dict's 200 tensors are described at every publish.
+        if obj.is_cuda:
+            device = (dlpack.KDL_CUDA, obj.get_device())
+        elif obj.device.type == 'cpu':
+            device = (dlpack.KDL_CPU, 0)
+        else:
+            raise TypeError(f'a torch tensor on {obj.device} cannot be shared; move it to the CPU or a CUDA device')
         strides = None if obj.is_contiguous() else tuple(obj.stride())
-        return dlpack.Info(obj.data_ptr(), device, dtypes.name(obj.dtype), tuple(obj.shape), strides, False)
+        return dlpack.Info(obj.data_ptr(), device, _torch_dtype_name(obj.dtype), tuple(obj.shape), strides, False)
     if fw == 'numpy' and hasattr(obj, '__array_interface__'):
         ai = obj.__array_interface__
         return dlpack.Info(ai['data'][0], (dlpack.KDL_CPU, 0), dtypes.name(obj.dtype), tuple(obj.shape),
@@ -44,6 +47,16 @@ def describe(obj):
         return dlpack.describe(obj)
     raise TypeError(f'{type(obj).__name__} is not an array gpuipc can share (torch, NumPy, CuPy, JAX, or any '
                     f'object with __dlpack__)')
+
+
+_torch_dtypes = {}
+
+
+def _torch_dtype_name(dtype):
+    name = _torch_dtypes.get(dtype)
+    if name is None:
+        name = _torch_dtypes[dtype] = dtypes.name(dtype)
+    return name
 
 
 def _describe_memoryview(mv):

@@ -257,6 +257,12 @@ class _Memory(View):
         """The GPU's UUID ('GPU-...' or 'MIG-...') for CUDA kinds, '' for memfd."""
         return self._client._lib.gpuipc_buffer_device(self._handle).decode() if self._handle else ''
 
+    @property
+    def segment(self) -> int:
+        """For a view (an array of a pool, a state dict's part): the id of the buffer whose memory it
+        is part of, which a consumer maps once for all its views; 0 otherwise."""
+        return self._client._lib.gpuipc_buffer_segment(self._handle) if self._handle else 0
+
     def __dlpack_device__(self):
         if self._kind == 'memfd':
             return (dlpack.KDL_CPU, 0)

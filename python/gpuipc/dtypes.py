@@ -34,7 +34,9 @@ def name(dtype):
         except (ImportError, TypeError):
             n = text
     if n not in _TABLE:
-        raise ValueError(f'unsupported dtype {dtype!r}; gpuipc knows {", ".join(_TABLE)}')
+        from .errors import UnsupportedDtype
+        raise UnsupportedDtype(f'unsupported dtype {dtype!r}: DLPack as gpuipc carries it knows '
+                               f'{", ".join(_TABLE)} (publish it converted, or its bytes as uint8)')
     return n
 
 

@@ -12,6 +12,7 @@ __all__ = [
     'Error', 'NotFound', 'Timeout', 'Denied', 'Revoked', 'RingClosed', 'Overwritten', 'PidNamespace', 'Device',
     'NoBroker', 'NoCuda', 'Disconnected', 'CudaError', 'NameTaken', 'Quota', 'Busy', 'InvalidArgument',
     'StateError', 'KindError', 'GroupMismatch', 'ProtocolError', 'MetadataError', 'SystemCallError',
+    'PoolClosed', 'SpansSegments', 'NotContiguous', 'UnsupportedDtype', 'NoVmm',
 ]
 
 
@@ -116,6 +117,29 @@ class ProtocolError(Error):
 
 class MetadataError(Error, ValueError):
     """A buffer's metadata is not what gpuipc expects (not msgpack, too large, or an inconsistent layout)."""
+
+
+class PoolClosed(StateError):
+    """The pool was closed (or its client): its memory may not be published or allocated any more."""
+
+
+class SpansSegments(InvalidArgument):
+    """The array lies across two segments of a pool: a view (one publication) lies in one segment.
+    Allocate it in one piece (a pool's allocations never cross a segment), or publish it with a copy."""
+
+
+class NotContiguous(InvalidArgument):
+    """The array is a non-contiguous view, and what it is published as needs contiguous elements (a
+    live state dict's entries): publish .contiguous(), or the state dict with copy=True."""
+
+
+class UnsupportedDtype(InvalidArgument, TypeError):
+    """The array's element type has no DLPack code gpuipc can carry (e.g. torch.complex32, a quantized
+    type): consumers could not take it. Publish it converted, or its bytes as uint8."""
+
+
+class NoVmm(KindError):
+    """The device cannot make cuda-vmm memory or export it as a file descriptor, which a pool needs."""
 
 
 class SystemCallError(Error, OSError):

@@ -320,8 +320,9 @@ static int consumer_main(void *arg)
 
 /* ---- PyTorch ---- */
 
-/* Runs torch_compare.py against its own broker; 0, 77 (skipped) or a failure. */
-static int run_torch(const char *tsv)
+/* Runs a Python script of rows (torch_compare.py, torch_pool.py) against its own broker, with one
+ * extra argument (or NULL); 0, 77 (skipped) or a failure. */
+static int run_torch(const char *script, const char *tsv, const char *extra)
 {
         char pythonpath[4096];
         const char *old = getenv("PYTHONPATH");
@@ -342,13 +343,15 @@ static int run_torch(const char *tsv)
                 setenv("GPUIPC_LIBRARY", bench_opts.libgpuipc_path, 1);
                 dup2(2, 1); /* its own table goes to our progress stream */
                 argv[n++] = bench_opts.python;
-                argv[n++] = bench_opts.torch_script;
+                argv[n++] = script;
                 argv[n++] = "--broker";
                 argv[n++] = bench_opts.broker;
                 argv[n++] = "--tsv";
                 argv[n++] = tsv;
                 if (bench_opts.quick)
                         argv[n++] = "--quick";
+                if (extra)
+                        argv[n++] = extra;
                 argv[n] = NULL;
                 execvp(argv[0], (char **)argv);
                 fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
@@ -384,9 +387,42 @@ static void add_torch_rows(const char *tsv)
                         row_target_ratio_max(r, strtod(field[5] + 7, NULL));
                 else if (strncmp(field[5], "ratio>=", 7) == 0)
                         row_target_ratio_min(r, strtod(field[5] + 7, NULL));
+                else if (strncmp(field[5], "value<=", 7) == 0) {
+                        char text[40];
+
+                        snprintf(text, sizeof(text), "<= %s %s", field[5] + 7, field[2]);
+                        row_target_value_max(r, strtod(field[5] + 7, NULL), text);
+                }
                 row_note(r, "%s", field[6]);
         }
         fclose(f);
+}
+
+/* torch_pool.py (pools and weight sync), appended to the same file: without MPS, and with an MPS
+ * daemon of its own when nvidia-cuda-mps-control is there. */
+static void pool_rows(const char *tsv)
+{
+        char script[4096];
+        const char *dir = strrchr(bench_opts.torch_script, '/');
+
+        snprintf(script, sizeof(script), "%.*storch_pool.py", dir ? (int)(dir - bench_opts.torch_script + 1) : 0,
+                 bench_opts.torch_script);
+        unlink(tsv);
+        for (int mps = 0; mps < 2; mps++) {
+                int rc;
+
+                if (mps && system("command -v nvidia-cuda-mps-control >/dev/null 2>&1") != 0) {
+                        printf("pool rows under MPS skipped: no nvidia-cuda-mps-control\n");
+                        break;
+                }
+                note("pools and weight sync%s: %s %s", mps ? " under MPS" : "", bench_opts.python, script);
+                rc = run_torch(script, tsv, mps ? "--mps" : NULL);
+                if (rc == 77)
+                        printf("pool rows skipped (torch_pool.py says why above)\n");
+                else if (rc != 0)
+                        printf("pool rows failed (exit status %d); rows it finished are kept\n", rc);
+        }
+        add_torch_rows(tsv);
 }
 
 /* ---- the section ---- */
@@ -491,12 +527,13 @@ void section_gpu(void)
                 snprintf(tsv, sizeof(tsv), "%s/gpuipc-bench-torch.%d.tsv",
                          getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
         note("PyTorch comparison: %s %s", bench_opts.python, bench_opts.torch_script);
-        rc = run_torch(tsv);
+        rc = run_torch(bench_opts.torch_script, tsv, NULL);
         if (rc == 77)
                 printf("PyTorch comparison skipped (torch_compare.py says why above)\n");
         else if (rc != 0)
                 printf("PyTorch comparison failed (exit status %d); rows it finished are kept\n", rc);
         add_torch_rows(tsv);
+        pool_rows(tsv);
         if (!bench_opts.out_dir)
                 unlink(tsv);
 }
