@@ -624,7 +624,7 @@ class Client:
         return _ring.join(self, name, timeout_ms, device)
 
     def _ring_closed(self, ring):
-        with self._lock:
+        with self._lock, ring._lock:  # the ring's: after its per-frame call in flight
             self._rings.discard(ring)
             handle, ring._handle = ring._handle, None
             if handle and self._c:

@@ -98,6 +98,7 @@ def calibrate(torch, st, stream_obj, base):
 def role(kind, idx, sock, args, ready, results):
     """One process of the trace: 'producer' or 'consumer'."""
     torch = torch_compare.cuda_init(0)
+    torch_compare.warm_ring_ops(torch, 0)
     import gpuipc
     frames, stamps = args.frames, not args.no_stamps
     c = gpuipc.Client(socket=sock, label=f'trace-{kind}-{idx}')
