@@ -39,6 +39,7 @@ static void usage(FILE *f)
                    "      --seed              handle file polled every 2 s / inotify vs attach-with-wait\n"
                    "      --ring              ring handoff p50/p99 (futex wake, spin), frames/s vs a round trip\n"
                    "      --gpu               CUDA kinds and PyTorch's IPC (skips without a GPU)\n"
+                   "      --gpu-rings         only --gpu's ring rows: C and Python rings, floors, torch's ring\n"
                    "      --all               every section, --gpu included\n\n"
                    "Options:\n"
                    "  -q, --quick             a smoke run (under a minute for the CPU sections)\n"
@@ -86,6 +87,7 @@ static void parse_args(int argc, char **argv)
                 O_PYTHON,
                 O_NO_TORCH,
                 O_NO_MPS,
+                O_GPU_RINGS,
                 O_PIN
         };
         static const struct option opts[] = {
@@ -104,6 +106,7 @@ static void parse_args(int argc, char **argv)
                 {"python", required_argument, NULL, O_PYTHON},
                 {"no-torch", no_argument, NULL, O_NO_TORCH},
                 {"no-mps", no_argument, NULL, O_NO_MPS},
+                {"gpu-rings", no_argument, NULL, O_GPU_RINGS},
                 {"help", no_argument, NULL, 'h'},
                 {"pin", required_argument, NULL, O_PIN},
                 {},
@@ -167,6 +170,10 @@ static void parse_args(int argc, char **argv)
                         break;
                 case O_NO_MPS:
                         o->no_mps = true;
+                        break;
+                case O_GPU_RINGS:
+                        o->gpu_rings_only = true;
+                        o->sections |= SEC_GPU;
                         break;
                 case O_PIN:
                         o->pin = optarg;

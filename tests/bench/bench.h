@@ -39,6 +39,7 @@ typedef struct BenchOpts {
         const char *python_path;  /* the directory holding gpuipc.py */
         const char *pin;          /* latency: NULL (the scheduler decides), "same" or "split" */
         bool no_mps;              /* --gpu: skip the pass under an MPS daemon of our own */
+        bool gpu_rings_only;      /* --gpu-rings: only the GPU section's ring rows (both passes) */
 } BenchOpts;
 
 extern BenchOpts bench_opts;

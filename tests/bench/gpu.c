@@ -583,6 +583,11 @@ void section_gpu(void)
                 note("skipped: %s", g->reason);
                 return;
         }
+        if (bench_opts.gpu_rings_only) {
+                ring_pass("", true);
+                mps_pass();
+                return;
+        }
         sh = shared_alloc(sizeof(*sh));
         broker_start(&broker, NULL, 0);
         if (pipe2(ready, O_CLOEXEC) < 0 || pipe2(done, O_CLOEXEC) < 0)
