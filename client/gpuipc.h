@@ -493,8 +493,9 @@ int gpuipc_retire_id(gpuipc_t *c, uint64_t buffer);
 
 typedef enum gpuipc_seat_state {
         GPUIPC_SEAT_WAITING = 1,     /* kept through a broker restart: its member has not come back yet */
-        GPUIPC_SEAT_JOINED = 2,      /* a member joined; the producer has not seated it yet (it does at
-                                      * its next ring call), or the control page cannot be read */
+        GPUIPC_SEAT_JOINED = 2,      /* a member joined; the producer has not seated it yet (it does as
+                                      * soon as its library reads the news), or the control page cannot
+                                      * be read */
         GPUIPC_SEAT_UNCONFIRMED = 3, /* the producer seated it, but the member's page does not speak for
                                       * the membership: it has not taken its seat yet, or wrote over
                                       * its page; the producer counts it as having released nothing
