@@ -299,6 +299,9 @@ void gpu_ring_rows(const char *suffix, double ret_stream_us[2])
                 note("rings in C: stream-ordered, %d consumer(s)", n);
                 st = run_ring(&broker, true, n, frames);
                 ret_stream_us[i] = st;
+                /* Said at once as well: the table comes only at the end of the run. */
+                note("stream ring (C)%s to %d consumer(s): %.1f us per frame (publish/attach: %.1f)", suffix, n, st,
+                     pa);
                 snprintf(metric, sizeof(metric), "stream ring (C), 8 x 16 MiB to %d consumer(s), per frame%s", n,
                          suffix);
                 r = row_add(metric, st, "us", "publish/attach ring (C)", pa);
