@@ -87,6 +87,7 @@ static void map_unref(gpuipc_t *c, Mapping *m)
 
 _public_ void gpuipc_cache_trim(gpuipc_t *c)
 {
+        CLIENT_LOCKED(c);
         while (!list_empty(&c->idle))
                 map_destroy(c, list_entry(c->idle.next, Mapping, idle_link));
 }
@@ -141,6 +142,7 @@ gpuipc_buffer_t *buffer_new_own(gpuipc_t *c, gpuipc_kind_t kind)
 
 _public_ int gpuipc_buffer_alloc(gpuipc_t *c, gpuipc_kind_t kind, size_t size, int device, gpuipc_buffer_t **ret)
 {
+        CLIENT_LOCKED(c);
         const KindOps *ops = kind_ops(kind);
         gpuipc_buffer_t *b;
         int r;
@@ -181,6 +183,7 @@ static int publish_export(gpuipc_t *c, gpuipc_buffer_t *b, int *ret_fd)
 _public_ int gpuipc_buffer_view(gpuipc_t *c, gpuipc_buffer_t *segment, size_t offset, size_t size,
                                 gpuipc_buffer_t **ret)
 {
+        CLIENT_LOCKED(c);
         gpuipc_buffer_t *b;
 
         if (!c || !segment || !ret || size == 0)
@@ -270,6 +273,7 @@ static int publish_again(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, bool
 
 _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, const gpuipc_publish_options_t *opts)
 {
+        CLIENT_LOCKED(c);
         gpuipc_publish_options_t o;
         Frame f = { .fd = -1 };
         bool first;
@@ -354,6 +358,7 @@ static int simple_request(gpuipc_t *c, ProtoOp op, uint64_t buffer)
 
 _public_ int gpuipc_retire(gpuipc_t *c, gpuipc_buffer_t *b)
 {
+        CLIENT_LOCKED(c);
         int r;
 
         if (!c || !b || !b->own)
@@ -371,6 +376,7 @@ _public_ int gpuipc_retire(gpuipc_t *c, gpuipc_buffer_t *b)
 
 _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms)
 {
+        CLIENT_LOCKED(c);
         uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : client_now_ms() + (uint64_t)timeout_ms;
 
         if (!c || !b || !b->own)
@@ -512,8 +518,10 @@ static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gp
         if (r == GPUIPC_E_DEVICE && cuda_load() < 0) {
                 /* We declared no GPU because CUDA does not work in this process: say that, it is
                  * the cause the broker cannot see. */
-                size_t n = strlen(c->errmsg);
-                snprintf(c->errmsg + n, sizeof(c->errmsg) - n, " (CUDA is unusable in this process: %s)",
+                char *msg = client_errbuf(c);
+                size_t n = strlen(msg);
+
+                snprintf(msg + n, sizeof(c->errmsg) - n, " (CUDA is unusable in this process: %s)",
                          cuda_load_error());
         }
         if (r < 0)
@@ -525,9 +533,9 @@ static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gp
                 char why[sizeof(c->errmsg)];
 
                 frame_free(&f);
-                memcpy(why, c->errmsg, sizeof(why));
+                memcpy(why, client_errbuf(c), sizeof(why));
                 simple_request(c, PROTO_OP_RELEASE, buffer);
-                memcpy(c->errmsg, why, sizeof(why));
+                memcpy(client_errbuf(c), why, sizeof(why));
                 return r;
         }
         frame_free(&f);
@@ -536,6 +544,7 @@ static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gp
 
 _public_ int gpuipc_attach(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_buffer_t **ret)
 {
+        CLIENT_LOCKED(c);
         if (!name)
                 return GPUIPC_E_INVALID;
         return attach(c, name, 0, timeout_ms, ret);
@@ -543,11 +552,13 @@ _public_ int gpuipc_attach(gpuipc_t *c, const char *name, int timeout_ms, gpuipc
 
 _public_ int gpuipc_attach_id(gpuipc_t *c, uint64_t buffer_id, gpuipc_buffer_t **ret)
 {
+        CLIENT_LOCKED(c);
         return attach(c, NULL, buffer_id, 0, ret);
 }
 
 _public_ int gpuipc_release(gpuipc_t *c, gpuipc_buffer_t *b)
 {
+        CLIENT_LOCKED(c);
         int r = 0;
 
         if (!c || !b || b->own)
@@ -592,6 +603,7 @@ void buffer_free_local(gpuipc_t *c, gpuipc_buffer_t *b)
 
 _public_ int gpuipc_buffer_free(gpuipc_t *c, gpuipc_buffer_t *b)
 {
+        CLIENT_LOCKED(c);
         int r = 0;
 
         if (!c || !b)
@@ -616,6 +628,7 @@ _public_ int gpuipc_buffer_free(gpuipc_t *c, gpuipc_buffer_t *b)
 
 _public_ int gpuipc_set_device(gpuipc_t *c, int ordinal)
 {
+        CLIENT_LOCKED(c);
         if (!c || ordinal < -1)
                 return GPUIPC_E_INVALID;
         c->device_pref = ordinal;
@@ -635,6 +648,7 @@ static int buffer_copy(const gpuipc_buffer_t *b, size_t offset, void *host, size
 
 _public_ int gpuipc_buffer_copy_in(gpuipc_buffer_t *b, const gpuipc_copy_t *items, size_t n, void *cu_stream)
 {
+        CLIENT_LOCKED(b ? b->conn : NULL);
         if (!b || !b->ptr || (n && !items))
                 return GPUIPC_E_INVALID;
         if (!b->own && !b->writable)
@@ -658,11 +672,13 @@ _public_ int gpuipc_buffer_copy_in(gpuipc_buffer_t *b, const gpuipc_copy_t *item
 
 _public_ int gpuipc_buffer_read(const gpuipc_buffer_t *b, size_t offset, void *dst, size_t len)
 {
+        CLIENT_LOCKED(b ? b->conn : NULL);
         return buffer_copy(b, offset, dst, len, true);
 }
 
 _public_ int gpuipc_buffer_write(gpuipc_buffer_t *b, size_t offset, const void *src, size_t len)
 {
+        CLIENT_LOCKED(b ? b->conn : NULL);
         return buffer_copy(b, offset, (void *)src, len, false);
 }
 
@@ -688,11 +704,13 @@ _public_ uint64_t gpuipc_buffer_id(const gpuipc_buffer_t *b)
 
 _public_ uint64_t gpuipc_buffer_generation(const gpuipc_buffer_t *b)
 {
+        CLIENT_LOCKED(b ? b->conn : NULL);
         return b ? b->generation : 0;
 }
 
 _public_ const char *gpuipc_buffer_name(const gpuipc_buffer_t *b)
 {
+        CLIENT_LOCKED(b ? b->conn : NULL);
         return b ? b->name : "";
 }
 
@@ -713,6 +731,7 @@ _public_ int gpuipc_buffer_writable(const gpuipc_buffer_t *b)
 
 _public_ const void *gpuipc_buffer_meta(const gpuipc_buffer_t *b, size_t *ret_len)
 {
+        CLIENT_LOCKED(b ? b->conn : NULL);
         if (ret_len)
                 *ret_len = b ? b->meta_len : 0;
         return b && b->meta_len ? b->meta : NULL;
@@ -720,6 +739,7 @@ _public_ const void *gpuipc_buffer_meta(const gpuipc_buffer_t *b, size_t *ret_le
 
 _public_ int gpuipc_buffer_revoked(const gpuipc_buffer_t *b)
 {
+        CLIENT_LOCKED(b ? b->conn : NULL);
         return b ? b->revoked : 0;
 }
 
@@ -843,7 +863,7 @@ static int restore_own(gpuipc_t *c, gpuipc_buffer_t *b)
                  * grace ends. Until then they may read it, so it is not ours to reuse: it stays
                  * retired, without a drained event, and freeing it is the way out. */
                 snprintf(why, sizeof(why), "could not be registered again after the broker restarted: %.180s",
-                         c->errmsg);
+                         client_errbuf(c));
                 b->state = PROTO_STATE_RETIRED;
                 queue_own_event(c, GPUIPC_EVENT_REVOKED, b, why);
                 return 0;
@@ -908,7 +928,7 @@ static int reclaim(gpuipc_t *c, gpuipc_buffer_t *b, uint64_t round)
         if (r == GPUIPC_E_DISCONNECTED)
                 return r;
         if (r < 0) {
-                revoke_handles(c, b, c->errmsg);
+                revoke_handles(c, b, client_errbuf(c));
                 return 0;
         }
         /* The broker now counts our references again, and knows we hold the memory (for a view:

@@ -215,6 +215,17 @@ static void route_event(gpuipc_t *c, const ProtoMsg *ev)
                 buffer_on_event(c, ev);
 }
 
+/* Recursive: a public call may make others (a ring allocates its parts with gpuipc_buffer_alloc). */
+static void lock_init(pthread_mutex_t *lock)
+{
+        pthread_mutexattr_t a;
+
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+        pthread_mutex_init(lock, &a);
+        pthread_mutexattr_destroy(&a);
+}
+
 _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
 {
         gpuipc_options_t o;
@@ -247,8 +258,10 @@ _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
         list_init(&c->rings);
         list_init(&c->pools);
         list_init(&c->idle);
-        c->fd = c->retry_timer = -1;
-        c->hooks = (ClientHooks){ .event = route_event, .late_reply = buffer_on_late_attach, .reconnect = reconnect };
+        c->fd = c->retry_timer = c->watch_epfd = c->news_fd = -1;
+        c->hooks = (ClientHooks){ .event = route_event, .late_reply = buffer_on_late_attach, .reconnect = reconnect,
+                                  .after_events = ring_after_events };
+        lock_init(&c->lock);
         c->epfd = epoll_create1(EPOLL_CLOEXEC);
         c->rbuf = malloc(PROTO_MAX_FRAME);
         c->events = calloc(CLIENT_EVENT_QUEUE_MAX, sizeof(*c->events));
@@ -286,6 +299,8 @@ _public_ void gpuipc_close(gpuipc_t *c)
 {
         if (!c)
                 return;
+        /* First, and without the lock, which the thread may be waiting for: nobody else uses c now. */
+        ring_thread_stop(c);
         ring_close_all(c);
         buffer_close_all(c); /* views first: their pools' segments go after them */
         pool_close_all(c);
@@ -297,6 +312,8 @@ _public_ void gpuipc_close(gpuipc_t *c)
         safe_close(c->fd);
         safe_close(c->retry_timer);
         safe_close(c->epfd);
+        safe_close(c->watch_epfd);
+        safe_close(c->news_fd);
         free(c->path);
         hmap_deinit(&c->maps_by_id);
         free(c->abandoned);
@@ -304,6 +321,7 @@ _public_ void gpuipc_close(gpuipc_t *c)
         free(c->rbuf);
         proto_buf_free(&c->wbuf);
         proto_buf_free(&c->nbuf);
+        pthread_mutex_destroy(&c->lock);
         free(c);
 }
 
@@ -313,6 +331,7 @@ _public_ int gpuipc_ping(gpuipc_t *c, int timeout_ms)
         ProtoMsg req;
         int r;
 
+        CLIENT_LOCKED(c);
         proto_request_init(&req, PROTO_OP_PING);
         r = client_request(c, &req, -1, timeout_ms, &f);
         if (r == 0)

@@ -405,7 +405,7 @@ int cuda_device_unreachable(gpuipc_t *c, const char *uuid, int ordinal)
 {
         char cause[sizeof(c->errmsg)];
 
-        memcpy(cause, c->errmsg, sizeof(cause));
+        memcpy(cause, client_errbuf(c), sizeof(cause));
         client_errmsg(c, "the buffer lives on %s, which this process does not see; mapping it onto device %d (%s) "
                       "instead failed (%s). Give this container the buffer's GPU (the same ResourceClaim as the "
                       "producer), or pick a device that can reach it with gpuipc_set_device()",

@@ -409,8 +409,11 @@ int gpuipc_fence_create_ipc_event(gpuipc_t *c, const char *name, int device, gpu
  * every member released the frame in it, and evicts a member that holds it up longer than the
  * lease. Latest mode (video): the producer never waits; a member takes the newest frame, and frames
  * a slow member did not take are dropped for it (needs slots >= members + 2).
- * A ring is used by one thread at a time on each side, like its connection. docs/design.md "Rings"
- * explains the memory layout and why the hand-over is race-free. */
+ * A ring is used by one thread at a time on each side. Its frame calls (acquire, publish, take,
+ * release) go through shared memory alone: they never wait for the broker or for the connection,
+ * which another thread may use meanwhile. What the broker says about a ring (members joining and
+ * leaving, a dead producer, a restart) is read by a thread of the library's as it arrives.
+ * docs/design.md "Rings" explains the memory layout and why the hand-over is race-free. */
 typedef struct gpuipc_ring gpuipc_ring_t;
 
 #define GPUIPC_RING_MAX_SLOTS 64   /* slots of a ring */
@@ -437,8 +440,8 @@ typedef struct gpuipc_ring_options {
 /* Producer: allocates the slots and the ring's shared memory and registers it under name. */
 int gpuipc_ring_create(gpuipc_t *c, const char *name, const gpuipc_ring_options_t *opts, gpuipc_ring_t **ret);
 
-/* Member: joins the ring published under name, waiting up to timeout_ms for it to exist and for its
- * producer to let the member in (the producer does so in any ring call, or in gpuipc_process). */
+/* Member: joins the ring published under name, waiting up to timeout_ms for it to exist. Its
+ * producer lets the member in as soon as the broker tells it; the first take waits for that. */
 int gpuipc_ring_join(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_ring_t **ret);
 
 /* Producer: the slot the next frame goes into, once nothing may still read it (backpressure: every
@@ -459,9 +462,9 @@ int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t **ret_slo
 int gpuipc_ring_release(gpuipc_ring_t *r);
 
 /* Member: an fd for event loops, readable when a frame may be ready (take with timeout 0 until it
- * says GPUIPC_E_TIMEOUT; that also resets the fd), and within about 200 ms of news from the broker
- * (the producer died, the member was evicted: take then says GPUIPC_E_REVOKED). A helper thread of
- * the library sleeps on the ring's doorbell for it. */
+ * says GPUIPC_E_TIMEOUT; that also resets the fd), and as soon as news from the broker ends the ring
+ * for the member (the producer died, the member was evicted: take then says GPUIPC_E_REVOKED). A
+ * helper thread of the library sleeps on the ring's doorbell for it. */
 int gpuipc_ring_fd(gpuipc_ring_t *r);
 
 /* Before sleeping, busy-wait up to spin_us: a member for a frame, a producer for a free slot (lower
@@ -596,8 +599,9 @@ int gpuipc_retire_id(gpuipc_t *c, uint64_t buffer);
 
 typedef enum gpuipc_seat_state {
         GPUIPC_SEAT_WAITING = 1,     /* kept through a broker restart: its member has not come back yet */
-        GPUIPC_SEAT_JOINED = 2,      /* a member joined; the producer has not seated it yet (it does at
-                                      * its next ring call), or the control page cannot be read */
+        GPUIPC_SEAT_JOINED = 2,      /* a member joined; the producer has not seated it yet (it does as
+                                      * soon as its library reads the news), or the control page cannot
+                                      * be read */
         GPUIPC_SEAT_UNCONFIRMED = 3, /* the producer seated it, but the member's page does not speak for
                                       * the membership: it has not taken its seat yet, or wrote over
                                       * its page; the producer counts it as having released nothing

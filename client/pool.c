@@ -275,8 +275,12 @@ static bool release_unshared(gpuipc_pool_t *p)
 
 /* ---- the public calls ---- */
 
+/* The calls that touch the connection (its list of pools, requests to the broker) hold its lock
+ * before the pool's own (the order publish takes them in); allocating and freeing take only the
+ * pool's, so PyTorch's allocator never waits for a request in flight. */
 _public_ int gpuipc_pool_new(gpuipc_t *c, const gpuipc_pool_options_t *opts, gpuipc_pool_t **ret)
 {
+        CLIENT_LOCKED(c);
         gpuipc_pool_options_t o;
         gpuipc_pool_t *p;
         PoolSegment *s;
@@ -452,6 +456,7 @@ _public_ int gpuipc_pool_view(gpuipc_pool_t *p, const void *ptr, size_t size, gp
 {
         uintptr_t a = (uintptr_t)ptr;
         gpuipc_t *c = p ? p->conn : NULL;
+        CLIENT_LOCKED(c);
         PoolSegment *s;
         PoolBlock *k;
         PoolView *v;
@@ -549,6 +554,7 @@ int pool_view_publishing(gpuipc_buffer_t *view)
 
 _public_ int gpuipc_pool_trim(gpuipc_pool_t *p)
 {
+        CLIENT_LOCKED(p ? p->conn : NULL);
         int r = 0, e;
 
         if (!p)
@@ -600,6 +606,7 @@ static void pool_destroy(gpuipc_pool_t *p, bool tell_broker)
 
 _public_ int gpuipc_pool_close(gpuipc_pool_t *p)
 {
+        CLIENT_LOCKED(p ? p->conn : NULL);
         if (!p)
                 return 0;
         if (p->stats.views) {

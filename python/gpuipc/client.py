@@ -3,7 +3,8 @@ free), consuming (attach), rings, events, fences, rendezvous groups, state dicts
 says about itself (buffers, peers, stats).
 
 A Client serializes its calls with a lock, so threads may share one (each call waits for the one
-in progress; open one Client per thread for calls that block concurrently). Buffers dropped
+in progress; open one Client per thread for calls that block concurrently). A ring's frame calls
+take the ring's own lock instead (they never wait for the connection). Buffers dropped
 without release() by the garbage collector are released at once when the connection is idle, or
 right after the call in progress otherwise.
 """
@@ -720,7 +721,7 @@ class Client:
         return _ring.join(self, name, timeout_ms, device)
 
     def _ring_closed(self, ring):
-        with self._lock:
+        with self._lock, ring._lock:  # the ring's: after its per-frame call in flight
             self._rings.discard(ring)
             handle, ring._handle = ring._handle, None
             if handle and self._c:

@@ -804,8 +804,11 @@ int h_next_event_of(gpuipc_t *c, gpuipc_event_type_t type, int timeout_ms, gpuip
         }
 }
 
+/* Raw requests go through the library's internals: they hold the connection's lock while the
+ * reply is read, as the public calls do (a ring thread may read the socket otherwise). */
 static int stat_request(gpuipc_t *c, ProtoMsg *req, HStat *ret)
 {
+        CLIENT_LOCKED(c);
         Frame f = { .fd = -1 };
         int r = client_request(c, req, -1, H_SOON_MS, &f);
 
@@ -843,6 +846,7 @@ int h_stat_id(gpuipc_t *c, uint64_t id, HStat *ret)
 
 uint64_t h_stats(gpuipc_t *c, const char *key)
 {
+        CLIENT_LOCKED(c);
         ProtoMsg req = { .op = PROTO_OP_STATS, .has = PROTO_BIT(PF_OP) }, rec;
         Frame f = { .fd = -1 };
         ProtoIter it;
@@ -869,6 +873,7 @@ unsigned h_list_count(gpuipc_t *c, const char *prefix)
 unsigned h_list_ids(gpuipc_t *c, const char *prefix, uint64_t *ids, char (*names)[PROTO_MAX_NAME + 1],
                     unsigned max)
 {
+        CLIENT_LOCKED(c);
         uint64_t after = 0;
         unsigned n = 0;
         bool more = true;
