@@ -28,6 +28,7 @@ packages=(
         python3-msgpack python3-numpy                 # the Python package and its tests
         python3-mesonpy python3-build python3-venv patchelf  # tests: building and installing its wheel
         scdoc                                         # the man pages (docs/man/*.scd)
+        zsh fish                                      # tests: gpuipcctl's zsh and fish completions
 )
 
 as_root() {

@@ -20,14 +20,17 @@ for tool in nm readelf; do
         command -v $tool >/dev/null || { echo "skip: $tool is missing (binutils)"; exit 77; }
 done
 
-# 1. Includes.
-mapfile -t private < <(cd "$src" && ls client/*.h proto/*.h | xargs -n1 basename | grep -vx gpuipc.h)
-while read -r file line; do
-        header=$(sed -E 's/.*#include[[:space:]]*[<"]([^">]+)[">].*/\1/' <<<"$line")
-        for p in "${private[@]}"; do
-                [[ $(basename "$header") == "$p" ]] && fail "$file includes $header, a header of client/ or proto/"
-        done
-done < <(cd "$src" && grep -H '^[[:space:]]*#[[:space:]]*include' cli/*.c cli/*.h | sed 's/:/ /')
+# 1. Includes. (One pass over the includes, not a process per include and header: the test's time
+# must not grow with cli/'s size, nor with the machine's load.)
+declare -A private=()
+for h in "$src"/client/*.h "$src"/proto/*.h; do
+        h=${h##*/}
+        [[ $h == gpuipc.h ]] || private[$h]=1
+done
+while IFS=: read -r file header; do
+        [[ -n ${private[${header##*/}]:-} ]] && fail "$file includes $header, a header of client/ or proto/"
+done < <(cd "$src" && grep -H '^[[:space:]]*#[[:space:]]*include' cli/*.c cli/*.h |
+        sed -E 's/^([^:]+):.*#[[:space:]]*include[[:space:]]*[<"]([^">]+)[">].*/\1:\2/')
 
 # 2. Linked against the shared library.
 readelf -d "$ctl" | grep -q 'NEEDED.*\[libgpuipc\.so\.0\]' || fail "gpuipcctl does not need libgpuipc.so.0"
@@ -37,16 +40,20 @@ readelf -d "$ctl" | grep -q 'NEEDED.*\[libgpuipc\.so\.0\]' || fail "gpuipcctl do
 mapfile -t patterns < <(grep -oE '^[[:space:]]+gpuipc_[A-Za-z0-9_*]+;' "$src/client/libgpuipc.sym" | tr -d ' \t;')
 [[ ${#patterns[@]} -gt 0 ]] || fail "no global patterns in libgpuipc.sym"
 exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | sed 's/@.*//' | sort -u)
+# (associative arrays and comm, not a grep per symbol: the test's time must not grow with the
+# number of symbols, nor with the machine's load)
+declare -A is_exported=()
+while read -r sym; do is_exported[$sym]=1; done <<<"$exported"
 n_imports=0
 while read -r sym; do
         base=${sym%%@*}
-        if grep -qx "$base" <<<"$exported"; then
+        if [[ -n ${is_exported[$base]:-} ]]; then
                 n_imports=$((n_imports + 1))
                 [[ $base == gpuipc_* ]] || fail "gpuipcctl imports $base from libgpuipc: not public API"
                 matched=0
                 for p in "${patterns[@]}"; do
                         # shellcheck disable=SC2053 # the version script's patterns are globs
-                        [[ $base == $p ]] && matched=1
+                        [[ $base == $p ]] && matched=1 && break
                 done
                 [[ $matched == 1 ]] || fail "$base is not listed in libgpuipc.sym"
         elif [[ $base == gpuipc_* ]]; then
@@ -61,20 +68,21 @@ declared=$(sed -e ':a' -e 's|/\*.*\*/||g' -e '/\/\*/{N;ba' -e '}' "$src/client/g
         grep -oE '\bgpuipc_[a-z0-9_]+[[:space:]]*\(' | tr -d ' (' | sort -u)
 [[ -n $declared ]] || fail "found no functions in gpuipc.h"
 while read -r sym; do
-        grep -qx "$sym" <<<"$exported" || fail "gpuipc.h declares $sym but libgpuipc.so.0 does not export it (add it to libgpuipc.sym)"
-done <<<"$declared"
+        fail "gpuipc.h declares $sym but libgpuipc.so.0 does not export it (add it to libgpuipc.sym)"
+done < <(comm -23 <(echo "$declared") <(echo "$exported"))
 while read -r sym; do
         [[ $sym == GPUIPC_* ]] && continue # the version node itself
-        grep -qx "$sym" <<<"$declared" || fail "libgpuipc.so.0 exports $sym, which gpuipc.h does not declare"
-done <<<"$exported"
+        fail "libgpuipc.so.0 exports $sym, which gpuipc.h does not declare"
+done < <(comm -13 <(echo "$declared") <(echo "$exported"))
 
 # 5. No static copy of the library's internals.
 internal=$(nm --defined-only "$client_a" "$proto_a" 2>/dev/null | awk '$2 ~ /^[TDRB]$/ {print $3}' |
         grep -v '^gpuipc_' | sort -u)
 [[ -n $internal ]] || fail "found no internal symbols in the static libraries (wrong paths?)"
+# (one comm, not a grep per symbol: the test's time must not grow with gpuipcctl's size)
 while read -r sym; do
-        grep -qx "$sym" <<<"$internal" && fail "gpuipcctl contains $sym, an internal function of the library"
-done < <(nm --defined-only "$ctl" | awk '{print $3}' | sort -u)
+        fail "gpuipcctl contains $sym, an internal function of the library"
+done < <(comm -12 <(echo "$internal") <(nm --defined-only "$ctl" | awk '{print $3}' | sort -u))
 
 if [[ $failed != 0 ]]; then
         exit 1
