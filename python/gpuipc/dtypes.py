@@ -2,6 +2,8 @@
 code, and the matching torch/NumPy dtype. Names are what travel in metadata, so producers and
 consumers in different frameworks agree."""
 
+from .errors import InvalidArgument
+
 # name -> (item size in bytes, DLPack type code, DLPack bits)
 _TABLE = {
     'bool': (1, 6, 8),
@@ -34,7 +36,7 @@ def name(dtype):
         except (ImportError, TypeError):
             n = text
     if n not in _TABLE:
-        raise ValueError(f'unsupported dtype {dtype!r}; gpuipc knows {", ".join(_TABLE)}')
+        raise InvalidArgument(f'unsupported dtype {dtype!r}; gpuipc knows {", ".join(_TABLE)}')
     return n
 
 
