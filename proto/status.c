@@ -17,8 +17,9 @@ static const struct {
                 "no such buffer, ring, name or subscription; check the name (gpuipcctl ls lists what is "
                 "published) and that both sides use the same socket, or attach with a timeout to wait for it" },
         [PROTO_STATUS_TIMEOUT] = { "timeout",
-                "nothing was published under that name (or the group did not fill) before the timeout; "
-                "check the producer is running and uses the same name and socket" },
+                "the wait ended first: nothing was published under that name, the group did not fill, or the "
+                "broker did not answer in time; check the producer (and the broker) run and use the same name "
+                "and socket, or wait longer" },
         [PROTO_STATUS_NAME_TAKEN] = { "name-taken",
                 "another producer has a live buffer under this name; retire it first or pick another name" },
         [PROTO_STATUS_QUOTA] = { "quota",
