@@ -697,9 +697,18 @@ def case_quota_counted(tmp):
     b.stop()
 
 
+def dashboard_unit_class(expr):
+    """What a query measures: 'seconds' (a latency or duration), 'per-second' (a rate) or 'count'."""
+    if "histogram_quantile" in expr or "_seconds_sum" in expr or re.search(r"_seconds\{", expr):
+        return "seconds"
+    return "per-second" if "rate(" in expr else "count"
+
+
 def case_dashboard(tmp):
     """The Grafana dashboard is valid JSON whose every query names metrics the exporter serves, and it
-    covers buffers by state, references, peers, op rate and latency, cleanups and quota refusals."""
+    covers buffers by state, references, peers, op rate and latency, cleanups, quota refusals and
+    rings; every query follows the namespace, pod and broker variables; no panel puts two kinds
+    of unit (seconds, rates, counts) on one axis, and each panel's unit is its queries' kind."""
     with open(DASHBOARD) as f:
         dash = json.load(f)
     exprs = []
@@ -716,7 +725,13 @@ def case_dashboard(tmp):
     walk(dash)
     check(dash.get("title") and dash.get("panels") and exprs, "no panels or queries")
     b = Broker(tmp)
+    ring = HandRing(b.sock, "dash/r")  # a ring with a seated member: every gpuipc_ring_* family served
+    member, seat, epoch = ring.join("dash-member")
+    ring.set_head(5)
+    ring.seat(seat, epoch, 1, 3)
     fam = parse_exposition(ctl(b.sock, "metrics").out)
+    member.close()
+    ring.close()
     b.stop()
     served = set()
     for name, f in fam.items():
@@ -732,6 +747,20 @@ def case_dashboard(tmp):
                    "gpuipc_request_errors_total"):
         check(needed in used, "the dashboard does not show %s" % needed)
     check(any('status="quota"' in e for e in exprs), "no panel for quota refusals")
+    for needed in ("gpuipc_ring_lag_frames", "gpuipc_ring_head", "gpuipc_ring_seats_taken", "gpuipc_ring_slots"):
+        check(needed in used, "the dashboard has no ring panel with %s" % needed)
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    for var in ("namespace", "pod", "instance"):
+        check(var in variables, "no $%s variable" % var)
+    for expr in exprs:
+        for var in ("namespace", "pod", "instance"):
+            check('%s=~"$%s"' % (var, var) in expr, "a query ignores $%s: %s" % (var, expr))
+    units = {"seconds": ("s",), "per-second": ("ops", "reqps", "cps", "fps"), "count": ("short", "percentunit")}
+    for panel in dash["panels"]:
+        kinds = {dashboard_unit_class(t["expr"]) for t in panel.get("targets", [])}
+        check(len(kinds) == 1, "panel %r mixes %s on one axis" % (panel.get("title"), " and ".join(sorted(kinds))))
+        unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
+        check(unit in units[kinds.pop()], "panel %r: unit %s for its queries" % (panel.get("title"), unit))
 
 
 def case_untrusted_text(tmp):
