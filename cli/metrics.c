@@ -99,6 +99,9 @@ static const MetricDesc descs[] = {
         { "fds_out_total", "fds_sent_total", COUNTER, 0, NULL, NULL, "File descriptors sent to peers." },
         { "protocol_errors_total", "protocol_errors_total", COUNTER, 0, NULL, NULL,
           "Peers disconnected for breaking the protocol." },
+        { "seccomp_refused_total", "seccomp_refused_calls_total", COUNTER, 0, NULL, NULL,
+          "System calls outside the broker's seccomp allow-list that were refused with ENOSYS (the "
+          "broker's log names each and the request it served); anything above 0 is a bug to report." },
         { "slow_peers_dropped_total", "slow_peers_dropped_total", COUNTER, 0, NULL, NULL,
           "Peers disconnected because they stopped reading (queued output over the limit)." },
         { "request_duration_us", "request_duration_seconds", HISTOGRAM, 6, NULL, NULL,

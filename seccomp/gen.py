@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Generates the broker's seccomp artefacts from the one allow-list (gpuipc-broker.allow).
 
-    gen.py header ALLOW OUT.h    C tables of the [runtime] rules (the in-process filter) and of the
-                                 [sanitizer] rules (added to it in sanitizer builds only)
+    gen.py header ALLOW OUT.h    C tables of the [runtime] rules (the in-process filter), of the
+                                 [sanitizer] rules (added to it in sanitizer builds only) and of the
+                                 [kill] names (calls that kill the broker; any other call outside
+                                 the rules fails with ENOSYS and is logged)
     gen.py json ALLOW OUT.json   the Kubernetes Localhost / OCI profile: [startup] + [runtime] + [probe],
                                  default deny
 """
@@ -14,7 +16,7 @@ import sys
 NUM = r'(?:0x[0-9a-fA-F]+|\d+)'
 RULE = re.compile(r'^([a-z0-9_]+)(?:\(([^)]*)\))?(?:!([A-Z0-9]+))?\s+(\S.*)$')
 COND = re.compile(r'^(\d)(?:&(' + NUM + r'))?=(' + NUM + r')$')
-SECTIONS = ('runtime', 'startup', 'probe', 'sanitizer')
+SECTIONS = ('runtime', 'startup', 'probe', 'sanitizer', 'kill')
 MAX_CONDS = 3
 
 
@@ -54,12 +56,19 @@ def parse(path):
                 sys.exit(f'{path}:{lineno}: expected "name  reason", "name(ARG=VALUE,ARG&MASK=VALUE)  reason" '
                          'or "name!ERRNO  reason" in a section')
             name, _, err, reason = m.groups()
+            if current == 'kill' and (conds or err is not None):
+                sys.exit(f'{path}:{lineno}: [kill] takes plain names: "name  reason"')
+            if current == 'kill' and any(r[0] == name for r in sections.get('runtime', [])):
+                sys.exit(f'{path}:{lineno}: {name} is in [runtime]: it cannot kill as well')
+            if current == 'runtime' and any(r[0] == name for r in sections.get('kill', [])):
+                sys.exit(f'{path}:{lineno}: {name} is in [kill]: it cannot be allowed as well')
             if err is not None and (not hasattr(errno, err) or conds):
                 sys.exit(f'{path}:{lineno}: {err} is not an errno name, or comes with conditions')
             rule = (name, conds, getattr(errno, err) if err else 0, reason)
             # Twice in one artefact is an error; [sanitizer] may repeat what only the profile has.
             together = ('runtime', 'sanitizer') if current == 'sanitizer' else \
-                SECTIONS if current == 'runtime' else ('runtime', 'startup', 'probe')
+                ('kill',) if current == 'kill' else \
+                SECTIONS[:4] if current == 'runtime' else ('runtime', 'startup', 'probe')
             if any(r[:2] == rule[:2] for n in together for r in sections.get(n, [])):
                 sys.exit(f'{path}:{lineno}: {name} is listed twice')
             sections[current].append(rule)
@@ -97,6 +106,9 @@ def header(sections):
            '} SandboxRule;', '']
     out += c_table('sandbox_rules', sections['runtime'])
     out += c_table('sandbox_sanitizer_rules', sections.get('sanitizer', []))
+    out += ['static const char *const sandbox_kill_names[] = {']
+    out += [f'        "{name}", /* {reason} */' for name, _, _, reason in sections.get('kill', [])]
+    out += ['        NULL,', '};', '']
     return '\n'.join(out)
 
 

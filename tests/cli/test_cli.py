@@ -80,7 +80,11 @@ class Broker:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.terminate()
             self.proc.wait(10)
+        log = self.proc.stderr.read() if self.proc else ''
         self.proc = None
+        # A call the filter had to refuse is a libc path its allow-list misses (docs/security.md).
+        if 'seccomp:' in log:
+            raise Failure("the broker logged a system call outside its allow-list:\n" + log)
 
 
 class Result:

@@ -13,5 +13,10 @@ trap 'kill $broker 2>/dev/null; wait $broker 2>/dev/null; rm -rf "$dir"' EXIT
 "$GPUIPC_CTL" --timeout 5000 ping >/dev/null
 rc=0
 "$python" "$root/tests/python/$script" "$kind" || rc=$?
+# A call the broker's filter had to refuse is a missed libc path (docs/security.md): a failure.
+if grep -q 'seccomp:' "$dir/broker.log"; then
+        echo "the broker logged a system call outside its allow-list"
+        rc=1
+fi
 [[ $rc == 0 || $rc == 77 ]] || { echo "--- broker log"; cat "$dir/broker.log"; }
 exit $rc
