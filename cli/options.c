@@ -20,15 +20,17 @@ static struct {
         char shortopts[3 * MAX_OPTIONS + 4];
 } parser;
 
-static int opt_index(const CtlOption *table, int id, const char *name, char letter)
+/* The entry of table spelled with this letter, or NULL. */
+static const CtlOption *by_letter(const CtlOption *table, int letter)
 {
-        for (int i = 0; table[i].id; i++)
-                if (table[i].id == id && ((name && table[i].name && strcmp(table[i].name, name) == 0) ||
-                                          (!name && table[i].letter == letter)))
-                        return i;
-        return -1;
+        for (const CtlOption *o = table; o->id; o++)
+                if (o->letter && o->letter == letter)
+                        return o;
+        return NULL;
 }
 
+/* Long options return 0x10000 + their index in the table: a long name and a letter of one
+ * option may differ in whether they are deprecated (publish's --size and -s). */
 static void build_parser(const CtlOption *table, bool global)
 {
         size_t nl = 0, ns = 0;
@@ -49,7 +51,8 @@ static void build_parser(const CtlOption *table, bool global)
                                 parser.shortopts[ns++] = ':';
                 }
         }
-        if (!global || opt_index(table, 'h', NULL, 'h') < 0) {
+        /* -h/--help is every command's; gpuipcctl's own table lists it (main answers it). */
+        if (!by_letter(table, 'h')) {
                 parser.longopts[nl++] = (struct option){ "help", no_argument, NULL, 'h' };
                 parser.shortopts[ns++] = 'h';
         }
@@ -80,7 +83,7 @@ int ctl_next_option(Ctl *ctl, int argc, char **argv, int *ret_exit)
                 *ret_exit = ctl_bad_option(ctl, argc, argv, c);
                 return -1;
         }
-        if (c == 'h' && opt_index(table, 'h', NULL, 'h') < 0) {
+        if (c == 'h' && !by_letter(table, 'h')) {
                 *ret_exit = ctl_help(ctl);
                 return -1;
         }
@@ -88,11 +91,7 @@ int ctl_next_option(Ctl *ctl, int argc, char **argv, int *ret_exit)
                 o = &table[c - 0x10000];
                 snprintf(used, sizeof(used), "--%s", o->name);
         } else {
-                int i = -1;
-                for (int k = 0; table[k].id && i < 0; k++)
-                        if (table[k].letter == c)
-                                i = k;
-                o = &table[i];
+                o = by_letter(table, c); /* getopt returns only the letters the table gave it */
                 snprintf(used, sizeof(used), "-%c", c);
         }
         if (o->instead)
@@ -153,7 +152,7 @@ void ctl_print_options(FILE *f, const CtlOption *options)
                 else
                         print_option(f, o);
         }
-        if (!options || opt_index(options, 'h', NULL, 'h') < 0)
+        if (!options || !by_letter(options, 'h'))
                 print_option(f, &help_option);
         if (!any_deprecated)
                 return;
