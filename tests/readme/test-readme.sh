@@ -37,13 +37,19 @@ start=$(grep -m1 '^build/broker/gpuipc-broker --socket /tmp/gpuipc.sock' "$readm
 run=$(grep -m1 '^GPUIPC_SOCKET=/tmp/gpuipc.sock ./frames produce' "$readme")
 expect "the README says how to compile against the build tree and an install, and how to run it" \
         test -n "$uninstalled" -a -n "$installed" -a -n "$start" -a -n "$run"
-here() { sed -e "s|\$PWD/build|$build|g; s|build/|$build/|g; s|/tmp/gpuipc.sock|$dir/s.sock|g" <<<"$1"; }
+# In the sanitizer build libgpuipc is sanitized: a program linked to it needs the sanitizers too.
+sanitize=
+grep -q 'define GPUIPC_SANITIZED 1' "$build/config.h" && sanitize='-fsanitize=address,undefined '
+here() {
+        sed -e "s|\$PWD/build|$build|g; s|build/|$build/|g; s|/tmp/gpuipc.sock|$dir/s.sock|g" \
+            -e "s|^cc frames.c|cc ${sanitize}frames.c|" <<<"$1"
+}
 
 (cd "$dir" && bash -c "$(here "$uninstalled")") >"$dir/cc.log" 2>&1
 expect "compiled against the build tree: $(here "$uninstalled" | cut -c1-80)... ($(head -3 "$dir/cc.log"))" test -x "$dir/frames"
 cflags=$(PKG_CONFIG_PATH=$build/meson-uninstalled pkg-config --cflags --libs gpuipc)
 expect "... without a warning (-Wall -Wextra -Werror)" \
-        cc -Wall -Wextra -Werror -std=c11 "$dir/frames.c" $cflags -o "$dir/frames-strict"
+        cc $sanitize -Wall -Wextra -Werror -std=c11 "$dir/frames.c" $cflags -o "$dir/frames-strict"
 
 bash -c "$(here "$start") --log-level warn" 2>"$dir/broker.log" &
 broker=$!
@@ -56,7 +62,7 @@ expect "... and the producer hears drained" grep -q '^drained' <<<"$out"
 meson install -C "$build" --destdir "$dir/dest" --no-rebuild --quiet >/dev/null 2>&1
 pc=$(find "$dir/dest" -name gpuipc.pc | head -1)
 rm -f "$dir/frames"
-(cd "$dir" && PKG_CONFIG_LIBDIR=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$dir/dest bash -c "$installed") >"$dir/cc2.log" 2>&1
+(cd "$dir" && PKG_CONFIG_LIBDIR=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$dir/dest bash -c "$(here "$installed")") >"$dir/cc2.log" 2>&1
 expect "compiled against an install (staged: $(dirname "${pc#$dir/dest}")) as the README says ($(head -3 "$dir/cc2.log"))" \
         test -x "$dir/frames"
 out=$(cd "$dir" && LD_LIBRARY_PATH=$(dirname "$(dirname "$pc")") timeout 60 bash -c "$(here "$run"); wait" 2>&1)
