@@ -25,10 +25,23 @@ _public_ const char *gpuipc_errmsg(const gpuipc_t *c)
         return c ? c->errmsg : connect_errmsg;
 }
 
+/* Whether path exists as something other than a socket; what it is, in words, into what. */
+static bool path_is_not_socket(const char *path, char *what, size_t cap)
+{
+        struct stat st;
+
+        if (stat(path, &st) < 0 || S_ISSOCK(st.st_mode))
+                return false;
+        snprintf(what, cap, "%s", S_ISREG(st.st_mode) ? "a regular file" : S_ISDIR(st.st_mode) ? "a directory" :
+                                  S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or other file");
+        return true;
+}
+
 static int open_socket(gpuipc_t *c, int timeout_ms)
 {
         uint64_t deadline = client_deadline(timeout_ms);
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        char what[32];
 
         /* Checked at connect too: never connect to a cut-off path. */
         if (strlen(c->path) >= sizeof(sa.sun_path))
@@ -58,6 +71,13 @@ static int open_socket(gpuipc_t *c, int timeout_ms)
                 }
                 if (err == EPROTOTYPE) {
                         client_errmsg(c, "%s is not a gpuipc socket (wrong socket type)", c->path);
+                        return GPUIPC_E_NO_BROKER;
+                }
+                /* connect(2) says "refused" for a file that is no socket at all: that never gets
+                 * better by waiting, and "refused" would send the reader looking for a broker. */
+                if (err == ECONNREFUSED && path_is_not_socket(c->path, what, sizeof(what))) {
+                        client_errmsg(c, "%s is not a socket (%s): point GPUIPC_SOCKET or the socket option at the "
+                                      "broker's socket", c->path, what);
                         return GPUIPC_E_NO_BROKER;
                 }
                 if (err != ENOENT && err != ECONNREFUSED && err != EAGAIN) {

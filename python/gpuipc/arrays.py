@@ -5,6 +5,7 @@ torch tensors, NumPy and CuPy arrays are read through their own attributes (chea
 that implements ``__dlpack__`` (JAX arrays, gpuipc views, ...) through its DLPack capsule.
 """
 from . import dlpack, dtypes
+from .errors import InvalidArgument
 
 
 def framework_of(obj):
@@ -63,7 +64,7 @@ def _describe_memoryview(mv):
     """A contiguous memoryview (host memory) as an array of its item type; bytes for 'B'/'b'/'c'."""
     import ctypes
     if not mv.c_contiguous:
-        raise ValueError('only contiguous memoryviews can be shared')
+        raise InvalidArgument('only contiguous memoryviews can be shared')
     codes = {'B': 'uint8', 'b': 'int8', 'c': 'uint8', '?': 'bool', 'H': 'uint16', 'h': 'int16', 'I': 'uint32',
              'i': 'int32', 'Q': 'uint64', 'q': 'int64', 'L': 'uint64', 'l': 'int64', 'f': 'float32', 'd': 'float64',
              'e': 'float16'}
@@ -71,7 +72,7 @@ def _describe_memoryview(mv):
     if dtype is None or dtypes.itemsize(dtype) != mv.itemsize:
         raise TypeError(f'memoryview format {mv.format!r} has no gpuipc dtype')
     if mv.nbytes == 0:
-        raise ValueError('an empty memoryview has no address')
+        raise InvalidArgument('an empty memoryview has no address')
     raw = mv.cast('B')
     if raw.readonly:
         import numpy
@@ -87,7 +88,7 @@ def _element_strides(arr):
         return None
     size = arr.itemsize
     if any(s % size for s in arr.strides):
-        raise ValueError('the array has strides that are not a multiple of its item size')
+        raise InvalidArgument('the array has strides that are not a multiple of its item size')
     return tuple(s // size for s in arr.strides)
 
 
@@ -118,7 +119,7 @@ def convert(exportable, framework):
     method = {'torch': 'torch', 'numpy': 'numpy', 'cupy': 'cupy', 'jax': 'jax', 'memoryview': 'memoryview'}.get(
         framework)
     if method is None:
-        raise ValueError(f"framework must be 'torch', 'numpy', 'cupy', 'jax', 'memoryview' or None, not "
+        raise InvalidArgument(f"framework must be 'torch', 'numpy', 'cupy', 'jax', 'memoryview' or None, not "
                          f'{framework!r}')
     return getattr(exportable, method)()
 

@@ -9,10 +9,12 @@ without release() by the garbage collector are released at once when the connect
 right after the call in progress otherwise.
 """
 import asyncio
+import atexit
 import bisect
 import collections
 import contextlib
 import ctypes
+import os
 import threading
 import time
 import warnings
@@ -66,12 +68,12 @@ def _kind_code(kind):
     try:
         return KINDS[kind]
     except KeyError:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}") from None
+        raise errors.InvalidArgument(f"kind must be one of {', '.join(KINDS)}, not {kind!r}") from None
 
 
 def _name_bytes(name, what='name'):
     if not isinstance(name, str) or not name:
-        raise ValueError(f'the {what} must be a non-empty string, not {name!r}')
+        raise errors.InvalidArgument(f'the {what} must be a non-empty string, not {name!r}')
     return name.encode()
 
 
@@ -121,6 +123,10 @@ class Client:
 
     def __repr__(self):
         return f'<gpuipc.Client {"open" if self._c else "closed"}>'
+
+    def __reduce__(self):
+        raise TypeError('a gpuipc.Client is a connection of this process and cannot be pickled: open a Client in '
+                        'the other process (pickled Attached buffers do that for you)')
 
     # ---- plumbing ----
 
@@ -269,7 +275,7 @@ class Client:
         cuda-legacy on CUDA device `device`."""
         nbytes = int(nbytes)
         if nbytes <= 0:
-            raise ValueError(f'a buffer needs at least one byte, not {nbytes}')
+            raise errors.InvalidArgument(f'a buffer needs at least one byte, not {nbytes}')
         code = _kind_code(kind)
         h = ctypes.c_void_p()
         with self._locked():
@@ -305,7 +311,7 @@ class Client:
         unchanged until the buffer drained. Returns the Buffer (publish it, or pass obj to publish)."""
         info = arrays.describe(obj)
         if info.device[0] != 2:
-            raise ValueError('wrap_cuda() needs CUDA memory (a torch CUDA tensor or a CuPy array)')
+            raise errors.InvalidArgument('wrap_cuda() needs CUDA memory (a torch CUDA tensor or a CuPy array)')
         lo, hi = arrays.extent(info)
         h = ctypes.c_void_p()
         with self._locked():
@@ -333,8 +339,8 @@ class Client:
     def _buffer_of(self, obj, what):
         buf, info = self._owner(obj)
         if buf is None:
-            raise ValueError(f'{what}: the array does not lie in gpuipc memory of this client; allocate it with '
-                             f'empty() (or alloc(), or in a pool()), or let share() copy it into a buffer')
+            raise errors.InvalidArgument(f'{what}: the array does not lie in gpuipc memory of this client; allocate it with '
+                                         f'empty() (or alloc(), or in a pool()), or let share() copy it into a buffer')
         return buf, info
 
     def _pool_of(self, info):
@@ -761,7 +767,7 @@ class Client:
         """One buffer: the live buffer published under `name`, or the buffer with `buffer_id` (in any
         state), with the peers holding it in `held_by` (gpuipc_stat_buffer). Raises NotFound."""
         if (name is None) == (buffer_id is None):
-            raise ValueError('stat() takes a name or a buffer_id')
+            raise errors.InvalidArgument('stat() takes a name or a buffer_id')
         target = _name_bytes(name) if name is not None else None
         info = _lib.BufferInfo()
         cap = 64
@@ -849,11 +855,15 @@ class Client:
 
     # ---- state dicts ----
 
-    def publish_state_dict(self, state_dict: Mapping[str, Any], name: str, kind: str = 'cuda-vmm', device: int = 0,
+    def publish_state_dict(self, state_dict: Mapping[str, Any], name: str, kind: Optional[str] = None,
+                           device: Optional[int] = None,
                            meta: Optional[Mapping[str, Any]] = None, buffers: int = 2, timeout_ms: int = 60000,
                            broker_held: bool = False, copy: bool = True) -> 'StateDictVersion':
         """Publishes a whole dict of arrays (torch, NumPy, CuPy, JAX; any dtypes, host or GPU) under
         `name`, with a manifest (names, dtypes, shapes, offsets).
+
+        kind: as share() chooses, by default: 'cuda-vmm' on the arrays' GPU when any array is on a
+        GPU, else 'memfd' (host arrays: NumPy, CPU tensors). device: the CUDA device for cuda kinds.
 
         copy=True (a snapshot): the arrays are copied into ONE buffer (`kind` on `device`), which
         holds the manifest too. Calling it again under the same name publishes a new version:
@@ -871,6 +881,9 @@ class Client:
         pub = self._publisher(name, live=not copy)
         if not copy:
             return pub.publish(state_dict, meta=meta, broker_held=broker_held, timeout_ms=timeout_ms)
+        if kind is None:
+            kind, device = _state_dict_kind(state_dict, device)
+        device = 0 if device is None else device
         return pub.publish(state_dict, kind=kind, device=device, meta=meta, buffers=buffers, timeout_ms=timeout_ms,
                            broker_held=broker_held)
 
@@ -912,6 +925,49 @@ class Client:
         """
         from . import state_dict as _sd
         return _sd.attach(self, name, framework, timeout_ms, device, after)
+
+
+def _state_dict_kind(state_dict, device):
+    """share()'s choice for a whole state dict: (kind, device) of cuda-vmm on the GPU of the first
+    array on a GPU, else memfd."""
+    for value in state_dict.values():
+        try:
+            info = arrays.describe(value)
+        except TypeError:
+            continue  # plan() names the entry that is no array
+        if info.device[0] == 2:
+            return 'cuda-vmm', info.device[1] if device is None else device
+    return 'memfd', 0 if device is None else device
+
+
+# One connection per process and socket for what pickling brings in (Attached.__reduce__), made
+# at the first unpickled buffer and closed at exit. Keyed by the process too: a child forked with
+# the parent's entry must not share its socket.
+_reattach_clients = {}
+_reattach_lock = threading.Lock()
+
+
+def _reattach_client(socket):
+    key = (os.getpid(), socket)
+    with _reattach_lock:
+        c = _reattach_clients.get(key)
+        if c is None or c.closed:
+            c = _reattach_clients[key] = Client(socket, label='gpuipc-unpickled')
+            if len(_reattach_clients) == 1:
+                atexit.register(_close_reattach_clients)
+    return c
+
+
+def _close_reattach_clients():
+    for (pid, _), c in list(_reattach_clients.items()):
+        if pid == os.getpid():
+            c.close()
+
+
+def _reattach(socket, buffer_id, device=-1):
+    """Unpickles an Attached: attaches the same buffer by id, through this process's connection to
+    the broker at `socket`. The buffer must still be live (NotFound or StateError otherwise)."""
+    return _reattach_client(socket).attach_id(buffer_id, device)
 
 
 def _torch_current_stream(ordinal):

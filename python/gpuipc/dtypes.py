@@ -2,6 +2,8 @@
 code, and the matching torch/NumPy dtype. Names are what travel in metadata, so producers and
 consumers in different frameworks agree."""
 
+from .errors import InvalidArgument
+
 # name -> (item size in bytes, DLPack type code, DLPack bits)
 _TABLE = {
     'bool': (1, 6, 8),

@@ -180,12 +180,18 @@ def class_for(code, name=None):
 
 
 def from_code(code, operation, detail, hint, name=None, cls=None):
-    """The exception to raise for a failed call: 'operation: detail (hint)'. cls: a subclass of the
-    code's class that the caller knows fits better (e.g. RingClosed for a 'revoked')."""
+    """The exception to raise for a failed call: 'operation: detail' (what happened, as the broker or
+    libgpuipc said it), or 'operation: hint' when there is no detail. The hint, the cause in general
+    and its fix, is not repeated in the message: it is `.hint`, and a note under the traceback
+    (Python 3.11 and later show notes). cls: a subclass of the code's class that the caller knows
+    fits better (e.g. RingClosed for a 'revoked')."""
     if name is None:
         name = err_name(code)
     if not hint and -4096 < code < 0:
         hint = os.strerror(-code)
-    text = f'{detail} ({hint})' if detail and hint and detail != hint else (detail or hint or f'error {code}')
-    return (cls or class_for(code, name))(f'{operation}: {text}' if operation else text, code, operation, detail,
-                                          hint, name)
+    text = detail or hint or f'error {code}'
+    e = (cls or class_for(code, name))(f'{operation}: {text}' if operation else text, code, operation, detail, hint,
+                                       name)
+    if detail and hint and hint != detail and hasattr(e, 'add_note'):
+        e.add_note(f'hint: {hint}')
+    return e

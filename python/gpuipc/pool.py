@@ -115,7 +115,7 @@ class Pool:
     def __init__(self, client, kind='cuda-vmm', device=0, segment_size=0, max_segment_size=0, reserve=0,
                  writable=False, broker_held=False):
         if kind not in ('cuda-vmm', 'memfd'):
-            raise ValueError(f"a pool is of 'cuda-vmm' or 'memfd' memory, not {kind!r}")
+            raise errors.InvalidArgument(f"a pool is of 'cuda-vmm' or 'memfd' memory, not {kind!r}")
         self._client, self._lib = client, client._lib
         self.kind, self.device = kind, int(device) if kind != 'memfd' else -1
         self._lock = threading.Lock()  # the handle against frees from other threads (finalizers)

@@ -230,7 +230,7 @@ class Ring:
         loaded, else the legacy default stream); refuses a stream for a host ring."""
         if self.mode != 'stream':
             if stream is not None:
-                raise ValueError(f"ring '{self.name}' hands frames over with host doorbells; only "
+                raise errors.InvalidArgument(f"ring '{self.name}' hands frames over with host doorbells; only "
                                  f"mode='stream' rings take a stream")
             return None
         if stream is None:
@@ -543,7 +543,7 @@ class Ring:
         slot (lower latency, a core spent)."""
         spin_us = int(spin_us)
         if spin_us < 0:
-            raise ValueError('spin_us must not be negative')
+            raise errors.InvalidArgument('spin_us must not be negative')
         with self._client._locked():
             self._client._lib.gpuipc_ring_set_spin(self._h(), spin_us)
 
@@ -695,33 +695,33 @@ def _order_after(waiter, signaller, ordinal):
 def _layout(name, slots, slot_size, shape, dtype, mode, kind, device, max_members, lease_ms):
     """(kind, slot size, the metadata layout map) for a new ring, after checking the arguments."""
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        raise errors.InvalidArgument(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     kind = kind or ('cuda-vmm' if mode == 'stream' else 'memfd')
     if kind not in ('memfd', 'cuda-vmm'):
-        raise ValueError(f"a ring's slots are 'memfd' or 'cuda-vmm', not {kind!r}")
+        raise errors.InvalidArgument(f"a ring's slots are 'memfd' or 'cuda-vmm', not {kind!r}")
     if mode == 'stream' and kind != 'cuda-vmm':
-        raise ValueError("mode='stream' hands frames over in CUDA streams: its slots are 'cuda-vmm'")
+        raise errors.InvalidArgument("mode='stream' hands frames over in CUDA streams: its slots are 'cuda-vmm'")
     layout = {}
     if shape is not None:
         shape = (int(shape),) if isinstance(shape, int) else tuple(int(x) for x in shape)
         if any(n < 0 for n in shape):
-            raise ValueError(f'a shape has no negative sizes: {shape}')
+            raise errors.InvalidArgument(f'a shape has no negative sizes: {shape}')
         dtype = dtypes.name(dtype if dtype is not None else 'float32')
         nbytes = arrays.numel(shape) * dtypes.itemsize(dtype)
         if slot_size is None:
             slot_size = max(nbytes, 1)
         elif int(slot_size) < nbytes:
-            raise ValueError(f'slot_size {slot_size} is smaller than a {dtype}{list(shape)} frame ({nbytes} bytes)')
+            raise errors.InvalidArgument(f'slot_size {slot_size} is smaller than a {dtype}{list(shape)} frame ({nbytes} bytes)')
         layout['shape'] = list(shape)
     elif slot_size is None:
-        raise ValueError('a ring needs slot_size (bytes), or shape and dtype')
+        raise errors.InvalidArgument('a ring needs slot_size (bytes), or shape and dtype')
     layout['dtype'] = dtypes.name(dtype) if dtype is not None else 'uint8'
     slot_size = int(slot_size)
     if slot_size <= 0:
-        raise ValueError(f'a slot needs at least one byte, not {slot_size}')
+        raise errors.InvalidArgument(f'a slot needs at least one byte, not {slot_size}')
     for what, value in (('slots', slots), ('max_members', max_members), ('lease_ms', lease_ms)):
         if int(value) <= 0:
-            raise ValueError(f'{what} must be positive, not {value}')
+            raise errors.InvalidArgument(f'{what} must be positive, not {value}')
     layout['ring'] = {'mode': mode, 'slots': int(slots), 'slot_size': slot_size, 'kind': kind,
                       'max_members': int(max_members), 'lease_ms': int(lease_ms), 'device': int(device)}
     return kind, slot_size, layout
@@ -771,9 +771,9 @@ def join(client, name, timeout_ms, device):
                 # set up, or no seat with its new pages yet: its producer makes no ring calls).
                 said = (lib.gpuipc_errmsg(client._c) or b'').decode(errors='replace')
                 why = said if said.startswith(f"ring '{name}'") else 'no ring of that name appeared'
-                raise errors.Timeout(f"join ring '{name}': {why} within {timeout_ms} ms "
-                                     f'(check the producer runs and uses the same name and socket)', _E_TIMEOUT,
-                                     f"join ring '{name}'", '', '', 'timeout')
+                raise errors.from_code(_E_TIMEOUT, f"join ring '{name}'", f'{why} within {timeout_ms} ms',
+                                       'check that the producer runs and uses the same ring name and socket',
+                                       'timeout')
             client._check(r, f"join ring '{name}'")
             break
     try:

@@ -31,7 +31,7 @@ import msgpack
 
 from . import _lib, arrays, dlpack, dtypes, errors, meta as _meta
 from .buffer import Buffer, View
-from .errors import MetadataError, NotFound, Timeout
+from .errors import InvalidArgument, MetadataError, NotFound, Timeout
 
 FORMAT = 'gpuipc.state_dict/1'
 ALIGN = 256
@@ -120,7 +120,7 @@ def views(memory, entries, framework):
     if framework in ('jax', None, 'gpuipc'):
         made = {key: View(memory, offset, dtype, shape) for key, dtype, shape, offset in entries}
         return {k: v.jax() for k, v in made.items()} if framework == 'jax' else made
-    raise ValueError(f"framework must be 'torch', 'numpy', 'cupy', 'jax' or None, not {framework!r}")
+    raise InvalidArgument(f"framework must be 'torch', 'numpy', 'cupy', 'jax' or None, not {framework!r}")
 
 
 def _cached_views(client, memory, entries, framework, digest):
