@@ -27,7 +27,9 @@ packages=(
         jq procps psmisc python3-yaml                 # tests: reading results, processes, manifests
         python3-msgpack python3-numpy                 # the Python package and its tests
         python3-mesonpy python3-build python3-venv patchelf  # tests: building and installing its wheel
+        gcc-aarch64-linux-gnu libmsgpack-dev:arm64 qemu-user # tests: the aarch64 wheel, cross-built and run
         scdoc                                         # the man pages (docs/man/*.scd)
+        zsh fish                                      # tests: gpuipcctl's zsh and fish completions
 )
 
 as_root() {
@@ -43,6 +45,10 @@ install_packages() {
         done
         if [[ ${#missing[@]} -gt 0 ]]; then
                 echo "installing: ${missing[*]}"
+                # arm64 packages (the aarch64 wheel's headers) come from Debian's multiarch.
+                if [[ " ${missing[*]}" == *:arm64* ]] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+                        as_root dpkg --add-architecture arm64
+                fi
                 as_root apt-get update -qq
                 as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
         fi

@@ -14,6 +14,7 @@
 
 #include "macro.h"
 #include "ringview.h"
+#include "sort.h"
 
 /* Records stop well before the frame limit, leaving room for the reply's own fields. */
 #define ITEMS_BUDGET (PROTO_MAX_BODY - 1024)
@@ -177,7 +178,7 @@ void inspect_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         }
         registry_buffer_holders(b, collect_holder, &hs);
         if (hs.n > 1)
-                qsort(hs.v, hs.n, sizeof(*hs.v), holder_cmp);
+                sort_array(hs.v, hs.n, sizeof(*hs.v), holder_cmp);
         proto_items_init(&it, ITEMS_BUDGET);
         for (size_t i = 0; i < hs.n; i++) {
                 proto_record_init(&rec);
@@ -483,6 +484,7 @@ void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         add_stat(&it, "fds_in_total", s->fds_in);
         add_stat(&it, "fds_out_total", s->fds_out);
         add_stat(&it, "protocol_errors_total", s->protocol_errors);
+        add_stat(&it, "seccomp_refused_total", s->seccomp_refused);
         add_stat(&it, "slow_peers_dropped_total", s->slow_peers_dropped);
         add_stat(&it, "peer_cleanup_us_last", s->peer_cleanup_us_last);
         add_stat(&it, "peer_cleanup_us_max", s->peer_cleanup_us_max);

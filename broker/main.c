@@ -30,6 +30,7 @@
 #include "privs.h"
 #include "proto.h"
 #include "sandbox.h"
+#include "sdnotify.h"
 #include "server.h"
 #include "sockpath.h"
 
@@ -86,7 +87,8 @@ static void usage(FILE *f)
                 "Usage: gpuipc-broker [OPTIONS]\n"
                 "Brokers GPU and host buffers between processes over a Unix socket.\n\n"
                 "  -s, --socket PATH            socket to create (default: $GPUIPC_SOCKET or %s)\n"
-                "      --listen-fd N            serve an inherited, bound and listening socket instead\n"
+                "      --listen-fd N            serve an inherited, bound and listening socket instead (socket\n"
+                "                               activation, LISTEN_FDS, needs neither this nor --socket)\n"
                 "      --socket-mode MODE       permissions of the socket file, octal (default 0660)\n"
                 "      --socket-group GROUP     group of the socket file (name or number)\n"
                 "  -u, --user USER              when started as root, switch to this user after binding\n"
@@ -410,11 +412,24 @@ int main(int argc, char **argv)
         Policy *policy = NULL;
         rlim_t fd_limit;
         Privs privs;
-        int fd, r;
+        int fd, r, activated, notify_fd;
 
         if (parse_args(argc, argv, &o) < 0)
                 return 2;
         log_setup(o.log_json, o.log_level);
+        /* Socket activation: systemd's .socket unit made and bound the socket; serve it as
+         * --listen-fd would. A path or fd given too would leave which one is served to chance. */
+        r = sdnotify_listen_fd(&activated);
+        if (r < 0)
+                return 2;
+        if (r > 0) {
+                if (o.socket_path || o.listen_fd >= 0) {
+                        log_error("systemd passed a listening socket and --socket or --listen-fd names another; "
+                                  "drop the option (socket activation) or the .socket unit", NULL);
+                        return 2;
+                }
+                o.listen_fd = activated;
+        }
         if (!o.socket_path && o.listen_fd < 0) {
                 o.socket_path = getenv("GPUIPC_SOCKET");
                 if (o.socket_path && !*o.socket_path) {
@@ -478,6 +493,10 @@ int main(int argc, char **argv)
                 return 1;
         }
 
+        /* Connected now, while socket(2) and connect(2) are allowed; the notification itself is a
+         * write(2), sent once the filter is loaded, just before the loop accepts. */
+        notify_fd = sdnotify_open();
+
         /* Everything that needs more than the allow-list is done: lock the process down before the
          * loop runs (libuv starts no threads of its own for what we use). Landlock first: its own
          * system calls are not on the runtime allow-list. */
@@ -496,7 +515,12 @@ int main(int argc, char **argv)
         log_info("ready", "version=%s seccomp=%s policy=%s rules=%zu fd_limit=%llu", GPUIPC_VERSION,
                  sandbox_mode_name(o.seccomp), o.policy_path ? o.policy_path : "default", policy_rule_count(policy),
                  (unsigned long long)fd_limit);
+        /* Type=notify: the unit is active (and units ordered after it start) only now. */
+        sdnotify_send(notify_fd, "READY=1\nSTATUS=serving");
         server_run(server);
+        sdnotify_send(notify_fd, "STOPPING=1");
+        if (notify_fd >= 0)
+                close(notify_fd);
         server_free(server);
         if (o.listen_fd < 0)
                 sockpath_unlink(o.socket_path);

@@ -13,6 +13,7 @@
 #include "macro.h"
 #include "registry.h"
 #include "request.h"
+#include "sandbox.h"
 
 /* Tells a peer we will not serve it (a limit), then hangs up: through a Conn of its own, since no
  * peer exists for it. Takes fd. */
@@ -236,8 +237,11 @@ static void handle_frame(Peer *p, RequestCtx *ctx, size_t len, int *fds, size_t 
         }
         /* Counting the broker's open fds reads /proc: only when someone asks for the stats. */
         if (m.op == PROTO_OP_STATS)
-                stats_count_fds(st, ctx->now_ms);
+                stats_refresh(st, ctx->now_ms);
+        /* A call the filter refuses while this request runs is logged naming it. */
+        sandbox_set_context(proto_op_name(m.op), registry_peer_id(p->reg), m.id);
         request_handle(ctx, p->reg, &m, n_fds ? fds[0] : -1);
+        sandbox_clear_context();
 }
 
 bool peer_dispatch(Peer *p, RequestCtx *ctx)

@@ -81,7 +81,7 @@ static const char *claim_mismatch(const RegBuffer *b, uint64_t generation, uint3
 /* Turns a reclaim of a registered buffer into references. 0, or -ENOMEM. */
 static int reclaim_into(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs)
 {
-        if (reg_hold_add(r, p, b, refs, b->fd >= 0) < 0)
+        if (reg_hold_add(r, p, b, refs, reg_memory_of(b)->fd >= 0) < 0)
                 return -ENOMEM;
         b->reclaimed++;
         r->counters.reclaims++;

@@ -160,6 +160,7 @@ struct RegPeer {
         uint32_t n_refs, n_waits, n_subs;
         uint32_t n_claim_refs; /* references its pending claims ask for (they count against its quota) */
         uint32_t n_seat_claims; /* its SeatClaims: bounded like its waits */
+        bool leaving;           /* registry_peer_remove is dealing with its buffers */
         UidAcct *acct;
         uint64_t connected_ms;
         void *userdata;
@@ -194,6 +195,14 @@ struct RegBuffer {
         RegRing *ring;
         uint32_t ring_index;
         uint32_t retire_after, attaches;
+        /* A view (info.segment set): the buffer whose memory it names a range of, and its place in
+         * that segment's views. A segment outlives every view of it: it is forgotten only once its
+         * last view is (reg_segment_release_if_done). Views have no fd of their own. */
+        RegBuffer *segment;
+        List view_link;
+        List views;         /* a segment's views (RegBuffer.view_link) */
+        uint32_t n_views;
+        bool destroying;    /* being forgotten: its views go first, without looking back at it */
         RegPeer *owner; /* NULL once the producer is gone (broker-held buffers only) */
         uint64_t owner_id, owner_pidns;
         bool owner_pidns_declared;
@@ -296,11 +305,21 @@ static inline void reg_buffer_set_state(Registry *r, RegBuffer *b, ProtoState st
  * NULL once the request was answered (with an error, or by adopting an orphan) or p marked lost. */
 RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, Outbox *out);
 
+/* The buffer whose memory (and fd) b is: its segment for a view, else b itself. */
+static inline RegBuffer *reg_memory_of(RegBuffer *b)
+{
+        return b->segment ? b->segment : b;
+}
+
+/* A segment whose last view went is forgotten now if nothing else keeps it: it is idle and was
+ * freed, or its producer is gone. */
+void reg_segment_release_if_done(Registry *r, RegBuffer *s, Outbox *o);
+
 /* Drops a whole hold (all of one peer's references to one buffer, and its mapped mark). */
 void reg_hold_drop(Registry *r, Hold *h);
 
-/* Adds refs references of p to b (creating the hold); mapped marks that p has b's memory mapped.
- * 0, or -ENOMEM. */
+/* Adds refs references of p to b (creating the hold); mapped marks that p has b's memory mapped
+ * (for a view: its segment's, which is what p maps). 0, or -ENOMEM. */
 int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapped);
 
 /* A retired buffer drains once nothing references it, unless holders may still come back: a

@@ -55,6 +55,25 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
         return 0;
 }
 
+/* What a departing producer's buffer becomes: forgotten when nothing holds it, kept (orphaned) when
+ * broker-held, else revoked. A segment that views outlive is kept for them (they are broker-held
+ * like it) and goes with the last of them. */
+static void drop_owned(Registry *r, RegBuffer *b, const char *reason, Outbox *out)
+{
+        list_unlink(&b->owner_link);
+        if (b->n_views == 0 &&
+            (b->state == PROTO_STATE_IDLE || (b->state == PROTO_STATE_RETIRED && b->refs == 0))) {
+                reg_buffer_destroy(r, b, out);
+        } else if (b->info.broker_held) {
+                /* The broker keeps the memory (its fd) until the buffer is retired and drained. */
+                b->owner = NULL;
+                r->n_orphaned++;
+                b->free_on_drain = true;
+        } else {
+                reg_buffer_revoke(r, b, reason, out);
+        }
+}
+
 void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
 {
         char reason[160];
@@ -92,21 +111,17 @@ void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
 
         snprintf(reason, sizeof(reason), "producer (peer %llu, pid %u, uid %u) disconnected",
                  (unsigned long long)p->id, p->creds.pid, p->creds.uid);
-        while (!list_empty(&p->owned)) {
-                RegBuffer *b = list_entry(p->owned.next, RegBuffer, owner_link);
+        /* Views first, so that each segment is judged with the views that outlive the producer; the
+         * segments wait for the second pass (leaving), which keeps this walk's next entry alive. */
+        p->leaving = true;
+        list_for_each_safe(pos, &p->owned) {
+                RegBuffer *b = list_entry(pos, RegBuffer, owner_link);
 
-                list_unlink(&b->owner_link);
-                if (b->state == PROTO_STATE_IDLE || (b->state == PROTO_STATE_RETIRED && b->refs == 0)) {
-                        reg_buffer_destroy(r, b, out);
-                } else if (b->info.broker_held) {
-                        /* The broker keeps the memory (its fd) until the buffer is retired and drained. */
-                        b->owner = NULL;
-                        r->n_orphaned++;
-                        b->free_on_drain = true;
-                } else {
-                        reg_buffer_revoke(r, b, reason, out);
-                }
+                if (b->segment)
+                        drop_owned(r, b, reason, out);
         }
+        while (!list_empty(&p->owned))
+                drop_owned(r, list_entry(p->owned.next, RegBuffer, owner_link), reason, out);
 
         /* Frames queued for it earlier in this batch (say, another producer's revoke) must not
          * outlive it: the caller would look it up after it is gone. */

@@ -13,6 +13,8 @@ void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m)
         proto_set_name(m, proto_str(b->name));
         proto_set_generation(m, b->generation);
         proto_set_buffer_info(m, &b->info);
+        if (b->segment)
+                proto_set_segment_size(m, b->segment->info.size); /* what a consumer maps */
         proto_set_state(m, b->state);
         proto_set_refs(m, b->refs);
         proto_set_holders(m, b->holders);

@@ -127,8 +127,16 @@ static bool hold_mapped(const Registry *r, const RegPeer *p, const RegBuffer *b)
 
 int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapped)
 {
-        Hold *h = hold_lookup(r, p, b);
+        Hold *h;
 
+        /* A view's holder maps its segment: the mark (and the freed event) belong to the segment,
+         * the references to the view. */
+        if (b->segment && mapped) {
+                if (reg_hold_add(r, p, b->segment, 0, true) < 0)
+                        return -ENOMEM;
+                mapped = false;
+        }
+        h = hold_lookup(r, p, b);
         if (!h) {
                 h = calloc(1, sizeof(*h));
                 if (!h || hmap_insert(&r->holds, &h->node, hold_hash(p->id, b->id)) < 0) {
@@ -186,8 +194,34 @@ static void buffer_free_fields(RegBuffer *b)
         free(b->meta);
 }
 
+void reg_segment_release_if_done(Registry *r, RegBuffer *s, Outbox *o)
+{
+        /* A leaving producer's segments are dealt with after its views (registry_peer_remove). */
+        if (s->n_views || s->destroying || s->state != PROTO_STATE_IDLE || (s->owner && s->owner->leaving))
+                return;
+        if (!s->owner || s->free_on_drain)
+                reg_buffer_destroy(r, s, o);
+}
+
+/* A view leaves its segment; the segment goes too if nothing else keeps it. */
+static void view_detach(Registry *r, RegBuffer *v, Outbox *o)
+{
+        RegBuffer *s = v->segment;
+
+        list_unlink(&v->view_link);
+        v->segment = NULL;
+        s->n_views--;
+        reg_segment_release_if_done(r, s, o);
+}
+
 void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
 {
+        b->destroying = true;
+        /* The memory goes with the segment (the broker closes its fd): no view may outlive it. */
+        while (!list_empty(&b->views))
+                reg_buffer_destroy(r, list_entry(b->views.next, RegBuffer, view_link), o);
+        if (b->segment)
+                view_detach(r, b, o);
         while (!list_empty(&b->holds)) {
                 Hold *h = list_entry(b->holds.next, Hold, buf_link);
 
@@ -239,7 +273,8 @@ void reg_buffer_drain(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
                 r->counters.events++;
         }
         reg_notify_subscribers(r, PROTO_EV_DRAINED, b, reason, o);
-        if (!b->owner || b->free_on_drain)
+        /* A segment stays while views of it are registered; the last one takes it along. */
+        if ((!b->owner || b->free_on_drain) && b->n_views == 0)
                 reg_buffer_destroy(r, b, o);
 }
 
@@ -266,6 +301,10 @@ static void buffer_retire(Registry *r, RegBuffer *b, Outbox *o)
 
 void reg_buffer_revoke(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
 {
+        b->destroying = true;
+        /* The views' holders lose the memory too, and hear it under the names they attached. */
+        while (!list_empty(&b->views))
+                reg_buffer_revoke(r, list_entry(b->views.next, RegBuffer, view_link), reason, o);
         list_for_each(pos, &b->holds) {
                 Hold *h = list_entry(pos, Hold, buf_link);
                 ProtoMsg m;
@@ -347,7 +386,7 @@ static unsigned attach_diagnose(const RegBuffer *b, const RegPeer *p, char *text
         return 0;
 }
 
-static void reply_attached(Outbox *o, RegPeer *p, uint64_t id, const RegBuffer *b, bool cached)
+static void reply_attached(Outbox *o, RegPeer *p, uint64_t id, RegBuffer *b, bool cached)
 {
         ProtoMsg m;
 
@@ -356,7 +395,7 @@ static void reply_attached(Outbox *o, RegPeer *p, uint64_t id, const RegBuffer *
         proto_set_reply(&m, id);
         proto_set_status(&m, PROTO_STATUS_OK);
         proto_set_cached(&m, cached);
-        outbox_send(o, p, &m, cached ? -1 : b->fd);
+        outbox_send(o, p, &m, cached ? -1 : reg_memory_of(b)->fd);
 }
 
 /* Takes a reference for p on a live buffer and replies. */
@@ -380,8 +419,8 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbo
         }
         /* The fd travels once per peer: afterwards the peer's cached mapping serves, until it says
          * unmap. A legacy handle has no fd and is always in the reply itself. */
-        cached = hold_mapped(r, p, b);
-        if (reg_hold_add(r, p, b, 1, b->fd >= 0) < 0) {
+        cached = hold_mapped(r, p, reg_memory_of(b));
+        if (reg_hold_add(r, p, b, 1, reg_memory_of(b)->fd >= 0) < 0) {
                 registry_peer_mark_lost(p);
                 return;
         }
@@ -705,6 +744,8 @@ RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPu
         b->acct = p->acct;
         list_init(&b->holds);
         list_init(&b->restored_link);
+        list_init(&b->views);
+        list_init(&b->view_link);
         list_append(&r->buffers, &b->link);
         list_append(&p->owned, &b->owner_link);
         b->acct->buffers++;
@@ -732,6 +773,106 @@ no_memory:
         return NULL;
 }
 
+/* The segment a view is published in: registered already (then an fd that came along is closed:
+ * the segment's memory travels once), or registered now with the fd. Its producer's, and neither a
+ * view nor a ring part. NULL once answered. */
+static RegBuffer *view_segment(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, Outbox *out)
+{
+        RegBuffer *s = reg_buffer_lookup(r, a->info.segment);
+        uint64_t size = s ? s->info.size : a->segment_size;
+        RegPublish seg;
+
+        if (s && !s->owner && s->owner_uid == p->creds.uid && a->restored) {
+                /* Broker-held and orphaned while its producer was away: it comes back with a view. */
+                s->owner = p;
+                s->owner_id = p->id;
+                s->owner_pid = p->creds.pid;
+                s->owner_pidns = peer_pidns(p);
+                s->free_on_drain = false;
+                list_append(&p->owned, &s->owner_link);
+                r->n_orphaned--;
+        }
+        if (s && s->owner != p) {
+                reg_reply_err(out, p, id, PROTO_STATUS_NOT_OWNER, "segment %llu belongs to another peer",
+                              (unsigned long long)s->id);
+                return NULL;
+        }
+        if (s && (s->segment || s->ring_part || s->info.kind != a->info.kind)) {
+                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "buffer %llu cannot hold views: it is %s",
+                              (unsigned long long)s->id, s->segment ? "a view itself" : s->ring_part ?
+                              "part of a ring" : "of another kind than the view");
+                return NULL;
+        }
+        if (s && s->free_on_drain) {
+                reg_reply_err(out, p, id, PROTO_STATUS_STATE, "segment %llu is being freed: it takes no new views",
+                              (unsigned long long)s->id);
+                return NULL;
+        }
+        if (!s && *fd < 0) {
+                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "segment %llu is not registered with this broker: "
+                              "send its fd (and segment_size) with this publish", (unsigned long long)a->info.segment);
+                return NULL;
+        }
+        if (a->info.offset > size || a->info.size > size - a->info.offset) {
+                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "the view [%llu, +%llu) lies outside its %llu-byte "
+                              "segment", (unsigned long long)a->info.offset, (unsigned long long)a->info.size,
+                              (unsigned long long)size);
+                return NULL;
+        }
+        if (s) {
+                if (*fd >= 0)
+                        outbox_close_fd(out, steal_fd(*fd));
+                return s;
+        }
+        seg = (RegPublish){ .name = "", .buffer = a->info.segment, .device = a->device, .fd = -1,
+                            .info = { .kind = a->info.kind, .size = a->segment_size, .writable = a->info.writable,
+                                      .broker_held = a->info.broker_held } };
+        s = reg_buffer_register(r, p, id, &seg, fd, out);
+        if (s)
+                reg_buffer_set_state(r, s, PROTO_STATE_IDLE); /* registered, under no name */
+        return s;
+}
+
+/* Registers and publishes a view: a range of a segment's memory under a name of its own. */
+static void publish_view(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, int *fd, Outbox *out)
+{
+        RegBuffer *s, *v;
+        RegPublish va;
+        int none = -1;
+        RegName *e;
+
+        if (!a->restored && publish_check_name(r, p, id, a->name, NULL, out))
+                return;
+        s = view_segment(r, p, id, a, fd, out);
+        if (!s)
+                return;
+        /* What the memory is, the segment says; a view only names its range. */
+        va = *a;
+        va.info.kind = s->info.kind;
+        va.info.writable = s->info.writable;
+        va.info.broker_held = s->info.broker_held;
+        va.device = s->device;
+        e = name_get(r, a->name);
+        if (!e) {
+                registry_peer_mark_lost(p);
+                return;
+        }
+        v = reg_buffer_register(r, p, id, &va, &none, out);
+        if (!v) {
+                reg_name_put(r, e);
+                return;
+        }
+        v->segment = s;
+        list_append(&s->views, &v->view_link);
+        s->n_views++;
+        if (a->restored && (a->retired || name_blocker(r, p, a->name, NULL))) {
+                reg_name_put(r, e);
+                register_retired(r, p, id, v, out);
+                return;
+        }
+        publish_under_name(r, p, id, v, e, a->restored, out);
+}
+
 void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbox *out)
 {
         _cleanup_close_ int fd = steal_fd(a->fd);
@@ -745,6 +886,10 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         if (a->restored && (a->generation == 0 || a->generation > r->generation)) {
                 reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "a restored buffer carries the generation an "
                               "earlier broker gave it (between 1 and %llu)", (unsigned long long)r->generation);
+                return;
+        }
+        if (a->info.segment) {
+                publish_view(r, p, id, a, &fd, out);
                 return;
         }
         /* A restored buffer never fails for its name: if another producer took it meanwhile, the
@@ -839,7 +984,11 @@ void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bo
                 return;
         reg_reply_ok(out, p, id);
         if (b->state == PROTO_STATE_IDLE) {
-                reg_buffer_destroy(r, b, out);
+                /* A segment goes once its views went (reg_segment_release_if_done). */
+                if (b->n_views)
+                        b->free_on_drain = true;
+                else
+                        reg_buffer_destroy(r, b, out);
                 return;
         }
         /* Still referenced: forget it once drained; the producer still gets its drained event. */

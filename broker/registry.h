@@ -47,6 +47,9 @@ typedef struct RegPublish {
         bool restored;
         uint64_t generation;     /* restored: the publication's generation */
         bool retired;            /* restored: it was retired already (register it, do not publish it) */
+        /* A view (info.segment set): the segment's size, when fd is the segment's memory (the first
+         * view published of it); the segment is registered with it, under no name. */
+        uint64_t segment_size;
 } RegPublish;
 
 /* A reference a reconnecting consumer still holds (its reclaim request). */

@@ -146,6 +146,35 @@ static const char *check_opaque_fd(int fd)
         return NULL;
 }
 
+/* Checks a view's publish (it names a range of a segment: `segment`, `offset`, `size`): the
+ * segment's memory comes with it only the first time (its fd and segment_size); returns a reason
+ * or NULL. The range is checked against the segment by the registry, which knows its size. */
+static const char *check_view(const ProtoMsg *m, int fd, unsigned *ret_status)
+{
+        *ret_status = PROTO_STATUS_INVALID;
+        if (m->segment == 0 || m->segment > PROTO_MAX_BUFFER_ID)
+                return "segment ids are between 1 and 2^53 - 1";
+        if (proto_has(m, PF_BUFFER) && m->buffer == m->segment)
+                return "a view is a buffer of its own: its id differs from its segment's";
+        if (m->offset > UINT64_MAX - m->size)
+                return "offset + size overflows";
+        *ret_status = PROTO_STATUS_KIND;
+        if (m->kind != PROTO_KIND_MEMFD && m->kind != PROTO_KIND_CUDA_VMM)
+                return "views are ranges of memfd or cuda-vmm segments";
+        *ret_status = PROTO_STATUS_INVALID;
+        if (proto_has(m, PF_HANDLE))
+                return "a view travels as its segment's fd, not as a handle";
+        if (m->kind != PROTO_KIND_MEMFD && (!proto_has(m, PF_DEVICE) || m->device.len == 0))
+                return "CUDA buffers need the UUID of their device";
+        *ret_status = PROTO_STATUS_BAD_REQUEST;
+        if (fd < 0)
+                return proto_has(m, PF_SEGMENT_SIZE) ? "segment_size comes with the segment's fd" : NULL;
+        if (!proto_has(m, PF_SEGMENT_SIZE) || m->segment_size == 0)
+                return "the segment's fd comes with its segment_size";
+        *ret_status = PROTO_STATUS_BAD_FD;
+        return m->kind == PROTO_KIND_MEMFD ? check_memfd(fd, m->segment_size, m->writable) : check_opaque_fd(fd);
+}
+
 /* Checks the kind-specific rules of a new publish; returns a reason or NULL. */
 static const char *check_new_buffer(const ProtoMsg *m, int fd, unsigned *ret_status)
 {
@@ -155,8 +184,14 @@ static const char *check_new_buffer(const ProtoMsg *m, int fd, unsigned *ret_sta
         *ret_status = PROTO_STATUS_INVALID;
         if (m->size == 0)
                 return "size must be greater than zero";
+        if (proto_has(m, PF_SEGMENT))
+                return check_view(m, fd, ret_status);
+        *ret_status = PROTO_STATUS_BAD_REQUEST;
+        if (proto_has(m, PF_SEGMENT_SIZE))
+                return "segment_size belongs to a view (with segment)";
+        *ret_status = PROTO_STATUS_INVALID;
         if (m->kind != PROTO_KIND_CUDA_LEGACY && m->offset)
-                return "offset is only meaningful for cuda-legacy";
+                return "offset is only meaningful for cuda-legacy and views";
         if (m->kind != PROTO_KIND_CUDA_LEGACY && proto_has(m, PF_HANDLE))
                 return "a handle is only for cuda-legacy; a memfd or cuda-vmm buffer travels as its fd";
         if (m->offset > UINT64_MAX - m->size)
@@ -243,6 +278,7 @@ static void fill_memory(const ProtoMsg *m, int *fd, RegPublish *a, char device[P
         a->handle = proto_has(m, PF_HANDLE) ? (const uint8_t *)m->handle.ptr : NULL;
         a->fd = steal_fd(*fd);
         a->retire_after = (uint32_t)m->retire_after;
+        a->segment_size = m->segment_size;
 }
 
 static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
@@ -410,6 +446,10 @@ static void handle_ring_part(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int
                 return;
         if (m->index > UINT32_MAX || (proto_has(m, PF_BUFFER) && (m->buffer == 0 || m->buffer > PROTO_MAX_BUFFER_ID))) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "a part index is 32-bit and a buffer id between 1 and 2^53 - 1");
+                return;
+        }
+        if (proto_has(m, PF_SEGMENT)) {
+                fail(ctx, p, m, PROTO_STATUS_INVALID, "a ring's parts are memory of their own, not views");
                 return;
         }
         why = check_new_buffer(m, *fd, &status);

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "macro.h"
+#include "sandbox.h"
 
 /* Histogram bounds in microseconds. A request usually takes tens of microseconds on a busy
  * 2-core machine; forgetting a peer with 10,000 references about 1.5 ms. */
@@ -53,8 +54,9 @@ static uint64_t read_fd_limit(void)
         return soft;
 }
 
-void stats_count_fds(ServerStats *st, uint64_t now_ms)
+void stats_refresh(ServerStats *st, uint64_t now_ms)
 {
+        st->seccomp_refused = sandbox_refused_total();
         if (st->fds_counted_ms && now_ms - st->fds_counted_ms < 1000)
                 return;
         st->open_fds = count_open_fds();

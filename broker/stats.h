@@ -14,16 +14,18 @@ typedef struct ServerStats {
         Histogram request_us;      /* a request, from its frame read to its replies handed to the kernel */
         Histogram peer_cleanup_us; /* forgetting a peer */
         uint64_t started_ms;
-        uint64_t open_fds, open_fds_limit; /* refreshed by stats_count_fds when stats are asked for */
+        uint64_t open_fds, open_fds_limit; /* refreshed by stats_refresh when stats are asked for */
         uint64_t fds_counted_ms;           /* when open_fds was last refreshed */
+        uint64_t seccomp_refused;          /* calls the filter refused (sandbox.c), likewise */
 } ServerStats;
 
 /* Empty counters and histograms; started_ms on the caller's clock. */
 void stats_init(ServerStats *st, uint64_t started_ms);
 
-/* Refreshes open_fds and open_fds_limit, at most once a second (now_ms on the started_ms clock):
- * listing /proc/self/fd costs a lot with 100k fds held. */
-void stats_count_fds(ServerStats *st, uint64_t now_ms);
+/* Refreshes what is read only when stats are asked for: seccomp_refused, and open_fds and
+ * open_fds_limit at most once a second (now_ms on the started_ms clock): listing /proc/self/fd
+ * costs a lot with 100k fds held. */
+void stats_refresh(ServerStats *st, uint64_t now_ms);
 
 /* Forgetting a peer that held refs references took us microseconds. */
 void stats_peer_cleanup(ServerStats *st, uint64_t us, uint32_t refs);

@@ -237,18 +237,6 @@ static int hold_until_drained(Ctl *ctl, gpuipc_buffer_t *b)
 
 int cmd_publish(Ctl *ctl, int argc, char **argv)
 {
-        static const struct option longopts[] = {
-                { "name", required_argument, NULL, 'n' },
-                { "size", required_argument, NULL, 's' },
-                { "kind", required_argument, NULL, 'k' },
-                { "device", required_argument, NULL, 'd' },
-                { "fill", required_argument, NULL, 'f' },
-                { "writable", no_argument, NULL, 'w' },
-                { "broker-held", no_argument, NULL, 'b' },
-                { "retire-after", required_argument, NULL, 'r' },
-                CTL_HELP_OPTION,
-                {}
-        };
         gpuipc_publish_options_t po = { .struct_size = sizeof(po) };
         gpuipc_kind_t kind = GPUIPC_KIND_MEMFD;
         Pattern pat = { PATTERN_COUNTER, 0 };
@@ -258,10 +246,10 @@ int cmd_publish(Ctl *ctl, int argc, char **argv)
         long device = 0, v;
         int c, r;
 
-        while ((c = getopt_long(argc, argv, ":n:s:k:d:f:wbr:h", longopts, NULL)) >= 0) {
+        while ((c = ctl_next_option(ctl, argc, argv, &r)) > 0) {
                 switch (c) {
-                case 'n': name = optarg; break;
-                case 's':
+                case CTL_OPT_NAME: name = optarg; break;
+                case CTL_OPT_SIZE:
                         size_arg = optarg;
                         if (ctl_parse_size(ctl, "--size", optarg, &size))
                                 return CTL_USAGE;
@@ -280,19 +268,19 @@ int cmd_publish(Ctl *ctl, int argc, char **argv)
                         break;
                 case 'w': po.writable = 1; break;
                 case 'b': po.broker_held = 1; break;
-                case 'r':
+                case CTL_OPT_RETIRE_AFTER:
                         if (ctl_parse_int(ctl, "--retire-after", optarg, 1, UINT32_MAX, &v))
                                 return CTL_USAGE;
                         po.retire_after = (unsigned)v;
                         break;
-                case 'h': return ctl_help(ctl);
-                default: return ctl_bad_option(ctl, argc, argv, c);
                 }
         }
-        if (optind < argc)
-                return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
-        if (!name || !size)
-                return ctl_usage(ctl, "%s is required", !name ? "--name" : "--size");
+        if (c < 0)
+                return r;
+        if ((r = ctl_operand(ctl, argc, argv, true, &name)) != CTL_CONTINUE)
+                return r;
+        if (!size)
+                return ctl_usage(ctl, "--size is required");
         if (kind == GPUIPC_KIND_MEMFD && (r = check_memory(ctl, size, size_arg)))
                 return r;
         /* GPUs are probed (loading the CUDA driver, which takes a while) only for the CUDA kinds,
@@ -363,15 +351,6 @@ static void verdict_json(Json *o, void *ud)
 
 int cmd_attach(Ctl *ctl, int argc, char **argv)
 {
-        static const struct option longopts[] = {
-                { "name", required_argument, NULL, 'n' },
-                { "verify", required_argument, NULL, 'v' },
-                { "timeout", required_argument, NULL, 't' },
-                { "hold", required_argument, NULL, 'H' },
-                { "device", required_argument, NULL, 'd' },
-                CTL_HELP_OPTION,
-                {}
-        };
         const char *name = NULL;
         Pattern pat;
         Verdict verdict = { 0 };
@@ -379,16 +358,16 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
         gpuipc_buffer_t *b = NULL;
         int c, r, result = CTL_OK;
 
-        while ((c = getopt_long(argc, argv, ":n:v:t:H:d:h", longopts, NULL)) >= 0) {
+        while ((c = ctl_next_option(ctl, argc, argv, &r)) > 0) {
                 switch (c) {
-                case 'n': name = optarg; break;
+                case CTL_OPT_NAME: name = optarg; break;
                 case 'v':
                         if (parse_pattern(ctl, "--verify", optarg, &pat))
                                 return CTL_USAGE;
                         verdict.checked = true;
                         break;
-                case 't':
-                        if (ctl_parse_int(ctl, "--timeout", optarg, -1, INT32_MAX, &timeout))
+                case CTL_OPT_WAIT:
+                        if (ctl_parse_int(ctl, "--wait", optarg, -1, INT32_MAX, &timeout))
                                 return CTL_USAGE;
                         break;
                 case 'H':
@@ -399,14 +378,12 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
                         if (ctl_parse_int(ctl, "--device", optarg, 0, 1024, &device))
                                 return CTL_USAGE;
                         break;
-                case 'h': return ctl_help(ctl);
-                default: return ctl_bad_option(ctl, argc, argv, c);
                 }
         }
-        if (optind < argc)
-                return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
-        if (!name)
-                return ctl_usage(ctl, "--name is required");
+        if (c < 0)
+                return r;
+        if ((r = ctl_operand(ctl, argc, argv, true, &name)) != CTL_CONTINUE)
+                return r;
         /* A consumer declares its GPUs in its hello: the broker refuses a CUDA buffer on a device the
          * consumer cannot see, with a message naming both, instead of letting CUDA fail later. */
         ctl->reconnect = hold != 0; /* held a while: through a broker restart too */
@@ -445,7 +422,6 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
 
 int cmd_retire(Ctl *ctl, int argc, char **argv)
 {
-        static const struct option longopts[] = { { "id", required_argument, NULL, 'i' }, CTL_HELP_OPTION, {} };
         char what[GPUIPC_MAX_NAME + 32];
         gpuipc_buffer_info_t info;
         const char *name = NULL;
@@ -453,18 +429,16 @@ int cmd_retire(Ctl *ctl, int argc, char **argv)
         long v;
         int c, r;
 
-        while ((c = getopt_long(argc, argv, ":i:h", longopts, NULL)) >= 0) {
-                if (c == 'h')
-                        return ctl_help(ctl);
-                if (c != 'i')
-                        return ctl_bad_option(ctl, argc, argv, c);
+        while ((c = ctl_next_option(ctl, argc, argv, &r)) > 0) {
                 if (ctl_parse_int(ctl, "--id", optarg, 1, INT64_MAX, &v))
                         return CTL_USAGE;
                 id = (uint64_t)v;
         }
-        if (optind + 1 < argc)
-                return ctl_usage(ctl, "one name only (got '%s' and '%s')", argv[optind], argv[optind + 1]);
-        if ((optind < argc) == (id != 0))
+        if (c < 0)
+                return r;
+        if ((r = ctl_operand(ctl, argc, argv, false, &name)) != CTL_CONTINUE)
+                return r;
+        if (!name == !id)
                 return ctl_usage(ctl, "give a NAME or --id N (one of them)");
         r = ctl_connect(ctl, false);
         if (r)
@@ -472,7 +446,6 @@ int cmd_retire(Ctl *ctl, int argc, char **argv)
         if (!id) {
                 /* By name: the live buffer under that name. The broker retires by id (a name may
                  * change hands), so the name is looked up first; a retired one is found by --id. */
-                name = argv[optind];
                 snprintf(what, sizeof(what), "retire '%s'", name);
                 r = gpuipc_stat_buffer(ctl->c, name, 0, NULL, 0, &info);
                 if (r < 0)
@@ -501,36 +474,29 @@ int cmd_retire(Ctl *ctl, int argc, char **argv)
 
 int cmd_group(Ctl *ctl, int argc, char **argv)
 {
-        static const struct option longopts[] = {
-                { "name", required_argument, NULL, 'n' },
-                { "members", required_argument, NULL, 'm' },
-                { "timeout", required_argument, NULL, 't' },
-                CTL_HELP_OPTION,
-                {}
-        };
         const char *name = NULL;
         long members = 0, timeout = 30000;
         int c, r;
 
-        while ((c = getopt_long(argc, argv, ":n:m:t:h", longopts, NULL)) >= 0) {
+        while ((c = ctl_next_option(ctl, argc, argv, &r)) > 0) {
                 switch (c) {
-                case 'n': name = optarg; break;
+                case CTL_OPT_NAME: name = optarg; break;
                 case 'm':
                         if (ctl_parse_int(ctl, "--members", optarg, 1, 4096, &members))
                                 return CTL_USAGE;
                         break;
-                case 't':
-                        if (ctl_parse_int(ctl, "--timeout", optarg, 1, INT32_MAX, &timeout))
+                case CTL_OPT_WAIT:
+                        if (ctl_parse_int(ctl, "--wait", optarg, 1, INT32_MAX, &timeout))
                                 return CTL_USAGE;
                         break;
-                case 'h': return ctl_help(ctl);
-                default: return ctl_bad_option(ctl, argc, argv, c);
                 }
         }
-        if (optind < argc)
-                return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
-        if (!name || !members)
-                return ctl_usage(ctl, "%s is required", !name ? "--name" : "--members");
+        if (c < 0)
+                return r;
+        if ((r = ctl_operand(ctl, argc, argv, true, &name)) != CTL_CONTINUE)
+                return r;
+        if (!members)
+                return ctl_usage(ctl, "--members is required");
         r = ctl_connect(ctl, false);
         if (r)
                 return r;

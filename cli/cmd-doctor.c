@@ -4,7 +4,6 @@
  * left out. What it must never do: change anything it looks at, or say "ok" about what it could
  * not test. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,11 +16,13 @@
 #include "ctl.h"
 #include "json.h"
 
-typedef enum Verdict { V_OK, V_FAIL, V_UNKNOWN } Verdict;
+/* V_NONE: the check does not apply here (the GPU checks without CUDA): neither passed nor failed. */
+typedef enum Verdict { V_OK, V_FAIL, V_UNKNOWN, V_NONE } Verdict;
 
 typedef struct Doctor {
         Ctl *ctl;
         int problems;
+        bool no_gpu; /* CUDA is not usable: the GPU checks did not run */
         Json json, checks; /* --json: {"checks": [...], ...} */
 } Doctor;
 
@@ -29,8 +30,8 @@ static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ..
 
 static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ...)
 {
-        static const char *const text[] = { [V_OK] = " ok ", [V_FAIL] = "FAIL", [V_UNKNOWN] = " ?? " };
-        static const char *const name[] = { [V_OK] = "ok", [V_FAIL] = "fail", [V_UNKNOWN] = "unknown" };
+        static const char *const text[] = { [V_OK] = " ok ", [V_FAIL] = "FAIL", [V_UNKNOWN] = " ?? ", [V_NONE] = " -- " };
+        static const char *const name[] = { [V_OK] = "ok", [V_FAIL] = "fail", [V_UNKNOWN] = "unknown", [V_NONE] = "none" };
         char detail[1024];
         va_list ap;
 
@@ -158,7 +159,10 @@ static void check_gpus(Doctor *d)
                 return;
         }
         if (gpuipc_cuda_describe(info) < 0 || !info->loaded) {
-                verdict(d, V_OK, "gpus", "CUDA is not usable here (%s): memfd buffers only", info->reason);
+                /* Not ok: nothing about a GPU was checked. Not a failure either: memfd works. */
+                verdict(d, V_NONE, "gpus", "no GPU checked: CUDA is not usable here (%s); memfd buffers work, "
+                        "cuda-vmm and cuda-legacy fail with no-cuda", info->reason);
+                d->no_gpu = true;
                 free(info);
                 return;
         }
@@ -188,15 +192,16 @@ static void check_gpus(Doctor *d)
 
 int cmd_doctor(Ctl *ctl, int argc, char **argv)
 {
-        static const struct option longopts[] = { CTL_HELP_OPTION, {} };
         Doctor d = { .ctl = ctl };
+        const char *none = NULL;
         bool socket_ok, broker_ok;
-        int c;
+        int c, r;
 
-        while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) >= 0)
-                return c == 'h' ? ctl_help(ctl) : ctl_bad_option(ctl, argc, argv, c);
-        if (optind < argc)
-                return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
+        /* --help is the only option. */
+        if ((c = ctl_next_option(ctl, argc, argv, &r)) < 0)
+                return r;
+        if ((r = ctl_operand(ctl, argc, argv, false, &none)) != CTL_CONTINUE)
+                return r;
         if (ctl->json) {
                 json_begin(&d.json, stdout, '{');
                 json_key(&d.json, "checks");
@@ -210,10 +215,15 @@ int cmd_doctor(Ctl *ctl, int argc, char **argv)
                 json_end(&d.checks, ']');
                 json_ku64(&d.json, "problems", (uint64_t)d.problems);
                 json_kbool(&d.json, "broker", broker_ok);
+                json_kbool(&d.json, "gpus_checked", !d.no_gpu);
                 json_end(&d.json, '}');
                 putchar('\n');
+        } else if (d.problems) {
+                printf("problems found\n");
+        } else if (d.no_gpu) {
+                printf("no check failed; no GPU was checked (memfd buffers only on this host)\n");
         } else {
-                printf("%s\n", d.problems ? "problems found" : "all checks passed");
+                printf("all checks passed\n");
         }
         if (!broker_ok)
                 return CTL_NO_BROKER;

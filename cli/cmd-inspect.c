@@ -17,82 +17,57 @@
  * listing is one round trip, small enough that a reply never nears the frame limit. */
 #define PAGE 256
 
+#ifndef MAX
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#endif
+
 typedef struct InspectArgs {
         const char *prefix, *name;
         uint64_t id;
         bool ring;
 } InspectArgs;
 
-enum { TAKES_PREFIX = 1, TAKES_ID = 2, TAKES_NAME = 4, TAKES_RING = 8 };
-
-/* The options of the read-only commands; `takes` says which this one accepts. CTL_CONTINUE, or
- * the exit code (after --help or a usage error). */
-static int parse_args(Ctl *ctl, int argc, char **argv, unsigned takes, InspectArgs *a)
+/* The options of the read-only commands (their tables say which each accepts). CTL_CONTINUE, or the
+ * exit code (after --help or a usage error). */
+static int parse_args(Ctl *ctl, int argc, char **argv, InspectArgs *a)
 {
-        static const struct option longopts[] = {
-                { "prefix", required_argument, NULL, 'p' },
-                { "id", required_argument, NULL, 'i' },
-                { "ring", no_argument, NULL, 'r' },
-                CTL_HELP_OPTION,
-                {}
-        };
         long v;
-        int c;
+        int c, r;
 
         *a = (InspectArgs){ 0 };
-        while ((c = getopt_long(argc, argv, ":p:i:rh", longopts, NULL)) >= 0) {
+        while ((c = ctl_next_option(ctl, argc, argv, &r)) > 0) {
                 switch (c) {
-                case 'p':
-                        if (!(takes & TAKES_PREFIX))
-                                return ctl_usage(ctl, "takes no --prefix");
-                        a->prefix = optarg;
-                        break;
+                case 'p': a->prefix = optarg; break;
                 case 'i':
-                        if (!(takes & TAKES_ID))
-                                return ctl_usage(ctl, "takes no --id");
                         if (ctl_parse_int(ctl, "--id", optarg, 1, INT64_MAX, &v))
                                 return CTL_USAGE;
                         a->id = (uint64_t)v;
                         break;
-                case 'r':
-                        if (!(takes & TAKES_RING))
-                                return ctl_usage(ctl, "takes no --ring");
-                        a->ring = true;
-                        break;
-                case 'h':
-                        return ctl_help(ctl);
-                default:
-                        return ctl_bad_option(ctl, argc, argv, c);
+                case 'r': a->ring = true; break;
                 }
         }
-        if (optind < argc && !(takes & TAKES_NAME))
-                return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
-        if (optind + 1 < argc)
-                return ctl_usage(ctl, "one name only (got '%s' and '%s')", argv[optind], argv[optind + 1]);
-        if (optind < argc)
-                a->name = argv[optind];
-        return CTL_CONTINUE;
+        if (c < 0)
+                return r;
+        return ctl_operand(ctl, argc, argv, false, &a->name);
 }
 
 /* ping also takes --timeout after the command, the way probes are usually written. */
 int cmd_ping(Ctl *ctl, int argc, char **argv)
 {
-        static const struct option longopts[] = { { "timeout", required_argument, NULL, 't' }, CTL_HELP_OPTION, {} };
+        const char *none = NULL;
         uint64_t start;
         long v;
         int c, r;
 
-        while ((c = getopt_long(argc, argv, ":t:h", longopts, NULL)) >= 0) {
-                if (c == 'h')
-                        return ctl_help(ctl);
-                if (c != 't')
-                        return ctl_bad_option(ctl, argc, argv, c);
+        while ((c = ctl_next_option(ctl, argc, argv, &r)) > 0) {
                 if (ctl_parse_int(ctl, "--timeout", optarg, 0, INT32_MAX, &v))
                         return CTL_USAGE;
                 ctl->timeout_ms = (int)v;
         }
-        if (optind < argc)
-                return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
+        if (c < 0)
+                return r;
+        if ((r = ctl_operand(ctl, argc, argv, false, &none)) != CTL_CONTINUE)
+                return r;
         start = ctl_now_ms();
         r = ctl_connect(ctl, false);
         if (r)
@@ -109,8 +84,10 @@ int cmd_ping(Ctl *ctl, int argc, char **argv)
 
 /* ---- buffers ---- */
 
-static void buffer_json(Json *o, const gpuipc_buffer_info_t *b)
+static void buffer_json(Json *o, const void *record)
 {
+        const gpuipc_buffer_info_t *b = record;
+
         json_ku64(o, "buffer", b->buffer);
         json_kstr(o, "name", b->name);
         json_ku64(o, "generation", b->generation);
@@ -127,79 +104,107 @@ static void buffer_json(Json *o, const gpuipc_buffer_info_t *b)
         json_kbool(o, "broker_held", b->broker_held);
 }
 
-static void buffer_header(void)
-{
-        printf("%-6s %-32s %-6s %-11s %10s %-7s %5s %5s %6s\n", "ID", "NAME", "GEN", "KIND", "SIZE", "STATE", "REFS",
-               "UID", "PID");
-}
+static const char *const buffer_headers[] = { "ID", "NAME", "GEN", "KIND", "SIZE", "STATE", "REFS", "UID", "PID", "" };
+#define BUFFER_ALIGN "rllllrrrrl"
 
-static void buffer_line(const gpuipc_buffer_info_t *b)
+static void buffer_row(Table *t, const void *record)
 {
+        const gpuipc_buffer_info_t *b = record;
         char size[32];
 
         ctl_human_size(b->size, size, sizeof(size));
-        printf("%-6" PRIu64 " ", b->buffer);
-        text_cell(stdout, b->name, 32);
-        printf(" %-6" PRIu64 " %-11s %10s %-7s %5" PRIu64 " %5" PRIu64 " %6" PRIu64 "%s%s\n", b->generation,
-               gpuipc_kind_name(b->kind), size, gpuipc_state_name(b->state), b->refs, b->uid, b->pid,
-               b->broker_held ? " held" : "", b->owner ? "" : " orphaned");
+        table_cell(t, "%" PRIu64, b->buffer);
+        table_cell(t, "%s", b->name);
+        table_cell(t, "%" PRIu64, b->generation);
+        table_cell(t, "%s", gpuipc_kind_name(b->kind));
+        table_cell(t, "%s", size);
+        table_cell(t, "%s", gpuipc_state_name(b->state));
+        table_cell(t, "%" PRIu64, b->refs);
+        table_cell(t, "%" PRIu64, b->uid);
+        table_cell(t, "%" PRIu64, b->pid);
+        table_cell(t, "%s%s", b->broker_held ? "held" : "", b->owner ? "" : b->broker_held ? " orphaned" : "orphaned");
 }
+
+static int fetch_buffers(Ctl *ctl, const char *prefix, uint64_t *cursor, void *page, int cap)
+{
+        return gpuipc_list_buffers(ctl->c, prefix, cursor, page, cap);
+}
+
+static const CtlListing buffers_listing = {
+        sizeof(gpuipc_buffer_info_t), PAGE, fetch_buffers, buffer_json, buffer_headers, BUFFER_ALIGN, buffer_row,
+};
 
 int cmd_ls(Ctl *ctl, int argc, char **argv)
 {
-        gpuipc_buffer_info_t *page = NULL;
-        uint64_t cursor = 0;
-        bool started = false;
         InspectArgs a;
-        Json j;
-        int r = parse_args(ctl, argc, argv, TAKES_PREFIX, &a);
+        int r = parse_args(ctl, argc, argv, &a);
 
         if (r != CTL_CONTINUE)
                 return r;
         r = ctl_connect(ctl, false);
         if (r)
                 return r;
-        page = calloc(PAGE, sizeof(*page));
-        if (!page)
-                return ctl_fail(ctl, "ls", -ENOMEM);
-        /* The first page comes before any output: a refusal is then an error document of its own. */
-        do {
-                int n = gpuipc_list_buffers(ctl->c, a.prefix, &cursor, page, PAGE);
-
-                if (n < 0) {
-                        r = ctl_fail(ctl, "ls", n);
-                        break;
-                }
-                if (!started) {
-                        if (ctl->json)
-                                json_begin(&j, stdout, '[');
-                        else
-                                buffer_header();
-                        started = ctl->printed = true;
-                }
-                for (int i = 0; i < n; i++) {
-                        if (ctl->json) {
-                                Json o;
-                                json_next(&j);
-                                json_begin(&o, stdout, '{');
-                                buffer_json(&o, &page[i]);
-                                json_end(&o, '}');
-                        } else {
-                                buffer_line(&page[i]);
-                        }
-                }
-        } while (cursor);
-        if (ctl->json && started) {
-                json_end(&j, ']');
-                putchar('\n');
-        }
-        free(page);
+        r = ctl_list(ctl, &buffers_listing, a.prefix, false);
+        if (r < 0)
+                return ctl_fail(ctl, "ls", r);
         /* --json keeps its one document, the buffers' array: `rings --json` lists the rings. */
-        if (r == CTL_OK && !ctl->json) {
-                int e = ctl_ls_rings(ctl, a.prefix);
-                if (e < 0)
-                        r = ctl_fail(ctl, "ls (rings)", e);
+        if (!ctl->json) {
+                r = ctl_ls_rings(ctl, a.prefix);
+                if (r < 0)
+                        return ctl_fail(ctl, "ls (rings)", r);
         }
+        return CTL_OK;
+}
+
+static void holders_json(const gpuipc_buffer_info_t *b, const gpuipc_holder_info_t *holders, int n)
+{
+        Json j, o, h;
+
+        json_begin(&j, stdout, '{');
+        json_key(&j, "buffer");
+        json_begin(&o, stdout, '{');
+        buffer_json(&o, b);
+        json_end(&o, '}');
+        json_key(&j, "holders");
+        json_begin(&h, stdout, '[');
+        for (int i = 0; i < n; i++) {
+                json_next(&h);
+                json_begin(&o, stdout, '{');
+                json_ku64(&o, "peer", holders[i].peer);
+                json_ku64(&o, "pid", holders[i].pid);
+                json_ku64(&o, "uid", holders[i].uid);
+                json_ku64(&o, "refs", holders[i].refs);
+                json_end(&o, '}');
+        }
+        json_end(&h, ']');
+        json_end(&j, '}');
+        putchar('\n');
+}
+
+static int holders_text(const gpuipc_buffer_info_t *b, const gpuipc_holder_info_t *holders, int n)
+{
+        static const char *const headers[] = { "PEER", "PID", "UID", "REFS" };
+        Table *buffer = table_new(buffer_headers, BUFFER_ALIGN), *held = table_new(headers, "rrrr");
+        int r = -ENOMEM;
+
+        if (buffer && held) {
+                buffer_row(buffer, b);
+                for (int i = 0; i < n; i++) {
+                        table_cell(held, "%" PRIu64, holders[i].peer);
+                        table_cell(held, "%" PRIu64, holders[i].pid);
+                        table_cell(held, "%" PRIu64, holders[i].uid);
+                        table_cell(held, "%" PRIu64, holders[i].refs);
+                }
+                r = table_print(buffer, stdout);
+                if (r == 0) {
+                        printf("\nholders: %" PRIu64 "%s\n", b->holders,
+                               (uint64_t)n < b->holders ? " (the broker listed only the first ones)" : "");
+                        if (n > 0)
+                                r = table_print(held, stdout);
+                }
+        }
+        table_free(buffer);
+        table_free(held);
         return r;
 }
 
@@ -209,7 +214,7 @@ int cmd_stat(Ctl *ctl, int argc, char **argv)
         gpuipc_buffer_info_t b;
         char what[GPUIPC_MAX_NAME + 32], detail[GPUIPC_MAX_NAME + 64];
         InspectArgs a;
-        int n, r = parse_args(ctl, argc, argv, TAKES_ID | TAKES_NAME | TAKES_RING, &a);
+        int n, r = parse_args(ctl, argc, argv, &a);
 
         if (r != CTL_CONTINUE)
                 return r;
@@ -247,45 +252,20 @@ int cmd_stat(Ctl *ctl, int argc, char **argv)
                 }
                 return ctl_fail(ctl, what, n);
         }
-        if (ctl->json) {
-                Json j, o, h;
-
-                json_begin(&j, stdout, '{');
-                json_key(&j, "buffer");
-                json_begin(&o, stdout, '{');
-                buffer_json(&o, &b);
-                json_end(&o, '}');
-                json_key(&j, "holders");
-                json_begin(&h, stdout, '[');
-                for (int i = 0; i < n; i++) {
-                        json_next(&h);
-                        json_begin(&o, stdout, '{');
-                        json_ku64(&o, "peer", holders[i].peer);
-                        json_ku64(&o, "pid", holders[i].pid);
-                        json_ku64(&o, "uid", holders[i].uid);
-                        json_ku64(&o, "refs", holders[i].refs);
-                        json_end(&o, '}');
-                }
-                json_end(&h, ']');
-                json_end(&j, '}');
-                putchar('\n');
-        } else {
-                buffer_header();
-                buffer_line(&b);
-                printf("holders: %" PRIu64 "%s\n", b.holders,
-                       (uint64_t)n < b.holders ? " (the broker listed only the first ones)" : "");
-                for (int i = 0; i < n; i++)
-                        printf("  peer %-6" PRIu64 " pid %-8" PRIu64 " uid %-6" PRIu64 " refs %" PRIu64 "\n",
-                               holders[i].peer, holders[i].pid, holders[i].uid, holders[i].refs);
-        }
+        r = 0;
+        if (ctl->json)
+                holders_json(&b, holders, n);
+        else
+                r = holders_text(&b, holders, n);
         free(holders);
-        return CTL_OK;
+        return r < 0 ? ctl_fail(ctl, what, r) : CTL_OK;
 }
 
 /* ---- peers ---- */
 
-static void peer_json(Json *o, const gpuipc_peer_info_t *p)
+static void peer_json(Json *o, const void *record)
 {
+        const gpuipc_peer_info_t *p = record;
         Json g;
 
         json_ku64(o, "peer", p->peer);
@@ -310,69 +290,49 @@ static void peer_json(Json *o, const gpuipc_peer_info_t *p)
         json_end(&g, ']');
 }
 
-static void peer_line(const gpuipc_peer_info_t *p)
-{
-        char pidns[24];
+static const char *const peer_headers[] = { "PEER", "PID", "UID", "GID", "PIDNS", "LABEL", "BUFFERS", "REFS", "SUBS",
+                                            "WAITS", "GPUS" };
 
+static void peer_row(Table *t, const void *record)
+{
+        const gpuipc_peer_info_t *p = record;
+
+        table_cell(t, "%" PRIu64, p->peer);
+        table_cell(t, "%" PRIu64, p->pid);
+        table_cell(t, "%" PRIu64, p->uid);
+        table_cell(t, "%" PRIu64, p->gid);
         /* A namespace the broker has only the peer's word for is marked, as it proves nothing. */
-        snprintf(pidns, sizeof(pidns), "%" PRIu64 "%s", p->pidns, p->pidns_declared ? "?" : "");
-        printf("%-6" PRIu64 " %-8" PRIu64 " %-6" PRIu64 " %-6" PRIu64 " %-12s ", p->peer, p->pid, p->uid, p->gid,
-               pidns);
-        text_cell(stdout, p->label, 20);
-        printf(" %7" PRIu64 " %5" PRIu64 " %4" PRIu64 " %5" PRIu64 " %u\n", p->buffers, p->refs, p->subs, p->waits,
-               p->n_gpus);
+        table_cell(t, "%" PRIu64 "%s", p->pidns, p->pidns_declared ? "?" : "");
+        table_cell(t, "%s", p->label);
+        table_cell(t, "%" PRIu64, p->buffers);
+        table_cell(t, "%" PRIu64, p->refs);
+        table_cell(t, "%" PRIu64, p->subs);
+        table_cell(t, "%" PRIu64, p->waits);
+        table_cell(t, "%u", p->n_gpus);
 }
+
+static int fetch_peers(Ctl *ctl, const char *prefix, uint64_t *cursor, void *page, int cap)
+{
+        (void)prefix;
+        return gpuipc_list_peers(ctl->c, cursor, page, cap);
+}
+
+static const CtlListing peers_listing = {
+        sizeof(gpuipc_peer_info_t), PAGE, fetch_peers, peer_json, peer_headers, "rrrrllrrrrr", peer_row,
+};
 
 int cmd_peers(Ctl *ctl, int argc, char **argv)
 {
-        gpuipc_peer_info_t *page;
-        uint64_t cursor = 0;
-        bool started = false;
         InspectArgs a;
-        Json j;
-        int r = parse_args(ctl, argc, argv, 0, &a);
+        int r = parse_args(ctl, argc, argv, &a);
 
         if (r != CTL_CONTINUE)
                 return r;
         r = ctl_connect(ctl, false);
         if (r)
                 return r;
-        page = calloc(PAGE, sizeof(*page));
-        if (!page)
-                return ctl_fail(ctl, "peers", -ENOMEM);
-        do {
-                int n = gpuipc_list_peers(ctl->c, &cursor, page, PAGE);
-
-                if (n < 0) {
-                        r = ctl_fail(ctl, "peers", n);
-                        break;
-                }
-                if (!started) {
-                        if (ctl->json)
-                                json_begin(&j, stdout, '[');
-                        else
-                                printf("%-6s %-8s %-6s %-6s %-12s %-20s %7s %5s %4s %5s %s\n", "PEER", "PID", "UID",
-                                       "GID", "PIDNS", "LABEL", "BUFFERS", "REFS", "SUBS", "WAITS", "GPUS");
-                        started = ctl->printed = true;
-                }
-                for (int i = 0; i < n; i++) {
-                        if (ctl->json) {
-                                Json o;
-                                json_next(&j);
-                                json_begin(&o, stdout, '{');
-                                peer_json(&o, &page[i]);
-                                json_end(&o, '}');
-                        } else {
-                                peer_line(&page[i]);
-                        }
-                }
-        } while (cursor);
-        if (ctl->json && started) {
-                json_end(&j, ']');
-                putchar('\n');
-        }
-        free(page);
-        return r;
+        r = ctl_list(ctl, &peers_listing, NULL, false);
+        return r < 0 ? ctl_fail(ctl, "peers", r) : CTL_OK;
 }
 
 /* ---- stats ---- */
@@ -419,7 +379,7 @@ int cmd_stats(Ctl *ctl, int argc, char **argv)
         gpuipc_stat_t *items;
         InspectArgs a;
         char q[64];
-        int n, r = parse_args(ctl, argc, argv, 0, &a);
+        int n, r = parse_args(ctl, argc, argv, &a);
 
         if (r != CTL_CONTINUE)
                 return r;
@@ -438,9 +398,17 @@ int cmd_stats(Ctl *ctl, int argc, char **argv)
         if (ctl->json) {
                 stats_json(items, n);
         } else {
+                int name_width = 0, q_width = 0;
+
+                /* Columns as wide as the longest name and qualifier. */
                 for (int i = 0; i < n; i++) {
                         stat_qualifier(&items[i], q, sizeof(q));
-                        printf("%-28s %-10s %" PRIu64 "\n", items[i].name, q, items[i].value);
+                        name_width = MAX(name_width, (int)strlen(items[i].name));
+                        q_width = MAX(q_width, (int)strlen(q));
+                }
+                for (int i = 0; i < n; i++) {
+                        stat_qualifier(&items[i], q, sizeof(q));
+                        printf("%-*s %-*s %" PRIu64 "\n", name_width, items[i].name, q_width, q, items[i].value);
                 }
         }
         free(items);
@@ -453,7 +421,7 @@ int cmd_watch(Ctl *ctl, int argc, char **argv)
 {
         gpuipc_event_t ev;
         InspectArgs a;
-        int r = parse_args(ctl, argc, argv, TAKES_PREFIX, &a);
+        int r = parse_args(ctl, argc, argv, &a);
 
         if (r != CTL_CONTINUE)
                 return r;

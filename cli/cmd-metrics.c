@@ -8,7 +8,6 @@
  * scrape without an answer by its deadline: the exposition still comes, with gpuipc_up 0. It is
  * confined (exporter-confine.c) once it listens. */
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,8 +133,6 @@ static int listen_and_serve(Ctl *ctl, const char *spec, bool confined)
 
 int cmd_metrics(Ctl *ctl, int argc, char **argv)
 {
-        static const struct option longopts[] = { { "listen", required_argument, NULL, 'l' },
-                                                  { "no-sandbox", no_argument, NULL, 'S' }, CTL_HELP_OPTION, {} };
         const char *listen_spec = NULL, *why, *what;
         bool confined = true;
         MetricsInput in = { 0 };
@@ -143,16 +140,14 @@ int cmd_metrics(Ctl *ctl, int argc, char **argv)
         gpuipc_ring_info_t *rings;
         int c, r;
 
-        while ((c = getopt_long(argc, argv, ":l:h", longopts, NULL)) >= 0) {
-                if (c == 'h')
-                        return ctl_help(ctl);
-                if (c == 'S')
+        while ((c = ctl_next_option(ctl, argc, argv, &r)) > 0) {
+                if (c == CTL_OPT_NO_SANDBOX)
                         confined = false;
                 else if (c == 'l')
                         listen_spec = optarg;
-                else
-                        return ctl_bad_option(ctl, argc, argv, c);
         }
+        if (c < 0)
+                return r;
         if (optind < argc)
                 return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
         if (listen_spec && http_check_spec(listen_spec, &why) < 0)

@@ -16,8 +16,10 @@
  * it, and a short page keeps each request short for the broker's other peers. */
 #define PAGE 64
 
-static void ring_json(Json *o, const gpuipc_ring_info_t *g)
+static void ring_json(Json *o, const void *record)
 {
+        const gpuipc_ring_info_t *g = record;
+
         json_kstr(o, "name", g->name);
         json_kstr(o, "mode", gpuipc_ring_mode_name(g->mode));
         json_kstr(o, "kind", gpuipc_kind_name(g->kind));
@@ -36,80 +38,49 @@ static void ring_json(Json *o, const gpuipc_ring_info_t *g)
         json_kstr(o, "why", g->why);
 }
 
-static void ring_header(void)
-{
-        printf("%-32s %-12s %-8s %5s %10s %5s %10s %8s %5s %6s\n", "RING", "MODE", "KIND", "SLOTS", "SLOT SIZE",
-               "SEATS", "HEAD", "LAG", "UID", "PID");
-}
+static const char *const ring_headers[] = { "RING", "MODE", "KIND", "SLOTS", "SLOT SIZE", "SEATS", "HEAD", "LAG",
+                                            "UID", "PID", "" };
+#define RING_ALIGN "lllrrrrrrrl"
 
-static void ring_line(const gpuipc_ring_info_t *g)
+static void ring_row(Table *t, const void *record)
 {
-        char size[32], seats[24], head[24], lag[24];
+        const gpuipc_ring_info_t *g = record;
+        char size[32];
 
         ctl_human_size(g->slot_size, size, sizeof(size));
-        snprintf(seats, sizeof(seats), "%u/%u", g->taken, g->members);
+        table_cell(t, "%s", g->name);
+        table_cell(t, "%s", gpuipc_ring_mode_name(g->mode));
+        table_cell(t, "%s", gpuipc_kind_name(g->kind));
+        table_cell(t, "%u", g->slots);
+        table_cell(t, "%s", size);
+        table_cell(t, "%u/%u", g->taken, g->members);
         /* Unknown is not zero: "?" when the broker could not read the control page, "-" when nobody
          * is seated to lag. */
-        snprintf(head, sizeof(head), g->head_known ? "%" PRIu64 : "?", g->head);
-        snprintf(lag, sizeof(lag), g->lag_known ? "%" PRIu64 : "-", g->lag);
-        text_cell(stdout, g->name, 32);
-        printf(" %-12s %-8s %5u %10s %5s %10s %8s %5" PRIu64 " %6" PRIu64 "%s\n", gpuipc_ring_mode_name(g->mode),
-               gpuipc_kind_name(g->kind), g->slots, size, seats, head, lag, g->uid, g->pid,
-               g->ready ? "" : " setting-up");
+        if (g->head_known)
+                table_cell(t, "%" PRIu64, g->head);
+        else
+                table_cell(t, "?");
+        if (g->lag_known)
+                table_cell(t, "%" PRIu64, g->lag);
+        else
+                table_cell(t, "-");
+        table_cell(t, "%" PRIu64, g->uid);
+        table_cell(t, "%" PRIu64, g->pid);
+        table_cell(t, "%s", g->ready ? "" : "setting-up");
 }
 
-/* Every ring under prefix, as a table or as one JSON array. after_buffers: the table follows ls's
- * buffers: nothing without rings, else an empty line first. 0, or the library's error. */
-static int rings_print(Ctl *ctl, const char *prefix, bool json, bool after_buffers)
+static int fetch_rings(Ctl *ctl, const char *prefix, uint64_t *cursor, void *page, int cap)
 {
-        gpuipc_ring_info_t *page = calloc(PAGE, sizeof(*page));
-        uint64_t cursor = 0;
-        bool started = false;
-        Json j;
-        int r = 0;
-
-        if (!page)
-                return -ENOMEM;
-        do {
-                int n = gpuipc_list_rings(ctl->c, prefix, &cursor, page, PAGE);
-
-                if (n < 0) {
-                        r = n;
-                        break;
-                }
-                if (!started && (json || n > 0 || !after_buffers)) {
-                        if (json) {
-                                json_begin(&j, stdout, '[');
-                        } else {
-                                if (after_buffers)
-                                        putchar('\n');
-                                ring_header();
-                        }
-                        started = ctl->printed = true;
-                }
-                for (int i = 0; i < n; i++) {
-                        if (json) {
-                                Json o;
-                                json_next(&j);
-                                json_begin(&o, stdout, '{');
-                                ring_json(&o, &page[i]);
-                                json_end(&o, '}');
-                        } else {
-                                ring_line(&page[i]);
-                        }
-                }
-        } while (cursor);
-        if (json && started) {
-                json_end(&j, ']');
-                putchar('\n');
-        }
-        free(page);
-        return r;
+        return gpuipc_list_rings(ctl->c, prefix, cursor, page, cap);
 }
+
+static const CtlListing rings_listing = {
+        sizeof(gpuipc_ring_info_t), PAGE, fetch_rings, ring_json, ring_headers, RING_ALIGN, ring_row,
+};
 
 int ctl_ls_rings(Ctl *ctl, const char *prefix)
 {
-        int r = rings_print(ctl, prefix, false, true);
+        int r = ctl_list(ctl, &rings_listing, prefix, true);
 
         /* A broker older than ring listings has buffers to show all the same. */
         return r == GPUIPC_E_UNKNOWN_OP ? 0 : r;
@@ -117,23 +88,19 @@ int ctl_ls_rings(Ctl *ctl, const char *prefix)
 
 int cmd_rings(Ctl *ctl, int argc, char **argv)
 {
-        static const struct option longopts[] = { { "prefix", required_argument, NULL, 'p' }, CTL_HELP_OPTION, {} };
-        const char *prefix = NULL;
+        const char *prefix = NULL, *none = NULL;
         int c, r;
 
-        while ((c = getopt_long(argc, argv, ":p:h", longopts, NULL)) >= 0) {
-                if (c == 'h')
-                        return ctl_help(ctl);
-                if (c != 'p')
-                        return ctl_bad_option(ctl, argc, argv, c);
+        while ((c = ctl_next_option(ctl, argc, argv, &r)) > 0)
                 prefix = optarg;
-        }
-        if (optind < argc)
-                return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
+        if (c < 0)
+                return r;
+        if ((r = ctl_operand(ctl, argc, argv, false, &none)) != CTL_CONTINUE)
+                return r;
         r = ctl_connect(ctl, false);
         if (r)
                 return r;
-        r = rings_print(ctl, prefix, ctl->json, false);
+        r = ctl_list(ctl, &rings_listing, prefix, false);
         return r < 0 ? ctl_fail(ctl, "rings", r) : CTL_OK;
 }
 
@@ -152,27 +119,47 @@ static void seat_json(Json *o, const gpuipc_ring_member_info_t *m)
         json_ku64_or_null(o, "lag", m->position_known, m->lag);
 }
 
-static void seat_line(const gpuipc_ring_member_info_t *m)
-{
-        char who[64], position[24], lag[24];
+static const char *const seat_headers[] = { "SEAT", "EPOCH", "STATE", "PEER", "PID", "UID", "POSITION", "LAG",
+                                            "LABEL" };
 
+static void seat_row(Table *t, const gpuipc_ring_member_info_t *m)
+{
+        table_cell(t, "%u", m->seat);
+        table_cell(t, "%" PRIu64, m->epoch);
+        table_cell(t, "%s", gpuipc_seat_state_name(m->state));
         /* A waiting seat has no connection yet; another uid's may be hidden by the policy. */
-        if (m->peer)
-                snprintf(who, sizeof(who), "%6" PRIu64 " %8" PRIu64 " %6" PRIu64, m->peer, m->pid, m->uid);
-        else
-                snprintf(who, sizeof(who), "%6s %8s %6s", "-", "-", "-");
-        snprintf(position, sizeof(position), m->position_known ? "%" PRIu64 : "-", m->position);
-        snprintf(lag, sizeof(lag), m->position_known ? "%" PRIu64 : "-", m->lag);
-        printf("%4u %8" PRIu64 " %-11s %s %10s %8s ", m->seat, m->epoch, gpuipc_seat_state_name(m->state), who,
-               position, lag);
-        text_safe(stdout, m->label);
-        putchar('\n');
+        if (m->peer) {
+                table_cell(t, "%" PRIu64, m->peer);
+                table_cell(t, "%" PRIu64, m->pid);
+                table_cell(t, "%" PRIu64, m->uid);
+        } else {
+                table_cell(t, "-");
+                table_cell(t, "-");
+                table_cell(t, "-");
+        }
+        if (m->position_known) {
+                table_cell(t, "%" PRIu64, m->position);
+                table_cell(t, "%" PRIu64, m->lag);
+        } else {
+                table_cell(t, "-");
+                table_cell(t, "-");
+        }
+        table_cell(t, "%s", m->label);
 }
 
-static void ring_stat_text(const gpuipc_ring_info_t *g, const gpuipc_ring_member_info_t *seats, int n)
+static int ring_stat_text(const gpuipc_ring_info_t *g, const gpuipc_ring_member_info_t *seats, int n)
 {
-        ring_header();
-        ring_line(g);
+        Table *ring = table_new(ring_headers, RING_ALIGN), *seated = table_new(seat_headers, "rrlrrrrrl");
+        int r = -ENOMEM;
+
+        if (!ring || !seated)
+                goto out;
+        ring_row(ring, g);
+        for (int i = 0; i < n; i++)
+                seat_row(seated, &seats[i]);
+        r = table_print(ring, stdout);
+        if (r < 0)
+                goto out;
         if (!g->head_known) {
                 fputs("head unknown: ", stdout);
                 text_safe(stdout, g->why);
@@ -180,12 +167,12 @@ static void ring_stat_text(const gpuipc_ring_info_t *g, const gpuipc_ring_member
         }
         printf("seats: %u of %u taken; lease %" PRIu64 " ms; producer peer %" PRIu64 "\n", g->taken, g->members,
                g->lease_ms, g->owner);
-        if (n == 0)
-                return;
-        printf("%4s %8s %-11s %6s %8s %6s %10s %8s %s\n", "SEAT", "EPOCH", "STATE", "PEER", "PID", "UID", "POSITION",
-               "LAG", "LABEL");
-        for (int i = 0; i < n; i++)
-                seat_line(&seats[i]);
+        if (n > 0)
+                r = table_print(seated, stdout);
+out:
+        table_free(ring);
+        table_free(seated);
+        return r;
 }
 
 int ctl_stat_ring(Ctl *ctl, const char *name)
@@ -216,7 +203,9 @@ int ctl_stat_ring(Ctl *ctl, const char *name)
                 json_end(&j, '}');
                 putchar('\n');
         } else {
-                ring_stat_text(&g, seats, n);
+                int r = ring_stat_text(&g, seats, n);
+                if (r < 0)
+                        return r;
         }
         ctl->printed = true;
         return 0;

@@ -9,6 +9,8 @@
 #include <stdio.h>
 
 #include "gpuipc.h"
+#include "json.h"
+#include "table.h"
 
 /* Exit codes (documented in `gpuipcctl --help` and the man page). */
 enum {
@@ -34,17 +36,70 @@ typedef struct Ctl {
         bool printed;          /* a document (or line) went to stdout already */
 } Ctl;
 
+/* What completes an option's value or a command's operand in the shell completions. */
+typedef enum CtlValue {
+        CTL_VALUE_NONE,    /* a flag (no value), or no operand */
+        CTL_VALUE_ANY,     /* free text or a number: nothing to offer */
+        CTL_VALUE_FILE,    /* a path */
+        CTL_VALUE_KIND,    /* memfd, cuda-vmm, cuda-legacy */
+        CTL_VALUE_PATTERN, /* counter, byte:0x.., random:.. */
+        CTL_VALUE_NAME,    /* a buffer's or ring's name: asked of the broker */
+        CTL_VALUE_SHELL,   /* bash, zsh, fish */
+} CtlValue;
+
+/* Option ids for options without a letter (ids of options with one are the letter). */
+enum {
+        CTL_OPT_NAME = 256, /* --name N: the deprecated spelling of the NAME operand */
+        CTL_OPT_SIZE,
+        CTL_OPT_WAIT,
+        CTL_OPT_RETIRE_AFTER,
+        CTL_OPT_NO_SANDBOX,
+};
+
+/* One option of a command or of gpuipcctl itself. The command's table is what parses its options,
+ * what its --help lists and what the shell completions offer, so the three never disagree. */
+typedef struct CtlOption {
+        int id;             /* what ctl_next_option returns: the letter, or a CTL_OPT_* */
+        const char *name;   /* the long name without "--" (NULL: a letter only) */
+        char letter;        /* the short option, or 0 */
+        const char *arg;    /* the value's placeholder ("MS"), or NULL for a flag */
+        CtlValue value;     /* what completes the value */
+        const char *help;   /* for --help; '\n' starts a continuation line */
+        const char *instead; /* set: a deprecated spelling, still accepted with a note naming this */
+} CtlOption;
+
 struct CtlCommand {
         const char *name;
         int (*fn)(Ctl *ctl, int argc, char **argv);
         const char *args;    /* the synopsis after the name */
-        const char *summary; /* one line for `gpuipcctl --help` */
-        const char *help;    /* what `gpuipcctl NAME --help` adds: the description and each option */
+        const char *summary; /* one line for `gpuipcctl --help` (NULL: an internal command, not listed) */
+        const char *help;    /* what `gpuipcctl NAME --help` says before the options */
+        const CtlOption *options; /* ends with an entry whose id is 0; -h/--help is implied */
+        CtlValue operand;    /* what its one positional argument is, if any */
 };
 
-/* Every subcommand accepts -h/--help: add this to its long options and CTL_HELP_SHORT to its
- * short ones, and answer 'h' with ctl_help(). */
-#define CTL_HELP_OPTION { "help", no_argument, NULL, 'h' }
+/* The command table and gpuipcctl's own options (gpuipcctl.c), for the completions. */
+extern const CtlCommand ctl_commands[];
+extern const size_t ctl_n_commands;
+extern const CtlOption ctl_global_options[];
+
+/* The next option of the running command from its table: the option's id; 0 after the last
+ * option (optind then indexes the operands); -1 when the command must return *ret_exit now
+ * (--help printed: CTL_OK; a bad option: CTL_USAGE). A deprecated spelling prints a note to stderr
+ * and returns the id of the option it stands for. */
+int ctl_next_option(Ctl *ctl, int argc, char **argv, int *ret_exit);
+
+/* The command's one operand (NAME) into *name, which a deprecated --name may have set already.
+ * CTL_CONTINUE, or CTL_USAGE after saying what was wrong (two names, or a missing one when
+ * required). */
+int ctl_operand(Ctl *ctl, int argc, char **argv, bool required, const char **name);
+
+/* A deprecated spelling was used: one line on stderr naming what to write instead. */
+void ctl_deprecated(Ctl *ctl, const char *used, const char *instead);
+
+/* The "  -p, --prefix P    text" lines of an option table, for --help. */
+void ctl_print_options(FILE *f, const CtlOption *options);
+
 
 /* Prints the running subcommand's help to stdout. Returns CTL_OK. */
 int ctl_help(const Ctl *ctl);
@@ -81,6 +136,25 @@ uint64_t ctl_now_ms(void);
 /* Bytes as "1.5 GiB". */
 void ctl_human_size(uint64_t n, char *buf, size_t cap);
 
+/* A paged listing of the broker's (buffers, peers, rings): how to fetch a page and how to show one
+ * record, as a JSON object and as a table row. */
+typedef struct CtlListing {
+        size_t record_size;
+        int page;                /* records asked for per request */
+        /* The next page from the library into page: how many records, or the library's error. */
+        int (*fetch)(Ctl *ctl, const char *prefix, uint64_t *cursor, void *page, int cap);
+        void (*json)(Json *o, const void *record);
+        const char *const *headers;
+        const char *align;       /* per column: 'l' or 'r' */
+        void (*row)(Table *t, const void *record);
+} CtlListing;
+
+/* Every record under prefix (NULL: all): one JSON array with --json, else one table. The first page
+ * comes before any output, so a refusal is an error document of its own. after_table: the table
+ * follows another (ls's rings after its buffers): an empty line first, and nothing at all without
+ * records. 0, or the library's error (the caller reports it). */
+int ctl_list(Ctl *ctl, const CtlListing *l, const char *prefix, bool after_table);
+
 /* Subcommands: argc/argv start at the subcommand's own name. */
 int cmd_ping(Ctl *ctl, int argc, char **argv);
 int cmd_ls(Ctl *ctl, int argc, char **argv);
@@ -95,6 +169,8 @@ int cmd_watch(Ctl *ctl, int argc, char **argv);
 int cmd_group(Ctl *ctl, int argc, char **argv);
 int cmd_doctor(Ctl *ctl, int argc, char **argv);
 int cmd_rings(Ctl *ctl, int argc, char **argv);
+int cmd_completion(Ctl *ctl, int argc, char **argv);
+int cmd_complete_names(Ctl *ctl, int argc, char **argv);
 
 /* cmd-rings.c for ls and stat: the rings' table after the buffers' (nothing without rings), and one
  * ring with its seats (a table, or the JSON document). 0, or the library's error (nothing printed). */

@@ -232,15 +232,14 @@ static int filter_build(scmp_filter_ctx *ret)
          * ptrace at exit): sanitizer builds only, and what they need is not killed there. */
         ADD_ALL(ctx, sandbox_sanitizer_rules, SCMP_ACT_ALLOW);
 #endif
-        for (size_t i = 0; i < sizeof(sandbox_kill_rules) / sizeof(sandbox_kill_rules[0]); i++) {
-                const SandboxRule *k = &sandbox_kill_rules[i];
+        for (size_t i = 0; sandbox_kill_names[i]; i++) {
+                const SandboxRule k = { .name = sandbox_kill_names[i] };
 
-                if (!k->name || (GPUIPC_SANITIZED && in_table(sandbox_sanitizer_rules,
-                                                              sizeof(sandbox_sanitizer_rules) /
-                                                                      sizeof(sandbox_sanitizer_rules[0]),
-                                                              k->name)))
+                if (GPUIPC_SANITIZED && in_table(sandbox_sanitizer_rules,
+                                                 sizeof(sandbox_sanitizer_rules) / sizeof(sandbox_sanitizer_rules[0]),
+                                                 k.name))
                         continue;
-                r = add_rule(ctx, k, SCMP_ACT_KILL_PROCESS);
+                r = add_rule(ctx, &k, SCMP_ACT_KILL_PROCESS);
                 if (r < 0)
                         return r;
         }

@@ -40,6 +40,15 @@ static const MetricDesc descs[] = {
         { "subscriptions", "subscriptions", GAUGE, 0, NULL, NULL, "Event subscriptions of all peers." },
         { "groups", "groups", GAUGE, 0, NULL, NULL, "Rendezvous groups still forming." },
         { "names", "names", GAUGE, 0, NULL, NULL, "Names with a published buffer or a waiter." },
+        { "restart_grace", "restart_grace", GAUGE, 0, NULL, NULL,
+          "1 while the broker is in its restart grace (--restart-grace-ms after it started): holders that "
+          "reconnect may reclaim what they held, and restored buffers do not drain yet; else 0." },
+        { "buffers_restored", "buffers_restored", GAUGE, 0, NULL, NULL,
+          "Buffers their producers registered again after a broker restart, waiting for the grace to end "
+          "before they may drain." },
+        { "claims_pending", "claims_pending", GAUGE, 0, NULL, NULL,
+          "Reclaims by reconnected consumers that wait for the buffer's producer to register it again; revoked "
+          "if it does not within the restart grace." },
         { "rings", "rings", GAUGE, 0, NULL, NULL, "Rings registered (frames pass through them without the broker)." },
         { "ring_members", "ring_members", GAUGE, 0, NULL, NULL, "Members seated in rings, over all rings." },
         { "open_fds", "open_fds", GAUGE, 0, NULL, NULL,
@@ -71,6 +80,14 @@ static const MetricDesc descs[] = {
           "Rendezvous groups that failed at their earliest member's deadline." },
         { "request_errors_total", "request_errors_total", COUNTER, 0, "status", NULL,
           "Requests answered with an error, by status (quota: a limit refused it; denied: the policy did)." },
+        { "reclaims_total", "reclaims_total", COUNTER, 0, NULL, NULL,
+          "References consumers took back after reconnecting (to a restarted broker, or after a dropped "
+          "connection)." },
+        { "reclaims_refused_total", "reclaims_refused_total", COUNTER, 0, NULL, NULL,
+          "Reclaims refused: the buffer was published again, drained or unknown after the grace, so its memory "
+          "may have been reused and the holder must stop using it." },
+        { "claims_revoked_total", "claims_revoked_total", COUNTER, 0, NULL, NULL,
+          "Pending claims revoked: their producer did not register the buffer again within the restart grace." },
         { "connections_total", "connections_total", COUNTER, 0, NULL, NULL, "Connections accepted." },
         { "connections_refused_total", "connections_refused_total", COUNTER, 0, NULL, NULL,
           "Connections refused by a connection quota (or for lack of memory)." },
@@ -82,6 +99,9 @@ static const MetricDesc descs[] = {
         { "fds_out_total", "fds_sent_total", COUNTER, 0, NULL, NULL, "File descriptors sent to peers." },
         { "protocol_errors_total", "protocol_errors_total", COUNTER, 0, NULL, NULL,
           "Peers disconnected for breaking the protocol." },
+        { "seccomp_refused_total", "seccomp_refused_calls_total", COUNTER, 0, NULL, NULL,
+          "System calls outside the broker's seccomp allow-list that were refused with ENOSYS (the "
+          "broker's log names each and the request it served); anything above 0 is a bug to report." },
         { "slow_peers_dropped_total", "slow_peers_dropped_total", COUNTER, 0, NULL, NULL,
           "Peers disconnected because they stopped reading (queued output over the limit)." },
         { "request_duration_us", "request_duration_seconds", HISTOGRAM, 6, NULL, NULL,

@@ -87,6 +87,7 @@ static void map_unref(gpuipc_t *c, Mapping *m)
 
 _public_ void gpuipc_cache_trim(gpuipc_t *c)
 {
+        CLIENT_LOCKED(c);
         while (!list_empty(&c->idle))
                 map_destroy(c, list_entry(c->idle.next, Mapping, idle_link));
 }
@@ -141,6 +142,7 @@ gpuipc_buffer_t *buffer_new_own(gpuipc_t *c, gpuipc_kind_t kind)
 
 _public_ int gpuipc_buffer_alloc(gpuipc_t *c, gpuipc_kind_t kind, size_t size, int device, gpuipc_buffer_t **ret)
 {
+        CLIENT_LOCKED(c);
         const KindOps *ops = kind_ops(kind);
         gpuipc_buffer_t *b;
         int r;
@@ -164,15 +166,61 @@ _public_ int gpuipc_buffer_alloc(gpuipc_t *c, gpuipc_kind_t kind, size_t size, i
         return 0;
 }
 
+/* What travels with the first publish of b: its memory's fd (for a view: its segment's, the first
+ * time this broker hears of the segment) or its legacy handle. */
+static int publish_export(gpuipc_t *c, gpuipc_buffer_t *b, int *ret_fd)
+{
+        gpuipc_buffer_t *s = b->segment;
+
+        *ret_fd = -1;
+        if (!s)
+                return kind_ops(b->kind)->export(c, b, b->writable, ret_fd);
+        if (s->registered)
+                return 0;
+        return kind_ops(s->kind)->export(c, s, s->writable, ret_fd);
+}
+
+_public_ int gpuipc_buffer_view(gpuipc_t *c, gpuipc_buffer_t *segment, size_t offset, size_t size,
+                                gpuipc_buffer_t **ret)
+{
+        CLIENT_LOCKED(c);
+        gpuipc_buffer_t *b;
+
+        if (!c || !segment || !ret || size == 0)
+                return GPUIPC_E_INVALID;
+        if (!segment->own || segment->conn != c || segment->segment || segment->ring_part ||
+            (segment->kind != GPUIPC_KIND_MEMFD && segment->kind != GPUIPC_KIND_CUDA_VMM)) {
+                client_errmsg(c, "views are of this connection's own memfd or cuda-vmm buffers (not of views, ring "
+                              "slots or cuda-legacy memory)");
+                return GPUIPC_E_INVALID;
+        }
+        if (offset > segment->size || size > segment->size - offset) {
+                client_errmsg(c, "the view [%zu, +%zu) lies outside the %zu-byte buffer", offset, size, segment->size);
+                return GPUIPC_E_INVALID;
+        }
+        b = buffer_new_own(c, segment->kind);
+        if (!b)
+                return -ENOMEM;
+        b->segment = segment;
+        b->view_offset = offset;
+        b->size = size;
+        b->ptr = (char *)segment->ptr + offset;
+        b->ordinal = segment->ordinal;
+        memcpy(b->device, segment->device, sizeof(b->device));
+        segment->n_views++;
+        list_append(&c->own, &b->own_link);
+        *ret = b;
+        return 0;
+}
+
 /* Registers b with the broker (the memory's fd or handle travels). restore: b was registered with a
  * broker we lost, as b->state says (live or retired), and consumers may still hold it. */
 static int publish_new(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, bool restore, Frame *f)
 {
-        const KindOps *ops = kind_ops(b->kind);
         ProtoMsg req;
         int fd = -1, r;
 
-        r = ops->export(c, b, b->writable, &fd);
+        r = publish_export(c, b, &fd);
         if (r < 0)
                 return r;
         proto_request_init(&req, PROTO_OP_PUBLISH);
@@ -194,9 +242,19 @@ static int publish_new(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, bool r
                 proto_set_offset(&req, b->ka.dptr - b->ka.base);
                 proto_set_handle(&req, (ProtoStr){ (const char *)b->ka.ipc_handle, PROTO_LEGACY_HANDLE_SIZE });
         }
+        if (b->segment) {
+                proto_set_segment(&req, b->segment->id);
+                proto_set_offset(&req, b->view_offset);
+                if (fd >= 0)
+                        proto_set_segment_size(&req, b->segment->size);
+        }
         if (b->meta_len)
                 proto_set_meta(&req, (ProtoRaw){ b->meta, (uint32_t)b->meta_len, 1 });
-        return client_request(c, &req, fd, CLIENT_REQUEST_TIMEOUT_MS, f);
+        r = client_request(c, &req, fd, CLIENT_REQUEST_TIMEOUT_MS, f);
+        /* (After a failure the fd travels again: the broker closes it if it registered the segment.) */
+        if (b->segment && r == 0 && fd >= 0)
+                b->segment->registered = true;
+        return r;
 }
 
 /* Publishes an idle, registered buffer again: one round trip, nothing travels. */
@@ -215,6 +273,7 @@ static int publish_again(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, bool
 
 _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, const gpuipc_publish_options_t *opts)
 {
+        CLIENT_LOCKED(c);
         gpuipc_publish_options_t o;
         Frame f = { .fd = -1 };
         bool first;
@@ -243,9 +302,21 @@ _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, c
         if (b->state == PROTO_STATE_NONE)
                 b->writable = o.writable;
         b->broker_held = o.broker_held;
+        if (b->segment) {
+                /* The memory is the segment's: the first view published of it sets what consumers may
+                 * do with it (unless its pool did), and every view shares that. */
+                if (!b->segment->registered && !b->segment->attrs_fixed) {
+                        b->segment->writable = o.writable;
+                        b->segment->broker_held = o.broker_held;
+                }
+                b->writable = b->segment->writable;
+                b->broker_held = b->segment->broker_held;
+        }
         b->retire_after = o.retire_after;
         if ((o.meta_len || b->state == PROTO_STATE_NONE) && copy_meta(b, o.meta, o.meta_len) < 0)
                 return -ENOMEM;
+        if (b->segment && b->segment->pool_seg && (r = pool_view_publishing(b)) < 0)
+                return r;
         if (!o.no_sync && kind_ops(b->kind)->sync) {
                 r = kind_ops(b->kind)->sync(c, b);
                 if (r < 0)
@@ -255,6 +326,11 @@ _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, c
         /* A reconnect on the way re-registered nothing idle: the memory travels once more. */
         if (r == GPUIPC_E_NOT_FOUND && !first && !b->registered)
                 r = publish_new(c, b, name, false, &f);
+        /* The broker forgot the segment we thought it knew (a connection it dropped): it travels again. */
+        if (r == GPUIPC_E_NOT_FOUND && first && b->segment && b->segment->registered) {
+                b->segment->registered = false;
+                r = publish_new(c, b, name, false, &f);
+        }
         if (r < 0)
                 return r;
         b->registered = true;
@@ -282,6 +358,7 @@ static int simple_request(gpuipc_t *c, ProtoOp op, uint64_t buffer)
 
 _public_ int gpuipc_retire(gpuipc_t *c, gpuipc_buffer_t *b)
 {
+        CLIENT_LOCKED(c);
         int r;
 
         if (!c || !b || !b->own)
@@ -299,6 +376,7 @@ _public_ int gpuipc_retire(gpuipc_t *c, gpuipc_buffer_t *b)
 
 _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms)
 {
+        CLIENT_LOCKED(c);
         uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : client_now_ms() + (uint64_t)timeout_ms;
 
         if (!c || !b || !b->own)
@@ -330,22 +408,32 @@ _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms
 static int map_for_reply(gpuipc_t *c, Frame *f, Mapping **ret)
 {
         const ProtoMsg *m = &f->msg;
-        Mapping *map = map_by_id(c, m->buffer);
+        bool view = proto_has(m, PF_SEGMENT);
+        /* A view's memory is its segment's: one mapping serves every view of it. */
+        uint64_t id = view ? m->segment : m->buffer;
+        size_t size = view ? m->segment_size : m->size;
+        Mapping *map = map_by_id(c, id);
         _cleanup_free_ Mapping *fresh = NULL;
         int r;
 
+        if (view && (m->offset > size || m->size > size - m->offset || (map && map->size != size))) {
+                client_errmsg(c, "the broker described view %llu as [%llu, +%llu) of a %zu-byte segment %llu",
+                              (unsigned long long)m->buffer, (unsigned long long)m->offset,
+                              (unsigned long long)m->size, size, (unsigned long long)id);
+                return GPUIPC_E_BAD_REPLY;
+        }
         if (m->cached && !map) {
                 client_errmsg(c, "the broker said our cached mapping of buffer %llu serves, but it is gone",
-                              (unsigned long long)m->buffer);
+                              (unsigned long long)id);
                 return GPUIPC_E_BAD_REPLY;
         }
         if (!map) {
                 fresh = calloc(1, sizeof(*fresh));
                 if (!fresh)
                         return -ENOMEM;
-                fresh->id = m->buffer;
+                fresh->id = id;
                 fresh->kind = (gpuipc_kind_t)m->kind;
-                fresh->size = m->size;
+                fresh->size = size;
                 fresh->writable = m->writable;
                 fresh->ordinal = -1;
                 fresh->broker_mapped = f->fd >= 0;
@@ -359,8 +447,6 @@ static int map_for_reply(gpuipc_t *c, Frame *f, Mapping **ret)
         if (f->fd >= 0)
                 map->broker_mapped = true;
         f->fd = safe_close(f->fd); /* an fd we did not need: the mapping already exists */
-        map->generation = m->generation;
-        map->owner_uid = (uint32_t)m->uid;
         map_ref(c, map);
         *ret = map;
         return 0;
@@ -388,10 +474,17 @@ static int attach_finish(gpuipc_t *c, Frame *f, gpuipc_buffer_t **ret)
         b->kind = map->kind;
         b->size = map->size;
         b->ptr = map->ptr;
+        if (proto_has(m, PF_SEGMENT)) {
+                b->segment_id = m->segment;
+                b->view_offset = m->offset;
+                b->size = m->size;
+                b->ptr = (char *)map->ptr + m->offset;
+        }
         b->ordinal = map->ordinal;
         b->writable = map->writable;
         b->id = m->buffer;
         b->generation = m->generation;
+        b->owner_uid = (uint32_t)m->uid;
         b->map = map;
         proto_str_copy(m->name, b->name, sizeof(b->name));
         proto_str_copy(m->device, b->device, sizeof(b->device));
@@ -425,8 +518,10 @@ static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gp
         if (r == GPUIPC_E_DEVICE && cuda_load() < 0) {
                 /* We declared no GPU because CUDA does not work in this process: say that, it is
                  * the cause the broker cannot see. */
-                size_t n = strlen(c->errmsg);
-                snprintf(c->errmsg + n, sizeof(c->errmsg) - n, " (CUDA is unusable in this process: %s)",
+                char *msg = client_errbuf(c);
+                size_t n = strlen(msg);
+
+                snprintf(msg + n, sizeof(c->errmsg) - n, " (CUDA is unusable in this process: %s)",
                          cuda_load_error());
         }
         if (r < 0)
@@ -438,9 +533,9 @@ static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gp
                 char why[sizeof(c->errmsg)];
 
                 frame_free(&f);
-                memcpy(why, c->errmsg, sizeof(why));
+                memcpy(why, client_errbuf(c), sizeof(why));
                 simple_request(c, PROTO_OP_RELEASE, buffer);
-                memcpy(c->errmsg, why, sizeof(why));
+                memcpy(client_errbuf(c), why, sizeof(why));
                 return r;
         }
         frame_free(&f);
@@ -449,6 +544,7 @@ static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gp
 
 _public_ int gpuipc_attach(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_buffer_t **ret)
 {
+        CLIENT_LOCKED(c);
         if (!name)
                 return GPUIPC_E_INVALID;
         return attach(c, name, 0, timeout_ms, ret);
@@ -456,11 +552,13 @@ _public_ int gpuipc_attach(gpuipc_t *c, const char *name, int timeout_ms, gpuipc
 
 _public_ int gpuipc_attach_id(gpuipc_t *c, uint64_t buffer_id, gpuipc_buffer_t **ret)
 {
+        CLIENT_LOCKED(c);
         return attach(c, NULL, buffer_id, 0, ret);
 }
 
 _public_ int gpuipc_release(gpuipc_t *c, gpuipc_buffer_t *b)
 {
+        CLIENT_LOCKED(c);
         int r = 0;
 
         if (!c || !b || b->own)
@@ -479,8 +577,33 @@ _public_ int gpuipc_release(gpuipc_t *c, gpuipc_buffer_t *b)
 
 /* ---- either side ---- */
 
+int buffer_unregister(gpuipc_t *c, gpuipc_buffer_t *b)
+{
+        int r;
+
+        if (!b->registered || c->broken)
+                return 0;
+        r = simple_request(c, PROTO_OP_FREE, b->id);
+        b->registered = false;
+        return r == GPUIPC_E_NOT_FOUND || r == GPUIPC_E_DISCONNECTED ? 0 : r;
+}
+
+void buffer_free_local(gpuipc_t *c, gpuipc_buffer_t *b)
+{
+        if (b->segment) {
+                /* The memory is the segment's, which may now hand the range out again. */
+                b->segment->n_views--;
+                if (b->segment->pool_seg)
+                        pool_view_gone(b);
+        } else {
+                kind_ops(b->kind)->free(c, b);
+        }
+        buffer_destroy(b);
+}
+
 _public_ int gpuipc_buffer_free(gpuipc_t *c, gpuipc_buffer_t *b)
 {
+        CLIENT_LOCKED(c);
         int r = 0;
 
         if (!c || !b)
@@ -489,23 +612,23 @@ _public_ int gpuipc_buffer_free(gpuipc_t *c, gpuipc_buffer_t *b)
                 client_errmsg(c, "'%s' is attached, not this connection's own: drop it with gpuipc_release", b->name);
                 return GPUIPC_E_INVALID;
         }
+        if (b->n_views) {
+                client_errmsg(c, "%u views of this buffer are not freed yet: free them first", b->n_views);
+                return GPUIPC_E_BUSY;
+        }
         /* Legacy memory must outlive every consumer's open handle: that is what drained says. */
         if (b->kind == GPUIPC_KIND_CUDA_LEGACY && (b->state == PROTO_STATE_LIVE || b->state == PROTO_STATE_RETIRED)) {
                 client_errmsg(c, "'%s' may still be open in a consumer: retire it and wait for drained first", b->name);
                 return GPUIPC_E_BUSY;
         }
-        if (b->registered && !c->broken) {
-                r = simple_request(c, PROTO_OP_FREE, b->id);
-                if (r == GPUIPC_E_NOT_FOUND || r == GPUIPC_E_DISCONNECTED)
-                        r = 0;
-        }
-        kind_ops(b->kind)->free(c, b);
-        buffer_destroy(b);
+        r = buffer_unregister(c, b);
+        buffer_free_local(c, b);
         return r;
 }
 
 _public_ int gpuipc_set_device(gpuipc_t *c, int ordinal)
 {
+        CLIENT_LOCKED(c);
         if (!c || ordinal < -1)
                 return GPUIPC_E_INVALID;
         c->device_pref = ordinal;
@@ -523,13 +646,39 @@ static int buffer_copy(const gpuipc_buffer_t *b, size_t offset, void *host, size
         return kind_ops(b->kind)->copy((char *)b->ptr + offset, b->ordinal, host, len, to_host);
 }
 
+_public_ int gpuipc_buffer_copy_in(gpuipc_buffer_t *b, const gpuipc_copy_t *items, size_t n, void *cu_stream)
+{
+        CLIENT_LOCKED(b ? b->conn : NULL);
+        if (!b || !b->ptr || (n && !items))
+                return GPUIPC_E_INVALID;
+        if (!b->own && !b->writable)
+                return -EACCES;
+        if (b->revoked)
+                return GPUIPC_E_REVOKED;
+        for (size_t i = 0; i < n; i++) {
+                if (items[i].offset > b->size || items[i].len > b->size - items[i].offset) {
+                        client_errmsg(b->conn, "copy %zu: [%zu, +%zu) lies outside the %zu-byte buffer", i,
+                                      items[i].offset, items[i].len, b->size);
+                        return GPUIPC_E_INVALID;
+                }
+        }
+        if (b->kind == GPUIPC_KIND_MEMFD) {
+                for (size_t i = 0; i < n; i++)
+                        memcpy((char *)b->ptr + items[i].offset, (const void *)(uintptr_t)items[i].src, items[i].len);
+                return 0;
+        }
+        return cuda_copy_batch(b->conn, b->ptr, b->ordinal, items, n, cu_stream);
+}
+
 _public_ int gpuipc_buffer_read(const gpuipc_buffer_t *b, size_t offset, void *dst, size_t len)
 {
+        CLIENT_LOCKED(b ? b->conn : NULL);
         return buffer_copy(b, offset, dst, len, true);
 }
 
 _public_ int gpuipc_buffer_write(gpuipc_buffer_t *b, size_t offset, const void *src, size_t len)
 {
+        CLIENT_LOCKED(b ? b->conn : NULL);
         return buffer_copy(b, offset, (void *)src, len, false);
 }
 
@@ -555,11 +704,13 @@ _public_ uint64_t gpuipc_buffer_id(const gpuipc_buffer_t *b)
 
 _public_ uint64_t gpuipc_buffer_generation(const gpuipc_buffer_t *b)
 {
+        CLIENT_LOCKED(b ? b->conn : NULL);
         return b ? b->generation : 0;
 }
 
 _public_ const char *gpuipc_buffer_name(const gpuipc_buffer_t *b)
 {
+        CLIENT_LOCKED(b ? b->conn : NULL);
         return b ? b->name : "";
 }
 
@@ -580,6 +731,7 @@ _public_ int gpuipc_buffer_writable(const gpuipc_buffer_t *b)
 
 _public_ const void *gpuipc_buffer_meta(const gpuipc_buffer_t *b, size_t *ret_len)
 {
+        CLIENT_LOCKED(b ? b->conn : NULL);
         if (ret_len)
                 *ret_len = b ? b->meta_len : 0;
         return b && b->meta_len ? b->meta : NULL;
@@ -587,7 +739,15 @@ _public_ const void *gpuipc_buffer_meta(const gpuipc_buffer_t *b, size_t *ret_le
 
 _public_ int gpuipc_buffer_revoked(const gpuipc_buffer_t *b)
 {
+        CLIENT_LOCKED(b ? b->conn : NULL);
         return b ? b->revoked : 0;
+}
+
+_public_ uint64_t gpuipc_buffer_segment(const gpuipc_buffer_t *b)
+{
+        if (!b)
+                return 0;
+        return b->own ? (b->segment ? b->segment->id : 0) : b->segment_id;
 }
 
 /* ---- broker events ---- */
@@ -632,8 +792,11 @@ void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)
                         /* A buffer the caller already freed: nobody will ever ask about it. */
                         if (!b)
                                 return;
-                        if (b->generation == m->generation)
+                        if (b->generation == m->generation) {
                                 b->state = PROTO_STATE_IDLE;
+                                if (b->segment && b->segment->pool_seg)
+                                        pool_view_drained(b); /* its range may be handed out again */
+                        }
                 }
                 ev.type = GPUIPC_EVENT_DRAINED;
                 break;
@@ -700,7 +863,7 @@ static int restore_own(gpuipc_t *c, gpuipc_buffer_t *b)
                  * grace ends. Until then they may read it, so it is not ours to reuse: it stays
                  * retired, without a drained event, and freeing it is the way out. */
                 snprintf(why, sizeof(why), "could not be registered again after the broker restarted: %.180s",
-                         c->errmsg);
+                         client_errbuf(c));
                 b->state = PROTO_STATE_RETIRED;
                 queue_own_event(c, GPUIPC_EVENT_REVOKED, b, why);
                 return 0;
@@ -714,51 +877,64 @@ static int restore_own(gpuipc_t *c, gpuipc_buffer_t *b)
         return 0;
 }
 
-/* Marks every handle of m revoked: the broker could not give the references back. */
-static void revoke_mapping(gpuipc_t *c, Mapping *m, const char *why)
+/* Marks every handle of b's buffer revoked: the broker could not give the references back. Its
+ * mapping serves no new attach, unless it is a segment's that other views still use. */
+static void revoke_handles(gpuipc_t *c, const gpuipc_buffer_t *b, const char *why)
 {
-        gpuipc_event_t ev = { .type = GPUIPC_EVENT_REVOKED, .buffer = m->id, .generation = m->generation,
-                              .kind = m->kind };
+        gpuipc_event_t ev = { .type = GPUIPC_EVENT_REVOKED, .buffer = b->id, .generation = b->generation,
+                              .kind = b->kind };
+        Mapping *m = b->map;
 
+        snprintf(ev.name, sizeof(ev.name), "%s", b->name);
         list_for_each(pos, &c->attached) {
-                gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, attached_link);
-                if (b->map == m) {
-                        b->revoked = true;
-                        snprintf(ev.name, sizeof(ev.name), "%s", b->name);
-                }
+                gpuipc_buffer_t *x = list_entry(pos, gpuipc_buffer_t, attached_link);
+                if (x->id == ev.buffer)
+                        x->revoked = true;
         }
-        m->revoked = true;
-        m->broker_mapped = false;
-        map_uncache(c, m);
+        if (m->id == ev.buffer) {
+                m->revoked = true;
+                m->broker_mapped = false;
+                map_uncache(c, m);
+        }
         snprintf(ev.reason, sizeof(ev.reason), "%.*s", (int)sizeof(ev.reason) - 1, why);
         client_queue_event(c, &ev);
 }
 
-/* Registers again the references this connection holds on b's buffer (all handles at once). */
-static int reclaim(gpuipc_t *c, gpuipc_buffer_t *b)
+/* Registers again the references this connection holds on b's buffer (all its handles at once;
+ * round marks them done). */
+static int reclaim(gpuipc_t *c, gpuipc_buffer_t *b, uint64_t round)
 {
         Mapping *m = b->map;
         Frame f = { .fd = -1 };
+        uint32_t refs = 0;
         ProtoMsg req;
         int r;
 
+        list_for_each(pos, &c->attached) {
+                gpuipc_buffer_t *x = list_entry(pos, gpuipc_buffer_t, attached_link);
+                if (x->id == b->id && !x->revoked) {
+                        x->restore_round = round;
+                        refs++;
+                }
+        }
         proto_request_init(&req, PROTO_OP_RECLAIM);
-        proto_set_buffer(&req, m->id);
-        proto_set_generation(&req, m->generation);
-        proto_set_refs(&req, m->refs);
-        proto_set_uid(&req, m->owner_uid);
+        proto_set_buffer(&req, b->id);
+        proto_set_generation(&req, b->generation);
+        proto_set_refs(&req, refs);
+        proto_set_uid(&req, b->owner_uid);
         proto_set_name(&req, proto_str(b->name));
-        proto_set_kind(&req, (ProtoKind)m->kind);
+        proto_set_kind(&req, (ProtoKind)b->kind);
         r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
         if (r == GPUIPC_E_DISCONNECTED)
                 return r;
         if (r < 0) {
-                revoke_mapping(c, m, c->errmsg);
+                revoke_handles(c, b, client_errbuf(c));
                 return 0;
         }
-        /* The broker now counts our references again, and knows we hold the memory mapped. */
+        /* The broker now counts our references again, and knows we hold the memory (for a view:
+         * the segment's) mapped. */
         m->broker_mapped = m->kind != GPUIPC_KIND_CUDA_LEGACY;
-        if (hmap_insert(&c->maps_by_id, &m->by_id, hash_u64(m->id)) == 0)
+        if (!m->in_cache && hmap_insert(&c->maps_by_id, &m->by_id, hash_u64(m->id)) == 0)
                 m->in_cache = true;
         frame_free(&f);
         return 0;
@@ -782,6 +958,7 @@ int buffer_after_reconnect(gpuipc_t *c)
         /* Producers first, so that reclaims of our own consumers find the buffers registered. */
         list_for_each(pos, &c->own)
                 list_entry(pos, gpuipc_buffer_t, own_link)->registered = false;
+        pool_after_reconnect(c);
         list_for_each(pos, &c->own) {
                 gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, own_link);
 
@@ -794,10 +971,9 @@ int buffer_after_reconnect(gpuipc_t *c)
         list_for_each(pos, &c->attached) {
                 gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, attached_link);
 
-                if (b->revoked || b->ring_part || b->map->restore_round == round)
+                if (b->revoked || b->ring_part || b->restore_round == round)
                         continue;
-                b->map->restore_round = round;
-                r = reclaim(c, b);
+                r = reclaim(c, b, round);
                 if (r < 0)
                         return r;
         }
@@ -822,9 +998,12 @@ void buffer_close_all(gpuipc_t *c)
                 buffer_destroy(b);
         }
         gpuipc_cache_trim(c);
-        while (!list_empty(&c->own)) {
-                gpuipc_buffer_t *b = list_entry(c->own.next, gpuipc_buffer_t, own_link);
-                kind_ops(b->kind)->free(c, b);
-                buffer_destroy(b);
+        /* Views first: they point at their segments. */
+        list_for_each_safe(pos, &c->own) {
+                gpuipc_buffer_t *b = list_entry(pos, gpuipc_buffer_t, own_link);
+                if (b->segment)
+                        buffer_free_local(c, b);
         }
+        while (!list_empty(&c->own))
+                buffer_free_local(c, list_entry(c->own.next, gpuipc_buffer_t, own_link));
 }

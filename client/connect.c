@@ -25,10 +25,23 @@ _public_ const char *gpuipc_errmsg(const gpuipc_t *c)
         return c ? c->errmsg : connect_errmsg;
 }
 
+/* Whether path exists as something other than a socket; what it is, in words, into what. */
+static bool path_is_not_socket(const char *path, char *what, size_t cap)
+{
+        struct stat st;
+
+        if (stat(path, &st) < 0 || S_ISSOCK(st.st_mode))
+                return false;
+        snprintf(what, cap, "%s", S_ISREG(st.st_mode) ? "a regular file" : S_ISDIR(st.st_mode) ? "a directory" :
+                                  S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or other file");
+        return true;
+}
+
 static int open_socket(gpuipc_t *c, int timeout_ms)
 {
         uint64_t deadline = client_deadline(timeout_ms);
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        char what[32];
 
         /* Checked at connect too: never connect to a cut-off path. */
         if (strlen(c->path) >= sizeof(sa.sun_path))
@@ -58,6 +71,13 @@ static int open_socket(gpuipc_t *c, int timeout_ms)
                 }
                 if (err == EPROTOTYPE) {
                         client_errmsg(c, "%s is not a gpuipc socket (wrong socket type)", c->path);
+                        return GPUIPC_E_NO_BROKER;
+                }
+                /* connect(2) says "refused" for a file that is no socket at all: that never gets
+                 * better by waiting, and "refused" would send the reader looking for a broker. */
+                if (err == ECONNREFUSED && path_is_not_socket(c->path, what, sizeof(what))) {
+                        client_errmsg(c, "%s is not a socket (%s): point GPUIPC_SOCKET or the socket option at the "
+                                      "broker's socket", c->path, what);
                         return GPUIPC_E_NO_BROKER;
                 }
                 if (err != ENOENT && err != ECONNREFUSED && err != EAGAIN) {
@@ -215,6 +235,17 @@ static void route_event(gpuipc_t *c, const ProtoMsg *ev)
                 buffer_on_event(c, ev);
 }
 
+/* Recursive: a public call may make others (a ring allocates its parts with gpuipc_buffer_alloc). */
+static void lock_init(pthread_mutex_t *lock)
+{
+        pthread_mutexattr_t a;
+
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+        pthread_mutex_init(lock, &a);
+        pthread_mutexattr_destroy(&a);
+}
+
 _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
 {
         gpuipc_options_t o;
@@ -245,9 +276,12 @@ _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
         list_init(&c->attached);
         list_init(&c->subs);
         list_init(&c->rings);
+        list_init(&c->pools);
         list_init(&c->idle);
-        c->fd = c->retry_timer = -1;
-        c->hooks = (ClientHooks){ .event = route_event, .late_reply = buffer_on_late_attach, .reconnect = reconnect };
+        c->fd = c->retry_timer = c->watch_epfd = c->news_fd = -1;
+        c->hooks = (ClientHooks){ .event = route_event, .late_reply = buffer_on_late_attach, .reconnect = reconnect,
+                                  .after_events = ring_after_events };
+        lock_init(&c->lock);
         c->epfd = epoll_create1(EPOLL_CLOEXEC);
         c->rbuf = malloc(PROTO_MAX_FRAME);
         c->events = calloc(CLIENT_EVENT_QUEUE_MAX, sizeof(*c->events));
@@ -285,8 +319,11 @@ _public_ void gpuipc_close(gpuipc_t *c)
 {
         if (!c)
                 return;
+        /* First, and without the lock, which the thread may be waiting for: nobody else uses c now. */
+        ring_thread_stop(c);
         ring_close_all(c);
-        buffer_close_all(c);
+        buffer_close_all(c); /* views first: their pools' segments go after them */
+        pool_close_all(c);
         while (!list_empty(&c->subs)) {
                 Subscription *s = list_entry(c->subs.next, Subscription, link);
                 list_unlink(&s->link);
@@ -295,6 +332,8 @@ _public_ void gpuipc_close(gpuipc_t *c)
         safe_close(c->fd);
         safe_close(c->retry_timer);
         safe_close(c->epfd);
+        safe_close(c->watch_epfd);
+        safe_close(c->news_fd);
         free(c->path);
         hmap_deinit(&c->maps_by_id);
         free(c->abandoned);
@@ -302,6 +341,7 @@ _public_ void gpuipc_close(gpuipc_t *c)
         free(c->rbuf);
         proto_buf_free(&c->wbuf);
         proto_buf_free(&c->nbuf);
+        pthread_mutex_destroy(&c->lock);
         free(c);
 }
 
@@ -311,6 +351,7 @@ _public_ int gpuipc_ping(gpuipc_t *c, int timeout_ms)
         ProtoMsg req;
         int r;
 
+        CLIENT_LOCKED(c);
         proto_request_init(&req, PROTO_OP_PING);
         r = client_request(c, &req, -1, timeout_ms, &f);
         if (r == 0)

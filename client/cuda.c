@@ -405,7 +405,7 @@ int cuda_device_unreachable(gpuipc_t *c, const char *uuid, int ordinal)
 {
         char cause[sizeof(c->errmsg)];
 
-        memcpy(cause, c->errmsg, sizeof(cause));
+        memcpy(cause, client_errbuf(c), sizeof(cause));
         client_errmsg(c, "the buffer lives on %s, which this process does not see; mapping it onto device %d (%s) "
                       "instead failed (%s). Give this container the buffer's GPU (the same ResourceClaim as the "
                       "producer), or pick a device that can reach it with gpuipc_set_device()",
@@ -545,6 +545,29 @@ int cuda_copy(gpuipc_t *c, void *ptr, int ordinal, void *host, size_t len, bool 
                 return r;
         r = copy_in_ctx(c, (GcuDevicePtr)(uintptr_t)ptr, host, len, to_host);
         return cuda_ctx_pop(c, r);
+}
+
+static int copy_batch_in_ctx(gpuipc_t *c, void *base, int ordinal, const gpuipc_copy_t *items, size_t n,
+                             GcuStream s)
+{
+        int r = cuda_check_stream(c, ordinal, s, "the buffer lives on");
+
+        for (size_t i = 0; r == 0 && i < n; i++) {
+                GcuResult cr = CU(cuMemcpyDtoDAsync, (GcuDevicePtr)(uintptr_t)base + items[i].offset,
+                                  (GcuDevicePtr)items[i].src, items[i].len, s);
+                if (cr != GCU_SUCCESS)
+                        r = cuda_error(c, "cuMemcpyDtoDAsync", cr);
+        }
+        return r;
+}
+
+int cuda_copy_batch(gpuipc_t *c, void *base, int ordinal, const gpuipc_copy_t *items, size_t n, GcuStream s)
+{
+        int r = cuda_ctx_push(c, ordinal);
+
+        if (r < 0)
+                return r;
+        return cuda_ctx_pop(c, copy_batch_in_ctx(c, base, ordinal, items, n, s));
 }
 
 /* ---- gpuipcctl doctor ---- */

@@ -176,6 +176,8 @@ enum {
         X(cuMemcpyHtoD, cuMemcpyHtoD, 3020, "cuMemcpyHtoD_v2", (GcuDevicePtr dst, const void *src, size_t n))   \
         X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync, 3020, "cuMemcpyDtoHAsync_v2",                                   \
           (void *dst, GcuDevicePtr src, size_t n, GcuStream stream))                                            \
+        X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync, 3020, "cuMemcpyDtoDAsync_v2",                                   \
+          (GcuDevicePtr dst, GcuDevicePtr src, size_t n, GcuStream stream))                                     \
         X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity, 10020, "cuMemGetAllocationGranularity", \
           (size_t *granularity, const T(CUmemAllocationProp, GcuMemAllocationProp) *prop, unsigned int option)) \
         X(cuMemCreate, cuMemCreate, 10020, "cuMemCreate",                                                       \
@@ -322,6 +324,11 @@ int cuda_sync(gpuipc_t *c, int ordinal);
 /* Copies len bytes between device memory at ptr (on ordinal) and host memory, in ordinal's
  * primary context. Host-to-device copies are complete on return. c may be NULL. */
 int cuda_copy(gpuipc_t *c, void *ptr, int ordinal, void *host, size_t len, bool to_host);
+
+/* Queues n device-to-device copies into the memory at base (on ordinal) in stream s (NULL: the
+ * legacy default stream of ordinal's primary context): items[i].len bytes from items[i].src to base
+ * + items[i].offset. The caller checked the ranges. */
+int cuda_copy_batch(gpuipc_t *c, void *base, int ordinal, const gpuipc_copy_t *items, size_t n, GcuStream s);
 
 /* cuda_copy with the KindOps.copy signature, for both CUDA kinds. */
 int cuda_kind_copy(void *ptr, int ordinal, void *host, size_t len, bool to_host);

@@ -22,7 +22,8 @@ static const struct {
         { GPUIPC_E_NO_CUDA,
           "CUDA is not usable here: libcuda.so.1 could not be loaded or no GPU is visible; give the container a GPU "
           "(the same ResourceClaim as the producer) or use the memfd kind" },
-        { GPUIPC_E_CUDA, "a CUDA call failed; gpuipc_errmsg() names the call and CUDA's error" },
+        { GPUIPC_E_CUDA, "a CUDA call failed (gpuipc_errmsg() names the call and CUDA's error); check the driver "
+                         "and the devices with gpuipcctl doctor" },
         { GPUIPC_E_BUSY, "the buffer is still in use: retire it and wait for drained first" },
         { GPUIPC_E_BAD_REPLY, "the broker's reply made no sense; use a client and broker of the same release" },
 };

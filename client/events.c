@@ -28,6 +28,8 @@ static bool take_event(gpuipc_t *c, gpuipc_event_t *ret)
         *ret = c->events[c->ev_head];
         c->ev_head = (c->ev_head + 1) % CLIENT_EVENT_QUEUE_MAX;
         c->ev_count--;
+        if (!c->ev_count)
+                client_news_clear(c); /* gpuipc_fd() has nothing more to say about queued events */
         return true;
 }
 
@@ -46,6 +48,7 @@ void client_drop_events(gpuipc_t *c, gpuipc_event_type_t type, uint64_t buffer)
 
 _public_ int gpuipc_next_event(gpuipc_t *c, int timeout_ms, gpuipc_event_t *ret)
 {
+        CLIENT_LOCKED(c);
         uint64_t deadline = client_deadline(timeout_ms);
         bool pumped = false;
 
@@ -71,16 +74,19 @@ _public_ int gpuipc_fd(const gpuipc_t *c)
 
 _public_ int gpuipc_process(gpuipc_t *c)
 {
+        CLIENT_LOCKED(c);
         /* While the broker is away, each wake-up of the retry timer is one attempt (client_pump
          * with no time to wait tries once and says nothing when nobody listens yet). */
         int r = client_pump(c, 0);
 
-        ring_after_events(c);
+        if (!c->ev_count)
+                client_news_clear(c);
         return r < 0 ? r : (int)c->ev_count;
 }
 
 _public_ int gpuipc_subscribe(gpuipc_t *c, const char *prefix, uint64_t *ret_subscription)
 {
+        CLIENT_LOCKED(c);
         ProtoMsg req;
         Frame f = { .fd = -1 };
         Subscription *s;
@@ -111,6 +117,7 @@ _public_ int gpuipc_subscribe(gpuipc_t *c, const char *prefix, uint64_t *ret_sub
 
 _public_ int gpuipc_unsubscribe(gpuipc_t *c, uint64_t subscription)
 {
+        CLIENT_LOCKED(c);
         list_for_each(pos, &c->subs) {
                 Subscription *s = list_entry(pos, Subscription, link);
                 ProtoMsg req;
@@ -162,6 +169,7 @@ uint64_t client_subscription_id(gpuipc_t *c, uint64_t broker_id)
 
 _public_ int gpuipc_group_join(gpuipc_t *c, const char *group, unsigned members, int timeout_ms)
 {
+        CLIENT_LOCKED(c);
         ProtoMsg req;
         Frame f = { .fd = -1 };
         int r;

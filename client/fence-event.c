@@ -61,6 +61,7 @@ static GcuResult event_destroy(void *arg)
 
 _public_ int gpuipc_fence_create_ipc_event(gpuipc_t *c, const char *name, int device, gpuipc_fence_t **ret)
 {
+        CLIENT_LOCKED(c);
         gpuipc_buffer_t *b = NULL;
         EventArgs ev = { 0 };
         gpuipc_fence_t *f;

@@ -47,14 +47,15 @@ int fence_undo(gpuipc_t *c, gpuipc_buffer_t *b, int r)
 {
         char why[sizeof(c->errmsg)];
 
-        memcpy(why, c->errmsg, sizeof(why));
+        memcpy(why, client_errbuf(c), sizeof(why));
         buffer_drop(c, b);
-        memcpy(c->errmsg, why, sizeof(why));
+        memcpy(client_errbuf(c), why, sizeof(why));
         return r;
 }
 
 _public_ int gpuipc_fence_create(gpuipc_t *c, const char *name, int device, gpuipc_fence_t **ret)
 {
+        CLIENT_LOCKED(c);
         gpuipc_publish_options_t opts = {
                 .struct_size = sizeof(opts),
                 .writable = 1,          /* either end may signal */
@@ -91,6 +92,7 @@ _public_ int gpuipc_fence_create(gpuipc_t *c, const char *name, int device, gpui
 
 _public_ int gpuipc_fence_open(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_fence_t **ret)
 {
+        CLIENT_LOCKED(c);
         gpuipc_buffer_t *b = NULL;
         int r;
 
@@ -166,11 +168,13 @@ static int fence_op(gpuipc_fence_t *f, void *cu_stream, uint64_t value, bool wai
 
 _public_ int gpuipc_fence_signal(gpuipc_fence_t *f, void *cu_stream, uint64_t value)
 {
+        CLIENT_LOCKED(f ? f->conn : NULL);
         return fence_op(f, cu_stream, value, false);
 }
 
 _public_ int gpuipc_fence_wait(gpuipc_fence_t *f, void *cu_stream, uint64_t value)
 {
+        CLIENT_LOCKED(f ? f->conn : NULL);
         return fence_op(f, cu_stream, value, true);
 }
 
@@ -197,6 +201,7 @@ static int fence_read(gpuipc_fence_t *f, uint64_t *ret)
 
 _public_ int gpuipc_fence_value(gpuipc_fence_t *f, uint64_t *ret)
 {
+        CLIENT_LOCKED(f ? f->conn : NULL);
         uint64_t v = 0;
         int r;
 
@@ -214,6 +219,7 @@ _public_ int gpuipc_fence_value(gpuipc_fence_t *f, uint64_t *ret)
 
 _public_ void gpuipc_fence_close(gpuipc_fence_t *f)
 {
+        CLIENT_LOCKED(f ? f->conn : NULL);
         GcuResult cr;
 
         if (!f)

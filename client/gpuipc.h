@@ -34,6 +34,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -225,6 +226,111 @@ const void *gpuipc_buffer_meta(const gpuipc_buffer_t *b, size_t *ret_len);
 /* Non-zero once the broker revoked b (its producer died): stop using the memory. */
 int gpuipc_buffer_revoked(const gpuipc_buffer_t *b);
 
+/* ---- views: ranges of a buffer, published without a copy ---- */
+
+/* A view: the bytes [offset, offset + size) of segment, one of this connection's own memfd or
+ * cuda-vmm buffers, as a buffer of its own (its own id, name, generation, drained event; publish,
+ * retire, wait_drained and free it like any buffer) that has no memory of its own. Publishing it
+ * copies nothing and exports nothing: the segment's fd travels with the first view published of it
+ * (once per broker), and a consumer maps the whole segment once; every later view of it that the
+ * consumer attaches is a pointer into that mapping (no import). The first view published of a
+ * segment fixes writable and broker_held for all of them. A consumer of a view can read the whole
+ * segment: put into one segment only what every consumer of its views may see.
+ * The segment cannot be freed while views of it exist (GPUIPC_E_BUSY): free them first. */
+int gpuipc_buffer_view(gpuipc_t *c, gpuipc_buffer_t *segment, size_t offset, size_t size, gpuipc_buffer_t **ret);
+
+/* The id of the buffer whose memory b is a view of (producer: its segment's; consumer: the
+ * mapping's), 0 for a buffer that is no view. Views of one segment share one mapping. */
+uint64_t gpuipc_buffer_segment(const gpuipc_buffer_t *b);
+
+/* One range of a batch copy into a buffer: len bytes from src (a device pointer for the CUDA kinds,
+ * a host pointer for memfd) to the buffer's byte offset. */
+typedef struct gpuipc_copy {
+        uint64_t src;
+        size_t offset;
+        size_t len;
+} gpuipc_copy_t;
+
+/* Queues n copies into b (own or writable attached) in cu_stream (a CUstream of b's device; NULL:
+ * its legacy default stream): one call for many ranges, no kernel (a state dict's tensors into its
+ * buffer). Every range must lie within b. memfd: plain copies, done on return. Publishing with the
+ * default synchronization makes them visible; otherwise order consumers after cu_stream. */
+int gpuipc_buffer_copy_in(gpuipc_buffer_t *b, const gpuipc_copy_t *items, size_t n, void *cu_stream);
+
+/* ---- pools: memory born shareable ---- */
+
+/* A pool hands out memory from a few large segments (cuda-vmm allocations on one device, or
+ * memfds), each exported once when it is made. Any range of it is published as a view
+ * (gpuipc_pool_view): no copy and no export, the segment's fd travels once per broker and once per
+ * consumer, and a consumer that mapped a segment attaches every later view of it without an import.
+ * A range freed (gpuipc_pool_free) while a view of it exists is not handed out again until every
+ * such view is freed (free a view once it drained): holders keep valid memory. Segments that hold
+ * nothing stay, exported, for later allocations until gpuipc_pool_trim(). PyTorch allocates through
+ * a pool with gpuipc_torch_alloc/gpuipc_torch_free (torch.cuda.memory.CUDAPluggableAllocator). */
+typedef struct gpuipc_pool gpuipc_pool_t;
+
+typedef struct gpuipc_pool_options {
+        size_t struct_size;      /* sizeof(gpuipc_pool_options_t): lets this struct grow (0 is refused) */
+        gpuipc_kind_t kind;      /* GPUIPC_KIND_CUDA_VMM (also 0) or GPUIPC_KIND_MEMFD */
+        int device;              /* cuda-vmm: the CUDA device ordinal */
+        size_t segment_size;     /* the first new segment's size (0: 64 MiB); each later one as large as the
+                                  * pool so far, up to max_segment_size; an allocation larger gets its own */
+        size_t max_segment_size; /* 0: 1 GiB */
+        size_t reserve;          /* bytes made (and exported) at once as one segment, e.g. a model's size (0: none) */
+        int writable;            /* consumers may write the views of this pool's memory */
+        int broker_held;         /* the memory outlives this process until its views are retired and drained */
+} gpuipc_pool_options_t;
+
+/* Makes a pool on connection c (opts may be NULL: cuda-vmm on device 0). A device without virtual
+ * memory management or fd export is GPUIPC_E_KIND, saying which; no CUDA is GPUIPC_E_NO_CUDA. */
+int gpuipc_pool_new(gpuipc_t *c, const gpuipc_pool_options_t *opts, gpuipc_pool_t **ret);
+
+/* size bytes (aligned to 512) into *ret: a device pointer (cuda-vmm) or host pointer (memfd). Any
+ * thread may call these two: they never talk to the broker. */
+int gpuipc_pool_alloc(gpuipc_pool_t *p, size_t size, void **ret);
+/* Gives back what gpuipc_pool_alloc returned; handed out again only once no view covers it. */
+int gpuipc_pool_free(gpuipc_pool_t *p, void *ptr);
+
+/* A view (gpuipc_buffer_view) of [ptr, ptr + size), which must lie in one segment and start in an
+ * allocation (it may cover several: a state dict's arrays): GPUIPC_E_NOT_FOUND outside the pool,
+ * GPUIPC_E_INVALID when it spans two segments or starts in memory that is not allocated (gpuipc_errmsg
+ * says which). While it is active (until it drained) no allocation it covers is handed out again. */
+int gpuipc_pool_view(gpuipc_pool_t *p, const void *ptr, size_t size, gpuipc_buffer_t **ret);
+
+/* The segment holding ptr: its base and size. 0, or GPUIPC_E_NOT_FOUND. */
+int gpuipc_pool_segment(gpuipc_pool_t *p, const void *ptr, void **ret_base, size_t *ret_size);
+
+/* Every segment's base and size (up to cap of them, oldest first); returns how many there are. */
+int gpuipc_pool_segments(gpuipc_pool_t *p, void **bases, size_t *sizes, size_t cap);
+
+/* Frees the segments that hold nothing (the broker forgets those it knew; consumers' mappings kept
+ * their memory valid for them). */
+int gpuipc_pool_trim(gpuipc_pool_t *p);
+
+typedef struct gpuipc_pool_stats {
+        size_t segments;  /* segments now */
+        size_t reserved;  /* their bytes */
+        size_t allocated; /* bytes handed out and not freed */
+        size_t deferred;  /* bytes freed while a view covered them: free once those views are */
+        size_t views;     /* views of the pool's memory not freed yet */
+        size_t exports;   /* exports made since the pool was (one per segment, ever) */
+} gpuipc_pool_stats_t;
+
+int gpuipc_pool_stats(gpuipc_pool_t *p, gpuipc_pool_stats_t *ret);
+
+/* Frees the pool and all its memory; GPUIPC_E_BUSY while views of it exist. What was allocated from
+ * it must not be used afterwards. gpuipc_close() closes a connection's pools. NULL is fine. */
+int gpuipc_pool_close(gpuipc_pool_t *p);
+
+/* Makes p the calling thread's pool for gpuipc_torch_alloc (NULL: none) and returns the one before. */
+gpuipc_pool_t *gpuipc_pool_use(gpuipc_pool_t *p);
+
+/* PyTorch's pluggable-allocator entry points (CUDAPluggableAllocator(path of this library,
+ * "gpuipc_torch_alloc", "gpuipc_torch_free")): allocate from the calling thread's pool (else the
+ * newest cuda-vmm pool of that device; NULL without one) and give back to whichever pool holds ptr. */
+void *gpuipc_torch_alloc(ssize_t size, int device, void *stream);
+void gpuipc_torch_free(void *ptr, size_t size, int device, void *stream);
+
 /* ---- events ---- */
 
 typedef enum gpuipc_event_type {
@@ -309,8 +415,11 @@ int gpuipc_fence_create_ipc_event(gpuipc_t *c, const char *name, int device, gpu
  * every member released the frame in it, and evicts a member that holds it up longer than the
  * lease. Latest mode (video): the producer never waits; a member takes the newest frame, and frames
  * a slow member did not take are dropped for it (needs slots >= members + 2).
- * A ring is used by one thread at a time on each side, like its connection. docs/design.md "Rings"
- * explains the memory layout and why the hand-over is race-free. */
+ * A ring is used by one thread at a time on each side. Its frame calls (acquire, publish, take,
+ * release) go through shared memory alone: they never wait for the broker or for the connection,
+ * which another thread may use meanwhile. What the broker says about a ring (members joining and
+ * leaving, a dead producer, a restart) is read by a thread of the library's as it arrives.
+ * docs/design.md "Rings" explains the memory layout and why the hand-over is race-free. */
 typedef struct gpuipc_ring gpuipc_ring_t;
 
 #define GPUIPC_RING_MAX_SLOTS 64   /* slots of a ring */
@@ -337,8 +446,8 @@ typedef struct gpuipc_ring_options {
 /* Producer: allocates the slots and the ring's shared memory and registers it under name. */
 int gpuipc_ring_create(gpuipc_t *c, const char *name, const gpuipc_ring_options_t *opts, gpuipc_ring_t **ret);
 
-/* Member: joins the ring published under name, waiting up to timeout_ms for it to exist and for its
- * producer to let the member in (the producer does so in any ring call, or in gpuipc_process). */
+/* Member: joins the ring published under name, waiting up to timeout_ms for it to exist. Its
+ * producer lets the member in as soon as the broker tells it; the first take waits for that. */
 int gpuipc_ring_join(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_ring_t **ret);
 
 /* Producer: the slot the next frame goes into, once nothing may still read it (backpressure: every
@@ -359,9 +468,9 @@ int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t **ret_slo
 int gpuipc_ring_release(gpuipc_ring_t *r);
 
 /* Member: an fd for event loops, readable when a frame may be ready (take with timeout 0 until it
- * says GPUIPC_E_TIMEOUT; that also resets the fd), and within about 200 ms of news from the broker
- * (the producer died, the member was evicted: take then says GPUIPC_E_REVOKED). A helper thread of
- * the library sleeps on the ring's doorbell for it. */
+ * says GPUIPC_E_TIMEOUT; that also resets the fd), and as soon as news from the broker ends the ring
+ * for the member (the producer died, the member was evicted: take then says GPUIPC_E_REVOKED). A
+ * helper thread of the library sleeps on the ring's doorbell for it. */
 int gpuipc_ring_fd(gpuipc_ring_t *r);
 
 /* Before sleeping, busy-wait up to spin_us: a member for a frame, a producer for a free slot (lower
@@ -496,8 +605,9 @@ int gpuipc_retire_id(gpuipc_t *c, uint64_t buffer);
 
 typedef enum gpuipc_seat_state {
         GPUIPC_SEAT_WAITING = 1,     /* kept through a broker restart: its member has not come back yet */
-        GPUIPC_SEAT_JOINED = 2,      /* a member joined; the producer has not seated it yet (it does at
-                                      * its next ring call), or the control page cannot be read */
+        GPUIPC_SEAT_JOINED = 2,      /* a member joined; the producer has not seated it yet (it does as
+                                      * soon as its library reads the news), or the control page cannot
+                                      * be read */
         GPUIPC_SEAT_UNCONFIRMED = 3, /* the producer seated it, but the member's page does not speak for
                                       * the membership: it has not taken its seat yet, or wrote over
                                       * its page; the producer counts it as having released nothing

@@ -264,6 +264,7 @@ static void stat_cb(const ProtoMsg *m, void *ret)
 _public_ int gpuipc_list_buffers(gpuipc_t *c, const char *prefix, uint64_t *cursor, gpuipc_buffer_info_t *items,
                                  size_t cap)
 {
+        CLIENT_LOCKED(c);
         ProtoMsg req;
 
         proto_request_init(&req, PROTO_OP_LIST);
@@ -277,6 +278,7 @@ _public_ int gpuipc_list_buffers(gpuipc_t *c, const char *prefix, uint64_t *curs
 
 _public_ int gpuipc_list_peers(gpuipc_t *c, uint64_t *cursor, gpuipc_peer_info_t *items, size_t cap)
 {
+        CLIENT_LOCKED(c);
         ProtoMsg req;
 
         proto_request_init(&req, PROTO_OP_PEERS);
@@ -286,6 +288,7 @@ _public_ int gpuipc_list_peers(gpuipc_t *c, uint64_t *cursor, gpuipc_peer_info_t
 _public_ int gpuipc_stat_buffer(gpuipc_t *c, const char *name, uint64_t buffer, gpuipc_holder_info_t *holders,
                                 size_t cap, gpuipc_buffer_info_t *ret)
 {
+        CLIENT_LOCKED(c);
         Frame f = { .fd = -1 };
         ProtoMsg req;
         int n;
@@ -315,6 +318,7 @@ _public_ int gpuipc_stat_buffer(gpuipc_t *c, const char *name, uint64_t buffer, 
 _public_ int gpuipc_list_rings(gpuipc_t *c, const char *prefix, uint64_t *cursor, gpuipc_ring_info_t *items,
                                size_t cap)
 {
+        CLIENT_LOCKED(c);
         ProtoMsg req;
 
         proto_request_init(&req, PROTO_OP_RINGS);
@@ -329,6 +333,7 @@ _public_ int gpuipc_list_rings(gpuipc_t *c, const char *prefix, uint64_t *cursor
 _public_ int gpuipc_stat_ring(gpuipc_t *c, const char *name, gpuipc_ring_member_info_t *members, size_t cap,
                               gpuipc_ring_info_t *ret)
 {
+        CLIENT_LOCKED(c);
         Frame f = { .fd = -1 };
         ProtoMsg req;
         int n;
@@ -353,6 +358,7 @@ _public_ int gpuipc_stat_ring(gpuipc_t *c, const char *name, gpuipc_ring_member_
 
 _public_ int gpuipc_retire_id(gpuipc_t *c, uint64_t buffer)
 {
+        CLIENT_LOCKED(c);
         Frame f = { .fd = -1 };
         ProtoMsg req;
         int r;
@@ -369,6 +375,7 @@ _public_ int gpuipc_retire_id(gpuipc_t *c, uint64_t buffer)
 
 _public_ int gpuipc_stats(gpuipc_t *c, gpuipc_stat_t *items, size_t cap)
 {
+        CLIENT_LOCKED(c);
         Frame f = { .fd = -1 };
         ProtoMsg req;
         int n;
@@ -388,6 +395,7 @@ _public_ int gpuipc_stats(gpuipc_t *c, gpuipc_stat_t *items, size_t cap)
 
 _public_ int gpuipc_connection_info(const gpuipc_t *c, gpuipc_connection_info_t *ret)
 {
+        CLIENT_LOCKED((gpuipc_t *)c);
         if (!c || !ret)
                 return -EINVAL;
         memset(ret, 0, sizeof(*ret));

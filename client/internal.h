@@ -2,12 +2,14 @@
  * and the buffer-kind interface. Nothing here is exported. */
 #pragma once
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "gpuipc.h"
 #include "hmap.h"
 #include "list.h"
+#include "macro.h"
 #include "proto.h"
 
 #define CLIENT_EVENT_QUEUE_MAX 4096
@@ -43,10 +45,6 @@ typedef struct Mapping {
         bool writable, in_cache, revoked;
         bool broker_mapped; /* the broker knows we hold its fd's mapping (tell it when we drop it) */
         unsigned refs;
-        /* What a reclaim after a reconnect names: the publication held and its producer's uid. */
-        uint64_t generation;
-        uint32_t owner_uid;
-        uint64_t restore_round; /* the reconnect that last reclaimed it (one reclaim per mapping) */
         List idle_link;     /* in gpuipc.idle while refs == 0 */
         uint64_t handle, reserved, dptr; /* CUDA: imported handle / VA range / opened pointer */
 } Mapping;
@@ -64,17 +62,28 @@ struct gpuipc_buffer {
         uint8_t *meta;
         size_t meta_len;
         bool writable, revoked;
+        /* A view (gpuipc_buffer_view): the bytes [view_offset, view_offset + size) of the memory of
+         * segment (producer: this connection's own buffer; consumer: segment_id names the buffer
+         * the mapping is of). A view has no memory of its own. */
+        gpuipc_buffer_t *segment;
+        uint64_t segment_id;
+        size_t view_offset;
         /* producer */
         List own_link;
         ProtoState state;   /* as far as we know; NONE before the first publish */
         bool registered;    /* the broker we are connected to knows this id (else publish sends the memory) */
         bool ring_part;     /* part of a ring of ours: registered again by the ring, not as a buffer */
         bool broker_held;
+        bool attrs_fixed;   /* a segment whose writable and broker_held its pool chose */
         unsigned retire_after;
+        unsigned n_views;   /* a segment: its views not freed yet */
+        struct PoolSegment *pool_seg; /* a segment of a pool (pool.c), else NULL */
         KindAlloc ka;
         /* consumer */
         List attached_link;
         Mapping *map;
+        uint32_t owner_uid;        /* the producer's uid, as the attach said: what a reclaim names */
+        uint64_t restore_round;    /* the reconnect that last reclaimed this handle's id */
 };
 
 typedef struct Subscription {
@@ -101,9 +110,18 @@ typedef struct ClientHooks {
         /* The broker went away: connect again and register everything again, within timeout_ms.
          * 0 or an error. */
         int (*reconnect)(gpuipc_t *c, int timeout_ms);
+        /* The frames read by a client_pump were handled: work that needs requests of its own may
+         * run now, never from inside event dispatch (the rings renew seats). */
+        void (*after_events)(gpuipc_t *c);
 } ClientHooks;
 
+typedef struct RingThread RingThread;
+
 struct gpuipc {
+        /* Held by every public call that touches the connection (recursive: calls nest), and by the
+         * ring thread (ring-thread.c) while it reads the socket or renews seats; a ring's data plane
+         * never takes it. */
+        pthread_mutex_t lock;
         int fd;
         bool broken;        /* the broker went away; the next call reconnects if allowed */
         bool restoring;     /* reconnected, registering what we had again: no nested reconnect */
@@ -132,11 +150,40 @@ struct gpuipc {
         size_t n_abandoned;
         List own, attached, subs;
         List rings;             /* gpuipc_ring_t.link: rings this connection produces or is a member of */
+        List pools;             /* gpuipc_pool_t.link: pools whose segments this connection shares */
         HMap maps_by_id;
         List idle;
         size_t n_idle, max_idle;
         int device_pref;        /* gpuipc_set_device(); -1: the buffer's own device */
+        RingThread *ring_thread; /* while the connection has rings */
+        /* The ring thread's view of the broker: an epoll set of the socket and the retry timer
+         * alone (-1 until it starts), and an eventfd in the set behind gpuipc_fd() that is readable
+         * while events it read wait for the caller. */
+        int watch_epfd, news_fd;
 };
+
+/* ---- the connection's lock ---- */
+
+static inline gpuipc_t *client_lock(gpuipc_t *c)
+{
+        if (c)
+                pthread_mutex_lock(&c->lock);
+        return c;
+}
+
+static inline void client_unlock(gpuipc_t *c)
+{
+        if (c)
+                pthread_mutex_unlock(&c->lock);
+}
+
+static inline void client_unlockp(gpuipc_t **c)
+{
+        client_unlock(*c);
+}
+
+/* Holds c's lock (c may be NULL) until the end of the scope. */
+#define CLIENT_LOCKED(c) _cleanup_(client_unlockp) gpuipc_t *client_locked_ __attribute__((unused)) = client_lock(c)
 
 /* ---- transport.c: frames in and out ---- */
 
@@ -158,8 +205,14 @@ int client_send_nowait(gpuipc_t *c, ProtoMsg *req);
  * for a struct_size of 0 (an options struct whose size was never set). */
 int client_copy_options(void *dst, size_t dst_size, const void *src);
 
-/* Sets gpuipc_errmsg(). */
+/* Sets gpuipc_errmsg(), or, in a thread that set a sink of its own, the sink. */
 void client_errmsg(gpuipc_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Where the calling thread's messages about c go: c->errmsg, or its sink (PROTO_MAX_TEXT + 1
+ * bytes either way). */
+char *client_errbuf(gpuipc_t *c);
+/* From now on the calling thread's messages go to buf (PROTO_MAX_TEXT + 1 bytes), not to any
+ * connection's gpuipc_errmsg(): for the library's own threads, whose work is nobody's call. */
+void client_errmsg_sink(char *buf);
 
 /* Checks a name (what: "buffer name", "group name", ...) or, with prefix, a name prefix by the
  * protocol's rules (proto_name_valid) before it is sent, and at most max bytes long (0:
@@ -182,6 +235,12 @@ int client_remaining_ms(uint64_t deadline);
 void client_mark_broken(gpuipc_t *c);
 /* A new socket joins the epoll set behind gpuipc_fd() (and the retry timer stops). */
 void client_watch_socket(gpuipc_t *c);
+/* Sets up c->watch_epfd and c->news_fd (the ring thread's). 0 or -errno. */
+int client_watch_start(gpuipc_t *c);
+/* Events were queued where the caller's event loop did not see them arrive: gpuipc_fd() becomes
+ * readable (until the queue is empty again: client_news_clear). */
+void client_news(gpuipc_t *c);
+void client_news_clear(gpuipc_t *c);
 
 /* ---- events.c: the event queue, subscriptions ---- */
 
@@ -213,19 +272,40 @@ void buffer_on_late_attach(gpuipc_t *c, const ProtoMsg *reply);
  * of attached buffers, drop idle cached mappings. 0, or GPUIPC_E_DISCONNECTED if lost again. */
 int buffer_after_reconnect(gpuipc_t *c);
 void buffer_close_all(gpuipc_t *c);
+/* Tells the broker to forget an own buffer it knows (forgotten once drained). 0 or an error; a
+ * buffer the broker never heard of, or a lost connection, is no error. */
+int buffer_unregister(gpuipc_t *c, gpuipc_buffer_t *b);
+/* Frees an own buffer's memory and its handle without a word to the broker (the caller said
+ * what was needed, or the connection is going). c may be NULL off the connection's thread. */
+void buffer_free_local(gpuipc_t *c, gpuipc_buffer_t *b);
 /* Drops b whichever end it is: gpuipc_buffer_free for this connection's own, gpuipc_release for an
  * attached one (for the library's own objects that may be either, such as a fence). */
 int buffer_drop(gpuipc_t *c, gpuipc_buffer_t *b);
 
+/* ---- pool.c ---- */
+
+/* A view of a pool's segment was freed, or drained: ranges freed while it covered them become free. */
+void pool_view_gone(gpuipc_buffer_t *view);
+void pool_view_drained(gpuipc_buffer_t *view);
+/* A view of a pool's segment is about to be published (again): 0, or GPUIPC_E_INVALID when it
+ * drained and its memory was freed since. */
+int pool_view_publishing(gpuipc_buffer_t *view);
+/* After a reconnect: no broker knows the pools' segments any more (the next view sends their fds). */
+void pool_after_reconnect(gpuipc_t *c);
+/* Closes every pool of c (gpuipc_close), after the views. */
+void pool_close_all(gpuipc_t *c);
+
 /* ---- ring.c ---- */
 
-/* A member-joined or member-left event. */
+/* A member-joined or member-left event: the seat is taken or given up at once. */
 void ring_on_event(gpuipc_t *c, const ProtoMsg *ev);
-/* After events were read at the top of a call (gpuipc_process): producers renew the seats whose
- * memberships ended (ring_on_event only takes note; renewing needs requests of its own). */
+/* ClientHooks.after_events: what the rings' events leave to do (seat renewal, evictions the
+ * broker must hear of, retired counters) is done by the ring thread, which is woken for it. */
 void ring_after_events(gpuipc_t *c);
 /* Closes every ring of c (gpuipc_close). */
 void ring_close_all(gpuipc_t *c);
+/* Stops the connection's ring thread (gpuipc_close, without holding the lock). */
+void ring_thread_stop(gpuipc_t *c);
 /* After a reconnect: producers declare their rings again, members take their seats back. 0, or
  * GPUIPC_E_DISCONNECTED if the broker was lost again. */
 int ring_after_reconnect(gpuipc_t *c);
@@ -255,6 +335,10 @@ const KindOps *kind_ops(gpuipc_kind_t kind);
 extern const KindOps kind_memfd_ops;
 extern const KindOps kind_cuda_vmm_ops;
 extern const KindOps kind_cuda_legacy_ops;
+
+/* kind-cuda-vmm.c: whether device ordinal can make cuda-vmm memory and export it; says which
+ * capability it lacks, in words (GPUIPC_E_KIND), or what else is wrong with it. */
+int cuda_vmm_check(gpuipc_t *c, int ordinal);
 
 /* cuda.c (client/cuda.h): visible GPU UUIDs for hello (0 when CUDA is unavailable). */
 uint32_t cuda_visible_gpus(char out[][PROTO_MAX_UUID + 1], uint32_t max);

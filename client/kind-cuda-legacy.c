@@ -183,6 +183,7 @@ static int wrap_probe(gpuipc_t *c, GcuDevicePtr ptr, size_t size, int *ret_ordin
 
 _public_ int gpuipc_buffer_wrap_cuda(gpuipc_t *c, uint64_t device_ptr, size_t size, gpuipc_buffer_t **ret)
 {
+        CLIENT_LOCKED(c);
         GcuDevicePtr base = 0;
         gpuipc_buffer_t *b;
         int ordinal = -1, r;

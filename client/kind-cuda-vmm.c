@@ -44,6 +44,15 @@ static int vmm_check_support(gpuipc_t *c, int ordinal, bool export)
         return 0;
 }
 
+int cuda_vmm_check(gpuipc_t *c, int ordinal)
+{
+        int r = cuda_require(c);
+
+        if (r == 0)
+                r = cuda_check_device(c, ordinal);
+        return r < 0 ? r : vmm_check_support(c, ordinal, true);
+}
+
 /* size rounded up to the allocation granularity of prop: what cuMemCreate and cuMemMap need. */
 static int vmm_round(gpuipc_t *c, const GcuMemAllocationProp *prop, size_t size, size_t *ret)
 {

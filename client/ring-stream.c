@@ -1,63 +1,19 @@
-/* Stream-ordered rings (gpuipc.h, docs/design.md "Rings"): the same ring, with the hand-over moved
- * into the GPU. Each seat has a small cuda-vmm buffer of two counters: "frame n is ready", which
- * the producer's stream writes after the work that filled slot (n - 1) mod K, and "frame n is done",
- * which the member's stream writes after the work that read it. The producer's stream waits until
- * every seated member's "done" has reached n - K before it overwrites that slot; a member's stream
- * waits until its "ready" has reached n. cuStreamWriteValue64 puts a memory barrier before its write
- * (the default flags), so whoever sees the new value sees the work before it. cuda-vmm memory
- * crosses PID namespaces, where CUDA IPC events do not.
- *
- * The host never waits for a frame, only for what bounds it: a producer does not run more than K
- * frames ahead of its own stream (an event per slot), a member not more than K frames ahead of what
- * the producer has published. That is also where the lease is kept: when the producer's stream has
- * not got past a frame for longer than the lease, the members whose "done" is behind are evicted,
- * and their "done" counter set so high that no wait on it blocks again. The same happens when a
- * member leaves or dies, and a member unblocks its own "ready" when its producer is gone: a stream
- * never stays stuck on a peer that left.
- *
- * Trust: a member can write only its own counters (and its page); a value there can hold up its own
- * frames, and the producer's stream only until the lease, never another member's. */
+/* Stream-ordered rings, the control plane's part (ring-stream-data.c hands the frames over): each
+ * seat's small cuda-vmm buffer of two counters made and registered, a member's attached, a seat's
+ * counters renewed when its membership ends (the member that left keeps its mapping and could move
+ * them for the next one), and the old ones freed once no wait or write queued on them can be left.
+ * Allocating and freeing are requests to the broker, so all of this runs under the connection's
+ * lock; what the data plane also touches (a seat's counters, the retired list) changes under
+ * r->lock. */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "futex.h"
 #include "macro.h"
 #include "ring-internal.h"
-
-static GcuDevicePtr counter_at(const gpuipc_buffer_t *b, size_t offset)
-{
-        return (GcuDevicePtr)(uintptr_t)b->ptr + offset;
-}
-
-/* Writes a counter from the host through our side stream: it must not queue behind the caller's
- * streams, which may be waiting on exactly this counter. */
-static int counter_set(gpuipc_ring_t *r, GcuDevicePtr where, uint64_t value)
-{
-        GcuResult cr = CU(cuStreamWriteValue64, r->side, where, value, GCU_STREAM_WRITE_VALUE_DEFAULT);
-
-        if (cr == GCU_SUCCESS)
-                cr = CU(cuStreamSynchronize, r->side);
-        return cr == GCU_SUCCESS ? 0 : cuda_error(r->conn, "cuStreamWriteValue64", cr);
-}
-
-static int counter_get(gpuipc_ring_t *r, GcuDevicePtr where, uint64_t *ret)
-{
-        GcuResult cr = CU(cuMemcpyDtoHAsync, ret, where, sizeof(*ret), r->side);
-
-        if (cr == GCU_SUCCESS)
-                cr = CU(cuStreamSynchronize, r->side);
-        return cr == GCU_SUCCESS ? 0 : cuda_error(r->conn, "cuMemcpyDtoHAsync", cr);
-}
-
-/* Runs fn in the ring device's context. */
-#define IN_CTX(r, expr)                                                                                     \
-        ({                                                                                                  \
-                int e_ = cuda_ctx_push((r)->conn, (r)->ordinal);                                            \
-                e_ < 0 ? e_ : cuda_ctx_pop((r)->conn, (expr));                                              \
-        })
 
 static int side_stream(gpuipc_ring_t *r)
 {
@@ -73,6 +29,13 @@ static int side_stream(gpuipc_ring_t *r)
         return 0;
 }
 
+static int counters_zero(gpuipc_ring_t *r, gpuipc_buffer_t *b)
+{
+        int e = ring_stream_counter_set(r, ring_counter_at(b, RING_COUNTER_READY), 0);
+
+        return e == 0 ? ring_stream_counter_set(r, ring_counter_at(b, RING_COUNTER_DONE), 0) : e;
+}
+
 static int alloc_in_ctx(gpuipc_ring_t *r)
 {
         int e = side_stream(r);
@@ -83,11 +46,8 @@ static int alloc_in_ctx(gpuipc_ring_t *r)
                 if (cr != GCU_SUCCESS)
                         e = cuda_error(r->conn, "cuEventCreate", cr);
         }
-        for (uint32_t i = 0; e == 0 && i < r->n_members; i++) {
-                e = counter_set(r, counter_at(r->counter_buf[i], RING_COUNTER_READY), 0);
-                if (e == 0)
-                        e = counter_set(r, counter_at(r->counter_buf[i], RING_COUNTER_DONE), 0);
-        }
+        for (uint32_t i = 0; e == 0 && i < r->n_members; i++)
+                e = counters_zero(r, r->counter_buf[i]);
         return e;
 }
 
@@ -109,21 +69,35 @@ int ring_stream_join(gpuipc_ring_t *r)
         return IN_CTX(r, side_stream(r));
 }
 
-int ring_stream_seat_reset(gpuipc_ring_t *r, uint32_t i, uint64_t start)
+static void reap_in_ctx(gpuipc_ring_t *r, bool all)
 {
-        /* Waits still queued for the seat's last member asked for frames before start: start - 1
-         * lets them through, and the new member's first wait (start) holds. */
-        int e = IN_CTX(r, counter_set(r, counter_at(r->counter_buf[i], RING_COUNTER_DONE), start ? start - 1 : 0));
+        gpuipc_buffer_t *gone[RING_MAX_MEMBERS];
+        uint32_t kept = 0, n_gone = 0;
 
-        return e == 0 ? IN_CTX(r, counter_set(r, counter_at(r->counter_buf[i], RING_COUNTER_READY),
-                                              start ? start - 1 : 0)) : e;
+        pthread_mutex_lock(&r->lock);
+        for (uint32_t j = 0; j < r->n_retired; j++) {
+                RetiredCounter *old = &r->retired[j];
+
+                if (all || (old->recorded && CU(cuEventQuery, old->past) == GCU_SUCCESS)) {
+                        (void)CU(cuEventDestroy, old->past);
+                        gone[n_gone++] = old->buf;
+                } else {
+                        r->retired[kept++] = *old;
+                }
+        }
+        r->n_retired = kept;
+        pthread_mutex_unlock(&r->lock);
+        /* A request each: outside r->lock, so that the data plane goes on meanwhile. */
+        for (uint32_t j = 0; j < n_gone; j++)
+                (void)gpuipc_buffer_free(r->conn, gone[j]);
 }
 
-static int counters_zero(gpuipc_ring_t *r, gpuipc_buffer_t *b)
+void ring_stream_reap(gpuipc_ring_t *r, bool all)
 {
-        int e = counter_set(r, counter_at(b, RING_COUNTER_READY), 0);
-
-        return e == 0 ? counter_set(r, counter_at(b, RING_COUNTER_DONE), 0) : e;
+        if (r->n_retired && cuda_ctx_push(r->conn, r->ordinal) == 0) {
+                reap_in_ctx(r, all);
+                cuda_ctx_pop(r->conn, 0);
+        }
 }
 
 /* Waits for everything queued in the ring's context: what bounds the retired counters when too
@@ -136,42 +110,41 @@ static int ctx_drain(gpuipc_ring_t *r)
         return cr == GCU_SUCCESS ? 0 : cuda_error(r->conn, "cuCtxSynchronize", cr);
 }
 
-static void reap_in_ctx(gpuipc_ring_t *r, bool all);
-
 /* The member that left keeps its mapping of the old counters and could move them for the next
  * member; so the seat gets new ones. Waits and writes the producer's stream queued on the old
  * ones may still be pending: they stay allocated until the event the next publish records behind
  * them has completed (ring_stream_reap). */
 static int seat_renew_in_ctx(gpuipc_ring_t *r, uint32_t i)
 {
-        RetiredCounter *old = &r->retired[r->n_retired];
         gpuipc_buffer_t *fresh = NULL;
+        GcuEvent past;
         GcuResult cr;
-        int e = 0;
+        int e;
 
         if (r->n_retired == RING_MAX_MEMBERS) {
                 e = ctx_drain(r);
                 if (e < 0)
                         return e;
                 reap_in_ctx(r, true);
-                old = &r->retired[0];
         }
-        cr = CU(cuEventCreate, &old->past, GCU_EVENT_DISABLE_TIMING);
+        cr = CU(cuEventCreate, &past, GCU_EVENT_DISABLE_TIMING);
         if (cr != GCU_SUCCESS)
                 return cuda_error(r->conn, "cuEventCreate", cr);
         e = gpuipc_buffer_alloc(r->conn, GPUIPC_KIND_CUDA_VMM, RING_COUNTER_BYTES, r->ordinal, &fresh);
         if (e == 0)
                 e = counters_zero(r, fresh);
         if (e < 0) {
-                (void)CU(cuEventDestroy, old->past);
+                (void)CU(cuEventDestroy, past);
                 if (fresh)
                         (void)gpuipc_buffer_free(r->conn, fresh);
                 return e;
         }
-        old->buf = r->counter_buf[i];
-        old->recorded = false;
-        r->n_retired++;
+        /* The seat is inactive (its membership ended): the data plane reads no counter of it, but it
+         * may be recording the retired ones. */
+        pthread_mutex_lock(&r->lock);
+        r->retired[r->n_retired++] = (RetiredCounter){ .buf = r->counter_buf[i], .past = past };
         r->counter_buf[i] = fresh;
+        pthread_mutex_unlock(&r->lock);
         return 0;
 }
 
@@ -180,67 +153,14 @@ int ring_stream_seat_renew(gpuipc_ring_t *r, uint32_t i)
         return IN_CTX(r, seat_renew_in_ctx(r, i));
 }
 
-/* Publish: the retired counters' events go behind this frame's work (and so behind every wait and
- * write queued on them before). */
-static int retired_record(gpuipc_ring_t *r, GcuStream st)
-{
-        for (uint32_t j = 0; j < r->n_retired; j++) {
-                GcuResult cr;
-
-                if (r->retired[j].recorded)
-                        continue;
-                cr = CU(cuEventRecord, r->retired[j].past, st);
-                if (cr != GCU_SUCCESS)
-                        return cuda_error(r->conn, "cuEventRecord", cr);
-                r->retired[j].recorded = true;
-        }
-        return 0;
-}
-
-static void reap_in_ctx(gpuipc_ring_t *r, bool all)
-{
-        uint32_t kept = 0;
-
-        for (uint32_t j = 0; j < r->n_retired; j++) {
-                RetiredCounter *old = &r->retired[j];
-
-                if (all || (old->recorded && CU(cuEventQuery, old->past) == GCU_SUCCESS)) {
-                        (void)CU(cuEventDestroy, old->past);
-                        (void)gpuipc_buffer_free(r->conn, old->buf);
-                } else {
-                        r->retired[kept++] = *old;
-                }
-        }
-        r->n_retired = kept;
-}
-
-void ring_stream_reap(gpuipc_ring_t *r, bool all)
-{
-        if (r->n_retired && cuda_ctx_push(r->conn, r->ordinal) == 0) {
-                reap_in_ctx(r, all);
-                cuda_ctx_pop(r->conn, 0);
-        }
-}
-
-void ring_stream_seat_unblock(gpuipc_ring_t *r, uint32_t i)
-{
-        (void)IN_CTX(r, counter_set(r, counter_at(r->counter_buf[i], RING_COUNTER_DONE), RING_UNBLOCKED));
-}
-
-/* Member: lets every wait our streams queued on "ready" through (the producer is gone, or we are). */
-static void member_unblock(gpuipc_ring_t *r)
-{
-        if (r->counter_part && r->side)
-                (void)IN_CTX(r, counter_set(r, counter_at(r->counter_part, RING_COUNTER_READY), RING_UNBLOCKED));
-}
-
 void ring_stream_close(gpuipc_ring_t *r)
 {
         if (!r->side && !r->done[0])
                 return;
         /* A member whose producer is gone must not leave its streams waiting for frames that never come. */
-        if (!r->producer && r->ctl && ring_member_gone(r))
-                member_unblock(r);
+        if (!r->producer && r->ctl && r->counter_part && ring_member_gone(r))
+                (void)IN_CTX(r, ring_stream_counter_set(r, ring_counter_at(r->counter_part, RING_COUNTER_READY),
+                                                        RING_UNBLOCKED));
         if (cuda_ctx_push(r->conn, r->ordinal) < 0)
                 return;
         for (uint32_t k = 0; k < r->n_slots; k++)
@@ -250,257 +170,4 @@ void ring_stream_close(gpuipc_ring_t *r)
                 (void)CU(cuStreamDestroy, r->side);
         r->side = NULL;
         cuda_ctx_pop(r->conn, 0);
-}
-
-static int check_call(gpuipc_ring_t *r, bool producer, GcuStream s)
-{
-        if (!r || r->producer != producer)
-                return GPUIPC_E_INVALID;
-        if (r->mode != RING_STREAM) {
-                client_errmsg(r->conn, "ring '%s' is not stream-ordered: use gpuipc_ring_%s", r->name,
-                              producer ? "acquire/publish" : "take/release");
-                return GPUIPC_E_STATE;
-        }
-        return cuda_check_stream(r->conn, r->ordinal, s, "the ring lives on");
-}
-
-/* ---- producer ---- */
-
-/* Waits (host) until the producer's own stream has got past the frame that last used slot s: then
- * at most K frames are queued. Past the lease, evicts the members holding it up. */
-static int wait_slot_done(gpuipc_ring_t *r, uint32_t s, uint64_t deadline)
-{
-        uint64_t since = client_now_ms();
-
-        for (;;) {
-                GcuResult cr;
-                int left;
-
-                if (!r->done_used[s])
-                        return 0;
-                cr = CU(cuEventQuery, r->done[s]);
-                if (cr == GCU_SUCCESS)
-                        return 0;
-                if (cr != GCU_ERROR_NOT_READY)
-                        return cuda_error(r->conn, "cuEventQuery", cr);
-                if (client_now_ms() - since >= r->lease_ms) {
-                        /* The wait queued for frame r->next - K needed frame r->next - 2K released. */
-                        uint64_t need = r->next > 2 * (uint64_t)r->n_slots ? r->next - 2 * (uint64_t)r->n_slots : 0;
-
-                        for (uint32_t i = 0; i < r->n_members; i++) {
-                                uint64_t done = 0;
-
-                                if (!r->seat[i].active || r->seat[i].start > need)
-                                        continue;
-                                if (counter_get(r, counter_at(r->counter_buf[i], RING_COUNTER_DONE), &done) == 0 &&
-                                    done < need)
-                                        ring_evict(r, i); /* unblocks its counter too */
-                        }
-                        since = client_now_ms();
-                }
-                left = ring_remaining_ms(deadline);
-                if (left == 0) {
-                        client_errmsg(r->conn, "ring '%s': the producer's stream has not got past frame %llu", r->name,
-                                      (unsigned long long)(r->next - r->n_slots));
-                        return GPUIPC_E_TIMEOUT;
-                }
-                usleep(50);
-                ring_maybe_pump(r, false);
-        }
-}
-
-static int acquire_in_ctx(gpuipc_ring_t *r, GcuStream st, uint64_t deadline, uint32_t s)
-{
-        uint64_t n = r->next;
-        int e = wait_slot_done(r, s, deadline);
-
-        if (e < 0 || n <= r->n_slots)
-                return e;
-        for (uint32_t i = 0; i < r->n_members; i++) {
-                GcuResult cr;
-
-                /* A member that joined after frame n - K never had it. */
-                if (!r->seat[i].active || r->seat[i].start > n - r->n_slots)
-                        continue;
-                cr = CU(cuStreamWaitValue64, st, counter_at(r->counter_buf[i], RING_COUNTER_DONE), n - r->n_slots,
-                        GCU_STREAM_WAIT_VALUE_GEQ);
-                if (cr != GCU_SUCCESS)
-                        return cuda_error(r->conn, "cuStreamWaitValue64", cr);
-        }
-        return 0;
-}
-
-_public_ int gpuipc_ring_stream_acquire(gpuipc_ring_t *r, void *cu_stream, int timeout_ms, gpuipc_buffer_t **ret_slot)
-{
-        uint32_t s;
-        int e;
-
-        if (!ret_slot)
-                return GPUIPC_E_INVALID;
-        e = check_call(r, true, cu_stream);
-        if (e < 0)
-                return e;
-        if (r->writing < 0) {
-                ring_maybe_pump(r, false);
-                ring_stream_reap(r, false);
-                s = (uint32_t)((r->next - 1) % r->n_slots);
-                e = IN_CTX(r, acquire_in_ctx(r, cu_stream, ring_deadline_of(timeout_ms), s));
-                if (e < 0)
-                        return e;
-                r->writing = (int)s;
-        }
-        *ret_slot = r->slot[r->writing];
-        return 0;
-}
-
-static int publish_in_ctx(gpuipc_ring_t *r, GcuStream st, uint32_t s, uint64_t n)
-{
-        GcuResult cr;
-
-        for (uint32_t i = 0; i < r->n_members; i++) {
-                if (!r->seat[i].active || r->seat[i].start > n)
-                        continue;
-                cr = CU(cuStreamWriteValue64, st, counter_at(r->counter_buf[i], RING_COUNTER_READY), n,
-                        GCU_STREAM_WRITE_VALUE_DEFAULT);
-                if (cr != GCU_SUCCESS)
-                        return cuda_error(r->conn, "cuStreamWriteValue64", cr);
-        }
-        cr = CU(cuEventRecord, r->done[s], st);
-        if (cr != GCU_SUCCESS)
-                return cuda_error(r->conn, "cuEventRecord", cr);
-        r->done_used[s] = true;
-        return retired_record(r, st);
-}
-
-_public_ int gpuipc_ring_stream_publish(gpuipc_ring_t *r, void *cu_stream, uint64_t *ret_frame)
-{
-        uint64_t n;
-        int s, e;
-
-        e = check_call(r, true, cu_stream);
-        if (e < 0)
-                return e;
-        if (r->writing < 0) {
-                client_errmsg(r->conn, "ring '%s': acquire a slot before publishing", r->name);
-                return GPUIPC_E_STATE;
-        }
-        s = r->writing;
-        n = r->next;
-        e = IN_CTX(r, publish_in_ctx(r, cu_stream, (uint32_t)s, n));
-        if (e < 0)
-                return e;
-        /* The host's view (what members bound their run-ahead by, and where new members start):
-         * frame n is queued. */
-        __atomic_store_n(&r->ctl->slot_seq[s], n, __ATOMIC_RELEASE);
-        __atomic_store_n(&r->ctl->head_slot, (uint32_t)s, __ATOMIC_RELAXED);
-        __atomic_store_n(&r->ctl->head, n, __ATOMIC_RELEASE);
-        __atomic_fetch_add(&r->ctl->doorbell, 1, __ATOMIC_RELEASE);
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        for (uint32_t i = 0; i < r->n_members; i++) {
-                RingMemberView v;
-
-                if (!r->seat[i].active)
-                        continue;
-                v = ring_member_view(gpuipc_buffer_ptr(r->page_buf[i]), r->seat[i].epoch, r->seat[i].start, n);
-                if (v.sleeping) {
-                        futex_wake(&r->ctl->doorbell, INT_MAX);
-                        break;
-                }
-        }
-        r->writing = -1;
-        r->next++;
-        if (ret_frame)
-                *ret_frame = n;
-        ring_maybe_pump(r, false);
-        return 0;
-}
-
-/* ---- member ---- */
-
-_public_ int gpuipc_ring_stream_take(gpuipc_ring_t *r, void *cu_stream, int timeout_ms, gpuipc_buffer_t **ret_slot,
-                                     uint64_t *ret_frame)
-{
-        uint64_t deadline = ring_deadline_of(timeout_ms), n;
-        GcuResult cr;
-        int e;
-
-        if (!ret_slot)
-                return GPUIPC_E_INVALID;
-        e = check_call(r, false, cu_stream);
-        if (e == 0)
-                e = ring_member_may_take(r);
-        if (e < 0)
-                return e;
-        /* Seated, and not more than K frames ahead of what the producer has queued. */
-        for (;;) {
-                uint32_t seen = __atomic_load_n(&r->ctl->doorbell, __ATOMIC_ACQUIRE);
-                int left;
-
-                e = ring_member_alive(r);
-                if (e < 0) {
-                        member_unblock(r);
-                        return e;
-                }
-                if (ring_check_seated(r) &&
-                    r->cursor <= __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE) + r->n_slots)
-                        break;
-                left = ring_remaining_ms(deadline);
-                if (left == 0) {
-                        client_errmsg(r->conn, "ring '%s': %s", r->name,
-                                      r->seated ? "this member runs too far ahead of its producer"
-                                                : "its producer did not let this member in yet");
-                        return GPUIPC_E_TIMEOUT;
-                }
-                ring_doorbell_sleep(r, seen, ring_min_timeout(left, 100));
-        }
-        n = r->cursor;
-        e = cuda_ctx_push(r->conn, r->ordinal);
-        if (e < 0)
-                return e;
-        cr = CU(cuStreamWaitValue64, cu_stream, counter_at(r->counter_part, RING_COUNTER_READY), n,
-                GCU_STREAM_WAIT_VALUE_GEQ);
-        e = cuda_ctx_pop(r->conn, cr == GCU_SUCCESS ? 0 : cuda_error(r->conn, "cuStreamWaitValue64", cr));
-        if (e < 0)
-                return e;
-        r->taken = (int)((n - 1) % r->n_slots);
-        r->taken_frame = n;
-        *ret_slot = r->slot[r->taken];
-        if (ret_frame)
-                *ret_frame = n;
-        return 0;
-}
-
-_public_ int gpuipc_ring_stream_release(gpuipc_ring_t *r, void *cu_stream)
-{
-        GcuResult cr;
-        int e;
-
-        e = check_call(r, false, cu_stream);
-        if (e < 0)
-                return e;
-        if (r->taken < 0) {
-                client_errmsg(r->conn, "ring '%s': no frame is taken", r->name);
-                return GPUIPC_E_STATE;
-        }
-        e = cuda_ctx_push(r->conn, r->ordinal);
-        if (e < 0)
-                return e;
-        cr = CU(cuStreamWriteValue64, cu_stream, counter_at(r->counter_part, RING_COUNTER_DONE), r->taken_frame,
-                GCU_STREAM_WRITE_VALUE_DEFAULT);
-        e = cuda_ctx_pop(r->conn, cr == GCU_SUCCESS ? 0 : cuda_error(r->conn, "cuStreamWriteValue64", cr));
-        if (e < 0)
-                return e;
-        /* The host side knows the frame as released once it is queued (the stream does the rest). */
-        __atomic_store_n(&r->page->released, r->taken_frame, __ATOMIC_RELEASE);
-        r->cursor = r->taken_frame + 1;
-        r->taken = -1;
-        /* Evicted while it held the frame: the producer no longer waited for it, so the work on it
-         * may have read a newer frame. (An eviction after this point, while the stream still reads,
-         * is reported by the next take: the stream cannot be asked.) */
-        if (ring_member_evicted(r)) {
-                client_errmsg(r->conn, "ring '%s': frame %llu may have been overwritten while held (%s)", r->name,
-                              (unsigned long long)(r->cursor - 1), ring_member_gone(r));
-                return GPUIPC_E_REVOKED;
-        }
-        return 0;
 }

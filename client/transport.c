@@ -3,8 +3,8 @@
  * the epoll set behind gpuipc_fd(), and what is done with frames that are not the awaited reply.
  *
  * What it must never do: call the layers above by name. An event, a late reply to an abandoned
- * request and a reconnect's restore go up through the hooks the connection was given at connect
- * (gpuipc_t.on_event, .on_late_reply, .on_reconnect); every byte the library sends leaves here. */
+ * request, a reconnect's restore and the work left after events go up through the hooks the
+ * connection was given at connect (ClientHooks); every byte the library sends leaves here. */
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,12 +31,27 @@ uint64_t client_now_ms(void)
         return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* Set in the library's own threads: their messages are theirs, not the connection's. */
+static __thread char *errmsg_sink;
+
+void client_errmsg_sink(char *buf)
+{
+        errmsg_sink = buf;
+}
+
+char *client_errbuf(gpuipc_t *c)
+{
+        return errmsg_sink ? errmsg_sink : c->errmsg;
+}
+
 void client_errmsg(gpuipc_t *c, const char *fmt, ...)
 {
         va_list ap;
 
+        if (!c)
+                return; /* off the connection's thread (a pool's allocation): the code says it */
         va_start(ap, fmt);
-        vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
+        vsnprintf(client_errbuf(c), sizeof(c->errmsg), fmt, ap);
         va_end(ap);
 }
 
@@ -88,6 +104,14 @@ uint64_t client_deadline(int timeout_ms)
         return timeout_ms < 0 ? UINT64_MAX : client_now_ms() + (uint64_t)timeout_ms;
 }
 
+/* fd joins the epoll set behind gpuipc_fd() and, once the ring thread runs, its own. */
+static void watch_fd(gpuipc_t *c, int fd)
+{
+        epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &(struct epoll_event){ .events = EPOLLIN, .data.fd = fd });
+        if (c->watch_epfd >= 0)
+                epoll_ctl(c->watch_epfd, EPOLL_CTL_ADD, fd, &(struct epoll_event){ .events = EPOLLIN, .data.fd = fd });
+}
+
 /* While the broker is away, gpuipc_fd() must still wake an event loop now and then, so that
  * gpuipc_process() can try again: a periodic timer joins the epoll set. */
 static void retry_timer_set(gpuipc_t *c, bool on)
@@ -99,8 +123,7 @@ static void retry_timer_set(gpuipc_t *c, bool on)
                 c->retry_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
                 if (c->retry_timer < 0)
                         return; /* event-loop users then retry at their next call instead */
-                epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->retry_timer,
-                          &(struct epoll_event){ .events = EPOLLIN, .data.fd = c->retry_timer });
+                watch_fd(c, c->retry_timer);
         }
         if (c->retry_timer < 0)
                 return;
@@ -121,8 +144,48 @@ void client_mark_broken(gpuipc_t *c)
 /* The socket joins the epoll set behind gpuipc_fd(). */
 void client_watch_socket(gpuipc_t *c)
 {
-        epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->fd, &(struct epoll_event){ .events = EPOLLIN, .data.fd = c->fd });
+        watch_fd(c, c->fd);
         retry_timer_set(c, false);
+}
+
+int client_watch_start(gpuipc_t *c)
+{
+        int e;
+
+        if (c->watch_epfd >= 0)
+                return 0;
+        c->news_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        c->watch_epfd = epoll_create1(EPOLL_CLOEXEC);
+        if (c->news_fd < 0 || c->watch_epfd < 0) {
+                e = -errno;
+                c->news_fd = safe_close(c->news_fd);
+                c->watch_epfd = safe_close(c->watch_epfd);
+                return e;
+        }
+        epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->news_fd, &(struct epoll_event){ .events = EPOLLIN, .data.fd = c->news_fd });
+        for (int i = 0; i < 2; i++) {
+                int fd = i ? c->retry_timer : c->fd;
+
+                if (fd >= 0)
+                        epoll_ctl(c->watch_epfd, EPOLL_CTL_ADD, fd, &(struct epoll_event){ .events = EPOLLIN, .data.fd = fd });
+        }
+        return 0;
+}
+
+void client_news(gpuipc_t *c)
+{
+        uint64_t one = 1;
+
+        if (c->news_fd >= 0)
+                (void)!write(c->news_fd, &one, sizeof(one));
+}
+
+void client_news_clear(gpuipc_t *c)
+{
+        uint64_t v;
+
+        if (c->news_fd >= 0)
+                (void)!read(c->news_fd, &v, sizeof(v));
 }
 
 void client_abandon(gpuipc_t *c, uint64_t id)
@@ -340,7 +403,7 @@ int client_request(gpuipc_t *c, ProtoMsg *req, int fd, int timeout_ms, Frame *re
 {
         int r;
 
-        c->errmsg[0] = 0;
+        client_errbuf(c)[0] = 0;
         for (int attempt = 0;; attempt++) {
                 if (c->broken) {
                         if (!c->reconnect || c->restoring) {
@@ -363,7 +426,19 @@ int client_request(gpuipc_t *c, ProtoMsg *req, int fd, int timeout_ms, Frame *re
         }
 }
 
+static int pump_frames(gpuipc_t *c, int timeout_ms);
+
 int client_pump(gpuipc_t *c, int timeout_ms)
+{
+        int r = pump_frames(c, timeout_ms);
+
+        c->hooks.after_events(c);
+        return r;
+}
+
+/* Reads and dispatches frames, waiting at most timeout_ms for the first; how many were read, or an
+ * error. */
+static int pump_frames(gpuipc_t *c, int timeout_ms)
 {
         uint64_t deadline = client_deadline(timeout_ms);
         int r, n = 0;

@@ -143,6 +143,8 @@ static const FieldDesc fields[_PF_MAX] = {
         [PF_SEAT] = E("seat", seat, seat_names),
         [PF_POSITION] = F("position", T_U64, 0, position),
         [PF_LAG] = F("lag", T_U64, 0, lag),
+        [PF_SEGMENT] = F("segment", T_U64, 0, segment),
+        [PF_SEGMENT_SIZE] = F("segment_size", T_U64, 0, segment_size),
 };
 
 /* Fields each request must carry besides "op" and "id"; finer rules (name or buffer) are the

@@ -167,6 +167,7 @@ typedef enum ProtoField {
         PF_LE_US,
         PF_PIDNS_DECLARED,
         PF_HEAD, PF_TAKEN, PF_SEAT, PF_POSITION, PF_LAG,
+        PF_SEGMENT, PF_SEGMENT_SIZE,
         _PF_MAX,
 } ProtoField;
 
@@ -193,6 +194,7 @@ typedef struct ProtoMsg {
         ProtoMode mode;
         uint64_t le_us; /* stats records: a histogram bucket's upper bound */
         uint64_t head, taken, position, lag; /* ring listings: frames and seats */
+        uint64_t segment, segment_size; /* a view: the buffer whose memory it is part of, and that one's size */
         ProtoSeat seat;
         bool broker_held, writable, cached, more, pidns_same, restored, pending, pidns_declared;
 
@@ -296,6 +298,8 @@ PROTO_SETTER(TAKEN, taken, uint64_t)
 PROTO_SETTER(POSITION, position, uint64_t)
 PROTO_SETTER(LAG, lag, uint64_t)
 PROTO_SETTER(SEAT, seat, ProtoSeat)
+PROTO_SETTER(SEGMENT, segment, uint64_t)
+PROTO_SETTER(SEGMENT_SIZE, segment_size, uint64_t)
 
 /* What a buffer's memory is: announced by publish (and ring-part), told by attach, stat and list,
  * and fixed for the memory's life. The name, metadata and retire_after belong to each publication
@@ -305,22 +309,25 @@ PROTO_SETTER(SEAT, seat, ProtoSeat)
 typedef struct ProtoBufferInfo {
         ProtoKind kind;
         uint64_t size, offset;
+        uint64_t segment; /* a view: the id of the buffer whose bytes [offset, offset + size) it is; else 0 */
         bool writable, broker_held;
 } ProtoBufferInfo;
 
 /* Reads a buffer's attributes from m (an absent one reads as 0 or false). */
 static inline void proto_buffer_info_read(const ProtoMsg *m, ProtoBufferInfo *ret)
 {
-        *ret = (ProtoBufferInfo){ .kind = m->kind, .size = m->size, .offset = m->offset,
+        *ret = (ProtoBufferInfo){ .kind = m->kind, .size = m->size, .offset = m->offset, .segment = m->segment,
                                   .writable = m->writable, .broker_held = m->broker_held };
 }
 
-/* Sets every attribute of info on m. */
+/* Sets every attribute of info on m (segment only for a view: its presence is what says so). */
 static inline void proto_set_buffer_info(ProtoMsg *m, const ProtoBufferInfo *info)
 {
         proto_set_kind(m, info->kind);
         proto_set_size(m, info->size);
         proto_set_offset(m, info->offset);
+        if (info->segment)
+                proto_set_segment(m, info->segment);
         proto_set_writable(m, info->writable);
         proto_set_broker_held(m, info->broker_held);
 }

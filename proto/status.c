@@ -8,14 +8,18 @@ static const struct {
         [PROTO_STATUS_BAD_REQUEST] = { "bad-request",
                 "the request is missing a field or has one of the wrong type; see docs/protocol.md" },
         [PROTO_STATUS_PROTOCOL] = { "protocol",
-                "the frame violates the protocol (framing, size or fd count); the broker closes the connection" },
+                "the frame violates the protocol (framing, size or fd count) and the broker closed the connection; "
+                "use libgpuipc, or follow docs/protocol.md exactly" },
         [PROTO_STATUS_VERSION] = { "version",
                 "the broker does not speak this protocol version; use a client and broker of the same release" },
         [PROTO_STATUS_UNKNOWN_OP] = { "unknown-op", "the broker does not know this operation; upgrade the broker" },
-        [PROTO_STATUS_NOT_FOUND] = { "not-found", "no such buffer, name or subscription" },
+        [PROTO_STATUS_NOT_FOUND] = { "not-found",
+                "no such buffer, ring, name or subscription; check the name (gpuipcctl ls lists what is "
+                "published) and that both sides use the same socket, or attach with a timeout to wait for it" },
         [PROTO_STATUS_TIMEOUT] = { "timeout",
-                "nothing was published under that name (or the group did not fill) before the timeout; "
-                "check the producer is running and uses the same name and socket" },
+                "the wait ended first: nothing was published under that name, the group did not fill, or the "
+                "broker did not answer in time; check the producer (and the broker) run and use the same name "
+                "and socket, or wait longer" },
         [PROTO_STATUS_NAME_TAKEN] = { "name-taken",
                 "another producer has a live buffer under this name; retire it first or pick another name" },
         [PROTO_STATUS_QUOTA] = { "quota",
@@ -24,15 +28,19 @@ static const struct {
         [PROTO_STATUS_DENIED] = { "denied",
                 "the broker's policy does not allow this uid/gid to do this on that name; see the policy file" },
         [PROTO_STATUS_NOT_OWNER] = { "not-owner",
-                "only the producer of a buffer (or a peer of its uid once it died) may retire or free it" },
-        [PROTO_STATUS_NOT_ATTACHED] = { "not-attached", "this connection holds no reference to that buffer" },
+                "only the producer of a buffer (or a peer of its uid once it died) may retire or free it; do it from "
+                "the producer's connection, or as a policy admin" },
+        [PROTO_STATUS_NOT_ATTACHED] = { "not-attached",
+                "this connection holds no reference to that buffer; release only what this connection attached, "
+                "once per attach" },
         [PROTO_STATUS_STATE] = { "state",
                 "the buffer is not in a state that allows this (retired buffers take no new attaches; "
-                "only idle buffers can be published again)" },
+                "only idle buffers can be published again); wait for drained before publishing it again, and "
+                "attach a live one" },
         [PROTO_STATUS_BAD_FD] = { "bad-fd",
-                "the buffer's file descriptor is missing or wrong: a memfd must be sealed against growing and "
-                "shrinking and exactly as large as announced, a read-only buffer must be sent read-only, and "
-                "sockets are never accepted" },
+                "the buffer's file descriptor is missing or wrong; send a memfd sealed against growing and "
+                "shrinking and exactly as large as announced, a read-only buffer read-only, and never a socket "
+                "(libgpuipc does)" },
         [PROTO_STATUS_PIDNS] = { "pidns",
                 "cuda-legacy IPC handles work only between processes in one PID namespace; set "
                 "shareProcessNamespace: true on the pod, or publish the buffer as cuda-vmm" },
@@ -40,22 +48,26 @@ static const struct {
                 "the buffer lives on a GPU the consumer cannot see; give producer and consumer the same "
                 "ResourceClaim (or the same visible devices)" },
         [PROTO_STATUS_GROUP_MISMATCH] = { "group-mismatch",
-                "the group already exists with another member count; every member must pass the same count" },
+                "the group already exists with another member count; pass the same count from every member, or "
+                "pick another group name" },
         [PROTO_STATUS_REVOKED] = { "revoked",
                 "the buffer was revoked: its producer died (publish with broker-held lifetime, memfd or "
                 "cuda-vmm, to let buffers outlive their producer), or it did not come back within the broker's "
                 "restart grace; stop using the memory" },
-        [PROTO_STATUS_HELLO_FIRST] = { "hello-first", "the first request on a connection must be hello" },
+        [PROTO_STATUS_HELLO_FIRST] = { "hello-first",
+                "the first request on a connection must be hello; send it first (docs/protocol.md), as "
+                "libgpuipc does" },
         [PROTO_STATUS_SHUTDOWN] = { "shutdown", "the broker is shutting down; reconnect once it is back" },
         [PROTO_STATUS_KIND] = { "kind",
                 "this buffer kind does not allow the operation (cuda-legacy memory dies with its producer, so "
                 "it cannot be broker-held; use cuda-vmm)" },
         [PROTO_STATUS_INVALID] = { "invalid",
-                "a value is out of range: names are 1-255 bytes of [A-Za-z0-9._:/@+=-] without '..' or "
-                "leading '/', sizes are non-zero" },
+                "a value is out of range or unset; gpuipc_errmsg() names it. Set every options struct's "
+                "struct_size to its sizeof, give names of 1-255 bytes of [A-Za-z0-9._:/@+=-] without '..' or a "
+                "leading '/', and sizes above 0" },
         [PROTO_STATUS_KEY_TAKEN] = { "key-taken",
-                "another registration already uses this buffer id; a producer draws a fresh random id for "
-                "every allocation and never reuses one" },
+                "another registration already uses this buffer id; draw a fresh random id for every allocation "
+                "and never reuse one (libgpuipc does)" },
 };
 
 const char *proto_status_name(unsigned status)

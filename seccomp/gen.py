@@ -3,7 +3,8 @@
 
     gen.py header ALLOW OUT.h    C tables of the [runtime] rules (the in-process filter), of the
                                  [sanitizer] rules (added to it in sanitizer builds only) and of the
-                                 [kill] calls (a filter that has them kills the process at once)
+                                 [kill] names (calls that kill the process; any other call outside
+                                 the rules fails with ENOSYS and is logged)
     gen.py json ALLOW OUT.json   the Kubernetes Localhost / OCI profile: [startup] + [runtime] + [probe],
                                  default deny
 """
@@ -55,15 +56,20 @@ def parse(path):
                 sys.exit(f'{path}:{lineno}: expected "name  reason", "name(ARG=VALUE,ARG&MASK=VALUE)  reason" '
                          'or "name!ERRNO  reason" in a section')
             name, _, err, reason = m.groups()
+            if current == 'kill' and (conds or err is not None):
+                sys.exit(f'{path}:{lineno}: [kill] takes plain names: "name  reason"')
+            if current == 'kill' and any(r[0] == name for r in sections.get('runtime', [])):
+                sys.exit(f'{path}:{lineno}: {name} is in [runtime]: it cannot kill as well')
+            if current == 'runtime' and any(r[0] == name for r in sections.get('kill', [])):
+                sys.exit(f'{path}:{lineno}: {name} is in [kill]: it cannot be allowed as well')
             if err is not None and (not hasattr(errno, err) or conds):
                 sys.exit(f'{path}:{lineno}: {err} is not an errno name, or comes with conditions')
-            if current == 'kill' and (err is not None or conds):
-                sys.exit(f'{path}:{lineno}: a [kill] line names a call, with neither conditions nor an errno')
             rule = (name, conds, getattr(errno, err) if err else 0, reason)
             # Twice in one artefact is an error; [sanitizer] may repeat what only the profile has,
             # and what [kill] has (a sanitizer build lets its runtime's calls through).
             together = ('runtime', 'sanitizer') if current == 'sanitizer' else \
-                SECTIONS if current == 'runtime' else ('runtime', 'startup', 'probe', 'kill')
+                ('kill',) if current == 'kill' else \
+                SECTIONS[:4] if current == 'runtime' else ('runtime', 'startup', 'probe')
             if any(r[:2] == rule[:2] for n in together for r in sections.get(n, [])):
                 sys.exit(f'{path}:{lineno}: {name} is listed twice')
             sections[current].append(rule)
@@ -100,7 +106,9 @@ def header(sections):
            '} SandboxRule;', '']
     out += c_table('sandbox_rules', sections['runtime'])
     out += c_table('sandbox_sanitizer_rules', sections.get('sanitizer', []))
-    out += c_table('sandbox_kill_rules', sections.get('kill', []))
+    out += ['static const char *const sandbox_kill_names[] = {']
+    out += [f'        "{name}", /* {reason} */' for name, _, _, reason in sections.get('kill', [])]
+    out += ['        NULL,', '};', '']
     return '\n'.join(out)
 
 

@@ -18,6 +18,12 @@ Frames through a ring, without a broker round trip per frame:
         for frame in ring:                                                # released when the next comes
             x = torch.from_dlpack(frame)
 
+Tensors born shareable: allocate in a pool, publish without a copy:
+
+    with c.pool(device=0) as pool:                  # torch's allocations go to gpuipc memory
+        model = build()
+    c.publish(model.lm_head.weight, 'head')         # a view: no copy, no export
+
 Weights between a trainer and an inference engine:
 
     v = c.publish_state_dict(model.state_dict(), 'policy')          # trainer, every update
@@ -30,11 +36,13 @@ from ._version import __version__
 from .buffer import KINDS, Attached, Buffer, View
 from .client import Client
 from .errors import (Busy, CudaError, Denied, Device, Disconnected, Error, GroupMismatch, InvalidArgument, KindError,
-                     MetadataError, NameTaken, NoBroker, NoCuda, NotFound, Overwritten, PidNamespace, ProtocolError,
-                     Quota, Revoked, RingClosed, StateError, SystemCallError, Timeout)
+                     MetadataError, NameTaken, NoBroker, NoCuda, NotContiguous, NotFound, NoVmm, Overwritten,
+                     PidNamespace, PoolClosed, ProtocolError, Quota, Revoked, RingClosed, SpansSegments, StateError,
+                     SystemCallError, Timeout, UnsupportedDtype)
 from .events import Event, Subscription
 from .fence import Fence
 from .inspection import BufferInfo, ConnectionInfo, HolderInfo, PeerInfo, Stat
+from .pool import Pool, PoolStats
 from .ring import Frame, Ring
 from .state_dict import StateDict, StateDictVersion
 
@@ -61,4 +69,5 @@ __all__ = [
     'NoBroker', 'NoCuda',
     'Disconnected', 'CudaError', 'NameTaken', 'Quota', 'Busy', 'InvalidArgument', 'StateError', 'KindError',
     'GroupMismatch', 'ProtocolError', 'MetadataError', 'SystemCallError',
+    'Pool', 'PoolStats', 'PoolClosed', 'SpansSegments', 'NotContiguous', 'UnsupportedDtype', 'NoVmm',
 ]

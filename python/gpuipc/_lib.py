@@ -95,6 +95,24 @@ class ConnectionInfo(ctypes.Structure):
                 ('gpus', (ctypes.c_char * (_MAX_UUID + 1)) * _MAX_GPUS)]
 
 
+class PoolOptions(_Sized):
+    """gpuipc_pool_options_t."""
+    _fields_ = [('struct_size', ctypes.c_size_t), ('kind', ctypes.c_int), ('device', ctypes.c_int),
+                ('segment_size', ctypes.c_size_t), ('max_segment_size', ctypes.c_size_t), ('reserve', ctypes.c_size_t),
+                ('writable', ctypes.c_int), ('broker_held', ctypes.c_int)]
+
+
+class PoolStats(ctypes.Structure):
+    """gpuipc_pool_stats_t."""
+    _fields_ = [('segments', _sz), ('reserved', _sz), ('allocated', _sz), ('deferred', _sz), ('views', _sz),
+                ('exports', _sz)]
+
+
+class Copy(ctypes.Structure):
+    """gpuipc_copy_t."""
+    _fields_ = [('src', _u64), ('offset', _sz), ('len', _sz)]
+
+
 _pu64 = ctypes.POINTER(_u64)
 
 # name: (result type, argument types)
@@ -160,6 +178,19 @@ _SIGNATURES = {
     'gpuipc_ring_fd': (_i, [_p]),
     'gpuipc_ring_set_spin': (None, [_p, _u]),
     'gpuipc_ring_close': (None, [_p]),
+    'gpuipc_buffer_view': (_i, [_p, _p, _sz, _sz, _pp]),
+    'gpuipc_buffer_segment': (_u64, [_p]),
+    'gpuipc_buffer_copy_in': (_i, [_p, ctypes.POINTER(Copy), _sz, _p]),
+    'gpuipc_pool_new': (_i, [_p, ctypes.POINTER(PoolOptions), _pp]),
+    'gpuipc_pool_alloc': (_i, [_p, _sz, _pp]),
+    'gpuipc_pool_free': (_i, [_p, _p]),
+    'gpuipc_pool_view': (_i, [_p, _p, _sz, _pp]),
+    'gpuipc_pool_segment': (_i, [_p, _p, _pp, ctypes.POINTER(_sz)]),
+    'gpuipc_pool_segments': (_i, [_p, _pp, ctypes.POINTER(_sz), _sz]),
+    'gpuipc_pool_trim': (_i, [_p]),
+    'gpuipc_pool_stats': (_i, [_p, ctypes.POINTER(PoolStats)]),
+    'gpuipc_pool_close': (_i, [_p]),
+    'gpuipc_pool_use': (_p, [_p]),
 }
 
 # Declared in gpuipc.h but possibly not in every library of this release yet: bound when present

@@ -5,6 +5,7 @@ torch tensors, NumPy and CuPy arrays are read through their own attributes (chea
 that implements ``__dlpack__`` (JAX arrays, gpuipc views, ...) through its DLPack capsule.
 """
 from . import dlpack, dtypes
+from .errors import InvalidArgument
 
 
 def framework_of(obj):
@@ -23,12 +24,15 @@ def describe(obj):
     dtype, shape, strides in elements (None when C-contiguous)."""
     fw = framework_of(obj)
     if fw == 'torch':
-        dev = obj.device
-        device = (dlpack.KDL_CPU, 0) if dev.type == 'cpu' else (dlpack.KDL_CUDA, dev.index or 0)
-        if dev.type not in ('cpu', 'cuda'):
-            raise TypeError(f'a torch tensor on {dev} cannot be shared; move it to the CPU or a CUDA device')
+        # The cheapest accessors: a state dict's 200 tensors are described at every publish.
+        if obj.is_cuda:
+            device = (dlpack.KDL_CUDA, obj.get_device())
+        elif obj.device.type == 'cpu':
+            device = (dlpack.KDL_CPU, 0)
+        else:
+            raise TypeError(f'a torch tensor on {obj.device} cannot be shared; move it to the CPU or a CUDA device')
         strides = None if obj.is_contiguous() else tuple(obj.stride())
-        return dlpack.Info(obj.data_ptr(), device, dtypes.name(obj.dtype), tuple(obj.shape), strides, False)
+        return dlpack.Info(obj.data_ptr(), device, _torch_dtype_name(obj.dtype), tuple(obj.shape), strides, False)
     if fw == 'numpy' and hasattr(obj, '__array_interface__'):
         ai = obj.__array_interface__
         return dlpack.Info(ai['data'][0], (dlpack.KDL_CPU, 0), dtypes.name(obj.dtype), tuple(obj.shape),
@@ -46,11 +50,21 @@ def describe(obj):
                     f'object with __dlpack__)')
 
 
+_torch_dtypes = {}
+
+
+def _torch_dtype_name(dtype):
+    name = _torch_dtypes.get(dtype)
+    if name is None:
+        name = _torch_dtypes[dtype] = dtypes.name(dtype)
+    return name
+
+
 def _describe_memoryview(mv):
     """A contiguous memoryview (host memory) as an array of its item type; bytes for 'B'/'b'/'c'."""
     import ctypes
     if not mv.c_contiguous:
-        raise ValueError('only contiguous memoryviews can be shared')
+        raise InvalidArgument('only contiguous memoryviews can be shared')
     codes = {'B': 'uint8', 'b': 'int8', 'c': 'uint8', '?': 'bool', 'H': 'uint16', 'h': 'int16', 'I': 'uint32',
              'i': 'int32', 'Q': 'uint64', 'q': 'int64', 'L': 'uint64', 'l': 'int64', 'f': 'float32', 'd': 'float64',
              'e': 'float16'}
@@ -58,7 +72,7 @@ def _describe_memoryview(mv):
     if dtype is None or dtypes.itemsize(dtype) != mv.itemsize:
         raise TypeError(f'memoryview format {mv.format!r} has no gpuipc dtype')
     if mv.nbytes == 0:
-        raise ValueError('an empty memoryview has no address')
+        raise InvalidArgument('an empty memoryview has no address')
     raw = mv.cast('B')
     if raw.readonly:
         import numpy
@@ -74,7 +88,7 @@ def _element_strides(arr):
         return None
     size = arr.itemsize
     if any(s % size for s in arr.strides):
-        raise ValueError('the array has strides that are not a multiple of its item size')
+        raise InvalidArgument('the array has strides that are not a multiple of its item size')
     return tuple(s // size for s in arr.strides)
 
 
@@ -105,7 +119,7 @@ def convert(exportable, framework):
     method = {'torch': 'torch', 'numpy': 'numpy', 'cupy': 'cupy', 'jax': 'jax', 'memoryview': 'memoryview'}.get(
         framework)
     if method is None:
-        raise ValueError(f"framework must be 'torch', 'numpy', 'cupy', 'jax', 'memoryview' or None, not "
+        raise InvalidArgument(f"framework must be 'torch', 'numpy', 'cupy', 'jax', 'memoryview' or None, not "
                          f'{framework!r}')
     return getattr(exportable, method)()
 

@@ -12,7 +12,7 @@ import warnings
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from . import arrays, dlpack, dtypes, meta as _meta
-from .errors import MetadataError, StateError
+from .errors import InvalidArgument, MetadataError, StateError
 
 KINDS = {'memfd': 1, 'cuda-vmm': 2, 'cuda-legacy': 3}
 KIND_NAMES = {v: k for k, v in KINDS.items()}
@@ -152,7 +152,7 @@ class View:
         if self.kind != 'memfd':
             raise TypeError(f'a {self.kind} buffer is GPU memory; read it with .read() or a framework')
         if self.strides is not None:
-            raise ValueError('memoryview() needs a contiguous view')
+            raise InvalidArgument('memoryview() needs a contiguous view')
         raw = (ctypes.c_ubyte * self.nbytes).from_address(self.memory._usable_ptr() + self.offset)
         raw._gpuipc_owner = self  # the memoryview keeps raw alive, raw keeps the buffer object alive
         mv = memoryview(raw).cast('B')
@@ -171,7 +171,7 @@ class View:
         """Copies bytes (anything with the buffer protocol) in, at `offset` bytes into the view."""
         mv = memoryview(data).cast('B')
         if offset + len(mv) > self.nbytes:
-            raise ValueError(f'{len(mv)} bytes at offset {offset} do not fit in the view\'s {self.nbytes}')
+            raise InvalidArgument(f'{len(mv)} bytes at offset {offset} do not fit in the view\'s {self.nbytes}')
         src = (ctypes.c_char * len(mv)).from_buffer_copy(mv) if mv.readonly else (ctypes.c_char * len(mv)).from_buffer(mv)
         self.memory._copy(self.offset + offset, src, len(mv), to_host=False)
 
@@ -257,6 +257,12 @@ class _Memory(View):
         """The GPU's UUID ('GPU-...' or 'MIG-...') for CUDA kinds, '' for memfd."""
         return self._client._lib.gpuipc_buffer_device(self._handle).decode() if self._handle else ''
 
+    @property
+    def segment(self) -> int:
+        """For a view (an array of a pool, a state dict's part): the id of the buffer whose memory it
+        is part of, which a consumer maps once for all its views; 0 otherwise."""
+        return self._client._lib.gpuipc_buffer_segment(self._handle) if self._handle else 0
+
     def __dlpack_device__(self):
         if self._kind == 'memfd':
             return (dlpack.KDL_CPU, 0)
@@ -294,6 +300,11 @@ class Buffer(_Memory):
     def __exit__(self, *exc):
         if self._handle:
             self.free()
+
+    def __reduce__(self):
+        raise TypeError('a gpuipc.Buffer is memory this process allocated and cannot be pickled: publish it and '
+                        'send its name or id (Client.attach(), attach_id()), or pickle an Attached of it, which '
+                        'the receiving process attaches again by id')
 
 
 class Attached(_Memory):
@@ -374,6 +385,16 @@ class Attached(_Memory):
         m = self.meta
         if 'fence' in m:
             self._client._fence_for(m['fence']).wait(int(m.get('fence_value', 1)), stream)
+
+    def __reduce__(self):
+        """Pickling (multiprocessing and torch.multiprocessing queues, ...) sends the buffer's id and the
+        broker's socket, never the memory: the receiving process attaches the same buffer again by id,
+        through a connection of its own (one per process and socket, closed at exit), and holds a
+        reference of its own to release. The buffer must still be live when it is unpickled."""
+        if not self._handle:
+            raise TypeError(f'buffer {self._name!r} was released: pickle an Attached while it holds its reference')
+        from . import client as _client
+        return (_client._reattach, (self._client.connection_info().socket_path, self.id))
 
     def release(self) -> None:
         """Gives the reference back (idempotent). Views must not be used afterwards."""

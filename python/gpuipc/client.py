@@ -3,15 +3,18 @@ free), consuming (attach), rings, events, fences, rendezvous groups, state dicts
 says about itself (buffers, peers, stats).
 
 A Client serializes its calls with a lock, so threads may share one (each call waits for the one
-in progress; open one Client per thread for calls that block concurrently). Buffers dropped
+in progress; open one Client per thread for calls that block concurrently). A ring's frame calls
+take the ring's own lock instead (they never wait for the connection). Buffers dropped
 without release() by the garbage collector are released at once when the connection is idle, or
 right after the call in progress otherwise.
 """
 import asyncio
+import atexit
 import bisect
 import collections
 import contextlib
 import ctypes
+import os
 import threading
 import time
 import warnings
@@ -25,6 +28,7 @@ from .fence import Fence
 from .inspection import BufferInfo, ConnectionInfo, HolderInfo, PeerInfo, Stat
 
 if TYPE_CHECKING:
+    from .pool import Pool
     from .ring import Ring
     from .state_dict import StateDict, StateDictVersion
 
@@ -64,12 +68,12 @@ def _kind_code(kind):
     try:
         return KINDS[kind]
     except KeyError:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}") from None
+        raise errors.InvalidArgument(f"kind must be one of {', '.join(KINDS)}, not {kind!r}") from None
 
 
 def _name_bytes(name, what='name'):
     if not isinstance(name, str) or not name:
-        raise ValueError(f'the {what} must be a non-empty string, not {name!r}')
+        raise errors.InvalidArgument(f'the {what} must be a non-empty string, not {name!r}')
     return name.encode()
 
 
@@ -104,8 +108,12 @@ class Client:
         self._waited_fences = {}             # name -> Fence opened for Attached.wait_ready
         self._stash = collections.deque()    # events an internal wait took that belong to the caller
         self._internal_subs = set()
-        self._publishers = {}                # state dict name -> state_dict.Publisher
+        self._publishers = {}                # state dict name -> state_dict.Publisher (or LivePublisher)
         self._manifest_cache = {}            # manifest digest -> parsed entries (state_dict.py)
+        self._views_cache = collections.OrderedDict()  # (buffer id, digest, framework) -> views (state_dict.py)
+        self._pools = []                     # Pool: where pooled arrays are found
+        self._staging = {}                   # (kind, device) -> Pool for share()'s copies
+        self._closed_ranges = []             # (base, size) of closed pools' segments: what PoolClosed names
         opts = _lib.Options(socket.encode() if socket else None, label.encode() if label else None,
                             int(connect_timeout_ms), 0 if reconnect else 1, 0 if probe_gpus else 1)
         c = ctypes.c_void_p()
@@ -117,6 +125,10 @@ class Client:
 
     def __repr__(self):
         return f'<gpuipc.Client {"open" if self._c else "closed"}>'
+
+    def __reduce__(self):
+        raise TypeError('a gpuipc.Client is a connection of this process and cannot be pickled: open a Client in '
+                        'the other process (pickled Attached buffers do that for you)')
 
     # ---- plumbing ----
 
@@ -201,6 +213,11 @@ class Client:
             for b in self._own.values():
                 b._handle = None
             self._own.clear()
+            for pool in self._pools:
+                pool._forget()  # gpuipc_close frees the pools
+            self._pools.clear()
+            self._staging.clear()
+            self._views_cache.clear()
             self._own_ptrs.clear()
             self._pending.clear()
             self._publishers.clear()
@@ -260,7 +277,7 @@ class Client:
         cuda-legacy on CUDA device `device`."""
         nbytes = int(nbytes)
         if nbytes <= 0:
-            raise ValueError(f'a buffer needs at least one byte, not {nbytes}')
+            raise errors.InvalidArgument(f'a buffer needs at least one byte, not {nbytes}')
         code = _kind_code(kind)
         h = ctypes.c_void_p()
         with self._locked():
@@ -296,7 +313,7 @@ class Client:
         unchanged until the buffer drained. Returns the Buffer (publish it, or pass obj to publish)."""
         info = arrays.describe(obj)
         if info.device[0] != 2:
-            raise ValueError('wrap_cuda() needs CUDA memory (a torch CUDA tensor or a CuPy array)')
+            raise errors.InvalidArgument('wrap_cuda() needs CUDA memory (a torch CUDA tensor or a CuPy array)')
         lo, hi = arrays.extent(info)
         h = ctypes.c_void_p()
         with self._locked():
@@ -324,9 +341,56 @@ class Client:
     def _buffer_of(self, obj, what):
         buf, info = self._owner(obj)
         if buf is None:
-            raise ValueError(f'{what}: the array does not lie in gpuipc memory of this client; allocate it with '
-                             f'empty() (or alloc()), or let share() copy it into a buffer')
+            raise errors.InvalidArgument(f'{what}: the array does not lie in gpuipc memory of this client; allocate it with '
+                                         f'empty() (or alloc(), or in a pool()), or let share() copy it into a buffer')
         return buf, info
+
+    def _pool_of(self, info):
+        """The open pool of this client whose memory holds the array described by info, or None."""
+        if not self._pools:
+            return None
+        ptr = info.ptr + arrays.extent(info)[0]
+        last = self._pools[-1]  # the one that answered last: a state dict's arrays lie in one pool
+        for pool in (last, *self._pools):
+            if not pool.closed and pool._segment(ptr) is not None:
+                if pool is not last:
+                    self._pools.remove(pool)
+                    self._pools.append(pool)
+                return pool
+        return None
+
+    def _check_closed_pool(self, info, what):
+        """Raises PoolClosed if the array lies in the memory of a pool this client closed."""
+        ptr = info.ptr + arrays.extent(info)[0]
+        if any(base <= ptr < base + size for base, size in self._closed_ranges):
+            raise errors.PoolClosed(f'{what}: the array lies in a pool that was closed: its memory is gone')
+
+    def _pooled(self, obj):
+        """(pool, info) when obj is no own buffer's but lies in a pool of this client, else (None, info)."""
+        buf, info = self._owner(obj)
+        return (None, info) if buf is not None else (self._pool_of(info), info)
+
+    def pool(self, device: int = 0, kind: str = 'cuda-vmm', segment_size: int = 0, max_segment_size: int = 0,
+             reserve: int = 0, writable: bool = False, broker_held: bool = False) -> 'Pool':
+        """A Pool: memory born shareable. Arrays allocated in it are published without a copy and
+        without an export (a view of a segment exported once), and a consumer that mapped a segment
+        attaches every later array of it without an import.
+
+        ``with pool:`` routes this thread's PyTorch allocations into it (the pool stays after the
+        block); pool.empty() allocates an array; cupy.cuda.set_allocator(pool.cupy_malloc) routes
+        CuPy's. kind: 'cuda-vmm' (on `device`) or 'memfd'. segment_size: the first segment's bytes
+        (default 64 MiB; each later one as large as the pool so far, up to max_segment_size, default
+        1 GiB); reserve: bytes to make and export at once, in one segment (e.g. a model's size).
+        writable, broker_held: as for publish(), for every array of the pool. A device without CUDA
+        virtual memory management or fd export raises NoVmm."""
+        from .pool import Pool
+        return Pool(self, kind, device, segment_size, max_segment_size, reserve, writable, broker_held)
+
+    def _staging_pool(self, kind, device):
+        pool = self._staging.get((kind, device))
+        if pool is None or pool.closed:
+            pool = self._staging[(kind, device)] = self.pool(device=device, kind=kind)
+        return pool
 
     def publish(self, obj: Any, name: str, writable: bool = False, broker_held: bool = False, retire_after: int = 0,
                 meta: Optional[Mapping[str, Any]] = None, sync: bool = True, fence: Optional[Fence] = None,
@@ -346,31 +410,44 @@ class Client:
         A buffer can be published again (under any name) once it drained. Returns the buffer id.
         """
         target = _name_bytes(name)
-        buf, info = self._buffer_of(obj, f"publish '{name}'")
+        buf, info = self._owner(obj)
+        pool = self._pool_of(info) if buf is None else None
+        if buf is None and pool is None:
+            self._check_closed_pool(info, f"publish '{name}'")
+            self._buffer_of(obj, f"publish '{name}'")  # raises, saying where the array must lie
+        kind = buf.kind if buf is not None else pool.kind
+        ordinal = buf.device_ordinal if buf is not None else pool.device
+        extra, no_sync = {}, not sync
+        if fence is not None:
+            if stream is None and kind != 'memfd':
+                stream = _torch_current_stream(ordinal)
+            extra['fence'] = fence.name
+            extra['fence_value'] = fence.signal(stream=stream)
+            no_sync = True
+        if pool is not None:
+            return pool._publish(obj, info, target, meta, extra, writable, broker_held, retire_after, no_sync)
         layout = {'dtype': info.dtype, 'shape': list(info.shape)}
         if info.strides is not None:
             layout['strides'] = list(info.strides)
         if info.ptr != buf.ptr:
             layout['offset'] = info.ptr - buf.ptr
-        no_sync = not sync
-        if fence is not None:
-            if stream is None and buf.kind != 'memfd':
-                stream = _torch_current_stream(buf.device_ordinal)
-            layout['fence'] = fence.name
-            layout['fence_value'] = fence.signal(stream=stream)
-            no_sync = True
+        layout.update(extra)
         raw = _meta.pack(meta, layout)
         return self._publish_raw(buf, target, raw, writable, broker_held, retire_after, no_sync)
 
     def _publish_raw(self, buf, name_bytes, raw, writable=False, broker_held=False, retire_after=0, no_sync=False):
+        with self._locked():
+            return self._publish_locked(buf, name_bytes, raw, writable, broker_held, retire_after, no_sync)
+
+    def _publish_locked(self, buf, name_bytes, raw, writable=False, broker_held=False, retire_after=0, no_sync=False):
+        """gpuipc_publish with the lock held; the buffer id."""
         holder = ctypes.create_string_buffer(raw, len(raw)) if raw else None
         opts = _lib.PublishOptions(int(bool(writable)), int(bool(broker_held)), int(retire_after),
                                    ctypes.cast(holder, ctypes.c_void_p) if holder else None, len(raw),
                                    int(bool(no_sync)))
-        with self._locked():
-            self._check(self._lib.gpuipc_publish(self._c, buf._handle, name_bytes, ctypes.byref(opts)),
-                        f"publish '{name_bytes.decode()}'")
-            return self._lib.gpuipc_buffer_id(buf._handle)
+        self._check(self._lib.gpuipc_publish(self._c, buf._handle, name_bytes, ctypes.byref(opts)),
+                    f"publish '{name_bytes.decode()}'")
+        return self._lib.gpuipc_buffer_id(buf._handle)
 
     def share(self, obj: Any, name: str, kind: Optional[str] = None, device: Optional[int] = None,
               **publish_options: Any) -> Any:
@@ -384,7 +461,7 @@ class Client:
         publish_options: as for publish().
         """
         buf, info = self._owner(obj)
-        if buf is not None:
+        if buf is not None or (kind is None and self._pool_of(info) is not None):
             self.publish(obj, name, **publish_options)
             return obj
         if kind == 'cuda-legacy':
@@ -395,6 +472,17 @@ class Client:
         kind = kind or ('cuda-vmm' if on_gpu else 'memfd')
         device = info.device[1] if device is None and on_gpu else (device or 0)
         fw = arrays.framework_of(obj)
+        if kind == 'cuda-vmm' and fw in ('torch', 'cupy'):
+            # Into memory allocated and exported ahead: a drained copy's range (and its view) serves the next.
+            pool = self._staging_pool('cuda-vmm', device)
+            pool._reap()
+            copy = pool.empty(info.shape, info.dtype, framework=fw)
+            if fw == 'cupy':
+                copy[...] = obj
+            else:
+                copy.copy_(obj)
+            self.publish(copy, name, **publish_options)
+            return copy
         copy = self.empty(info.shape, info.dtype, kind=kind, device=device, framework=None)
         try:
             arrays.copy_into(copy, obj)
@@ -408,6 +496,10 @@ class Client:
 
     def retire(self, obj: Any) -> None:
         """Stops new attaches of obj's buffer; existing ones stay valid. Drained follows the last release."""
+        pool, info = self._pooled(obj)
+        if pool is not None:
+            pool._retire(info)
+            return
         buf, _ = self._buffer_of(obj, 'retire')
         with self._locked():
             self._check(self._lib.gpuipc_retire(self._c, buf._handle), f"retire '{buf.name}'")
@@ -415,6 +507,10 @@ class Client:
     def wait_drained(self, obj: Any, timeout_ms: int = -1) -> None:
         """Waits until obj's buffer (retired, or published with retire_after) has no references left:
         then it may be written and published again, or freed. Raises Timeout."""
+        pool, info = self._pooled(obj)
+        if pool is not None:
+            pool._wait_drained(info, timeout_ms)
+            return
         buf, _ = self._buffer_of(obj, 'wait_drained')
         deadline = _Deadline(timeout_ms)
         while True:
@@ -428,6 +524,9 @@ class Client:
 
     def drained(self, obj: Any) -> bool:
         """True if obj's buffer is drained (or was never published); never waits."""
+        pool, info = self._pooled(obj)
+        if pool is not None:
+            return pool._drained(info)
         buf, _ = self._buffer_of(obj, 'drained')
         with self._locked():
             self._check(self._lib.gpuipc_process(self._c), 'process')
@@ -440,6 +539,10 @@ class Client:
     def free(self, obj: Any) -> None:
         """Unpublishes obj's buffer (retiring it if needed) and frees the memory once no consumer can
         use it. Views of it must not be used afterwards."""
+        pool, info = self._pooled(obj)
+        if pool is not None:
+            pool._free(info)  # the memory is the array's own: it only stops being published
+            return
         buf, _ = self._buffer_of(obj, 'free')
         with self._locked():
             name = buf.name  # before libgpuipc forgets it
@@ -626,7 +729,7 @@ class Client:
         return _ring.join(self, name, timeout_ms, device)
 
     def _ring_closed(self, ring):
-        with self._lock:
+        with self._lock, ring._lock:  # the ring's: after its per-frame call in flight
             self._rings.discard(ring)
             handle, ring._handle = ring._handle, None
             if handle and self._c:
@@ -666,7 +769,7 @@ class Client:
         """One buffer: the live buffer published under `name`, or the buffer with `buffer_id` (in any
         state), with the peers holding it in `held_by` (gpuipc_stat_buffer). Raises NotFound."""
         if (name is None) == (buffer_id is None):
-            raise ValueError('stat() takes a name or a buffer_id')
+            raise errors.InvalidArgument('stat() takes a name or a buffer_id')
         target = _name_bytes(name) if name is not None else None
         info = _lib.BufferInfo()
         cap = 64
@@ -754,23 +857,57 @@ class Client:
 
     # ---- state dicts ----
 
-    def publish_state_dict(self, state_dict: Mapping[str, Any], name: str, kind: str = 'cuda-vmm', device: int = 0,
+    def publish_state_dict(self, state_dict: Mapping[str, Any], name: str, kind: Optional[str] = None,
+                           device: Optional[int] = None,
                            meta: Optional[Mapping[str, Any]] = None, buffers: int = 2, timeout_ms: int = 60000,
-                           broker_held: bool = False) -> 'StateDictVersion':
-        """Publishes a whole dict of arrays (torch, NumPy, CuPy, JAX; any dtypes, host or GPU) as ONE
-        buffer with a manifest (names, dtypes, shapes, offsets) stored inside it, under `name`.
+                           broker_held: bool = False, copy: bool = True) -> 'StateDictVersion':
+        """Publishes a whole dict of arrays (torch, NumPy, CuPy, JAX; any dtypes, host or GPU) under
+        `name`, with a manifest (names, dtypes, shapes, offsets).
 
-        Calling it again under the same name publishes a new version: consumers holding the old one
-        are not disturbed, new attaches get the new one. At most `buffers` buffers are used per name
-        (double buffering with 2): a version's buffer is reused once every consumer released it,
-        waiting up to timeout_ms for that (Timeout otherwise). Returns a StateDictVersion.
+        kind: as share() chooses, by default: 'cuda-vmm' on the arrays' GPU when any array is on a
+        GPU, else 'memfd' (host arrays: NumPy, CPU tensors). device: the CUDA device for cuda kinds.
+
+        copy=True (a snapshot): the arrays are copied into ONE buffer (`kind` on `device`), which
+        holds the manifest too. Calling it again under the same name publishes a new version:
+        consumers holding the old one are not disturbed, new attaches get the new one. At most
+        `buffers` buffers are used per name (double buffering with 2): a version's buffer is written
+        again once every consumer released it, waiting up to timeout_ms for that (Timeout otherwise).
+        The buffers are made (and exported) when first needed, or ahead by reserve_state_dict().
+
+        copy=False (live): the arrays must lie in pools of this client (allocate the model in
+        ``with c.pool(): ...``); nothing is copied, each pool segment they use is published as one
+        view, and consumers see the producer's writes as they happen. Publishing again is a new
+        version of the manifest. Raises NotContiguous, SpansSegments, UnsupportedDtype, or
+        InvalidArgument for an array outside the pools. Returns a StateDictVersion.
         """
-        from . import state_dict as _sd
-        pub = self._publishers.get(name)
-        if pub is None:
-            pub = self._publishers[name] = _sd.Publisher(self, name)
+        pub = self._publisher(name, live=not copy)
+        if not copy:
+            return pub.publish(state_dict, meta=meta, broker_held=broker_held, timeout_ms=timeout_ms)
+        if kind is None:
+            kind, device = _state_dict_kind(state_dict, device)
+        device = 0 if device is None else device
         return pub.publish(state_dict, kind=kind, device=device, meta=meta, buffers=buffers, timeout_ms=timeout_ms,
                            broker_held=broker_held)
+
+    def _publisher(self, name, live):
+        """The publisher of name's versions in that mode (one of the other mode is closed first)."""
+        from . import state_dict as _sd
+        pub = self._publishers.get(name)
+        if pub is not None and pub.live_mode != live:
+            self._publishers.pop(name).close()
+            pub = None
+        if pub is None:
+            pub = self._publishers[name] = (_sd.LivePublisher if live else _sd.Publisher)(self, name)
+        return pub
+
+    def reserve_state_dict(self, name: str, state_dict: Mapping[str, Any], kind: str = 'cuda-vmm', device: int = 0,
+                           buffers: int = 2) -> None:
+        """Makes the buffers of `name`'s snapshot versions now, for a state dict of this layout
+        (allocated and exported: the first publish_state_dict then costs a device copy and a round
+        trip, not an allocation and an export). Buffers that are too small are made again later."""
+        from . import state_dict as _sd
+        _, manifest, manifest_offset = _sd.plan(state_dict)
+        self._publisher(name, live=False).reserve(manifest_offset + len(manifest), kind, device, buffers)
 
     def unpublish_state_dict(self, name: str) -> None:
         """Retires every version published under `name` and frees their buffers (memory held by
@@ -790,6 +927,49 @@ class Client:
         """
         from . import state_dict as _sd
         return _sd.attach(self, name, framework, timeout_ms, device, after)
+
+
+def _state_dict_kind(state_dict, device):
+    """share()'s choice for a whole state dict: (kind, device) of cuda-vmm on the GPU of the first
+    array on a GPU, else memfd."""
+    for value in state_dict.values():
+        try:
+            info = arrays.describe(value)
+        except TypeError:
+            continue  # plan() names the entry that is no array
+        if info.device[0] == 2:
+            return 'cuda-vmm', info.device[1] if device is None else device
+    return 'memfd', 0 if device is None else device
+
+
+# One connection per process and socket for what pickling brings in (Attached.__reduce__), made
+# at the first unpickled buffer and closed at exit. Keyed by the process too: a child forked with
+# the parent's entry must not share its socket.
+_reattach_clients = {}
+_reattach_lock = threading.Lock()
+
+
+def _reattach_client(socket):
+    key = (os.getpid(), socket)
+    with _reattach_lock:
+        c = _reattach_clients.get(key)
+        if c is None or c.closed:
+            c = _reattach_clients[key] = Client(socket, label='gpuipc-unpickled')
+            if len(_reattach_clients) == 1:
+                atexit.register(_close_reattach_clients)
+    return c
+
+
+def _close_reattach_clients():
+    for (pid, _), c in list(_reattach_clients.items()):
+        if pid == os.getpid():
+            c.close()
+
+
+def _reattach(socket, buffer_id, device=-1):
+    """Unpickles an Attached: attaches the same buffer by id, through this process's connection to
+    the broker at `socket`. The buffer must still be live (NotFound or StateError otherwise)."""
+    return _reattach_client(socket).attach_id(buffer_id, device)
 
 
 def _torch_current_stream(ordinal):

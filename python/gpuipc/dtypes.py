@@ -2,6 +2,8 @@
 code, and the matching torch/NumPy dtype. Names are what travel in metadata, so producers and
 consumers in different frameworks agree."""
 
+from .errors import InvalidArgument
+
 # name -> (item size in bytes, DLPack type code, DLPack bits)
 _TABLE = {
     'bool': (1, 6, 8),
@@ -34,7 +36,9 @@ def name(dtype):
         except (ImportError, TypeError):
             n = text
     if n not in _TABLE:
-        raise ValueError(f'unsupported dtype {dtype!r}; gpuipc knows {", ".join(_TABLE)}')
+        from .errors import UnsupportedDtype
+        raise UnsupportedDtype(f'unsupported dtype {dtype!r}: DLPack as gpuipc carries it knows '
+                               f'{", ".join(_TABLE)} (publish it converted, or its bytes as uint8)')
     return n
 
 

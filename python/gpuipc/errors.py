@@ -12,6 +12,7 @@ __all__ = [
     'Error', 'NotFound', 'Timeout', 'Denied', 'Revoked', 'RingClosed', 'Overwritten', 'PidNamespace', 'Device',
     'NoBroker', 'NoCuda', 'Disconnected', 'CudaError', 'NameTaken', 'Quota', 'Busy', 'InvalidArgument',
     'StateError', 'KindError', 'GroupMismatch', 'ProtocolError', 'MetadataError', 'SystemCallError',
+    'PoolClosed', 'SpansSegments', 'NotContiguous', 'UnsupportedDtype', 'NoVmm',
 ]
 
 
@@ -118,6 +119,29 @@ class MetadataError(Error, ValueError):
     """A buffer's metadata is not what gpuipc expects (not msgpack, too large, or an inconsistent layout)."""
 
 
+class PoolClosed(StateError):
+    """The pool was closed (or its client): its memory may not be published or allocated any more."""
+
+
+class SpansSegments(InvalidArgument):
+    """The array lies across two segments of a pool: a view (one publication) lies in one segment.
+    Allocate it in one piece (a pool's allocations never cross a segment), or publish it with a copy."""
+
+
+class NotContiguous(InvalidArgument):
+    """The array is a non-contiguous view, and what it is published as needs contiguous elements (a
+    live state dict's entries): publish .contiguous(), or the state dict with copy=True."""
+
+
+class UnsupportedDtype(InvalidArgument, TypeError):
+    """The array's element type has no DLPack code gpuipc can carry (e.g. torch.complex32, a quantized
+    type): consumers could not take it. Publish it converted, or its bytes as uint8."""
+
+
+class NoVmm(KindError):
+    """The device cannot make cuda-vmm memory or export it as a file descriptor, which a pool needs."""
+
+
 class SystemCallError(Error, OSError):
     """A system call failed; ``errno`` holds its error number."""
 
@@ -156,12 +180,18 @@ def class_for(code, name=None):
 
 
 def from_code(code, operation, detail, hint, name=None, cls=None):
-    """The exception to raise for a failed call: 'operation: detail (hint)'. cls: a subclass of the
-    code's class that the caller knows fits better (e.g. RingClosed for a 'revoked')."""
+    """The exception to raise for a failed call: 'operation: detail' (what happened, as the broker or
+    libgpuipc said it), or 'operation: hint' when there is no detail. The hint, the cause in general
+    and its fix, is not repeated in the message: it is `.hint`, and a note under the traceback
+    (Python 3.11 and later show notes). cls: a subclass of the code's class that the caller knows
+    fits better (e.g. RingClosed for a 'revoked')."""
     if name is None:
         name = err_name(code)
     if not hint and -4096 < code < 0:
         hint = os.strerror(-code)
-    text = f'{detail} ({hint})' if detail and hint and detail != hint else (detail or hint or f'error {code}')
-    return (cls or class_for(code, name))(f'{operation}: {text}' if operation else text, code, operation, detail,
-                                          hint, name)
+    text = detail or hint or f'error {code}'
+    e = (cls or class_for(code, name))(f'{operation}: {text}' if operation else text, code, operation, detail, hint,
+                                       name)
+    if detail and hint and hint != detail and hasattr(e, 'add_note'):
+        e.add_note(f'hint: {hint}')
+    return e

@@ -15,7 +15,11 @@ gpuipc itself writes a few keys, which C producers and consumers may use as well
 Everything else is the producer's own, round-tripped exactly by the msgpack package: ints of any
 sign up to 64 bits, floats, None, bools, str, bytes, lists and nested maps (tuples arrive as lists).
 """
-import msgpack
+try:
+    import msgpack
+except ImportError as e:  # a --no-deps install, or a venv that does not see the distribution's
+    raise ImportError('gpuipc needs the msgpack package: pip install msgpack, or on Debian and Ubuntu '
+                      'apt install python3-msgpack and make the venv with --system-site-packages') from e
 
 from .errors import MetadataError
 

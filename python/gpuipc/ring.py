@@ -24,13 +24,14 @@ by a C producer has none: its frames are bytes (uint8, the slot's size).
 import asyncio
 import ctypes
 import sys
+import threading
 import warnings
 import weakref
 from typing import Any, AsyncIterator, Iterator, Optional, Tuple
 
 from . import _lib, arrays, dlpack, dtypes, errors, meta as _meta
 from .buffer import KINDS, KIND_NAMES, View
-from .client import _Deadline, _name_bytes
+from .client import _SLICE_MS, _Deadline, _name_bytes
 from .fence import stream_handle
 
 MODES = {'backpressure': 0, 'latest': 1, 'stream': 2}
@@ -38,10 +39,9 @@ META_SUFFIX = '@meta'
 
 _E_TIMEOUT = -1006
 _E_NOT_FOUND = -1005
-# While a take_async() waits on the ring's fd, it also calls Client.process() this often: the fd
-# wakes for frames and for the broker's news on a live connection (the producer died, this member
-# was evicted), but after a broker restart there is no connection to watch, and reconnecting (to
-# take the seat back within the restart grace) needs a call.
+# A take_async() looks at the ring this often even when its fd stays quiet: the fd wakes for frames
+# and for the broker's news (libgpuipc's ring thread reads it, and reconnects after a restart), so
+# this is only a bound on a wake-up that went missing.
 _ASYNC_NEWS_S = 0.25
 
 
@@ -133,17 +133,19 @@ class Frame(View):
         again for every later frame in it (a DLPack import costs more than a small frame's hand-over):
         do not resize it or keep it past the frame's release."""
         ptr = self.memory._usable_ptr()  # raises once the frame is gone
-        cached = self.ring._tensors.get(ptr)
-        if self.ring.mode != 'stream':
+        ring = self.ring
+        cached = ring._tensors.get(ptr)
+        if ring.mode != 'stream':
             if cached is None:
-                cached = self.ring._tensors[ptr] = View.torch(self)
+                cached = ring._tensors[ptr] = View.torch(self)
             return cached
-        import torch
-        current = torch.cuda.current_stream(max(self.memory.device_ordinal, 0)).cuda_stream
+        ordinal = max(self.memory.device_ordinal, 0)
+        current = ring._torch_stream(ordinal) or 0
         if cached is None:
-            cached = self.ring._tensors[ptr] = torch.from_dlpack(self.__dlpack__(stream=current or 1))
-        else:
-            _order_after(current or 0, self.stream or 0, self.memory.device_ordinal)
+            import torch
+            cached = ring._tensors[ptr] = torch.from_dlpack(self.__dlpack__(stream=current or 1))
+        elif current != (self.stream or 0):
+            _order_after(current, self.stream or 0, ordinal)
         return cached
 
     def __enter__(self):
@@ -192,11 +194,18 @@ class Ring:
         self.max_members = geometry.get('max_members')
         self.lease_ms = geometry.get('lease_ms')
         self.meta = {k: v for k, v in layout.items() if k not in _meta.RESERVED}
-        self._facts = {}        # slot handle -> (ptr, size, kind, device ordinal)
+        self._slot_proto = {}   # slot handle -> (its memory's attributes, a frame's), made at its first frame
         self._tensors = {}      # slot pointer -> the torch tensor its frames hand out (Frame.torch)
         self._acquired = None   # producer: the frame acquired and not yet published
         self._held = None       # member: a weak reference to the frame it holds
         self._fd = None
+        # The per-frame calls: libgpuipc's data plane takes no lock of the connection's, so neither
+        # does this side: a ring is used by one thread at a time (as libgpuipc wants it), and closing
+        # waits for the call in flight. The out-parameters are made once.
+        self._lock = threading.Lock()
+        self._out_slot, self._out_number = ctypes.c_void_p(), ctypes.c_uint64()
+        self._p_slot, self._p_number = ctypes.byref(self._out_slot), ctypes.byref(self._out_number)
+        self._torch_stream_fn = None
 
     def __repr__(self):
         role = 'producer' if self.producer else 'member'
@@ -221,26 +230,83 @@ class Ring:
         loaded, else the legacy default stream); refuses a stream for a host ring."""
         if self.mode != 'stream':
             if stream is not None:
-                raise ValueError(f"ring '{self.name}' hands frames over with host doorbells; only "
+                raise errors.InvalidArgument(f"ring '{self.name}' hands frames over with host doorbells; only "
                                  f"mode='stream' rings take a stream")
             return None
         if stream is None:
-            return _current_torch_stream(self._device)
+            return self._torch_stream(max(self._device, 0))
         return stream_handle(stream)
 
+    def _torch_stream(self, ordinal):
+        """torch's current CUDA stream on ordinal (raw handle) when torch is loaded, else None."""
+        fn = self._torch_stream_fn
+        if fn is None:
+            fn = _torch_stream_getter()
+            if fn is None:
+                return None
+            self._torch_stream_fn = fn
+        return fn(ordinal) or None
+
+    def _fail(self, r, what):
+        """Raises the exception for libgpuipc's r of a per-frame call (RingClosed for a closed ring)."""
+        try:
+            self._client._check(r, f"{what} (ring '{self.name}')")
+        except errors.Revoked as e:
+            if 'closed the ring' in e.detail:
+                raise _recast(e, errors.RingClosed) from None
+            raise
+
+    def _data_call(self, what, fn, args, timeout_ms):
+        """fn(handle, *args, ms, slot out, number out) for a per-frame call that may wait: at once
+        with the whole timeout when it fits in one slice, else slice by slice (so that Ctrl-C and
+        closing get a word in). False when it timed out."""
+        first = timeout_ms if 0 <= timeout_ms <= _SLICE_MS else _SLICE_MS
+        deadline = None
+        while True:
+            ms = first if deadline is None else deadline.next_slice()[0]
+            with self._lock:
+                h = self._handle
+                if not h:
+                    raise errors.StateError(f"ring '{self.name}' is closed")
+                r = fn(h, *args, ms, self._p_slot, self._p_number)
+            if r >= 0:
+                return True
+            if r != _E_TIMEOUT:
+                self._fail(r, what)
+            if deadline is None:
+                if 0 <= timeout_ms <= _SLICE_MS:
+                    return False
+                deadline = _Deadline(timeout_ms - _SLICE_MS if timeout_ms > 0 else timeout_ms)
+            elif deadline.left_ms() == 0:
+                return False
+
+    def _slot(self, handle):
+        """What every frame of slot `handle` shares: its memory's facts and a frame's layout, checked
+        once, at its first frame."""
+        lib = self._client._lib
+        facts = (lib.gpuipc_buffer_ptr(handle) or 0, lib.gpuipc_buffer_size(handle),
+                 KIND_NAMES.get(lib.gpuipc_buffer_kind(handle), '?'), lib.gpuipc_buffer_device_ordinal(handle))
+        if self.shape is not None and arrays.numel(self.shape) * dtypes.itemsize(self.dtype) > facts[1]:
+            raise errors.MetadataError(f"ring '{self.name}': its metadata says {self.dtype}{list(self.shape)}, "
+                                       f'which does not fit its {facts[1]}-byte slots')
+        self.slot_size = self.slot_size or facts[1]
+        self.kind = self.kind or facts[2]
+        memory = _SlotMemory(self, handle, facts, readonly=not self.producer)
+        frame = Frame(self, memory, None, None)
+        proto = self._slot_proto[handle] = (dict(memory.__dict__), dict(frame.__dict__))
+        memory.live = False  # the prototype is no frame: its finalizer must not release the real one
+        return proto
+
     def _frame(self, handle, number, stream):
-        facts = self._facts.get(handle)
-        if facts is None:
-            lib = self._client._lib
-            facts = (lib.gpuipc_buffer_ptr(handle) or 0, lib.gpuipc_buffer_size(handle),
-                     KIND_NAMES.get(lib.gpuipc_buffer_kind(handle), '?'), lib.gpuipc_buffer_device_ordinal(handle))
-            if self.shape is not None and arrays.numel(self.shape) * dtypes.itemsize(self.dtype) > facts[1]:
-                raise errors.MetadataError(f"ring '{self.name}': its metadata says {self.dtype}{list(self.shape)}, "
-                                           f'which does not fit its {facts[1]}-byte slots')
-            self._facts[handle] = facts
-            self.slot_size = self.slot_size or facts[1]
-            self.kind = self.kind or facts[2]
-        return Frame(self, _SlotMemory(self, handle, facts, readonly=not self.producer), number, stream)
+        """A Frame of slot `handle`: two small objects made from the slot's prototypes (no layout
+        checks, no DLPack, no library call)."""
+        memory_attrs, frame_attrs = self._slot_proto.get(handle) or self._slot(handle)
+        memory = _SlotMemory.__new__(_SlotMemory)
+        memory.__dict__.update(memory_attrs)
+        frame = Frame.__new__(Frame)
+        frame.__dict__.update(frame_attrs)
+        frame.memory, frame.number, frame.stream = memory, number, stream
+        return frame
 
     def _call(self, what, fn, slices=None):
         """fn(ring) under the client's lock; with slices (a client._Deadline), fn(ring, ms) repeated while
@@ -269,16 +335,15 @@ class Ring:
         self._need(True, 'acquire()')
         if self._acquired is not None:
             return self._acquired
-        slot = ctypes.c_void_p()
         cu = self._stream_arg(stream)
         lib = self._client._lib
         if self.mode == 'stream':
-            self._call('acquire', lambda r, ms: lib.gpuipc_ring_stream_acquire(r, cu, ms, ctypes.byref(slot)),
-                       slices=_Deadline(timeout_ms))
+            got = self._data_call('acquire', _stream_acquire(lib), (cu,), timeout_ms)
         else:
-            self._call('acquire', lambda r, ms: lib.gpuipc_ring_acquire(r, ms, ctypes.byref(slot)),
-                       slices=_Deadline(timeout_ms))
-        self._acquired = self._frame(slot.value, None, cu)
+            got = self._data_call('acquire', _host_acquire(lib), (), timeout_ms)
+        if not got:
+            self._fail(_E_TIMEOUT, 'acquire')
+        self._acquired = self._frame(self._out_slot.value, None, cu)
         return self._acquired
 
     def publish(self, stream: Any = None) -> int:
@@ -290,18 +355,22 @@ class Ring:
         frame = self._acquired
         if frame is None:
             raise errors.StateError(f"ring '{self.name}': acquire() a frame before publishing")
-        number = ctypes.c_uint64()
         lib = self._client._lib
-        if self.mode == 'stream':
-            cu = frame.stream if stream is None else stream_handle(stream)
-            self._call('publish', lambda r: lib.gpuipc_ring_stream_publish(r, cu, ctypes.byref(number)))
-        else:
-            self._stream_arg(stream)
-            self._call('publish', lambda r: lib.gpuipc_ring_publish(r, ctypes.byref(number)))
+        with self._lock:
+            h = self._h()
+            if self.mode == 'stream':
+                cu = frame.stream if stream is None else stream_handle(stream)
+                r = lib.gpuipc_ring_stream_publish(h, cu, self._p_number)
+            else:
+                self._stream_arg(stream)
+                r = lib.gpuipc_ring_publish(h, self._p_number)
+        if r < 0:
+            self._fail(r, 'publish')
+        number = self._out_number.value
         frame.memory.live = False
-        frame.number = number.value
+        frame.number = number
         self._acquired = None
-        return number.value
+        return number
 
     def put(self, array: Any, timeout_ms: int = -1, stream: Any = None) -> int:
         """Producer: acquire(), copy `array` (any framework's, of the ring's shape) into the frame with
@@ -337,19 +406,16 @@ class Ring:
         if held is not None and held.held:
             raise errors.StateError(f"ring '{self.name}': frame {held.number} is still held; release it first "
                                     f'(or take frames with `for frame in ring` or `with ring.take() as frame`)')
-        slot, number = ctypes.c_void_p(), ctypes.c_uint64()
         cu = self._stream_arg(stream)
         lib = self._client._lib
         if self.mode == 'stream':
-            fn = lambda r, ms: lib.gpuipc_ring_stream_take(r, cu, ms, ctypes.byref(slot), ctypes.byref(number))  # noqa: E731
+            got = self._data_call('take', _stream_take(lib), (cu,), timeout_ms)
         else:
-            fn = lambda r, ms: lib.gpuipc_ring_take(r, ms, ctypes.byref(slot), ctypes.byref(number))  # noqa: E731
-        try:
-            self._call('take', fn, slices=_Deadline(timeout_ms))
-        except errors.Timeout:
+            got = self._data_call('take', _host_take(lib), (), timeout_ms)
+        if not got:
             return None
         try:
-            frame = self._frame(slot.value, number.value, cu)
+            frame = self._frame(self._out_slot.value, self._out_number.value, cu)
         except BaseException:
             self._call('release', self._release_fn(cu))  # a frame we cannot describe goes back at once
             raise
@@ -363,25 +429,44 @@ class Ring:
         return lib.gpuipc_ring_release
 
     def _release(self, frame, stream, quiet=False):
-        if self.producer or not frame.memory.live:
+        memory = frame.memory
+        if self.producer or not memory.live:
             return
-        frame.memory.live = False
-        if not self._handle:
-            return  # the ring (or its client) is closed: nothing is held any more
+        memory.live = False
+        lib = self._client._lib
+        with self._lock:
+            h = self._handle
+            if not h:
+                return  # the ring (or its client) is closed: nothing is held any more
+            if self.mode == 'stream':
+                r = lib.gpuipc_ring_stream_release(h, frame.stream if stream is None else stream_handle(stream))
+            else:
+                r = lib.gpuipc_ring_release(h)
+        if r >= 0 or quiet:
+            return
         try:
-            self._call('release', self._release_fn(frame.stream if stream is None else stream_handle(stream)))
+            self._fail(r, 'release')
         except errors.Revoked as e:
-            if not quiet:
-                raise _recast(e, errors.Overwritten) from None
-        except errors.Error:
-            if not quiet:
-                raise
+            raise _recast(e, errors.Overwritten) from None
 
     def _release_later(self, frame):
-        """From a finalizer: release when the connection is free (never blocks, never raises)."""
+        """From a finalizer: release now if the ring is free, else once the call in flight is done
+        (never blocks, never raises)."""
         frame.memory.live = False
         release = self._release_fn(frame.stream)
-        self._client._call_later(lambda: release(self._handle) if self._handle else 0)
+
+        def call():
+            with self._lock:
+                if self._handle:
+                    release(self._handle)
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._handle:
+                    release(self._handle)
+            finally:
+                self._lock.release()
+        else:
+            self._client._call_later(call)
 
     def frames(self, timeout_ms: int = -1, stream: Any = None) -> Iterator[Frame]:
         """Member: yields frames as they come, releasing each when the next is asked for; stops when
@@ -408,9 +493,9 @@ class Ring:
 
     def fileno(self) -> int:
         """Member: an fd that is readable when a frame may be ready, for event loops (take with
-        timeout_ms=0 until it raises Timeout: that resets it), and within about 200 ms of news from
-        the broker (the producer died, this member was evicted: take then raises). A helper thread
-        of libgpuipc sleeps on the ring's doorbell for it, from the first call on."""
+        timeout_ms=0 until it raises Timeout: that resets it), and as soon as news from the broker
+        ends the ring for this member (the producer died, it was evicted: take then raises). A helper
+        thread of libgpuipc sleeps on the ring's doorbell for it, from the first call on."""
         self._need(False, 'fileno()')
         if self._fd is None:
             self._fd = self._call('fd', lambda r: self._client._lib.gpuipc_ring_fd(r))
@@ -421,7 +506,6 @@ class Ring:
         loop = asyncio.get_running_loop()
         fd = self.fileno()
         while True:
-            self._client.process()  # news from the broker: an eviction, a dead producer
             frame = self._take(0, stream)
             if frame is not None:
                 return frame
@@ -459,13 +543,14 @@ class Ring:
         slot (lower latency, a core spent)."""
         spin_us = int(spin_us)
         if spin_us < 0:
-            raise ValueError('spin_us must not be negative')
+            raise errors.InvalidArgument('spin_us must not be negative')
         with self._client._locked():
             self._client._lib.gpuipc_ring_set_spin(self._h(), spin_us)
 
     def _forget(self):
         """The client closes: libgpuipc closes the ring itself; nothing of it may be used any more."""
-        self._handle, self._meta_buffer = None, None
+        with self._lock:  # after the per-frame call in flight, if any
+            self._handle, self._meta_buffer = None, None
         for frame in (self._acquired, self._held() if self._held is not None else None):
             if frame is not None:
                 frame.memory.live = False
@@ -528,6 +613,35 @@ def _recast(e, cls):
     return errors.from_code(e.code, e.operation, e.detail, _HINTS[cls.__name__], e.name, cls)
 
 
+# The per-frame calls as _data_call wants them: (handle, [stream,] ms, slot out, number out).
+def _stream_acquire(lib):
+    return lambda h, cu, ms, p_slot, p_number: lib.gpuipc_ring_stream_acquire(h, cu, ms, p_slot)
+
+
+def _host_acquire(lib):
+    return lambda h, ms, p_slot, p_number: lib.gpuipc_ring_acquire(h, ms, p_slot)
+
+
+def _stream_take(lib):
+    return lib.gpuipc_ring_stream_take
+
+
+def _host_take(lib):
+    return lib.gpuipc_ring_take
+
+
+def _torch_stream_getter():
+    """A function ordinal -> torch's current raw CUDA stream, once torch is loaded (its own raw getter
+    when it has one: no Stream object per call), else None."""
+    torch = sys.modules.get('torch')
+    if torch is None or not torch.cuda.is_available():
+        return None
+    raw = getattr(torch._C, '_cuda_getCurrentRawStream', None)
+    if raw is not None:
+        return raw
+    return lambda ordinal: torch.cuda.current_stream(ordinal).cuda_stream
+
+
 def _current_torch_stream(ordinal):
     """torch's current CUDA stream (raw handle) when torch is loaded, else None (the legacy default)."""
     torch = sys.modules.get('torch')
@@ -581,33 +695,33 @@ def _order_after(waiter, signaller, ordinal):
 def _layout(name, slots, slot_size, shape, dtype, mode, kind, device, max_members, lease_ms):
     """(kind, slot size, the metadata layout map) for a new ring, after checking the arguments."""
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        raise errors.InvalidArgument(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     kind = kind or ('cuda-vmm' if mode == 'stream' else 'memfd')
     if kind not in ('memfd', 'cuda-vmm'):
-        raise ValueError(f"a ring's slots are 'memfd' or 'cuda-vmm', not {kind!r}")
+        raise errors.InvalidArgument(f"a ring's slots are 'memfd' or 'cuda-vmm', not {kind!r}")
     if mode == 'stream' and kind != 'cuda-vmm':
-        raise ValueError("mode='stream' hands frames over in CUDA streams: its slots are 'cuda-vmm'")
+        raise errors.InvalidArgument("mode='stream' hands frames over in CUDA streams: its slots are 'cuda-vmm'")
     layout = {}
     if shape is not None:
         shape = (int(shape),) if isinstance(shape, int) else tuple(int(x) for x in shape)
         if any(n < 0 for n in shape):
-            raise ValueError(f'a shape has no negative sizes: {shape}')
+            raise errors.InvalidArgument(f'a shape has no negative sizes: {shape}')
         dtype = dtypes.name(dtype if dtype is not None else 'float32')
         nbytes = arrays.numel(shape) * dtypes.itemsize(dtype)
         if slot_size is None:
             slot_size = max(nbytes, 1)
         elif int(slot_size) < nbytes:
-            raise ValueError(f'slot_size {slot_size} is smaller than a {dtype}{list(shape)} frame ({nbytes} bytes)')
+            raise errors.InvalidArgument(f'slot_size {slot_size} is smaller than a {dtype}{list(shape)} frame ({nbytes} bytes)')
         layout['shape'] = list(shape)
     elif slot_size is None:
-        raise ValueError('a ring needs slot_size (bytes), or shape and dtype')
+        raise errors.InvalidArgument('a ring needs slot_size (bytes), or shape and dtype')
     layout['dtype'] = dtypes.name(dtype) if dtype is not None else 'uint8'
     slot_size = int(slot_size)
     if slot_size <= 0:
-        raise ValueError(f'a slot needs at least one byte, not {slot_size}')
+        raise errors.InvalidArgument(f'a slot needs at least one byte, not {slot_size}')
     for what, value in (('slots', slots), ('max_members', max_members), ('lease_ms', lease_ms)):
         if int(value) <= 0:
-            raise ValueError(f'{what} must be positive, not {value}')
+            raise errors.InvalidArgument(f'{what} must be positive, not {value}')
     layout['ring'] = {'mode': mode, 'slots': int(slots), 'slot_size': slot_size, 'kind': kind,
                       'max_members': int(max_members), 'lease_ms': int(lease_ms), 'device': int(device)}
     return kind, slot_size, layout
@@ -657,9 +771,9 @@ def join(client, name, timeout_ms, device):
                 # set up, or no seat with its new pages yet: its producer makes no ring calls).
                 said = (lib.gpuipc_errmsg(client._c) or b'').decode(errors='replace')
                 why = said if said.startswith(f"ring '{name}'") else 'no ring of that name appeared'
-                raise errors.Timeout(f"join ring '{name}': {why} within {timeout_ms} ms "
-                                     f'(check the producer runs and uses the same name and socket)', _E_TIMEOUT,
-                                     f"join ring '{name}'", '', '', 'timeout')
+                raise errors.from_code(_E_TIMEOUT, f"join ring '{name}'", f'{why} within {timeout_ms} ms',
+                                       'check that the producer runs and uses the same ring name and socket',
+                                       'timeout')
             client._check(r, f"join ring '{name}'")
             break
     try:

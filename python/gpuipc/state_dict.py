@@ -1,33 +1,68 @@
-"""State dicts: a whole dict of arrays in ONE buffer, with versions and double buffering.
+"""State dicts: a whole dict of arrays published at once, with versions.
 
-Layout of a state-dict buffer: every array's bytes at an offset aligned to ALIGN, then the
-manifest, a msgpack map ``{'format': FORMAT, 'entries': [[key, dtype, shape, offset], ...]}``. The
-manifest is larger than the 4 KiB metadata limit for real models, so it lives in the buffer; the
-metadata says where: ``{'state_dict': {'version': n, 'manifest': [offset, length], 'digest': bytes}}``.
-A consumer that has seen the digest before (the same layout: the usual weight update) skips
-reading and parsing the manifest again.
+Two modes. Snapshot (``copy=True``, the default: the RL trainer's): every array's bytes are copied
+into ONE buffer, and versions are double buffered: the Publisher keeps at most `buffers` buffers per
+name and writes a buffer again only once it drained, so holders of a version never see it change and
+memory stays flat across any number of updates. The buffers come from a pool of the Publisher's own,
+so each is exported once, when it is made; reserve_state_dict() makes them ahead, and then the first
+version costs a device copy and a round trip, not an allocation and an export.
 
-Versions: publishing again under the same name replaces the live version at the broker in one
-step (new attaches get the new one; holders of the old one keep valid memory). The Publisher
-keeps at most `buffers` buffers per name and reuses a buffer only once it drained, so memory stays
-flat across any number of updates.
+Live (``copy=False``: the loader that hands one set of weights to N inference processes): the arrays
+already lie in pools of the client (``c.pool()``) and stay there. Each segment they use is published
+as one view (a *part*, under ``NAME@part.I``), and the manifest, in a small memfd buffer under NAME,
+names the parts and where each array lies in them. Nothing is copied, and consumers see the producer's
+later writes as they happen; a new version publishes the manifest again (and the parts whose ranges
+changed).
+
+Layout: a snapshot buffer holds every array's bytes at an offset aligned to ALIGN, then the manifest,
+a msgpack map ``{'format': FORMAT, 'entries': [[key, dtype, shape, offset], ...]}``; a live manifest's
+entries are ``[key, dtype, shape, offset, part]`` (the offset within that part). The manifest is
+larger than the 4 KiB metadata limit for real models, so it lives in the buffer; the metadata says
+where: ``{'state_dict': {'version': n, 'manifest': [offset, length], 'digest': bytes}}``, with
+``'parts': [buffer ids]`` for a live one. A consumer that has seen the digest before (the same
+layout: the usual weight update) skips reading and parsing the manifest again, and for a buffer it
+has mapped already reuses the tensors it made of it.
 """
+import ctypes
 import hashlib
 from typing import Any, Dict
 
 import msgpack
 
-from . import arrays, dtypes, meta as _meta
-from .buffer import View
-from .errors import MetadataError, NotFound, Timeout
+from . import _lib, arrays, dlpack, dtypes, errors, meta as _meta
+from .buffer import Buffer, View
+from .errors import InvalidArgument, MetadataError, NotFound, Timeout
 
 FORMAT = 'gpuipc.state_dict/1'
 ALIGN = 256
 _MANIFEST_CACHE_MAX = 16
+_VIEWS_CACHE_MAX = 8
+_E_TIMEOUT = -1006
+_GRANULE = 2 << 20
 
 
 def _align(n):
     return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _describe(key, value):
+    try:
+        return arrays.describe(value)
+    except errors.UnsupportedDtype as e:
+        raise errors.UnsupportedDtype(f'state dict entry {key!r}: {e}') from None
+    except TypeError:
+        raise TypeError(f'state dict entry {key!r} is a {type(value).__name__}, not an array') from None
+
+
+def _torch_signature(state_dict):
+    """What a plan of a dict of torch tensors depends on, cheaply: each key, tensor object, address,
+    shape and dtype (None if not all torch). The cached plan holds the tensors, so ids cannot be reused."""
+    sig = []
+    for k, v in state_dict.items():
+        if not type(v).__module__.startswith('torch'):
+            return None
+        sig.append((k, id(v), v.data_ptr(), v.shape, v.dtype))
+    return sig
 
 
 def plan(state_dict):
@@ -36,10 +71,7 @@ def plan(state_dict):
     for key, value in state_dict.items():
         if not isinstance(key, str):
             raise TypeError(f'state dict keys must be strings, not {key!r}')
-        try:
-            info = arrays.describe(value)
-        except TypeError:
-            raise TypeError(f'state dict entry {key!r} is a {type(value).__name__}, not an array') from None
+        info = _describe(key, value)
         nbytes = arrays.numel(info.shape) * dtypes.itemsize(info.dtype)
         entries.append((key, info.dtype, list(info.shape), offset, value))
         offset = _align(offset + nbytes)
@@ -50,12 +82,20 @@ def plan(state_dict):
 # ---- views of a buffer, per framework ----
 
 def _torch_views(base, entries):
+    """{key: tensor} over base (a uint8 tensor) for manifest entries (key, dtype, shape, offset): one
+    as_strided each, on a view of base per dtype (building 200 views costs what 200 small ops do)."""
     import torch
-    out = {}
+    out, typed = {}, {}
+    n = base.numel()
     for key, dtype, shape, offset in entries:
-        dt = getattr(torch, dtype)
-        n = arrays.numel(shape) * dtypes.itemsize(dtype)
-        out[key] = base[offset:offset + n].view(dt).view(shape)
+        size = dtypes.itemsize(dtype)
+        t = typed.get(dtype)
+        if t is None:
+            t = typed[dtype] = base[:n - n % size].view(getattr(torch, dtype))
+        if offset % size:  # not an offset this module writes; still a valid view
+            out[key] = base[offset:offset + arrays.numel(shape) * size].view(t.dtype).view(shape)
+        else:
+            out[key] = t.as_strided(shape, dlpack.contiguous_strides(shape), offset // size)
     return out
 
 
@@ -80,8 +120,29 @@ def views(memory, entries, framework):
     if framework in ('jax', None, 'gpuipc'):
         made = {key: View(memory, offset, dtype, shape) for key, dtype, shape, offset in entries}
         return {k: v.jax() for k, v in made.items()} if framework == 'jax' else made
-    raise ValueError(f"framework must be 'torch', 'numpy', 'cupy', 'jax' or None, not {framework!r}")
+    raise InvalidArgument(f"framework must be 'torch', 'numpy', 'cupy', 'jax' or None, not {framework!r}")
 
+
+def _cached_views(client, memory, entries, framework, digest):
+    """views(), remembered per buffer, mapping and layout: a consumer that attaches a buffer it has
+    seen (double buffering: every version from the third on) gets the same arrays again, made once.
+    Only torch's: the others are cheap, or not safe to hand out twice."""
+    if framework != 'torch' or digest is None:
+        return views(memory, entries, framework)
+    key = (memory.id, memory.ptr, memory.size, digest)
+    cache = client._views_cache
+    made = cache.get(key)
+    if made is None:
+        made = views(memory, entries, framework)
+        if len(cache) >= _VIEWS_CACHE_MAX:
+            cache.popitem(last=False)
+        cache[key] = made
+    else:
+        cache.move_to_end(key)
+    return dict(made)
+
+
+# ---- copies into a snapshot buffer ----
 
 def _torch_copy(dst, src):
     """dst[i].copy_(src[i]) for all i, in as few kernel launches as torch allows."""
@@ -97,26 +158,136 @@ def _torch_copy(dst, src):
         d.copy_(s)
 
 
-def _fill(slot, entries, manifest, manifest_offset, torch_views=None):
-    """Copies every array into slot, each with its own framework, then the manifest. torch_views:
-    this slot's destination views for this manifest, when the producer kept them."""
+class _SlotCopies:
+    """What a slot remembers of the last copy into it: the manifest it holds, the torch views of its
+    destinations, and the batch of device copies (valid while the sources stay where they are)."""
+
+    def __init__(self):
+        self.digest = None
+        self.torch_views = None
+        self.items, self.n_items, self.srcs = None, 0, None
+
+
+def _batch_copy(slot, entries, copies, digest):
+    """Every torch array into slot with one library call (device-to-device copies in torch's current
+    stream, no kernel: no module to load on the first use). False when the arrays are not all
+    contiguous CUDA tensors on the slot's device (then torch copies)."""
+    import torch
+    ptrs = []
+    for e in entries:
+        t = e[4]
+        if not t.is_cuda or t.device.index != slot.device_ordinal or not t.is_contiguous():
+            return False
+        ptrs.append(t.data_ptr())
+    if copies.items is None or copies.srcs != ptrs or copies.digest != digest:
+        n = [e[4].numel() * e[4].element_size() for e in entries]
+        todo = [(p, e[3], k) for p, e, k in zip(ptrs, entries, n) if k]
+        items = (_lib.Copy * max(len(todo), 1))()
+        for i, (p, off, k) in enumerate(todo):
+            items[i].src, items[i].offset, items[i].len = p, off, k
+        copies.items, copies.n_items, copies.srcs = items, len(todo), ptrs
+    slot.copy_in(copies.items, copies.n_items, torch.cuda.current_stream(slot.device_ordinal).cuda_stream)
+    return True
+
+
+def _fill(slot, entries, manifest, manifest_offset, digest):
+    """Copies every array into slot, each with its own framework (torch's with one batch of device
+    copies where it can), then the manifest unless the slot holds it already."""
+    copies = slot.copies
     fws = {arrays.framework_of(e[4]) for e in entries}
-    if fws == {'torch'}:
-        dst = torch_views if torch_views is not None else _torch_views(slot.torch(), [e[:4] for e in entries])
+    if fws == {'torch'} and slot.kind != 'memfd' and _batch_copy(slot, entries, copies, digest):
+        pass
+    elif fws == {'torch'}:
+        if copies.torch_views is None or copies.digest != digest:
+            copies.torch_views = _torch_views(slot.torch(), [e[:4] for e in entries])
+        dst = copies.torch_views
         _torch_copy([dst[e[0]] for e in entries], [e[4] for e in entries])
     elif fws == {'numpy'} and slot.kind == 'memfd':
         dst = _array_views(slot.numpy(), [e[:4] for e in entries], dtypes.numpy_dtype)
         for key, _, _, _, src in entries:
             dst[key][...] = src
     else:
-        dst = None
         for _, dtype, shape, offset, src in entries:
-            arrays.copy_into(View(slot, offset, dtype, shape), src)
-    slot.write(manifest, manifest_offset)
-    return dst if fws == {'torch'} else None
+            arrays.copy_into(View(slot.view, offset, dtype, shape), src)
+    if copies.digest != digest:
+        slot.view.write(manifest, manifest_offset)
+        copies.digest = digest
 
 
 # ---- producer ----
+
+class _Slot:
+    """One buffer of a Publisher: an allocation of its pool (exported when the pool made it) and the
+    view it is published as, published again (one round trip, nothing travels) once it drained."""
+
+    def __init__(self, client, pool, need):
+        self.client, self.pool = client, pool
+        self.block = pool._alloc(need)
+        h = ctypes.c_void_p()
+        with client._locked():
+            client._check(client._lib.gpuipc_pool_view(pool._handle, self.block.ptr, need, ctypes.byref(h)),
+                          'make a state dict buffer')
+        self.view = Buffer(client, h.value)
+        self.size, self.kind = need, pool.kind
+        self.device_ordinal = pool.device
+        self.copies = _SlotCopies()
+
+    @property
+    def _handle(self):
+        return self.view._handle
+
+    @property
+    def id(self):
+        return self.view.id
+
+    @property
+    def generation(self):
+        return self.view.generation
+
+    def torch(self):
+        return self.view.torch()
+
+    def numpy(self):
+        return self.view.numpy()
+
+    def copy_in(self, items, n, stream):
+        c = self.client
+        with c._locked():
+            c._check(c._lib.gpuipc_buffer_copy_in(self.view._handle, items, n, stream), 'copy into the state dict')
+
+    @property
+    def drained(self):
+        c = self.client
+        with c._locked():
+            c._lib.gpuipc_process(c._c)
+            return c._lib.gpuipc_wait_drained(c._c, self.view._handle, 0) == 0
+
+    def wait_drained(self, timeout_ms):
+        from .client import _Deadline
+        c, deadline = self.client, _Deadline(timeout_ms)
+        while True:
+            ms, last = deadline.next_slice()
+            with c._locked():
+                r = c._lib.gpuipc_wait_drained(c._c, self.view._handle, ms)
+                if r == _E_TIMEOUT and not last:
+                    continue
+                c._check(r, 'wait for a state dict buffer to drain')
+                return
+
+    def retire(self):
+        c = self.client
+        with c._locked():
+            c._check(c._lib.gpuipc_retire(c._c, self.view._handle), 'retire a state dict version')
+
+    def free(self):
+        """The broker forgets the view once drained; the memory goes back to the pool."""
+        c = self.client
+        if self.view._handle and c._c:
+            with c._locked():
+                c._lib.gpuipc_buffer_free(c._c, self.view._handle)
+        self.view._handle = None
+        self.block = None
+
 
 class StateDictVersion:
     """One published version (from Client.publish_state_dict): its number, the broker's
@@ -147,26 +318,63 @@ class StateDictVersion:
         self._slot.wait_drained(timeout_ms)
 
 
+def _segment_bytes(need):
+    return max((need + _GRANULE - 1) // _GRANULE * _GRANULE, _GRANULE)
+
+
 class Publisher:
-    """The versions of one state dict name in one Client: its buffers (slots) and which is live."""
+    """The versions of one snapshot state dict name in one Client: its buffers (slots, each a whole
+    segment of the Publisher's own pool) and which is live."""
+
+    live_mode = False
 
     def __init__(self, client, name):
         self.client, self.name = client, name
         self.slots, self.live, self.version = [], None, 0
-        self._torch_dst = {}  # slot handle -> (manifest digest, destination views): the same layout
-                              # again (every weight update) needs no new views
+        self.pools = {}  # (kind, device) -> Pool whose segments are this name's buffers
+        self._planned = None  # (torch signature, plan()): a weight update has the same layout
+
+    def _plan(self, state_dict):
+        sig = _torch_signature(state_dict)
+        if sig is not None and self._planned is not None and self._planned[0] == sig:
+            return self._planned[1]
+        result = plan(state_dict)
+        self._planned = (sig, result) if sig is not None else None
+        return result
 
     def owns_buffer(self, buffer_id):
         """True if buffer_id is one of this publisher's buffers (its events are internal)."""
         return any(s._handle and s.id == buffer_id for s in self.slots)
 
+    def _pool(self, kind, device, need):
+        key = (kind, device if kind != 'memfd' else -1)
+        pool = self.pools.get(key)
+        if pool is None or pool.closed:
+            size = _segment_bytes(need)
+            pool = self.pools[key] = self.client.pool(device=device, kind=kind, segment_size=size,
+                                                      max_segment_size=size)
+        return pool
+
     def _fits(self, slot, need, kind, device):
         return slot.size >= need and slot.kind == kind and (kind == 'memfd' or slot.device_ordinal == device)
 
+    def _new_slot(self, need, kind, device):
+        slot = _Slot(self.client, self._pool(kind, device, need), need)
+        self.slots.append(slot)
+        return slot
+
     def _drop(self, slot):
-        self._torch_dst.pop(slot._handle, None)
         self.slots.remove(slot)
-        self.client.free(slot)
+        slot.free()
+
+    def reserve(self, need, kind, device, buffers):
+        """Makes buffers of need bytes (allocated and exported now) until there are `buffers`
+        (drained ones that are too small or elsewhere go first)."""
+        for slot in [s for s in self.slots if s is not self.live and not self._fits(s, need, kind, device)]:
+            if slot.drained:
+                self._drop(slot)
+        while len(self.slots) < max(buffers, 1):
+            self._new_slot(need, kind, device)
 
     def _take_slot(self, need, kind, device, buffers, timeout_ms):
         for slot in [s for s in self.slots if s is not self.live]:
@@ -175,12 +383,10 @@ class Publisher:
                     return slot
                 self._drop(slot)
         if len(self.slots) < max(buffers, 1):
-            slot = self.client.alloc(need, kind, device)
-            self.slots.append(slot)
-            return slot
+            return self._new_slot(need, kind, device)
         waiting = [s for s in self.slots if s is not self.live]
         if not waiting:  # buffers=1: the live version must drain before its memory is written again
-            self.client.retire(self.live)
+            self.live.retire()
             self.live, waiting = None, list(self.slots)
         slot = waiting[0]
         try:
@@ -192,37 +398,130 @@ class Publisher:
         if self._fits(slot, need, kind, device):
             return slot
         self._drop(slot)
-        slot = self.client.alloc(need, kind, device)
-        self.slots.append(slot)
-        return slot
+        return self._new_slot(need, kind, device)
 
     def publish(self, state_dict, kind, device, meta, buffers, timeout_ms, broker_held):
-        entries, manifest, manifest_offset = plan(state_dict)
+        entries, manifest, manifest_offset = self._plan(state_dict)
         need = manifest_offset + len(manifest)
         slot = self._take_slot(need, kind, device, buffers, timeout_ms)
         digest = hashlib.blake2b(manifest, digest_size=8).digest()
-        kept = self._torch_dst.get(slot._handle)
-        views = _fill(slot, entries, manifest, manifest_offset, kept[1] if kept and kept[0] == digest else None)
-        if views is not None:
-            self._torch_dst[slot._handle] = (digest, views)
+        _fill(slot, entries, manifest, manifest_offset, digest)
         version = self.version + 1
         raw = _meta.pack(meta, {'state_dict': {'version': version, 'manifest': [manifest_offset, len(manifest)],
                                                'digest': digest}})
-        self.client._publish_raw(slot, self.name.encode(), raw, broker_held=broker_held)
+        self.client._publish_raw(slot.view, self.name.encode(), raw, broker_held=broker_held)
         self.version = version
         old, self.live = self.live, slot
         if old is not None and old is not slot and old._handle:
             # The broker retired it when the new version took the name; this tells libgpuipc.
-            self.client.retire(old)
+            old.retire()
         return StateDictVersion(self, slot, version, slot.generation, need)
 
+    def publish_manifest(self, manifest, info, meta, broker_held, timeout_ms):
+        """A live state dict's root: its manifest alone, in a memfd buffer (double buffered like a
+        snapshot's), under the name; info goes into its metadata."""
+        slot = self._take_slot(len(manifest), 'memfd', -1, 2, timeout_ms)
+        slot.view.write(manifest, 0)
+        version = self.version + 1
+        raw = _meta.pack(meta, {'state_dict': dict(info, version=version, manifest=[0, len(manifest)])})
+        self.client._publish_raw(slot.view, self.name.encode(), raw, broker_held=broker_held)
+        self.version = version
+        old, self.live = self.live, slot
+        if old is not None and old is not slot and old._handle:
+            old.retire()
+        return StateDictVersion(self, slot, version, slot.generation, len(manifest))
+
     def close(self):
-        """Frees every buffer (retiring the live one)."""
-        self._torch_dst.clear()
+        """Frees every buffer (retiring the live one) and the pools they came from."""
         for slot in list(self.slots):
-            if slot._handle:
-                self.client.free(slot)
-        self.slots, self.live = [], None
+            slot.free()
+        self.slots, self.live, self._planned = [], None, None
+        for pool in self.pools.values():
+            if not pool.closed:
+                pool.close(force=True)
+        self.pools.clear()
+
+
+class LivePublisher:
+    """The versions of one live state dict name: the arrays stay in the client's pools; each segment
+    they use is published as one view (a part), and the manifest under the name (module docstring)."""
+
+    live_mode = True
+
+    def __init__(self, client, name):
+        self.client, self.name = client, name
+        self.root = Publisher(client, name)
+        self.parts = []  # (pool, base, size, buffer id) of the live version's parts
+        self.keep = None  # the live version's arrays: they must stay where the manifest says
+
+    @property
+    def slots(self):
+        return self.root.slots
+
+    @property
+    def version(self):
+        return self.root.version
+
+    def owns_buffer(self, buffer_id):
+        return self.root.owns_buffer(buffer_id) or any(p[3] == buffer_id for p in self.parts)
+
+    def _locate(self, state_dict):
+        """[(key, dtype, shape, pool, base, size)] for every array, each checked to lie in one segment
+        of one of the client's pools; and the parts: {(pool, segment base): [lowest, highest byte)}."""
+        located, parts = [], {}
+        for key, value in state_dict.items():
+            if not isinstance(key, str):
+                raise TypeError(f'state dict keys must be strings, not {key!r}')
+            info = _describe(key, value)
+            if info.strides is not None:
+                raise errors.NotContiguous(f'state dict entry {key!r} is not contiguous: a live state dict lists '
+                                           f'each array by offset and shape (publish .contiguous(), or copy=True)')
+            pool = self.client._pool_of(info)
+            if pool is None:
+                raise errors.InvalidArgument(f'state dict entry {key!r} does not lie in a pool of this client: '
+                                             f'allocate the model in c.pool() (with pool: ...), or publish with '
+                                             f'copy=True')
+            base, size = pool._range(info, f'state dict entry {key!r}')
+            seg = pool._segment(base)[0]
+            span = parts.setdefault((pool, seg), [base, base + size])
+            span[0], span[1] = min(span[0], base), max(span[1], base + size)
+            located.append((key, info.dtype, list(info.shape), pool, base, seg))
+        return located, parts
+
+    def publish(self, state_dict, meta, broker_held, timeout_ms):
+        located, spans = self._locate(state_dict)
+        order = sorted(spans, key=lambda k: spans[k][0])
+        index = {k: i for i, k in enumerate(order)}
+        wanted = [(k[0], spans[k][0], spans[k][1] - spans[k][0]) for k in order]
+        entries = [[key, dtype, shape, base - spans[(pool, seg)][0], index[(pool, seg)]]
+                   for key, dtype, shape, pool, base, seg in located]
+        same = [p[:3] for p in self.parts] == wanted
+        if not same:
+            old, self.parts = self.parts, []
+            for i, (pool, lo, size) in enumerate(wanted):
+                info = dlpack.Info(lo, _dl_device(pool), 'uint8', (size,), None, False)
+                pid = pool._publish(state_dict, info, f'{self.name}@part.{i}'.encode(), None, None,
+                                    broker_held=broker_held)
+                self.parts.append((pool, lo, size, pid))
+            for pool, lo, size, _ in old:  # replaced under their names: retired; freed once drained
+                if not pool.closed:
+                    pool._free(dlpack.Info(lo, _dl_device(pool), 'uint8', (size,), None, False))
+        manifest = msgpack.packb({'format': FORMAT, 'entries': entries}, use_bin_type=True)
+        digest = hashlib.blake2b(manifest, digest_size=8).digest()
+        self.keep = state_dict
+        return self.root.publish_manifest(manifest, {'digest': digest, 'parts': [p[3] for p in self.parts]}, meta,
+                                          broker_held, timeout_ms)
+
+    def close(self):
+        for pool, lo, size, _ in self.parts:
+            if not pool.closed:
+                pool._free(dlpack.Info(lo, _dl_device(pool), 'uint8', (size,), None, False))
+        self.parts, self.keep = [], None
+        self.root.close()
+
+
+def _dl_device(pool):
+    return (dlpack.KDL_CPU, 0) if pool.kind == 'memfd' else (dlpack.KDL_CUDA, pool.device)
 
 
 # ---- consumer ----
@@ -230,20 +529,25 @@ class Publisher:
 class StateDict(dict):
     """A state dict attached from a broker: {key: zero-copy array}, plus `version` (the producer's
     count), `generation` and `buffer_id` (the broker's), `meta` (the producer's own metadata) and
-    `name`. release() (or leaving a ``with`` block) empties the dict and gives the buffer back;
-    arrays taken from it must not be used afterwards. Dropped unreleased, it is released once it
-    and all its arrays are garbage (with a ResourceWarning)."""
+    `name`; `live` is True for a live state dict (its arrays change when the producer writes them).
+    release() (or leaving a ``with`` block) empties the dict and gives the buffers back; arrays taken
+    from it must not be used afterwards. Dropped unreleased, it is released once it and all its
+    arrays are garbage (with a ResourceWarning)."""
 
     name: str
     version: int
     generation: int
     buffer_id: int
     meta: Dict[str, Any]
+    live: bool
 
     def release(self) -> None:
-        """Empties the dict and releases the buffer (idempotent)."""
+        """Empties the dict and releases the buffers (idempotent)."""
         self.clear()
         attached, self._attached = getattr(self, '_attached', None), None
+        parts, self._parts = getattr(self, '_parts', None) or [], []
+        for part in parts:
+            part.release()
         if attached is not None:
             attached.release()
 
@@ -269,18 +573,24 @@ def _manifest(client, attached, info):
     raw = View(attached, 0, 'uint8', (attached.size,)).read(offset, length)
     if digest is not None and hashlib.blake2b(raw, digest_size=8).digest() != digest:
         raise MetadataError(f'state dict {attached.name!r}: the manifest does not match its digest')
+    live = 'parts' in info
     try:
         m = msgpack.unpackb(raw, raw=False)
         if m.get('format') != FORMAT:
             raise ValueError(f"format {m.get('format')!r}")
         entries = []
-        for key, dtype, shape, off in m['entries']:
+        for e in m['entries']:
+            key, dtype, shape, off = e[:4]
+            part = int(e[4]) if live else None
+            if len(e) != (5 if live else 4):
+                raise ValueError(f'entry {key!r} has {len(e)} fields')
             shape = [int(x) for x in shape]
             dtype = dtypes.name(dtype)
             end = int(off) + arrays.numel(shape) * dtypes.itemsize(dtype)
-            if int(off) < 0 or any(x < 0 for x in shape) or end > offset:
+            # a snapshot's arrays lie before its manifest; a live one's within its part (checked at attach)
+            if int(off) < 0 or any(x < 0 for x in shape) or (not live and end > offset):
                 raise ValueError(f'entry {key!r} lies outside the data')
-            entries.append((str(key), dtype, shape, int(off)))
+            entries.append((str(key), dtype, shape, int(off), part))
     except Exception as e:
         raise MetadataError(f'state dict {attached.name!r}: unusable manifest ({e})') from None
     if digest is not None:
@@ -314,21 +624,53 @@ def _attach_newer(client, name, timeout_ms, device, after):
         client._unsubscribe(sub)
 
 
+def _live_views(client, root, info, entries, framework, device, digest):
+    """The arrays of a live state dict: its parts attached by id, each array a view of its part."""
+    try:
+        ids = [int(x) for x in info['parts']]
+    except (TypeError, ValueError):
+        raise MetadataError(f"state dict {root.name!r}: unusable 'parts'") from None
+    parts = []
+    try:
+        for pid in ids:
+            parts.append(client.attach_id(pid, device))
+        out = {}
+        for i, part in enumerate(parts):
+            mine = [(k, d, s, o) for k, d, s, o, p in entries if p == i]
+            for k, d, s, o in mine:
+                if o + arrays.numel(s) * dtypes.itemsize(d) > part.size:
+                    raise MetadataError(f'state dict {root.name!r}: entry {k!r} lies outside its part')
+            out.update(_cached_views(client, part, mine, framework, digest))
+        if len(out) != len(entries):
+            raise MetadataError(f'state dict {root.name!r}: entries name parts it does not list')
+    except BaseException:
+        for part in parts:
+            part.release()
+        raise
+    return out, parts
+
+
 def attach(client, name, framework, timeout_ms, device, after):
     """Client.attach_state_dict()."""
     a = _attach_newer(client, name, timeout_ms, device, after) if after is not None else \
         client.attach(name, timeout_ms, device)
+    parts = []
     try:
         info = a.meta.get('state_dict')
         if not isinstance(info, dict):
             raise MetadataError(f"'{name}' is not a state dict (its metadata has no 'state_dict' key)")
         entries = _manifest(client, a, info)
-        sd = StateDict(views(a, entries, framework))
+        digest = info.get('digest')
+        if 'parts' in info:
+            made, parts = _live_views(client, a, info, entries, framework, device, digest)
+        else:
+            made = _cached_views(client, a, [e[:4] for e in entries], framework, digest)
+        sd = StateDict(made)
     except BaseException:
         a.release()
         raise
-    sd._attached = a
-    sd.name, sd.version = name, info.get('version', 0)
+    sd._attached, sd._parts = a, parts
+    sd.name, sd.version, sd.live = name, info.get('version', 0), bool(parts)
     sd.generation, sd.buffer_id = a.generation, a.id
     sd.meta = {k: v for k, v in a.meta.items() if k != 'state_dict'}
     return sd

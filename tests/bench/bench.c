@@ -39,6 +39,7 @@ static void usage(FILE *f)
                    "      --seed              handle file polled every 2 s / inotify vs attach-with-wait\n"
                    "      --ring              ring handoff p50/p99 (futex wake, spin), frames/s vs a round trip\n"
                    "      --gpu               CUDA kinds and PyTorch's IPC (skips without a GPU)\n"
+                   "      --gpu-rings         only --gpu's ring rows: C and Python rings, floors, torch's ring\n"
                    "      --all               every section, --gpu included\n\n"
                    "Options:\n"
                    "  -q, --quick             a smoke run (under a minute for the CPU sections)\n"
@@ -47,6 +48,7 @@ static void usage(FILE *f)
                    "      --seccomp MODE      the broker's --seccomp (default enforce, as deployed)\n"
                    "      --python PATH       interpreter for torch_compare.py (default python3)\n"
                    "      --no-torch          skip the PyTorch comparison in --gpu\n"
+                   "      --no-mps            skip --gpu's second pass of the ring rows under an MPS daemon\n"
                    "      --pin same|split    latency: client and server on one CPU, or on two (default:\n"
                    "                          wherever the scheduler puts them)\n"
                    "  -h, --help\n");
@@ -84,6 +86,8 @@ static void parse_args(int argc, char **argv)
                 O_SECCOMP,
                 O_PYTHON,
                 O_NO_TORCH,
+                O_NO_MPS,
+                O_GPU_RINGS,
                 O_PIN
         };
         static const struct option opts[] = {
@@ -101,6 +105,8 @@ static void parse_args(int argc, char **argv)
                 {"seccomp", required_argument, NULL, O_SECCOMP},
                 {"python", required_argument, NULL, O_PYTHON},
                 {"no-torch", no_argument, NULL, O_NO_TORCH},
+                {"no-mps", no_argument, NULL, O_NO_MPS},
+                {"gpu-rings", no_argument, NULL, O_GPU_RINGS},
                 {"help", no_argument, NULL, 'h'},
                 {"pin", required_argument, NULL, O_PIN},
                 {},
@@ -161,6 +167,13 @@ static void parse_args(int argc, char **argv)
                         break;
                 case O_NO_TORCH:
                         o->torch_script = NULL;
+                        break;
+                case O_NO_MPS:
+                        o->no_mps = true;
+                        break;
+                case O_GPU_RINGS:
+                        o->gpu_rings_only = true;
+                        o->sections |= SEC_GPU;
                         break;
                 case O_PIN:
                         o->pin = optarg;

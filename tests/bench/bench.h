@@ -38,6 +38,8 @@ typedef struct BenchOpts {
         const char *libgpuipc_path; /* libgpuipc.so for the Python module */
         const char *python_path;  /* the directory holding gpuipc.py */
         const char *pin;          /* latency: NULL (the scheduler decides), "same" or "split" */
+        bool no_mps;              /* --gpu: skip the pass under an MPS daemon of our own */
+        bool gpu_rings_only;      /* --gpu-rings: only the GPU section's ring rows (both passes) */
 } BenchOpts;
 
 extern BenchOpts bench_opts;
@@ -221,8 +223,9 @@ int victim_main(int argc, char **argv);
 void section_seed(void);
 void section_ring(void);
 void section_gpu(void);
-/* Inside the GPU part: the stream-ordered ring against publish/attach, in C (gpu-ring.c). */
-void gpu_ring_rows(void);
+/* Inside the GPU part: the stream-ordered ring against publish/attach, in C (gpu-ring.c), with
+ * suffix after every metric; the stream ring's us per frame with 1 and 8 consumers (NAN: failed). */
+void gpu_ring_rows(const char *suffix, double ret_stream_us[2]);
 /* In a GPU child: the libcuda libgpuipc loaded (for entry points its table lacks); dies without. */
 void *bench_libcuda(void);
 

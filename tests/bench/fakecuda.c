@@ -6,7 +6,8 @@
  * Its numbers mean nothing. "Device memory" is a memfd mapped at the same address on every fake
  * device; cuMemCreate memory exports that memfd, a legacy handle names the producer's pid and fd
  * (opened through /proc), copies are memcpy; a stream is a worker thread that runs its queue in
- * order, so that work is as asynchronous as on a GPU. $FAKECUDA_DEVICES sets the device count (default 2).
+ * order, so that work is as asynchronous as on a GPU. $FAKECUDA_DEVICES sets the device count (default 2);
+ * $FAKECUDA_NO_VMM makes the devices say they lack virtual memory management.
  * Only what libgpuipc and gpuipc-bench call is here; everything else is absent. */
 #include <errno.h>
 #include <fcntl.h>
@@ -165,7 +166,9 @@ API Res cuDeviceGetUuid_v2(char *bytes, int dev)
 API Res cuDeviceGetAttribute(int *v, unsigned attr, int dev)
 {
         (void)dev;
-        *v = attr == 20 ? 0 : 1; /* compute mode default; every capability present */
+        *v = attr == 20 ? 0 : 1; /* compute mode default; every capability present, */
+        if (attr == 102 && getenv("FAKECUDA_NO_VMM"))
+                *v = 0; /* ... but virtual memory management where the test asks */
         return OK;
 }
 

@@ -8,7 +8,12 @@
  *   - rings of 8 cuda-vmm slots to 1 and 8 consumers, stream-ordered against publish/attach
  *     (gpu-ring.c);
  *   - tests/bench/torch_compare.py: PyTorch's own CUDA IPC against the Python module, whose
- *     rows it hands back as tab-separated lines.
+ *     rows it hands back as tab-separated lines, and the Python rings against their floor and the
+ *     C stream ring of the same pass;
+ *   - the ring rows again under an MPS daemon of our own (its pipe and log directories in a
+ *     temporary directory; the GPU's settings are left as they are), where
+ *     nvidia-cuda-mps-control exists and --no-mps is not given: one GPU without MPS runs one
+ *     process's context at a time, so every hand-over between processes costs a context switch.
  *
  * CUDA does not survive fork(), so this process never touches it: the producer, the consumer and
  * the probe are children that load CUDA themselves. */
@@ -19,6 +24,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -320,8 +326,9 @@ static int consumer_main(void *arg)
 
 /* ---- PyTorch ---- */
 
-/* Runs torch_compare.py against its own broker; 0, 77 (skipped) or a failure. */
-static int run_torch(const char *tsv)
+/* Runs a Python script of rows (torch_compare.py, torch_pool.py) against its own broker, with the
+ * NULL-terminated extra arguments (or NULL); 0, 77 (skipped) or a failure. */
+static int run_torch(const char *script, const char *tsv, const char *const *extra)
 {
         char pythonpath[4096];
         const char *old = getenv("PYTHONPATH");
@@ -335,20 +342,22 @@ static int run_torch(const char *tsv)
         if (pid < 0)
                 die("fork: %s", strerror(errno));
         if (pid == 0) {
-                const char *argv[12];
+                const char *argv[24];
                 int n = 0;
 
                 setenv("PYTHONPATH", pythonpath, 1);
                 setenv("GPUIPC_LIBRARY", bench_opts.libgpuipc_path, 1);
                 dup2(2, 1); /* its own table goes to our progress stream */
                 argv[n++] = bench_opts.python;
-                argv[n++] = bench_opts.torch_script;
+                argv[n++] = script;
                 argv[n++] = "--broker";
                 argv[n++] = bench_opts.broker;
                 argv[n++] = "--tsv";
                 argv[n++] = tsv;
                 if (bench_opts.quick)
                         argv[n++] = "--quick";
+                for (size_t i = 0; extra && extra[i] && n < 23; i++)
+                        argv[n++] = extra[i];
                 argv[n] = NULL;
                 execvp(argv[0], (char **)argv);
                 fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
@@ -384,12 +393,189 @@ static void add_torch_rows(const char *tsv)
                         row_target_ratio_max(r, strtod(field[5] + 7, NULL));
                 else if (strncmp(field[5], "ratio>=", 7) == 0)
                         row_target_ratio_min(r, strtod(field[5] + 7, NULL));
+                else if (strncmp(field[5], "value<=", 7) == 0) {
+                        char text[40];
+
+                        snprintf(text, sizeof(text), "<= %s %s", field[5] + 7, field[2]);
+                        row_target_value_max(r, strtod(field[5] + 7, NULL), text);
+                }
                 row_note(r, "%s", field[6]);
         }
         fclose(f);
 }
 
+/* ---- MPS ---- */
+
+/* An MPS control daemon of the bench's own: its pipe and log directories under a temporary
+ * directory, named to the children through CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY
+ * (this process never loads CUDA; the children it forks afterwards do, and become MPS clients).
+ * Nothing about the GPU is changed: no compute mode, no nvidia-smi. */
+typedef struct Mps {
+        char dir[64], pipe[96], log[96];
+} Mps;
+
+static bool mps_start(Mps *m, char *why, size_t cap)
+{
+        char control[128];
+        int rc;
+
+        snprintf(m->dir, sizeof(m->dir), "%.40s/gpuipc-mps.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+        if (!mkdtemp(m->dir)) {
+                snprintf(why, cap, "mkdtemp: %s", strerror(errno));
+                return false;
+        }
+        snprintf(m->pipe, sizeof(m->pipe), "%s/pipe", m->dir);
+        snprintf(m->log, sizeof(m->log), "%s/log", m->dir);
+        if (mkdir(m->pipe, 0700) < 0 || mkdir(m->log, 0700) < 0) {
+                snprintf(why, cap, "mkdir: %s", strerror(errno));
+                return false;
+        }
+        setenv("CUDA_MPS_PIPE_DIRECTORY", m->pipe, 1);
+        setenv("CUDA_MPS_LOG_DIRECTORY", m->log, 1);
+        rc = system("nvidia-cuda-mps-control -d");
+        if (rc != 0) {
+                snprintf(why, cap, "'nvidia-cuda-mps-control -d' failed (status %d): is it installed?", rc);
+                unsetenv("CUDA_MPS_PIPE_DIRECTORY");
+                unsetenv("CUDA_MPS_LOG_DIRECTORY");
+                return false;
+        }
+        snprintf(control, sizeof(control), "%s/control", m->pipe);
+        for (int i = 0; i < 500 && access(control, F_OK) != 0; i++)
+                sleep_ns(10000000);
+        return true;
+}
+
+/* How many clients the daemon's log says connected (the proof that the pass ran under MPS). */
+static int mps_clients(const Mps *m)
+{
+        char path[128], line[512];
+        FILE *f;
+        int n = 0;
+
+        snprintf(path, sizeof(path), "%s/control.log", m->log);
+        f = fopen(path, "re");
+        if (!f)
+                return 0;
+        while (fgets(line, sizeof(line), f))
+                n += strcasestr(line, "new client") != NULL;
+        fclose(f);
+        return n;
+}
+
+static void mps_stop(Mps *m)
+{
+        char control[128], cmd[160];
+        FILE *p = popen("nvidia-cuda-mps-control", "w");
+
+        if (p) {
+                fputs("quit\n", p);
+                pclose(p);
+        }
+        snprintf(control, sizeof(control), "%s/control", m->pipe);
+        for (int i = 0; i < 1000 && access(control, F_OK) == 0; i++)
+                sleep_ns(10000000);
+        unsetenv("CUDA_MPS_PIPE_DIRECTORY");
+        unsetenv("CUDA_MPS_LOG_DIRECTORY");
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", m->dir);
+        if (system(cmd) != 0)
+                note("could not remove %s", m->dir);
+}
+
 /* ---- the section ---- */
+
+/* The ring rows (C, then Python through torch_compare.py), with suffix after every metric. */
+static void ring_pass(const char *suffix, bool rings_only)
+{
+        double c_ring[2] = { NAN, NAN };
+        const char *extra[8];
+        char tsv[4096], c_ring_arg[64];
+        int rc, n = 0;
+
+        gpu_ring_rows(suffix, c_ring);
+        if (!bench_opts.torch_script || !*bench_opts.torch_script)
+                return;
+        if (bench_opts.out_dir)
+                snprintf(tsv, sizeof(tsv), "%s/torch_compare%s.tsv", bench_opts.out_dir, *suffix ? "-mps" : "");
+        else
+                snprintf(tsv, sizeof(tsv), "%s/gpuipc-bench-torch.%d.tsv",
+                         getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+        note("PyTorch comparison%s: %s %s", suffix, bench_opts.python, bench_opts.torch_script);
+        snprintf(c_ring_arg, sizeof(c_ring_arg), "1=%.3f,8=%.3f", c_ring[0], c_ring[1]);
+        extra[n++] = "--c-ring";
+        extra[n++] = c_ring_arg;
+        if (rings_only)
+                extra[n++] = "--rings-only";
+        extra[n++] = "--suffix";
+        extra[n++] = suffix;
+        extra[n] = NULL;
+        rc = run_torch(bench_opts.torch_script, tsv, extra);
+        if (rc == 77)
+                printf("PyTorch comparison skipped (torch_compare.py says why above)\n");
+        else if (rc != 0)
+                printf("PyTorch comparison%s failed (exit status %d); rows it finished are kept\n", suffix, rc);
+        add_torch_rows(tsv);
+        if (!bench_opts.out_dir)
+                unlink(tsv);
+}
+
+static void mps_pass(void)
+{
+        char why[256];
+        Mps m;
+        Row *r;
+
+        if (bench_opts.no_mps)
+                return;
+        if (!mps_start(&m, why, sizeof(why))) {
+                r = row_add("ring rows under MPS", NAN, "", "", NAN);
+                row_note(r, "not run: %s", why);
+                return;
+        }
+        note("MPS control daemon started (pipe %s)", m.pipe);
+        ring_pass(" [MPS]", true);
+        r = row_add("MPS clients in this pass", mps_clients(&m), "", "", NAN);
+        row_note(r, "from the daemon's control.log: every process of the pass connected to its server");
+        mps_stop(&m);
+}
+
+/* torch_pool.py (pools and weight sync): without MPS, then (unless --no-mps) under an MPS daemon
+ * the script starts for itself when nvidia-cuda-mps-control is there. */
+static void pool_rows(void)
+{
+        char script[4096], tsv[4096];
+        const char *dir;
+
+        if (!bench_opts.torch_script || !*bench_opts.torch_script)
+                return;
+        dir = strrchr(bench_opts.torch_script, '/');
+        snprintf(script, sizeof(script), "%.*storch_pool.py", dir ? (int)(dir - bench_opts.torch_script + 1) : 0,
+                 bench_opts.torch_script);
+        if (bench_opts.out_dir)
+                snprintf(tsv, sizeof(tsv), "%s/torch_pool.tsv", bench_opts.out_dir);
+        else
+                snprintf(tsv, sizeof(tsv), "%s/gpuipc-bench-pool.%d.tsv",
+                         getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+        unlink(tsv);
+        for (int mps = 0; mps < 2; mps++) {
+                const char *const extra[] = { mps ? "--mps" : NULL, NULL };
+                int rc;
+
+                if (mps && (bench_opts.no_mps || system("command -v nvidia-cuda-mps-control >/dev/null 2>&1") != 0)) {
+                        printf("pool rows under MPS skipped: %s\n",
+                               bench_opts.no_mps ? "--no-mps" : "no nvidia-cuda-mps-control");
+                        break;
+                }
+                note("pools and weight sync%s: %s %s", mps ? " under MPS" : "", bench_opts.python, script);
+                rc = run_torch(script, tsv, extra);
+                if (rc == 77)
+                        printf("pool rows skipped (torch_pool.py says why above)\n");
+                else if (rc != 0)
+                        printf("pool rows failed (exit status %d); rows it finished are kept\n", rc);
+        }
+        add_torch_rows(tsv);
+        if (!bench_opts.out_dir)
+                unlink(tsv);
+}
 
 static void add_rows(const GpuShared *sh, int n_placements)
 {
@@ -436,13 +622,18 @@ void section_gpu(void)
         GpuShared *sh;
         GpuArgs a = {0};
         Broker broker;
-        int ready[2], done[2], rc, n_placements;
+        int ready[2], done[2], n_placements;
         pid_t prod;
-        char b, tsv[4096];
+        char b;
 
         if (!g->ok) {
                 printf("GPU part skipped: %s\n", g->reason);
                 note("skipped: %s", g->reason);
+                return;
+        }
+        if (bench_opts.gpu_rings_only) {
+                ring_pass("", true);
+                mps_pass();
                 return;
         }
         sh = shared_alloc(sizeof(*sh));
@@ -481,22 +672,7 @@ void section_gpu(void)
                 note("the producer failed while cleaning up");
         add_rows(sh, n_placements);
         broker_stop(&broker);
-        gpu_ring_rows();
-
-        if (!bench_opts.torch_script || !*bench_opts.torch_script)
-                return;
-        if (bench_opts.out_dir)
-                snprintf(tsv, sizeof(tsv), "%s/torch_compare.tsv", bench_opts.out_dir);
-        else
-                snprintf(tsv, sizeof(tsv), "%s/gpuipc-bench-torch.%d.tsv",
-                         getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-        note("PyTorch comparison: %s %s", bench_opts.python, bench_opts.torch_script);
-        rc = run_torch(tsv);
-        if (rc == 77)
-                printf("PyTorch comparison skipped (torch_compare.py says why above)\n");
-        else if (rc != 0)
-                printf("PyTorch comparison failed (exit status %d); rows it finished are kept\n", rc);
-        add_torch_rows(tsv);
-        if (!bench_opts.out_dir)
-                unlink(tsv);
+        ring_pass("", false);
+        mps_pass();
+        pool_rows();
 }

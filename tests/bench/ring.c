@@ -1,10 +1,14 @@
-/* Section --ring: frames handed over through a ring's shared memory, against the broker round trip
- * measured in the same run (a ping: the least a frame costs when it goes through the broker).
+/* Section --ring: frames handed over through a ring's shared memory, against floors measured in the
+ * same run: a broker round trip (a ping: the least a frame costs when it goes through the broker),
+ * and the same hand-off done raw between processes, without a ring: a futex on one shared word
+ * (the least a sleeping member can cost) and a spin on one cache line (the least a spinning one
+ * can cost).
  *
  * Handoff: the producer stamps CLOCK_MONOTONIC into the slot just before it publishes, each member
  * takes the frame and subtracts the stamp from its own clock: the one-way time from "published" to
  * "a member has it". Frames go out one at a time with a pause between them, so members that sleep
- * (futex wake) really sleep; with spin, members busy-wait instead. 1 and 8 members.
+ * (futex wake) really sleep; with spin, members busy-wait instead. 1 and 8 members. The raw floors
+ * stamp the same way.
  * Frames/s: one member and a producer going as fast as the ring lets them. */
 #include <errno.h>
 #include <math.h>
@@ -13,6 +17,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "futex.h"
 #include "macro.h"
 
 #define RING_MEMBERS_MAX 8
@@ -120,7 +125,96 @@ static double ring_run(RingRun *x, const char *name)
         return (double)x->frames * 1e9 / (double)(t1 - t0);
 }
 
-static void handoff_rows(RingRun *x, const char *what, double rtt_p50)
+/* ---- the raw floors: one cache line between processes, no ring ---- */
+
+typedef struct RawLine {
+        _Alignas(64) uint64_t stamp;
+        uint32_t seq; /* the futex word: bumped at every hand-over */
+        _Alignas(64) int ready;
+        uint32_t n[RING_MEMBERS_MAX];
+        float ns[RING_MEMBERS_MAX][RING_SAMPLES_MAX];
+} RawLine;
+
+typedef struct RawChild {
+        RawLine *l;
+        int idx, frames;
+        bool spin;
+} RawChild;
+
+static inline void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+}
+
+/* Waits for each new seq (spinning, or in futex_wait) and records now - stamp. */
+static int raw_member_main(void *arg)
+{
+        RawChild *a = arg;
+        RawLine *l = a->l;
+        uint32_t seen = 0;
+
+        __atomic_add_fetch(&l->ready, 1, __ATOMIC_SEQ_CST);
+        /* Until the last frame: one that woke late sees the newest frame only, as the ring's latest
+         * mode would (the sample is still one hand-over). */
+        while (seen < (uint32_t)a->frames) {
+                uint32_t v;
+                uint64_t t;
+
+                while ((v = __atomic_load_n(&l->seq, __ATOMIC_ACQUIRE)) == seen) {
+                        if (a->spin)
+                                relax();
+                        else
+                                (void)futex_wait(&l->seq, seen, 1000);
+                }
+                t = now_ns();
+                seen = v;
+                if (l->n[a->idx] < RING_SAMPLES_MAX)
+                        l->ns[a->idx][l->n[a->idx]++] = (float)(t - __atomic_load_n(&l->stamp, __ATOMIC_RELAXED));
+        }
+        return 0;
+}
+
+/* The raw hand-off to `members` processes, frames one at a time pause_ns apart; p50 in us. */
+static double raw_handoff(RawLine *l, int members, bool spin, int frames, uint64_t pause_ns, size_t *ret_n)
+{
+        RawChild kids[RING_MEMBERS_MAX];
+        pid_t pids[RING_MEMBERS_MAX];
+        Samples s = { 0 };
+        double p50;
+
+        memset(l, 0, sizeof(*l));
+        for (int i = 0; i < members; i++) {
+                kids[i] = (RawChild){ l, i, frames, spin };
+                pids[i] = spawn(raw_member_main, &kids[i], NULL, 0);
+        }
+        while (__atomic_load_n(&l->ready, __ATOMIC_SEQ_CST) < members)
+                sleep_ns(1000000);
+        sleep_ns(20000000);
+        for (int n = 0; n < frames; n++) {
+                /* Stamp, publish, wake: the least a hand-over to a sleeper can do. */
+                __atomic_store_n(&l->stamp, now_ns(), __ATOMIC_RELAXED);
+                __atomic_store_n(&l->seq, (uint32_t)n + 1, __ATOMIC_RELEASE);
+                if (!spin)
+                        futex_wake(&l->seq, INT_MAX);
+                sleep_ns(pause_ns);
+        }
+        for (int i = 0; i < members; i++)
+                if (child_wait(pids[i]) != 0)
+                        die("a raw hand-off member failed");
+        for (int i = 0; i < members; i++)
+                for (uint32_t k = 0; k < l->n[i]; k++)
+                        samples_add(&s, l->ns[i][k] / 1000.0);
+        p50 = samples_pct(&s, 50);
+        *ret_n = s.n;
+        samples_free(&s);
+        return p50;
+}
+
+static void handoff_rows(RingRun *x, const char *what, double rtt_p50, double raw_p50)
 {
         Samples s = { 0 };
         char metric[80];
@@ -131,13 +225,14 @@ static void handoff_rows(RingRun *x, const char *what, double rtt_p50)
                         samples_add(&s, x->sh->ns[i][k] / 1000.0);
         snprintf(metric, sizeof(metric), "ring handoff p50 (%s, %d member%s)", what, x->members,
                  x->members > 1 ? "s" : "");
-        row = row_add(metric, samples_pct(&s, 50), "us", "broker round trip p50", rtt_p50);
-        if (x->members == 1) {
-                row_target_value_max(row, x->spin_us ? 1.0 : 5.0, x->spin_us ? "<= 1 us" : "<= 5 us");
-                if (row->verdict == VERDICT_MET)
-                        row_target_ratio_max(row, 0.1);
-        }
-        row_note(row, "%zu samples", s.n);
+        row = row_add(metric, samples_pct(&s, 50), "us", x->spin_us ? "raw spin hand-off p50" : "raw futex hand-off p50",
+                      raw_p50);
+        /* What the ring adds to the least a hand-over between processes costs: the raw futex (a
+         * sleeping member) and the raw spin on one cache line (a spinning one). */
+        if (x->members == 1)
+                row_target_ratio_max(row, x->spin_us ? 1.5 : 1.3);
+        row_note(row, "%zu samples; %.2fx the broker round trip (%.1f us)", s.n, samples_pct(&s, 50) / rtt_p50,
+                 rtt_p50);
         snprintf(metric, sizeof(metric), "ring handoff p99 (%s, %d member%s)", what, x->members,
                  x->members > 1 ? "s" : "");
         row_add(metric, samples_pct(&s, 99), "us", "broker round trip p50", rtt_p50);
@@ -157,7 +252,8 @@ void section_ring(void)
         RingRun x = { 0 };
         Samples ping = { 0 };
         uint64_t frames = bench_opts.quick ? 2000 : 20000;
-        double rtt, fps;
+        double rtt, fps, raw[sizeof(cases) / sizeof(cases[0])];
+        RawLine *line;
         char name[64];
         Row *row;
 
@@ -176,6 +272,22 @@ void section_ring(void)
         row_add("broker round trip p50 (ping)", rtt, "us", "", NAN);
         samples_free(&ping);
 
+        /* The raw floors first, each case as the ring's below. */
+        line = shared_alloc(sizeof(*line));
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                size_t n = 0;
+
+                raw[i] = NAN;
+                if (cases[i].spin_us && sysconf(_SC_NPROCESSORS_ONLN) < cases[i].members + 1)
+                        continue;
+                raw[i] = raw_handoff(line, cases[i].members, cases[i].spin_us != 0, (int)MIN(frames, RING_SAMPLES_MAX),
+                                     50000, &n);
+                snprintf(name, sizeof(name), "raw %s hand-off p50 (%d member%s)", cases[i].spin_us ? "spin" : "futex",
+                         cases[i].members, cases[i].members > 1 ? "s" : "");
+                row = row_add(name, raw[i], "us", "", NAN);
+                row_note(row, "%zu samples; one cache line between processes, no ring", n);
+        }
+
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
                 /* Spinning members each need a core of their own, and the producer one more. */
                 if (cases[i].spin_us && sysconf(_SC_NPROCESSORS_ONLN) < cases[i].members + 1) {
@@ -193,7 +305,7 @@ void section_ring(void)
                 x.slots = 8;
                 snprintf(name, sizeof(name), "bench/ring/handoff/%zu", i);
                 ring_run(&x, name);
-                handoff_rows(&x, cases[i].what, rtt);
+                handoff_rows(&x, cases[i].what, rtt, raw[i]);
         }
 
         /* Frames/s through one ring, one member. */

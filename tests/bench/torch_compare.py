@@ -17,10 +17,20 @@ module, on one machine with a GPU. Part of `gpuipc-bench --gpu`, which passes th
     waits on; no broker round trip and no host wait per frame. Each consumer checks every frame's
     value on the GPU (an error count in its stream, read once at the end) instead of reading it to
     the host; the time runs until the last consumer's stream has finished.
+(d) the same with gpuipc's host ring (mode='backpressure', cuda-vmm slots): publish synchronizes
+    the producer's device, each consumer synchronizes its stream before it releases.
+(e) the floor of (c) and (d): the ring loop's own torch operations (one producer's fill and one
+    consumer's check, for (d) with the same synchronizations) on local tensors in one process, no
+    IPC; consumers run side by side, so it is the floor for any number of them. The Python ring
+    rows are judged against the larger of this floor and the C stream ring (gpu-ring.c, the same
+    run, passed in with --c-ring): at most 1.5x. Every process runs its loop's operations once
+    before the timed part (their first use loads the kernels).
 
-Prints a table, and with --tsv writes the rows for gpuipc-bench (metric, value, unit, baseline,
-baseline value, target, note; ratio = value / baseline). Exit status 77 when torch or a GPU is
-missing, 1 when a measurement failed (the others are still reported).
+--rings-only runs (c)-(e) and torch's ring of (b), with --suffix appended to every metric (the
+MPS pass of gpuipc-bench). Prints a table, and with --tsv writes the rows for gpuipc-bench
+(metric, value, unit, baseline, baseline value, target, note; ratio = value / baseline). Exit
+status 77 when torch or a GPU is missing, 1 when a measurement failed (the others are still
+reported).
 """
 import argparse
 import os
@@ -58,6 +68,17 @@ def cuda_init(dev):
     return torch
 
 
+def warm_ring_ops(torch, dev):
+    """The ring loops' torch operations once on a local tensor, outside the timed part: their first
+    use loads the kernels (CUDA's lazy loading costs tens of ms per process, once)."""
+    t = torch.empty(64, dtype=torch.uint8, device=f'cuda:{dev}')
+    t.fill_(1)
+    bad = torch.zeros(1, dtype=torch.int64, device=f'cuda:{dev}')
+    bad += (t[0] != fill_value(0)).to(torch.int64)
+    int(t[0].item())
+    torch.cuda.synchronize()
+
+
 # ---- consumers (top level: the spawn start method imports this file in each child) ----
 
 def torch_share_consumer(idx, q, results, ready, dev):
@@ -89,7 +110,7 @@ def gpuipc_share_consumer(idx, sock, trials, results, ready, dev):
 
 
 def torch_ring_consumer(idx, q, acks, ready, dev, errors):
-    cuda_init(dev)
+    warm_ring_ops(cuda_init(dev), dev)
     ready.put(idx)
     bad = 0
     while True:
@@ -105,7 +126,7 @@ def torch_ring_consumer(idx, q, acks, ready, dev, errors):
 
 
 def gpuipc_ring_consumer(idx, sock, iters, ready, dev, errors):
-    cuda_init(dev)
+    warm_ring_ops(cuda_init(dev), dev)
     import gpuipc
     c = gpuipc.Client(socket=sock, label=f'ring-consumer-{idx}')
     ready.put(idx)
@@ -124,6 +145,7 @@ def gpuipc_ring_consumer(idx, sock, iters, ready, dev, errors):
 def gpuipc_stream_ring_consumer(idx, sock, iters, ready, dev, results):
     torch = cuda_init(dev)
     import gpuipc
+    warm_ring_ops(torch, dev)
     c = gpuipc.Client(socket=sock, label=f'stream-ring-consumer-{idx}')
     ring = c.join_ring('bench/sring', timeout_ms=120000)
     s = torch.cuda.Stream(device=dev)
@@ -139,6 +161,30 @@ def gpuipc_stream_ring_consumer(idx, sock, iters, ready, dev, results):
                 frame.release()
                 break
     s.synchronize()
+    results.put((idx, now_us(), int(bad.item()), first, last))
+    ring.close()
+    c.close()
+
+
+def gpuipc_host_ring_consumer(idx, sock, iters, ready, dev, results):
+    torch = cuda_init(dev)
+    import gpuipc
+    warm_ring_ops(torch, dev)
+    c = gpuipc.Client(socket=sock, label=f'host-ring-consumer-{idx}')
+    ring = c.join_ring('bench/hring', timeout_ms=120000)
+    s = torch.cuda.Stream(device=dev)
+    bad = torch.zeros(1, dtype=torch.int64, device=f'cuda:{dev}')
+    ready.put(idx)
+    first, last = None, 0
+    with torch.cuda.stream(s):
+        for frame in ring.frames(timeout_ms=120000):
+            first = first or frame.number
+            last = frame.number
+            bad += (frame.torch()[0] != fill_value(frame.number - 1)).to(torch.int64)
+            s.synchronize()  # done reading before the release (host doorbells)
+            if frame.number >= iters:
+                frame.release()
+                break
     results.put((idx, now_us(), int(bad.item()), first, last))
     ring.close()
     c.close()
@@ -224,6 +270,7 @@ def share_gpuipc(ctx, n, trials, nbytes, dev, sock):
 
 def ring_torch(ctx, n, iters, nbytes, dev):
     import torch
+    warm_ring_ops(torch, dev)
     qs = [ctx.Queue() for _ in range(n)]
     acks, ready, errors = ctx.Queue(), ctx.Queue(), ctx.Queue()
     procs = start(ctx, torch_ring_consumer, [(i, qs[i], acks, ready, dev, errors) for i in range(n)])
@@ -256,6 +303,7 @@ def ring_torch(ctx, n, iters, nbytes, dev):
 def ring_gpuipc(ctx, n, iters, nbytes, dev, sock):
     import gpuipc
     import torch
+    warm_ring_ops(torch, dev)
     ready, errors = ctx.Queue(), ctx.Queue()
     procs = start(ctx, gpuipc_ring_consumer, [(i, sock, iters, ready, dev, errors) for i in range(n)])
     for _ in range(n):
@@ -289,6 +337,7 @@ def ring_gpuipc(ctx, n, iters, nbytes, dev, sock):
 def ring_gpuipc_stream(ctx, n, iters, nbytes, dev, sock):
     import gpuipc
     import torch
+    warm_ring_ops(torch, dev)
     ready, results = ctx.Queue(), ctx.Queue()
     c = gpuipc.Client(socket=sock, label='stream-ring-producer')
     ring = c.ring('bench/sring', slots=RING_SLOTS, slot_size=nbytes, mode='stream', kind='cuda-vmm', device=dev,
@@ -316,6 +365,94 @@ def ring_gpuipc_stream(ctx, n, iters, nbytes, dev, sock):
         raise RuntimeError(f'gpuipc stream ring: {bad} wrong values; consumers that did not see frames 1..{iters}: '
                            f'{skipped}')
     return elapsed
+
+
+def ring_gpuipc_host(ctx, n, iters, nbytes, dev, sock):
+    import gpuipc
+    import torch
+    warm_ring_ops(torch, dev)
+    ready, results = ctx.Queue(), ctx.Queue()
+    c = gpuipc.Client(socket=sock, label='host-ring-producer')
+    ring = c.ring('bench/hring', slots=RING_SLOTS, slot_size=nbytes, mode='backpressure', kind='cuda-vmm',
+                  device=dev, max_members=n, lease_ms=120000)
+    procs = start(ctx, gpuipc_host_ring_consumer, [(i, sock, iters, ready, dev, results) for i in range(n)])
+    for _ in range(n):
+        ready.get(timeout=120)
+    c.process()  # reads the member-joined events: every member is seated from frame 1
+    s = torch.cuda.Stream(device=dev)
+    torch.cuda.synchronize()
+    t0 = now_us()
+    with torch.cuda.stream(s):
+        for i in range(iters):
+            frame = ring.acquire(timeout_ms=120000)
+            frame.torch().fill_(fill_value(i))
+            ring.publish()  # synchronizes the device first
+    done = [results.get(timeout=120) for _ in range(n)]
+    elapsed = max(r[1] for r in done) - t0
+    join(procs)
+    ring.close()
+    c.close()
+    bad = sum(r[2] for r in done)
+    skipped = [r for r in done if r[3] != 1 or r[4] != iters]
+    if bad or skipped:
+        raise RuntimeError(f'gpuipc host ring: {bad} wrong values; consumers that did not see frames 1..{iters}: '
+                           f'{skipped}')
+    return elapsed
+
+
+def ring_floor(iters, nbytes, dev, mode):
+    """Microseconds per frame of the ring loop's own torch operations on local tensors, no IPC: one
+    producer's fill and one consumer's check, one after the other in one process (mode 'host': with
+    the synchronizations the host ring's hand-over needs, the producer's device and the consumer's
+    stream). More consumers run their checks in processes of their own, side by side: the floor of
+    a frame is the same for any number of them."""
+    import torch
+    slots = [torch.empty(nbytes, dtype=torch.uint8, device=f'cuda:{dev}') for _ in range(RING_SLOTS)]
+    bad = torch.zeros(1, dtype=torch.int64, device=f'cuda:{dev}')
+    s = torch.cuda.Stream(device=dev)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s):
+        for warm in (True, False):
+            t0 = now_us()
+            for i in range(iters // 10 if warm else iters):
+                t = slots[i % RING_SLOTS]
+                t.fill_(fill_value(i))
+                if mode == 'host':
+                    torch.cuda.synchronize()
+                bad += (t[0] != fill_value(i)).to(torch.int64)
+                if mode == 'host':
+                    s.synchronize()
+            s.synchronize()
+    elapsed = now_us() - t0
+    if int(bad.item()):
+        raise RuntimeError('floor: wrong values')
+    return elapsed / iters
+
+
+def c_ring_of(spec):
+    """--c-ring '1=49.6,8=232' -> {1: 49.6, 8: 232.0}"""
+    out = {}
+    for part in filter(None, (spec or '').split(',')):
+        k, v = part.split('=')
+        out[int(k)] = float(v)
+    return out
+
+
+def python_ring_rows(rows, n, mode, per_frame, floor, c_ring, torch_ring, suffix, mps):
+    """The Python ring's row against the larger of its floor and the C stream ring, and against torch."""
+    base, base_name = floor, f'floor ({mode} loop, local)'
+    if c_ring is not None and c_ring > floor:
+        base, base_name = c_ring, 'C stream ring'
+    c_text = f'{c_ring:.1f}' if c_ring is not None else 'not measured'
+    rows.append((f'Python ring ({mode}), 8 x 16 MiB to {n} consumer(s), per frame{suffix}', per_frame, 'us',
+                 base_name, base, 'ratio<=1.5',
+                 f'floor {floor:.1f} us, C stream ring {c_text} us; every frame checked on the GPU'))
+    if torch_ring:
+        target = '' if not mps or mode != 'stream' else f'ratio<={0.2 if n == 1 else 0.1}'
+        rows.append((f'Python ring ({mode}) to {n} consumer(s) vs torch queues{suffix}', per_frame, 'us',
+                     'torch queues + ack queue', torch_ring, target,
+                     f'torch.multiprocessing, the same 8 x 16 MiB passes' +
+                     ('; target with MPS: 5x (1 consumer), 10x (8)' if target else '')))
 
 
 # ---- the broker ----
@@ -360,7 +497,12 @@ def main():
     ap.add_argument('--consumers', default='1,8', help='comma-separated consumer counts')
     ap.add_argument('--share-mib', type=int, default=64, help='size of the tensor in (a)')
     ap.add_argument('--ring-mib', type=int, default=16, help='size of each ring slot in (b)')
+    ap.add_argument('--rings-only', action='store_true', help="only (c)-(e) and torch's ring")
+    ap.add_argument('--suffix', default='', help='appended to every metric (e.g. " [MPS]")')
+    ap.add_argument('--c-ring', default='', help="the C stream ring's us per frame by consumers, e.g. 1=49.6,8=232")
     args = ap.parse_args()
+    c_ring = c_ring_of(args.c_ring)
+    mps = 'MPS' in args.suffix
     trials = 5 if args.quick else 20
     iters = 200 if args.quick else 1000
 
@@ -381,53 +523,63 @@ def main():
 
     ctx = mp.get_context('spawn')
     broker = Broker(args.broker)
-    rows, failed = [], False
+    rows, failed, floors = [], False, {}
     print(f'torch {torch.__version__}, {torch.cuda.get_device_name(args.device)}; '
           f'{trials} share trials, {iters} ring iterations')
     try:
         for n in [int(x) for x in args.consumers.split(',')]:
-            try:
-                tt = share_torch(ctx, n, trials, args.share_mib << 20, args.device)
-                tg, pub = share_gpuipc(ctx, n, trials, args.share_mib << 20, args.device, broker.sock)
-                rows.append((f'share 1 new tensor to {n} consumer(s), p50', statistics.median(tg), 'us',
-                             'torch.multiprocessing queues', statistics.median(tt), '',
-                             f'{args.share_mib} MiB, {trials} trials; p90 {pct(tg, 90):.0f} vs {pct(tt, 90):.0f} us; '
-                             f'publish alone {statistics.median(pub):.0f} us (incl. the VMM export)'))
-            except Exception:
-                traceback.print_exc()
-                failed = True
+            if not args.rings_only:
+                try:
+                    tt = share_torch(ctx, n, trials, args.share_mib << 20, args.device)
+                    tg, pub = share_gpuipc(ctx, n, trials, args.share_mib << 20, args.device, broker.sock)
+                    rows.append((f'share 1 new tensor to {n} consumer(s), p50', statistics.median(tg), 'us',
+                                 'torch.multiprocessing queues', statistics.median(tt), '',
+                                 f'{args.share_mib} MiB, {trials} trials; p90 {pct(tg, 90):.0f} vs {pct(tt, 90):.0f} '
+                                 f'us; publish alone {statistics.median(pub):.0f} us (incl. the VMM export)'))
+                except Exception:
+                    traceback.print_exc()
+                    failed = True
+            rt = rg = None
             try:
                 rt = ring_torch(ctx, n, iters, args.ring_mib << 20, args.device)
-                rg = ring_gpuipc(ctx, n, iters, args.ring_mib << 20, args.device, broker.sock)
-                rows.append((f'ring of 8 tensors x {iters} to {n} consumer(s), per pass', rg / iters, 'us',
-                             'torch queues + ack queue', rt / iters, 'ratio<=0.2',
-                             f'{args.ring_mib} MiB slots; totals {rg / 1e6:.2f} s vs {rt / 1e6:.2f} s; '
-                             f'target: 5x faster than torch'))
             except Exception:
                 traceback.print_exc()
                 failed = True
-                rt = rg = None
-            try:
-                rs = ring_gpuipc_stream(ctx, n, iters, args.ring_mib << 20, args.device, broker.sock)
-                target = 10 if n == 1 else 30
-                if rt:
-                    rows.append((f'stream ring of 8 tensors x {iters} to {n} consumer(s), per pass', rs / iters, 'us',
-                                 'torch queues + ack queue', rt / iters, f'ratio<={1 / target:.3f}',
-                                 f'{args.ring_mib} MiB slots; the GPU checks every frame; target: {target}x '
-                                 f'faster than torch'))
-                if rg:
-                    rows.append((f'stream ring of 8 tensors x {iters} to {n} consumer(s) vs publish/attach',
-                                 rs / iters, 'us', 'gpuipc publish/attach ring', rg / iters, '',
-                                 'the same passes through broker round trips'))
-            except Exception:
-                traceback.print_exc()
-                failed = True
+            if not args.rings_only:
+                try:
+                    rg = ring_gpuipc(ctx, n, iters, args.ring_mib << 20, args.device, broker.sock)
+                    if rt:
+                        rows.append((f'ring of 8 tensors x {iters} to {n} consumer(s), per pass', rg / iters, 'us',
+                                     'torch queues + ack queue', rt / iters, 'ratio<=0.2',
+                                     f'{args.ring_mib} MiB slots, publish/attach; totals {rg / 1e6:.2f} s vs '
+                                     f'{rt / 1e6:.2f} s; target: 5x faster than torch'))
+                except Exception:
+                    traceback.print_exc()
+                    failed = True
+            for mode, run in (('stream', ring_gpuipc_stream), ('host', ring_gpuipc_host)):
+                try:
+                    if mode not in floors:
+                        floors[mode] = ring_floor(iters, args.ring_mib << 20, args.device, mode)
+                        rows.append((f'floor: the {mode} ring loop\'s torch ops, local{args.suffix}', floors[mode],
+                                     'us', '', float('nan'), '',
+                                     'one process, no IPC: a producer\'s fill and a consumer\'s check per frame' +
+                                     (', with the hand-over\'s synchronizations' if mode == 'host' else '')))
+                    per_frame = run(ctx, n, iters, args.ring_mib << 20, args.device, broker.sock) / iters
+                    python_ring_rows(rows, n, mode, per_frame, floors[mode], c_ring.get(n), rt / iters if rt else None,
+                                     args.suffix, mps)
+                    if rg and mode == 'stream':
+                        rows.append((f'stream ring of 8 tensors x {iters} to {n} consumer(s) vs publish/attach',
+                                     per_frame, 'us', 'gpuipc publish/attach ring', rg / iters, '',
+                                     'the same passes through broker round trips'))
+                except Exception:
+                    traceback.print_exc()
+                    failed = True
     finally:
         broker.stop()
 
-    print(f'\n{"metric":64} {"gpuipc":>12} {"baseline":>12} {"ratio":>8}')
+    print(f'\n{"metric":72} {"gpuipc":>12} {"baseline":>12} {"ratio":>8}')
     for (metric, value, unit, base_name, base, _, note) in rows:
-        print(f'{metric:64} {value:9.0f} {unit:2} {base:9.0f} {unit:2} {value / base:7.3f}x  ({base_name}) {note}')
+        print(f'{metric:72} {value:9.1f} {unit:2} {base:9.1f} {unit:2} {value / base:7.3f}x  ({base_name}) {note}')
     if args.tsv:
         with open(args.tsv, 'w') as f:
             for row in rows:

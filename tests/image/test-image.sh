@@ -284,10 +284,10 @@ containers+=("$producer")
 # Retires itself once two consumers have attached it, and exits when they have released it.
 # shellcheck disable=SC2046
 pm run -d --name "$producer" "${hardened[@]}" $(client 10001) --entrypoint gpuipcctl "$suite/gpuipc" \
-        publish --name frames/test --size 1M --kind memfd --fill counter --retire-after 2 >/dev/null
+        publish frames/test --size 1M --kind memfd --fill counter --retire-after 2 >/dev/null
 # shellcheck disable=SC2046
 out=$(pm run --rm "${hardened[@]}" $(client 10002) --entrypoint gpuipcctl "$suite/gpuipc" \
-        attach --name frames/test --verify counter --timeout 30000 2>&1) || true
+        attach frames/test --verify counter --wait 30000 2>&1) || true
 expect "consumer container: attaches and verifies every word ($out)" grep -q "verified 1048576 bytes" <<<"$out"
 
 # By soname through the loader cache, as the module does when GPUIPC_LIBRARY is not set.

@@ -110,7 +110,8 @@ static void put(const char *s)
         (void)!write(STDERR_FILENO, s, strlen(s));
 }
 
-/* Prints the seccomp verdict, if the broker logged one: the syscall outside the allow-list. */
+/* Prints the seccomp verdicts the broker logged: each syscall outside the allow-list, refused or
+ * fatal. */
 static void report_seccomp(const char *log, size_t len)
 {
         const char *p = log, *end = log + len;
@@ -127,7 +128,8 @@ static void report_seccomp(const char *log, size_t len)
                         const char *name = sc + 11, *q = name;
                         while (q < end && *q != '"' && *q != '\n' && *q != ' ')
                                 q++;
-                        snprintf(line, sizeof(line), "!!! seccomp killed the broker: syscall=%.*s\n",
+                        snprintf(line, sizeof(line), "!!! the broker's seccomp filter %s: syscall=%.*s\n",
+                                 memmem(p, (size_t)(q - p), "killed", 6) ? "killed it" : "refused a call",
                                  (int)(q - name), name);
                         put(line);
                 }
@@ -290,6 +292,8 @@ static void reap_orphans(int deadline_ms)
 }
 
 /* Runs one case in a forked process group; returns its exit status (1 on timeout). */
+static void require_no_refusals(const HBroker *b);
+
 static int run_case(const HTest *t, const char *root, size_t index)
 {
         uint64_t deadline;
@@ -314,10 +318,12 @@ static int run_case(const HTest *t, const char *root, size_t index)
                 started_ms = h_now_ms();
                 alarm(case_timeout_s);
                 t->fn();
-                for (size_t i = 0; i < n_brokers; i++)
+                for (size_t i = 0; i < n_brokers; i++) {
                         if (brokers[i]->pid > 0)
                                 h_fail(__FILE__, __LINE__, "the case left broker %s running",
                                        brokers[i]->sock);
+                        require_no_refusals(brokers[i]);
+                }
                 fflush(stdout);
                 _exit(0);
         }
@@ -455,6 +461,24 @@ unsigned h_broker_log_count(const HBroker *b, const char *needle)
         return file_count(b->log, needle);
 }
 
+/* The sweep of docs/security.md "The filter fails safe": a broker under its filter that had to
+ * refuse a call (a libc path the allow-list misses) logged it, and answered one request worse for
+ * it; every case of every suite that runs a broker fails on that line, in every run of its broker. */
+static void require_no_refusals(const HBroker *b)
+{
+        for (int run = 1; run <= b->runs; run++) {
+                char path[sizeof(b->dir) + 32];
+
+                snprintf(path, sizeof(path), "%s/broker-%d.log", b->dir, run);
+                if (file_count(path, "seccomp:")) {
+                        dump_broker((HBroker *)b);
+                        h_fail(__FILE__, __LINE__,
+                               "broker %s (run %d) logged a system call outside its allow-list "
+                               "(seccomp/gpuipc-broker.allow)", b->sock, run);
+                }
+        }
+}
+
 int h_broker_fds(const HBroker *b)
 {
         char path[64];
@@ -528,7 +552,7 @@ static void broker_wait_ready(HBroker *b)
 
         for (;;) {
                 gpuipc_options_t o = { .struct_size = sizeof(o), .socket_path = b->sock, .label = "harness-probe",
-                                       .no_gpus = 1 };
+                                       .no_gpus = 1, .no_reconnect = 1 };
                 gpuipc_t *c = NULL;
 
                 require_alive(b, "while starting");
@@ -780,8 +804,11 @@ int h_next_event_of(gpuipc_t *c, gpuipc_event_type_t type, int timeout_ms, gpuip
         }
 }
 
+/* Raw requests go through the library's internals: they hold the connection's lock while the
+ * reply is read, as the public calls do (a ring thread may read the socket otherwise). */
 static int stat_request(gpuipc_t *c, ProtoMsg *req, HStat *ret)
 {
+        CLIENT_LOCKED(c);
         Frame f = { .fd = -1 };
         int r = client_request(c, req, -1, H_SOON_MS, &f);
 
@@ -819,6 +846,7 @@ int h_stat_id(gpuipc_t *c, uint64_t id, HStat *ret)
 
 uint64_t h_stats(gpuipc_t *c, const char *key)
 {
+        CLIENT_LOCKED(c);
         ProtoMsg req = { .op = PROTO_OP_STATS, .has = PROTO_BIT(PF_OP) }, rec;
         Frame f = { .fd = -1 };
         ProtoIter it;
@@ -845,6 +873,7 @@ unsigned h_list_count(gpuipc_t *c, const char *prefix)
 unsigned h_list_ids(gpuipc_t *c, const char *prefix, uint64_t *ids, char (*names)[PROTO_MAX_NAME + 1],
                     unsigned max)
 {
+        CLIENT_LOCKED(c);
         uint64_t after = 0;
         unsigned n = 0;
         bool more = true;

@@ -16,7 +16,8 @@
  * name contains it.
  *
  * Checks cannot be compiled out. In the case process a failed check prints where and why, the
- * tail of every broker's log (and the syscall, if seccomp killed it), and exits 1; in a child
+ * tail of every broker's log (and each syscall its seccomp filter refused or killed it for), and
+ * exits 1; a case whose broker logged such a call fails even if everything else passed; in a child
  * started with h_spawn() it reports the failure to the parent over its channel and exits 1. */
 #pragma once
 

@@ -98,7 +98,7 @@ static void test_group_all_return_together(void)
                 CHECKF(h_child_quiet(m[i]), "member %d returned before the group was complete", i);
         /* The fourth member is gpuipcctl. */
         t_last = h_now_ms();
-        cli = h_spawn_ctl(k.broker, "ctl-group", "group", "--name", "rv/all", "--members", "4", "--timeout",
+        cli = h_spawn_ctl(k.broker, "ctl-group", "group", "rv/all", "--members", "4", "--wait",
                           "30000", NULL);
         for (int i = 0; i < 3; i++) {
                 res[i] = expect_result(m[i]);

@@ -102,8 +102,8 @@ static void test_fanout_32_consumers(void)
         for (int i = 0; i < FANOUT_CLI_CONSUMERS; i++) {
                 char name[32];
                 snprintf(name, sizeof(name), "ctl-attach-%d", i);
-                cli[i] = h_spawn_ctl(k.broker, name, "attach", "--name", "fan/frame", "--verify", "random:7",
-                                     "--timeout", "5000", NULL);
+                cli[i] = h_spawn_ctl(k.broker, name, "attach", "fan/frame", "--verify", "random:7",
+                                     "--wait", "5000", NULL);
         }
         for (int i = 0; i < FANOUT_CLI_CONSUMERS; i++) {
                 char *out;
@@ -223,7 +223,7 @@ static void test_attach_timeout(void)
 
         /* The CLI reports the same timeout, with the broker's reason. */
         t0 = h_now_ms();
-        ctl = h_spawn_ctl(k.broker, "ctl-attach", "attach", "--name", "never/cli", "--timeout", "200", NULL);
+        ctl = h_spawn_ctl(k.broker, "ctl-attach", "attach", "never/cli", "--wait", "200", NULL);
         CHECK_EQ(h_child_wait(ctl, H_SOON_MS), 1);
         elapsed = h_now_ms() - t0;
         out = h_child_output(ctl);

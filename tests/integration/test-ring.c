@@ -805,6 +805,59 @@ static void test_ring_scribbler_latest(void)
         scribble_case(GPUIPC_RING_LATEST, scribble_ms());
 }
 
+/* A consumer that attaches a buffer by name and releases it at once. */
+static int attach_release(HChan *ch, void *arg)
+{
+        const MemberArg *a = arg;
+        gpuipc_t *c = h_connect(a->broker, "attacher");
+        gpuipc_buffer_t *b;
+
+        CHECK_OK(c, gpuipc_attach(c, a->ring, H_SOON_MS, &b));
+        CHECK_OK(c, gpuipc_release(c, b));
+        h_report(ch, 'r', "released");
+        gpuipc_close(c);
+        return 0;
+}
+
+/* A connection with a ring has the library's ring thread reading its socket: an event the thread
+ * read for the caller (here a buffer's drained) still makes gpuipc_fd() readable, until the caller
+ * took it, so an event loop on gpuipc_fd() misses nothing. */
+static void test_ring_thread_keeps_gpuipc_fd_readable(void)
+{
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .retire_after = 1 };
+        struct pollfd p = { .events = POLLIN };
+        gpuipc_buffer_t *b;
+        gpuipc_ring_t *r;
+        gpuipc_event_t ev;
+        gpuipc_t *c;
+        MemberArg a;
+        HChild *kid;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        c = h_connect(k.broker, "loop-producer");
+        r = make_ring(c, "rings/loop", 2, 1, GPUIPC_RING_BACKPRESSURE, 60000);
+        CHECK_OK(c, gpuipc_buffer_alloc(c, GPUIPC_KIND_MEMFD, 4096, 0, &b));
+        CHECK_OK(c, gpuipc_publish(c, b, "loop/buf", &po));
+        a = (MemberArg){ k.broker, "loop/buf", 0, 0, false, false, 0 };
+        kid = h_spawn("attacher", attach_release, &a);
+        h_child_expect(kid, 'r', H_SOON_MS, NULL, 0);
+        h_child_wait_ok(kid, H_SOON_MS);
+        h_child_free(kid);
+        h_sleep_ms(200); /* by now the ring thread has read the drained event off the socket */
+        p.fd = gpuipc_fd(c);
+        CHECKF(poll(&p, 1, H_SOON_MS) == 1, "gpuipc_fd() stayed quiet with an event queued");
+        CHECK(gpuipc_process(c) >= 1);
+        CHECK_OK(c, gpuipc_next_event(c, 0, &ev));
+        CHECKF(ev.type == GPUIPC_EVENT_DRAINED, "event %s", gpuipc_event_name(ev.type));
+        CHECK(gpuipc_process(c) == 0);
+        CHECKF(poll(&p, 1, 0) == 0, "gpuipc_fd() still readable with nothing queued");
+        CHECK_OK(c, gpuipc_buffer_free(c, b));
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
 /* ---- a broker restart with a ring live ---- */
 
 typedef struct LiveShared {
@@ -968,6 +1021,7 @@ int main(int argc, char **argv)
                 H_TEST(test_ring_parts_are_private),
                 H_TEST(test_ring_seat_page_renewed),
                 H_TEST(test_ring_fd),
+                H_TEST(test_ring_thread_keeps_gpuipc_fd_readable),
                 H_TEST(test_ring_broker_restart),
                 H_TEST(test_ring_scribbler_backpressure),
                 H_TEST(test_ring_scribbler_latest),

@@ -397,8 +397,8 @@ class Pod:
         """What a client of this uid (group 65532, like the node-broker's client pods) gets for
         attaching frames/x: "denied", or "timeout" when the policy lets it wait for the name."""
         r = subprocess.run(['setpriv', '--reuid', str(uid), '--regid', str(uid), '--groups', '65532',
-                            os.path.join(self.bindir, 'gpuipcctl'), '--socket', sock, 'attach', '--name',
-                            'frames/x', '--timeout', '50'], capture_output=True, text=True, timeout=30)
+                            os.path.join(self.bindir, 'gpuipcctl'), '--socket', sock, 'attach',
+                            'frames/x', '--wait', '50'], capture_output=True, text=True, timeout=30)
         out = r.stdout + r.stderr
         return 'denied' if '[denied]' in out else 'timeout' if 'timeout' in out else f'other: {out.strip()}'
 

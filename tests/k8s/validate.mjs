@@ -12,9 +12,10 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { admissionChecks } from './lib/admission.mjs';
 import { SETUPS, SUPPORT } from './lib/contract.mjs';
-import { render } from './lib/objects.mjs';
+import { canon, render } from './lib/objects.mjs';
 import * as repo from './lib/repo.mjs';
 import { CHECKS } from './lib/rules.mjs';
+import { schemaProblemsFor } from './lib/schema.mjs';
 import { SUPPORT_CHECKS } from './lib/support.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -59,6 +60,26 @@ function brokenCase(dir) {
   return { setupName: field('setup'), expect: field('expect') };
 }
 
+// The 1.33 check must reject what 1.33 rejects: a misspelled field, a field only later minors
+// have (v1's capacity), a string count, a missing deviceClassName, and resource.k8s.io/v1 itself.
+async function minorSchemaBites() {
+  const claim = (apiVersion, exactly) => ({
+    apiVersion,
+    kind: 'ResourceClaim',
+    metadata: { name: 'probe', namespace: 'gpuipc' },
+    spec: { devices: { requests: [{ name: 'gpu', exactly }] } },
+  });
+  const bad = await schemaProblemsFor(
+    claim('resource.k8s.io/v1beta2', { allocationMode: 'ExactCount', count: 'one', capacity: {}, colour: 1 }),
+    '1.33',
+  );
+  const v1 = await schemaProblemsFor(claim('resource.k8s.io/v1', { deviceClassName: 'gpu.nvidia.com' }), '1.33');
+  const all = [...bad.types, ...bad.fields, ...v1.types].join('\n');
+  const want = ['missing required field deviceClassName', 'count: must be an integer', 'capacity: unknown field',
+    'colour: unknown field', 'serves no resource.k8s.io/v1'];
+  return want.filter((w) => !all.includes(w)).map((w) => `not reported: ${w}`);
+}
+
 async function main() {
   const ctx = { refs: {}, profiles: repo.shippedProfiles(ROOT), root: ROOT };
 
@@ -83,6 +104,42 @@ async function main() {
     if (r.error) continue;
     const results = await runChecks({ name, setup, objects: r.objects }, ctx);
     for (const [check, problems] of Object.entries(results)) report(`${name}: ${check}`, problems);
+  }
+
+  // Kubernetes 1.33: every DRA setup with k8s/components/kubernetes-1.33 (tests/k8s/k8s-1.33/NAME),
+  // against 1.33's own schema, and otherwise exactly the v1 rendering.
+  console.log('# Kubernetes 1.33 (k8s/components/kubernetes-1.33: resource.k8s.io/v1beta2)');
+  report('the 1.33 schema bites', await minorSchemaBites());
+  for (const [name, setup] of Object.entries(SETUPS)) {
+    if (!setup.deviceClass) continue;
+    const dir = join(HERE, 'k8s-1.33', name);
+    if (!existsSync(dir)) {
+      report(`${name} for 1.33`, [`no tests/k8s/k8s-1.33/${name}: every DRA setup is rendered with the component`]);
+      continue;
+    }
+    const r = render(dir);
+    report(`${name} for 1.33: kustomize build`, r.error ? [r.error] : []);
+    if (r.error) continue;
+    const dra = r.objects.filter((o) => o.apiVersion.startsWith('resource.k8s.io/'));
+    report(
+      `${name} for 1.33: its claims are resource.k8s.io/v1beta2`,
+      !dra.length
+        ? ['no resource.k8s.io object rendered']
+        : dra.filter((o) => o.apiVersion !== 'resource.k8s.io/v1beta2').map((o) => `${o.kind} is ${o.apiVersion}`),
+    );
+    const back = r.objects.map((o) =>
+      o.apiVersion === 'resource.k8s.io/v1beta2' ? { ...o, apiVersion: 'resource.k8s.io/v1' } : o,
+    );
+    report(
+      `${name} for 1.33: nothing else differs from the v1 rendering`,
+      rendered[name]?.objects && canon(back) === canon(rendered[name].objects) ? [] : ['the renderings differ'],
+    );
+    const problems = [];
+    for (const o of r.objects) {
+      const p = await schemaProblemsFor(o, '1.33');
+      problems.push(...p.types, ...p.fields);
+    }
+    report(`${name} for 1.33: Kubernetes 1.33's schema (types, required and unknown fields)`, problems);
   }
 
   for (const [name, support] of Object.entries(SUPPORT)) {

@@ -35,8 +35,8 @@ WIDE='allow publish,attach uid=65534'
 # "timeout" (nothing is published under that name).
 verdict() {
         local out
-        out=$(setpriv --reuid 65534 --regid 65534 --clear-groups "$ctl" --socket "$1" attach --name other/x \
-                --timeout 50 2>&1)
+        out=$(setpriv --reuid 65534 --regid 65534 --clear-groups "$ctl" --socket "$1" attach other/x \
+                --wait 50 2>&1)
         case $out in
         *"[denied]"*) echo denied ;;
         *timeout*) echo timeout ;;

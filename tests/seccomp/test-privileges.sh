@@ -190,8 +190,8 @@ wait_ready "$sock"
 as_nobody "$ctl" --socket "$sock" watch >/dev/null 2>&1 &
 pids+=($!)
 expect "publishing outside the allowed prefix is denied" \
-        bash -c "setpriv --reuid 65534 --regid 65534 --clear-groups '$ctl' --socket '$sock' publish --name other/x --size 4096 2>&1 | grep -q '\\[denied\\]'"
-as_nobody "$ctl" --socket "$sock" publish --name allowed/x --size 4096 --retire-after 1 >"$dir/pub.out" 2>&1 &
+        bash -c "setpriv --reuid 65534 --regid 65534 --clear-groups '$ctl' --socket '$sock' publish other/x --size 4096 2>&1 | grep -q '\\[denied\\]'"
+as_nobody "$ctl" --socket "$sock" publish allowed/x --size 4096 --retire-after 1 >"$dir/pub.out" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q published "$dir/pub.out" && break; sleep 0.05; done
 expect "publishing inside the allowed prefix works" grep -q published "$dir/pub.out"
@@ -203,7 +203,7 @@ kill -HUP "$bpid"
 for _ in $(seq 100); do grep -q "policy reloaded" "$dir/policy.log" && break; sleep 0.05; done
 expect "SIGHUP reloads the policy" grep -q "policy reloaded" "$dir/policy.log"
 expect "after the reload the other prefix may be attached (waits, then times out: not denied)" \
-        bash -c "setpriv --reuid 65534 --regid 65534 --clear-groups '$ctl' --socket '$sock' attach --name other/y --timeout 100 2>&1 | grep -q timeout"
+        bash -c "setpriv --reuid 65534 --regid 65534 --clear-groups '$ctl' --socket '$sock' attach other/y --wait 100 2>&1 | grep -q timeout"
 peers_after=$("$ctl" --socket "$sock" --json stats | jq .peers)
 expect "peers stay connected across the reload ($peers_before before, $peers_after after)" test "$peers_before" == "$peers_after"
 echo 'allow publish uid=65534 this-is-not-a-rule' >"$dir/policy.conf"

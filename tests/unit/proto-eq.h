@@ -65,6 +65,8 @@ static inline bool proto_msg_eq(const ProtoMsg *a, const ProtoMsg *b, ProtoField
                         { PF_LE_US, offsetof(ProtoMsg, le_us) },
                         { PF_HEAD, offsetof(ProtoMsg, head) }, { PF_TAKEN, offsetof(ProtoMsg, taken) },
                         { PF_POSITION, offsetof(ProtoMsg, position) }, { PF_LAG, offsetof(ProtoMsg, lag) },
+                        { PF_SEGMENT, offsetof(ProtoMsg, segment) },
+                        { PF_SEGMENT_SIZE, offsetof(ProtoMsg, segment_size) },
                 };
                 static const struct { ProtoField f; size_t off; } bools[] = {
                         { PF_BROKER_HELD, offsetof(ProtoMsg, broker_held) },

@@ -172,6 +172,19 @@ static inline void env_sum_holder(const RegPeer *p, uint32_t refs, void *ud)
         h->holders++;
 }
 
+/* Whether any registered buffer is a view of segment (which then outlives its producer for it). */
+static inline bool env_has_views(Env *e, uint64_t segment)
+{
+        for (RegBuffer *b = registry_buffer_after(e->r, 0); b; b = registry_buffer_next(e->r, b)) {
+                ProtoMsg m;
+
+                registry_buffer_describe(b, &m);
+                if (proto_has(&m, PF_SEGMENT) && m.segment == segment)
+                        return true;
+        }
+        return false;
+}
+
 /* Cross-checks the registry's gauges against what its views show, and the fds it holds against
  * the memfds that are still open. */
 static inline void env_check(Env *e)
@@ -208,9 +221,22 @@ static inline void env_check(Env *e)
                 if (m.state == PROTO_STATE_RETIRED)
                         CHECK(m.refs > 0 || m.restored); /* a restored one waits for the grace */
                 if (m.state == PROTO_STATE_IDLE)
-                        CHECK(m.refs == 0 && m.owner != 0);
+                        CHECK(m.refs == 0 && (m.owner != 0 || env_has_views(e, m.buffer)));
                 if (m.owner == 0)
                         CHECK(m.broker_held);
+                if (proto_has(&m, PF_SEGMENT)) {
+                        /* A view lies inside a registered segment of the same producer and kind. */
+                        RegBuffer *sb = registry_buffer_by_id(e->r, m.segment);
+                        ProtoMsg sm;
+
+                        CHECK(sb);
+                        registry_buffer_describe(sb, &sm);
+                        CHECK(!proto_has(&sm, PF_SEGMENT));
+                        CHECK_EQ(sm.kind, m.kind);
+                        CHECK_EQ(sm.owner, m.owner);
+                        CHECK_EQ(m.segment_size, sm.size);
+                        CHECK(m.offset <= sm.size && m.size <= sm.size - m.offset);
+                }
         }
         for (RegPeer *p = registry_peer_first(e->r); p; p = registry_peer_next(e->r, p)) {
                 ProtoMsg m;

@@ -46,6 +46,28 @@ static void test_every_code_named_and_explained(void)
         CHECK_EQ(GPUIPC_E_BAD_REPLY, -1105);
 }
 
+/* Every code's text names the cause and then the fix, as the README promises: a clause after ';' or
+ * ':' that tells the reader what to do (one of the verbs below), never a bare "no such buffer". */
+static void test_every_text_names_a_fix(void)
+{
+        static const char *const verbs[] = { "check", "set ", "use ", "give", "retire", "release", "start", "reconnect",
+                                             "raise", "send", "wait", "publish", "see ", "pick", "draw", "stop",
+                                             "attach", "upgrade", "follow", "do it", "mount" };
+
+        for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
+                const char *text = gpuipc_strerror(map[i].code), *fix = strpbrk(text, ";:");
+                bool names_fix = false;
+
+                CHECKF(fix != NULL, "%s: '%s' has no fix after the cause", map[i].name, text);
+                for (size_t v = 0; v < sizeof(verbs) / sizeof(verbs[0]); v++)
+                        names_fix |= strstr(fix, verbs[v]) != NULL;
+                CHECKF(names_fix, "%s: '%s' names no fix", map[i].name, text);
+        }
+        /* The two that did not: a zero struct_size was answered with name rules, not-found with nothing. */
+        CHECK(strstr(gpuipc_strerror(GPUIPC_E_INVALID), "struct_size") != NULL);
+        CHECK(strstr(gpuipc_strerror(GPUIPC_E_NOT_FOUND), "gpuipcctl ls") != NULL);
+}
+
 /* Outside the map: 0, an errno, and nonsense. */
 static void test_other_codes(void)
 {
@@ -75,6 +97,7 @@ int main(int argc, char **argv)
 {
         TEST_RUN(argc, argv, test_broker_statuses_match_the_protocol);
         TEST_RUN(argc, argv, test_every_code_named_and_explained);
+        TEST_RUN(argc, argv, test_every_text_names_a_fix);
         TEST_RUN(argc, argv, test_other_codes);
         TEST_RUN(argc, argv, test_options_need_their_size);
         return TEST_END();

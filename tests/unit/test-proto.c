@@ -211,6 +211,8 @@ static const FieldInfo FIELDS[_PF_MAX] = {
         FE(PF_SEAT, "seat", seat, PROTO_SEAT_SEATED),
         FU(PF_POSITION, "position", position),
         FU(PF_LAG, "lag", lag),
+        FU(PF_SEGMENT, "segment", segment),
+        FU(PF_SEGMENT_SIZE, "segment_size", segment_size),
 };
 
 static const uint8_t handle_a[PROTO_LEGACY_HANDLE_SIZE] = { 1, 2, 3, [63] = 0xff };

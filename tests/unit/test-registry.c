@@ -29,6 +29,9 @@ typedef struct Pub {
         uint32_t meta_len;
         bool clear_meta;  /* publishing again: replace the metadata with none */
         int fd_mode;      /* FD_AUTO: an fd for memfd and cuda-vmm new buffers */
+        uint64_t segment; /* a view of this segment, at offset, of size (0: 4096) */
+        uint64_t offset, size;
+        uint64_t segment_size; /* with FD_FORCE: the segment's memory travels, this large */
 } Pub;
 
 /* Publishes and returns the reply. */
@@ -45,15 +48,18 @@ static Sent *publish(Env *e, RegPeer *p, Pub o)
         a.generation = o.generation;
         a.retired = o.retired;
         a.info.kind = o.kind ? o.kind : PROTO_KIND_MEMFD;
-        a.info.size = 4096;
+        a.info.size = o.size ? o.size : 4096;
+        a.info.offset = o.offset;
+        a.info.segment = o.segment;
+        a.segment_size = o.segment_size;
         a.device = o.device;
         a.meta = o.meta;
         a.meta_len = o.meta_len;
         a.has_meta = o.meta || o.clear_meta;
         a.handle = a.info.kind == PROTO_KIND_CUDA_LEGACY ? handle64 : NULL;
         want_fd = o.fd_mode == FD_FORCE ||
-                  (o.fd_mode == FD_AUTO && !o.buffer && a.info.kind != PROTO_KIND_CUDA_LEGACY);
-        a.fd = want_fd ? env_memfd(e, 4096) : -1;
+                  (o.fd_mode == FD_AUTO && !o.buffer && !o.segment && a.info.kind != PROTO_KIND_CUDA_LEGACY);
+        a.fd = want_fd ? env_memfd(e, o.segment_size ? o.segment_size : 4096) : -1;
         a.info.writable = true;
         a.info.broker_held = o.held;
         a.retire_after = o.retire_after;
@@ -1730,6 +1736,146 @@ static void test_views(void)
 }
 
 /* Every fd handed to the registry ends up closed exactly once, in every way a buffer can end. */
+/* Views: ranges of a segment published as buffers of their own. The segment's fd travels with the
+ * first view (once) and to each consumer once, whichever view it attaches first; every view drains on
+ * its own; the segment outlives its views (a free waits for them) and goes with the last one, telling
+ * the consumers that mapped it. */
+static void test_views_of_a_segment(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *Q = env_peer(e, 2000, 20, 1);
+        uint64_t v1, v2, v3, gens;
+        Sent *s;
+        int fd;
+
+        /* The first view registers the segment with its fd; the second sends none. */
+        v1 = publish_ok(e, P, (Pub){ .name = "w/a", .segment = 500, .size = 4096, .segment_size = 8192,
+                                     .fd_mode = FD_FORCE });
+        CHECK(v1 != 500);
+        CHECK_EQ(state_of(e, 500), PROTO_STATE_IDLE);
+        CHECK_EQ(gauges(e).buffers, 2);
+        CHECK_EQ(gauges(e).fds, 1);
+        v2 = publish_ok(e, P, (Pub){ .name = "w/b", .segment = 500, .offset = 4096, .size = 4096 });
+        CHECK_EQ(gauges(e).fds, 1);
+        /* An fd sent again for a registered segment is closed: the memory travels once. */
+        gens = publish_ok(e, P, (Pub){ .name = "w/c", .segment = 500, .offset = 100, .size = 10, .segment_size = 8192,
+                                       .fd_mode = FD_FORCE });
+        CHECK_EQ(gauges(e).fds, 1);
+        free_buf(e, P, gens, false);
+        /* What a view cannot be. */
+        env_check_status(publish(e, P, (Pub){ .name = "w/x", .segment = 600 }), PROTO_STATUS_NOT_FOUND);
+        env_check_status(publish(e, P, (Pub){ .name = "w/x", .segment = 500, .offset = 4097, .size = 4096 }),
+                         PROTO_STATUS_INVALID);
+        env_check_status(publish(e, P, (Pub){ .name = "w/x", .segment = v1 }), PROTO_STATUS_INVALID);
+        env_check_status(publish(e, Q, (Pub){ .name = "q/x", .segment = 500 }), PROTO_STATUS_NOT_OWNER);
+        v3 = publish_ok(e, P, (Pub){ .name = "w/a", .segment = 500 }); /* replaces v1 */
+        CHECK_EQ(state_of(e, v1), PROTO_STATE_IDLE);
+        env_check_status(publish(e, P, (Pub){ .name = "w/a", .buffer = v1 }), PROTO_STATUS_OK); /* and back */
+        CHECK_EQ(state_of(e, v3), PROTO_STATE_IDLE);
+        free_buf(e, P, v3, false);
+
+        /* A consumer maps the segment once: the first view brings its fd, the second is cached. */
+        s = attach_ok(e, C, "w/a");
+        CHECK_EQ(s->m.buffer, v1);
+        CHECK_EQ(s->m.segment, 500);
+        CHECK_EQ(s->m.segment_size, 8192);
+        CHECK_EQ(s->m.offset, 0);
+        CHECK_EQ(s->m.size, 4096);
+        CHECK(!s->m.cached && s->fd >= 0);
+        fd = s->fd;
+        s = attach_ok(e, C, "w/b");
+        CHECK_EQ(s->m.buffer, v2);
+        CHECK_EQ(s->m.offset, 4096);
+        CHECK(s->m.cached && s->fd == -1);
+        CHECK_EQ(refs_of(e, v1), 1);
+        CHECK_EQ(refs_of(e, v2), 1);
+        CHECK_EQ(refs_of(e, 500), 0);
+
+        /* Each view drains on its own. */
+        retire(e, P, v1, false);
+        CHECK_EQ(env_count_events(e, P, PROTO_EV_DRAINED), 0);
+        s = release(e, C, v1);
+        env_check_status(s, PROTO_STATUS_OK);
+        CHECK_EQ(env_count_events(e, P, PROTO_EV_DRAINED), 1);
+        CHECK_EQ(env_event(e, P, PROTO_EV_DRAINED)->m.buffer, v1);
+        CHECK_EQ(state_of(e, v2), PROTO_STATE_LIVE);
+
+        /* Freeing the segment waits for its views; meanwhile it takes no new ones. */
+        env_check_status(free_buf(e, P, 500, false), PROTO_STATUS_OK);
+        CHECK(registry_buffer_by_id(e->r, 500));
+        env_check_status(publish(e, P, (Pub){ .name = "w/y", .segment = 500 }), PROTO_STATUS_STATE);
+        free_buf(e, P, v1, false);
+        CHECK(registry_buffer_by_id(e->r, 500));
+        s = attach_ok(e, C, "w/b"); /* still attachable, still cached */
+        CHECK(s->m.cached);
+        release(e, C, v2);
+        free_buf(e, P, v2, false); /* held: forgotten once drained, and the segment with it */
+        CHECK(registry_buffer_by_id(e->r, v2));
+        s = release(e, C, v2);
+        env_check_status(s, PROTO_STATUS_OK);
+        CHECK(registry_buffer_by_id(e->r, v2) == NULL);
+        CHECK(registry_buffer_by_id(e->r, 500) == NULL);
+        CHECK_EQ(env_count_events(e, C, PROTO_EV_FREED), 1);
+        CHECK_EQ(env_event(e, C, PROTO_EV_FREED)->m.buffer, 500);
+        CHECK_EQ(gauges(e).fds, 0);
+        CHECK_EQ(gauges(e).buffers, 0);
+        (void)fd;
+        env_free(e);
+}
+
+/* A producer's death and its views: not broker-held, holders hear every view revoked under its own
+ * name and the segment freed; broker-held, views and segment stay for them (attachable, cached) and the
+ * segment goes with the last view. */
+static void test_views_producer_death(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *U;
+        uint64_t v1, v2, h1, h2;
+        Sent *ev;
+
+        v1 = publish_ok(e, P, (Pub){ .name = "d/a", .segment = 700, .segment_size = 8192, .fd_mode = FD_FORCE });
+        v2 = publish_ok(e, P, (Pub){ .name = "d/b", .segment = 700, .offset = 4096 });
+        attach_ok(e, C, "d/a");
+        attach_ok(e, C, "d/b");
+        env_remove(e, P);
+        CHECK_EQ(env_count_events(e, C, PROTO_EV_REVOKED), 2);
+        ev = env_event(e, C, PROTO_EV_REVOKED);
+        CHECK(ev->m.buffer == v1 || ev->m.buffer == v2);
+        CHECK_EQ(env_count_events(e, C, PROTO_EV_FREED), 1);
+        CHECK_EQ(env_event(e, C, PROTO_EV_FREED)->m.buffer, 700);
+        CHECK_EQ(gauges(e).buffers, 0);
+        CHECK_EQ(gauges(e).fds, 0);
+        CHECK_EQ(gauges(e).refs, 0);
+
+        P = env_peer(e, 1000, 12, 1);
+        h1 = publish_ok(e, P, (Pub){ .name = "h/a", .segment = 800, .segment_size = 8192, .fd_mode = FD_FORCE,
+                                     .held = true });
+        publish_ok(e, P, (Pub){ .name = "h/b", .segment = 800, .offset = 4096 });
+        attach_ok(e, C, "h/a");
+        env_remove(e, P);
+        CHECK_EQ(env_count_to(e, C), 0);
+        CHECK_EQ(gauges(e).buffers, 3);
+        CHECK_EQ(gauges(e).orphaned, 3);
+        CHECK(attach_ok(e, C, "h/b")->m.cached);
+        /* The producer's uid retires the views; the last drain takes the segment along. */
+        U = env_peer(e, 1000, 13, 1);
+        retire(e, U, h1, false);
+        release(e, C, h1);
+        CHECK(registry_buffer_by_id(e->r, 800));
+        env_check_status(free_buf(e, U, h1, false), PROTO_STATUS_NOT_FOUND); /* an orphan goes once drained */
+        h2 = attach_ok(e, C, "h/b")->m.buffer;
+        release(e, C, h2);
+        retire(e, U, h2, false);
+        CHECK(registry_buffer_by_id(e->r, 800));
+        release(e, C, h2);
+        CHECK(registry_buffer_by_id(e->r, h2) == NULL);
+        CHECK(registry_buffer_by_id(e->r, 800) == NULL);
+        CHECK_EQ(env_count_events(e, C, PROTO_EV_FREED), 1);
+        CHECK_EQ(gauges(e).buffers, 0);
+        CHECK_EQ(gauges(e).fds, 0);
+        env_free(e);
+}
+
 static void test_fd_accounting(void)
 {
         unsigned before = env_count_open_fds();
@@ -1854,6 +2000,8 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_device_diagnosis);
         TEST_RUN(argc, argv, test_hello);
         TEST_RUN(argc, argv, test_views);
+        TEST_RUN(argc, argv, test_views_of_a_segment);
+        TEST_RUN(argc, argv, test_views_producer_death);
         TEST_RUN(argc, argv, test_fd_accounting);
         TEST_RUN(argc, argv, test_free_everything);
         TEST_RUN(argc, argv, test_many);

@@ -136,10 +136,23 @@ export const NODE_BROKER_PRIORITY = 'gpuipc-node-critical';
 //                     node broker's socket directory on every node
 //   seccomp-operator: the same profile as a Security Profiles Operator object
 //   monitoring:       Prometheus Operator PodMonitors for the exporters
+//   grafana:          the dashboard as a ConfigMap for Grafana's dashboard sidecar
 export const SUPPORT = {
   'node-setup': { dir: 'k8s/node-setup' },
   'seccomp-operator': { dir: 'k8s/seccomp-operator' },
   monitoring: { dir: 'k8s/monitoring' },
+  grafana: { dir: 'k8s/grafana' },
 };
+
+// kube-prometheus-stack's Prometheus selects PodMonitors labelled release: <its Helm release>
+// (podMonitorSelectorNilUsesHelmValues); the PodMonitors carry the chart's usual release name.
+export const PODMONITOR_RELEASE = 'kube-prometheus-stack';
+// The label Grafana's dashboard sidecar looks for (the Grafana chart's default), and the file.
+export const GRAFANA_LABEL = ['grafana_dashboard', '1'];
+export const DASHBOARD_FILE = 'k8s/grafana/gpuipc-dashboard.json';
+
+// The Kubernetes minors k8s/README.md supports: 1.33 through k8s/components/kubernetes-1.33
+// (resource.k8s.io/v1beta2, checked against 1.33's schema), later ones as rendered (v1).
+export const SUPPORTED_MINORS = ['1.33', '1.34', '1.35', '1.36'];
 export const SECCOMP_ROOT = '/var/lib/kubelet/seccomp';
 export const IMAGE_PROFILE = `/usr/share/gpuipc/seccomp/${PROFILE_FILE}`;

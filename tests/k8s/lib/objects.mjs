@@ -84,6 +84,15 @@ export function cliVerb(c) {
   return i < 0 ? null : (argv[i + 1] ?? null);
 }
 
+// The buffer name a gpuipcctl publish or attach names: its operand, the word after the verb
+// (`gpuipcctl attach NAME`), or the value of the deprecated --name.
+export function cliName(c) {
+  const argv = [...(c.command ?? []), ...(c.args ?? [])];
+  const i = argv.findIndex((a) => a === CLI || a.endsWith(`/${CLI}`));
+  if (i >= 0 && argv[i + 2] !== undefined && !argv[i + 2].startsWith('-')) return argv[i + 2];
+  return flagValue(c, '--name');
+}
+
 // The value following a flag in a container's args, or undefined.
 export function flagValue(c, flag) {
   const args = c.args ?? [];

@@ -138,7 +138,9 @@ export function readme(root) {
   const path = join(root, 'k8s', 'README.md');
   if (!existsSync(path)) return ['k8s/README.md is missing'];
   const text = readFileSync(path, 'utf8');
-  const need = [...Object.keys(K.SETUPS), 'measured', 'documented', K.LOCALHOST_PROFILE, 'hostPath'];
+  const need = [...Object.keys(K.SETUPS), 'measured', 'documented', K.LOCALHOST_PROFILE, 'hostPath',
+    `release: ${K.PODMONITOR_RELEASE}`, 'k8s/components/kubernetes-1.33', K.GRAFANA_LABEL[0],
+    ...K.SUPPORTED_MINORS.map((m) => `| ${m} |`)];
   return need.filter((w) => !text.includes(w)).map((w) => `k8s/README.md does not mention ${w}`);
 }
 

@@ -7,7 +7,7 @@
 
 import { basename } from 'node:path';
 import * as K from './contract.mjs';
-import { canon, cliVerb, containers, firstDiff, flagValue, isBroker, podSpecs, ref } from './objects.mjs';
+import { canon, cliName, cliVerb, containers, firstDiff, flagValue, isBroker, podSpecs, ref } from './objects.mjs';
 import { schemaProblems } from './schema.mjs';
 
 // Pod specs that run gpuipc clients or the broker (all of ours do).
@@ -426,7 +426,7 @@ function setupShape(t, ctx) {
           `${where} ${p.name}: publishes --kind ${flagValue(p, '--kind')}, this setup is ${t.setup.kind}`,
         );
     }
-    const names = new Set(apps.map((c) => flagValue(c, '--name')));
+    const names = new Set(apps.map(cliName));
     if (names.size !== 1)
       out.push(`${where}: producer and consumers must use one buffer name, found ${[...names].join(', ')}`);
   }

@@ -6,7 +6,7 @@
 // CRDs have neither: LeaderWorkerSet gets a hand-written shape here, and its
 // embedded pod templates go through both core checks.
 
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { ref } from './objects.mjs';
@@ -347,6 +347,105 @@ export async function crdErrors(obj) {
   const out = [];
   await checkShape(obj, shape, '', out);
   return out;
+}
+
+// ---- an older Kubernetes minor ------------------------------------------------
+
+// The generated client of each older minor the manifests support, installed under an alias
+// (package.json). Its models are that minor's API: the versions the current client dropped
+// (1.33's resource.k8s.io/v1beta2), and only the fields that minor has. kubernetes-models has no
+// beta APIs, so types and required fields come from these models too: each field's type and
+// format from attributeTypeMap, required-ness from the TypeScript declarations ('x': vs 'x'?:).
+export const MINOR_CLIENTS = { '1.33': 'client-node-1.33' };
+
+const minorCache = new Map();
+
+async function minorModel(minor, name) {
+  const key = `${minor}/${name}`;
+  if (!minorCache.has(key)) {
+    const dir = join(HERE, 'node_modules', MINOR_CLIENTS[minor], 'dist/gen/models');
+    let found = null;
+    if (existsSync(join(dir, `${name}.js`))) {
+      const cls = (await import(pathToFileURL(join(dir, `${name}.js`)).href))[name];
+      const dts = readFileSync(join(dir, `${name}.d.ts`), 'utf8');
+      const required = new Set([...dts.matchAll(/^\s+'([A-Za-z0-9$_-]+)':/gm)].map((m) => m[1]));
+      found = cls ? { fields: cls.getAttributeTypeMap(), required } : null;
+    }
+    minorCache.set(key, found);
+  }
+  return minorCache.get(key);
+}
+
+// Checks value as `type` (a model name, Array<...>, a map, or a leaf) of Kubernetes `minor`:
+// unknown fields, missing required ones, and leaf types. Problems go to out.types / out.fields.
+async function typedWalk(value, type, format, path, out, minor) {
+  const at = path || '.';
+  if (value === null || value === undefined) return;
+  const leaf = {
+    string: () => typeof value === 'string',
+    Date: () => typeof value === 'string',
+    boolean: () => typeof value === 'boolean',
+    number: () => (/^int/.test(format) ? Number.isInteger(value) : typeof value === 'number'),
+    IntOrString: () => Number.isInteger(value) || typeof value === 'string',
+  }[type];
+  if (leaf) {
+    if (!leaf()) out.types.push(`${at}: must be ${/^int/.test(format) ? 'an integer' : `a ${type}`}, not ${JSON.stringify(value)}`);
+    return;
+  }
+  if (type === 'any' || type === 'object') return;
+  let m = /^Array<(.+)>$/.exec(type);
+  if (m) {
+    if (!Array.isArray(value)) return out.types.push(`${at}: must be a list`);
+    for (let i = 0; i < value.length; i++) await typedWalk(value[i], m[1], '', `${path}[${i}]`, out, minor);
+    return;
+  }
+  m = /^\{ \[key: string\]: (.+); \}$/.exec(type);
+  if (m) {
+    for (const [k, v] of Object.entries(value)) await typedWalk(v, m[1], '', `${path}.${k}`, out, minor);
+    return;
+  }
+  const model = await minorModel(minor, type);
+  if (!model) return out.types.push(`${at}: Kubernetes ${minor} has no type ${type}`);
+  if (typeof value !== 'object' || Array.isArray(value)) return out.types.push(`${at}: must be an object`);
+  const fields = new Map(model.fields.map((a) => [a.baseName, a]));
+  for (const r of model.required) {
+    if (value[r] === undefined) out.types.push(`${at}: missing required field ${r}`);
+  }
+  for (const [k, v] of Object.entries(value)) {
+    const p = path ? `${path}.${k}` : k;
+    const f = fields.get(k);
+    if (f) await typedWalk(v, f.type, f.format, p, out, minor);
+    else out.fields.push(`${p}: unknown field in ${type} (Kubernetes ${minor})`);
+  }
+}
+
+// The model of apiVersion/kind in Kubernetes `minor`, or null. Only a top-level type counts (one
+// with apiVersion and kind): 1.33's V1ResourceClaim is core's {name, request} entry of a pod, not
+// a resource.k8s.io/v1 object, which 1.33 does not have.
+async function minorModelName(minor, apiVersion, kind) {
+  const cap = (s) => s.charAt(0).toUpperCase() + s.slice(1);
+  const [group, version] = apiVersion.includes('/') ? apiVersion.split('/') : ['', apiVersion];
+  const prefix = group ? cap(group.split('.')[0]) : 'Core';
+  for (const name of [`${prefix}${cap(version)}${kind}`, `${cap(version)}${kind}`]) {
+    const m = await minorModel(minor, name);
+    if (m && ['apiVersion', 'kind'].every((f) => m.fields.some((a) => a.baseName === f))) return name;
+  }
+  return null;
+}
+
+// One object against Kubernetes `minor`'s schema: { types: [...], fields: [...] }, each prefixed
+// with Kind/name. CRDs (not part of any minor) keep their own shapes.
+export async function schemaProblemsFor(obj, minor) {
+  const who = ref(obj);
+  const name = await minorModelName(minor, obj.apiVersion, obj.kind);
+  if (!name) {
+    const crd = await crdErrors(obj);
+    if (crd !== null) return { types: crd.map((e) => `${who} ${e}`), fields: [] };
+    return { types: [`${who}: Kubernetes ${minor} serves no ${obj.apiVersion} ${obj.kind}`], fields: [] };
+  }
+  const out = { types: [], fields: [] };
+  await typedWalk(obj, name, '', '', out, minor);
+  return { types: out.types.map((e) => `${who} ${e}`), fields: out.fields.map((e) => `${who} ${e}`) };
 }
 
 // All schema problems of one object, each prefixed with Kind/name.

@@ -98,6 +98,10 @@ function monitoring(t, ctx) {
     if (!eps.some((e) => e.port === 'metrics' && e.path === '/metrics'))
       out.push(`${ref(m)}: needs a podMetricsEndpoint on port metrics, path /metrics`);
   }
+  for (const m of monitors) {
+    if (m.metadata.labels?.release !== K.PODMONITOR_RELEASE)
+      out.push(`${ref(m)}: needs the label release: ${K.PODMONITOR_RELEASE}, which kube-prometheus-stack's default selector matches`);
+  }
   const selects = (m, obj, template) =>
     m.metadata.namespace === obj.metadata.namespace &&
     Object.entries(m.spec?.selector?.matchLabels ?? {}).every(([k, v]) => template.metadata?.labels?.[k] === v);
@@ -111,6 +115,25 @@ function monitoring(t, ctx) {
   return out;
 }
 
+// ---- grafana ---------------------------------------------------------------------------
+
+// One ConfigMap for Grafana's dashboard sidecar: its label, and the dashboard file byte for byte.
+function grafana(t, ctx) {
+  const out = [];
+  const maps = t.objects.filter((o) => o.kind === 'ConfigMap');
+  if (maps.length !== 1) return [`expected one ConfigMap, found ${maps.length}`];
+  const [key, value] = K.GRAFANA_LABEL;
+  const cm = maps[0];
+  if (cm.metadata.labels?.[key] !== value)
+    out.push(`${ref(cm)}: needs the label ${key}: "${value}" for Grafana's dashboard sidecar`);
+  if (/-[a-z0-9]{10}$/.test(cm.metadata.name))
+    out.push(`${ref(cm)}: a hash suffix would leave a stale dashboard behind at every change`);
+  const file = readFileSync(join(ctx.root, K.DASHBOARD_FILE), 'utf8');
+  const data = Object.values(cm.data ?? {});
+  if (data.length !== 1 || data[0] !== file) out.push(`${ref(cm)}: its data is not ${K.DASHBOARD_FILE}`);
+  return out;
+}
+
 const base = (names) => Object.fromEntries(names.map((n) => [n, CHECKS[n]]));
 
 // Support kustomization -> { check name -> check }, reported in this order.
@@ -118,4 +141,6 @@ export const SUPPORT_CHECKS = {
   'node-setup': { ...base(['schema types', 'unknown fields', 'scope', 'resources']), 'node setup': nodeSetup },
   'seccomp-operator': { ...base(['schema types', 'unknown fields', 'scope']), profile: seccompOperator },
   monitoring: { ...base(['schema types', 'unknown fields']), 'pod monitors': monitoring },
+  // (no scope check: the ConfigMap goes to Grafana's namespace, which gpuipc does not define)
+  grafana: { ...base(['schema types', 'unknown fields']), 'dashboard configmap': grafana },
 };

@@ -1,0 +1,173 @@
+/* Options from the command tables: getopt's strings built from a command's CtlOption table, the
+ * option lines of --help, deprecated spellings answered with a note, and the one operand. */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl.h"
+
+#define MAX_OPTIONS 32
+#define HELP_COLUMN 26 /* where an option's text starts in --help */
+
+static const CtlOption help_option = { 'h', "help", 'h', NULL, CTL_VALUE_NONE, "this text", NULL };
+static const CtlOption no_options[] = { { 0 } };
+
+/* getopt_long's view of one table, built once for the command that runs (getopt keeps pointers
+ * into it between calls). */
+static struct {
+        const CtlOption *table;
+        struct option longopts[MAX_OPTIONS + 2];
+        char shortopts[3 * MAX_OPTIONS + 4];
+} parser;
+
+/* The entry of table spelled with this letter, or NULL. */
+static const CtlOption *by_letter(const CtlOption *table, int letter)
+{
+        for (const CtlOption *o = table; o->id; o++)
+                if (o->letter && o->letter == letter)
+                        return o;
+        return NULL;
+}
+
+/* Long options return 0x10000 + their index in the table: a long name and a letter of one
+ * option may differ in whether they are deprecated (publish's --size and -s). */
+static void build_parser(const CtlOption *table, bool global)
+{
+        size_t nl = 0, ns = 0;
+
+        parser.table = table;
+        /* '+': the global options end at the command's name; ':': a missing value is told apart. */
+        if (global)
+                parser.shortopts[ns++] = '+';
+        parser.shortopts[ns++] = ':';
+        for (const CtlOption *o = table; o->id && nl < MAX_OPTIONS; o++) {
+                int has_arg = o->arg ? required_argument : no_argument;
+
+                if (o->name)
+                        parser.longopts[nl++] = (struct option){ o->name, has_arg, NULL, 0x10000 + (int)(o - table) };
+                if (o->letter) {
+                        parser.shortopts[ns++] = o->letter;
+                        if (o->arg)
+                                parser.shortopts[ns++] = ':';
+                }
+        }
+        /* -h/--help is every command's; gpuipcctl's own table lists it (main answers it). */
+        if (!by_letter(table, 'h')) {
+                parser.longopts[nl++] = (struct option){ "help", no_argument, NULL, 'h' };
+                parser.shortopts[ns++] = 'h';
+        }
+        parser.longopts[nl] = (struct option){ 0 };
+        parser.shortopts[ns] = 0;
+}
+
+void ctl_deprecated(Ctl *ctl, const char *used, const char *instead)
+{
+        fprintf(stderr, "gpuipcctl%s%s: note: %s is deprecated and will be removed; %s\n", ctl->cmd->name[0] ? " " : "",
+                ctl->cmd->name, used, instead);
+}
+
+int ctl_next_option(Ctl *ctl, int argc, char **argv, int *ret_exit)
+{
+        const CtlOption *table = ctl->cmd->options ? ctl->cmd->options : no_options;
+        const CtlOption *o;
+        bool global = !ctl->cmd->name[0];
+        char used[64];
+        int c;
+
+        if (parser.table != table || optind == 0)
+                build_parser(table, global);
+        c = getopt_long(argc, argv, parser.shortopts, parser.longopts, NULL);
+        if (c == -1)
+                return 0;
+        if (c == '?' || c == ':') {
+                *ret_exit = ctl_bad_option(ctl, argc, argv, c);
+                return -1;
+        }
+        if (c == 'h' && !by_letter(table, 'h')) {
+                *ret_exit = ctl_help(ctl);
+                return -1;
+        }
+        if (c >= 0x10000) {
+                o = &table[c - 0x10000];
+                snprintf(used, sizeof(used), "--%s", o->name);
+        } else {
+                o = by_letter(table, c); /* getopt returns only the letters the table gave it */
+                snprintf(used, sizeof(used), "-%c", c);
+        }
+        if (o->instead)
+                ctl_deprecated(ctl, used, o->instead);
+        return o->id;
+}
+
+int ctl_operand(Ctl *ctl, int argc, char **argv, bool required, const char **name)
+{
+        const char *what = ctl->cmd->operand == CTL_VALUE_NAME ? "NAME" : "argument";
+
+        if (ctl->cmd->operand == CTL_VALUE_NONE && optind < argc)
+                return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
+        if (optind + 1 < argc)
+                return ctl_usage(ctl, "one %s only (got '%s' and '%s')", what, argv[optind], argv[optind + 1]);
+        if (optind < argc && *name)
+                return ctl_usage(ctl, "the name twice ('%s' and --name '%s'): give it once, as the %s", argv[optind],
+                                 *name, what);
+        if (optind < argc)
+                *name = argv[optind];
+        if (required && !*name)
+                return ctl_usage(ctl, "%s is required", what);
+        return CTL_CONTINUE;
+}
+
+/* One option's line(s): "  -p, --prefix P" padded to HELP_COLUMN, then the text, continuation
+ * lines indented to the same column. */
+static void print_option(FILE *f, const CtlOption *o)
+{
+        const char *text = o->help;
+        int n;
+
+        if (o->letter && o->name)
+                n = fprintf(f, "  -%c, --%s", o->letter, o->name);
+        else if (o->name)
+                n = fprintf(f, "      --%s", o->name);
+        else
+                n = fprintf(f, "  -%c", o->letter);
+        if (o->arg)
+                n += fprintf(f, " %s", o->arg);
+        if (n >= HELP_COLUMN - 1) {
+                fputc('\n', f);
+                n = 0;
+        }
+        fprintf(f, "%*s", HELP_COLUMN - n, "");
+        for (const char *nl; (nl = strchr(text, '\n')); text = nl + 1)
+                fprintf(f, "%.*s\n%*s", (int)(nl - text), text, HELP_COLUMN, "");
+        fprintf(f, "%s\n", text);
+}
+
+void ctl_print_options(FILE *f, const CtlOption *options)
+{
+        bool any_deprecated = false;
+
+        for (const CtlOption *o = options; o && o->id; o++) {
+                if (o->instead)
+                        any_deprecated = true;
+                else
+                        print_option(f, o);
+        }
+        if (!options || !by_letter(options, 'h'))
+                print_option(f, &help_option);
+        if (!any_deprecated)
+                return;
+        fputs("\nDeprecated spellings, still accepted (each prints a note):\n", f);
+        for (const CtlOption *o = options; o->id; o++) {
+                char spelling[64];
+
+                if (!o->instead)
+                        continue;
+                if (o->name && o->letter)
+                        snprintf(spelling, sizeof(spelling), "-%c, --%s", o->letter, o->name);
+                else if (o->name)
+                        snprintf(spelling, sizeof(spelling), "--%s", o->name);
+                else
+                        snprintf(spelling, sizeof(spelling), "-%c", o->letter);
+                fprintf(f, "  %-*s%s\n", HELP_COLUMN - 2, spelling, o->instead);
+        }
+}

@@ -1,0 +1,158 @@
+"""The Python package's details a new user trips over, each checked against a real broker:
+
+- publish_state_dict() of NumPy arrays goes to memfd by default (as share() chooses), not cuda-vmm;
+- a bad argument (share(x, ''), empty(kind='bogus'), alloc(0)) raises gpuipc.InvalidArgument, which
+  `except gpuipc.Error` catches and which is still a ValueError;
+- a join_ring() timeout carries its detail and hint like every other error;
+- a message says what happened once: the hint is .hint (and a note), not repeated in the message;
+- Client('/etc/passwd') says "not a socket", at once, instead of "Connection refused";
+- an Attached pickled through a multiprocessing queue is attached again by id in the receiving
+  process (spawned: a fresh interpreter), which reads the same bytes and releases its reference;
+  a Buffer or a Client refuses pickling with a TypeError that says what to do instead.
+
+    details.py [KIND]    (KIND is ignored: everything here is memfd)   exit 0 pass, 1 fail
+Needs GPUIPC_SOCKET naming a running broker.
+"""
+import multiprocessing
+import os
+import pickle
+import sys
+import time
+import traceback
+
+import numpy as np
+
+import gpuipc
+
+RUN = os.getpid()
+
+
+def raises(cls, fn):
+    try:
+        fn()
+    except cls as e:
+        return e
+    except Exception as e:
+        raise AssertionError(f'{type(e).__name__}: {e} instead of {cls.__name__}') from None
+    raise AssertionError(f'no {cls.__name__}')
+
+
+def case_state_dict_numpy_memfd(c):
+    """publish_state_dict of NumPy arrays: memfd by default, and back intact."""
+    sd = {'w': np.arange(12, dtype=np.float32).reshape(3, 4), 'b': np.ones(5, dtype=np.int64)}
+    version = c.publish_state_dict(sd, f'py/details/{RUN}/sd')
+    got = c.attach_state_dict(f'py/details/{RUN}/sd', framework='numpy', timeout_ms=2000)
+    try:
+        kinds = {b.kind for b in c.buffers(f'py/details/{RUN}/sd')}
+        assert kinds == {'memfd'}, f'published as {kinds}'
+        assert all(np.array_equal(got[k], sd[k]) for k in sd), got
+    finally:
+        got.release()
+    c.unpublish_state_dict(f'py/details/{RUN}/sd')
+    return f'version {getattr(version, "version", version)} as memfd'
+
+
+def case_invalid_arguments(c):
+    """Bad arguments are gpuipc.InvalidArgument: a gpuipc.Error and a ValueError."""
+    for what, fn in (("share(x, '')", lambda: c.share(np.zeros(4, np.uint8), '')),
+                     ("empty(kind='bogus')", lambda: c.empty((2,), 'uint8', kind='bogus', framework=None)),
+                     ('alloc(0)', lambda: c.alloc(0)),
+                     ("empty(dtype='nonsense')", lambda: c.empty((2,), 'nonsense', kind='memfd', framework=None))):
+        e = raises(gpuipc.Error, fn)
+        assert isinstance(e, gpuipc.InvalidArgument) and isinstance(e, ValueError), f'{what}: {type(e).__name__}'
+    return 'share, empty (kind, dtype), alloc'
+
+
+def case_join_ring_timeout(c):
+    """join_ring's Timeout has a detail and a hint."""
+    e = raises(gpuipc.Timeout, lambda: c.join_ring(f'py/details/{RUN}/no-ring', timeout_ms=200))
+    assert e.detail and 'within 200 ms' in e.detail, f'detail {e.detail!r}'
+    assert e.hint and 'same ring name and socket' in e.hint, f'hint {e.hint!r}'
+    assert e.name == 'timeout' and e.code == -1006, (e.name, e.code)
+    return f'detail {e.detail!r}'
+
+
+def case_message_once(c):
+    """The message is what happened; the hint is not repeated in it."""
+    for what, fn, cls in (('attach absent', lambda: c.attach(f'py/details/{RUN}/absent', 0), gpuipc.NotFound),
+                          ('attach waiting', lambda: c.attach(f'py/details/{RUN}/absent', 100), gpuipc.Timeout),
+                          ('join ring', lambda: c.join_ring(f'py/details/{RUN}/no-ring', timeout_ms=100), gpuipc.Timeout)):
+        e = raises(cls, fn)
+        assert e.detail and e.detail in str(e), f'{what}: the detail is not in {str(e)!r}'
+        assert e.hint and e.hint not in str(e), f'{what}: the hint is repeated in {str(e)!r}'
+        if sys.version_info >= (3, 11):
+            assert f'hint: {e.hint}' in getattr(e, '__notes__', []), f'{what}: no hint note'
+    return 'NotFound, Timeout, join_ring'
+
+
+def case_not_a_socket(c):
+    """Client('/etc/passwd'): not a socket, said at once."""
+    start = time.monotonic()
+    e = raises(gpuipc.NoBroker, lambda: gpuipc.Client('/etc/passwd', connect_timeout_ms=3000))
+    took = time.monotonic() - start
+    assert 'not a socket' in str(e) and 'regular file' in str(e) and 'refused' not in str(e), str(e)
+    assert took < 2, f'took {took:.1f} s: it waited for a file to become a socket'
+    return str(e)
+
+
+def child_reads(queue, results):
+    try:
+        a = queue.get(timeout=30)
+        results.put(('ok', a.name, bytes(a.memoryview()), a.id))
+        a.release()
+        results.put(('released', None, b'', 0))
+    except Exception:
+        results.put(('error', traceback.format_exc(), b'', 0))
+
+
+def case_pickle(c):
+    """An Attached through a spawned process's queue is attached again there; Buffer and Client
+    refuse pickling with a TypeError that says what to do."""
+    name = f'py/details/{RUN}/pickled'
+    data = bytes(range(256)) * 16
+    buf = c.alloc(len(data), 'memfd')
+    buf.write(data)
+    c.publish(buf, name)
+    a = c.attach(name, 0)
+    ctx = multiprocessing.get_context('spawn')
+    queue, results = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=child_reads, args=(queue, results))
+    p.start()
+    queue.put(a)
+    status, what, got, bid = results.get(timeout=60)
+    assert status == 'ok', what
+    assert what == name and got == data and bid == a.id, (what, len(got), bid, a.id)
+    assert results.get(timeout=30)[0] == 'released'
+    p.join(30)
+    assert p.exitcode == 0, p.exitcode
+    holders = c.stat(name).holders
+    assert holders == 1, f'{holders} holders after the child released (expected only ours)'
+    a.release()
+    e = raises(TypeError, lambda: pickle.dumps(a))
+    assert 'released' in str(e), str(e)
+    e = raises(TypeError, lambda: pickle.dumps(buf))
+    assert 'publish it' in str(e), str(e)
+    e = raises(TypeError, lambda: pickle.dumps(c))
+    assert 'open a Client in the other process' in str(e), str(e)
+    c.free(buf)
+    return 'Attached re-attached by id in a spawned process; Buffer and Client: TypeError'
+
+
+CASES = [case_state_dict_numpy_memfd, case_invalid_arguments, case_join_ring_timeout, case_message_once,
+         case_not_a_socket, case_pickle]
+
+
+def main():
+    failed = 0
+    with gpuipc.Client(label='py-details', probe_gpus=False) as c:
+        for case in CASES:
+            try:
+                print(f'ok    {case.__name__[5:]}: {case(c)}', flush=True)
+            except Exception:
+                failed += 1
+                print(f'FAIL  {case.__name__[5:]}: {case.__doc__}\n{traceback.format_exc()}', flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
