@@ -2,8 +2,8 @@
 # The developer's entry point on a fresh Debian 12 machine (root or sudo):
 #   ./dev.sh demo    install what is missing, build, and run the pipeline demo: a fresh broker,
 #                    one producer and three consumers passing frames through memfd buffers
-#   ./dev.sh test    install what is missing, build, and run every test suite; the last line
-#                    reads "N passed, N failed" (skipped tests are counted apart)
+#   ./dev.sh test    install what is missing, build, and run every test suite (in a /tmp of its own,
+#                    which must be empty at the end); the last line reads "N passed, N failed"
 #   ./dev.sh test-sanitize   the same with AddressSanitizer, UBSan and LeakSanitizer (a build of
 #                    its own); any report fails its test
 #   ./dev.sh ci      both, one after the other (what .ci/run runs); the last line reads
