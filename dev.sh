@@ -2,8 +2,8 @@
 # The developer's entry point on a fresh Debian 12 machine (root or sudo):
 #   ./dev.sh demo    install what is missing, build, and run the pipeline demo: a fresh broker,
 #                    one producer and three consumers passing frames through memfd buffers
-#   ./dev.sh test    install what is missing, build, and run every test suite; the last line
-#                    reads "N passed, N failed" (skipped tests are counted apart)
+#   ./dev.sh test    install what is missing, build, and run every test suite (in a /tmp of its own,
+#                    which must be empty at the end); the last line reads "N passed, N failed"
 #   ./dev.sh test-sanitize   the same with AddressSanitizer, UBSan and LeakSanitizer (a build of
 #                    its own); any report fails its test
 #   ./dev.sh ci      both, one after the other (what .ci/run runs); the last line reads
@@ -116,10 +116,22 @@ summary() {
         [[ $failed == 0 ]]
 }
 
-# run_suite DIR: every test of DIR's build; 0 when all passed.
+# run_suite DIR: every test of DIR's build; 0 when all passed. The suite gets a temporary directory
+# of its own, empty at the start, which its last test (suite-tmp-clean) checks is empty again: as
+# root, a fresh directory mounted over /tmp in a private mount namespace (what hard-codes /tmp is
+# caught too, and other processes on the machine neither see it nor disturb the check), else TMPDIR.
 run_suite() {
-        local rc=0
-        meson test -C "$1" --print-errorlogs --num-processes 2 || rc=$?
+        local rc=0 tmp
+        tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpuipc-suite.XXXXXX")
+        chmod 1777 "$tmp" # like /tmp: tests that drop privileges create files there too
+        if [[ $(id -u) == 0 ]] && unshare --mount true 2>/dev/null; then
+                unshare --mount --propagation private -- bash -c 'mount --bind "$1" /tmp && shift && exec "$@"' _ \
+                        "$tmp" env TMPDIR=/tmp GPUIPC_SUITE_TMP=/tmp GPUIPC_SUITE_TMP_PRIVATE=1 \
+                        meson test -C "$1" --print-errorlogs --num-processes 2 || rc=$?
+        else
+                TMPDIR=$tmp GPUIPC_SUITE_TMP=$tmp meson test -C "$1" --print-errorlogs --num-processes 2 || rc=$?
+        fi
+        rm -rf "$tmp"
         return $rc
 }
 

@@ -6,6 +6,7 @@
  *     allow attach gid=2000 prefix=frames/
  *     deny all any
  *
+ * A rule without prefix= covers every name; an empty "prefix=" is an error, not a wildcard.
  * A loaded policy denies what no rule allows. Without a policy file, every peer that can open
  * the socket may publish and attach any name (the socket's mode and group are the gate) and only
  * uid 0 may retire or free other uids' buffers. Numbers only: the broker does no NSS lookups. */
@@ -100,6 +101,10 @@ static const char *parse_rule(char *line, Rule *r)
         if (n == 4) {
                 if (strncmp(tok[3], "prefix=", 7) != 0 || strlen(tok[3] + 7) > PROTO_MAX_NAME)
                         return "the fourth word is prefix=P, with P at most 255 bytes";
+                /* A line cut short after "prefix=" would otherwise match every name: a rule for
+                 * every name says so by leaving the prefix out. */
+                if (!tok[3][7])
+                        return "prefix= is empty (leave prefix= out for a rule on every name)";
                 strcpy(r->prefix, tok[3] + 7);
         }
         return NULL;

@@ -40,8 +40,8 @@ static void why_not(RingView *ret, const RegRingView *g, int map_errno)
                 snprintf(ret->why, sizeof(ret->why), "the broker could not map the control page: %s",
                          strerror(map_errno));
         else
-                snprintf(ret->why, sizeof(ret->why), "the control page does not hold a ring of this shape (its "
-                         "producer has not written it yet, or wrote something else)");
+                snprintf(ret->why, sizeof(ret->why), "the control page does not hold a ring of this shape (not "
+                         "written yet, or broken): %s", ret->reading.why);
 }
 
 void ringview_read(const RegRingView *g, RingView *ret)

@@ -6,7 +6,7 @@
 
 typedef struct RingView {
         RingReading reading; /* reading.ctl_valid false: the head and positions are unknown, */
-        char why[160];       /* ... and this says why */
+        char why[256];       /* ... and this says why */
         unsigned pages;      /* pages mapped (and unmapped) to read it: what the read cost */
 } RingView;
 

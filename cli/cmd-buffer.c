@@ -285,6 +285,7 @@ int cmd_publish(Ctl *ctl, int argc, char **argv)
                 return r;
         /* GPUs are probed (loading the CUDA driver, which takes a while) only for the CUDA kinds,
          * whose publish names the device. */
+        ctl->reconnect = true; /* it holds the buffer: through a broker restart too */
         r = ctl_connect(ctl, kind != GPUIPC_KIND_MEMFD);
         if (r)
                 return r;
@@ -385,6 +386,7 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
                 return r;
         /* A consumer declares its GPUs in its hello: the broker refuses a CUDA buffer on a device the
          * consumer cannot see, with a message naming both, instead of letting CUDA fail later. */
+        ctl->reconnect = hold != 0; /* held a while: through a broker restart too */
         r = ctl_connect(ctl, true);
         if (r)
                 return r;

@@ -425,6 +425,7 @@ int cmd_watch(Ctl *ctl, int argc, char **argv)
 
         if (r != CTL_CONTINUE)
                 return r;
+        ctl->reconnect = true; /* watching goes on through a broker restart ("reconnected") */
         r = ctl_connect(ctl, false);
         if (r)
                 return r;

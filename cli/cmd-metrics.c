@@ -1,53 +1,25 @@
 /* gpuipcctl metrics: the broker's statistics and its rings for Prometheus, printed once or served
- * over HTTP by a small exporter process (the broker itself stays off the network). The exporter
- * keeps one broker connection, asks it at every scrape, and reconnects after the broker went away.
+ * over HTTP by a small exporter process (the broker itself stays off the network). The exporter's
+ * HTTP loop (http.c) runs in the main thread and never waits for the broker; a second thread
+ * (sampler.c) asks the broker for what scrapes want, and reconnects after the broker went away.
  *
  * What it must never do: put the broker on the network (only this process listens, and it only
- * asks read-only questions), or leave a scrape without an answer when the broker is away: the
- * exposition still comes, with gpuipc_up 0. */
+ * asks read-only questions), let a client or a slow broker hold up other requests, or leave a
+ * scrape without an answer by its deadline: the exposition still comes, with gpuipc_up 0. It is
+ * confined (exporter-confine.c) once it listens. */
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "ctl.h"
+#include "exporter-confine.h"
 #include "http.h"
 #include "json.h"
 #include "metrics.h"
-
-/* Rings exported per scrape at most: one series each per gpuipc_ring_* family. A bound, so that a
- * scrape's memory and time do not grow with whatever peers create; past it the first ones by
- * cursor are shown. */
-#define MAX_RINGS 4096
-
-typedef struct Exporter {
-        Ctl *ctl;
-        gpuipc_stat_t *stats;
-        gpuipc_ring_info_t *rings; /* MAX_RINGS */
-        bool reachable; /* what the last scrape found, to log only the changes */
-        bool logged;
-} Exporter;
-
-/* Up to MAX_RINGS rings into rings: how many, or an error (a broker older than ring listings has
- * none to show: 0). */
-static int scrape_rings(gpuipc_t *c, gpuipc_ring_info_t *rings)
-{
-        uint64_t cursor = 0;
-        int n = 0;
-
-        do {
-                int got = gpuipc_list_rings(c, NULL, &cursor, rings + n, MAX_RINGS - n);
-
-                if (got == GPUIPC_E_UNKNOWN_OP)
-                        return 0;
-                if (got < 0)
-                        return got;
-                n += got;
-        } while (cursor && n < MAX_RINGS);
-        return n;
-}
+#include "sampler.h"
 
 static volatile sig_atomic_t stop_requested;
 
@@ -57,135 +29,101 @@ static void on_stop_signal(int sig)
         stop_requested = 1;
 }
 
-/* Connects if needed and checks that the broker answers. 0, or the error (logged when it is news). */
-static int reach_broker(Exporter *e)
-{
-        Ctl *ctl = e->ctl;
-        gpuipc_options_t o = { .struct_size = sizeof(o), .socket_path = ctl->socket, .label = "gpuipcctl-metrics",
-                               .no_gpus = 1 };
-        const char *why;
-        int r = 0;
+typedef struct Exporter {
+        Sampler *sampler;
+        int timeout_ms; /* a scrape's deadline */
+} Exporter;
 
-        o.connect_timeout_ms = ctl->timeout_ms;
-        if (!ctl->c) {
-                r = gpuipc_connect(&ctl->c, &o);
-                if (r < 0)
-                        ctl->c = NULL;
-        }
-        /* A connection that once worked may be dead by now: only a ping answered says "up". */
-        if (r == 0)
-                r = gpuipc_ping(ctl->c, ctl->timeout_ms);
-        if (r < 0 && (e->reachable || !e->logged)) {
-                why = ctl->c ? gpuipc_errmsg(ctl->c) : gpuipc_errmsg(NULL);
-                fprintf(stderr, "gpuipcctl metrics: the broker does not answer: [%s] %s\n", gpuipc_err_name(r),
-                        why[0] ? why : gpuipc_strerror(r));
-        } else if (r == 0 && !e->reachable && e->logged) {
-                fprintf(stderr, "gpuipcctl metrics: the broker answers again\n");
-        }
-        if (r < 0) {
-                /* A fresh connection at the next scrape: this one may be broken. */
-                gpuipc_close(ctl->c);
-                ctl->c = NULL;
-        }
-        e->reachable = r == 0;
-        e->logged = true;
-        return r;
+static void answer_text(HttpResponse *ret, int status, const char *text)
+{
+        ret->status = status;
+        ret->body = http_body_new(text, strlen(text));
+        if (!ret->body)
+                ret->status = 500;
 }
 
-/* One scrape into in: the records and rings, or up false (the broker did not answer). */
-static void scrape(Exporter *e, MetricsInput *in)
-{
-        const char *what = "stats";
-        int n, n_rings = 0;
-
-        *in = (MetricsInput){ .stats = e->stats, .rings = e->rings };
-        if (reach_broker(e) < 0)
-                return;
-        n = gpuipc_stats(e->ctl->c, e->stats, GPUIPC_MAX_PAGE);
-        if (n >= 0) {
-                what = "rings";
-                n_rings = scrape_rings(e->ctl->c, e->rings);
-        }
-        if (n < 0 || n_rings < 0) {
-                int err = n < 0 ? n : n_rings;
-
-                fprintf(stderr, "gpuipcctl metrics: %s: [%s] %s\n", what, gpuipc_err_name(err),
-                        gpuipc_errmsg(e->ctl->c));
-                gpuipc_close(e->ctl->c);
-                e->ctl->c = NULL;
-                e->reachable = false;
-                return;
-        }
-        in->up = true;
-        in->n_stats = n > GPUIPC_MAX_PAGE ? GPUIPC_MAX_PAGE : n;
-        in->n_rings = n_rings;
-}
-
-static void serve(const char *path, HttpResponse *ret, void *ud)
+/* The HTTP loop's handler: never waits. A scrape is answered once a sample at least as new as it is
+ * ready, or at its deadline with the last good one and gpuipc_up 0; /healthz at once. */
+static void serve(HttpRequest *req, HttpResponse *ret, void *ud)
 {
         Exporter *e = ud;
-        FILE *f;
+        uint64_t now = ctl_now_ms();
 
-        if (strcmp(path, "/metrics") == 0) {
-                MetricsInput in;
+        if (strcmp(req->path, "/metrics") == 0) {
+                uint64_t deadline = req->arrived_ms + (uint64_t)e->timeout_ms;
 
-                scrape(e, &in);
-                f = open_memstream(&ret->body, &ret->len);
-                if (!f)
-                        return;
-                metrics_write_text(f, &in);
-                fclose(f);
-                ret->status = 200;
-                ret->content_type = METRICS_CONTENT_TYPE;
-        } else if (strcmp(path, "/healthz") == 0) {
-                bool ok = reach_broker(e) == 0;
+                if (!req->note)
+                        req->note = sampler_want(e->sampler, req->arrived_ms);
+                if (sampler_answer(e->sampler, req->note, now >= deadline, &ret->body)) {
+                        ret->status = ret->body ? 200 : 500;
+                        ret->content_type = METRICS_CONTENT_TYPE;
+                } else {
+                        ret->retry_at_ms = deadline;
+                }
+        } else if (strcmp(req->path, "/healthz") == 0) {
+                char why[320];
 
-                ret->status = ok ? 200 : 503;
-                ret->body = strdup(ok ? "ok\n" : "the broker does not answer\n");
-                ret->len = ret->body ? strlen(ret->body) : 1;
-        } else if (strcmp(path, "/") == 0) {
-                ret->status = 200;
-                ret->body = strdup("gpuipcctl metrics: /metrics (Prometheus text format), /healthz\n");
-                ret->len = ret->body ? strlen(ret->body) : 1;
+                if (sampler_healthy(e->sampler, now, why, sizeof(why))) {
+                        answer_text(ret, 200, "ok\n");
+                } else {
+                        strcat(why, "\n");
+                        answer_text(ret, 503, why);
+                }
+        } else if (strcmp(req->path, "/") == 0) {
+                answer_text(ret, 200, "gpuipcctl metrics: /metrics (Prometheus text format), /healthz\n");
         } else {
-                ret->status = 404;
-                ret->body = strdup("not found: try /metrics or /healthz\n");
-                ret->len = ret->body ? strlen(ret->body) : 1;
+                answer_text(ret, 404, "not found: try /metrics or /healthz\n");
         }
 }
 
-static int listen_and_serve(Ctl *ctl, const char *spec)
+static int listen_and_serve(Ctl *ctl, const char *spec, bool confined)
 {
         struct sigaction stop = { .sa_handler = on_stop_signal }, ignore = { .sa_handler = SIG_IGN };
-        Exporter e = { .ctl = ctl };
+        Exporter e = { .timeout_ms = ctl->timeout_ms };
+        SamplerConfig sc = { .socket = ctl->socket, .timeout_ms = ctl->timeout_ms };
+        HttpServerConfig hc = { .handler = serve, .userdata = &e };
         char bound[128];
         const char *why = "";
-        int fd, r;
+        int r;
 
-        fd = http_listen(spec, bound, sizeof(bound), &why);
-        if (fd < 0)
+        hc.listen_fd = http_listen(spec, bound, sizeof(bound), &why);
+        if (hc.listen_fd < 0)
                 return ctl_error(ctl, "listen", "--listen '%s': %s", spec, why);
-        e.stats = calloc(GPUIPC_MAX_PAGE, sizeof(*e.stats));
-        e.rings = calloc(MAX_RINGS, sizeof(*e.rings));
-        if (!e.stats || !e.rings) {
-                free(e.stats);
-                free(e.rings);
-                close(fd);
-                return ctl_fail(ctl, "metrics", -ENOMEM);
+        hc.wake_fd = sc.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        r = hc.wake_fd < 0 ? -errno : sampler_new(&e.sampler, &sc);
+        if (r < 0) {
+                close(hc.listen_fd);
+                if (hc.wake_fd >= 0)
+                        close(hc.wake_fd);
+                return ctl_fail(ctl, "metrics", r);
         }
         /* No SA_RESTART: SIGTERM must interrupt poll(), so that a sidecar stops at once. */
         sigaction(SIGTERM, &stop, NULL);
         sigaction(SIGINT, &stop, NULL);
         sigaction(SIGPIPE, &ignore, NULL);
+        /* The one process that listens on the network: confined before it reads a byte from it,
+         * and before its second thread exists (both confinements are inherited, not imposed). */
+        if (confined && (r = exporter_confine(&why)) < 0) {
+                close(hc.listen_fd);
+                close(hc.wake_fd);
+                return ctl_error(ctl, "confine", "cannot confine the exporter: %s (--no-sandbox runs it "
+                                 "without)", why);
+        }
+        r = sampler_start(e.sampler);
+        if (r < 0) {
+                close(hc.listen_fd);
+                close(hc.wake_fd);
+                return ctl_fail(ctl, "metrics", r);
+        }
         if (ctl->json)
                 printf("{\"event\":\"listening\",\"address\":\"%s\"}\n", bound);
         else
                 printf("serving /metrics and /healthz on http://%s\n", bound);
         fflush(stdout);
         ctl->printed = true;
-        r = http_serve(fd, serve, &e, &stop_requested);
-        free(e.stats);
-        free(e.rings);
+        r = http_serve(&hc, &stop_requested);
+        sampler_stop(e.sampler);
+        close(hc.wake_fd);
         if (r < 0) {
                 ctl->printed = false;
                 return ctl_fail(ctl, "serving HTTP", r);
@@ -195,50 +133,48 @@ static int listen_and_serve(Ctl *ctl, const char *spec)
 
 int cmd_metrics(Ctl *ctl, int argc, char **argv)
 {
-        static const struct option longopts[] = { { "listen", required_argument, NULL, 'l' }, CTL_HELP_OPTION, {} };
-        const char *listen_spec = NULL;
+        const char *listen_spec = NULL, *why, *what;
+        bool confined = true;
         MetricsInput in = { 0 };
         gpuipc_stat_t *stats;
         gpuipc_ring_info_t *rings;
-        int c, n, r;
+        int c, r;
 
-        while ((c = getopt_long(argc, argv, ":l:h", longopts, NULL)) >= 0) {
-                if (c == 'h')
-                        return ctl_help(ctl);
-                if (c != 'l')
-                        return ctl_bad_option(ctl, argc, argv, c);
-                listen_spec = optarg;
+        while ((c = ctl_next_option(ctl, argc, argv, &r)) > 0) {
+                if (c == CTL_OPT_NO_SANDBOX)
+                        confined = false;
+                else if (c == 'l')
+                        listen_spec = optarg;
         }
+        if (c < 0)
+                return r;
         if (optind < argc)
                 return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
+        if (listen_spec && http_check_spec(listen_spec, &why) < 0)
+                return ctl_usage(ctl, "--listen '%s': %s", listen_spec, why);
+        if (!listen_spec && !confined)
+                return ctl_usage(ctl, "--no-sandbox goes with --listen");
         if (listen_spec)
-                return listen_and_serve(ctl, listen_spec);
+                return listen_and_serve(ctl, listen_spec, confined); /* its sampler reconnects */
 
         /* Once: without a broker the exposition still comes out, saying gpuipc_up 0 (a textfile
          * collector then records the outage), and the exit code says so too. */
         stats = calloc(GPUIPC_MAX_PAGE, sizeof(*stats));
-        rings = calloc(MAX_RINGS, sizeof(*rings));
+        rings = calloc(SAMPLER_MAX_RINGS, sizeof(*rings));
         if (!stats || !rings) {
                 free(stats);
                 free(rings);
                 return ctl_fail(ctl, "metrics", -ENOMEM);
         }
         ctl->printed = true; /* the exposition is the document, failure or not */
-        in = (MetricsInput){ .stats = stats, .rings = rings };
         r = ctl_connect(ctl, false);
         if (r == 0) {
-                n = gpuipc_stats(ctl->c, stats, GPUIPC_MAX_PAGE);
-                if (n < 0)
-                        r = ctl_fail(ctl, "stats", n);
-                in.n_stats = n < 0 ? 0 : n > GPUIPC_MAX_PAGE ? GPUIPC_MAX_PAGE : n;
+                r = sampler_collect(ctl->c, stats, rings, &in, &what);
+                if (r < 0) {
+                        r = ctl_fail(ctl, what, r);
+                        in = (MetricsInput){ 0 };
+                }
         }
-        if (r == 0) {
-                n = scrape_rings(ctl->c, rings);
-                if (n < 0)
-                        r = ctl_fail(ctl, "rings", n);
-                in.n_rings = n < 0 ? 0 : n;
-        }
-        in.up = r == 0;
         if (ctl->json)
                 metrics_write_json(stdout, &in);
         else

@@ -28,6 +28,10 @@ typedef struct Ctl {
         bool json;
         int timeout_ms;
         gpuipc_t *c;
+        /* The connection survives a broker restart (the library's default): for the commands that
+         * hold something or wait (publish, attach --hold, watch, metrics --listen). A one-shot
+         * command reports on the one broker it asked instead (a listing's pages, an exit code). */
+        bool reconnect;
         const CtlCommand *cmd; /* the subcommand running */
         bool printed;          /* a document (or line) went to stdout already */
 } Ctl;
@@ -49,6 +53,7 @@ enum {
         CTL_OPT_SIZE,
         CTL_OPT_WAIT,
         CTL_OPT_RETIRE_AFTER,
+        CTL_OPT_NO_SANDBOX,
 };
 
 /* One option of a command or of gpuipcctl itself. The command's table is what parses its options,
@@ -95,9 +100,6 @@ void ctl_deprecated(Ctl *ctl, const char *used, const char *instead);
 /* The "  -p, --prefix P    text" lines of an option table, for --help. */
 void ctl_print_options(FILE *f, const CtlOption *options);
 
-/* For a command that still runs its own getopt_long loop (metrics): its long options take this
- * for -h/--help, answered with ctl_help(). The others parse through ctl_next_option. */
-#define CTL_HELP_OPTION { "help", no_argument, NULL, 'h' }
 
 /* Prints the running subcommand's help to stdout. Returns CTL_OK. */
 int ctl_help(const Ctl *ctl);

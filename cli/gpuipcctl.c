@@ -62,6 +62,7 @@ static const CtlOption retire_options[] = {
 static const CtlOption metrics_options[] = {
         { 'l', "listen", 'l', "ADDR:PORT", CTL_VALUE_ANY, "serve HTTP here: 0.0.0.0:9470, 127.0.0.1:9470, [::]:9470, or :9470 for\n"
           "every address; port 0 picks a free one (printed at start)" },
+        { CTL_OPT_NO_SANDBOX, "no-sandbox", 0, NULL, CTL_VALUE_NONE, "serve unconfined (for debugging)" },
         { 0 }
 };
 
@@ -126,11 +127,14 @@ const CtlCommand ctl_commands[] = {
         { "stats", cmd_stats, "", "show the broker's counters",
           "Prints every counter, gauge and histogram series of the broker, one per line (docs/protocol.md,\n"
           "\"stats\", names them).", NULL, CTL_VALUE_NONE },
-        { "metrics", cmd_metrics, "[--listen ADDR:PORT]", "the statistics for Prometheus, once or served over HTTP",
+        { "metrics", cmd_metrics, "[--listen ADDR:PORT [--no-sandbox]]",
+          "the statistics for Prometheus, once or served over HTTP",
           "Prints the broker's statistics, and per ring its head, lag, seats taken and slots, in the Prometheus\n"
           "text format (version 0.0.4). With --listen it serves them instead, until SIGTERM or SIGINT: GET\n"
-          "/metrics asks the broker at every scrape (gpuipc_up says whether it answered), GET /healthz answers\n"
-          "200 while the broker answers a ping and 503 otherwise.\n"
+          "/metrics asks the broker for every scrape, waiting at most --timeout (gpuipc_up says whether it\n"
+          "answered in time; if not, the last good sample comes with it), GET /healthz answers at once: 200\n"
+          "while the broker answered the exporter's last question, 503 otherwise. Once it listens, it runs\n"
+          "confined (no_new_privs, Landlock, a seccomp filter).\n"
           "The broker itself never opens a network socket; run this next to it (port 9470 by convention).",
           metrics_options, CTL_VALUE_NONE },
         { "publish", cmd_publish,
@@ -138,20 +142,23 @@ const CtlCommand ctl_commands[] = {
           "[--retire-after N]",
           "publish a buffer and hold it until it drains",
           "Allocates a buffer, fills it with a pattern, publishes it under NAME and holds it until it was retired\n"
-          "(by gpuipcctl retire, or --retire-after) and drained, or until SIGTERM or SIGINT.",
+          "(by gpuipcctl retire, or --retire-after) and drained, or until SIGTERM or SIGINT. Through a broker\n"
+          "restart it reconnects and publishes the buffer again under the same id.",
           publish_options, CTL_VALUE_NAME },
         { "attach", cmd_attach, "NAME [--verify PATTERN] [--wait MS] [--hold MS|-1] [--device N]",
           "attach a buffer, check it, hold it, release it",
           "Attaches the buffer published under NAME (waiting for it to appear), optionally checks every byte\n"
           "against a pattern, keeps the reference for a while, and releases it. Exit 1 when a byte differs or\n"
-          "the buffer was revoked.", attach_options, CTL_VALUE_NAME },
+          "the buffer was revoked. While it holds, a broker restart is survived: it reconnects and reclaims\n"
+          "the reference.", attach_options, CTL_VALUE_NAME },
         { "retire", cmd_retire, "NAME | --id N", "retire a buffer",
           "Retires a buffer: no new attaches; its producer hears drained after the last release. Allowed to\n"
           "its producer, to peers of the producer's uid once it is gone, and to a policy admin.", retire_options,
           CTL_VALUE_NAME },
         { "watch", cmd_watch, "[--prefix P]", "print events as they happen",
           "Prints events about buffers as they happen (published, retired, revoked, drained), one per line,\n"
-          "until interrupted.", prefix_options, CTL_VALUE_NONE },
+          "until interrupted. After a broker restart it reconnects and says so (reconnected); events meanwhile\n"
+          "are missed.", prefix_options, CTL_VALUE_NONE },
         { "group", cmd_group, "NAME --members N [--wait MS]", "join a rendezvous group",
           "Joins the rendezvous group NAME and waits until N members joined (exit 0), or until the earliest\n"
           "member's deadline passed (exit 1).", group_options, CTL_VALUE_NAME },
@@ -266,6 +273,7 @@ int ctl_connect(Ctl *ctl, bool probe_gpus)
         o.label = "gpuipcctl";
         o.connect_timeout_ms = ctl->timeout_ms;
         o.no_gpus = !probe_gpus;
+        o.no_reconnect = !ctl->reconnect;
         r = gpuipc_connect(&ctl->c, &o);
         if (r < 0) {
                 snprintf(text, sizeof(text), "cannot reach the broker: [%s] %s", gpuipc_err_name(r),

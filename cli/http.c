@@ -1,7 +1,11 @@
-/* The metrics exporter's HTTP server; see http.h. Each connection reads one request head (at most
- * HEAD_MAX bytes within DEADLINE_MS), gets one response, and is closed. What it must never do: let
- * one client hold the others up (every socket is non-blocking, every connection has a deadline, at
- * most MAX_CLIENTS at once), or read a request body: nothing here takes input beyond a path. */
+/* The metrics exporter's HTTP server; see http.h. Each connection reads one request head, gets one
+ * response, and is closed. What it must never do: let one client hold the others up, or run out of
+ * room for a scraper because of clients that do nothing. So every socket is non-blocking; the
+ * listener is always polled and every connection accepted at once (a kernel backlog full of
+ * waiting scrapers is what an attacker wants); a head must be complete within HEAD_TIMEOUT_MS; a
+ * full server closes the connection idle longest (or slowest to read its answer) to make room; one
+ * address holds at most PER_ADDRESS_MAX connections, and over that its own oldest goes. Nothing here
+ * reads a request body: nothing takes input beyond a path. */
 #include "http.h"
 
 #include <arpa/inet.h>
@@ -10,8 +14,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <stdbool.h>
-#include <stdint.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,21 +22,51 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Scrapers and probes come now and then: 16 at once is plenty, and while every slot is taken the
- * listener is not polled, so the next connection waits in the kernel's backlog and costs us nothing. */
-#define MAX_CLIENTS 16
-#define HEAD_MAX 8192       /* request line and headers; Prometheus sends a few hundred bytes */
-#define DEADLINE_MS 10000   /* a connection's whole life: request, handling, response */
-#define TICK_MS 1000        /* how often the loop looks at *stop even without a signal */
+/* Scrapers and probes come now and then; 64 at once is plenty, and more only costs a close. */
+#define MAX_CLIENTS 64
+#define PER_ADDRESS_MAX (MAX_CLIENTS / 4) /* an IPv4 address, or an IPv6 /64 */
+#define HEAD_MAX 8192                     /* request line and headers; Prometheus sends a few hundred bytes */
+#define TARGET_MAX 1024                   /* the path and query; longer is 414 */
+#define HEAD_TIMEOUT_MS 3000              /* from accept to a complete head: scrapers send it at once */
+#define DEADLINE_MS 10000                 /* a connection's life: request, waiting, response (a handler
+                                           * that waits longer moves it) */
+#define ACCEPT_BATCH 64                   /* connections taken per wake-up, so that clients get read too */
+#define TICK_MS 1000                      /* how often the loop looks at *stop even without a signal */
+
+struct HttpBody {
+        atomic_uint refs;
+        size_t len;
+        char data[];
+};
+
+typedef enum ClientState {
+        CLIENT_FREE,
+        CLIENT_READING, /* the request head */
+        CLIENT_WAITING, /* for the handler's answer */
+        CLIENT_WRITING, /* the response */
+} ClientState;
 
 typedef struct Client {
-        int fd;             /* -1: a free slot */
-        uint64_t deadline;
+        ClientState state;
+        int fd;
+        uint8_t addr[8];   /* whose it is, for the per-address limit: IPv4, or an IPv6 /64 */
+        uint64_t accepted, head_deadline, deadline, writing_since, retry_at;
         char head[HEAD_MAX + 1];
         size_t head_len;
-        char *out;          /* the response, once there is one */
-        size_t out_len, out_off;
+        char path[TARGET_MAX + 1];
+        bool head_only;
+        HttpRequest req;
+        char hdr[256];     /* the status line and headers of the response */
+        size_t hdr_len, off; /* off: bytes sent, over hdr then body */
+        HttpBody *body;
 } Client;
+
+typedef struct Server {
+        const HttpServerConfig *cfg;
+        Client clients[MAX_CLIENTS];
+        bool woken;        /* the wake fd was readable in this round */
+        uint64_t accept_paused_until;
+} Server;
 
 static uint64_t now_ms(void)
 {
@@ -41,6 +74,36 @@ static uint64_t now_ms(void)
 
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---- bodies ---- */
+
+HttpBody *http_body_new(const void *data, size_t len)
+{
+        HttpBody *b = malloc(sizeof(*b) + len + 1);
+
+        if (!b)
+                return NULL;
+        atomic_init(&b->refs, 1);
+        b->len = len;
+        if (len)
+                memcpy(b->data, data, len);
+        b->data[len] = 0;
+        return b;
+}
+
+HttpBody *http_body_ref(HttpBody *b)
+{
+        if (b)
+                atomic_fetch_add(&b->refs, 1);
+        return b;
+}
+
+HttpBody *http_body_unref(HttpBody *b)
+{
+        if (b && atomic_fetch_sub(&b->refs, 1) == 1)
+                free(b);
+        return NULL;
 }
 
 /* ---- listening ---- */
@@ -64,7 +127,7 @@ static int split_spec(const char *spec, char *host, size_t cap, const char **por
                         return -EINVAL; /* a bare IPv6 address needs brackets */
                 n = (size_t)(colon - spec);
         }
-        if (n >= cap || !colon[1])
+        if (n >= cap || !colon[1] || strlen(colon + 1) > 5)
                 return -EINVAL;
         memcpy(host, spec, n);
         host[n] = 0;
@@ -73,6 +136,18 @@ static int split_spec(const char *spec, char *host, size_t cap, const char **por
                 if (*p < '0' || *p > '9')
                         return -EINVAL;
         return strtol(*port, NULL, 10) > 65535 ? -EINVAL : 0;
+}
+
+int http_check_spec(const char *spec, const char **why)
+{
+        const char *port;
+        char host[256];
+
+        if (split_spec(spec, host, sizeof(host), &port) < 0) {
+                *why = "expected HOST:PORT, [IPv6]:PORT or :PORT with a port from 0 to 65535";
+                return -EINVAL;
+        }
+        return 0;
 }
 
 static void describe_bound(int fd, char *buf, size_t cap)
@@ -106,10 +181,9 @@ int http_listen(const char *spec, char *ret_bound, size_t cap, const char **why)
         char host[256];
         int fd = -1, err = -EADDRNOTAVAIL, one = 1;
 
-        if (split_spec(spec, host, sizeof(host), &port) < 0) {
-                *why = "expected HOST:PORT, [IPv6]:PORT or :PORT with a port from 0 to 65535";
+        if (http_check_spec(spec, why) < 0)
                 return -EINVAL;
-        }
+        split_spec(spec, host, sizeof(host), &port);
         if (getaddrinfo(host[0] ? host : NULL, port, &hints, &res) != 0) {
                 *why = "the address does not resolve";
                 return -EADDRNOTAVAIL;
@@ -122,7 +196,7 @@ int http_listen(const char *spec, char *ret_bound, size_t cap, const char **why)
                         continue;
                 }
                 setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-                if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 64) == 0)
+                if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
                         break;
                 err = -errno;
                 close(fd);
@@ -137,7 +211,7 @@ int http_listen(const char *spec, char *ret_bound, size_t cap, const char **why)
         return fd;
 }
 
-/* ---- serving ---- */
+/* ---- one connection ---- */
 
 static const char *reason_phrase(int status)
 {
@@ -147,6 +221,7 @@ static const char *reason_phrase(int status)
         case 404: return "Not Found";
         case 405: return "Method Not Allowed";
         case 408: return "Request Timeout";
+        case 414: return "URI Too Long";
         case 431: return "Request Header Fields Too Large";
         case 500: return "Internal Server Error";
         case 503: return "Service Unavailable";
@@ -154,74 +229,109 @@ static const char *reason_phrase(int status)
         return "Unknown";
 }
 
+static void client_write(Client *c);
+
 static void client_close(Client *c)
 {
         if (c->fd >= 0)
                 close(c->fd);
-        free(c->out);
+        http_body_unref(c->body);
         c->fd = -1;
-        c->out = NULL;
+        c->body = NULL;
+        c->state = CLIENT_FREE;
 }
 
-/* Builds the response: status line, headers, and (unless HEAD) the body. */
-static void respond(Client *c, int status, const char *content_type, const char *body, size_t len, bool head_only)
+/* Starts sending the response: status line, headers, and (unless HEAD) the body, whose reference
+ * the client takes. */
+static void respond(Client *c, int status, const char *content_type, HttpBody *body, uint64_t now)
 {
-        char hdr[512];
-        int n = snprintf(hdr, sizeof(hdr),
+        int n = snprintf(c->hdr, sizeof(c->hdr),
                          "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n",
-                         status, reason_phrase(status), content_type, len, status == 405 ? "Allow: GET, HEAD\r\n" : "");
-        size_t body_len = head_only ? 0 : len;
+                         status, reason_phrase(status), content_type ? content_type : "text/plain; charset=utf-8",
+                         body ? body->len : 0, status == 405 ? "Allow: GET, HEAD\r\n" : "");
 
-        c->out = malloc((size_t)n + body_len);
-        if (!c->out) {
+        c->hdr_len = n > 0 && (size_t)n < sizeof(c->hdr) ? (size_t)n : 0;
+        c->body = c->head_only ? http_body_unref(body) : body;
+        c->off = 0;
+        c->state = CLIENT_WRITING;
+        c->writing_since = now;
+        client_write(c); /* most answers fit the socket buffer at once */
+}
+
+static void respond_text(Client *c, int status, const char *text, uint64_t now)
+{
+        HttpBody *b = http_body_new(text, strlen(text));
+
+        if (!b) {
                 client_close(c);
                 return;
         }
-        memcpy(c->out, hdr, (size_t)n);
-        if (body_len)
-                memcpy(c->out + n, body, body_len);
-        c->out_len = (size_t)n + body_len;
-        c->out_off = 0;
+        respond(c, status, NULL, b, now);
 }
 
-static void respond_text(Client *c, int status, const char *text)
+/* Asks the handler (again); answers, or waits for it. */
+static void client_ask(Server *s, Client *c, uint64_t now)
 {
-        respond(c, status, "text/plain; charset=utf-8", text, strlen(text), false);
-}
-
-/* The head is complete: "METHOD SP TARGET SP HTTP/1.x". */
-static void handle_request(Client *c, HttpHandler handler, void *ud)
-{
-        char method[16], target[1024], version[16], *q;
         HttpResponse r = { 0 };
-        bool head_only;
 
-        if (sscanf(c->head, "%15s %1023s %15s", method, target, version) != 3 || target[0] != '/' ||
-            (strcmp(version, "HTTP/1.1") != 0 && strcmp(version, "HTTP/1.0") != 0)) {
-                respond_text(c, 400, "not an HTTP/1.x request\n");
+        s->cfg->handler(&c->req, &r, s->cfg->userdata);
+        if (r.status) {
+                respond(c, r.status, r.content_type, r.body, now);
                 return;
         }
-        head_only = strcmp(method, "HEAD") == 0;
-        if (!head_only && strcmp(method, "GET") != 0) {
-                respond_text(c, 405, "only GET and HEAD\n");
-                return;
-        }
-        q = strchr(target, '?');
-        if (q)
-                *q = 0;
-        handler(target, &r, ud);
-        if (!r.body && r.len) {
-                respond_text(c, 500, "out of memory\n");
-                return;
-        }
-        respond(c, r.status, r.content_type ? r.content_type : "text/plain; charset=utf-8", r.body ? r.body : "",
-                r.len, head_only);
-        free(r.body);
+        http_body_unref(r.body);
+        c->state = CLIENT_WAITING;
+        /* Never without a time to ask again. The handler's deadline (a scrape's --timeout) may lie
+         * past the connection's: it moves, leaving the answer time to be sent. */
+        c->retry_at = r.retry_at_ms ? r.retry_at_ms : c->deadline;
+        if (c->retry_at + DEADLINE_MS / 2 > c->deadline)
+                c->deadline = c->retry_at + DEADLINE_MS / 2;
 }
 
-static void client_read(Client *c, HttpHandler handler, void *ud)
+/* The head is complete: "METHOD SP TARGET SP HTTP/1.x", then headers we do not need. */
+static void handle_request(Server *s, Client *c, uint64_t now)
 {
-        ssize_t n = recv(c->fd, c->head + c->head_len, HEAD_MAX - c->head_len, 0);
+        const char *line = c->head, *eol = memchr(line, '\n', c->head_len), *sp1, *sp2, *q;
+        size_t line_len, target_len;
+
+        line_len = (size_t)(eol - line);
+        if (line_len && line[line_len - 1] == '\r')
+                line_len--;
+        sp1 = memchr(line, ' ', line_len);
+        sp2 = sp1 ? memchr(sp1 + 1, ' ', line_len - (size_t)(sp1 + 1 - line)) : NULL;
+        if (!sp1 || !sp2 || sp1 - line > 15 || sp1[1] != '/' ||
+            !((line + line_len - sp2 - 1 == 8) &&
+              (memcmp(sp2 + 1, "HTTP/1.1", 8) == 0 || memcmp(sp2 + 1, "HTTP/1.0", 8) == 0))) {
+                respond_text(c, 400, "not an HTTP/1.x request\n", now);
+                return;
+        }
+        target_len = (size_t)(sp2 - sp1 - 1);
+        if (target_len > TARGET_MAX) {
+                respond_text(c, 414, "the path is longer than 1024 bytes\n", now);
+                return;
+        }
+        c->head_only = sp1 - line == 4 && memcmp(line, "HEAD", 4) == 0;
+        if (!c->head_only && !(sp1 - line == 3 && memcmp(line, "GET", 3) == 0)) {
+                respond_text(c, 405, "only GET and HEAD\n", now);
+                return;
+        }
+        q = memchr(sp1 + 1, '?', target_len);
+        if (q)
+                target_len = (size_t)(q - sp1 - 1);
+        memcpy(c->path, sp1 + 1, target_len);
+        c->path[target_len] = 0;
+        c->req = (HttpRequest){ .path = c->path, .arrived_ms = now };
+        client_ask(s, c, now);
+}
+
+static bool head_complete(const Client *c)
+{
+        return memmem(c->head, c->head_len, "\r\n\r\n", 4) || memmem(c->head, c->head_len, "\n\n", 2);
+}
+
+static void client_read(Server *s, Client *c, uint64_t now)
+{
+        ssize_t n = recv(c->fd, c->head + c->head_len, HEAD_MAX - c->head_len, MSG_DONTWAIT);
 
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
                 return;
@@ -231,76 +341,207 @@ static void client_read(Client *c, HttpHandler handler, void *ud)
         }
         c->head_len += (size_t)n;
         c->head[c->head_len] = 0;
-        if (strstr(c->head, "\r\n\r\n") || strstr(c->head, "\n\n"))
-                handle_request(c, handler, ud);
+        if (head_complete(c))
+                handle_request(s, c, now);
         else if (c->head_len == HEAD_MAX)
-                respond_text(c, 431, "request head too large\n");
+                /* A first line that fills the whole head is an over-long path. */
+                respond_text(c, memchr(c->head, '\n', c->head_len) ? 431 : 414, "request head too large\n", now);
 }
 
 static void client_write(Client *c)
 {
-        ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+        for (;;) {
+                size_t body_len = c->body ? c->body->len : 0;
+                const char *p;
+                size_t left;
+                ssize_t n;
 
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-                return;
-        if (n < 0) {
-                client_close(c);
-                return;
-        }
-        c->out_off += (size_t)n;
-        if (c->out_off == c->out_len) {
-                shutdown(c->fd, SHUT_WR);
-                client_close(c);
-        }
-}
-
-static void accept_one(int fd, Client *clients)
-{
-        int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-
-        if (cfd < 0)
-                return;
-        for (int i = 0; i < MAX_CLIENTS; i++) {
-                if (clients[i].fd < 0) {
-                        clients[i] = (Client){ .fd = cfd, .deadline = now_ms() + DEADLINE_MS };
+                if (c->off == c->hdr_len + body_len) {
+                        shutdown(c->fd, SHUT_WR);
+                        client_close(c);
                         return;
                 }
+                p = c->off < c->hdr_len ? c->hdr + c->off : c->body->data + (c->off - c->hdr_len);
+                left = c->off < c->hdr_len ? c->hdr_len - c->off : c->hdr_len + body_len - c->off;
+                n = send(c->fd, p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                        return;
+                if (n < 0) {
+                        client_close(c);
+                        return;
+                }
+                c->off += (size_t)n;
         }
-        close(cfd); /* cannot happen: the listener is not polled while every slot is taken */
 }
 
-int http_serve(int fd, HttpHandler handler, void *ud, volatile sig_atomic_t *stop)
+/* ---- who gets a slot ---- */
+
+/* Whose a connection is: an IPv4 address (as ff:ff:ff:ff:A:B:C:D, which no IPv6 /64 is), or an
+ * IPv6 address's /64, which one host easily has whole. */
+static void addr_key(const struct sockaddr_storage *ss, uint8_t key[8])
 {
-        Client *clients = calloc(MAX_CLIENTS, sizeof(*clients));
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+
+        memset(key, 0, 8);
+        if (ss->ss_family == AF_INET6 && !IN6_IS_ADDR_V4MAPPED(a6)) {
+                memcpy(key, a6->s6_addr, 8);
+                return;
+        }
+        memset(key, 0xff, 4);
+        if (ss->ss_family == AF_INET6)
+                memcpy(key + 4, &a6->s6_addr[12], 4);
+        else if (ss->ss_family == AF_INET)
+                memcpy(key + 4, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+}
+
+/* The connection to give up for a newcomer (among those of key, or all with key NULL): the one
+ * waiting longest for its head, else the one reading its answer longest past HEAD_TIMEOUT_MS.
+ * Never one waiting for its answer: that ends by itself within the scrape deadline. */
+static Client *evictable(Server *s, const uint8_t *key, uint64_t now)
+{
+        Client *idle = NULL, *slow = NULL;
+
+        for (int i = 0; i < MAX_CLIENTS; i++) {
+                Client *c = &s->clients[i];
+
+                if (c->state == CLIENT_FREE || (key && memcmp(c->addr, key, 8) != 0))
+                        continue;
+                if (c->state == CLIENT_READING && (!idle || c->accepted < idle->accepted))
+                        idle = c;
+                if (c->state == CLIENT_WRITING && now - c->writing_since >= HEAD_TIMEOUT_MS &&
+                    (!slow || c->writing_since < slow->writing_since))
+                        slow = c;
+        }
+        return idle ? idle : slow;
+}
+
+static Client *free_slot(Server *s)
+{
+        for (int i = 0; i < MAX_CLIENTS; i++)
+                if (s->clients[i].state == CLIENT_FREE)
+                        return &s->clients[i];
+        return NULL;
+}
+
+/* Takes one connection from the listener: 1, 0 when there was none, or -errno. */
+static int accept_one(Server *s, uint64_t now)
+{
+        struct sockaddr_storage ss = { 0 };
+        socklen_t len = sizeof(ss);
+        uint8_t key[8];
+        Client *c, *victim;
+        unsigned same = 0;
+        int fd = accept4(s->cfg->listen_fd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+                /* Out of fds or memory: the listener stays readable, so look again a little later
+                 * rather than spin; closing idle connections meanwhile makes room. */
+                s->accept_paused_until = now + 100;
+                return 0;
+        }
+        if (fd < 0)
+                return errno == EAGAIN || errno == EINTR || errno == ECONNABORTED ? 0 : -errno;
+        addr_key(&ss, key);
+        for (int i = 0; i < MAX_CLIENTS; i++)
+                same += s->clients[i].state != CLIENT_FREE && memcmp(s->clients[i].addr, key, 8) == 0;
+        victim = same >= PER_ADDRESS_MAX ? evictable(s, key, now) : NULL;
+        if (same >= PER_ADDRESS_MAX && !victim) {
+                close(fd); /* this address's connections all wait for answers already */
+                return 1;
+        }
+        if (victim)
+                client_close(victim);
+        c = free_slot(s);
+        if (!c && (victim = evictable(s, NULL, now)))
+                client_close(victim), c = victim;
+        if (!c) {
+                close(fd);
+                return 1;
+        }
+        *c = (Client){ .state = CLIENT_READING, .fd = fd, .accepted = now, .head_deadline = now + HEAD_TIMEOUT_MS,
+                       .deadline = now + DEADLINE_MS };
+        memcpy(c->addr, key, 8);
+        /* A scraper's request is usually there already: read it now, and the connection is no
+         * longer idle (nor evictable) before the next newcomer comes. */
+        client_read(s, c, now);
+        return 1;
+}
+
+/* ---- the loop ---- */
+
+static void drain_wake(Server *s)
+{
+        uint64_t v;
+
+        while (read(s->cfg->wake_fd, &v, sizeof(v)) == (ssize_t)sizeof(v))
+                ;
+        s->woken = true;
+}
+
+/* Deadlines and pending answers: closes what ran out of time, asks the handler again where it may
+ * have an answer now; returns how long the loop may sleep. */
+static int housekeeping(Server *s, uint64_t now)
+{
+        uint64_t next = now + TICK_MS;
+
+        for (int i = 0; i < MAX_CLIENTS; i++) {
+                Client *c = &s->clients[i];
+
+                if (c->state == CLIENT_FREE)
+                        continue;
+                if (now >= c->deadline || (c->state == CLIENT_READING && now >= c->head_deadline)) {
+                        client_close(c);
+                        continue;
+                }
+                if (c->state == CLIENT_WAITING && (s->woken || now >= c->retry_at))
+                        client_ask(s, c, now);
+                if (c->state == CLIENT_FREE)
+                        continue;
+                if (c->deadline < next)
+                        next = c->deadline;
+                if (c->state == CLIENT_READING && c->head_deadline < next)
+                        next = c->head_deadline;
+                if (c->state == CLIENT_WAITING && c->retry_at < next)
+                        next = c->retry_at;
+        }
+        s->woken = false;
+        return next > now ? (int)(next - now) : 0;
+}
+
+int http_serve(const HttpServerConfig *cfg, volatile sig_atomic_t *stop)
+{
+        Server *s = calloc(1, sizeof(*s));
         int r = 0;
 
-        if (!clients) {
-                close(fd);
+        if (!s) {
+                close(cfg->listen_fd);
                 return -ENOMEM;
         }
+        s->cfg = cfg;
         for (int i = 0; i < MAX_CLIENTS; i++)
-                clients[i].fd = -1;
+                s->clients[i].fd = -1;
         while (!*stop) {
-                struct pollfd pfd[MAX_CLIENTS + 1];
-                int map[MAX_CLIENTS + 1], n = 0, busy = 0, timeout = TICK_MS;
-                uint64_t now = now_ms();
+                struct pollfd pfd[MAX_CLIENTS + 2];
+                int map[MAX_CLIENTS + 2], n = 0, timeout = housekeeping(s, now_ms());
+                uint64_t now;
 
-                for (int i = 0; i < MAX_CLIENTS; i++) {
-                        Client *c = &clients[i];
-                        if (c->fd < 0)
-                                continue;
-                        if (now >= c->deadline) {
-                                client_close(c);
-                                continue;
-                        }
-                        busy++;
-                        timeout = (int)(c->deadline - now < (uint64_t)timeout ? c->deadline - now : (uint64_t)timeout);
-                        pfd[n] = (struct pollfd){ c->fd, c->out ? POLLOUT : POLLIN, 0 };
-                        map[n++] = i;
-                }
-                if (busy < MAX_CLIENTS) {
-                        pfd[n] = (struct pollfd){ fd, POLLIN, 0 };
+                if (now_ms() >= s->accept_paused_until) {
+                        pfd[n] = (struct pollfd){ cfg->listen_fd, POLLIN, 0 };
                         map[n++] = -1;
+                } else if (timeout > 100) {
+                        timeout = 100;
+                }
+                if (cfg->wake_fd >= 0) {
+                        pfd[n] = (struct pollfd){ cfg->wake_fd, POLLIN, 0 };
+                        map[n++] = -2;
+                }
+                for (int i = 0; i < MAX_CLIENTS; i++) {
+                        Client *c = &s->clients[i];
+
+                        if (c->state == CLIENT_READING || c->state == CLIENT_WRITING) {
+                                pfd[n] = (struct pollfd){ c->fd, c->state == CLIENT_READING ? POLLIN : POLLOUT, 0 };
+                                map[n++] = i;
+                        }
                 }
                 if (poll(pfd, (nfds_t)n, timeout) < 0) {
                         if (errno == EINTR)
@@ -308,28 +549,39 @@ int http_serve(int fd, HttpHandler handler, void *ud, volatile sig_atomic_t *sto
                         r = -errno;
                         break;
                 }
+                now = now_ms();
                 for (int k = 0; k < n; k++) {
+                        Client *c = map[k] >= 0 ? &s->clients[map[k]] : NULL;
+
                         if (!pfd[k].revents)
                                 continue;
-                        if (map[k] < 0) {
+                        if (map[k] == -2) {
+                                drain_wake(s);
+                        } else if (map[k] == -1) {
                                 if (pfd[k].revents & (POLLERR | POLLNVAL)) {
                                         r = -EIO;
                                         goto out;
                                 }
-                                accept_one(fd, clients);
-                        } else if (pfd[k].revents & (POLLERR | POLLNVAL)) {
-                                client_close(&clients[map[k]]);
-                        } else if (clients[map[k]].out) {
-                                client_write(&clients[map[k]]);
-                        } else {
-                                client_read(&clients[map[k]], handler, ud);
+                                for (int a = 0; a < ACCEPT_BATCH; a++) {
+                                        r = accept_one(s, now);
+                                        if (r < 0)
+                                                goto out;
+                                        if (r == 0)
+                                                break;
+                                }
+                                r = 0;
+                        } else if (c->state == CLIENT_READING) {
+                                client_read(s, c, now);
+                        } else if (c->state == CLIENT_WRITING) {
+                                client_write(c);
                         }
                 }
         }
 out:
         for (int i = 0; i < MAX_CLIENTS; i++)
-                client_close(&clients[i]);
-        free(clients);
-        close(fd);
+                if (s->clients[i].state != CLIENT_FREE)
+                        client_close(&s->clients[i]);
+        free(s);
+        close(cfg->listen_fd);
         return r;
 }

@@ -401,12 +401,21 @@ static void write_all(Sink *s, const MetricsInput *in)
         const char *build_values[] = { GPUIPC_VERSION, gpuipc_version() };
         bool *used = calloc(n > 0 ? (size_t)n : 1, sizeof(*used));
 
-        family_begin(s, "up", GAUGE, "1 when the broker answered this scrape, else 0.");
+        family_begin(s, "up", GAUGE, "1 when the broker answered this scrape in time, else 0 (then any other "
+                                     "gpuipc_ family is the last sample it gave, of gpuipc_sample_timestamp_seconds).");
         sample(s, "", NULL, NULL, 0, up ? "1" : "0");
         family_begin(s, "build_info", GAUGE, "Always 1; the labels name the release of gpuipcctl and of the "
                                              "libgpuipc it uses.");
         sample(s, "", build_keys, build_values, 2, "1");
-        if (up && used) {
+        if ((up || in->stale) && in->sampled_at > 0) {
+                char when[32];
+
+                snprintf(when, sizeof(when), "%.3f", in->sampled_at);
+                family_begin(s, "sample_timestamp_seconds", GAUGE, "When the broker sent the statistics below "
+                                                                   "(Unix time, seconds).");
+                sample(s, "", NULL, NULL, 0, when);
+        }
+        if ((up || in->stale) && used) {
                 for (size_t i = 0; i < sizeof(descs) / sizeof(descs[0]); i++)
                         described(s, &descs[i], stats, n, used);
                 /* "buffers" is the sum of the states, exported above. */

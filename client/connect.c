@@ -296,7 +296,7 @@ _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
         else
                 default_label(c->label, sizeof(c->label));
         c->connect_timeout_ms = o.connect_timeout_ms;
-        c->reconnect = o.reconnect;
+        c->reconnect = !o.no_reconnect;
         c->pidns = own_pidns();
         c->max_idle = max_idle;
         c->device_pref = -1;

@@ -17,8 +17,8 @@ static const struct {
           "no broker answers on the socket: start gpuipc-broker, and mount its socket directory into this container "
           "at the path in GPUIPC_SOCKET" },
         { GPUIPC_E_DISCONNECTED,
-          "the broker went away (it stopped or restarted); reconnect, or connect with the reconnect option to do so "
-          "automatically" },
+          "the broker went away (it stopped or restarted); connect again (a connection made without the no_reconnect "
+          "option does so by itself)" },
         { GPUIPC_E_NO_CUDA,
           "CUDA is not usable here: libcuda.so.1 could not be loaded or no GPU is visible; give the container a GPU "
           "(the same ResourceClaim as the producer) or use the memfd kind" },

@@ -111,14 +111,19 @@ typedef struct gpuipc_options {
         const char *label;       /* shown by `gpuipcctl peers`; NULL: the program's name */
         int connect_timeout_ms;  /* keep trying while the socket is missing or refuses, and wait this long
                                   * for the broker's greeting; 0: try once, greeting within 10 s */
-        int reconnect;           /* non-zero: survive a broker restart or a lost connection. The call
-                                  * that notices reconnects, registers this connection's buffers again
-                                  * under the same ids, reclaims the references it holds, subscribes
-                                  * again, and then carries on (a RECONNECTED event says it happened).
-                                  * Attached handles stay valid; drained still means no holder can
-                                  * touch the memory (docs/design.md "Broker restarts"). Event-loop
-                                  * users reconnect from gpuipc_process() as soon as the broker is back.
-                                  * A call interrupted by the loss may take up to twice its timeout. */
+        int no_reconnect;        /* non-zero: a lost broker fails every later call with
+                                  * GPUIPC_E_DISCONNECTED (connect again to go on). By default (0) a
+                                  * connection survives a broker restart or a lost connection: the
+                                  * call that notices reconnects (trying for connect_timeout_ms, once
+                                  * with 0: then GPUIPC_E_NO_BROKER, and the next call tries again),
+                                  * registers this connection's buffers again under the same ids,
+                                  * reclaims the references it holds, subscribes again, and carries on
+                                  * (a RECONNECTED event says it happened); waits (gpuipc_wait_drained,
+                                  * gpuipc_next_event) go on through the outage. Attached handles stay
+                                  * valid; drained still means no holder can touch the memory
+                                  * (docs/design.md "Broker restarts"). Event-loop users reconnect from
+                                  * gpuipc_process() as soon as the broker is back. A call interrupted
+                                  * by the loss may take up to twice its timeout. */
         int no_gpus;             /* non-zero: do not probe CUDA for visible GPUs at connect */
 } gpuipc_options_t;
 
@@ -360,7 +365,8 @@ int gpuipc_next_event(gpuipc_t *c, int timeout_ms, gpuipc_event_t *ret);
  * gpuipc_process(), which reads what arrived without blocking and returns the number of queued
  * events (take them with gpuipc_next_event(c, 0, &ev)) or an error. gpuipc_fd() is an epoll fd that
  * stays the same for the life of the connection (register it once); while the broker is away and
- * reconnect is on, it wakes every 50 ms so that gpuipc_process() can try again. */
+ * the connection reconnects (no no_reconnect), it wakes every 50 ms so that gpuipc_process() can try
+ * again. */
 int gpuipc_fd(const gpuipc_t *c);
 int gpuipc_process(gpuipc_t *c);
 

@@ -615,9 +615,14 @@ static int join_setup(gpuipc_ring_t *r, Frame *f)
                 return e;
         r->ctl = gpuipc_buffer_ptr(r->ctl_buf);
         r->page = gpuipc_buffer_ptr(r->page_part);
-        if (!ring_ctl_valid(r->ctl, r->n_slots, r->n_members, r->slot_size)) {
-                client_errmsg(r->conn, "ring '%s': its control page does not match what the broker said", r->name);
-                return GPUIPC_E_BAD_REPLY;
+        {
+                const RingShape shape = { r->n_slots, r->n_members, r->slot_size, r->mode };
+                char why[256];
+
+                if (ring_ctl_check(r->ctl, &shape, why, sizeof(why))) {
+                        client_errmsg(r->conn, "ring '%s': its producer's control page is broken: %s", r->name, why);
+                        return GPUIPC_E_BAD_REPLY;
+                }
         }
         return r->mode == RING_STREAM ? ring_stream_join(r) : 0;
 }
@@ -643,9 +648,14 @@ _public_ int gpuipc_ring_join(gpuipc_t *c, const char *name, int timeout_ms, gpu
         if (e == 0)
                 e = ring_thread_start(c);
         if (e < 0) {
+                char why[sizeof(c->errmsg)];
+
+                /* Letting go of the parts makes requests, which would clear why the join failed. */
+                memcpy(why, c->errmsg, sizeof(why));
                 ring_undo(c, PROTO_OP_RING_LEAVE, name);
                 if (r)
                         ring_free(r);
+                memcpy(c->errmsg, why, sizeof(why));
                 return e;
         }
         *ret = r;

@@ -407,8 +407,9 @@ int client_request(gpuipc_t *c, ProtoMsg *req, int fd, int timeout_ms, Frame *re
         for (int attempt = 0;; attempt++) {
                 if (c->broken) {
                         if (!c->reconnect || c->restoring) {
-                                client_errmsg(c, "the broker went away; reconnect (or connect with the reconnect "
-                                              "option)");
+                                client_errmsg(c, c->restoring ? "the broker went away again while this connection "
+                                              "was being restored" : "the broker went away, and this connection "
+                                              "was made with no_reconnect: connect again");
                                 return GPUIPC_E_DISCONNECTED;
                         }
                         r = c->hooks.reconnect(c, c->connect_timeout_ms);

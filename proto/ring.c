@@ -52,12 +52,44 @@ void ring_part_name(char *buf, size_t cap, const char *ring, uint32_t index, uin
                 snprintf(buf, cap, "%s@counter.%u", ring, index - 1 - n_slots - n_members);
 }
 
-bool ring_ctl_valid(const volatile RingCtl *c, uint32_t n_slots, uint32_t n_members, uint64_t slot_size)
+static const char *mode_name(uint32_t mode)
 {
-        return c->magic == RING_MAGIC && c->version == RING_LAYOUT_VERSION && c->n_slots == n_slots &&
-               c->n_members == n_members && c->slot_size == slot_size && n_slots >= 1 &&
-               n_slots <= RING_MAX_SLOTS && n_members >= 1 && n_members <= RING_MAX_MEMBERS &&
-               (c->mode == RING_BACKPRESSURE || c->mode == RING_LATEST || c->mode == RING_STREAM);
+        return mode == RING_BACKPRESSURE ? "backpressure" : mode == RING_LATEST ? "latest"
+               : mode == RING_STREAM     ? "stream"
+                                         : "unknown";
+}
+
+const char *ring_ctl_check(const volatile RingCtl *c, const RingShape *shape, char *why, size_t cap)
+{
+        /* One load each: the producer may rewrite the page while it is checked, and a value checked
+         * must be the value reported. */
+        uint32_t magic = c->magic, version = c->version, n_slots = c->n_slots, n_members = c->n_members;
+        uint32_t mode = c->mode, head_slot = c->head_slot;
+        uint64_t slot_size = c->slot_size;
+
+        if (shape->n_slots < 1 || shape->n_slots > RING_MAX_SLOTS || shape->n_members < 1 ||
+            shape->n_members > RING_MAX_MEMBERS)
+                snprintf(why, cap, "the ring's shape (%u slots, %u members) is outside the limits (1 to %d slots, "
+                         "1 to %d members)", shape->n_slots, shape->n_members, RING_MAX_SLOTS, RING_MAX_MEMBERS);
+        else if (magic != RING_MAGIC)
+                snprintf(why, cap, "magic is 0x%08x, not a ring's (0x%08x)", magic, RING_MAGIC);
+        else if (version != RING_LAYOUT_VERSION)
+                snprintf(why, cap, "layout version %u; this release reads version %u", version, RING_LAYOUT_VERSION);
+        else if (n_slots != shape->n_slots)
+                snprintf(why, cap, "n_slots is %u; the ring was declared with %u", n_slots, shape->n_slots);
+        else if (n_members != shape->n_members)
+                snprintf(why, cap, "n_members is %u; the ring was declared with %u", n_members, shape->n_members);
+        else if (slot_size != shape->slot_size)
+                snprintf(why, cap, "slot_size is %llu; the ring was declared with %llu",
+                         (unsigned long long)slot_size, (unsigned long long)shape->slot_size);
+        else if (mode != shape->mode)
+                snprintf(why, cap, "mode is %u (%s); the ring was declared %s", mode, mode_name(mode),
+                         mode_name(shape->mode));
+        else if (head_slot >= n_slots)
+                snprintf(why, cap, "head_slot is %u, past the last of its %u slots", head_slot, n_slots);
+        else
+                return NULL;
+        return why;
 }
 
 static uint64_t frames_behind(uint64_t head, uint64_t position)
@@ -108,8 +140,10 @@ static RingSeatReading seat_read(const volatile RingCtl *c, uint32_t i, uint64_t
 void ring_read(const volatile RingCtl *c, uint32_t n_slots, uint32_t n_members, uint64_t slot_size, RingMode mode,
                const uint64_t *epochs, const volatile RingMember *const *pages, RingReading *ret)
 {
+        const RingShape shape = { .n_slots = n_slots, .n_members = n_members, .slot_size = slot_size, .mode = mode };
+
         memset(ret, 0, sizeof(*ret));
-        if (n_members > RING_MAX_MEMBERS || !ring_ctl_valid(c, n_slots, n_members, slot_size))
+        if (ring_ctl_check(c, &shape, ret->why, sizeof(ret->why)))
                 return;
         ret->ctl_valid = true;
         ret->head = __atomic_load_n(&c->head, __ATOMIC_ACQUIRE);

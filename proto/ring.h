@@ -101,9 +101,19 @@ bool ring_member_lets(const RingMemberView *v, uint64_t start, uint64_t frame, u
  * "RING@slot.K", "RING@member.I", "RING@counter.I" (a stream ring's; what listings show). */
 void ring_part_name(char *buf, size_t cap, const char *ring, uint32_t index, uint32_t n_slots, uint32_t n_members);
 
-/* Checks a control page a member maps (the producer's, but the member must not crash on a broken
- * one): magic, version, counts and sizes within the limits and equal to what the broker said. */
-bool ring_ctl_valid(const volatile RingCtl *c, uint32_t n_slots, uint32_t n_members, uint64_t slot_size);
+/* A ring's shape as the broker knows it (from the producer's ring-create, within the limits). */
+typedef struct RingShape {
+        uint32_t n_slots, n_members;
+        uint64_t slot_size;
+        RingMode mode;
+} RingShape;
+
+/* Checks the layout of a control page, the producer's and so not trusted by a member (at join) nor
+ * by the broker (for a listing): magic, layout version, counts, slot size and mode equal to the
+ * shape (itself within the limits), and the newest frame's slot within the slots. Each field is
+ * read once. NULL when it holds; else why, where a sentence naming the field, what it says and what
+ * was expected was written (cut to cap bytes, cap at least 1). */
+const char *ring_ctl_check(const volatile RingCtl *c, const RingShape *shape, char *why, size_t cap);
 
 /* ---- what operators see (the broker's ring-stat and rings replies) ---- */
 
@@ -120,7 +130,8 @@ typedef struct RingSeatReading {
 
 /* A whole ring as the broker reads it for a listing. */
 typedef struct RingReading {
-        bool ctl_valid;    /* the control page passed ring_ctl_valid; nothing below is set otherwise */
+        bool ctl_valid;    /* the control page passed ring_ctl_check; nothing below is set otherwise */
+        char why[160];     /* ... and if not, why (ring_ctl_check's sentence) */
         uint64_t head;     /* the newest published frame, as the control page says */
         RingSeatReading seat[RING_MAX_MEMBERS];
 } RingReading;

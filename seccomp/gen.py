@@ -3,7 +3,7 @@
 
     gen.py header ALLOW OUT.h    C tables of the [runtime] rules (the in-process filter), of the
                                  [sanitizer] rules (added to it in sanitizer builds only) and of the
-                                 [kill] names (calls that kill the broker; any other call outside
+                                 [kill] names (calls that kill the process; any other call outside
                                  the rules fails with ENOSYS and is logged)
     gen.py json ALLOW OUT.json   the Kubernetes Localhost / OCI profile: [startup] + [runtime] + [probe],
                                  default deny
@@ -65,16 +65,16 @@ def parse(path):
             if err is not None and (not hasattr(errno, err) or conds):
                 sys.exit(f'{path}:{lineno}: {err} is not an errno name, or comes with conditions')
             rule = (name, conds, getattr(errno, err) if err else 0, reason)
-            # Twice in one artefact is an error; [sanitizer] may repeat what only the profile has.
+            # Twice in one artefact is an error; [sanitizer] may repeat what only the profile has,
+            # and what [kill] has (a sanitizer build lets its runtime's calls through).
             together = ('runtime', 'sanitizer') if current == 'sanitizer' else \
                 ('kill',) if current == 'kill' else \
                 SECTIONS[:4] if current == 'runtime' else ('runtime', 'startup', 'probe')
             if any(r[:2] == rule[:2] for n in together for r in sections.get(n, [])):
                 sys.exit(f'{path}:{lineno}: {name} is listed twice')
             sections[current].append(rule)
-    for s in ('runtime', 'startup'):
-        if not sections.get(s):
-            sys.exit(f'{path}: section [{s}] is missing or empty')
+    if not sections.get('runtime'):
+        sys.exit(f'{path}: section [runtime] is missing or empty')
     return sections
 
 
@@ -113,6 +113,8 @@ def header(sections):
 
 
 def profile(sections):
+    if not sections.get('startup'):
+        sys.exit('a profile needs a [startup] section: what runs before the in-process filter')
     rules = sections['startup'] + sections['runtime'] + sections.get('probe', [])
     plain = sorted({r[0] for r in rules if not r[1] and not r[2]})
     entries = [{'names': plain, 'action': 'SCMP_ACT_ALLOW'}]

@@ -33,7 +33,7 @@ class _Sized(ctypes.Structure):
 class Options(_Sized):
     """gpuipc_options_t."""
     _fields_ = [('struct_size', ctypes.c_size_t), ('socket_path', ctypes.c_char_p), ('label', ctypes.c_char_p),
-                ('connect_timeout_ms', ctypes.c_int), ('reconnect', ctypes.c_int), ('no_gpus', ctypes.c_int)]
+                ('connect_timeout_ms', ctypes.c_int), ('no_reconnect', ctypes.c_int), ('no_gpus', ctypes.c_int)]
 
 
 class PublishOptions(_Sized):

@@ -83,8 +83,10 @@ class Client:
     socket: the broker's socket path (default: $GPUIPC_SOCKET, else /run/gpuipc/gpuipc.sock).
     label: shown by `gpuipcctl peers` (default: the program's name).
     connect_timeout_ms: keep trying this long while the socket is missing or refuses.
-    reconnect: after losing the broker, the next call reconnects and publishes this client's
-    buffers again (a 'reconnected' event).
+    reconnect: survive a broker restart (the default): after losing the broker, the next call
+    reconnects, publishes this client's buffers again and reclaims what it holds (a 'reconnected'
+    event), and waits go on through the outage. False: every call after the loss raises
+    DisconnectedError (connect again to go on).
     probe_gpus: declare this process's visible GPUs at connect (needed to attach CUDA buffers;
     False skips initializing CUDA in a process that only uses memfd).
 
@@ -93,7 +95,7 @@ class Client:
     """
 
     def __init__(self, socket: Optional[str] = None, label: Optional[str] = None, connect_timeout_ms: int = 5000,
-                 reconnect: bool = False, probe_gpus: bool = True) -> None:
+                 reconnect: bool = True, probe_gpus: bool = True) -> None:
         self._c = None
         self._lib = _lib.load()
         self._lock = threading.Lock()
@@ -113,7 +115,7 @@ class Client:
         self._staging = {}                   # (kind, device) -> Pool for share()'s copies
         self._closed_ranges = []             # (base, size) of closed pools' segments: what PoolClosed names
         opts = _lib.Options(socket.encode() if socket else None, label.encode() if label else None,
-                            int(connect_timeout_ms), int(bool(reconnect)), 0 if probe_gpus else 1)
+                            int(connect_timeout_ms), 0 if reconnect else 1, 0 if probe_gpus else 1)
         c = ctypes.c_void_p()
         r = self._lib.gpuipc_connect(ctypes.byref(c), ctypes.byref(opts))
         if r < 0:

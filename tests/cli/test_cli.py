@@ -172,14 +172,36 @@ def http_get(url, timeout=15):
 
 
 class Exporter:
-    def __init__(self, sock, *extra):
-        self.proc = spawn(sock, "--json", "--timeout", "1000", "metrics", "--listen", "127.0.0.1:0", *extra)
+    def __init__(self, sock, *extra, timeout_ms=1000, listen="127.0.0.1:0"):
+        self.proc = spawn(sock, "--json", "--timeout", str(timeout_ms), "metrics", "--listen", listen, *extra)
         doc = json.loads(read_line(self.proc))
         check(doc.get("event") == "listening", "the exporter said: %s" % doc)
         self.url = "http://" + doc["address"]
+        self.host, port = doc["address"].rsplit(":", 1)
+        self.port = int(port)
 
-    def get(self, path):
-        return http_get(self.url + path)
+    def get(self, path, timeout=15):
+        return http_get(self.url + path, timeout)
+
+    def timed_get(self, path, timeout=30):
+        """(status, body, seconds); status 0 when no answer came within timeout."""
+        start = time.monotonic()
+        try:
+            status, _, body = http_get(self.url + path, timeout)
+        except (OSError, urllib.error.URLError) as e:
+            status, body = 0, "no answer: %s" % e
+        return status, body, time.monotonic() - start
+
+    def status(self):
+        """/proc/PID/status as a dict."""
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+    def stop(self):
+        """Stops it; its log must not name a system call the filter refused."""
+        rc, _, err = stop(self.proc)
+        check("seccomp:" not in err, "the exporter's filter refused a call: %s" % err)
+        return rc, err
 
 
 def parse_exposition(text):
@@ -396,6 +418,9 @@ def case_bad_values(tmp):
         (["stat", "--id", "0"], "--id '0'"),
         (["--timeout", "-5", "ping"], "--timeout '-5'"),
         (["ls", "--bogus"], "'--bogus'"),
+        (["metrics", "--listen", "nonsense"], "--listen 'nonsense'"),
+        (["metrics", "--listen", "127.0.0.1:99999"], "--listen '127.0.0.1:99999'"),
+        (["metrics", "--no-sandbox"], "--no-sandbox"),
     ]
     for args, named in cases:
         r = ctl(b.sock, *args)
@@ -590,37 +615,89 @@ def case_exporter(tmp):
     check(sample(fam, "gpuipc_up") == 1, "gpuipc_up is not 1")
     first = sample(fam, "gpuipc_frames_received_total")
     status, _, body = e.get("/metrics")
+    time.sleep(0.3)  # a sample younger than 250 ms answers the next scrape too
+    status, _, body = e.get("/metrics")
     check(sample(parse_exposition(body), "gpuipc_frames_received_total") > first,
           "frames received did not grow between scrapes: the broker is not asked per scrape")
     check(e.get("/healthz")[0] == 200, "/healthz with a broker")
     check(e.get("/nosuch")[0] == 404, "an unknown path is not 404")
 
     b.stop()
-    status, _, body = e.get("/healthz")
-    check(status == 503, "/healthz without a broker: %d" % status)
+    # The exporter learns it within its next ping (once a second) and the --timeout it tries for.
+    deadline = time.monotonic() + 10
+    while e.get("/healthz")[0] != 503:
+        check(time.monotonic() < deadline, "/healthz still 200 10 s after the broker stopped")
+        time.sleep(0.1)
     status, _, body = e.get("/metrics")
     fam = parse_exposition(body)
     check(status == 200 and sample(fam, "gpuipc_up") == 0 and "gpuipc_peers" not in fam,
           "/metrics without a broker: %s %s" % (status, body))
     b.start()
-    status, _, body = e.get("/metrics")
-    check(sample(parse_exposition(body), "gpuipc_up") == 1, "no reconnect after the broker came back")
+    deadline = time.monotonic() + 10
+    while sample(parse_exposition(e.get("/metrics")[2]), "gpuipc_up") != 1:
+        check(time.monotonic() < deadline, "no reconnect within 10 s of the broker coming back")
+        time.sleep(0.1)
     start = time.monotonic()
     e.proc.terminate()
-    rc, _, err = stop(e.proc)
+    rc, err = e.stop()
     check(rc == 0 and time.monotonic() - start < 3, "SIGTERM: exit %s after %.1f s: %s" %
           (rc, time.monotonic() - start, err))
     b.stop()
 
 
+def case_long_running_reconnect(tmp):
+    """publish, attach --hold and watch come through a broker restart (SIGKILL, a new broker on the
+    same socket): the publisher's buffer is published again, the holder's reference reclaimed and
+    held to the end, and watch says "reconnected" and goes on with the new broker's events."""
+    b = Broker(tmp, "--restart-grace-ms", "5000")
+    pub, _ = memfd_publisher(b.sock, "re/held")
+    att = spawn(b.sock, "--json", "attach", "re/held", "--verify", "random:3", "--hold", "8000")
+    doc = json.loads(read_line(att))
+    check(doc.get("event") == "attached" and doc.get("verified") is True, "attach said: %s" % doc)
+    watch = spawn(b.sock, "--json", "watch", "--prefix", "re/")
+    deadline = time.monotonic() + 10
+    while one_document(ctl(b.sock, "--json", "stats"), "stats")["subscriptions"] < 1:
+        check(time.monotonic() < deadline, "watch did not subscribe within 10 s")
+        time.sleep(0.05)
+    first, _ = memfd_publisher(b.sock, "re/first")
+    check(json.loads(read_line(watch)).get("name") == "re/first", "watch missed re/first")
+    start = time.monotonic()
+    b.proc.kill()
+    b.proc.wait()
+    b.start()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        r = ctl(b.sock, "--json", "stat", "re/held")
+        if r.rc == 0 and one_document(r, "stat")["buffer"]["refs"] == 1:
+            break
+        time.sleep(0.1)
+    check(r.rc == 0 and one_document(r, "stat")["buffer"]["refs"] == 1,
+          "after the restart the publisher's buffer and the holder's reference are not back: %s" % r)
+    after, _ = memfd_publisher(b.sock, "re/after")
+    events = []
+    while not events or events[-1].get("name") != "re/after":
+        events.append(json.loads(read_line(watch, 15)))
+    check(events[0]["event"] == "reconnected", "watch after the restart: %s" % events)
+    rc, out, err = stop(att) if att.poll() is not None else (att.wait(20), "", "")
+    check(rc == 0 and time.monotonic() - start > 3, "attach --hold 8000: exit %s after %.1f s of the restart: %s" %
+          (rc, time.monotonic() - start, err))
+    for p in (after, first, pub, watch):
+        stop(p)
+    b.stop()
+
+
 def case_exporter_http(tmp):
-    """The exporter answers bad requests with 4xx and is not held up by a client that never sends."""
+    """The exporter answers bad requests with 4xx (a path longer than it takes: 414, not a silent cut)
+    and is not held up by a client that never sends."""
     b = Broker(tmp)
     e = Exporter(b.sock)
     host, port = e.url[len("http://"):].rsplit(":", 1)
     idle = socket.create_connection((host, int(port)))  # never sends a byte
     for raw, want in ((b"POST /metrics HTTP/1.1\r\n\r\n", b" 405 "), (b"garbage\r\n\r\n", b" 400 "),
-                      (b"GET /metrics HTTP/1.1\r\n" + b"X: " + b"y" * 9000 + b"\r\n\r\n", b" 431 ")):
+                      (b"GET /metrics HTTP/1.1\r\n" + b"X: " + b"y" * 9000 + b"\r\n\r\n", b" 431 "),
+                      (b"GET /metrics" + b"x" * 2000 + b" HTTP/1.1\r\n\r\n", b" 414 "),
+                      (b"GET /" + b"p" * 9000 + b" HTTP/1.1\r\n\r\n", b" 414 "),
+                      (b"GET /metrics?" + b"q" * 1100 + b" HTTP/1.1\r\n\r\n", b" 414 ")):
         with socket.create_connection((host, int(port)), timeout=10) as c:
             c.sendall(raw)
             reply = c.recv(200)
@@ -632,7 +709,151 @@ def case_exporter_http(tmp):
         reply = c.recv(4096)
         check(reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"\r\n\r\n"), "HEAD: %r" % reply)
     idle.close()
-    stop(e.proc)
+    e.stop()
+    b.stop()
+
+
+def open_idle(host, port, n, source=None):
+    """n connections that never send a byte (from source, an address of this host, if given)."""
+    conns = []
+    for _ in range(n):
+        c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if source:
+            c.bind((source, 0))
+        c.setblocking(False)
+        c.connect_ex((host, port))
+        conns.append(c)
+    return conns
+
+
+def case_exporter_idle_flood(tmp):
+    """A scrape behind 500 idle connections (from one other address, then from the scraper's own)
+    is answered, complete and fresh, within a generous deadline that 16 slots held until their
+    10 s timeout could never meet; the timings are printed (the goal is under a second)."""
+    b = Broker(tmp)
+    e = Exporter(b.sock, timeout_ms=5000)
+    report = []
+    for label, source in (("from 127.0.0.2", "127.0.0.2"), ("from the scraper's address", None)):
+        idle = open_idle(e.host, e.port, 500, source)
+        time.sleep(0.5)  # let them all reach the exporter
+        status, body, seconds = e.timed_get("/metrics", timeout=30)
+        fam = parse_exposition(body) if status == 200 else {}
+        check(status == 200 and sample(fam, "gpuipc_up") == 1 and "gpuipc_peers" in fam,
+              "the scrape behind 500 idle connections %s: %s %s" % (label, status, body[:200]))
+        check(seconds < 5, "the scrape behind 500 idle connections %s took %.2f s" % (label, seconds))
+        h_status, _, h_seconds = e.timed_get("/healthz", timeout=30)
+        check(h_status == 200 and h_seconds < 5, "/healthz behind them: %s after %.2f s" % (h_status, h_seconds))
+        report.append("%s: scrape %.3f s, /healthz %.3f s" % (label, seconds, h_seconds))
+        for c in idle:
+            c.close()
+    print("behind 500 idle connections: " + "; ".join(report) + " (goal: under 1 s each)")
+    e.stop()
+    b.stop()
+
+
+def case_exporter_slow_broker(tmp):
+    """A stopped broker (SIGSTOP: it still accepts, it never answers) holds up no request: /healthz
+    says 503 at once, while a scrape waits for it; the scrape is answered by its deadline with the
+    last good sample and gpuipc_up 0; after SIGCONT the answers are fresh again."""
+    b = Broker(tmp)
+    e = Exporter(b.sock, timeout_ms=4000)
+    status, _, body = e.get("/metrics")
+    check(sample(parse_exposition(body), "gpuipc_up") == 1, "no first sample")
+    b.proc.send_signal(signal.SIGSTOP)
+    try:
+        import threading
+        result = {}
+        scrape = threading.Thread(target=lambda: result.update(m=e.timed_get("/metrics", timeout=30)))
+        time.sleep(0.3)  # a sample younger than 250 ms would answer at once
+        scrape.start()
+        time.sleep(0.2)  # the scrape waits for the stopped broker now
+        h_status, h_body, h_seconds = e.timed_get("/healthz", timeout=30)
+        scrape.join(30)
+        status, body, seconds = result["m"]
+        fam = parse_exposition(body)
+        print("stopped broker: /healthz %d after %.3f s; scrape %d after %.3f s (deadline 4 s)" %
+              (h_status, h_seconds, status, seconds))
+        check(h_seconds < 2, "/healthz waited %.2f s for a stopped broker" % h_seconds)
+        check(status == 200 and sample(fam, "gpuipc_up") == 0 and "gpuipc_peers" in fam and
+              sample(fam, "gpuipc_sample_timestamp_seconds") < time.time() - 0.3,
+              "the scrape of a stopped broker: %s %s" % (status, body[:300]))
+        check(3.5 < seconds < 8, "the scrape of a stopped broker was answered after %.2f s, not at its 4 s "
+              "deadline" % seconds)
+        deadline = time.monotonic() + 10
+        while e.get("/healthz")[0] != 503:  # the broker has not answered for longer than --timeout now
+            check(time.monotonic() < deadline, "/healthz stays 200 with the broker stopped")
+            time.sleep(0.1)
+    finally:
+        b.proc.send_signal(signal.SIGCONT)
+    deadline = time.monotonic() + 15
+    while sample(parse_exposition(e.get("/metrics")[2]), "gpuipc_up") != 1 or e.get("/healthz")[0] != 200:
+        check(time.monotonic() < deadline, "no fresh answers 15 s after SIGCONT")
+        time.sleep(0.2)
+    e.stop()
+    b.stop()
+
+
+def case_exporter_slowloris(tmp):
+    """Clients that trickle their request head one byte at a time, more of them than there are
+    slots, are each closed within a few seconds (the head timeout, or to make room), although they
+    keep sending; scrapes meanwhile are answered."""
+    b = Broker(tmp)
+    e = Exporter(b.sock, timeout_ms=5000)
+    conns = [(c, time.monotonic()) for c in open_idle(e.host, e.port, 100, "127.0.0.3")]
+    closed, scrapes, t0 = {}, [], time.monotonic()
+    while len(closed) < len(conns) and time.monotonic() - t0 < 20:
+        for i, (c, opened) in enumerate(conns):
+            if i in closed:
+                continue
+            try:
+                c.send(b"G")
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                closed[i] = time.monotonic() - opened
+        if len(scrapes) < 5 and time.monotonic() - t0 > len(scrapes):
+            status, body, seconds = e.timed_get("/metrics", timeout=30)
+            check(status == 200 and sample(parse_exposition(body), "gpuipc_up") == 1,
+                  "a scrape among slowloris clients: %s after %.1f s" % (body[:80] if not status else status,
+                                                                          seconds))
+            scrapes.append(seconds)
+        time.sleep(0.25)
+    for c, _ in conns:
+        c.close()
+    check(len(closed) == len(conns), "%d of %d slowloris clients still open after 20 s" %
+          (len(conns) - len(closed), len(conns)))
+    longest = max(closed.values())
+    print("slowloris: 100 clients closed within %.1f s each (longest); 5 scrapes meanwhile took at most %.3f s" %
+          (longest, max(scrapes)))
+    check(longest < 10, "a slowloris client lived %.1f s" % longest)
+    check(max(scrapes) < 5, "a scrape among slowloris clients took %.2f s" % max(scrapes))
+    e.stop()
+    b.stop()
+
+
+def case_exporter_confined(tmp):
+    """The exporter runs confined (no_new_privs and a seccomp filter) once it listens, serves under
+    it through a broker restart, and its filter refuses nothing it needs (no log line names a call);
+    --no-sandbox runs it without."""
+    b = Broker(tmp)
+    e = Exporter(b.sock)
+    st = e.status()
+    check(st.get("NoNewPrivs") == "1" and st.get("Seccomp") == "2", "not confined: NoNewPrivs %s, Seccomp %s" %
+          (st.get("NoNewPrivs"), st.get("Seccomp")))
+    check(sample(parse_exposition(e.get("/metrics")[2]), "gpuipc_up") == 1, "no sample under the filter")
+    b.proc.kill()
+    b.proc.wait()
+    b.start()
+    deadline = time.monotonic() + 10
+    while sample(parse_exposition(e.get("/metrics")[2]), "gpuipc_up") != 1:
+        check(time.monotonic() < deadline, "no sample 10 s after the broker restarted")
+        time.sleep(0.2)
+    e.get("/healthz")
+    e.get("/nosuch")
+    e.stop()
+    plain = Exporter(b.sock, "--no-sandbox")
+    check(plain.status().get("Seccomp") == "0", "--no-sandbox still loads a filter")
+    plain.stop()
     b.stop()
 
 
@@ -646,7 +867,7 @@ def case_promtool(tmp):
     ring = HandRing(b.sock, "prom/r")  # the per-ring families too
     e = Exporter(b.sock)
     _, _, body = e.get("/metrics")
-    stop(e.proc)
+    e.stop()
     ring.close()
     b.stop()
     check('gpuipc_ring_slots{ring="prom/r"} 4' in body, "no ring families: %s" % body)

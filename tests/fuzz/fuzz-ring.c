@@ -7,7 +7,9 @@
  * having released exactly what the member never had; a released value is never above head nor
  * below start - 1; a member lets a frame through exactly when its released count says so (or it
  * joined after the frame to be overwritten); and the same bytes give the same view. A control page
- * is accepted only with sane counts.
+ * is accepted (ring_ctl_check, what a member checks at join) exactly when its layout is the ring's
+ * shape, whatever its bytes and whatever shape the broker announced; refused, it says why in a
+ * string that fits its buffer.
  *
  * Then what the broker shows operators (ring_read): after the control page, one byte per seat
  * says which membership the broker knows there (none, the control page's, the member page's, or
@@ -28,6 +30,31 @@ static uint64_t take_u64(const uint8_t **p, const uint8_t *end)
         for (int i = 0; i < 8 && *p < end; i++)
                 v |= (uint64_t)*(*p)++ << (8 * i);
         return v;
+}
+
+/* What ring_ctl_check must accept: the page's layout is the shape, and the shape within limits. */
+static bool ctl_fits(const RingCtl *c, const RingShape *shape)
+{
+        return shape->n_slots >= 1 && shape->n_slots <= RING_MAX_SLOTS && shape->n_members >= 1 &&
+               shape->n_members <= RING_MAX_MEMBERS && c->magic == RING_MAGIC && c->version == RING_LAYOUT_VERSION &&
+               c->n_slots == shape->n_slots && c->n_members == shape->n_members && c->slot_size == shape->slot_size &&
+               c->mode == shape->mode && c->head_slot < c->n_slots;
+}
+
+/* A member's check at join: accepted exactly when the page fits, refused with a reason that fits. */
+static void check_ctl_check(const RingCtl *c, const RingShape *shape)
+{
+        char why[256], small[8];
+        const char *r = ring_ctl_check(c, shape, why, sizeof(why));
+
+        memset(small, 0x55, sizeof(small));
+        CHECK((r == NULL) == ctl_fits(c, shape));
+        CHECK((ring_ctl_check(c, shape, small, sizeof(small)) == NULL) == (r == NULL));
+        if (!r)
+                return;
+        CHECK(r == why);
+        CHECK(why[0] && memchr(why, 0, sizeof(why)));
+        CHECK(memchr(small, 0, sizeof(small)));
 }
 
 /* The operators' view of ctl with the broker's seats taken from the input. */
@@ -53,8 +80,7 @@ static void check_ring_read(const RingCtl *ctl, const RingMember *page, const ui
         ring_read(ctl, ctl->n_slots, ctl->n_members, ctl->slot_size, mode, epochs, pages, &got);
         ring_read(ctl, ctl->n_slots, ctl->n_members, ctl->slot_size, mode, epochs, pages, &again);
         CHECK(memcmp(&got, &again, sizeof(got)) == 0);
-        CHECK(got.ctl_valid == (ctl->n_members <= RING_MAX_MEMBERS &&
-                                ring_ctl_valid(ctl, ctl->n_slots, ctl->n_members, ctl->slot_size)));
+        CHECK(got.ctl_valid == ctl_fits(ctl, &(RingShape){ ctl->n_slots, ctl->n_members, ctl->slot_size, mode }));
         for (uint32_t i = 0; i < RING_MAX_MEMBERS; i++) {
                 const RingSeatReading *s = &got.seat[i];
                 bool seated = got.ctl_valid && i < n_members && epochs[i] && ctl->member[i].epoch == epochs[i] &&
@@ -131,14 +157,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memset(&ctl, 0, sizeof(ctl));
         n = (size_t)(end - p) < sizeof(ctl) ? (size_t)(end - p) : sizeof(ctl);
         memcpy(&ctl, p, n);
-        if (ring_ctl_valid(&ctl, ctl.n_slots, ctl.n_members, ctl.slot_size)) {
-                CHECK(ctl.magic == RING_MAGIC && ctl.version == RING_LAYOUT_VERSION);
-                CHECK(ctl.n_slots >= 1 && ctl.n_slots <= RING_MAX_SLOTS);
-                CHECK(ctl.n_members >= 1 && ctl.n_members <= RING_MAX_MEMBERS);
-                CHECK(ctl.mode == RING_BACKPRESSURE || ctl.mode == RING_LATEST || ctl.mode == RING_STREAM);
-        }
-        CHECK(!ring_ctl_valid(&ctl, ctl.n_slots + 1, ctl.n_members, ctl.slot_size));
         p += n;
+        /* Against the shape it claims for itself, the same with one slot more or another mode, and a
+         * shape made of the reader's numbers above. */
+        {
+                const RingShape own = { ctl.n_slots, ctl.n_members, ctl.slot_size, (RingMode)ctl.mode };
+                RingShape other = own;
+
+                check_ctl_check(&ctl, &own);
+                other.n_slots++;
+                check_ctl_check(&ctl, &other);
+                CHECK(ring_ctl_check(&ctl, &other, (char[64]){ 0 }, 64) != NULL);
+                other = own;
+                other.mode = (RingMode)((own.mode + 1) % 3);
+                check_ctl_check(&ctl, &other);
+                other = (RingShape){ n_slots, (uint32_t)(start % (RING_MAX_MEMBERS + 2)), head, (RingMode)(frame % 4) };
+                check_ctl_check(&ctl, &other);
+        }
         check_ring_read(&ctl, &page, p, end);
         return 0;
 }

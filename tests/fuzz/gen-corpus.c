@@ -612,6 +612,19 @@ static void gen_rings(void)
         ring_input("read-latest", &page, 100, &ctl, RING_LATEST, seats, sizeof(seats));
         ctl.magic ^= 1;
         ring_input("read-bad-ctl", &page, 100, &ctl, RING_LATEST, seats, sizeof(seats));
+        /* Layouts a hostile producer may hand its members (ring_ctl_check refuses each at join). */
+        ctl.magic ^= 1;
+        ctl.head_slot = 9;
+        ring_input("ctl-head-slot-past-end", &page, 100, &ctl, RING_LATEST, seats, sizeof(seats));
+        ctl.head_slot = 3;
+        ctl.mode = RING_STREAM;
+        ring_input("ctl-mode-not-declared", &page, 100, &ctl, RING_LATEST, seats, sizeof(seats));
+        ctl.mode = RING_LATEST;
+        ctl.n_slots = 1000;
+        ring_input("ctl-slots-past-limit", &page, 100, &ctl, RING_LATEST, seats, sizeof(seats));
+        ctl.n_slots = 9;
+        ctl.version = RING_LAYOUT_VERSION + 1;
+        ring_input("ctl-version", &page, 100, &ctl, RING_LATEST, seats, sizeof(seats));
 }
 
 static void policy(const char *name, const char *text)

@@ -87,7 +87,7 @@ static void stream_free(GcuStream s)
 static gpuipc_t *connect_to(const StreamArg *a, const char *label)
 {
         gpuipc_options_t o = { .struct_size = sizeof(o), .socket_path = a->broker->sock, .label = label,
-                               .reconnect = a->reconnect };
+                               .no_reconnect = !a->reconnect };
         gpuipc_t *c = NULL;
         int r;
 

@@ -552,7 +552,7 @@ static void broker_wait_ready(HBroker *b)
 
         for (;;) {
                 gpuipc_options_t o = { .struct_size = sizeof(o), .socket_path = b->sock, .label = "harness-probe",
-                                       .no_gpus = 1 };
+                                       .no_gpus = 1, .no_reconnect = 1 };
                 gpuipc_t *c = NULL;
 
                 require_alive(b, "while starting");
@@ -729,7 +729,7 @@ int h_try_connect(const HBroker *b, gpuipc_options_t *opts, gpuipc_t **ret)
 
 gpuipc_t *h_connect(const HBroker *b, const char *label)
 {
-        gpuipc_options_t o = { .struct_size = sizeof(o), .label = label };
+        gpuipc_options_t o = { .struct_size = sizeof(o), .label = label, .no_reconnect = 1 };
         gpuipc_t *c = NULL;
         int r = h_try_connect(b, &o, &c);
 

@@ -153,7 +153,9 @@ void h_broker_kill9(HBroker *b);
 
 /* ---- libgpuipc peers ---- */
 
-/* Connects to b (label may be NULL); fails the test on error. */
+/* Connects to b (label may be NULL); fails the test on error. The connection does not reconnect
+ * (no_reconnect): most cases check what one broker does, and a peer the broker drops must stay
+ * dropped there. Cases about restarts connect with the library's default (h_try_connect). */
 gpuipc_t *h_connect(const HBroker *b, const char *label);
 
 /* Connects with options (socket_path is filled in); returns the library's result. */

@@ -398,6 +398,33 @@ static void test_inflight_fds_hogs(void)
         h_case_end(&k);
 }
 
+/* Puts at least `want` fds in flight for this process's uid, in a socket pair nobody reads, so that
+ * the uid stays over its limit whatever other processes of the uid do meanwhile; stops early once
+ * the kernel refuses (a sender without CAP_SYS_RESOURCE is over the limit then). Returns how many
+ * are in flight; closing both ends of pair gives them back. */
+static unsigned hold_fds_in_flight(int pair[2], unsigned want)
+{
+        enum { PER_MESSAGE = 16 }; /* h_raw_send's most */
+        _cleanup_close_ int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        int fds[PER_MESSAGE];
+        unsigned held = 0;
+        char byte = 0;
+
+        CHECK(fd >= 0);
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+        for (int i = 0; i < PER_MESSAGE; i++)
+                fds[i] = fd;
+        while (held < want) {
+                int r = h_raw_send(pair[0], &byte, 1, fds, PER_MESSAGE);
+
+                if (r == -ETOOMANYREFS)
+                        break;
+                CHECKF(r == 0, "passing fds to ourselves: %s", strerror(-r));
+                held += PER_MESSAGE;
+        }
+        return held;
+}
+
 /* When more peers than the fd limit allows for leave fds unread (here 20 of them, 64 each, under a
  * limit of 1024), the kernel refuses further fds to anyone (ETOOMANYREFS). A consumer that reads
  * must then wait, not be dropped, and be served once the hogs let go of their fds. */
@@ -422,7 +449,8 @@ static void test_inflight_fds_exhausted(void)
         const char *flags[] = { "--max-queued-fds", "64", NULL };
         const struct rlimit low = { 1024, 1024 };
         ProtoMsg attach = { .op = PROTO_OP_ATTACH }, unmap = { .op = PROTO_OP_UNMAP };
-        int hogs[HOGS], open_hogs = HOGS;
+        int hogs[HOGS], open_hogs = HOGS, ballast[2];
+        unsigned in_flight;
         bool dropped[HOGS] = { false };
         gpuipc_buffer_t *b;
         HChild *victim;
@@ -452,11 +480,19 @@ static void test_inflight_fds_exhausted(void)
                 }
         }
         WAIT_UNTIL(h_broker_log_count(k.broker, "too many in flight") > 0, H_SOON_MS);
-        /* The hogs are gone from the broker but still hold their fds: the victim has to wait. */
+        /* The hogs are gone from the broker but still hold their fds. The kernel refused an fd when
+         * the uid's count (the hogs' fds, and whatever other processes of the uid had in flight at
+         * that moment) passed the limit; the hogs' share alone may lie just under it once those
+         * others read theirs. So that the kernel refuses every fd for as long as this test says,
+         * whatever else runs on the machine, the test itself keeps a limit's worth in flight too. */
+        in_flight = hold_fds_in_flight(ballast, low.rlim_cur + 64);
+        h_log("%u fds of our own in flight besides the hogs'", in_flight);
         victim = h_spawn("victim", patient_victim, k.broker);
         h_child_expect(victim, 'c', H_SOON_MS, NULL, 0);
         h_sleep_ms(300);
         CHECKF(h_child_quiet(victim), "the victim was answered while the kernel refused every fd");
+        close(ballast[0]);
+        close(ballast[1]);
         for (int i = 0; i < HOGS; i++)
                 close(hogs[i]);
         h_child_expect(victim, 'a', H_SOON_MS, NULL, 0);

@@ -32,7 +32,7 @@ static gpuipc_kind_t pool_kind(void)
 static gpuipc_t *connect_to(const HBroker *b, const char *label, bool reconnect)
 {
         gpuipc_options_t o = { .struct_size = sizeof(o), .socket_path = b->sock, .label = label,
-                               .reconnect = reconnect, .connect_timeout_ms = H_SOON_MS };
+                               .no_reconnect = !reconnect, .connect_timeout_ms = H_SOON_MS };
         gpuipc_t *c = NULL;
         int r = gpuipc_connect(&c, &o);
 

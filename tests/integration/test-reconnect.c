@@ -23,7 +23,7 @@ static const char *const grace_flags[] = { "--restart-grace-ms", GRACE_MS_STR, N
 
 static gpuipc_t *connect_reconnecting(const HBroker *b, const char *label)
 {
-        gpuipc_options_t o = { .struct_size = sizeof(o), .label = label, .reconnect = 1,
+        gpuipc_options_t o = { .struct_size = sizeof(o), .label = label,
                                .connect_timeout_ms = H_SOON_MS };
         gpuipc_t *c = NULL;
         int r = h_try_connect(b, &o, &c);
@@ -147,7 +147,7 @@ static void restart_case(bool crash)
                "grace", h_now_ms() - t_restart, GRACE_MS);
         /* wait_drained consumed the event; the subscription's copy carries the same reason. */
 
-        /* A plain client reports the loss, every time, and can still tidy up. */
+        /* A plain client (no_reconnect) reports the loss, every time, and can still tidy up. */
         CHECK_ERR(plain, gpuipc_ping(plain, H_SOON_MS), GPUIPC_E_DISCONNECTED);
         CHECK_ERR(plain, gpuipc_ping(plain, H_SOON_MS), GPUIPC_E_DISCONNECTED);
         CHECK(gpuipc_errmsg(plain)[0]);
@@ -569,9 +569,52 @@ static void test_first_call_is_a_release(void)
         h_broker_stop(b);
 }
 
+/* Reconnecting is the default: a connection made with no options at all (NULL), or with a zeroed
+ * options struct, survives a broker restart (its buffer comes back, its reference is reclaimed),
+ * while one made with no_reconnect reports the loss. */
+static void test_reconnect_is_the_default(void)
+{
+        gpuipc_options_t zeroed = { .struct_size = sizeof(zeroed) }, off = zeroed;
+        gpuipc_t *prod = NULL, *cons = NULL, *plain = NULL, *obs;
+        gpuipc_buffer_t *buf, *v;
+        HBroker *b;
+        HStat st;
+
+        b = h_broker_start(grace_flags);
+        /* NULL options: the socket comes from the environment. */
+        CHECK(setenv("GPUIPC_SOCKET", b->sock, 1) == 0);
+        CHECK_OK(NULL, gpuipc_connect(&prod, NULL));
+        CHECK(unsetenv("GPUIPC_SOCKET") == 0);
+        CHECK_OK(NULL, h_try_connect(b, &zeroed, &cons));
+        off.no_reconnect = 1;
+        CHECK_OK(NULL, h_try_connect(b, &off, &plain));
+        buf = h_publish(prod, "default/frame", 4096, 7, NULL);
+        v = h_attach_verify(cons, "default/frame", 0, 7);
+        restart(b, true);
+        CHECK_OK(prod, gpuipc_ping(prod, H_SOON_MS));
+        CHECK_OK(cons, gpuipc_ping(cons, H_SOON_MS));
+        obs = h_connect(b, "observer");
+        CHECK_OK(obs, h_stat_id(obs, gpuipc_buffer_id(buf), &st));
+        CHECK_EQ(st.refs, 1); /* the consumer's reference, reclaimed */
+        h_verify(v, 7);
+        CHECK(!gpuipc_buffer_revoked(v));
+        CHECK_ERR(plain, gpuipc_ping(plain, H_SOON_MS), GPUIPC_E_DISCONNECTED); /* the call that notices */
+        CHECK_ERR(plain, gpuipc_ping(plain, H_SOON_MS), GPUIPC_E_DISCONNECTED);
+        CHECKF(strstr(gpuipc_errmsg(plain), "no_reconnect"), "the loss does not say why it is final: %s",
+               gpuipc_errmsg(plain));
+        CHECK_OK(cons, gpuipc_release(cons, v));
+        gpuipc_close(plain);
+        gpuipc_close(cons);
+        gpuipc_close(prod);
+        gpuipc_close(obs);
+        h_broker_settle(b);
+        h_broker_stop(b);
+}
+
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
+                H_TEST(test_reconnect_is_the_default),
                 H_TEST(test_restart_keeps_the_contract),
                 H_TEST(test_crash_restart_keeps_the_contract),
                 H_TEST(test_ids_never_stale),

@@ -874,7 +874,7 @@ typedef struct LiveArg {
 
 static gpuipc_t *connect_reconnecting(const HBroker *b, const char *label)
 {
-        gpuipc_options_t o = { .struct_size = sizeof(o), .label = label, .reconnect = 1,
+        gpuipc_options_t o = { .struct_size = sizeof(o), .label = label,
                                .connect_timeout_ms = H_SOON_MS };
         gpuipc_t *c = NULL;
         int r = h_try_connect(b, &o, &c);

@@ -1377,6 +1377,45 @@ def case_ring_broker_restart():
     return '40 frames, 10 of them while no broker ran; a member joined after the restart read NAME@meta'
 
 
+def case_reconnect_default():
+    """A Client made without reconnect= survives a broker restart (its buffer is published again,
+    a holder's reference reclaimed, its mapping unchanged); Client(reconnect=False) raises
+    Disconnected instead."""
+    if not os.environ.get('GPUIPC_BROKER'):
+        return 'skipped (no GPUIPC_BROKER)'
+    name = f'py/{RUN}/reconnect/default'
+    with tempfile.TemporaryDirectory() as tmp:
+        sock, log = os.path.join(tmp, 's.sock'), open(os.path.join(tmp, 'broker.log'), 'w')
+        broker = start_broker(sock, log)
+        try:
+            with gpuipc.Client(socket=sock, label='py-default-p', probe_gpus=False) as p, \
+                    gpuipc.Client(socket=sock, label='py-default-c', probe_gpus=False) as c, \
+                    gpuipc.Client(socket=sock, label='py-plain', probe_gpus=False, reconnect=False) as plain:
+                buf = p.alloc(4096, 'memfd')
+                buf.write(b'\x07' * 4096)
+                p.publish(buf, name)
+                held = c.attach(name)
+                broker.kill()
+                broker.wait()
+                broker = start_broker(sock, log)
+                p.ping(10000)
+                c.ping(10000)
+                assert [b.name for b in c.buffers(name)] == [name], 'the buffer was not published again'
+                assert c.stat(name).refs == 1, 'the reference was not reclaimed'
+                assert held.read() == b'\x07' * 4096, 'the mapping changed'
+                try:
+                    plain.ping(1000)
+                    raise AssertionError('a Client(reconnect=False) reconnected')
+                except gpuipc.Disconnected:
+                    pass
+                held.release()
+        finally:
+            broker.kill()
+            broker.wait()
+            log.close()
+    return 'a default Client came through a broker SIGKILL; reconnect=False raised Disconnected'
+
+
 def ctl_json(*args):
     out = subprocess.run([os.environ['GPUIPC_CTL'], '--json', *args], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, f'gpuipcctl {" ".join(args)}: {out.stderr}'
@@ -1477,7 +1516,7 @@ def case_library_release():
 CASES = [case_numpy_dlpack, case_c_meta, case_state_dict, case_dropped_attached, case_dlpack_capsules,
          case_events_and_groups, case_exceptions, case_inspection, case_library_release, case_ring_backpressure,
          case_ring_latest, case_ring_member_killed, case_ring_evicted, case_ring_errors, case_c_ring,
-         case_ring_broker_restart, case_stream_ring, case_attach_id, case_fences]
+         case_ring_broker_restart, case_stream_ring, case_attach_id, case_fences, case_reconnect_default]
 
 
 def main(argv):

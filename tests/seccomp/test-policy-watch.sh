@@ -29,7 +29,7 @@ fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 expect() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
 
 NARROW='allow publish,attach uid=65534 prefix=allowed/'
-WIDE='allow publish,attach uid=65534 prefix='
+WIDE='allow publish,attach uid=65534'
 
 # What an unprivileged peer gets for attaching other/x: "denied" or, when the policy lets it wait,
 # "timeout" (nothing is published under that name).

@@ -197,7 +197,7 @@ for _ in $(seq 100); do grep -q published "$dir/pub.out" && break; sleep 0.05; d
 expect "publishing inside the allowed prefix works" grep -q published "$dir/pub.out"
 peers_before=$("$ctl" --socket "$sock" --json stats | jq .peers)
 cat >"$dir/policy.conf" <<'POLICY'
-allow publish,attach uid=65534 prefix=
+allow publish,attach uid=65534
 POLICY
 kill -HUP "$bpid"
 for _ in $(seq 100); do grep -q "policy reloaded" "$dir/policy.log" && break; sleep 0.05; done

@@ -4,7 +4,10 @@
 #   test-profile-bites.sh PROFILE.json TEST-BINARY
 set -euo pipefail
 profile=$1 bin=$2
-rules=$(mktemp /tmp/gpuipc-profile-rules.XXXXXX)
+rules=$(mktemp "${TMPDIR:-/tmp}/gpuipc-profile-rules.XXXXXX")
 trap 'rm -f "$rules"' EXIT
 python3 "$(dirname "$0")/profile_rules.py" "$profile" >"$rules"
-exec "$bin" "$rules"
+# Not exec: the shell must outlive the test to run its EXIT trap (the rules file would stay behind).
+rc=0
+"$bin" "$rules" || rc=$?
+exit $rc

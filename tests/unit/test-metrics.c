@@ -20,7 +20,7 @@ static gpuipc_stat_t stat_of(const char *name, const char *status, uint64_t le_u
 static char *render_with_rings(const gpuipc_stat_t *stats, int n, const gpuipc_ring_info_t *rings, int n_rings,
                                bool up, bool json)
 {
-        MetricsInput in = { up, stats, n, rings, n_rings };
+        MetricsInput in = { .up = up, .stats = stats, .n_stats = n, .rings = rings, .n_rings = n_rings };
         char *text = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
@@ -135,6 +135,26 @@ static void test_metrics_down(void)
         free(j);
 }
 
+/* A broker that did not answer in time: up 0, and the last good sample with its time, so that a
+ * dashboard keeps its values and an alert sees the outage. */
+static void test_metrics_stale(void)
+{
+        const gpuipc_stat_t stats[] = { stat_of("peers", "", 0, 5) };
+        MetricsInput in = { .stale = true, .sampled_at = 1700000000.25, .stats = stats, .n_stats = 1 };
+        char *t = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&t, &len);
+
+        CHECK(f);
+        metrics_write_text(f, &in);
+        CHECK(fclose(f) == 0);
+        check_line(t, "gpuipc_up 0");
+        check_line(t, "gpuipc_peers 5");
+        check_line(t, "# TYPE gpuipc_sample_timestamp_seconds gauge");
+        check_line(t, "gpuipc_sample_timestamp_seconds 1700000000.250");
+        free(t);
+}
+
 /* Rings: one series per ring in each gpuipc_ring_* family, labelled with its name; what is not
  * known (the head of an unreadable control page, the lag of a ring nobody sits in) has no sample. */
 static void test_metrics_rings(void)
@@ -173,6 +193,7 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_metrics_known);
         TEST_RUN(argc, argv, test_metrics_unknown);
         TEST_RUN(argc, argv, test_metrics_down);
+        TEST_RUN(argc, argv, test_metrics_stale);
         TEST_RUN(argc, argv, test_metrics_rings);
         return TEST_END();
 }

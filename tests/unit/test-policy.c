@@ -150,13 +150,13 @@ static void test_actions_and_who(void)
         policy_free(p);
 }
 
-/* A rule's prefix is a plain, case-sensitive byte prefix; empty matches every name, 255 bytes is the longest. */
+/* A rule's prefix is a plain, case-sensitive byte prefix; no prefix matches every name, 255 bytes is the longest. */
 static void test_prefixes(void)
 {
         char line[400];
         Policy *p;
 
-        p = parse_ok("allow attach any prefix=\n");
+        p = parse_ok("allow attach any\n");
         CHECK(policy_allows(p, 1, 1, POLICY_ATTACH, "anything"));
         CHECK(policy_allows(p, 1, 1, POLICY_ATTACH, ""));
         policy_free(p);
@@ -228,6 +228,10 @@ static void test_errors_name_their_line(void)
         parse_fails_s("allow all uid=root\n", 1, "numbers");
         parse_fails_s("allow all any foo=bar\n", 1, "prefix=P");
         parse_fails_s("allow all any prefix=x extra\n", 1, "too many words");
+        /* An empty prefix= (a line cut short) is not a wildcard: it is refused, naming its line. */
+        parse_fails_s("allow all any prefix=\n", 1, "prefix= is empty");
+        parse_fails_s("allow attach uid=5 prefix=frames/\nallow publish,attach uid=5 prefix=\r\n", 2, "prefix= is empty");
+        parse_fails_s("deny all any prefix=   # cut\n", 1, "prefix= is empty");
         /* The line number counts every line, blank and comment lines too. */
         parse_fails_s("# header\nallow all uid=1\n\ndeny all\n", 4, "too few words");
         parse_fails_s("allow all any\r\nallow all any\r\nbogus all any\r\n", 3, "allow or deny");
