@@ -21,7 +21,9 @@ GType gst_gpuipc_ring_mode_get_type(void)
 
 gpuipc_t *gst_gpuipc_connect(GstElement *element, const char *socket_path)
 {
-        g_autofree char *label = gst_object_get_name(GST_OBJECT(element));
+        g_autofree char *name = gst_object_get_name(GST_OBJECT(element));
+        /* What `gpuipcctl peers` shows, and members name their producer by. */
+        g_autofree char *label = g_strdup_printf("%.30s:%.33s", g_get_prgname() ? g_get_prgname() : "gst", name);
         gpuipc_options_t opts = {
                 .struct_size = sizeof(opts),
                 .socket_path = socket_path && *socket_path ? socket_path : NULL,

@@ -15,8 +15,8 @@ G_BEGIN_DECLS
 #define GST_TYPE_GPUIPC_RING_MODE (gst_gpuipc_ring_mode_get_type())
 GType gst_gpuipc_ring_mode_get_type(void);
 
-/* Connects to the broker at socket_path (NULL: $GPUIPC_SOCKET, else the default), labelled with
- * the element's name, surviving broker restarts. NULL after posting an error that says why. */
+/* Connects to the broker at socket_path (NULL: $GPUIPC_SOCKET, else the default), labelled
+ * "PROGRAM:ELEMENT", surviving broker restarts. NULL after posting an error that says why. */
 gpuipc_t *gst_gpuipc_connect(GstElement *element, const char *socket_path);
 
 /* Posts an error message from element: text says what failed, followed by why (what the library said:

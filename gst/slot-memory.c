@@ -40,6 +40,47 @@ G_DEFINE_TYPE(GstGpuipcSlotAllocator, gst_gpuipc_slot_allocator, GST_TYPE_ALLOCA
 
 #define SLOT_MEMORY_TYPE "GpuipcSlot"
 
+/* Copies of held frames are made again and again at the same size, often one per frame (a sink that
+ * keeps its last sample). Fresh memory for each would cost a page fault per page every time (tens of
+ * ms for a 1080p RGBA frame on a VM); so a few freed copies are kept for the next ones. */
+#define COPY_CACHE 4
+
+static struct {
+        GMutex lock;
+        void *buf[COPY_CACHE];
+        gsize size[COPY_CACHE];
+} copies;
+
+static void *copy_get(gsize size)
+{
+        void *p = NULL;
+
+        g_mutex_lock(&copies.lock);
+        for (guint i = 0; i < COPY_CACHE && !p; i++)
+                if (copies.buf[i] && copies.size[i] == size) {
+                        p = copies.buf[i];
+                        copies.buf[i] = NULL;
+                }
+        g_mutex_unlock(&copies.lock);
+        /* As aligned as the slot was, for elements that want their data aligned. */
+        if (!p && posix_memalign(&p, 4096, MAX(size, 1)) != 0)
+                g_error("gpuipcsrc: out of memory copying a held frame of %zu bytes", size);
+        return p;
+}
+
+static void copy_put(void *p, gsize size)
+{
+        g_mutex_lock(&copies.lock);
+        for (guint i = 0; i < COPY_CACHE && p; i++)
+                if (!copies.buf[i]) {
+                        copies.buf[i] = p;
+                        copies.size[i] = size;
+                        p = NULL;
+                }
+        g_mutex_unlock(&copies.lock);
+        free(p);
+}
+
 SlotHold *slot_hold_new(const guint8 *data, gsize size, gpointer owner, GDestroyNotify owner_unref)
 {
         SlotHold *h = g_new0(SlotHold, 1);
@@ -60,7 +101,8 @@ void slot_hold_unref(SlotHold *h)
                 return;
         if (h->owner)
                 h->owner_unref(h->owner);
-        free(h->copy);
+        if (h->copy)
+                copy_put(h->copy, h->size);
         g_mutex_clear(&h->lock);
         g_cond_clear(&h->cond);
         g_free(h);
@@ -88,11 +130,8 @@ gboolean slot_hold_let_go(SlotHold *h, gint *cancel, gboolean *ret_copied)
                 g_cond_wait_until(&h->cond, &h->lock, g_get_monotonic_time() + 20 * G_TIME_SPAN_MILLISECOND);
         }
         if (!h->returned && !h->copy) {
-                void *copy = NULL;
+                void *copy = copy_get(h->size);
 
-                /* As aligned as the slot was, for elements that want their data aligned. */
-                if (posix_memalign(&copy, 4096, MAX(h->size, 1)) != 0)
-                        g_error("gpuipcsrc: out of memory copying a held frame of %zu bytes", h->size);
                 memcpy(copy, h->data, h->size);
                 h->copy = copy;
                 h->data = copy;
