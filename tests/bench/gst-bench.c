@@ -341,10 +341,12 @@ static Result run_pass(const char *self, Transport t, gboolean paced, const char
         pipelines(t, paced, frames, dir, &producer, &consumer);
         if (!consumer) {
                 p = spawn(self, "single", producer, frames, &pfd);
-                r.ok = read_result(pfd, TRUE, &r, frames);
                 /* The single process's CPU covers both ends: its receive side measured it all. */
+                r.ok = read_result(pfd, TRUE, &r, frames);
                 close(pfd);
                 r.ok = wait_child(p) == 0 && r.ok;
+                if (!r.ok)
+                        r.why = "failed: the pipeline reported no result or did not exit cleanly";
                 return r;
         }
         if (t == T_SHM) {
@@ -359,11 +361,15 @@ static Result run_pass(const char *self, Transport t, gboolean paced, const char
                 c = spawn(self, "consumer", consumer, frames, &cfd);
                 p = spawn(self, "producer", producer, frames, &pfd);
         }
-        r.ok = read_result(cfd, TRUE, &r, frames);
-        if (!r.ok)
+        if (!read_result(cfd, TRUE, &r, frames)) {
+                r.why = "failed: the consumer reported no result";
                 kill(c, SIGTERM); /* it may hang on a lost peer */
-        r.ok = wait_child(c) == 0 && r.ok;
-        r.ok = read_result(pfd, FALSE, &r, frames) && r.ok;
+        }
+        if (wait_child(c) != 0 && !r.why)
+                r.why = "failed: the consumer did not exit cleanly";
+        if (!read_result(pfd, FALSE, &r, frames) && !r.why)
+                r.why = "failed: the producer reported no result";
+        r.ok = !r.why;
         kill(p, SIGTERM);
         wait_child(p);
         close(cfd);
@@ -529,7 +535,7 @@ int main(int argc, char **argv)
                                         paced ? "paced" : "unpaced");
                                 *r = run_pass(argv[0], t, paced, dir);
                                 if (!r->ok)
-                                        r->why = "failed (see above)";
+                                        fprintf(stderr, "gst-bench: %s\n", r->why);
                         }
         for (Transport t = 0; t < T_COUNT; t++)
                 for (int paced = 0; paced < 2; paced++)
