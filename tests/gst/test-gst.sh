@@ -17,6 +17,9 @@
 #   test-gst.sh errors       no broker, no ring name, no producer: errors that say so, with the library's text
 #   test-gst.sh inspect      gst-inspect-1.0 documents every property of both elements, and so does
 #                            docs/gstreamer.md
+#   test-gst.sh cuda         GPU host: video/x-raw(memory:CUDAMemory) through cuda-vmm slots, cudaupload
+#                            before the sink, cudadownload after each of 2 sources: every frame byte for
+#                            byte and every buffer's timestamps (77 without a GPU, nvcodec or the variant)
 # Exit 77 when GStreamer, the plugin or PID namespaces are not available.
 set -uo pipefail
 
@@ -228,7 +231,29 @@ case_inspect() {
         echo "ok: every property described by gst-inspect-1.0 and in docs/gstreamer.md"
 }
 
-[[ $# == 1 ]] || { sed -n '2,24p' "$0"; exit 2; }
+case_cuda() {
+        local i
+        gst-inspect-1.0 cudaupload >/dev/null 2>&1 && gst-inspect-1.0 cudadownload >/dev/null 2>&1 ||
+                skip "no cudaupload/cudadownload: needs a GPU, its driver and gstreamer1.0-plugins-bad (nvcodec)"
+        gst-inspect-1.0 gpuipcsink | grep -q 'memory:CUDAMemory' ||
+                skip "the plugin was built without its CUDA variant (libgstreamer-plugins-bad1.0-dev, cuda.h)"
+        reference ref "${SRC[@]}" num-buffers=60 ! "$CAPS"
+        for i in 1 2; do
+                start_ns "c$i" gpuipcsrc ring=rcu timeout=60000 ! "${TAP[@]}" ! cudadownload ! video/x-raw ! \
+                        filesink location="$dir/c$i.raw"
+        done
+        start_ns p "${SRC[@]}" num-buffers=60 ! "$CAPS" ! cudaupload ! "video/x-raw(memory:CUDAMemory)" ! "${TAP[@]}" ! \
+                gpuipcsink ring=rcu sync=false wait-members=2
+        expect_ok p
+        grep -q "cuda-vmm slots" "$dir/p.log" || fail "the ring's slots are not cuda-vmm"
+        for i in 1 2; do
+                expect_ok "c$i"
+                check_consumer "c$i" "$dir/p.log" ref
+        done
+        echo "ok: 60 CUDA frames to 2 sources through cuda-vmm slots, byte for byte, with their timestamps"
+}
+
+[[ $# == 1 ]] || { sed -n '2,27p' "$0"; exit 2; }
 setup
 trap cleanup EXIT
 case $1 in
@@ -240,5 +265,6 @@ caps-change) case_caps_change ;;
 latest) case_latest ;;
 errors) case_errors ;;
 inspect) case_inspect ;;
+cuda) case_cuda ;;
 *) echo "unknown case $1"; exit 2 ;;
 esac
