@@ -66,7 +66,7 @@ cleanup() {
                 kill -KILL "${pids[$n]}" 2>/dev/null
         done
         [[ -n ${broker_pid:-} ]] && kill "$broker_pid" 2>/dev/null && wait "$broker_pid" 2>/dev/null
-        rm -rf "$dir"
+        [[ -n ${KEEP:-} ]] && echo "kept $dir" || rm -rf "$dir"
 }
 
 show_logs() {

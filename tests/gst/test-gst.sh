@@ -14,6 +14,9 @@
 #                            order; a change to frames larger than the slots is refused, naming slot-size
 #   test-gst.sh latest       mode=latest: a member stopped mid-stream does not hold the sink up, skips to the
 #                            newest frame when it goes on, and every frame it did get is intact
+#   test-gst.sh flush        the producer flushes mid-stream (a flushing seek to the start): the source
+#                            replays the flush and the new segment before the frames after it, which
+#                            start again at 0; every frame it got is the producer's, in the producer's order
 #   test-gst.sh errors       no broker, no ring name, no producer: errors that say so, with the library's text
 #   test-gst.sh inspect      gst-inspect-1.0 documents every property of both elements, and so does
 #                            docs/gstreamer.md
@@ -194,6 +197,54 @@ case_latest() {
         echo "ok: latest mode: a stopped member skipped $(stat_of "$dir/slow.log" skipped) frames, none held the sink"
 }
 
+case_flush() {
+        local i=0 n_after off
+        [[ -x ${GPUIPC_GST_FLUSH_PRODUCER:-} ]] || skip "flush-producer was not built"
+        reference ref "${SRC[@]}" num-buffers=40 ! "$CAPS"
+        consumer c1 rf
+        # After the seek videotestsrc draws its frames anew (not as a fresh run would), so the producer
+        # also keeps what it sent after the tap, in sent.raw.
+        GST_DEBUG=gpuipcsink:4 GST_DEBUG_NO_COLOR=1 "${ns[@]}" "$GPUIPC_GST_FLUSH_PRODUCER" \
+                "videotestsrc pattern=ball num-buffers=40 ! $CAPS ! identity name=tap silent=false ! tee name=t
+                 t. ! queue ! gpuipcsink ring=rf sync=false wait-members=1
+                 t. ! queue ! filesink location=$dir/sent.raw" \
+                15 >"$dir/p.log" 2>&1 &
+        pids[p]=$!
+        logs+=("$dir/p.log")
+        expect_ok p
+        expect_ok c1
+        taps "$dir/p.log" >"$dir/p.taps"
+        taps "$dir/c1.log" >"$dir/c1.taps"
+        grep -q '^event flush-stop' "$dir/p.taps" || fail "the producer did not flush"
+        # The flush reaches the consumer as one, after the frames before it and before a new segment
+        # and the frames after it, which start again at 0.
+        grep -A1 '^event flush-start' "$dir/c1.taps" | sed -n '2p' | grep -q '^event flush-stop' ||
+                fail "the source did not replay flush-start, flush-stop: $(grep -n flush "$dir/c1.taps")"
+        grep -A1 '^event flush-stop' "$dir/c1.taps" | sed -n '2p' | grep -q '^event segment' ||
+                fail "no segment after the replayed flush"
+        sed -n '/^event flush-stop/,$p' "$dir/c1.taps" | grep -m1 '^buffer' | grep -q 'pts: 0:00:00.000000000' ||
+                fail "the first frame after the flush is not the producer's frame at 0"
+        # The consumer's buffers are the producer's, in order, less those the flush dropped at the sink
+        # (a subsequence: the diff from the producer's list to the consumer's only deletes lines).
+        grep '^buffer' "$dir/c1.taps" >"$dir/c1.buffers"
+        grep '^buffer' "$dir/p.taps" >"$dir/p.buffers"
+        ! diff "$dir/p.buffers" "$dir/c1.buffers" | grep -q '^>' ||
+                fail "the source's buffers are not the producer's in order"
+        # Frames before the flush are videotestsrc's first ones; those after it (num-buffers counts on
+        # across the seek) are what the producer sent last.
+        while read -r off; do
+                cmp -s -n "$FRAME" -i $((off * FRAME)):$((i * FRAME)) "$dir/ref.raw" "$dir/c1.raw" ||
+                        fail "frame $i (offset $off), before the flush, differs from the producer's"
+                i=$((i + 1))
+        done < <(sed -n '/^event flush-start/q; s/^buffer .* offset: \([0-9]*\),.*/\1/p' "$dir/c1.taps")
+        n_after=$(sed -n '/^event flush-stop/,$p' "$dir/c1.taps" | grep -c '^buffer')
+        [[ $n_after == $(sed -n '/^event flush-stop/,$p' "$dir/p.taps" | grep -c '^buffer') && $n_after -gt 0 ]] ||
+                fail "$n_after frames after the flush, not the producer's number"
+        cmp <(tail -c $((n_after * FRAME)) "$dir/sent.raw") <(tail -c $((n_after * FRAME)) "$dir/c1.raw") ||
+                fail "the frames after the flush differ from those the producer sent"
+        echo "ok: a flush mid-stream replayed downstream; $i frames before it and $n_after after, each the producer's"
+}
+
 case_errors() {
         start_ns nobroker gpuipcsrc ring=x socket="$dir/nothing.sock" ! fakesink
         finish nobroker
@@ -263,6 +314,7 @@ kill-source) case_kill_source ;;
 kill-sink) case_kill_sink ;;
 caps-change) case_caps_change ;;
 latest) case_latest ;;
+flush) case_flush ;;
 errors) case_errors ;;
 inspect) case_inspect ;;
 cuda) case_cuda ;;
