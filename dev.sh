@@ -28,6 +28,8 @@ packages=(
         python3-msgpack python3-numpy                 # the Python package and its tests
         python3-mesonpy python3-build python3-venv patchelf  # tests: building and installing its wheel
         scdoc                                         # the man pages (docs/man/*.scd)
+        libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev  # the GStreamer plugin (gst/)
+        gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good  # tests: its pipelines
 )
 
 as_root() {

@@ -492,6 +492,9 @@ int main(int argc, char **argv)
             opts.runs > MAX_RUNS)
                 usage();
         if (role) {
+                /* As gst-launch-1.0 does: a transport writing to a peer that went away must get EPIPE, not
+                 * die (shmsink does not ask for MSG_NOSIGNAL). */
+                signal(SIGPIPE, SIG_IGN);
                 gst_init(&argc, &argv);
                 if (!strcmp(role, "single"))
                         return run_role(launch, "stamp", "rx", opts.frames, FALSE);

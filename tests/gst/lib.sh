@@ -5,6 +5,12 @@
 #
 # Needs: GPUIPC_BROKER, GPUIPC_GST_PLUGIN_DIR (meson sets both); exits 77 (skipped) without
 # gst-launch-1.0, the plugin, the elements the pipelines use, or PID namespaces.
+#
+# A plugin built with AddressSanitizer (the sanitizer build) is loaded by gst-launch-1.0, which is
+# not: the sanitizers' runtimes are preloaded into every process that loads the plugin, each writes
+# its reports to a file of its own, and sanitizer_verdict fails the case on any memory error or
+# undefined behaviour, and on any leak whose stack passes through the plugin or libgpuipc (GLib,
+# GStreamer and the plugin scanner keep memory until exit on purpose; those are not ours).
 
 skip() {
         echo "SKIP: $*"
@@ -27,8 +33,9 @@ require_tools() {
         export GST_PLUGIN_PATH=$GPUIPC_GST_PLUGIN_DIR
         # A registry of the test's own: no cache from another build, no rescans racing each other.
         export GST_REGISTRY=$dir/registry.bin
+        sanitizer_setup
         for e in gpuipcsink gpuipcsrc videotestsrc identity filesink fakesink concat; do
-                gst-inspect-1.0 "$e" >/dev/null 2>&1 ||
+                "${inspect[@]}" gst-inspect-1.0 "$e" >/dev/null 2>&1 ||
                         skip "GStreamer element $e is missing (gstreamer1.0-plugins-base, the plugin's build)"
         done
         export GST_REGISTRY_UPDATE=no
@@ -39,6 +46,56 @@ require_tools() {
         else
                 skip "cannot make PID namespaces (unshare --pid needs root or user namespaces)"
         fi
+}
+
+# With a sanitized plugin: san_prefix NAME sets pre, what runs a process named NAME that loads the
+# plugin; inspect runs gst-inspect-1.0 (its registry scan loads every plugin of the machine, so
+# leaks are not looked for there). Both are empty otherwise.
+pre=() inspect=() sanitized=
+sanitizer_setup() {
+        local asan ubsan
+        command -v readelf >/dev/null && readelf -d "$GPUIPC_GST_PLUGIN_DIR/libgstgpuipc.so" 2>/dev/null |
+                grep -q 'NEEDED.*libasan' || return 0
+        asan=$(gcc -print-file-name=libasan.so 2>/dev/null)
+        ubsan=$(gcc -print-file-name=libubsan.so 2>/dev/null)
+        [[ -e $asan && -e $ubsan ]] || skip "the plugin is built with ASan, but libasan.so/libubsan.so (gcc) are not there to preload"
+        sanitized=1
+        inspect=(env LD_PRELOAD="$asan $ubsan" ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+        san_libs="$asan $ubsan"
+}
+
+san_prefix() {
+        pre=()
+        [[ -n $sanitized ]] || return 0
+        # Every namespace's gst-launch-1.0 is its pid 1: reports go to files named by the process.
+        # exitcode=0: GLib's own memory kept until exit must not fail the pipeline; the verdict reads
+        # the reports instead (an error also stops the process, which the comparisons notice).
+        pre=(env LD_PRELOAD="$san_libs"
+                ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0:halt_on_error=1:exitcode=0:log_path=$dir/asan-$1"
+                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$dir/ubsan-$1")
+}
+
+# Fails on what the sanitizers reported (nothing to do without them).
+sanitizer_verdict() {
+        local f ours=0
+        [[ -n $sanitized ]] || return 0
+        for f in "$dir"/asan-* "$dir"/ubsan-* "$dir/broker.log"; do
+                [[ -e $f ]] || continue
+                if grep -qE 'ERROR: AddressSanitizer|runtime error:' "$f"; then
+                        logs+=("$f")
+                        fail "a sanitizer reported an error in $(basename "$f")"
+                fi
+                # Leak reports are blank-line separated blocks; ours are those through our code (a frame
+                # in one of our sources when symbolized, in one of our libraries when not).
+                if awk -v RS= '/(Direct|Indirect) leak/ && /libgstgpuipc|libgpuipc|[.][.]\/(gst|client|proto|util)\// { found = 1; print }
+                               END { exit !found }' \
+                        "$f" >"$f.ours"; then
+                        ours=1
+                        logs+=("$f.ours")
+                fi
+        done
+        ((ours == 0)) || fail "the plugin or libgpuipc leaked (LeakSanitizer)"
+        echo "sanitizers: no error, no leak of the plugin's or libgpuipc's"
 }
 
 # Names of the processes started by start_ns, and their pids (the unshare parents).
@@ -83,8 +140,9 @@ show_logs() {
 start_ns() {
         local name=$1
         shift
+        san_prefix "$name"
         GST_DEBUG=${GST_DEBUG:-gpuipcsrc:4,gpuipcsink:4} GST_DEBUG_NO_COLOR=1 \
-                "${ns[@]}" gst-launch-1.0 -v "$@" >"$dir/$name.log" 2>&1 &
+                "${ns[@]}" "${pre[@]}" gst-launch-1.0 -v "$@" >"$dir/$name.log" 2>&1 &
         pids[$name]=$!
         logs+=("$dir/$name.log")
 }

@@ -204,7 +204,8 @@ case_flush() {
         consumer c1 rf
         # After the seek videotestsrc draws its frames anew (not as a fresh run would), so the producer
         # also keeps what it sent after the tap, in sent.raw.
-        GST_DEBUG=gpuipcsink:4 GST_DEBUG_NO_COLOR=1 "${ns[@]}" "$GPUIPC_GST_FLUSH_PRODUCER" \
+        san_prefix p
+        GST_DEBUG=gpuipcsink:4 GST_DEBUG_NO_COLOR=1 "${ns[@]}" "${pre[@]}" "$GPUIPC_GST_FLUSH_PRODUCER" \
                 "videotestsrc pattern=ball num-buffers=40 ! $CAPS ! identity name=tap silent=false ! tee name=t
                  t. ! queue ! gpuipcsink ring=rf sync=false wait-members=1
                  t. ! queue ! filesink location=$dir/sent.raw" \
@@ -270,7 +271,7 @@ case_inspect() {
                 [gpuipcsrc]="ring socket timeout reconnect is-live frames copies skipped"
         )
         for e in gpuipcsink gpuipcsrc; do
-                gst-inspect-1.0 "$e" >"$dir/$e.inspect" 2>&1 || fail "gst-inspect-1.0 $e failed"
+                "${inspect[@]}" gst-inspect-1.0 "$e" >"$dir/$e.inspect" 2>&1 || fail "gst-inspect-1.0 $e failed"
                 for p in ${props[$e]}; do
                         line=$(grep -E "^  $p +: " "$dir/$e.inspect") || fail "gst-inspect-1.0 $e does not list $p"
                         desc=${line#*: }
@@ -284,9 +285,9 @@ case_inspect() {
 
 case_cuda() {
         local i
-        gst-inspect-1.0 cudaupload >/dev/null 2>&1 && gst-inspect-1.0 cudadownload >/dev/null 2>&1 ||
+        "${inspect[@]}" gst-inspect-1.0 cudaupload >/dev/null 2>&1 && "${inspect[@]}" gst-inspect-1.0 cudadownload >/dev/null 2>&1 ||
                 skip "no cudaupload/cudadownload: needs a GPU, its driver and gstreamer1.0-plugins-bad (nvcodec)"
-        gst-inspect-1.0 gpuipcsink | grep -q 'memory:CUDAMemory' ||
+        "${inspect[@]}" gst-inspect-1.0 gpuipcsink | grep -q 'memory:CUDAMemory' ||
                 skip "the plugin was built without its CUDA variant (libgstreamer-plugins-bad1.0-dev, cuda.h)"
         reference ref "${SRC[@]}" num-buffers=60 ! "$CAPS"
         for i in 1 2; do
@@ -320,3 +321,4 @@ inspect) case_inspect ;;
 cuda) case_cuda ;;
 *) echo "unknown case $1"; exit 2 ;;
 esac
+sanitizer_verdict
