@@ -181,6 +181,15 @@ kill_ns() {
         unset "pids[$1]"
 }
 
+# wait_log FILE PATTERN [SECONDS]: until FILE has a line matching PATTERN (grep -E).
+wait_log() {
+        local deadline=$((SECONDS + ${3:-60}))
+        until grep -qE "$2" "$1" 2>/dev/null; do
+                ((SECONDS < deadline)) || fail "$(basename "$1") did not say: $2"
+                sleep 0.05
+        done
+}
+
 # The pid of NAME's gst-launch-1.0 as the outer namespace sees it (for SIGSTOP/SIGCONT).
 inner_pid() {
         pgrep -P "${pids[$1]}" | head -n 1
