@@ -30,6 +30,8 @@ packages=(
         gcc-aarch64-linux-gnu libmsgpack-dev:arm64 qemu-user # tests: the aarch64 wheel, cross-built and run
         scdoc                                         # the man pages (docs/man/*.scd)
         zsh fish                                      # tests: gpuipcctl's zsh and fish completions
+        libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev  # the GStreamer plugin (gst/)
+        gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good  # tests: its pipelines
 )
 
 as_root() {

@@ -7,6 +7,10 @@ export const IMAGE = 'ghcr.io/gpuipc/gpuipc:0.1.0';
 export const IMAGE_VERSION = '0.1.0';
 export const BROKER_BIN = '/usr/bin/gpuipc-broker';
 export const CLI = 'gpuipcctl';
+// GStreamer apps (the gstreamer setup): gst-launch-1.0 pipelines with gpuipcsink
+// or gpuipcsrc, in the image examples/gstreamer/Dockerfile builds.
+export const GST_IMAGE = 'ghcr.io/gpuipc/gpuipc-gstreamer:0.1.0';
+export const GST_LAUNCH = 'gst-launch-1.0';
 
 export const SOCKET_DIR = '/run/gpuipc';
 export const SOCKET = '/run/gpuipc/gpuipc.sock';
@@ -86,6 +90,7 @@ export const CLUSTER_SCOPED = [
 //   nodeBroker:  per-node broker (DaemonSet) on the hostPath SOCKET_DIR
 //   gang:        LeaderWorkerSet scheduled by Volcano
 //   onlyDiffers: rendering equals this setup's except name, kind, sharePid
+//   gstreamer:   the apps are gst-launch-1.0 pipelines (gpuipcsink, gpuipcsrc) on a ring
 //   service:     the apps run until stopped (the gang); otherwise they end:
 //                the producer retires after one attach per consumer and exits
 //                once drained, so the pod completes and frees its GPU claim
@@ -115,6 +120,7 @@ export const SETUPS = {
     deviceClass: 'gpu.nvidia.com',
     nodeBroker: true,
   },
+  gstreamer: { dir: 'k8s/overlays/gstreamer', kind: 'memfd', consumers: 2, deviceClass: null, gstreamer: true },
   gang: {
     dir: 'k8s/overlays/gang',
     kind: 'cuda-vmm',

@@ -3,7 +3,7 @@
 
 import { execFileSync } from 'node:child_process';
 import YAML from 'yaml';
-import { BROKER_NAME, CLI } from './contract.mjs';
+import { BROKER_NAME, CLI, GST_LAUNCH } from './contract.mjs';
 
 // Renders a kustomization directory with `kubectl kustomize`.
 // Returns { objects } or { error } (kustomize's message).
@@ -92,6 +92,30 @@ export function cliName(c) {
   if (i >= 0 && argv[i + 2] !== undefined && !argv[i + 2].startsWith('-')) return argv[i + 2];
   return flagValue(c, '--name');
 }
+
+// Whether c runs a gst-launch-1.0 pipeline.
+export const isGstLaunch = (c) => canon(c.command) === canon([GST_LAUNCH]);
+
+// What an app container does with a buffer or ring: 'publish' (gpuipcctl
+// publish, or a pipeline into gpuipcsink), 'attach' (gpuipcctl attach, or a
+// pipeline from gpuipcsrc), or null.
+export function appRole(c) {
+  if (!isGstLaunch(c)) return cliVerb(c);
+  const args = c.args ?? [];
+  if (args.includes('gpuipcsink')) return 'publish';
+  if (args.includes('gpuipcsrc')) return 'attach';
+  return null;
+}
+
+// A pipeline's element property (NAME=VALUE among the args), or undefined.
+export function gstProperty(c, name) {
+  const a = (c.args ?? []).find((x) => x.startsWith(`${name}=`));
+  return a?.slice(name.length + 1);
+}
+
+// The name a producer publishes or a consumer attaches: gpuipcctl's NAME
+// operand (cliName), a pipeline's ring=.
+export const appName = (c) => (isGstLaunch(c) ? gstProperty(c, 'ring') : cliName(c));
 
 // The value following a flag in a container's args, or undefined.
 export function flagValue(c, flag) {

@@ -7,13 +7,25 @@
 
 import { basename } from 'node:path';
 import * as K from './contract.mjs';
-import { canon, cliName, cliVerb, containers, firstDiff, flagValue, isBroker, podSpecs, ref } from './objects.mjs';
+import {
+  appName,
+  appRole,
+  canon,
+  containers,
+  firstDiff,
+  flagValue,
+  gstProperty,
+  isBroker,
+  isGstLaunch,
+  podSpecs,
+  ref,
+} from './objects.mjs';
 import { schemaProblems } from './schema.mjs';
 
 // Pod specs that run gpuipc clients or the broker (all of ours do).
 const appsOf = (spec) =>
   [...(spec.containers ?? []), ...(spec.initContainers ?? [])].filter(
-    (c) => cliVerb(c) === 'publish' || cliVerb(c) === 'attach',
+    (c) => appRole(c) === 'publish' || appRole(c) === 'attach',
   );
 
 const eff = (spec, c, key) => c.securityContext?.[key] ?? spec.securityContext?.[key];
@@ -305,7 +317,8 @@ function contract(t) {
       out.push(`${where}: fsGroup must be ${K.GID}, the socket's group`);
     for (const { c, label } of containers(spec)) {
       const at = `${where} ${label}`;
-      if (c.image !== K.IMAGE) out.push(`${at}: image must be ${K.IMAGE}`);
+      const image = isGstLaunch(c) ? K.GST_IMAGE : K.IMAGE;
+      if (c.image !== image) out.push(`${at}: image must be ${image}`);
       const env = (c.env ?? []).find((e) => e.name === K.SOCKET_ENV);
       if (env?.value !== K.SOCKET) out.push(`${at}: env ${K.SOCKET_ENV} must be ${K.SOCKET}`);
       const mount = (c.volumeMounts ?? []).find((m) => m.mountPath === K.SOCKET_DIR);
@@ -324,6 +337,8 @@ function contract(t) {
         if (eff(spec, c, 'runAsUser') !== K.UID || eff(spec, c, 'runAsGroup') !== K.GID)
           out.push(`${at}: the broker runs as ${K.UID}:${K.GID}, the image's user`);
         out.push(...brokerArgs(at, c));
+      } else if (t.setup.gstreamer && c.name !== K.METRICS_NAME) {
+        if (!isGstLaunch(c)) out.push(`${at}: app containers of this setup run ${K.GST_LAUNCH} (command: [${K.GST_LAUNCH}])`);
       } else if (canon(c.command) !== canon([K.CLI])) {
         out.push(`${at}: app containers run ${K.CLI} (command: [${K.CLI}])`);
       }
@@ -415,18 +430,21 @@ function setupShape(t, ctx) {
   for (const g of groups) {
     const where = g.map((s) => s.where).join(', ');
     const apps = g.flatMap(({ spec }) => appsOf(spec));
-    const producers = apps.filter((c) => cliVerb(c) === 'publish');
-    const consumers = apps.filter((c) => cliVerb(c) === 'attach');
+    const producers = apps.filter((c) => appRole(c) === 'publish');
+    const consumers = apps.filter((c) => appRole(c) === 'attach');
     if (producers.length !== 1) out.push(`${where}: expected 1 producer, found ${producers.length}`);
     if (consumers.length !== t.setup.consumers)
       out.push(`${where}: expected ${t.setup.consumers} consumer(s), found ${consumers.length}`);
     for (const p of producers) {
-      if (flagValue(p, '--kind') !== t.setup.kind)
-        out.push(
-          `${where} ${p.name}: publishes --kind ${flagValue(p, '--kind')}, this setup is ${t.setup.kind}`,
-        );
+      // A pipeline's slots are cuda-vmm for CUDA memory caps, memfd otherwise.
+      const kind = isGstLaunch(p)
+        ? (p.args ?? []).some((a) => a.includes('memory:CUDAMemory'))
+          ? 'cuda-vmm'
+          : 'memfd'
+        : flagValue(p, '--kind');
+      if (kind !== t.setup.kind) out.push(`${where} ${p.name}: publishes ${kind}, this setup is ${t.setup.kind}`);
     }
-    const names = new Set(apps.map(cliName));
+    const names = new Set(apps.map(appName));
     if (names.size !== 1)
       out.push(`${where}: producer and consumers must use one buffer name, found ${[...names].join(', ')}`);
   }
@@ -600,7 +618,24 @@ function identity(t) {
 
 // ---- how the apps end ------------------------------------------------------------
 
-const consumersOf = (specs) => specs.flatMap(({ spec }) => appsOf(spec)).filter((c) => cliVerb(c) === 'attach');
+const consumersOf = (specs) => specs.flatMap(({ spec }) => appsOf(spec)).filter((c) => appRole(c) === 'attach');
+
+// A pipeline ends when its source's num-buffers run out: the sink sends the end
+// of the stream, each gpuipcsrc takes it and leaves, and the sink lingers until
+// they have. Frames published before a consumer joined are lost to it, so the
+// sink waits for all of them; a consumer that reconnects never ends.
+function gstLifecycle(at, c, consumers) {
+  const out = [];
+  if (appRole(c) === 'publish') {
+    const n = Number(gstProperty(c, 'num-buffers'));
+    if (!(Number.isInteger(n) && n > 0)) out.push(`${at}: never ends: its source needs num-buffers=N (N > 0)`);
+    if (gstProperty(c, 'wait-members') !== String(consumers.length))
+      out.push(`${at}: gpuipcsink must wait-members=${consumers.length} (one per consumer), or early frames are lost`);
+  } else if (gstProperty(c, 'reconnect') === 'true') {
+    out.push(`${at}: never ends (reconnect=true waits for the next producer)`);
+  }
+  return out;
+}
 
 // Demo pods end: the producer retires after one attach per consumer and exits
 // once drained, every consumer exits after verifying, and the pod does not
@@ -615,18 +650,22 @@ function lifecycle(t) {
     for (const { where, spec } of g) {
       for (const c of appsOf(spec)) {
         const at = `${where} ${c.name}`;
+        if (isGstLaunch(c)) {
+          out.push(...gstLifecycle(at, c, consumers));
+          continue;
+        }
         const retire = flagValue(c, '--retire-after');
         const hold = flagValue(c, '--hold');
         if (t.setup.service) {
-          if (cliVerb(c) === 'publish' && retire !== undefined)
+          if (appRole(c) === 'publish' && retire !== undefined)
             out.push(`${at}: a service's producer holds until stopped (no --retire-after)`);
-          if (cliVerb(c) === 'attach' && hold !== '-1')
+          if (appRole(c) === 'attach' && hold !== '-1')
             out.push(`${at}: a service's consumer must hold until stopped (--hold -1), or it exits and the group is recreated`);
           continue;
         }
-        if (cliVerb(c) === 'publish' && retire !== String(consumers.length))
+        if (appRole(c) === 'publish' && retire !== String(consumers.length))
           out.push(`${at}: never ends: --retire-after must be ${consumers.length} (one attach per consumer), is ${retire}`);
-        if (cliVerb(c) === 'attach' && hold === '-1') out.push(`${at}: never ends (--hold -1)`);
+        if (appRole(c) === 'attach' && hold === '-1') out.push(`${at}: never ends (--hold -1)`);
       }
       if (!t.setup.service && spec.restartPolicy !== 'Never')
         out.push(`${where}: restartPolicy must be Never: the demo runs once and the pod completes`);
