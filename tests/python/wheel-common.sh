@@ -5,6 +5,10 @@
 
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 unset GPUIPC_LIBRARY LD_LIBRARY_PATH PYTHONPATH
+# Every temporary file of the tools run here goes under $dir, which the test removes: the ensurepip
+# of some CPythons (3.9 to 3.11 from pyenv) extracts pip's cacert.pem into TMPDIR and leaves it.
+mkdir -p "$dir/tmp"
+export TMPDIR=$dir/tmp
 
 # clean_copy DEST: what a fresh clone holds (plus uncommitted edits), without build outputs.
 clean_copy() {
