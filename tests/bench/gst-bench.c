@@ -548,7 +548,7 @@ int main(int argc, char **argv)
         unlink(reg);
         unlink(sock);
 
-        printf("\n| transport | frames/s (unpaced) | x the queue's | latency p50 / p99 (us, 30 frames/s) | CPU per "
+        printf("\n| transport | frames/s (unpaced) | x the queue's (time per frame) | latency p50 / p99 (us, 30 frames/s) | CPU per "
                "frame (us, 30 frames/s): producer + consumer |\n|---|---|---|---|---|\n");
         for (Transport t = 0; t < T_COUNT; t++) {
                 Result *u = &res[t][0], *p = &res[t][1];
