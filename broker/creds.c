@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "macro.h"
 
 #ifndef SO_PEERPIDFD
@@ -25,11 +26,9 @@
 
 uint64_t creds_boottime_ticks(void)
 {
-        struct timespec ts;
         long hz = sysconf(_SC_CLK_TCK);
 
-        clock_gettime(CLOCK_BOOTTIME, &ts);
-        return (uint64_t)ts.tv_sec * (uint64_t)hz + (uint64_t)ts.tv_nsec / (1000000000ull / (uint64_t)hz);
+        return clock_ns(CLOCK_BOOTTIME) / (1000000000ull / (uint64_t)hz);
 }
 
 uint64_t creds_pidns_of(uint32_t pid)

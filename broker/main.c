@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "config.h"
 #include "hmap.h"
 #include "landlock.h"
@@ -391,10 +392,7 @@ static void seed_hashes(void)
  * above its predecessor's (which published far fewer than one buffer per microsecond). */
 static uint64_t wall_clock_us(void)
 {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+        return realtime_ns() / 1000;
 }
 
 int main(int argc, char **argv)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "log.h"
 #include "macro.h"
 #include "registry.h"
@@ -101,14 +102,14 @@ void peer_close(Peer *p, const char *why)
 void peer_forget(Peer *p, Registry *reg, Outbox *out)
 {
         uint32_t refs = registry_peer_refs(p->reg);
-        uint64_t start = stats_now_us();
+        uint64_t start = monotonic_us();
 
         list_unlink(&p->link);
         list_unlink(&p->blocked_link);
         registry_peer_remove(reg, p->reg, out);
         p->reg = NULL;
         /* How long forgetting a peer takes (its references, waits, buffers) is worth watching. */
-        stats_peer_cleanup(p->set->stats, stats_now_us() - start, refs);
+        stats_peer_cleanup(p->set->stats, monotonic_us() - start, refs);
 }
 
 /* ---- frames out ---- */

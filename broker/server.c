@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "clock.h"
 #include "list.h"
 #include "log.h"
 #include "macro.h"
@@ -145,7 +146,7 @@ static void watch_read(Watch *w)
         Server *s = w->server;
         Peer *p = w->peer;
         /* A request's time in the broker: decoding, handling, and delivering what it caused. */
-        uint64_t start = stats_now_us();
+        uint64_t start = monotonic_us();
         RequestCtx ctx = request_ctx(s);
 
         if (!peer_dispatch(p, &ctx))
@@ -154,7 +155,7 @@ static void watch_read(Watch *w)
         if (p->hangup[0])
                 peer_close(p, p->hangup); /* its last reply went out with the delivery */
         deliver(s);
-        histogram_record(&s->stats.request_us, stats_now_us() - start);
+        histogram_record(&s->stats.request_us, monotonic_us() - start);
 }
 
 static void watch_poll_cb(uv_poll_t *h, int status, int events)

@@ -71,11 +71,3 @@ void stats_peer_cleanup(ServerStats *st, uint64_t us, uint32_t refs)
         st->peer_cleanup_refs_last = refs;
         st->peer_cleanup_us_max = MAX(st->peer_cleanup_us_max, us);
 }
-
-uint64_t stats_now_us(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}

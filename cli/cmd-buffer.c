@@ -315,11 +315,11 @@ int cmd_publish(Ctl *ctl, int argc, char **argv)
  * reading them is what notices a revoke; a revoke, a lost broker or SIGTERM ends it early. */
 static void hold_for(Ctl *ctl, gpuipc_buffer_t *b, long ms)
 {
-        uint64_t end = ms < 0 ? UINT64_MAX : ctl_now_ms() + (uint64_t)ms;
+        uint64_t end = ms < 0 ? UINT64_MAX : monotonic_ms() + (uint64_t)ms;
 
         catch_stop_signals();
         while (!gpuipc_buffer_revoked(b) && !stop_requested) {
-                uint64_t now = ctl_now_ms();
+                uint64_t now = monotonic_ms();
                 gpuipc_event_t ev;
                 int r;
 

@@ -105,7 +105,7 @@ static bool check_broker(Doctor *d, bool socket_ok)
                 verdict(d, V_FAIL, "broker", "[%s] %s", gpuipc_err_name(r), gpuipc_errmsg(NULL));
                 return false;
         }
-        start = ctl_now_ms();
+        start = monotonic_ms();
         r = gpuipc_ping(d->ctl->c, d->ctl->timeout_ms);
         if (r < 0) {
                 verdict(d, V_FAIL, "broker", "no answer to ping: [%s] %s", gpuipc_err_name(r),
@@ -113,7 +113,7 @@ static bool check_broker(Doctor *d, bool socket_ok)
                 return false;
         }
         gpuipc_connection_info(d->ctl->c, &info);
-        verdict(d, V_OK, "broker", "answers (%" PRIu64 " ms round trip), peer id %" PRIu64, ctl_now_ms() - start,
+        verdict(d, V_OK, "broker", "answers (%" PRIu64 " ms round trip), peer id %" PRIu64, monotonic_ms() - start,
                 info.peer);
         return true;
 }

@@ -68,7 +68,7 @@ int cmd_ping(Ctl *ctl, int argc, char **argv)
                 return r;
         if ((r = ctl_operand(ctl, argc, argv, false, &none)) != CTL_CONTINUE)
                 return r;
-        start = ctl_now_ms();
+        start = monotonic_ms();
         r = ctl_connect(ctl, false);
         if (r)
                 return r;
@@ -76,9 +76,9 @@ int cmd_ping(Ctl *ctl, int argc, char **argv)
         if (r < 0)
                 return ctl_fail(ctl, "ping", r);
         if (ctl->json)
-                printf("{\"ok\":true,\"ms\":%" PRIu64 "}\n", ctl_now_ms() - start);
+                printf("{\"ok\":true,\"ms\":%" PRIu64 "}\n", monotonic_ms() - start);
         else
-                printf("ok (%" PRIu64 " ms)\n", ctl_now_ms() - start);
+                printf("ok (%" PRIu64 " ms)\n", monotonic_ms() - start);
         return CTL_OK;
 }
 

@@ -47,7 +47,7 @@ static void answer_text(HttpResponse *ret, int status, const char *text)
 static void serve(HttpRequest *req, HttpResponse *ret, void *ud)
 {
         Exporter *e = ud;
-        uint64_t now = ctl_now_ms();
+        uint64_t now = monotonic_ms();
 
         if (strcmp(req->path, "/metrics") == 0) {
                 uint64_t deadline = req->arrived_ms + (uint64_t)e->timeout_ms;

@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 /* Scrapers and probes come now and then; 64 at once is plenty, and more only costs a close. */
 #define MAX_CLIENTS 64
 #define PER_ADDRESS_MAX (MAX_CLIENTS / 4) /* an IPv4 address, or an IPv6 /64 */
@@ -67,14 +69,6 @@ typedef struct Server {
         bool woken;        /* the wake fd was readable in this round */
         uint64_t accept_paused_until;
 } Server;
-
-static uint64_t now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* ---- bodies ---- */
 
@@ -522,10 +516,10 @@ int http_serve(const HttpServerConfig *cfg, volatile sig_atomic_t *stop)
                 s->clients[i].fd = -1;
         while (!*stop) {
                 struct pollfd pfd[MAX_CLIENTS + 2];
-                int map[MAX_CLIENTS + 2], n = 0, timeout = housekeeping(s, now_ms());
+                int map[MAX_CLIENTS + 2], n = 0, timeout = housekeeping(s, monotonic_ms());
                 uint64_t now;
 
-                if (now_ms() >= s->accept_paused_until) {
+                if (monotonic_ms() >= s->accept_paused_until) {
                         pfd[n] = (struct pollfd){ cfg->listen_fd, POLLIN, 0 };
                         map[n++] = -1;
                 } else if (timeout > 100) {
@@ -549,7 +543,7 @@ int http_serve(const HttpServerConfig *cfg, volatile sig_atomic_t *stop)
                         r = -errno;
                         break;
                 }
-                now = now_ms();
+                now = monotonic_ms();
                 for (int k = 0; k < n; k++) {
                         Client *c = map[k] >= 0 ? &s->clients[map[k]] : NULL;
 

@@ -8,14 +8,6 @@
 
 #include "ctl.h"
 
-uint64_t ctl_now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 void ctl_human_size(uint64_t n, char *buf, size_t cap)
 {
         static const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "metrics.h"
 
 #define MIN_INTERVAL_MS 250    /* a sample this young answers new scrapes too */
@@ -44,22 +45,6 @@ struct Sampler {
         gpuipc_ring_info_t *rings;
         bool logged_down;
 };
-
-static uint64_t monotonic_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static double unix_now(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static HttpBody *render(const MetricsInput *in)
 {
@@ -106,7 +91,7 @@ int sampler_collect(gpuipc_t *c, gpuipc_stat_t *stats, gpuipc_ring_info_t *rings
         n = gpuipc_stats(c, stats, GPUIPC_MAX_PAGE);
         if (n < 0)
                 return n;
-        ret->sampled_at = unix_now();
+        ret->sampled_at = (double)realtime_ns() / 1e9;
         ret->n_stats = n > GPUIPC_MAX_PAGE ? GPUIPC_MAX_PAGE : n;
         *what = "rings";
         n_rings = collect_rings(c, rings);

@@ -24,7 +24,7 @@ uint64_t client_new_buffer_id(void)
         /* getrandom blocks only before the kernel's pool is initialized, long before any of this. */
         while ((v & PROTO_MAX_BUFFER_ID) == 0)
                 if (getrandom(&v, sizeof(v), 0) != sizeof(v))
-                        v = client_now_ms() ^ (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&v;
+                        v = monotonic_ms() ^ (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&v;
         return v & PROTO_MAX_BUFFER_ID;
 }
 
@@ -377,7 +377,7 @@ _public_ int gpuipc_retire(gpuipc_t *c, gpuipc_buffer_t *b)
 _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms)
 {
         CLIENT_LOCKED(c);
-        uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : client_now_ms() + (uint64_t)timeout_ms;
+        uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : monotonic_ms() + (uint64_t)timeout_ms;
 
         if (!c || !b || !b->own)
                 return GPUIPC_E_INVALID;
@@ -386,7 +386,7 @@ _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms
                 return GPUIPC_E_STATE;
         }
         while (b->state == PROTO_STATE_LIVE || b->state == PROTO_STATE_RETIRED) {
-                uint64_t now = client_now_ms();
+                uint64_t now = monotonic_ms();
                 int r;
 
                 if (deadline != UINT64_MAX && now >= deadline) {
