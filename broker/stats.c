@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "macro.h"
 #include "sandbox.h"
@@ -29,6 +28,7 @@ static uint64_t count_open_fds(void)
 
         if (!d)
                 return 0;
+        /* Names are fd numbers, so only "." and ".." start with a dot. */
         while ((e = readdir(d)))
                 n += e->d_name[0] != '.';
         closedir(d);
