@@ -448,6 +448,8 @@ int cmd_retire(Ctl *ctl, int argc, char **argv)
         long v;
         int c, r;
 
+        /* retire's one option is --id; ids are positive and read as a signed long, hence
+         * INT64_MAX. */
         while ((c = ctl_next_option(ctl, argc, argv, &r)) > 0) {
                 if (ctl_parse_int(ctl, "--id", optarg, 1, INT64_MAX, &v))
                         return CTL_USAGE;

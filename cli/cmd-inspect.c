@@ -443,6 +443,8 @@ int cmd_watch(Ctl *ctl, int argc, char **argv)
         r = ctl_connect(ctl, false);
         if (r)
                 return r;
+        /* Subscribed before the first event is read: what is published from now on is seen, and
+         * nothing before it (watch shows changes; ls shows state). */
         r = gpuipc_subscribe(ctl->c, a.prefix ? a.prefix : "", NULL);
         if (r < 0)
                 return ctl_fail(ctl, "subscribe", r);
@@ -464,6 +466,8 @@ int cmd_watch(Ctl *ctl, int argc, char **argv)
                         putchar('\n');
                 } else {
                         printf("%-9s ", gpuipc_event_name(ev.type));
+                        /* A fixed column of 32, not a table: lines go out one by one as events
+                         * come, so widths cannot be measured first. */
                         text_cell(stdout, ev.name, 32);
                         printf(" buffer=%" PRIu64 " generation=%" PRIu64, ev.buffer, ev.generation);
                         if (ev.reason[0]) {

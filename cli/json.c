@@ -29,6 +29,7 @@ void json_next(Json *j)
         j->first = false;
 }
 
+/* Keys go through the same escaping as values: some are record names from the broker (stats). */
 void json_key(Json *j, const char *key)
 {
         json_next(j);
