@@ -469,10 +469,14 @@ static gboolean src_start(GstBaseSrc *bs)
         named = self->ring_name && *self->ring_name;
         self->frames = self->copies = self->skipped = 0;
         GST_OBJECT_UNLOCK(self);
+        /* Checked at start, not at the first frame: a pipeline missing its ring name fails when it
+         * is set to PLAYING, with a message, instead of waiting for a ring named "". */
         if (!named) {
                 GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("no ring name: set the ring property"), (NULL));
                 return FALSE;
         }
+        /* A restart is a new stream: the first frame's caps, segment and flush count are replayed
+         * as new, whatever the last run saw. */
         g_clear_pointer(&self->caps_text, g_free);
         self->have_segment = FALSE;
         self->have_flush_seq = FALSE;
@@ -483,7 +487,7 @@ static gboolean src_start(GstBaseSrc *bs)
 static gboolean src_stop(GstBaseSrc *bs)
 {
         GstGpuipcSrc *self = GST_GPUIPC_SRC(bs);
-        gint stopping = TRUE;
+        gint stopping = TRUE; /* as the cancel flag: let go without waiting for downstream's maps */
         gboolean copied;
 
         /* Give the held frame back now if downstream lets it go or leaves it unmapped; otherwise it
@@ -503,6 +507,8 @@ static gboolean src_stop(GstBaseSrc *bs)
         return TRUE;
 }
 
+/* The flag every slice loop (join, take, let go) looks at: a flush or a state change ends the wait
+ * within one slice, even when no producer ever comes. */
 static gboolean src_unlock(GstBaseSrc *bs)
 {
         g_atomic_int_set(&GST_GPUIPC_SRC(bs)->flushing, TRUE);
@@ -551,6 +557,7 @@ static void src_set_property(GObject *object, guint id, const GValue *value, GPa
         case PROP_TIMEOUT: self->timeout_ms = g_value_get_int(value); break;
         case PROP_RECONNECT: self->reconnect = g_value_get_boolean(value); break;
         case PROP_IS_LIVE:
+                /* gst_base_src_set_live takes the object lock itself. */
                 GST_OBJECT_UNLOCK(self);
                 gst_base_src_set_live(GST_BASE_SRC(self), g_value_get_boolean(value));
                 return;
