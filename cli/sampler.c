@@ -69,8 +69,6 @@ static int collect_rings(gpuipc_t *c, gpuipc_ring_info_t *rings)
         uint64_t cursor = 0;
         int n = 0;
 
-        /* Capped at SAMPLER_MAX_RINGS: each ring is a series per gpuipc_ring_* family, and an
-         * unbounded count would let whoever may register rings blow up every scrape. */
         do {
                 int got = gpuipc_list_rings(c, NULL, &cursor, rings + n, SAMPLER_MAX_RINGS - n);
 
@@ -269,8 +267,6 @@ uint64_t sampler_want(Sampler *s, uint64_t now)
         uint64_t ticket;
 
         pthread_mutex_lock(&s->lock);
-        /* A sample begun less than MIN_INTERVAL_MS ago, and nothing in flight, answers this scrape
-         * too: many scrapers at once cost the broker one stats request, not one each. */
         if (s->finished && s->finished == s->started && s->ok && s->fresh && now - s->started_ms < MIN_INTERVAL_MS) {
                 ticket = s->finished;
         } else {
