@@ -385,7 +385,7 @@ static rlim_t raise_fd_limit(void)
 }
 
 /* getrandom without GRND_NONBLOCK: at early boot it waits for the entropy pool rather than hand
- * out guessable ids; 1 stands in for the one value in 2^64 that is 0, a value no field wants. */
+ * out guessable ids. */
 static uint64_t random_u64(void)
 {
         uint64_t v = 0;

@@ -93,8 +93,8 @@ static int drop_capabilities(void)
         struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
         struct __user_cap_data_struct data[2];
 
-        /* Ambient first: an old kernel without ambient capabilities refuses this, which is fine
-         * (there is then nothing ambient to keep). */
+        /* The result is ignored: a kernel without ambient capabilities (before 4.3) refuses the
+         * call, and then there is nothing ambient to clear. */
         (void)prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
         /* Shrinking the bounding set needs CAP_SETPCAP; without it there is nothing to shrink
          * that we could use anyway, as no_new_privs forbids gaining capabilities. */

@@ -183,8 +183,8 @@ static void sigsys_handler(int sig, siginfo_t *info, void *uctx)
         int nr = info->si_syscall;
         bool known = nr >= 0 && nr < MAX_SYSCALL_NR;
         const char *name = known && syscall_names[nr] ? syscall_names[nr] : "?";
-        /* A number we cannot name was never reviewed: killed, not refused, as the kill section
-         * would be. */
+        /* A number past the table was never reviewed: killed, not refused, like the kill
+         * section's calls. */
         bool kill = !known || kill_calls[nr];
         uint32_t count = 0;
 

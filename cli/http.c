@@ -55,7 +55,7 @@ typedef struct Client {
         int fd;
         uint8_t addr[8];   /* whose it is, for the per-address limit: IPv4, or an IPv6 /64 */
         uint64_t accepted, head_deadline, deadline, writing_since, retry_at;
-        char head[HEAD_MAX + 1];   /* + 1: always NUL-terminated, for the str*() parsing */
+        char head[HEAD_MAX + 1];
         size_t head_len;
         char path[TARGET_MAX + 1];
         bool head_only;
@@ -251,7 +251,6 @@ static void respond(Client *c, int status, const char *content_type, HttpBody *b
                          status, reason_phrase(status), content_type ? content_type : "text/plain; charset=utf-8",
                          body ? body->len : 0, status == 405 ? "Allow: GET, HEAD\r\n" : "");
 
-        /* A header that did not fit is not sent cut: hdr_len 0 makes client_write close at once. */
         c->hdr_len = n > 0 && (size_t)n < sizeof(c->hdr) ? (size_t)n : 0;
         c->body = c->head_only ? http_body_unref(body) : body;
         c->off = 0;

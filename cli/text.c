@@ -45,7 +45,7 @@ void text_safe(FILE *f, const char *s)
                 size_t n = utf8_sequence(p + i, len - i);
 
                 /* One '?' per invalid byte or control character: the cell keeps its width as
-                         * table.c counts it (one character per such byte). */
+                 * table.c counts it (one character per such byte). */
                 if (n == 0 || p[i] < 0x20 || p[i] == 0x7f) {
                         fputc('?', f);
                         i += n ? n : 1;

@@ -139,7 +139,7 @@ int mp_read_uint(MpReader *r, uint64_t *ret_v)
                 if (e)
                         return e;
                 /* A set sign bit is a negative number, which no unsigned field can hold: refused
-                         * rather than read as a huge value. */
+                 * rather than read as a huge value. */
                 if (n < 8 && (v >> (8 * n - 1)))
                         return PROTO_E_FIELD;
                 if (n == 8 && (v >> 63))

@@ -143,7 +143,8 @@ static void restart_case(bool crash)
          * (which never reconnects) might have: drained waits for the grace and says so. */
         CHECK_ERR(prod, gpuipc_wait_drained(prod, retired, 100), GPUIPC_E_TIMEOUT);
         CHECK_OK(prod, gpuipc_wait_drained(prod, retired, H_SOON_MS));
-        CHECKF(monotonic_ms() - t_restart >= GRACE_MS - 200, "drained %" PRIu64 " ms after the restart, before the %d ms "
+        CHECKF(monotonic_ms() - t_restart >= GRACE_MS - 200,
+               "drained %" PRIu64 " ms after the restart, before the %d ms "
                "grace", monotonic_ms() - t_restart, GRACE_MS);
         /* wait_drained consumed the event; the subscription's copy carries the same reason. */
 
