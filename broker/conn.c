@@ -40,6 +40,7 @@ typedef struct OutMsg {
 
 void conn_init(Conn *c, int fd, uint32_t max_unreceived)
 {
+        /* At least one: the ring of unread fd positions is indexed modulo this. */
         *c = (Conn){ .fd = fd, .max_unreceived = max_unreceived ? max_unreceived : 1 };
         list_init(&c->out);
 }
@@ -73,6 +74,8 @@ int conn_recv(Conn *c, uint8_t *buf, size_t cap, size_t *ret_len, int *fds, size
                 return CONN_E_AGAIN;
         if (n < 0)
                 return (int)n;
+        /* A SEQPACKET record of 0 bytes is legal and may carry fds; only 0 bytes and no fds is
+         * the peer's end of stream. */
         if (n == 0 && n_fds == 0)
                 return CONN_E_EOF;
         *ret_len = (size_t)n;
@@ -86,6 +89,8 @@ static int send_record(int sock, const uint8_t *data, size_t len, int fd)
 {
         int r = fdpass_send(sock, data, len, fd);
 
+        /* ETOOMANYREFS: the kernel's in-flight fd limit for our uid, not this peer's fault (peer.c
+         * retries it on a timer), unlike a full socket (EAGAIN), which waits for POLLOUT. */
         return r == -EAGAIN ? CONN_E_AGAIN : r == -ETOOMANYREFS ? CONN_E_BLOCKED : r;
 }
 
@@ -137,6 +142,8 @@ int conn_send(Conn *c, ProtoBuf *frame, int fd)
                 }
         }
         r = 0;
+        /* Straight to the socket only when nothing waits: a frame must never overtake the ones
+         * queued before it. */
         if (list_empty(&c->out)) {
                 r = send_record(c->fd, frame->data, frame->len, fd);
                 if (r != CONN_E_AGAIN && r != CONN_E_BLOCKED) {
@@ -153,6 +160,8 @@ int conn_send(Conn *c, ProtoBuf *frame, int fd)
         }
         m->fd = -1;
         if (fd >= 0) {
+                /* A dup of our own: the outbox closes its fd after delivery, while this frame may
+                 * wait in the queue much longer. At 3 or above, never a standard stream. */
                 m->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
                 if (m->fd < 0) {
                         r = -errno;

@@ -21,6 +21,9 @@
 #define FS_TRUNCATE (1ULL << 14)  /* ABI 3 */
 #define FS_IOCTL_DEV (1ULL << 15) /* ABI 5 */
 
+/* The rights this kernel knows, all of them handled (so denied unless a rule grants them): a bit
+ * the kernel does not know makes the whole ruleset EINVAL, and a right left unhandled would be
+ * allowed everywhere. ABI 4 added only network rights, which seccomp covers for the broker. */
 static uint64_t handled_for_abi(long abi)
 {
         uint64_t fs = FS_V1;
@@ -37,6 +40,7 @@ static uint64_t handled_for_abi(long abi)
 static int allow_beneath(int ruleset, const char *path, uint64_t access)
 {
         struct landlock_path_beneath_attr pb = { .allowed_access = access };
+        /* O_PATH: the rule needs a handle on the directory, not the right to read it. */
         _cleanup_close_ int fd = open(path, O_PATH | O_CLOEXEC);
 
         if (fd < 0) {
@@ -85,11 +89,15 @@ int landlock_confine(const char *socket_path, const char *policy_path)
                 log_error("landlock: cannot create a ruleset", "error=\"%s\"", strerror(errno));
                 return r;
         }
+        /* /proc: the broker reads its peers' credentials and namespaces there, and counts its own
+         * fds (stats), for as long as it runs. */
         r = allow_beneath(ruleset, "/proc", read);
         if (r < 0)
                 return r;
         if (socket_path) {
                 parent_of(socket_path, dir, sizeof(dir));
+                /* Removing only: the socket is unlinked at exit; it was made before confinement,
+                 * and nothing else in its directory may be touched. */
                 r = allow_beneath(ruleset, dir, LANDLOCK_ACCESS_FS_REMOVE_FILE);
                 if (r < 0)
                         return r;
@@ -100,6 +108,8 @@ int landlock_confine(const char *socket_path, const char *policy_path)
                 if (r < 0)
                         return r;
         }
+        /* From here on for the rest of the process's life: Landlock cannot be undone, only
+         * tightened. */
         if (syscall(SYS_landlock_restrict_self, ruleset, 0) < 0) {
                 r = -errno;
                 log_error("landlock: cannot restrict the broker", "error=\"%s\"", strerror(errno));

@@ -10,6 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Set once by log_setup before the loop starts and only read after: the SIGSYS handler
+ * (sandbox.c) reads json_mode through log_json(), which is safe in a signal handler only because
+ * nothing writes it any more. */
 static bool json_mode;
 static LogLevel min_level = LOG_INFO;
 static const char *const level_names[] = { "debug", "info", "warn", "error" };
@@ -36,11 +39,15 @@ int log_level_from_name(const char *s, LogLevel *ret)
         return -1;
 }
 
+/* One line, on the stack: 4096 bytes is the most a pipe writes atomically (PIPE_BUF), so a
+ * line to a pipe or a journal socket never interleaves with another writer's. */
 typedef struct Line {
         char buf[4096];
         size_t n;
 } Line;
 
+/* Cuts rather than fails: a line too long still goes out, with its start, which holds the level,
+ * the message and the first fields. */
 static void put(Line *l, const char *s, size_t len)
 {
         size_t room = sizeof(l->buf) - 2 - l->n; /* keep space for '}' and '\n' */
@@ -67,6 +74,8 @@ static void put_escaped(Line *l, const char *s, size_t len)
                         esc[1] = (char)c;
                         put(l, esc, 2);
                 } else if (c < 0x20) {
+                        /* \u form for every control byte: a newline from a peer's label would
+                         * otherwise split one record into two for a log shipper. */
                         snprintf(esc, sizeof(esc), "\\u%04x", c);
                         put(l, esc, 6);
                 } else {
@@ -121,6 +130,7 @@ void log_msg(LogLevel level, const char *msg, const char *fields_fmt, ...)
         Line l = { .n = 0 };
         va_list ap;
 
+        /* Before any formatting: debug lines cost nothing at the default level. */
         if (level < min_level)
                 return;
         if (fields_fmt) {
@@ -128,6 +138,7 @@ void log_msg(LogLevel level, const char *msg, const char *fields_fmt, ...)
                 vsnprintf(fields, sizeof(fields), fields_fmt, ap);
                 va_end(ap);
         }
+        /* UTC with milliseconds, RFC 3339: sortable, and comparable across hosts and time zones. */
         clock_gettime(CLOCK_REALTIME, &ts);
         gmtime_r(&ts.tv_sec, &tm);
         snprintf(stamp, sizeof(stamp), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
@@ -154,6 +165,8 @@ void log_msg(LogLevel level, const char *msg, const char *fields_fmt, ...)
                         puts_(&l, fields);
                 }
         }
+        /* put() kept two bytes free for these. A failed write is dropped: there is nowhere left to
+         * report it, and logging must never stop the broker. */
         l.buf[l.n++] = '\n';
         (void)!write(STDERR_FILENO, l.buf, l.n);
 }

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "config.h"
 #include "hmap.h"
 #include "landlock.h"
@@ -34,6 +35,8 @@
 #include "server.h"
 #include "sockpath.h"
 
+/* A policy is a few dozen rules; a megabyte bounds what a wrong path (a log, a device image) can
+ * make the broker read and parse at start and on every reload. */
 #define POLICY_MAX_BYTES (1u << 20)
 
 typedef struct Options {
@@ -74,6 +77,8 @@ static const struct LimitFlag {
         { "max-timeout-ms", offsetof(Limits, max_timeout_ms), "longest wait a peer may ask for " },
 };
 
+/* Every Limits field the table names is a uint32_t (the offsets are offsetof's, so a field that
+ * moves keeps its flag); a field of another type must not be listed here. */
 static uint32_t *limit_field(Limits *l, const struct LimitFlag *flag)
 {
         return (uint32_t *)((char *)l + flag->offset);
@@ -124,6 +129,8 @@ enum {
         OPT_LIMIT = 512, /* OPT_LIMIT + i: limit_flags[i] */
 };
 
+/* strtoull accepts "-1" as 2^64 - 1: a leading '-' is refused explicitly, and so is anything
+ * after the digits, so "10s" is not read as 10. */
 static int parse_uint(const char *s, unsigned base, uint64_t max, uint64_t *ret)
 {
         char *end;
@@ -141,6 +148,7 @@ static int parse_limit(const char *name, const char *s, uint32_t *ret)
 {
         uint64_t v;
 
+        /* 0 would mean "nothing allowed" for a limit, which no one means: refused, not clamped. */
         if (parse_uint(s, 10, UINT32_MAX, &v) < 0 || v == 0) {
                 fprintf(stderr, "gpuipc-broker: --%s needs a number from 1 to %u, not '%s'\n", name, UINT32_MAX, s);
                 return -EINVAL;
@@ -210,6 +218,7 @@ static int parse_args(int argc, char **argv, Options *o)
                         o->socket_path = optarg;
                         break;
                 case OPT_LISTEN_FD:
+                        /* 0 to 2 are stdin, stdout and stderr: never a listening socket. */
                         if (parse_uint(optarg, 10, INT32_MAX, &v) < 0 || v < 3) {
                                 fprintf(stderr, "gpuipc-broker: --listen-fd needs an fd number of 3 or more\n");
                                 return -EINVAL;
@@ -254,6 +263,8 @@ static int parse_args(int argc, char **argv, Options *o)
                 case OPT_RESTART_GRACE: {
                         uint64_t grace;
 
+                        /* A day at most: a longer grace would keep drained buffers' memory pinned
+                         * for a holder that is not coming back. */
                         if (parse_uint(optarg, 10, 24u * 3600u * 1000u, &grace) < 0) {
                                 fprintf(stderr, "gpuipc-broker: --restart-grace-ms needs a number from 0 to 86400000, "
                                         "not '%s'\n", optarg);
@@ -293,6 +304,8 @@ static int load_policy(const char *path, Policy **ret)
         size_t len = 0;
         int r;
 
+        /* O_NONBLOCK: opening a FIFO does not wait for a writer; O_NOCTTY: a tty named by mistake
+         * does not become the broker's controlling terminal. */
         fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         if (fd < 0) {
                 r = -errno;
@@ -303,6 +316,8 @@ static int load_policy(const char *path, Policy **ret)
                 log_error("the policy file is not a regular file", "path=%s", path);
                 return -EINVAL;
         }
+        /* One buffer of the limit, read until EOF: st_size is not trusted (a file may grow while it
+         * is read, and /proc-like files report 0). */
         text = malloc(POLICY_MAX_BYTES);
         if (!text)
                 return -ENOMEM;
@@ -369,6 +384,8 @@ static rlim_t raise_fd_limit(void)
         return rl.rlim_cur;
 }
 
+/* getrandom without GRND_NONBLOCK: at early boot it waits for the entropy pool rather than hand
+ * out guessable ids. */
 static uint64_t random_u64(void)
 {
         uint64_t v = 0;
@@ -378,6 +395,8 @@ static uint64_t random_u64(void)
         return v ? v : 1;
 }
 
+/* Names are chosen by peers: an unseeded hash would let one pick names that all land in one
+ * bucket and turn every lookup into a list walk. */
 static void seed_hashes(void)
 {
         uint8_t key[16] = { 0 };
@@ -391,10 +410,7 @@ static void seed_hashes(void)
  * above its predecessor's (which published far fewer than one buffer per microsecond). */
 static uint64_t wall_clock_us(void)
 {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+        return realtime_ns() / 1000;
 }
 
 int main(int argc, char **argv)
@@ -440,6 +456,7 @@ int main(int argc, char **argv)
         }
         if (!o.socket_path)
                 o.socket_path = GPUIPC_DEFAULT_SOCKET;
+        /* A peer that closes its end must cost an EPIPE, not the broker. */
         signal(SIGPIPE, SIG_IGN);
         seed_hashes();
         fd_limit = raise_fd_limit();
@@ -470,6 +487,8 @@ int main(int argc, char **argv)
                 log_info("listening", "socket=%s mode=%04o", o.socket_path, (unsigned)o.socket_mode);
         }
 
+        /* Privileges go once the socket is bound (a path under /run may need root) and the policy is
+         * read, before anything a peer sends is parsed. */
         r = privs_drop(&privs);
         if (r < 0)
                 return 1;
@@ -522,6 +541,8 @@ int main(int argc, char **argv)
         if (notify_fd >= 0)
                 close(notify_fd);
         server_free(server);
+        /* Only a socket we made is removed: an inherited one belongs to systemd (or whoever passed
+         * it), which may hand it to the next instance. */
         if (o.listen_fd < 0)
                 sockpath_unlink(o.socket_path);
         log_info("stopped", NULL);

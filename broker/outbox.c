@@ -9,6 +9,10 @@
 
 #include "macro.h"
 
+/* Encoded now, not when the server flushes: m may point into the registry's state (names, meta),
+ * which the rest of the request may change or free before the outbox is handed over. A frame
+ * that cannot be queued is a lost peer rather than a missing reply: a client waits for every
+ * reply it is owed, so silently dropping one would hang it. */
 int outbox_send(Outbox *o, RegPeer *to, const ProtoMsg *m, int fd)
 {
         ProtoBuf buf = { 0 };
@@ -24,6 +28,8 @@ int outbox_send(Outbox *o, RegPeer *to, const ProtoMsg *m, int fd)
         if (proto_frame_encode(&buf, m, fd >= 0 ? 1 : 0) != 0)
                 goto lost;
         o->frames[o->n_frames++] = (OutFrame){ to, buf, fd };
+        /* Counted here, where every reply passes, so request_errors_total cannot miss a path that
+         * answers with an error. */
         if (proto_has(m, PF_STATUS) && m->status != PROTO_STATUS_OK && m->status < _PROTO_STATUS_MAX)
                 o->failed_replies[m->status]++;
         return 0;
@@ -38,6 +44,8 @@ int outbox_send_errorv(Outbox *o, RegPeer *to, uint64_t id, unsigned status, con
         char text[PROTO_MAX_TEXT + 1];
         ProtoMsg m;
 
+        /* Cut at the protocol's text limit (proto_reply_error also trims a cut UTF-8 character),
+         * so an error message can never make the reply too big to send. */
         vsnprintf(text, sizeof(text), fmt, ap);
         proto_reply_error(&m, id, status, text);
         return outbox_send(o, to, &m, -1);
@@ -54,6 +62,8 @@ int outbox_send_error(Outbox *o, RegPeer *to, uint64_t id, unsigned status, cons
         return r;
 }
 
+/* The fd is closed after the frames are handed to the kernel (outbox_clear): a frame queued with
+ * it borrows it, and sendmsg copies the fd only when it runs. */
 void outbox_close_fd(Outbox *o, int fd)
 {
         if (fd < 0)
@@ -79,6 +89,8 @@ void outbox_close_fd(Outbox *o, int fd)
         o->close_fds[o->n_close++] = fd;
 }
 
+/* Compacts in place, keeping the order of the other peers' frames: a peer's replies and events
+ * must reach it in the order they were queued. */
 void outbox_drop_peer(Outbox *o, RegPeer *p)
 {
         size_t kept = 0;

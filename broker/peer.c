@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "log.h"
 #include "macro.h"
 #include "registry.h"
@@ -33,6 +34,8 @@ static void refuse(int fd, unsigned status, const char *why)
 
 int peer_new(Peer **ret, PeerSet *set, Registry *reg, int fd, uint64_t now_ms)
 {
+        /* Read first, as close to accept as possible: a process that started after this moment
+         * cannot be the peer, which is how the pidfd fallback tells a reused pid (creds.c). */
         uint64_t ticks = creds_boottime_ticks();
         char why[PROTO_MAX_TEXT] = "";
         _cleanup_close_ int sock = fd, pidfd = -1;
@@ -53,6 +56,8 @@ int peer_new(Peer **ret, PeerSet *set, Registry *reg, int fd, uint64_t now_ms)
                 set->stats->connections_refused++;
                 log_warn("connection refused", "uid=%u pid=%u reason=%s", creds.uid, creds.pid,
                          r > 0 ? "quota" : "out-of-memory");
+                /* Refused with a reply, not a bare close: the client tells "quota" from "no broker"
+                 * and its error names the limit. */
                 refuse(steal_fd(sock), PROTO_STATUS_QUOTA, why[0] ? why : "the broker is out of memory");
                 return r;
         }
@@ -94,6 +99,9 @@ void peer_close(Peer *p, const char *why)
         conn_flush(&p->conn);
         log_info("peer disconnected", "peer=%llu pid=%u uid=%u reason=\"%s\"",
                  (unsigned long long)registry_peer_id(p->reg), p->creds.pid, p->creds.uid, why);
+        /* Forgotten later, by the server's deliver(): a peer may be closed from deep inside a
+         * request or a delivery, and removing it from the registry there would free what the
+         * caller still uses. */
         list_unlink(&p->link);
         list_append(&p->set->doomed, &p->link);
 }
@@ -101,14 +109,14 @@ void peer_close(Peer *p, const char *why)
 void peer_forget(Peer *p, Registry *reg, Outbox *out)
 {
         uint32_t refs = registry_peer_refs(p->reg);
-        uint64_t start = stats_now_us();
+        uint64_t start = monotonic_us();
 
         list_unlink(&p->link);
         list_unlink(&p->blocked_link);
         registry_peer_remove(reg, p->reg, out);
         p->reg = NULL;
         /* How long forgetting a peer takes (its references, waits, buffers) is worth watching. */
-        stats_peer_cleanup(p->set->stats, stats_now_us() - start, refs);
+        stats_peer_cleanup(p->set->stats, monotonic_us() - start, refs);
 }
 
 /* ---- frames out ---- */
@@ -164,6 +172,8 @@ void peer_send(Peer *p, OutFrame *f)
 
         if (p->closing)
                 return;
+        /* conn_send consumes the frame; the fd stays the outbox's: sent at once, or dup'ed into
+         * the queue (conn.c), so the outbox may close its copy after the delivery either way. */
         r = conn_send(&p->conn, &f->frame, f->fd);
         if (r == CONN_E_BLOCKED) {
                 peer_block(p, false);
@@ -191,6 +201,8 @@ void peer_flush(Peer *p)
         bool was_blocked = p->blocked;
         int r;
 
+        /* Off the blocked list first: a flush that is refused again puts it back, so a peer is on
+         * the list at most once. */
         list_unlink(&p->blocked_link);
         p->blocked = false;
         if (p->closing)
@@ -223,6 +235,8 @@ static void handle_frame(Peer *p, RequestCtx *ctx, size_t len, int *fds, size_t 
         st->frames_in++;
         st->bytes_in += len;
         st->fds_in += n_fds;
+        /* Every peer's frame is read into the one shared rbuf: m points into it, so the request
+         * must be handled before the next receive. */
         if (proto_frame_decode(p->set->rbuf, len, n_fds, truncated, PROTO_REQUEST, &m, &err) != 0) {
                 for (size_t i = 0; i < n_fds; i++)
                         safe_close(fds[i]);

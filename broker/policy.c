@@ -22,6 +22,8 @@
 
 typedef enum Who { WHO_ANY, WHO_UID, WHO_GID } Who;
 
+/* The prefix is copied in (no pointer into the file's text): the text is freed after parsing, and
+ * a reload swaps whole policies. */
 typedef struct Rule {
         bool allow;
         unsigned actions;
@@ -35,8 +37,12 @@ struct Policy {
         Rule rules[];
 };
 
+/* Each request walks the rules in order until one matches, so the count bounds a request's cost;
+ * real policies have tens of rules, 4096 is room for generated ones. */
 #define POLICY_MAX_RULES 4096
 
+/* Strict: "uid=1000x" or "uid=" is an error rather than uid 1000 or 0; a rule that silently
+ * named another uid would grant or deny the wrong peer. */
 static int parse_u32(const char *s, uint32_t *ret)
 {
         char *end;
@@ -127,6 +133,8 @@ int policy_parse(const char *text, size_t len, Policy **ret, char *err, size_t e
                 char *s;
 
                 lineno++;
+                /* A rule is four short words and a name of at most 255 bytes: a longer line is
+                 * not a rule, and refusing it keeps the copy below bounded. */
                 if (l >= sizeof(line)) {
                         snprintf(err, err_cap, "line %zu: longer than %zu bytes", lineno, sizeof(line) - 1);
                         return -EINVAL;
@@ -134,6 +142,8 @@ int policy_parse(const char *text, size_t len, Policy **ret, char *err, size_t e
                 memcpy(line, pos, l);
                 line[l] = 0;
                 pos += l + 1;
+                /* A NUL would end the line early for the parser and hide what follows it: a file
+                 * that is not text is refused rather than half read. */
                 if (memchr(line, 0, l)) {
                         snprintf(err, err_cap, "line %zu: NUL byte", lineno);
                         return -EINVAL;
@@ -177,6 +187,8 @@ size_t policy_rule_count(const Policy *p)
 
 bool policy_allows(const Policy *p, uint32_t uid, uint32_t gid, PolicyAction action, const char *name)
 {
+        /* No policy file: the socket's permissions already chose who may connect; only acting on
+         * other uids' buffers (admin) stays root's. */
         if (!p)
                 return action != POLICY_ADMIN || uid == 0;
         for (size_t i = 0; i < p->n; i++) {
@@ -186,9 +198,12 @@ bool policy_allows(const Policy *p, uint32_t uid, uint32_t gid, PolicyAction act
                         continue;
                 if ((r->who == WHO_UID && r->id != uid) || (r->who == WHO_GID && r->id != gid))
                         continue;
+                /* A plain byte prefix: names are validated (no "..", no leading '/') before they
+                 * get here, so "frames/" cannot be escaped by a path trick. */
                 if (strncmp(name, r->prefix, strlen(r->prefix)) != 0)
                         continue;
                 return r->allow;
         }
+        /* Nothing matched: a loaded policy is an allow-list. */
         return false;
 }

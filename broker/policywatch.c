@@ -35,6 +35,7 @@ int policy_watch_new(PolicyWatch **ret, const char *policy_path)
         const char *dir, *name;
         int r;
 
+        /* Two copies: dirname and basename may each modify the string they are given. */
         if (snprintf(dir_buf, sizeof(dir_buf), "%s", policy_path) >= (int)sizeof(dir_buf) ||
             snprintf(name_buf, sizeof(name_buf), "%s", policy_path) >= (int)sizeof(name_buf))
                 return -ENAMETOOLONG;
@@ -53,6 +54,8 @@ int policy_watch_new(PolicyWatch **ret, const char *policy_path)
                 free(w);
                 return r;
         }
+        /* The directory, not the file: a file replaced by a rename (an editor, the kubelet) is a
+         * new inode, and a watch on the old one would never fire again. */
         if (inotify_add_watch(w->fd, dir, WATCHED | IN_ONLYDIR) < 0) {
                 r = -errno;
                 log_error("cannot watch the policy file's directory", "dir=%s error=\"%s\"", dir, strerror(errno));

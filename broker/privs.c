@@ -16,6 +16,8 @@
 
 #include "log.h"
 
+/* A number is taken as an id without a lookup (containers often have no passwd entry for their
+ * uid). (uid_t)-1 is excluded: to setresuid and chown it means "leave unchanged". */
 static int parse_id(const char *s, unsigned long *ret)
 {
         char *end;
@@ -43,6 +45,8 @@ static int resolve_group(const char *name, gid_t *ret)
         return 0;
 }
 
+/* Names are looked up here, before the switch and the sandbox: NSS may read files or talk to
+ * services that neither the dropped user nor the seccomp filter would allow later. */
 int privs_resolve(const char *user, const char *group, const char *socket_group, Privs *ret)
 {
         unsigned long id;
@@ -63,6 +67,8 @@ int privs_resolve(const char *user, const char *group, const char *socket_group,
         if (parse_id(user, &id) == 0) {
                 ret->uid = (uid_t)id;
                 pw = getpwuid(ret->uid);
+                /* A numeric uid without a passwd entry gets the gid of the same number, the usual
+                 * container convention, rather than staying in root's group. */
                 ret->gid = pw ? pw->pw_gid : (gid_t)id;
         } else {
                 pw = getpwnam(user);
@@ -87,6 +93,8 @@ static int drop_capabilities(void)
         struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
         struct __user_cap_data_struct data[2];
 
+        /* The result is ignored: a kernel without ambient capabilities (before 4.3) refuses the
+         * call, and then there is nothing ambient to clear. */
         (void)prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
         /* Shrinking the bounding set needs CAP_SETPCAP; without it there is nothing to shrink
          * that we could use anyway, as no_new_privs forbids gaining capabilities. */
@@ -109,6 +117,9 @@ int privs_drop(const Privs *p)
                         log_error("--user needs the broker to start as root", "euid=%u", (unsigned)geteuid());
                         return -EPERM;
                 }
+                /* Order matters: supplementary groups and the gid can only be changed while still
+                 * root, so they go before the uid; all three ids of each set, so no saved id is
+                 * left to switch back to. */
                 if (setgroups(0, NULL) < 0 || setresgid(p->gid, p->gid, p->gid) < 0 ||
                     setresuid(p->uid, p->uid, p->uid) < 0) {
                         int r = -errno;

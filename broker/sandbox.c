@@ -47,6 +47,8 @@ void sandbox_clear_context(void)
 
 #include "seccomp-allow.h"
 
+/* Above every syscall number of x86_64 and aarch64 (both below 500); a call past it is treated as
+ * unknown, which kills (sigsys_handler). */
 #define MAX_SYSCALL_NR 1024
 
 /* Where the trap handler writes a refused call's result: the register the call returns in. On
@@ -70,6 +72,7 @@ uint64_t sandbox_refused_total(void)
         return refused_total;
 }
 
+/* On the handler's stack, so small: one trap line is about 200 bytes. */
 typedef struct Line {
         char buf[512];
         size_t n;
@@ -169,6 +172,7 @@ static void log_trap(const char *name, int nr, bool kill, uint32_t count)
                 put_field(&l, "op", "none", 0);
         }
         put_str(&l, log_json() ? "}\n" : "\n");
+        /* Cut short, the line still ends in a newline, so the next log line starts on its own. */
         if (l.n == sizeof(l.buf) - 1)
                 l.buf[l.n - 1] = '\n';
         (void)!write(STDERR_FILENO, l.buf, l.n);
@@ -179,6 +183,8 @@ static void sigsys_handler(int sig, siginfo_t *info, void *uctx)
         int nr = info->si_syscall;
         bool known = nr >= 0 && nr < MAX_SYSCALL_NR;
         const char *name = known && syscall_names[nr] ? syscall_names[nr] : "?";
+        /* A number past the table was never reviewed: killed, not refused, like the kill
+         * section's calls. */
         bool kill = !known || kill_calls[nr];
         uint32_t count = 0;
 
@@ -186,6 +192,7 @@ static void sigsys_handler(int sig, siginfo_t *info, void *uctx)
         if (!kill) {
                 count = ++refused_calls[nr];
                 refused_total++;
+                /* count is a power of two: 1, 2, 4, 8, ... */
                 if ((count & (count - 1)) == 0)
                         log_trap(name, nr, false, count);
                 SET_SYSCALL_RESULT((ucontext_t *)uctx, -ENOSYS);
@@ -236,6 +243,8 @@ static int sandbox_build(SandboxMode m, const char *const *also_allowed, scmp_fi
         _cleanup_(ctx_release) scmp_filter_ctx ctx = NULL;
         int r;
 
+        /* --seccomp=log: every call runs and the kernel's audit log names those outside the list,
+         * for finding what a new deployment needs without breaking it. */
         ctx = seccomp_init(m == SANDBOX_LOG ? SCMP_ACT_LOG : SCMP_ACT_TRAP);
         if (!ctx)
                 return -ENOMEM;
@@ -271,6 +280,8 @@ int sandbox_apply_with(SandboxMode m, const char *const *also_allowed)
 
         if (m == SANDBOX_OFF)
                 return 0;
+        /* Names and the kill set are filled before the handler is installed and the filter loaded:
+         * the handler only reads them. */
         for (int nr = 0; nr < MAX_SYSCALL_NR; nr++)
                 if (!syscall_names[nr])
                         syscall_names[nr] = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);

@@ -12,7 +12,7 @@
 
 #include "log.h"
 
-#define LISTEN_FDS_START 3
+#define LISTEN_FDS_START 3 /* sd_listen_fds(3): passed fds start right after stdin, stdout, stderr */
 
 static long env_number(const char *name)
 {
@@ -35,6 +35,8 @@ int sdnotify_listen_fd(int *ret_fd)
         unsetenv("LISTEN_PID");
         unsetenv("LISTEN_FDS");
         unsetenv("LISTEN_FDNAMES");
+        /* LISTEN_PID guards against variables inherited from a parent that was activated itself:
+         * they describe that process's fds, not ours. */
         if (pid != (long)getpid() || n <= 0)
                 return 0;
         if (n > 1) {
@@ -56,6 +58,8 @@ int sdnotify_open(void)
         if (!path || !*path)
                 return -1;
         len = strlen(path);
+        /* Not being able to notify is a warning, not a failure: under Type=notify systemd then
+         * times the unit out, which says more than a broker that refuses to start. */
         if ((path[0] != '/' && path[0] != '@') || len >= sizeof(sa.sun_path)) {
                 log_warn("NOTIFY_SOCKET is not a socket path: systemd will not hear that the broker is ready",
                          "notify_socket=\"%s\"", path);
@@ -65,6 +69,8 @@ int sdnotify_open(void)
         if (path[0] == '@')
                 sa.sun_path[0] = 0; /* the abstract namespace */
         fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        /* The address length is the exact name length: an abstract name is not NUL-terminated,
+         * and trailing zeros would name another socket. */
         if (fd < 0 || connect(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) < 0) {
                 log_warn("cannot reach NOTIFY_SOCKET: systemd will not hear that the broker is ready",
                          "notify_socket=\"%s\" error=\"%s\"", path, strerror(errno));

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "clock.h"
 #include "list.h"
 #include "log.h"
 #include "macro.h"
@@ -23,7 +24,11 @@
 #include "registry.h"
 #include "request.h"
 
+/* Bounded so a connection storm cannot starve the peers already connected: the listener stays
+ * readable and is served again next round. */
 #define ACCEPTS_PER_WAKEUP 64
+/* Out of fds, a retry sooner would fail the same way; later would keep new peers waiting for
+ * nothing once a peer closed. */
 #define ACCEPT_BACKOFF_MS 100
 /* A change of the policy file is loaded once it has been quiet this long: one reload for a burst of
  * events (an editor's save, a ConfigMap update), none when a SIGHUP came meanwhile and loaded it. */
@@ -66,6 +71,8 @@ static void retry_blocked_cb(uv_timer_t *t);
 
 /* ---- watching peers ---- */
 
+/* now_ms is the loop's cached time (uv_now, monotonic milliseconds): every deadline a request sets
+ * and every expiry the registry checks use that one clock, read once per loop iteration. */
 static RequestCtx request_ctx(Server *s)
 {
         return (RequestCtx){ s->reg, s->policy, &s->stats, uv_now(&s->loop), s->pidns, &s->out };
@@ -82,6 +89,8 @@ static void watch_update(Watch *w)
         uv_poll_start(&w->poll, UV_READABLE | UV_DISCONNECT | (want ? UV_WRITABLE : 0), watch_poll_cb);
 }
 
+/* libuv owns a handle's memory until its close callback: the Watch (which embeds both polls) and
+ * the Peer go only after the last one closed. */
 static void watch_closed_cb(uv_handle_t *h)
 {
         Watch *w = h->data;
@@ -97,6 +106,8 @@ static void rearm_deadline(Server *s)
 {
         uint64_t next = registry_next_deadline(s->reg), now = uv_now(&s->loop);
 
+        /* One timer for every deadline: the registry keeps them in a heap, so only the earliest
+         * needs arming. An overdue one (next <= now) fires on the next iteration. */
         if (next == UINT64_MAX)
                 uv_timer_stop(&s->deadline_timer);
         else
@@ -145,7 +156,7 @@ static void watch_read(Watch *w)
         Server *s = w->server;
         Peer *p = w->peer;
         /* A request's time in the broker: decoding, handling, and delivering what it caused. */
-        uint64_t start = stats_now_us();
+        uint64_t start = monotonic_us();
         RequestCtx ctx = request_ctx(s);
 
         if (!peer_dispatch(p, &ctx))
@@ -153,8 +164,9 @@ static void watch_read(Watch *w)
         deliver(s);
         if (p->hangup[0])
                 peer_close(p, p->hangup); /* its last reply went out with the delivery */
+        /* Again: closing a peer queues what its departure causes (events, drained buffers). */
         deliver(s);
-        histogram_record(&s->stats.request_us, stats_now_us() - start);
+        histogram_record(&s->stats.request_us, monotonic_us() - start);
 }
 
 static void watch_poll_cb(uv_poll_t *h, int status, int events)
@@ -167,6 +179,8 @@ static void watch_poll_cb(uv_poll_t *h, int status, int events)
                 deliver(w->server);
                 return;
         }
+        /* Writing before reading: room freed in the socket lets the replies the read may cause go
+         * straight out instead of queueing behind older ones. */
         if ((events & UV_WRITABLE) && !p->closing) {
                 peer_flush(p);
                 watch_update(w);
@@ -249,6 +263,7 @@ static void watch_start(Server *s, int fd)
         w->poll.data = w;
         w->open_handles = 1;
         uv_poll_start(&w->poll, UV_READABLE | UV_DISCONNECT, watch_poll_cb);
+        /* open_handles counts what watch_closed_cb must see close before the Watch may go. */
         if (p->pidfd >= 0 && uv_poll_init(&s->loop, &w->pid_poll, p->pidfd) == 0) {
                 w->pid_poll.data = w;
                 w->open_handles++;
@@ -311,6 +326,8 @@ static void server_stop(Server *s)
         list_for_each_safe(pos, &s->peers.open)
                 peer_close(list_entry(pos, Peer, link), "the broker is stopping");
         deliver(s);
+        /* Once every handle is closed, uv_run returns: closing them is how the loop ends, after
+         * the notices above were delivered. */
         uv_timer_stop(&s->deadline_timer);
         uv_timer_stop(&s->accept_timer);
         uv_timer_stop(&s->retry_timer);
@@ -340,6 +357,7 @@ static void reload_policy(Server *s, const char *trigger)
                 log_warn("policy reload failed; keeping the old policy", "trigger=%s", trigger);
                 return;
         }
+        /* Swapped between requests (the loop is single-threaded): no request sees half of each. */
         policy_free(s->policy);
         s->policy = p;
         s->cfg.policy = p;
@@ -398,6 +416,8 @@ static int server_start_handles(Server *s)
         s->listen_poll.data = s->deadline_timer.data = s->accept_timer.data = s->retry_timer.data = s;
         s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
         s->deadline_timer.timer_cb = deadline_cb;
+        /* Signals through libuv: handled in the loop between callbacks, so a SIGHUP's reload or a
+         * SIGTERM's stop never runs in the middle of a request. */
         if ((r = uv_signal_start(&s->sig_term, signal_cb, SIGTERM)) < 0 ||
             (r = uv_signal_start(&s->sig_int, signal_cb, SIGINT)) < 0 ||
             (r = uv_signal_start(&s->sig_hup, signal_cb, SIGHUP)) < 0 ||
@@ -438,7 +458,7 @@ int server_new(Server **ret, const ServerConfig *cfg)
         s->cfg = *cfg;
         s->listen_fd = cfg->listen_fd;
         s->policy = cfg->policy;
-        s->pidns = creds_pidns_of(0);
+        s->pidns = creds_pidns_of(0); /* the broker's own, compared with each peer's for cuda-legacy */
         s->out = (Outbox)OUTBOX_INIT;
         s->peers.stats = &s->stats;
         s->peers.limits = cfg->limits;

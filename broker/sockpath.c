@@ -15,6 +15,8 @@
 #include "log.h"
 #include "macro.h"
 
+/* A path, never the abstract namespace (a leading NUL): only a file carries the mode, group and
+ * directory checks that decide who may connect. The length leaves room for the terminating NUL. */
 static int fill_addr(const char *path, struct sockaddr_un *sa)
 {
         size_t len = strlen(path);
@@ -35,6 +37,7 @@ static int check_directory(const char *path, uid_t owner)
         struct stat st;
         const char *dir;
 
+        /* dirname may modify its argument: a copy, which fill_addr already bounded. */
         strncpy(copy, path, sizeof(copy) - 1);
         copy[sizeof(copy) - 1] = 0;
         dir = dirname(copy);
@@ -137,6 +140,8 @@ int sockpath_listen(const char *path, mode_t mode, gid_t gid, uid_t owner)
                 log_error("cannot bind the socket", "path=%s error=\"%s\"", path, strerror(errno));
                 return r;
         }
+        /* Every failure from here unlinks the file bind made: a broker that did not start must not
+         * leave a socket that looks stale to the next one and alive to clients' stat. */
         if (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) < 0) {
                 r = -errno;
                 log_error("cannot set the socket's group", "path=%s gid=%u error=\"%s\"", path, (unsigned)gid,

@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "macro.h"
 #include "sandbox.h"
@@ -29,6 +28,7 @@ static uint64_t count_open_fds(void)
 
         if (!d)
                 return 0;
+        /* Names are fd numbers, so only "." and ".." start with a dot. */
         while ((e = readdir(d)))
                 n += e->d_name[0] != '.';
         closedir(d);
@@ -70,12 +70,4 @@ void stats_peer_cleanup(ServerStats *st, uint64_t us, uint32_t refs)
         st->peer_cleanup_us_last = us;
         st->peer_cleanup_refs_last = refs;
         st->peer_cleanup_us_max = MAX(st->peer_cleanup_us_max, us);
-}
-
-uint64_t stats_now_us(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }

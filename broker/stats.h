@@ -29,6 +29,3 @@ void stats_refresh(ServerStats *st, uint64_t now_ms);
 
 /* Forgetting a peer that held refs references took us microseconds. */
 void stats_peer_cleanup(ServerStats *st, uint64_t us, uint32_t refs);
-
-/* Microseconds on a monotonic clock, for the histograms. */
-uint64_t stats_now_us(void);

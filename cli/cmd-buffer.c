@@ -17,6 +17,8 @@
 #include "pattern.h"
 #include "text.h"
 
+/* gpuipcctl includes no internal header but util's header-only clock.h (it is a client of the
+ * public API alone), so not macro.h's MIN either. */
 #ifndef MIN
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #endif
@@ -24,7 +26,8 @@
 /* Staging for the CUDA kinds, whose memory the host cannot address: a buffer of any size is filled
  * or checked through this much host memory, not a copy of its whole size. */
 #define CHUNK (16u << 20)
-#define TICK_MS 200         /* how often a holding command checks for SIGTERM */
+#define TICK_MS 200         /* how often a holding command checks for SIGTERM: a stop is acted on
+                             * within a fifth of a second, and an idle hold wakes 5 times a second */
 
 /* Set by SIGTERM/SIGINT. A holding command must act on them itself: as a container's pid 1 it
  * would otherwise ignore SIGTERM, and the kubelet would have to wait for the grace period. */
@@ -36,6 +39,8 @@ static void on_stop_signal(int sig)
         stop_requested = 1;
 }
 
+/* The library retries its polls on EINTR, so a signal does not cut a wait short: the holding
+ * loops wait in TICK_MS slices and look at stop_requested between them. */
 static void catch_stop_signals(void)
 {
         struct sigaction sa = { .sa_handler = on_stop_signal };
@@ -57,7 +62,7 @@ static uint64_t meminfo_bytes(const char *key)
         char line[256];
         uint64_t v = UINT64_MAX;
         size_t klen = strlen(key);
-        FILE *f = fopen("/proc/meminfo", "re");
+        FILE *f = fopen("/proc/meminfo", "re"); /* "e": close-on-exec, like every fd we open */
 
         if (!f)
                 return v;
@@ -99,6 +104,8 @@ static int check_memory(Ctl *ctl, uint64_t size, const char *size_arg)
         char want[32], have[32];
         const char *where = "available memory (MemAvailable)";
 
+        /* The smaller bound wins: a container sees the host's MemAvailable, but its cgroup's
+         * limit is what the OOM killer enforces. */
         if (max != UINT64_MAX && used != UINT64_MAX) {
                 uint64_t left = used < max ? max - used : 0;
                 if (left < avail) {
@@ -106,6 +113,7 @@ static int check_memory(Ctl *ctl, uint64_t size, const char *size_arg)
                         where = "memory this cgroup may still use (memory.max)";
                 }
         }
+        /* --size is parsed as 64 bits; on a 32-bit build a size_t would silently cut it. */
         if (size > SIZE_MAX)
                 return ctl_usage(ctl, "--size '%s' does not fit in this process's address space", size_arg);
         if (avail == UINT64_MAX || size <= avail)
@@ -126,6 +134,8 @@ static int fill(gpuipc_buffer_t *b, const Pattern *p)
                 pattern_fill(p, 0, gpuipc_buffer_ptr(b), size);
                 return 0;
         }
+        /* A chunk at a time: pattern offsets are buffer offsets (pattern_fill), so the chunks
+         * join into the same bytes as a fill in place would write. */
         stage = malloc(MIN(size, CHUNK));
         if (!stage)
                 return -ENOMEM;
@@ -166,6 +176,8 @@ static int verify(const gpuipc_buffer_t *b, const Pattern *p, size_t *ret_at)
                         free(stage);
                         return r;
                 }
+                /* The first difference ends the check: the verdict is already known, and a
+                 * large GPU buffer would otherwise be read to its end for nothing. */
                 at = pattern_check(p, off, stage, n);
                 if (at != SIZE_MAX) {
                         free(stage);
@@ -222,6 +234,8 @@ static int hold_until_drained(Ctl *ctl, gpuipc_buffer_t *b)
                 if (r == GPUIPC_E_TIMEOUT)
                         continue;
                 if (r < 0) {
+                        /* With no_reconnect unset the library rides out broker restarts, so an
+                         * error here means the connection is gone for good. */
                         ctl->printed = false; /* a stream of lines: the error is the last one */
                         return ctl_fail(ctl, "waiting for drained", r);
                 }
@@ -292,6 +306,8 @@ int cmd_publish(Ctl *ctl, int argc, char **argv)
         r = gpuipc_buffer_alloc(ctl->c, kind, (size_t)size, (int)device, &b);
         if (r < 0)
                 return ctl_fail(ctl, "allocating the buffer", r);
+        /* Filled before publish: a consumer may attach the moment the publish reply is sent, and
+         * must see the pattern, not zeros. */
         r = fill(b, &pat);
         if (r < 0) {
                 gpuipc_buffer_free(ctl->c, b);
@@ -315,16 +331,17 @@ int cmd_publish(Ctl *ctl, int argc, char **argv)
  * reading them is what notices a revoke; a revoke, a lost broker or SIGTERM ends it early. */
 static void hold_for(Ctl *ctl, gpuipc_buffer_t *b, long ms)
 {
-        uint64_t end = ms < 0 ? UINT64_MAX : ctl_now_ms() + (uint64_t)ms;
+        uint64_t end = ms < 0 ? UINT64_MAX : monotonic_ms() + (uint64_t)ms;
 
         catch_stop_signals();
         while (!gpuipc_buffer_revoked(b) && !stop_requested) {
-                uint64_t now = ctl_now_ms();
+                uint64_t now = monotonic_ms();
                 gpuipc_event_t ev;
                 int r;
 
                 if (now >= end)
                         return;
+                /* Capped at TICK_MS, so the int cast cannot overflow and a stop is seen soon. */
                 r = gpuipc_next_event(ctl->c, (int)MIN(end - now, (uint64_t)TICK_MS), &ev);
                 if (r < 0 && r != GPUIPC_E_TIMEOUT)
                         return;
@@ -414,6 +431,8 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
                 fprintf(stderr, "gpuipcctl attach: the buffer was revoked: its producer died\n");
                 result = CTL_FAILED;
         }
+        /* Released even when revoked: the handle (and its mapping) is ours to free either way, and
+         * the first failure is the one reported. */
         r = gpuipc_release(ctl->c, b);
         if (r < 0 && result == CTL_OK)
                 result = ctl_fail(ctl, "release", r);
@@ -429,6 +448,8 @@ int cmd_retire(Ctl *ctl, int argc, char **argv)
         long v;
         int c, r;
 
+        /* retire's one option is --id; ids are positive and read as a signed long, hence
+         * INT64_MAX. */
         while ((c = ctl_next_option(ctl, argc, argv, &r)) > 0) {
                 if (ctl_parse_int(ctl, "--id", optarg, 1, INT64_MAX, &v))
                         return CTL_USAGE;

@@ -52,6 +52,8 @@ static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ..
         }
 }
 
+/* The same choice the library makes at connect (--socket, then $GPUIPC_SOCKET, then the default),
+ * restated because check_socket looks at the file before anything connects. */
 static const char *socket_path(const Ctl *ctl)
 {
         const char *p = ctl->socket;
@@ -65,6 +67,8 @@ static bool check_socket(Doctor *d, const char *path)
 {
         struct stat st;
 
+        /* stat, not lstat: a symlink to the socket (a mounted directory's alias) is what a client
+         * follows too. */
         if (stat(path, &st) < 0) {
                 verdict(d, V_FAIL, "socket", "%s: %s. Is the broker running, and is its socket directory mounted "
                         "here (an emptyDir shared by the pod's containers)?", path, strerror(errno));
@@ -96,6 +100,8 @@ static bool check_broker(Doctor *d, bool socket_ok)
         uint64_t start;
         int r;
 
+        /* GPUs are probed at connect (no_gpus unset): the connection then declares them as an
+         * application's would, and the broker checks see what an application meets. */
         o.socket_path = d->ctl->socket;
         o.label = "gpuipcctl";
         o.connect_timeout_ms = socket_ok ? d->ctl->timeout_ms : 0;
@@ -105,7 +111,9 @@ static bool check_broker(Doctor *d, bool socket_ok)
                 verdict(d, V_FAIL, "broker", "[%s] %s", gpuipc_err_name(r), gpuipc_errmsg(NULL));
                 return false;
         }
-        start = ctl_now_ms();
+        /* Timed from after the connect: this is the broker's responsiveness, not the CUDA probe's
+         * or the hello's cost (ping times both). */
+        start = monotonic_ms();
         r = gpuipc_ping(d->ctl->c, d->ctl->timeout_ms);
         if (r < 0) {
                 verdict(d, V_FAIL, "broker", "no answer to ping: [%s] %s", gpuipc_err_name(r),
@@ -113,7 +121,7 @@ static bool check_broker(Doctor *d, bool socket_ok)
                 return false;
         }
         gpuipc_connection_info(d->ctl->c, &info);
-        verdict(d, V_OK, "broker", "answers (%" PRIu64 " ms round trip), peer id %" PRIu64, ctl_now_ms() - start,
+        verdict(d, V_OK, "broker", "answers (%" PRIu64 " ms round trip), peer id %" PRIu64, monotonic_ms() - start,
                 info.peer);
         return true;
 }
@@ -129,6 +137,8 @@ static void check_pidns(Doctor *d, bool connected)
                 return;
         }
         gpuipc_connection_info(d->ctl->c, &info);
+        /* Either way ok: another PID namespace is a deployment choice that rules out one kind, not a
+         * fault; the verdict's text says which kinds work. */
         if (info.pidns_same)
                 verdict(d, V_OK, "pid-namespace", "same as the broker (%" PRIu64 "): cuda-legacy works with producers "
                         "that share it", info.pidns);
@@ -225,6 +235,7 @@ int cmd_doctor(Ctl *ctl, int argc, char **argv)
         } else {
                 printf("all checks passed\n");
         }
+        /* No broker outranks other problems: exit 3 is what a probe or an init container waits on. */
         if (!broker_ok)
                 return CTL_NO_BROKER;
         return d.problems ? CTL_FAILED : CTL_OK;

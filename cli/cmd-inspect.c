@@ -68,7 +68,9 @@ int cmd_ping(Ctl *ctl, int argc, char **argv)
                 return r;
         if ((r = ctl_operand(ctl, argc, argv, false, &none)) != CTL_CONTINUE)
                 return r;
-        start = ctl_now_ms();
+        /* Timed from before the connect: a probe wants to know how long reaching the broker took,
+         * hello included, not the round trip of an open connection alone. */
+        start = monotonic_ms();
         r = ctl_connect(ctl, false);
         if (r)
                 return r;
@@ -76,9 +78,9 @@ int cmd_ping(Ctl *ctl, int argc, char **argv)
         if (r < 0)
                 return ctl_fail(ctl, "ping", r);
         if (ctl->json)
-                printf("{\"ok\":true,\"ms\":%" PRIu64 "}\n", ctl_now_ms() - start);
+                printf("{\"ok\":true,\"ms\":%" PRIu64 "}\n", monotonic_ms() - start);
         else
-                printf("ok (%" PRIu64 " ms)\n", ctl_now_ms() - start);
+                printf("ok (%" PRIu64 " ms)\n", monotonic_ms() - start);
         return CTL_OK;
 }
 
@@ -104,6 +106,8 @@ static void buffer_json(Json *o, const void *record)
         json_kbool(o, "broker_held", b->broker_held);
 }
 
+/* The last, headerless column says "held" / "orphaned": usually empty, so table_print leaves it
+ * out of most rows (trailing empty cells print nothing). */
 static const char *const buffer_headers[] = { "ID", "NAME", "GEN", "KIND", "SIZE", "STATE", "REFS", "UID", "PID", "" };
 #define BUFFER_ALIGN "rllllrrrrl"
 
@@ -181,6 +185,8 @@ static void holders_json(const gpuipc_buffer_info_t *b, const gpuipc_holder_info
         putchar('\n');
 }
 
+/* The buffer as ls shows it, then its holders: the same columns as ls, so a line of stat can be
+ * compared with a line of ls by eye. */
 static int holders_text(const gpuipc_buffer_info_t *b, const gpuipc_holder_info_t *holders, int n)
 {
         static const char *const headers[] = { "PEER", "PID", "UID", "REFS" };
@@ -197,6 +203,8 @@ static int holders_text(const gpuipc_buffer_info_t *b, const gpuipc_holder_info_
                 }
                 r = table_print(buffer, stdout);
                 if (r == 0) {
+                        /* b->holders is the broker's count, n what fit in one page: saying so
+                         * keeps a long list from passing for a complete one. */
                         printf("\nholders: %" PRIu64 "%s\n", b->holders,
                                (uint64_t)n < b->holders ? " (the broker listed only the first ones)" : "");
                         if (n > 0)
@@ -311,6 +319,8 @@ static void peer_row(Table *t, const void *record)
         table_cell(t, "%u", p->n_gpus);
 }
 
+/* Peers have no names, so no prefix: the broker lists every connection the policy lets this one
+ * see. */
 static int fetch_peers(Ctl *ctl, const char *prefix, uint64_t *cursor, void *page, int cap)
 {
         (void)prefix;
@@ -362,6 +372,8 @@ static void stats_json(const gpuipc_stat_t *items, int n)
                         json_ku64(&j, items[i].name, items[i].value);
                         continue;
                 }
+                /* The broker sends a series' records next to each other (inspect.c), so a
+                 * change of name opens and closes its object; a key never appears twice. */
                 if (i == 0 || strcmp(items[i - 1].name, items[i].name) != 0) {
                         json_key(&j, items[i].name);
                         json_begin(&sub, stdout, '{');
@@ -408,6 +420,8 @@ int cmd_stats(Ctl *ctl, int argc, char **argv)
                 }
                 for (int i = 0; i < n; i++) {
                         stat_qualifier(&items[i], q, sizeof(q));
+                        /* Raw: statistic names and statuses are the broker's own ASCII words, not
+                         * text a peer chose. */
                         printf("%-*s %-*s %" PRIu64 "\n", name_width, items[i].name, q_width, q, items[i].value);
                 }
         }
@@ -429,6 +443,8 @@ int cmd_watch(Ctl *ctl, int argc, char **argv)
         r = ctl_connect(ctl, false);
         if (r)
                 return r;
+        /* Subscribed before the first event is read: what is published from now on is seen, and
+         * nothing before it (watch shows changes; ls shows state). */
         r = gpuipc_subscribe(ctl->c, a.prefix ? a.prefix : "", NULL);
         if (r < 0)
                 return ctl_fail(ctl, "subscribe", r);
@@ -450,6 +466,8 @@ int cmd_watch(Ctl *ctl, int argc, char **argv)
                         putchar('\n');
                 } else {
                         printf("%-9s ", gpuipc_event_name(ev.type));
+                        /* A fixed column of 32, not a table: lines go out one by one as events
+                         * come, so widths cannot be measured first. */
                         text_cell(stdout, ev.name, 32);
                         printf(" buffer=%" PRIu64 " generation=%" PRIu64, ev.buffer, ev.generation);
                         if (ev.reason[0]) {

@@ -47,11 +47,14 @@ static void answer_text(HttpResponse *ret, int status, const char *text)
 static void serve(HttpRequest *req, HttpResponse *ret, void *ud)
 {
         Exporter *e = ud;
-        uint64_t now = ctl_now_ms();
+        uint64_t now = monotonic_ms();
 
         if (strcmp(req->path, "/metrics") == 0) {
                 uint64_t deadline = req->arrived_ms + (uint64_t)e->timeout_ms;
 
+                /* The ticket is taken on the first call only and kept in the request: asking
+                 * again (the loop retries until answered) must not move the scrape to a later
+                 * sample, or a busy broker could keep it waiting to its deadline. */
                 if (!req->note)
                         req->note = sampler_want(e->sampler, req->arrived_ms);
                 if (sampler_answer(e->sampler, req->note, now >= deadline, &ret->body)) {
@@ -66,6 +69,7 @@ static void serve(HttpRequest *req, HttpResponse *ret, void *ud)
                 if (sampler_healthy(e->sampler, now, why, sizeof(why))) {
                         answer_text(ret, 200, "ok\n");
                 } else {
+                        /* why is at most 256 + the sampler's prefix, well inside its 320 bytes. */
                         strcat(why, "\n");
                         answer_text(ret, 503, why);
                 }
@@ -100,6 +104,8 @@ static int listen_and_serve(Ctl *ctl, const char *spec, bool confined)
         /* No SA_RESTART: SIGTERM must interrupt poll(), so that a sidecar stops at once. */
         sigaction(SIGTERM, &stop, NULL);
         sigaction(SIGINT, &stop, NULL);
+        /* Belt and braces: http.c sends with MSG_NOSIGNAL, but a scraper that hangs up must never
+         * take the exporter down through a path that forgot it. */
         sigaction(SIGPIPE, &ignore, NULL);
         /* The one process that listens on the network: confined before it reads a byte from it,
          * and before its second thread exists (both confinements are inherited, not imposed). */
@@ -115,6 +121,8 @@ static int listen_and_serve(Ctl *ctl, const char *spec, bool confined)
                 close(hc.wake_fd);
                 return ctl_fail(ctl, "metrics", r);
         }
+        /* The address as bound (port 0 becomes the real one): a test or a supervisor reads it from
+         * this first line; `bound` is digits, dots, colons and brackets, safe in JSON as it is. */
         if (ctl->json)
                 printf("{\"event\":\"listening\",\"address\":\"%s\"}\n", bound);
         else

@@ -160,6 +160,8 @@ static int ring_stat_text(const gpuipc_ring_info_t *g, const gpuipc_ring_member_
         r = table_print(ring, stdout);
         if (r < 0)
                 goto out;
+        /* The broker's reason is about memory a producer wrote: printed through text_safe, as
+         * any text that may carry what a peer chose. */
         if (!g->head_known) {
                 fputs("head unknown: ", stdout);
                 text_safe(stdout, g->why);
@@ -175,6 +177,8 @@ out:
         return r;
 }
 
+/* Room for every seat a ring can have (GPUIPC_RING_MAX_MEMBERS), so one reply is the whole ring:
+ * no paging, and the seats are one consistent snapshot. */
 int ctl_stat_ring(Ctl *ctl, const char *name)
 {
         gpuipc_ring_member_info_t seats[GPUIPC_RING_MAX_MEMBERS];

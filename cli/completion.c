@@ -11,8 +11,12 @@
 #include "ctl.h"
 
 #define NAMES_TIMEOUT_MS 500 /* how long completing a name may wait for the broker */
+/* A shell shows every candidate: past a couple of thousand, a list is no help to a person and
+ * only slows the completion down. */
 #define MAX_NAMES 2000
 
+/* The names gpuipc_kind_from_name accepts (--kind's values): one string, since each shell's
+ * script splits it itself. */
 static const char *const kinds = "memfd cuda-vmm cuda-legacy";
 static const char *const shells = "bash zsh fish";
 
@@ -52,6 +56,7 @@ static void valued_spellings(FILE *f, const CtlOption *options)
 
 /* ---- bash ---- */
 
+/* Offered spellings only: a deprecated one still parses but is not suggested. */
 static void bash_words(FILE *f, const CtlOption *options, bool help)
 {
         for (const CtlOption *o = options; o && o->id; o++) {
@@ -66,6 +71,9 @@ static void bash_words(FILE *f, const CtlOption *options, bool help)
                 fputs(" --help -h", f);
 }
 
+/* One case arm per value-taking spelling, keyed "command:option", so the same option letter may
+ * complete differently under two commands; deprecated spellings included, since a user who
+ * typed one still wants its value completed. */
 static void bash_value_case(FILE *f, const char *cmd, const CtlOption *options)
 {
         for (const CtlOption *o = options; o && o->id; o++) {
@@ -172,6 +180,7 @@ static void completion_bash(FILE *f)
 
 /* ---- zsh ---- */
 
+/* _arguments' action for an option's value: what kind of word follows it. */
 static void zsh_action(FILE *f, const CtlOption *o)
 {
         switch (o->value) {
@@ -188,6 +197,8 @@ static void zsh_specs(FILE *f, const CtlOption *options, const char *indent, boo
         for (const CtlOption *o = options; o && o->id; o++) {
                 if (!offered(o))
                         continue;
+                /* The (-x --long) exclusion list: once one spelling is on the line, zsh stops
+                 * offering the other. */
                 if (o->letter && o->name)
                         fprintf(f, " \\\n%s'(-%c --%s)'{-%c,--%s}'[", indent, o->letter, o->name, o->letter, o->name);
                 else if (o->name)
@@ -283,6 +294,8 @@ static void completion_zsh(FILE *f)
 
 /* ---- fish ---- */
 
+/* fish's -x (an argument, no files) versus -r -F (a path): a value that is not a file must not
+ * be completed from the directory. */
 static void fish_options(FILE *f, const char *condition, const CtlOption *options, bool help)
 {
         for (const CtlOption *o = options; o && o->id; o++) {
@@ -412,7 +425,11 @@ static int print_names(Ctl *ctl, const char *prefix)
         do {
                 n = gpuipc_list_buffers(ctl->c, prefix, &cursor, buffers, 256);
                 for (int i = 0; i < n && printed < MAX_NAMES; i++) {
+                        /* Live only: only those can be attached; a ring's parts (NAME@...) are the
+                         * ring's business and are offered as the ring's name below. */
                         if (buffers[i].state == GPUIPC_STATE_LIVE && !strchr(buffers[i].name, '@') && buffers[i].name[0]) {
+                                /* Raw, one per line: names are validated by the broker to a charset
+                                 * with no blanks or control characters. */
                                 printf("%s\n", buffers[i].name);
                                 printed++;
                         }

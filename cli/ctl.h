@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "clock.h"
 #include "gpuipc.h"
 #include "json.h"
 #include "table.h"
@@ -129,9 +130,6 @@ int ctl_error(Ctl *ctl, const char *name, const char *fmt, ...) __attribute__((f
 int ctl_parse_size(Ctl *ctl, const char *opt, const char *s, uint64_t *ret);
 int ctl_parse_int(Ctl *ctl, const char *opt, const char *s, long min, long max, long *ret);
 int ctl_parse_kind(Ctl *ctl, const char *opt, const char *s, gpuipc_kind_t *ret);
-
-/* Milliseconds on a monotonic clock. */
-uint64_t ctl_now_ms(void);
 
 /* Bytes as "1.5 GiB". */
 void ctl_human_size(uint64_t n, char *buf, size_t cap);

@@ -30,12 +30,17 @@ static int scmp_open(const char **why);
 #define NET_BIND_TCP (1ULL << 0)  /* ABI 4 */
 #define NET_CONNECT_TCP (1ULL << 1)
 
-/* The ruleset attribute of ABI 4 and later (linux/landlock.h of older kernels lacks the net field). */
+/* The ruleset attribute of ABI 4 and later (linux/landlock.h of older kernels lacks the net field).
+ * The size passed with it tells the kernel which layout it is: kernels before ABI 4 are given only
+ * the first field, the struct they know. */
 struct ruleset_attr {
         uint64_t handled_access_fs;
         uint64_t handled_access_net;
 };
 
+/* Handles every access right this kernel knows and grants none: each right the ABI adds is
+ * handled only where the kernel knows it (an unknown bit makes the whole ruleset EINVAL), so the
+ * exporter is as confined as the kernel can make it, on old kernels too. */
 static int landlock_nothing(const char **why)
 {
         long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
@@ -43,6 +48,8 @@ static int landlock_nothing(const char **why)
         size_t size = sizeof(attr.handled_access_fs);
         int ruleset, r = 0;
 
+        /* No Landlock (an old kernel, or one built without it) is not fatal: seccomp still stands,
+         * and refusing to serve would leave a cluster without metrics for a missing second layer. */
         if (abi < 0) {
                 fprintf(stderr, "gpuipcctl metrics: landlock is not available (%s); seccomp alone confines the "
                         "exporter\n", strerror(errno));
@@ -126,8 +133,12 @@ static int scmp_open(const char **why)
         return 0; /* (the handle stays open: the filter's names and the library live as long as we do) */
 }
 
+/* Above every syscall number of x86_64 and aarch64 today (both below 500); a call past it is still
+ * trapped and refused, only logged as "?". */
 #define MAX_SYSCALL_NR 1024
 
+/* Resolved before the filter is loaded: the SIGSYS handler may only read them (libseccomp's
+ * lookup allocates, which a signal handler must not). */
 static char *syscall_names[MAX_SYSCALL_NR];
 
 static void put_str(char *buf, size_t *n, size_t cap, const char *s)
@@ -136,6 +147,7 @@ static void put_str(char *buf, size_t *n, size_t cap, const char *s)
                 buf[(*n)++] = *s++;
 }
 
+/* put_str and put_num: what snprintf would do, but async-signal-safe, for the SIGSYS handler. */
 static void put_num(char *buf, size_t *n, size_t cap, long v)
 {
         char tmp[24];
@@ -169,6 +181,8 @@ static void sigsys_handler(int sig, siginfo_t *info, void *uctx)
         put_num(line, &n, sizeof(line), nr);
         put_str(line, &n, sizeof(line), ")\n");
         (void)!write(STDERR_FILENO, line, n);
+        /* The trapped call returns what the handler leaves in the return register: ENOSYS, which
+         * callers (glibc among them) treat as "not supported here" and work around. */
 #if defined(__x86_64__)
         uc->uc_mcontext.gregs[REG_RAX] = -ENOSYS;
 #elif defined(__aarch64__)
@@ -190,8 +204,10 @@ static int add_rule(scmp_filter_ctx ctx, const SandboxRule *rule, uint32_t actio
         struct scmp_arg_cmp cmp[sizeof(rule->conds) / sizeof(rule->conds[0])];
         int nr = scmp.resolve_name(rule->name);
 
+        /* One allow-list for every architecture: a name this one lacks (e.g. open on aarch64) is
+         * skipped, not an error. */
         if (nr == __NR_SCMP_ERROR)
-                return 0; /* not a call on this architecture */
+                return 0;
         if (rule->errno_ret)
                 action = SCMP_ACT_ERRNO((uint32_t)rule->errno_ret);
         for (int i = 0; i < rule->n_conds; i++) {
@@ -218,6 +234,9 @@ static bool in_table(const SandboxRule *table, size_t n, const char *name)
                                 return r;                                                                   \
         } while (0)
 
+/* Default TRAP, not KILL: an unexpected call is logged and fails, so a glibc update that uses a
+ * new call costs an error message rather than the exporter; the known-dangerous calls
+ * (sandbox_kill_names) kill the process outright. */
 static int filter_build(scmp_filter_ctx *ret)
 {
         scmp_filter_ctx ctx = scmp.init(SCMP_ACT_TRAP);
@@ -257,6 +276,8 @@ static int seccomp_confine(const char **why)
         for (int nr = 0; nr < MAX_SYSCALL_NR; nr++)
                 if (!syscall_names[nr])
                         syscall_names[nr] = scmp.resolve_num_arch(SCMP_ARCH_NATIVE, nr);
+        /* The handler goes in before the filter: the first trapped call may come right after
+         * seccomp_load returns. */
         sigemptyset(&sa.sa_mask);
         if (sigaction(SIGSYS, &sa, NULL) < 0) {
                 *why = "cannot catch SIGSYS";
@@ -292,6 +313,7 @@ int exporter_confine(const char **why)
 {
         int r;
 
+        /* Both Landlock and an unprivileged seccomp filter require no_new_privs. */
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
                 *why = "cannot set no_new_privs";
                 return -errno;

@@ -177,6 +177,8 @@ const CtlCommand ctl_commands[] = {
 };
 const size_t ctl_n_commands = sizeof(ctl_commands) / sizeof(ctl_commands[0]);
 
+/* What ctl->cmd is before a command is found: an empty name, so the shared reporting code never
+ * needs a NULL check and --help prints the tool's usage. */
 static const CtlCommand global = { "", NULL, "", "", "", ctl_global_options, CTL_VALUE_NONE };
 
 static void usage(FILE *f)
@@ -241,6 +243,7 @@ int ctl_usage(Ctl *ctl, const char *fmt, ...)
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
         report(ctl, "usage", msg, msg, NULL);
+        /* The usage lines are for people; with --json the error document is all that goes out. */
         if (ctl->json)
                 return CTL_USAGE;
         if (name[0])
@@ -252,6 +255,8 @@ int ctl_usage(Ctl *ctl, const char *fmt, ...)
 
 int ctl_bad_option(Ctl *ctl, int argc, char **argv, int c)
 {
+        /* getopt has moved past the offending word: it is argv[optind - 1] (bounds checked, since
+         * optind is getopt's state, not ours). */
         const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
 
         if (c == ':')
@@ -273,6 +278,8 @@ int ctl_connect(Ctl *ctl, bool probe_gpus)
         o.label = "gpuipcctl";
         o.connect_timeout_ms = ctl->timeout_ms;
         o.no_gpus = !probe_gpus;
+        /* One-shot commands fail fast on a lost broker (a script sees exit 3 at once); only the
+         * holding ones (publish, attach --hold, watch) ask to ride out a restart. */
         o.no_reconnect = !ctl->reconnect;
         r = gpuipc_connect(&ctl->c, &o);
         if (r < 0) {
@@ -301,6 +308,7 @@ int ctl_fail_detail(Ctl *ctl, const char *what, int err, const char *detail)
         snprintf(message, sizeof(message), "%s: %s", what, detail[0] ? detail : gpuipc_strerror(err));
         snprintf(text, sizeof(text), "%s: [%s] %s", what, gpuipc_err_name(err), detail[0] ? detail : gpuipc_strerror(err));
         report(ctl, gpuipc_err_name(err), text, message, detail[0] ? gpuipc_strerror(err) : NULL);
+        /* A broker lost mid-command is "no broker" (3) too: a probe retries it, unlike a refusal. */
         return err == GPUIPC_E_NO_BROKER || err == GPUIPC_E_DISCONNECTED ? CTL_NO_BROKER : CTL_FAILED;
 }
 
@@ -327,6 +335,8 @@ static int print_version(const Ctl *ctl)
 }
 
 /* Whether the global options (those before the command) include --json. */
+/* A scan ahead of getopt, which has to know the value-taking options to skip their values: a
+ * socket path that is literally "--json" is a value, not the flag. */
 static bool json_requested(int argc, char **argv)
 {
         for (int i = 1; i < argc && argv[i][0] == '-'; i++) {
@@ -384,6 +394,8 @@ int main(int argc, char **argv)
                 argv += optind;
                 optind = 0; /* each subcommand parses its own options (0 makes glibc start afresh) */
                 r = ctl_commands[i].fn(&ctl, argc, argv);
+                /* Closing releases whatever the command still held (and NULL is fine): nothing
+                 * is left registered for a broker to clean up after a dead connection. */
                 gpuipc_close(ctl.c);
                 return r;
         }

@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 /* Scrapers and probes come now and then; 64 at once is plenty, and more only costs a close. */
 #define MAX_CLIENTS 64
 #define PER_ADDRESS_MAX (MAX_CLIENTS / 4) /* an IPv4 address, or an IPv6 /64 */
@@ -33,6 +35,8 @@
 #define ACCEPT_BATCH 64                   /* connections taken per wake-up, so that clients get read too */
 #define TICK_MS 1000                      /* how often the loop looks at *stop even without a signal */
 
+/* Shared between the sampler thread, which renders a scrape's body once, and every connection
+ * sending it: the count is atomic because the last reference may go on either thread. */
 struct HttpBody {
         atomic_uint refs;
         size_t len;
@@ -67,14 +71,6 @@ typedef struct Server {
         bool woken;        /* the wake fd was readable in this round */
         uint64_t accept_paused_until;
 } Server;
-
-static uint64_t now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* ---- bodies ---- */
 
@@ -127,6 +123,7 @@ static int split_spec(const char *spec, char *host, size_t cap, const char **por
                         return -EINVAL; /* a bare IPv6 address needs brackets */
                 n = (size_t)(colon - spec);
         }
+        /* At most five digits before strtol sees them: "99999999999999999999" cannot overflow it. */
         if (n >= cap || !colon[1] || strlen(colon + 1) > 5)
                 return -EINVAL;
         memcpy(host, spec, n);
@@ -195,6 +192,8 @@ int http_listen(const char *spec, char *ret_bound, size_t cap, const char **why)
                         err = -errno;
                         continue;
                 }
+                /* SO_REUSEADDR: a restarted exporter binds its port at once, without waiting
+                 * out the previous one's connections in TIME_WAIT. */
                 setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
                 if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
                         break;
@@ -231,6 +230,8 @@ static const char *reason_phrase(int status)
 
 static void client_write(Client *c);
 
+/* Leaves the slot reusable at once (fd -1, no body): evictable() and free_slot() may hand it to
+ * the next connection in the same round. */
 static void client_close(Client *c)
 {
         if (c->fd >= 0)
@@ -294,6 +295,7 @@ static void handle_request(Server *s, Client *c, uint64_t now)
         const char *line = c->head, *eol = memchr(line, '\n', c->head_len), *sp1, *sp2, *q;
         size_t line_len, target_len;
 
+        /* head_complete() saw an empty line, so eol is not NULL. */
         line_len = (size_t)(eol - line);
         if (line_len && line[line_len - 1] == '\r')
                 line_len--;
@@ -315,6 +317,8 @@ static void handle_request(Server *s, Client *c, uint64_t now)
                 respond_text(c, 405, "only GET and HEAD\n", now);
                 return;
         }
+        /* The query is ignored: the one resource is the metrics page, and keeping it out of the
+         * path means "/metrics?x" is not a 404. */
         q = memchr(sp1 + 1, '?', target_len);
         if (q)
                 target_len = (size_t)(q - sp1 - 1);
@@ -324,6 +328,8 @@ static void handle_request(Server *s, Client *c, uint64_t now)
         client_ask(s, c, now);
 }
 
+/* Bare "\n\n" too: curl and Prometheus send CRLF, but a hand-typed request (nc) may not, and
+ * there is nothing to gain from refusing it. */
 static bool head_complete(const Client *c)
 {
         return memmem(c->head, c->head_len, "\r\n\r\n", 4) || memmem(c->head, c->head_len, "\n\n", 2);
@@ -356,6 +362,8 @@ static void client_write(Client *c)
                 size_t left;
                 ssize_t n;
 
+                /* Connection: close, so the end of the response is the end of the stream; SHUT_WR
+                 * sends the FIN before close, so the client sees all of it. */
                 if (c->off == c->hdr_len + body_len) {
                         shutdown(c->fd, SHUT_WR);
                         client_close(c);
@@ -415,6 +423,8 @@ static Client *evictable(Server *s, const uint8_t *key, uint64_t now)
         return idle ? idle : slow;
 }
 
+/* A fixed array of MAX_CLIENTS: no allocation per connection, and a linear scan of 64 is cheaper
+ * than any structure that would index it. */
 static Client *free_slot(Server *s)
 {
         for (int i = 0; i < MAX_CLIENTS; i++)
@@ -469,6 +479,8 @@ static int accept_one(Server *s, uint64_t now)
 
 /* ---- the loop ---- */
 
+/* The wake fd is an eventfd the sampler writes when a sample is in: reading it to
+ * empty re-arms it, and woken makes this round ask every waiting connection again. */
 static void drain_wake(Server *s)
 {
         uint64_t v;
@@ -522,10 +534,12 @@ int http_serve(const HttpServerConfig *cfg, volatile sig_atomic_t *stop)
                 s->clients[i].fd = -1;
         while (!*stop) {
                 struct pollfd pfd[MAX_CLIENTS + 2];
-                int map[MAX_CLIENTS + 2], n = 0, timeout = housekeeping(s, now_ms());
+                int map[MAX_CLIENTS + 2], n = 0, timeout = housekeeping(s, monotonic_ms());
                 uint64_t now;
 
-                if (now_ms() >= s->accept_paused_until) {
+                /* While accepting is paused the listener is left out of the poll (it would stay
+                 * readable and spin), and the wait is capped so the pause ends on time. */
+                if (monotonic_ms() >= s->accept_paused_until) {
                         pfd[n] = (struct pollfd){ cfg->listen_fd, POLLIN, 0 };
                         map[n++] = -1;
                 } else if (timeout > 100) {
@@ -549,7 +563,7 @@ int http_serve(const HttpServerConfig *cfg, volatile sig_atomic_t *stop)
                         r = -errno;
                         break;
                 }
-                now = now_ms();
+                now = monotonic_ms();
                 for (int k = 0; k < n; k++) {
                         Client *c = map[k] >= 0 ? &s->clients[map[k]] : NULL;
 

@@ -14,6 +14,8 @@ void json_begin(Json *j, FILE *f, char open)
         fputc(open, f);
 }
 
+/* The container just closed is itself a value of the enclosing one: a value written next to it
+ * on the same Json needs a comma, hence first = false. */
 void json_end(Json *j, char close)
 {
         fputc(close, j->f);
@@ -27,6 +29,7 @@ void json_next(Json *j)
         j->first = false;
 }
 
+/* Keys go through the same escaping as values: some are record names from the broker (stats). */
 void json_key(Json *j, const char *key)
 {
         json_next(j);
@@ -38,6 +41,8 @@ void json_str(Json *j, const char *s, size_t len)
 {
         const unsigned char *p = (const unsigned char *)s;
 
+        /* One UTF-8 sequence at a time: a multi-byte character is copied whole, so only bytes that
+         * are no character at all are replaced, each by one U+FFFD. */
         fputc('"', j->f);
         for (size_t i = 0; i < len;) {
                 size_t n = utf8_sequence(p + i, len - i);
@@ -48,6 +53,8 @@ void json_str(Json *j, const char *s, size_t len)
                 } else if (p[i] == '"' || p[i] == '\\') {
                         fprintf(j->f, "\\%c", p[i++]);
                 } else if (p[i] < 0x20 || p[i] == 0x7f) {
+                        /* RFC 8259 requires escaping below 0x20; DEL too, so a terminal paging
+                         * the JSON cannot be sent control sequences by a peer's label. */
                         fprintf(j->f, "\\u%04x", p[i++]);
                 } else {
                         fwrite(p + i, 1, n, j->f);
@@ -69,6 +76,7 @@ void json_u64(Json *j, uint64_t v)
 
 void json_double(Json *j, double v)
 {
+        /* 17 significant digits read back as the same double; JSON has no NaN or Infinity. */
         if (isfinite(v))
                 fprintf(j->f, "%.17g", v);
         else

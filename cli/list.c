@@ -68,6 +68,8 @@ static int list_table(Ctl *ctl, const CtlListing *l, const char *prefix, void *p
         return r;
 }
 
+/* One page buffer for the whole listing, reused for every fetch: memory stays at one page of
+ * records however long the listing is (the table keeps only the cells' text). */
 int ctl_list(Ctl *ctl, const CtlListing *l, const char *prefix, bool after_table)
 {
         void *page = calloc((size_t)l->page, l->record_size);

@@ -10,7 +10,7 @@
 #include "config.h"
 #include "json.h"
 
-#define MAX_LABELS 2
+#define MAX_LABELS 2 /* build_info's version and library; every other family has at most one */
 
 typedef enum MetricType { GAUGE, COUNTER, HISTOGRAM } MetricType;
 
@@ -132,6 +132,8 @@ static const char *type_name(MetricType t)
         return t == COUNTER ? "counter" : t == HISTOGRAM ? "histogram" : "gauge";
 }
 
+/* The text format's escapes: HELP text escapes backslash and newline, label values also the double
+ * quote (quotes). A newline left raw would end the line and let a ring's name forge a sample. */
 static void text_escaped(FILE *f, const char *s, bool quotes)
 {
         for (; *s; s++) {
@@ -146,6 +148,7 @@ static void text_escaped(FILE *f, const char *s, bool quotes)
         }
 }
 
+/* Only JSON has something to close; the text format ends a family by starting the next. */
 static void family_end(Sink *s)
 {
         if (s->in_family && s->json) {
@@ -166,6 +169,8 @@ static void family_begin(Sink *s, const char *name, MetricType type, const char 
         if (s->json) {
                 json_next(&s->families);
                 json_begin(&s->family_obj, s->f, '{');
+                /* Written raw: family names come from the tables here or passed name_ok, so
+                 * they are [a-z0-9_] and need no JSON escaping. */
                 json_key(&s->family_obj, "name");
                 fprintf(s->f, "\"gpuipc_%s\"", name);
                 json_kstr(&s->family_obj, "type", type_name(type));
@@ -195,6 +200,7 @@ static void sample(Sink *s, const char *suffix, const char *const *keys, const c
                 for (int i = 0; i < n_labels; i++)
                         json_kstr(&l, keys[i], values[i]);
                 json_end(&l, '}');
+                /* value is a decimal number we formatted, a valid JSON number as it is. */
                 json_key(&o, "value");
                 fputs(value, s->f);
                 json_end(&o, '}');
@@ -210,6 +216,8 @@ static void sample(Sink *s, const char *suffix, const char *const *keys, const c
 }
 
 /* An integer carrying `digits` decimal digits below the unit, exactly: 1500 with 3 -> "1.5". */
+/* Integer arithmetic, not a division in double: 300000 µs is exactly "0.3", where 300000 / 1e6
+ * printed with the 17 digits a double needs to round-trip is "0.29999999999999999". */
 static void scaled(uint64_t v, unsigned digits, char *buf, size_t cap)
 {
         uint64_t unit = 1;
@@ -228,6 +236,8 @@ static void scaled(uint64_t v, unsigned digits, char *buf, size_t cap)
 
 /* ---- records -> families ---- */
 
+/* Marks what it finds as used, so the pass over records nobody described does not export it a
+ * second time under its raw name. A linear scan: a stats reply holds about a hundred records. */
 static const gpuipc_stat_t *find(const gpuipc_stat_t *stats, int n, bool *used, const char *name)
 {
         for (int i = 0; i < n; i++) {
@@ -248,6 +258,8 @@ static void histogram(Sink *s, const MetricDesc *d, const gpuipc_stat_t *stats, 
         snprintf(bucket, sizeof(bucket), "%s_bucket", d->stat);
         snprintf(count_name, sizeof(count_name), "%s_count", d->stat);
         snprintf(sum_name, sizeof(sum_name), "%s_sum", d->stat);
+        /* Without its count and sum the family would be malformed (Prometheus rejects a histogram
+         * without them): left out, and its buckets are skipped as undescribed records are. */
         count = find(stats, n, used, count_name);
         sum = find(stats, n, used, sum_name);
         if (!count || !sum)
@@ -262,6 +274,7 @@ static void histogram(Sink *s, const MetricDesc *d, const gpuipc_stat_t *stats, 
                 snprintf(value, sizeof(value), "%" PRIu64, stats[i].value);
                 sample(s, "_bucket", le, &bound_p, 1, value);
         }
+        /* The +Inf bucket is the count: the broker's buckets are cumulative and it sends no +Inf. */
         snprintf(value, sizeof(value), "%" PRIu64, count->value);
         sample(s, "_bucket", le, (const char *const[]){ "+Inf" }, 1, value);
         scaled(sum->value, d->digits, value, sizeof(value));
@@ -301,6 +314,9 @@ static void described(Sink *s, const MetricDesc *d, const gpuipc_stat_t *stats, 
         }
 }
 
+/* What a metric name from a newer broker may hold before it is exported as it is: lowercase
+ * [a-z0-9_], a subset of Prometheus's metric name syntax; anything else is dropped rather than
+ * rewritten, so no two records can end up under one name. */
 static bool name_ok(const char *s)
 {
         if (!*s)
@@ -373,6 +389,8 @@ static bool ring_value(const gpuipc_ring_info_t *g, RingValue v, uint64_t *ret)
         return false;
 }
 
+/* Family by family, each over every ring: the text format wants a family's samples together,
+ * under one HELP and TYPE. */
 static void rings(Sink *s, const gpuipc_ring_info_t *items, int n)
 {
         static const char *const ring_key[] = { "ring" };
@@ -399,6 +417,8 @@ static void write_all(Sink *s, const MetricsInput *in)
         bool up = in->up;
         static const char *const build_keys[] = { "version", "library" };
         const char *build_values[] = { GPUIPC_VERSION, gpuipc_version() };
+        /* Without memory for the marks only up and build_info go out: the scrape still says the
+         * exporter is alive, and no family is exported twice. */
         bool *used = calloc(n > 0 ? (size_t)n : 1, sizeof(*used));
 
         family_begin(s, "up", GAUGE, "1 when the broker answered this scrape in time, else 0 (then any other "

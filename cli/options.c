@@ -6,7 +6,7 @@
 
 #include "ctl.h"
 
-#define MAX_OPTIONS 32
+#define MAX_OPTIONS 32 /* the largest table (publish) has ten; the arrays below are sized by it */
 #define HELP_COLUMN 26 /* where an option's text starts in --help */
 
 static const CtlOption help_option = { 'h', "help", 'h', NULL, CTL_VALUE_NONE, "this text", NULL };
@@ -74,6 +74,9 @@ int ctl_next_option(Ctl *ctl, int argc, char **argv, int *ret_exit)
         char used[64];
         int c;
 
+        /* Rebuilt when the table changes (global options, then the command's) or getopt was reset
+         * (optind 0): the strings must stay valid between getopt_long calls, so they live in the
+         * static parser and are not rebuilt on every call. */
         if (parser.table != table || optind == 0)
                 build_parser(table, global);
         c = getopt_long(argc, argv, parser.shortopts, parser.longopts, NULL);
@@ -94,6 +97,8 @@ int ctl_next_option(Ctl *ctl, int argc, char **argv, int *ret_exit)
                 o = by_letter(table, c); /* getopt returns only the letters the table gave it */
                 snprintf(used, sizeof(used), "-%c", c);
         }
+        /* A deprecated spelling still works (scripts keep running) and says what to write instead,
+         * on stderr, so --json output stays one document. */
         if (o->instead)
                 ctl_deprecated(ctl, used, o->instead);
         return o->id;
@@ -107,6 +112,8 @@ int ctl_operand(Ctl *ctl, int argc, char **argv, bool required, const char **nam
                 return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
         if (optind + 1 < argc)
                 return ctl_usage(ctl, "one %s only (got '%s' and '%s')", what, argv[optind], argv[optind + 1]);
+        /* Both the operand and the deprecated --name: refused rather than picking one, since they
+         * may differ and either choice could act on the wrong buffer. */
         if (optind < argc && *name)
                 return ctl_usage(ctl, "the name twice ('%s' and --name '%s'): give it once, as the %s", argv[optind],
                                  *name, what);
@@ -132,6 +139,8 @@ static void print_option(FILE *f, const CtlOption *o)
                 n = fprintf(f, "  -%c", o->letter);
         if (o->arg)
                 n += fprintf(f, " %s", o->arg);
+        /* An option too long for its column puts its text on the next line, so the texts of all
+         * options still start in one column. */
         if (n >= HELP_COLUMN - 1) {
                 fputc('\n', f);
                 n = 0;

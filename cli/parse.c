@@ -4,18 +4,11 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ctl.h"
 
-uint64_t ctl_now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
+/* For tables only (--json gives the exact byte count): one decimal tells sizes apart at a glance;
+ * below 1 KiB the count is exact ("512 B"). */
 void ctl_human_size(uint64_t n, char *buf, size_t cap)
 {
         static const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
@@ -49,6 +42,8 @@ int ctl_parse_size(Ctl *ctl, const char *opt, const char *s, uint64_t *ret)
         char *num_end;
         int shift = 0;
 
+        /* strtoull would take " 12", "+12" and even "-12" (as a huge number): a digit first
+         * refuses all three. */
         if (!isdigit((unsigned char)s[0]))
                 goto bad;
         errno = 0;
@@ -67,6 +62,7 @@ int ctl_parse_size(Ctl *ctl, const char *opt, const char *s, uint64_t *ret)
                 goto bad;
         if (v == 0)
                 return ctl_usage(ctl, "%s '%s': a buffer needs at least 1 byte", opt, s);
+        /* Checked before the shift, which would silently drop the high bits. */
         if (v > (UINT64_MAX >> shift))
                 return ctl_usage(ctl, "%s '%s': too large", opt, s);
         *ret = (uint64_t)v << shift;

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* strtoul's base 0 accepts 0x.. and 0.. too (byte:0xff); *end must be the string's end so that a
+ * typo such as byte:25x is refused rather than read as 25. */
 int pattern_parse(const char *s, Pattern *ret)
 {
         char *end;
@@ -50,6 +52,9 @@ static uint64_t word_at(const Pattern *p, uint64_t i)
         return 0;
 }
 
+/* Words are numbered from the buffer's start, not from dst: a range filled at any offset (a slot,
+ * a view) holds the same bytes as the whole buffer filled at once, so one side may fill in pieces
+ * and the other verify the whole. offset must be a multiple of 8 for that to hold. */
 void pattern_fill(const Pattern *p, size_t offset, void *dst, size_t len)
 {
         uint8_t *d = dst;
@@ -75,6 +80,8 @@ size_t pattern_check(const Pattern *p, size_t offset, const void *src, size_t le
                 uint64_t w = word_at(p, (offset + i) / 8);
 
                 memcpy(expect, &w, 8);
+                /* memcmp first (the common case is a match); the byte loop only names the first
+                 * byte that differs, for the error message. */
                 if (memcmp(s + i, expect, n) != 0) {
                         for (size_t j = 0; j < n; j++)
                                 if (s[i + j] != expect[j])

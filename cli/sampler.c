@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "metrics.h"
 
 #define MIN_INTERVAL_MS 250    /* a sample this young answers new scrapes too */
@@ -44,22 +45,6 @@ struct Sampler {
         gpuipc_ring_info_t *rings;
         bool logged_down;
 };
-
-static uint64_t monotonic_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static double unix_now(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static HttpBody *render(const MetricsInput *in)
 {
@@ -106,7 +91,10 @@ int sampler_collect(gpuipc_t *c, gpuipc_stat_t *stats, gpuipc_ring_info_t *rings
         n = gpuipc_stats(c, stats, GPUIPC_MAX_PAGE);
         if (n < 0)
                 return n;
-        ret->sampled_at = unix_now();
+        /* Wall clock, not monotonic: it is exported as a Unix time for people and dashboards to
+         * compare, and taken right after the stats so it dates them, not the ring listing. */
+        ret->sampled_at = (double)realtime_ns() / 1e9;
+        /* gpuipc_stats returns how many records there are, which may exceed what fit. */
         ret->n_stats = n > GPUIPC_MAX_PAGE ? GPUIPC_MAX_PAGE : n;
         *what = "rings";
         n_rings = collect_rings(c, rings);
@@ -139,6 +127,9 @@ static void failed(Sampler *s, const char *what, int err, char *why, size_t cap)
         s->c = NULL;
 }
 
+/* Connects lazily, on the sampler thread only: the HTTP side never touches the connection. no_gpus:
+ * the exporter asks for statistics only, and probing CUDA would load the driver into a process
+ * confined by its own seccomp filter for nothing. */
 static int reach(Sampler *s, char *why, size_t cap)
 {
         gpuipc_options_t o = { .struct_size = sizeof(o), .socket_path = s->cfg.socket, .label = "gpuipcctl-metrics",
@@ -169,6 +160,8 @@ static bool sample(Sampler *s, HttpBody **fresh, HttpBody **stale, char *why, si
                         failed(s, what, r, why, cap);
                 return false;
         }
+        /* Both renderings now, while the records are at hand: a late scrape gets the stale one
+         * (gpuipc_up 0 with the last numbers) without rendering on the HTTP thread. */
         *fresh = render(&in);
         in.up = false;
         in.stale = true;
@@ -232,6 +225,8 @@ static void *run(void *arg)
                         HttpBody *fresh = NULL, *stale = NULL;
                         bool ok;
 
+                        /* The lock is dropped for the broker's call, so sampler_want and
+                         * sampler_answer never wait for the broker. */
                         s->started_ms = s->busy_since = now;
                         pthread_mutex_unlock(&s->lock);
                         ok = sample(s, &fresh, &stale, why, sizeof(why));
@@ -250,6 +245,9 @@ static void *run(void *arg)
                         pthread_mutex_lock(&s->lock);
                         record(s, ok, why, NULL, NULL);
                 } else {
+                        /* An absolute monotonic time: the condition variable was made with
+                         * CLOCK_MONOTONIC (sampler_new), so setting the wall clock cannot stretch
+                         * or cut the wait. */
                         uint64_t at = s->ended_ms + HEALTH_PERIOD_MS;
                         struct timespec ts = { .tv_sec = (time_t)(at / 1000), .tv_nsec = (long)(at % 1000) * 1000000 };
 
@@ -286,6 +284,8 @@ bool sampler_answer(Sampler *s, uint64_t ticket, bool late, HttpBody **ret)
         bool answered = true;
 
         pthread_mutex_lock(&s->lock);
+        /* A reference, taken under the lock: record() may replace fresh the moment it is released,
+         * and the connection keeps sending what it was given. */
         if (s->finished >= ticket)
                 *ret = http_body_ref(s->ok && s->fresh ? s->fresh : s->down);
         else if (late)
@@ -348,6 +348,7 @@ int sampler_new(Sampler **ret, const SamplerConfig *cfg)
         pthread_condattr_destroy(&attr);
         s->stats = calloc(GPUIPC_MAX_PAGE, sizeof(*s->stats));
         s->rings = calloc(SAMPLER_MAX_RINGS, sizeof(*s->rings));
+        /* Rendered up front: answering "down" must not need memory at the moment things go wrong. */
         s->down = render(&down);
         if (!s->stats || !s->rings || !s->down) {
                 sampler_free(s);

@@ -30,6 +30,9 @@ static size_t text_width(const char *s)
         return n;
 }
 
+/* Takes ownership of cell (NULL: an allocation failed upstream). A failure is remembered rather
+ * than returned, so callers add cells without checks and table_print reports it once; cells are
+ * counted row-major, so a lost cell would shift every later one into the wrong column. */
 static void add(Table *t, char *cell)
 {
         size_t col;
@@ -85,6 +88,8 @@ Table *table_free(Table *t)
         return NULL;
 }
 
+/* Cells are made safe (text_safe) when added, not when printed: widths are measured on exactly the
+ * text that will be printed, so peer-chosen bytes cannot misalign the columns. */
 void table_cell(Table *t, const char *fmt, ...)
 {
         char *raw = NULL, *safe = NULL;
@@ -135,6 +140,8 @@ int table_print(Table *t, FILE *f)
 
                         if (c)
                                 fputc(' ', f);
+                        /* The last cell of a left-aligned row is not padded: no trailing blanks for
+                         * scripts that split on whitespace or compare lines. */
                         if (t->align[c] == 'r')
                                 fprintf(f, "%*s%s", pad, "", row[c]);
                         else

@@ -4,6 +4,10 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The same acceptance as the broker's proto_utf8_valid (RFC 3629), so what the broker let through
+ * as text prints here unchanged; it is restated rather than linked because gpuipcctl may use only
+ * libgpuipc's public API (tests/cli checks that). 0xc0, 0xc1 and 0xf5 and above never start a
+ * sequence. */
 size_t utf8_sequence(const unsigned char *s, size_t len)
 {
         size_t n;
@@ -40,6 +44,8 @@ void text_safe(FILE *f, const char *s)
         for (size_t i = 0; i < len;) {
                 size_t n = utf8_sequence(p + i, len - i);
 
+                /* One '?' per invalid byte or control character: the cell keeps its width as
+                 * table.c counts it (one character per such byte). */
                 if (n == 0 || p[i] < 0x20 || p[i] == 0x7f) {
                         fputc('?', f);
                         i += n ? n : 1;
@@ -57,6 +63,7 @@ void text_cell(FILE *f, const char *s, int width)
         int chars = 0;
 
         text_safe(f, s);
+        /* Width in characters, as a terminal advances (wide CJK glyphs aside), not in bytes. */
         for (size_t i = 0; i < len; chars++) {
                 size_t n = utf8_sequence(p + i, len - i);
                 i += n ? n : 1;

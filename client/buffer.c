@@ -24,7 +24,7 @@ uint64_t client_new_buffer_id(void)
         /* getrandom blocks only before the kernel's pool is initialized, long before any of this. */
         while ((v & PROTO_MAX_BUFFER_ID) == 0)
                 if (getrandom(&v, sizeof(v), 0) != sizeof(v))
-                        v = client_now_ms() ^ (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&v;
+                        v = monotonic_ms() ^ (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&v;
         return v & PROTO_MAX_BUFFER_ID;
 }
 
@@ -377,16 +377,18 @@ _public_ int gpuipc_retire(gpuipc_t *c, gpuipc_buffer_t *b)
 _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms)
 {
         CLIENT_LOCKED(c);
-        uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : client_now_ms() + (uint64_t)timeout_ms;
+        uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : monotonic_ms() + (uint64_t)timeout_ms;
 
         if (!c || !b || !b->own)
                 return GPUIPC_E_INVALID;
+        /* A live buffer without retire_after can never drain: waiting would only run out the
+         * timeout (or hang with -1), so it is refused at once. retire_after retires it by itself. */
         if (b->state == PROTO_STATE_LIVE && b->retire_after == 0) {
                 client_errmsg(c, "'%s' is still published: retire it first", b->name);
                 return GPUIPC_E_STATE;
         }
         while (b->state == PROTO_STATE_LIVE || b->state == PROTO_STATE_RETIRED) {
-                uint64_t now = client_now_ms();
+                uint64_t now = monotonic_ms();
                 int r;
 
                 if (deadline != UINT64_MAX && now >= deadline) {
@@ -397,6 +399,8 @@ _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms
                 if (r < 0)
                         return r;
         }
+        /* The drained event this wait consumed is dropped from the queue: the caller learnt it
+         * from the return value, and would otherwise see it a second time. */
         client_drop_events(c, GPUIPC_EVENT_DRAINED, b->id);
         return 0;
 }
@@ -416,6 +420,8 @@ static int map_for_reply(gpuipc_t *c, Frame *f, Mapping **ret)
         _cleanup_free_ Mapping *fresh = NULL;
         int r;
 
+        /* Checked without overflow (offset + size could wrap): a view reaching past its segment
+         * would hand the caller a pointer beyond the mapping. */
         if (view && (m->offset > size || m->size > size - m->offset || (map && map->size != size))) {
                 client_errmsg(c, "the broker described view %llu as [%llu, +%llu) of a %zu-byte segment %llu",
                               (unsigned long long)m->buffer, (unsigned long long)m->offset,
@@ -441,6 +447,8 @@ static int map_for_reply(gpuipc_t *c, Frame *f, Mapping **ret)
                 if (r < 0)
                         return r;
                 map = steal_ptr(fresh);
+                /* Not cached if the insert fails (out of memory): the mapping still serves this
+                 * attach, and the next one imports again. */
                 if (hmap_insert(&c->maps_by_id, &map->by_id, hash_u64(map->id)) == 0)
                         map->in_cache = true;
         }

@@ -17,7 +17,8 @@
 #include "internal.h"
 #include "macro.h"
 
-/* Why the last gpuipc_connect() of this thread failed: the connection is gone by then. */
+/* Why the last gpuipc_connect() of this thread failed: the connection is gone by then. Per thread,
+ * so two threads connecting at once each read their own reason. */
 static __thread char connect_errmsg[PROTO_MAX_TEXT + 1];
 
 _public_ const char *gpuipc_errmsg(const gpuipc_t *c)
@@ -80,6 +81,8 @@ static int open_socket(gpuipc_t *c, int timeout_ms)
                                       "broker's socket", c->path, what);
                         return GPUIPC_E_NO_BROKER;
                 }
+                /* ENOENT (no socket yet), ECONNREFUSED (a stale socket, broker restarting) and
+                 * EAGAIN (a full backlog) may end by themselves: those are waited through. */
                 if (err != ENOENT && err != ECONNREFUSED && err != EAGAIN) {
                         client_errmsg(c, "cannot connect to %s: %s", c->path, strerror(err));
                         return -err;
@@ -89,6 +92,8 @@ static int open_socket(gpuipc_t *c, int timeout_ms)
                                       "directory mounted into this container at that path?", c->path, strerror(err));
                         return GPUIPC_E_NO_BROKER;
                 }
+                /* A plain sleep: there is no connection to wait on yet, and a socket file appearing
+                 * gives no event a poll could see. */
                 usleep(CLIENT_RETRY_MS * 1000);
         }
 }
@@ -110,6 +115,8 @@ static int say_hello(gpuipc_t *c)
         r = client_request(c, &req, -1, c->connect_timeout_ms > 0 ? c->connect_timeout_ms : 10000, &f);
         if (r < 0)
                 return r;
+        /* Kept for gpuipc_connection_info: a new epoch after a reconnect tells the caller that the
+         * broker restarted, not just dropped the connection. */
         c->peer_id = f.msg.peer;
         c->pidns_same = f.msg.pidns_same;
         c->epoch = f.msg.epoch;

@@ -33,6 +33,8 @@ static bool take_event(gpuipc_t *c, gpuipc_event_t *ret)
         return true;
 }
 
+/* Only the connection's own events about buffer (subscription 0): a subscription's copy of the
+ * same event is what another part of the program asked for, and stays. Order is kept. */
 void client_drop_events(gpuipc_t *c, gpuipc_event_type_t type, uint64_t buffer)
 {
         size_t n = c->ev_count, kept = 0;
@@ -57,6 +59,8 @@ _public_ int gpuipc_next_event(gpuipc_t *c, int timeout_ms, gpuipc_event_t *ret)
 
                 if (take_event(c, ret))
                         return 0;
+                /* At least one pump even with timeout 0: a poll for events must read what the
+                 * broker already sent, or it would never see anything. */
                 left = client_remaining_ms(deadline);
                 if (left == 0 && pumped)
                         return GPUIPC_E_TIMEOUT;
@@ -67,6 +71,8 @@ _public_ int gpuipc_next_event(gpuipc_t *c, int timeout_ms, gpuipc_event_t *ret)
         }
 }
 
+/* An epoll fd, not the socket: it also wakes for queued events, ring news and the reconnect
+ * timer, and stays the same fd across reconnects, so an event loop registers it once. */
 _public_ int gpuipc_fd(const gpuipc_t *c)
 {
         return c->epfd;
@@ -105,6 +111,8 @@ _public_ int gpuipc_subscribe(gpuipc_t *c, const char *prefix, uint64_t *ret_sub
                 free(s);
                 return r;
         }
+        /* The caller gets an id of ours, not the broker's: the broker's changes when a reconnect
+         * subscribes again (client_resubscribe), ours never does. */
         s->broker_id = f.msg.sub;
         s->id = ++c->next_sub;
         snprintf(s->prefix, sizeof(s->prefix), "%s", prefix);
@@ -128,6 +136,8 @@ _public_ int gpuipc_unsubscribe(gpuipc_t *c, uint64_t subscription)
                         continue;
                 proto_request_init(&req, PROTO_OP_UNSUBSCRIBE);
                 proto_set_sub(&req, s->broker_id);
+                /* Forgotten here whatever the broker said: a broker that does not know the
+                 * subscription (it restarted meanwhile) sends it no events either. */
                 r = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, &f);
                 if (r == 0)
                         frame_free(&f);

@@ -43,6 +43,8 @@ static int fence_new(gpuipc_t *c, gpuipc_buffer_t *b, gpuipc_fence_t **ret)
         return 0;
 }
 
+/* Undoes a half-made fence, keeping the message of the step that failed: dropping the buffer may
+ * itself set an error message, which would replace the one that explains r. */
 int fence_undo(gpuipc_t *c, gpuipc_buffer_t *b, int r)
 {
         char why[sizeof(c->errmsg)];
@@ -80,6 +82,8 @@ _public_ int gpuipc_fence_create(gpuipc_t *c, const char *name, int device, gpui
         r = gpuipc_buffer_alloc(c, GPUIPC_KIND_CUDA_VMM, sizeof(uint64_t), device, &b);
         if (r < 0)
                 return r;
+        /* Zeroed before it is published: a waiter that opens the fence at once must see 0, not
+         * whatever the fresh allocation held. */
         r = cuda_copy(c, b->ptr, b->ordinal, &zero, sizeof(zero), false);
         if (r == 0)
                 r = gpuipc_publish(c, b, name, &opts);
@@ -147,6 +151,8 @@ static int fence_op(gpuipc_fence_t *f, void *cu_stream, uint64_t value, bool wai
 
         if (!f)
                 return GPUIPC_E_INVALID;
+        /* Its creator is gone, so nobody will signal it again: a wait queued now would hold the
+         * caller's stream forever, so the call fails instead. */
         if (f->buf->revoked) {
                 client_errmsg(f->conn, "the fence '%s' was revoked: its creator died", f->buf->name);
                 return GPUIPC_E_REVOKED;
@@ -160,6 +166,8 @@ static int fence_op(gpuipc_fence_t *f, void *cu_stream, uint64_t value, bool wai
                               f->buf->name);
                 return -EACCES;
         }
+        /* The fence's device context for the enqueue, popped whatever it returned: the caller's
+         * thread keeps the context it had. */
         r = cuda_ctx_push(f->conn, f->ordinal);
         if (r < 0)
                 return r;

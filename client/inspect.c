@@ -16,6 +16,8 @@
 /* Like every request that does not wait, an inspection gives the broker this long to answer. */
 #define INSPECT_REPLY_TIMEOUT_MS 10000
 
+/* The public header restates the protocol's limits and enums (gpuipc.h includes nothing of
+ * proto/); these make a change on one side a build error instead of a silent mismatch. */
 _Static_assert(GPUIPC_MAX_NAME == PROTO_MAX_NAME, "names fit gpuipc_buffer_info_t");
 _Static_assert(GPUIPC_MAX_LABEL == PROTO_MAX_LABEL, "labels fit gpuipc_peer_info_t");
 _Static_assert(GPUIPC_MAX_UUID == PROTO_MAX_UUID, "UUIDs fit the info structs");
@@ -40,6 +42,8 @@ _Static_assert((int)GPUIPC_SEAT_WAITING == PROTO_SEAT_WAITING && (int)GPUIPC_SEA
 
 /* ---- names ---- */
 
+/* Each name call checks the range itself: the values come from callers and from a possibly newer
+ * broker, and the proto tables are indexed by them. */
 _public_ const char *gpuipc_kind_name(gpuipc_kind_t kind)
 {
         return kind > 0 && kind < (int)_PROTO_KIND_MAX ? proto_kind_name((ProtoKind)kind) : "unknown";
@@ -85,6 +89,8 @@ _public_ int gpuipc_kind_from_name(const char *name, gpuipc_kind_t *ret)
 
 /* ---- records into structs ---- */
 
+/* The *_from functions zero the struct first: a field the broker did not send reads as 0 or "",
+ * never as what the caller's memory held, and padding leaks nothing when the struct is copied. */
 static void buffer_info_from(const ProtoMsg *m, gpuipc_buffer_info_t *ret)
 {
         memset(ret, 0, sizeof(*ret));
@@ -157,6 +163,7 @@ static void ring_info_from(const ProtoMsg *m, gpuipc_ring_info_t *ret)
 static void ring_member_info_from(const ProtoMsg *m, gpuipc_ring_member_info_t *ret)
 {
         memset(ret, 0, sizeof(*ret));
+        /* Clamped, not truncated: a broker's 64-bit index must not wrap into a small seat number. */
         ret->seat = (unsigned)MIN(m->index, (uint64_t)UINT_MAX);
         ret->epoch = m->generation;
         ret->state = (gpuipc_seat_state_t)m->seat;
@@ -189,6 +196,8 @@ static int copy_records(gpuipc_t *c, const ProtoMsg *reply, void *items, size_t 
         int r;
 
         proto_iter_init(&it, &reply->items);
+        /* Every record is walked (and so checked) even past cap: the count returned is the
+         * reply's, so a caller can tell it saw only part of it. */
         while ((r = proto_iter_next(&it, &rec)) == 1) {
                 if (n < cap)
                         fn(&rec, (char *)items + n * elem_size);
@@ -215,6 +224,8 @@ static int list_page(gpuipc_t *c, ProtoMsg *req, uint64_t *cursor, void *items, 
         if (cap == 0)
                 return 0;
         proto_set_after(req, *cursor);
+        /* Asking for no more than fits: the broker then moves the cursor past exactly what was
+         * copied, and no record falls between two pages. */
         proto_set_limit(req, MIN(cap, (size_t)GPUIPC_MAX_PAGE));
         r = client_request(c, req, -1, INSPECT_REPLY_TIMEOUT_MS, &f);
         if (r < 0)

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "gpuipc.h"
 #include "hmap.h"
 #include "list.h"
@@ -225,9 +226,14 @@ void client_abandon(gpuipc_t *c, uint64_t id);
 /* Reads and handles whatever is ready, waiting at most timeout_ms for the first frame. */
 int client_pump(gpuipc_t *c, int timeout_ms);
 
-/* Milliseconds on a monotonic clock; a deadline timeout_ms from now (<0: UINT64_MAX, never);
- * the milliseconds left until deadline as poll(2) wants them (-1: forever). */
-uint64_t client_now_ms(void);
+/* The old name of monotonic_ms(), kept for the ring modules' call sites until they switch. */
+static inline uint64_t client_now_ms(void)
+{
+        return monotonic_ms();
+}
+
+/* A deadline timeout_ms from now on monotonic_ms()'s clock (<0: UINT64_MAX, never); the
+ * milliseconds left until deadline as poll(2) wants them (-1: forever). */
 uint64_t client_deadline(int timeout_ms);
 int client_remaining_ms(uint64_t deadline);
 

@@ -29,6 +29,7 @@ static int legacy_alloc_in_ctx(gpuipc_t *c, gpuipc_buffer_t *b, size_t size, int
         GcuDevicePtr p = 0;
         GcuResult cr;
 
+        /* Checked before rounding up, which would otherwise wrap to a tiny allocation. */
         if (size > SIZE_MAX - (LEGACY_ALIGN - 1)) {
                 client_errmsg(c, "%zu bytes is more than any GPU holds", size);
                 return GPUIPC_E_INVALID;
@@ -43,6 +44,8 @@ static int legacy_alloc_in_ctx(gpuipc_t *c, gpuipc_buffer_t *b, size_t size, int
         return 0;
 }
 
+/* The *_in_ctx split: every CUDA call runs with the device's context pushed, and the pop happens
+ * on every path, success or not (cuda_ctx_pop passes the result through). */
 static int legacy_alloc(gpuipc_t *c, gpuipc_buffer_t *b, size_t size, int device)
 {
         int r = cuda_ctx_push(c, device);

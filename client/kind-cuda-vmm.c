@@ -14,6 +14,7 @@
 static GcuMemAllocationProp vmm_prop(int ordinal)
 {
         return (GcuMemAllocationProp){
+                /* PINNED: the only type cuMemCreate has; the memory stays resident on the device. */
                 .type = GCU_MEM_ALLOCATION_TYPE_PINNED,
                 /* The export type is fixed here, at creation: without it nothing can ever be shared. */
                 .requested_handle_types = GCU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
@@ -61,6 +62,7 @@ static int vmm_round(gpuipc_t *c, const GcuMemAllocationProp *prop, size_t size,
 
         if (cr != GCU_SUCCESS)
                 return cuda_error(c, "cuMemGetAllocationGranularity", cr);
+        /* g == 0 would divide by zero below; the other test keeps the rounding from wrapping. */
         if (g == 0 || size > SIZE_MAX - (g - 1)) {
                 client_errmsg(c, "cannot round %zu bytes up to the allocation granularity (%zu)", size, g);
                 return GPUIPC_E_INVALID;

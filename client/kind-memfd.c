@@ -18,9 +18,13 @@ static int memfd_alloc(gpuipc_t *c, gpuipc_buffer_t *b, size_t size, int device)
         void *p;
 
         (void)device;
+        /* ALLOW_SEALING: sealing happens at the first publish (memfd_export), and the broker
+         * refuses a memfd without the seals; a memfd made without it could never get them. */
         fd = memfd_create("gpuipc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (fd < 0)
                 return -errno;
+        /* Sized before mapping and sealing: F_SEAL_GROW comes later, and the mapping must not
+         * reach past the file's end (SIGBUS on touch). */
         if (ftruncate(fd, (off_t)size) < 0)
                 return -errno;
         p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -50,6 +54,7 @@ static int memfd_export(gpuipc_t *c, gpuipc_buffer_t *b, bool writable, int *ret
                 }
                 b->ka.sealed = true;
         }
+        /* Lent, not duplicated: the caller sends it and the buffer keeps owning it. */
         *ret_fd = b->ka.fd;
         return 0;
 }
@@ -96,6 +101,8 @@ static void memfd_unmap(gpuipc_t *c, Mapping *m)
         m->ptr = NULL;
 }
 
+/* Host memory both ways: gpuipc_buffer_read/write work on every kind through one path, and for
+ * memfd that path is a memcpy. */
 static int memfd_copy(void *ptr, int ordinal, void *host, size_t len, bool to_host)
 {
         (void)ordinal;

@@ -23,14 +23,6 @@
 
 #define MAX_RECV_FDS 4
 
-uint64_t client_now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Set in the library's own threads: their messages are theirs, not the connection's. */
 static __thread char *errmsg_sink;
 
@@ -95,13 +87,13 @@ int client_remaining_ms(uint64_t deadline)
 
         if (deadline == UINT64_MAX)
                 return -1;
-        now = client_now_ms();
+        now = monotonic_ms();
         return now >= deadline ? 0 : (int)MIN(deadline - now, (uint64_t)INT32_MAX);
 }
 
 uint64_t client_deadline(int timeout_ms)
 {
-        return timeout_ms < 0 ? UINT64_MAX : client_now_ms() + (uint64_t)timeout_ms;
+        return timeout_ms < 0 ? UINT64_MAX : monotonic_ms() + (uint64_t)timeout_ms;
 }
 
 /* fd joins the epoll set behind gpuipc_fd() and, once the ring thread runs, its own. */

@@ -23,6 +23,8 @@ gpuipc_t *gst_gpuipc_connect(GstElement *element, const char *socket_path)
 {
         g_autofree char *name = gst_object_get_name(GST_OBJECT(element));
         /* What `gpuipcctl peers` shows, and members name their producer by. */
+        /* Cut to 30 + 1 + 33 = 64 bytes, the broker's label limit (GPUIPC_MAX_LABEL), so a long
+         * program or element name shortens the label instead of failing the connect. */
         g_autofree char *label = g_strdup_printf("%.30s:%.33s", g_get_prgname() ? g_get_prgname() : "gst", name);
         gpuipc_options_t opts = {
                 .struct_size = sizeof(opts),

@@ -31,6 +31,8 @@ struct CudaFrames {
         GstVideoInfo pool_info;
 };
 
+/* Made lazily (on the first context message or caps), since an element on system-memory caps
+ * never needs CUDA and must work on hosts without it. */
 static CudaFrames *frames_new(GstElement *element)
 {
         static gsize debug_once;
@@ -87,6 +89,9 @@ gboolean cuda_frames_ensure(GstElement *element, CudaFrames **cup, int device)
                         return FALSE;
                 }
         }
+        /* A context shared by the pipeline (gst_cuda_ensure_element_context may find one) can be
+         * on another device than the ring's slots: a device-to-device copy across them would need
+         * peer access, so the mismatch is an error that names the fix. */
         if (device >= 0 && context_device(cu->ctx) != device) {
                 GST_ELEMENT_ERROR(element, RESOURCE, FAILED,
                                   ("the ring's slots are on CUDA device %d, the pipeline's CUDA context on device %d",
@@ -100,6 +105,8 @@ gboolean cuda_frames_ensure(GstElement *element, CudaFrames **cup, int device)
                 GST_ELEMENT_ERROR(element, RESOURCE, FAILED, ("cannot make the CUDA context current"), (NULL));
                 return FALSE;
         }
+        /* A stream of our own, so waiting for our copy does not wait for other elements' work on
+         * the context's default stream. */
         ok = cuda_ok(cu, CuStreamCreate(&cu->stream, CU_STREAM_DEFAULT), "cuStreamCreate");
         gst_cuda_context_pop(NULL);
         return ok;
@@ -109,6 +116,7 @@ void cuda_frames_free(CudaFrames *cu)
 {
         if (!cu)
                 return;
+        /* The pool and stream go before the context: both belong to it. */
         if (cu->pool) {
                 gst_buffer_pool_set_active(cu->pool, FALSE);
                 gst_object_unref(cu->pool);
@@ -160,6 +168,8 @@ gboolean cuda_frames_propose_allocation(CudaFrames *cu, GstQuery *query)
         GstCaps *caps;
 
         gst_query_parse_allocation(query, &caps, &need_pool);
+        /* Not being able to propose a pool is not a failure: upstream then allocates its own
+         * buffers and the copy into the slot works all the same. */
         if (!cu->ctx || !caps || !gst_video_info_from_caps(&info, caps))
                 return TRUE;
         gst_query_add_allocation_meta(query, GST_VIDEO_META_API_TYPE, NULL);
@@ -200,6 +210,8 @@ static gboolean copy_planes(CudaFrames *cu, const GstVideoInfo *info, CUdevicept
 
                 ok = cuda_ok(cu, CuMemcpy2DAsync(&c, cu->stream), "cuMemcpy2DAsync");
         }
+        /* Waited for before returning: gstcuda 1.22 cannot attach a stream to a memory, so the
+         * only way to say "complete" to whoever reads dst next is to be done. */
         if (ok)
                 ok = cuda_ok(cu, CuStreamSynchronize(cu->stream), "cuStreamSynchronize");
         gst_cuda_context_pop(NULL);
@@ -209,6 +221,8 @@ static gboolean copy_planes(CudaFrames *cu, const GstVideoInfo *info, CUdevicept
 /* buf's one GstCudaMemory, mapped as device memory with flags. */
 static GstCudaMemory *map_cuda(CudaFrames *cu, GstBuffer *buf, GstMapInfo *map, GstMapFlags flags)
 {
+        /* One memory only: a buffer of several would need a copy per memory at its own offsets,
+         * which this element does not do; the error says so rather than copying part of it. */
         GstMemory *mem = gst_buffer_n_memory(buf) == 1 ? gst_buffer_peek_memory(buf, 0) : NULL;
 
         if (!mem || !gst_is_cuda_memory(mem)) {

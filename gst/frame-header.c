@@ -4,6 +4,8 @@
 
 #include "frame-header.h"
 
+/* Only the used part of the caps array is written with a frame: the header is written into every
+ * slot for every frame, and most caps are a few hundred bytes of a much larger array. */
 size_t frame_header_bytes(const FrameHeader *h)
 {
         size_t len = h->caps_len <= FRAME_CAPS_MAX ? h->caps_len : FRAME_CAPS_MAX;
@@ -27,6 +29,10 @@ static int caps_text_ok(const char *s, size_t len)
         return 1;
 }
 
+/* h is the member's private copy (gpuipcsrc copies it out of the slot first), so checking it and
+ * then using it cannot be raced by a producer writing the slot. Every count and offset is bounded
+ * here before anything is sized or indexed from it; the caps are NUL-terminated here, not
+ * trusted to be. */
 int frame_header_check(FrameHeader *h, uint64_t slot_size, const char **ret_why)
 {
         if (slot_size < FRAME_HEADER_SIZE)
@@ -37,6 +43,7 @@ int frame_header_check(FrameHeader *h, uint64_t slot_size, const char **ret_why)
                 return bad(ret_why, "the frame header is of another version of gpuipcsink");
         if (h->type != FRAME_DATA && h->type != FRAME_EOS)
                 return bad(ret_why, "the frame header has an unknown type");
+        /* Subtracted, not added: payload + FRAME_HEADER_SIZE could wrap for a hostile payload. */
         if (h->payload > slot_size - FRAME_HEADER_SIZE)
                 return bad(ret_why, "the frame header announces more data than the slot holds");
         if (h->type == FRAME_EOS && h->payload)

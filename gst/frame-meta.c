@@ -14,8 +14,12 @@ void frame_meta_from_buffer(FrameHeader *h, GstBuffer *buf)
         h->duration = GST_BUFFER_DURATION(buf);
         h->offset = GST_BUFFER_OFFSET(buf);
         h->offset_end = GST_BUFFER_OFFSET_END(buf);
+        /* The buffer's own flags only: the mini object's (LOCKABLE, ...) describe this process's
+         * object, not the frame. */
         h->buffer_flags = GST_BUFFER_FLAGS(buf) & BUFFER_FLAGS_MASK;
         memset(&h->video, 0, sizeof(h->video));
+        /* Without a (fitting) video meta the frame has the default layout of its caps, which the
+         * member assumes when n_planes is 0. */
         if (vm && vm->n_planes <= FRAME_MAX_PLANES) {
                 h->video.n_planes = vm->n_planes;
                 h->video.flags = vm->flags;
@@ -38,6 +42,8 @@ void frame_meta_to_buffer(const FrameHeader *h, GstBuffer *buf)
         GST_BUFFER_OFFSET_END(buf) = h->offset_end;
         GST_MINI_OBJECT_FLAGS(buf) = (GST_MINI_OBJECT_FLAGS(buf) & ~BUFFER_FLAGS_MASK) |
                                      (h->buffer_flags & BUFFER_FLAGS_MASK);
+        /* The checked header's planes (at most FRAME_MAX_PLANES, frame_header_check) into
+         * GStreamer's arrays. */
         if (h->video.n_planes) {
                 gsize offset[GST_VIDEO_MAX_PLANES] = { 0 };
                 gint stride[GST_VIDEO_MAX_PLANES] = { 0 };
@@ -51,6 +57,8 @@ void frame_meta_to_buffer(const FrameHeader *h, GstBuffer *buf)
         }
 }
 
+/* Field by field into a struct of fixed-size types: GstSegment's layout is not a wire format
+ * (padding, guint64 vs gdouble alignment) and may change between GStreamer releases. */
 void frame_segment_from_gst(FrameSegment *f, const GstSegment *s)
 {
         *f = (FrameSegment){

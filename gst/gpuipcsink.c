@@ -19,7 +19,9 @@
 GST_DEBUG_CATEGORY(gst_gpuipc_sink_debug);
 #define GST_CAT_DEFAULT gst_gpuipc_sink_debug
 
-/* How long a frame that must be copied waits for the slot upstream still holds from the pool. */
+/* How long a frame that must be copied waits for the slot upstream still holds from the pool: an
+ * upstream that keeps the pool's buffer and sends another is a pipeline bug, and two seconds is
+ * long past any real frame time, short enough to say so before anyone gives up on the stream. */
 #define LENT_TIMEOUT_MS 2000
 
 enum {
@@ -197,7 +199,8 @@ static gboolean sink_stop(GstBaseSink *bs)
                 GST_WARNING_OBJECT(self, "members were still in the ring %u ms after the end of the stream",
                                    linger_ms);
         gst_clear_object(&self->pool);
-        /* A slot lent upstream keeps the ring (and its connection) until it comes back. */
+        /* A slot lent upstream keeps the ring (and its connection) until it comes back. The pool
+         * goes first: it holds a ring reference too. */
         g_clear_pointer(&self->ring, sink_ring_unref);
         g_clear_pointer(&self->conn, gpuipc_close);
 #if GPUIPC_GST_CUDA
@@ -210,6 +213,7 @@ static gboolean sink_stop(GstBaseSink *bs)
         return TRUE;
 }
 
+/* Only the first structure's features: fixed caps (what set_caps gets) have exactly one. */
 static gboolean caps_are_cuda(GstCaps *caps)
 {
         GstCapsFeatures *f = gst_caps_get_features(caps, 0);
@@ -225,6 +229,8 @@ static gboolean ensure_ring(GstGpuipcSink *self, const GstVideoInfo *info, gbool
         g_autofree char *name = NULL;
         guint64 slot_size;
 
+        /* A ring exists for the life of the element's run: members are seated in it, so new caps
+         * must fit it rather than replace it (which would end the stream for every member). */
         if (self->ring) {
                 if (sink_ring_kind(self->ring) != cfg.kind) {
                         GST_ELEMENT_ERROR(self, STREAM, FORMAT,
@@ -242,6 +248,8 @@ static gboolean ensure_ring(GstGpuipcSink *self, const GstVideoInfo *info, gbool
                 }
                 return TRUE;
         }
+        /* Properties copied under the object lock, then used without it: creating the ring talks to
+         * the broker, which must not happen with the lock held against the application. */
         GST_OBJECT_LOCK(self);
         name = g_strdup(self->ring_name);
         cfg.mode = self->mode;
@@ -293,6 +301,8 @@ static gboolean sink_set_caps(GstBaseSink *bs, GstCaps *caps)
                 GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("caps %s describe no raw video", text), (NULL));
                 return FALSE;
         }
+        /* The caps travel in every frame's header, which has a fixed size: caps that do not fit are
+         * refused here, once, rather than cut in every frame. */
         if (len > FRAME_CAPS_MAX) {
                 GST_ELEMENT_ERROR(self, STREAM, FORMAT,
                                   ("caps of %zu bytes do not fit a frame header (at most %zu)", len,
@@ -337,6 +347,8 @@ static gboolean sink_propose_allocation(GstBaseSink *bs, GstQuery *query)
                 gst_object_unref(self->pool);
                 self->pool = gst_gpuipc_slot_pool_new(self->ring);
         }
+        /* Exactly one buffer: it is the slot being written, and the ring has one such slot at a time
+         * (acquired, written, published). */
         config = gst_buffer_pool_get_config(self->pool);
         gst_buffer_pool_config_set_params(config, caps, GST_VIDEO_INFO_SIZE(&info), 1, 1);
         if (!gst_buffer_pool_set_config(self->pool, config))
@@ -385,6 +397,8 @@ static gboolean is_lent_slot(GstGpuipcSink *self, GstBuffer *buf)
         GstMapInfo map;
         gboolean lent;
 
+        /* Compared by address: a buffer that merely came from some pool, or was copied from ours,
+         * points elsewhere and is copied into the slot like any other. */
         if (gst_buffer_n_memory(buf) != 1 || !gst_memory_map(gst_buffer_peek_memory(buf, 0), &map, GST_MAP_READ))
                 return FALSE;
         lent = sink_ring_is_lent(self->ring, map.data);
@@ -411,9 +425,12 @@ static GstFlowReturn sink_render(GstBaseSink *bs, GstBuffer *buf)
                                   ("set slot-size to the largest frame the stream will carry"));
                 return GST_FLOW_ERROR;
         }
+        /* Before the first frame, not at start: a member must be seated to see the stream from its
+         * first frame, and caps (hence the ring) exist only once the stream began. */
         ret = wait_for_members(self);
         if (ret != GST_FLOW_OK)
                 return ret;
+        /* CUDA buffers always copy: the slot pool lends host memory only. */
         copy = self->cuda || !is_lent_slot(self, buf);
         if (copy) {
                 ret = sink_ring_acquire(self->ring, LENT_TIMEOUT_MS, &slot);
@@ -428,6 +445,8 @@ static GstFlowReturn sink_render(GstBaseSink *bs, GstBuffer *buf)
         if (self->cuda)
                 memset(&self->hdr.video, 0, sizeof(self->hdr.video)); /* the slot has the default layout */
         ret = sink_ring_publish(self->ring, &self->hdr);
+        /* Counters under the object lock: the frames and copies properties read them from any
+         * thread. */
         if (ret == GST_FLOW_OK) {
                 GST_OBJECT_LOCK(self);
                 self->frames++;
@@ -447,6 +466,8 @@ static GstFlowReturn publish_eos(GstGpuipcSink *self)
         ret = sink_ring_acquire(self->ring, LENT_TIMEOUT_MS, &slot);
         if (ret != GST_FLOW_OK)
                 return ret;
+        /* The end of the stream is a frame in a slot like the others, so a member sees it in order,
+         * after every frame before it; its caps and segment stay those of the stream. */
         self->hdr.type = FRAME_EOS;
         self->hdr.payload = 0;
         self->hdr.pts = self->hdr.dts = self->hdr.duration = GST_CLOCK_TIME_NONE;
@@ -473,6 +494,8 @@ static gboolean sink_event(GstBaseSink *bs, GstEvent *event)
         case GST_EVENT_FLUSH_STOP: {
                 gboolean reset;
 
+                /* Carried in the next frame's header: members compare flush_seq with the last one
+                 * they saw and flush downstream themselves, since no event crosses the ring. */
                 gst_event_parse_flush_stop(event, &reset);
                 self->hdr.flush_seq++;
                 self->hdr.flush_reset = reset;
@@ -488,6 +511,8 @@ static gboolean sink_event(GstBaseSink *bs, GstEvent *event)
         return GST_BASE_SINK_CLASS(gst_gpuipc_sink_parent_class)->event(bs, event);
 }
 
+/* basesink's unlock: every wait of the ring is a loop of short slices that looks at this flag, so
+ * a state change or a flush never waits for a slow member. */
 static gboolean sink_unlock(GstBaseSink *bs)
 {
         GstGpuipcSink *self = GST_GPUIPC_SINK(bs);

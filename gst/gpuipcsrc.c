@@ -21,7 +21,9 @@
 GST_DEBUG_CATEGORY_STATIC(gst_gpuipc_src_debug);
 #define GST_CAT_DEFAULT gst_gpuipc_src_debug
 
-/* A join waits this long per try before it looks whether the element is stopping. */
+/* A join waits this long per try before it looks whether the element is stopping: longer than the
+ * take slices (a join is rare, and each try is a round trip to the broker), short enough that a
+ * state change while waiting for the producer feels immediate. */
 #define JOIN_SLICE_MS 200
 
 enum {
@@ -111,6 +113,8 @@ static void member_unref(gpointer data)
 /* Who produces ring `name`, for the messages that name it when it ends. */
 static void describe_producer(Member *m, const char *name)
 {
+        /* A page of 32 on the stack: the producer is usually found in the first page, and this is
+         * only for messages. */
         gpuipc_peer_info_t peers[32];
         gpuipc_ring_info_t info;
         uint64_t cursor = 0;
@@ -152,6 +156,8 @@ static GstFlowReturn join(GstGpuipcSrc *self)
         timeout_ms = self->timeout_ms;
         GST_OBJECT_UNLOCK(self);
         deadline = g_get_monotonic_time() + (gint64)timeout_ms * G_TIME_SPAN_MILLISECOND;
+        /* A connection per membership: a membership that ended (the producer died) leaves nothing
+         * behind on the next one, and member_unref can close both together. */
         c = gst_gpuipc_connect(GST_ELEMENT(self), socket_path);
         if (!c)
                 return GST_FLOW_ERROR;
@@ -165,6 +171,8 @@ static GstFlowReturn join(GstGpuipcSrc *self)
                 e = gpuipc_ring_join(c, name, JOIN_SLICE_MS, &ring);
                 if (e == 0)
                         break;
+                /* Not found yet is the usual case (members often start before the producer): it
+                 * is waited through like a timeout. */
                 if (e != GPUIPC_E_TIMEOUT && e != GPUIPC_E_NOT_FOUND) {
                         GST_GPUIPC_ERROR(self, RESOURCE, OPEN_READ, gpuipc_errmsg(c), e, "cannot join ring '%s'",
                                          name);
@@ -268,6 +276,8 @@ static GstFlowReturn take(GstGpuipcSrc *self, gpuipc_buffer_t **ret_slot)
                                  "cannot take a frame from ring '%s'", self->ring_name);
                 return GST_FLOW_ERROR;
         }
+        /* The header is copied out before it is checked: the producer may still write the shared
+         * slot, and checking one copy and using another would let it change in between. */
         if (gpuipc_buffer_kind(slot) == GPUIPC_KIND_MEMFD)
                 memcpy(&self->hdr, gpuipc_buffer_ptr(slot), sizeof(self->hdr));
         else
@@ -282,6 +292,8 @@ static GstFlowReturn take(GstGpuipcSrc *self, gpuipc_buffer_t **ret_slot)
                 (void)gpuipc_ring_release(self->member->ring);
                 return GST_FLOW_ERROR;
         }
+        /* Frame numbers are consecutive per membership: a jump is frames a latest-mode ring skipped
+         * for this member, counted and marked DISCONT for downstream. */
         if (self->last_frame && n > self->last_frame + 1) {
                 GST_OBJECT_LOCK(self);
                 self->skipped += n - self->last_frame - 1;
@@ -300,6 +312,8 @@ static GstFlowReturn replay_stream_state(GstGpuipcSrc *self)
         FrameHeader *h = &self->hdr;
         GstSegment segment;
 
+        /* Caps are compared as text: set_caps (a renegotiation downstream) only when the producer's
+         * caps really changed, not for every frame. */
         if (!self->caps_text || strcmp(self->caps_text, h->caps) != 0) {
                 GstCaps *caps = gst_caps_from_string(h->caps);
                 GstVideoInfo info;
@@ -375,6 +389,8 @@ static GstFlowReturn frame_buffer(GstGpuipcSrc *self, gpuipc_buffer_t *slot, Gst
                 return GST_FLOW_ERROR;
 #endif
         } else {
+                /* The memory holds a membership reference: the slot stays mapped while downstream
+                 * reads it, even after this element left the ring. */
                 self->held = slot_hold_new(payload, self->hdr.payload, member_ref(self->member), member_unref);
                 buf = gst_buffer_new();
                 gst_buffer_append_memory(buf, slot_hold_memory(self->held));
@@ -453,10 +469,14 @@ static gboolean src_start(GstBaseSrc *bs)
         named = self->ring_name && *self->ring_name;
         self->frames = self->copies = self->skipped = 0;
         GST_OBJECT_UNLOCK(self);
+        /* Checked at start, not at the first frame: a pipeline missing its ring name fails when it
+         * is set to PLAYING, with a message, instead of waiting for a ring named "". */
         if (!named) {
                 GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("no ring name: set the ring property"), (NULL));
                 return FALSE;
         }
+        /* A restart is a new stream: the first frame's caps, segment and flush count are replayed
+         * as new, whatever the last run saw. */
         g_clear_pointer(&self->caps_text, g_free);
         self->have_segment = FALSE;
         self->have_flush_seq = FALSE;
@@ -467,7 +487,7 @@ static gboolean src_start(GstBaseSrc *bs)
 static gboolean src_stop(GstBaseSrc *bs)
 {
         GstGpuipcSrc *self = GST_GPUIPC_SRC(bs);
-        gint stopping = TRUE;
+        gint stopping = TRUE; /* as the cancel flag: let go without waiting for downstream's maps */
         gboolean copied;
 
         /* Give the held frame back now if downstream lets it go or leaves it unmapped; otherwise it
@@ -487,6 +507,8 @@ static gboolean src_stop(GstBaseSrc *bs)
         return TRUE;
 }
 
+/* The flag every slice loop (join, take, let go) looks at: a flush or a state change ends the wait
+ * within one slice, even when no producer ever comes. */
 static gboolean src_unlock(GstBaseSrc *bs)
 {
         g_atomic_int_set(&GST_GPUIPC_SRC(bs)->flushing, TRUE);
@@ -535,6 +557,7 @@ static void src_set_property(GObject *object, guint id, const GValue *value, GPa
         case PROP_TIMEOUT: self->timeout_ms = g_value_get_int(value); break;
         case PROP_RECONNECT: self->reconnect = g_value_get_boolean(value); break;
         case PROP_IS_LIVE:
+                /* gst_base_src_set_live takes the object lock itself. */
                 GST_OBJECT_UNLOCK(self);
                 gst_base_src_set_live(GST_BASE_SRC(self), g_value_get_boolean(value));
                 return;

@@ -9,8 +9,9 @@ GST_DEBUG_CATEGORY_EXTERN(gst_gpuipc_sink_debug);
 #define GST_CAT_DEFAULT gst_gpuipc_sink_debug
 
 struct SinkRing {
-        gint refs;
-        GWeakRef element;        /* where errors are posted */
+        gint refs;               /* the element, its slot pool and each memory lent upstream hold one */
+        GWeakRef element;        /* where errors are posted; weak, since a lent memory may outlive
+                                  * the element */
         char *name;
         gpuipc_kind_t kind;
         size_t payload;
@@ -44,6 +45,8 @@ SinkRing *sink_ring_new(GstElement *element, gpuipc_t *c, const SinkRingConfig *
         gpuipc_ring_options_t opts = {
                 .struct_size = sizeof(opts),
                 .kind = cfg->kind,
+                /* Each slot carries its frame's header in front of the payload: a member reads
+                 * both from one slot, and a frame needs no second publication. */
                 .slot_size = cfg->payload + FRAME_HEADER_SIZE,
                 .slots = cfg->slots,
                 .max_members = cfg->max_members,
@@ -108,6 +111,8 @@ gpuipc_kind_t sink_ring_kind(const SinkRing *r)
         return r->kind;
 }
 
+/* The flag is atomic so the slice loops read it without a lock; the broadcast is taken under lock
+ * so a waiter between its check and its wait cannot miss it. */
 void sink_ring_set_flushing(SinkRing *r, gboolean flushing)
 {
         g_atomic_int_set(&r->flushing, flushing);
@@ -124,6 +129,8 @@ static GstFlowReturn acquire_locked(SinkRing *r, gint *cancel)
 
                 if (g_atomic_int_get(cancel))
                         return GST_FLOW_FLUSHING;
+                /* A backpressure ring may wait for its slowest member indefinitely: short slices
+                 * keep a flush or a state change from waiting behind it. */
                 e = gpuipc_ring_acquire(r->ring, GPUIPC_GST_SLICE_MS, &r->slot);
                 if (e == GPUIPC_E_TIMEOUT)
                         continue;
@@ -143,6 +150,8 @@ GstFlowReturn sink_ring_lend(SinkRing *r, gint *cancel, guint8 **ret_data, guint
         g_mutex_lock(&r->call_lock);
         ret = acquire_locked(r, cancel);
         if (ret == GST_FLOW_OK) {
+                /* The token tells this lend's end from a late end of an earlier one (a memory freed
+                 * after its frame was published). */
                 g_mutex_lock(&r->lock);
                 r->lent = TRUE;
                 r->lent_data = (guint8 *)gpuipc_buffer_ptr(r->slot) + FRAME_HEADER_SIZE;
@@ -191,6 +200,8 @@ static GstFlowReturn wait_not_lent(SinkRing *r, int timeout_ms)
         else if (r->lent)
                 ret = GST_FLOW_ERROR;
         g_mutex_unlock(&r->lock);
+        /* Posted after the lock is dropped: posting may call into the application's bus handler,
+         * which must not run under a lock the streaming thread needs. */
         if (ret == GST_FLOW_ERROR) {
                 GstElement *el = g_weak_ref_get(&r->element);
 
@@ -231,6 +242,7 @@ GstFlowReturn sink_ring_publish(SinkRing *r, const FrameHeader *h)
                 return GST_FLOW_ERROR;
         }
         /* A copy for host slots, a CUDA copy for cuda-vmm ones. */
+        /* Header before publish: publishing is what lets members read the slot. */
         e = gpuipc_buffer_write(r->slot, 0, h, frame_header_bytes(h));
         if (e == 0)
                 e = gpuipc_ring_publish(r->ring, &frame);
@@ -259,6 +271,8 @@ static int count_seats(SinkRing *r, unsigned *ret_seated, unsigned *ret_taken)
         unsigned seated = 0;
         int n, e;
 
+        /* Reading the broker's news first is what seats members that joined since the last call:
+         * without it a waiting producer would count seats that never fill. */
         e = gpuipc_process(r->conn);
         if (e < 0)
                 return e;

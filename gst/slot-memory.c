@@ -127,8 +127,12 @@ gboolean slot_hold_let_go(SlotHold *h, gint *cancel, gboolean *ret_copied)
                         g_mutex_unlock(&h->lock);
                         return FALSE;
                 }
+                /* Woken by the last unmap; the 20 ms bound is only so that cancel is looked at
+                 * while downstream keeps the memory mapped. */
                 g_cond_wait_until(&h->cond, &h->lock, g_get_monotonic_time() + 20 * G_TIME_SPAN_MILLISECOND);
         }
+        /* No maps now, and h->lock keeps new ones out until data points at the copy: every map
+         * from here on sees the copy, none the slot that is about to be released. */
         if (!h->returned && !h->copy) {
                 void *copy = copy_get(h->size);
 
@@ -160,6 +164,8 @@ static SlotMemory *memory_new(SlotHold *h, GstMemory *parent, gsize offset, gsiz
 {
         SlotMemory *m = g_new0(SlotMemory, 1);
 
+        /* READONLY: the slot is the producer's frame, shared with other members; 4095: the page
+         * alignment the slot has, announced for elements that want aligned data. */
         gst_memory_init(GST_MEMORY_CAST(m), GST_MEMORY_FLAG_READONLY, slot_allocator(),
                         parent, h->size, 4095, offset, size);
         m->hold = h;
@@ -196,6 +202,8 @@ static void slot_mem_unmap(GstMemory *mem)
         g_mutex_unlock(&h->lock);
 }
 
+/* A share maps through the same hold, so its maps count too: moving the frame waits for them as
+ * for the root's. */
 static GstMemory *slot_mem_share(GstMemory *mem, gssize offset, gssize size)
 {
         GstMemory *root = mem->parent ? mem->parent : mem;
@@ -205,6 +213,8 @@ static GstMemory *slot_mem_share(GstMemory *mem, gssize offset, gssize size)
         return GST_MEMORY_CAST(memory_new(((SlotMemory *)mem)->hold, root, mem->offset + offset, size));
 }
 
+/* A copy into ordinary system memory: what an element that wants to write (or keep) the frame
+ * gets, independent of the slot from then on. */
 static GstMemory *slot_mem_copy(GstMemory *mem, gssize offset, gssize size)
 {
         GstMapInfo src, dst;

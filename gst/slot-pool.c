@@ -60,6 +60,8 @@ typedef struct Lend {
         guint64 token;
 } Lend;
 
+/* The wrapped memory's destroy notify: runs on whichever thread drops the last reference to the
+ * buffer's memory (upstream's, or the sink's), hence the ring's own locking. */
 static void lent_memory_gone(gpointer data)
 {
         Lend *lend = data;
@@ -88,6 +90,8 @@ static GstFlowReturn slot_pool_acquire_buffer(GstBufferPool *pool, GstBuffer **r
                 GST_BUFFER_POOL_CLASS(gst_gpuipc_slot_pool_parent_class)->release_buffer(pool, buf);
                 return fr;
         }
+        /* The memory holds a ring reference: a buffer upstream keeps past the element's stop still
+         * points into a mapped slot. */
         lend->ring = sink_ring_ref(self->ring);
         gst_buffer_append_memory(buf, gst_memory_new_wrapped(0, data, sink_ring_payload(self->ring), 0, self->size,
                                                              lend, lent_memory_gone));
@@ -104,6 +108,8 @@ static void slot_pool_release_buffer(GstBufferPool *pool, GstBuffer *buf)
         GST_BUFFER_POOL_CLASS(gst_gpuipc_slot_pool_parent_class)->release_buffer(pool, buf);
 }
 
+/* A flush must interrupt an acquire waiting for a slot (a backpressure ring's slowest member):
+ * sink_ring_lend's slices look at this flag. */
 static void slot_pool_flush_start(GstBufferPool *pool)
 {
         g_atomic_int_set(&GST_GPUIPC_SLOT_POOL(pool)->flushing, TRUE);

@@ -1,6 +1,7 @@
 /* Frames: the fixed 12-byte header (magic "GIPC", version, fd count, reserved, body length LE),
- * and proto_frame_decode, the one path by which the broker and the library read a received frame:
- * whatever either side accepts, the other side's encoder produced, and the fuzzer checks both. */
+ * proto_frame_encode, and proto_frame_decode, the one path by which the broker and the library
+ * read a received frame: whatever either side accepts, the other side's encoder produced, and the
+ * fuzzer checks both. Dependency: frame.c -> msg.c (the body codec), never the other way. */
 #include <stdio.h>
 #include <string.h>
 
@@ -36,6 +37,32 @@ void proto_header_write(uint8_t out[PROTO_HEADER_SIZE], uint32_t body_len, uint8
         out[9] = (body_len >> 8) & 0xff;
         out[10] = (body_len >> 16) & 0xff;
         out[11] = (body_len >> 24) & 0xff;
+}
+
+int proto_frame_encode(ProtoBuf *out, const ProtoMsg *m, uint8_t n_fds)
+{
+        static const uint8_t header_placeholder[PROTO_HEADER_SIZE];
+        size_t start = out->len, body;
+        int r;
+
+        if (n_fds > PROTO_MAX_FDS)
+                return PROTO_E_TOO_BIG;
+        /* The header's room first: its body length is known only once the body is written. */
+        r = proto_buf_append(out, header_placeholder, sizeof(header_placeholder));
+        if (r < 0)
+                return r;
+        r = proto_record_encode(out, m);
+        if (r < 0) {
+                out->len = start;
+                return r;
+        }
+        body = out->len - start - PROTO_HEADER_SIZE;
+        if (body > PROTO_MAX_BODY) {
+                out->len = start;
+                return PROTO_E_TOO_BIG;
+        }
+        proto_header_write(out->data + start, (uint32_t)body, n_fds);
+        return 0;
 }
 
 static bool is_field_error(int e)

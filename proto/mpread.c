@@ -72,6 +72,9 @@ int mp_read_array(MpReader *r, uint32_t *ret_n)
         return read_container(r, 0x90, 0x9f, 0xdc, 0xdd, 1, ret_n);
 }
 
+/* str and bin share a shape (a length, then that many bytes) but not their type bytes: a str where
+ * a bin is wanted is a field of the wrong type, so the caller's want_str picks which are accepted.
+ * The result points into the body (no copy): it lives as long as the frame does. */
 static int read_blob(MpReader *r, bool want_str, const uint8_t **ret, uint32_t *ret_len)
 {
         uint64_t n;
@@ -135,6 +138,8 @@ int mp_read_uint(MpReader *r, uint64_t *ret_v)
                 e = take_be(r, n, &v);
                 if (e)
                         return e;
+                /* A set sign bit is a negative number, which no unsigned field can hold: refused
+                 * rather than read as a huge value. */
                 if (n < 8 && (v >> (8 * n - 1)))
                         return PROTO_E_FIELD;
                 if (n == 8 && (v >> 63))
@@ -177,6 +182,11 @@ static int scalar_width(uint8_t t)
         }
 }
 
+/* Steps over one value without decoding it (unknown keys, metadata). depth bounds the recursion:
+ * each nesting level costs a stack frame, so a body of nested one-entry maps would otherwise run
+ * the stack out long before it ran out of bytes. Scalars and blobs need no depth, containers one
+ * level each. utf8: every string must be valid UTF-8 (metadata: the broker echoes it to every
+ * reader, who may render it as JSON; docs/protocol.md "Strings are UTF-8"). */
 static int skip(MpReader *r, unsigned depth, bool utf8)
 {
         const uint8_t *b;
@@ -218,6 +228,7 @@ static int skip(MpReader *r, unsigned depth, bool utf8)
                 e = mp_read_map(r, &n);
                 if (e)
                         return e;
+                /* 2n values: n can be 2^32 - 1, so the bound is computed in 64 bits. */
                 for (uint64_t i = 0; i < 2ull * n; i++)
                         if ((e = skip(r, depth - 1, utf8)))
                                 return e;

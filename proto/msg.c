@@ -1,5 +1,7 @@
 /* Message codec: one table describes every field (key, type, limit, where it lives in ProtoMsg), and
- * both directions are driven by it, so the decoder and encoder cannot disagree about a field. */
+ * both directions are driven by it, so the decoder and encoder cannot disagree about a field.
+ * Bodies only: msg.c knows nothing of the frame header, and frame.c builds on it (frame.c ->
+ * msg.c, never the other way); listing records (proto_items_*) are such bodies without a frame. */
 #include <errno.h>
 #include <msgpack.h>
 #include <stdlib.h>
@@ -560,31 +562,6 @@ static int encode_body(ProtoBuf *out, const ProtoMsg *m)
                 out->len = start;
                 return -ENOMEM;
         }
-        return 0;
-}
-
-int proto_frame_encode(ProtoBuf *out, const ProtoMsg *m, uint8_t n_fds)
-{
-        size_t start = out->len, body;
-        int r;
-
-        if (n_fds > PROTO_MAX_FDS)
-                return PROTO_E_TOO_BIG;
-        r = buf_reserve(out, PROTO_HEADER_SIZE + 512);
-        if (r < 0)
-                return r;
-        out->len += PROTO_HEADER_SIZE;
-        r = encode_body(out, m);
-        if (r < 0) {
-                out->len = start;
-                return r;
-        }
-        body = out->len - start - PROTO_HEADER_SIZE;
-        if (body > PROTO_MAX_BODY) {
-                out->len = start;
-                return PROTO_E_TOO_BIG;
-        }
-        proto_header_write(out->data + start, (uint32_t)body, n_fds);
         return 0;
 }
 

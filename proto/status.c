@@ -1,6 +1,9 @@
 /* Names and default texts of reply status codes. The texts say what happened and what to do. */
 #include "status.h"
 
+/* Indexed by the status number, which is the wire value: a status is never renumbered, only added
+ * at the end (the library maps status N to -(1000 + N), GPUIPC_ERRNO_MAP, and programs compare
+ * with those). The names are stable too (docs/protocol.md), the texts may be improved. */
 static const struct {
         const char *name, *text;
 } statuses[_PROTO_STATUS_MAX] = {
@@ -70,6 +73,7 @@ static const struct {
                 "and never reuse one (libgpuipc does)" },
 };
 
+/* A status from a newer broker is shown as "unknown", not looked up past the table. */
 const char *proto_status_name(unsigned status)
 {
         return status < _PROTO_STATUS_MAX ? statuses[status].name : "unknown";

@@ -7,8 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* One sendmsg: the record and at most one fd travel together, so the receiver gets the fd with
+ * the very frame that announces it (a SEQPACKET record is never split or merged). */
 static int send_record(int sock, const void *buf, size_t len, int fd, int flags)
 {
+        /* The union aligns the control buffer for struct cmsghdr, which CMSG_FIRSTHDR assumes. */
         union {
                 char buf[CMSG_SPACE(sizeof(int))];
                 struct cmsghdr align;
@@ -29,6 +32,8 @@ static int send_record(int sock, const void *buf, size_t len, int fd, int flags)
                 memcpy(CMSG_DATA(cm), &fd, sizeof(int));
         }
         for (;;) {
+                /* MSG_NOSIGNAL: a peer that went away is -EPIPE, not a SIGPIPE that kills the
+                 * broker or the application using the library. */
                 if (sendmsg(sock, &mh, MSG_NOSIGNAL | flags) >= 0)
                         return 0;
                 if (errno != EINTR)
@@ -50,6 +55,8 @@ static ssize_t recv_record(int sock, void *buf, size_t cap, int *fds, size_t max
         bool surplus = false;
         ssize_t n;
 
+        /* MSG_CMSG_CLOEXEC: received fds are close-on-exec from the start, so a fork+exec in another
+         * thread cannot leak them into a child. */
         do
                 n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags);
         while (n < 0 && errno == EINTR);
@@ -66,16 +73,22 @@ static ssize_t recv_record(int sock, void *buf, size_t cap, int *fds, size_t max
                         if (n_fds < max_fds && n_fds < FDPASS_MAX_FDS) {
                                 fds[n_fds++] = fd;
                         } else {
+                                /* More than the caller takes: closed here, or each such frame
+                                 * would leak fds toward the process's limit. */
                                 close(fd);
                                 surplus = true;
                         }
                 }
         }
         *ret_n_fds = n_fds;
+        /* Truncated data or fds make the frame unreadable as sent: the caller treats it as a
+         * protocol violation rather than decoding part of it. */
         *ret_truncated = surplus || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC));
         return n;
 }
 
+/* The non-blocking pair is for event loops (the broker, the library's pumps); the _wait pair for
+ * a caller that owns the socket and may block on it (the benchmark's raw-socket baseline). */
 int fdpass_send(int sock, const void *buf, size_t len, int fd)
 {
         return send_record(sock, buf, len, fd, MSG_DONTWAIT);

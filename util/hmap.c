@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The paper's test key until hash_seed(): only the broker hashes what peers choose (names), and it
+ * seeds from getrandom at start-up; the library and the tests key their tables by their own ids,
+ * where a fixed key keeps runs reproducible. */
 static uint64_t sip_k0 = 0x0706050403020100ULL, sip_k1 = 0x0f0e0d0c0b0a0908ULL;
 
 void hash_seed(const uint8_t key[16])
@@ -37,12 +40,16 @@ uint64_t hash_bytes(const void *data, size_t len)
                 SIPROUND();
                 v0 ^= m;
         }
+        /* The last 0 to 7 bytes, with the length's low byte on top: strings that differ only in
+         * trailing zero bytes still hash apart. */
         for (size_t j = 0; i + j < len; j++)
                 b |= (uint64_t)p[i + j] << (8 * j);
         v3 ^= b;
         SIPROUND();
         SIPROUND();
         v0 ^= b;
+        /* Two rounds per word and four to finish are the SipHash-2-4 that the keyed-hash analysis
+         * covers: fewer would be faster and no longer the analysed function. */
         v2 ^= 0xff;
         SIPROUND();
         SIPROUND();
@@ -56,6 +63,9 @@ uint64_t hash_u64(uint64_t v)
         return hash_bytes(&v, sizeof(v));
 }
 
+/* Doubles the bucket array (a power of two, so a bucket is hash & mask, no division) and relinks
+ * every node by its stored hash: nothing is rehashed, and entries never move in memory, so the
+ * pointers callers keep to them stay valid. On -ENOMEM the old table is left as it was. */
 static int hmap_grow(HMap *m)
 {
         size_t n = m->buckets ? (m->mask + 1) * 2 : 16;
@@ -93,6 +103,8 @@ int hmap_insert(HMap *m, HNode *n, uint64_t hash)
         return 0;
 }
 
+/* Walks only n's chain (a load factor of at most 1 keeps it about one node long). A node that is
+ * not linked is left alone, so removing twice is harmless. */
 void hmap_remove(HMap *m, HNode *n)
 {
         HNode **pp = &m->buckets[n->hash & m->mask];

@@ -28,6 +28,8 @@ static inline bool list_linked(const List *n)
         return n->next && n->next != n;
 }
 
+/* Links n just before at: with at the head, that is the tail, which keeps lists in insertion
+ * order: a connection's queued frames leave in the order they were queued (broker/conn.c). */
 static inline void list_link_before(List *at, List *n)
 {
         n->prev = at->prev;

@@ -36,6 +36,8 @@ void sort_array(void *base, size_t n, size_t size, int (*cmp)(const void *, cons
 
         if (n < 2 || size == 0)
                 return;
+        /* Heapify bottom-up from the last parent (O(n)), then move the largest to the end, one by
+         * one: in place, and O(n log n) even on input chosen to be hostile, unlike quicksort. */
         for (size_t i = n / 2; i-- > 0;)
                 sift_down(b, i, n, size, cmp);
         for (size_t end = n - 1; end > 0; end--) {

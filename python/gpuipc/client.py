@@ -36,10 +36,6 @@ if TYPE_CHECKING:
 # other threads get a turn; the broker and libgpuipc see several shorter waits.
 _SLICE_MS = 500
 
-_E_TIMEOUT = -1006
-_E_STATE = -1012
-_E_BUSY = -1104
-_E_INVALID = -1021
 
 
 class _Deadline:
@@ -517,7 +513,7 @@ class Client:
             ms, last = deadline.next_slice()
             with self._locked():
                 r = self._lib.gpuipc_wait_drained(self._c, buf._handle, ms)
-                if r == _E_TIMEOUT and not last:
+                if r == errors.E_TIMEOUT and not last:
                     continue
                 self._check(r, f"wait for '{buf.name}' to drain")
                 return
@@ -531,7 +527,7 @@ class Client:
         with self._locked():
             self._check(self._lib.gpuipc_process(self._c), 'process')
             r = self._lib.gpuipc_wait_drained(self._c, buf._handle, 0)
-            if r in (_E_TIMEOUT, _E_STATE):
+            if r in (errors.E_TIMEOUT, errors.E_STATE):
                 return False
             self._check(r, f"check whether '{buf.name}' drained")
             return True
@@ -551,7 +547,7 @@ class Client:
     def _free_held(self, buf):
         """gpuipc_buffer_free, with the lock held; the code it returned."""
         r = self._lib.gpuipc_buffer_free(self._c, buf._handle)
-        if r not in (_E_BUSY, _E_INVALID):
+        if r not in (errors.E_BUSY, errors.E_INVALID):
             self._forget(buf)  # libgpuipc freed it, whatever the broker answered
         return r
 
@@ -570,7 +566,7 @@ class Client:
             with self._locked():
                 self._check(self._lib.gpuipc_set_device(self._c, int(device)), 'set the device')
                 r = self._lib.gpuipc_attach(self._c, target, ms, ctypes.byref(h))
-                if r == _E_TIMEOUT and not last:
+                if r == errors.E_TIMEOUT and not last:
                     continue
                 self._check(r, f"attach '{name}'")
                 return self._adopt(h.value)
@@ -635,7 +631,7 @@ class Client:
         ev = _lib.Event()
         with self._locked():
             r = self._lib.gpuipc_next_event(self._c, timeout_ms, ctypes.byref(ev))
-            if r == _E_TIMEOUT:
+            if r == errors.E_TIMEOUT:
                 return None
             self._check(r, 'wait for an event')
         return Event._from_c(ev)

@@ -150,6 +150,38 @@ class SystemCallError(Error, OSError):
         self.errno = -code if code < 0 else None
 
 
+# libgpuipc's error codes, GPUIPC_E_* of client/gpuipc.h (its GPUIPC_ERRNO_MAP table), under the same
+# names: the package's one copy of them. Every other module compares with these, never with a
+# number; tests/python/abi.py checks them against the header, both ways.
+E_BAD_REQUEST = -1001  # bad-request
+E_PROTOCOL = -1002  # protocol
+E_VERSION = -1003  # version
+E_UNKNOWN_OP = -1004  # unknown-op
+E_NOT_FOUND = -1005  # not-found
+E_TIMEOUT = -1006  # timeout
+E_NAME_TAKEN = -1007  # name-taken
+E_QUOTA = -1008  # quota
+E_DENIED = -1009  # denied
+E_NOT_OWNER = -1010  # not-owner
+E_NOT_ATTACHED = -1011  # not-attached
+E_STATE = -1012  # state
+E_BAD_FD = -1013  # bad-fd
+E_PIDNS = -1014  # pidns
+E_DEVICE = -1015  # device
+E_GROUP_MISMATCH = -1016  # group-mismatch
+E_REVOKED = -1017  # revoked
+E_HELLO_FIRST = -1018  # hello-first
+E_SHUTDOWN = -1019  # shutdown
+E_KIND = -1020  # kind
+E_INVALID = -1021  # invalid
+E_KEY_TAKEN = -1022  # key-taken
+E_NO_BROKER = -1100  # no-broker
+E_DISCONNECTED = -1101  # disconnected
+E_NO_CUDA = -1102  # no-cuda
+E_CUDA = -1103  # cuda
+E_BUSY = -1104  # busy
+E_BAD_REPLY = -1105  # bad-reply
+
 # gpuipc_err_name() -> class: the broker's statuses (docs/protocol.md section 8), the library's own
 # codes, and the errno names that have a class of their own (other errnos: SystemCallError).
 _BY_NAME = {

@@ -24,9 +24,6 @@ from typing import Any, NamedTuple, Optional, Sequence, Union
 from . import _lib, arrays, dlpack, dtypes, errors
 from .buffer import KINDS, Buffer, View
 
-_E_TIMEOUT = -1006
-_E_STATE = -1012
-_E_KIND = -1020
 _IDLE_VIEWS_MAX = 256
 _SLICE_MS = 500
 
@@ -128,7 +125,7 @@ class Pool:
         h = ctypes.c_void_p()
         with client._locked():
             r = self._lib.gpuipc_pool_new(client._c, ctypes.byref(opts), ctypes.byref(h))
-            if r == _E_KIND:
+            if r == errors.E_KIND:
                 detail = (self._lib.gpuipc_errmsg(client._c) or b'').decode(errors='replace')
                 raise errors.from_code(r, f'make a {kind} pool on device {self.device}', detail, client._strerror(r),
                                        cls=errors.NoVmm)
@@ -433,7 +430,7 @@ class Pool:
                 ms, last = deadline.next_slice()
                 with self._client._locked():
                     r = self._lib.gpuipc_wait_drained(self._client._c, pub.view._handle, ms)
-                    if r == _E_TIMEOUT and not last:
+                    if r == errors.E_TIMEOUT and not last:
                         continue
                     self._client._check(r, 'wait for a pooled array to drain')
                     break

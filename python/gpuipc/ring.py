@@ -37,8 +37,6 @@ from .fence import stream_handle
 MODES = {'backpressure': 0, 'latest': 1, 'stream': 2}
 META_SUFFIX = '@meta'
 
-_E_TIMEOUT = -1006
-_E_NOT_FOUND = -1005
 # A take_async() looks at the ring this often even when its fd stays quiet: the fd wakes for frames
 # and for the broker's news (libgpuipc's ring thread reads it, and reconnects after a restart), so
 # this is only a bound on a wake-up that went missing.
@@ -271,7 +269,7 @@ class Ring:
                 r = fn(h, *args, ms, self._p_slot, self._p_number)
             if r >= 0:
                 return True
-            if r != _E_TIMEOUT:
+            if r != errors.E_TIMEOUT:
                 self._fail(r, what)
             if deadline is None:
                 if 0 <= timeout_ms <= _SLICE_MS:
@@ -315,7 +313,7 @@ class Ring:
             ms, last = slices.next_slice() if slices is not None else (None, True)
             with self._client._locked():
                 r = fn(self._h()) if slices is None else fn(self._h(), ms)
-                if r == _E_TIMEOUT and not last:
+                if r == errors.E_TIMEOUT and not last:
                     continue
                 try:
                     self._client._check(r, f"{what} (ring '{self.name}')")
@@ -342,7 +340,7 @@ class Ring:
         else:
             got = self._data_call('acquire', _host_acquire(lib), (), timeout_ms)
         if not got:
-            self._fail(_E_TIMEOUT, 'acquire')
+            self._fail(errors.E_TIMEOUT, 'acquire')
         self._acquired = self._frame(self._out_slot.value, None, cu)
         return self._acquired
 
@@ -395,7 +393,7 @@ class Ring:
         producer closed the ring, Revoked if it died or evicted this member."""
         frame = self._take(timeout_ms, stream)
         if frame is None:
-            raise errors.Timeout(f"ring '{self.name}': no frame within {timeout_ms} ms", -1006, 'take', '',
+            raise errors.Timeout(f"ring '{self.name}': no frame within {timeout_ms} ms", errors.E_TIMEOUT, 'take', '',
                                  '', 'timeout')
         return frame
 
@@ -764,14 +762,14 @@ def join(client, name, timeout_ms, device):
         with client._locked():
             client._check(lib.gpuipc_set_device(client._c, int(device)), 'set the device')
             r = lib.gpuipc_ring_join(client._c, target, ms, ctypes.byref(h))
-            if r == _E_NOT_FOUND and not last:
+            if r == errors.E_NOT_FOUND and not last:
                 continue
-            if r == _E_NOT_FOUND and timeout_ms != 0:
+            if r == errors.E_NOT_FOUND and timeout_ms != 0:
                 # The broker's last word says whether the ring is missing or only not ready (being
                 # set up, or no seat with its new pages yet: its producer makes no ring calls).
                 said = (lib.gpuipc_errmsg(client._c) or b'').decode(errors='replace')
                 why = said if said.startswith(f"ring '{name}'") else 'no ring of that name appeared'
-                raise errors.from_code(_E_TIMEOUT, f"join ring '{name}'", f'{why} within {timeout_ms} ms',
+                raise errors.from_code(errors.E_TIMEOUT, f"join ring '{name}'", f'{why} within {timeout_ms} ms',
                                        'check that the producer runs and uses the same ring name and socket',
                                        'timeout')
             client._check(r, f"join ring '{name}'")

@@ -37,7 +37,6 @@ FORMAT = 'gpuipc.state_dict/1'
 ALIGN = 256
 _MANIFEST_CACHE_MAX = 16
 _VIEWS_CACHE_MAX = 8
-_E_TIMEOUT = -1006
 _GRANULE = 2 << 20
 
 
@@ -269,7 +268,7 @@ class _Slot:
             ms, last = deadline.next_slice()
             with c._locked():
                 r = c._lib.gpuipc_wait_drained(c._c, self.view._handle, ms)
-                if r == _E_TIMEOUT and not last:
+                if r == errors.E_TIMEOUT and not last:
                     continue
                 c._check(r, 'wait for a state dict buffer to drain')
                 return
@@ -619,7 +618,7 @@ def _attach_newer(client, name, timeout_ms, device, after):
                                   deadline.left_ms())
             if ev is None:
                 raise Timeout(f"attach state dict '{name}': no newer version than {after.version} within "
-                              f'{timeout_ms} ms', -1006, f"attach state dict '{name}'")
+                              f'{timeout_ms} ms', errors.E_TIMEOUT, f"attach state dict '{name}'")
     finally:
         client._unsubscribe(sub)
 

@@ -252,7 +252,7 @@ static const Section sections[] = {
 /* Runs a section in its own process group, so whatever it started goes with it. */
 static int run_section(const Section *s)
 {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = monotonic_ns();
         pid_t pid;
         int rc;
 
@@ -274,7 +274,7 @@ static int run_section(const Section *s)
         while (waitpid(-pid, NULL, WNOHANG) > 0)
                 ;
         fprintf(stderr, "[%s] %s in %.1f s\n", s->name, rc == 0 ? "done" : "FAILED",
-                (double)(now_ns() - t0) / 1e9);
+                (double)(monotonic_ns() - t0) / 1e9);
         return rc;
 }
 

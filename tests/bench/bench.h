@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include "clock.h"
 #include "gpuipc.h"
 #include "proto.h"
 
@@ -63,7 +64,6 @@ void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- time and samples ---- */
 
-uint64_t now_ns(void);
 void sleep_ns(uint64_t ns);
 void sleep_until_ns(uint64_t t);
 

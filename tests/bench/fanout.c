@@ -57,7 +57,7 @@ static int gpuipc_consumer(void *arg)
                 snprintf(name, sizeof(name), "bench/fan/%d/%d", a->n, t);
                 TRY(c, gpuipc_attach(c, name, 60000, &b));
                 touch(gpuipc_buffer_ptr(b));
-                a->sh->t[1][t][a->idx] = now_ns();
+                a->sh->t[1][t][a->idx] = monotonic_ns();
                 report_done(a->done);
                 TRY(c, gpuipc_release(c, b));
         }
@@ -82,7 +82,7 @@ static int raw_consumer(void *arg)
                 if (p == MAP_FAILED)
                         die("mmap: %s", strerror(errno));
                 touch(p);
-                a->sh->t[0][t][a->idx] = now_ns();
+                a->sh->t[0][t][a->idx] = monotonic_ns();
                 report_done(a->done);
                 munmap(p, 4096);
                 close(fd);
@@ -165,7 +165,7 @@ static void fan_run(const Broker *broker, gpuipc_t *prod, gpuipc_t *obs, FanShar
                                 /* Every consumer's attach is parked in the broker. */
                                 stats_wait_at_least(obs, "waits", (uint64_t)n, 30000);
                                 sleep_ns(2000000);
-                                t0 = now_ns();
+                                t0 = monotonic_ns();
                                 TRY(prod, gpuipc_publish(prod, b, name, NULL));
                                 wait_done(done[0], n);
                                 TRY(prod, gpuipc_buffer_free(prod, b));
@@ -173,7 +173,7 @@ static void fan_run(const Broker *broker, gpuipc_t *prod, gpuipc_t *obs, FanShar
                                 while (__atomic_load_n(&sh->armed[t], __ATOMIC_SEQ_CST) < n)
                                         sleep_ns(1000000);
                                 sleep_ns(2000000);
-                                t0 = now_ns();
+                                t0 = monotonic_ns();
                                 for (int i = 0; i < n; i++) {
                                         if (rec_send(socks[i], msg, sizeof(msg), memfd) < 0)
                                                 die("send to a raw consumer: %s", strerror(errno));

@@ -96,7 +96,7 @@ static void produce_stream(gpuipc_t *c, const RingArgs *a, const Gx *g, GcuStrea
         while (atomic_load(&a->sh->ready) < a->n_consumers)
                 sleep_ns(1000000);
         TRY(c, gpuipc_process(c)); /* the member-joined events: every consumer is seated from frame 1 */
-        atomic_store(&a->sh->t_start, now_ns());
+        atomic_store(&a->sh->t_start, monotonic_ns());
         for (uint64_t n = 1; n <= a->frames; n++) {
                 gpuipc_buffer_t *slot;
                 uint64_t frame;
@@ -127,7 +127,7 @@ static void produce_published(gpuipc_t *c, const RingArgs *a, const Gx *g, GcuSt
                 TRY(c, gpuipc_buffer_alloc(c, GPUIPC_KIND_CUDA_VMM, SLOT_SIZE, 0, &slot[k]));
         while (atomic_load(&a->sh->ready) < a->n_consumers)
                 sleep_ns(1000000);
-        atomic_store(&a->sh->t_start, now_ns());
+        atomic_store(&a->sh->t_start, monotonic_ns());
         for (uint64_t n = 1; n <= a->frames; n++) {
                 int k = (int)((n - 1) % SLOTS);
 
@@ -235,7 +235,7 @@ static int consumer_main(void *arg)
                 consume_stream(c, a, &g, s, kept);
         else
                 consume_published(c, a, &g, s, kept);
-        atomic_store(&a->sh->t_end[a->idx], now_ns());
+        atomic_store(&a->sh->t_end[a->idx], monotonic_ns());
         TRY(c, cuda_ctx_push(c, 0));
         CUCHECK(CU(cuMemcpyDtoH, words, kept, WORDS_KEPT * 4));
         CUCHECK(CU(cuStreamDestroy, s));

@@ -192,13 +192,13 @@ static void cu_check(GcuResult r, const char *what)
 
 static double time_copies(MemcpyDtoD copy, GcuDevicePtr dst, GcuDevicePtr src, size_t size, unsigned n)
 {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = monotonic_ns();
 
         for (unsigned i = 0; i < n; i++)
                 cu_check(copy(dst, src, size), "cuMemcpyDtoD");
         cu_check(CU(cuCtxSynchronize), "cuCtxSynchronize");
         /* Read + write, as the probe counts them. */
-        return 2.0 * (double)size * n / ((double)(now_ns() - t0) / 1e9) / 1e9;
+        return 2.0 * (double)size * n / ((double)(monotonic_ns() - t0) / 1e9) / 1e9;
 }
 
 /* Copies through the mapping and from a local buffer, in alternating rounds; medians in GB/s. */
@@ -249,11 +249,11 @@ static void attaches(gpuipc_t *c, GpuArgs *a, int k, GpuResult *res)
         /* First attaches: the fd (or handle) travels and is imported every time. The first of all
          * pays one-time costs (peer access, driver state), so it is not counted. */
         for (unsigned i = 0; i <= a->trials; i++) {
-                uint64_t t0 = now_ns();
+                uint64_t t0 = monotonic_ns();
 
                 TRY(c, gpuipc_attach(c, name, 30000, &b));
                 if (i > 0)
-                        samples_add(&first, (double)(now_ns() - t0) / 1000.0);
+                        samples_add(&first, (double)(monotonic_ns() - t0) / 1000.0);
                 if (i == 0) {
                         TRY(c, gpuipc_buffer_read(b, 0, got, PATTERN_LEN));
                         if (memcmp(got, want, PATTERN_LEN) != 0)
@@ -272,10 +272,10 @@ static void attaches(gpuipc_t *c, GpuArgs *a, int k, GpuResult *res)
                 hold = NULL;
         }
         for (unsigned i = 0; i < a->trials; i++) {
-                uint64_t t0 = now_ns();
+                uint64_t t0 = monotonic_ns();
 
                 TRY(c, gpuipc_attach(c, name, 30000, &b));
-                samples_add(&cached, (double)(now_ns() - t0) / 1000.0);
+                samples_add(&cached, (double)(monotonic_ns() - t0) / 1000.0);
                 TRY(c, gpuipc_release(c, b));
         }
         if (hold)
@@ -310,9 +310,9 @@ static int consumer_main(void *arg)
         if (!copy)
                 die("this libcuda has no cuMemcpyDtoD_v2");
         for (int i = 0; i < 200; i++) {
-                uint64_t t0 = now_ns();
+                uint64_t t0 = monotonic_ns();
                 TRY(c, gpuipc_ping(c, 10000));
-                samples_add(&ping, (double)(now_ns() - t0) / 1000.0);
+                samples_add(&ping, (double)(monotonic_ns() - t0) / 1000.0);
         }
         res->ping_us = samples_pct(&ping, 50);
         samples_free(&ping);

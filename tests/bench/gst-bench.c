@@ -28,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 typedef struct Opts {
         int frames, paced_frames, width, height, runs;
 } Opts;
@@ -35,14 +37,6 @@ typedef struct Opts {
 static Opts opts = { .frames = 600, .paced_frames = 150, .width = 1920, .height = 1080, .runs = 3 };
 
 #define MAX_RUNS 15
-
-static uint64_t now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t cpu_ns(void)
 {
@@ -88,7 +82,7 @@ static GstPadProbeReturn stamp(GstPad *pad, GstPadProbeInfo *info, gpointer data
          * a reference (a live source does), and the copy would be measured as the transport's. */
         if (!gst_memory_map(mem, &map, GST_MAP_WRITE) || map.size < sizeof(word))
                 die("cannot stamp a frame");
-        word[1] = now_ns();
+        word[1] = monotonic_ns();
         memcpy(map.data, word, sizeof(word));
         gst_memory_unmap(mem, &map);
         if (r->seen == 0) {
@@ -104,7 +98,7 @@ static GstPadProbeReturn stamp(GstPad *pad, GstPadProbeInfo *info, gpointer data
 static GstPadProbeReturn receive(GstPad *pad, GstPadProbeInfo *info, gpointer data)
 {
         Role *r = data;
-        uint64_t word[2], t = now_ns();
+        uint64_t word[2], t = monotonic_ns();
 
         if (r->seen >= r->frames)
                 return GST_PAD_PROBE_DROP;

@@ -172,7 +172,7 @@ static ProtoBuf encode(ProtoMsg *m)
 
 static uint64_t direct_round(Ctx *x, const ProtoBuf *req)
 {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = monotonic_ns();
         int fd;
 
         if (rec_send(x->direct, req->data, req->len, -1) < 0 ||
@@ -180,7 +180,7 @@ static uint64_t direct_round(Ctx *x, const ProtoBuf *req)
                 die("the broker closed the raw connection");
         if (fd >= 0)
                 close(fd);
-        return now_ns() - t0;
+        return monotonic_ns() - t0;
 }
 
 static void direct_open(Ctx *x, uint64_t k_id)
@@ -242,9 +242,9 @@ static void raw_block(Ctx *x, Op op, unsigned n)
 
 #define TIMED(x, c, op, call)                                                                               \
         do {                                                                                                \
-                uint64_t t0_ = now_ns();                                                                    \
+                uint64_t t0_ = monotonic_ns();                                                                    \
                 TRY(c, call);                                                                               \
-                record(x, &ops[op].gp, op, "gpuipc", now_ns() - t0_);                                       \
+                record(x, &ops[op].gp, op, "gpuipc", monotonic_ns() - t0_);                                       \
         } while (0)
 
 /* Events nobody waits for (drained events of buffers we freed) would pile up in the producer's
@@ -304,9 +304,9 @@ static void republish_block(Ctx *x, gpuipc_buffer_t *b, unsigned n, bool raw_fir
         if (raw_first)
                 raw_block(x, OP_REPUBLISH, n);
         for (unsigned i = 0; i < n; i++) {
-                uint64_t t0 = now_ns();
+                uint64_t t0 = monotonic_ns();
                 TRY(x->prod, gpuipc_publish(x->prod, b, "bench/lat/re", NULL));
-                record(x, &ops[OP_REPUBLISH].gp, OP_REPUBLISH, "gpuipc", now_ns() - t0);
+                record(x, &ops[OP_REPUBLISH].gp, OP_REPUBLISH, "gpuipc", monotonic_ns() - t0);
                 TRY(x->prod, gpuipc_retire(x->prod, b));
                 TRY(x->prod, gpuipc_wait_drained(x->prod, b, 10000));
         }

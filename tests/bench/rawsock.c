@@ -61,10 +61,10 @@ uint64_t echo_round(int sock, uint8_t *buf, size_t q, size_t r, int fd_out, bool
         int fd;
 
         memcpy(buf, &h, sizeof(h));
-        t0 = now_ns();
+        t0 = monotonic_ns();
         if (rec_send(sock, buf, q, fd_out) < 0 || rec_recv(sock, buf, ECHO_BUF, &fd) <= 0)
                 die("the echo server went away");
         if (fd >= 0)
                 close(fd);
-        return now_ns() - t0;
+        return monotonic_ns() - t0;
 }

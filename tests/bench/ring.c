@@ -54,7 +54,7 @@ static int ring_member_main(void *arg)
                 uint64_t frame, stamp, t;
 
                 TRY(c, gpuipc_ring_take(r, 30000, &slot, &frame));
-                t = now_ns();
+                t = monotonic_ns();
                 stamp = *(volatile uint64_t *)gpuipc_buffer_ptr(slot);
                 if (i == 0)
                         sh->t_first[a->idx] = t;
@@ -105,12 +105,12 @@ static double ring_run(RingRun *x, const char *name)
         /* Seat them (the broker told us they joined) before the first frame. */
         sleep_ns(20000000);
         TRY(x->prod, gpuipc_process(x->prod));
-        t0 = now_ns();
+        t0 = monotonic_ns();
         for (uint64_t n = 0; n < x->frames; n++) {
                 gpuipc_buffer_t *slot;
 
                 TRY(x->prod, gpuipc_ring_acquire(r, 30000, &slot));
-                *(volatile uint64_t *)gpuipc_buffer_ptr(slot) = x->pause_ns ? now_ns() : 0;
+                *(volatile uint64_t *)gpuipc_buffer_ptr(slot) = x->pause_ns ? monotonic_ns() : 0;
                 TRY(x->prod, gpuipc_ring_publish(r, NULL));
                 if (x->pause_ns)
                         sleep_ns(x->pause_ns);
@@ -170,7 +170,7 @@ static int raw_member_main(void *arg)
                         else
                                 (void)futex_wait(&l->seq, seen, 1000);
                 }
-                t = now_ns();
+                t = monotonic_ns();
                 seen = v;
                 if (l->n[a->idx] < RING_SAMPLES_MAX)
                         l->ns[a->idx][l->n[a->idx]++] = (float)(t - __atomic_load_n(&l->stamp, __ATOMIC_RELAXED));
@@ -196,7 +196,7 @@ static double raw_handoff(RawLine *l, int members, bool spin, int frames, uint64
         sleep_ns(20000000);
         for (int n = 0; n < frames; n++) {
                 /* Stamp, publish, wake: the least a hand-over to a sleeper can do. */
-                __atomic_store_n(&l->stamp, now_ns(), __ATOMIC_RELAXED);
+                __atomic_store_n(&l->stamp, monotonic_ns(), __ATOMIC_RELAXED);
                 __atomic_store_n(&l->seq, (uint32_t)n + 1, __ATOMIC_RELEASE);
                 if (!spin)
                         futex_wake(&l->seq, INT_MAX);
@@ -264,9 +264,9 @@ void section_ring(void)
         x.sh = shared_alloc(sizeof(*x.sh));
         /* The baseline: what a frame costs at least when the broker is on its path. */
         for (int i = 0; i < (bench_opts.quick ? 2000 : 20000); i++) {
-                uint64_t t = now_ns();
+                uint64_t t = monotonic_ns();
                 TRY(x.prod, gpuipc_ping(x.prod, 10000));
-                samples_add(&ping, (double)(now_ns() - t) / 1000.0);
+                samples_add(&ping, (double)(monotonic_ns() - t) / 1000.0);
         }
         rtt = samples_pct(&ping, 50);
         row_add("broker round trip p50 (ping)", rtt, "us", "", NAN);

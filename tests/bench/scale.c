@@ -71,7 +71,7 @@ static double populate(uint64_t *ids, gpuipc_t *c, unsigned from, unsigned to, u
                 uint64_t id;
 
                 if (i == to - tail)
-                        t_tail = now_ns();
+                        t_tail = monotonic_ns();
                 snprintf(name, sizeof(name), NAME_FMT, i);
                 if (i < low || i >= hi) {
                         int fd = sealed_memfd(4096);
@@ -83,18 +83,18 @@ static double populate(uint64_t *ids, gpuipc_t *c, unsigned from, unsigned to, u
                 if (ids)
                         ids[i] = id;
         }
-        return (double)(now_ns() - t_tail) / 1000.0 / tail;
+        return (double)(monotonic_ns() - t_tail) / 1000.0 / tail;
 }
 
 /* ---- lookups ---- */
 
 static double attach_rtt(gpuipc_t *c, const char *name, uint64_t *ret_id)
 {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = monotonic_ns();
         uint64_t id = raw_attach_name(c, name, NULL);
 
         *ret_id = id;
-        return (double)(now_ns() - t0) / 1000.0;
+        return (double)(monotonic_ns() - t0) / 1000.0;
 }
 
 /* Attach by name and release, n times: cached (this connection already received the fd) or with
@@ -152,23 +152,23 @@ static void lookups(Scale *s)
                 lookup_block(su, block, true, 0, 1, &small_u);
                 lookup_block(bu, block, true, 0, s->n_low, &big_u);
                 for (unsigned i = 0; i < block; i++) {
-                        uint64_t t0 = now_ns();
+                        uint64_t t0 = monotonic_ns();
 
                         TRY(bc, gpuipc_ping(bc, 10000));
-                        samples_add(&big_p, (double)(now_ns() - t0) / 1000.0);
-                        t0 = now_ns();
+                        samples_add(&big_p, (double)(monotonic_ns() - t0) / 1000.0);
+                        t0 = monotonic_ns();
                         TRY(sc, gpuipc_ping(sc, 10000));
-                        samples_add(&small_p, (double)(now_ns() - t0) / 1000.0);
+                        samples_add(&small_p, (double)(monotonic_ns() - t0) / 1000.0);
                 }
         }
         for (unsigned i = 0; i < (bench_opts.quick ? 3u : 10u); i++) {
-                uint64_t t0 = now_ns();
+                uint64_t t0 = monotonic_ns();
 
                 stats_value(s->obs, "buffers");
-                samples_add(&big_s, (double)(now_ns() - t0) / 1000.0);
-                t0 = now_ns();
+                samples_add(&big_s, (double)(monotonic_ns() - t0) / 1000.0);
+                t0 = monotonic_ns();
                 stats_value(s->small_obs, "buffers");
-                samples_add(&small_s, (double)(now_ns() - t0) / 1000.0);
+                samples_add(&small_s, (double)(monotonic_ns() - t0) / 1000.0);
         }
 
         snprintf(metric, sizeof(metric), "attach by name, cached, %uk buffers, p50", s->n_buffers / 1000);
@@ -304,12 +304,12 @@ static void kill_and_time(Scale *s, unsigned n_refs, double rtt_us, Cleanup *res
         before = raw_stat_refs(s->obs, held);
         if (before < 1)
                 die("the victim holds nothing");
-        t0 = prev = now_ns();
+        t0 = prev = monotonic_ns();
         kill(pid, SIGKILL);
         for (;;) {
                 uint64_t refs = raw_stat_refs(s->obs, held);
 
-                got = now_ns();
+                got = monotonic_ns();
                 res->polls++;
                 if (refs < before)
                         break;
@@ -351,9 +351,9 @@ static void deaths(Scale *s)
         /* The polling granularity: one stat round trip, and what it costs the broker. */
         c0 = proc_sched_ns(s->big.pid);
         for (int i = 0; i < 200; i++) {
-                uint64_t t0 = now_ns();
+                uint64_t t0 = monotonic_ns();
                 raw_stat_refs(s->obs, s->ids[0]);
-                samples_add(&rtt, (double)(now_ns() - t0) / 1000.0);
+                samples_add(&rtt, (double)(monotonic_ns() - t0) / 1000.0);
         }
         c1 = proc_sched_ns(s->big.pid);
         cpu_per_poll = (double)(c1 - c0) / 1000.0 / 200;
@@ -466,10 +466,10 @@ void section_scale(void)
         rss_empty = rss_mib(s.big.pid);
 
         note("publishing %u buffers (%u of them one sealed 4 KiB memfd each)", s.n_buffers, s.n_memfd);
-        t0 = now_ns();
+        t0 = monotonic_ns();
         pub_first = populate(s.ids, s.prod, 0, 1000, s.n_low, s.n_buffers - 1000);
         pub_last = populate(s.ids, s.prod, 1000, s.n_buffers, s.n_low, s.n_buffers - 1000);
-        put(&s, "populate_s", (double)(now_ns() - t0) / 1e9);
+        put(&s, "populate_s", (double)(monotonic_ns() - t0) / 1e9);
         populate(NULL, s.small_prod, 0, 1, 1, 1);
         rss_buffers = rss_mib(s.big.pid);
 

@@ -98,7 +98,7 @@ static int poll_consumer(void *arg)
         path_of(path, sizeof(path), a->dir, "poll", a->idx);
         while (!read_handle(path))
                 sleep_ns(SEED_POLL_NS);
-        a->sh->found[a->idx] = now_ns();
+        a->sh->found[a->idx] = monotonic_ns();
         return 0;
 }
 
@@ -109,7 +109,7 @@ static void run_polling(const char *dir, int trials, Samples *out, FILE *raw)
         uint64_t at[SEED_TRIALS_MAX], wrote[SEED_TRIALS_MAX], start;
         int order[SEED_TRIALS_MAX];
 
-        start = now_ns();
+        start = monotonic_ns();
         for (int i = 0; i < trials; i++) {
                 SeedArg a = {sh, dir, NULL, i, 1, -1};
                 kids[i] = spawn(poll_consumer, &a, NULL, 0);
@@ -129,7 +129,7 @@ static void run_polling(const char *dir, int trials, Samples *out, FILE *raw)
         for (int i = 0; i < trials; i++) {
                 int t = order[i];
                 sleep_until_ns(at[t]);
-                wrote[t] = now_ns();
+                wrote[t] = monotonic_ns();
                 write_handle(dir, "poll", t);
         }
         for (int i = 0; i < trials; i++) {
@@ -173,7 +173,7 @@ static int inotify_consumer(void *arg)
                                 p += sizeof(*ev) + ev->len;
                         }
                 }
-                a->sh->found[t] = now_ns();
+                a->sh->found[t] = monotonic_ns();
                 report_done(a->done);
         }
         return 0;
@@ -194,7 +194,7 @@ static int gpuipc_consumer(void *arg)
                 snprintf(name, sizeof(name), "bench/seed/%d", t);
                 TRY(c, gpuipc_attach(c, name, 60000, &b));
                 memcpy(buf, gpuipc_buffer_ptr(b), HANDLE_LEN);
-                a->sh->found[t] = now_ns();
+                a->sh->found[t] = monotonic_ns();
                 if (memcmp(buf, handle, HANDLE_LEN) != 0)
                         die("wrong bytes in the buffer");
                 report_done(a->done);
@@ -235,7 +235,7 @@ static void run_waiting(const char *dir, const Broker *broker, int trials, Sampl
                                 memcpy(gpuipc_buffer_ptr(b), handle, HANDLE_LEN);
                                 stats_wait_at_least(obs, "waits", 1, 30000);
                                 sleep_ns(2000000);
-                                t0 = now_ns();
+                                t0 = monotonic_ns();
                                 TRY(prod, gpuipc_publish(prod, b, name, NULL));
                                 wait_done(dg[0]);
                                 samples_add(gp, (double)(sg->found[t] - t0) / 1000.0);
@@ -247,7 +247,7 @@ static void run_waiting(const char *dir, const Broker *broker, int trials, Sampl
                                 while (__atomic_load_n(&si->armed, __ATOMIC_SEQ_CST) < t + 1)
                                         sleep_ns(1000000);
                                 sleep_ns(2000000);
-                                t0 = now_ns();
+                                t0 = monotonic_ns();
                                 write_handle(dir, "inotify", t);
                                 wait_done(di[0]);
                                 samples_add(ino, (double)(si->found[t] - t0) / 1000.0);
@@ -298,7 +298,7 @@ void section_seed(void)
 
         if (poll_trials > SEED_TRIALS_MAX || trials > SEED_TRIALS_MAX)
                 die("too many trials");
-        srand((unsigned)now_ns());
+        srand((unsigned)monotonic_ns());
         broker_start(&broker, NULL, 0);
         snprintf(dir, sizeof(dir), "%s/handles", broker.dir);
         if (mkdir(dir, 0755) < 0)

@@ -245,20 +245,20 @@ static TpResult tp_run(TpClient *proto, int n, pid_t server, double seconds)
                 kids[i] = spawn(client_child, &a, &go[0], 1);
         }
         close(go[0]);
-        deadline = now_ns() + 60000000000ull;
+        deadline = monotonic_ns() + 60000000000ull;
         while (__atomic_load_n(&sh->ready, __ATOMIC_SEQ_CST) < n) {
-                if (now_ns() > deadline)
+                if (monotonic_ns() > deadline)
                         die("clients did not get ready");
                 sleep_ns(1000000);
         }
         sleep_ns(20000000); /* let them all block on the pipe */
         c0 = proc_cpu_ns(server);
         s0 = proc_sched_ns(server);
-        t0 = now_ns();
+        t0 = monotonic_ns();
         close(go[1]);
         sleep_ns((uint64_t)(seconds * 1e9));
         __atomic_store_n(&sh->stop, 1, __ATOMIC_SEQ_CST);
-        t1 = now_ns();
+        t1 = monotonic_ns();
         c1 = proc_cpu_ns(server);
         s1 = proc_sched_ns(server);
         for (int i = 0; i < n; i++) {

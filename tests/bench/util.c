@@ -54,14 +54,6 @@ void note(const char *fmt, ...)
 
 /* ---- time ---- */
 
-uint64_t now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 void sleep_ns(uint64_t ns)
 {
         struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
@@ -428,13 +420,13 @@ void broker_start(Broker *b, const char *const *extra, rlim_t nofile)
 void broker_stop(Broker *b)
 {
         char path[160];
-        uint64_t deadline = now_ns() + 10000000000ull;
+        uint64_t deadline = monotonic_ns() + 10000000000ull;
         int st;
 
         if (b->pid > 0) {
                 kill(b->pid, SIGTERM);
                 while (waitpid(b->pid, &st, WNOHANG) == 0) {
-                        if (now_ns() > deadline) {
+                        if (monotonic_ns() > deadline) {
                                 kill(b->pid, SIGKILL);
                                 waitpid(b->pid, &st, 0);
                                 break;
@@ -511,10 +503,10 @@ uint64_t stats_value(gpuipc_t *c, const char *key)
 
 void stats_wait_at_least(gpuipc_t *c, const char *key, uint64_t want, int timeout_ms)
 {
-        uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
+        uint64_t deadline = monotonic_ns() + (uint64_t)timeout_ms * 1000000u;
 
         while (stats_value(c, key) < want) {
-                if (now_ns() > deadline)
+                if (monotonic_ns() > deadline)
                         die("timed out waiting for %s >= %llu", key, (unsigned long long)want);
                 sleep_ns(1000000);
         }

@@ -78,16 +78,19 @@ static ProtoMsg request(ProtoOp op, uint64_t id)
 
 #define SET(m, field, member, value) ((m).member = (value), proto_set(&(m), (field)))
 
-static void gen_frames(void)
-{
-        static const uint8_t meta[] = { 0x82, 0xa5, 'd', 't', 'y', 'p', 'e', 0xa3, 'f', '1', '6', 0xa5,
-                                        's', 'h', 'a', 'p', 'e', 0x93, 0x01, 0xcd, 0x04, 0x38, 0xcd, 0x07, 0x80 };
-        static const uint8_t handle[PROTO_LEGACY_HANDLE_SIZE] = { 0xde, 0xad, 0xbe, 0xef, [63] = 1 };
-        static const char *const gpus[] = { "GPU-5f0b2d9e-3c41-4a7e-9d61-0123456789ab", "MIG-1c2d" };
-        ProtoMsg m;
-        ProtoBuf body = { 0 }, items = { 0 };
+/* What several frames carry: a small metadata map ({"dtype": "f16", "shape": [1, 1080, 1920]}), a
+ * cuda-legacy handle, and a GPU and a MIG UUID. */
+static const uint8_t meta[] = { 0x82, 0xa5, 'd', 't', 'y', 'p', 'e', 0xa3, 'f', '1', '6', 0xa5,
+                                's', 'h', 'a', 'p', 'e', 0x93, 0x01, 0xcd, 0x04, 0x38, 0xcd, 0x07, 0x80 };
+static const uint8_t handle[PROTO_LEGACY_HANDLE_SIZE] = { 0xde, 0xad, 0xbe, 0xef, [63] = 1 };
+static const char *const gpus[] = { "GPU-5f0b2d9e-3c41-4a7e-9d61-0123456789ab", "MIG-1c2d" };
 
-        /* Every request, with the fields a client sends. */
+/* The requests that open a connection and share memory: hello, ping, a publish of each kind,
+ * and a buffer published again. */
+static void gen_requests_connect_publish(void)
+{
+        ProtoMsg m;
+
         m = request(PROTO_OP_HELLO, 1);
         SET(m, PF_VERSION, version, PROTO_VERSION);
         SET(m, PF_PID, pid, 4242);
@@ -127,6 +130,13 @@ static void gen_frames(void)
         SET(m, PF_BUFFER, buffer, 17);
         SET(m, PF_META, meta, ((ProtoRaw){ (const uint8_t *)"\x80", 1, 0 }));
         frame("req-publish-again", &m, 0);
+}
+
+/* The requests a consumer and a producer make about one buffer. */
+static void gen_requests_buffer(void)
+{
+        ProtoMsg m;
+
         m = request(PROTO_OP_ATTACH, 7);
         SET(m, PF_NAME, name, proto_str("frames/cam0"));
         SET(m, PF_TIMEOUT_MS, timeout_ms, 30000);
@@ -143,6 +153,16 @@ static void gen_frames(void)
         m = request(PROTO_OP_FREE, 11);
         SET(m, PF_BUFFER, buffer, 17);
         frame("req-free", &m, 0);
+        m = request(PROTO_OP_UNMAP, 19);
+        SET(m, PF_BUFFER, buffer, 17);
+        frame("req-unmap", &m, 0);
+}
+
+/* The listing and inspection requests, of buffers and of rings. */
+static void gen_requests_listings(void)
+{
+        ProtoMsg m;
+
         m = request(PROTO_OP_LIST, 12);
         SET(m, PF_PREFIX, prefix, proto_str("frames/"));
         SET(m, PF_AFTER, after, 3);
@@ -155,6 +175,20 @@ static void gen_frames(void)
         frame("req-peers", &m, 0);
         m = request(PROTO_OP_STATS, 15);
         frame("req-stats", &m, 0);
+        m = request(PROTO_OP_RINGS, 20);
+        SET(m, PF_PREFIX, prefix, proto_str("cams/"));
+        SET(m, PF_AFTER, after, 2);
+        frame("req-rings", &m, 0);
+        m = request(PROTO_OP_RING_STAT, 21);
+        SET(m, PF_NAME, name, proto_str("cams/front"));
+        frame("req-ring-stat", &m, 0);
+}
+
+/* Subscriptions and rendezvous groups. */
+static void gen_requests_subscriptions(void)
+{
+        ProtoMsg m;
+
         m = request(PROTO_OP_SUBSCRIBE, 16);
         SET(m, PF_PREFIX, prefix, proto_str("frames/"));
         frame("req-subscribe", &m, 0);
@@ -166,18 +200,13 @@ static void gen_frames(void)
         SET(m, PF_MEMBERS, members, 4);
         SET(m, PF_TIMEOUT_MS, timeout_ms, 10000);
         frame("req-group-join", &m, 0);
-        m = request(PROTO_OP_UNMAP, 19);
-        SET(m, PF_BUFFER, buffer, 17);
-        frame("req-unmap", &m, 0);
-        m = request(PROTO_OP_RINGS, 20);
-        SET(m, PF_PREFIX, prefix, proto_str("cams/"));
-        SET(m, PF_AFTER, after, 2);
-        frame("req-rings", &m, 0);
-        m = request(PROTO_OP_RING_STAT, 21);
-        SET(m, PF_NAME, name, proto_str("cams/front"));
-        frame("req-ring-stat", &m, 0);
+}
 
-        /* Replies. */
+/* Replies with fields: a publish, an error with its text, an attach with everything, hello. */
+static void gen_replies(void)
+{
+        ProtoMsg m;
+
         memset(&m, 0, sizeof(m));
         SET(m, PF_REPLY, reply, 3);
         SET(m, PF_STATUS, status, 0);
@@ -221,63 +250,74 @@ static void gen_frames(void)
         SET(m, PF_PIDNS_SAME, pidns_same, true);
         SET(m, PF_LABEL, label, proto_str("gpuipc-broker 0.1.0"));
         frame("reply-hello", &m, 0);
-        /* A listing with records. */
-        {
-                ProtoMsg rec = { 0 };
+}
 
-                w_arr(&items, 2);
-                SET(rec, PF_BUFFER, buffer, 17);
-                SET(rec, PF_NAME, name, proto_str("frames/cam0"));
-                SET(rec, PF_STATE, state, PROTO_STATE_RETIRED);
-                SET(rec, PF_META, meta, ((ProtoRaw){ meta, sizeof(meta), 2 }));
-                proto_record_encode(&items, &rec);
-                memset(&rec, 0, sizeof(rec));
-                SET(rec, PF_NAME, name, proto_str("references"));
-                SET(rec, PF_VALUE, value, 12);
-                proto_record_encode(&items, &rec);
-                memset(&m, 0, sizeof(m));
-                SET(m, PF_REPLY, reply, 12);
-                SET(m, PF_STATUS, status, 0);
-                SET(m, PF_MORE, more, true);
-                SET(m, PF_AFTER, after, 17);
-                SET(m, PF_ITEMS, items, ((ProtoRaw){ items.data, (uint32_t)items.len, 2 }));
-                frame("reply-list", &m, 0);
-                proto_buf_free(&items);
-        }
-        /* A ring with two seats: one seated and behind, one waiting for its member. */
-        {
-                ProtoMsg rec = { 0 };
+/* A listing whose items are records (a buffer and a stat). */
+static void gen_reply_list(void)
+{
+        ProtoMsg m, rec = { 0 };
+        ProtoBuf items = { 0 };
 
-                w_arr(&items, 2);
-                SET(rec, PF_INDEX, index, 0);
-                SET(rec, PF_GENERATION, generation, 3);
-                SET(rec, PF_SEAT, seat, PROTO_SEAT_SEATED);
-                SET(rec, PF_PEER, peer, 4);
-                SET(rec, PF_LABEL, label, proto_str("detector"));
-                SET(rec, PF_POSITION, position, 1200);
-                SET(rec, PF_LAG, lag, 7);
-                proto_record_encode(&items, &rec);
-                memset(&rec, 0, sizeof(rec));
-                SET(rec, PF_INDEX, index, 1);
-                SET(rec, PF_GENERATION, generation, 2);
-                SET(rec, PF_SEAT, seat, PROTO_SEAT_WAITING);
-                proto_record_encode(&items, &rec);
-                memset(&m, 0, sizeof(m));
-                SET(m, PF_REPLY, reply, 21);
-                SET(m, PF_STATUS, status, 0);
-                SET(m, PF_NAME, name, proto_str("cams/front"));
-                SET(m, PF_MODE, mode, PROTO_MODE_BACKPRESSURE);
-                SET(m, PF_SLOTS, slots, 8);
-                SET(m, PF_MEMBERS, members, 4);
-                SET(m, PF_HEAD, head, 1207);
-                SET(m, PF_TAKEN, taken, 2);
-                SET(m, PF_LAG, lag, 7);
-                SET(m, PF_ITEMS, items, ((ProtoRaw){ items.data, (uint32_t)items.len, 2 }));
-                frame("reply-ring-stat", &m, 0);
-                proto_buf_free(&items);
-        }
+        w_arr(&items, 2);
+        SET(rec, PF_BUFFER, buffer, 17);
+        SET(rec, PF_NAME, name, proto_str("frames/cam0"));
+        SET(rec, PF_STATE, state, PROTO_STATE_RETIRED);
+        SET(rec, PF_META, meta, ((ProtoRaw){ meta, sizeof(meta), 2 }));
+        proto_record_encode(&items, &rec);
+        memset(&rec, 0, sizeof(rec));
+        SET(rec, PF_NAME, name, proto_str("references"));
+        SET(rec, PF_VALUE, value, 12);
+        proto_record_encode(&items, &rec);
+        memset(&m, 0, sizeof(m));
+        SET(m, PF_REPLY, reply, 12);
+        SET(m, PF_STATUS, status, 0);
+        SET(m, PF_MORE, more, true);
+        SET(m, PF_AFTER, after, 17);
+        SET(m, PF_ITEMS, items, ((ProtoRaw){ items.data, (uint32_t)items.len, 2 }));
+        frame("reply-list", &m, 0);
+        proto_buf_free(&items);
+}
 
-        /* Every event. */
+/* A ring with two seats: one seated and behind, one waiting for its member. */
+static void gen_reply_ring_stat(void)
+{
+        ProtoMsg m, rec = { 0 };
+        ProtoBuf items = { 0 };
+
+        w_arr(&items, 2);
+        SET(rec, PF_INDEX, index, 0);
+        SET(rec, PF_GENERATION, generation, 3);
+        SET(rec, PF_SEAT, seat, PROTO_SEAT_SEATED);
+        SET(rec, PF_PEER, peer, 4);
+        SET(rec, PF_LABEL, label, proto_str("detector"));
+        SET(rec, PF_POSITION, position, 1200);
+        SET(rec, PF_LAG, lag, 7);
+        proto_record_encode(&items, &rec);
+        memset(&rec, 0, sizeof(rec));
+        SET(rec, PF_INDEX, index, 1);
+        SET(rec, PF_GENERATION, generation, 2);
+        SET(rec, PF_SEAT, seat, PROTO_SEAT_WAITING);
+        proto_record_encode(&items, &rec);
+        memset(&m, 0, sizeof(m));
+        SET(m, PF_REPLY, reply, 21);
+        SET(m, PF_STATUS, status, 0);
+        SET(m, PF_NAME, name, proto_str("cams/front"));
+        SET(m, PF_MODE, mode, PROTO_MODE_BACKPRESSURE);
+        SET(m, PF_SLOTS, slots, 8);
+        SET(m, PF_MEMBERS, members, 4);
+        SET(m, PF_HEAD, head, 1207);
+        SET(m, PF_TAKEN, taken, 2);
+        SET(m, PF_LAG, lag, 7);
+        SET(m, PF_ITEMS, items, ((ProtoRaw){ items.data, (uint32_t)items.len, 2 }));
+        frame("reply-ring-stat", &m, 0);
+        proto_buf_free(&items);
+}
+
+/* Every event, with the fields the broker sends for it. */
+static void gen_events(void)
+{
+        ProtoMsg m;
+
         for (int ev = PROTO_EV_PUBLISHED; ev < PROTO_EV_UNKNOWN; ev++) {
                 char name[64];
 
@@ -294,8 +334,14 @@ static void gen_frames(void)
                 snprintf(name, sizeof(name), "event-%s", proto_event_name(ev));
                 frame(name, &m, 0);
         }
+}
 
-        /* Edges the decoder must refuse (or accept) without effort. */
+/* Structures the decoder must refuse (or accept) without effort: the msgpack-c map32 trap,
+ * metadata at the depth limit, a duplicate key, an unknown op with unknown keys. */
+static void gen_edges_structure(void)
+{
+        ProtoBuf body = { 0 };
+
         w_raw(&body, "\xdf\xff\xff\xff\x5e\x81\xa1" "a\x01\xc0\xc0", 11);
         raw_frame("edge-map32-trap", &body);
         proto_buf_free(&body);
@@ -325,6 +371,14 @@ static void gen_frames(void)
         w_raw(&body, "\x92\xcb\x3f\xf0\0\0\0\0\0\0\x81\xa0\xc0", 13);
         raw_frame("edge-unknown-op-and-keys", &body);
         proto_buf_free(&body);
+}
+
+/* Values at the edge of their type: a name of PROTO_MAX_NAME bytes, integers sent wider than they
+ * need (int64 and uint64 encodings of small numbers). */
+static void gen_edges_values(void)
+{
+        ProtoBuf body = { 0 };
+
         {
                 char name[PROTO_MAX_NAME];
 
@@ -345,6 +399,14 @@ static void gen_frames(void)
         w_raw(&body, "\xcf\x00\x00\x00\x00\x00\x00\x00\x11", 9);
         raw_frame("edge-wide-ints", &body);
         proto_buf_free(&body);
+}
+
+/* Encodings the decoder must refuse: strings that are not UTF-8, a field error in a request
+ * without an id, a header with a reserved byte set. */
+static void gen_edges_encoding(void)
+{
+        ProtoBuf body = { 0 };
+
         /* Strings that are not UTF-8: a label (cut inside a character) and a string inside meta. */
         w_map(&body, 4);
         w_kv_s(&body, "op", "hello");
@@ -381,6 +443,22 @@ static void gen_frames(void)
                 write_file("frame", "edge-reserved-bytes", b.data, b.len);
                 proto_buf_free(&b);
         }
+}
+
+/* frame: one function per message family, each writing its own files. */
+static void gen_frames(void)
+{
+        gen_requests_connect_publish();
+        gen_requests_buffer();
+        gen_requests_listings();
+        gen_requests_subscriptions();
+        gen_replies();
+        gen_reply_list();
+        gen_reply_ring_stat();
+        gen_events();
+        gen_edges_structure();
+        gen_edges_values();
+        gen_edges_encoding();
 }
 
 /* ---- registry programs (fuzz-registry.c's encoding) ---- */

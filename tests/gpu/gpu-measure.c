@@ -104,10 +104,10 @@ static Stat export_alone(bool mapped)
                         CHECK_CU(GX(cuMemsetD32, p, 0x600d0000u + (unsigned)i, SIZE / 4));
                         CHECK_CU(CU(cuCtxSynchronize));
                 }
-                t0 = gpu_now_us();
+                t0 = monotonic_us();
                 CHECK_CU(CU(cuMemExportToShareableHandle, &fd, h, GCU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
                             0));
-                t[i] = (double)(gpu_now_us() - t0);
+                t[i] = (double)(monotonic_us() - t0);
                 CHECK(fd >= 0 && close(fd) == 0);
                 if (mapped) {
                         CHECK_CU(CU(cuMemUnmap, p, SIZE));
@@ -136,10 +136,10 @@ static Stat publish_all(gpuipc_t *c, gpuipc_kind_t kind, gpuipc_buffer_t **bufs)
                 CHECK_CU(CU(cuCtxSynchronize));
                 gpu_pop();
                 name_of(name, sizeof(name), kind, i);
-                t0 = gpu_now_us();
+                t0 = monotonic_us();
                 CHECK_OK(c, gpuipc_publish(c, bufs[i], name, &po));
                 if (i > 0)
-                        t[i - 1] = (double)(gpu_now_us() - t0);
+                        t[i - 1] = (double)(monotonic_us() - t0);
         }
         return stat_of(t, FIRST_RUNS);
 }
@@ -175,10 +175,10 @@ static Stat time_first_attaches(gpuipc_t *c, gpuipc_kind_t kind, gpuipc_buffer_t
                 uint64_t t0;
 
                 name_of(name, sizeof(name), kind, i);
-                t0 = gpu_now_us();
+                t0 = monotonic_us();
                 CHECK_OK(c, gpuipc_attach(c, name, H_SOON_MS, &held[i]));
                 if (i > 0)
-                        t[i - 1] = (double)(gpu_now_us() - t0);
+                        t[i - 1] = (double)(monotonic_us() - t0);
         }
         return stat_of(t, FIRST_RUNS);
 }
@@ -192,10 +192,10 @@ static Stat time_cached_attaches(gpuipc_t *c, gpuipc_kind_t kind, const gpuipc_b
         name_of(name, sizeof(name), kind, 1);
         for (int i = 0; i < CACHED_RUNS; i++) {
                 gpuipc_buffer_t *b = NULL;
-                uint64_t t0 = gpu_now_us();
+                uint64_t t0 = monotonic_us();
 
                 CHECK_OK(c, gpuipc_attach(c, name, H_SOON_MS, &b));
-                t[i] = (double)(gpu_now_us() - t0);
+                t[i] = (double)(monotonic_us() - t0);
                 CHECK(gpuipc_buffer_ptr(b) == gpuipc_buffer_ptr(held));
                 CHECK_OK(c, gpuipc_release(c, b));
         }
@@ -207,10 +207,10 @@ static Stat time_pings(gpuipc_t *c)
         double t[PING_RUNS];
 
         for (int i = 0; i < PING_RUNS; i++) {
-                uint64_t t0 = gpu_now_us();
+                uint64_t t0 = monotonic_us();
 
                 CHECK_OK(c, gpuipc_ping(c, H_SOON_MS));
-                t[i] = (double)(gpu_now_us() - t0);
+                t[i] = (double)(monotonic_us() - t0);
         }
         return stat_of(t, PING_RUNS);
 }

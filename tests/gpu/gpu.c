@@ -352,14 +352,6 @@ void gpu_verify_buffer(const gpuipc_buffer_t *b, int ordinal, uint64_t seed)
         free(host);
 }
 
-uint64_t gpu_now_us(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
 /* ---- PID namespaces ---- */
 
 uint64_t gpu_pidns(void)

@@ -117,8 +117,6 @@ void gpu_verify_buffer(const gpuipc_buffer_t *b, int ordinal, uint64_t seed);
 /* The primary-context pointer of a buffer. */
 GcuDevicePtr gpu_ptr(const gpuipc_buffer_t *b);
 
-/* Monotonic microseconds. */
-uint64_t gpu_now_us(void);
 
 /* ---- PID namespaces ---- */
 

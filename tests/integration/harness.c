@@ -41,14 +41,6 @@ static unsigned case_timeout_s = 60;
 static HBroker *brokers[MAX_BROKERS];
 static size_t n_brokers;
 
-uint64_t h_now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 void h_sleep_ms(unsigned ms)
 {
         struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
@@ -84,7 +76,7 @@ static void vlog(const char *prefix, const char *fmt, va_list ap)
         int n;
 
         n = snprintf(line, sizeof(line), "# [%s%s%s +%llums] %s", case_name, role ? "/" : "",
-                     role ? role : "", (unsigned long long)(h_now_ms() - started_ms), prefix);
+                     role ? role : "", (unsigned long long)(monotonic_ms() - started_ms), prefix);
         if (n < 0 || (size_t)n >= sizeof(line))
                 n = 0;
         vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
@@ -280,11 +272,11 @@ static void rm_rf(const char *path)
 /* Reaps whatever the case left behind (we are their subreaper), for at most deadline_ms. */
 static void reap_orphans(int deadline_ms)
 {
-        uint64_t end = h_now_ms() + (uint64_t)deadline_ms;
+        uint64_t end = monotonic_ms() + (uint64_t)deadline_ms;
 
         for (;;) {
                 pid_t w = waitpid(-1, NULL, WNOHANG);
-                if (w < 0 || h_now_ms() >= end)
+                if (w < 0 || monotonic_ms() >= end)
                         return;
                 if (w == 0)
                         h_sleep_ms(2);
@@ -315,7 +307,7 @@ static int run_case(const HTest *t, const char *root, size_t index)
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
                 signal(SIGALRM, case_alarm);
                 case_name = t->name;
-                started_ms = h_now_ms();
+                started_ms = monotonic_ms();
                 alarm(case_timeout_s);
                 t->fn();
                 for (size_t i = 0; i < n_brokers; i++) {
@@ -329,14 +321,14 @@ static int run_case(const HTest *t, const char *root, size_t index)
         }
         setpgid(pid, pid);
         running_case = pid;
-        deadline = h_now_ms() + (uint64_t)case_timeout_s * 1000 + 5000;
+        deadline = monotonic_ms() + (uint64_t)case_timeout_s * 1000 + 5000;
         for (;;) {
                 siginfo_t si = { 0 };
 
                 /* Exited, but not reaped yet: its pid (the group's id) cannot be reused meanwhile. */
                 if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
                         break;
-                if (h_now_ms() >= deadline) {
+                if (monotonic_ms() >= deadline) {
                         fprintf(stderr, "case %s: no exit after %u s; killing it\n", t->name,
                                 case_timeout_s + 5);
                         break;
@@ -365,7 +357,7 @@ int h_main(int argc, char **argv, const HTest *tests, size_t n_tests)
 
         setvbuf(stdout, NULL, _IOLBF, 0);
         signal(SIGPIPE, SIG_IGN);
-        started_ms = h_now_ms();
+        started_ms = monotonic_ms();
         case_timeout_s = (unsigned)strtoul(env_or("GPUIPC_TEST_CASE_TIMEOUT", "60"), NULL, 10);
         if (case_timeout_s == 0)
                 case_timeout_s = 60;
@@ -394,7 +386,7 @@ int h_main(int argc, char **argv, const HTest *tests, size_t n_tests)
         alarm(selected * (case_timeout_s + 10) + 30);
         printf("# broker seccomp mode: %s\n", seccomp_mode());
         for (size_t i = 0; i < n_tests; i++) {
-                uint64_t t0 = h_now_ms();
+                uint64_t t0 = monotonic_ms();
                 int r;
 
                 if (filter && !strstr(tests[i].name, filter))
@@ -410,7 +402,7 @@ int h_main(int argc, char **argv, const HTest *tests, size_t n_tests)
                        r == 0    ? "ok  "
                        : r == 77 ? "skip"
                                  : "FAIL",
-                       tests[i].name, (unsigned long long)(h_now_ms() - t0));
+                       tests[i].name, (unsigned long long)(monotonic_ms() - t0));
                 if (r != 0 && r != 77 && keep)
                         printf("# kept %s\n", case_dir_path);
         }
@@ -547,7 +539,7 @@ static bool broker_idle(const HBroker *b)
  * and reconnecting clients may already be talking to it, so it is not measured again. */
 static void broker_wait_ready(HBroker *b)
 {
-        uint64_t deadline = h_now_ms() + READY_DEADLINE_MS;
+        uint64_t deadline = monotonic_ms() + READY_DEADLINE_MS;
         int prev = -1, stable = 0;
 
         for (;;) {
@@ -562,7 +554,7 @@ static void broker_wait_ready(HBroker *b)
                         if (r == 0)
                                 break;
                 }
-                CHECKF(h_now_ms() < deadline, "the broker did not answer on %s within %d ms", b->sock,
+                CHECKF(monotonic_ms() < deadline, "the broker did not answer on %s within %d ms", b->sock,
                        READY_DEADLINE_MS);
                 h_sleep_ms(5);
         }
@@ -572,7 +564,7 @@ static void broker_wait_ready(HBroker *b)
         WAIT_UNTIL(broker_idle(b), SETTLE_DEADLINE_MS);
         while (stable < 3) {
                 int n = h_broker_fds(b);
-                CHECKF(h_now_ms() < deadline, "the broker's fd count did not settle");
+                CHECKF(monotonic_ms() < deadline, "the broker's fd count did not settle");
                 stable = n == prev ? stable + 1 : 0;
                 prev = n;
                 h_sleep_ms(5);
@@ -656,7 +648,7 @@ void h_broker_restart(HBroker *b)
 
 unsigned h_broker_stop(HBroker *b)
 {
-        uint64_t t0 = h_now_ms();
+        uint64_t t0 = monotonic_ms();
         struct stat st;
         int status;
 
@@ -667,7 +659,7 @@ unsigned h_broker_stop(HBroker *b)
 
                 if (w == b->pid)
                         break;
-                if (h_now_ms() - t0 > STOP_DEADLINE_MS) {
+                if (monotonic_ms() - t0 > STOP_DEADLINE_MS) {
                         kill(b->pid, SIGKILL);
                         waitpid(b->pid, &status, 0);
                         b->pid = 0;
@@ -682,7 +674,7 @@ unsigned h_broker_stop(HBroker *b)
                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
         CHECKF(lstat(b->sock, &st) < 0 && errno == ENOENT, "the broker left its socket file %s behind",
                b->sock);
-        return (unsigned)(h_now_ms() - t0);
+        return (unsigned)(monotonic_ms() - t0);
 }
 
 void h_broker_kill9(HBroker *b)
@@ -695,7 +687,7 @@ void h_broker_kill9(HBroker *b)
 
 void h_broker_settle(const HBroker *b)
 {
-        uint64_t deadline = h_now_ms() + SETTLE_DEADLINE_MS;
+        uint64_t deadline = monotonic_ms() + SETTLE_DEADLINE_MS;
         unsigned connected, disconnected;
         int n;
 
@@ -706,7 +698,7 @@ void h_broker_settle(const HBroker *b)
                 n = h_broker_fds(b);
                 if (connected == disconnected && n == b->baseline_fds)
                         return;
-                if (h_now_ms() >= deadline)
+                if (monotonic_ms() >= deadline)
                         break;
                 h_sleep_ms(2);
         }
@@ -791,10 +783,10 @@ gpuipc_buffer_t *h_attach_verify(gpuipc_t *c, const char *name, int timeout_ms, 
 
 int h_next_event_of(gpuipc_t *c, gpuipc_event_type_t type, int timeout_ms, gpuipc_event_t *ret)
 {
-        uint64_t deadline = h_now_ms() + (uint64_t)timeout_ms;
+        uint64_t deadline = monotonic_ms() + (uint64_t)timeout_ms;
 
         for (;;) {
-                uint64_t now = h_now_ms();
+                uint64_t now = monotonic_ms();
                 int r = gpuipc_next_event(c, now >= deadline ? 0 : (int)(deadline - now), ret);
 
                 if (r < 0)
@@ -936,7 +928,7 @@ static int read_full(int fd, void *buf, size_t len, uint64_t deadline)
 
         while (got < len) {
                 struct pollfd p = { fd, POLLIN, 0 };
-                uint64_t now = h_now_ms();
+                uint64_t now = monotonic_ms();
                 ssize_t n;
 
                 if (now >= deadline)
@@ -956,7 +948,7 @@ static int read_full(int fd, void *buf, size_t len, uint64_t deadline)
 /* One message: 1 with *tag and text (NUL-terminated), 0 at EOF, -ETIMEDOUT. */
 static int recv_msg(int fd, int timeout_ms, char *tag, char text[256])
 {
-        uint64_t deadline = h_now_ms() + (uint64_t)timeout_ms;
+        uint64_t deadline = monotonic_ms() + (uint64_t)timeout_ms;
         uint8_t hdr[2];
         int r;
 
@@ -1016,7 +1008,7 @@ static void close_all_but(int keep1, int keep2)
 static void child_setup(const char *name)
 {
         role = name;
-        started_ms = h_now_ms();
+        started_ms = monotonic_ms();
         n_brokers = 0; /* the parent's brokers are not ours to dump or stop */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         signal(SIGALRM, SIG_DFL);
@@ -1136,8 +1128,8 @@ void h_child_expect(HChild *c, char tag, int timeout_ms, char *buf, size_t cap)
         int r = recv_msg(c->rd, timeout_ms, &got, text);
 
         if (r == 0) {
-                uint64_t end = h_now_ms() + 2000;
-                while (!child_try_reap(c) && h_now_ms() < end)
+                uint64_t end = monotonic_ms() + 2000;
+                while (!child_try_reap(c) && monotonic_ms() < end)
                         h_sleep_ms(2);
                 child_describe(c, how, sizeof(how));
                 h_fail(__FILE__, __LINE__, "child %s went away (%s) before reporting '%c'", c->name, how,
@@ -1164,10 +1156,10 @@ void h_child_tell(HChild *c, char tag)
 
 int h_child_wait(HChild *c, int timeout_ms)
 {
-        uint64_t deadline = h_now_ms() + (uint64_t)timeout_ms;
+        uint64_t deadline = monotonic_ms() + (uint64_t)timeout_ms;
 
         while (!child_try_reap(c)) {
-                if (h_now_ms() >= deadline) {
+                if (monotonic_ms() >= deadline) {
                         char *out = h_child_output(c);
                         kill(c->pid, SIGKILL);
                         h_fail(__FILE__, __LINE__, "child %s did not exit within %d ms%s%s", c->name,
@@ -1238,7 +1230,7 @@ int h_raw_send(int sock, const void *buf, size_t len, const int *fds, size_t n_f
         } ctrl;
         struct iovec iov = { (void *)buf, len };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-        uint64_t deadline = h_now_ms() + H_SOON_MS;
+        uint64_t deadline = monotonic_ms() + H_SOON_MS;
 
         CHECK(n_fds <= 16);
         if (n_fds) {
@@ -1260,7 +1252,7 @@ int h_raw_send(int sock, const void *buf, size_t len, const int *fds, size_t n_f
                         return 0;
                 if (errno != EAGAIN && errno != EINTR)
                         return -errno;
-                if (h_now_ms() >= deadline)
+                if (monotonic_ms() >= deadline)
                         return -ETIMEDOUT;
                 poll(&p, 1, 10);
         }
@@ -1302,7 +1294,7 @@ void h_frame_free(HFrame *f)
 
 int h_raw_recv(int sock, int timeout_ms, HFrame *f)
 {
-        uint64_t deadline = h_now_ms() + (uint64_t)timeout_ms;
+        uint64_t deadline = monotonic_ms() + (uint64_t)timeout_ms;
         int fds[FDPASS_MAX_FDS], truncated = 0;
         ProtoFrameError err;
         size_t n_fds = 0;
@@ -1313,7 +1305,7 @@ int h_raw_recv(int sock, int timeout_ms, HFrame *f)
         f->fd = -1;
         for (;;) {
                 struct pollfd p = { sock, POLLIN, 0 };
-                uint64_t now = h_now_ms();
+                uint64_t now = monotonic_ms();
 
                 n = fdpass_recv(sock, f->buf, sizeof(f->buf), fds, FDPASS_MAX_FDS, &n_fds, &truncated);
                 if (n >= 0)
@@ -1366,12 +1358,12 @@ void h_raw_hello(int sock)
 
 bool h_raw_wait_eof(int sock, int timeout_ms)
 {
-        uint64_t deadline = h_now_ms() + (uint64_t)timeout_ms;
+        uint64_t deadline = monotonic_ms() + (uint64_t)timeout_ms;
         HFrame *f = h_frame_new();
         bool eof = false;
 
         for (;;) {
-                uint64_t now = h_now_ms();
+                uint64_t now = monotonic_ms();
                 int r = h_raw_recv(sock, now >= deadline ? 0 : (int)(deadline - now), f);
 
                 if (r <= 0) {

@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "clock.h"
 #include "gpuipc.h"
 #include "proto.h"
 
@@ -65,9 +66,9 @@ void h_known_bug(const char *file, int line, const char *id, const char *what, b
 /* Polls cond every few milliseconds until it holds; fails after timeout_ms. */
 #define WAIT_UNTIL(cond, timeout_ms)                                                                        \
         do {                                                                                                \
-                uint64_t dl_ = h_now_ms() + (uint64_t)(timeout_ms);                                         \
+                uint64_t dl_ = monotonic_ms() + (uint64_t)(timeout_ms);                                         \
                 while (!(cond)) {                                                                           \
-                        if (h_now_ms() >= dl_)                                                              \
+                        if (monotonic_ms() >= dl_)                                                              \
                                 h_fail(__FILE__, __LINE__, "timed out after %d ms waiting for %s",          \
                                        (int)(timeout_ms), #cond);                                           \
                         h_sleep_ms(2);                                                                      \
@@ -101,7 +102,6 @@ _Noreturn void h_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2))
 /* Progress note on stderr, prefixed with the case (or child) and the milliseconds since its start. */
 void h_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-uint64_t h_now_ms(void);
 void h_sleep_ms(unsigned ms);
 
 /* The current case's temporary directory (empty by default, removed afterwards). */

@@ -211,10 +211,10 @@ static void test_ring_backpressure(void)
         fast = (MemberArg){ k.broker, "rings/slow", 200, 0, false, false, 50 };
         ks = spawn_member(c, &slow, "slow");
         kf = spawn_member(c, &fast, "fast");
-        t0 = h_now_ms();
+        t0 = monotonic_ms();
         produce(c, r, 1, 200);
-        h_log("200 frames through a 2 ms member in %" PRIu64 " ms", h_now_ms() - t0);
-        CHECK(h_now_ms() - t0 >= 200 * 2 - 4 * 2);
+        h_log("200 frames through a 2 ms member in %" PRIu64 " ms", monotonic_ms() - t0);
+        CHECK(monotonic_ms() - t0 >= 200 * 2 - 4 * 2);
         CHECK_EQ(member_done(ks, NULL), 200);
         CHECK_EQ(member_done(kf, NULL), 200);
         gpuipc_ring_close(r);
@@ -238,10 +238,10 @@ static void test_ring_latest(void)
         r = make_ring(c, "rings/latest", 4, 2, GPUIPC_RING_LATEST, 5000);
         slow = (MemberArg){ k.broker, "rings/latest", 3000, 1000, true, false, 0 };
         ks = spawn_member(c, &slow, "slow");
-        t0 = h_now_ms();
+        t0 = monotonic_ms();
         /* 3000 frames as fast as the producer can: it must never wait for the slow one. */
         produce(c, r, 1, 3000);
-        h_log("3000 frames in %" PRIu64 " ms", h_now_ms() - t0);
+        h_log("3000 frames in %" PRIu64 " ms", monotonic_ms() - t0);
         taken = member_done(ks, &skipped);
         h_log("the slow member took %" PRIu64 " frames and skipped %" PRIu64, taken, skipped);
         CHECK(skipped > 0);
@@ -288,11 +288,11 @@ static void test_ring_member_killed_holding(void)
         produce(c, r, 1, 2); /* it takes frame 1 and holds it; frame 3 would overwrite it */
         h_child_expect(kid, 't', H_SOON_MS, NULL, 0);
         CHECK_ERR(c, gpuipc_ring_acquire(r, 200, &slot), GPUIPC_E_TIMEOUT);
-        t0 = h_now_ms();
+        t0 = monotonic_ms();
         h_child_kill9(kid);
         CHECK_OK(c, gpuipc_ring_acquire(r, H_SOON_MS, &slot));
-        h_log("the producer went on %" PRIu64 " ms after the member died (lease 60 s)", h_now_ms() - t0);
-        CHECK(h_now_ms() - t0 < 5000);
+        h_log("the producer went on %" PRIu64 " ms after the member died (lease 60 s)", monotonic_ms() - t0);
+        CHECK(monotonic_ms() - t0 < 5000);
         frame_fill(slot, 3);
         CHECK_OK(c, gpuipc_ring_publish(r, NULL));
         h_child_free(kid);
@@ -355,10 +355,10 @@ static void test_ring_lease_evicts(void)
         await_join(c, kid);
         produce(c, r, 1, 2);
         h_child_expect(kid, 't', H_SOON_MS, NULL, 0); /* it holds frame 1: frame 3 needs its slot */
-        t0 = h_now_ms();
+        t0 = monotonic_ms();
         CHECK_OK(c, gpuipc_ring_acquire(r, H_SOON_MS, &slot));
-        h_log("evicted after %" PRIu64 " ms (lease 300)", h_now_ms() - t0);
-        CHECK(h_now_ms() - t0 >= 250);
+        h_log("evicted after %" PRIu64 " ms (lease 300)", monotonic_ms() - t0);
+        CHECK(monotonic_ms() - t0 >= 250);
         frame_fill(slot, 3);
         CHECK_OK(c, gpuipc_ring_publish(r, NULL));
         h_child_tell(kid, 'g');
@@ -427,7 +427,7 @@ static void test_ring_producer_killed(void)
         CHECK_OK(c, gpuipc_ring_take(r, H_SOON_MS, &slot, &frame));
         CHECK(frame_is(slot, frame));
         CHECK_OK(c, gpuipc_ring_release(r));
-        t0 = h_now_ms();
+        t0 = monotonic_ms();
         h_child_kill9(prod);
         /* Frames it published before it died may still be taken (intact) until the news comes. */
         for (int i = 0; i < 3 && (e = gpuipc_ring_take(r, H_SOON_MS, &slot, &frame)) == 0; i++) {
@@ -435,8 +435,8 @@ static void test_ring_producer_killed(void)
                 CHECK_OK(c, gpuipc_ring_release(r));
         }
         CHECK_ERR(c, e, GPUIPC_E_REVOKED);
-        h_log("the member heard %" PRIu64 " ms after: %s", h_now_ms() - t0, gpuipc_errmsg(c));
-        CHECK(h_now_ms() - t0 < 2000);
+        h_log("the member heard %" PRIu64 " ms after: %s", monotonic_ms() - t0, gpuipc_errmsg(c));
+        CHECK(monotonic_ms() - t0 < 2000);
         gpuipc_ring_close(r);
         h_child_free(prod);
         gpuipc_close(c);
@@ -471,12 +471,12 @@ static void test_ring_fd_producer_killed(void)
         for (int i = 0; i < 5 && poll(&p, 1, 300) == 1; i++)
                 CHECK_ERR(c, gpuipc_ring_take(r, 0, &slot, &frame), GPUIPC_E_TIMEOUT);
         CHECK_EQ(poll(&p, 1, 300), 0);
-        t0 = h_now_ms();
+        t0 = monotonic_ms();
         h_child_kill9(prod);
         CHECKF(poll(&p, 1, H_SOON_MS) == 1, "the ring fd stayed quiet after the producer died");
         CHECK_ERR(c, gpuipc_ring_take(r, 0, &slot, &frame), GPUIPC_E_REVOKED);
-        h_log("the fd woke %" PRIu64 " ms after the producer died: %s", h_now_ms() - t0, gpuipc_errmsg(c));
-        CHECK(h_now_ms() - t0 < 2000);
+        h_log("the fd woke %" PRIu64 " ms after the producer died: %s", monotonic_ms() - t0, gpuipc_errmsg(c));
+        CHECK(monotonic_ms() - t0 < 2000);
         gpuipc_ring_close(r);
         h_child_free(prod);
         gpuipc_close(c);
@@ -556,7 +556,7 @@ static int forger(HChan *ch, void *arg)
         h_report(ch, 'l', "left");
         h_await(ch, 'f', H_SOON_MS);
         m = gpuipc_buffer_ptr(page);
-        for (t0 = h_now_ms(); h_now_ms() - t0 < 1000;) {
+        for (t0 = monotonic_ms(); monotonic_ms() - t0 < 1000;) {
                 m->held = 0;
                 __atomic_store_n(&m->released, UINT64_MAX >> 2, __ATOMIC_RELEASE);
                 __atomic_fetch_add(&m->wake, 1, __ATOMIC_RELEASE);
@@ -620,14 +620,14 @@ static void test_ring_seat_page_renewed(void)
         CHECK_OK(c, gpuipc_process(c));
         h_child_expect(bad, 'l', H_SOON_MS, NULL, 0);
         /* The producer hears that the member left and renews the seat in its next call. */
-        for (t0 = h_now_ms(); h_now_ms() - t0 < 2000; h_sleep_ms(2)) {
+        for (t0 = monotonic_ms(); monotonic_ms() - t0 < 2000; h_sleep_ms(2)) {
                 CHECK((e = gpuipc_process(c)) >= 0);
                 page = member_page_id(c, "rings/forged@member.", old_page);
                 if (page)
                         break;
         }
         h_log("the seat's page was %" PRIu64 ", is %" PRIu64 " after %" PRIu64 " ms", old_page, page,
-              h_now_ms() - t0);
+              monotonic_ms() - t0);
         ha = (MemberArg){ k.broker, "rings/forged", 1, 0, false, false, 0 };
         kid = h_spawn("holder", holder, &ha);
         await_join(c, kid);
@@ -704,8 +704,8 @@ static int scribbler(HChan *ch, void *arg)
         page = h_ring_own_page(c, a->ring);
         words = gpuipc_buffer_ptr(page);
         h_report(ch, 'j', "joined");
-        t0 = h_now_ms();
-        while (h_now_ms() - t0 < a->ms) {
+        t0 = monotonic_ms();
+        while (monotonic_ms() - t0 < a->ms) {
                 unsigned what = (unsigned)rand_r(&seed) % 4;
 
                 for (unsigned i = 0; i < 8; i++) {
@@ -753,8 +753,8 @@ static void scribble_case(gpuipc_ring_mode_t mode, unsigned ms)
                 kids[i] = spawn_member(c, &honest[i], "honest");
         }
         /* Frames for as long as the scribbler scribbles, and a little longer. */
-        t0 = h_now_ms();
-        while (h_now_ms() - t0 < ms + 500) {
+        t0 = monotonic_ms();
+        while (monotonic_ms() - t0 < ms + 500) {
                 gpuipc_buffer_t *slot;
 
                 CHECK_OK(c, gpuipc_ring_acquire(r, H_SOON_MS, &slot));
@@ -983,9 +983,9 @@ static void test_ring_broker_restart(void)
 
         h_broker_restart(b);
         obs = h_connect(b, "observer");
-        t0 = h_now_ms();
+        t0 = monotonic_ms();
         WAIT_UNTIL(h_stats(obs, "rings") == 1 && h_stats(obs, "ring_members") == 2, H_SOON_MS);
-        h_log("ring and seats back %" PRIu64 " ms after the restart", h_now_ms() - t0);
+        h_log("ring and seats back %" PRIu64 " ms after the restart", monotonic_ms() - t0);
         before = atomic_load(&sh->taken[0]);
         WAIT_UNTIL(atomic_load(&sh->taken[0]) > before + 100, H_SOON_MS);
 

@@ -693,7 +693,7 @@ static int scribbler(HChan *ch, void *arg)
         page = h_ring_own_page(c, a->ring);
         words = gpuipc_buffer_ptr(page);
         h_report(ch, 'j', "joined");
-        for (t0 = h_now_ms(); h_now_ms() - t0 < a->ms;) {
+        for (t0 = monotonic_ms(); monotonic_ms() - t0 < a->ms;) {
                 unsigned what = (unsigned)rand_r(&seed) % 3;
 
                 for (unsigned i = 0; i < 4; i++) {

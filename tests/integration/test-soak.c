@@ -505,10 +505,10 @@ static void test_soak(void)
                 peer_start(&peers[i]);
         }
 
-        t0 = h_now_ms();
+        t0 = monotonic_ms();
         next_kill = t0 + 1000;
-        while (h_now_ms() - t0 < soak_ms) {
-                uint64_t now = h_now_ms();
+        while (monotonic_ms() - t0 < soak_ms) {
+                uint64_t now = monotonic_ms();
 
                 judge_suspects(&verdicts, false);
                 /* The broker, evenly spread (twice: at a third and two thirds of the way). */
@@ -545,7 +545,7 @@ static void test_soak(void)
         judge_suspects(&verdicts, true);
 
         printf("soak: %u producers (rings of %u x %u KiB), %u consumers, %.0f s, restart grace %s ms, machine: %ld "
-               "cpus\n", N_PRODUCERS, RING, FRAME_BYTES >> 10, N_CONSUMERS, (h_now_ms() - t0) / 1000.0, grace,
+               "cpus\n", N_PRODUCERS, RING, FRAME_BYTES >> 10, N_CONSUMERS, (monotonic_ms() - t0) / 1000.0, grace,
                sysconf(_SC_NPROCESSORS_ONLN));
         printf("  %-38s %10u\n", "peers killed (SIGKILL)", kills);
         printf("  %-38s %10u\n", "broker restarts (SIGKILL)", broker_kills);
