@@ -1,16 +1,22 @@
 /* A producer pipeline that flushes mid-stream, which gst-launch-1.0 cannot make happen: runs the
- * pipeline given as its first argument, and once the identity named tap has passed the number of
- * buffers given as the second, seeks back to the start with a flush, once. Prints what gst-launch-1.0
- * -v prints (property notifications, so the tap's last messages), then exits 0 at the end of the
- * stream, 1 on an error.
+ * pipeline given as its first argument, and once the element named sink has been handed the number
+ * of buffers given as the second, seeks back to the start with a flush, once. Prints what
+ * gst-launch-1.0 -v prints (property notifications, so the tap's last messages), then exits 0 at the
+ * end of the stream, 1 on an error.
  *
- *     flush-producer 'videotestsrc ! ... ! identity name=tap silent=false ! gpuipcsink ...' 20 */
+ *     flush-producer 'videotestsrc ! ... ! identity name=tap silent=false ! gpuipcsink name=sink ...' 20
+ *
+ * Counted at the sink, not the tap: a gpuipcsink holds its first buffer until a member joined, so
+ * buffers reaching it means frames published, while the tap upstream of a queue may pass the whole
+ * stream before a slow consumer joins (and the flush would then precede every published frame). The
+ * seek is sent into the tap, upstream from there, so one flush starts at the source and reaches every
+ * branch of a tee once; a seek of the pipeline goes to each of its sinks and may flush twice. */
 #include <gst/gst.h>
 #include <stdlib.h>
 
 typedef struct Run {
         GMainLoop *loop;
-        GstElement *pipeline;
+        GstElement *pipeline, *tap;
         gint buffers, flush_after;
         gint seeked;
         int status;
@@ -19,8 +25,10 @@ typedef struct Run {
 static gboolean seek_to_start(gpointer data)
 {
         Run *r = data;
+        GstEvent *seek = gst_event_new_seek(1.0, GST_FORMAT_TIME, GST_SEEK_FLAG_FLUSH, GST_SEEK_TYPE_SET, 0,
+                                            GST_SEEK_TYPE_NONE, GST_CLOCK_TIME_NONE);
 
-        if (!gst_element_seek_simple(r->pipeline, GST_FORMAT_TIME, GST_SEEK_FLAG_FLUSH, 0)) {
+        if (!gst_element_send_event(r->tap, seek)) {
                 g_printerr("flush-producer: the flushing seek failed\n");
                 r->status = 1;
                 g_main_loop_quit(r->loop);
@@ -60,7 +68,7 @@ int main(int argc, char **argv)
 {
         Run r = { 0 };
         GError *err = NULL;
-        GstElement *tap;
+        GstElement *sink;
         GstPad *pad;
         GstBus *bus;
 
@@ -74,15 +82,16 @@ int main(int argc, char **argv)
                 g_printerr("flush-producer: %s\n", err->message);
                 return 2;
         }
-        tap = gst_bin_get_by_name(GST_BIN(r.pipeline), "tap");
-        if (!tap) {
-                g_printerr("flush-producer: the pipeline has no element named tap\n");
+        r.tap = gst_bin_get_by_name(GST_BIN(r.pipeline), "tap");
+        sink = gst_bin_get_by_name(GST_BIN(r.pipeline), "sink");
+        if (!r.tap || !sink) {
+                g_printerr("flush-producer: the pipeline needs an element named tap and one named sink\n");
                 return 2;
         }
-        pad = gst_element_get_static_pad(tap, "src");
+        pad = gst_element_get_static_pad(sink, "sink");
         gst_pad_add_probe(pad, GST_PAD_PROBE_TYPE_BUFFER, count, &r, NULL);
         gst_object_unref(pad);
-        gst_object_unref(tap);
+        gst_object_unref(sink);
         g_signal_connect(r.pipeline, "deep-notify", G_CALLBACK(gst_object_default_deep_notify), NULL);
         r.loop = g_main_loop_new(NULL, FALSE);
         bus = gst_element_get_bus(r.pipeline);
@@ -92,6 +101,7 @@ int main(int argc, char **argv)
         gst_element_set_state(r.pipeline, GST_STATE_NULL);
         gst_bus_remove_watch(bus);
         gst_object_unref(bus);
+        gst_object_unref(r.tap);
         gst_object_unref(r.pipeline);
         g_main_loop_unref(r.loop);
         return r.status;

@@ -197,16 +197,15 @@ case_latest() {
 }
 
 case_flush() {
-        local i=0 n_after off
+        local n_after n_before
         [[ -x ${GPUIPC_GST_FLUSH_PRODUCER:-} ]] || skip "flush-producer was not built"
-        reference ref "${SRC[@]}" num-buffers=40 ! "$CAPS"
         consumer c1 rf
         # After the seek videotestsrc draws its frames anew (not as a fresh run would), so the producer
         # also keeps what it sent after the tap, in sent.raw.
         san_prefix p
         GST_DEBUG=gpuipcsink:4 GST_DEBUG_NO_COLOR=1 "${ns[@]}" "${pre[@]}" "$GPUIPC_GST_FLUSH_PRODUCER" \
                 "videotestsrc pattern=ball num-buffers=40 ! $CAPS ! identity name=tap silent=false ! tee name=t
-                 t. ! queue ! gpuipcsink ring=rf sync=false wait-members=1
+                 t. ! queue max-size-buffers=2 ! gpuipcsink name=sink ring=rf sync=false wait-members=1
                  t. ! queue ! filesink location=$dir/sent.raw" \
                 15 >"$dir/p.log" 2>&1 &
         pids[p]=$!
@@ -230,19 +229,18 @@ case_flush() {
         grep '^buffer' "$dir/p.taps" >"$dir/p.buffers"
         ! diff "$dir/p.buffers" "$dir/c1.buffers" | grep -q '^>' ||
                 fail "the source's buffers are not the producer's in order"
-        # Frames before the flush are videotestsrc's first ones; those after it (num-buffers counts on
-        # across the seek) are what the producer sent last.
-        while read -r off; do
-                cmp -s -n "$FRAME" -i $((off * FRAME)):$((i * FRAME)) "$dir/ref.raw" "$dir/c1.raw" ||
-                        fail "frame $i (offset $off), before the flush, differs from the producer's"
-                i=$((i + 1))
-        done < <(sed -n '/^event flush-start/q; s/^buffer .* offset: \([0-9]*\),.*/\1/p' "$dir/c1.taps")
         n_after=$(sed -n '/^event flush-stop/,$p' "$dir/c1.taps" | grep -c '^buffer')
         [[ $n_after == $(sed -n '/^event flush-stop/,$p' "$dir/p.taps" | grep -c '^buffer') && $n_after -gt 0 ]] ||
                 fail "$n_after frames after the flush, not the producer's number"
-        cmp <(tail -c $((n_after * FRAME)) "$dir/sent.raw") <(tail -c $((n_after * FRAME)) "$dir/c1.raw") ||
+        # filesink truncates its file at a flush-stop, so c1.raw and sent.raw hold the frames after the
+        # flush only (the frames before it are compared byte for byte by the other cases): exactly
+        # those, and the producer's.
+        [[ $(stat -c %s "$dir/c1.raw") == $((n_after * FRAME)) ]] ||
+                fail "c1.raw holds $(stat -c %s "$dir/c1.raw") bytes, not the $n_after frames after the flush"
+        cmp <(tail -c $((n_after * FRAME)) "$dir/sent.raw") "$dir/c1.raw" ||
                 fail "the frames after the flush differ from those the producer sent"
-        echo "ok: a flush mid-stream replayed downstream; $i frames before it and $n_after after, each the producer's"
+        n_before=$(sed -n '/^event flush-start/q; /^buffer/p' "$dir/c1.taps" | wc -l)
+        echo "ok: a flush mid-stream replayed downstream; $n_before frames before it and $n_after after, each the producer's"
 }
 
 case_errors() {
