@@ -743,7 +743,10 @@ static void scribble_case(gpuipc_ring_mode_t mode, unsigned ms)
 
         h_case_begin(&k, NULL);
         c = h_connect(k.broker, "ring-producer");
-        r = make_ring(c, name, mode == GPUIPC_RING_LATEST ? 5 : 4, 3, mode, 500);
+        /* The lease bounds how long the scribbler can hold the producer up; the honest members must
+         * never need it, even starved of CPU by the scribbler's spinning on a loaded machine (at
+         * 500 ms a sanitizer build on two busy cores evicted one of them). */
+        r = make_ring(c, name, mode == GPUIPC_RING_LATEST ? 5 : 4, 3, mode, 5000);
         sa = (ScribbleArg){ k.broker, name, ms };
         bad = h_spawn("scribbler", scribbler, &sa);
         await_join(c, bad);
