@@ -71,7 +71,8 @@ int sdnotify_open(void)
         fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         /* The address length is the exact name length: an abstract name is not NUL-terminated,
          * and trailing zeros would name another socket. */
-        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) < 0) {
+        if (fd < 0 ||
+            connect(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) < 0) {
                 log_warn("cannot reach NOTIFY_SOCKET: systemd will not hear that the broker is ready",
                          "notify_socket=\"%s\" error=\"%s\"", path, strerror(errno));
                 if (fd >= 0)

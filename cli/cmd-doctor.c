@@ -26,12 +26,17 @@ typedef struct Doctor {
         Json json, checks; /* --json: {"checks": [...], ...} */
 } Doctor;
 
-static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
 
 static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ...)
 {
-        static const char *const text[] = { [V_OK] = " ok ", [V_FAIL] = "FAIL", [V_UNKNOWN] = " ?? ", [V_NONE] = " -- " };
-        static const char *const name[] = { [V_OK] = "ok", [V_FAIL] = "fail", [V_UNKNOWN] = "unknown", [V_NONE] = "none" };
+        static const char *const text[] = {
+                [V_OK] = " ok ", [V_FAIL] = "FAIL", [V_UNKNOWN] = " ?? ", [V_NONE] = " -- ",
+        };
+        static const char *const name[] = {
+                [V_OK] = "ok", [V_FAIL] = "fail", [V_UNKNOWN] = "unknown", [V_NONE] = "none",
+        };
         char detail[1024];
         va_list ap;
 

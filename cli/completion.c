@@ -86,12 +86,17 @@ static void bash_value_case(FILE *f, const char *cmd, const CtlOption *options)
                         fprintf(f, "%s:--%s", cmd, o->name);
                 switch (o->value) {
                 case CTL_VALUE_FILE: fputs(") COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n", f); break;
-                case CTL_VALUE_KIND: fprintf(f, ") COMPREPLY=($(compgen -W \"%s\" -- \"$cur\")); return ;;\n", kinds); break;
+                case CTL_VALUE_KIND:
+                        fprintf(f, ") COMPREPLY=($(compgen -W \"%s\" -- \"$cur\")); return ;;\n", kinds);
+                        break;
                 case CTL_VALUE_PATTERN:
-                        fputs(") COMPREPLY=($(compgen -W \"counter byte:0x random:\" -- \"$cur\")); compopt -o nospace 2>/dev/null; return ;;\n", f);
+                        fputs(") COMPREPLY=($(compgen -W \"counter byte:0x random:\" -- \"$cur\")); compopt -o nospace "
+                              "2>/dev/null; return ;;\n",
+                              f);
                         break;
                 case CTL_VALUE_NAME:
-                        fputs(") COMPREPLY=($(compgen -W \"$(_gpuipcctl_names \"$cur\")\" -- \"$cur\")); return ;;\n", f);
+                        fputs(") COMPREPLY=($(compgen -W \"$(_gpuipcctl_names \"$cur\")\" -- \"$cur\")); return ;;\n",
+                              f);
                         break;
                 default: fputs(") return ;;\n", f); break;
                 }
@@ -158,7 +163,10 @@ static void completion_bash(FILE *f)
                 bash_words(f, c->options, true);
                 fputs("\" valued=\"", f);
                 valued_spellings(f, c->options);
-                fprintf(f, " \" operand=%s ;;\n", c->operand == CTL_VALUE_NAME ? "name" : c->operand == CTL_VALUE_SHELL ? "shell" : "");
+                fprintf(f, " \" operand=%s ;;\n",
+                        c->operand == CTL_VALUE_NAME    ? "name"
+                        : c->operand == CTL_VALUE_SHELL ? "shell"
+                                                        : "");
         }
         fputs("\t*) return ;;\n"
               "\tesac\n"
@@ -364,7 +372,8 @@ static void completion_fish(FILE *f)
               "\t\tend\n"
               "\tend\n", f);
         fputs("\tcommand -q -- $words[1]; or return\n", f);
-        fprintf(f, "\t$words[1] $global --timeout %d __complete-names -- (commandline -ct) 2>/dev/null\n", NAMES_TIMEOUT_MS);
+        fprintf(f, "\t$words[1] $global --timeout %d __complete-names -- (commandline -ct) 2>/dev/null\n",
+                NAMES_TIMEOUT_MS);
         fputs("end\n"
               "\n"
               "complete -c gpuipcctl -f\n", f);
@@ -427,7 +436,8 @@ static int print_names(Ctl *ctl, const char *prefix)
                 for (int i = 0; i < n && printed < MAX_NAMES; i++) {
                         /* Live only: only those can be attached; a ring's parts (NAME@...) are the
                          * ring's business and are offered as the ring's name below. */
-                        if (buffers[i].state == GPUIPC_STATE_LIVE && !strchr(buffers[i].name, '@') && buffers[i].name[0]) {
+                        if (buffers[i].state == GPUIPC_STATE_LIVE && !strchr(buffers[i].name, '@') &&
+                            buffers[i].name[0]) {
                                 /* Raw, one per line: names are validated by the broker to a charset
                                  * with no blanks or control characters. */
                                 printf("%s\n", buffers[i].name);

@@ -25,21 +25,26 @@
  * option another command spells with the same letter gets none. A command's object is its operand
  * (NAME), never an option. docs/man/gpuipcctl.1.scd states the rule. */
 const CtlOption ctl_global_options[] = {
-        { 's', "socket", 's', "PATH", CTL_VALUE_FILE, "the broker's socket (default: $GPUIPC_SOCKET or " GPUIPC_DEFAULT_SOCKET ")" },
-        { 'j', "json", 'j', NULL, CTL_VALUE_NONE, "machine-readable output: one JSON document (watch and publish: one per\n"
+        { 's', "socket", 's', "PATH", CTL_VALUE_FILE,
+          "the broker's socket (default: $GPUIPC_SOCKET or " GPUIPC_DEFAULT_SOCKET ")" },
+        { 'j', "json", 'j', NULL, CTL_VALUE_NONE,
+          "machine-readable output: one JSON document (watch and publish: one per\n"
           "line); a failure prints {\"error\": NAME, \"message\": TEXT} on stdout instead\n"
           "of the text on stderr" },
-        { 't', "timeout", 't', "MS", CTL_VALUE_ANY, "how long to wait for the broker to accept and greet us (default 5000)" },
+        { 't', "timeout", 't', "MS", CTL_VALUE_ANY,
+          "how long to wait for the broker to accept and greet us (default 5000)" },
         { 'h', "help", 'h', NULL, CTL_VALUE_NONE, "this text; `gpuipcctl COMMAND --help` describes a command" },
         { 'V', "version", 'V', NULL, CTL_VALUE_NONE, "gpuipcctl's and libgpuipc's versions" },
         { 0 }
 };
 
 /* The NAME operand's old spelling (publish, attach, group). */
-#define NAME_DEPRECATED { CTL_OPT_NAME, "name", 'n', "N", CTL_VALUE_NAME, "", "give the name as the argument (gpuipcctl COMMAND NAME)" }
+#define NAME_DEPRECATED { CTL_OPT_NAME, "name", 'n', "N", CTL_VALUE_NAME, "", \
+        "give the name as the argument (gpuipcctl COMMAND NAME)" }
 
 static const CtlOption ping_options[] = {
-        { 't', "timeout", 't', "MS", CTL_VALUE_ANY, "the global --timeout, written after the command as probes usually are" },
+        { 't', "timeout", 't', "MS", CTL_VALUE_ANY,
+          "the global --timeout, written after the command as probes usually are" },
         { 0 }
 };
 
@@ -60,20 +65,23 @@ static const CtlOption retire_options[] = {
 };
 
 static const CtlOption metrics_options[] = {
-        { 'l', "listen", 'l', "ADDR:PORT", CTL_VALUE_ANY, "serve HTTP here: 0.0.0.0:9470, 127.0.0.1:9470, [::]:9470, or :9470 for\n"
+        { 'l', "listen", 'l', "ADDR:PORT", CTL_VALUE_ANY,
+          "serve HTTP here: 0.0.0.0:9470, 127.0.0.1:9470, [::]:9470, or :9470 for\n"
           "every address; port 0 picks a free one (printed at start)" },
         { CTL_OPT_NO_SANDBOX, "no-sandbox", 0, NULL, CTL_VALUE_NONE, "serve unconfined (for debugging)" },
         { 0 }
 };
 
 static const CtlOption publish_options[] = {
-        { CTL_OPT_SIZE, "size", 0, "BYTES", CTL_VALUE_ANY, "bytes, or with K, M, G or T (powers of 1024; KiB and KB mean the same);\n"
+        { CTL_OPT_SIZE, "size", 0, "BYTES", CTL_VALUE_ANY,
+          "bytes, or with K, M, G or T (powers of 1024; KiB and KB mean the same);\n"
           "memfd buffers must fit in the memory available" },
         { 'k', "kind", 'k', "K", CTL_VALUE_KIND, "memfd (default), cuda-vmm or cuda-legacy" },
         { 'd', "device", 'd', "N", CTL_VALUE_ANY, "the CUDA device ordinal (CUDA kinds; default 0)" },
         { 'f', "fill", 'f', "PATTERN", CTL_VALUE_PATTERN, PATTERNS "; default counter" },
         { 'w', "writable", 'w', NULL, CTL_VALUE_NONE, "consumers may map it writable" },
-        { 'b', "broker-held", 'b', NULL, CTL_VALUE_NONE, "the memory outlives this process until retired and drained (memfd,\n"
+        { 'b', "broker-held", 'b', NULL, CTL_VALUE_NONE,
+          "the memory outlives this process until retired and drained (memfd,\n"
           "cuda-vmm)" },
         { CTL_OPT_RETIRE_AFTER, "retire-after", 0, "N", CTL_VALUE_ANY, "retire it after N attaches" },
         NAME_DEPRECATED,
@@ -84,12 +92,15 @@ static const CtlOption publish_options[] = {
 
 static const CtlOption attach_options[] = {
         { 'v', "verify", 'v', "PATTERN", CTL_VALUE_PATTERN, "check every byte: " PATTERNS },
-        { CTL_OPT_WAIT, "wait", 0, "MS", CTL_VALUE_ANY, "how long to wait for a publish (default 0: it must be there; -1: forever)" },
-        { 'H', "hold", 'H', "MS", CTL_VALUE_ANY, "keep the reference this long before releasing it (-1: until SIGTERM or\n"
+        { CTL_OPT_WAIT, "wait", 0, "MS", CTL_VALUE_ANY,
+          "how long to wait for a publish (default 0: it must be there; -1: forever)" },
+        { 'H', "hold", 'H', "MS", CTL_VALUE_ANY,
+          "keep the reference this long before releasing it (-1: until SIGTERM or\n"
           "SIGINT, a long-running consumer)" },
         { 'd', "device", 'd', "N", CTL_VALUE_ANY, "map CUDA buffers onto this device ordinal" },
         NAME_DEPRECATED,
-        { CTL_OPT_WAIT, "timeout", 't', "MS", CTL_VALUE_ANY, "", "write --wait (--timeout is the connect timeout everywhere else)" },
+        { CTL_OPT_WAIT, "timeout", 't', "MS", CTL_VALUE_ANY, "",
+          "write --wait (--timeout is the connect timeout everywhere else)" },
         { 0 }
 };
 
@@ -97,7 +108,8 @@ static const CtlOption group_options[] = {
         { 'm', "members", 'm', "N", CTL_VALUE_ANY, "how many members complete it (1 to 4096)" },
         { CTL_OPT_WAIT, "wait", 0, "MS", CTL_VALUE_ANY, "how long to wait for them (default 30000)" },
         NAME_DEPRECATED,
-        { CTL_OPT_WAIT, "timeout", 't', "MS", CTL_VALUE_ANY, "", "write --wait (--timeout is the connect timeout everywhere else)" },
+        { CTL_OPT_WAIT, "timeout", 't', "MS", CTL_VALUE_ANY, "",
+          "write --wait (--timeout is the connect timeout everywhere else)" },
         { 0 }
 };
 
@@ -306,7 +318,8 @@ int ctl_fail_detail(Ctl *ctl, const char *what, int err, const char *detail)
         /* The error's name first: scripts can match it, people can search for it. The broker's
          * message says what happened; the library's text, how to fix it (the hint). */
         snprintf(message, sizeof(message), "%s: %s", what, detail[0] ? detail : gpuipc_strerror(err));
-        snprintf(text, sizeof(text), "%s: [%s] %s", what, gpuipc_err_name(err), detail[0] ? detail : gpuipc_strerror(err));
+        snprintf(text, sizeof(text), "%s: [%s] %s", what, gpuipc_err_name(err),
+                 detail[0] ? detail : gpuipc_strerror(err));
         report(ctl, gpuipc_err_name(err), text, message, detail[0] ? gpuipc_strerror(err) : NULL);
         /* A broker lost mid-command is "no broker" (3) too: a probe retries it, unlike a refusal. */
         return err == GPUIPC_E_NO_BROKER || err == GPUIPC_E_DISCONNECTED ? CTL_NO_BROKER : CTL_FAILED;

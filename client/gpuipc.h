@@ -580,8 +580,8 @@ typedef struct gpuipc_peer_info {
 } gpuipc_peer_info_t;
 
 /* Lists buffers whose name starts with prefix (NULL or "": all), in the order they were
- * registered, in every state. Returns how many records were stored in items (at most cap; 0 only when none are left), or
- * an error; *cursor as described above. */
+ * registered, in every state. Returns how many records were stored in items (at most cap; 0 only when none are left),
+ * or an error; *cursor as described above. */
 int gpuipc_list_buffers(gpuipc_t *c, const char *prefix, uint64_t *cursor, gpuipc_buffer_info_t *items, size_t cap);
 
 /* Lists connected peers (this connection included), in increasing id order, paged like

@@ -295,7 +295,8 @@ _public_ int gpuipc_pool_new(gpuipc_t *c, const gpuipc_pool_options_t *opts, gpu
         if (o.kind == 0)
                 o.kind = GPUIPC_KIND_CUDA_VMM;
         if (o.kind != GPUIPC_KIND_CUDA_VMM && o.kind != GPUIPC_KIND_MEMFD) {
-                client_errmsg(c, "a pool is of cuda-vmm or memfd memory (cuda-legacy memory cannot be shared as views)");
+                client_errmsg(c,
+                              "a pool is of cuda-vmm or memfd memory (cuda-legacy memory cannot be shared as views)");
                 return GPUIPC_E_INVALID;
         }
         if (o.kind == GPUIPC_KIND_CUDA_VMM) {
@@ -471,7 +472,8 @@ _public_ int gpuipc_pool_view(gpuipc_pool_t *p, const void *ptr, size_t size, gp
                 client_errmsg(c, "the memory at %#lx does not lie in this pool", (unsigned long)a);
                 r = GPUIPC_E_NOT_FOUND;
         } else if (size > s->size - (a - s->base)) {
-                client_errmsg(c, "[%#lx, +%zu) spans two segments of the pool: a view lies in one", (unsigned long)a, size);
+                client_errmsg(c, "[%#lx, +%zu) spans two segments of the pool: a view lies in one", (unsigned long)a,
+                              size);
                 r = GPUIPC_E_INVALID;
         } else if (!k || k->state != BLOCK_USED) {
                 /* A view may cover several allocations (a live state dict's part), but it starts in one. */

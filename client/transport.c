@@ -154,12 +154,14 @@ int client_watch_start(gpuipc_t *c)
                 c->watch_epfd = safe_close(c->watch_epfd);
                 return e;
         }
-        epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->news_fd, &(struct epoll_event){ .events = EPOLLIN, .data.fd = c->news_fd });
+        epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->news_fd,
+                  &(struct epoll_event){ .events = EPOLLIN, .data.fd = c->news_fd });
         for (int i = 0; i < 2; i++) {
                 int fd = i ? c->retry_timer : c->fd;
 
                 if (fd >= 0)
-                        epoll_ctl(c->watch_epfd, EPOLL_CTL_ADD, fd, &(struct epoll_event){ .events = EPOLLIN, .data.fd = fd });
+                        epoll_ctl(c->watch_epfd, EPOLL_CTL_ADD, fd,
+                                  &(struct epoll_event){ .events = EPOLLIN, .data.fd = fd });
         }
         return 0;
 }

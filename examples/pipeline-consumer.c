@@ -21,8 +21,10 @@ int main(int argc, char **argv)
         gpuipc_t *c;
         int r;
 
-        r = gpuipc_connect(&c, &(gpuipc_options_t){ .struct_size = sizeof(gpuipc_options_t), .label = "pipeline-consumer",
-                                                    .connect_timeout_ms = 5000, .no_gpus = 1 });
+        r = gpuipc_connect(&c, &(gpuipc_options_t){ .struct_size = sizeof(gpuipc_options_t),
+                                                    .label = "pipeline-consumer",
+                                                    .connect_timeout_ms = 5000,
+                                                    .no_gpus = 1 });
         if (r < 0)
                 return die(NULL, "connect", r);
         r = gpuipc_group_join(c, o.group, o.consumers + 1, 30000);

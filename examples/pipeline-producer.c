@@ -34,8 +34,10 @@ int main(int argc, char **argv)
         double start;
         int r;
 
-        r = gpuipc_connect(&c, &(gpuipc_options_t){ .struct_size = sizeof(gpuipc_options_t), .label = "pipeline-producer",
-                                                    .connect_timeout_ms = 5000, .no_gpus = 1 });
+        r = gpuipc_connect(&c, &(gpuipc_options_t){ .struct_size = sizeof(gpuipc_options_t),
+                                                    .label = "pipeline-producer",
+                                                    .connect_timeout_ms = 5000,
+                                                    .no_gpus = 1 });
         if (r < 0)
                 return die(NULL, "connect", r);
         for (unsigned s = 0; s < o.slots; s++) {

@@ -79,7 +79,8 @@ void frame_segment_from_gst(FrameSegment *f, const GstSegment *s)
 gboolean frame_segment_to_gst(const FrameSegment *f, GstSegment *s)
 {
         /* GStreamer asserts on a rate of 0; what the producer wrote is input like any other. */
-        if (f->format != GST_FORMAT_TIME || !(f->rate > 0 || f->rate < 0) || !(f->applied_rate > 0 || f->applied_rate < 0))
+        if (f->format != GST_FORMAT_TIME || !(f->rate > 0 || f->rate < 0) ||
+            !(f->applied_rate > 0 || f->applied_rate < 0))
                 return FALSE;
         gst_segment_init(s, GST_FORMAT_TIME);
         s->flags = f->flags;

@@ -60,7 +60,8 @@ SinkRing *sink_ring_new(GstElement *element, gpuipc_t *c, const SinkRingConfig *
 
         e = gpuipc_ring_create(c, cfg->name, &opts, &ring);
         if (e < 0) {
-                GST_GPUIPC_ERROR(element, RESOURCE, OPEN_WRITE, gpuipc_errmsg(c), e, "cannot create ring '%s'", cfg->name);
+                GST_GPUIPC_ERROR(element, RESOURCE, OPEN_WRITE, gpuipc_errmsg(c), e, "cannot create ring '%s'",
+                                 cfg->name);
                 return NULL;
         }
         r = g_new0(SinkRing, 1);

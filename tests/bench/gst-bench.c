@@ -4,12 +4,12 @@
  *
  *     gst-bench [--frames N] [--paced-frames N] [--width W] [--height H] [--runs R]
  *
- * Each row runs twice, R times (3) interleaved with the other rows, and shows the medians: unpaced (the producer as fast as it can: frames/s) and paced at 30 frames/s
- * by a live videotestsrc (per-frame latency without queueing, and CPU per frame). The producer stamps
- * every frame (its number and CLOCK_MONOTONIC, in its first 16 bytes) where it enters the transport:
- * the queue's, gpuipcsink's or shmsink's sink pad; the consumer reads the stamp at fakesink. CPU per
- * frame is user + system time of both processes between their first and last frame (the broker is
- * off the per-frame path). Not a test: nothing is asserted; the goals are reported as MET/MISSED.
+ * Each row runs twice, R times (3) interleaved with the other rows, and shows the medians: unpaced (the producer as
+ * fast as it can: frames/s) and paced at 30 frames/s by a live videotestsrc (per-frame latency without queueing, and
+ * CPU per frame). The producer stamps every frame (its number and CLOCK_MONOTONIC, in its first 16 bytes) where it
+ * enters the transport: the queue's, gpuipcsink's or shmsink's sink pad; the consumer reads the stamp at fakesink. CPU
+ * per frame is user + system time of both processes between their first and last frame (the broker is off the per-frame
+ * path). Not a test: nothing is asserted; the goals are reported as MET/MISSED.
  *
  * Roles run as child processes of this program (--role ...), the broker as another. */
 #include <errno.h>
@@ -218,7 +218,8 @@ static const char *const transport_name[T_COUNT] = {
 };
 
 /* The pipelines of transport t: a single one (consumer NULL), or a producer and a consumer. */
-static void pipelines(Transport t, gboolean paced, int frames, const char *dir, char **ret_producer, char **ret_consumer)
+static void pipelines(Transport t, gboolean paced, int frames, const char *dir, char **ret_producer,
+                      char **ret_consumer)
 {
         g_autofree char *src = g_strdup_printf(
                 "videotestsrc num-buffers=%d pattern=black is-live=%s ! "
@@ -231,14 +232,15 @@ static void pipelines(Transport t, gboolean paced, int frames, const char *dir, 
         *ret_consumer = NULL;
         switch (t) {
         case T_QUEUE:
-                *ret_producer = g_strdup_printf("%s ! queue name=stamp max-size-buffers=4 max-size-bytes=0 "
-                                                "max-size-time=0 ! fakesink name=rx sync=false enable-last-sample=false",
-                                                src);
+                *ret_producer =
+                        g_strdup_printf("%s ! queue name=stamp max-size-buffers=4 max-size-bytes=0 "
+                                        "max-size-time=0 ! fakesink name=rx sync=false enable-last-sample=false",
+                                        src);
                 break;
         case T_GPUIPC:
         case T_GPUIPC_LAST:
-                *ret_producer = g_strdup_printf("%s ! gpuipcsink name=stamp ring=bench slots=4 wait-members=1 sync=false",
-                                                src);
+                *ret_producer =
+                        g_strdup_printf("%s ! gpuipcsink name=stamp ring=bench slots=4 wait-members=1 sync=false", src);
                 *ret_consumer = g_strdup_printf("gpuipcsrc ring=bench timeout=30000 ! fakesink name=rx sync=false "
                                                 "enable-last-sample=%s",
                                                 t == T_GPUIPC_LAST ? "true" : "false");
@@ -304,8 +306,9 @@ static gboolean read_result(int fd, gboolean rx, Result *r, int frames)
                         break;
         }
         if (rx) {
-                if (sscanf(buf, "RESULT rx frames=%d span_ns=%llu cpu_ns=%llu p50_us=%lf p99_us=%lf", &seen, &span, &cpu,
-                           &r->p50_us, &r->p99_us) != 5 || seen != frames)
+                if (sscanf(buf, "RESULT rx frames=%d span_ns=%llu cpu_ns=%llu p50_us=%lf p99_us=%lf", &seen, &span,
+                           &cpu, &r->p50_us, &r->p99_us) != 5 ||
+                    seen != frames)
                         return FALSE;
                 r->fps = span ? (double)(seen - 1) * 1e9 / (double)span : NAN;
         } else if (sscanf(buf, "RESULT tx frames=%d cpu_ns=%llu", &seen, &cpu) != 2) {
@@ -542,7 +545,8 @@ int main(int argc, char **argv)
         unlink(reg);
         unlink(sock);
 
-        printf("\n| transport | frames/s (unpaced) | x the queue's (time per frame) | latency p50 / p99 (us, 30 frames/s) | CPU per "
+        printf("\n| transport | frames/s (unpaced) | x the queue's (time per frame) | latency p50 / p99 (us, 30 "
+               "frames/s) | CPU per "
                "frame (us, 30 frames/s): producer + consumer |\n|---|---|---|---|---|\n");
         for (Transport t = 0; t < T_COUNT; t++) {
                 Result *u = &res[t][0], *p = &res[t][1];

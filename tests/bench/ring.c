@@ -225,8 +225,8 @@ static void handoff_rows(RingRun *x, const char *what, double rtt_p50, double ra
                         samples_add(&s, x->sh->ns[i][k] / 1000.0);
         snprintf(metric, sizeof(metric), "ring handoff p50 (%s, %d member%s)", what, x->members,
                  x->members > 1 ? "s" : "");
-        row = row_add(metric, samples_pct(&s, 50), "us", x->spin_us ? "raw spin hand-off p50" : "raw futex hand-off p50",
-                      raw_p50);
+        row = row_add(metric, samples_pct(&s, 50), "us",
+                      x->spin_us ? "raw spin hand-off p50" : "raw futex hand-off p50", raw_p50);
         /* What the ring adds to the least a hand-over between processes costs: the raw futex (a
          * sleeping member) and the raw spin on one cache line (a spinning one). */
         if (x->members == 1)

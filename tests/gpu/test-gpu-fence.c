@@ -231,8 +231,8 @@ static void run_fence(bool ipc_event, int consumer_device, const Phase *phases, 
         h_child_wait_ok(p, H_SOON_MS);
         h_child_free(k);
         h_child_free(p);
-        printf("# %s fence, consumer on GPU %d: %d rounds, none stale where ordered", ipc_event ? "IPC-event" : "counter",
-               consumer_device, rounds);
+        printf("# %s fence, consumer on GPU %d: %d rounds, none stale where ordered",
+               ipc_event ? "IPC-event" : "counter", consumer_device, rounds);
         if (fenced)
                 printf("; %d fenced rounds, in %d of them the copy was queued before the producer's "
                        "write had finished",

@@ -113,7 +113,8 @@ static void test_uid_without_permission(void)
         let_others_reach(h_case_dir());
         f = fopen(policy, "we");
         CHECK(f);
-        fputs("allow all uid=0\nallow publish,attach any prefix=public/\nallow publish,attach,admin any prefix=by/\n", f);
+        fputs("allow all uid=0\nallow publish,attach any prefix=public/\nallow publish,attach,admin any prefix=by/\n",
+              f);
         fclose(f);
         h_case_begin(&k, flags);
         let_others_reach(k.broker->dir);

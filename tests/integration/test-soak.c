@@ -501,7 +501,8 @@ static void test_soak(void)
         CHECK(verdicts.done);
         b = h_broker_start(flags);
         for (unsigned i = 0; i < N_PRODUCERS + N_CONSUMERS; i++) {
-                peers[i] = (Peer){ .role = { b, i < N_PRODUCERS ? i : i - N_PRODUCERS }, .is_producer = i < N_PRODUCERS };
+                peers[i] =
+                        (Peer){ .role = { b, i < N_PRODUCERS ? i : i - N_PRODUCERS }, .is_producer = i < N_PRODUCERS };
                 peer_start(&peers[i]);
         }
 
@@ -512,7 +513,8 @@ static void test_soak(void)
 
                 judge_suspects(&verdicts, false);
                 /* The broker, evenly spread (twice: at a third and two thirds of the way). */
-                if (broker_kills < n_broker_kills && now - t0 >= (broker_kills + 1) * (soak_ms / (n_broker_kills + 1))) {
+                if (broker_kills < n_broker_kills &&
+                    now - t0 >= (broker_kills + 1) * (soak_ms / (n_broker_kills + 1))) {
                         verified_before_last_restart = atomic_load(&shared->frames_verified);
                         h_broker_kill9(b);
                         h_sleep_ms(rand_r(&seed) % 300);
@@ -553,7 +555,8 @@ static void test_soak(void)
         printf("  %-38s %10" PRIu64 "\n", "frames verified (twice each)", (uint64_t)shared->frames_verified);
         printf("  %-38s %10" PRIu64 "\n", "  ... after the last broker restart",
                (uint64_t)shared->frames_verified - verified_before_last_restart);
-        printf("  %-38s %10" PRIu64 "\n", "frames changed while held, not revoked", (uint64_t)shared->changed_while_held);
+        printf("  %-38s %10" PRIu64 "\n", "frames changed while held, not revoked",
+               (uint64_t)shared->changed_while_held);
         printf("  %-38s %10" PRIu64 "\n", "frames changed on holds revoked later", (uint64_t)shared->changed_revoked);
         printf("  %-38s %10" PRIu64 "\n", "frames torn at attach", (uint64_t)shared->torn_at_attach);
         printf("  %-38s %10" PRIu64 "\n", "holds revoked", (uint64_t)shared->revoked_holds);

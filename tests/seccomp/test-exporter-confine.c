@@ -115,7 +115,10 @@ static void expect(const char *what, Expect e)
                 return;
         }
         printf("ok   %s: %s%s", what,
-               e == SUCCEEDS ? "works\n" : e == KILLED ? "killed by SIGSYS\n" : e == DENIED_BY_LANDLOCK ? "EACCES\n" : "",
+               e == SUCCEEDS             ? "works\n"
+               : e == KILLED             ? "killed by SIGSYS\n"
+               : e == DENIED_BY_LANDLOCK ? "EACCES\n"
+                                         : "",
                e == RETURNS_ENOSYS ? log : "");
 }
 

@@ -230,7 +230,8 @@ static void test_errors_name_their_line(void)
         parse_fails_s("allow all any prefix=x extra\n", 1, "too many words");
         /* An empty prefix= (a line cut short) is not a wildcard: it is refused, naming its line. */
         parse_fails_s("allow all any prefix=\n", 1, "prefix= is empty");
-        parse_fails_s("allow attach uid=5 prefix=frames/\nallow publish,attach uid=5 prefix=\r\n", 2, "prefix= is empty");
+        parse_fails_s("allow attach uid=5 prefix=frames/\nallow publish,attach uid=5 prefix=\r\n", 2,
+                      "prefix= is empty");
         parse_fails_s("deny all any prefix=   # cut\n", 1, "prefix= is empty");
         /* The line number counts every line, blank and comment lines too. */
         parse_fails_s("# header\nallow all uid=1\n\ndeny all\n", 4, "too few words");
