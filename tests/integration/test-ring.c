@@ -4,6 +4,7 @@
  * its own page while the others verify every frame, who may attach a ring's parts, and the fd for
  * event loops. Every frame's every word is checked; a frame that changes while held fails. */
 #include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
@@ -862,14 +863,14 @@ static void test_ring_thread_keeps_gpuipc_fd_readable(void)
         h_case_end(&k);
 }
 
-/* The state of this process's ring threads (named "gpuipc-ring"), as /proc says: 1 when one sleeps in
- * poll(2) on nfds descriptors (its kick eventfd alone: 1; with the broker's socket too: 2), 0 when
- * none does, -1 when /proc shows no ring thread's system call at all. */
+/* The state of this process's ring threads (named "gpuipc-ring" once they run), as /proc says: 1
+ * when one sleeps in poll(2) on nfds descriptors (its kick eventfd alone: 1; with the broker's
+ * socket too: 2), 0 when none does (yet), -1 when /proc does not show a ring thread's system call. */
 static int ring_thread_polls(unsigned long nfds)
 {
         DIR *d = opendir("/proc/self/task");
         struct dirent *e;
-        int seen = -1;
+        int seen = 0;
 
         CHECK(d);
         while (seen < 1 && (e = readdir(d))) {
@@ -889,9 +890,10 @@ static int ring_thread_polls(unsigned long nfds)
                 if (strcmp(comm, "gpuipc-ring\n") != 0)
                         continue;
                 snprintf(path, sizeof(path), "/proc/self/task/%s/syscall", e->d_name);
-                if (!(f = fopen(path, "re")))
+                if (!(f = fopen(path, "re"))) {
+                        seen = errno == ENOENT ? seen : -1; /* ENOENT: it ended meanwhile */
                         continue;
-                seen = seen < 0 ? 0 : seen;
+                }
                 if (fscanf(f, "%ld %lx %lx", &nr, &fds, &n) == 3 && n == nfds &&
 #ifdef SYS_poll
                     (nr == SYS_poll || nr == SYS_ppoll)
