@@ -50,9 +50,12 @@ static void *ring_thread_main(void *arg)
                 timeout = ring_control_timeout(c);
                 client_unlock(c);
                 (void)poll(p, watch ? 2 : 1, timeout);
+                /* The kick first, then stop: a stop whose kick this read takes is seen here. The
+                 * other way round, a stop that came between the look and the read lost its kick,
+                 * and the thread slept on for good with ring_thread_stop joining it. */
+                (void)!read(t->kick, &v, sizeof(v));
                 if (__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE))
                         break;
-                (void)!read(t->kick, &v, sizeof(v));
                 client_lock(c);
                 /* Past the gate only with the lock: waiting for it (a caller's call may hold it for
                  * long) must not hold up a fork. */
