@@ -16,7 +16,10 @@
  *
  * Threads: a gpuipc_t and the buffers obtained through it must be used by one thread at a time
  * (serialize with your own lock, or open one connection per thread). Distinct connections are
- * independent.
+ * independent. A connection with rings has threads of the library's (named gpuipc-ring and
+ * gpuipc-ringfd); fork(2) waits until none of them is doing more than sleep, so a child forked
+ * without exec inherits no lock of theirs. The child uses connections of its own, never the
+ * parent's (not even to close them).
  *
  * Timeouts are in milliseconds: 0 means "do not wait", a negative value "wait as long as it takes".
  *

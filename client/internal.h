@@ -186,6 +186,15 @@ static inline void client_unlockp(gpuipc_t **c)
 /* Holds c's lock (c may be NULL) until the end of the scope. */
 #define CLIENT_LOCKED(c) _cleanup_(client_unlockp) gpuipc_t *client_locked_ __attribute__((unused)) = client_lock(c)
 
+/* ---- forkgate.c: the library's own threads and fork(2) ---- */
+
+/* A thread of the library's is about to do more than sleep (work, or its start or end, which its
+ * creator and its joiner pass the gate for): until forkgate_leave, a fork of the process waits for it,
+ * so that the child never inherits a lock (an allocator's) that one of our threads held. Waits while
+ * a fork is under way. Never nested, never while waiting for anything unbounded. */
+void forkgate_enter(void);
+void forkgate_leave(void);
+
 /* ---- transport.c: frames in and out ---- */
 
 /* Sends req (its id is assigned here) with an optional borrowed fd, then waits up to timeout_ms

@@ -36,6 +36,8 @@ static void *ring_thread_main(void *arg)
         RingThread *t = c->ring_thread;
 
         client_errmsg_sink(t->errmsg);
+        (void)pthread_setname_np(pthread_self(), "gpuipc-ring");
+        forkgate_leave(); /* started: ring_thread_start passed the gate for the runtime's setup */
         for (;;) {
                 struct pollfd p[2] = { { t->kick, POLLIN, 0 }, { c->watch_epfd, POLLIN, 0 } };
                 int timeout;
@@ -48,17 +50,25 @@ static void *ring_thread_main(void *arg)
                 timeout = ring_control_timeout(c);
                 client_unlock(c);
                 (void)poll(p, watch ? 2 : 1, timeout);
+                /* The kick first, then stop: a stop whose kick this read takes is seen here. The
+                 * other way round, a stop that came between the look and the read lost its kick,
+                 * and the thread slept on for good with ring_thread_stop joining it. */
+                (void)!read(t->kick, &v, sizeof(v));
                 if (__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE))
                         break;
-                (void)!read(t->kick, &v, sizeof(v));
                 client_lock(c);
+                /* Past the gate only with the lock: waiting for it (a caller's call may hold it for
+                 * long) must not hold up a fork. */
+                forkgate_enter();
                 if (!list_empty(&c->rings)) {
                         (void)client_pump(c, 0); /* then ClientHooks.after_events: the control plane's work */
                         if (c->ev_count)
                                 client_news(c);
                 }
+                forkgate_leave();
                 client_unlock(c);
         }
+        forkgate_enter(); /* ending: ring_thread_stop lets go once the runtime is done with us */
         return NULL;
 }
 
@@ -85,8 +95,12 @@ int ring_thread_start(gpuipc_t *c)
         RingThread *t;
         int e;
 
-        if (c->ring_thread)
+        if (c->ring_thread) {
+                /* It may sleep without the socket (the connection's rings were all closed): the new
+                 * ring's news (members joining, leaving) must be read as it comes, from now on. */
+                ring_thread_kick(c);
                 return 0;
+        }
         e = client_watch_start(c);
         if (e < 0)
                 return e;
@@ -100,8 +114,10 @@ int ring_thread_start(gpuipc_t *c)
                 return e;
         }
         c->ring_thread = t;
+        forkgate_enter(); /* for the thread, which leaves once it runs */
         e = -pthread_create(&t->id, NULL, ring_thread_main, c);
         if (e < 0) {
+                forkgate_leave();
                 c->ring_thread = NULL;
                 safe_close(t->kick);
                 free(t);
@@ -119,6 +135,7 @@ void ring_thread_stop(gpuipc_t *c)
         __atomic_store_n(&t->stop, true, __ATOMIC_RELEASE);
         ring_thread_kick(c);
         pthread_join(t->id, NULL);
+        forkgate_leave(); /* what the thread passed the gate for on its way out */
         c->ring_thread = NULL;
         safe_close(t->kick);
         free(t);

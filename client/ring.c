@@ -670,6 +670,9 @@ static void *notifier_main(void *arg)
         gpuipc_ring_t *r = arg;
         uint64_t seen_head = r->notified_head, one = 1;
 
+        (void)pthread_setname_np(pthread_self(), "gpuipc-ringfd");
+        forkgate_leave(); /* started: gpuipc_ring_fd passed the gate for the runtime's setup */
+        /* Outside the gate from here: it only reads shared memory, writes the fd and sleeps. */
         while (!r->stop) {
                 uint32_t seen = __atomic_load_n(&r->ctl->doorbell, __ATOMIC_ACQUIRE);
                 uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE);
@@ -687,6 +690,7 @@ static void *notifier_main(void *arg)
                                          __atomic_load_n(&r->seated, __ATOMIC_ACQUIRE) ? NOTIFIER_LOOK_MS : 1);
                 __atomic_fetch_sub(&r->page->sleeping, 1, __ATOMIC_RELEASE);
         }
+        forkgate_enter(); /* ending: notifier_stop lets go once the runtime is done with us */
         return NULL;
 }
 
@@ -706,7 +710,9 @@ _public_ int gpuipc_ring_fd(gpuipc_ring_t *r)
                 return -errno;
         r->notified_head = __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE);
         r->efd = efd;
+        forkgate_enter(); /* for the thread, which leaves once it runs */
         if (pthread_create(&r->notifier, NULL, notifier_main, r) != 0) {
+                forkgate_leave();
                 r->efd = safe_close(r->efd);
                 return -EAGAIN;
         }
@@ -721,6 +727,7 @@ static void notifier_stop(gpuipc_ring_t *r)
         r->stop = true;
         futex_wake(&r->ctl->doorbell, INT_MAX); /* wakes it (and, harmlessly, anyone else asleep there) */
         pthread_join(r->notifier, NULL);
+        forkgate_leave(); /* what the thread passed the gate for on its way out */
         r->notifier_on = false;
         r->efd = safe_close(r->efd);
 }

@@ -3,14 +3,19 @@
  * it holds a frame, one that stalls past the lease, the producer killed, a member scribbling over
  * its own page while the others verify every frame, who may attach a ring's parts, and the fd for
  * event loops. Every frame's every word is checked; a frame that changes while held fails. */
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -861,6 +866,175 @@ static void test_ring_thread_keeps_gpuipc_fd_readable(void)
         h_case_end(&k);
 }
 
+/* The state of this process's ring threads (named "gpuipc-ring" once they run), as /proc says: 1
+ * when one sleeps in poll(2) on nfds descriptors (its kick eventfd alone: 1; with the broker's
+ * socket too: 2), 0 when none does (yet), -1 when /proc does not show a ring thread's system call. */
+static int ring_thread_polls(unsigned long nfds)
+{
+        DIR *d = opendir("/proc/self/task");
+        struct dirent *e;
+        int seen = 0;
+
+        CHECK(d);
+        while (seen < 1 && (e = readdir(d))) {
+                char path[300], comm[32] = "";
+                unsigned long fds, n;
+                long nr;
+                FILE *f;
+
+                if (e->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+                if (!(f = fopen(path, "re")))
+                        continue;
+                if (!fgets(comm, sizeof(comm), f))
+                        comm[0] = 0;
+                fclose(f);
+                if (strcmp(comm, "gpuipc-ring\n") != 0)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/self/task/%s/syscall", e->d_name);
+                if (!(f = fopen(path, "re"))) {
+                        seen = errno == ENOENT ? seen : -1; /* ENOENT: it ended meanwhile */
+                        continue;
+                }
+                if (fscanf(f, "%ld %lx %lx", &nr, &fds, &n) == 3 && n == nfds &&
+#ifdef SYS_poll
+                    (nr == SYS_poll || nr == SYS_ppoll)
+#else
+                    nr == SYS_ppoll
+#endif
+                )
+                        seen = 1;
+                fclose(f);
+        }
+        closedir(d);
+        return seen;
+}
+
+/* A connection whose rings were all closed has its ring thread asleep without the socket (the
+ * caller's own calls read it then). The next ring made on it must have the thread read the socket
+ * again: a producer that only acquires and publishes hears its members join from the thread alone,
+ * and a member it never hears of is never seated. The test waits for the thread to sleep without
+ * the socket, then makes the ring and never reads the socket itself. */
+static void test_ring_thread_watches_again(void)
+{
+        gpuipc_buffer_t *slot, *news;
+        gpuipc_ring_t *r;
+        gpuipc_t *c, *other;
+        MemberArg a;
+        HChild *kid;
+        uint64_t t0, n = 0;
+        char text[64];
+        int e, intact;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        c = h_connect(k.broker, "ring-producer");
+        gpuipc_ring_close(make_ring(c, "rings/first", 2, 1, GPUIPC_RING_BACKPRESSURE, 60000));
+        /* News for c that nobody reads: the thread wakes for it, finds no ring, sleeps without the
+         * socket. */
+        CHECK_OK(c, gpuipc_subscribe(c, "news/", NULL));
+        other = h_connect(k.broker, "newsmaker");
+        CHECK_OK(other, gpuipc_buffer_alloc(other, GPUIPC_KIND_MEMFD, 4096, 0, &news));
+        CHECK_OK(other, gpuipc_publish(other, news, "news/item", NULL));
+        for (t0 = h_now_ms(); (e = ring_thread_polls(1)) != 1; h_sleep_ms(2)) {
+                if (e < 0)
+                        h_skip("/proc shows no system call of the ring thread");
+                CHECKF(h_now_ms() - t0 < H_SOON_MS, "the ring thread never slept without the socket");
+        }
+        r = make_ring(c, "rings/second", 2, 1, GPUIPC_RING_BACKPRESSURE, 60000);
+        a = (MemberArg){ k.broker, "rings/second", 1, 0, false, false, 0 };
+        kid = h_spawn("holder", holder, &a);
+        h_child_expect(kid, 'j', H_SOON_MS, NULL, 0);
+        /* Frames until the member took one: only once the producer has seated it. */
+        for (t0 = h_now_ms(); h_child_quiet(kid); h_sleep_ms(1)) {
+                CHECKF(h_now_ms() - t0 < H_SOON_MS * 2, "the member took nothing: it was never seated");
+                e = gpuipc_ring_acquire(r, 0, &slot);
+                if (e == GPUIPC_E_TIMEOUT)
+                        continue; /* it holds a frame already: its report is on the way */
+                CHECK_OK(c, e);
+                frame_fill(slot, ++n);
+                CHECK_OK(c, gpuipc_ring_publish(r, NULL));
+        }
+        h_child_expect(kid, 't', H_SOON_MS, NULL, 0);
+        h_child_tell(kid, 'x');
+        h_child_expect(kid, 'r', H_SOON_MS, text, sizeof(text));
+        CHECKF(sscanf(text, "%d %d", &e, &intact) == 2 && e == 0 && intact, "the holder's release: %s", text);
+        h_child_wait_ok(kid, H_SOON_MS);
+        h_child_free(kid);
+        gpuipc_ring_close(r);
+        CHECK_OK(other, gpuipc_buffer_free(other, news));
+        gpuipc_close(other);
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
+/* What a child forked from a process with rings does first: start a thread and allocate, in sizes
+ * from small to a few pages, in both threads. */
+static void *allocate_some(void *arg)
+{
+        for (size_t size = 16; size <= 65536; size *= 2)
+                free(malloc(size));
+        return arg;
+}
+
+static int forked_child_work(void)
+{
+        pthread_t t;
+
+        allocate_some(NULL);
+        if (pthread_create(&t, NULL, allocate_some, NULL) != 0)
+                return 2;
+        pthread_join(t, NULL);
+        return 0;
+}
+
+/* A process forks (without exec) right after ring calls that started threads of the library's (a
+ * join starts the connection's ring thread, gpuipc_ring_fd its helper): whatever those threads do
+ * at that instant, the child can allocate and start threads. A lock one of them held at the fork
+ * would stay held in the child for good; glibc's allocator guards against that itself,
+ * AddressSanitizer's does not, and there such children hung within a few rounds. */
+static void test_ring_fork_beside_library_threads(void)
+{
+        gpuipc_ring_t *r;
+        gpuipc_t *c;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        c = h_connect(k.broker, "ring-producer");
+        r = make_ring(c, "rings/forked", 3, 1, GPUIPC_RING_LATEST, 60000);
+        for (int round = 0; round < 300; round++) {
+                gpuipc_t *m = h_connect(k.broker, "member");
+                gpuipc_ring_t *mr = NULL;
+                uint64_t t0;
+                int status = 0;
+                pid_t pid, got;
+
+                CHECK_OK(m, gpuipc_ring_join(m, "rings/forked", H_SOON_MS, &mr));
+                if (round % 2)
+                        CHECK(gpuipc_ring_fd(mr) >= 0);
+                pid = fork();
+                CHECK(pid >= 0);
+                if (pid == 0)
+                        _exit(forked_child_work());
+                for (t0 = h_now_ms(); (got = waitpid(pid, &status, WNOHANG)) == 0; h_sleep_ms(1)) {
+                        if (h_now_ms() - t0 >= H_SOON_MS) {
+                                kill(pid, SIGKILL);
+                                waitpid(pid, &status, 0);
+                                h_fail(__FILE__, __LINE__, "round %d: the child forked after a join hung for %d ms",
+                                       round, H_SOON_MS);
+                        }
+                }
+                CHECKF(got == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0, "round %d: the child ended with "
+                       "status 0x%x", round, status);
+                gpuipc_ring_close(mr);
+                gpuipc_close(m);
+        }
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
 /* ---- a broker restart with a ring live ---- */
 
 typedef struct LiveShared {
@@ -1025,6 +1199,8 @@ int main(int argc, char **argv)
                 H_TEST(test_ring_seat_page_renewed),
                 H_TEST(test_ring_fd),
                 H_TEST(test_ring_thread_keeps_gpuipc_fd_readable),
+                H_TEST(test_ring_thread_watches_again),
+                H_TEST(test_ring_fork_beside_library_threads),
                 H_TEST(test_ring_broker_restart),
                 H_TEST(test_ring_scribbler_backpressure),
                 H_TEST(test_ring_scribbler_latest),
