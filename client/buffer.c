@@ -522,7 +522,7 @@ static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gp
         } else {
                 proto_set_buffer(&req, id);
         }
-        r = client_request(c, &req, -1, timeout_ms < 0 ? -1 : timeout_ms + CLIENT_REPLY_GRACE_MS, &f);
+        r = client_request(c, &req, -1, client_reply_deadline_ms(timeout_ms), &f);
         if (r == GPUIPC_E_DEVICE && cuda_load() < 0) {
                 /* We declared no GPU because CUDA does not work in this process: say that, it is
                  * the cause the broker cannot see. */

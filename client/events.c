@@ -193,7 +193,7 @@ _public_ int gpuipc_group_join(gpuipc_t *c, const char *group, unsigned members,
         proto_set_group(&req, proto_str(group));
         proto_set_members(&req, members);
         proto_set_timeout_ms(&req, timeout_ms < 0 ? PROTO_TIMEOUT_INFINITE : (uint64_t)timeout_ms);
-        r = client_request(c, &req, -1, timeout_ms < 0 ? -1 : timeout_ms + CLIENT_REPLY_GRACE_MS, &f);
+        r = client_request(c, &req, -1, client_reply_deadline_ms(timeout_ms), &f);
         if (r == 0)
                 frame_free(&f);
         return r;

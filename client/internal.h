@@ -2,6 +2,7 @@
  * and the buffer-kind interface. Nothing here is exported. */
 #pragma once
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -16,10 +17,24 @@
 #define CLIENT_EVENT_QUEUE_MAX 4096
 #define CLIENT_CACHE_MAX_IDLE 256 /* unreferenced mappings kept for re-attach ($GPUIPC_CACHE_MAX) */
 #define CLIENT_REPLY_GRACE_MS 1000 /* how much longer we wait than we asked the broker to */
+
 /* How long a request that makes the broker wait for nothing may take: generous, since the broker
  * answers these at once and only a stopped or overloaded one takes longer. */
 #define CLIENT_REQUEST_TIMEOUT_MS 10000
 #define CLIENT_RETRY_MS 50         /* between connect attempts while the broker is away */
+
+/* How long to wait for the reply to a request that asks the broker to wait up to timeout_ms (-1:
+ * for ever): that and a grace, but never less than any request gets, so that a request answered at
+ * once (timeout 0: an attach by id, a ring join's parts) is not cut short by a busy machine. */
+static inline int client_reply_deadline_ms(int timeout_ms)
+{
+        if (timeout_ms < 0)
+                return -1;
+        if (timeout_ms > INT_MAX - CLIENT_REPLY_GRACE_MS)
+                return INT_MAX;
+        return timeout_ms + CLIENT_REPLY_GRACE_MS > CLIENT_REQUEST_TIMEOUT_MS ? timeout_ms + CLIENT_REPLY_GRACE_MS
+                                                                               : CLIENT_REQUEST_TIMEOUT_MS;
+}
 
 /* Kind-specific state of memory this process allocated. */
 typedef struct KindAlloc {

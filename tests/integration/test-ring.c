@@ -937,18 +937,18 @@ static void test_ring_thread_watches_again(void)
         other = h_connect(k.broker, "newsmaker");
         CHECK_OK(other, gpuipc_buffer_alloc(other, GPUIPC_KIND_MEMFD, 4096, 0, &news));
         CHECK_OK(other, gpuipc_publish(other, news, "news/item", NULL));
-        for (t0 = h_now_ms(); (e = ring_thread_polls(1)) != 1; h_sleep_ms(2)) {
+        for (t0 = monotonic_ms(); (e = ring_thread_polls(1)) != 1; h_sleep_ms(2)) {
                 if (e < 0)
                         h_skip("/proc shows no system call of the ring thread");
-                CHECKF(h_now_ms() - t0 < H_SOON_MS, "the ring thread never slept without the socket");
+                CHECKF(monotonic_ms() - t0 < H_SOON_MS, "the ring thread never slept without the socket");
         }
         r = make_ring(c, "rings/second", 2, 1, GPUIPC_RING_BACKPRESSURE, 60000);
         a = (MemberArg){ k.broker, "rings/second", 1, 0, false, false, 0 };
         kid = h_spawn("holder", holder, &a);
         h_child_expect(kid, 'j', H_SOON_MS, NULL, 0);
         /* Frames until the member took one: only once the producer has seated it. */
-        for (t0 = h_now_ms(); h_child_quiet(kid); h_sleep_ms(1)) {
-                CHECKF(h_now_ms() - t0 < H_SOON_MS * 2, "the member took nothing: it was never seated");
+        for (t0 = monotonic_ms(); h_child_quiet(kid); h_sleep_ms(1)) {
+                CHECKF(monotonic_ms() - t0 < H_SOON_MS * 2, "the member took nothing: it was never seated");
                 e = gpuipc_ring_acquire(r, 0, &slot);
                 if (e == GPUIPC_E_TIMEOUT)
                         continue; /* it holds a frame already: its report is on the way */
@@ -1017,8 +1017,8 @@ static void test_ring_fork_beside_library_threads(void)
                 CHECK(pid >= 0);
                 if (pid == 0)
                         _exit(forked_child_work());
-                for (t0 = h_now_ms(); (got = waitpid(pid, &status, WNOHANG)) == 0; h_sleep_ms(1)) {
-                        if (h_now_ms() - t0 >= H_SOON_MS) {
+                for (t0 = monotonic_ms(); (got = waitpid(pid, &status, WNOHANG)) == 0; h_sleep_ms(1)) {
+                        if (monotonic_ms() - t0 >= H_SOON_MS) {
                                 kill(pid, SIGKILL);
                                 waitpid(pid, &status, 0);
                                 h_fail(__FILE__, __LINE__, "round %d: the child forked after a join hung for %d ms",
