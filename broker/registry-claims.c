@@ -9,7 +9,15 @@
  * What this file must never do: let a buffer drain while a holder of the old broker may still come
  * back. A restored buffer therefore does not drain before the grace ends, and a reclaim succeeds
  * only for the very publication the consumer holds (same generation, not drained since), so a
- * consumer never gets a reference to memory that may have been reused under it. */
+ * consumer never gets a reference to memory that may have been reused under it.
+ *
+ * Nor may a reclaim give more than the claimant provably held. A reference is vouched for by the
+ * broker (it ended a connection of the claimant's uid that held it: a DepartedHold) or by the
+ * returning producer (it registered the buffer again, restored, during the grace: its holders of
+ * the old broker may come back, and the broker knows no more about them). Anything else is what an
+ * attach would have granted: the buffer is live, the attach's checks pass, and each reference counts
+ * toward retire_after. Pending claims cost memory before anyone can vouch for them, so they are
+ * bounded per uid and in all, like everything else a peer can make the broker keep. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +42,7 @@ static void claim_free(Registry *r, Claim *c)
         hmap_remove(&r->claims, &c->node);
         list_unlink(&c->peer_link);
         c->peer->n_claim_refs -= c->refs;
+        c->peer->acct->claims--;
         r->n_claims--;
         free(c);
 }
@@ -78,21 +87,130 @@ static const char *claim_mismatch(const RegBuffer *b, uint64_t generation, uint3
         return why;
 }
 
-/* Turns a reclaim of a registered buffer into references. 0, or -ENOMEM. */
-static int reclaim_into(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs)
+void reg_departed_note(RegBuffer *b, uint32_t uid, uint32_t refs)
 {
+        DepartedHold *d;
+
+        list_for_each(pos, &b->departed) {
+                d = list_entry(pos, DepartedHold, link);
+                if (d->uid == uid) {
+                        d->refs = refs > UINT32_MAX - d->refs ? UINT32_MAX : d->refs + refs;
+                        return;
+                }
+        }
+        /* Past the bound (or out of memory) the broker merely cannot vouch: that uid's holders
+         * reclaim as attaches. */
+        if (b->n_departed >= REG_DEPARTED_MAX || !(d = calloc(1, sizeof(*d))))
+                return;
+        d->uid = uid;
+        d->refs = refs;
+        list_append(&b->departed, &d->link);
+        b->n_departed++;
+}
+
+void reg_departed_forget(RegBuffer *b)
+{
+        while (!list_empty(&b->departed)) {
+                DepartedHold *d = list_entry(b->departed.next, DepartedHold, link);
+
+                list_unlink(&d->link);
+                free(d);
+        }
+        b->n_departed = 0;
+}
+
+static DepartedHold *departed_of(RegBuffer *b, uint32_t uid)
+{
+        list_for_each(pos, &b->departed) {
+                DepartedHold *d = list_entry(pos, DepartedHold, link);
+
+                if (d->uid == uid)
+                        return d;
+        }
+        return NULL;
+}
+
+/* What a reclaim names: the publication the claimant says it holds references on. */
+typedef struct ClaimOf {
+        uint64_t generation;
+        uint32_t owner_uid;
+        ProtoKind kind;
+        const char *name;
+} ClaimOf;
+
+/* Whether p's reclaim of refs references on b may be honoured: 0, with *as_attaches the references
+ * nobody vouches for (they count as attaches), or a status and why. */
+static unsigned reclaim_judge(const Registry *r, const RegPeer *p, RegBuffer *b, const ClaimOf *k, uint32_t refs,
+                              uint32_t *as_attaches, char *why, size_t cap)
+{
+        DepartedHold *d = departed_of(b, p->creds.uid);
+        uint32_t unvouched = refs - (d ? MIN(d->refs, refs) : 0);
+        unsigned status;
+
+        if (claim_mismatch(b, k->generation, k->owner_uid, k->kind, k->name, why, cap))
+                return PROTO_STATUS_REVOKED;
+        status = reg_attach_diagnose(b, p, why, cap);
+        if (status)
+                return status;
+        *as_attaches = 0;
+        if (unvouched == 0)
+                return 0;
+        if (b->state != PROTO_STATE_LIVE) {
+                /* Registered retired by its returning producer during the grace: holders of the old
+                 * broker may come back, and the broker cannot tell which. */
+                if (b->restored && r->in_grace)
+                        return 0;
+                snprintf(why, cap, "buffer %llu ('%s') is retired and the broker knows of no reference of uid %u "
+                         "on it: a reclaim takes back references this uid held when its connection ended, or "
+                         "what an attach would grant, and an attach of a retired buffer grants none",
+                         (unsigned long long)b->id, b->name, p->creds.uid);
+                return PROTO_STATUS_REVOKED;
+        }
+        if (b->retire_after && (b->attaches >= b->retire_after || unvouched > b->retire_after - b->attaches)) {
+                snprintf(why, cap, "buffer %llu ('%s') retires after %u attaches and has had %u: %u references "
+                         "that the broker cannot vouch for count as attaches and would pass that",
+                         (unsigned long long)b->id, b->name, b->retire_after, b->attaches, unvouched);
+                return PROTO_STATUS_REVOKED;
+        }
+        *as_attaches = unvouched;
+        return 0;
+}
+
+/* Turns a judged reclaim of a registered buffer into references. 0, or -ENOMEM. */
+static int reclaim_into(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, uint32_t as_attaches)
+{
+        DepartedHold *d;
+
         if (reg_hold_add(r, p, b, refs, reg_memory_of(b)->fd >= 0) < 0)
                 return -ENOMEM;
+        d = departed_of(b, p->creds.uid);
+        if (d && refs > as_attaches) {
+                d->refs -= refs - as_attaches;
+                if (d->refs == 0) {
+                        list_unlink(&d->link);
+                        b->n_departed--;
+                        free(d);
+                }
+        }
+        b->attaches += as_attaches;
         b->reclaimed++;
         r->counters.reclaims++;
         return 0;
 }
 
+bool reg_attaches_used_up(const RegBuffer *b)
+{
+        return b->state == PROTO_STATE_LIVE && b->retire_after && b->attaches >= b->retire_after;
+}
+
 void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a, Outbox *out)
 {
         RegBuffer *b = reg_buffer_lookup(r, a->buffer);
+        const ClaimOf k = { a->generation, a->owner_uid, a->kind, a->name };
         char why[PROTO_MAX_TEXT + 1];
         size_t len = strlen(a->name);
+        uint32_t as_attaches;
+        unsigned status;
         ProtoMsg m;
         Claim *c;
 
@@ -106,18 +224,22 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
                 return;
         }
         if (b) {
-                if (claim_mismatch(b, a->generation, a->owner_uid, a->kind, a->name, why, sizeof(why))) {
+                status = reclaim_judge(r, p, b, &k, a->refs, &as_attaches, why, sizeof(why));
+                if (status) {
                         r->counters.reclaims_refused++;
-                        reg_reply_err(out, p, id, PROTO_STATUS_REVOKED, "%s", why);
+                        reg_reply_err(out, p, id, status, "%s", why);
                         return;
                 }
-                if (reclaim_into(r, p, b, a->refs) < 0) {
+                if (reclaim_into(r, p, b, a->refs, as_attaches) < 0) {
                         registry_peer_mark_lost(p);
                         return;
                 }
                 proto_reply_init(&m, id, PROTO_STATUS_OK);
                 proto_set_state(&m, b->state);
                 outbox_send(out, p, &m, -1);
+                /* Like the attach that retires it: the reply first, then the events. */
+                if (reg_attaches_used_up(b))
+                        reg_buffer_retire(r, b, out);
                 return;
         }
         if (!r->in_grace) {
@@ -126,6 +248,17 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
                               "buffer %llu ('%s') is not registered, and its producer did not register it again "
                               "within the broker's restart grace (%u ms after the broker started)",
                               (unsigned long long)a->buffer, a->name, r->restart_grace_ms);
+                return;
+        }
+        /* Nobody can vouch for a claim yet, and each one is memory: bounded per uid and in all. */
+        if (p->acct->claims >= r->limits.claims_per_uid) {
+                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "uid %u has %u pending claims (the limit): they wait "
+                              "for their producers until the restart grace ends", p->creds.uid, p->acct->claims);
+                return;
+        }
+        if (r->n_claims >= r->limits.claims) {
+                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "the broker keeps %llu pending claims (the limit for all "
+                              "peers together) until the restart grace ends", (unsigned long long)r->n_claims);
                 return;
         }
         /* Its producer has not come back yet: the claim waits for it, until the grace ends. */
@@ -144,6 +277,7 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
         memcpy(c->name, a->name, len + 1);
         list_append(&p->claims, &c->peer_link);
         p->n_claim_refs += a->refs;
+        p->acct->claims++;
         r->n_claims++;
         proto_reply_init(&m, id, PROTO_STATUS_OK);
         proto_set_pending(&m, true);
@@ -160,19 +294,20 @@ void reg_claims_adopt(Registry *r, RegBuffer *b, Outbox *o)
                 return;
         for (n = hmap_bucket(&r->claims, h); n; n = next) {
                 Claim *c = container_of(n, Claim, node);
-                uint32_t refs = c->refs;
+                const ClaimOf k = { c->generation, c->owner_uid, c->kind, c->name };
+                uint32_t refs = c->refs, as_attaches;
                 RegPeer *p = c->peer;
 
                 next = n->next;
                 if (n->hash != h || c->buffer != b->id)
                         continue;
-                if (claim_mismatch(b, c->generation, c->owner_uid, c->kind, c->name, why, sizeof(why))) {
+                if (reclaim_judge(r, p, b, &k, refs, &as_attaches, why, sizeof(why))) {
                         r->counters.reclaims_refused++;
                         claim_revoke(r, c, why, o);
                         continue;
                 }
                 claim_free(r, c);
-                if (reclaim_into(r, p, b, refs) < 0)
+                if (reclaim_into(r, p, b, refs, as_attaches) < 0)
                         registry_peer_mark_lost(p);
         }
 }

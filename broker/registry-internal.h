@@ -18,6 +18,7 @@ typedef struct UidAcct {
         HNode node;
         uint32_t uid;
         uint32_t connections, buffers, fds;
+        uint32_t claims; /* pending claims of its peers */
 } UidAcct;
 
 typedef struct RegName {
@@ -77,6 +78,16 @@ typedef struct Claim {
         List peer_link;
         char name[];
 } Claim;
+
+/* References a peer of uid still held on a buffer when the broker ended its connection (the buffer
+ * stayed): what the broker can vouch for when a peer of that uid comes back and reclaims them. */
+typedef struct DepartedHold {
+        List link; /* RegBuffer.departed */
+        uint32_t uid, refs;
+} DepartedHold;
+
+/* Distinct uids a buffer remembers departed holds of; a holder past them reclaims as an attach. */
+#define REG_DEPARTED_MAX 16
 
 /* One member slot of a ring. */
 typedef struct RingSeat {
@@ -189,6 +200,8 @@ struct RegBuffer {
         bool restored;
         List restored_link;
         uint32_t reclaimed; /* holders that came back and reclaimed */
+        List departed;      /* DepartedHold.link: until the buffer drains or goes */
+        uint32_t n_departed;
         /* A part of a ring: attachable only by the ring's members (a member page only by its own
          * member), never by name, and not at all once the ring is gone. */
         bool ring_part;
@@ -351,6 +364,9 @@ void reg_sub_free(Registry *r, Sub *s);
 /* registry-claims.c: a newly registered buffer takes over the claims waiting for its id; a peer's
  * claims go with it; the grace timer fired. */
 void reg_claims_adopt(Registry *r, RegBuffer *b, Outbox *o);
+/* b is live and has had its retire_after attaches (reclaims nobody vouched for count as attaches):
+ * the caller retires it, once the replies and events of the step are out. */
+bool reg_attaches_used_up(const RegBuffer *b);
 void reg_claims_drop_peer(Registry *r, RegPeer *p);
 /* p releases one reference it holds through a pending claim of buffer. False if it has none. */
 bool reg_claim_release(Registry *r, RegPeer *p, uint64_t buffer);
@@ -369,3 +385,12 @@ void reg_ring_part_gone(RegBuffer *b);
 bool reg_ring_set_up(const RegRing *g);
 /* Takes b off the restored list (it leaves the registry, or the grace ended). */
 void reg_restored_forget(Registry *r, RegBuffer *b);
+/* registry-claims.c: p's connection ends while it holds refs on b, which stays: remember them for
+ * its uid's reclaim. Forgetting them all: b drains or goes (its memory may be reused). */
+void reg_departed_note(RegBuffer *b, uint32_t uid, uint32_t refs);
+void reg_departed_forget(RegBuffer *b);
+
+/* registry.c, for reclaims: the attach's own checks of p on b (its PID namespace and devices; a
+ * status and text, or 0), and retiring b (retire_after reached). */
+unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, char *text, size_t cap);
+void reg_buffer_retire(Registry *r, RegBuffer *b, Outbox *o);

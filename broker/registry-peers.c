@@ -104,6 +104,9 @@ void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
                 Hold *h = list_entry(p->holds.next, Hold, peer_link);
                 RegBuffer *b = h->buf;
 
+                /* The broker can vouch for these if a peer of its uid comes back to reclaim them. */
+                if (b->owner != p && h->count)
+                        reg_departed_note(b, p->creds.uid, h->count);
                 reg_hold_drop(r, h);
                 if (b->owner != p)
                         reg_buffer_drain_if_done(r, b, NULL, out);

@@ -34,7 +34,7 @@ UidAcct *reg_acct_get(Registry *r, uint32_t uid)
  * coming and going under ever new uids cannot grow the table. */
 void reg_acct_put(Registry *r, UidAcct *a)
 {
-        if (a && !a->connections && !a->buffers && !a->fds) {
+        if (a && !a->connections && !a->buffers && !a->fds && !a->claims) {
                 hmap_remove(&r->uids, &a->node);
                 free(a);
         }
@@ -238,6 +238,7 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
         }
         buffer_unpublish(r, b);
         reg_restored_forget(r, b);
+        reg_departed_forget(b);
         reg_ring_part_gone(b);
         list_unlink(&b->owner_link);
         list_unlink(&b->link);
@@ -264,6 +265,7 @@ void reg_buffer_drain(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
 
         reg_buffer_set_state(r, b, PROTO_STATE_IDLE);
         reg_restored_forget(r, b);
+        reg_departed_forget(b);
         r->counters.drains++;
         if (b->owner) {
                 reg_event_base(&m, PROTO_EV_DRAINED, b);
@@ -288,7 +290,7 @@ void reg_buffer_drain_if_done(Registry *r, RegBuffer *b, const char *reason, Out
         reg_buffer_drain(r, b, reason, o);
 }
 
-static void buffer_retire(Registry *r, RegBuffer *b, Outbox *o)
+void reg_buffer_retire(Registry *r, RegBuffer *b, Outbox *o)
 {
         if (b->state != PROTO_STATE_LIVE)
                 return;
@@ -341,7 +343,7 @@ static const char *describe_pidns(char *buf, size_t cap, uint64_t ns, bool decla
 
 /* Explains, before CUDA would fail obscurely, why this consumer cannot use this buffer.
  * Returns a status and fills text, or 0. */
-static unsigned attach_diagnose(const RegBuffer *b, const RegPeer *p, char *text, size_t cap)
+unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, char *text, size_t cap)
 {
         if (b->info.kind == PROTO_KIND_CUDA_LEGACY) {
                 uint64_t mine = peer_pidns(p);
@@ -405,7 +407,7 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbo
         unsigned status;
         bool cached;
 
-        status = attach_diagnose(b, p, text, sizeof(text));
+        status = reg_attach_diagnose(b, p, text, sizeof(text));
         if (!status && !reg_ring_may_attach(b, p, text, sizeof(text)))
                 status = PROTO_STATUS_DENIED;
         if (status) {
@@ -430,7 +432,7 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbo
                 r->counters.attaches_cached++;
         reply_attached(o, p, id, b, cached);
         if (b->retire_after && b->attaches >= b->retire_after)
-                buffer_retire(r, b, o);
+                reg_buffer_retire(r, b, o);
 }
 
 /* Hands a newly published buffer to everyone waiting for its name, oldest first, for as long as
@@ -541,7 +543,7 @@ static void publish_under_name(Registry *r, RegPeer *p, uint64_t id, RegBuffer *
         b->published = e;
         e->publishes++;
         if (old && old != b)
-                buffer_retire(r, old, o); /* the same producer replaced its own buffer */
+                reg_buffer_retire(r, old, o); /* the same producer replaced its own buffer */
         reg_buffer_set_state(r, b, PROTO_STATE_LIVE);
         if (!restored)
                 b->generation = ++r->generation;
@@ -549,6 +551,11 @@ static void publish_under_name(Registry *r, RegPeer *p, uint64_t id, RegBuffer *
         reply_published(o, p, id, b);
         reg_claims_adopt(r, b, o);
         reg_notify_subscribers(r, PROTO_EV_PUBLISHED, b, NULL, o);
+        /* Adopted claims counted as attaches may have used retire_after up; e may go with it. */
+        if (reg_attaches_used_up(b)) {
+                reg_buffer_retire(r, b, o);
+                return;
+        }
         wake_waiters(r, e, o);
 }
 
@@ -743,6 +750,7 @@ RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPu
         b->owner_pidns_declared = peer_pidns_declared(p);
         b->acct = p->acct;
         list_init(&b->holds);
+        list_init(&b->departed);
         list_init(&b->restored_link);
         list_init(&b->views);
         list_init(&b->view_link);
@@ -975,7 +983,7 @@ void registry_buffer_retire(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, 
         if (!managing(p, id, b, as_admin, out))
                 return;
         reg_reply_ok(out, p, id); /* retiring twice is harmless: the drained event comes once */
-        buffer_retire(r, b, out);
+        reg_buffer_retire(r, b, out);
 }
 
 void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, Outbox *out)
@@ -993,7 +1001,7 @@ void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bo
         }
         /* Still referenced: forget it once drained; the producer still gets its drained event. */
         b->free_on_drain = true;
-        buffer_retire(r, b, out);
+        reg_buffer_retire(r, b, out);
 }
 
 void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out)

@@ -1591,9 +1591,16 @@ static void test_reclaim_only_the_same_publication(void)
         env_check_status(reclaim(e, C, (Rec){ buf, gen, 1, 1001, "same" }), PROTO_STATUS_REVOKED);
         env_check_status(reclaim(e, C, (Rec){ buf, gen, 1, 1000, "other" }), PROTO_STATUS_REVOKED);
         retire(e, P, buf, false);
+        /* Retired: an attach would grant nothing, and no connection of uid 1001 held it when it ended. */
+        s = reclaim(e, C, (Rec){ buf, gen, 1, 1000, "same" });
+        env_check_status(s, PROTO_STATUS_REVOKED);
+        CHECK(env_msg_has(s, "retired"));
+        /* C's connection ends holding one: the broker vouches for it, once, to the next peer of its uid. */
+        env_remove(e, C);
+        C = env_peer(e, 1001, 13, 1);
         env_check_status(reclaim(e, C, (Rec){ buf, gen, 1, 1000, "same" }), PROTO_STATUS_OK); /* not drained */
-        CHECK_EQ(refs_of(e, buf), 3);
-        release(e, C, buf);
+        env_check_status(reclaim(e, C, (Rec){ buf, gen, 1, 1000, "same" }), PROTO_STATUS_REVOKED);
+        CHECK_EQ(refs_of(e, buf), 2);
         release(e, C, buf);
         release(e, D, buf);
         CHECK_EQ(env_count_events(e, P, PROTO_EV_DRAINED), 1);
