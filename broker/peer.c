@@ -13,6 +13,7 @@
 #include "macro.h"
 #include "registry.h"
 #include "request.h"
+#include "reply.h"
 #include "sandbox.h"
 
 /* Tells a peer we will not serve it (a limit), then hangs up: through a Conn of its own, since no
@@ -210,7 +211,7 @@ static void protocol_error(Peer *p, Outbox *out, const char *what)
 {
         p->set->stats->protocol_errors++;
         log_warn("protocol violation", "peer=%llu error=\"%s\"", (unsigned long long)registry_peer_id(p->reg), what);
-        request_reply_error(out, p->reg, 0, PROTO_STATUS_PROTOCOL, what);
+        reply_error(out, p->reg, 0, PROTO_STATUS_PROTOCOL, what);
         snprintf(p->hangup, sizeof(p->hangup), "%s", what);
 }
 
@@ -230,7 +231,7 @@ static void handle_frame(Peer *p, RequestCtx *ctx, size_t len, int *fds, size_t 
                  * refused like any bad request and the connection stays. Anything else breaks the
                  * framing itself. */
                 if (err.id)
-                        request_reply_error(ctx->out, p->reg, err.id, PROTO_STATUS_BAD_REQUEST, err.text);
+                        reply_error(ctx->out, p->reg, err.id, PROTO_STATUS_BAD_REQUEST, err.text);
                 else
                         protocol_error(p, ctx->out, err.text);
                 return;

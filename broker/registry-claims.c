@@ -48,43 +48,30 @@ static void claim_free(Registry *r, Claim *c)
 }
 
 /* Tells a claimant that its claim cannot be honoured: stop using the memory. */
-static void claim_revoke(Registry *r, Claim *c, const char *reason, Outbox *o)
+static void claim_revoke(Registry *r, Claim *c, RegWhy why, Outbox *o)
 {
-        ProtoMsg m;
-
-        proto_event_init(&m, PROTO_EV_REVOKED);
-        proto_set_buffer(&m, c->buffer);
-        proto_set_generation(&m, c->generation);
-        proto_set_name(&m, proto_str(c->name));
-        proto_set_kind(&m, c->kind);
-        proto_set_reason(&m, proto_str(reason));
-        outbox_send(o, c->peer, &m, -1);
+        reg_tell_key(o, c->peer, PROTO_EV_REVOKED, (RegBufferKey){ c->buffer, c->generation, c->name, c->kind }, why);
         r->counters.events++;
         r->counters.claims_revoked++;
         claim_free(r, c);
 }
 
-/* Why b cannot be the publication the reclaim names (so the memory may have changed), or NULL. */
-static const char *claim_mismatch(const RegBuffer *b, uint64_t generation, uint32_t owner_uid, ProtoKind kind,
-                                  const char *name, char *why, size_t cap)
+/* Why b cannot be the publication the reclaim names (so the memory may have changed), or false. */
+static bool claim_mismatch(const RegBuffer *b, uint64_t generation, uint32_t owner_uid, ProtoKind kind,
+                           const char *name, RegWhy *why)
 {
         if (b->owner_uid != owner_uid || b->info.kind != kind)
-                snprintf(why, cap, "buffer %llu is now a %s buffer of uid %u, not the %s buffer of uid %u this "
-                         "consumer held", (unsigned long long)b->id, proto_kind_name(b->info.kind), b->owner_uid,
-                         proto_kind_name(kind), owner_uid);
+                *why = (RegWhy){ REG_E_CLAIM_OWNER, .n = { b->id, b->info.kind, b->owner_uid, kind, owner_uid } };
         else if (b->generation != generation || strcmp(b->name, name) != 0)
-                snprintf(why, cap, "buffer %llu was published again (now generation %llu, '%s'; this consumer held "
-                         "generation %llu, '%s'): its memory may have been reused", (unsigned long long)b->id,
-                         (unsigned long long)b->generation, b->name, (unsigned long long)generation, name);
+                *why = (RegWhy){ REG_E_CLAIM_REPUBLISHED, .n = { b->id, b->generation, generation },
+                                 .s = { b->name, name } };
         else if (b->state == PROTO_STATE_IDLE)
-                snprintf(why, cap, "buffer %llu ('%s') drained while this consumer was away: its memory may have "
-                         "been reused", (unsigned long long)b->id, b->name);
+                *why = (RegWhy){ REG_E_CLAIM_DRAINED, .n = { b->id }, .s = { b->name } };
         else if (b->ring_part)
-                snprintf(why, cap, "buffer %llu ('%s') is part of a ring: join the ring again", (unsigned long long)b->id,
-                         b->name);
+                *why = (RegWhy){ REG_E_CLAIM_RING_PART, .n = { b->id }, .s = { b->name } };
         else
-                return NULL;
-        return why;
+                return false;
+        return true;
 }
 
 void reg_departed_note(RegBuffer *b, uint32_t uid, uint32_t refs)
@@ -141,15 +128,15 @@ typedef struct ClaimOf {
 /* Whether p's reclaim of refs references on b may be honoured: 0, with *as_attaches the references
  * nobody vouches for (they count as attaches), or a status and why. */
 static unsigned reclaim_judge(const Registry *r, const RegPeer *p, RegBuffer *b, const ClaimOf *k, uint32_t refs,
-                              uint32_t *as_attaches, char *why, size_t cap)
+                              uint32_t *as_attaches, RegWhy *why)
 {
         DepartedHold *d = departed_of(b, p->creds.uid);
         uint32_t unvouched = refs - (d ? MIN(d->refs, refs) : 0);
         unsigned status;
 
-        if (claim_mismatch(b, k->generation, k->owner_uid, k->kind, k->name, why, cap))
+        if (claim_mismatch(b, k->generation, k->owner_uid, k->kind, k->name, why))
                 return PROTO_STATUS_REVOKED;
-        status = reg_attach_diagnose(b, p, why, cap);
+        status = reg_attach_diagnose(b, p, why);
         if (status)
                 return status;
         *as_attaches = 0;
@@ -160,16 +147,12 @@ static unsigned reclaim_judge(const Registry *r, const RegPeer *p, RegBuffer *b,
                  * broker may come back, and the broker cannot tell which. */
                 if (b->restored && r->in_grace)
                         return 0;
-                snprintf(why, cap, "buffer %llu ('%s') is retired and the broker knows of no reference of uid %u "
-                         "on it: a reclaim takes back references this uid held when its connection ended, or "
-                         "what an attach would grant, and an attach of a retired buffer grants none",
-                         (unsigned long long)b->id, b->name, p->creds.uid);
+                *why = (RegWhy){ REG_E_CLAIM_RETIRED, .n = { b->id, p->creds.uid }, .s = { b->name } };
                 return PROTO_STATUS_REVOKED;
         }
         if (b->retire_after && (b->attaches >= b->retire_after || unvouched > b->retire_after - b->attaches)) {
-                snprintf(why, cap, "buffer %llu ('%s') retires after %u attaches and has had %u: %u references "
-                         "that the broker cannot vouch for count as attaches and would pass that",
-                         (unsigned long long)b->id, b->name, b->retire_after, b->attaches, unvouched);
+                *why = (RegWhy){ REG_E_CLAIM_RETIRE_AFTER, .n = { b->id, b->retire_after, b->attaches, unvouched },
+                                 .s = { b->name } };
                 return PROTO_STATUS_REVOKED;
         }
         *as_attaches = unvouched;
@@ -207,36 +190,34 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
 {
         RegBuffer *b = reg_buffer_lookup(r, a->buffer);
         const ClaimOf k = { a->generation, a->owner_uid, a->kind, a->name };
-        char why[PROTO_MAX_TEXT + 1];
         size_t len = strlen(a->name);
         uint32_t as_attaches;
         unsigned status;
-        ProtoMsg m;
+        RegWhy why;
         Claim *c;
 
         if (a->refs == 0) {
-                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "a reclaim names at least one reference");
+                reg_answer(out, p, id, PROTO_STATUS_INVALID, (RegWhy){ REG_E_RECLAIM_NO_REFS });
                 return;
         }
         if (a->refs > r->limits.refs_per_peer || p->n_refs + p->n_claim_refs > r->limits.refs_per_peer - a->refs) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "this connection holds %u references; %u more would "
-                              "pass the limit of %u", p->n_refs + p->n_claim_refs, a->refs, r->limits.refs_per_peer);
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_REFS_LIMIT,
+                           .n = { p->n_refs + p->n_claim_refs, a->refs, r->limits.refs_per_peer } });
                 return;
         }
         if (b) {
-                status = reclaim_judge(r, p, b, &k, a->refs, &as_attaches, why, sizeof(why));
+                status = reclaim_judge(r, p, b, &k, a->refs, &as_attaches, &why);
                 if (status) {
                         r->counters.reclaims_refused++;
-                        reg_reply_err(out, p, id, status, "%s", why);
+                        reg_answer(out, p, id, status, why);
                         return;
                 }
                 if (reclaim_into(r, p, b, a->refs, as_attaches) < 0) {
                         registry_peer_mark_lost(p);
                         return;
                 }
-                proto_reply_init(&m, id, PROTO_STATUS_OK);
-                proto_set_state(&m, b->state);
-                outbox_send(out, p, &m, -1);
+                reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_STATE,
+                                            .n = b->state });
                 /* Like the attach that retires it: the reply first, then the events. */
                 if (reg_attaches_used_up(b))
                         reg_buffer_retire(r, b, out);
@@ -244,21 +225,18 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
         }
         if (!r->in_grace) {
                 r->counters.reclaims_refused++;
-                reg_reply_err(out, p, id, PROTO_STATUS_REVOKED,
-                              "buffer %llu ('%s') is not registered, and its producer did not register it again "
-                              "within the broker's restart grace (%u ms after the broker started)",
-                              (unsigned long long)a->buffer, a->name, r->restart_grace_ms);
+                reg_answer(out, p, id, PROTO_STATUS_REVOKED, (RegWhy){ REG_E_CLAIM_UNKNOWN,
+                           .n = { a->buffer, r->restart_grace_ms }, .s = { a->name } });
                 return;
         }
         /* Nobody can vouch for a claim yet, and each one is memory: bounded per uid and in all. */
         if (p->acct->claims >= r->limits.claims_per_uid) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "uid %u has %u pending claims (the limit): they wait "
-                              "for their producers until the restart grace ends", p->creds.uid, p->acct->claims);
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA,
+                           (RegWhy){ REG_E_CLAIMS_PER_UID, .n = { p->creds.uid, p->acct->claims } });
                 return;
         }
         if (r->n_claims >= r->limits.claims) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "the broker keeps %llu pending claims (the limit for all "
-                              "peers together) until the restart grace ends", (unsigned long long)r->n_claims);
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_CLAIMS_ALL, .n = { r->n_claims } });
                 return;
         }
         /* Its producer has not come back yet: the claim waits for it, until the grace ends. */
@@ -279,16 +257,14 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
         p->n_claim_refs += a->refs;
         p->acct->claims++;
         r->n_claims++;
-        proto_reply_init(&m, id, PROTO_STATUS_OK);
-        proto_set_pending(&m, true);
-        outbox_send(out, p, &m, -1);
+        reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_PENDING });
 }
 
 void reg_claims_adopt(Registry *r, RegBuffer *b, Outbox *o)
 {
         uint64_t h = hash_u64(b->id);
-        char why[PROTO_MAX_TEXT + 1];
         HNode *n, *next;
+        RegWhy why;
 
         if (r->n_claims == 0)
                 return;
@@ -301,7 +277,7 @@ void reg_claims_adopt(Registry *r, RegBuffer *b, Outbox *o)
                 next = n->next;
                 if (n->hash != h || c->buffer != b->id)
                         continue;
-                if (reclaim_judge(r, p, b, &k, refs, &as_attaches, why, sizeof(why))) {
+                if (reclaim_judge(r, p, b, &k, refs, &as_attaches, &why)) {
                         r->counters.reclaims_refused++;
                         claim_revoke(r, c, why, o);
                         continue;
@@ -338,29 +314,23 @@ void reg_claims_drop_peer(Registry *r, RegPeer *p)
 
 void reg_grace_end(Registry *r, Outbox *o)
 {
-        char why[PROTO_MAX_TEXT + 1];
+        const RegWhy gone = { REG_R_CLAIM_GRACE_OVER, .n = { r->restart_grace_ms } };
 
         r->in_grace = false;
         reg_rings_grace_end(r, o);
         /* Claims whose producer never came back: the memory is nobody's any more. */
-        snprintf(why, sizeof(why), "its producer did not register it again within the broker's restart grace (%u ms "
-                 "after the broker started)", r->restart_grace_ms);
         for (RegPeer *p = registry_peer_first(r); p && r->n_claims; p = registry_peer_next(r, p))
                 while (!list_empty(&p->claims))
-                        claim_revoke(r, list_entry(p->claims.next, Claim, peer_link), why, o);
+                        claim_revoke(r, list_entry(p->claims.next, Claim, peer_link), gone, o);
         /* Holders that did not come back are gone: restored buffers may drain now. */
         while (!list_empty(&r->restored)) {
                 RegBuffer *b = list_entry(r->restored.next, RegBuffer, restored_link);
 
                 reg_restored_forget(r, b);
-                if (b->reclaimed)
-                        snprintf(why, sizeof(why), "the broker restarted: %u holder(s) came back and released it; "
-                                 "holders that did not reconnect within the %u ms restart grace are treated as gone",
-                                 b->reclaimed, r->restart_grace_ms);
-                else
-                        snprintf(why, sizeof(why), "the broker restarted and no holder reclaimed it within the %u ms "
-                                 "restart grace; holders that did not reconnect are treated as gone",
-                                 r->restart_grace_ms);
-                reg_buffer_drain_if_done(r, b, why, o);
+                reg_buffer_drain_if_done(r, b,
+                                         b->reclaimed ? (RegWhy){ REG_R_RESTART_RELEASED,
+                                                                  .n = { b->reclaimed, r->restart_grace_ms } }
+                                                      : (RegWhy){ REG_R_RESTART_UNCLAIMED, .n = { r->restart_grace_ms } },
+                                         o);
         }
 }

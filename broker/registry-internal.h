@@ -287,6 +287,21 @@ UidAcct *reg_acct_get(Registry *r, uint32_t uid);
 
 void reg_acct_put(Registry *r, UidAcct *a);
 
+/* Emits a change (registry-change.h) for the caller to deliver. */
+void reg_emit(Outbox *o, const RegChange *c);
+
+/* Answers request id of p with status; an error says why. */
+void reg_answer(Outbox *o, RegPeer *p, uint64_t id, unsigned status, RegWhy why);
+
+/* Tells p of event ev on b (a subscriber: sub, else 0); why (REG_WHY_NONE: none) is its reason. */
+void reg_tell(Outbox *o, RegPeer *p, ProtoEvent ev, const RegBuffer *b, uint64_t sub, RegWhy why);
+
+/* Tells p of event ev on a publication the registry no longer (or not yet) has as a buffer. */
+static inline void reg_tell_key(Outbox *o, RegPeer *p, ProtoEvent ev, RegBufferKey key, RegWhy why)
+{
+        reg_emit(o, &(RegChange){ .type = REG_CH_EVENT, .to = p, .event = ev, .key = key, .why = why });
+}
+
 void reg_reply_ok(Outbox *o, RegPeer *p, uint64_t id);
 
 /* Replies with an error status (outbox_send_error); the message says what happened in this case,
@@ -296,7 +311,13 @@ _printf_(5, 6) void reg_reply_err(Outbox *o, RegPeer *p, uint64_t id, unsigned s
 void reg_event_base(ProtoMsg *m, ProtoEvent ev, const RegBuffer *b);
 
 /* Tells every subscriber whose prefix matches the buffer's name. */
-void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, const char *reason, Outbox *o);
+void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, RegWhy why, Outbox *o);
+
+/* A reason given as a text (until its callers say it as a code). */
+static inline RegWhy reg_why_text(const char *text)
+{
+        return text ? (RegWhy){ REG_E_TEXT, .s = { text } } : (RegWhy){ REG_WHY_NONE };
+}
 
 RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id);
 
@@ -337,14 +358,14 @@ int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapp
 
 /* A retired buffer drains once nothing references it, unless holders may still come back: a
  * restored buffer during the restart grace. Drains it if it may (reason for the events, or NULL). */
-void reg_buffer_drain_if_done(Registry *r, RegBuffer *b, const char *reason, Outbox *o);
+void reg_buffer_drain_if_done(Registry *r, RegBuffer *b, RegWhy why, Outbox *o);
 
 /* Forgets a buffer and closes its fd (through the outbox). Peers that received the fd are told,
  * so they can drop cached mappings (which would otherwise keep the memory alive). */
 void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o);
 
 /* The last reference of a retired buffer went: tell the producer it may reuse or free the memory. */
-void reg_buffer_drain(Registry *r, RegBuffer *b, const char *reason, Outbox *o);
+void reg_buffer_drain(Registry *r, RegBuffer *b, RegWhy why, Outbox *o);
 
 /* The memory is gone (its producer died and the broker may not keep it): holders are told to stop
  * using it, their references vanish and no drained event follows. */
@@ -392,5 +413,5 @@ void reg_departed_forget(RegBuffer *b);
 
 /* registry.c, for reclaims: the attach's own checks of p on b (its PID namespace and devices; a
  * status and text, or 0), and retiring b (retire_after reached). */
-unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, char *text, size_t cap);
+unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why);
 void reg_buffer_retire(Registry *r, RegBuffer *b, Outbox *o);

@@ -109,7 +109,7 @@ void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
                         reg_departed_note(b, p->creds.uid, h->count);
                 reg_hold_drop(r, h);
                 if (b->owner != p)
-                        reg_buffer_drain_if_done(r, b, NULL, out);
+                        reg_buffer_drain_if_done(r, b, (RegWhy){ REG_WHY_NONE }, out);
         }
 
         snprintf(reason, sizeof(reason), "producer (peer %llu, pid %u, uid %u) disconnected",
@@ -206,24 +206,21 @@ bool registry_peer_lost(const RegPeer *p)
         return p->lost;
 }
 
-void registry_peer_describe(const RegPeer *p, ProtoMsg *m)
+void registry_peer_view(const RegPeer *p, RegPeerView *ret)
 {
-        uint64_t owned = 0;
-
+        *ret = (RegPeerView){
+                .id = p->id,
+                .creds = p->creds,
+                .pidns = peer_pidns(p),
+                .pidns_declared = peer_pidns_declared(p),
+                .label = p->label,
+                .n_refs = p->n_refs,
+                .n_subs = p->n_subs,
+                .n_waits = p->n_waits,
+                .n_gpus = p->n_gpus,
+                .connected_ms = p->connected_ms,
+                .gpus = (const char (*)[PROTO_MAX_UUID + 1])p->gpus,
+        };
         list_for_each(pos, &p->owned)
-                owned++;
-        proto_record_init(m);
-        proto_set_peer(m, p->id);
-        proto_set_pid(m, p->creds.pid);
-        proto_set_uid(m, p->creds.uid);
-        proto_set_gid(m, p->creds.gid);
-        proto_set_pidns(m, peer_pidns(p));
-        proto_set_pidns_declared(m, peer_pidns_declared(p));
-        proto_set_label(m, proto_str(p->label));
-        proto_set_refs(m, p->n_refs);
-        proto_set_subs(m, p->n_subs);
-        proto_set_waits(m, p->n_waits);
-        proto_set_started_ms(m, p->connected_ms);
-        proto_set_gpus(m, p->gpus, p->n_gpus);
-        proto_set_buffers(m, owned);
+                ret->owned++;
 }

@@ -582,7 +582,7 @@ static void drop_part_holds(Registry *r, RegRing *g, RegPeer *p, Outbox *o)
                 if (b->ring != g)
                         continue;
                 reg_hold_drop(r, h);
-                reg_buffer_drain_if_done(r, b, NULL, o);
+                reg_buffer_drain_if_done(r, b, (RegWhy){ REG_WHY_NONE }, o);
         }
 }
 

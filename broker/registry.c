@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "registry-internal.h"
+#include "reply.h"
 
 UidAcct *reg_acct_get(Registry *r, uint32_t uid)
 {
@@ -38,6 +39,26 @@ void reg_acct_put(Registry *r, UidAcct *a)
                 hmap_remove(&r->uids, &a->node);
                 free(a);
         }
+}
+
+void reg_emit(Outbox *o, const RegChange *c)
+{
+        reply_change(o, c);
+}
+
+void reg_answer(Outbox *o, RegPeer *p, uint64_t id, unsigned status, RegWhy why)
+{
+        RegChange c = { .type = REG_CH_REPLY, .to = p, .req = id, .status = status, .why = why };
+
+        reg_emit(o, &c);
+}
+
+void reg_tell(Outbox *o, RegPeer *p, ProtoEvent ev, const RegBuffer *b, uint64_t sub, RegWhy why)
+{
+        RegChange c = { .type = REG_CH_EVENT, .to = p, .event = ev, .sub = sub, .why = why,
+                        .key = { b->id, b->generation, b->name, b->info.kind } };
+
+        reg_emit(o, &c);
 }
 
 void reg_reply_ok(Outbox *o, RegPeer *p, uint64_t id)
@@ -259,35 +280,30 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
         free(b);
 }
 
-void reg_buffer_drain(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
+void reg_buffer_drain(Registry *r, RegBuffer *b, RegWhy why, Outbox *o)
 {
-        ProtoMsg m;
-
         reg_buffer_set_state(r, b, PROTO_STATE_IDLE);
         reg_restored_forget(r, b);
         reg_departed_forget(b);
         r->counters.drains++;
         if (b->owner) {
-                reg_event_base(&m, PROTO_EV_DRAINED, b);
-                if (reason)
-                        proto_set_reason(&m, proto_str(reason));
-                outbox_send(o, b->owner, &m, -1);
+                reg_tell(o, b->owner, PROTO_EV_DRAINED, b, 0, why);
                 r->counters.events++;
         }
-        reg_notify_subscribers(r, PROTO_EV_DRAINED, b, reason, o);
+        reg_notify_subscribers(r, PROTO_EV_DRAINED, b, why, o);
         /* A segment stays while views of it are registered; the last one takes it along. */
         if ((!b->owner || b->free_on_drain) && b->n_views == 0)
                 reg_buffer_destroy(r, b, o);
 }
 
-void reg_buffer_drain_if_done(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
+void reg_buffer_drain_if_done(Registry *r, RegBuffer *b, RegWhy why, Outbox *o)
 {
         if (b->state != PROTO_STATE_RETIRED || b->refs > 0)
                 return;
         /* A holder of the old broker may still reconnect and reclaim: drained would be a lie. */
         if (b->restored && r->in_grace)
                 return;
-        reg_buffer_drain(r, b, reason, o);
+        reg_buffer_drain(r, b, why, o);
 }
 
 void reg_buffer_retire(Registry *r, RegBuffer *b, Outbox *o)
@@ -297,8 +313,8 @@ void reg_buffer_retire(Registry *r, RegBuffer *b, Outbox *o)
         reg_buffer_set_state(r, b, PROTO_STATE_RETIRED);
         buffer_unpublish(r, b);
         r->counters.retires++;
-        reg_notify_subscribers(r, PROTO_EV_RETIRED, b, NULL, o);
-        reg_buffer_drain_if_done(r, b, NULL, o);
+        reg_notify_subscribers(r, PROTO_EV_RETIRED, b, (RegWhy){ REG_WHY_NONE }, o);
+        reg_buffer_drain_if_done(r, b, (RegWhy){ REG_WHY_NONE }, o);
 }
 
 void reg_buffer_revoke(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
@@ -309,17 +325,14 @@ void reg_buffer_revoke(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
                 reg_buffer_revoke(r, list_entry(b->views.next, RegBuffer, view_link), reason, o);
         list_for_each(pos, &b->holds) {
                 Hold *h = list_entry(pos, Hold, buf_link);
-                ProtoMsg m;
 
                 if (h->count == 0)
                         continue; /* only a cached mapping: the freed event that follows covers it */
-                reg_event_base(&m, PROTO_EV_REVOKED, b);
-                proto_set_reason(&m, proto_str(reason));
-                outbox_send(o, h->peer, &m, -1);
+                reg_tell(o, h->peer, PROTO_EV_REVOKED, b, 0, reg_why_text(reason));
                 r->counters.events++;
         }
         r->counters.revokes++;
-        reg_notify_subscribers(r, PROTO_EV_REVOKED, b, reason, o);
+        reg_notify_subscribers(r, PROTO_EV_REVOKED, b, reg_why_text(reason), o);
         reg_buffer_destroy(r, b, o);
 }
 
@@ -331,58 +344,28 @@ static bool peer_sees_device(const RegPeer *p, const char *uuid)
         return false;
 }
 
-/* "PID namespace N", saying so when N is only what the peer declared, or that it is unknown. */
-static const char *describe_pidns(char *buf, size_t cap, uint64_t ns, bool declared)
-{
-        if (!ns)
-                snprintf(buf, cap, "a PID namespace it did not declare");
-        else
-                snprintf(buf, cap, "PID namespace %llu%s", (unsigned long long)ns, declared ? " (as declared)" : "");
-        return buf;
-}
-
 /* Explains, before CUDA would fail obscurely, why this consumer cannot use this buffer.
- * Returns a status and fills text, or 0. */
-unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, char *text, size_t cap)
+ * Returns a status and fills why, or 0. */
+unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why)
 {
         if (b->info.kind == PROTO_KIND_CUDA_LEGACY) {
                 uint64_t mine = peer_pidns(p);
                 bool differ = mine && b->owner_pidns && mine != b->owner_pidns;
-                char who[64], theirs[64], ours[64];
 
                 /* The kernel's own view: a pid of 0 means "outside the broker's namespace", so one
                  * visible peer and one invisible one cannot share a namespace. */
                 if (!differ && !p->creds.pid != !b->owner_pid)
                         differ = true;
                 if (differ) {
-                        /* A pid the broker cannot see is no pid at all: say where the process is. */
-                        if (b->owner_pid)
-                                snprintf(who, sizeof(who), "pid %u, uid %u", b->owner_pid, b->owner_uid);
-                        else
-                                snprintf(who, sizeof(who), "uid %u, in another PID namespace than the broker",
-                                         b->owner_uid);
-                        snprintf(text, cap,
-                                 "buffer '%s' is cuda-legacy: its producer (%s) is in %s and this consumer%s is "
-                                 "in %s; legacy CUDA IPC needs both in one PID namespace (CUDA would fail with "
-                                 "'invalid device context'). Fix: set shareProcessNamespace: true on the pod, or "
-                                 "publish as cuda-vmm",
-                                 b->name, who,
-                                 describe_pidns(theirs, sizeof(theirs), b->owner_pidns, b->owner_pidns_declared),
-                                 p->creds.pid ? "" : " (in another PID namespace than the broker)",
-                                 describe_pidns(ours, sizeof(ours), mine, peer_pidns_declared(p)));
+                        *why = (RegWhy){ REG_E_PIDNS, .s = { b->name },
+                                         .n = { b->owner_pid, b->owner_uid, b->owner_pidns, b->owner_pidns_declared,
+                                                p->creds.pid, mine, peer_pidns_declared(p) } };
                         return PROTO_STATUS_PIDNS;
                 }
         }
         if (b->info.kind != PROTO_KIND_MEMFD && b->device && !peer_sees_device(p, b->device)) {
-                size_t n = (size_t)snprintf(text, cap,
-                                            "buffer '%s' lives on GPU %s, which this consumer cannot see "
-                                            "(it sees: ", b->name, b->device);
-                for (uint32_t i = 0; i < p->n_gpus && n < cap; i++)
-                        n += (size_t)snprintf(text + n, cap - n, "%s%s", i ? ", " : "", p->gpus[i]);
-                if (n < cap)
-                        snprintf(text + n, cap - n, "%s). Fix: give producer and consumer the same "
-                                 "ResourceClaim, or the same visible devices",
-                                 p->n_gpus ? "" : "no GPU");
+                *why = (RegWhy){ REG_E_DEVICE, .s = { b->name, b->device }, .gpus = (const char (*)[PROTO_MAX_UUID + 1])p->gpus,
+                                 .n_gpus = p->n_gpus };
                 return PROTO_STATUS_DEVICE;
         }
         return 0;
@@ -405,13 +388,16 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbo
 {
         char text[PROTO_MAX_TEXT + 1];
         unsigned status;
+        RegWhy why;
         bool cached;
 
-        status = reg_attach_diagnose(b, p, text, sizeof(text));
-        if (!status && !reg_ring_may_attach(b, p, text, sizeof(text)))
+        status = reg_attach_diagnose(b, p, &why);
+        if (!status && !reg_ring_may_attach(b, p, text, sizeof(text))) {
                 status = PROTO_STATUS_DENIED;
+                why = reg_why_text(text);
+        }
         if (status) {
-                reg_reply_err(o, p, id, status, "%s", text);
+                reg_answer(o, p, id, status, why);
                 return;
         }
         if (p->n_refs + p->n_claim_refs >= r->limits.refs_per_peer) {
@@ -550,7 +536,7 @@ static void publish_under_name(Registry *r, RegPeer *p, uint64_t id, RegBuffer *
         b->attaches = 0;
         reply_published(o, p, id, b);
         reg_claims_adopt(r, b, o);
-        reg_notify_subscribers(r, PROTO_EV_PUBLISHED, b, NULL, o);
+        reg_notify_subscribers(r, PROTO_EV_PUBLISHED, b, (RegWhy){ REG_WHY_NONE }, o);
         /* Adopted claims counted as attaches may have used retire_after up; e may go with it. */
         if (reg_attaches_used_up(b)) {
                 reg_buffer_retire(r, b, o);
@@ -709,7 +695,7 @@ static void register_retired(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b,
         reg_buffer_set_state(r, b, PROTO_STATE_RETIRED);
         reply_published(out, p, id, b);
         reg_claims_adopt(r, b, out);
-        reg_buffer_drain_if_done(r, b, "registered again after the broker restarted, with no holder left", out);
+        reg_buffer_drain_if_done(r, b, (RegWhy){ REG_R_RESTORED_UNHELD }, out);
 }
 
 RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, Outbox *out)
@@ -950,7 +936,7 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Out
         }
         r->counters.releases++;
         reg_reply_ok(out, p, id);
-        reg_buffer_drain_if_done(r, b, NULL, out);
+        reg_buffer_drain_if_done(r, b, (RegWhy){ REG_WHY_NONE }, out);
 }
 
 void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out)

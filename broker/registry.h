@@ -15,6 +15,7 @@
 #include "creds.h"
 #include "outbox.h"
 #include "proto.h"
+#include "registry-change.h"
 #include "ring.h"
 
 typedef struct Registry Registry;
@@ -213,7 +214,29 @@ const char *registry_buffer_name(const RegBuffer *b);
 /* Whether b is a part of a ring: live under no name, attachable only by the ring's members. */
 bool registry_buffer_ring_part(const RegBuffer *b);
 
-/* Fills m with the buffer's description (name, kind, size, state, refs, ...); m points into b. */
+/* What the registry knows of a buffer. Points into the registry: valid until the next operation. */
+typedef struct RegBufferView {
+        uint64_t id, generation, refs;
+        const char *name;
+        ProtoBufferInfo info;  /* kind, size, offset, writable, broker_held, segment: as published */
+        bool is_view;
+        uint64_t segment_size; /* a view: its segment's size (what a consumer maps) */
+        ProtoState state;
+        uint32_t holders;
+        uint64_t owner;        /* the producer's peer id; 0 once it is gone (an orphan) */
+        uint32_t owner_uid, owner_pid;
+        const char *device;    /* NULL for memfd */
+        const uint8_t *meta;
+        uint32_t meta_len;
+        const uint8_t *handle; /* cuda-legacy: PROTO_LEGACY_HANDLE_SIZE bytes, else NULL */
+        bool restored;         /* registered again after a restart, holders may still come back */
+        int fd;                /* the fd that travels to a consumer (a view's: its segment's), or -1 */
+} RegBufferView;
+
+void registry_buffer_view(const RegBuffer *b, RegBufferView *ret);
+
+/* Fills m with the buffer's description (name, kind, size, state, refs, ...); m points into b.
+ * The reply layer's (broker/reply.c), which encodes every description. */
 void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m);
 
 /* Calls fn for each peer holding references to b. */
@@ -253,6 +276,20 @@ void registry_ring_view(const RegRing *g, RegRingView *ret);
 
 RegPeer *registry_peer_first(const Registry *r);
 RegPeer *registry_peer_next(const Registry *r, const RegPeer *p);
+/* What the registry knows of a peer; valid until the next operation. */
+typedef struct RegPeerView {
+        uint64_t id;
+        PeerCreds creds;
+        uint64_t pidns;        /* the kernel's, else what it declared */
+        bool pidns_declared;
+        const char *label;
+        uint32_t n_refs, n_subs, n_waits, n_gpus;
+        uint64_t connected_ms, owned;
+        const char (*gpus)[PROTO_MAX_UUID + 1];
+} RegPeerView;
+
+void registry_peer_view(const RegPeer *p, RegPeerView *ret);
+/* The reply layer's (broker/reply.c): a peer record for listings. */
 void registry_peer_describe(const RegPeer *p, ProtoMsg *m);
 
 typedef struct RegGauges {

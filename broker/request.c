@@ -22,11 +22,6 @@
  * complete. */
 #define GROUP_MAX_MEMBERS 4096
 
-void request_reply_error(Outbox *out, RegPeer *p, uint64_t id, unsigned status, const char *message)
-{
-        outbox_send_error(out, p, id, status, "%s", message);
-}
-
 _printf_(5, 6) static void fail(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, unsigned status, const char *fmt, ...)
 {
         va_list ap;

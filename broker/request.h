@@ -22,6 +22,3 @@ typedef struct RequestCtx {
 
 /* Handles one request. fd is the frame's fd or -1; ownership passes to this function. */
 void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd);
-
-/* Replies with an error status and a message (used for frames that could not be decoded). */
-void request_reply_error(Outbox *out, RegPeer *p, uint64_t id, unsigned status, const char *message);

@@ -22,6 +22,7 @@
 #include "peer.h"
 #include "registry.h"
 #include "request.h"
+#include "reply.h"
 
 #define ACCEPTS_PER_WAKEUP 64
 #define ACCEPT_BACKOFF_MS 100
@@ -305,7 +306,7 @@ static void server_stop(Server *s)
          * addressed to its connection, so clients can tell a stop from a crash. */
         registry_cancel_waits(s->reg, PROTO_STATUS_SHUTDOWN, "the broker is stopping", &s->out);
         list_for_each(pos, &s->peers.open)
-                request_reply_error(&s->out, list_entry(pos, Peer, link)->reg, 0, PROTO_STATUS_SHUTDOWN,
+                reply_error(&s->out, list_entry(pos, Peer, link)->reg, 0, PROTO_STATUS_SHUTDOWN,
                                     "the broker is stopping");
         deliver(s);
         list_for_each_safe(pos, &s->peers.open)

@@ -1,0 +1,96 @@
+/* What a registry step changed that somebody must hear of, as the registry says it: a reply to a
+ * request (a protocol status, and for an error why, as a code and its facts), an event to a peer,
+ * an fd the broker no longer needs. The registry words nothing and encodes nothing; the reply layer
+ * (broker/reply.c, broker/reply-text.c) turns each change into frames, texts and fds, in the order
+ * the step emitted them, which is the order they go out. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "proto.h"
+
+typedef struct RegPeer RegPeer;
+typedef struct RegBuffer RegBuffer;
+typedef struct RegRing RegRing;
+
+/* Why something failed or happened: which text (broker/reply-text.c words each one) and the facts
+ * it names. Strings are borrowed: valid until the change has been emitted. */
+typedef enum RegWhyCode {
+        REG_WHY_NONE,
+        /* subscriptions */
+        REG_E_SUBS_LIMIT,        /* n0: subscriptions of this connection */
+        REG_E_NO_SUB,            /* n0: the subscription id */
+        /* attach waits and groups */
+        REG_E_GROUP_EMPTY,
+        REG_E_GROUP_MISMATCH,    /* s0: group, n0: its members, n1: this join's */
+        REG_E_GROUP_JOINED,      /* s0: group */
+        REG_E_WAITS_LIMIT,       /* n0: waits of this connection */
+        REG_E_GROUP_TIMEOUT,     /* s0: group, n0: joined, n1: members */
+        REG_E_WAIT_MISSED,       /* s0: name, n0: publications retired during the wait */
+        REG_E_WAIT_TIMEOUT,      /* s0: name */
+        REG_E_TEXT,              /* s0: a text the caller gave (registry_cancel_waits) */
+        /* attach */
+        REG_E_PIDNS,             /* s0: buffer name; n0-n3: its producer's pid, uid, PID namespace and whether that
+                                  * was only declared; n4-n6: the consumer's pid, namespace, declared */
+        REG_E_DEVICE,            /* s0: buffer name, s1: its GPU; gpus: the consumer's */
+        /* reclaims and the restart grace (n0 is the buffer's id unless said otherwise) */
+        REG_E_CLAIM_OWNER,       /* n1, n2: its kind and producer uid now; n3, n4: those the consumer held */
+        REG_E_CLAIM_REPUBLISHED, /* n1, s0: its generation and name now; n2, s1: those the consumer held */
+        REG_E_CLAIM_DRAINED,     /* s0: name */
+        REG_E_CLAIM_RING_PART,   /* s0: name */
+        REG_E_CLAIM_RETIRED,     /* s0: name, n1: the claimant's uid, which held nothing on it */
+        REG_E_CLAIM_RETIRE_AFTER, /* s0: name, n1: retire_after, n2: attaches, n3: unvouched references */
+        REG_E_RECLAIM_NO_REFS,
+        REG_E_REFS_LIMIT,        /* n0: references held, n1: more asked, n2: the limit (not an id) */
+        REG_E_CLAIM_UNKNOWN,     /* s0: name, n1: the restart grace (ms) */
+        REG_E_CLAIMS_PER_UID,    /* n0: uid, n1: its pending claims (not an id) */
+        REG_E_CLAIMS_ALL,        /* n0: pending claims (not an id) */
+        REG_R_CLAIM_GRACE_OVER,  /* n0: the restart grace (ms; not an id) */
+        REG_R_RESTART_RELEASED,  /* n0: holders that came back, n1: the grace (not an id) */
+        REG_R_RESTART_UNCLAIMED, /* n0: the grace (not an id) */
+        REG_R_RESTORED_UNHELD,   /* a restored buffer registered retired, nobody holding it */
+        _REG_WHY_MAX
+} RegWhyCode;
+
+typedef struct RegWhy {
+        RegWhyCode code;
+        uint64_t n[8];
+        const char *s[3];
+        const char (*gpus)[PROTO_MAX_UUID + 1]; /* REG_E_DEVICE: the consumer's GPUs */
+        uint32_t n_gpus;
+} RegWhy;
+
+/* Which publication an event is about. */
+typedef struct RegBufferKey {
+        uint64_t id, generation;
+        const char *name;
+        ProtoKind kind;
+} RegBufferKey;
+
+typedef enum RegChangeType {
+        REG_CH_REPLY, /* answers request `req` of `to` with `status`; an error says `why`; fields by `reply` */
+        REG_CH_EVENT, /* tells `to` of `event` on `key` (to a subscriber: `sub`); `why`, if any, is its reason */
+} RegChangeType;
+
+/* The fields of a successful reply besides its status. */
+typedef enum RegReplyKind {
+        REG_RE_PLAIN,  /* none */
+        REG_RE_SUB,    /* sub: the new subscription's id */
+        REG_RE_GROUP,  /* str: the group, n: its members */
+        REG_RE_STATE,  /* n: the buffer's state (a ProtoState) */
+        REG_RE_PENDING, /* pending: true */
+} RegReplyKind;
+
+typedef struct RegChange {
+        RegChangeType type;
+        RegPeer *to;
+        uint64_t req;                /* replies */
+        unsigned status;             /* replies: a PROTO_STATUS_* */
+        RegReplyKind reply;          /* replies with status ok */
+        ProtoEvent event;            /* events */
+        RegBufferKey key;            /* events */
+        uint64_t sub, n;
+        const char *str;
+        RegWhy why;
+} RegChange;

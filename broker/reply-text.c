@@ -1,0 +1,163 @@
+/* The registry's texts, one per RegWhy code (registry-change.h says which facts each one names). */
+#include "reply-text.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "proto.h"
+
+#define N(i) ((unsigned long long)w->n[i])
+#define S(i) (w->s[i] ? w->s[i] : "")
+
+/* "PID namespace N", saying so when N is only what the peer declared, or that it is unknown. */
+static const char *describe_pidns(char *buf, size_t cap, uint64_t ns, bool declared)
+{
+        if (!ns)
+                snprintf(buf, cap, "a PID namespace it did not declare");
+        else
+                snprintf(buf, cap, "PID namespace %llu%s", (unsigned long long)ns, declared ? " (as declared)" : "");
+        return buf;
+}
+
+static void pidns_text(const RegWhy *w, char *text, size_t cap)
+{
+        char who[64], theirs[64], ours[64];
+
+        /* A pid the broker cannot see is no pid at all: say where the process is. */
+        if (w->n[0])
+                snprintf(who, sizeof(who), "pid %llu, uid %llu", N(0), N(1));
+        else
+                snprintf(who, sizeof(who), "uid %llu, in another PID namespace than the broker", N(1));
+        snprintf(text, cap,
+                 "buffer '%s' is cuda-legacy: its producer (%s) is in %s and this consumer%s is "
+                 "in %s; legacy CUDA IPC needs both in one PID namespace (CUDA would fail with "
+                 "'invalid device context'). Fix: set shareProcessNamespace: true on the pod, or "
+                 "publish as cuda-vmm",
+                 S(0), who, describe_pidns(theirs, sizeof(theirs), w->n[2], w->n[3]),
+                 w->n[4] ? "" : " (in another PID namespace than the broker)",
+                 describe_pidns(ours, sizeof(ours), w->n[5], w->n[6]));
+}
+
+static void device_text(const RegWhy *w, char *text, size_t cap)
+{
+        size_t n = (size_t)snprintf(text, cap, "buffer '%s' lives on GPU %s, which this consumer cannot see "
+                                    "(it sees: ", S(0), S(1));
+
+        for (uint32_t i = 0; i < w->n_gpus && n < cap; i++)
+                n += (size_t)snprintf(text + n, cap - n, "%s%s", i ? ", " : "", w->gpus[i]);
+        if (n < cap)
+                snprintf(text + n, cap - n, "%s). Fix: give producer and consumer the same "
+                         "ResourceClaim, or the same visible devices", w->n_gpus ? "" : "no GPU");
+}
+
+void reply_text(const RegWhy *w, char *buf, size_t cap)
+{
+        switch (w->code) {
+        case REG_E_SUBS_LIMIT:
+                snprintf(buf, cap, "this connection has %llu subscriptions (the limit)", N(0));
+                break;
+        case REG_E_NO_SUB:
+                snprintf(buf, cap, "this connection has no subscription %llu", N(0));
+                break;
+        case REG_E_GROUP_EMPTY:
+                snprintf(buf, cap, "a group needs at least one member");
+                break;
+        case REG_E_GROUP_MISMATCH:
+                snprintf(buf, cap, "group '%s' was started with %llu members; this join says %llu", S(0), N(0), N(1));
+                break;
+        case REG_E_GROUP_JOINED:
+                snprintf(buf, cap, "this connection already joined group '%s'", S(0));
+                break;
+        case REG_E_WAITS_LIMIT:
+                snprintf(buf, cap, "this connection already waits %llu times (the limit)", N(0));
+                break;
+        case REG_E_GROUP_TIMEOUT:
+                snprintf(buf, cap, "group '%s': %llu of %llu members joined before the earliest member's deadline",
+                         S(0), N(0), N(1));
+                break;
+        case REG_E_WAIT_MISSED:
+                snprintf(buf, cap, "nothing was live under '%s' for this attach before the timeout: %llu "
+                         "publication(s) during the wait were retired before its turn (by retire_after, once "
+                         "earlier waiters had attached, or by the producer)", S(0), N(0));
+                break;
+        case REG_E_WAIT_TIMEOUT:
+                snprintf(buf, cap, "nothing was published under '%s' before the timeout", S(0));
+                break;
+        case REG_E_TEXT:
+                snprintf(buf, cap, "%s", S(0));
+                break;
+        case REG_E_PIDNS:
+                pidns_text(w, buf, cap);
+                break;
+        case REG_E_DEVICE:
+                device_text(w, buf, cap);
+                break;
+        case REG_E_CLAIM_OWNER:
+                snprintf(buf, cap, "buffer %llu is now a %s buffer of uid %llu, not the %s buffer of uid %llu this "
+                         "consumer held", N(0), proto_kind_name((ProtoKind)w->n[1]), N(2),
+                         proto_kind_name((ProtoKind)w->n[3]), N(4));
+                break;
+        case REG_E_CLAIM_REPUBLISHED:
+                snprintf(buf, cap, "buffer %llu was published again (now generation %llu, '%s'; this consumer held "
+                         "generation %llu, '%s'): its memory may have been reused", N(0), N(1), S(0), N(2), S(1));
+                break;
+        case REG_E_CLAIM_DRAINED:
+                snprintf(buf, cap, "buffer %llu ('%s') drained while this consumer was away: its memory may have "
+                         "been reused", N(0), S(0));
+                break;
+        case REG_E_CLAIM_RING_PART:
+                snprintf(buf, cap, "buffer %llu ('%s') is part of a ring: join the ring again", N(0), S(0));
+                break;
+        case REG_E_CLAIM_RETIRED:
+                snprintf(buf, cap, "buffer %llu ('%s') is retired and the broker knows of no reference of uid %llu "
+                         "on it: a reclaim takes back references this uid held when its connection ended, or "
+                         "what an attach would grant, and an attach of a retired buffer grants none", N(0), S(0),
+                         N(1));
+                break;
+        case REG_E_CLAIM_RETIRE_AFTER:
+                snprintf(buf, cap, "buffer %llu ('%s') retires after %llu attaches and has had %llu: %llu references "
+                         "that the broker cannot vouch for count as attaches and would pass that", N(0), S(0), N(1),
+                         N(2), N(3));
+                break;
+        case REG_E_RECLAIM_NO_REFS:
+                snprintf(buf, cap, "a reclaim names at least one reference");
+                break;
+        case REG_E_REFS_LIMIT:
+                snprintf(buf, cap, "this connection holds %llu references; %llu more would pass the limit of %llu",
+                         N(0), N(1), N(2));
+                break;
+        case REG_E_CLAIM_UNKNOWN:
+                snprintf(buf, cap, "buffer %llu ('%s') is not registered, and its producer did not register it again "
+                         "within the broker's restart grace (%llu ms after the broker started)", N(0), S(0), N(1));
+                break;
+        case REG_E_CLAIMS_PER_UID:
+                snprintf(buf, cap, "uid %llu has %llu pending claims (the limit): they wait for their producers "
+                         "until the restart grace ends", N(0), N(1));
+                break;
+        case REG_E_CLAIMS_ALL:
+                snprintf(buf, cap, "the broker keeps %llu pending claims (the limit for all peers together) until "
+                         "the restart grace ends", N(0));
+                break;
+        case REG_R_CLAIM_GRACE_OVER:
+                snprintf(buf, cap, "its producer did not register it again within the broker's restart grace (%llu ms "
+                         "after the broker started)", N(0));
+                break;
+        case REG_R_RESTART_RELEASED:
+                snprintf(buf, cap, "the broker restarted: %llu holder(s) came back and released it; holders that did "
+                         "not reconnect within the %llu ms restart grace are treated as gone", N(0), N(1));
+                break;
+        case REG_R_RESTART_UNCLAIMED:
+                snprintf(buf, cap, "the broker restarted and no holder reclaimed it within the %llu ms restart grace; "
+                         "holders that did not reconnect are treated as gone", N(0));
+                break;
+        case REG_R_RESTORED_UNHELD:
+                snprintf(buf, cap, "registered again after the broker restarted, with no holder left");
+                break;
+        case REG_WHY_NONE:
+        case _REG_WHY_MAX:
+        default:
+                if (cap)
+                        buf[0] = 0;
+                break;
+        }
+}

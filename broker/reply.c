@@ -1,0 +1,131 @@
+/* The reply layer (reply.h): registry changes become frames here, and nowhere else below the
+ * request layer. Each change is encoded as it is emitted, so frames keep the registry's order. */
+#include "reply.h"
+
+#include <stdio.h>
+
+#include "registry.h"
+#include "reply-text.h"
+
+void reply_error(Outbox *out, RegPeer *p, uint64_t id, unsigned status, const char *message)
+{
+        outbox_send_error(out, p, id, status, "%s", message);
+}
+
+void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m)
+{
+        RegBufferView v;
+
+        registry_buffer_view(b, &v);
+        proto_record_init(m);
+        proto_set_buffer(m, v.id);
+        proto_set_name(m, proto_str(v.name));
+        proto_set_generation(m, v.generation);
+        proto_set_buffer_info(m, &v.info);
+        if (v.is_view)
+                proto_set_segment_size(m, v.segment_size); /* what a consumer maps */
+        proto_set_state(m, v.state);
+        proto_set_refs(m, v.refs);
+        proto_set_holders(m, v.holders);
+        proto_set_owner(m, v.owner);
+        proto_set_uid(m, v.owner_uid);
+        proto_set_pid(m, v.owner_pid);
+        if (v.device)
+                proto_set_device(m, proto_str(v.device));
+        if (v.meta_len)
+                proto_set_meta(m, (ProtoRaw){ v.meta, v.meta_len, 0 });
+        if (v.handle)
+                proto_set_handle(m, (ProtoStr){ (const char *)v.handle, PROTO_LEGACY_HANDLE_SIZE });
+        /* Registered again after a restart, and holders may still come back: it does not drain yet. */
+        if (v.restored)
+                proto_set_restored(m, true);
+}
+
+void registry_peer_describe(const RegPeer *p, ProtoMsg *m)
+{
+        RegPeerView v;
+
+        registry_peer_view(p, &v);
+        proto_record_init(m);
+        proto_set_peer(m, v.id);
+        proto_set_pid(m, v.creds.pid);
+        proto_set_uid(m, v.creds.uid);
+        proto_set_gid(m, v.creds.gid);
+        proto_set_pidns(m, v.pidns);
+        proto_set_pidns_declared(m, v.pidns_declared);
+        proto_set_label(m, proto_str(v.label));
+        proto_set_refs(m, v.n_refs);
+        proto_set_subs(m, v.n_subs);
+        proto_set_waits(m, v.n_waits);
+        proto_set_started_ms(m, v.connected_ms);
+        proto_set_gpus(m, v.gpus, v.n_gpus);
+        proto_set_buffers(m, v.owned);
+}
+
+/* The fields every buffer event carries. */
+static void buffer_event(ProtoMsg *m, ProtoEvent ev, const RegBufferKey *k)
+{
+        proto_event_init(m, ev);
+        proto_set_buffer(m, k->id);
+        proto_set_generation(m, k->generation);
+        proto_set_name(m, proto_str(k->name));
+        proto_set_kind(m, k->kind);
+}
+
+static void send_reply(Outbox *out, const RegChange *c)
+{
+        char text[PROTO_MAX_TEXT + 1];
+        ProtoMsg m;
+
+        if (c->status != PROTO_STATUS_OK) {
+                reply_text(&c->why, text, sizeof(text));
+                outbox_send_error(out, c->to, c->req, c->status, "%s", text);
+                return;
+        }
+        proto_reply_init(&m, c->req, PROTO_STATUS_OK);
+        switch (c->reply) {
+        case REG_RE_SUB:
+                proto_set_sub(&m, c->sub);
+                break;
+        case REG_RE_GROUP:
+                proto_set_group(&m, proto_str(c->str));
+                proto_set_members(&m, c->n);
+                break;
+        case REG_RE_STATE:
+                proto_set_state(&m, (ProtoState)c->n);
+                break;
+        case REG_RE_PENDING:
+                proto_set_pending(&m, true);
+                break;
+        case REG_RE_PLAIN:
+                break;
+        }
+        outbox_send(out, c->to, &m, -1);
+}
+
+static void send_event(Outbox *out, const RegChange *c)
+{
+        char text[PROTO_MAX_TEXT + 1];
+        ProtoMsg m;
+
+        buffer_event(&m, c->event, &c->key);
+        if (c->sub)
+                proto_set_sub(&m, c->sub);
+        if (c->why.code != REG_WHY_NONE) {
+                reply_text(&c->why, text, sizeof(text));
+                proto_set_reason(&m, proto_str(text));
+        }
+        outbox_send(out, c->to, &m, -1);
+}
+
+void reply_change(Outbox *out, const RegChange *c)
+{
+        switch (c->type) {
+        case REG_CH_REPLY:
+                send_reply(out, c);
+                break;
+        case REG_CH_EVENT:
+                send_event(out, c);
+                break;
+        }
+}
