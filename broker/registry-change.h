@@ -34,6 +34,27 @@ typedef enum RegWhyCode {
         REG_E_PIDNS,             /* s0: buffer name; n0-n3: its producer's pid, uid, PID namespace and whether that
                                   * was only declared; n4-n6: the consumer's pid, namespace, declared */
         REG_E_DEVICE,            /* s0: buffer name, s1: its GPU; gpus: the consumer's */
+        REG_E_NO_BUFFER,         /* n0: id */
+        REG_E_REFS_FULL,         /* n0: references this connection holds */
+        REG_E_NOT_LIVE,          /* n0: id, n1: its state, s0: name */
+        REG_E_NOTHING_UNDER,     /* s0: name */
+        /* publish */
+        REG_E_NAME_ORPHANED,     /* s0: name, n0: the orphan's producer uid, n1: its id */
+        REG_E_NAME_TAKEN,        /* s0: name, n0-n2: the producer's peer id, pid, uid */
+        REG_E_OTHERS_BUFFER,     /* n0: id */
+        REG_E_NOT_IDLE,          /* n0: id, n1: its state */
+        REG_E_KEY_TAKEN,         /* n0: id, n1: its producer's peer id, n2: its uid */
+        REG_E_BUFFERS_LIMIT,     /* n0: uid, n1: its buffers */
+        REG_E_FDS_LIMIT,         /* n0: fds held, n1: uid */
+        REG_E_OTHERS_SEGMENT,    /* n0: the segment's id */
+        REG_E_NOT_A_SEGMENT,     /* n0: id, n1: why (1 a view, 2 a ring part, 3 another kind) */
+        REG_E_SEGMENT_FREED,     /* n0: id */
+        REG_E_NO_SEGMENT,        /* n0: id */
+        REG_E_VIEW_OUTSIDE,      /* n0: offset, n1: size, n2: the segment's size */
+        REG_E_RESTORED_GENERATION, /* n0: the highest generation given */
+        /* release, retire, free */
+        REG_E_NOT_ATTACHED,      /* n0: id */
+        REG_E_NOT_OWNER,         /* n0: id, s0: name, n1: its producer's peer id, n2: uid */
         /* reclaims and the restart grace (n0 is the buffer's id unless said otherwise) */
         REG_E_CLAIM_OWNER,       /* n1, n2: its kind and producer uid now; n3, n4: those the consumer held */
         REG_E_CLAIM_REPUBLISHED, /* n1, s0: its generation and name now; n2, s1: those the consumer held */
@@ -71,6 +92,7 @@ typedef struct RegBufferKey {
 typedef enum RegChangeType {
         REG_CH_REPLY, /* answers request `req` of `to` with `status`; an error says `why`; fields by `reply` */
         REG_CH_EVENT, /* tells `to` of `event` on `key` (to a subscriber: `sub`); `why`, if any, is its reason */
+        REG_CH_CLOSE_FD, /* `fd` (the registry's) is to be closed once the frames that borrow it are out */
 } RegChangeType;
 
 /* The fields of a successful reply besides its status. */
@@ -80,6 +102,8 @@ typedef enum RegReplyKind {
         REG_RE_GROUP,  /* str: the group, n: its members */
         REG_RE_STATE,  /* n: the buffer's state (a ProtoState) */
         REG_RE_PENDING, /* pending: true */
+        REG_RE_ATTACHED, /* buffer's description and cached (flag); its memory's fd travels unless cached */
+        REG_RE_PUBLISHED, /* buffer's id, generation and state */
 } RegReplyKind;
 
 typedef struct RegChange {
@@ -90,6 +114,9 @@ typedef struct RegChange {
         RegReplyKind reply;          /* replies with status ok */
         ProtoEvent event;            /* events */
         RegBufferKey key;            /* events */
+        const RegBuffer *buffer;     /* replies about a buffer */
+        bool flag;
+        int fd;                      /* REG_CH_CLOSE_FD */
         uint64_t sub, n;
         const char *str;
         RegWhy why;

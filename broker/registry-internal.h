@@ -293,6 +293,9 @@ void reg_emit(Outbox *o, const RegChange *c);
 /* Answers request id of p with status; an error says why. */
 void reg_answer(Outbox *o, RegPeer *p, uint64_t id, unsigned status, RegWhy why);
 
+/* Hands fd (the registry's) over, to be closed once the frames that borrow it are out. */
+void reg_close_fd(Outbox *o, int fd);
+
 /* Tells p of event ev on b (a subscriber: sub, else 0); why (REG_WHY_NONE: none) is its reason. */
 void reg_tell(Outbox *o, RegPeer *p, ProtoEvent ev, const RegBuffer *b, uint64_t sub, RegWhy why);
 

@@ -53,6 +53,11 @@ void reg_answer(Outbox *o, RegPeer *p, uint64_t id, unsigned status, RegWhy why)
         reg_emit(o, &c);
 }
 
+void reg_close_fd(Outbox *o, int fd)
+{
+        reg_emit(o, &(RegChange){ .type = REG_CH_CLOSE_FD, .fd = fd });
+}
+
 void reg_tell(Outbox *o, RegPeer *p, ProtoEvent ev, const RegBuffer *b, uint64_t sub, RegWhy why)
 {
         RegChange c = { .type = REG_CH_EVENT, .to = p, .event = ev, .sub = sub, .why = why,
@@ -97,7 +102,7 @@ RegBuffer *registry_request_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_
         RegBuffer *b = reg_buffer_lookup(r, buffer);
 
         if (!b)
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "no buffer with id %llu", (unsigned long long)buffer);
+                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NO_BUFFER, .n = { buffer } });
         return b;
 }
 
@@ -249,10 +254,7 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
                 /* Only peers that still map it are told, so that they drop their cached mapping;
                  * a lost peer gets nothing more. */
                 if (h->mapped && !h->peer->lost) {
-                        ProtoMsg m;
-
-                        reg_event_base(&m, PROTO_EV_FREED, b);
-                        outbox_send(o, h->peer, &m, -1);
+                        reg_tell(o, h->peer, PROTO_EV_FREED, b, 0, (RegWhy){ REG_WHY_NONE });
                         r->counters.events++;
                 }
                 reg_hold_drop(r, h);
@@ -268,7 +270,7 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
         if (b->fd >= 0) {
                 b->acct->fds--;
                 r->n_fds--;
-                outbox_close_fd(o, b->fd);
+                reg_close_fd(o, b->fd);
         }
         b->acct->buffers--;
         reg_acct_put(r, b->acct);
@@ -373,14 +375,8 @@ unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why)
 
 static void reply_attached(Outbox *o, RegPeer *p, uint64_t id, RegBuffer *b, bool cached)
 {
-        ProtoMsg m;
-
-        registry_buffer_describe(b, &m);
-        m.type = PROTO_REPLY;
-        proto_set_reply(&m, id);
-        proto_set_status(&m, PROTO_STATUS_OK);
-        proto_set_cached(&m, cached);
-        outbox_send(o, p, &m, cached ? -1 : reg_memory_of(b)->fd);
+        reg_emit(o, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_ATTACHED, .buffer = b,
+                                  .flag = cached });
 }
 
 /* Takes a reference for p on a live buffer and replies. */
@@ -401,8 +397,7 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbo
                 return;
         }
         if (p->n_refs + p->n_claim_refs >= r->limits.refs_per_peer) {
-                reg_reply_err(o, p, id, PROTO_STATUS_QUOTA, "this connection holds %u references (the limit); "
-                              "release some first", p->n_refs + p->n_claim_refs);
+                reg_answer(o, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_REFS_FULL, .n = { p->n_refs + p->n_claim_refs } });
                 return;
         }
         /* The fd travels once per peer: afterwards the peer's cached mapping serves, until it says
@@ -443,8 +438,7 @@ static void wake_waiters(Registry *r, RegName *e, Outbox *o)
 void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbox *out)
 {
         if (b->state != PROTO_STATE_LIVE) {
-                reg_reply_err(out, p, id, PROTO_STATUS_STATE, "buffer %llu ('%s') is %s, not live",
-                              (unsigned long long)b->id, b->name, proto_state_name(b->state));
+                reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_NOT_LIVE, .n = { b->id, b->state }, .s = { b->name } });
                 return;
         }
         attach_now(r, p, id, b, out);
@@ -470,12 +464,11 @@ void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uin
                 return;
         }
         if (timeout_ms == 0) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "nothing is published under '%s'", name);
+                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NOTHING_UNDER, .s = { name } });
                 return;
         }
         if (p->n_waits >= r->limits.waits_per_peer) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "this connection already waits %u times (the limit)",
-                              p->n_waits);
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_WAITS_LIMIT, .n = { p->n_waits } });
                 return;
         }
         e = name_get(r, name);
@@ -509,13 +502,7 @@ static bool may_manage(const RegBuffer *b, const RegPeer *p)
 
 static void reply_published(Outbox *o, RegPeer *p, uint64_t id, const RegBuffer *b)
 {
-        ProtoMsg m;
-
-        proto_reply_init(&m, id, PROTO_STATUS_OK);
-        proto_set_buffer(&m, b->id);
-        proto_set_generation(&m, b->generation);
-        proto_set_state(&m, b->state);
-        outbox_send(o, p, &m, -1);
+        reg_emit(o, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_PUBLISHED, .buffer = b });
 }
 
 /* Puts b under its name and tells whoever waits or listens. A new publication gets a new
@@ -567,14 +554,11 @@ static unsigned publish_check_name(Registry *r, RegPeer *p, uint64_t id, const c
         if (!live)
                 return 0;
         if (!live->owner)
-                reg_reply_err(o, p, id, PROTO_STATUS_NAME_TAKEN,
-                              "'%s' is held by the broker for uid %u (buffer %llu, its producer is gone); a peer of "
-                              "that uid may publish over it, or retire it", name, live->owner_uid,
-                              (unsigned long long)live->id);
+                reg_answer(o, p, id, PROTO_STATUS_NAME_TAKEN,
+                           (RegWhy){ REG_E_NAME_ORPHANED, .s = { name }, .n = { live->owner_uid, live->id } });
         else
-                reg_reply_err(o, p, id, PROTO_STATUS_NAME_TAKEN,
-                              "'%s' is published by another producer (peer %llu, pid %u, uid %u)", name,
-                              (unsigned long long)live->owner_id, live->owner_pid, live->owner_uid);
+                reg_answer(o, p, id, PROTO_STATUS_NAME_TAKEN, (RegWhy){ REG_E_NAME_TAKEN, .s = { name },
+                           .n = { live->owner_id, live->owner_pid, live->owner_uid } });
         return PROTO_STATUS_NAME_TAKEN;
 }
 
@@ -611,14 +595,11 @@ static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         if (!b)
                 return;
         if (b->owner != p) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_OWNER, "buffer %llu belongs to another peer",
-                              (unsigned long long)a->buffer);
+                reg_answer(out, p, id, PROTO_STATUS_NOT_OWNER, (RegWhy){ REG_E_OTHERS_BUFFER, .n = { a->buffer } });
                 return;
         }
         if (b->state != PROTO_STATE_IDLE) {
-                reg_reply_err(out, p, id, PROTO_STATUS_STATE,
-                              "buffer %llu is %s; retire it and wait for its drained event before publishing it again",
-                              (unsigned long long)a->buffer, proto_state_name(b->state));
+                reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_NOT_IDLE, .n = { a->buffer, b->state } });
                 return;
         }
         if (publish_check_name(r, p, id, a->name, b, out))
@@ -682,9 +663,8 @@ static int check_new_id(Registry *r, RegPeer *p, uint64_t id, const RegPublish *
                 return 0;
         if (adopt_orphan(r, p, id, b, a, out))
                 return 1;
-        reg_reply_err(out, p, id, PROTO_STATUS_KEY_TAKEN,
-                      "buffer id %llu is registered already (by peer %llu, uid %u); draw a new id for new memory",
-                      (unsigned long long)a->buffer, (unsigned long long)b->owner_id, b->owner_uid);
+        reg_answer(out, p, id, PROTO_STATUS_KEY_TAKEN,
+                   (RegWhy){ REG_E_KEY_TAKEN, .n = { a->buffer, b->owner_id, b->owner_uid } });
         return PROTO_STATUS_KEY_TAKEN;
 }
 
@@ -705,13 +685,12 @@ RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPu
         if (check_new_id(r, p, id, a, out))
                 return NULL;
         if (p->acct->buffers >= r->limits.buffers_per_uid) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "uid %u owns %u buffers (the limit); free some first",
-                              p->creds.uid, p->acct->buffers);
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA,
+                           (RegWhy){ REG_E_BUFFERS_LIMIT, .n = { p->creds.uid, p->acct->buffers } });
                 return NULL;
         }
         if (*fd >= 0 && p->acct->fds >= r->limits.fds_per_uid) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "the broker holds %u fds for uid %u (the limit)",
-                              p->acct->fds, p->creds.uid);
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_FDS_LIMIT, .n = { p->acct->fds, p->creds.uid } });
                 return NULL;
         }
         b = calloc(1, sizeof(*b));
@@ -787,35 +766,30 @@ static RegBuffer *view_segment(Registry *r, RegPeer *p, uint64_t id, const RegPu
                 r->n_orphaned--;
         }
         if (s && s->owner != p) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_OWNER, "segment %llu belongs to another peer",
-                              (unsigned long long)s->id);
+                reg_answer(out, p, id, PROTO_STATUS_NOT_OWNER, (RegWhy){ REG_E_OTHERS_SEGMENT, .n = { s->id } });
                 return NULL;
         }
         if (s && (s->segment || s->ring_part || s->info.kind != a->info.kind)) {
-                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "buffer %llu cannot hold views: it is %s",
-                              (unsigned long long)s->id, s->segment ? "a view itself" : s->ring_part ?
-                              "part of a ring" : "of another kind than the view");
+                reg_answer(out, p, id, PROTO_STATUS_INVALID,
+                           (RegWhy){ REG_E_NOT_A_SEGMENT, .n = { s->id, s->segment ? 1 : s->ring_part ? 2 : 3 } });
                 return NULL;
         }
         if (s && s->free_on_drain) {
-                reg_reply_err(out, p, id, PROTO_STATUS_STATE, "segment %llu is being freed: it takes no new views",
-                              (unsigned long long)s->id);
+                reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_SEGMENT_FREED, .n = { s->id } });
                 return NULL;
         }
         if (!s && *fd < 0) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "segment %llu is not registered with this broker: "
-                              "send its fd (and segment_size) with this publish", (unsigned long long)a->info.segment);
+                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NO_SEGMENT, .n = { a->info.segment } });
                 return NULL;
         }
         if (a->info.offset > size || a->info.size > size - a->info.offset) {
-                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "the view [%llu, +%llu) lies outside its %llu-byte "
-                              "segment", (unsigned long long)a->info.offset, (unsigned long long)a->info.size,
-                              (unsigned long long)size);
+                reg_answer(out, p, id, PROTO_STATUS_INVALID,
+                           (RegWhy){ REG_E_VIEW_OUTSIDE, .n = { a->info.offset, a->info.size, size } });
                 return NULL;
         }
         if (s) {
                 if (*fd >= 0)
-                        outbox_close_fd(out, steal_fd(*fd));
+                        reg_close_fd(out, steal_fd(*fd));
                 return s;
         }
         seg = (RegPublish){ .name = "", .buffer = a->info.segment, .device = a->device, .fd = -1,
@@ -878,8 +852,7 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
                 return;
         }
         if (a->restored && (a->generation == 0 || a->generation > r->generation)) {
-                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "a restored buffer carries the generation an "
-                              "earlier broker gave it (between 1 and %llu)", (unsigned long long)r->generation);
+                reg_answer(out, p, id, PROTO_STATUS_INVALID, (RegWhy){ REG_E_RESTORED_GENERATION, .n = { r->generation } });
                 return;
         }
         if (a->info.segment) {
@@ -916,13 +889,11 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Out
         if ((!h || h->count == 0) && reg_claim_release(r, p, buffer)) {
                 /* A reference reclaimed while its producer is still away: the claim shrinks. */
                 r->counters.releases++;
-                reg_reply_ok(out, p, id);
+                reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
                 return;
         }
         if (!h || h->count == 0) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_ATTACHED,
-                              "this connection holds no reference to buffer %llu",
-                              (unsigned long long)buffer);
+                reg_answer(out, p, id, PROTO_STATUS_NOT_ATTACHED, (RegWhy){ REG_E_NOT_ATTACHED, .n = { buffer } });
                 return;
         }
         h->count--;
@@ -935,7 +906,7 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Out
                         reg_hold_drop(r, h);
         }
         r->counters.releases++;
-        reg_reply_ok(out, p, id);
+        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
         reg_buffer_drain_if_done(r, b, (RegWhy){ REG_WHY_NONE }, out);
 }
 
@@ -951,7 +922,7 @@ void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbo
                 if (h->count == 0)
                         reg_hold_drop(r, h);
         }
-        reg_reply_ok(out, p, id);
+        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
 }
 
 /* Retire and free are for whoever may manage b (may_manage) or an admin; else replies and returns false. */
@@ -959,8 +930,8 @@ static bool managing(RegPeer *p, uint64_t id, const RegBuffer *b, bool as_admin,
 {
         if (as_admin || may_manage(b, p))
                 return true;
-        reg_reply_err(out, p, id, PROTO_STATUS_NOT_OWNER, "buffer %llu ('%s') belongs to peer %llu (uid %u)",
-                      (unsigned long long)b->id, b->name, (unsigned long long)b->owner_id, b->owner_uid);
+        reg_answer(out, p, id, PROTO_STATUS_NOT_OWNER,
+                   (RegWhy){ REG_E_NOT_OWNER, .n = { b->id, b->owner_id, b->owner_uid }, .s = { b->name } });
         return false;
 }
 
@@ -968,7 +939,7 @@ void registry_buffer_retire(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, 
 {
         if (!managing(p, id, b, as_admin, out))
                 return;
-        reg_reply_ok(out, p, id); /* retiring twice is harmless: the drained event comes once */
+        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE }); /* retiring twice is harmless: the drained event comes once */
         reg_buffer_retire(r, b, out);
 }
 
@@ -976,7 +947,7 @@ void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bo
 {
         if (!managing(p, id, b, as_admin, out))
                 return;
-        reg_reply_ok(out, p, id);
+        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
         if (b->state == PROTO_STATE_IDLE) {
                 /* A segment goes once its views went (reg_segment_release_if_done). */
                 if (b->n_views)

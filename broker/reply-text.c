@@ -92,6 +92,70 @@ void reply_text(const RegWhy *w, char *buf, size_t cap)
         case REG_E_DEVICE:
                 device_text(w, buf, cap);
                 break;
+        case REG_E_NO_BUFFER:
+                snprintf(buf, cap, "no buffer with id %llu", N(0));
+                break;
+        case REG_E_REFS_FULL:
+                snprintf(buf, cap, "this connection holds %llu references (the limit); release some first", N(0));
+                break;
+        case REG_E_NOT_LIVE:
+                snprintf(buf, cap, "buffer %llu ('%s') is %s, not live", N(0), S(0), proto_state_name((ProtoState)w->n[1]));
+                break;
+        case REG_E_NOTHING_UNDER:
+                snprintf(buf, cap, "nothing is published under '%s'", S(0));
+                break;
+        case REG_E_NAME_ORPHANED:
+                snprintf(buf, cap, "'%s' is held by the broker for uid %llu (buffer %llu, its producer is gone); a peer "
+                         "of that uid may publish over it, or retire it", S(0), N(0), N(1));
+                break;
+        case REG_E_NAME_TAKEN:
+                snprintf(buf, cap, "'%s' is published by another producer (peer %llu, pid %llu, uid %llu)", S(0), N(0),
+                         N(1), N(2));
+                break;
+        case REG_E_OTHERS_BUFFER:
+                snprintf(buf, cap, "buffer %llu belongs to another peer", N(0));
+                break;
+        case REG_E_NOT_IDLE:
+                snprintf(buf, cap, "buffer %llu is %s; retire it and wait for its drained event before publishing it "
+                         "again", N(0), proto_state_name((ProtoState)w->n[1]));
+                break;
+        case REG_E_KEY_TAKEN:
+                snprintf(buf, cap, "buffer id %llu is registered already (by peer %llu, uid %llu); draw a new id for "
+                         "new memory", N(0), N(1), N(2));
+                break;
+        case REG_E_BUFFERS_LIMIT:
+                snprintf(buf, cap, "uid %llu owns %llu buffers (the limit); free some first", N(0), N(1));
+                break;
+        case REG_E_FDS_LIMIT:
+                snprintf(buf, cap, "the broker holds %llu fds for uid %llu (the limit)", N(0), N(1));
+                break;
+        case REG_E_OTHERS_SEGMENT:
+                snprintf(buf, cap, "segment %llu belongs to another peer", N(0));
+                break;
+        case REG_E_NOT_A_SEGMENT:
+                snprintf(buf, cap, "buffer %llu cannot hold views: it is %s", N(0),
+                         w->n[1] == 1 ? "a view itself" : w->n[1] == 2 ? "part of a ring" : "of another kind than the view");
+                break;
+        case REG_E_SEGMENT_FREED:
+                snprintf(buf, cap, "segment %llu is being freed: it takes no new views", N(0));
+                break;
+        case REG_E_NO_SEGMENT:
+                snprintf(buf, cap, "segment %llu is not registered with this broker: send its fd (and segment_size) "
+                         "with this publish", N(0));
+                break;
+        case REG_E_VIEW_OUTSIDE:
+                snprintf(buf, cap, "the view [%llu, +%llu) lies outside its %llu-byte segment", N(0), N(1), N(2));
+                break;
+        case REG_E_RESTORED_GENERATION:
+                snprintf(buf, cap, "a restored buffer carries the generation an earlier broker gave it (between 1 and "
+                         "%llu)", N(0));
+                break;
+        case REG_E_NOT_ATTACHED:
+                snprintf(buf, cap, "this connection holds no reference to buffer %llu", N(0));
+                break;
+        case REG_E_NOT_OWNER:
+                snprintf(buf, cap, "buffer %llu ('%s') belongs to peer %llu (uid %llu)", N(0), S(0), N(1), N(2));
+                break;
         case REG_E_CLAIM_OWNER:
                 snprintf(buf, cap, "buffer %llu is now a %s buffer of uid %llu, not the %s buffer of uid %llu this "
                          "consumer held", N(0), proto_kind_name((ProtoKind)w->n[1]), N(2),

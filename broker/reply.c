@@ -72,14 +72,33 @@ static void buffer_event(ProtoMsg *m, ProtoEvent ev, const RegBufferKey *k)
         proto_set_kind(m, k->kind);
 }
 
+static void send_attached(Outbox *out, const RegChange *c)
+{
+        RegBufferView v;
+        ProtoMsg m;
+
+        registry_buffer_view(c->buffer, &v);
+        registry_buffer_describe(c->buffer, &m);
+        m.type = PROTO_REPLY;
+        proto_set_reply(&m, c->req);
+        proto_set_status(&m, PROTO_STATUS_OK);
+        proto_set_cached(&m, c->flag);
+        outbox_send(out, c->to, &m, c->flag ? -1 : v.fd);
+}
+
 static void send_reply(Outbox *out, const RegChange *c)
 {
         char text[PROTO_MAX_TEXT + 1];
+        RegBufferView v;
         ProtoMsg m;
 
         if (c->status != PROTO_STATUS_OK) {
                 reply_text(&c->why, text, sizeof(text));
                 outbox_send_error(out, c->to, c->req, c->status, "%s", text);
+                return;
+        }
+        if (c->reply == REG_RE_ATTACHED) {
+                send_attached(out, c);
                 return;
         }
         proto_reply_init(&m, c->req, PROTO_STATUS_OK);
@@ -97,7 +116,14 @@ static void send_reply(Outbox *out, const RegChange *c)
         case REG_RE_PENDING:
                 proto_set_pending(&m, true);
                 break;
+        case REG_RE_PUBLISHED:
+                registry_buffer_view(c->buffer, &v);
+                proto_set_buffer(&m, v.id);
+                proto_set_generation(&m, v.generation);
+                proto_set_state(&m, v.state);
+                break;
         case REG_RE_PLAIN:
+        case REG_RE_ATTACHED:
                 break;
         }
         outbox_send(out, c->to, &m, -1);
@@ -126,6 +152,9 @@ void reply_change(Outbox *out, const RegChange *c)
                 break;
         case REG_CH_EVENT:
                 send_event(out, c);
+                break;
+        case REG_CH_CLOSE_FD:
+                outbox_close_fd(out, c->fd);
                 break;
         }
 }
