@@ -12,6 +12,7 @@
 #include "log.h"
 #include "macro.h"
 #include "registry.h"
+#include "reply-text.h"
 #include "request.h"
 #include "reply.h"
 #include "sandbox.h"
@@ -36,6 +37,7 @@ int peer_new(Peer **ret, PeerSet *set, Registry *reg, int fd, uint64_t now_ms)
 {
         uint64_t ticks = creds_boottime_ticks();
         char why[PROTO_MAX_TEXT] = "";
+        RegWhy refusal = { REG_WHY_NONE };
         _cleanup_close_ int sock = fd, pidfd = -1;
         _cleanup_free_ Peer *p = NULL;
         PeerCreds creds;
@@ -49,7 +51,8 @@ int peer_new(Peer **ret, PeerSet *set, Registry *reg, int fd, uint64_t now_ms)
         p = calloc(1, sizeof(*p));
         if (!p)
                 return -ENOMEM;
-        r = registry_peer_add(reg, &creds, now_ms, p, &p->reg, why, sizeof(why));
+        r = registry_peer_add(reg, &creds, now_ms, p, &p->reg, &refusal);
+        reply_text(&refusal, why, sizeof(why));
         if (r != 0) {
                 set->stats->connections_refused++;
                 log_warn("connection refused", "uid=%u pid=%u reason=%s", creds.uid, creds.pid,

@@ -35,6 +35,36 @@ typedef enum RegWhyCode {
                                   * was only declared; n4-n6: the consumer's pid, namespace, declared */
         REG_E_DEVICE,            /* s0: buffer name, s1: its GPU; gpus: the consumer's */
         REG_E_NO_BUFFER,         /* n0: id */
+        /* rings */
+        REG_E_PART_OF_NO_RING,   /* n0: id, s0: name */
+        REG_E_RING_MEMBERS_ONLY, /* n0: id, s0: name, s1: ring */
+        REG_E_RING_EXISTS,       /* s0: ring */
+        REG_E_RING_BUFFERS_LIMIT, /* n0: uid, n1: its buffers */
+        REG_E_RING_OTHERS,       /* s0: ring */
+        REG_E_NO_RING,           /* s0: ring */
+        REG_E_PART_MISFIT,       /* s0: ring, n0: part index, n1: the rule it breaks (a RegPartRule) */
+        REG_E_PART_KEY_TAKEN,    /* n0: id, n1: its producer's peer id, n2: uid */
+        REG_E_RING_SETTING_UP,   /* s0: ring, n0: parts registered, n1: parts */
+        REG_E_RING_MEMBER,       /* s0: ring, n0: the seat this connection has */
+        REG_E_RING_NO_SEAT_READY, /* s0: ring */
+        REG_E_RING_FULL,         /* s0: ring, n0: seats */
+        REG_E_RING_SEATS,        /* s0: ring, n0: seats */
+        REG_E_SEAT_NOT_WAITING,  /* s0: ring, n0: seat, n1: epoch */
+        REG_E_RING_GONE,         /* s0: ring */
+        REG_E_SEAT_CLAIMS_LIMIT, /* n0: seat claims of this connection */
+        REG_E_NOT_MEMBER,        /* s0: ring */
+        REG_R_MEMBER_GRACE_OVER, /* n0: the restart grace (ms) */
+        REG_R_RING_GRACE_OVER,   /* n0: the restart grace (ms) */
+        REG_R_MEMBER_LEFT,
+        REG_R_MEMBER_GONE,
+        REG_R_EVICTED_UNRETURNED,
+        REG_R_EVICTED_LEASE,     /* n0: the lease (ms) */
+        REG_R_RING_CLOSED,
+        REG_R_RING_PRODUCER_GONE, /* n0-n2: the producer's peer id, pid, uid */
+        /* connections */
+        REG_E_CONNECTIONS_LIMIT, /* n0: the limit */
+        REG_E_CONNECTIONS_PER_UID, /* n0: uid, n1: its connections */
+        REG_R_PRODUCER_GONE,     /* n0-n2: the producer's peer id, pid, uid */
         REG_E_REFS_FULL,         /* n0: references this connection holds */
         REG_E_NOT_LIVE,          /* n0: id, n1: its state, s0: name */
         REG_E_NOTHING_UNDER,     /* s0: name */
@@ -74,6 +104,23 @@ typedef enum RegWhyCode {
         _REG_WHY_MAX
 } RegWhyCode;
 
+/* Which rule a ring part breaks (REG_E_PART_MISFIT). */
+typedef enum RegPartRule {
+        REG_PART_FITS,
+        REG_PART_PART_BEYOND,
+        REG_PART_PART_TAKEN,
+        REG_PART_PART_HELD_OR_RETIRED,
+        REG_PART_SLOT_SHAPE,
+        REG_PART_SLOT_READ_ONLY,
+        REG_PART_SLOT_DEVICE,
+        REG_PART_COUNTERS_SHAPE,
+        REG_PART_COUNTERS_DEVICE,
+        REG_PART_PAGE_SHAPE,
+        REG_PART_CONTROL_READ_ONLY,
+        REG_PART_PAGE_WRITABLE,
+        REG_PART_RESTORED_GENERATION,
+} RegPartRule;
+
 typedef struct RegWhy {
         RegWhyCode code;
         uint64_t n[8];
@@ -92,6 +139,8 @@ typedef struct RegBufferKey {
 typedef enum RegChangeType {
         REG_CH_REPLY, /* answers request `req` of `to` with `status`; an error says `why`; fields by `reply` */
         REG_CH_EVENT, /* tells `to` of `event` on `key` (to a subscriber: `sub`); `why`, if any, is its reason */
+        REG_CH_RING_EVENT, /* tells `to` of `event` on seat `index` (membership `epoch`) of ring `str`; `why`: reason */
+        REG_CH_FORGET_PEER, /* `to` is going away: frames already addressed to it must not reach it */
         REG_CH_CLOSE_FD, /* `fd` (the registry's) is to be closed once the frames that borrow it are out */
 } RegChangeType;
 
@@ -104,7 +153,15 @@ typedef enum RegReplyKind {
         REG_RE_PENDING, /* pending: true */
         REG_RE_ATTACHED, /* buffer's description and cached (flag); its memory's fd travels unless cached */
         REG_RE_PUBLISHED, /* buffer's id, generation and state */
+        REG_RE_PART,   /* a ring part's (buffer's) id and generation */
+        REG_RE_SEAT,   /* ring's shape, seat index, membership epoch, and the n parts its member attaches */
 } RegReplyKind;
+
+/* A part of a ring a member attaches: its index and buffer id. */
+typedef struct RegPartRef {
+        uint32_t index;
+        uint64_t buffer;
+} RegPartRef;
 
 typedef struct RegChange {
         RegChangeType type;
@@ -117,6 +174,10 @@ typedef struct RegChange {
         const RegBuffer *buffer;     /* replies about a buffer */
         bool flag;
         int fd;                      /* REG_CH_CLOSE_FD */
+        const RegRing *ring;         /* REG_RE_SEAT */
+        uint32_t index;              /* ring seats */
+        uint64_t epoch;
+        const RegPartRef *parts;     /* REG_RE_SEAT: n of them */
         uint64_t sub, n;
         const char *str;
         RegWhy why;

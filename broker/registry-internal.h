@@ -305,14 +305,6 @@ static inline void reg_tell_key(Outbox *o, RegPeer *p, ProtoEvent ev, RegBufferK
         reg_emit(o, &(RegChange){ .type = REG_CH_EVENT, .to = p, .event = ev, .key = key, .why = why });
 }
 
-void reg_reply_ok(Outbox *o, RegPeer *p, uint64_t id);
-
-/* Replies with an error status (outbox_send_error); the message says what happened in this case,
- * the status name (and its default text, on the client side) says how to fix it in general. */
-_printf_(5, 6) void reg_reply_err(Outbox *o, RegPeer *p, uint64_t id, unsigned status, const char *fmt, ...);
-
-void reg_event_base(ProtoMsg *m, ProtoEvent ev, const RegBuffer *b);
-
 /* Tells every subscriber whose prefix matches the buffer's name. */
 void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, RegWhy why, Outbox *o);
 
@@ -372,7 +364,7 @@ void reg_buffer_drain(Registry *r, RegBuffer *b, RegWhy why, Outbox *o);
 
 /* The memory is gone (its producer died and the broker may not keep it): holders are told to stop
  * using it, their references vanish and no drained event follows. */
-void reg_buffer_revoke(Registry *r, RegBuffer *b, const char *reason, Outbox *o);
+void reg_buffer_revoke(Registry *r, RegBuffer *b, RegWhy why, Outbox *o);
 
 void reg_wait_free(Registry *r, Wait *w);
 
@@ -398,7 +390,7 @@ void reg_grace_end(Registry *r, Outbox *o);
 
 /* registry-rings.c: whether p may attach b (a ring part: only its ring's members); what a peer's
  * departure does to rings it produces or sits in; a part leaving the registry. */
-bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, char *why, size_t cap);
+bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, RegWhy *why);
 void reg_rings_drop_peer(Registry *r, RegPeer *p, Outbox *o);
 /* The restart grace ended: seats nobody came back for are freed, members whose ring did not come
  * back are told. */

@@ -8,22 +8,22 @@
 #include "registry-internal.h"
 
 int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void *userdata, RegPeer **ret,
-                      char *why, size_t why_cap)
+                      RegWhy *why)
 {
         UidAcct *acct;
         RegPeer *p;
 
         if (r->n_peers >= r->limits.connections) {
-                snprintf(why, why_cap, "the broker has %u connections (the limit, --max-connections); close some",
-                         r->limits.connections);
+                if (why)
+                        *why = (RegWhy){ REG_E_CONNECTIONS_LIMIT, .n = { r->limits.connections } };
                 return PROTO_STATUS_QUOTA;
         }
         acct = reg_acct_get(r, creds->uid);
         if (!acct)
                 return -ENOMEM;
         if (acct->connections >= r->limits.connections_per_uid) {
-                snprintf(why, why_cap, "uid %u has %u connections (the limit, --max-connections-per-uid); close some",
-                         creds->uid, acct->connections);
+                if (why)
+                        *why = (RegWhy){ REG_E_CONNECTIONS_PER_UID, .n = { creds->uid, acct->connections } };
                 reg_acct_put(r, acct);
                 return PROTO_STATUS_QUOTA;
         }
@@ -58,7 +58,7 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
 /* What a departing producer's buffer becomes: forgotten when nothing holds it, kept (orphaned) when
  * broker-held, else revoked. A segment that views outlive is kept for them (they are broker-held
  * like it) and goes with the last of them. */
-static void drop_owned(Registry *r, RegBuffer *b, const char *reason, Outbox *out)
+static void drop_owned(Registry *r, RegBuffer *b, RegWhy reason, Outbox *out)
 {
         list_unlink(&b->owner_link);
         if (b->n_views == 0 &&
@@ -76,10 +76,11 @@ static void drop_owned(Registry *r, RegBuffer *b, const char *reason, Outbox *ou
 
 void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
 {
-        char reason[160];
+        RegWhy reason;
 
         if (!p)
                 return;
+        reason = (RegWhy){ REG_R_PRODUCER_GONE, .n = { p->id, p->creds.pid, p->creds.uid } };
         list_for_each_safe(pos, &p->waits) {
                 Wait *w = list_entry(pos, Wait, peer_link);
                 RegGroup *g = w->group;
@@ -112,8 +113,6 @@ void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
                         reg_buffer_drain_if_done(r, b, (RegWhy){ REG_WHY_NONE }, out);
         }
 
-        snprintf(reason, sizeof(reason), "producer (peer %llu, pid %u, uid %u) disconnected",
-                 (unsigned long long)p->id, p->creds.pid, p->creds.uid);
         /* Views first, so that each segment is judged with the views that outlive the producer; the
          * segments wait for the second pass (leaving), which keeps this walk's next entry alive. */
         p->leaving = true;
@@ -128,7 +127,7 @@ void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
 
         /* Frames queued for it earlier in this batch (say, another producer's revoke) must not
          * outlive it: the caller would look it up after it is gone. */
-        outbox_drop_peer(out, p);
+        reg_emit(out, &(RegChange){ .type = REG_CH_FORGET_PEER, .to = p });
         list_unlink(&p->link);
         list_unlink(&p->lost_link);
         p->acct->connections--;

@@ -66,32 +66,6 @@ void reg_tell(Outbox *o, RegPeer *p, ProtoEvent ev, const RegBuffer *b, uint64_t
         reg_emit(o, &c);
 }
 
-void reg_reply_ok(Outbox *o, RegPeer *p, uint64_t id)
-{
-        ProtoMsg m;
-
-        proto_reply_init(&m, id, PROTO_STATUS_OK);
-        outbox_send(o, p, &m, -1);
-}
-
-_printf_(5, 6) void reg_reply_err(Outbox *o, RegPeer *p, uint64_t id, unsigned status, const char *fmt, ...)
-{
-        va_list ap;
-
-        va_start(ap, fmt);
-        outbox_send_errorv(o, p, id, status, fmt, ap);
-        va_end(ap);
-}
-
-void reg_event_base(ProtoMsg *m, ProtoEvent ev, const RegBuffer *b)
-{
-        proto_event_init(m, ev);
-        proto_set_buffer(m, b->id);
-        proto_set_generation(m, b->generation);
-        proto_set_name(m, proto_str(b->name));
-        proto_set_kind(m, b->info.kind);
-}
-
 RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id)
 {
         return HMAP_FIND(&r->buffers_by_id, hash_u64(id), RegBuffer, by_id, b, b->id == id);
@@ -319,22 +293,22 @@ void reg_buffer_retire(Registry *r, RegBuffer *b, Outbox *o)
         reg_buffer_drain_if_done(r, b, (RegWhy){ REG_WHY_NONE }, o);
 }
 
-void reg_buffer_revoke(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
+void reg_buffer_revoke(Registry *r, RegBuffer *b, RegWhy why, Outbox *o)
 {
         b->destroying = true;
         /* The views' holders lose the memory too, and hear it under the names they attached. */
         while (!list_empty(&b->views))
-                reg_buffer_revoke(r, list_entry(b->views.next, RegBuffer, view_link), reason, o);
+                reg_buffer_revoke(r, list_entry(b->views.next, RegBuffer, view_link), why, o);
         list_for_each(pos, &b->holds) {
                 Hold *h = list_entry(pos, Hold, buf_link);
 
                 if (h->count == 0)
                         continue; /* only a cached mapping: the freed event that follows covers it */
-                reg_tell(o, h->peer, PROTO_EV_REVOKED, b, 0, reg_why_text(reason));
+                reg_tell(o, h->peer, PROTO_EV_REVOKED, b, 0, why);
                 r->counters.events++;
         }
         r->counters.revokes++;
-        reg_notify_subscribers(r, PROTO_EV_REVOKED, b, reg_why_text(reason), o);
+        reg_notify_subscribers(r, PROTO_EV_REVOKED, b, why, o);
         reg_buffer_destroy(r, b, o);
 }
 
@@ -382,16 +356,13 @@ static void reply_attached(Outbox *o, RegPeer *p, uint64_t id, RegBuffer *b, boo
 /* Takes a reference for p on a live buffer and replies. */
 static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbox *o)
 {
-        char text[PROTO_MAX_TEXT + 1];
         unsigned status;
         RegWhy why;
         bool cached;
 
         status = reg_attach_diagnose(b, p, &why);
-        if (!status && !reg_ring_may_attach(b, p, text, sizeof(text))) {
+        if (!status && !reg_ring_may_attach(b, p, &why))
                 status = PROTO_STATUS_DENIED;
-                why = reg_why_text(text);
-        }
         if (status) {
                 reg_answer(o, p, id, status, why);
                 return;

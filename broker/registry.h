@@ -110,9 +110,9 @@ const RegCounters *registry_counters(const Registry *r);
 /* ---- peers ---- */
 
 /* Adds a connected peer. 0, -ENOMEM, or PROTO_STATUS_QUOTA when there are too many connections
- * (in all, or for its uid), with why filled in. */
+ * (in all, or for its uid), with why (unless NULL) filled in. */
 int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void *userdata, RegPeer **ret,
-                      char *why, size_t why_cap);
+                      RegWhy *why);
 
 /* Removes a peer that disconnected or died: cancels its waits, releases its references, revokes or
  * orphans its buffers (broker-held ones stay until retired and drained), and frees it. */

@@ -50,6 +50,38 @@ static void device_text(const RegWhy *w, char *text, size_t cap)
                          "ResourceClaim, or the same visible devices", w->n_gpus ? "" : "no GPU");
 }
 
+static const char *part_rule(uint64_t rule)
+{
+        switch (rule) {
+        case REG_PART_PART_BEYOND:
+                return "the part index is beyond the ring's parts (1 control page, its slots, one page per member, and a stream ring's counters per member)";
+        case REG_PART_PART_TAKEN:
+                return "that part is registered already";
+        case REG_PART_PART_HELD_OR_RETIRED:
+                return "ring parts are neither broker-held nor retired after attaches";
+        case REG_PART_SLOT_SHAPE:
+                return "a slot has the ring's kind and slot size";
+        case REG_PART_SLOT_READ_ONLY:
+                return "slots are read-only for members";
+        case REG_PART_SLOT_DEVICE:
+                return "a slot lives on the ring's device";
+        case REG_PART_COUNTERS_SHAPE:
+                return "a seat's counters are a writable cuda-vmm buffer of 128 bytes to 64 MiB";
+        case REG_PART_COUNTERS_DEVICE:
+                return "a seat's counters live on the ring's device";
+        case REG_PART_PAGE_SHAPE:
+                return "the control page and member pages are memfds of 4096 bytes";
+        case REG_PART_CONTROL_READ_ONLY:
+                return "the control page is read-only for members";
+        case REG_PART_PAGE_WRITABLE:
+                return "a member page is writable by its member";
+        case REG_PART_RESTORED_GENERATION:
+                return "a restored part carries the generation an earlier broker gave it";
+        default:
+                return "";
+        }
+}
+
 void reply_text(const RegWhy *w, char *buf, size_t cap)
 {
         switch (w->code) {
@@ -91,6 +123,100 @@ void reply_text(const RegWhy *w, char *buf, size_t cap)
                 break;
         case REG_E_DEVICE:
                 device_text(w, buf, cap);
+                break;
+        case REG_E_CONNECTIONS_LIMIT:
+                snprintf(buf, cap, "the broker has %llu connections (the limit, --max-connections); close some", N(0));
+                break;
+        case REG_E_CONNECTIONS_PER_UID:
+                snprintf(buf, cap, "uid %llu has %llu connections (the limit, --max-connections-per-uid); close some",
+                         N(0), N(1));
+                break;
+        case REG_R_PRODUCER_GONE:
+                snprintf(buf, cap, "producer (peer %llu, pid %llu, uid %llu) disconnected", N(0), N(1), N(2));
+                break;
+        case REG_E_PART_OF_NO_RING:
+                snprintf(buf, cap, "buffer %llu ('%s') belongs to a ring that is closed, or to a membership that "
+                         "ended", N(0), S(0));
+                break;
+        case REG_E_RING_MEMBERS_ONLY:
+                snprintf(buf, cap, "buffer %llu ('%s') is part of ring '%s': only its members may attach it (and a "
+                         "member page only its own member); join the ring", N(0), S(0), S(1));
+                break;
+        case REG_E_RING_EXISTS:
+                snprintf(buf, cap, "a ring named '%s' exists already", S(0));
+                break;
+        case REG_E_RING_BUFFERS_LIMIT:
+                snprintf(buf, cap, "uid %llu owns %llu buffers (the limit; a ring counts as one, and each of its parts "
+                         "as one)", N(0), N(1));
+                break;
+        case REG_E_RING_OTHERS:
+                snprintf(buf, cap, "ring '%s' belongs to another producer", S(0));
+                break;
+        case REG_E_NO_RING:
+                snprintf(buf, cap, "no ring '%s'", S(0));
+                break;
+        case REG_E_PART_MISFIT:
+                snprintf(buf, cap, "ring '%s', part %llu: %s", S(0), N(0), part_rule(w->n[1]));
+                break;
+        case REG_E_PART_KEY_TAKEN:
+                snprintf(buf, cap, "buffer id %llu is registered already (by peer %llu, uid %llu); draw a new id for a "
+                         "ring part", N(0), N(1), N(2));
+                break;
+        case REG_E_RING_SETTING_UP:
+                snprintf(buf, cap, "ring '%s' is still being set up (%llu of %llu parts registered)", S(0), N(0), N(1));
+                break;
+        case REG_E_RING_MEMBER:
+                snprintf(buf, cap, "this connection is a member of ring '%s' already (seat %llu)", S(0), N(0));
+                break;
+        case REG_E_RING_NO_SEAT_READY:
+                snprintf(buf, cap, "ring '%s' has no seat ready: its producer has not yet given a seat that was let go "
+                         "new pages", S(0));
+                break;
+        case REG_E_RING_FULL:
+                snprintf(buf, cap, "ring '%s' has all its %llu member seats taken", S(0), N(0));
+                break;
+        case REG_E_RING_SEATS:
+                snprintf(buf, cap, "ring '%s' has %llu seats", S(0), N(0));
+                break;
+        case REG_E_SEAT_NOT_WAITING:
+                snprintf(buf, cap, "seat %llu of ring '%s' is not waiting for membership %llu (its producer did not "
+                         "declare it, or gave it up)", N(0), S(0), N(1));
+                break;
+        case REG_E_RING_GONE:
+                snprintf(buf, cap, "ring '%s' is gone: its producer did not declare it again within the broker's "
+                         "restart grace", S(0));
+                break;
+        case REG_E_SEAT_CLAIMS_LIMIT:
+                snprintf(buf, cap, "this connection waits for %llu seats of rings that are not back yet (the limit, "
+                         "--max-waits-per-peer)", N(0));
+                break;
+        case REG_E_NOT_MEMBER:
+                snprintf(buf, cap, "this connection is no member of ring '%s'", S(0));
+                break;
+        case REG_R_MEMBER_GRACE_OVER:
+                snprintf(buf, cap, "the member did not come back within the broker's restart grace (%llu ms)", N(0));
+                break;
+        case REG_R_RING_GRACE_OVER:
+                snprintf(buf, cap, "the ring's producer did not declare it again within the broker's restart grace "
+                         "(%llu ms)", N(0));
+                break;
+        case REG_R_MEMBER_LEFT:
+                snprintf(buf, cap, "the member left");
+                break;
+        case REG_R_MEMBER_GONE:
+                snprintf(buf, cap, "the member disconnected");
+                break;
+        case REG_R_EVICTED_UNRETURNED:
+                snprintf(buf, cap, "evicted by the producer before its member came back after the broker restarted");
+                break;
+        case REG_R_EVICTED_LEASE:
+                snprintf(buf, cap, "evicted by the producer: it held up the ring for longer than its %llu ms lease", N(0));
+                break;
+        case REG_R_RING_CLOSED:
+                snprintf(buf, cap, "the producer closed the ring");
+                break;
+        case REG_R_RING_PRODUCER_GONE:
+                snprintf(buf, cap, "the producer (peer %llu, pid %llu, uid %llu) disconnected", N(0), N(1), N(2));
                 break;
         case REG_E_NO_BUFFER:
                 snprintf(buf, cap, "no buffer with id %llu", N(0));

@@ -86,6 +86,43 @@ static void send_attached(Outbox *out, const RegChange *c)
         outbox_send(out, c->to, &m, c->flag ? -1 : v.fd);
 }
 
+/* A member's seat: the ring's shape and the parts it attaches (as items). */
+static void send_seat(Outbox *out, const RegChange *c)
+{
+        RegRingView g;
+        ProtoItems items;
+        ProtoMsg m;
+
+        registry_ring_view(c->ring, &g);
+        proto_items_init(&items, PROTO_MAX_BODY / 2); /* 67 records of two numbers: a few KiB */
+        for (uint64_t i = 0; i < c->n; i++) {
+                ProtoMsg rec;
+
+                proto_record_init(&rec);
+                proto_set_index(&rec, c->parts[i].index);
+                proto_set_buffer(&rec, c->parts[i].buffer);
+                if (!proto_items_add(&items, &rec)) {
+                        proto_items_free(&items);
+                        out->lost(c->to);
+                        return;
+                }
+        }
+        proto_reply_init(&m, c->req, PROTO_STATUS_OK);
+        proto_set_index(&m, c->index);
+        proto_set_generation(&m, c->epoch);
+        proto_set_slots(&m, g.n_slots);
+        proto_set_members(&m, g.n_members);
+        proto_set_mode(&m, g.mode);
+        proto_set_kind(&m, g.kind);
+        proto_set_size(&m, g.slot_size);
+        proto_set_timeout_ms(&m, g.lease_ms);
+        proto_set_items(&m, proto_items_finish(&items));
+        if (g.device)
+                proto_set_device(&m, proto_str(g.device));
+        outbox_send(out, c->to, &m, -1);
+        proto_items_free(&items);
+}
+
 static void send_reply(Outbox *out, const RegChange *c)
 {
         char text[PROTO_MAX_TEXT + 1];
@@ -99,6 +136,10 @@ static void send_reply(Outbox *out, const RegChange *c)
         }
         if (c->reply == REG_RE_ATTACHED) {
                 send_attached(out, c);
+                return;
+        }
+        if (c->reply == REG_RE_SEAT) {
+                send_seat(out, c);
                 return;
         }
         proto_reply_init(&m, c->req, PROTO_STATUS_OK);
@@ -122,8 +163,14 @@ static void send_reply(Outbox *out, const RegChange *c)
                 proto_set_generation(&m, v.generation);
                 proto_set_state(&m, v.state);
                 break;
+        case REG_RE_PART:
+                registry_buffer_view(c->buffer, &v);
+                proto_set_buffer(&m, v.id);
+                proto_set_generation(&m, v.generation);
+                break;
         case REG_RE_PLAIN:
         case REG_RE_ATTACHED:
+        case REG_RE_SEAT:
                 break;
         }
         outbox_send(out, c->to, &m, -1);
@@ -134,7 +181,14 @@ static void send_event(Outbox *out, const RegChange *c)
         char text[PROTO_MAX_TEXT + 1];
         ProtoMsg m;
 
-        buffer_event(&m, c->event, &c->key);
+        if (c->type == REG_CH_RING_EVENT) {
+                proto_event_init(&m, c->event);
+                proto_set_name(&m, proto_str(c->str));
+                proto_set_index(&m, c->index);
+                proto_set_generation(&m, c->epoch);
+        } else {
+                buffer_event(&m, c->event, &c->key);
+        }
         if (c->sub)
                 proto_set_sub(&m, c->sub);
         if (c->why.code != REG_WHY_NONE) {
@@ -151,7 +205,11 @@ void reply_change(Outbox *out, const RegChange *c)
                 send_reply(out, c);
                 break;
         case REG_CH_EVENT:
+        case REG_CH_RING_EVENT:
                 send_event(out, c);
+                break;
+        case REG_CH_FORGET_PEER:
+                outbox_drop_peer(out, c->to);
                 break;
         case REG_CH_CLOSE_FD:
                 outbox_close_fd(out, c->fd);

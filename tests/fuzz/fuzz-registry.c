@@ -699,7 +699,7 @@ static void op_add(Model *M, Input *in)
 
         if (M->slot[s])
                 return;
-        r = registry_peer_add(M->e->r, &creds, M->e->now, NULL, &p, NULL, 0);
+        r = registry_peer_add(M->e->r, &creds, M->e->now, NULL, &p, NULL);
         if (r == PROTO_STATUS_QUOTA)
                 return;
         CHECK_EQ(r, 0);

@@ -345,7 +345,7 @@ static inline RegPeer *env_peer(Env *e, uint32_t uid, uint32_t pid, uint64_t pid
         PeerCreds c = { .uid = uid, .gid = uid, .pid = pid, .pidns = pidns };
         RegPeer *p = NULL;
 
-        CHECK_EQ(registry_peer_add(e->r, &c, e->now, NULL, &p, NULL, 0), 0);
+        CHECK_EQ(registry_peer_add(e->r, &c, e->now, NULL, &p, NULL), 0);
         CHECK(p);
         return p;
 }

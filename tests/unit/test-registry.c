@@ -1078,13 +1078,12 @@ static void test_quotas(void)
 
         /* connections_per_uid: a third connection of uid 1000 is refused (saying why), others are fine. */
         {
-                char why[200] = "";
+                RegWhy why = { REG_WHY_NONE };
 
-                CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, why, sizeof(why)),
-                         PROTO_STATUS_QUOTA);
-                CHECK(strstr(why, "uid 1000") && strstr(why, "--max-connections-per-uid"));
-                CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, NULL, 0),
-                         PROTO_STATUS_QUOTA);
+                CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, &why), PROTO_STATUS_QUOTA);
+                CHECK_EQ(why.code, REG_E_CONNECTIONS_PER_UID);
+                CHECK_EQ(why.n[0], 1000); /* the uid */
+                CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, NULL), PROTO_STATUS_QUOTA);
         }
         CHECK(x == (RegPeer *)0x1);
 
@@ -1130,14 +1129,15 @@ static void test_quotas(void)
         env_peer(e, 3001, 1, 1);
         env_peer(e, 3002, 1, 1);
         {
-                char why[200] = "";
+                RegWhy why = { REG_WHY_NONE };
 
-                CHECK_EQ(registry_peer_add(e->r, &creds, 0, NULL, &x, why, sizeof(why)), PROTO_STATUS_QUOTA);
-                CHECK(strstr(why, "6 connections") && strstr(why, "--max-connections"));
+                CHECK_EQ(registry_peer_add(e->r, &creds, 0, NULL, &x, &why), PROTO_STATUS_QUOTA);
+                CHECK_EQ(why.code, REG_E_CONNECTIONS_LIMIT);
+                CHECK_EQ(why.n[0], 6); /* the limit */
         }
         /* A departure frees the slot, and the uid's buffers stay charged to the uid. */
         env_remove(e, P2);
-        CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, NULL, 0), 0);
+        CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, NULL), 0);
         CHECK(x != (RegPeer *)0x1);
         env_check_status(publish(e, x, (Pub){ .name = "q/3", .fd_mode = FD_NONE, .kind = PROTO_KIND_CUDA_LEGACY,
                                               .device = "GPU-0" }),
