@@ -102,14 +102,14 @@ void peer_close(Peer *p, const char *why)
         list_append(&p->set->doomed, &p->link);
 }
 
-void peer_forget(Peer *p, Registry *reg, Outbox *out)
+void peer_forget(Peer *p, Registry *reg, RegSink *changes)
 {
         uint32_t refs = registry_peer_refs(p->reg);
         uint64_t start = stats_now_us();
 
         list_unlink(&p->link);
         list_unlink(&p->blocked_link);
-        registry_peer_remove(reg, p->reg, out);
+        registry_peer_remove(reg, p->reg, changes);
         p->reg = NULL;
         /* How long forgetting a peer takes (its references, waits, buffers) is worth watching. */
         stats_peer_cleanup(p->set->stats, stats_now_us() - start, refs);

@@ -182,3 +182,10 @@ typedef struct RegChange {
         const char *str;
         RegWhy why;
 } RegChange;
+
+/* Where a registry step's changes go, in order: the caller's (the broker's reply layer,
+ * reply_sink() in broker/reply.h, turns them into frames; a test may keep them as they are). */
+typedef struct RegSink {
+        void (*emit)(void *ctx, const RegChange *c);
+        void *ctx;
+} RegSink;

@@ -48,7 +48,7 @@ static void claim_free(Registry *r, Claim *c)
 }
 
 /* Tells a claimant that its claim cannot be honoured: stop using the memory. */
-static void claim_revoke(Registry *r, Claim *c, RegWhy why, Outbox *o)
+static void claim_revoke(Registry *r, Claim *c, RegWhy why, RegSink *o)
 {
         reg_tell_key(o, c->peer, PROTO_EV_REVOKED, (RegBufferKey){ c->buffer, c->generation, c->name, c->kind }, why);
         r->counters.events++;
@@ -186,7 +186,7 @@ bool reg_attaches_used_up(const RegBuffer *b)
         return b->state == PROTO_STATE_LIVE && b->retire_after && b->attaches >= b->retire_after;
 }
 
-void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a, Outbox *out)
+void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a, RegSink *out)
 {
         RegBuffer *b = reg_buffer_lookup(r, a->buffer);
         const ClaimOf k = { a->generation, a->owner_uid, a->kind, a->name };
@@ -260,7 +260,7 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
         reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_PENDING });
 }
 
-void reg_claims_adopt(Registry *r, RegBuffer *b, Outbox *o)
+void reg_claims_adopt(Registry *r, RegBuffer *b, RegSink *o)
 {
         uint64_t h = hash_u64(b->id);
         HNode *n, *next;
@@ -312,7 +312,7 @@ void reg_claims_drop_peer(Registry *r, RegPeer *p)
                 claim_free(r, list_entry(p->claims.next, Claim, peer_link));
 }
 
-void reg_grace_end(Registry *r, Outbox *o)
+void reg_grace_end(Registry *r, RegSink *o)
 {
         const RegWhy gone = { REG_R_CLAIM_GRACE_OVER, .n = { r->restart_grace_ms } };
 

@@ -288,25 +288,25 @@ UidAcct *reg_acct_get(Registry *r, uint32_t uid);
 void reg_acct_put(Registry *r, UidAcct *a);
 
 /* Emits a change (registry-change.h) for the caller to deliver. */
-void reg_emit(Outbox *o, const RegChange *c);
+void reg_emit(RegSink *o, const RegChange *c);
 
 /* Answers request id of p with status; an error says why. */
-void reg_answer(Outbox *o, RegPeer *p, uint64_t id, unsigned status, RegWhy why);
+void reg_answer(RegSink *o, RegPeer *p, uint64_t id, unsigned status, RegWhy why);
 
 /* Hands fd (the registry's) over, to be closed once the frames that borrow it are out. */
-void reg_close_fd(Outbox *o, int fd);
+void reg_close_fd(RegSink *o, int fd);
 
 /* Tells p of event ev on b (a subscriber: sub, else 0); why (REG_WHY_NONE: none) is its reason. */
-void reg_tell(Outbox *o, RegPeer *p, ProtoEvent ev, const RegBuffer *b, uint64_t sub, RegWhy why);
+void reg_tell(RegSink *o, RegPeer *p, ProtoEvent ev, const RegBuffer *b, uint64_t sub, RegWhy why);
 
 /* Tells p of event ev on a publication the registry no longer (or not yet) has as a buffer. */
-static inline void reg_tell_key(Outbox *o, RegPeer *p, ProtoEvent ev, RegBufferKey key, RegWhy why)
+static inline void reg_tell_key(RegSink *o, RegPeer *p, ProtoEvent ev, RegBufferKey key, RegWhy why)
 {
         reg_emit(o, &(RegChange){ .type = REG_CH_EVENT, .to = p, .event = ev, .key = key, .why = why });
 }
 
 /* Tells every subscriber whose prefix matches the buffer's name. */
-void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, RegWhy why, Outbox *o);
+void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, RegWhy why, RegSink *o);
 
 /* A reason given as a text (until its callers say it as a code). */
 static inline RegWhy reg_why_text(const char *text)
@@ -332,7 +332,7 @@ static inline void reg_buffer_set_state(Registry *r, RegBuffer *b, ProtoState st
 /* Registers new memory for p: checks the id it chose (or draws one) and p's quotas, allocates the
  * buffer and indexes it. Takes *fd. Returns the buffer (state none, owned by p, under no name), or
  * NULL once the request was answered (with an error, or by adopting an orphan) or p marked lost. */
-RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, Outbox *out);
+RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, RegSink *out);
 
 /* The buffer whose memory (and fd) b is: its segment for a view, else b itself. */
 static inline RegBuffer *reg_memory_of(RegBuffer *b)
@@ -342,7 +342,7 @@ static inline RegBuffer *reg_memory_of(RegBuffer *b)
 
 /* A segment whose last view went is forgotten now if nothing else keeps it: it is idle and was
  * freed, or its producer is gone. */
-void reg_segment_release_if_done(Registry *r, RegBuffer *s, Outbox *o);
+void reg_segment_release_if_done(Registry *r, RegBuffer *s, RegSink *o);
 
 /* Drops a whole hold (all of one peer's references to one buffer, and its mapped mark). */
 void reg_hold_drop(Registry *r, Hold *h);
@@ -353,18 +353,18 @@ int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapp
 
 /* A retired buffer drains once nothing references it, unless holders may still come back: a
  * restored buffer during the restart grace. Drains it if it may (reason for the events, or NULL). */
-void reg_buffer_drain_if_done(Registry *r, RegBuffer *b, RegWhy why, Outbox *o);
+void reg_buffer_drain_if_done(Registry *r, RegBuffer *b, RegWhy why, RegSink *o);
 
 /* Forgets a buffer and closes its fd (through the outbox). Peers that received the fd are told,
  * so they can drop cached mappings (which would otherwise keep the memory alive). */
-void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o);
+void reg_buffer_destroy(Registry *r, RegBuffer *b, RegSink *o);
 
 /* The last reference of a retired buffer went: tell the producer it may reuse or free the memory. */
-void reg_buffer_drain(Registry *r, RegBuffer *b, RegWhy why, Outbox *o);
+void reg_buffer_drain(Registry *r, RegBuffer *b, RegWhy why, RegSink *o);
 
 /* The memory is gone (its producer died and the broker may not keep it): holders are told to stop
  * using it, their references vanish and no drained event follows. */
-void reg_buffer_revoke(Registry *r, RegBuffer *b, RegWhy why, Outbox *o);
+void reg_buffer_revoke(Registry *r, RegBuffer *b, RegWhy why, RegSink *o);
 
 void reg_wait_free(Registry *r, Wait *w);
 
@@ -379,22 +379,22 @@ void reg_sub_free(Registry *r, Sub *s);
 
 /* registry-claims.c: a newly registered buffer takes over the claims waiting for its id; a peer's
  * claims go with it; the grace timer fired. */
-void reg_claims_adopt(Registry *r, RegBuffer *b, Outbox *o);
+void reg_claims_adopt(Registry *r, RegBuffer *b, RegSink *o);
 /* b is live and has had its retire_after attaches (reclaims nobody vouched for count as attaches):
  * the caller retires it, once the replies and events of the step are out. */
 bool reg_attaches_used_up(const RegBuffer *b);
 void reg_claims_drop_peer(Registry *r, RegPeer *p);
 /* p releases one reference it holds through a pending claim of buffer. False if it has none. */
 bool reg_claim_release(Registry *r, RegPeer *p, uint64_t buffer);
-void reg_grace_end(Registry *r, Outbox *o);
+void reg_grace_end(Registry *r, RegSink *o);
 
 /* registry-rings.c: whether p may attach b (a ring part: only its ring's members); what a peer's
  * departure does to rings it produces or sits in; a part leaving the registry. */
 bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, RegWhy *why);
-void reg_rings_drop_peer(Registry *r, RegPeer *p, Outbox *o);
+void reg_rings_drop_peer(Registry *r, RegPeer *p, RegSink *o);
 /* The restart grace ended: seats nobody came back for are freed, members whose ring did not come
  * back are told. */
-void reg_rings_grace_end(Registry *r, Outbox *o);
+void reg_rings_grace_end(Registry *r, RegSink *o);
 void reg_ring_part_gone(RegBuffer *b);
 /* Whether g is set up: every part was registered once and its control page and slots still are
  * (seats whose parts were let go of wait for new ones on their own). */
@@ -409,4 +409,4 @@ void reg_departed_forget(RegBuffer *b);
 /* registry.c, for reclaims: the attach's own checks of p on b (its PID namespace and devices; a
  * status and text, or 0), and retiring b (retire_after reached). */
 unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why);
-void reg_buffer_retire(Registry *r, RegBuffer *b, Outbox *o);
+void reg_buffer_retire(Registry *r, RegBuffer *b, RegSink *o);

@@ -58,7 +58,7 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
 /* What a departing producer's buffer becomes: forgotten when nothing holds it, kept (orphaned) when
  * broker-held, else revoked. A segment that views outlive is kept for them (they are broker-held
  * like it) and goes with the last of them. */
-static void drop_owned(Registry *r, RegBuffer *b, RegWhy reason, Outbox *out)
+static void drop_owned(Registry *r, RegBuffer *b, RegWhy reason, RegSink *out)
 {
         list_unlink(&b->owner_link);
         if (b->n_views == 0 &&
@@ -74,7 +74,7 @@ static void drop_owned(Registry *r, RegBuffer *b, RegWhy reason, Outbox *out)
         }
 }
 
-void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
+void registry_peer_remove(Registry *r, RegPeer *p, RegSink *out)
 {
         RegWhy reason;
 

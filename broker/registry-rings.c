@@ -36,7 +36,7 @@ RegRing *registry_ring_by_name(const Registry *r, const char *name)
 
 /* A ring event: name, seat, epoch and an optional reason. */
 static void ring_event(Registry *r, RegPeer *to, ProtoEvent ev, const RegRing *g, const RingSeat *s, RegWhy why,
-                       Outbox *o)
+                       RegSink *o)
 {
         reg_emit(o, &(RegChange){ .type = REG_CH_RING_EVENT, .to = to, .event = ev, .str = g->name,
                                   .index = s->index, .epoch = s->epoch, .why = why });
@@ -73,7 +73,7 @@ static void seat_parts_let_go(RegRing *g, uint32_t seat)
 /* Empties a seat, telling the producer (and the member, unless it is the one leaving or gone). A
  * reserved seat (its member has not come back) is freed with a word to the producer only. Either
  * way the seat's parts are let go of. */
-static void seat_free(Registry *r, RingSeat *s, RegWhy why, bool tell_member, Outbox *o)
+static void seat_free(Registry *r, RingSeat *s, RegWhy why, bool tell_member, RegSink *o)
 {
         RegPeer *member = s->peer;
 
@@ -98,7 +98,7 @@ static void seat_free(Registry *r, RingSeat *s, RegWhy why, bool tell_member, Ou
 
 /* Forgets a ring: its seats empty, its parts stay buffers of the producer but nobody may attach
  * them any more (the producer frees them, or its death revokes them). */
-static void ring_destroy(Registry *r, RegRing *g, RegWhy why, Outbox *o)
+static void ring_destroy(Registry *r, RegRing *g, RegWhy why, RegSink *o)
 {
         g->owner = NULL; /* members hear it; the producer asked, or is gone */
         for (uint32_t i = 0; i < g->n_members; i++)
@@ -152,11 +152,11 @@ bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, RegWhy *why)
         return false;
 }
 
-static void seat_claims_settle(Registry *r, RegRing *g, Outbox *o);
+static void seat_claims_settle(Registry *r, RegRing *g, RegSink *o);
 
 /* Frees the seats of g still waiting for their members: the restart grace is over (the producer
  * hears member-left for each). */
-static void seats_unreserve(Registry *r, RegRing *g, Outbox *o)
+static void seats_unreserve(Registry *r, RegRing *g, RegSink *o)
 {
         const RegWhy why = { REG_R_MEMBER_GRACE_OVER, .n = { r->restart_grace_ms } };
 
@@ -165,7 +165,7 @@ static void seats_unreserve(Registry *r, RegRing *g, Outbox *o)
                         seat_free(r, &g->seats[i], why, false, o);
 }
 
-void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpec *s, Outbox *out)
+void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpec *s, RegSink *out)
 {
         size_t len = strlen(s->name);
         RegRing *g;
@@ -270,7 +270,7 @@ static unsigned part_mismatch(const RegRing *g, uint32_t index, const RegPublish
 }
 
 void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, RegPublish *a,
-                        Outbox *out)
+                        RegSink *out)
 {
         _cleanup_close_ int fd = steal_fd(a->fd);
         char name[PROTO_MAX_NAME + 1];
@@ -346,7 +346,7 @@ static uint32_t seat_parts(const RegRing *g, uint32_t seat, RegPartRef *parts)
         return n;
 }
 
-void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out)
+void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out)
 {
         RegRing *g = ring_lookup(r, ring);
         RegPartRef parts[RING_MAX_SLOTS + 3];
@@ -436,7 +436,7 @@ static void seat_claim_free(Registry *r, SeatClaim *c)
 }
 
 /* The member-left a member gets when its seat cannot come back. */
-static void seat_claim_refuse(Registry *r, SeatClaim *c, RegWhy why, Outbox *o)
+static void seat_claim_refuse(Registry *r, SeatClaim *c, RegWhy why, RegSink *o)
 {
         reg_emit(o, &(RegChange){ .type = REG_CH_RING_EVENT, .to = c->peer, .event = PROTO_EV_MEMBER_LEFT,
                                   .str = c->ring, .index = c->index, .epoch = c->epoch, .why = why });
@@ -445,7 +445,7 @@ static void seat_claim_refuse(Registry *r, SeatClaim *c, RegWhy why, Outbox *o)
 }
 
 /* A restored ring takes over the members that asked for their seats before it came back. */
-static void seat_claims_settle(Registry *r, RegRing *g, Outbox *o)
+static void seat_claims_settle(Registry *r, RegRing *g, RegSink *o)
 {
         RegWhy why;
 
@@ -462,7 +462,7 @@ static void seat_claims_settle(Registry *r, RegRing *g, Outbox *o)
 }
 
 void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, uint64_t epoch,
-                          Outbox *out)
+                          RegSink *out)
 {
         RegRing *g = ring_lookup(r, ring);
         RegWhy why = { REG_WHY_NONE };
@@ -500,7 +500,7 @@ void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring
         reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_PENDING });
 }
 
-void reg_rings_grace_end(Registry *r, Outbox *o)
+void reg_rings_grace_end(Registry *r, RegSink *o)
 {
         const RegWhy why = { REG_R_RING_GRACE_OVER, .n = { r->restart_grace_ms } };
         RegPeer *p;
@@ -513,7 +513,7 @@ void reg_rings_grace_end(Registry *r, Outbox *o)
 }
 
 /* Drops p's references on g's parts (an evicted member may not come back for them). */
-static void drop_part_holds(Registry *r, RegRing *g, RegPeer *p, Outbox *o)
+static void drop_part_holds(Registry *r, RegRing *g, RegPeer *p, RegSink *o)
 {
         list_for_each_safe(pos, &p->holds) {
                 Hold *h = list_entry(pos, Hold, peer_link);
@@ -526,7 +526,7 @@ static void drop_part_holds(Registry *r, RegRing *g, RegPeer *p, Outbox *o)
         }
 }
 
-void registry_ring_leave(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out)
+void registry_ring_leave(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out)
 {
         RingSeat *s = seat_of(ring_lookup(r, ring), p);
 
@@ -539,7 +539,7 @@ void registry_ring_leave(Registry *r, RegPeer *p, uint64_t id, const char *ring,
 }
 
 void registry_ring_evict(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, uint64_t epoch,
-                         Outbox *out)
+                         RegSink *out)
 {
         RegRing *g = ring_lookup(r, ring);
         RegPeer *member;
@@ -571,7 +571,7 @@ void registry_ring_evict(Registry *r, RegPeer *p, uint64_t id, const char *ring,
         seat_free(r, s, (RegWhy){ REG_R_EVICTED_LEASE, .n = { g->lease_ms } }, true, out);
 }
 
-void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out)
+void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out)
 {
         RegRing *g = ring_lookup(r, ring);
 
@@ -584,7 +584,7 @@ void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring,
         ring_destroy(r, g, (RegWhy){ REG_R_RING_CLOSED }, out);
 }
 
-void reg_rings_drop_peer(Registry *r, RegPeer *p, Outbox *o)
+void reg_rings_drop_peer(Registry *r, RegPeer *p, RegSink *o)
 {
         const RegWhy why = { REG_R_RING_PRODUCER_GONE, .n = { p->id, p->creds.pid, p->creds.uid } };
 

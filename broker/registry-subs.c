@@ -7,7 +7,7 @@
 
 #include "registry-internal.h"
 
-void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, RegWhy why, Outbox *o)
+void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, RegWhy why, RegSink *o)
 {
         list_for_each(pos, &r->subs) {
                 Sub *s = list_entry(pos, Sub, link);
@@ -19,7 +19,7 @@ void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, RegW
         }
 }
 
-void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix, Outbox *out)
+void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix, RegSink *out)
 {
         size_t len = strlen(prefix);
         Sub *s;
@@ -54,7 +54,7 @@ void reg_sub_free(Registry *r, Sub *s)
         free(s);
 }
 
-void registry_unsubscribe(Registry *r, RegPeer *p, uint64_t id, uint64_t sub, Outbox *out)
+void registry_unsubscribe(Registry *r, RegPeer *p, uint64_t id, uint64_t sub, RegSink *out)
 {
         list_for_each(pos, &p->subs) {
                 Sub *s = list_entry(pos, Sub, peer_link);

@@ -53,7 +53,7 @@ int reg_group_rearm(Registry *r, RegGroup *g)
 }
 
 /* Answers every member at once (all-or-nothing) and dissolves the group. */
-static void group_finish(Registry *r, RegGroup *g, bool complete, Outbox *o)
+static void group_finish(Registry *r, RegGroup *g, bool complete, RegSink *o)
 {
         uint32_t joined = g->joined;
 
@@ -79,7 +79,7 @@ static void group_finish(Registry *r, RegGroup *g, bool complete, Outbox *o)
 }
 
 void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group, uint32_t members,
-                         uint32_t timeout_ms, uint64_t now_ms, Outbox *out)
+                         uint32_t timeout_ms, uint64_t now_ms, RegSink *out)
 {
         RegGroup *g = group_lookup(r, group);
         size_t len = strlen(group);
@@ -143,7 +143,7 @@ void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group
                 registry_peer_mark_lost(p);
 }
 
-void registry_expire(Registry *r, uint64_t now_ms, Outbox *out)
+void registry_expire(Registry *r, uint64_t now_ms, RegSink *out)
 {
         HeapNode *top;
 
@@ -173,7 +173,7 @@ void registry_expire(Registry *r, uint64_t now_ms, Outbox *out)
         }
 }
 
-void registry_cancel_waits(Registry *r, unsigned status, const char *why, Outbox *out)
+void registry_cancel_waits(Registry *r, unsigned status, const char *why, RegSink *out)
 {
         RegPeer *p;
 

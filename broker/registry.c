@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "macro.h"
 #include "registry-internal.h"
-#include "reply.h"
 
 UidAcct *reg_acct_get(Registry *r, uint32_t uid)
 {
@@ -41,24 +41,24 @@ void reg_acct_put(Registry *r, UidAcct *a)
         }
 }
 
-void reg_emit(Outbox *o, const RegChange *c)
+void reg_emit(RegSink *o, const RegChange *c)
 {
-        reply_change(o, c);
+        o->emit(o->ctx, c);
 }
 
-void reg_answer(Outbox *o, RegPeer *p, uint64_t id, unsigned status, RegWhy why)
+void reg_answer(RegSink *o, RegPeer *p, uint64_t id, unsigned status, RegWhy why)
 {
         RegChange c = { .type = REG_CH_REPLY, .to = p, .req = id, .status = status, .why = why };
 
         reg_emit(o, &c);
 }
 
-void reg_close_fd(Outbox *o, int fd)
+void reg_close_fd(RegSink *o, int fd)
 {
         reg_emit(o, &(RegChange){ .type = REG_CH_CLOSE_FD, .fd = fd });
 }
 
-void reg_tell(Outbox *o, RegPeer *p, ProtoEvent ev, const RegBuffer *b, uint64_t sub, RegWhy why)
+void reg_tell(RegSink *o, RegPeer *p, ProtoEvent ev, const RegBuffer *b, uint64_t sub, RegWhy why)
 {
         RegChange c = { .type = REG_CH_EVENT, .to = p, .event = ev, .sub = sub, .why = why,
                         .key = { b->id, b->generation, b->name, b->info.kind } };
@@ -71,7 +71,7 @@ RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id)
         return HMAP_FIND(&r->buffers_by_id, hash_u64(id), RegBuffer, by_id, b, b->id == id);
 }
 
-RegBuffer *registry_request_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out)
+RegBuffer *registry_request_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSink *out)
 {
         RegBuffer *b = reg_buffer_lookup(r, buffer);
 
@@ -194,7 +194,7 @@ static void buffer_free_fields(RegBuffer *b)
         free(b->meta);
 }
 
-void reg_segment_release_if_done(Registry *r, RegBuffer *s, Outbox *o)
+void reg_segment_release_if_done(Registry *r, RegBuffer *s, RegSink *o)
 {
         /* A leaving producer's segments are dealt with after its views (registry_peer_remove). */
         if (s->n_views || s->destroying || s->state != PROTO_STATE_IDLE || (s->owner && s->owner->leaving))
@@ -204,7 +204,7 @@ void reg_segment_release_if_done(Registry *r, RegBuffer *s, Outbox *o)
 }
 
 /* A view leaves its segment; the segment goes too if nothing else keeps it. */
-static void view_detach(Registry *r, RegBuffer *v, Outbox *o)
+static void view_detach(Registry *r, RegBuffer *v, RegSink *o)
 {
         RegBuffer *s = v->segment;
 
@@ -214,7 +214,7 @@ static void view_detach(Registry *r, RegBuffer *v, Outbox *o)
         reg_segment_release_if_done(r, s, o);
 }
 
-void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
+void reg_buffer_destroy(Registry *r, RegBuffer *b, RegSink *o)
 {
         b->destroying = true;
         /* The memory goes with the segment (the broker closes its fd): no view may outlive it. */
@@ -256,7 +256,7 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
         free(b);
 }
 
-void reg_buffer_drain(Registry *r, RegBuffer *b, RegWhy why, Outbox *o)
+void reg_buffer_drain(Registry *r, RegBuffer *b, RegWhy why, RegSink *o)
 {
         reg_buffer_set_state(r, b, PROTO_STATE_IDLE);
         reg_restored_forget(r, b);
@@ -272,7 +272,7 @@ void reg_buffer_drain(Registry *r, RegBuffer *b, RegWhy why, Outbox *o)
                 reg_buffer_destroy(r, b, o);
 }
 
-void reg_buffer_drain_if_done(Registry *r, RegBuffer *b, RegWhy why, Outbox *o)
+void reg_buffer_drain_if_done(Registry *r, RegBuffer *b, RegWhy why, RegSink *o)
 {
         if (b->state != PROTO_STATE_RETIRED || b->refs > 0)
                 return;
@@ -282,7 +282,7 @@ void reg_buffer_drain_if_done(Registry *r, RegBuffer *b, RegWhy why, Outbox *o)
         reg_buffer_drain(r, b, why, o);
 }
 
-void reg_buffer_retire(Registry *r, RegBuffer *b, Outbox *o)
+void reg_buffer_retire(Registry *r, RegBuffer *b, RegSink *o)
 {
         if (b->state != PROTO_STATE_LIVE)
                 return;
@@ -293,7 +293,7 @@ void reg_buffer_retire(Registry *r, RegBuffer *b, Outbox *o)
         reg_buffer_drain_if_done(r, b, (RegWhy){ REG_WHY_NONE }, o);
 }
 
-void reg_buffer_revoke(Registry *r, RegBuffer *b, RegWhy why, Outbox *o)
+void reg_buffer_revoke(Registry *r, RegBuffer *b, RegWhy why, RegSink *o)
 {
         b->destroying = true;
         /* The views' holders lose the memory too, and hear it under the names they attached. */
@@ -347,14 +347,14 @@ unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why)
         return 0;
 }
 
-static void reply_attached(Outbox *o, RegPeer *p, uint64_t id, RegBuffer *b, bool cached)
+static void reply_attached(RegSink *o, RegPeer *p, uint64_t id, RegBuffer *b, bool cached)
 {
         reg_emit(o, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_ATTACHED, .buffer = b,
                                   .flag = cached });
 }
 
 /* Takes a reference for p on a live buffer and replies. */
-static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbox *o)
+static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSink *o)
 {
         unsigned status;
         RegWhy why;
@@ -389,7 +389,7 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbo
 
 /* Hands a newly published buffer to everyone waiting for its name, oldest first, for as long as
  * it stays published (retire_after may retire it half-way). */
-static void wake_waiters(Registry *r, RegName *e, Outbox *o)
+static void wake_waiters(Registry *r, RegName *e, RegSink *o)
 {
         RegBuffer *b = e->live;
 
@@ -406,7 +406,7 @@ static void wake_waiters(Registry *r, RegName *e, Outbox *o)
         }
 }
 
-void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbox *out)
+void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSink *out)
 {
         if (b->state != PROTO_STATE_LIVE) {
                 reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_NOT_LIVE, .n = { b->id, b->state }, .s = { b->name } });
@@ -416,7 +416,7 @@ void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, 
 }
 
 void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer,
-                     uint32_t timeout_ms, uint64_t now_ms, Outbox *out)
+                     uint32_t timeout_ms, uint64_t now_ms, RegSink *out)
 {
         RegName *e;
         RegBuffer *b;
@@ -471,7 +471,7 @@ static bool may_manage(const RegBuffer *b, const RegPeer *p)
         return b->owner ? b->owner == p : b->owner_uid == p->creds.uid;
 }
 
-static void reply_published(Outbox *o, RegPeer *p, uint64_t id, const RegBuffer *b)
+static void reply_published(RegSink *o, RegPeer *p, uint64_t id, const RegBuffer *b)
 {
         reg_emit(o, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_PUBLISHED, .buffer = b });
 }
@@ -479,7 +479,7 @@ static void reply_published(Outbox *o, RegPeer *p, uint64_t id, const RegBuffer 
 /* Puts b under its name and tells whoever waits or listens. A new publication gets a new
  * generation; a restored one keeps the generation its consumers know it by. */
 static void publish_under_name(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegName *e, bool restored,
-                               Outbox *o)
+                               RegSink *o)
 {
         RegBuffer *old = e->live;
 
@@ -518,7 +518,7 @@ static const RegBuffer *name_blocker(Registry *r, const RegPeer *p, const char *
 
 /* Checks the name is free for p. Returns 0, or replies with an error and returns its status. */
 static unsigned publish_check_name(Registry *r, RegPeer *p, uint64_t id, const char *name, const RegBuffer *self,
-                                   Outbox *o)
+                                   RegSink *o)
 {
         const RegBuffer *live = name_blocker(r, p, name, self);
 
@@ -557,7 +557,7 @@ static int buffer_set_fields(RegBuffer *b, const RegPublish *a)
         return buffer_set_meta(b, a->meta, a->meta_len);
 }
 
-static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbox *out)
+static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, RegSink *out)
 {
         RegBuffer *b = registry_request_buffer(r, p, id, a->buffer, out);
         char *name;
@@ -609,7 +609,7 @@ static uint64_t draw_id(Registry *r)
 /* A producer that lost its connection to this broker instance registers a broker-held buffer of its
  * own again, which the broker kept as an orphan: it becomes the owner once more, and the broker
  * keeps the memory (and holds) it already has. */
-static bool adopt_orphan(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, const RegPublish *a, Outbox *out)
+static bool adopt_orphan(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, const RegPublish *a, RegSink *out)
 {
         if (b->owner || b->owner_uid != p->creds.uid || !a->restored || b->generation != a->generation)
                 return false;
@@ -626,7 +626,7 @@ static bool adopt_orphan(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, con
 
 /* Checks the id a publish of new memory chose. Returns 0, or replies (adopting an orphan, or with
  * an error) and returns non-zero. */
-static int check_new_id(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, Outbox *out)
+static int check_new_id(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, RegSink *out)
 {
         RegBuffer *b = a->buffer ? reg_buffer_lookup(r, a->buffer) : NULL;
 
@@ -641,7 +641,7 @@ static int check_new_id(Registry *r, RegPeer *p, uint64_t id, const RegPublish *
 
 /* A restored buffer that was retired, or whose name another producer took while this one was away,
  * is registered without a name: its holders may reclaim it, and it drains when they are done. */
-static void register_retired(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbox *out)
+static void register_retired(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSink *out)
 {
         reg_buffer_set_state(r, b, PROTO_STATE_RETIRED);
         reply_published(out, p, id, b);
@@ -649,7 +649,7 @@ static void register_retired(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b,
         reg_buffer_drain_if_done(r, b, (RegWhy){ REG_R_RESTORED_UNHELD }, out);
 }
 
-RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, Outbox *out)
+RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, RegSink *out)
 {
         RegBuffer *b;
 
@@ -720,7 +720,7 @@ no_memory:
 /* The segment a view is published in: registered already (then an fd that came along is closed:
  * the segment's memory travels once), or registered now with the fd. Its producer's, and neither a
  * view nor a ring part. NULL once answered. */
-static RegBuffer *view_segment(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, Outbox *out)
+static RegBuffer *view_segment(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, RegSink *out)
 {
         RegBuffer *s = reg_buffer_lookup(r, a->info.segment);
         uint64_t size = s ? s->info.size : a->segment_size;
@@ -773,7 +773,7 @@ static RegBuffer *view_segment(Registry *r, RegPeer *p, uint64_t id, const RegPu
 }
 
 /* Registers and publishes a view: a range of a segment's memory under a name of its own. */
-static void publish_view(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, int *fd, Outbox *out)
+static void publish_view(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, int *fd, RegSink *out)
 {
         RegBuffer *s, *v;
         RegPublish va;
@@ -812,7 +812,7 @@ static void publish_view(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, in
         publish_under_name(r, p, id, v, e, a->restored, out);
 }
 
-void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbox *out)
+void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, RegSink *out)
 {
         _cleanup_close_ int fd = steal_fd(a->fd);
         RegBuffer *b;
@@ -852,7 +852,7 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         publish_under_name(r, p, id, b, e, a->restored, out);
 }
 
-void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out)
+void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSink *out)
 {
         RegBuffer *b = reg_buffer_lookup(r, buffer);
         Hold *h = b ? hold_lookup(r, p, b) : NULL;
@@ -881,7 +881,7 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Out
         reg_buffer_drain_if_done(r, b, (RegWhy){ REG_WHY_NONE }, out);
 }
 
-void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out)
+void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSink *out)
 {
         RegBuffer *b = reg_buffer_lookup(r, buffer);
         Hold *h = b ? hold_lookup(r, p, b) : NULL;
@@ -897,7 +897,7 @@ void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbo
 }
 
 /* Retire and free are for whoever may manage b (may_manage) or an admin; else replies and returns false. */
-static bool managing(RegPeer *p, uint64_t id, const RegBuffer *b, bool as_admin, Outbox *out)
+static bool managing(RegPeer *p, uint64_t id, const RegBuffer *b, bool as_admin, RegSink *out)
 {
         if (as_admin || may_manage(b, p))
                 return true;
@@ -906,7 +906,7 @@ static bool managing(RegPeer *p, uint64_t id, const RegBuffer *b, bool as_admin,
         return false;
 }
 
-void registry_buffer_retire(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, Outbox *out)
+void registry_buffer_retire(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, RegSink *out)
 {
         if (!managing(p, id, b, as_admin, out))
                 return;
@@ -914,7 +914,7 @@ void registry_buffer_retire(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, 
         reg_buffer_retire(r, b, out);
 }
 
-void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, Outbox *out)
+void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, RegSink *out)
 {
         if (!managing(p, id, b, as_admin, out))
                 return;
@@ -932,7 +932,7 @@ void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bo
         reg_buffer_retire(r, b, out);
 }
 
-void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out)
+void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, RegSink *out)
 {
         RegBuffer *b = registry_request_buffer(r, p, id, buffer, out);
 
@@ -940,7 +940,7 @@ void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool
                 registry_buffer_retire(r, p, id, b, as_admin, out);
 }
 
-void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out)
+void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, RegSink *out)
 {
         RegBuffer *b = registry_request_buffer(r, p, id, buffer, out);
 
@@ -979,9 +979,17 @@ int registry_new(Registry **ret, const RegConfig *cfg)
         return 0;
 }
 
+/* The registry is going away with everyone in it: nobody is told anything, its fds are closed. */
+static void drop_change(void *ctx, const RegChange *c)
+{
+        (void)ctx;
+        if (c->type == REG_CH_CLOSE_FD)
+                safe_close(c->fd);
+}
+
 Registry *registry_free(Registry *r)
 {
-        Outbox out = OUTBOX_INIT;
+        RegSink out = { drop_change, NULL };
 
         if (!r)
                 return NULL;
@@ -991,7 +999,6 @@ Registry *registry_free(Registry *r)
                 registry_peer_remove(r, list_entry(r->peers.next, RegPeer, link), &out);
         while (!list_empty(&r->buffers))
                 reg_buffer_destroy(r, list_entry(r->buffers.next, RegBuffer, link), &out);
-        outbox_deinit(&out);
         hmap_deinit(&r->buffers_by_id);
         hmap_deinit(&r->buffers_by_seq);
         hmap_deinit(&r->claims);

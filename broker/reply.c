@@ -216,3 +216,8 @@ void reply_change(Outbox *out, const RegChange *c)
                 break;
         }
 }
+
+void reply_sink_emit(void *ctx, const RegChange *c)
+{
+        reply_change(ctx, c);
+}

@@ -308,7 +308,7 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         }
         a.name = name;
         fill_memory(m, fd, &a, device);
-        registry_publish(ctx->reg, p, m->id, &a, ctx->out);
+        registry_publish(ctx->reg, p, m->id, &a, ctx->changes);
 }
 
 /* ---- attach, release, retire, free ---- */
@@ -332,7 +332,7 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *f
                 }
         } else {
                 /* Looked up once: the policy judges the name of the very buffer the attach takes. */
-                b = registry_request_buffer(ctx->reg, p, m->id, m->buffer, ctx->out);
+                b = registry_request_buffer(ctx->reg, p, m->id, m->buffer, ctx->changes);
                 if (!b)
                         return;
                 name = registry_buffer_name(b);
@@ -343,9 +343,9 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *f
                 return;
         }
         if (b)
-                registry_buffer_attach(ctx->reg, p, m->id, b, ctx->out);
+                registry_buffer_attach(ctx->reg, p, m->id, b, ctx->changes);
         else
-                registry_attach(ctx->reg, p, m->id, name, 0, timeout_of(m), ctx->now_ms, ctx->out);
+                registry_attach(ctx->reg, p, m->id, name, 0, timeout_of(m), ctx->now_ms, ctx->changes);
 }
 
 /* ---- rings ---- */
@@ -437,7 +437,7 @@ static void handle_ring_create(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, i
                         return;
                 }
         }
-        registry_ring_create(ctx->reg, p, m->id, &s, ctx->out);
+        registry_ring_create(ctx->reg, p, m->id, &s, ctx->changes);
 }
 
 static void handle_ring_part(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
@@ -465,7 +465,7 @@ static void handle_ring_part(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int
         fill_memory(m, fd, &a, device);
         a.restored = proto_has(m, PF_RESTORED) && m->restored;
         a.generation = m->generation;
-        registry_ring_part(ctx->reg, p, m->id, name, (uint32_t)m->index, &a, ctx->out);
+        registry_ring_part(ctx->reg, p, m->id, name, (uint32_t)m->index, &a, ctx->changes);
 }
 
 static void handle_ring(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
@@ -482,23 +482,23 @@ static void handle_ring(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
                                      "generation");
                                 return;
                         }
-                        registry_ring_rejoin(ctx->reg, p, m->id, name, (uint32_t)m->index, m->generation, ctx->out);
+                        registry_ring_rejoin(ctx->reg, p, m->id, name, (uint32_t)m->index, m->generation, ctx->changes);
                         break;
                 }
-                registry_ring_join(ctx->reg, p, m->id, name, ctx->out);
+                registry_ring_join(ctx->reg, p, m->id, name, ctx->changes);
                 break;
         case PROTO_OP_RING_LEAVE:
-                registry_ring_leave(ctx->reg, p, m->id, name, ctx->out);
+                registry_ring_leave(ctx->reg, p, m->id, name, ctx->changes);
                 break;
         case PROTO_OP_RING_EVICT:
                 if (m->index > UINT32_MAX) {
                         fail(ctx, p, m, PROTO_STATUS_INVALID, "a seat index is 32-bit");
                         return;
                 }
-                registry_ring_evict(ctx->reg, p, m->id, name, (uint32_t)m->index, m->generation, ctx->out);
+                registry_ring_evict(ctx->reg, p, m->id, name, (uint32_t)m->index, m->generation, ctx->changes);
                 break;
         default:
-                registry_ring_close(ctx->reg, p, m->id, name, ctx->out);
+                registry_ring_close(ctx->reg, p, m->id, name, ctx->changes);
                 break;
         }
 }
@@ -531,23 +531,23 @@ static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         a.owner_uid = (uint32_t)m->uid;
         a.name = name;
         a.kind = m->kind;
-        registry_reclaim(ctx->reg, p, m->id, &a, ctx->out);
+        registry_reclaim(ctx->reg, p, m->id, &a, ctx->changes);
 }
 
 /* Retire and free: the buffer is looked up once, for the policy's admin check (may this peer
  * manage buffers of other uids?) and for the operation. */
 static void handle_retire_free(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
-        RegBuffer *b = registry_request_buffer(ctx->reg, p, m->id, m->buffer, ctx->out);
+        RegBuffer *b = registry_request_buffer(ctx->reg, p, m->id, m->buffer, ctx->changes);
         bool as_admin;
 
         if (!b)
                 return;
         as_admin = op_allowed(ctx, p, m, registry_buffer_name(b));
         if (m->op == PROTO_OP_RETIRE)
-                registry_buffer_retire(ctx->reg, p, m->id, b, as_admin, ctx->out);
+                registry_buffer_retire(ctx->reg, p, m->id, b, as_admin, ctx->changes);
         else
-                registry_buffer_free(ctx->reg, p, m->id, b, as_admin, ctx->out);
+                registry_buffer_free(ctx->reg, p, m->id, b, as_admin, ctx->changes);
 }
 
 /* ---- dispatch ---- */
@@ -566,7 +566,7 @@ static void handle_subscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int
                      registry_peer_creds(p)->uid, prefix);
                 return;
         }
-        registry_subscribe(ctx->reg, p, m->id, prefix, ctx->out);
+        registry_subscribe(ctx->reg, p, m->id, prefix, ctx->changes);
 }
 
 static void handle_group_join(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
@@ -593,23 +593,23 @@ static void handle_group_join(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, in
                      registry_peer_creds(p)->uid, group);
                 return;
         }
-        registry_group_join(ctx->reg, p, m->id, group, (uint32_t)m->members, timeout_of(m), ctx->now_ms, ctx->out);
+        registry_group_join(ctx->reg, p, m->id, group, (uint32_t)m->members, timeout_of(m), ctx->now_ms, ctx->changes);
 }
 
 /* Operations that are one registry call, and the read-only views (inspect.c). */
 static void handle_release(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
-        registry_release(ctx->reg, p, m->id, m->buffer, ctx->out);
+        registry_release(ctx->reg, p, m->id, m->buffer, ctx->changes);
 }
 
 static void handle_unmap(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
-        registry_unmap(ctx->reg, p, m->id, m->buffer, ctx->out);
+        registry_unmap(ctx->reg, p, m->id, m->buffer, ctx->changes);
 }
 
 static void handle_unsubscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
-        registry_unsubscribe(ctx->reg, p, m->id, m->sub, ctx->out);
+        registry_unsubscribe(ctx->reg, p, m->id, m->sub, ctx->changes);
 }
 
 #define INSPECT(fn)                                                                     \

@@ -63,7 +63,7 @@ static Sent *publish(Env *e, RegPeer *p, Pub o)
         a.info.writable = true;
         a.info.broker_held = o.held;
         a.retire_after = o.retire_after;
-        registry_publish(e->r, p, id, &a, &e->out);
+        registry_publish(e->r, p, id, &a, &e->sink);
         CHECK_EQ(a.fd, -1); /* taken in every case */
         env_flush(e);
         return env_reply(e, p, id);
@@ -84,7 +84,7 @@ static uint64_t attach_name(Env *e, RegPeer *p, const char *name, uint32_t timeo
 {
         uint64_t id = next_req++;
 
-        registry_attach(e->r, p, id, name, 0, timeout, e->now, &e->out);
+        registry_attach(e->r, p, id, name, 0, timeout, e->now, &e->sink);
         env_flush(e);
         return id;
 }
@@ -93,7 +93,7 @@ static uint64_t attach_id(Env *e, RegPeer *p, uint64_t buffer)
 {
         uint64_t id = next_req++;
 
-        registry_attach(e->r, p, id, NULL, buffer, 0, e->now, &e->out);
+        registry_attach(e->r, p, id, NULL, buffer, 0, e->now, &e->sink);
         env_flush(e);
         return id;
 }
@@ -111,7 +111,7 @@ static Sent *release(Env *e, RegPeer *p, uint64_t buffer)
 {
         uint64_t id = next_req++;
 
-        registry_release(e->r, p, id, buffer, &e->out);
+        registry_release(e->r, p, id, buffer, &e->sink);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -120,7 +120,7 @@ static Sent *retire(Env *e, RegPeer *p, uint64_t buffer, bool admin)
 {
         uint64_t id = next_req++;
 
-        registry_retire(e->r, p, id, buffer, admin, &e->out);
+        registry_retire(e->r, p, id, buffer, admin, &e->sink);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -129,7 +129,7 @@ static Sent *free_buf(Env *e, RegPeer *p, uint64_t buffer, bool admin)
 {
         uint64_t id = next_req++;
 
-        registry_free_buffer(e->r, p, id, buffer, admin, &e->out);
+        registry_free_buffer(e->r, p, id, buffer, admin, &e->sink);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -138,7 +138,7 @@ static Sent *unmap(Env *e, RegPeer *p, uint64_t buffer)
 {
         uint64_t id = next_req++;
 
-        registry_unmap(e->r, p, id, buffer, &e->out);
+        registry_unmap(e->r, p, id, buffer, &e->sink);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -147,7 +147,7 @@ static Sent *subscribe(Env *e, RegPeer *p, const char *prefix)
 {
         uint64_t id = next_req++;
 
-        registry_subscribe(e->r, p, id, prefix, &e->out);
+        registry_subscribe(e->r, p, id, prefix, &e->sink);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -156,7 +156,7 @@ static Sent *unsubscribe(Env *e, RegPeer *p, uint64_t sub)
 {
         uint64_t id = next_req++;
 
-        registry_unsubscribe(e->r, p, id, sub, &e->out);
+        registry_unsubscribe(e->r, p, id, sub, &e->sink);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -165,7 +165,7 @@ static uint64_t join(Env *e, RegPeer *p, const char *group, uint32_t members, ui
 {
         uint64_t id = next_req++;
 
-        registry_group_join(e->r, p, id, group, members, timeout, e->now, &e->out);
+        registry_group_join(e->r, p, id, group, members, timeout, e->now, &e->sink);
         env_flush(e);
         return id;
 }
@@ -173,7 +173,7 @@ static uint64_t join(Env *e, RegPeer *p, const char *group, uint32_t members, ui
 static size_t expire(Env *e, uint64_t now)
 {
         e->now = now;
-        registry_expire(e->r, now, &e->out);
+        registry_expire(e->r, now, &e->sink);
         return env_flush(e);
 }
 
@@ -930,7 +930,7 @@ static void test_cancel_waits(void)
         j2 = join(e, B, "g", 3, 1000);
         j3 = join(e, B, "h", 2, 1000);
         CHECK_EQ(gauges(e).waits, 5);
-        registry_cancel_waits(e->r, PROTO_STATUS_SHUTDOWN, "the broker is stopping", &e->out);
+        registry_cancel_waits(e->r, PROTO_STATUS_SHUTDOWN, "the broker is stopping", &e->sink);
         CHECK_EQ(env_flush(e), 5);
         s = env_reply(e, A, w1);
         env_check_status(s, PROTO_STATUS_SHUTDOWN);
@@ -945,7 +945,7 @@ static void test_cancel_waits(void)
         CHECK_EQ(registry_next_deadline(e->r), UINT64_MAX);
         CHECK_EQ(expire(e, 5000), 0);
         /* Nothing pending: nothing to say. */
-        registry_cancel_waits(e->r, PROTO_STATUS_SHUTDOWN, "again", &e->out);
+        registry_cancel_waits(e->r, PROTO_STATUS_SHUTDOWN, "again", &e->sink);
         CHECK_EQ(env_flush(e), 0);
         env_free(e);
 }
@@ -961,10 +961,10 @@ static void test_remove_in_one_batch(void)
         attach_ok(e, C, "batch");
         subscribe(e, S, "");
         /* P's departure queues a revoke for C and S; then C and S leave before anything is sent. */
-        registry_peer_remove(e->r, P, &e->out);
+        registry_peer_remove(e->r, P, &e->sink);
         CHECK(e->out.n_frames >= 2);
-        registry_peer_remove(e->r, C, &e->out);
-        registry_peer_remove(e->r, S, &e->out);
+        registry_peer_remove(e->r, C, &e->sink);
+        registry_peer_remove(e->r, S, &e->sink);
         for (size_t i = 0; i < e->out.n_frames; i++)
                 CHECK(e->out.frames[i].to != P && e->out.frames[i].to != C && e->out.frames[i].to != S);
         CHECK_EQ(env_flush(e), 0);
@@ -1010,7 +1010,7 @@ static void test_outbox(void)
         outbox_deinit(&o);
         CHECK(o.frames == NULL && o.close_fds == NULL);
         e->fds[e->n_fds - 1].closed = true;
-        registry_peer_remove(e->r, B, &e->out); /* a lost peer is disconnected */
+        registry_peer_remove(e->r, B, &e->sink); /* a lost peer is disconnected */
         env_remove(e, A);
         env_free(e);
 }
@@ -1446,7 +1446,7 @@ static void test_hello(void)
         CHECK(registry_peer_lost(p));
         registry_peer_mark_lost(NULL);
         env_remove(e, p);
-        registry_peer_remove(e->r, NULL, &e->out); /* NULL-safe */
+        registry_peer_remove(e->r, NULL, &e->sink); /* NULL-safe */
         CHECK_EQ(env_flush(e), 0);
         env_free(e);
 }
@@ -1475,7 +1475,7 @@ static Sent *reclaim(Env *e, RegPeer *p, Rec o)
                          .owner_uid = o.uid, .name = o.name, .kind = PROTO_KIND_MEMFD };
         uint64_t id = next_req++;
 
-        registry_reclaim(e->r, p, id, &a, &e->out);
+        registry_reclaim(e->r, p, id, &a, &e->sink);
         env_flush(e);
         return env_reply(e, p, id);
 }
