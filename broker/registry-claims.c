@@ -22,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry-internal.h"
+#include "registry-claims.h"
+#include "registry-core.h"
+#include "registry-rings-core.h"
 
 bool registry_in_grace(const Registry *r)
 {

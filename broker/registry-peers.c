@@ -5,7 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry-internal.h"
+#include "registry-claims.h"
+#include "registry-core.h"
+#include "registry-rings-core.h"
+#include "registry-subs.h"
+#include "registry-waits.h"
 
 int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void *userdata, RegPeer **ret,
                       RegWhy *why)

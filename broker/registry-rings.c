@@ -22,7 +22,9 @@
 #include <string.h>
 
 #include "ring.h"
-#include "registry-internal.h"
+#include "registry-claims.h"
+#include "registry-core.h"
+#include "registry-rings-core.h"
 
 static RegRing *ring_lookup(const Registry *r, const char *name)
 {

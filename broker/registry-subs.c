@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry-internal.h"
+#include "registry-core.h"
+#include "registry-subs.h"
 
 void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, RegWhy why, RegSink *o)
 {

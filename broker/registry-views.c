@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry-internal.h"
+#include "registry-core.h"
+#include "registry-rings-core.h"
 
 void registry_buffer_view(const RegBuffer *b, RegBufferView *ret)
 {

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry-internal.h"
+#include "registry-claims.h"
+#include "registry-core.h"
+#include "registry-waits.h"
 
 void reg_wait_free(Registry *r, Wait *w)
 {

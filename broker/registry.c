@@ -11,7 +11,11 @@
 #include <string.h>
 
 #include "macro.h"
-#include "registry-internal.h"
+#include "registry-claims.h"
+#include "registry-core.h"
+#include "registry-rings-core.h"
+#include "registry-subs.h"
+#include "registry-waits.h"
 
 UidAcct *reg_acct_get(Registry *r, uint32_t uid)
 {
