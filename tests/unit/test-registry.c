@@ -1480,6 +1480,73 @@ static Sent *reclaim(Env *e, RegPeer *p, Rec o)
         return env_reply(e, p, id);
 }
 
+/* What the registry says, before any frame: a sink that keeps the changes (their codes and facts;
+ * the strings they borrow are not kept). */
+typedef struct Said {
+        RegChange c[8];
+        size_t n;
+} Said;
+
+static void keep_change(void *ctx, const RegChange *c)
+{
+        Said *said = ctx;
+
+        CHECK(said->n < 8);
+        said->c[said->n] = *c;
+        memset(said->c[said->n].why.s, 0, sizeof(said->c[said->n].why.s));
+        said->n++;
+}
+
+static Said reclaim_said(Env *e, RegPeer *p, Rec o)
+{
+        RegReclaim a = { .buffer = o.buffer, .generation = o.generation, .refs = o.refs,
+                         .owner_uid = o.uid, .name = o.name, .kind = PROTO_KIND_MEMFD };
+        Said said = { .n = 0 };
+        RegSink sink = { keep_change, &said };
+
+        registry_reclaim(e->r, p, next_req++, &a, &sink);
+        return said;
+}
+
+/* A reclaim's results as the registry states them: a peer that never attached gets what an attach
+ * would give (retire_after counts its references, and says how far it would pass), and the reply
+ * of a granted one carries the buffer's state; an id nobody knows is refused with the id. */
+static void test_reclaim_results(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1);
+        uint64_t buf, gen;
+        Said said;
+
+        buf = publish_ok(e, P, (Pub){ .name = "said/once", .retire_after = 1 });
+        gen = env_reply(e, P, next_req - 1)->m.generation;
+
+        said = reclaim_said(e, C, (Rec){ buf, gen, 5, 1000, "said/once" });
+        CHECK_EQ(said.n, 1);
+        CHECK_EQ(said.c[0].type, REG_CH_REPLY);
+        CHECK_EQ(said.c[0].status, PROTO_STATUS_REVOKED);
+        CHECK_EQ(said.c[0].why.code, REG_E_CLAIM_RETIRE_AFTER);
+        CHECK_EQ(said.c[0].why.n[0], buf);
+        CHECK_EQ(said.c[0].why.n[1], 1); /* retire_after */
+        CHECK_EQ(said.c[0].why.n[2], 0); /* attaches so far */
+        CHECK_EQ(said.c[0].why.n[3], 5); /* references nobody vouches for */
+        CHECK_EQ(refs_of(e, buf), 0);
+
+        said = reclaim_said(e, C, (Rec){ buf, gen, 1, 1000, "said/once" });
+        CHECK_EQ(said.n, 1);
+        CHECK_EQ(said.c[0].status, PROTO_STATUS_OK);
+        CHECK_EQ(said.c[0].reply, REG_RE_STATE);
+        CHECK_EQ(said.c[0].n, PROTO_STATE_LIVE); /* the reply first; it retires right after */
+        CHECK_EQ(refs_of(e, buf), 1);
+        CHECK(registry_buffer_by_name(e->r, "said/once") == NULL);
+
+        said = reclaim_said(e, C, (Rec){ 424242, 1, 1, 1000, "said/none" });
+        CHECK_EQ(said.c[0].status, PROTO_STATUS_REVOKED);
+        CHECK_EQ(said.c[0].why.code, REG_E_CLAIM_UNKNOWN);
+        CHECK_EQ(said.c[0].why.n[0], 424242);
+        env_free(e);
+}
+
 /* A producer registers a retired buffer again after a restart; its holders come back and release:
  * drained waits for the end of the grace, and says holders came back. */
 static void test_restored_retired_waits_for_grace(void)
@@ -1991,6 +2058,7 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_claims_wait_for_their_producer);
         TEST_RUN(argc, argv, test_claims_revoked_at_grace_end);
         TEST_RUN(argc, argv, test_reclaim_only_the_same_publication);
+        TEST_RUN(argc, argv, test_reclaim_results);
         TEST_RUN(argc, argv, test_ids_keys_and_adoption);
         TEST_RUN(argc, argv, test_restored_name_taken_registers_retired);
         TEST_RUN(argc, argv, test_broker_held_orphan_by_uid_free);
