@@ -272,6 +272,23 @@ static bool claim_matches(RegBuffer *rb, uint64_t generation, uint32_t uid, Prot
                d.state != PROTO_STATE_IDLE && !registry_buffer_ring_part(rb);
 }
 
+static void add_refs_of(const RegPeer *q, uint32_t refs, void *ud)
+{
+        struct { const RegPeer *p; uint64_t refs; } *want = ud;
+
+        if (q == want->p)
+                want->refs += refs;
+}
+
+/* The references the registry counts for p on rb. */
+static uint64_t registry_refs_of(RegBuffer *rb, const RegPeer *p)
+{
+        struct { const RegPeer *p; uint64_t refs; } want = { p, 0 };
+
+        registry_buffer_holders(rb, add_refs_of, &want);
+        return want.refs;
+}
+
 /* A buffer was registered under id: the model's claims for it become references or are doomed. */
 static void claims_meet(Model *M, uint64_t id)
 {
@@ -285,7 +302,11 @@ static void claims_meet(Model *M, uint64_t id)
                         continue;
                 }
                 CHECK(rb);
-                if (claim_matches(rb, c->generation, c->uid, c->kind, c->name)) {
+                /* A matching claim is still judged like a reclaim (the attach's checks, retire_after):
+                 * it became references only if the registry's count for its peer says so. */
+                if (claim_matches(rb, c->generation, c->uid, c->kind, c->name) &&
+                    (hold_find(M, c->peer, id) ? hold_find(M, c->peer, id)->refs : 0) + c->refs <=
+                            registry_refs_of(rb, c->peer)) {
                         HoldRec *h = hold_get(M, c->peer, id);
                         h->refs += c->refs;
                         h->mapped |= c->kind != PROTO_KIND_CUDA_LEGACY;
@@ -941,8 +962,15 @@ static void op_reclaim(Model *M, Input *in)
         } else if (rb) {
                 bool match = claim_matches(rb, a.generation, a.owner_uid, a.kind, a.name);
 
-                CHECK_EQ(s->m.status, match ? PROTO_STATUS_OK : PROTO_STATUS_REVOKED);
-                if (match) {
+                /* Even the very publication is only granted what the claimant provably held or an
+                 * attach would give (docs/protocol.md 6.15): the attach's checks may refuse it, and
+                 * references nobody vouches for must fit a live buffer's retire_after. */
+                if (!match)
+                        CHECK_EQ(s->m.status, PROTO_STATUS_REVOKED);
+                else if (s->m.status != PROTO_STATUS_OK)
+                        CHECK(s->m.status == PROTO_STATUS_REVOKED || s->m.status == PROTO_STATUS_DEVICE ||
+                              s->m.status == PROTO_STATUS_PIDNS);
+                if (match && s->m.status == PROTO_STATUS_OK) {
                         HoldRec *h = hold_get(M, p, a.buffer);
                         CHECK(!proto_has(&s->m, PF_PENDING));
                         h->refs += a.refs;
