@@ -12,6 +12,8 @@ typedef struct Limits {
         uint32_t refs_per_peer;        /* references one connection holds */
         uint32_t waits_per_peer;       /* attaches and group joins pending at once */
         uint32_t subs_per_peer;        /* subscriptions */
+        uint32_t claims_per_uid;       /* pending claims (reclaims waiting for their producer) of a uid's peers */
+        uint32_t claims;               /* pending claims of all peers together */
         uint32_t queued_bytes;         /* replies and events queued for a peer that does not read */
         uint32_t queued_fds;           /* fds sent to a peer it has not received: in its socket (charged to the
                                         * broker's uid by the kernel) or queued (each one an fd the broker holds) */
@@ -27,6 +29,8 @@ typedef struct Limits {
                 .refs_per_peer = 65536,                                 \
                 .waits_per_peer = 256,                                  \
                 .subs_per_peer = 64,                                    \
+                .claims_per_uid = 65536,                                \
+                .claims = 262144,                                       \
                 .queued_bytes = 4u << 20,                               \
                 .queued_fds = 32,                                       \
                 .max_timeout_ms = 24u * 3600u * 1000u,                  \

@@ -7,6 +7,7 @@
  * "denied"), hand out how to open a buffer (a listing drops the legacy handle), or keep a ring's
  * memory mapped past the request that reads it (ringview.c). */
 #include "inspect.h"
+#include "reply.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,7 +83,7 @@ void inspect_list(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         ProtoItems it;
 
         if (proto_has(m, PF_PREFIX) && !registry_prefix_valid(m->prefix.ptr, m->prefix.len)) {
-                request_reply_error(ctx->out, p, m->id, PROTO_STATUS_INVALID, "not a valid name prefix");
+                reply_error(ctx->out, p, m->id, PROTO_STATUS_INVALID, "not a valid name prefix");
                 return;
         }
         proto_items_init(&it, ITEMS_BUDGET);
@@ -150,13 +151,13 @@ void inspect_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 b = registry_buffer_by_id(ctx->reg, m->buffer);
         } else if (proto_has(m, PF_NAME)) {
                 if (!registry_name_valid(m->name.ptr, m->name.len)) {
-                        request_reply_error(ctx->out, p, m->id, PROTO_STATUS_INVALID, "not a valid buffer name");
+                        reply_error(ctx->out, p, m->id, PROTO_STATUS_INVALID, "not a valid buffer name");
                         return;
                 }
                 proto_str_copy(m->name, name, sizeof(name));
                 b = registry_buffer_by_name(ctx->reg, name);
         } else {
-                request_reply_error(ctx->out, p, m->id, PROTO_STATUS_BAD_REQUEST, "stat takes a name or a buffer id");
+                reply_error(ctx->out, p, m->id, PROTO_STATUS_BAD_REQUEST, "stat takes a name or a buffer id");
                 return;
         }
         if (b) {
@@ -165,7 +166,7 @@ void inspect_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                         b = NULL; /* a buffer the peer may not see does not exist for it */
         }
         if (!b) {
-                request_reply_error(ctx->out, p, m->id, PROTO_STATUS_NOT_FOUND, "no such buffer");
+                reply_error(ctx->out, p, m->id, PROTO_STATUS_NOT_FOUND, "no such buffer");
                 return;
         }
         proto_unset(&reply, PF_HANDLE);
@@ -317,7 +318,7 @@ void inspect_rings(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         ProtoItems it;
 
         if (proto_has(m, PF_PREFIX) && !registry_prefix_valid(m->prefix.ptr, m->prefix.len)) {
-                request_reply_error(ctx->out, p, m->id, PROTO_STATUS_INVALID, "not a valid name prefix");
+                reply_error(ctx->out, p, m->id, PROTO_STATUS_INVALID, "not a valid name prefix");
                 return;
         }
         proto_items_init(&it, ITEMS_BUDGET);
@@ -353,7 +354,7 @@ void inspect_ring_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         ProtoItems it;
 
         if (!registry_name_valid(m->name.ptr, m->name.len)) {
-                request_reply_error(ctx->out, p, m->id, PROTO_STATUS_INVALID, "not a valid ring name");
+                reply_error(ctx->out, p, m->id, PROTO_STATUS_INVALID, "not a valid ring name");
                 return;
         }
         proto_str_copy(m->name, name, sizeof(name));
@@ -364,7 +365,7 @@ void inspect_ring_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 char why[PROTO_MAX_NAME + 32];
 
                 snprintf(why, sizeof(why), "no ring named '%s'", name);
-                request_reply_error(ctx->out, p, m->id, PROTO_STATUS_NOT_FOUND, why);
+                reply_error(ctx->out, p, m->id, PROTO_STATUS_NOT_FOUND, why);
                 return;
         }
         ringview_read(&g, &v);

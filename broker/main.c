@@ -72,6 +72,8 @@ static const struct LimitFlag {
         { "max-refs-per-peer", offsetof(Limits, refs_per_peer), "" },
         { "max-waits-per-peer", offsetof(Limits, waits_per_peer), "" },
         { "max-subs-per-peer", offsetof(Limits, subs_per_peer), "" },
+        { "max-claims-per-uid", offsetof(Limits, claims_per_uid), "pending reclaims of a uid's peers " },
+        { "max-claims", offsetof(Limits, claims), "pending reclaims of all peers " },
         { "max-queued-bytes", offsetof(Limits, queued_bytes), "" },
         { "max-queued-fds", offsetof(Limits, queued_fds), "" },
         { "max-timeout-ms", offsetof(Limits, max_timeout_ms), "longest wait a peer may ask for " },

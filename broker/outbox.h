@@ -4,7 +4,7 @@
  *
  * The outbox knows peers only as addresses: it never looks inside a RegPeer and calls nothing in
  * the registry. A peer that misses a frame (it could not be built or queued) is reported through
- * the `lost` hook its owner installs (OUTBOX_INIT, in registry.h, installs the registry's). */
+ * the `lost` hook its owner installs (OUTBOX_INIT, in reply.h, installs the registry's). */
 #pragma once
 
 #include <stdarg.h>

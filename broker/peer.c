@@ -13,7 +13,9 @@
 #include "log.h"
 #include "macro.h"
 #include "registry.h"
+#include "reply-text.h"
 #include "request.h"
+#include "reply.h"
 #include "sandbox.h"
 
 /* Tells a peer we will not serve it (a limit), then hangs up: through a Conn of its own, since no
@@ -38,6 +40,7 @@ int peer_new(Peer **ret, PeerSet *set, Registry *reg, int fd, uint64_t now_ms)
          * cannot be the peer, which is how the pidfd fallback tells a reused pid (creds.c). */
         uint64_t ticks = creds_boottime_ticks();
         char why[PROTO_MAX_TEXT] = "";
+        RegWhy refusal = { REG_WHY_NONE };
         _cleanup_close_ int sock = fd, pidfd = -1;
         _cleanup_free_ Peer *p = NULL;
         PeerCreds creds;
@@ -51,7 +54,8 @@ int peer_new(Peer **ret, PeerSet *set, Registry *reg, int fd, uint64_t now_ms)
         p = calloc(1, sizeof(*p));
         if (!p)
                 return -ENOMEM;
-        r = registry_peer_add(reg, &creds, now_ms, p, &p->reg, why, sizeof(why));
+        r = registry_peer_add(reg, &creds, now_ms, p, &p->reg, &refusal);
+        reply_text(&refusal, why, sizeof(why));
         if (r != 0) {
                 set->stats->connections_refused++;
                 log_warn("connection refused", "uid=%u pid=%u reason=%s", creds.uid, creds.pid,
@@ -106,14 +110,14 @@ void peer_close(Peer *p, const char *why)
         list_append(&p->set->doomed, &p->link);
 }
 
-void peer_forget(Peer *p, Registry *reg, Outbox *out)
+void peer_forget(Peer *p, Registry *reg, RegSink *changes)
 {
         uint32_t refs = registry_peer_refs(p->reg);
         uint64_t start = monotonic_us();
 
         list_unlink(&p->link);
         list_unlink(&p->blocked_link);
-        registry_peer_remove(reg, p->reg, out);
+        registry_peer_remove(reg, p->reg, changes);
         p->reg = NULL;
         /* How long forgetting a peer takes (its references, waits, buffers) is worth watching. */
         stats_peer_cleanup(p->set->stats, monotonic_us() - start, refs);
@@ -222,7 +226,7 @@ static void protocol_error(Peer *p, Outbox *out, const char *what)
 {
         p->set->stats->protocol_errors++;
         log_warn("protocol violation", "peer=%llu error=\"%s\"", (unsigned long long)registry_peer_id(p->reg), what);
-        request_reply_error(out, p->reg, 0, PROTO_STATUS_PROTOCOL, what);
+        reply_error(out, p->reg, 0, PROTO_STATUS_PROTOCOL, what);
         snprintf(p->hangup, sizeof(p->hangup), "%s", what);
 }
 
@@ -244,7 +248,7 @@ static void handle_frame(Peer *p, RequestCtx *ctx, size_t len, int *fds, size_t 
                  * refused like any bad request and the connection stays. Anything else breaks the
                  * framing itself. */
                 if (err.id)
-                        request_reply_error(ctx->out, p->reg, err.id, PROTO_STATUS_BAD_REQUEST, err.text);
+                        reply_error(ctx->out, p->reg, err.id, PROTO_STATUS_BAD_REQUEST, err.text);
                 else
                         protocol_error(p, ctx->out, err.text);
                 return;

@@ -17,6 +17,7 @@
 #include "creds.h"
 #include "list.h"
 #include "outbox.h"
+#include "registry-change.h"
 #include "stats.h"
 
 typedef struct Registry Registry;
@@ -84,4 +85,4 @@ void peer_close(Peer *p, const char *why);
 
 /* Takes a doomed peer out of the registry: its waits, references and buffers go (which queues
  * frames for others into out). Only between deliveries: the outbox must hold nothing for it. */
-void peer_forget(Peer *p, Registry *reg, Outbox *out);
+void peer_forget(Peer *p, Registry *reg, RegSink *changes);

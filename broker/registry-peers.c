@@ -5,25 +5,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry-internal.h"
+#include "registry-claims.h"
+#include "registry-core.h"
+#include "registry-rings-core.h"
+#include "registry-subs.h"
+#include "registry-waits.h"
 
 int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void *userdata, RegPeer **ret,
-                      char *why, size_t why_cap)
+                      RegWhy *why)
 {
         UidAcct *acct;
         RegPeer *p;
 
         if (r->n_peers >= r->limits.connections) {
-                snprintf(why, why_cap, "the broker has %u connections (the limit, --max-connections); close some",
-                         r->limits.connections);
+                if (why)
+                        *why = (RegWhy){ REG_E_CONNECTIONS_LIMIT, .n = { r->limits.connections } };
                 return PROTO_STATUS_QUOTA;
         }
         acct = reg_acct_get(r, creds->uid);
         if (!acct)
                 return -ENOMEM;
         if (acct->connections >= r->limits.connections_per_uid) {
-                snprintf(why, why_cap, "uid %u has %u connections (the limit, --max-connections-per-uid); close some",
-                         creds->uid, acct->connections);
+                if (why)
+                        *why = (RegWhy){ REG_E_CONNECTIONS_PER_UID, .n = { creds->uid, acct->connections } };
                 reg_acct_put(r, acct);
                 return PROTO_STATUS_QUOTA;
         }
@@ -58,7 +62,7 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
 /* What a departing producer's buffer becomes: forgotten when nothing holds it, kept (orphaned) when
  * broker-held, else revoked. A segment that views outlive is kept for them (they are broker-held
  * like it) and goes with the last of them. */
-static void drop_owned(Registry *r, RegBuffer *b, const char *reason, Outbox *out)
+static void drop_owned(Registry *r, RegBuffer *b, RegWhy reason, RegSink *out)
 {
         list_unlink(&b->owner_link);
         if (b->n_views == 0 &&
@@ -74,12 +78,13 @@ static void drop_owned(Registry *r, RegBuffer *b, const char *reason, Outbox *ou
         }
 }
 
-void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
+void registry_peer_remove(Registry *r, RegPeer *p, RegSink *out)
 {
-        char reason[160];
+        RegWhy reason;
 
         if (!p)
                 return;
+        reason = (RegWhy){ REG_R_PRODUCER_GONE, .n = { p->id, p->creds.pid, p->creds.uid } };
         list_for_each_safe(pos, &p->waits) {
                 Wait *w = list_entry(pos, Wait, peer_link);
                 RegGroup *g = w->group;
@@ -104,13 +109,14 @@ void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
                 Hold *h = list_entry(p->holds.next, Hold, peer_link);
                 RegBuffer *b = h->buf;
 
+                /* The broker can vouch for these if a peer of its uid comes back to reclaim them. */
+                if (b->owner != p && h->count)
+                        reg_departed_note(b, p->creds.uid, h->count);
                 reg_hold_drop(r, h);
                 if (b->owner != p)
-                        reg_buffer_drain_if_done(r, b, NULL, out);
+                        reg_buffer_drain_if_done(r, b, (RegWhy){ REG_WHY_NONE }, out);
         }
 
-        snprintf(reason, sizeof(reason), "producer (peer %llu, pid %u, uid %u) disconnected",
-                 (unsigned long long)p->id, p->creds.pid, p->creds.uid);
         /* Views first, so that each segment is judged with the views that outlive the producer; the
          * segments wait for the second pass (leaving), which keeps this walk's next entry alive. */
         p->leaving = true;
@@ -125,7 +131,7 @@ void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out)
 
         /* Frames queued for it earlier in this batch (say, another producer's revoke) must not
          * outlive it: the caller would look it up after it is gone. */
-        outbox_drop_peer(out, p);
+        reg_emit(out, &(RegChange){ .type = REG_CH_FORGET_PEER, .to = p });
         list_unlink(&p->link);
         list_unlink(&p->lost_link);
         p->acct->connections--;
@@ -203,24 +209,21 @@ bool registry_peer_lost(const RegPeer *p)
         return p->lost;
 }
 
-void registry_peer_describe(const RegPeer *p, ProtoMsg *m)
+void registry_peer_view(const RegPeer *p, RegPeerView *ret)
 {
-        uint64_t owned = 0;
-
+        *ret = (RegPeerView){
+                .id = p->id,
+                .creds = p->creds,
+                .pidns = peer_pidns(p),
+                .pidns_declared = peer_pidns_declared(p),
+                .label = p->label,
+                .n_refs = p->n_refs,
+                .n_subs = p->n_subs,
+                .n_waits = p->n_waits,
+                .n_gpus = p->n_gpus,
+                .connected_ms = p->connected_ms,
+                .gpus = (const char (*)[PROTO_MAX_UUID + 1])p->gpus,
+        };
         list_for_each(pos, &p->owned)
-                owned++;
-        proto_record_init(m);
-        proto_set_peer(m, p->id);
-        proto_set_pid(m, p->creds.pid);
-        proto_set_uid(m, p->creds.uid);
-        proto_set_gid(m, p->creds.gid);
-        proto_set_pidns(m, peer_pidns(p));
-        proto_set_pidns_declared(m, peer_pidns_declared(p));
-        proto_set_label(m, proto_str(p->label));
-        proto_set_refs(m, p->n_refs);
-        proto_set_subs(m, p->n_subs);
-        proto_set_waits(m, p->n_waits);
-        proto_set_started_ms(m, p->connected_ms);
-        proto_set_gpus(m, p->gpus, p->n_gpus);
-        proto_set_buffers(m, owned);
+                ret->owned++;
 }

@@ -22,7 +22,9 @@
 #include <string.h>
 
 #include "ring.h"
-#include "registry-internal.h"
+#include "registry-claims.h"
+#include "registry-core.h"
+#include "registry-rings-core.h"
 
 static RegRing *ring_lookup(const Registry *r, const char *name)
 {
@@ -35,18 +37,11 @@ RegRing *registry_ring_by_name(const Registry *r, const char *name)
 }
 
 /* A ring event: name, seat, epoch and an optional reason. */
-static void ring_event(Registry *r, RegPeer *to, ProtoEvent ev, const RegRing *g, const RingSeat *s,
-                       const char *reason, Outbox *o)
+static void ring_event(Registry *r, RegPeer *to, ProtoEvent ev, const RegRing *g, const RingSeat *s, RegWhy why,
+                       RegSink *o)
 {
-        ProtoMsg m;
-
-        proto_event_init(&m, ev);
-        proto_set_name(&m, proto_str(g->name));
-        proto_set_index(&m, s->index);
-        proto_set_generation(&m, s->epoch);
-        if (reason)
-                proto_set_reason(&m, proto_str(reason));
-        outbox_send(o, to, &m, -1);
+        reg_emit(o, &(RegChange){ .type = REG_CH_RING_EVENT, .to = to, .event = ev, .str = g->name,
+                                  .index = s->index, .epoch = s->epoch, .why = why });
         r->counters.events++;
 }
 
@@ -80,7 +75,7 @@ static void seat_parts_let_go(RegRing *g, uint32_t seat)
 /* Empties a seat, telling the producer (and the member, unless it is the one leaving or gone). A
  * reserved seat (its member has not come back) is freed with a word to the producer only. Either
  * way the seat's parts are let go of. */
-static void seat_free(Registry *r, RingSeat *s, const char *why, bool tell_member, Outbox *o)
+static void seat_free(Registry *r, RingSeat *s, RegWhy why, bool tell_member, RegSink *o)
 {
         RegPeer *member = s->peer;
 
@@ -105,7 +100,7 @@ static void seat_free(Registry *r, RingSeat *s, const char *why, bool tell_membe
 
 /* Forgets a ring: its seats empty, its parts stay buffers of the producer but nobody may attach
  * them any more (the producer frees them, or its death revokes them). */
-static void ring_destroy(Registry *r, RegRing *g, const char *why, Outbox *o)
+static void ring_destroy(Registry *r, RegRing *g, RegWhy why, RegSink *o)
 {
         g->owner = NULL; /* members hear it; the producer asked, or is gone */
         for (uint32_t i = 0; i < g->n_members; i++)
@@ -134,7 +129,7 @@ void reg_ring_part_gone(RegBuffer *b)
         }
 }
 
-bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, char *why, size_t cap)
+bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, RegWhy *why)
 {
         const RegRing *g = b->ring;
         uint32_t first_page;
@@ -142,8 +137,7 @@ bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, char *why, size_t
         if (!b->ring_part)
                 return true;
         if (!g) {
-                snprintf(why, cap, "buffer %llu ('%s') belongs to a ring that is closed, or to a membership that "
-                         "ended", (unsigned long long)b->id, b->name);
+                *why = (RegWhy){ REG_E_PART_OF_NO_RING, .n = { b->id }, .s = { b->name } };
                 return false;
         }
         first_page = 1 + g->n_slots;
@@ -156,38 +150,35 @@ bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, char *why, size_t
                     b->ring_index == first_page + g->n_members + i)
                         return true;
         }
-        snprintf(why, cap, "buffer %llu ('%s') is part of ring '%s': only its members may attach it (and a member "
-                 "page only its own member); join the ring", (unsigned long long)b->id, b->name, g->name);
+        *why = (RegWhy){ REG_E_RING_MEMBERS_ONLY, .n = { b->id }, .s = { b->name, g->name } };
         return false;
 }
 
-static void seat_claims_settle(Registry *r, RegRing *g, Outbox *o);
+static void seat_claims_settle(Registry *r, RegRing *g, RegSink *o);
 
 /* Frees the seats of g still waiting for their members: the restart grace is over (the producer
  * hears member-left for each). */
-static void seats_unreserve(Registry *r, RegRing *g, Outbox *o)
+static void seats_unreserve(Registry *r, RegRing *g, RegSink *o)
 {
-        char why[PROTO_MAX_TEXT + 1];
+        const RegWhy why = { REG_R_MEMBER_GRACE_OVER, .n = { r->restart_grace_ms } };
 
-        snprintf(why, sizeof(why), "the member did not come back within the broker's restart grace (%u ms)",
-                 r->restart_grace_ms);
         for (uint32_t i = 0; i < g->n_members; i++)
                 if (g->seats[i].reserved)
                         seat_free(r, &g->seats[i], why, false, o);
 }
 
-void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpec *s, Outbox *out)
+void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpec *s, RegSink *out)
 {
         size_t len = strlen(s->name);
         RegRing *g;
 
         if (ring_lookup(r, s->name)) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NAME_TAKEN, "a ring named '%s' exists already", s->name);
+                reg_answer(out, p, id, PROTO_STATUS_NAME_TAKEN, (RegWhy){ REG_E_RING_EXISTS, .s = { s->name } });
                 return;
         }
         if (p->acct->buffers >= r->limits.buffers_per_uid) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "uid %u owns %u buffers (the limit; a ring counts as "
-                              "one, and each of its parts as one)", p->creds.uid, p->acct->buffers);
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA,
+                           (RegWhy){ REG_E_RING_BUFFERS_LIMIT, .n = { p->creds.uid, p->acct->buffers } });
                 return;
         }
         g = calloc(1, sizeof(*g) + len + 1);
@@ -223,7 +214,7 @@ void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpe
         list_append(&r->ring_list, &g->link);
         g->acct->buffers++;
         r->n_rings++;
-        reg_reply_ok(out, p, id);
+        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
         if (s->restored)
                 seat_claims_settle(r, g, out);
         /* Declared after the grace (its producer came back late, or only its connection dropped): no
@@ -242,64 +233,64 @@ no_memory:
         registry_peer_mark_lost(p);
 }
 
-/* What part `index` of ring g must be: its kind, size and whether members may write it. NULL, or why
- * the publish does not fit. */
-static const char *part_mismatch(const RegRing *g, uint32_t index, const RegPublish *a)
+/* What part `index` of ring g must be: its kind, size and whether members may write it. 0, or the
+ * rule (a RegPartRule) the publish breaks. */
+static unsigned part_mismatch(const RegRing *g, uint32_t index, const RegPublish *a)
 {
         const ProtoBufferInfo *m = &a->info;
         bool slot = index >= 1 && index <= g->n_slots;
 
         if (index >= ring_n_parts(g))
-                return "the part index is beyond the ring's parts (1 control page, its slots, one page per "
-                       "member, and a stream ring's counters per member)";
+                return REG_PART_PART_BEYOND;
         if (g->parts[index])
-                return "that part is registered already";
+                return REG_PART_PART_TAKEN;
         if (m->broker_held || a->retire_after)
-                return "ring parts are neither broker-held nor retired after attaches";
+                return REG_PART_PART_HELD_OR_RETIRED;
         if (slot) {
                 if (m->kind != g->kind || m->size != g->slot_size)
-                        return "a slot has the ring's kind and slot size";
+                        return REG_PART_SLOT_SHAPE;
                 if (m->writable)
-                        return "slots are read-only for members";
+                        return REG_PART_SLOT_READ_ONLY;
                 if (g->device && (!a->device || strcmp(a->device, g->device) != 0))
-                        return "a slot lives on the ring's device";
-                return NULL;
+                        return REG_PART_SLOT_DEVICE;
+                return 0;
         }
         if (index > g->n_slots + g->n_members) {
                 if (m->kind != PROTO_KIND_CUDA_VMM || !m->writable || m->size < 128 || m->size > (64u << 20))
-                        return "a seat's counters are a writable cuda-vmm buffer of 128 bytes to 64 MiB";
+                        return REG_PART_COUNTERS_SHAPE;
                 if (g->device && (!a->device || strcmp(a->device, g->device) != 0))
-                        return "a seat's counters live on the ring's device";
-                return NULL;
+                        return REG_PART_COUNTERS_DEVICE;
+                return 0;
         }
         if (m->kind != PROTO_KIND_MEMFD || m->size != RING_PAGE)
-                return "the control page and member pages are memfds of 4096 bytes";
+                return REG_PART_PAGE_SHAPE;
         if (index == 0 && m->writable)
-                return "the control page is read-only for members";
+                return REG_PART_CONTROL_READ_ONLY;
         if (index > g->n_slots && !m->writable)
-                return "a member page is writable by its member";
-        return NULL;
+                return REG_PART_PAGE_WRITABLE;
+        return 0;
 }
 
 void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, RegPublish *a,
-                        Outbox *out)
+                        RegSink *out)
 {
         _cleanup_close_ int fd = steal_fd(a->fd);
         char name[PROTO_MAX_NAME + 1];
         RegRing *g = ring_lookup(r, ring);
-        const char *why;
+        unsigned rule;
         RegBuffer *b;
 
         if (!g || g->owner != p) {
-                reg_reply_err(out, p, id, g ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_NOT_FOUND,
-                              g ? "ring '%s' belongs to another producer" : "no ring '%s'", ring);
+                reg_answer(out, p, id, g ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_NOT_FOUND,
+                           (RegWhy){ g ? REG_E_RING_OTHERS : REG_E_NO_RING, .s = { ring } });
                 return;
         }
-        why = part_mismatch(g, index, a);
-        if (!why && a->restored && (a->generation == 0 || a->generation > r->generation))
-                why = "a restored part carries the generation an earlier broker gave it";
-        if (why) {
-                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "ring '%s', part %u: %s", ring, index, why);
+        rule = part_mismatch(g, index, a);
+        if (!rule && a->restored && (a->generation == 0 || a->generation > r->generation))
+                rule = REG_PART_RESTORED_GENERATION;
+        if (rule) {
+                reg_answer(out, p, id, PROTO_STATUS_INVALID, (RegWhy){ REG_E_PART_MISFIT, .s = { ring },
+                           .n = { index, rule } });
                 return;
         }
         /* A part is new memory under an id nobody holds: registering it must not adopt an orphan of
@@ -307,9 +298,8 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
          * a buffer that is no part of the ring. */
         b = a->buffer ? reg_buffer_lookup(r, a->buffer) : NULL;
         if (b) {
-                reg_reply_err(out, p, id, PROTO_STATUS_KEY_TAKEN, "buffer id %llu is registered already (by peer "
-                              "%llu, uid %u); draw a new id for a ring part", (unsigned long long)a->buffer,
-                              (unsigned long long)b->owner_id, b->owner_uid);
+                reg_answer(out, p, id, PROTO_STATUS_KEY_TAKEN,
+                           (RegWhy){ REG_E_PART_KEY_TAKEN, .n = { a->buffer, b->owner_id, b->owner_uid } });
                 return;
         }
         ring_part_name(name, sizeof(name), ring, index, g->n_slots, g->n_members);
@@ -327,14 +317,7 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         reg_buffer_set_state(r, b, PROTO_STATE_LIVE);
         if (!a->restored)
                 b->generation = ++r->generation;
-        {
-                ProtoMsg m;
-
-                proto_reply_init(&m, id, PROTO_STATUS_OK);
-                proto_set_buffer(&m, b->id);
-                proto_set_generation(&m, b->generation);
-                outbox_send(out, p, &m, -1);
-        }
+        reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_PART, .buffer = b });
         /* Reclaims waiting for this id are refused now (a part is taken back by joining the ring),
          * not left to count against their peers' references until the grace ends. */
         reg_claims_adopt(r, b, out);
@@ -350,44 +333,38 @@ bool reg_ring_set_up(const RegRing *g)
         return true;
 }
 
-/* The parts a member of seat i attaches: the control page, the slots, its own page (and counters). */
-static int encode_parts(const RegRing *g, uint32_t seat, ProtoItems *items)
+/* The parts a member of seat i attaches: the control page, the slots, its own page (and counters).
+ * Their number. */
+static uint32_t seat_parts(const RegRing *g, uint32_t seat, RegPartRef *parts)
 {
         uint32_t page = 1 + g->n_slots + seat, counter = page + g->n_members;
         uint32_t n = g->n_slots + (g->mode == PROTO_MODE_STREAM ? 3 : 2);
 
-        proto_items_init(items, PROTO_MAX_BODY / 2); /* 67 records of two numbers: a few KiB */
         for (uint32_t i = 0; i < n; i++) {
                 uint32_t part = i <= g->n_slots ? i : i == g->n_slots + 1 ? page : counter;
-                ProtoMsg rec;
 
-                proto_record_init(&rec);
-                proto_set_index(&rec, part);
-                proto_set_buffer(&rec, g->parts[part]->id);
-                if (!proto_items_add(items, &rec))
-                        return -ENOMEM;
+                parts[i] = (RegPartRef){ part, g->parts[part]->id };
         }
-        return 0;
+        return n;
 }
 
-void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out)
+void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out)
 {
         RegRing *g = ring_lookup(r, ring);
-        ProtoItems items;
+        RegPartRef parts[RING_MAX_SLOTS + 3];
         RingSeat *s = NULL;
         bool renewing = false;
-        ProtoMsg m;
+        uint32_t n_parts;
 
         if (!g || !reg_ring_set_up(g)) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, g ? "ring '%s' is still being set up (%u of %u "
-                              "parts registered)" : "no ring '%s'", ring, g ? g->n_registered : 0,
-                              g ? ring_n_parts(g) : 0);
+                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND,
+                           g ? (RegWhy){ REG_E_RING_SETTING_UP, .s = { ring }, .n = { g->n_registered, ring_n_parts(g) } }
+                             : (RegWhy){ REG_E_NO_RING, .s = { ring } });
                 return;
         }
         for (uint32_t i = 0; i < g->n_members; i++) {
                 if (g->seats[i].peer == p) {
-                        reg_reply_err(out, p, id, PROTO_STATUS_STATE, "this connection is a member of ring '%s' "
-                                      "already (seat %u)", ring, i);
+                        reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_RING_MEMBER, .s = { ring }, .n = { i } });
                         return;
                 }
                 if (s || g->seats[i].peer || g->seats[i].reserved)
@@ -400,39 +377,21 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         /* A free seat without parts gets them at the producer's next ring call: worth a retry
          * (NOT_FOUND is what a joining client waits out), unlike a ring that is full. */
         if (!s && renewing) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "ring '%s' has no seat ready: its producer has "
-                              "not yet given a seat that was let go new pages", ring);
+                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_RING_NO_SEAT_READY, .s = { ring } });
                 return;
         }
         if (!s) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "ring '%s' has all its %u member seats taken", ring,
-                              g->n_members);
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_RING_FULL, .s = { ring }, .n = { g->n_members } });
                 return;
         }
-        if (encode_parts(g, s->index, &items) < 0) {
-                proto_items_free(&items);
-                registry_peer_mark_lost(p);
-                return;
-        }
+        n_parts = seat_parts(g, s->index, parts);
         s->peer = p;
         s->epoch = ++g->next_epoch;
         list_append(&p->seats, &s->peer_link);
         r->n_seated++;
-        proto_reply_init(&m, id, PROTO_STATUS_OK);
-        proto_set_index(&m, s->index);
-        proto_set_generation(&m, s->epoch);
-        proto_set_slots(&m, g->n_slots);
-        proto_set_members(&m, g->n_members);
-        proto_set_mode(&m, g->mode);
-        proto_set_kind(&m, g->kind);
-        proto_set_size(&m, g->slot_size);
-        proto_set_timeout_ms(&m, g->lease_ms);
-        proto_set_items(&m, proto_items_finish(&items));
-        if (g->device)
-                proto_set_device(&m, proto_str(g->device));
-        outbox_send(out, p, &m, -1);
-        proto_items_free(&items);
-        ring_event(r, g->owner, PROTO_EV_MEMBER_JOINED, g, s, NULL, out);
+        reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_SEAT, .ring = g,
+                                    .index = s->index, .epoch = s->epoch, .parts = parts, .n = n_parts });
+        ring_event(r, g->owner, PROTO_EV_MEMBER_JOINED, g, s, (RegWhy){ REG_WHY_NONE }, out);
 }
 
 static RingSeat *seat_of(RegRing *g, const RegPeer *p)
@@ -444,23 +403,22 @@ static RingSeat *seat_of(RegRing *g, const RegPeer *p)
 }
 
 /* Gives member p back its seat (index, epoch) of ring g. 0, or a status (with why filled in). */
-static unsigned seat_bind(Registry *r, RegRing *g, RegPeer *p, uint32_t index, uint64_t epoch, char *why, size_t cap)
+static unsigned seat_bind(Registry *r, RegRing *g, RegPeer *p, uint32_t index, uint64_t epoch, RegWhy *why)
 {
         RingSeat *s = seat_of(g, p);
 
         /* As for a join: one seat per connection, whatever epochs it can name. */
         if (s) {
-                snprintf(why, cap, "this connection is a member of ring '%s' already (seat %u)", g->name, s->index);
+                *why = (RegWhy){ REG_E_RING_MEMBER, .s = { g->name }, .n = { s->index } };
                 return PROTO_STATUS_STATE;
         }
         if (index >= g->n_members) {
-                snprintf(why, cap, "ring '%s' has %u seats", g->name, g->n_members);
+                *why = (RegWhy){ REG_E_RING_SEATS, .s = { g->name }, .n = { g->n_members } };
                 return PROTO_STATUS_INVALID;
         }
         s = &g->seats[index];
         if (!s->reserved || s->epoch != epoch) {
-                snprintf(why, cap, "seat %u of ring '%s' is not waiting for membership %llu (its producer did not "
-                         "declare it, or gave it up)", index, g->name, (unsigned long long)epoch);
+                *why = (RegWhy){ REG_E_SEAT_NOT_WAITING, .s = { g->name }, .n = { index, epoch } };
                 return PROTO_STATUS_REVOKED;
         }
         s->reserved = false;
@@ -480,31 +438,25 @@ static void seat_claim_free(Registry *r, SeatClaim *c)
 }
 
 /* The member-left a member gets when its seat cannot come back. */
-static void seat_claim_refuse(Registry *r, SeatClaim *c, const char *why, Outbox *o)
+static void seat_claim_refuse(Registry *r, SeatClaim *c, RegWhy why, RegSink *o)
 {
-        ProtoMsg m;
-
-        proto_event_init(&m, PROTO_EV_MEMBER_LEFT);
-        proto_set_name(&m, proto_str(c->ring));
-        proto_set_index(&m, c->index);
-        proto_set_generation(&m, c->epoch);
-        proto_set_reason(&m, proto_str(why));
-        outbox_send(o, c->peer, &m, -1);
+        reg_emit(o, &(RegChange){ .type = REG_CH_RING_EVENT, .to = c->peer, .event = PROTO_EV_MEMBER_LEFT,
+                                  .str = c->ring, .index = c->index, .epoch = c->epoch, .why = why });
         r->counters.events++;
         seat_claim_free(r, c);
 }
 
 /* A restored ring takes over the members that asked for their seats before it came back. */
-static void seat_claims_settle(Registry *r, RegRing *g, Outbox *o)
+static void seat_claims_settle(Registry *r, RegRing *g, RegSink *o)
 {
-        char why[PROTO_MAX_TEXT + 1];
+        RegWhy why;
 
         list_for_each_safe(pos, &r->seat_claims) {
                 SeatClaim *c = list_entry(pos, SeatClaim, link);
 
                 if (strcmp(c->ring, g->name) != 0)
                         continue;
-                if (seat_bind(r, g, c->peer, c->index, c->epoch, why, sizeof(why)))
+                if (seat_bind(r, g, c->peer, c->index, c->epoch, &why))
                         seat_claim_refuse(r, c, why, o);
                 else
                         seat_claim_free(r, c);
@@ -512,32 +464,26 @@ static void seat_claims_settle(Registry *r, RegRing *g, Outbox *o)
 }
 
 void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, uint64_t epoch,
-                          Outbox *out)
+                          RegSink *out)
 {
         RegRing *g = ring_lookup(r, ring);
-        char why[PROTO_MAX_TEXT + 1];
+        RegWhy why = { REG_WHY_NONE };
         size_t len = strlen(ring);
         unsigned status;
         SeatClaim *c;
-        ProtoMsg m;
 
         if (g) {
-                status = seat_bind(r, g, p, index, epoch, why, sizeof(why));
-                if (status)
-                        reg_reply_err(out, p, id, status, "%s", why);
-                else
-                        reg_reply_ok(out, p, id);
+                status = seat_bind(r, g, p, index, epoch, &why);
+                reg_answer(out, p, id, status, why);
                 return;
         }
         if (!r->in_grace) {
-                reg_reply_err(out, p, id, PROTO_STATUS_REVOKED, "ring '%s' is gone: its producer did not declare it "
-                              "again within the broker's restart grace", ring);
+                reg_answer(out, p, id, PROTO_STATUS_REVOKED, (RegWhy){ REG_E_RING_GONE, .s = { ring } });
                 return;
         }
         /* Bounded per connection like its other waits, so that one peer cannot take every claim. */
         if (p->n_seat_claims >= r->limits.waits_per_peer) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "this connection waits for %u seats of rings that "
-                              "are not back yet (the limit, --max-waits-per-peer)", p->n_seat_claims);
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_SEAT_CLAIMS_LIMIT, .n = { p->n_seat_claims } });
                 return;
         }
         c = calloc(1, sizeof(*c) + len + 1);
@@ -553,18 +499,14 @@ void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring
         list_append(&p->seat_claims, &c->peer_link);
         p->n_seat_claims++;
         r->n_seat_claims++;
-        proto_reply_init(&m, id, PROTO_STATUS_OK);
-        proto_set_pending(&m, true);
-        outbox_send(out, p, &m, -1);
+        reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_PENDING });
 }
 
-void reg_rings_grace_end(Registry *r, Outbox *o)
+void reg_rings_grace_end(Registry *r, RegSink *o)
 {
-        char why[PROTO_MAX_TEXT + 1];
+        const RegWhy why = { REG_R_RING_GRACE_OVER, .n = { r->restart_grace_ms } };
         RegPeer *p;
 
-        snprintf(why, sizeof(why), "the ring's producer did not declare it again within the broker's restart grace "
-                 "(%u ms)", r->restart_grace_ms);
         while (!list_empty(&r->seat_claims))
                 seat_claim_refuse(r, list_entry(r->seat_claims.next, SeatClaim, link), why, o);
         for (p = registry_peer_first(r); p; p = registry_peer_next(r, p))
@@ -573,7 +515,7 @@ void reg_rings_grace_end(Registry *r, Outbox *o)
 }
 
 /* Drops p's references on g's parts (an evicted member may not come back for them). */
-static void drop_part_holds(Registry *r, RegRing *g, RegPeer *p, Outbox *o)
+static void drop_part_holds(Registry *r, RegRing *g, RegPeer *p, RegSink *o)
 {
         list_for_each_safe(pos, &p->holds) {
                 Hold *h = list_entry(pos, Hold, peer_link);
@@ -582,83 +524,77 @@ static void drop_part_holds(Registry *r, RegRing *g, RegPeer *p, Outbox *o)
                 if (b->ring != g)
                         continue;
                 reg_hold_drop(r, h);
-                reg_buffer_drain_if_done(r, b, NULL, o);
+                reg_buffer_drain_if_done(r, b, (RegWhy){ REG_WHY_NONE }, o);
         }
 }
 
-void registry_ring_leave(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out)
+void registry_ring_leave(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out)
 {
         RingSeat *s = seat_of(ring_lookup(r, ring), p);
 
         if (!s) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "this connection is no member of ring '%s'", ring);
+                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NOT_MEMBER, .s = { ring } });
                 return;
         }
-        reg_reply_ok(out, p, id);
-        seat_free(r, s, "the member left", false, out);
+        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
+        seat_free(r, s, (RegWhy){ REG_R_MEMBER_LEFT }, false, out);
 }
 
 void registry_ring_evict(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, uint64_t epoch,
-                         Outbox *out)
+                         RegSink *out)
 {
         RegRing *g = ring_lookup(r, ring);
-        char why[PROTO_MAX_TEXT + 1];
         RegPeer *member;
         RingSeat *s;
 
         if (!g || g->owner != p) {
-                reg_reply_err(out, p, id, g ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_NOT_FOUND,
-                              g ? "ring '%s' belongs to another producer" : "no ring '%s'", ring);
+                reg_answer(out, p, id, g ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_NOT_FOUND,
+                           (RegWhy){ g ? REG_E_RING_OTHERS : REG_E_NO_RING, .s = { ring } });
                 return;
         }
         if (index >= g->n_members || g->seats[index].epoch != epoch ||
             (!g->seats[index].peer && !g->seats[index].reserved)) {
                 /* It left meanwhile (its member-left event is on its way): nothing to do. */
-                reg_reply_ok(out, p, id);
+                reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
                 return;
         }
         s = &g->seats[index];
         if (s->reserved) {
                 /* Restored, and its member has not come back: the producer gives the seat up, so
                  * that a new member may take it (the producer hears member-left, as for any seat). */
-                reg_reply_ok(out, p, id);
-                seat_free(r, s, "evicted by the producer before its member came back after the broker restarted",
-                          false, out);
+                reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
+                seat_free(r, s, (RegWhy){ REG_R_EVICTED_UNRETURNED }, false, out);
                 return;
         }
         member = s->peer;
-        snprintf(why, sizeof(why), "evicted by the producer: it held up the ring for longer than its %u ms lease",
-                 g->lease_ms);
-        reg_reply_ok(out, p, id);
+        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
         /* Before the seat is freed: its page and counters are still the ring's then. */
         drop_part_holds(r, g, member, out);
-        seat_free(r, s, why, true, out);
+        seat_free(r, s, (RegWhy){ REG_R_EVICTED_LEASE, .n = { g->lease_ms } }, true, out);
 }
 
-void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out)
+void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out)
 {
         RegRing *g = ring_lookup(r, ring);
 
         if (!g || g->owner != p) {
-                reg_reply_err(out, p, id, g ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_NOT_FOUND,
-                              g ? "ring '%s' belongs to another producer" : "no ring '%s'", ring);
+                reg_answer(out, p, id, g ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_NOT_FOUND,
+                           (RegWhy){ g ? REG_E_RING_OTHERS : REG_E_NO_RING, .s = { ring } });
                 return;
         }
-        reg_reply_ok(out, p, id);
-        ring_destroy(r, g, "the producer closed the ring", out);
+        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
+        ring_destroy(r, g, (RegWhy){ REG_R_RING_CLOSED }, out);
 }
 
-void reg_rings_drop_peer(Registry *r, RegPeer *p, Outbox *o)
+void reg_rings_drop_peer(Registry *r, RegPeer *p, RegSink *o)
 {
-        char why[160];
+        const RegWhy why = { REG_R_RING_PRODUCER_GONE, .n = { p->id, p->creds.pid, p->creds.uid } };
 
         while (!list_empty(&p->seat_claims))
                 seat_claim_free(r, list_entry(p->seat_claims.next, SeatClaim, peer_link));
 
         while (!list_empty(&p->seats))
-                seat_free(r, list_entry(p->seats.next, RingSeat, peer_link), "the member disconnected", false, o);
-        snprintf(why, sizeof(why), "the producer (peer %llu, pid %u, uid %u) disconnected", (unsigned long long)p->id,
-                 p->creds.pid, p->creds.uid);
+                seat_free(r, list_entry(p->seats.next, RingSeat, peer_link), (RegWhy){ REG_R_MEMBER_GONE }, false, o);
         while (!list_empty(&p->rings))
                 ring_destroy(r, list_entry(p->rings.next, RegRing, owner_link), why, o);
 }

@@ -5,34 +5,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry-internal.h"
+#include "registry-core.h"
+#include "registry-subs.h"
 
-void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, const char *reason, Outbox *o)
+void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, RegWhy why, RegSink *o)
 {
         list_for_each(pos, &r->subs) {
                 Sub *s = list_entry(pos, Sub, link);
-                ProtoMsg m;
 
                 if (strncmp(b->name, s->prefix, s->prefix_len) != 0)
                         continue;
-                reg_event_base(&m, ev, b);
-                proto_set_sub(&m, s->id);
-                if (reason)
-                        proto_set_reason(&m, proto_str(reason));
-                outbox_send(o, s->peer, &m, -1);
+                reg_tell(o, s->peer, ev, b, s->id, why);
                 r->counters.events++;
         }
 }
 
-void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix, Outbox *out)
+void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix, RegSink *out)
 {
         size_t len = strlen(prefix);
-        ProtoMsg m;
         Sub *s;
 
         if (p->n_subs >= r->limits.subs_per_peer) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "this connection has %u subscriptions (the limit)",
-                              p->n_subs);
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_SUBS_LIMIT, .n = { p->n_subs } });
                 return;
         }
         s = calloc(1, sizeof(*s) + len + 1);
@@ -49,9 +43,7 @@ void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix
         p->n_subs++;
         r->n_subs++;
 
-        proto_reply_init(&m, id, PROTO_STATUS_OK);
-        proto_set_sub(&m, s->id);
-        outbox_send(out, p, &m, -1);
+        reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_SUB, .sub = s->id });
 }
 
 void reg_sub_free(Registry *r, Sub *s)
@@ -63,16 +55,15 @@ void reg_sub_free(Registry *r, Sub *s)
         free(s);
 }
 
-void registry_unsubscribe(Registry *r, RegPeer *p, uint64_t id, uint64_t sub, Outbox *out)
+void registry_unsubscribe(Registry *r, RegPeer *p, uint64_t id, uint64_t sub, RegSink *out)
 {
         list_for_each(pos, &p->subs) {
                 Sub *s = list_entry(pos, Sub, peer_link);
                 if (s->id == sub) {
                         reg_sub_free(r, s);
-                        reg_reply_ok(out, p, id);
+                        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
                         return;
                 }
         }
-        reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "this connection has no subscription %llu",
-                      (unsigned long long)sub);
+        reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NO_SUB, .n = { sub } });
 }

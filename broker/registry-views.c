@@ -4,32 +4,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry-internal.h"
+#include "registry-core.h"
+#include "registry-rings-core.h"
 
-void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m)
+void registry_buffer_view(const RegBuffer *b, RegBufferView *ret)
 {
-        proto_record_init(m);
-        proto_set_buffer(m, b->id);
-        proto_set_name(m, proto_str(b->name));
-        proto_set_generation(m, b->generation);
-        proto_set_buffer_info(m, &b->info);
-        if (b->segment)
-                proto_set_segment_size(m, b->segment->info.size); /* what a consumer maps */
-        proto_set_state(m, b->state);
-        proto_set_refs(m, b->refs);
-        proto_set_holders(m, b->holders);
-        proto_set_owner(m, b->owner ? b->owner->id : 0);
-        proto_set_uid(m, b->owner_uid);
-        proto_set_pid(m, b->owner_pid);
-        if (b->device)
-                proto_set_device(m, proto_str(b->device));
-        if (b->meta_len)
-                proto_set_meta(m, (ProtoRaw){ b->meta, b->meta_len, 0 });
-        if (b->handle)
-                proto_set_handle(m, (ProtoStr){ (const char *)b->handle, PROTO_LEGACY_HANDLE_SIZE });
-        /* Registered again after a restart, and holders may still come back: it does not drain yet. */
-        if (b->restored)
-                proto_set_restored(m, true);
+        *ret = (RegBufferView){
+                .id = b->id,
+                .generation = b->generation,
+                .refs = b->refs,
+                .name = b->name,
+                .info = b->info,
+                .is_view = b->segment != NULL,
+                .segment_size = b->segment ? b->segment->info.size : 0,
+                .state = b->state,
+                .holders = b->holders,
+                .owner = b->owner ? b->owner->id : 0,
+                .owner_uid = b->owner_uid,
+                .owner_pid = b->owner_pid,
+                .device = b->device,
+                .meta = b->meta_len ? b->meta : NULL,
+                .meta_len = b->meta_len,
+                .handle = b->handle,
+                .restored = b->restored,
+                .fd = reg_memory_of((RegBuffer *)b)->fd,
+        };
 }
 
 RegBuffer *registry_buffer_after(const Registry *r, uint64_t after)

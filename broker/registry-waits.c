@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry-internal.h"
+#include "registry-claims.h"
+#include "registry-core.h"
+#include "registry-waits.h"
 
 void reg_wait_free(Registry *r, Wait *w)
 {
@@ -53,7 +55,7 @@ int reg_group_rearm(Registry *r, RegGroup *g)
 }
 
 /* Answers every member at once (all-or-nothing) and dissolves the group. */
-static void group_finish(Registry *r, RegGroup *g, bool complete, Outbox *o)
+static void group_finish(Registry *r, RegGroup *g, bool complete, RegSink *o)
 {
         uint32_t joined = g->joined;
 
@@ -61,19 +63,15 @@ static void group_finish(Registry *r, RegGroup *g, bool complete, Outbox *o)
                 Wait *w = list_entry(g->joins.next, Wait, link);
                 RegPeer *p = w->peer;
                 uint64_t id = w->req_id;
-                ProtoMsg m;
 
                 reg_join_free(r, w);
                 if (!complete) {
-                        reg_reply_err(o, p, id, PROTO_STATUS_TIMEOUT,
-                                      "group '%s': %u of %u members joined before the earliest member's deadline",
-                                      g->name, joined, g->members);
+                        reg_answer(o, p, id, PROTO_STATUS_TIMEOUT,
+                                   (RegWhy){ REG_E_GROUP_TIMEOUT, .s = { g->name }, .n = { joined, g->members } });
                         continue;
                 }
-                proto_reply_init(&m, id, PROTO_STATUS_OK);
-                proto_set_group(&m, proto_str(g->name));
-                proto_set_members(&m, g->members);
-                outbox_send(o, p, &m, -1);
+                reg_emit(o, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_GROUP,
+                                          .str = g->name, .n = g->members });
         }
         if (complete)
                 r->counters.groups_completed++;
@@ -83,34 +81,32 @@ static void group_finish(Registry *r, RegGroup *g, bool complete, Outbox *o)
 }
 
 void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group, uint32_t members,
-                         uint32_t timeout_ms, uint64_t now_ms, Outbox *out)
+                         uint32_t timeout_ms, uint64_t now_ms, RegSink *out)
 {
         RegGroup *g = group_lookup(r, group);
         size_t len = strlen(group);
         Wait *w;
 
         if (members == 0) {
-                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "a group needs at least one member");
+                reg_answer(out, p, id, PROTO_STATUS_INVALID, (RegWhy){ REG_E_GROUP_EMPTY });
                 return;
         }
         if (g && g->members != members) {
-                reg_reply_err(out, p, id, PROTO_STATUS_GROUP_MISMATCH,
-                              "group '%s' was started with %u members; this join says %u", group, g->members, members);
+                reg_answer(out, p, id, PROTO_STATUS_GROUP_MISMATCH,
+                           (RegWhy){ REG_E_GROUP_MISMATCH, .s = { group }, .n = { g->members, members } });
                 return;
         }
         if (g) {
                 list_for_each(pos, &g->joins) {
                         if (list_entry(pos, Wait, link)->peer == p) {
-                                reg_reply_err(out, p, id, PROTO_STATUS_STATE,
-                                              "this connection already joined group '%s'",
-                                              group);
+                                reg_answer(out, p, id, PROTO_STATUS_STATE,
+                                           (RegWhy){ REG_E_GROUP_JOINED, .s = { group } });
                                 return;
                         }
                 }
         }
         if (p->n_waits >= r->limits.waits_per_peer) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "this connection already waits %u times (the limit)",
-                              p->n_waits);
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_WAITS_LIMIT, .n = { p->n_waits } });
                 return;
         }
         if (!g) {
@@ -149,7 +145,7 @@ void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group
                 registry_peer_mark_lost(p);
 }
 
-void registry_expire(Registry *r, uint64_t now_ms, Outbox *out)
+void registry_expire(Registry *r, uint64_t now_ms, RegSink *out)
 {
         HeapNode *top;
 
@@ -172,20 +168,14 @@ void registry_expire(Registry *r, uint64_t now_ms, Outbox *out)
                         r->counters.timeouts++;
                         /* Publications this wait saw come and go went to earlier waiters (retire_after)
                          * or were retired before its turn: saying "nothing was published" would mislead. */
-                        if (missed)
-                                reg_reply_err(out, p, id, PROTO_STATUS_TIMEOUT,
-                                              "nothing was live under '%s' for this attach before the timeout: %llu "
-                                              "publication(s) during the wait were retired before its turn (by "
-                                              "retire_after, once earlier waiters had attached, or by the producer)",
-                                              name, (unsigned long long)missed);
-                        else
-                                reg_reply_err(out, p, id, PROTO_STATUS_TIMEOUT,
-                                              "nothing was published under '%s' before the timeout", name);
+                        reg_answer(out, p, id, PROTO_STATUS_TIMEOUT,
+                                   (RegWhy){ missed ? REG_E_WAIT_MISSED : REG_E_WAIT_TIMEOUT, .s = { name },
+                                             .n = { missed } });
                 }
         }
 }
 
-void registry_cancel_waits(Registry *r, unsigned status, const char *why, Outbox *out)
+void registry_cancel_waits(Registry *r, unsigned status, const char *why, RegSink *out)
 {
         RegPeer *p;
 
@@ -202,7 +192,7 @@ void registry_cancel_waits(Registry *r, unsigned status, const char *why, Outbox
                         } else {
                                 reg_wait_free(r, w);
                         }
-                        reg_reply_err(out, p, id, status, "%s", why);
+                        reg_answer(out, p, id, status, reg_why_text(why));
                 }
         }
 }

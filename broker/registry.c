@@ -10,7 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry-internal.h"
+#include "macro.h"
+#include "registry-claims.h"
+#include "registry-core.h"
+#include "registry-rings-core.h"
+#include "registry-subs.h"
+#include "registry-waits.h"
 
 UidAcct *reg_acct_get(Registry *r, uint32_t uid)
 {
@@ -34,36 +39,35 @@ UidAcct *reg_acct_get(Registry *r, uint32_t uid)
  * coming and going under ever new uids cannot grow the table. */
 void reg_acct_put(Registry *r, UidAcct *a)
 {
-        if (a && !a->connections && !a->buffers && !a->fds) {
+        if (a && !a->connections && !a->buffers && !a->fds && !a->claims) {
                 hmap_remove(&r->uids, &a->node);
                 free(a);
         }
 }
 
-void reg_reply_ok(Outbox *o, RegPeer *p, uint64_t id)
+void reg_emit(RegSink *o, const RegChange *c)
 {
-        ProtoMsg m;
-
-        proto_reply_init(&m, id, PROTO_STATUS_OK);
-        outbox_send(o, p, &m, -1);
+        o->emit(o->ctx, c);
 }
 
-_printf_(5, 6) void reg_reply_err(Outbox *o, RegPeer *p, uint64_t id, unsigned status, const char *fmt, ...)
+void reg_answer(RegSink *o, RegPeer *p, uint64_t id, unsigned status, RegWhy why)
 {
-        va_list ap;
+        RegChange c = { .type = REG_CH_REPLY, .to = p, .req = id, .status = status, .why = why };
 
-        va_start(ap, fmt);
-        outbox_send_errorv(o, p, id, status, fmt, ap);
-        va_end(ap);
+        reg_emit(o, &c);
 }
 
-void reg_event_base(ProtoMsg *m, ProtoEvent ev, const RegBuffer *b)
+void reg_close_fd(RegSink *o, int fd)
 {
-        proto_event_init(m, ev);
-        proto_set_buffer(m, b->id);
-        proto_set_generation(m, b->generation);
-        proto_set_name(m, proto_str(b->name));
-        proto_set_kind(m, b->info.kind);
+        reg_emit(o, &(RegChange){ .type = REG_CH_CLOSE_FD, .fd = fd });
+}
+
+void reg_tell(RegSink *o, RegPeer *p, ProtoEvent ev, const RegBuffer *b, uint64_t sub, RegWhy why)
+{
+        RegChange c = { .type = REG_CH_EVENT, .to = p, .event = ev, .sub = sub, .why = why,
+                        .key = { b->id, b->generation, b->name, b->info.kind } };
+
+        reg_emit(o, &c);
 }
 
 RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id)
@@ -71,12 +75,12 @@ RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id)
         return HMAP_FIND(&r->buffers_by_id, hash_u64(id), RegBuffer, by_id, b, b->id == id);
 }
 
-RegBuffer *registry_request_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out)
+RegBuffer *registry_request_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSink *out)
 {
         RegBuffer *b = reg_buffer_lookup(r, buffer);
 
         if (!b)
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "no buffer with id %llu", (unsigned long long)buffer);
+                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NO_BUFFER, .n = { buffer } });
         return b;
 }
 
@@ -194,7 +198,7 @@ static void buffer_free_fields(RegBuffer *b)
         free(b->meta);
 }
 
-void reg_segment_release_if_done(Registry *r, RegBuffer *s, Outbox *o)
+void reg_segment_release_if_done(Registry *r, RegBuffer *s, RegSink *o)
 {
         /* A leaving producer's segments are dealt with after its views (registry_peer_remove). */
         if (s->n_views || s->destroying || s->state != PROTO_STATE_IDLE || (s->owner && s->owner->leaving))
@@ -204,7 +208,7 @@ void reg_segment_release_if_done(Registry *r, RegBuffer *s, Outbox *o)
 }
 
 /* A view leaves its segment; the segment goes too if nothing else keeps it. */
-static void view_detach(Registry *r, RegBuffer *v, Outbox *o)
+static void view_detach(Registry *r, RegBuffer *v, RegSink *o)
 {
         RegBuffer *s = v->segment;
 
@@ -214,7 +218,7 @@ static void view_detach(Registry *r, RegBuffer *v, Outbox *o)
         reg_segment_release_if_done(r, s, o);
 }
 
-void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
+void reg_buffer_destroy(Registry *r, RegBuffer *b, RegSink *o)
 {
         b->destroying = true;
         /* The memory goes with the segment (the broker closes its fd): no view may outlive it. */
@@ -228,16 +232,14 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
                 /* Only peers that still map it are told, so that they drop their cached mapping;
                  * a lost peer gets nothing more. */
                 if (h->mapped && !h->peer->lost) {
-                        ProtoMsg m;
-
-                        reg_event_base(&m, PROTO_EV_FREED, b);
-                        outbox_send(o, h->peer, &m, -1);
+                        reg_tell(o, h->peer, PROTO_EV_FREED, b, 0, (RegWhy){ REG_WHY_NONE });
                         r->counters.events++;
                 }
                 reg_hold_drop(r, h);
         }
         buffer_unpublish(r, b);
         reg_restored_forget(r, b);
+        reg_departed_forget(b);
         reg_ring_part_gone(b);
         list_unlink(&b->owner_link);
         list_unlink(&b->link);
@@ -246,7 +248,7 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
         if (b->fd >= 0) {
                 b->acct->fds--;
                 r->n_fds--;
-                outbox_close_fd(o, b->fd);
+                reg_close_fd(o, b->fd);
         }
         b->acct->buffers--;
         reg_acct_put(r, b->acct);
@@ -258,66 +260,59 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, Outbox *o)
         free(b);
 }
 
-void reg_buffer_drain(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
+void reg_buffer_drain(Registry *r, RegBuffer *b, RegWhy why, RegSink *o)
 {
-        ProtoMsg m;
-
         reg_buffer_set_state(r, b, PROTO_STATE_IDLE);
         reg_restored_forget(r, b);
+        reg_departed_forget(b);
         r->counters.drains++;
         if (b->owner) {
-                reg_event_base(&m, PROTO_EV_DRAINED, b);
-                if (reason)
-                        proto_set_reason(&m, proto_str(reason));
-                outbox_send(o, b->owner, &m, -1);
+                reg_tell(o, b->owner, PROTO_EV_DRAINED, b, 0, why);
                 r->counters.events++;
         }
-        reg_notify_subscribers(r, PROTO_EV_DRAINED, b, reason, o);
+        reg_notify_subscribers(r, PROTO_EV_DRAINED, b, why, o);
         /* A segment stays while views of it are registered; the last one takes it along. */
         if ((!b->owner || b->free_on_drain) && b->n_views == 0)
                 reg_buffer_destroy(r, b, o);
 }
 
-void reg_buffer_drain_if_done(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
+void reg_buffer_drain_if_done(Registry *r, RegBuffer *b, RegWhy why, RegSink *o)
 {
         if (b->state != PROTO_STATE_RETIRED || b->refs > 0)
                 return;
         /* A holder of the old broker may still reconnect and reclaim: drained would be a lie. */
         if (b->restored && r->in_grace)
                 return;
-        reg_buffer_drain(r, b, reason, o);
+        reg_buffer_drain(r, b, why, o);
 }
 
-static void buffer_retire(Registry *r, RegBuffer *b, Outbox *o)
+void reg_buffer_retire(Registry *r, RegBuffer *b, RegSink *o)
 {
         if (b->state != PROTO_STATE_LIVE)
                 return;
         reg_buffer_set_state(r, b, PROTO_STATE_RETIRED);
         buffer_unpublish(r, b);
         r->counters.retires++;
-        reg_notify_subscribers(r, PROTO_EV_RETIRED, b, NULL, o);
-        reg_buffer_drain_if_done(r, b, NULL, o);
+        reg_notify_subscribers(r, PROTO_EV_RETIRED, b, (RegWhy){ REG_WHY_NONE }, o);
+        reg_buffer_drain_if_done(r, b, (RegWhy){ REG_WHY_NONE }, o);
 }
 
-void reg_buffer_revoke(Registry *r, RegBuffer *b, const char *reason, Outbox *o)
+void reg_buffer_revoke(Registry *r, RegBuffer *b, RegWhy why, RegSink *o)
 {
         b->destroying = true;
         /* The views' holders lose the memory too, and hear it under the names they attached. */
         while (!list_empty(&b->views))
-                reg_buffer_revoke(r, list_entry(b->views.next, RegBuffer, view_link), reason, o);
+                reg_buffer_revoke(r, list_entry(b->views.next, RegBuffer, view_link), why, o);
         list_for_each(pos, &b->holds) {
                 Hold *h = list_entry(pos, Hold, buf_link);
-                ProtoMsg m;
 
                 if (h->count == 0)
                         continue; /* only a cached mapping: the freed event that follows covers it */
-                reg_event_base(&m, PROTO_EV_REVOKED, b);
-                proto_set_reason(&m, proto_str(reason));
-                outbox_send(o, h->peer, &m, -1);
+                reg_tell(o, h->peer, PROTO_EV_REVOKED, b, 0, why);
                 r->counters.events++;
         }
         r->counters.revokes++;
-        reg_notify_subscribers(r, PROTO_EV_REVOKED, b, reason, o);
+        reg_notify_subscribers(r, PROTO_EV_REVOKED, b, why, o);
         reg_buffer_destroy(r, b, o);
 }
 
@@ -329,92 +324,55 @@ static bool peer_sees_device(const RegPeer *p, const char *uuid)
         return false;
 }
 
-/* "PID namespace N", saying so when N is only what the peer declared, or that it is unknown. */
-static const char *describe_pidns(char *buf, size_t cap, uint64_t ns, bool declared)
-{
-        if (!ns)
-                snprintf(buf, cap, "a PID namespace it did not declare");
-        else
-                snprintf(buf, cap, "PID namespace %llu%s", (unsigned long long)ns, declared ? " (as declared)" : "");
-        return buf;
-}
-
 /* Explains, before CUDA would fail obscurely, why this consumer cannot use this buffer.
- * Returns a status and fills text, or 0. */
-static unsigned attach_diagnose(const RegBuffer *b, const RegPeer *p, char *text, size_t cap)
+ * Returns a status and fills why, or 0. */
+unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why)
 {
         if (b->info.kind == PROTO_KIND_CUDA_LEGACY) {
                 uint64_t mine = peer_pidns(p);
                 bool differ = mine && b->owner_pidns && mine != b->owner_pidns;
-                char who[64], theirs[64], ours[64];
 
                 /* The kernel's own view: a pid of 0 means "outside the broker's namespace", so one
                  * visible peer and one invisible one cannot share a namespace. */
                 if (!differ && !p->creds.pid != !b->owner_pid)
                         differ = true;
                 if (differ) {
-                        /* A pid the broker cannot see is no pid at all: say where the process is. */
-                        if (b->owner_pid)
-                                snprintf(who, sizeof(who), "pid %u, uid %u", b->owner_pid, b->owner_uid);
-                        else
-                                snprintf(who, sizeof(who), "uid %u, in another PID namespace than the broker",
-                                         b->owner_uid);
-                        snprintf(text, cap,
-                                 "buffer '%s' is cuda-legacy: its producer (%s) is in %s and this consumer%s is "
-                                 "in %s; legacy CUDA IPC needs both in one PID namespace (CUDA would fail with "
-                                 "'invalid device context'). Fix: set shareProcessNamespace: true on the pod, or "
-                                 "publish as cuda-vmm",
-                                 b->name, who,
-                                 describe_pidns(theirs, sizeof(theirs), b->owner_pidns, b->owner_pidns_declared),
-                                 p->creds.pid ? "" : " (in another PID namespace than the broker)",
-                                 describe_pidns(ours, sizeof(ours), mine, peer_pidns_declared(p)));
+                        *why = (RegWhy){ REG_E_PIDNS, .s = { b->name },
+                                         .n = { b->owner_pid, b->owner_uid, b->owner_pidns, b->owner_pidns_declared,
+                                                p->creds.pid, mine, peer_pidns_declared(p) } };
                         return PROTO_STATUS_PIDNS;
                 }
         }
         if (b->info.kind != PROTO_KIND_MEMFD && b->device && !peer_sees_device(p, b->device)) {
-                size_t n = (size_t)snprintf(text, cap,
-                                            "buffer '%s' lives on GPU %s, which this consumer cannot see "
-                                            "(it sees: ", b->name, b->device);
-                for (uint32_t i = 0; i < p->n_gpus && n < cap; i++)
-                        n += (size_t)snprintf(text + n, cap - n, "%s%s", i ? ", " : "", p->gpus[i]);
-                if (n < cap)
-                        snprintf(text + n, cap - n, "%s). Fix: give producer and consumer the same "
-                                 "ResourceClaim, or the same visible devices",
-                                 p->n_gpus ? "" : "no GPU");
+                *why = (RegWhy){ REG_E_DEVICE, .s = { b->name, b->device }, .gpus = (const char (*)[PROTO_MAX_UUID + 1])p->gpus,
+                                 .n_gpus = p->n_gpus };
                 return PROTO_STATUS_DEVICE;
         }
         return 0;
 }
 
-static void reply_attached(Outbox *o, RegPeer *p, uint64_t id, RegBuffer *b, bool cached)
+static void reply_attached(RegSink *o, RegPeer *p, uint64_t id, RegBuffer *b, bool cached)
 {
-        ProtoMsg m;
-
-        registry_buffer_describe(b, &m);
-        m.type = PROTO_REPLY;
-        proto_set_reply(&m, id);
-        proto_set_status(&m, PROTO_STATUS_OK);
-        proto_set_cached(&m, cached);
-        outbox_send(o, p, &m, cached ? -1 : reg_memory_of(b)->fd);
+        reg_emit(o, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_ATTACHED, .buffer = b,
+                                  .flag = cached });
 }
 
 /* Takes a reference for p on a live buffer and replies. */
-static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbox *o)
+static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSink *o)
 {
-        char text[PROTO_MAX_TEXT + 1];
         unsigned status;
+        RegWhy why;
         bool cached;
 
-        status = attach_diagnose(b, p, text, sizeof(text));
-        if (!status && !reg_ring_may_attach(b, p, text, sizeof(text)))
+        status = reg_attach_diagnose(b, p, &why);
+        if (!status && !reg_ring_may_attach(b, p, &why))
                 status = PROTO_STATUS_DENIED;
         if (status) {
-                reg_reply_err(o, p, id, status, "%s", text);
+                reg_answer(o, p, id, status, why);
                 return;
         }
         if (p->n_refs + p->n_claim_refs >= r->limits.refs_per_peer) {
-                reg_reply_err(o, p, id, PROTO_STATUS_QUOTA, "this connection holds %u references (the limit); "
-                              "release some first", p->n_refs + p->n_claim_refs);
+                reg_answer(o, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_REFS_FULL, .n = { p->n_refs + p->n_claim_refs } });
                 return;
         }
         /* The fd travels once per peer: afterwards the peer's cached mapping serves, until it says
@@ -430,12 +388,12 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbo
                 r->counters.attaches_cached++;
         reply_attached(o, p, id, b, cached);
         if (b->retire_after && b->attaches >= b->retire_after)
-                buffer_retire(r, b, o);
+                reg_buffer_retire(r, b, o);
 }
 
 /* Hands a newly published buffer to everyone waiting for its name, oldest first, for as long as
  * it stays published (retire_after may retire it half-way). */
-static void wake_waiters(Registry *r, RegName *e, Outbox *o)
+static void wake_waiters(Registry *r, RegName *e, RegSink *o)
 {
         RegBuffer *b = e->live;
 
@@ -452,18 +410,17 @@ static void wake_waiters(Registry *r, RegName *e, Outbox *o)
         }
 }
 
-void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbox *out)
+void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSink *out)
 {
         if (b->state != PROTO_STATE_LIVE) {
-                reg_reply_err(out, p, id, PROTO_STATUS_STATE, "buffer %llu ('%s') is %s, not live",
-                              (unsigned long long)b->id, b->name, proto_state_name(b->state));
+                reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_NOT_LIVE, .n = { b->id, b->state }, .s = { b->name } });
                 return;
         }
         attach_now(r, p, id, b, out);
 }
 
 void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer,
-                     uint32_t timeout_ms, uint64_t now_ms, Outbox *out)
+                     uint32_t timeout_ms, uint64_t now_ms, RegSink *out)
 {
         RegName *e;
         RegBuffer *b;
@@ -482,12 +439,11 @@ void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uin
                 return;
         }
         if (timeout_ms == 0) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "nothing is published under '%s'", name);
+                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NOTHING_UNDER, .s = { name } });
                 return;
         }
         if (p->n_waits >= r->limits.waits_per_peer) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "this connection already waits %u times (the limit)",
-                              p->n_waits);
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_WAITS_LIMIT, .n = { p->n_waits } });
                 return;
         }
         e = name_get(r, name);
@@ -519,21 +475,15 @@ static bool may_manage(const RegBuffer *b, const RegPeer *p)
         return b->owner ? b->owner == p : b->owner_uid == p->creds.uid;
 }
 
-static void reply_published(Outbox *o, RegPeer *p, uint64_t id, const RegBuffer *b)
+static void reply_published(RegSink *o, RegPeer *p, uint64_t id, const RegBuffer *b)
 {
-        ProtoMsg m;
-
-        proto_reply_init(&m, id, PROTO_STATUS_OK);
-        proto_set_buffer(&m, b->id);
-        proto_set_generation(&m, b->generation);
-        proto_set_state(&m, b->state);
-        outbox_send(o, p, &m, -1);
+        reg_emit(o, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_PUBLISHED, .buffer = b });
 }
 
 /* Puts b under its name and tells whoever waits or listens. A new publication gets a new
  * generation; a restored one keeps the generation its consumers know it by. */
 static void publish_under_name(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegName *e, bool restored,
-                               Outbox *o)
+                               RegSink *o)
 {
         RegBuffer *old = e->live;
 
@@ -541,14 +491,19 @@ static void publish_under_name(Registry *r, RegPeer *p, uint64_t id, RegBuffer *
         b->published = e;
         e->publishes++;
         if (old && old != b)
-                buffer_retire(r, old, o); /* the same producer replaced its own buffer */
+                reg_buffer_retire(r, old, o); /* the same producer replaced its own buffer */
         reg_buffer_set_state(r, b, PROTO_STATE_LIVE);
         if (!restored)
                 b->generation = ++r->generation;
         b->attaches = 0;
         reply_published(o, p, id, b);
         reg_claims_adopt(r, b, o);
-        reg_notify_subscribers(r, PROTO_EV_PUBLISHED, b, NULL, o);
+        reg_notify_subscribers(r, PROTO_EV_PUBLISHED, b, (RegWhy){ REG_WHY_NONE }, o);
+        /* Adopted claims counted as attaches may have used retire_after up; e may go with it. */
+        if (reg_attaches_used_up(b)) {
+                reg_buffer_retire(r, b, o);
+                return;
+        }
         wake_waiters(r, e, o);
 }
 
@@ -567,21 +522,18 @@ static const RegBuffer *name_blocker(Registry *r, const RegPeer *p, const char *
 
 /* Checks the name is free for p. Returns 0, or replies with an error and returns its status. */
 static unsigned publish_check_name(Registry *r, RegPeer *p, uint64_t id, const char *name, const RegBuffer *self,
-                                   Outbox *o)
+                                   RegSink *o)
 {
         const RegBuffer *live = name_blocker(r, p, name, self);
 
         if (!live)
                 return 0;
         if (!live->owner)
-                reg_reply_err(o, p, id, PROTO_STATUS_NAME_TAKEN,
-                              "'%s' is held by the broker for uid %u (buffer %llu, its producer is gone); a peer of "
-                              "that uid may publish over it, or retire it", name, live->owner_uid,
-                              (unsigned long long)live->id);
+                reg_answer(o, p, id, PROTO_STATUS_NAME_TAKEN,
+                           (RegWhy){ REG_E_NAME_ORPHANED, .s = { name }, .n = { live->owner_uid, live->id } });
         else
-                reg_reply_err(o, p, id, PROTO_STATUS_NAME_TAKEN,
-                              "'%s' is published by another producer (peer %llu, pid %u, uid %u)", name,
-                              (unsigned long long)live->owner_id, live->owner_pid, live->owner_uid);
+                reg_answer(o, p, id, PROTO_STATUS_NAME_TAKEN, (RegWhy){ REG_E_NAME_TAKEN, .s = { name },
+                           .n = { live->owner_id, live->owner_pid, live->owner_uid } });
         return PROTO_STATUS_NAME_TAKEN;
 }
 
@@ -609,7 +561,7 @@ static int buffer_set_fields(RegBuffer *b, const RegPublish *a)
         return buffer_set_meta(b, a->meta, a->meta_len);
 }
 
-static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbox *out)
+static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, RegSink *out)
 {
         RegBuffer *b = registry_request_buffer(r, p, id, a->buffer, out);
         char *name;
@@ -618,14 +570,11 @@ static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         if (!b)
                 return;
         if (b->owner != p) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_OWNER, "buffer %llu belongs to another peer",
-                              (unsigned long long)a->buffer);
+                reg_answer(out, p, id, PROTO_STATUS_NOT_OWNER, (RegWhy){ REG_E_OTHERS_BUFFER, .n = { a->buffer } });
                 return;
         }
         if (b->state != PROTO_STATE_IDLE) {
-                reg_reply_err(out, p, id, PROTO_STATUS_STATE,
-                              "buffer %llu is %s; retire it and wait for its drained event before publishing it again",
-                              (unsigned long long)a->buffer, proto_state_name(b->state));
+                reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_NOT_IDLE, .n = { a->buffer, b->state } });
                 return;
         }
         if (publish_check_name(r, p, id, a->name, b, out))
@@ -664,7 +613,7 @@ static uint64_t draw_id(Registry *r)
 /* A producer that lost its connection to this broker instance registers a broker-held buffer of its
  * own again, which the broker kept as an orphan: it becomes the owner once more, and the broker
  * keeps the memory (and holds) it already has. */
-static bool adopt_orphan(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, const RegPublish *a, Outbox *out)
+static bool adopt_orphan(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, const RegPublish *a, RegSink *out)
 {
         if (b->owner || b->owner_uid != p->creds.uid || !a->restored || b->generation != a->generation)
                 return false;
@@ -681,7 +630,7 @@ static bool adopt_orphan(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, con
 
 /* Checks the id a publish of new memory chose. Returns 0, or replies (adopting an orphan, or with
  * an error) and returns non-zero. */
-static int check_new_id(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, Outbox *out)
+static int check_new_id(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, RegSink *out)
 {
         RegBuffer *b = a->buffer ? reg_buffer_lookup(r, a->buffer) : NULL;
 
@@ -689,36 +638,34 @@ static int check_new_id(Registry *r, RegPeer *p, uint64_t id, const RegPublish *
                 return 0;
         if (adopt_orphan(r, p, id, b, a, out))
                 return 1;
-        reg_reply_err(out, p, id, PROTO_STATUS_KEY_TAKEN,
-                      "buffer id %llu is registered already (by peer %llu, uid %u); draw a new id for new memory",
-                      (unsigned long long)a->buffer, (unsigned long long)b->owner_id, b->owner_uid);
+        reg_answer(out, p, id, PROTO_STATUS_KEY_TAKEN,
+                   (RegWhy){ REG_E_KEY_TAKEN, .n = { a->buffer, b->owner_id, b->owner_uid } });
         return PROTO_STATUS_KEY_TAKEN;
 }
 
 /* A restored buffer that was retired, or whose name another producer took while this one was away,
  * is registered without a name: its holders may reclaim it, and it drains when they are done. */
-static void register_retired(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbox *out)
+static void register_retired(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSink *out)
 {
         reg_buffer_set_state(r, b, PROTO_STATE_RETIRED);
         reply_published(out, p, id, b);
         reg_claims_adopt(r, b, out);
-        reg_buffer_drain_if_done(r, b, "registered again after the broker restarted, with no holder left", out);
+        reg_buffer_drain_if_done(r, b, (RegWhy){ REG_R_RESTORED_UNHELD }, out);
 }
 
-RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, Outbox *out)
+RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, RegSink *out)
 {
         RegBuffer *b;
 
         if (check_new_id(r, p, id, a, out))
                 return NULL;
         if (p->acct->buffers >= r->limits.buffers_per_uid) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "uid %u owns %u buffers (the limit); free some first",
-                              p->creds.uid, p->acct->buffers);
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA,
+                           (RegWhy){ REG_E_BUFFERS_LIMIT, .n = { p->creds.uid, p->acct->buffers } });
                 return NULL;
         }
         if (*fd >= 0 && p->acct->fds >= r->limits.fds_per_uid) {
-                reg_reply_err(out, p, id, PROTO_STATUS_QUOTA, "the broker holds %u fds for uid %u (the limit)",
-                              p->acct->fds, p->creds.uid);
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_FDS_LIMIT, .n = { p->acct->fds, p->creds.uid } });
                 return NULL;
         }
         b = calloc(1, sizeof(*b));
@@ -743,6 +690,7 @@ RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPu
         b->owner_pidns_declared = peer_pidns_declared(p);
         b->acct = p->acct;
         list_init(&b->holds);
+        list_init(&b->departed);
         list_init(&b->restored_link);
         list_init(&b->views);
         list_init(&b->view_link);
@@ -776,7 +724,7 @@ no_memory:
 /* The segment a view is published in: registered already (then an fd that came along is closed:
  * the segment's memory travels once), or registered now with the fd. Its producer's, and neither a
  * view nor a ring part. NULL once answered. */
-static RegBuffer *view_segment(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, Outbox *out)
+static RegBuffer *view_segment(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, RegSink *out)
 {
         RegBuffer *s = reg_buffer_lookup(r, a->info.segment);
         uint64_t size = s ? s->info.size : a->segment_size;
@@ -793,35 +741,30 @@ static RegBuffer *view_segment(Registry *r, RegPeer *p, uint64_t id, const RegPu
                 r->n_orphaned--;
         }
         if (s && s->owner != p) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_OWNER, "segment %llu belongs to another peer",
-                              (unsigned long long)s->id);
+                reg_answer(out, p, id, PROTO_STATUS_NOT_OWNER, (RegWhy){ REG_E_OTHERS_SEGMENT, .n = { s->id } });
                 return NULL;
         }
         if (s && (s->segment || s->ring_part || s->info.kind != a->info.kind)) {
-                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "buffer %llu cannot hold views: it is %s",
-                              (unsigned long long)s->id, s->segment ? "a view itself" : s->ring_part ?
-                              "part of a ring" : "of another kind than the view");
+                reg_answer(out, p, id, PROTO_STATUS_INVALID,
+                           (RegWhy){ REG_E_NOT_A_SEGMENT, .n = { s->id, s->segment ? 1 : s->ring_part ? 2 : 3 } });
                 return NULL;
         }
         if (s && s->free_on_drain) {
-                reg_reply_err(out, p, id, PROTO_STATUS_STATE, "segment %llu is being freed: it takes no new views",
-                              (unsigned long long)s->id);
+                reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_SEGMENT_FREED, .n = { s->id } });
                 return NULL;
         }
         if (!s && *fd < 0) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_FOUND, "segment %llu is not registered with this broker: "
-                              "send its fd (and segment_size) with this publish", (unsigned long long)a->info.segment);
+                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NO_SEGMENT, .n = { a->info.segment } });
                 return NULL;
         }
         if (a->info.offset > size || a->info.size > size - a->info.offset) {
-                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "the view [%llu, +%llu) lies outside its %llu-byte "
-                              "segment", (unsigned long long)a->info.offset, (unsigned long long)a->info.size,
-                              (unsigned long long)size);
+                reg_answer(out, p, id, PROTO_STATUS_INVALID,
+                           (RegWhy){ REG_E_VIEW_OUTSIDE, .n = { a->info.offset, a->info.size, size } });
                 return NULL;
         }
         if (s) {
                 if (*fd >= 0)
-                        outbox_close_fd(out, steal_fd(*fd));
+                        reg_close_fd(out, steal_fd(*fd));
                 return s;
         }
         seg = (RegPublish){ .name = "", .buffer = a->info.segment, .device = a->device, .fd = -1,
@@ -834,7 +777,7 @@ static RegBuffer *view_segment(Registry *r, RegPeer *p, uint64_t id, const RegPu
 }
 
 /* Registers and publishes a view: a range of a segment's memory under a name of its own. */
-static void publish_view(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, int *fd, Outbox *out)
+static void publish_view(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, int *fd, RegSink *out)
 {
         RegBuffer *s, *v;
         RegPublish va;
@@ -873,7 +816,7 @@ static void publish_view(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, in
         publish_under_name(r, p, id, v, e, a->restored, out);
 }
 
-void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbox *out)
+void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, RegSink *out)
 {
         _cleanup_close_ int fd = steal_fd(a->fd);
         RegBuffer *b;
@@ -884,8 +827,7 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
                 return;
         }
         if (a->restored && (a->generation == 0 || a->generation > r->generation)) {
-                reg_reply_err(out, p, id, PROTO_STATUS_INVALID, "a restored buffer carries the generation an "
-                              "earlier broker gave it (between 1 and %llu)", (unsigned long long)r->generation);
+                reg_answer(out, p, id, PROTO_STATUS_INVALID, (RegWhy){ REG_E_RESTORED_GENERATION, .n = { r->generation } });
                 return;
         }
         if (a->info.segment) {
@@ -914,7 +856,7 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbo
         publish_under_name(r, p, id, b, e, a->restored, out);
 }
 
-void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out)
+void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSink *out)
 {
         RegBuffer *b = reg_buffer_lookup(r, buffer);
         Hold *h = b ? hold_lookup(r, p, b) : NULL;
@@ -922,13 +864,11 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Out
         if ((!h || h->count == 0) && reg_claim_release(r, p, buffer)) {
                 /* A reference reclaimed while its producer is still away: the claim shrinks. */
                 r->counters.releases++;
-                reg_reply_ok(out, p, id);
+                reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
                 return;
         }
         if (!h || h->count == 0) {
-                reg_reply_err(out, p, id, PROTO_STATUS_NOT_ATTACHED,
-                              "this connection holds no reference to buffer %llu",
-                              (unsigned long long)buffer);
+                reg_answer(out, p, id, PROTO_STATUS_NOT_ATTACHED, (RegWhy){ REG_E_NOT_ATTACHED, .n = { buffer } });
                 return;
         }
         h->count--;
@@ -941,11 +881,11 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Out
                         reg_hold_drop(r, h);
         }
         r->counters.releases++;
-        reg_reply_ok(out, p, id);
-        reg_buffer_drain_if_done(r, b, NULL, out);
+        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
+        reg_buffer_drain_if_done(r, b, (RegWhy){ REG_WHY_NONE }, out);
 }
 
-void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out)
+void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSink *out)
 {
         RegBuffer *b = reg_buffer_lookup(r, buffer);
         Hold *h = b ? hold_lookup(r, p, b) : NULL;
@@ -957,32 +897,32 @@ void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbo
                 if (h->count == 0)
                         reg_hold_drop(r, h);
         }
-        reg_reply_ok(out, p, id);
+        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
 }
 
 /* Retire and free are for whoever may manage b (may_manage) or an admin; else replies and returns false. */
-static bool managing(RegPeer *p, uint64_t id, const RegBuffer *b, bool as_admin, Outbox *out)
+static bool managing(RegPeer *p, uint64_t id, const RegBuffer *b, bool as_admin, RegSink *out)
 {
         if (as_admin || may_manage(b, p))
                 return true;
-        reg_reply_err(out, p, id, PROTO_STATUS_NOT_OWNER, "buffer %llu ('%s') belongs to peer %llu (uid %u)",
-                      (unsigned long long)b->id, b->name, (unsigned long long)b->owner_id, b->owner_uid);
+        reg_answer(out, p, id, PROTO_STATUS_NOT_OWNER,
+                   (RegWhy){ REG_E_NOT_OWNER, .n = { b->id, b->owner_id, b->owner_uid }, .s = { b->name } });
         return false;
 }
 
-void registry_buffer_retire(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, Outbox *out)
+void registry_buffer_retire(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, RegSink *out)
 {
         if (!managing(p, id, b, as_admin, out))
                 return;
-        reg_reply_ok(out, p, id); /* retiring twice is harmless: the drained event comes once */
-        buffer_retire(r, b, out);
+        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE }); /* retiring twice is harmless: the drained event comes once */
+        reg_buffer_retire(r, b, out);
 }
 
-void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, Outbox *out)
+void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, RegSink *out)
 {
         if (!managing(p, id, b, as_admin, out))
                 return;
-        reg_reply_ok(out, p, id);
+        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
         if (b->state == PROTO_STATE_IDLE) {
                 /* A segment goes once its views went (reg_segment_release_if_done). */
                 if (b->n_views)
@@ -993,10 +933,10 @@ void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bo
         }
         /* Still referenced: forget it once drained; the producer still gets its drained event. */
         b->free_on_drain = true;
-        buffer_retire(r, b, out);
+        reg_buffer_retire(r, b, out);
 }
 
-void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out)
+void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, RegSink *out)
 {
         RegBuffer *b = registry_request_buffer(r, p, id, buffer, out);
 
@@ -1004,7 +944,7 @@ void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool
                 registry_buffer_retire(r, p, id, b, as_admin, out);
 }
 
-void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out)
+void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, RegSink *out)
 {
         RegBuffer *b = registry_request_buffer(r, p, id, buffer, out);
 
@@ -1043,9 +983,17 @@ int registry_new(Registry **ret, const RegConfig *cfg)
         return 0;
 }
 
+/* The registry is going away with everyone in it: nobody is told anything, its fds are closed. */
+static void drop_change(void *ctx, const RegChange *c)
+{
+        (void)ctx;
+        if (c->type == REG_CH_CLOSE_FD)
+                safe_close(c->fd);
+}
+
 Registry *registry_free(Registry *r)
 {
-        Outbox out = OUTBOX_INIT;
+        RegSink out = { drop_change, NULL };
 
         if (!r)
                 return NULL;
@@ -1055,7 +1003,6 @@ Registry *registry_free(Registry *r)
                 registry_peer_remove(r, list_entry(r->peers.next, RegPeer, link), &out);
         while (!list_empty(&r->buffers))
                 reg_buffer_destroy(r, list_entry(r->buffers.next, RegBuffer, link), &out);
-        outbox_deinit(&out);
         hmap_deinit(&r->buffers_by_id);
         hmap_deinit(&r->buffers_by_seq);
         hmap_deinit(&r->claims);

@@ -1,11 +1,13 @@
 /* The registry: every buffer, name, reference, waiter, subscription and group the broker knows,
  * as a pure state machine. Operations take the acting peer, the request id and the current time,
- * and put every reply and event they cause into an Outbox; the caller does the I/O. Nothing here
- * reads a socket, a clock or a file. Tested without sockets (tests/unit/test-registry.c) and fuzzed
- * with operation sequences (tests/fuzz/fuzz-registry.c).
+ * and say what each one changed as changes (registry-change.h: replies with a status and, for an
+ * error, a code and its facts; events; fds let go of) into the caller's RegSink; the reply layer
+ * (broker/reply.c) turns them into frames and the caller does the I/O. Nothing here reads a socket,
+ * a clock or a file, encodes a frame or words a message. Tested without sockets
+ * (tests/unit/test-registry.c) and fuzzed with operation sequences (tests/fuzz/fuzz-registry.c).
  *
  * Ownership: the registry owns buffer fds from the moment an operation takes them, and hands fds
- * it no longer needs to the outbox's close list. */
+ * it no longer needs over as REG_CH_CLOSE_FD changes. */
 #pragma once
 
 #include <stdbool.h>
@@ -13,8 +15,8 @@
 
 #include "broker-limits.h"
 #include "creds.h"
-#include "outbox.h"
 #include "proto.h"
+#include "registry-change.h"
 #include "ring.h"
 
 typedef struct Registry Registry;
@@ -109,13 +111,13 @@ const RegCounters *registry_counters(const Registry *r);
 /* ---- peers ---- */
 
 /* Adds a connected peer. 0, -ENOMEM, or PROTO_STATUS_QUOTA when there are too many connections
- * (in all, or for its uid), with why filled in. */
+ * (in all, or for its uid), with why (unless NULL) filled in. */
 int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void *userdata, RegPeer **ret,
-                      char *why, size_t why_cap);
+                      RegWhy *why);
 
 /* Removes a peer that disconnected or died: cancels its waits, releases its references, revokes or
  * orphans its buffers (broker-held ones stay until retired and drained), and frees it. */
-void registry_peer_remove(Registry *r, RegPeer *p, Outbox *out);
+void registry_peer_remove(Registry *r, RegPeer *p, RegSink *out);
 
 /* Records a hello. 0, or PROTO_STATUS_STATE on a second hello. */
 int registry_peer_hello(Registry *r, RegPeer *p, const PeerHello *h);
@@ -131,9 +133,6 @@ void *registry_peer_userdata(const RegPeer *p);
 /* A frame for this peer could not be built or queued; its caller must disconnect it. */
 void registry_peer_mark_lost(RegPeer *p);
 
-/* An outbox for registry operations: a peer that misses a frame is marked lost in the registry,
- * and registry_take_lost() hands it to whoever disconnects it. */
-#define OUTBOX_INIT { .lost = registry_peer_mark_lost }
 bool registry_peer_lost(const RegPeer *p);
 
 /* The next peer marked lost and not yet taken (each once), or NULL. */
@@ -141,60 +140,60 @@ RegPeer *registry_take_lost(Registry *r);
 
 /* ---- operations; each replies to (p, id) through out ---- */
 
-void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, Outbox *out);
+void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, RegSink *out);
 
 /* Attaches by name (waiting up to timeout_ms for a publish) or, with name NULL, by buffer id.
  * The buffer's fd travels only if this peer has not received it before (or said unmap since). */
 void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer,
-                     uint32_t timeout_ms, uint64_t now_ms, Outbox *out);
+                     uint32_t timeout_ms, uint64_t now_ms, RegSink *out);
 /* The peer dropped its cached mapping of buffer. */
-void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out);
-void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out);
+void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSink *out);
+void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSink *out);
 /* Retire and free are for the producer, for a peer of its uid once it is gone, or for an admin
  * (as_admin: the policy lets this peer manage other uids' buffers). */
-void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out);
-void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, Outbox *out);
+void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, RegSink *out);
+void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, RegSink *out);
 /* The buffer a request names by id, or NULL once the request was answered "not found": the one
  * place that answers so. request.c resolves a buffer once with it, for its policy check (which
  * needs the name) and for the operation, through the registry_buffer_* forms below. */
-RegBuffer *registry_request_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Outbox *out);
+RegBuffer *registry_request_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSink *out);
 /* Attach by id, retire and free on a buffer resolved in the same turn; registry_attach (by id),
  * registry_retire and registry_free_buffer resolve it first, for callers that hold only the id. */
-void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, Outbox *out);
-void registry_buffer_retire(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, Outbox *out);
-void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, Outbox *out);
+void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSink *out);
+void registry_buffer_retire(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, RegSink *out);
+void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, RegSink *out);
 /* A reconnecting consumer registers a reference it still holds (docs/protocol.md 6.15). Succeeds when
  * the buffer is that same publication and has not drained; waits (pending) while the broker is in its
  * restart grace and nobody registered the buffer yet; else answers `revoked`. */
-void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a, Outbox *out);
+void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a, RegSink *out);
 /* True while reconnecting holders may still come back (the restart grace). */
 bool registry_in_grace(const Registry *r);
 
 /* Rings (registry-rings.c, docs/protocol.md 6.16). ring-part registers part `index` of a ring like a
  * publish of new memory (a takes the same fields; its name is derived from the ring's). */
-void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpec *s, Outbox *out);
+void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpec *s, RegSink *out);
 void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, RegPublish *a,
-                        Outbox *out);
-void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out);
+                        RegSink *out);
+void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out);
 /* A member that lost its broker asks for its seat back (index, epoch): bound at once if the ring
  * has that seat waiting, kept pending during the restart grace if the ring is not back yet. */
 void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, uint64_t epoch,
-                          Outbox *out);
-void registry_ring_leave(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out);
+                          RegSink *out);
+void registry_ring_leave(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out);
 void registry_ring_evict(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, uint64_t epoch,
-                         Outbox *out);
-void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring, Outbox *out);
+                         RegSink *out);
+void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out);
 RegRing *registry_ring_by_name(const Registry *r, const char *name);
-void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix, Outbox *out);
-void registry_unsubscribe(Registry *r, RegPeer *p, uint64_t id, uint64_t sub, Outbox *out);
+void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix, RegSink *out);
+void registry_unsubscribe(Registry *r, RegPeer *p, uint64_t id, uint64_t sub, RegSink *out);
 void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group, uint32_t members,
-                         uint32_t timeout_ms, uint64_t now_ms, Outbox *out);
+                         uint32_t timeout_ms, uint64_t now_ms, RegSink *out);
 
 /* Answers every pending attach and group join with status (the broker is stopping). */
-void registry_cancel_waits(Registry *r, unsigned status, const char *why, Outbox *out);
+void registry_cancel_waits(Registry *r, unsigned status, const char *why, RegSink *out);
 
 /* Fails every wait whose deadline is at or before now_ms. */
-void registry_expire(Registry *r, uint64_t now_ms, Outbox *out);
+void registry_expire(Registry *r, uint64_t now_ms, RegSink *out);
 
 /* The earliest pending deadline, or UINT64_MAX. */
 uint64_t registry_next_deadline(const Registry *r);
@@ -213,7 +212,29 @@ const char *registry_buffer_name(const RegBuffer *b);
 /* Whether b is a part of a ring: live under no name, attachable only by the ring's members. */
 bool registry_buffer_ring_part(const RegBuffer *b);
 
-/* Fills m with the buffer's description (name, kind, size, state, refs, ...); m points into b. */
+/* What the registry knows of a buffer. Points into the registry: valid until the next operation. */
+typedef struct RegBufferView {
+        uint64_t id, generation, refs;
+        const char *name;
+        ProtoBufferInfo info;  /* kind, size, offset, writable, broker_held, segment: as published */
+        bool is_view;
+        uint64_t segment_size; /* a view: its segment's size (what a consumer maps) */
+        ProtoState state;
+        uint32_t holders;
+        uint64_t owner;        /* the producer's peer id; 0 once it is gone (an orphan) */
+        uint32_t owner_uid, owner_pid;
+        const char *device;    /* NULL for memfd */
+        const uint8_t *meta;
+        uint32_t meta_len;
+        const uint8_t *handle; /* cuda-legacy: PROTO_LEGACY_HANDLE_SIZE bytes, else NULL */
+        bool restored;         /* registered again after a restart, holders may still come back */
+        int fd;                /* the fd that travels to a consumer (a view's: its segment's), or -1 */
+} RegBufferView;
+
+void registry_buffer_view(const RegBuffer *b, RegBufferView *ret);
+
+/* Fills m with the buffer's description (name, kind, size, state, refs, ...); m points into b.
+ * The reply layer's (broker/reply.c), which encodes every description. */
 void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m);
 
 /* Calls fn for each peer holding references to b. */
@@ -253,6 +274,20 @@ void registry_ring_view(const RegRing *g, RegRingView *ret);
 
 RegPeer *registry_peer_first(const Registry *r);
 RegPeer *registry_peer_next(const Registry *r, const RegPeer *p);
+/* What the registry knows of a peer; valid until the next operation. */
+typedef struct RegPeerView {
+        uint64_t id;
+        PeerCreds creds;
+        uint64_t pidns;        /* the kernel's, else what it declared */
+        bool pidns_declared;
+        const char *label;
+        uint32_t n_refs, n_subs, n_waits, n_gpus;
+        uint64_t connected_ms, owned;
+        const char (*gpus)[PROTO_MAX_UUID + 1];
+} RegPeerView;
+
+void registry_peer_view(const RegPeer *p, RegPeerView *ret);
+/* The reply layer's (broker/reply.c): a peer record for listings. */
 void registry_peer_describe(const RegPeer *p, ProtoMsg *m);
 
 typedef struct RegGauges {

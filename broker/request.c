@@ -22,11 +22,6 @@
  * complete. */
 #define GROUP_MAX_MEMBERS 4096
 
-void request_reply_error(Outbox *out, RegPeer *p, uint64_t id, unsigned status, const char *message)
-{
-        outbox_send_error(out, p, id, status, "%s", message);
-}
-
 _printf_(5, 6) static void fail(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, unsigned status, const char *fmt, ...)
 {
         va_list ap;
@@ -49,9 +44,17 @@ static bool allowed(RequestCtx *ctx, RegPeer *p, PolicyAction action, const char
         return policy_allows(ctx->policy, c->uid, c->gid, action, name);
 }
 
+static PolicyAction op_policy(ProtoOp op);
+
+/* What the policy says to this request on name, under its operation's verb (the table's column). */
+static bool op_allowed(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, const char *name)
+{
+        return allowed(ctx, p, op_policy(m->op), name);
+}
+
 /* ---- hello and ping ---- */
 
-static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char label[PROTO_MAX_LABEL + 1];
         char gpus[PROTO_MAX_GPUS][PROTO_MAX_UUID + 1];
@@ -97,7 +100,7 @@ static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         outbox_send(ctx->out, p, &r, -1);
 }
 
-static void handle_ping(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+static void handle_ping(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         ProtoMsg r;
 
@@ -293,7 +296,7 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
                 return;
         }
-        if (!allowed(ctx, p, POLICY_PUBLISH, name)) {
+        if (!op_allowed(ctx, p, m, name)) {
                 fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u publish '%s'",
                      registry_peer_creds(p)->uid, name);
                 return;
@@ -305,12 +308,12 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         }
         a.name = name;
         fill_memory(m, fd, &a, device);
-        registry_publish(ctx->reg, p, m->id, &a, ctx->out);
+        registry_publish(ctx->reg, p, m->id, &a, ctx->changes);
 }
 
 /* ---- attach, release, retire, free ---- */
 
-static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char copy[PROTO_MAX_NAME + 1];
         bool by_name = proto_has(m, PF_NAME), by_id = proto_has(m, PF_BUFFER);
@@ -329,20 +332,20 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 }
         } else {
                 /* Looked up once: the policy judges the name of the very buffer the attach takes. */
-                b = registry_request_buffer(ctx->reg, p, m->id, m->buffer, ctx->out);
+                b = registry_request_buffer(ctx->reg, p, m->id, m->buffer, ctx->changes);
                 if (!b)
                         return;
                 name = registry_buffer_name(b);
         }
-        if (!allowed(ctx, p, POLICY_ATTACH, name)) {
+        if (!op_allowed(ctx, p, m, name)) {
                 fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u attach '%s'",
                      registry_peer_creds(p)->uid, name);
                 return;
         }
         if (b)
-                registry_buffer_attach(ctx->reg, p, m->id, b, ctx->out);
+                registry_buffer_attach(ctx->reg, p, m->id, b, ctx->changes);
         else
-                registry_attach(ctx->reg, p, m->id, name, 0, timeout_of(m), ctx->now_ms, ctx->out);
+                registry_attach(ctx->reg, p, m->id, name, 0, timeout_of(m), ctx->now_ms, ctx->changes);
 }
 
 /* ---- rings ---- */
@@ -350,8 +353,10 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 #define RING_LEASE_DEFAULT_MS 2000
 
 /* Copies and checks a ring's name and asks the policy; false once answered. */
-static bool ring_name(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, PolicyAction action, char name[PROTO_MAX_NAME + 1])
+static bool ring_name(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, char name[PROTO_MAX_NAME + 1])
 {
+        PolicyAction action = op_policy(m->op);
+
         proto_str_copy(m->name, name, PROTO_MAX_NAME + 1);
         if (!proto_name_valid(m->name.ptr, m->name.len) || m->name.len > RING_NAME_MAX) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid ring name (a buffer name of at most %d "
@@ -366,13 +371,13 @@ static bool ring_name(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, PolicyActi
         return true;
 }
 
-static void handle_ring_create(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+static void handle_ring_create(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char name[PROTO_MAX_NAME + 1], device[PROTO_MAX_UUID + 1];
         uint64_t epochs[RING_MAX_MEMBERS] = { 0 };
         RegRingSpec s = { 0 };
 
-        if (!ring_name(ctx, p, m, POLICY_PUBLISH, name))
+        if (!ring_name(ctx, p, m, name))
                 return;
         if (m->kind == PROTO_KIND_CUDA_LEGACY) {
                 fail(ctx, p, m, PROTO_STATUS_KIND, "ring slots are memfd or cuda-vmm: cuda-legacy memory dies with "
@@ -432,7 +437,7 @@ static void handle_ring_create(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                         return;
                 }
         }
-        registry_ring_create(ctx->reg, p, m->id, &s, ctx->out);
+        registry_ring_create(ctx->reg, p, m->id, &s, ctx->changes);
 }
 
 static void handle_ring_part(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
@@ -442,7 +447,7 @@ static void handle_ring_part(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int
         unsigned status;
         const char *why;
 
-        if (!ring_name(ctx, p, m, POLICY_PUBLISH, name))
+        if (!ring_name(ctx, p, m, name))
                 return;
         if (m->index > UINT32_MAX || (proto_has(m, PF_BUFFER) && (m->buffer == 0 || m->buffer > PROTO_MAX_BUFFER_ID))) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "a part index is 32-bit and a buffer id between 1 and 2^53 - 1");
@@ -460,14 +465,14 @@ static void handle_ring_part(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int
         fill_memory(m, fd, &a, device);
         a.restored = proto_has(m, PF_RESTORED) && m->restored;
         a.generation = m->generation;
-        registry_ring_part(ctx->reg, p, m->id, name, (uint32_t)m->index, &a, ctx->out);
+        registry_ring_part(ctx->reg, p, m->id, name, (uint32_t)m->index, &a, ctx->changes);
 }
 
-static void handle_ring(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+static void handle_ring(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char name[PROTO_MAX_NAME + 1];
 
-        if (!ring_name(ctx, p, m, m->op == PROTO_OP_RING_JOIN ? POLICY_ATTACH : POLICY_PUBLISH, name))
+        if (!ring_name(ctx, p, m, name))
                 return;
         switch (m->op) {
         case PROTO_OP_RING_JOIN:
@@ -477,28 +482,28 @@ static void handle_ring(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                                      "generation");
                                 return;
                         }
-                        registry_ring_rejoin(ctx->reg, p, m->id, name, (uint32_t)m->index, m->generation, ctx->out);
+                        registry_ring_rejoin(ctx->reg, p, m->id, name, (uint32_t)m->index, m->generation, ctx->changes);
                         break;
                 }
-                registry_ring_join(ctx->reg, p, m->id, name, ctx->out);
+                registry_ring_join(ctx->reg, p, m->id, name, ctx->changes);
                 break;
         case PROTO_OP_RING_LEAVE:
-                registry_ring_leave(ctx->reg, p, m->id, name, ctx->out);
+                registry_ring_leave(ctx->reg, p, m->id, name, ctx->changes);
                 break;
         case PROTO_OP_RING_EVICT:
                 if (m->index > UINT32_MAX) {
                         fail(ctx, p, m, PROTO_STATUS_INVALID, "a seat index is 32-bit");
                         return;
                 }
-                registry_ring_evict(ctx->reg, p, m->id, name, (uint32_t)m->index, m->generation, ctx->out);
+                registry_ring_evict(ctx->reg, p, m->id, name, (uint32_t)m->index, m->generation, ctx->changes);
                 break;
         default:
-                registry_ring_close(ctx->reg, p, m->id, name, ctx->out);
+                registry_ring_close(ctx->reg, p, m->id, name, ctx->changes);
                 break;
         }
 }
 
-static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char name[PROTO_MAX_NAME + 1];
         const RegBuffer *b = registry_buffer_by_id(ctx->reg, m->buffer);
@@ -515,7 +520,7 @@ static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         }
         /* The name the buffer really has, once registered; until then the one the consumer held it
          * under (the registry checks that the two agree when the producer comes back). */
-        if (!allowed(ctx, p, POLICY_ATTACH, b ? registry_buffer_name(b) : name)) {
+        if (!op_allowed(ctx, p, m, b ? registry_buffer_name(b) : name)) {
                 fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u attach '%s'",
                      registry_peer_creds(p)->uid, b ? registry_buffer_name(b) : name);
                 return;
@@ -526,28 +531,28 @@ static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         a.owner_uid = (uint32_t)m->uid;
         a.name = name;
         a.kind = m->kind;
-        registry_reclaim(ctx->reg, p, m->id, &a, ctx->out);
+        registry_reclaim(ctx->reg, p, m->id, &a, ctx->changes);
 }
 
 /* Retire and free: the buffer is looked up once, for the policy's admin check (may this peer
  * manage buffers of other uids?) and for the operation. */
-static void handle_retire_free(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+static void handle_retire_free(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
-        RegBuffer *b = registry_request_buffer(ctx->reg, p, m->id, m->buffer, ctx->out);
+        RegBuffer *b = registry_request_buffer(ctx->reg, p, m->id, m->buffer, ctx->changes);
         bool as_admin;
 
         if (!b)
                 return;
-        as_admin = allowed(ctx, p, POLICY_ADMIN, registry_buffer_name(b));
+        as_admin = op_allowed(ctx, p, m, registry_buffer_name(b));
         if (m->op == PROTO_OP_RETIRE)
-                registry_buffer_retire(ctx->reg, p, m->id, b, as_admin, ctx->out);
+                registry_buffer_retire(ctx->reg, p, m->id, b, as_admin, ctx->changes);
         else
-                registry_buffer_free(ctx->reg, p, m->id, b, as_admin, ctx->out);
+                registry_buffer_free(ctx->reg, p, m->id, b, as_admin, ctx->changes);
 }
 
 /* ---- dispatch ---- */
 
-static void handle_subscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+static void handle_subscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char prefix[PROTO_MAX_NAME + 1];
 
@@ -556,15 +561,15 @@ static void handle_subscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid name prefix", prefix);
                 return;
         }
-        if (!allowed(ctx, p, POLICY_ATTACH, prefix)) {
+        if (!op_allowed(ctx, p, m, prefix)) {
                 fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u watch '%s'",
                      registry_peer_creds(p)->uid, prefix);
                 return;
         }
-        registry_subscribe(ctx->reg, p, m->id, prefix, ctx->out);
+        registry_subscribe(ctx->reg, p, m->id, prefix, ctx->changes);
 }
 
-static void handle_group_join(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
+static void handle_group_join(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char group[PROTO_MAX_NAME + 1];
 
@@ -583,94 +588,114 @@ static void handle_group_join(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         }
         /* Joining tells the other members who is ready and holds them up until the deadline: as
          * for subscriptions, the group's name must be one this peer may attach. */
-        if (!allowed(ctx, p, POLICY_ATTACH, group)) {
+        if (!op_allowed(ctx, p, m, group)) {
                 fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u join group '%s'",
                      registry_peer_creds(p)->uid, group);
                 return;
         }
-        registry_group_join(ctx->reg, p, m->id, group, (uint32_t)m->members, timeout_of(m), ctx->now_ms, ctx->out);
+        registry_group_join(ctx->reg, p, m->id, group, (uint32_t)m->members, timeout_of(m), ctx->now_ms, ctx->changes);
+}
+
+/* Operations that are one registry call, and the read-only views (inspect.c). */
+static void handle_release(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
+{
+        registry_release(ctx->reg, p, m->id, m->buffer, ctx->changes);
+}
+
+static void handle_unmap(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
+{
+        registry_unmap(ctx->reg, p, m->id, m->buffer, ctx->changes);
+}
+
+static void handle_unsubscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
+{
+        registry_unsubscribe(ctx->reg, p, m->id, m->sub, ctx->changes);
+}
+
+#define INSPECT(fn)                                                                     \
+        static void handle_##fn(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd) \
+        {                                                                               \
+                inspect_##fn(ctx, p, m);                                                \
+        }
+INSPECT(list)
+INSPECT(stat)
+INSPECT(peers)
+INSPECT(stats)
+INSPECT(rings)
+INSPECT(ring_stat)
+#undef INSPECT
+
+/* Every operation with its rules: the columns are checked here, in this order, before its handler
+ * runs (docs/protocol.md 6.0): an fd on an operation that carries none is refused first, then
+ * anything but hello and ping before hello. The policy verb is the one the handler asks for on the
+ * name it resolves (ring-leave is the producer's verb, as ring management; retire and free ask
+ * admin only to tell whether the peer manages other uids' buffers; the listings filter by attach
+ * themselves, in inspect.c). */
+typedef struct OpRule {
+        void (*handle)(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd);
+        bool before_hello; /* allowed before hello */
+        bool carries_fd;   /* may carry an fd */
+        PolicyAction policy; /* 0: asks the policy nothing here */
+} OpRule;
+
+static const OpRule op_rules[_PROTO_OP_MAX] = {
+        [PROTO_OP_HELLO] = { handle_hello, .before_hello = true },
+        [PROTO_OP_PING] = { handle_ping, .before_hello = true },
+        [PROTO_OP_PUBLISH] = { handle_publish, .carries_fd = true, .policy = POLICY_PUBLISH },
+        [PROTO_OP_ATTACH] = { handle_attach, .policy = POLICY_ATTACH },
+        [PROTO_OP_RELEASE] = { handle_release },
+        [PROTO_OP_RETIRE] = { handle_retire_free, .policy = POLICY_ADMIN },
+        [PROTO_OP_FREE] = { handle_retire_free, .policy = POLICY_ADMIN },
+        [PROTO_OP_SUBSCRIBE] = { handle_subscribe, .policy = POLICY_ATTACH },
+        [PROTO_OP_UNSUBSCRIBE] = { handle_unsubscribe },
+        [PROTO_OP_GROUP_JOIN] = { handle_group_join, .policy = POLICY_ATTACH },
+        [PROTO_OP_UNMAP] = { handle_unmap },
+        [PROTO_OP_RECLAIM] = { handle_reclaim, .policy = POLICY_ATTACH },
+        [PROTO_OP_RING_CREATE] = { handle_ring_create, .policy = POLICY_PUBLISH },
+        [PROTO_OP_RING_PART] = { handle_ring_part, .carries_fd = true, .policy = POLICY_PUBLISH },
+        [PROTO_OP_RING_JOIN] = { handle_ring, .policy = POLICY_ATTACH },
+        [PROTO_OP_RING_LEAVE] = { handle_ring, .policy = POLICY_PUBLISH },
+        [PROTO_OP_RING_EVICT] = { handle_ring, .policy = POLICY_PUBLISH },
+        [PROTO_OP_RING_CLOSE] = { handle_ring, .policy = POLICY_PUBLISH },
+        [PROTO_OP_LIST] = { handle_list },
+        [PROTO_OP_STAT] = { handle_stat },
+        [PROTO_OP_PEERS] = { handle_peers },
+        [PROTO_OP_STATS] = { handle_stats },
+        [PROTO_OP_RINGS] = { handle_rings },
+        [PROTO_OP_RING_STAT] = { handle_ring_stat },
+};
+
+static const OpRule *op_rule(ProtoOp op)
+{
+        return op < _PROTO_OP_MAX && op_rules[op].handle ? &op_rules[op] : NULL;
+}
+
+static PolicyAction op_policy(ProtoOp op)
+{
+        const OpRule *rule = op_rule(op);
+        return rule ? rule->policy : 0;
 }
 
 void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd)
 {
         _cleanup_close_ int owned_fd = fd;
+        const OpRule *rule = op_rule(m->op);
 
-        if (owned_fd >= 0 && m->op != PROTO_OP_PUBLISH && m->op != PROTO_OP_RING_PART) {
+        if (owned_fd >= 0 && !(rule && rule->carries_fd)) {
                 fail(ctx, p, m, PROTO_STATUS_BAD_FD, "only publish and ring-part carry an fd; '%s' does not", proto_op_name(m->op));
                 return;
         }
-        if (m->op == PROTO_OP_HELLO) {
-                handle_hello(ctx, p, m);
-                return;
-        }
-        if (!registry_peer_said_hello(p) && m->op != PROTO_OP_PING) {
+        if (rule && !rule->before_hello && !registry_peer_said_hello(p)) {
                 fail(ctx, p, m, PROTO_STATUS_HELLO_FIRST, "send hello before '%s'", proto_op_name(m->op));
                 return;
         }
-        switch (m->op) {
-        case PROTO_OP_PING:
-                handle_ping(ctx, p, m);
-                break;
-        case PROTO_OP_PUBLISH:
-                handle_publish(ctx, p, m, &owned_fd);
-                break;
-        case PROTO_OP_ATTACH:
-                handle_attach(ctx, p, m);
-                break;
-        case PROTO_OP_RELEASE:
-                registry_release(ctx->reg, p, m->id, m->buffer, ctx->out);
-                break;
-        case PROTO_OP_RETIRE:
-        case PROTO_OP_FREE:
-                handle_retire_free(ctx, p, m);
-                break;
-        case PROTO_OP_SUBSCRIBE:
-                handle_subscribe(ctx, p, m);
-                break;
-        case PROTO_OP_UNMAP:
-                registry_unmap(ctx->reg, p, m->id, m->buffer, ctx->out);
-                break;
-        case PROTO_OP_RECLAIM:
-                handle_reclaim(ctx, p, m);
-                break;
-        case PROTO_OP_RING_CREATE:
-                handle_ring_create(ctx, p, m);
-                break;
-        case PROTO_OP_RING_PART:
-                handle_ring_part(ctx, p, m, &owned_fd);
-                break;
-        case PROTO_OP_RING_JOIN:
-        case PROTO_OP_RING_LEAVE:
-        case PROTO_OP_RING_EVICT:
-        case PROTO_OP_RING_CLOSE:
-                handle_ring(ctx, p, m);
-                break;
-        case PROTO_OP_UNSUBSCRIBE:
-                registry_unsubscribe(ctx->reg, p, m->id, m->sub, ctx->out);
-                break;
-        case PROTO_OP_GROUP_JOIN:
-                handle_group_join(ctx, p, m);
-                break;
-        case PROTO_OP_LIST:
-                inspect_list(ctx, p, m);
-                break;
-        case PROTO_OP_STAT:
-                inspect_stat(ctx, p, m);
-                break;
-        case PROTO_OP_PEERS:
-                inspect_peers(ctx, p, m);
-                break;
-        case PROTO_OP_STATS:
-                inspect_stats(ctx, p, m);
-                break;
-        case PROTO_OP_RINGS:
-                inspect_rings(ctx, p, m);
-                break;
-        case PROTO_OP_RING_STAT:
-                inspect_ring_stat(ctx, p, m);
-                break;
-        default:
+        if (!rule) {
+                if (!registry_peer_said_hello(p)) {
+                        fail(ctx, p, m, PROTO_STATUS_HELLO_FIRST, "send hello before '%s'", proto_op_name(m->op));
+                        return;
+                }
                 fail(ctx, p, m, PROTO_STATUS_UNKNOWN_OP, "this broker does not know that operation");
-                break;
+                return;
         }
+        rule->handle(ctx, p, m, &owned_fd);
 }

@@ -17,11 +17,9 @@ typedef struct RequestCtx {
         ServerStats *stats;
         uint64_t now_ms;
         uint64_t broker_pidns;
-        Outbox *out;
+        Outbox *out;      /* the request layer's own replies (refusals, listings) */
+        RegSink *changes; /* the registry's: out, through the reply layer */
 } RequestCtx;
 
 /* Handles one request. fd is the frame's fd or -1; ownership passes to this function. */
 void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd);
-
-/* Replies with an error status and a message (used for frames that could not be decoded). */
-void request_reply_error(Outbox *out, RegPeer *p, uint64_t id, unsigned status, const char *message);

@@ -23,6 +23,7 @@
 #include "peer.h"
 #include "registry.h"
 #include "request.h"
+#include "reply.h"
 
 /* Bounded so a connection storm cannot starve the peers already connected: the listener stays
  * readable and is served again next round. */
@@ -61,6 +62,7 @@ struct Server {
         ServerStats stats;
         uint64_t pidns;
         Outbox out;
+        RegSink changes; /* the registry's, into out (reply_sink) */
         PeerSet peers;
 };
 
@@ -75,7 +77,7 @@ static void retry_blocked_cb(uv_timer_t *t);
  * and every expiry the registry checks use that one clock, read once per loop iteration. */
 static RequestCtx request_ctx(Server *s)
 {
-        return (RequestCtx){ s->reg, s->policy, &s->stats, uv_now(&s->loop), s->pidns, &s->out };
+        return (RequestCtx){ s->reg, s->policy, &s->stats, uv_now(&s->loop), s->pidns, &s->out, &s->changes };
 }
 
 /* Polls the socket for writing only while frames wait for room in it. */
@@ -137,7 +139,7 @@ static void deliver(Server *s)
                         Peer *p = list_entry(s->peers.doomed.next, Peer, link);
                         Watch *w = p->userdata;
 
-                        peer_forget(p, s->reg, &s->out);
+                        peer_forget(p, s->reg, &s->changes);
                         uv_close((uv_handle_t *)&w->poll, watch_closed_cb);
                         if (p->pidfd >= 0)
                                 uv_close((uv_handle_t *)&w->pid_poll, watch_closed_cb);
@@ -255,7 +257,7 @@ static void watch_start(Server *s, int fd)
         /* A socket or pidfd libuv cannot poll would be a broken system: the peer is dropped. */
         if (uv_poll_init(&s->loop, &w->poll, p->conn.fd) < 0) {
                 peer_close(p, "cannot poll its socket");
-                peer_forget(p, s->reg, &s->out);
+                peer_forget(p, s->reg, &s->changes);
                 peer_free(p);
                 free(w);
                 return;
@@ -303,7 +305,7 @@ static void deadline_cb(uv_timer_t *t)
 {
         Server *s = t->data;
 
-        registry_expire(s->reg, uv_now(&s->loop), &s->out);
+        registry_expire(s->reg, uv_now(&s->loop), &s->changes);
         deliver(s);
 }
 
@@ -318,9 +320,9 @@ static void server_stop(Server *s)
         }
         /* Say why before hanging up: waiting requests get their answer, every peer a notice
          * addressed to its connection, so clients can tell a stop from a crash. */
-        registry_cancel_waits(s->reg, PROTO_STATUS_SHUTDOWN, "the broker is stopping", &s->out);
+        registry_cancel_waits(s->reg, PROTO_STATUS_SHUTDOWN, "the broker is stopping", &s->changes);
         list_for_each(pos, &s->peers.open)
-                request_reply_error(&s->out, list_entry(pos, Peer, link)->reg, 0, PROTO_STATUS_SHUTDOWN,
+                reply_error(&s->out, list_entry(pos, Peer, link)->reg, 0, PROTO_STATUS_SHUTDOWN,
                                     "the broker is stopping");
         deliver(s);
         list_for_each_safe(pos, &s->peers.open)
@@ -460,6 +462,7 @@ int server_new(Server **ret, const ServerConfig *cfg)
         s->policy = cfg->policy;
         s->pidns = creds_pidns_of(0); /* the broker's own, compared with each peer's for cuda-legacy */
         s->out = (Outbox)OUTBOX_INIT;
+        s->changes = reply_sink(&s->out);
         s->peers.stats = &s->stats;
         s->peers.limits = cfg->limits;
         list_init(&s->peers.open);

@@ -272,6 +272,23 @@ static bool claim_matches(RegBuffer *rb, uint64_t generation, uint32_t uid, Prot
                d.state != PROTO_STATE_IDLE && !registry_buffer_ring_part(rb);
 }
 
+static void add_refs_of(const RegPeer *q, uint32_t refs, void *ud)
+{
+        struct { const RegPeer *p; uint64_t refs; } *want = ud;
+
+        if (q == want->p)
+                want->refs += refs;
+}
+
+/* The references the registry counts for p on rb. */
+static uint64_t registry_refs_of(RegBuffer *rb, const RegPeer *p)
+{
+        struct { const RegPeer *p; uint64_t refs; } want = { p, 0 };
+
+        registry_buffer_holders(rb, add_refs_of, &want);
+        return want.refs;
+}
+
 /* A buffer was registered under id: the model's claims for it become references or are doomed. */
 static void claims_meet(Model *M, uint64_t id)
 {
@@ -285,7 +302,11 @@ static void claims_meet(Model *M, uint64_t id)
                         continue;
                 }
                 CHECK(rb);
-                if (claim_matches(rb, c->generation, c->uid, c->kind, c->name)) {
+                /* A matching claim is still judged like a reclaim (the attach's checks, retire_after):
+                 * it became references only if the registry's count for its peer says so. */
+                if (claim_matches(rb, c->generation, c->uid, c->kind, c->name) &&
+                    (hold_find(M, c->peer, id) ? hold_find(M, c->peer, id)->refs : 0) + c->refs <=
+                            registry_refs_of(rb, c->peer)) {
                         HoldRec *h = hold_get(M, c->peer, id);
                         h->refs += c->refs;
                         h->mapped |= c->kind != PROTO_KIND_CUDA_LEGACY;
@@ -699,7 +720,7 @@ static void op_add(Model *M, Input *in)
 
         if (M->slot[s])
                 return;
-        r = registry_peer_add(M->e->r, &creds, M->e->now, NULL, &p, NULL, 0);
+        r = registry_peer_add(M->e->r, &creds, M->e->now, NULL, &p, NULL);
         if (r == PROTO_STATUS_QUOTA)
                 return;
         CHECK_EQ(r, 0);
@@ -732,7 +753,7 @@ static void remove_one(Model *M, unsigned s)
         RegPeer *p = M->slot[s];
 
         rings_drop_peer(M, p);
-        registry_peer_remove(M->e->r, p, &M->e->out);
+        registry_peer_remove(M->e->r, p, &M->e->sink);
         M->slot[s] = NULL;
         /* Forget it before reading what its departure caused: nothing may be addressed to it. */
         for (size_t i = 0; i < M->n_pending;)
@@ -871,7 +892,7 @@ static void op_publish(Model *M, Input *in, bool again)
                         a.fd = env_memfd(M->e, 4096);
         }
         q = pending_add(M, p, REQ_OTHER);
-        registry_publish(M->e->r, p, q->id, &a, &M->e->out);
+        registry_publish(M->e->r, p, q->id, &a, &M->e->sink);
         CHECK_EQ(a.fd, -1);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
@@ -933,7 +954,7 @@ static void op_reclaim(Model *M, Input *in)
                 if (M->claims[i].peer == p)
                         refs_now += M->claims[i].refs;
         q = pending_add(M, p, REQ_OTHER);
-        registry_reclaim(M->e->r, p, q->id, &a, &M->e->out);
+        registry_reclaim(M->e->r, p, q->id, &a, &M->e->sink);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         if (refs_now + a.refs > 6) { /* the fuzzer's refs_per_peer */
@@ -941,8 +962,15 @@ static void op_reclaim(Model *M, Input *in)
         } else if (rb) {
                 bool match = claim_matches(rb, a.generation, a.owner_uid, a.kind, a.name);
 
-                CHECK_EQ(s->m.status, match ? PROTO_STATUS_OK : PROTO_STATUS_REVOKED);
-                if (match) {
+                /* Even the very publication is only granted what the claimant provably held or an
+                 * attach would give (docs/protocol.md 6.15): the attach's checks may refuse it, and
+                 * references nobody vouches for must fit a live buffer's retire_after. */
+                if (!match)
+                        CHECK_EQ(s->m.status, PROTO_STATUS_REVOKED);
+                else if (s->m.status != PROTO_STATUS_OK)
+                        CHECK(s->m.status == PROTO_STATUS_REVOKED || s->m.status == PROTO_STATUS_DEVICE ||
+                              s->m.status == PROTO_STATUS_PIDNS);
+                if (match && s->m.status == PROTO_STATUS_OK) {
                         HoldRec *h = hold_get(M, p, a.buffer);
                         CHECK(!proto_has(&s->m, PF_PENDING));
                         h->refs += a.refs;
@@ -970,10 +998,10 @@ static void op_attach(Model *M, Input *in, bool by_id)
         q = pending_add(M, p, REQ_ATTACH);
         q->name = n % N_NAMES;
         if (by_id)
-                registry_attach(M->e->r, p, q->id, NULL, pick_buffer(M, n), 0, M->e->now, &M->e->out);
+                registry_attach(M->e->r, p, q->id, NULL, pick_buffer(M, n), 0, M->e->now, &M->e->sink);
         else
                 registry_attach(M->e->r, p, q->id, names[n % N_NAMES], 0, timeouts[t % 5], M->e->now,
-                                &M->e->out);
+                                &M->e->sink);
         env_flush(M->e);
         if (!env_has_reply(M->e, p, q->id)) {
                 CHECK(!by_id && timeouts[t % 5] > 0);
@@ -995,16 +1023,16 @@ static void op_buffer(Model *M, Input *in, int which)
         q = pending_add(M, p, REQ_OTHER);
         switch (which) {
         case 0:
-                registry_release(M->e->r, p, q->id, buf, &M->e->out);
+                registry_release(M->e->r, p, q->id, buf, &M->e->sink);
                 break;
         case 1:
-                registry_retire(M->e->r, p, q->id, buf, flags & 1, &M->e->out);
+                registry_retire(M->e->r, p, q->id, buf, flags & 1, &M->e->sink);
                 break;
         case 2:
-                registry_free_buffer(M->e->r, p, q->id, buf, flags & 1, &M->e->out);
+                registry_free_buffer(M->e->r, p, q->id, buf, flags & 1, &M->e->sink);
                 break;
         default:
-                registry_unmap(M->e->r, p, q->id, buf, &M->e->out);
+                registry_unmap(M->e->r, p, q->id, buf, &M->e->sink);
                 break;
         }
         env_flush(M->e);
@@ -1047,7 +1075,7 @@ static void op_subscribe(Model *M, Input *in, bool unsub)
                 uint64_t sub = M->n_subs && x < 200 ? M->subs[x % M->n_subs].id : 777777;
                 bool mine = sub_owned(M, p, sub);
 
-                registry_unsubscribe(M->e->r, p, q->id, sub, &M->e->out);
+                registry_unsubscribe(M->e->r, p, q->id, sub, &M->e->sink);
                 env_flush(M->e);
                 s = env_reply(M->e, p, q->id);
                 CHECK_EQ(s->m.status == PROTO_STATUS_OK, mine);
@@ -1055,7 +1083,7 @@ static void op_subscribe(Model *M, Input *in, bool unsub)
                         if (M->subs[i].id == sub)
                                 M->subs[i] = M->subs[--M->n_subs];
         } else {
-                registry_subscribe(M->e->r, p, q->id, prefixes[x % 5], &M->e->out);
+                registry_subscribe(M->e->r, p, q->id, prefixes[x % 5], &M->e->sink);
                 env_flush(M->e);
                 s = env_reply(M->e, p, q->id);
                 if (s->m.status == PROTO_STATUS_OK) {
@@ -1077,7 +1105,7 @@ static void op_join(Model *M, Input *in)
         q = pending_add(M, p, REQ_JOIN);
         q->group = g % 2;
         registry_group_join(M->e->r, p, q->id, groups[g % 2], 1 + (g >> 1) % 4, 1 + t * 7u, M->e->now,
-                            &M->e->out);
+                            &M->e->sink);
         env_flush(M->e);
         if (!env_has_reply(M->e, p, q->id))
                 q->waiting = true;
@@ -1089,7 +1117,7 @@ static void op_time(Model *M, Input *in)
         uint8_t t = take(in);
 
         if (t == 0xff) {
-                registry_cancel_waits(M->e->r, PROTO_STATUS_SHUTDOWN, "stopping", &M->e->out);
+                registry_cancel_waits(M->e->r, PROTO_STATUS_SHUTDOWN, "stopping", &M->e->sink);
                 env_flush(M->e);
                 for (size_t i = 0; i < M->e->n_sent; i++)
                         CHECK_EQ(M->e->sent[i].m.status, PROTO_STATUS_SHUTDOWN);
@@ -1110,7 +1138,7 @@ static void op_time(Model *M, Input *in)
                 for (int ri = 0; ri < N_RINGS; ri++)
                         ring_unreserve(M, ri);
         }
-        registry_expire(M->e->r, M->e->now, &M->e->out);
+        registry_expire(M->e->r, M->e->now, &M->e->sink);
         env_flush(M->e);
         for (size_t i = 0; i < M->e->n_sent; i++)
                 if (M->e->sent[i].m.type == PROTO_REPLY)
@@ -1190,7 +1218,7 @@ static void op_ring_create(Model *M, Input *in)
                 if (!M->in_grace)
                         ring_unreserve(M, ri);
         }
-        registry_ring_create(M->e->r, p, q->id, &spec, &M->e->out);
+        registry_ring_create(M->e->r, p, q->id, &spec, &M->e->sink);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         CHECK_EQ(s->m.status, want);
@@ -1269,7 +1297,7 @@ static bool ring_part_do(Model *M, RegPeer *p, int ri, uint32_t index, RegPublis
                 want = PROTO_STATUS_OK;
         a->fd = env_memfd(M->e, 4096);
         q = pending_add(M, p, REQ_OTHER);
-        registry_ring_part(M->e->r, p, q->id, ring_names[ri], index, a, &M->e->out);
+        registry_ring_part(M->e->r, p, q->id, ring_names[ri], index, a, &M->e->sink);
         CHECK_EQ(a->fd, -1);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
@@ -1394,7 +1422,7 @@ static void op_ring_join(Model *M, Input *in)
                 else
                         want = PROTO_STATUS_OK;
                 q = pending_add(M, p, REQ_OTHER);
-                registry_ring_rejoin(M->e->r, p, q->id, ring_names[ri], index, epoch, &M->e->out);
+                registry_ring_rejoin(M->e->r, p, q->id, ring_names[ri], index, epoch, &M->e->sink);
                 env_flush(M->e);
                 s = env_reply(M->e, p, q->id);
                 CHECK_EQ(s->m.status, want);
@@ -1432,7 +1460,7 @@ static void op_ring_join(Model *M, Input *in)
         else
                 want = PROTO_STATUS_OK;
         q = pending_add(M, p, REQ_OTHER);
-        registry_ring_join(M->e->r, p, q->id, ring_names[ri], &M->e->out);
+        registry_ring_join(M->e->r, p, q->id, ring_names[ri], &M->e->sink);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         CHECK_EQ(s->m.status, want);
@@ -1477,7 +1505,7 @@ static void op_ring_leave(Model *M, Input *in)
         if (seat >= 0)
                 seat_vacate(M, ri, (uint32_t)seat, false);
         q = pending_add(M, p, REQ_OTHER);
-        registry_ring_leave(M->e->r, p, q->id, ring_names[ri], &M->e->out);
+        registry_ring_leave(M->e->r, p, q->id, ring_names[ri], &M->e->sink);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         CHECK_EQ(s->m.status, seat >= 0 ? PROTO_STATUS_OK : PROTO_STATUS_NOT_FOUND);
@@ -1514,7 +1542,7 @@ static void op_ring_evict(Model *M, Input *in)
                 seat_vacate(M, ri, index, true);
         }
         q = pending_add(M, p, REQ_OTHER);
-        registry_ring_evict(M->e->r, p, q->id, ring_names[ri], index, epoch, &M->e->out);
+        registry_ring_evict(M->e->r, p, q->id, ring_names[ri], index, epoch, &M->e->sink);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         CHECK_EQ(s->m.status, want);
@@ -1536,7 +1564,7 @@ static void op_ring_close(Model *M, Input *in)
         if (want == PROTO_STATUS_OK)
                 ring_forget(M, ri);
         q = pending_add(M, p, REQ_OTHER);
-        registry_ring_close(M->e->r, p, q->id, ring_names[ri], &M->e->out);
+        registry_ring_close(M->e->r, p, q->id, ring_names[ri], &M->e->sink);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         CHECK_EQ(s->m.status, want);
@@ -1577,7 +1605,7 @@ static void op_ring_attach(Model *M, Input *in)
                 registry_buffer_describe(rb, &d);
         live = rb && d.state == PROTO_STATE_LIVE;
         q = pending_add(M, p, REQ_ATTACH);
-        registry_attach(M->e->r, p, q->id, NULL, buffer, 0, M->e->now, &M->e->out);
+        registry_attach(M->e->r, p, q->id, NULL, buffer, 0, M->e->now, &M->e->sink);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         if (part && live && d.kind == PROTO_KIND_MEMFD) {

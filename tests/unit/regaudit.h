@@ -53,7 +53,7 @@ static inline bool audit_part_attachable(const RegBuffer *b, const RegPeer *p)
 /* The rule above against the registry's, for every ring part and every peer. */
 static inline void audit_part_attach_rules(const Registry *r)
 {
-        char why[PROTO_MAX_TEXT + 1];
+        RegWhy why;
 
         list_for_each(pos, &r->buffers) {
                 const RegBuffer *b = list_entry(pos, RegBuffer, link);
@@ -63,7 +63,7 @@ static inline void audit_part_attach_rules(const Registry *r)
                 list_for_each(pp, &r->peers) {
                         const RegPeer *p = list_entry(pp, RegPeer, link);
 
-                        CHECK_EQ(reg_ring_may_attach(b, p, why, sizeof(why)), audit_part_attachable(b, p));
+                        CHECK_EQ(reg_ring_may_attach(b, p, &why), audit_part_attachable(b, p));
                 }
         }
 }

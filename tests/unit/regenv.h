@@ -12,6 +12,7 @@
 #include "check.h"
 #include "proto.h"
 #include "registry.h"
+#include "reply.h"
 
 #ifndef ENV_MAX_SENT
 #define ENV_MAX_SENT 2048 /* frames one operation may cause */
@@ -38,6 +39,7 @@ typedef struct Tracked {
 typedef struct Env {
         Registry *r;
         Outbox out;
+        RegSink sink; /* the registry's changes, into out through the broker's reply layer */
         uint64_t now;
         Sent sent[ENV_MAX_SENT];
         size_t n_sent;
@@ -72,6 +74,7 @@ static inline void env_init_cfg(Env *e, RegConfig cfg)
         e->n_sent = e->n_fds = 0;
         e->now = 0;
         e->out = (Outbox)OUTBOX_INIT;
+        e->sink = reply_sink(&e->out);
         e->baseline_fds = env_count_open_fds();
         cfg.epoch = 77;
         cfg.start_ms = 0;
@@ -345,7 +348,7 @@ static inline RegPeer *env_peer(Env *e, uint32_t uid, uint32_t pid, uint64_t pid
         PeerCreds c = { .uid = uid, .gid = uid, .pid = pid, .pidns = pidns };
         RegPeer *p = NULL;
 
-        CHECK_EQ(registry_peer_add(e->r, &c, e->now, NULL, &p, NULL, 0), 0);
+        CHECK_EQ(registry_peer_add(e->r, &c, e->now, NULL, &p, NULL), 0);
         CHECK(p);
         return p;
 }
@@ -362,7 +365,7 @@ static inline void env_hello(Env *e, RegPeer *p, uint64_t pidns, const char *lab
 
 static inline size_t env_remove(Env *e, RegPeer *p)
 {
-        registry_peer_remove(e->r, p, &e->out);
+        registry_peer_remove(e->r, p, &e->sink);
         return env_flush(e);
 }
 

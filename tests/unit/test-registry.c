@@ -63,7 +63,7 @@ static Sent *publish(Env *e, RegPeer *p, Pub o)
         a.info.writable = true;
         a.info.broker_held = o.held;
         a.retire_after = o.retire_after;
-        registry_publish(e->r, p, id, &a, &e->out);
+        registry_publish(e->r, p, id, &a, &e->sink);
         CHECK_EQ(a.fd, -1); /* taken in every case */
         env_flush(e);
         return env_reply(e, p, id);
@@ -84,7 +84,7 @@ static uint64_t attach_name(Env *e, RegPeer *p, const char *name, uint32_t timeo
 {
         uint64_t id = next_req++;
 
-        registry_attach(e->r, p, id, name, 0, timeout, e->now, &e->out);
+        registry_attach(e->r, p, id, name, 0, timeout, e->now, &e->sink);
         env_flush(e);
         return id;
 }
@@ -93,7 +93,7 @@ static uint64_t attach_id(Env *e, RegPeer *p, uint64_t buffer)
 {
         uint64_t id = next_req++;
 
-        registry_attach(e->r, p, id, NULL, buffer, 0, e->now, &e->out);
+        registry_attach(e->r, p, id, NULL, buffer, 0, e->now, &e->sink);
         env_flush(e);
         return id;
 }
@@ -111,7 +111,7 @@ static Sent *release(Env *e, RegPeer *p, uint64_t buffer)
 {
         uint64_t id = next_req++;
 
-        registry_release(e->r, p, id, buffer, &e->out);
+        registry_release(e->r, p, id, buffer, &e->sink);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -120,7 +120,7 @@ static Sent *retire(Env *e, RegPeer *p, uint64_t buffer, bool admin)
 {
         uint64_t id = next_req++;
 
-        registry_retire(e->r, p, id, buffer, admin, &e->out);
+        registry_retire(e->r, p, id, buffer, admin, &e->sink);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -129,7 +129,7 @@ static Sent *free_buf(Env *e, RegPeer *p, uint64_t buffer, bool admin)
 {
         uint64_t id = next_req++;
 
-        registry_free_buffer(e->r, p, id, buffer, admin, &e->out);
+        registry_free_buffer(e->r, p, id, buffer, admin, &e->sink);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -138,7 +138,7 @@ static Sent *unmap(Env *e, RegPeer *p, uint64_t buffer)
 {
         uint64_t id = next_req++;
 
-        registry_unmap(e->r, p, id, buffer, &e->out);
+        registry_unmap(e->r, p, id, buffer, &e->sink);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -147,7 +147,7 @@ static Sent *subscribe(Env *e, RegPeer *p, const char *prefix)
 {
         uint64_t id = next_req++;
 
-        registry_subscribe(e->r, p, id, prefix, &e->out);
+        registry_subscribe(e->r, p, id, prefix, &e->sink);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -156,7 +156,7 @@ static Sent *unsubscribe(Env *e, RegPeer *p, uint64_t sub)
 {
         uint64_t id = next_req++;
 
-        registry_unsubscribe(e->r, p, id, sub, &e->out);
+        registry_unsubscribe(e->r, p, id, sub, &e->sink);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -165,7 +165,7 @@ static uint64_t join(Env *e, RegPeer *p, const char *group, uint32_t members, ui
 {
         uint64_t id = next_req++;
 
-        registry_group_join(e->r, p, id, group, members, timeout, e->now, &e->out);
+        registry_group_join(e->r, p, id, group, members, timeout, e->now, &e->sink);
         env_flush(e);
         return id;
 }
@@ -173,7 +173,7 @@ static uint64_t join(Env *e, RegPeer *p, const char *group, uint32_t members, ui
 static size_t expire(Env *e, uint64_t now)
 {
         e->now = now;
-        registry_expire(e->r, now, &e->out);
+        registry_expire(e->r, now, &e->sink);
         return env_flush(e);
 }
 
@@ -930,7 +930,7 @@ static void test_cancel_waits(void)
         j2 = join(e, B, "g", 3, 1000);
         j3 = join(e, B, "h", 2, 1000);
         CHECK_EQ(gauges(e).waits, 5);
-        registry_cancel_waits(e->r, PROTO_STATUS_SHUTDOWN, "the broker is stopping", &e->out);
+        registry_cancel_waits(e->r, PROTO_STATUS_SHUTDOWN, "the broker is stopping", &e->sink);
         CHECK_EQ(env_flush(e), 5);
         s = env_reply(e, A, w1);
         env_check_status(s, PROTO_STATUS_SHUTDOWN);
@@ -945,7 +945,7 @@ static void test_cancel_waits(void)
         CHECK_EQ(registry_next_deadline(e->r), UINT64_MAX);
         CHECK_EQ(expire(e, 5000), 0);
         /* Nothing pending: nothing to say. */
-        registry_cancel_waits(e->r, PROTO_STATUS_SHUTDOWN, "again", &e->out);
+        registry_cancel_waits(e->r, PROTO_STATUS_SHUTDOWN, "again", &e->sink);
         CHECK_EQ(env_flush(e), 0);
         env_free(e);
 }
@@ -961,10 +961,10 @@ static void test_remove_in_one_batch(void)
         attach_ok(e, C, "batch");
         subscribe(e, S, "");
         /* P's departure queues a revoke for C and S; then C and S leave before anything is sent. */
-        registry_peer_remove(e->r, P, &e->out);
+        registry_peer_remove(e->r, P, &e->sink);
         CHECK(e->out.n_frames >= 2);
-        registry_peer_remove(e->r, C, &e->out);
-        registry_peer_remove(e->r, S, &e->out);
+        registry_peer_remove(e->r, C, &e->sink);
+        registry_peer_remove(e->r, S, &e->sink);
         for (size_t i = 0; i < e->out.n_frames; i++)
                 CHECK(e->out.frames[i].to != P && e->out.frames[i].to != C && e->out.frames[i].to != S);
         CHECK_EQ(env_flush(e), 0);
@@ -1010,7 +1010,7 @@ static void test_outbox(void)
         outbox_deinit(&o);
         CHECK(o.frames == NULL && o.close_fds == NULL);
         e->fds[e->n_fds - 1].closed = true;
-        registry_peer_remove(e->r, B, &e->out); /* a lost peer is disconnected */
+        registry_peer_remove(e->r, B, &e->sink); /* a lost peer is disconnected */
         env_remove(e, A);
         env_free(e);
 }
@@ -1078,13 +1078,12 @@ static void test_quotas(void)
 
         /* connections_per_uid: a third connection of uid 1000 is refused (saying why), others are fine. */
         {
-                char why[200] = "";
+                RegWhy why = { REG_WHY_NONE };
 
-                CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, why, sizeof(why)),
-                         PROTO_STATUS_QUOTA);
-                CHECK(strstr(why, "uid 1000") && strstr(why, "--max-connections-per-uid"));
-                CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, NULL, 0),
-                         PROTO_STATUS_QUOTA);
+                CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, &why), PROTO_STATUS_QUOTA);
+                CHECK_EQ(why.code, REG_E_CONNECTIONS_PER_UID);
+                CHECK_EQ(why.n[0], 1000); /* the uid */
+                CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, NULL), PROTO_STATUS_QUOTA);
         }
         CHECK(x == (RegPeer *)0x1);
 
@@ -1130,14 +1129,15 @@ static void test_quotas(void)
         env_peer(e, 3001, 1, 1);
         env_peer(e, 3002, 1, 1);
         {
-                char why[200] = "";
+                RegWhy why = { REG_WHY_NONE };
 
-                CHECK_EQ(registry_peer_add(e->r, &creds, 0, NULL, &x, why, sizeof(why)), PROTO_STATUS_QUOTA);
-                CHECK(strstr(why, "6 connections") && strstr(why, "--max-connections"));
+                CHECK_EQ(registry_peer_add(e->r, &creds, 0, NULL, &x, &why), PROTO_STATUS_QUOTA);
+                CHECK_EQ(why.code, REG_E_CONNECTIONS_LIMIT);
+                CHECK_EQ(why.n[0], 6); /* the limit */
         }
         /* A departure frees the slot, and the uid's buffers stay charged to the uid. */
         env_remove(e, P2);
-        CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, NULL, 0), 0);
+        CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, NULL), 0);
         CHECK(x != (RegPeer *)0x1);
         env_check_status(publish(e, x, (Pub){ .name = "q/3", .fd_mode = FD_NONE, .kind = PROTO_KIND_CUDA_LEGACY,
                                               .device = "GPU-0" }),
@@ -1446,7 +1446,7 @@ static void test_hello(void)
         CHECK(registry_peer_lost(p));
         registry_peer_mark_lost(NULL);
         env_remove(e, p);
-        registry_peer_remove(e->r, NULL, &e->out); /* NULL-safe */
+        registry_peer_remove(e->r, NULL, &e->sink); /* NULL-safe */
         CHECK_EQ(env_flush(e), 0);
         env_free(e);
 }
@@ -1475,9 +1475,76 @@ static Sent *reclaim(Env *e, RegPeer *p, Rec o)
                          .owner_uid = o.uid, .name = o.name, .kind = PROTO_KIND_MEMFD };
         uint64_t id = next_req++;
 
-        registry_reclaim(e->r, p, id, &a, &e->out);
+        registry_reclaim(e->r, p, id, &a, &e->sink);
         env_flush(e);
         return env_reply(e, p, id);
+}
+
+/* What the registry says, before any frame: a sink that keeps the changes (their codes and facts;
+ * the strings they borrow are not kept). */
+typedef struct Said {
+        RegChange c[8];
+        size_t n;
+} Said;
+
+static void keep_change(void *ctx, const RegChange *c)
+{
+        Said *said = ctx;
+
+        CHECK(said->n < 8);
+        said->c[said->n] = *c;
+        memset(said->c[said->n].why.s, 0, sizeof(said->c[said->n].why.s));
+        said->n++;
+}
+
+static Said reclaim_said(Env *e, RegPeer *p, Rec o)
+{
+        RegReclaim a = { .buffer = o.buffer, .generation = o.generation, .refs = o.refs,
+                         .owner_uid = o.uid, .name = o.name, .kind = PROTO_KIND_MEMFD };
+        Said said = { .n = 0 };
+        RegSink sink = { keep_change, &said };
+
+        registry_reclaim(e->r, p, next_req++, &a, &sink);
+        return said;
+}
+
+/* A reclaim's results as the registry states them: a peer that never attached gets what an attach
+ * would give (retire_after counts its references, and says how far it would pass), and the reply
+ * of a granted one carries the buffer's state; an id nobody knows is refused with the id. */
+static void test_reclaim_results(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1);
+        uint64_t buf, gen;
+        Said said;
+
+        buf = publish_ok(e, P, (Pub){ .name = "said/once", .retire_after = 1 });
+        gen = env_reply(e, P, next_req - 1)->m.generation;
+
+        said = reclaim_said(e, C, (Rec){ buf, gen, 5, 1000, "said/once" });
+        CHECK_EQ(said.n, 1);
+        CHECK_EQ(said.c[0].type, REG_CH_REPLY);
+        CHECK_EQ(said.c[0].status, PROTO_STATUS_REVOKED);
+        CHECK_EQ(said.c[0].why.code, REG_E_CLAIM_RETIRE_AFTER);
+        CHECK_EQ(said.c[0].why.n[0], buf);
+        CHECK_EQ(said.c[0].why.n[1], 1); /* retire_after */
+        CHECK_EQ(said.c[0].why.n[2], 0); /* attaches so far */
+        CHECK_EQ(said.c[0].why.n[3], 5); /* references nobody vouches for */
+        CHECK_EQ(refs_of(e, buf), 0);
+
+        said = reclaim_said(e, C, (Rec){ buf, gen, 1, 1000, "said/once" });
+        CHECK_EQ(said.n, 1);
+        CHECK_EQ(said.c[0].status, PROTO_STATUS_OK);
+        CHECK_EQ(said.c[0].reply, REG_RE_STATE);
+        CHECK_EQ(said.c[0].n, PROTO_STATE_LIVE); /* the reply first; it retires right after */
+        CHECK_EQ(refs_of(e, buf), 1);
+        CHECK(registry_buffer_by_name(e->r, "said/once") == NULL);
+
+        said = reclaim_said(e, C, (Rec){ 424242, 1, 1, 1000, "said/none" });
+        CHECK_EQ(said.c[0].status, PROTO_STATUS_REVOKED);
+        CHECK_EQ(said.c[0].why.code, REG_E_CLAIM_UNKNOWN);
+        CHECK_EQ(said.c[0].why.n[0], 424242);
+        env_free(e);
 }
 
 /* A producer registers a retired buffer again after a restart; its holders come back and release:
@@ -1591,9 +1658,16 @@ static void test_reclaim_only_the_same_publication(void)
         env_check_status(reclaim(e, C, (Rec){ buf, gen, 1, 1001, "same" }), PROTO_STATUS_REVOKED);
         env_check_status(reclaim(e, C, (Rec){ buf, gen, 1, 1000, "other" }), PROTO_STATUS_REVOKED);
         retire(e, P, buf, false);
+        /* Retired: an attach would grant nothing, and no connection of uid 1001 held it when it ended. */
+        s = reclaim(e, C, (Rec){ buf, gen, 1, 1000, "same" });
+        env_check_status(s, PROTO_STATUS_REVOKED);
+        CHECK(env_msg_has(s, "retired"));
+        /* C's connection ends holding one: the broker vouches for it, once, to the next peer of its uid. */
+        env_remove(e, C);
+        C = env_peer(e, 1001, 13, 1);
         env_check_status(reclaim(e, C, (Rec){ buf, gen, 1, 1000, "same" }), PROTO_STATUS_OK); /* not drained */
-        CHECK_EQ(refs_of(e, buf), 3);
-        release(e, C, buf);
+        env_check_status(reclaim(e, C, (Rec){ buf, gen, 1, 1000, "same" }), PROTO_STATUS_REVOKED);
+        CHECK_EQ(refs_of(e, buf), 2);
         release(e, C, buf);
         release(e, D, buf);
         CHECK_EQ(env_count_events(e, P, PROTO_EV_DRAINED), 1);
@@ -1984,6 +2058,7 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_claims_wait_for_their_producer);
         TEST_RUN(argc, argv, test_claims_revoked_at_grace_end);
         TEST_RUN(argc, argv, test_reclaim_only_the_same_publication);
+        TEST_RUN(argc, argv, test_reclaim_results);
         TEST_RUN(argc, argv, test_ids_keys_and_adoption);
         TEST_RUN(argc, argv, test_restored_name_taken_registers_retired);
         TEST_RUN(argc, argv, test_broker_held_orphan_by_uid_free);

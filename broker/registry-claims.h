@@ -1,0 +1,43 @@
+/* registry-claims.c: reclaims after a restart, pending claims, departed holds and the restart grace. */
+#pragma once
+
+#include "registry-core.h"
+
+/* A reclaim for a buffer nobody registered yet (its producer has not reconnected): kept until the
+ * producer registers it or the restart grace ends. Its references count against the peer's. */
+typedef struct Claim {
+        HNode node; /* key: buffer id */
+        uint64_t buffer, generation;
+        uint32_t refs, owner_uid;
+        ProtoKind kind;
+        RegPeer *peer;
+        List peer_link;
+        char name[];
+} Claim;
+
+/* References a peer of uid still held on a buffer when the broker ended its connection (the buffer
+ * stayed): what the broker can vouch for when a peer of that uid comes back and reclaims them. */
+typedef struct DepartedHold {
+        List link; /* RegBuffer.departed */
+        uint32_t uid, refs;
+} DepartedHold;
+
+/* Distinct uids a buffer remembers departed holds of; a holder past them reclaims as an attach. */
+#define REG_DEPARTED_MAX 16
+
+/* registry-claims.c: a newly registered buffer takes over the claims waiting for its id; a peer's
+ * claims go with it; the grace timer fired. */
+void reg_claims_adopt(Registry *r, RegBuffer *b, RegSink *o);
+/* b is live and has had its retire_after attaches (reclaims nobody vouched for count as attaches):
+ * the caller retires it, once the replies and events of the step are out. */
+bool reg_attaches_used_up(const RegBuffer *b);
+void reg_claims_drop_peer(Registry *r, RegPeer *p);
+/* p releases one reference it holds through a pending claim of buffer. False if it has none. */
+bool reg_claim_release(Registry *r, RegPeer *p, uint64_t buffer);
+void reg_grace_end(Registry *r, RegSink *o);
+/* Takes b off the restored list (it leaves the registry, or the grace ended). */
+void reg_restored_forget(Registry *r, RegBuffer *b);
+/* registry-claims.c: p's connection ends while it holds refs on b, which stays: remember them for
+ * its uid's reclaim. Forgetting them all: b drains or goes (its memory may be reused). */
+void reg_departed_note(RegBuffer *b, uint32_t uid, uint32_t refs);
+void reg_departed_forget(RegBuffer *b);

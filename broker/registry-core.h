@@ -1,0 +1,267 @@
+/* The registry's own types, shared by its parts: uid accounts, names, holds, peers, buffers and the
+ * registry itself, with what registry.c offers the other parts (buffers, references, emitting
+ * changes). Each part has a header of its own next to this one (registry-waits.h, registry-claims.h,
+ * registry-rings-core.h, registry-subs.h); registry-peers.c, which ends a peer in every part,
+ * includes them all. Nothing outside broker/registry*.c includes these, except the white-box checks
+ * of tests/unit/regaudit.h (through registry-internal.h). */
+#pragma once
+
+#include <stdio.h>
+#include <string.h>
+
+#include "heap.h"
+#include "hmap.h"
+#include "list.h"
+#include "macro.h"
+#include "registry.h"
+
+typedef struct UidAcct {
+        HNode node;
+        uint32_t uid;
+        uint32_t connections, buffers, fds;
+        uint32_t claims; /* pending claims of its peers */
+} UidAcct;
+
+typedef struct RegName {
+        HNode node;
+        RegBuffer *live; /* the buffer published under this name, if any */
+        List waits;      /* Wait.link, oldest first */
+        uint64_t publishes; /* while the entry lives: so a wait can tell it missed a publication */
+        char name[];
+} RegName;
+
+/* A pending deadline; embedded in attach waits and groups. */
+typedef enum TimerType { TIMER_WAIT, TIMER_GROUP, TIMER_GRACE } TimerType;
+typedef struct Timer {
+        HeapNode node;
+        TimerType type;
+} Timer;
+
+/* One peer's relation to one buffer: its references (count) and whether it received the
+ * buffer's fd (mapped), in which case it may keep a cached mapping after releasing, is not sent
+ * the fd again, and is told when the broker forgets the buffer. */
+typedef struct Hold {
+        HNode node; /* key: (peer id, buffer id) */
+        RegBuffer *buf;
+        RegPeer *peer;
+        uint32_t count;
+        bool mapped;
+        List buf_link, peer_link;
+} Hold;
+
+struct RegPeer {
+        uint64_t id;
+        PeerCreds creds;
+        bool hello, lost;
+        uint64_t decl_pid, decl_pidns;
+        char label[PROTO_MAX_LABEL + 1];
+        uint32_t n_gpus;
+        char (*gpus)[PROTO_MAX_UUID + 1];
+        List link;  /* Registry.peers, in id order */
+        List owned; /* RegBuffer.owner_link */
+        List holds; /* Hold.peer_link */
+        List waits; /* Wait.peer_link */
+        List subs;  /* Sub.peer_link */
+        List claims; /* Claim.peer_link */
+        List rings;  /* RegRing.owner_link: rings it produces */
+        List seats;  /* RingSeat.peer_link: rings it is a member of */
+        List seat_claims; /* SeatClaim.peer_link */
+        uint32_t n_refs, n_waits, n_subs;
+        uint32_t n_claim_refs; /* references its pending claims ask for (they count against its quota) */
+        uint32_t n_seat_claims; /* its SeatClaims: bounded like its waits */
+        bool leaving;           /* registry_peer_remove is dealing with its buffers */
+        UidAcct *acct;
+        uint64_t connected_ms;
+        void *userdata;
+        Registry *reg;
+        List lost_link; /* in Registry.lost once marked lost */
+};
+
+struct RegBuffer {
+        uint64_t id;        /* the key its producer chose (or the broker drew); stable across restarts */
+        uint64_t seq;       /* registration order: the listing cursor */
+        HNode by_id, by_seq;
+        List link; /* Registry.buffers, in registration order */
+        char *name;         /* heap: most names are short, and a registry holds 100k buffers */
+        RegName *published; /* while live */
+        uint64_t generation;
+        ProtoBufferInfo info; /* kind, size, offset, writable, broker_held: as published */
+        ProtoState state;
+        char *device;       /* GPU UUID, NULL for memfd */
+        uint8_t *meta;
+        uint32_t meta_len;
+        uint8_t *handle;    /* cuda-legacy only: PROTO_LEGACY_HANDLE_SIZE bytes */
+        int fd;
+        bool free_on_drain;
+        /* Registered again after a restart while holders may still come back: it does not drain
+         * before the grace ends (Registry.restored lists these). */
+        bool restored;
+        List restored_link;
+        uint32_t reclaimed; /* holders that came back and reclaimed */
+        List departed;      /* DepartedHold.link: until the buffer drains or goes */
+        uint32_t n_departed;
+        /* A part of a ring: attachable only by the ring's members (a member page only by its own
+         * member), never by name, and not at all once the ring is gone. */
+        bool ring_part;
+        RegRing *ring;
+        uint32_t ring_index;
+        uint32_t retire_after, attaches;
+        /* A view (info.segment set): the buffer whose memory it names a range of, and its place in
+         * that segment's views. A segment outlives every view of it: it is forgotten only once its
+         * last view is (reg_segment_release_if_done). Views have no fd of their own. */
+        RegBuffer *segment;
+        List view_link;
+        List views;         /* a segment's views (RegBuffer.view_link) */
+        uint32_t n_views;
+        bool destroying;    /* being forgotten: its views go first, without looking back at it */
+        RegPeer *owner; /* NULL once the producer is gone (broker-held buffers only) */
+        uint64_t owner_id, owner_pidns;
+        bool owner_pidns_declared;
+        uint32_t owner_uid, owner_pid;
+        UidAcct *acct;
+        List owner_link;
+        List holds; /* Hold.buf_link */
+        uint64_t refs;
+        uint32_t holders;
+};
+
+struct Registry {
+        Limits limits;
+        uint64_t epoch;
+        uint64_t next_peer_id, next_seq, next_sub_id, generation;
+        uint64_t id_state;                  /* the generator of ids the broker picks (splitmix64) */
+        HMap buffers_by_id, buffers_by_seq, names, groups, holds, uids, claims, rings;
+        List buffers, peers, subs;
+        Heap timers;
+        RegCounters counters;
+        uint64_t n_peers, n_buffers, n_waits, n_subs, n_groups, n_refs, n_fds;
+        uint64_t n_state[_PROTO_STATE_MAX]; /* buffers per state, kept current: stats never walk */
+        uint64_t n_orphaned;
+        List lost;                          /* RegPeer.lost_link: peers the caller must disconnect */
+        /* The restart grace: reconnecting holders may reclaim until it ends (a TIMER_GRACE). */
+        bool in_grace;
+        uint32_t restart_grace_ms;
+        Timer grace_timer;
+        List restored;                      /* RegBuffer.restored_link */
+        uint64_t n_claims;
+        uint64_t n_rings, n_seated;
+        List ring_list;   /* RegRing.link, oldest first */
+        uint64_t next_ring_seq;
+        List seat_claims; /* SeatClaim.link */
+        uint64_t n_seat_claims;
+};
+
+static inline uint64_t hash_str(const char *s)
+{
+        return hash_bytes(s, strlen(s));
+}
+
+static inline uint64_t hold_hash(uint64_t peer, uint64_t buffer)
+{
+        uint64_t k[2] = { peer, buffer };
+        return hash_bytes(k, sizeof(k));
+}
+
+static inline void copy_str(char *dst, size_t cap, const char *src)
+{
+        size_t n = src ? strnlen(src, cap - 1) : 0;
+        memcpy(dst, src ? src : "", n);
+        dst[n] = 0;
+}
+
+/* The PID namespace a peer lives in: what the kernel told the broker beats what the peer said. */
+static inline uint64_t peer_pidns(const RegPeer *p)
+{
+        return p->creds.pidns ? p->creds.pidns : p->decl_pidns;
+}
+
+/* peer_pidns() is only the peer's word (diagnosis only: it grants nothing). */
+static inline bool peer_pidns_declared(const RegPeer *p)
+{
+        return !p->creds.pidns && p->decl_pidns;
+}
+
+UidAcct *reg_acct_get(Registry *r, uint32_t uid);
+
+void reg_acct_put(Registry *r, UidAcct *a);
+
+/* Emits a change (registry-change.h) for the caller to deliver. */
+void reg_emit(RegSink *o, const RegChange *c);
+
+/* Answers request id of p with status; an error says why. */
+void reg_answer(RegSink *o, RegPeer *p, uint64_t id, unsigned status, RegWhy why);
+
+/* Hands fd (the registry's) over, to be closed once the frames that borrow it are out. */
+void reg_close_fd(RegSink *o, int fd);
+
+/* Tells p of event ev on b (a subscriber: sub, else 0); why (REG_WHY_NONE: none) is its reason. */
+void reg_tell(RegSink *o, RegPeer *p, ProtoEvent ev, const RegBuffer *b, uint64_t sub, RegWhy why);
+
+/* Tells p of event ev on a publication the registry no longer (or not yet) has as a buffer. */
+static inline void reg_tell_key(RegSink *o, RegPeer *p, ProtoEvent ev, RegBufferKey key, RegWhy why)
+{
+        reg_emit(o, &(RegChange){ .type = REG_CH_EVENT, .to = p, .event = ev, .key = key, .why = why });
+}
+
+/* A reason given as a text (until its callers say it as a code). */
+static inline RegWhy reg_why_text(const char *text)
+{
+        return text ? (RegWhy){ REG_E_TEXT, .s = { text } } : (RegWhy){ REG_WHY_NONE };
+}
+
+RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id);
+
+RegName *reg_name_lookup(const Registry *r, const char *name);
+
+/* A name entry lives while a buffer is published under it or someone waits for it. */
+void reg_name_put(Registry *r, RegName *e);
+
+/* Moves b to state, keeping the per-state counts. */
+static inline void reg_buffer_set_state(Registry *r, RegBuffer *b, ProtoState state)
+{
+        r->n_state[b->state]--;
+        r->n_state[state]++;
+        b->state = state;
+}
+
+/* Registers new memory for p: checks the id it chose (or draws one) and p's quotas, allocates the
+ * buffer and indexes it. Takes *fd. Returns the buffer (state none, owned by p, under no name), or
+ * NULL once the request was answered (with an error, or by adopting an orphan) or p marked lost. */
+RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, RegSink *out);
+
+/* The buffer whose memory (and fd) b is: its segment for a view, else b itself. */
+static inline RegBuffer *reg_memory_of(RegBuffer *b)
+{
+        return b->segment ? b->segment : b;
+}
+
+/* A segment whose last view went is forgotten now if nothing else keeps it: it is idle and was
+ * freed, or its producer is gone. */
+void reg_segment_release_if_done(Registry *r, RegBuffer *s, RegSink *o);
+
+/* Drops a whole hold (all of one peer's references to one buffer, and its mapped mark). */
+void reg_hold_drop(Registry *r, Hold *h);
+
+/* Adds refs references of p to b (creating the hold); mapped marks that p has b's memory mapped
+ * (for a view: its segment's, which is what p maps). 0, or -ENOMEM. */
+int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapped);
+
+/* A retired buffer drains once nothing references it, unless holders may still come back: a
+ * restored buffer during the restart grace. Drains it if it may (reason for the events, or NULL). */
+void reg_buffer_drain_if_done(Registry *r, RegBuffer *b, RegWhy why, RegSink *o);
+
+/* Forgets a buffer and closes its fd (through the outbox). Peers that received the fd are told,
+ * so they can drop cached mappings (which would otherwise keep the memory alive). */
+void reg_buffer_destroy(Registry *r, RegBuffer *b, RegSink *o);
+
+/* The last reference of a retired buffer went: tell the producer it may reuse or free the memory. */
+void reg_buffer_drain(Registry *r, RegBuffer *b, RegWhy why, RegSink *o);
+
+/* The memory is gone (its producer died and the broker may not keep it): holders are told to stop
+ * using it, their references vanish and no drained event follows. */
+void reg_buffer_revoke(Registry *r, RegBuffer *b, RegWhy why, RegSink *o);
+
+/* registry.c, for reclaims: the attach's own checks of p on b (its PID namespace and devices; a
+ * status and text, or 0), and retiring b (retire_after reached). */
+unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why);
+void reg_buffer_retire(Registry *r, RegBuffer *b, RegSink *o);

@@ -1,0 +1,397 @@
+/* The registry's texts, one per RegWhy code (registry-change.h says which facts each one names),
+ * worded by area. */
+#include "reply-text.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "proto.h"
+
+#define N(i) ((unsigned long long)w->n[i])
+#define S(i) (w->s[i] ? w->s[i] : "")
+
+/* "PID namespace N", saying so when N is only what the peer declared, or that it is unknown. */
+static const char *describe_pidns(char *buf, size_t cap, uint64_t ns, bool declared)
+{
+        if (!ns)
+                snprintf(buf, cap, "a PID namespace it did not declare");
+        else
+                snprintf(buf, cap, "PID namespace %llu%s", (unsigned long long)ns, declared ? " (as declared)" : "");
+        return buf;
+}
+
+static void pidns_text(const RegWhy *w, char *text, size_t cap)
+{
+        char who[64], theirs[64], ours[64];
+
+        /* A pid the broker cannot see is no pid at all: say where the process is. */
+        if (w->n[0])
+                snprintf(who, sizeof(who), "pid %llu, uid %llu", N(0), N(1));
+        else
+                snprintf(who, sizeof(who), "uid %llu, in another PID namespace than the broker", N(1));
+        snprintf(text, cap,
+                 "buffer '%s' is cuda-legacy: its producer (%s) is in %s and this consumer%s is "
+                 "in %s; legacy CUDA IPC needs both in one PID namespace (CUDA would fail with "
+                 "'invalid device context'). Fix: set shareProcessNamespace: true on the pod, or "
+                 "publish as cuda-vmm",
+                 S(0), who, describe_pidns(theirs, sizeof(theirs), w->n[2], w->n[3]),
+                 w->n[4] ? "" : " (in another PID namespace than the broker)",
+                 describe_pidns(ours, sizeof(ours), w->n[5], w->n[6]));
+}
+
+static void device_text(const RegWhy *w, char *text, size_t cap)
+{
+        size_t n = (size_t)snprintf(text, cap, "buffer '%s' lives on GPU %s, which this consumer cannot see "
+                                    "(it sees: ", S(0), S(1));
+
+        for (uint32_t i = 0; i < w->n_gpus && n < cap; i++)
+                n += (size_t)snprintf(text + n, cap - n, "%s%s", i ? ", " : "", w->gpus[i]);
+        if (n < cap)
+                snprintf(text + n, cap - n, "%s). Fix: give producer and consumer the same "
+                         "ResourceClaim, or the same visible devices", w->n_gpus ? "" : "no GPU");
+}
+
+static const char *part_rule(uint64_t rule)
+{
+        switch (rule) {
+        case REG_PART_PART_BEYOND:
+                return "the part index is beyond the ring's parts (1 control page, its slots, one page per member, and a stream ring's counters per member)";
+        case REG_PART_PART_TAKEN:
+                return "that part is registered already";
+        case REG_PART_PART_HELD_OR_RETIRED:
+                return "ring parts are neither broker-held nor retired after attaches";
+        case REG_PART_SLOT_SHAPE:
+                return "a slot has the ring's kind and slot size";
+        case REG_PART_SLOT_READ_ONLY:
+                return "slots are read-only for members";
+        case REG_PART_SLOT_DEVICE:
+                return "a slot lives on the ring's device";
+        case REG_PART_COUNTERS_SHAPE:
+                return "a seat's counters are a writable cuda-vmm buffer of 128 bytes to 64 MiB";
+        case REG_PART_COUNTERS_DEVICE:
+                return "a seat's counters live on the ring's device";
+        case REG_PART_PAGE_SHAPE:
+                return "the control page and member pages are memfds of 4096 bytes";
+        case REG_PART_CONTROL_READ_ONLY:
+                return "the control page is read-only for members";
+        case REG_PART_PAGE_WRITABLE:
+                return "a member page is writable by its member";
+        case REG_PART_RESTORED_GENERATION:
+                return "a restored part carries the generation an earlier broker gave it";
+        default:
+                return "";
+        }
+}
+
+/* Subscriptions, attach waits and groups (and a caller's own text): true if w is one of these. */
+static bool waits_text(const RegWhy *w, char *buf, size_t cap)
+{
+        switch (w->code) {
+        case REG_E_SUBS_LIMIT:
+                snprintf(buf, cap, "this connection has %llu subscriptions (the limit)", N(0));
+                return true;
+        case REG_E_NO_SUB:
+                snprintf(buf, cap, "this connection has no subscription %llu", N(0));
+                return true;
+        case REG_E_GROUP_EMPTY:
+                snprintf(buf, cap, "a group needs at least one member");
+                return true;
+        case REG_E_GROUP_MISMATCH:
+                snprintf(buf, cap, "group '%s' was started with %llu members; this join says %llu", S(0), N(0), N(1));
+                return true;
+        case REG_E_GROUP_JOINED:
+                snprintf(buf, cap, "this connection already joined group '%s'", S(0));
+                return true;
+        case REG_E_WAITS_LIMIT:
+                snprintf(buf, cap, "this connection already waits %llu times (the limit)", N(0));
+                return true;
+        case REG_E_GROUP_TIMEOUT:
+                snprintf(buf, cap, "group '%s': %llu of %llu members joined before the earliest member's deadline",
+                         S(0), N(0), N(1));
+                return true;
+        case REG_E_WAIT_MISSED:
+                snprintf(buf, cap, "nothing was live under '%s' for this attach before the timeout: %llu "
+                         "publication(s) during the wait were retired before its turn (by retire_after, once "
+                         "earlier waiters had attached, or by the producer)", S(0), N(0));
+                return true;
+        case REG_E_WAIT_TIMEOUT:
+                snprintf(buf, cap, "nothing was published under '%s' before the timeout", S(0));
+                return true;
+        case REG_E_TEXT:
+                snprintf(buf, cap, "%s", S(0));
+                return true;
+        default:
+                return false;
+        }
+}
+
+/* Reclaims, pending claims and the restart grace: true if w is one of these. */
+static bool claims_text(const RegWhy *w, char *buf, size_t cap)
+{
+        switch (w->code) {
+        case REG_E_SEAT_CLAIMS_LIMIT:
+                snprintf(buf, cap, "this connection waits for %llu seats of rings that are not back yet (the limit, "
+                         "--max-waits-per-peer)", N(0));
+                return true;
+        case REG_E_CLAIM_OWNER:
+                snprintf(buf, cap, "buffer %llu is now a %s buffer of uid %llu, not the %s buffer of uid %llu this "
+                         "consumer held", N(0), proto_kind_name((ProtoKind)w->n[1]), N(2),
+                         proto_kind_name((ProtoKind)w->n[3]), N(4));
+                return true;
+        case REG_E_CLAIM_REPUBLISHED:
+                snprintf(buf, cap, "buffer %llu was published again (now generation %llu, '%s'; this consumer held "
+                         "generation %llu, '%s'): its memory may have been reused", N(0), N(1), S(0), N(2), S(1));
+                return true;
+        case REG_E_CLAIM_DRAINED:
+                snprintf(buf, cap, "buffer %llu ('%s') drained while this consumer was away: its memory may have "
+                         "been reused", N(0), S(0));
+                return true;
+        case REG_E_CLAIM_RING_PART:
+                snprintf(buf, cap, "buffer %llu ('%s') is part of a ring: join the ring again", N(0), S(0));
+                return true;
+        case REG_E_CLAIM_RETIRED:
+                snprintf(buf, cap, "buffer %llu ('%s') is retired and the broker knows of no reference of uid %llu "
+                         "on it: a reclaim takes back references this uid held when its connection ended, or "
+                         "what an attach would grant, and an attach of a retired buffer grants none", N(0), S(0),
+                         N(1));
+                return true;
+        case REG_E_CLAIM_RETIRE_AFTER:
+                snprintf(buf, cap, "buffer %llu ('%s') retires after %llu attaches and has had %llu: %llu references "
+                         "that the broker cannot vouch for count as attaches and would pass that", N(0), S(0), N(1),
+                         N(2), N(3));
+                return true;
+        case REG_E_RECLAIM_NO_REFS:
+                snprintf(buf, cap, "a reclaim names at least one reference");
+                return true;
+        case REG_E_REFS_LIMIT:
+                snprintf(buf, cap, "this connection holds %llu references; %llu more would pass the limit of %llu",
+                         N(0), N(1), N(2));
+                return true;
+        case REG_E_CLAIM_UNKNOWN:
+                snprintf(buf, cap, "buffer %llu ('%s') is not registered, and its producer did not register it again "
+                         "within the broker's restart grace (%llu ms after the broker started)", N(0), S(0), N(1));
+                return true;
+        case REG_E_CLAIMS_PER_UID:
+                snprintf(buf, cap, "uid %llu has %llu pending claims (the limit): they wait for their producers "
+                         "until the restart grace ends", N(0), N(1));
+                return true;
+        case REG_E_CLAIMS_ALL:
+                snprintf(buf, cap, "the broker keeps %llu pending claims (the limit for all peers together) until "
+                         "the restart grace ends", N(0));
+                return true;
+        case REG_R_CLAIM_GRACE_OVER:
+                snprintf(buf, cap, "its producer did not register it again within the broker's restart grace (%llu ms "
+                         "after the broker started)", N(0));
+                return true;
+        case REG_R_RESTART_RELEASED:
+                snprintf(buf, cap, "the broker restarted: %llu holder(s) came back and released it; holders that did "
+                         "not reconnect within the %llu ms restart grace are treated as gone", N(0), N(1));
+                return true;
+        case REG_R_RESTART_UNCLAIMED:
+                snprintf(buf, cap, "the broker restarted and no holder reclaimed it within the %llu ms restart grace; "
+                         "holders that did not reconnect are treated as gone", N(0));
+                return true;
+        case REG_R_RESTORED_UNHELD:
+                snprintf(buf, cap, "registered again after the broker restarted, with no holder left");
+                return true;
+        default:
+                return false;
+        }
+}
+
+/* Publish and views: true if w is one of these. */
+static bool publish_text(const RegWhy *w, char *buf, size_t cap)
+{
+        switch (w->code) {
+        case REG_E_NAME_ORPHANED:
+                snprintf(buf, cap, "'%s' is held by the broker for uid %llu (buffer %llu, its producer is gone); a peer "
+                         "of that uid may publish over it, or retire it", S(0), N(0), N(1));
+                return true;
+        case REG_E_NAME_TAKEN:
+                snprintf(buf, cap, "'%s' is published by another producer (peer %llu, pid %llu, uid %llu)", S(0), N(0),
+                         N(1), N(2));
+                return true;
+        case REG_E_OTHERS_BUFFER:
+                snprintf(buf, cap, "buffer %llu belongs to another peer", N(0));
+                return true;
+        case REG_E_NOT_IDLE:
+                snprintf(buf, cap, "buffer %llu is %s; retire it and wait for its drained event before publishing it "
+                         "again", N(0), proto_state_name((ProtoState)w->n[1]));
+                return true;
+        case REG_E_KEY_TAKEN:
+                snprintf(buf, cap, "buffer id %llu is registered already (by peer %llu, uid %llu); draw a new id for "
+                         "new memory", N(0), N(1), N(2));
+                return true;
+        case REG_E_BUFFERS_LIMIT:
+                snprintf(buf, cap, "uid %llu owns %llu buffers (the limit); free some first", N(0), N(1));
+                return true;
+        case REG_E_FDS_LIMIT:
+                snprintf(buf, cap, "the broker holds %llu fds for uid %llu (the limit)", N(0), N(1));
+                return true;
+        case REG_E_OTHERS_SEGMENT:
+                snprintf(buf, cap, "segment %llu belongs to another peer", N(0));
+                return true;
+        case REG_E_NOT_A_SEGMENT:
+                snprintf(buf, cap, "buffer %llu cannot hold views: it is %s", N(0),
+                         w->n[1] == 1 ? "a view itself" : w->n[1] == 2 ? "part of a ring" : "of another kind than the view");
+                return true;
+        case REG_E_SEGMENT_FREED:
+                snprintf(buf, cap, "segment %llu is being freed: it takes no new views", N(0));
+                return true;
+        case REG_E_NO_SEGMENT:
+                snprintf(buf, cap, "segment %llu is not registered with this broker: send its fd (and segment_size) "
+                         "with this publish", N(0));
+                return true;
+        case REG_E_VIEW_OUTSIDE:
+                snprintf(buf, cap, "the view [%llu, +%llu) lies outside its %llu-byte segment", N(0), N(1), N(2));
+                return true;
+        case REG_E_RESTORED_GENERATION:
+                snprintf(buf, cap, "a restored buffer carries the generation an earlier broker gave it (between 1 and "
+                         "%llu)", N(0));
+                return true;
+        default:
+                return false;
+        }
+}
+
+/* Rings, their parts and seats: true if w is one of these. */
+static bool rings_text(const RegWhy *w, char *buf, size_t cap)
+{
+        switch (w->code) {
+        case REG_E_PART_OF_NO_RING:
+                snprintf(buf, cap, "buffer %llu ('%s') belongs to a ring that is closed, or to a membership that "
+                         "ended", N(0), S(0));
+                return true;
+        case REG_E_RING_MEMBERS_ONLY:
+                snprintf(buf, cap, "buffer %llu ('%s') is part of ring '%s': only its members may attach it (and a "
+                         "member page only its own member); join the ring", N(0), S(0), S(1));
+                return true;
+        case REG_E_RING_EXISTS:
+                snprintf(buf, cap, "a ring named '%s' exists already", S(0));
+                return true;
+        case REG_E_RING_BUFFERS_LIMIT:
+                snprintf(buf, cap, "uid %llu owns %llu buffers (the limit; a ring counts as one, and each of its parts "
+                         "as one)", N(0), N(1));
+                return true;
+        case REG_E_RING_OTHERS:
+                snprintf(buf, cap, "ring '%s' belongs to another producer", S(0));
+                return true;
+        case REG_E_NO_RING:
+                snprintf(buf, cap, "no ring '%s'", S(0));
+                return true;
+        case REG_E_PART_MISFIT:
+                snprintf(buf, cap, "ring '%s', part %llu: %s", S(0), N(0), part_rule(w->n[1]));
+                return true;
+        case REG_E_PART_KEY_TAKEN:
+                snprintf(buf, cap, "buffer id %llu is registered already (by peer %llu, uid %llu); draw a new id for a "
+                         "ring part", N(0), N(1), N(2));
+                return true;
+        case REG_E_RING_SETTING_UP:
+                snprintf(buf, cap, "ring '%s' is still being set up (%llu of %llu parts registered)", S(0), N(0), N(1));
+                return true;
+        case REG_E_RING_MEMBER:
+                snprintf(buf, cap, "this connection is a member of ring '%s' already (seat %llu)", S(0), N(0));
+                return true;
+        case REG_E_RING_NO_SEAT_READY:
+                snprintf(buf, cap, "ring '%s' has no seat ready: its producer has not yet given a seat that was let go "
+                         "new pages", S(0));
+                return true;
+        case REG_E_RING_FULL:
+                snprintf(buf, cap, "ring '%s' has all its %llu member seats taken", S(0), N(0));
+                return true;
+        case REG_E_RING_SEATS:
+                snprintf(buf, cap, "ring '%s' has %llu seats", S(0), N(0));
+                return true;
+        case REG_E_SEAT_NOT_WAITING:
+                snprintf(buf, cap, "seat %llu of ring '%s' is not waiting for membership %llu (its producer did not "
+                         "declare it, or gave it up)", N(0), S(0), N(1));
+                return true;
+        case REG_E_RING_GONE:
+                snprintf(buf, cap, "ring '%s' is gone: its producer did not declare it again within the broker's "
+                         "restart grace", S(0));
+                return true;
+        case REG_E_NOT_MEMBER:
+                snprintf(buf, cap, "this connection is no member of ring '%s'", S(0));
+                return true;
+        case REG_R_MEMBER_GRACE_OVER:
+                snprintf(buf, cap, "the member did not come back within the broker's restart grace (%llu ms)", N(0));
+                return true;
+        case REG_R_RING_GRACE_OVER:
+                snprintf(buf, cap, "the ring's producer did not declare it again within the broker's restart grace "
+                         "(%llu ms)", N(0));
+                return true;
+        case REG_R_MEMBER_LEFT:
+                snprintf(buf, cap, "the member left");
+                return true;
+        case REG_R_MEMBER_GONE:
+                snprintf(buf, cap, "the member disconnected");
+                return true;
+        case REG_R_EVICTED_UNRETURNED:
+                snprintf(buf, cap, "evicted by the producer before its member came back after the broker restarted");
+                return true;
+        case REG_R_EVICTED_LEASE:
+                snprintf(buf, cap, "evicted by the producer: it held up the ring for longer than its %llu ms lease", N(0));
+                return true;
+        case REG_R_RING_CLOSED:
+                snprintf(buf, cap, "the producer closed the ring");
+                return true;
+        case REG_R_RING_PRODUCER_GONE:
+                snprintf(buf, cap, "the producer (peer %llu, pid %llu, uid %llu) disconnected", N(0), N(1), N(2));
+                return true;
+        default:
+                return false;
+        }
+}
+
+/* Connections, attach and the buffer a request names, release, retire and free: true if w is one of these. */
+static bool attach_text(const RegWhy *w, char *buf, size_t cap)
+{
+        switch (w->code) {
+        case REG_E_PIDNS:
+                pidns_text(w, buf, cap);
+                return true;
+        case REG_E_DEVICE:
+                device_text(w, buf, cap);
+                return true;
+        case REG_E_CONNECTIONS_LIMIT:
+                snprintf(buf, cap, "the broker has %llu connections (the limit, --max-connections); close some", N(0));
+                return true;
+        case REG_E_CONNECTIONS_PER_UID:
+                snprintf(buf, cap, "uid %llu has %llu connections (the limit, --max-connections-per-uid); close some",
+                         N(0), N(1));
+                return true;
+        case REG_R_PRODUCER_GONE:
+                snprintf(buf, cap, "producer (peer %llu, pid %llu, uid %llu) disconnected", N(0), N(1), N(2));
+                return true;
+        case REG_E_NO_BUFFER:
+                snprintf(buf, cap, "no buffer with id %llu", N(0));
+                return true;
+        case REG_E_REFS_FULL:
+                snprintf(buf, cap, "this connection holds %llu references (the limit); release some first", N(0));
+                return true;
+        case REG_E_NOT_LIVE:
+                snprintf(buf, cap, "buffer %llu ('%s') is %s, not live", N(0), S(0), proto_state_name((ProtoState)w->n[1]));
+                return true;
+        case REG_E_NOTHING_UNDER:
+                snprintf(buf, cap, "nothing is published under '%s'", S(0));
+                return true;
+        case REG_E_NOT_ATTACHED:
+                snprintf(buf, cap, "this connection holds no reference to buffer %llu", N(0));
+                return true;
+        case REG_E_NOT_OWNER:
+                snprintf(buf, cap, "buffer %llu ('%s') belongs to peer %llu (uid %llu)", N(0), S(0), N(1), N(2));
+                return true;
+        default:
+                return false;
+        }
+}
+
+void reply_text(const RegWhy *w, char *buf, size_t cap)
+{
+        if (cap)
+                buf[0] = 0;
+        /* Each area words its own codes; REG_WHY_NONE (and a code nobody knows) stays "". */
+        if (!waits_text(w, buf, cap) && !attach_text(w, buf, cap) && !publish_text(w, buf, cap) &&
+            !claims_text(w, buf, cap))
+                rings_text(w, buf, cap);
+}
