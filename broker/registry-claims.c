@@ -329,10 +329,10 @@ void reg_grace_end(Registry *r, RegSink *o)
                 RegBuffer *b = list_entry(r->restored.next, RegBuffer, restored_link);
 
                 reg_restored_forget(r, b);
-                reg_buffer_drain_if_done(r, b,
-                                         b->reclaimed ? (RegWhy){ REG_R_RESTART_RELEASED,
-                                                                  .n = { b->reclaimed, r->restart_grace_ms } }
-                                                      : (RegWhy){ REG_R_RESTART_UNCLAIMED, .n = { r->restart_grace_ms } },
-                                         o);
+                reg_buffer_drain_if_done(
+                        r, b,
+                        b->reclaimed ? (RegWhy){ REG_R_RESTART_RELEASED, .n = { b->reclaimed, r->restart_grace_ms } }
+                                     : (RegWhy){ REG_R_RESTART_UNCLAIMED, .n = { r->restart_grace_ms } },
+                        o);
         }
 }

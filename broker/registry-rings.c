@@ -357,14 +357,16 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         uint32_t n_parts;
 
         if (!g || !reg_ring_set_up(g)) {
-                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND,
-                           g ? (RegWhy){ REG_E_RING_SETTING_UP, .s = { ring }, .n = { g->n_registered, ring_n_parts(g) } }
-                             : (RegWhy){ REG_E_NO_RING, .s = { ring } });
+                reg_answer(
+                        out, p, id, PROTO_STATUS_NOT_FOUND,
+                        g ? (RegWhy){ REG_E_RING_SETTING_UP, .s = { ring }, .n = { g->n_registered, ring_n_parts(g) } }
+                          : (RegWhy){ REG_E_NO_RING, .s = { ring } });
                 return;
         }
         for (uint32_t i = 0; i < g->n_members; i++) {
                 if (g->seats[i].peer == p) {
-                        reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_RING_MEMBER, .s = { ring }, .n = { i } });
+                        reg_answer(out, p, id, PROTO_STATUS_STATE,
+                                   (RegWhy){ REG_E_RING_MEMBER, .s = { ring }, .n = { i } });
                         return;
                 }
                 if (s || g->seats[i].peer || g->seats[i].reserved)
@@ -381,7 +383,8 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
                 return;
         }
         if (!s) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_RING_FULL, .s = { ring }, .n = { g->n_members } });
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA,
+                           (RegWhy){ REG_E_RING_FULL, .s = { ring }, .n = { g->n_members } });
                 return;
         }
         n_parts = seat_parts(g, s->index, parts);
@@ -483,7 +486,8 @@ void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring
         }
         /* Bounded per connection like its other waits, so that one peer cannot take every claim. */
         if (p->n_seat_claims >= r->limits.waits_per_peer) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_SEAT_CLAIMS_LIMIT, .n = { p->n_seat_claims } });
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA,
+                           (RegWhy){ REG_E_SEAT_CLAIMS_LIMIT, .n = { p->n_seat_claims } });
                 return;
         }
         c = calloc(1, sizeof(*c) + len + 1);

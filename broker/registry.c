@@ -344,8 +344,8 @@ unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why)
                 }
         }
         if (b->info.kind != PROTO_KIND_MEMFD && b->device && !peer_sees_device(p, b->device)) {
-                *why = (RegWhy){ REG_E_DEVICE, .s = { b->name, b->device }, .gpus = (const char (*)[PROTO_MAX_UUID + 1])p->gpus,
-                                 .n_gpus = p->n_gpus };
+                *why = (RegWhy){ REG_E_DEVICE, .s = { b->name, b->device },
+                                 .gpus = (const char (*)[PROTO_MAX_UUID + 1])p->gpus, .n_gpus = p->n_gpus };
                 return PROTO_STATUS_DEVICE;
         }
         return 0;
@@ -372,7 +372,8 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSi
                 return;
         }
         if (p->n_refs + p->n_claim_refs >= r->limits.refs_per_peer) {
-                reg_answer(o, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_REFS_FULL, .n = { p->n_refs + p->n_claim_refs } });
+                reg_answer(o, p, id, PROTO_STATUS_QUOTA,
+                           (RegWhy){ REG_E_REFS_FULL, .n = { p->n_refs + p->n_claim_refs } });
                 return;
         }
         /* The fd travels once per peer: afterwards the peer's cached mapping serves, until it says
@@ -413,7 +414,8 @@ static void wake_waiters(Registry *r, RegName *e, RegSink *o)
 void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSink *out)
 {
         if (b->state != PROTO_STATE_LIVE) {
-                reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_NOT_LIVE, .n = { b->id, b->state }, .s = { b->name } });
+                reg_answer(out, p, id, PROTO_STATUS_STATE,
+                           (RegWhy){ REG_E_NOT_LIVE, .n = { b->id, b->state }, .s = { b->name } });
                 return;
         }
         attach_now(r, p, id, b, out);
@@ -665,7 +667,8 @@ RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPu
                 return NULL;
         }
         if (*fd >= 0 && p->acct->fds >= r->limits.fds_per_uid) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_FDS_LIMIT, .n = { p->acct->fds, p->creds.uid } });
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA,
+                           (RegWhy){ REG_E_FDS_LIMIT, .n = { p->acct->fds, p->creds.uid } });
                 return NULL;
         }
         b = calloc(1, sizeof(*b));
@@ -827,7 +830,8 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, RegSi
                 return;
         }
         if (a->restored && (a->generation == 0 || a->generation > r->generation)) {
-                reg_answer(out, p, id, PROTO_STATUS_INVALID, (RegWhy){ REG_E_RESTORED_GENERATION, .n = { r->generation } });
+                reg_answer(out, p, id, PROTO_STATUS_INVALID,
+                           (RegWhy){ REG_E_RESTORED_GENERATION, .n = { r->generation } });
                 return;
         }
         if (a->info.segment) {
@@ -914,7 +918,8 @@ void registry_buffer_retire(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, 
 {
         if (!managing(p, id, b, as_admin, out))
                 return;
-        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE }); /* retiring twice is harmless: the drained event comes once */
+        /* Retiring twice is harmless: the drained event comes once. */
+        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
         reg_buffer_retire(r, b, out);
 }
 

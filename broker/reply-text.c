@@ -55,7 +55,8 @@ static const char *part_rule(uint64_t rule)
 {
         switch (rule) {
         case REG_PART_PART_BEYOND:
-                return "the part index is beyond the ring's parts (1 control page, its slots, one page per member, and a stream ring's counters per member)";
+                return "the part index is beyond the ring's parts (1 control page, its slots, one page per member, and "
+                       "a stream ring's counters per member)";
         case REG_PART_PART_TAKEN:
                 return "that part is registered already";
         case REG_PART_PART_HELD_OR_RETIRED:
@@ -204,8 +205,10 @@ static bool publish_text(const RegWhy *w, char *buf, size_t cap)
 {
         switch (w->code) {
         case REG_E_NAME_ORPHANED:
-                snprintf(buf, cap, "'%s' is held by the broker for uid %llu (buffer %llu, its producer is gone); a peer "
-                         "of that uid may publish over it, or retire it", S(0), N(0), N(1));
+                snprintf(buf, cap,
+                         "'%s' is held by the broker for uid %llu (buffer %llu, its producer is gone); a peer "
+                         "of that uid may publish over it, or retire it",
+                         S(0), N(0), N(1));
                 return true;
         case REG_E_NAME_TAKEN:
                 snprintf(buf, cap, "'%s' is published by another producer (peer %llu, pid %llu, uid %llu)", S(0), N(0),
@@ -233,7 +236,9 @@ static bool publish_text(const RegWhy *w, char *buf, size_t cap)
                 return true;
         case REG_E_NOT_A_SEGMENT:
                 snprintf(buf, cap, "buffer %llu cannot hold views: it is %s", N(0),
-                         w->n[1] == 1 ? "a view itself" : w->n[1] == 2 ? "part of a ring" : "of another kind than the view");
+                         w->n[1] == 1   ? "a view itself"
+                         : w->n[1] == 2 ? "part of a ring"
+                                        : "of another kind than the view");
                 return true;
         case REG_E_SEGMENT_FREED:
                 snprintf(buf, cap, "segment %llu is being freed: it takes no new views", N(0));
@@ -330,7 +335,8 @@ static bool rings_text(const RegWhy *w, char *buf, size_t cap)
                 snprintf(buf, cap, "evicted by the producer before its member came back after the broker restarted");
                 return true;
         case REG_R_EVICTED_LEASE:
-                snprintf(buf, cap, "evicted by the producer: it held up the ring for longer than its %llu ms lease", N(0));
+                snprintf(buf, cap, "evicted by the producer: it held up the ring for longer than its %llu ms lease",
+                         N(0));
                 return true;
         case REG_R_RING_CLOSED:
                 snprintf(buf, cap, "the producer closed the ring");
@@ -370,7 +376,8 @@ static bool attach_text(const RegWhy *w, char *buf, size_t cap)
                 snprintf(buf, cap, "this connection holds %llu references (the limit); release some first", N(0));
                 return true;
         case REG_E_NOT_LIVE:
-                snprintf(buf, cap, "buffer %llu ('%s') is %s, not live", N(0), S(0), proto_state_name((ProtoState)w->n[1]));
+                snprintf(buf, cap, "buffer %llu ('%s') is %s, not live", N(0), S(0),
+                         proto_state_name((ProtoState)w->n[1]));
                 return true;
         case REG_E_NOTHING_UNDER:
                 snprintf(buf, cap, "nothing is published under '%s'", S(0));

@@ -682,7 +682,8 @@ void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd)
         const OpRule *rule = op_rule(m->op);
 
         if (owned_fd >= 0 && !(rule && rule->carries_fd)) {
-                fail(ctx, p, m, PROTO_STATUS_BAD_FD, "only publish and ring-part carry an fd; '%s' does not", proto_op_name(m->op));
+                fail(ctx, p, m, PROTO_STATUS_BAD_FD, "only publish and ring-part carry an fd; '%s' does not",
+                     proto_op_name(m->op));
                 return;
         }
         if (rule && !rule->before_hello && !registry_peer_said_hello(p)) {

@@ -84,14 +84,14 @@ static unsigned raw_attach(Raw *w, const char *name)
  * processed asynchronously). */
 static void await_refs(gpuipc_t *obs, uint64_t id, uint64_t refs)
 {
-        uint64_t dl = h_now_ms() + H_SOON_MS;
+        uint64_t dl = monotonic_ms() + H_SOON_MS;
         HStat st;
 
         for (;;) {
                 CHECK_OK(obs, h_stat_id(obs, id, &st));
                 if (st.refs == refs)
                         return;
-                CHECKF(h_now_ms() < dl, "buffer %llu has %llu references, not %llu", (unsigned long long)id,
+                CHECKF(monotonic_ms() < dl, "buffer %llu has %llu references, not %llu", (unsigned long long)id,
                        (unsigned long long)st.refs, (unsigned long long)refs);
                 h_sleep_ms(10);
         }
@@ -215,10 +215,10 @@ static void test_dropped_holder_gets_its_references_back(void)
 /* Waits until the broker keeps n pending claims (a connection's end is processed asynchronously). */
 static void await_claims(gpuipc_t *obs, uint64_t n)
 {
-        uint64_t dl = h_now_ms() + H_SOON_MS;
+        uint64_t dl = monotonic_ms() + H_SOON_MS;
 
         while (h_stats(obs, "claims_pending") != n) {
-                CHECKF(h_now_ms() < dl, "the broker keeps %llu pending claims, not %llu",
+                CHECKF(monotonic_ms() < dl, "the broker keeps %llu pending claims, not %llu",
                        (unsigned long long)h_stats(obs, "claims_pending"), (unsigned long long)n);
                 h_sleep_ms(10);
         }
