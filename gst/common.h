@@ -11,6 +11,15 @@ G_BEGIN_DECLS
  * stopping: the bound on how late a state change notices a blocked streaming thread. */
 #define GPUIPC_GST_SLICE_MS 50
 
+/* The caps both ends take: raw video in system memory, and in CUDA memory where the CUDA variant is
+ * built (gst/meson.build defines GPUIPC_GST_CUDA then). */
+#if GPUIPC_GST_CUDA
+#define GPUIPC_GST_CAPS GST_VIDEO_CAPS_MAKE_WITH_FEATURES("memory:CUDAMemory", GST_VIDEO_FORMATS_ALL) ";" \
+        GST_VIDEO_CAPS_MAKE(GST_VIDEO_FORMATS_ALL)
+#else
+#define GPUIPC_GST_CAPS GST_VIDEO_CAPS_MAKE(GST_VIDEO_FORMATS_ALL)
+#endif
+
 /* The ring modes the elements offer (mode=backpressure|latest). */
 #define GST_TYPE_GPUIPC_RING_MODE (gst_gpuipc_ring_mode_get_type())
 GType gst_gpuipc_ring_mode_get_type(void);

@@ -75,15 +75,8 @@ GST_ELEMENT_REGISTER_DEFINE_WITH_CODE(gpuipcsink, "gpuipcsink", GST_RANK_NONE, G
                                       GST_DEBUG_CATEGORY_INIT(gst_gpuipc_sink_debug, "gpuipcsink", 0,
                                                               "gpuipc ring sink"));
 
-#if GPUIPC_GST_CUDA
-#define SINK_CAPS GST_VIDEO_CAPS_MAKE_WITH_FEATURES("memory:CUDAMemory", GST_VIDEO_FORMATS_ALL) ";" \
-        GST_VIDEO_CAPS_MAKE(GST_VIDEO_FORMATS_ALL)
-#else
-#define SINK_CAPS GST_VIDEO_CAPS_MAKE(GST_VIDEO_FORMATS_ALL)
-#endif
-
 static GstStaticPadTemplate sink_template =
-        GST_STATIC_PAD_TEMPLATE("sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS(SINK_CAPS));
+        GST_STATIC_PAD_TEMPLATE("sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS(GPUIPC_GST_CAPS));
 
 static void gst_gpuipc_sink_init(GstGpuipcSink *self)
 {

@@ -80,15 +80,8 @@ GST_ELEMENT_REGISTER_DEFINE_WITH_CODE(gpuipcsrc, "gpuipcsrc", GST_RANK_NONE, GST
                                       GST_DEBUG_CATEGORY_INIT(gst_gpuipc_src_debug, "gpuipcsrc", 0,
                                                               "gpuipc ring source"));
 
-#if GPUIPC_GST_CUDA
-#define SRC_CAPS GST_VIDEO_CAPS_MAKE_WITH_FEATURES("memory:CUDAMemory", GST_VIDEO_FORMATS_ALL) ";" \
-        GST_VIDEO_CAPS_MAKE(GST_VIDEO_FORMATS_ALL)
-#else
-#define SRC_CAPS GST_VIDEO_CAPS_MAKE(GST_VIDEO_FORMATS_ALL)
-#endif
-
 static GstStaticPadTemplate src_template =
-        GST_STATIC_PAD_TEMPLATE("src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS(SRC_CAPS));
+        GST_STATIC_PAD_TEMPLATE("src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS(GPUIPC_GST_CAPS));
 
 /* ---- memberships ---- */
 
