@@ -25,8 +25,11 @@ pass() { echo "ok   $*"; }
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 expect() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
 
-# As an unprivileged client in the socket's group.
-as_nobody() { setpriv --reuid 65534 --regid 65534 --clear-groups "$@"; }
+# As an unprivileged client in the socket's group. In the background, run "${nobody[@]}" itself, not
+# the function: a function in the background is a subshell, so $! would be the subshell, cleanup
+# would kill that and orphan the client (which, reconnecting by default, retries for ever).
+nobody=(setpriv --reuid 65534 --regid 65534 --clear-groups)
+as_nobody() { "${nobody[@]}" "$@"; }
 
 wait_ready() {
         for _ in $(seq 100); do
@@ -187,11 +190,11 @@ POLICY
 bpid=$!
 pids+=("$bpid")
 wait_ready "$sock"
-as_nobody "$ctl" --socket "$sock" watch >/dev/null 2>&1 &
+"${nobody[@]}" "$ctl" --socket "$sock" watch >/dev/null 2>&1 &
 pids+=($!)
 expect "publishing outside the allowed prefix is denied" \
         bash -c "setpriv --reuid 65534 --regid 65534 --clear-groups '$ctl' --socket '$sock' publish other/x --size 4096 2>&1 | grep -q '\\[denied\\]'"
-as_nobody "$ctl" --socket "$sock" publish allowed/x --size 4096 --retire-after 1 >"$dir/pub.out" 2>&1 &
+"${nobody[@]}" "$ctl" --socket "$sock" publish allowed/x --size 4096 --retire-after 1 >"$dir/pub.out" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q published "$dir/pub.out" && break; sleep 0.05; done
 expect "publishing inside the allowed prefix works" grep -q published "$dir/pub.out"
