@@ -21,16 +21,7 @@ PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig pkg-config --exists msgpa
         echo "skipped: no msgpack for arm64 (Debian: dpkg --add-architecture arm64; apt install libmsgpack-dev:arm64)"
         exit 77
 }
-dir=$(mktemp -d /tmp/gpuipc-aarch64.XXXXXX)
-broker= probe=
-cleanup() {
-        [[ -n $probe ]] && { kill "$probe" 2>/dev/null; wait "$probe" 2>/dev/null || true; }
-        [[ -n $broker ]] && { kill "$broker" 2>/dev/null; wait "$broker" 2>/dev/null || true; }
-        rm -rf "$dir"
-}
-trap cleanup EXIT
-step() { echo "--- $*"; }
-fail() { echo "FAILED: $*"; [[ -f $dir/log ]] && tail -40 "$dir/log"; exit 1; }
+scratch=gpuipc-aarch64
 source "$root/tests/python/wheel-common.sh"
 
 step "pyproject-build --wheel, cross-compiled for aarch64"

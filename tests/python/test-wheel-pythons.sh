@@ -10,15 +10,7 @@
 set -uo pipefail
 python=${1:?usage: test-wheel-pythons.sh PYTHON}
 root=${GPUIPC_SOURCE_ROOT:?}
-dir=$(mktemp -d /tmp/gpuipc-pythons.XXXXXX)
-broker=
-cleanup() {
-        [[ -n $broker ]] && { kill "$broker" 2>/dev/null; wait "$broker" 2>/dev/null || true; }
-        rm -rf "$dir"
-}
-trap cleanup EXIT
-step() { echo "--- $*"; }
-fail() { echo "FAILED: $*"; [[ -f $dir/log ]] && tail -40 "$dir/log"; exit 1; }
+scratch=gpuipc-pythons
 source "$root/tests/python/wheel-common.sh"
 
 # Every CPython 3 interpreter that runs, once each (by its real executable).

@@ -15,15 +15,7 @@
 set -euo pipefail
 python=${1:?usage: test-wheel.sh PYTHON}
 root=${GPUIPC_SOURCE_ROOT:?}
-dir=$(mktemp -d /tmp/gpuipc-wheel.XXXXXX)
-broker=
-cleanup() {
-        [[ -n $broker ]] && { kill "$broker" 2>/dev/null; wait "$broker" 2>/dev/null || true; }
-        rm -rf "$dir"
-}
-trap cleanup EXIT
-step() { echo "--- $*"; }
-fail() { echo "FAILED: $*"; [[ -f $dir/log ]] && tail -40 "$dir/log"; exit 1; }
+scratch=gpuipc-wheel
 source "$root/tests/python/wheel-common.sh"
 
 step "clean copy of the source tree, a git repository with a ./build directory"

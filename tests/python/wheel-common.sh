@@ -1,7 +1,24 @@
-# What the wheel tests share (sourced by test-wheel*.sh): a clean copy of the source tree, the
-# wheel built from it with pyproject-build, the checks of its tag against the library it carries,
-# pip's verdict for other Pythons, and a local package index with msgpack in it.
-# Expects: $root (the source tree), $dir (a scratch directory), step() and fail().
+# What the wheel tests share (sourced by test-wheel*.sh): their scratch directory and its cleanup, a
+# clean copy of the source tree, the wheel built from it with pyproject-build, the checks of its tag
+# against the library it carries, pip's verdict for other Pythons, and a local package index with
+# msgpack in it.
+# Expects: $root (the source tree) and $scratch (the scratch directory's name prefix). Gives: $dir,
+# removed at exit after the processes whose pids the test keeps in $broker and $probe are stopped;
+# step() and fail().
+
+dir=$(mktemp -d "/tmp/${scratch:?}.XXXXXX")
+broker= probe=
+cleanup() {
+        local pid
+        for pid in $probe $broker; do
+                kill "$pid" 2>/dev/null
+                wait "$pid" 2>/dev/null || true
+        done
+        rm -rf "$dir"
+}
+trap cleanup EXIT
+step() { echo "--- $*"; }
+fail() { echo "FAILED: $*"; [[ -f $dir/log ]] && tail -40 "$dir/log"; exit 1; }
 
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 unset GPUIPC_LIBRARY LD_LIBRARY_PATH PYTHONPATH
