@@ -84,8 +84,9 @@ static const MetricDesc descs[] = {
           "References consumers took back after reconnecting (to a restarted broker, or after a dropped "
           "connection)." },
         { "reclaims_refused_total", "reclaims_refused_total", COUNTER, 0, NULL, NULL,
-          "Reclaims refused: the buffer was published again, drained or unknown after the grace, so its memory "
-          "may have been reused and the holder must stop using it." },
+          "Reclaims refused: the buffer was published again, drained or unknown after the grace, or nobody "
+          "could vouch for the references and an attach would not have been granted; the holder must stop "
+          "using the memory." },
         { "claims_revoked_total", "claims_revoked_total", COUNTER, 0, NULL, NULL,
           "Pending claims revoked: their producer did not register the buffer again within the restart grace." },
         { "connections_total", "connections_total", COUNTER, 0, NULL, NULL, "Connections accepted." },
