@@ -59,6 +59,13 @@ typedef struct GcuMemAccessDesc {          /* CUmemAccessDesc */
         int flags;                         /* GCU_MEM_ACCESS_FLAGS_* */
 } GcuMemAccessDesc;
 
+typedef struct GcuMemcpyAttributes {       /* CUmemcpyAttributes: one set for a whole batch of copies */
+        int src_access_order;              /* GCU_MEMCPY_SRC_ACCESS_ORDER_* */
+        GcuMemLocation src_loc_hint;       /* hints for managed memory only: zero */
+        GcuMemLocation dst_loc_hint;
+        unsigned int flags;
+} GcuMemcpyAttributes;
+
 /* ---- constants ---- */
 
 enum {
@@ -135,6 +142,14 @@ enum {
         GCU_GET_PROC_ADDRESS_SUCCESS = 0,
 };
 
+enum {
+        GCU_MEMCPY_SRC_ACCESS_ORDER_STREAM = 1,
+};
+
+/* The calling thread's default stream (CU_STREAM_PER_THREAD): an ordinary blocking stream, so work
+ * in it is ordered with the legacy default stream's, which the batched copy may not be given. */
+#define GCU_STREAM_PER_THREAD ((GcuStream)(uintptr_t)0x2)
+
 /* ---- entry points ----
  *
  * X(member, symbol, version, exported name, parameters), where version is the CUDA version whose
@@ -178,6 +193,11 @@ enum {
           (void *dst, GcuDevicePtr src, size_t n, GcuStream stream))                                            \
         X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync, 3020, "cuMemcpyDtoDAsync_v2",                                   \
           (GcuDevicePtr dst, GcuDevicePtr src, size_t n, GcuStream stream))                                     \
+        /* CUDA 13's (12.8's had a failIdx parameter more): many copies for one call's host cost */          \
+        X(cuMemcpyBatchAsync, cuMemcpyBatchAsync, 13000, "cuMemcpyBatchAsync_v2",                               \
+          (GcuDevicePtr *dsts, GcuDevicePtr *srcs, size_t *sizes, size_t count,                                 \
+           T(CUmemcpyAttributes, GcuMemcpyAttributes) *attrs, size_t *attrs_idxs, size_t num_attrs,             \
+           GcuStream stream))                                                                                   \
         X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity, 10020, "cuMemGetAllocationGranularity", \
           (size_t *granularity, const T(CUmemAllocationProp, GcuMemAllocationProp) *prop, unsigned int option)) \
         X(cuMemCreate, cuMemCreate, 10020, "cuMemCreate",                                                       \

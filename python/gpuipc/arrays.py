@@ -35,11 +35,11 @@ def describe(obj):
         return dlpack.Info(obj.data_ptr(), device, _torch_dtype_name(obj.dtype), tuple(obj.shape), strides, False)
     if fw == 'numpy' and hasattr(obj, '__array_interface__'):
         ai = obj.__array_interface__
-        return dlpack.Info(ai['data'][0], (dlpack.KDL_CPU, 0), dtypes.name(obj.dtype), tuple(obj.shape),
+        return dlpack.Info(ai['data'][0], (dlpack.KDL_CPU, 0), _numpy_dtype_name(obj.dtype), tuple(obj.shape),
                            _element_strides(obj), bool(ai['data'][1]))
     if fw == 'cupy' and hasattr(obj, 'data') and hasattr(obj.data, 'ptr'):
-        return dlpack.Info(obj.data.ptr, (dlpack.KDL_CUDA, obj.device.id), dtypes.name(obj.dtype), tuple(obj.shape),
-                           _element_strides(obj), False)
+        return dlpack.Info(obj.data.ptr, (dlpack.KDL_CUDA, obj.device.id), _numpy_dtype_name(obj.dtype),
+                           tuple(obj.shape), _element_strides(obj), False)
     if hasattr(obj, '_gpuipc_info'):
         return obj._gpuipc_info()
     if isinstance(obj, memoryview):
@@ -50,13 +50,22 @@ def describe(obj):
                     f'object with __dlpack__)')
 
 
+# dtype object -> canonical name: dtypes.name() goes through str(), and NumPy's dtype.name is slow
 _torch_dtypes = {}
+_numpy_dtypes = {}
 
 
 def _torch_dtype_name(dtype):
     name = _torch_dtypes.get(dtype)
     if name is None:
         name = _torch_dtypes[dtype] = dtypes.name(dtype)
+    return name
+
+
+def _numpy_dtype_name(dtype):
+    name = _numpy_dtypes.get(dtype)
+    if name is None:
+        name = _numpy_dtypes[dtype] = dtypes.name(dtype)
     return name
 
 
@@ -95,9 +104,12 @@ def _element_strides(arr):
 def extent(info):
     """(lowest, highest + 1) byte offset from info.ptr that the elements touch; (0, 0) when empty."""
     size = dtypes.itemsize(info.dtype)
+    strides = info.strides
+    if strides is None:  # C-contiguous, the common case: a state dict's arrays are located every publish
+        n = numel(info.shape)
+        return (0, n * size) if n else (0, 0)
     if any(n == 0 for n in info.shape):
         return 0, 0
-    strides = info.strides or dlpack.contiguous_strides(info.shape)
     lo = sum((n - 1) * s for n, s in zip(info.shape, strides) if s < 0)
     hi = sum((n - 1) * s for n, s in zip(info.shape, strides) if s > 0)
     return lo * size, (hi + 1) * size

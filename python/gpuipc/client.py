@@ -856,7 +856,8 @@ class Client:
     def publish_state_dict(self, state_dict: Mapping[str, Any], name: str, kind: Optional[str] = None,
                            device: Optional[int] = None,
                            meta: Optional[Mapping[str, Any]] = None, buffers: int = 2, timeout_ms: int = 60000,
-                           broker_held: bool = False, copy: bool = True) -> 'StateDictVersion':
+                           broker_held: bool = False, copy: bool = True, fence: Optional[Fence] = None,
+                           stream: Any = None) -> 'StateDictVersion':
         """Publishes a whole dict of arrays (torch, NumPy, CuPy, JAX; any dtypes, host or GPU) under
         `name`, with a manifest (names, dtypes, shapes, offsets).
 
@@ -875,15 +876,29 @@ class Client:
         view, and consumers see the producer's writes as they happen. Publishing again is a new
         version of the manifest. Raises NotContiguous, SpansSegments, UnsupportedDtype, or
         InvalidArgument for an array outside the pools. Returns a StateDictVersion.
+
+        fence (a snapshot on a GPU: a Fence this client created): stream-ordered instead of
+        host-synchronized, as torch's own CUDA IPC is. The copies are queued in `stream` (default:
+        torch's current stream), the fence is signalled after them there, and the version goes out
+        at once, without waiting for the GPU; attach_state_dict() makes its consumer's stream wait
+        for the fence, so the arrays are complete for any work queued after it. Without a fence the
+        device is synchronized before the version goes out.
         """
         pub = self._publisher(name, live=not copy)
         if not copy:
+            if fence is not None:
+                raise errors.InvalidArgument(f"publish state dict '{name}': a live state dict copies nothing, so there "
+                                             f'is nothing for a fence to order (its consumers see your writes as they '
+                                             f'happen); fence= is for snapshots')
             return pub.publish(state_dict, meta=meta, broker_held=broker_held, timeout_ms=timeout_ms)
         if kind is None:
             kind, device = _state_dict_kind(state_dict, device)
         device = 0 if device is None else device
+        if fence is not None and kind == 'memfd':
+            raise errors.InvalidArgument(f"publish state dict '{name}': a memfd state dict is copied by the host and "
+                                         f'complete when the call returns; fence= is for GPU kinds')
         return pub.publish(state_dict, kind=kind, device=device, meta=meta, buffers=buffers, timeout_ms=timeout_ms,
-                           broker_held=broker_held)
+                           broker_held=broker_held, fence=fence, stream=stream)
 
     def _publisher(self, name, live):
         """The publisher of name's versions in that mode (one of the other mode is closed first)."""
@@ -913,16 +928,19 @@ class Client:
             pub.close()
 
     def attach_state_dict(self, name: str, framework: Optional[str] = 'torch', timeout_ms: int = 5000, device: int = -1,
-                          after: Optional['StateDict'] = None) -> 'StateDict':
+                          after: Optional['StateDict'] = None, stream: Any = None) -> 'StateDict':
         """Attaches the state dict published under `name` and returns it as a StateDict (a dict) of
         zero-copy arrays of `framework` ('torch', 'numpy', 'cupy', 'jax', or None for gpuipc views):
         ``model.load_state_dict(sd, assign=True)`` then uses the shared memory directly.
 
         after: a StateDict you hold: wait (up to timeout_ms) for a newer publication than that one.
-        Release the StateDict (sd.release(), or a ``with`` block) once nothing uses it any more.
+        A version published with a fence is complete in `stream` (default: torch's current stream;
+        the wait is queued there, the host does not wait): queue the work that reads it there, or
+        call sd.wait_ready(other_stream). Release the StateDict (sd.release(), or a ``with`` block)
+        once nothing uses it any more, and only after the GPU work that reads it finished.
         """
         from . import state_dict as _sd
-        return _sd.attach(self, name, framework, timeout_ms, device, after)
+        return _sd.attach(self, name, framework, timeout_ms, device, after, stream)
 
 
 def _state_dict_kind(state_dict, device):

@@ -17,6 +17,7 @@ _TABLE = {
     'float8_e5m2fnuz': (1, 13, 8),
 }
 _BY_DLPACK = {(code, bits): name for name, (_, code, bits) in _TABLE.items()}
+ITEMSIZES = {name: size for name, (size, _, _) in _TABLE.items()}  # canonical name -> bytes per element
 
 NAMES = tuple(_TABLE)
 

@@ -298,20 +298,20 @@ class Pool:
         return self._segment(info.ptr + arrays.extent(info)[0]) is not None
 
     def _range(self, info, what):
-        """The bytes [base, base + size) an array described by info occupies, checked to lie in one
-        segment of this pool."""
+        """(base, size, segment base): the bytes [base, base + size) an array described by info
+        occupies, checked to lie in one segment of this pool."""
         lo, hi = arrays.extent(info)
         if hi <= lo:
             raise errors.InvalidArgument(f'{what}: an empty array has no memory to share')
         base, size = info.ptr + lo, hi - lo
-        first, last = self._segment(base), self._segment(base + size - 1)
+        first = self._segment(base)
         if first is None:
             raise errors.InvalidArgument(f'{what}: the array does not lie in this pool')
-        if last != first:
+        if base + size > first[0] + first[1]:  # its last byte lies in another segment, or in none
             raise errors.SpansSegments(f'{what}: the array ({size} bytes at {base:#x}) spans two segments of the '
                                        f'pool; a publication lies in one (allocate it in one piece, or share it with a '
                                        f'copy)')
-        return base, size
+        return base, size, first[0]
 
     def _view_of(self, base, size):
         """A view Buffer for [base, base + size): an idle one of the same range, or a new one. With
@@ -333,7 +333,7 @@ class Pool:
         what = f"publish '{name_bytes.decode()}'"
         self._check_open(what)
         self._reap()
-        base, size = self._range(info, what)
+        base, size, _ = self._range(info, what)
         layout = {'dtype': info.dtype, 'shape': list(info.shape)}
         if info.strides is not None:
             layout['strides'] = list(info.strides)

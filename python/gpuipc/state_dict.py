@@ -29,7 +29,7 @@ from typing import Any, Dict
 
 import msgpack
 
-from . import _lib, arrays, dlpack, dtypes, errors, meta as _meta
+from . import _lib, arrays, dlpack, dtypes, errors, fence as fence_mod, meta as _meta
 from .buffer import Buffer, View
 from .errors import InvalidArgument, MetadataError, NotFound, Timeout
 
@@ -65,14 +65,15 @@ def _torch_signature(state_dict):
 
 
 def plan(state_dict):
-    """[(key, dtype, shape, offset, array)], the manifest bytes and its offset, for a dict of arrays."""
-    entries, offset = [], 0
+    """[(key, dtype, shape, offset, array, its dlpack.Info, its bytes)], the manifest bytes and its
+    offset, for a dict of arrays."""
+    entries, offset, sizes = [], 0, dtypes.ITEMSIZES
     for key, value in state_dict.items():
         if not isinstance(key, str):
             raise TypeError(f'state dict keys must be strings, not {key!r}')
         info = _describe(key, value)
-        nbytes = arrays.numel(info.shape) * dtypes.itemsize(info.dtype)
-        entries.append((key, info.dtype, list(info.shape), offset, value))
+        nbytes = arrays.numel(info.shape) * sizes[info.dtype]
+        entries.append((key, info.dtype, list(info.shape), offset, value, info, nbytes))
         offset = _align(offset + nbytes)
     manifest = msgpack.packb({'format': FORMAT, 'entries': [e[:4] for e in entries]}, use_bin_type=True)
     return entries, manifest, offset
@@ -84,17 +85,21 @@ def _torch_views(base, entries):
     """{key: tensor} over base (a uint8 tensor) for manifest entries (key, dtype, shape, offset): one
     as_strided each, on a view of base per dtype (building 200 views costs what 200 small ops do)."""
     import torch
-    out, typed = {}, {}
-    n = base.numel()
+    out, typed, strides_of = {}, {}, {}  # a model's layers repeat a few shapes: their strides once each
+    n, sizes = base.numel(), dtypes.ITEMSIZES
     for key, dtype, shape, offset in entries:
-        size = dtypes.itemsize(dtype)
+        size = sizes[dtype]
         t = typed.get(dtype)
         if t is None:
             t = typed[dtype] = base[:n - n % size].view(getattr(torch, dtype))
         if offset % size:  # not an offset this module writes; still a valid view
             out[key] = base[offset:offset + arrays.numel(shape) * size].view(t.dtype).view(shape)
-        else:
-            out[key] = t.as_strided(shape, dlpack.contiguous_strides(shape), offset // size)
+            continue
+        dims = tuple(shape)
+        strides = strides_of.get(dims)
+        if strides is None:
+            strides = strides_of[dims] = dlpack.contiguous_strides(dims)
+        out[key] = t.as_strided(dims, strides, offset // size)
     return out
 
 
@@ -164,49 +169,70 @@ class _SlotCopies:
     def __init__(self):
         self.digest = None
         self.torch_views = None
-        self.items, self.n_items, self.srcs = None, 0, None
+        self.items, self.n_items, self.srcs = None, 0, None  # srcs: the plan's entries they were made of
 
 
-def _batch_copy(slot, entries, copies, digest):
+def _batch_copy(slot, entries, copies, digest, stream=None):
     """Every torch array into slot with one library call (device-to-device copies in torch's current
     stream, no kernel: no module to load on the first use). False when the arrays are not all
     contiguous CUDA tensors on the slot's device (then torch copies)."""
     import torch
-    ptrs = []
-    for e in entries:
-        t = e[4]
-        if not t.is_cuda or t.device.index != slot.device_ordinal or not t.is_contiguous():
+    if copies.items is None or copies.srcs is not entries or copies.digest != digest:
+        device = (dlpack.KDL_CUDA, slot.device_ordinal)
+        if any(e[5].device != device or e[5].strides is not None for e in entries):
             return False
-        ptrs.append(t.data_ptr())
-    if copies.items is None or copies.srcs != ptrs or copies.digest != digest:
-        n = [e[4].numel() * e[4].element_size() for e in entries]
-        todo = [(p, e[3], k) for p, e, k in zip(ptrs, entries, n) if k]
+        todo = [e for e in entries if e[6]]
         items = (_lib.Copy * max(len(todo), 1))()
-        for i, (p, off, k) in enumerate(todo):
-            items[i].src, items[i].offset, items[i].len = p, off, k
-        copies.items, copies.n_items, copies.srcs = items, len(todo), ptrs
-    slot.copy_in(copies.items, copies.n_items, torch.cuda.current_stream(slot.device_ordinal).cuda_stream)
+        for item, e in zip(items, todo):
+            item.src, item.offset, item.len = e[5].ptr, e[3], e[6]
+        # the plan is kept only while its arrays stay where it found them (Publisher._plan)
+        copies.items, copies.n_items, copies.srcs = items, len(todo), entries
+    raw = fence_mod.stream_handle(stream) if stream is not None else \
+        torch.cuda.current_stream(slot.device_ordinal).cuda_stream
+    slot.copy_in(copies.items, copies.n_items, raw)
     return True
 
 
-def _fill(slot, entries, manifest, manifest_offset, digest):
+def _torch_stream(ordinal):
+    """torch's current stream on ordinal as a raw CUstream (None without torch: the default stream)."""
+    import sys
+    torch = sys.modules.get('torch')
+    return torch.cuda.current_stream(max(ordinal, 0)).cuda_stream if torch is not None else None
+
+
+def _torch_stream_ctx(stream, ordinal):
+    """torch's `with torch.cuda.stream(...)` for any stream fence.stream_handle() takes (None: as is)."""
+    import contextlib
+    if stream is None:
+        return contextlib.nullcontext()
+    import torch
+    if isinstance(stream, torch.cuda.Stream):
+        return torch.cuda.stream(stream)
+    handle = fence_mod.stream_handle(stream)
+    return torch.cuda.stream(torch.cuda.ExternalStream(handle, device=ordinal) if handle else
+                             torch.cuda.default_stream(ordinal))
+
+
+def _fill(slot, entries, manifest, manifest_offset, digest, stream=None):
     """Copies every array into slot, each with its own framework (torch's with one batch of device
-    copies where it can), then the manifest unless the slot holds it already."""
+    copies where it can, in `stream`, default torch's current one), then the manifest unless the
+    slot holds it already."""
     copies = slot.copies
     fws = {arrays.framework_of(e[4]) for e in entries}
-    if fws == {'torch'} and slot.kind != 'memfd' and _batch_copy(slot, entries, copies, digest):
+    if fws == {'torch'} and slot.kind != 'memfd' and _batch_copy(slot, entries, copies, digest, stream):
         pass
     elif fws == {'torch'}:
         if copies.torch_views is None or copies.digest != digest:
             copies.torch_views = _torch_views(slot.torch(), [e[:4] for e in entries])
         dst = copies.torch_views
-        _torch_copy([dst[e[0]] for e in entries], [e[4] for e in entries])
+        with _torch_stream_ctx(stream if slot.kind != 'memfd' else None, slot.device_ordinal):
+            _torch_copy([dst[e[0]] for e in entries], [e[4] for e in entries])
     elif fws == {'numpy'} and slot.kind == 'memfd':
         dst = _array_views(slot.numpy(), [e[:4] for e in entries], dtypes.numpy_dtype)
-        for key, _, _, _, src in entries:
-            dst[key][...] = src
+        for e in entries:
+            dst[e[0]][...] = e[4]
     else:
-        for _, dtype, shape, offset, src in entries:
+        for _, dtype, shape, offset, src, _, _ in entries:
             arrays.copy_into(View(slot.view, offset, dtype, shape), src)
     if copies.digest != digest:
         slot.view.write(manifest, manifest_offset)
@@ -399,16 +425,24 @@ class Publisher:
         self._drop(slot)
         return self._new_slot(need, kind, device)
 
-    def publish(self, state_dict, kind, device, meta, buffers, timeout_ms, broker_held):
+    def publish(self, state_dict, kind, device, meta, buffers, timeout_ms, broker_held, fence=None, stream=None):
         entries, manifest, manifest_offset = self._plan(state_dict)
         need = manifest_offset + len(manifest)
         slot = self._take_slot(need, kind, device, buffers, timeout_ms)
         digest = hashlib.blake2b(manifest, digest_size=8).digest()
-        _fill(slot, entries, manifest, manifest_offset, digest)
+        if stream is not None and fence is None:
+            raise InvalidArgument(f'publish state dict {self.name!r}: stream= orders the copies before a fence; give '
+                                  f'fence= too (without one the device is synchronized)')
+        _fill(slot, entries, manifest, manifest_offset, digest, stream)
         version = self.version + 1
-        raw = _meta.pack(meta, {'state_dict': {'version': version, 'manifest': [manifest_offset, len(manifest)],
-                                               'digest': digest}})
-        self.client._publish_raw(slot.view, self.name.encode(), raw, broker_held=broker_held)
+        info = {'version': version, 'manifest': [manifest_offset, len(manifest)], 'digest': digest}
+        if fence is not None:
+            if stream is None:
+                stream = _torch_stream(slot.device_ordinal)
+            info['fence'], info['fence_value'] = fence.name, fence.signal(stream=stream)
+        raw = _meta.pack(meta, {'state_dict': info})
+        self.client._publish_raw(slot.view, self.name.encode(), raw, broker_held=broker_held,
+                                 no_sync=fence is not None)
         self.version = version
         old, self.live = self.live, slot
         if old is not None and old is not slot and old._handle:
@@ -452,6 +486,7 @@ class LivePublisher:
         self.root = Publisher(client, name)
         self.parts = []  # (pool, base, size, buffer id) of the live version's parts
         self.keep = None  # the live version's arrays: they must stay where the manifest says
+        self._laid_out = None  # (torch signature, _layout(), pools, tensors): see _layout
 
     @property
     def slots(self):
@@ -468,6 +503,7 @@ class LivePublisher:
         """[(key, dtype, shape, pool, base, size)] for every array, each checked to lie in one segment
         of one of the client's pools; and the parts: {(pool, segment base): [lowest, highest byte)}."""
         located, parts = [], {}
+        last = None  # (pool, segment base, segment end) of the previous array: a model's lie together
         for key, value in state_dict.items():
             if not isinstance(key, str):
                 raise TypeError(f'state dict keys must be strings, not {key!r}')
@@ -475,25 +511,50 @@ class LivePublisher:
             if info.strides is not None:
                 raise errors.NotContiguous(f'state dict entry {key!r} is not contiguous: a live state dict lists '
                                            f'each array by offset and shape (publish .contiguous(), or copy=True)')
-            pool = self.client._pool_of(info)
-            if pool is None:
-                raise errors.InvalidArgument(f'state dict entry {key!r} does not lie in a pool of this client: '
-                                             f'allocate the model in c.pool() (with pool: ...), or publish with '
-                                             f'copy=True')
-            base, size = pool._range(info, f'state dict entry {key!r}')
-            seg = pool._segment(base)[0]
-            span = parts.setdefault((pool, seg), [base, base + size])
-            span[0], span[1] = min(span[0], base), max(span[1], base + size)
+            base, size = info.ptr, arrays.numel(info.shape) * dtypes.itemsize(info.dtype)
+            if last is not None and size and last[1] <= base and base + size <= last[2]:
+                pool, seg = last[0], last[1]
+            else:
+                pool = self.client._pool_of(info)
+                if pool is None:
+                    raise errors.InvalidArgument(f'state dict entry {key!r} does not lie in a pool of this client: '
+                                                 f'allocate the model in c.pool() (with pool: ...), or publish with '
+                                                 f'copy=True')
+                base, size, seg = pool._range(info, f'state dict entry {key!r}')
+                last = (pool, seg, seg + pool._segment(seg)[1])
+            span = parts.get((pool, seg))
+            if span is None:
+                parts[(pool, seg)] = [base, base + size]
+            else:
+                if base < span[0]:
+                    span[0] = base
+                if base + size > span[1]:
+                    span[1] = base + size
             located.append((key, info.dtype, list(info.shape), pool, base, seg))
         return located, parts
 
-    def publish(self, state_dict, meta, broker_held, timeout_ms):
+    def _layout(self, state_dict):
+        """The parts wanted [(pool, lowest byte, size)], the manifest and its digest; kept while the
+        dict holds the same torch tensors at the same addresses (a weight update), as a snapshot's
+        plan is, so an update locates nothing again."""
+        sig = _torch_signature(state_dict)
+        cached = self._laid_out
+        if sig is not None and cached is not None and cached[0] == sig and not any(p.closed for p in cached[2]):
+            return cached[1]
         located, spans = self._locate(state_dict)
         order = sorted(spans, key=lambda k: spans[k][0])
         index = {k: i for i, k in enumerate(order)}
         wanted = [(k[0], spans[k][0], spans[k][1] - spans[k][0]) for k in order]
         entries = [[key, dtype, shape, base - spans[(pool, seg)][0], index[(pool, seg)]]
                    for key, dtype, shape, pool, base, seg in located]
+        manifest = msgpack.packb({'format': FORMAT, 'entries': entries}, use_bin_type=True)
+        result = wanted, manifest, hashlib.blake2b(manifest, digest_size=8).digest()
+        # holding the tensors keeps their memory, so their segments stay as located
+        self._laid_out = (sig, result, {k[0] for k in order}, list(state_dict.values())) if sig is not None else None
+        return result
+
+    def publish(self, state_dict, meta, broker_held, timeout_ms):
+        wanted, manifest, digest = self._layout(state_dict)
         same = [p[:3] for p in self.parts] == wanted
         if not same:
             old, self.parts = self.parts, []
@@ -505,8 +566,6 @@ class LivePublisher:
             for pool, lo, size, _ in old:  # replaced under their names: retired; freed once drained
                 if not pool.closed:
                     pool._free(dlpack.Info(lo, _dl_device(pool), 'uint8', (size,), None, False))
-        manifest = msgpack.packb({'format': FORMAT, 'entries': entries}, use_bin_type=True)
-        digest = hashlib.blake2b(manifest, digest_size=8).digest()
         self.keep = state_dict
         return self.root.publish_manifest(manifest, {'digest': digest, 'parts': [p[3] for p in self.parts]}, meta,
                                           broker_held, timeout_ms)
@@ -515,7 +574,7 @@ class LivePublisher:
         for pool, lo, size, _ in self.parts:
             if not pool.closed:
                 pool._free(dlpack.Info(lo, _dl_device(pool), 'uint8', (size,), None, False))
-        self.parts, self.keep = [], None
+        self.parts, self.keep, self._laid_out = [], None, None
         self.root.close()
 
 
@@ -540,6 +599,17 @@ class StateDict(dict):
     meta: Dict[str, Any]
     live: bool
 
+    def wait_ready(self, stream: Any = None) -> None:
+        """If the version was published with a fence, queues in `stream` (default: torch's current
+        stream on the buffer's GPU; a torch or CuPy stream or a raw CUstream) a wait until its copies
+        are complete. attach_state_dict() did this once for the stream it was given."""
+        fence = getattr(self, '_fence', None)
+        if fence is None:
+            return
+        if stream is None:
+            stream = _torch_stream(self._attached.device_ordinal)
+        self._client._fence_for(fence[0]).wait(fence[1], stream)
+
     def release(self) -> None:
         """Empties the dict and releases the buffers (idempotent)."""
         self.clear()
@@ -557,6 +627,55 @@ class StateDict(dict):
         self.release()
 
 
+class _Manifest:
+    """A parsed, checked manifest: `entries` [(key, dtype, shape, offset)] as views() takes them and,
+    for a live state dict, `parts` {part index: (its entries, the end of the furthest one)}."""
+
+    __slots__ = ('entries', 'parts')
+
+    def __init__(self, entries, parts):
+        self.entries, self.parts = entries, parts
+
+
+def _parse_entries(raw_entries, live, data_end):
+    """_Manifest of a manifest's entry lists, each checked (ValueError says what is wrong). One pass,
+    no call per field: a model's 200 entries are parsed at every cold attach."""
+    width, sizes = (5 if live else 4), dtypes.ITEMSIZES
+    entries, parts = [], {}
+    for e in raw_entries:
+        if type(e) is not list or len(e) != width:
+            raise ValueError(f'entry {e!r:.80} is not a list of {width} fields')
+        key, dtype, shape, off = e[0], e[1], e[2], e[3]
+        n = sizes.get(dtype)
+        if n is None:
+            dtype = dtypes.name(dtype)
+            n = sizes[dtype]
+        if type(shape) is not list:
+            raise ValueError(f'entry {key!r} has shape {shape!r:.80}')
+        for x in shape:
+            if type(x) is not int or x < 0:
+                raise ValueError(f'entry {key!r} has shape {shape!r:.80}')
+            n *= x
+        if type(off) is not int or off < 0:
+            raise ValueError(f'entry {key!r} has offset {off!r:.40}')
+        # a snapshot's arrays lie before its manifest; a live one's within its part (checked at attach)
+        if not live and off + n > data_end:
+            raise ValueError(f'entry {key!r} lies outside the data')
+        entry = (key if type(key) is str else str(key), dtype, shape, off)
+        entries.append(entry)
+        if live:
+            part = e[4]
+            if type(part) is not int or part < 0:
+                raise ValueError(f'entry {key!r} names part {part!r:.40}')
+            mine = parts.get(part)
+            if mine is None:
+                mine = parts[part] = [[], 0]
+            mine[0].append(entry)
+            if off + n > mine[1]:
+                mine[1] = off + n
+    return _Manifest(entries, {i: tuple(v) for i, v in parts.items()} if live else None)
+
+
 def _manifest(client, attached, info):
     cache = client._manifest_cache
     digest = info.get('digest')
@@ -572,31 +691,20 @@ def _manifest(client, attached, info):
     raw = View(attached, 0, 'uint8', (attached.size,)).read(offset, length)
     if digest is not None and hashlib.blake2b(raw, digest_size=8).digest() != digest:
         raise MetadataError(f'state dict {attached.name!r}: the manifest does not match its digest')
-    live = 'parts' in info
     try:
         m = msgpack.unpackb(raw, raw=False)
-        if m.get('format') != FORMAT:
-            raise ValueError(f"format {m.get('format')!r}")
-        entries = []
-        for e in m['entries']:
-            key, dtype, shape, off = e[:4]
-            part = int(e[4]) if live else None
-            if len(e) != (5 if live else 4):
-                raise ValueError(f'entry {key!r} has {len(e)} fields')
-            shape = [int(x) for x in shape]
-            dtype = dtypes.name(dtype)
-            end = int(off) + arrays.numel(shape) * dtypes.itemsize(dtype)
-            # a snapshot's arrays lie before its manifest; a live one's within its part (checked at attach)
-            if int(off) < 0 or any(x < 0 for x in shape) or (not live and end > offset):
-                raise ValueError(f'entry {key!r} lies outside the data')
-            entries.append((str(key), dtype, shape, int(off), part))
+        if type(m) is not dict or m.get('format') != FORMAT:
+            raise ValueError(f"format {m.get('format') if type(m) is dict else m!r:.80}")
+        if type(m.get('entries')) is not list:
+            raise ValueError('no list of entries')
+        parsed = _parse_entries(m['entries'], 'parts' in info, offset)
     except Exception as e:
         raise MetadataError(f'state dict {attached.name!r}: unusable manifest ({e})') from None
     if digest is not None:
         if len(cache) >= _MANIFEST_CACHE_MAX:
             cache.pop(next(iter(cache)))
-        cache[digest] = entries
-    return entries
+        cache[digest] = parsed
+    return parsed
 
 
 def _attach_newer(client, name, timeout_ms, device, after):
@@ -623,7 +731,7 @@ def _attach_newer(client, name, timeout_ms, device, after):
         client._unsubscribe(sub)
 
 
-def _live_views(client, root, info, entries, framework, device, digest):
+def _live_views(client, root, info, manifest, framework, device, digest):
     """The arrays of a live state dict: its parts attached by id, each array a view of its part."""
     try:
         ids = [int(x) for x in info['parts']]
@@ -633,15 +741,15 @@ def _live_views(client, root, info, entries, framework, device, digest):
     try:
         for pid in ids:
             parts.append(client.attach_id(pid, device))
+        if any(i >= len(parts) for i in manifest.parts):
+            raise MetadataError(f'state dict {root.name!r}: entries name parts it does not list')
         out = {}
         for i, part in enumerate(parts):
-            mine = [(k, d, s, o) for k, d, s, o, p in entries if p == i]
-            for k, d, s, o in mine:
-                if o + arrays.numel(s) * dtypes.itemsize(d) > part.size:
-                    raise MetadataError(f'state dict {root.name!r}: entry {k!r} lies outside its part')
+            mine, end = manifest.parts.get(i, ((), 0))
+            if end > part.size:
+                raise MetadataError(f'state dict {root.name!r}: an entry lies outside part {i} ({end} > {part.size} '
+                                    f'bytes)')
             out.update(_cached_views(client, part, mine, framework, digest))
-        if len(out) != len(entries):
-            raise MetadataError(f'state dict {root.name!r}: entries name parts it does not list')
     except BaseException:
         for part in parts:
             part.release()
@@ -649,7 +757,7 @@ def _live_views(client, root, info, entries, framework, device, digest):
     return out, parts
 
 
-def attach(client, name, framework, timeout_ms, device, after):
+def attach(client, name, framework, timeout_ms, device, after, stream=None):
     """Client.attach_state_dict()."""
     a = _attach_newer(client, name, timeout_ms, device, after) if after is not None else \
         client.attach(name, timeout_ms, device)
@@ -658,12 +766,12 @@ def attach(client, name, framework, timeout_ms, device, after):
         info = a.meta.get('state_dict')
         if not isinstance(info, dict):
             raise MetadataError(f"'{name}' is not a state dict (its metadata has no 'state_dict' key)")
-        entries = _manifest(client, a, info)
+        manifest = _manifest(client, a, info)
         digest = info.get('digest')
         if 'parts' in info:
-            made, parts = _live_views(client, a, info, entries, framework, device, digest)
+            made, parts = _live_views(client, a, info, manifest, framework, device, digest)
         else:
-            made = _cached_views(client, a, [e[:4] for e in entries], framework, digest)
+            made = _cached_views(client, a, manifest.entries, framework, digest)
         sd = StateDict(made)
     except BaseException:
         a.release()
@@ -672,4 +780,16 @@ def attach(client, name, framework, timeout_ms, device, after):
     sd.name, sd.version, sd.live = name, info.get('version', 0), bool(parts)
     sd.generation, sd.buffer_id = a.generation, a.id
     sd.meta = {k: v for k, v in a.meta.items() if k != 'state_dict'}
+    sd._client, sd._fence = client, None
+    if 'fence' in info and not parts:
+        try:
+            sd._fence = (str(info['fence']), int(info.get('fence_value', 1)))
+        except (TypeError, ValueError):
+            sd.release()
+            raise MetadataError(f"state dict '{name}': unusable 'fence' in its metadata") from None
+        try:
+            sd.wait_ready(stream)
+        except BaseException:
+            sd.release()
+            raise
     return sd

@@ -615,6 +615,37 @@ API Res cuMemcpyDtoDAsync_v2(DevPtr dst, DevPtr src, size_t n, void *stream)
                                      .src = (const void *)(uintptr_t)src, .n = n });
 }
 
+static unsigned long batch_calls;
+
+/* How many cuMemcpyBatchAsync calls succeeded: tests check the library batches its copies. */
+API unsigned long fakecuda_batch_calls(void)
+{
+        return __atomic_load_n(&batch_calls, __ATOMIC_RELAXED);
+}
+
+/* As the driver: the legacy default stream (NULL) is refused, every copy needs its attributes, and
+ * none may be empty. The special handles (legacy 0x1, per-thread 0x2) run at once, as NULL does elsewhere here. */
+API Res cuMemcpyBatchAsync_v2(DevPtr *dsts, DevPtr *srcs, size_t *sizes, size_t count, const int *attrs,
+                              const size_t *attr_idxs, size_t num_attrs, void *stream)
+{
+        if (!stream || !count || !dsts || !srcs || !sizes || !attrs || !attr_idxs || num_attrs < 1 ||
+            num_attrs > count || attr_idxs[0] != 0 || attrs[0] != 1 /* CU_MEMCPY_SRC_ACCESS_ORDER_STREAM */)
+                return E_INVALID_VALUE;
+        for (size_t i = 0; i < count; i++)
+                if (!sizes[i])
+                        return E_INVALID_VALUE;
+        if ((uintptr_t)stream <= 2)
+                stream = NULL;
+        for (size_t i = 0; i < count; i++) {
+                Res r = cuMemcpyDtoDAsync_v2(dsts[i], srcs[i], sizes[i], stream);
+
+                if (r != OK)
+                        return r;
+        }
+        __atomic_add_fetch(&batch_calls, 1, __ATOMIC_RELAXED);
+        return OK;
+}
+
 API Res cuMemsetD32Async(DevPtr dst, unsigned v, size_t n, void *stream)
 {
         return enqueue(stream, (Op){ .kind = OP_SET32, .dst = (void *)(uintptr_t)dst, .n = n, .value = v });

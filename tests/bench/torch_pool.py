@@ -10,6 +10,9 @@ control daemon to start); by hand:
     every consumer read one element: torch (the tensor through N torch.multiprocessing queues), the
     tensor allocated in a gpuipc pool (published as a view: no copy, no export), and a plain torch
     tensor through share() (copied into memory allocated and exported ahead). A new tensor per trial.
+    Beside them the floor of any brokered hand-off: a relay process (the broker's place) passes a
+    message to the N consumers waiting on pipes, and each reads one element of a tensor it holds,
+    after the same idle; on a VM its wake-ups cost far more than the work.
 (b) weight sync of the GPU suite's Llama-style bf16 state dict (TinyLlama's shapes: 201 tensors,
     2.05 GiB), trainer and inference in sibling PID namespaces, e2e from the trainer starting to
     publish until the inference process holds every tensor: a snapshot into buffers reserved ahead,
@@ -69,17 +72,24 @@ def fill_value(i):
 
 # ---- (a) sharing one new tensor ----
 
-def share_consumer(idx, sock, cmds, results, ready, dev):
-    """Reads one element of whatever comes: a torch tensor through its queue, or a gpuipc name to
-    attach (it waits in attach before the producer publishes)."""
-    cuda_init(dev)
+def share_consumer(idx, sock, cmds, results, ready, dev, relayed):
+    """Reads one element of whatever comes: a torch tensor through its queue, a gpuipc name to
+    attach (it waits in attach before the producer publishes), or, for the floor, a message the
+    relay forwards (it waits on its pipe, then reads a tensor it already holds)."""
+    torch = cuda_init(dev)
     import gpuipc
     c = gpuipc.Client(socket=sock, label=f'share-consumer-{idx}')
+    held = torch.zeros(1, dtype=torch.uint8, device=f'cuda:{dev}')
     ready.put(idx)
     while True:
         item = cmds.get()
         if item is None:
             break
+        if item[0] == 'floor':
+            trial, want = (int(x) for x in relayed.recv_bytes().split())
+            int(held[0].item())  # the read every other variant does, of memory mapped long ago
+            results.put((trial, idx, now_us(), want))
+            continue
         if item[0] == 'torch':
             _, trial, t = item
             v = int(t[0].item())
@@ -94,6 +104,18 @@ def share_consumer(idx, sock, cmds, results, ready, dev):
         del t
         a.release()
     c.close()
+
+
+def share_relay(inbox, outs):
+    """The floor's stand-in for the broker: forwards each message to the first n consumers' pipes,
+    as the broker passes a publication to the consumers waiting for its name."""
+    while True:
+        msg = inbox.recv_bytes()
+        if not msg:
+            return
+        n, rest = msg.split(b' ', 1)
+        for out in outs[:int(n)]:
+            out.send_bytes(rest)
 
 
 def gather(results, n, trial, want):
@@ -111,9 +133,12 @@ def share_section(ctx, sock, dev, trials, nbytes, counts):
     top = max(counts)
     cmds = [ctx.Queue() for _ in range(top)]
     results, ready = ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=share_consumer, args=(i, sock, cmds[i], results, ready, dev), daemon=True)
-             for i in range(top)]
-    for p in procs:
+    pipes = [ctx.Pipe(duplex=False) for _ in range(top)]  # (consumer's end, relay's end)
+    relay_in, relay_feed = ctx.Pipe(duplex=False)
+    relay = ctx.Process(target=share_relay, args=(relay_in, [w for _, w in pipes]), daemon=True)
+    procs = [ctx.Process(target=share_consumer, args=(i, sock, cmds[i], results, ready, dev, pipes[i][0]),
+                         daemon=True) for i in range(top)]
+    for p in procs + [relay]:
         p.start()
     for _ in range(top):
         ready.get(timeout=120)
@@ -122,7 +147,7 @@ def share_section(ctx, sock, dev, trials, nbytes, counts):
     out, cold, publish_us = {}, {}, {}
     try:
         for n in counts:
-            for variant in ('torch', 'pool', 'share'):
+            for variant in ('torch', 'floor', 'pool', 'share'):
                 times, pubs = [], []
                 for trial in range(trials + 1):  # trial 0: the first share (queues' threads, first mapping)
                     if variant == 'pool':
@@ -135,10 +160,13 @@ def share_section(ctx, sock, dev, trials, nbytes, counts):
                     name = f'bench/{variant}/{n}/{trial}'
                     if variant != 'torch':
                         for q in cmds[:n]:
-                            q.put(('gpuipc', trial, name))
-                    time.sleep(0.05)  # every consumer waits in q.get() or attach
+                            q.put(('floor',) if variant == 'floor' else ('gpuipc', trial, name))
+                    time.sleep(0.05)  # every consumer waits in q.get(), attach or its relay pipe
                     t0 = now_us()
-                    if variant == 'torch':
+                    if variant == 'floor':
+                        relay_feed.send_bytes(f'{n} {trial} {fill_value(trial)}'.encode())
+                        held = None
+                    elif variant == 'torch':
                         for q in cmds[:n]:
                             q.put(('torch', trial, t))
                         held = t
@@ -154,7 +182,7 @@ def share_section(ctx, sock, dev, trials, nbytes, counts):
                         pubs.append(t1 - t0)
                     else:
                         cold[(variant, n)] = last - t0
-                    if variant != 'torch':
+                    if variant in ('pool', 'share'):
                         c.wait_drained(held, 60000)
                     del t, held
                 out[(variant, n)] = times
@@ -163,7 +191,8 @@ def share_section(ctx, sock, dev, trials, nbytes, counts):
     finally:
         for q in cmds:
             q.put(None)
-        for p in procs:
+        relay_feed.send_bytes(b'')
+        for p in procs + [relay]:
             p.join(timeout=60)
         c.close()
     return out, cold, publish_us, st
@@ -584,13 +613,21 @@ def share_rows(times, cold, pubs, st, trials, mib, tag):
             continue
         base = statistics.median(times[('torch', n)])
         v = statistics.median(xs)
+        floor = statistics.median(times[('floor', n)])
+        if variant == 'floor':
+            rows.append((f'share floor: a relay process passes a message to {n} consumer(s) waiting on pipes, each '
+                         f'reads 1 element of a tensor it holds, p50{tag}', v, 'us', 'torch.multiprocessing queues',
+                         base, '', f'{trials} trials, each after the same 50 ms idle as the rows beside it: the '
+                         f'wake-ups of a brokered hand-off and the read, with no IPC library'))
+            continue
         what = 'allocated in a pool (a view: no copy, no export)' if variant == 'pool' else \
             'a plain tensor through share() (copied into memory exported ahead)'
         rows.append((f'share 1 new {mib} MiB tensor {what} to {n} consumer(s), p50{tag}', v, 'us',
                      'torch.multiprocessing queues', base, 'ratio<=0.2' if variant == 'pool' else 'ratio<=1',
                      f'{trials} trials; p90 {pct(xs, 90):.0f} vs {pct(times[("torch", n)], 90):.0f} us; publish alone '
                      f'{statistics.median(pubs[(variant, n)]):.0f} us; first share {cold[(variant, n)]:.0f} us '
-                     f'(torch {cold[("torch", n)]:.0f} us); pool: {st.segments} segment(s), {st.exports} export(s); '
+                     f'(torch {cold[("torch", n)]:.0f} us); floor {floor:.0f} us ({v / floor:.2f}x); pool: '
+                     f'{st.segments} segment(s), {st.exports} export(s); '
                      f'goal {"5x faster than" if variant == "pool" else "no slower than"} torch'))
     return rows
 

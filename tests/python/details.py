@@ -6,6 +6,8 @@
 - a join_ring() timeout carries its detail and hint like every other error;
 - a message says what happened once: the hint is .hint (and a note), not repeated in the message;
 - Client('/etc/passwd') says "not a socket", at once, instead of "Connection refused";
+- a state dict whose manifest lies (a bad dtype, shape or offset, an entry outside the data or its
+  part, a part it does not list, the wrong number of fields) is refused with MetadataError naming it;
 - an Attached pickled through a multiprocessing queue is attached again by id in the receiving
   process (spawned: a fresh interpreter), which reads the same bytes and releases its reference;
   a Buffer or a Client refuses pickling with a TypeError that says what to do instead.
@@ -50,6 +52,48 @@ def case_state_dict_numpy_memfd(c):
         got.release()
     c.unpublish_state_dict(f'py/details/{RUN}/sd')
     return f'version {getattr(version, "version", version)} as memfd'
+
+
+def lying_state_dict(c, name, entries, live=False):
+    """Publishes a memfd buffer holding `entries` as a state dict manifest (after 64 data bytes, with
+    the buffer itself as the live one's only part); returns the buffer."""
+    import msgpack
+    manifest = msgpack.packb({'format': 'gpuipc.state_dict/1', 'entries': entries}, use_bin_type=True)
+    buf = c.alloc(64 + len(manifest), 'memfd')
+    buf.write(manifest, 64)
+    info = {'version': 1, 'manifest': [64, len(manifest)]}
+    if live:
+        info['parts'] = [buf.id]
+    c.publish(buf, name, meta={'state_dict': info})
+    return buf
+
+
+def case_lying_manifest(c):
+    """A manifest that lies is a MetadataError that says what is wrong, never an IndexError or a
+    view outside the buffer."""
+    snapshot = [('a dtype nobody has', [['w', 'float99', [4], 0]], 'float99'),
+                ('a negative dimension', [['w', 'float32', [-4], 0]], 'shape'),
+                ('a float dimension', [['w', 'float32', [4.0], 0]], 'shape'),
+                ('a shape that is no list', [['w', 'float32', 4, 0]], 'shape'),
+                ('a negative offset', [['w', 'float32', [4], -8]], 'offset'),
+                ('an entry over the manifest', [['w', 'float32', [32], 0]], 'outside the data'),
+                ('a live entry in a snapshot', [['w', 'float32', [4], 0, 0]], 'fields'),
+                ('an entry that is no list', ['w'], 'fields')]
+    live = [('a part it does not list', [['w', 'float32', [4], 0, 1]], 'parts it does not list'),
+            ('an entry outside its part', [['w', 'float32', [4], 4096, 0]], 'outside part 0'),
+            ('a negative part', [['w', 'float32', [4], 0, -1]], 'names part'),
+            ('a snapshot entry in a live one', [['w', 'float32', [4], 0]], 'fields')]
+    cases = [(w, e, s, False) for w, e, s in snapshot] + [(w, e, s, True) for w, e, s in live]
+    for i, (what, entries, says, is_live) in enumerate(cases):
+        name = f'py/details/{RUN}/lie{i}'
+        buf = lying_state_dict(c, name, entries, is_live)
+        try:
+            e = raises(gpuipc.MetadataError, lambda: c.attach_state_dict(name, framework='numpy', timeout_ms=2000))
+            assert says in str(e), f'{what}: {e}'
+        finally:
+            c.retire(buf)
+            c.free(buf)
+    return f'{len(cases)} lying manifests refused with MetadataError'
 
 
 def case_invalid_arguments(c):
@@ -138,7 +182,7 @@ def case_pickle(c):
     return 'Attached re-attached by id in a spawned process; Buffer and Client: TypeError'
 
 
-CASES = [case_state_dict_numpy_memfd, case_invalid_arguments, case_join_ring_timeout, case_message_once,
+CASES = [case_state_dict_numpy_memfd, case_lying_manifest, case_invalid_arguments, case_join_ring_timeout, case_message_once,
          case_not_a_socket, case_pickle]
 
 

@@ -291,6 +291,70 @@ def case_fakecuda(c):
     assert out.returncode == 0 and 'virtual memory management' in out.stdout, (out.stdout, out.stderr)
 
 
+def case_fakecuda_batch_copy(c):
+    """gpuipc_buffer_copy_in (a state dict snapshot's device copies) on the stand-in: 300 copies, some
+    empty, go out in two cuMemcpyBatchAsync calls (256 at most each; the stand-in refuses the legacy
+    default stream and empty copies as the driver does), land where they belong, and a copy outside
+    the buffer is refused before anything is queued."""
+    import ctypes
+    from gpuipc import _lib
+    fake = ctypes.CDLL(FAKECUDA)  # the library loaded it already: the same instance
+    fake.fakecuda_batch_calls.restype = ctypes.c_ulong
+    pool = c.pool(kind='cuda-vmm', device=0)
+    src = pool.empty(300 * 64, 'uint8', framework=None)
+    base = src.memory.ptr + src.offset
+    ctypes.memmove(base, bytes(i % 251 for i in range(300 * 64)), 300 * 64)
+    dst = c.empty((300 * 128,), 'uint8', kind='cuda-vmm', device=0, framework=None)
+    items = (_lib.Copy * 300)()
+    for i, item in enumerate(items):
+        item.src, item.offset, item.len = base + i * 64, i * 128, 0 if i % 7 == 3 else 64
+    before = fake.fakecuda_batch_calls()
+    assert c._lib.gpuipc_buffer_copy_in(dst.memory._handle, items, 300, None) == 0, c._lib.gpuipc_errmsg(c._c)
+    calls = fake.fakecuda_batch_calls() - before
+    assert calls == 2, f'{calls} batched calls for 300 copies'
+    got = ctypes.string_at(dst.memory.ptr, 300 * 128)
+    for i in range(300):
+        want = bytes((i * 64 + j) % 251 for j in range(64)) if i % 7 != 3 else bytes(64)
+        assert got[i * 128:i * 128 + 64] == want, f'copy {i}'
+    items[299].offset = 300 * 128 - 32  # its last 32 bytes lie outside
+    before = fake.fakecuda_batch_calls()
+    assert c._lib.gpuipc_buffer_copy_in(dst.memory._handle, items, 300, None) == gpuipc.errors.E_INVALID
+    assert b'outside' in c._lib.gpuipc_errmsg(c._c) and fake.fakecuda_batch_calls() == before
+    c.free(dst)
+    del src
+    pool.close()
+
+
+def case_fakecuda_fenced_state_dict(c):
+    """A snapshot published with a fence on the stand-in (cuda-vmm): the version carries the fence,
+    the consumer's attach queues the wait (its fence is opened once and kept), the bytes arrive; and
+    the refusals: a fence for a live or memfd state dict, a stream without a fence."""
+    import ctypes
+    sd = {'w': np.arange(64, dtype=np.float32), 'b': np.full(8, 3, dtype=np.int64)}
+    fence = c.create_fence('pool/sd-fence', device=0)
+    with gpuipc.Client(label='fenced-consumer') as d:
+        for v in range(3):
+            sd['w'][0] = v
+            c.publish_state_dict(sd, 'pool/fsd', kind='cuda-vmm', device=0, fence=fence)
+            got = d.attach_state_dict('pool/fsd', framework=None, timeout_ms=TIMEOUT_MS)
+            try:
+                assert got._fence == ('pool/sd-fence', v + 1), got._fence
+                w = got['w']
+                raw = ctypes.string_at(w.memory.ptr + w.offset, w.nbytes)
+                assert np.array_equal(np.frombuffer(raw, np.float32), sd['w']), v
+            finally:
+                got.release()
+        assert list(d._waited_fences) == ['pool/sd-fence'], d._waited_fences
+    expect(gpuipc.InvalidArgument, lambda: c.publish_state_dict(sd, 'pool/fsd-host', kind='memfd', fence=fence),
+           'a fence for a memfd state dict')
+    expect(gpuipc.InvalidArgument, lambda: c.publish_state_dict(sd, 'pool/fsd-live', copy=False, fence=fence),
+           'a fence for a live state dict')
+    expect(gpuipc.InvalidArgument, lambda: c.publish_state_dict(sd, 'pool/fsd', kind='cuda-vmm', stream=0),
+           'a stream without a fence')
+    c.unpublish_state_dict('pool/fsd')
+    fence.close()
+
+
 CASES = [case_zero_copy, case_freed_while_published, case_versions_flat, case_reserved_state_dict,
          case_live_state_dict, case_errors]
 
@@ -304,7 +368,7 @@ def main():
     cases = list(CASES)
     if FAKECUDA:
         os.environ.update(GPUIPC_LIBCUDA=FAKECUDA, FAKECUDA_DEVICES='1')
-        cases.append(case_fakecuda)
+        cases += [case_fakecuda, case_fakecuda_batch_copy, case_fakecuda_fenced_state_dict]
     broker = subprocess.Popen([os.environ['GPUIPC_BROKER'], '--socket', os.environ['GPUIPC_SOCKET'],
                                '--log-level', 'warn'], stderr=open(os.path.join(tmp, 'broker.log'), 'w'))
     failed = 0

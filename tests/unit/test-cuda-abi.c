@@ -71,6 +71,12 @@ SAME_LAYOUT(GcuMemAccessDesc, CUmemAccessDesc)
 SAME_FIELD(GcuMemAccessDesc, location, CUmemAccessDesc, location)
 SAME_FIELD(GcuMemAccessDesc, flags, CUmemAccessDesc, flags)
 
+SAME_LAYOUT(GcuMemcpyAttributes, CUmemcpyAttributes)
+SAME_FIELD(GcuMemcpyAttributes, src_access_order, CUmemcpyAttributes, srcAccessOrder)
+SAME_FIELD(GcuMemcpyAttributes, src_loc_hint, CUmemcpyAttributes, srcLocHint)
+SAME_FIELD(GcuMemcpyAttributes, dst_loc_hint, CUmemcpyAttributes, dstLocHint)
+SAME_FIELD(GcuMemcpyAttributes, flags, CUmemcpyAttributes, flags)
+
 /* ---- constants ---- */
 
 SAME_VALUE(GCU_SUCCESS, CUDA_SUCCESS)
@@ -131,6 +137,8 @@ SAME_VALUE(GCU_ERROR_NOT_READY, CUDA_ERROR_NOT_READY)
 SAME_VALUE(GCU_STREAM_WRITE_VALUE_DEFAULT, CU_STREAM_WRITE_VALUE_DEFAULT)
 SAME_VALUE(GCU_GET_PROC_ADDRESS_LEGACY_STREAM, CU_GET_PROC_ADDRESS_LEGACY_STREAM)
 SAME_VALUE(GCU_GET_PROC_ADDRESS_SUCCESS, CU_GET_PROC_ADDRESS_SUCCESS)
+SAME_VALUE(GCU_MEMCPY_SRC_ACCESS_ORDER_STREAM, CU_MEMCPY_SRC_ACCESS_ORDER_STREAM)
+_Static_assert(GCU_STREAM_PER_THREAD == (GcuStream)CU_STREAM_PER_THREAD, "GCU_STREAM_PER_THREAD differs");
 
 /* ---- entry points ----
  * Each signature must be the one <cudaTypedefs.h> gives the symbol at the version we ask
