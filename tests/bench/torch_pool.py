@@ -42,7 +42,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'gpu'))
 
-NAME, LIVE, PROF = 'wsync/snap', 'wsync/live', 'wsync/prof'
+NAME, FENCED, LIVE, PROF = 'wsync/snap', 'wsync/fenced', 'wsync/live', 'wsync/prof'
 STEP_S = 180
 
 
@@ -371,6 +371,21 @@ def role_wproducer(sock_path, broker_sock, warm):
         publish_ms.append((now() - t0) * 1e3)
         step('snap', t0, sum=cs, version=v + 1)
 
+    # stream-ordered snapshots (a fence instead of a device synchronization, as torch's IPC): the
+    # version goes out once the copies are queued; the consumer's stream waits for the fence
+    fence = c.create_fence('wsync/fence', device=0)
+    c.reserve_state_dict(FENCED, sd, kind='cuda-vmm', device=0)
+    fenced_ms = []
+    for v in range(1 + warm):
+        if v:
+            torch._foreach_add_(list(sd.values()), 1.0)
+        cs = checksum(torch, sd)
+        torch.cuda.synchronize()
+        t0 = now()
+        c.publish_state_dict(sd, FENCED, kind='cuda-vmm', device=0, fence=fence)
+        fenced_ms.append((now() - t0) * 1e3)
+        step('fsnap', t0, sum=cs, version=v + 1)
+
     # the same cold path again under cProfile (a new name: new buffers, new imports): where it goes
     import cProfile
     import io
@@ -403,7 +418,9 @@ def role_wproducer(sock_path, broker_sock, warm):
     c.publish_state_dict(live, LIVE, copy=False)
     step('live', t0, sum=cs)
     st = pool.stats()
-    say('done', {'publish_ms': publish_ms, 'prof_ms': prof_ms, 'prof': text.getvalue()[-3000:], 'live_ms': live_ms,
+    c.unpublish_state_dict(FENCED)
+    fence.close()
+    say('done', {'publish_ms': publish_ms, 'fenced_ms': fenced_ms, 'prof_ms': prof_ms, 'prof': text.getvalue()[-3000:], 'live_ms': live_ms,
                  'live_segments': st.segments, 'live_exports': st.exports,
                  'in_pool': all(pool.holds(t) for t in live.values())})
     conn.close()
@@ -450,8 +467,8 @@ def role_wconsumer(sock_path, broker_sock):
             made = len(sdm._torch_views(drv.tensor(base_ptr, size), entries))
             t3 = now()
             rows.setdefault(kind, []).append({'e2e': t3 - t0, 'views': t3 - t1, 'copy': m['copy'], 'n': made})
-        elif kind in ('snap', 'live', 'prof'):
-            name = {'snap': NAME, 'live': LIVE, 'prof': PROF}[kind]
+        elif kind in ('snap', 'fsnap', 'live', 'prof'):
+            name = {'snap': NAME, 'fsnap': FENCED, 'live': LIVE, 'prof': PROF}[kind]
             t1 = now()
             if kind == 'prof':
                 pr = cProfile.Profile()
@@ -463,7 +480,9 @@ def role_wconsumer(sock_path, broker_sock):
                 text = io.StringIO()
                 pstats.Stats(pr, stream=text).sort_stats('tottime').print_stats(8)
                 prof = text.getvalue()[-3000:]
-            if m.get('sum') is not None and checksum(torch, got) != m['sum']:
+            if kind == 'fsnap' and got._fence is None:
+                bad.append(f'fsnap v{got.version}: no fence')
+            if m.get('sum') is not None and checksum(torch, got) != m['sum']:  # in the stream that waited
                 bad.append(f'{kind} v{got.version}')
             rows.setdefault(kind, []).append({'e2e': t2 - t0, 'consumer': t2 - t1})
             held.append(got)
@@ -640,6 +659,8 @@ def weight_rows(w, tag):
     snap = r['snap']
     cold, warm = snap[0]['e2e'] * 1e3, med(snap[2:] or snap[1:])
     live = r['live'][0]['e2e'] * 1e3
+    fsnap = r['fsnap']
+    f_cold, f_warm = fsnap[0]['e2e'] * 1e3, med(fsnap[2:] or fsnap[1:])
     t_cold, t_warm = tr[0]['e2e'] * 1e3, med(tr[1:])
     phases = (f'floor {floor_cold:.2f} ms = create {fc["create"] * 1e3:.2f} + map/access {fc["map"] * 1e3:.2f} + '
               f'export {fc["export"] * 1e3:.2f} + copy {fc["copy"] * 1e3:.2f} + import/map/access '
@@ -650,6 +671,13 @@ def weight_rows(w, tag):
         (f'weight sync, snapshot, warm e2e (median){tag}', warm, 'ms', 'torch per-tensor CUDA IPC, warm', t_warm,
          'value<=2', f'floor {floor_warm:.2f} ms (copy {fw["copy"] * 1e3:.2f} + views {fw["views"] * 1e3:.2f}); '
          f'consumer side {med(snap[2:] or snap[1:], "consumer"):.2f} ms; goal <= 2 ms'),
+        (f'weight sync, stream-ordered snapshot (fence), cold e2e{tag}', f_cold, 'ms',
+         'torch per-tensor CUDA IPC, cold', t_cold, 'value<=4',
+         f'the copies queued, the fence signalled after them, the version out at once; the consumer\'s stream '
+         f'waits (as torch\'s IPC events); consumer side {fsnap[0]["consumer"] * 1e3:.2f} ms; goal <= 4 ms'),
+        (f'weight sync, stream-ordered snapshot (fence), warm e2e (median){tag}', f_warm, 'ms',
+         'torch per-tensor CUDA IPC, warm', t_warm, 'value<=2',
+         f'consumer side {med(fsnap[2:] or fsnap[1:], "consumer"):.2f} ms; goal <= 2 ms'),
         (f'weight sync, live from a pool (no copy), cold e2e{tag}', live, 'ms', 'torch per-tensor CUDA IPC, cold',
          t_cold, 'value<=2', f'floor {floor_live:.2f} ms (import/map/access {fl["import_map"] * 1e3:.2f} + views '
          f'{fl["views"] * 1e3:.2f}); consumer side {r["live"][0]["consumer"] * 1e3:.2f} ms; goal <= 2 ms'),
@@ -743,6 +771,8 @@ def main():
                       f'inference {cons["pidns"]} ({where}); first _foreach_copy_ {p["foreach_first_ms"]:.2f} ms, '
                       f'again {p["foreach_again_ms"]:.3f} ms')
                 d = w['done']
+                print(f'publish_state_dict with a fence per version (ms): '
+                      f'{", ".join(f"{x:.2f}" for x in d["fenced_ms"])}')
                 print(f'publish_state_dict per version (ms): {", ".join(f"{x:.2f}" for x in d["publish_ms"])}; live '
                       f'publish {d["live_ms"]:.2f} ms, pool {d["live_segments"]} segment(s), every tensor in it: '
                       f'{d["in_pool"]}')

@@ -11,7 +11,8 @@ producer runs the cases and the consumer reads what it is told to. Checks: torch
 of the same segment is a view of the mapping it has: one segment id); a tensor deleted while published
 keeps its memory for the holder (torch hands it out again only after it drained); 100 plain-tensor
 share()s through one staging segment (drained copies reused: one export); a live state dict (the
-consumer sees a later in-place write); a CUDA graph captured into the pool (its output published);
+consumer sees a later in-place write); a snapshot ordered by a fence (it goes out before the GPU ran
+its copies, and the consumer's stream waits for them); a CUDA graph captured into the pool (its output published);
 CuPy's allocator hook; empty_cache giving the segments back; and the typed errors (NotContiguous,
 UnsupportedDtype, PoolClosed).
 """
@@ -195,6 +196,24 @@ def role_owner(sock_path, broker_sock):
         ask('sd-release', 'gp/live')
         c.unpublish_state_dict('gp/live')
 
+    def fenced_snapshot():
+        fence = c.create_fence('gp/fence', device=0)
+        sd = {'w': torch.zeros(1 << 20, device='cuda'), 'b': torch.ones(16, device='cuda')}
+        c.reserve_state_dict('gp/fsnap', sd)
+        torch.cuda.synchronize()
+        torch.cuda._sleep(1 << 29)  # about 0.3 s of GPU time in the current stream, then the write
+        sd['w'].fill_(7.0)
+        c.publish_state_dict(sd, 'gp/fsnap', fence=fence)
+        signalled = fence.value
+        ch.check('a snapshot with a fence goes out before the GPU reached its copies', signalled == 0,
+                 f'fence already at {signalled}')
+        r = ask('sd', 'gp/fsnap')
+        ch.check("its consumer's stream waits for the fence: it reads the write queued before the copies",
+                 r.get('w0') == 7.0 and r.get('n') == 2, r)
+        ask('sd-release', 'gp/fsnap')
+        c.unpublish_state_dict('gp/fsnap')
+        fence.close()
+
     def graph():
         gpool = c.pool(device=0, reserve=64 << 20)
         x = torch.arange(1 << 16, dtype=torch.float32, device='cuda')
@@ -271,7 +290,8 @@ def role_owner(sock_path, broker_sock):
                  f'before {before}, after {st}')
 
     for name, fn in (('zero copy', zero_copy), ('freed while published', freed_while_published),
-                     ('plain share', plain_share), ('live state dict', live_state_dict), ('graph', graph),
+                     ('plain share', plain_share), ('live state dict', live_state_dict),
+                     ('fenced snapshot', fenced_snapshot), ('graph', graph),
                      ('cupy', cupy_hook), ('errors', errors), ('empty_cache', empty_cache)):
         case(ch, name, fn)
     conn.close()
