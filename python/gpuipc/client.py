@@ -916,9 +916,9 @@ class Client:
         """Makes the buffers of `name`'s snapshot versions now, for a state dict of this layout
         (allocated and exported: the first publish_state_dict then costs a device copy and a round
         trip, not an allocation and an export). Buffers that are too small are made again later."""
-        from . import state_dict as _sd
-        _, manifest, manifest_offset = _sd.plan(state_dict)
-        self._publisher(name, live=False).reserve(manifest_offset + len(manifest), kind, device, buffers)
+        pub = self._publisher(name, live=False)
+        _, manifest, manifest_offset = pub._plan(state_dict)  # kept: a first version of these tensors reuses it
+        pub.reserve(manifest_offset + len(manifest), kind, device, buffers, manifest, manifest_offset)
 
     def unpublish_state_dict(self, name: str) -> None:
         """Retires every version published under `name` and frees their buffers (memory held by
