@@ -55,7 +55,7 @@ pre=() inspect=() sanitized=
 sanitizer_setup() {
         local asan ubsan
         command -v readelf >/dev/null && readelf -d "$GPUIPC_GST_PLUGIN_DIR/libgstgpuipc.so" 2>/dev/null |
-                grep -q 'NEEDED.*libasan' || return 0
+                grep 'NEEDED.*libasan' >/dev/null || return 0 # not -q: readelf must not die of SIGPIPE
         asan=$(gcc -print-file-name=libasan.so 2>/dev/null)
         ubsan=$(gcc -print-file-name=libubsan.so 2>/dev/null)
         [[ -e $asan && -e $ubsan ]] || skip "the plugin is built with ASan, but libasan.so/libubsan.so (gcc) are not there to preload"

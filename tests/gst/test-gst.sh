@@ -197,7 +197,7 @@ case_latest() {
 }
 
 case_flush() {
-        local n_after n_before
+        local n_after n_before first
         [[ -x ${GPUIPC_GST_FLUSH_PRODUCER:-} ]] || skip "flush-producer was not built"
         consumer c1 rf
         # After the seek videotestsrc draws its frames anew (not as a fresh run would), so the producer
@@ -221,14 +221,16 @@ case_flush() {
                 fail "the source did not replay flush-start, flush-stop: $(grep -n flush "$dir/c1.taps")"
         grep -A1 '^event flush-stop' "$dir/c1.taps" | sed -n '2p' | grep -q '^event segment' ||
                 fail "no segment after the replayed flush"
-        sed -n '/^event flush-stop/,$p' "$dir/c1.taps" | grep -m1 '^buffer' | grep -q 'pts: 0:00:00.000000000' ||
+        # (no grep -m1 or -q inside a pipe under pipefail: the writer's SIGPIPE would fail the pipe)
+        first=$(sed -n '/^event flush-stop/,$p' "$dir/c1.taps" | grep '^buffer')
+        [[ ${first%%$'\n'*} == *'pts: 0:00:00.000000000'* ]] ||
                 fail "the first frame after the flush is not the producer's frame at 0"
         # The consumer's buffers are the producer's, in order, less those the flush dropped at the sink
         # (a subsequence: the diff from the producer's list to the consumer's only deletes lines).
         grep '^buffer' "$dir/c1.taps" >"$dir/c1.buffers"
         grep '^buffer' "$dir/p.taps" >"$dir/p.buffers"
-        ! diff "$dir/p.buffers" "$dir/c1.buffers" | grep -q '^>' ||
-                fail "the source's buffers are not the producer's in order"
+        diff "$dir/p.buffers" "$dir/c1.buffers" >"$dir/buffers.diff"
+        ! grep -q '^>' "$dir/buffers.diff" || fail "the source's buffers are not the producer's in order"
         n_after=$(sed -n '/^event flush-stop/,$p' "$dir/c1.taps" | grep -c '^buffer')
         [[ $n_after == $(sed -n '/^event flush-stop/,$p' "$dir/p.taps" | grep -c '^buffer') && $n_after -gt 0 ]] ||
                 fail "$n_after frames after the flush, not the producer's number"
@@ -284,7 +286,10 @@ case_cuda() {
         local i
         "${inspect[@]}" gst-inspect-1.0 cudaupload >/dev/null 2>&1 && "${inspect[@]}" gst-inspect-1.0 cudadownload >/dev/null 2>&1 ||
                 skip "no cudaupload/cudadownload: needs a GPU, its driver and gstreamer1.0-plugins-bad (nvcodec)"
-        "${inspect[@]}" gst-inspect-1.0 gpuipcsink | grep -q 'memory:CUDAMemory' ||
+        # Into a file first: under pipefail, grep -q stopping at the first match made gst-inspect-1.0
+        # die of SIGPIPE, and the case skipped although the variant was there.
+        "${inspect[@]}" gst-inspect-1.0 gpuipcsink >"$dir/gpuipcsink.inspect" 2>&1
+        grep -q 'memory:CUDAMemory' "$dir/gpuipcsink.inspect" ||
                 skip "the plugin was built without its CUDA variant (libgstreamer-plugins-bad1.0-dev, cuda.h)"
         reference ref "${SRC[@]}" num-buffers=60 ! "$CAPS"
         for i in 1 2; do
