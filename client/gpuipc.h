@@ -256,8 +256,10 @@ typedef struct gpuipc_copy {
 
 /* Queues n copies into b (own or writable attached) in cu_stream (a CUstream of b's device; NULL:
  * its legacy default stream): one call for many ranges, no kernel (a state dict's tensors into its
- * buffer). Every range must lie within b. memfd: plain copies, done on return. Publishing with the
- * default synchronization makes them visible; otherwise order consumers after cu_stream. */
+ * buffer; with cuMemcpyBatchAsync where the driver has it, up to 256 per driver call, which on the
+ * legacy default stream go into the calling thread's default stream, ordered with it). Every range
+ * must lie within b; none is queued otherwise. memfd: plain copies, done on return. Publishing with
+ * the default synchronization makes them visible; otherwise order consumers after cu_stream (a fence). */
 int gpuipc_buffer_copy_in(gpuipc_buffer_t *b, const gpuipc_copy_t *items, size_t n, void *cu_stream);
 
 /* ---- pools: memory born shareable ---- */
