@@ -550,9 +550,13 @@ int cuda_copy(gpuipc_t *c, void *ptr, int ordinal, void *host, size_t len, bool 
 /* Copies per cuMemcpyBatchAsync call: its arrays live on the stack. */
 #define COPY_BATCH_MAX 256
 
-/* The copies in as few driver calls as cuMemcpyBatchAsync allows: a state dict's 200 copies cost the
- * host about 1 ms one call each, as long as the GPU needs to copy 2 GB, and a batch a few us. 0,
- * GCU_ERROR_NOT_SUPPORTED before anything was queued (the caller copies one by one), or an error. */
+/* copy_batched()'s answer when the driver refused the first batch as unsupported: nothing queued. */
+#define COPY_BATCH_UNSUPPORTED 1
+
+/* The copies in as few driver calls as cuMemcpyBatchAsync allows. Measured on an H200 for a state
+ * dict's 201 copies (2 GB): 1.0 ms of host time one call each, 0.73 ms batched (the driver still
+ * works per copy), 1.64 ms on the GPU either way. 0, COPY_BATCH_UNSUPPORTED (the caller copies one
+ * by one), or an error. */
 static int copy_batched(gpuipc_t *c, void *base, const gpuipc_copy_t *items, size_t n, GcuStream s)
 {
         GcuDevicePtr dsts[COPY_BATCH_MAX], srcs[COPY_BATCH_MAX];
@@ -579,7 +583,7 @@ static int copy_batched(gpuipc_t *c, void *base, const gpuipc_copy_t *items, siz
                         break;
                 cr = CU(cuMemcpyBatchAsync, dsts, srcs, sizes, k, &attrs, &first_attr, 1, stream);
                 if (cr == GCU_ERROR_NOT_SUPPORTED && !queued)
-                        return (int)GCU_ERROR_NOT_SUPPORTED;
+                        return COPY_BATCH_UNSUPPORTED;
                 if (cr != GCU_SUCCESS)
                         return cuda_error(c, "cuMemcpyBatchAsync", cr);
                 queued = true;
@@ -594,7 +598,7 @@ static int copy_batch_in_ctx(gpuipc_t *c, void *base, int ordinal, const gpuipc_
 
         if (r == 0 && gcu.cuMemcpyBatchAsync && n > 1) {
                 r = copy_batched(c, base, items, n, s);
-                if (r != (int)GCU_ERROR_NOT_SUPPORTED)
+                if (r != COPY_BATCH_UNSUPPORTED)
                         return r;
                 r = 0;
         }
