@@ -407,14 +407,24 @@ _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms
 
 /* ---- consumer ---- */
 
+/* map_for_reply()'s answer when the broker counted on a cached mapping we do not hold: it sent the
+ * fd with a reply we had stopped waiting for (attach() asks again). */
+#define MAP_NOT_CACHED 1
+
+/* The id of the mapping an attach reply stands for: a view's memory is its segment's. */
+static uint64_t mapping_id(const ProtoMsg *m)
+{
+        return proto_has(m, PF_SEGMENT) ? m->segment : m->buffer;
+}
+
 /* The mapping an attach reply stands for, with a reference taken: the cached one, or a new import
- * of the fd that came with the reply (which f gives up either way). */
+ * of the fd that came with the reply (which f gives up either way). 0, MAP_NOT_CACHED, or an error. */
 static int map_for_reply(gpuipc_t *c, Frame *f, Mapping **ret)
 {
         const ProtoMsg *m = &f->msg;
         bool view = proto_has(m, PF_SEGMENT);
         /* A view's memory is its segment's: one mapping serves every view of it. */
-        uint64_t id = view ? m->segment : m->buffer;
+        uint64_t id = mapping_id(m);
         size_t size = view ? m->segment_size : m->size;
         Mapping *map = map_by_id(c, id);
         _cleanup_free_ Mapping *fresh = NULL;
@@ -428,11 +438,8 @@ static int map_for_reply(gpuipc_t *c, Frame *f, Mapping **ret)
                               (unsigned long long)m->size, size, (unsigned long long)id);
                 return GPUIPC_E_BAD_REPLY;
         }
-        if (m->cached && !map) {
-                client_errmsg(c, "the broker said our cached mapping of buffer %llu serves, but it is gone",
-                              (unsigned long long)id);
-                return GPUIPC_E_BAD_REPLY;
-        }
+        if (m->cached && !map)
+                return MAP_NOT_CACHED;
         if (!map) {
                 fresh = calloc(1, sizeof(*fresh));
                 if (!fresh)
@@ -476,7 +483,7 @@ static int attach_finish(gpuipc_t *c, Frame *f, gpuipc_buffer_t **ret)
         if (!b)
                 return -ENOMEM;
         r = map_for_reply(c, f, &map);
-        if (r < 0)
+        if (r != 0)
                 return r;
         b->conn = c;
         b->kind = map->kind;
@@ -505,9 +512,10 @@ static int attach_finish(gpuipc_t *c, Frame *f, gpuipc_buffer_t **ret)
         return 0;
 }
 
+static int attach_once(gpuipc_t *c, ProtoMsg *req, int timeout_ms, gpuipc_buffer_t **ret);
+
 static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gpuipc_buffer_t **ret)
 {
-        Frame f = { .fd = -1 };
         ProtoMsg req;
         int r;
 
@@ -522,7 +530,31 @@ static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gp
         } else {
                 proto_set_buffer(&req, id);
         }
-        r = client_request(c, &req, -1, client_reply_deadline_ms(timeout_ms), &f);
+        for (int tries = 0;; tries++) {
+                r = attach_once(c, &req, timeout_ms, ret);
+                if (r != MAP_NOT_CACHED)
+                        return r;
+                if (tries > 0) {
+                        if (name)
+                                client_errmsg(c, "the broker said twice that our cached mapping of '%s' serves, "
+                                              "but we hold none", name);
+                        else
+                                client_errmsg(c, "the broker said twice that our cached mapping of buffer %llu "
+                                              "serves, but we hold none", (unsigned long long)id);
+                        return GPUIPC_E_BAD_REPLY;
+                }
+        }
+}
+
+/* One attach request and its reply made into a buffer; MAP_NOT_CACHED when the broker counted on a
+ * mapping we do not hold: the reference is given back and the broker told, so that asking again
+ * brings the fd. */
+static int attach_once(gpuipc_t *c, ProtoMsg *req, int timeout_ms, gpuipc_buffer_t **ret)
+{
+        Frame f = { .fd = -1 };
+        int r;
+
+        r = client_request(c, req, -1, client_reply_deadline_ms(timeout_ms), &f);
         if (r == GPUIPC_E_DEVICE && cuda_load() < 0) {
                 /* We declared no GPU because CUDA does not work in this process: say that, it is
                  * the cause the broker cannot see. */
@@ -535,14 +567,16 @@ static int attach(gpuipc_t *c, const char *name, uint64_t id, int timeout_ms, gp
         if (r < 0)
                 return r;
         r = attach_finish(c, &f, ret);
-        if (r < 0) {
+        if (r != 0) {
                 /* We hold a reference we cannot use: give it back. */
-                uint64_t buffer = f.msg.buffer;
+                uint64_t buffer = f.msg.buffer, map_id = mapping_id(&f.msg);
                 char why[sizeof(c->errmsg)];
 
                 frame_free(&f);
                 memcpy(why, client_errbuf(c), sizeof(why));
                 simple_request(c, PROTO_OP_RELEASE, buffer);
+                if (r == MAP_NOT_CACHED)
+                        request_nowait(c, PROTO_OP_UNMAP, map_id); /* taken before our next request */
                 memcpy(client_errbuf(c), why, sizeof(why));
                 return r;
         }
@@ -771,10 +805,22 @@ static void request_nowait(gpuipc_t *c, ProtoOp op, uint64_t buffer)
         (void)client_send_nowait(c, &req);
 }
 
-void buffer_on_late_attach(gpuipc_t *c, const ProtoMsg *reply)
+void buffer_on_late_attach(gpuipc_t *c, const ProtoMsg *reply, bool with_fd)
 {
-        if (reply->status == PROTO_STATUS_OK && proto_has(reply, PF_BUFFER))
-                request_nowait(c, PROTO_OP_RELEASE, reply->buffer);
+        Mapping *map;
+
+        if (reply->status != PROTO_STATUS_OK || !proto_has(reply, PF_BUFFER))
+                return;
+        request_nowait(c, PROTO_OP_RELEASE, reply->buffer);
+        if (!with_fd)
+                return; /* "your cached mapping serves": the broker's belief is ours already */
+        /* The broker sent the fd, so it counts on our cache to hold a mapping from now on and would
+         * send none with the next attach; the fd is gone with the reply. */
+        map = map_by_id(c, mapping_id(reply));
+        if (map)
+                map->broker_mapped = true;
+        else
+                request_nowait(c, PROTO_OP_UNMAP, mapping_id(reply));
 }
 
 void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)

@@ -121,8 +121,9 @@ typedef struct Frame {
 typedef struct ClientHooks {
         /* An event arrived (a buffer's, a subscription's, a ring's). */
         void (*event)(gpuipc_t *c, const ProtoMsg *ev);
-        /* The reply to a request we stopped waiting for (client_abandon) arrived after all. */
-        void (*late_reply)(gpuipc_t *c, const ProtoMsg *reply);
+        /* The reply to a request we stopped waiting for (client_abandon) arrived after all; with_fd:
+         * it carried a file descriptor (dropped: nobody asks for it any more). */
+        void (*late_reply)(gpuipc_t *c, const ProtoMsg *reply, bool with_fd);
         /* The broker went away: connect again and register everything again, within timeout_ms.
          * 0 or an error. */
         int (*reconnect)(gpuipc_t *c, int timeout_ms);
@@ -296,8 +297,9 @@ gpuipc_buffer_t *buffer_new_own(gpuipc_t *c, gpuipc_kind_t kind);
 
 /* A buffer event (the hooks route member events to ring.c). */
 void buffer_on_event(gpuipc_t *c, const ProtoMsg *ev);
-/* A late attach reply: the reference it took is given back. */
-void buffer_on_late_attach(gpuipc_t *c, const ProtoMsg *reply);
+/* A late attach reply: the reference it took is given back, and the mapping the broker now believes
+ * we hold (it sent the fd) is let go as well. */
+void buffer_on_late_attach(gpuipc_t *c, const ProtoMsg *reply, bool with_fd);
 /* After a reconnect: register own live and retired buffers again (restored), reclaim the references
  * of attached buffers, drop idle cached mappings. 0, or GPUIPC_E_DISCONNECTED if lost again. */
 int buffer_after_reconnect(gpuipc_t *c);

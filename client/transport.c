@@ -314,7 +314,7 @@ static int dispatch(gpuipc_t *c, Frame *f)
                         r = GPUIPC_E_DISCONNECTED;
                 client_mark_broken(c);
         } else if (f->msg.type == PROTO_REPLY && unabandon(c, f->msg.reply)) {
-                c->hooks.late_reply(c, &f->msg);
+                c->hooks.late_reply(c, &f->msg, f->fd >= 0);
         }
         frame_free(f);
         return r;

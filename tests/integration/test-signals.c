@@ -1,5 +1,7 @@
 /* Signals to the broker: SIGTERM while peers are connected and waits are pending (every peer hears
- * why, nothing hangs), and SIGHUP reloading the policy. Restarts are test-reconnect.c's. */
+ * why, nothing hangs), SIGHUP reloading the policy, and SIGSTOP (a broker that stalls: a request
+ * times out, and the reply that comes after SIGCONT leaves nothing wrong behind). Restarts are
+ * test-reconnect.c's. */
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -207,9 +209,52 @@ static void test_sigterm_with_holders(void)
         gpuipc_close(prod);
 }
 
+/* A stalled broker (SIGSTOP: it still accepts, it never answers): an attach by id gives up at the
+ * library's reply deadline. After SIGCONT the broker carries it out all the same: the late reply
+ * brings a reference, which the library gives back, and the buffer's fd, after which the broker
+ * counts on our cache to hold its mapping. The next attach must map the buffer (it failed with
+ * "our cached mapping serves, but it is gone" before the library learned to recover) and, once
+ * released, leave no reference behind. */
+static void test_stalled_broker_late_reply(void)
+{
+        HBroker *b = h_broker_start(NULL);
+        gpuipc_t *prod = h_connect(b, "producer"), *cons = h_connect(b, "consumer");
+        gpuipc_buffer_t *buf = h_publish(prod, "stall/buf", 4096, 7, NULL), *got = NULL;
+        uint64_t id = gpuipc_buffer_id(buf), t0;
+        HStat st;
+        int r;
+
+        CHECK(kill(b->pid, SIGSTOP) == 0);
+        t0 = monotonic_ms();
+        r = gpuipc_attach_id(cons, id, &got);
+        h_log("attach_id against a stopped broker: %d after %" PRIu64 " ms: %s", r, monotonic_ms() - t0,
+              gpuipc_errmsg(cons));
+        CHECK(kill(b->pid, SIGCONT) == 0);
+        CHECKF(r == GPUIPC_E_TIMEOUT, "attach_id against a stopped broker: %d (%s)", r, gpuipc_errmsg(cons));
+        CHECK(got == NULL);
+        /* The late reply arrives while this request waits for its own. */
+        CHECK_OK(cons, gpuipc_attach_id(cons, id, &got));
+        h_verify(got, 7);
+        CHECK_OK(cons, gpuipc_release(cons, got));
+        CHECK_OK(cons, gpuipc_ping(cons, H_SOON_MS)); /* the late reference's release went out before */
+        CHECK_OK(prod, h_stat_id(prod, id, &st));
+        CHECKF(st.refs == 0 && st.holders == 0, "after the late reply and a release: %" PRIu64 " refs, %" PRIu64
+               " holders", st.refs, st.holders);
+        /* And once more: the mapping is cached now, so this attach is the broker's "cached" reply. */
+        CHECK_OK(cons, gpuipc_attach_id(cons, id, &got));
+        h_verify(got, 7);
+        CHECK_OK(cons, gpuipc_release(cons, got));
+        gpuipc_close(cons);
+        CHECK_OK(prod, gpuipc_buffer_free(prod, buf));
+        gpuipc_close(prod);
+        h_broker_settle(b);
+        h_broker_stop(b);
+}
+
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
+                H_TEST(test_stalled_broker_late_reply),
                 H_TEST(test_sigterm_with_pending_waits),
                 H_TEST(test_sigterm_with_holders),
                 H_TEST(test_policy_reload_on_sighup),
