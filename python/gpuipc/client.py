@@ -12,7 +12,6 @@ import asyncio
 import atexit
 import bisect
 import collections
-import contextlib
 import ctypes
 import os
 import threading
@@ -58,6 +57,29 @@ class _Deadline:
         if left < 0:
             return _SLICE_MS, False
         return min(left, _SLICE_MS), left <= _SLICE_MS
+
+
+class _Locked:
+    """Client._locked()'s context manager: a class, not a generator (it runs around every call)."""
+
+    __slots__ = ('client',)
+
+    def __init__(self, client):
+        self.client = client
+
+    def __enter__(self):
+        c = self.client
+        c._lock.acquire()
+        if not c._c:
+            c._lock.release()
+            raise errors.StateError('the client is closed')
+
+    def __exit__(self, *exc):
+        c = self.client
+        try:
+            c._drain_pending()
+        finally:
+            c._lock.release()
 
 
 def _kind_code(kind):
@@ -110,6 +132,8 @@ class Client:
         self._pools = []                     # Pool: where pooled arrays are found
         self._staging = {}                   # (kind, device) -> Pool for share()'s copies
         self._closed_ranges = []             # (base, size) of closed pools' segments: what PoolClosed names
+        self._device_pref = -1               # what gpuipc_set_device was told last (-1: its default)
+        self._lock_cm = _Locked(self)
         opts = _lib.Options(socket.encode() if socket else None, label.encode() if label else None,
                             int(connect_timeout_ms), 0 if reconnect else 1, 0 if probe_gpus else 1)
         c = ctypes.c_void_p()
@@ -141,15 +165,17 @@ class Client:
             raise errors.from_code(r, what, detail, self._strerror(r), self._err_name(r))
         return r
 
-    @contextlib.contextmanager
     def _locked(self):
-        with self._lock:
-            if not self._c:
-                raise errors.StateError('the client is closed')
-            try:
-                yield
-            finally:
-                self._drain_pending()
+        """`with self._locked():` holds the connection's lock (StateError once closed) and, on the way
+        out, runs the calls deferred while it was held (_call_later)."""
+        return self._lock_cm
+
+    def _set_device(self, device):
+        """gpuipc_set_device, with the lock held; skipped when the preference is already that."""
+        device = int(device)
+        if device != self._device_pref:
+            self._check(self._lib.gpuipc_set_device(self._c, device), 'set the device')
+            self._device_pref = device
 
     def _drain_pending(self):
         while self._pending and self._c:
@@ -564,7 +590,7 @@ class Client:
         while True:
             ms, last = deadline.next_slice()
             with self._locked():
-                self._check(self._lib.gpuipc_set_device(self._c, int(device)), 'set the device')
+                self._set_device(device)
                 r = self._lib.gpuipc_attach(self._c, target, ms, ctypes.byref(h))
                 if r == errors.E_TIMEOUT and not last:
                     continue
@@ -575,7 +601,7 @@ class Client:
         """Attaches a live buffer by its broker id (as passed along a pipeline)."""
         h = ctypes.c_void_p()
         with self._locked():
-            self._check(self._lib.gpuipc_set_device(self._c, int(device)), 'set the device')
+            self._set_device(device)
             self._check(self._lib.gpuipc_attach_id(self._c, int(buffer_id), ctypes.byref(h)),
                         f'attach buffer {buffer_id}')
             return self._adopt(h.value)
@@ -821,7 +847,7 @@ class Client:
         """Opens the Fence published under `name`, waiting up to timeout_ms."""
         h = ctypes.c_void_p()
         with self._locked():
-            self._check(self._lib.gpuipc_set_device(self._c, int(device)), 'set the device')
+            self._set_device(device)
             self._check(self._lib.gpuipc_fence_open(self._c, _name_bytes(name), int(timeout_ms), ctypes.byref(h)),
                         f"open fence '{name}'")
             fence = self._fences[h.value] = Fence(self, h.value, name, False)

@@ -760,7 +760,7 @@ def join(client, name, timeout_ms, device):
     while True:
         ms, last = deadline.next_slice()
         with client._locked():
-            client._check(lib.gpuipc_set_device(client._c, int(device)), 'set the device')
+            client._set_device(device)
             r = lib.gpuipc_ring_join(client._c, target, ms, ctypes.byref(h))
             if r == errors.E_NOT_FOUND and not last:
                 continue
