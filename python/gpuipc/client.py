@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterator, List, Mapping, Optional, Sequen
 from . import _lib, arrays, dtypes, errors, meta as _meta
 from .buffer import KINDS, Attached, Buffer, View
 from .events import Event, Subscription
-from .fence import Fence
+from .fence import Fence, torch_current_stream
 from .inspection import BufferInfo, ConnectionInfo, HolderInfo, PeerInfo, Stat
 
 if TYPE_CHECKING:
@@ -442,7 +442,7 @@ class Client:
         extra, no_sync = {}, not sync
         if fence is not None:
             if stream is None and kind != 'memfd':
-                stream = _torch_current_stream(ordinal)
+                stream = torch_current_stream(ordinal)
             extra['fence'] = fence.name
             extra['fence_value'] = fence.signal(stream=stream)
             no_sync = True
@@ -1011,10 +1011,3 @@ def _reattach(socket, buffer_id, device=-1):
     the broker at `socket`. The buffer must still be live (NotFound or StateError otherwise)."""
     return _reattach_client(socket).attach_id(buffer_id, device)
 
-
-def _torch_current_stream(ordinal):
-    import sys
-    torch = sys.modules.get('torch')
-    if torch is None:
-        return None
-    return torch.cuda.current_stream(max(ordinal, 0)).cuda_stream

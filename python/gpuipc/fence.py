@@ -24,6 +24,16 @@ def stream_handle(stream: Any) -> Optional[int]:
     raise TypeError(f'not a CUDA stream: {stream!r} (give a torch.cuda.Stream, a CuPy stream, an int or None)')
 
 
+def torch_current_stream(ordinal: int) -> Optional[int]:
+    """torch's current stream on device `ordinal` as a raw CUstream; None (the legacy default
+    stream) when torch is not loaded."""
+    import sys
+    torch = sys.modules.get('torch')
+    if torch is None:
+        return None
+    return torch.cuda.current_stream(max(ordinal, 0)).cuda_stream
+
+
 class Fence:
     """A fence from `Client.create_fence()` (its creator) or `Client.open_fence()`. Close it (or leave
     a ``with`` block) before its client, and only once no queued GPU work still refers to it."""

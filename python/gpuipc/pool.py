@@ -298,8 +298,8 @@ class Pool:
         return self._segment(info.ptr + arrays.extent(info)[0]) is not None
 
     def _range(self, info, what):
-        """(base, size, segment base): the bytes [base, base + size) an array described by info
-        occupies, checked to lie in one segment of this pool."""
+        """(base, size, (segment base, segment size)): the bytes [base, base + size) an array
+        described by info occupies, checked to lie in one segment of this pool."""
         lo, hi = arrays.extent(info)
         if hi <= lo:
             raise errors.InvalidArgument(f'{what}: an empty array has no memory to share')
@@ -311,7 +311,7 @@ class Pool:
             raise errors.SpansSegments(f'{what}: the array ({size} bytes at {base:#x}) spans two segments of the '
                                        f'pool; a publication lies in one (allocate it in one piece, or share it with a '
                                        f'copy)')
-        return base, size, first[0]
+        return base, size, first
 
     def _view_of(self, base, size):
         """A view Buffer for [base, base + size): an idle one of the same range, or a new one. With

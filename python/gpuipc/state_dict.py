@@ -73,12 +73,13 @@ def _describe(key, value):
 
 def _torch_signature(state_dict):
     """What a plan of a dict of torch tensors depends on, cheaply: each key, tensor object, address,
-    shape and dtype (None if not all torch). The cached plan holds the tensors, so ids cannot be reused."""
+    shape, dtype and whether it is contiguous (the batch of copies reads its bytes as they lie); None
+    if not all torch. The cached plan holds the tensors, so ids cannot be reused."""
     sig = []
     for k, v in state_dict.items():
         if not type(v).__module__.startswith('torch'):
             return None
-        sig.append((k, id(v), v.data_ptr(), v.shape, v.dtype))
+        sig.append((k, id(v), v.data_ptr(), v.shape, v.dtype, v.is_contiguous()))
     return sig
 
 
@@ -194,7 +195,6 @@ def _batch_copy(slot, entries, copies, digest, stream=None):
     """Every torch array into slot with one library call (device-to-device copies in torch's current
     stream, no kernel: no module to load on the first use). False when the arrays are not all
     contiguous CUDA tensors on the slot's device (then torch copies)."""
-    import torch
     if copies.items is None or copies.srcs is not entries or copies.digest != digest:
         device = (dlpack.KDL_CUDA, slot.device_ordinal)
         if any(e[5].device != device or e[5].strides is not None for e in entries):
@@ -206,16 +206,9 @@ def _batch_copy(slot, entries, copies, digest, stream=None):
         # the plan is kept only while its arrays stay where it found them (Publisher._plan)
         copies.items, copies.n_items, copies.srcs = items, len(todo), entries
     raw = fence_mod.stream_handle(stream) if stream is not None else \
-        torch.cuda.current_stream(slot.device_ordinal).cuda_stream
+        fence_mod.torch_current_stream(slot.device_ordinal)
     slot.copy_in(copies.items, copies.n_items, raw)
     return True
-
-
-def _torch_stream(ordinal):
-    """torch's current stream on ordinal as a raw CUstream (None without torch: the default stream)."""
-    import sys
-    torch = sys.modules.get('torch')
-    return torch.cuda.current_stream(max(ordinal, 0)).cuda_stream if torch is not None else None
 
 
 def _torch_stream_ctx(stream, ordinal):
@@ -461,17 +454,17 @@ class Publisher:
         need = manifest_offset + len(manifest)
         slot = self._take_slot(need, kind, device, buffers, timeout_ms)  # may wait for a drain: collections run
         with gc_paused():
-            return self._publish_into(slot, entries, manifest, manifest_offset, meta, broker_held, fence, stream)
+            return self._publish_into(slot, need, entries, manifest, manifest_offset, meta, broker_held, fence,
+                                      stream)
 
-    def _publish_into(self, slot, entries, manifest, manifest_offset, meta, broker_held, fence, stream):
-        need = manifest_offset + len(manifest)
+    def _publish_into(self, slot, need, entries, manifest, manifest_offset, meta, broker_held, fence, stream):
         digest = hashlib.blake2b(manifest, digest_size=8).digest()
         _fill(slot, entries, manifest, manifest_offset, digest, stream)
         version = self.version + 1
         info = {'version': version, 'manifest': [manifest_offset, len(manifest)], 'digest': digest}
         if fence is not None:
             if stream is None:
-                stream = _torch_stream(slot.device_ordinal)
+                stream = fence_mod.torch_current_stream(slot.device_ordinal)
             info['fence'], info['fence_value'] = fence.name, fence.signal(stream=stream)
         raw = _meta.pack(meta, {'state_dict': info})
         self.client._publish_raw(slot.view, self.name.encode(), raw, broker_held=broker_held,
@@ -553,8 +546,8 @@ class LivePublisher:
                     raise errors.InvalidArgument(f'state dict entry {key!r} does not lie in a pool of this client: '
                                                  f'allocate the model in c.pool() (with pool: ...), or publish with '
                                                  f'copy=True')
-                base, size, seg = pool._range(info, f'state dict entry {key!r}')
-                last = (pool, seg, seg + pool._segment(seg)[1])
+                base, size, (seg, seg_size) = pool._range(info, f'state dict entry {key!r}')
+                last = (pool, seg, seg + seg_size)
             span = parts.get((pool, seg))
             if span is None:
                 parts[(pool, seg)] = [base, base + size]
@@ -641,7 +634,7 @@ class StateDict(dict):
         if fence is None:
             return
         if stream is None:
-            stream = _torch_stream(self._attached.device_ordinal)
+            stream = fence_mod.torch_current_stream(self._attached.device_ordinal)
         self._client._fence_for(fence[0]).wait(fence[1], stream)
 
     def release(self) -> None:
@@ -675,7 +668,7 @@ def _parse_entries(raw_entries, live, data_end):
     """_Manifest of a manifest's entry lists, each checked (ValueError says what is wrong). One pass,
     no call per field: a model's 200 entries are parsed at every cold attach."""
     width, sizes = (5 if live else 4), dtypes.ITEMSIZES
-    entries, parts = [], {}
+    entries, parts, keys = [], {}, set()
     for e in raw_entries:
         if type(e) is not list or len(e) != width:
             raise ValueError(f'entry {e!r:.80} is not a list of {width} fields')
@@ -696,6 +689,9 @@ def _parse_entries(raw_entries, live, data_end):
         if not live and off + n > data_end:
             raise ValueError(f'entry {key!r} lies outside the data')
         entry = (key if type(key) is str else str(key), dtype, shape, off)
+        if entry[0] in keys:  # a dict holds one array per key: a second would hide the first
+            raise ValueError(f'entry {key!r} appears twice')
+        keys.add(entry[0])
         entries.append(entry)
         if live:
             part = e[4]

@@ -358,33 +358,27 @@ def role_wproducer(sock_path, broker_sock, warm):
     os.close(fd)
     del dst
 
-    # snapshot: buffers made and exported ahead, then the first version and the warm ones
-    c.reserve_state_dict(NAME, sd, kind='cuda-vmm', device=0)
-    publish_ms = []
-    for v in range(1 + warm):
-        if v:
-            torch._foreach_add_(list(sd.values()), 1.0)  # the training step, untimed
-        cs = checksum(torch, sd)
-        torch.cuda.synchronize()
-        t0 = now()
-        c.publish_state_dict(sd, NAME, kind='cuda-vmm', device=0)
-        publish_ms.append((now() - t0) * 1e3)
-        step('snap', t0, sum=cs, version=v + 1)
+    def versions(name, kind, **options):
+        """Buffers made and exported ahead, then the first version and the warm ones: the ms of
+        each publish_state_dict."""
+        c.reserve_state_dict(name, sd, kind='cuda-vmm', device=0)
+        ms = []
+        for v in range(1 + warm):
+            if v:
+                torch._foreach_add_(list(sd.values()), 1.0)  # the training step, untimed
+            cs = checksum(torch, sd)
+            torch.cuda.synchronize()
+            t0 = now()
+            c.publish_state_dict(sd, name, kind='cuda-vmm', device=0, **options)
+            ms.append((now() - t0) * 1e3)
+            step(kind, t0, sum=cs, version=v + 1)
+        return ms
 
-    # stream-ordered snapshots (a fence instead of a device synchronization, as torch's IPC): the
-    # version goes out once the copies are queued; the consumer's stream waits for the fence
+    # snapshots synchronized, then stream-ordered (a fence instead of a device synchronization, as
+    # torch's IPC): the version goes out once the copies are queued; the consumer's stream waits
+    publish_ms = versions(NAME, 'snap')
     fence = c.create_fence('wsync/fence', device=0)
-    c.reserve_state_dict(FENCED, sd, kind='cuda-vmm', device=0)
-    fenced_ms = []
-    for v in range(1 + warm):
-        if v:
-            torch._foreach_add_(list(sd.values()), 1.0)
-        cs = checksum(torch, sd)
-        torch.cuda.synchronize()
-        t0 = now()
-        c.publish_state_dict(sd, FENCED, kind='cuda-vmm', device=0, fence=fence)
-        fenced_ms.append((now() - t0) * 1e3)
-        step('fsnap', t0, sum=cs, version=v + 1)
+    fenced_ms = versions(FENCED, 'fsnap', fence=fence)
 
     # the same cold path again under cProfile (a new name: new buffers, new imports): where it goes
     import cProfile

@@ -7,7 +7,8 @@
 - a message says what happened once: the hint is .hint (and a note), not repeated in the message;
 - Client('/etc/passwd') says "not a socket", at once, instead of "Connection refused";
 - a state dict whose manifest lies (a bad dtype, shape or offset, an entry outside the data or its
-  part, a part it does not list, the wrong number of fields) is refused with MetadataError naming it;
+  part, a part it does not list, the wrong number of fields, a key twice) is refused with
+  MetadataError naming it;
 - an Attached pickled through a multiprocessing queue is attached again by id in the receiving
   process (spawned: a fresh interpreter), which reads the same bytes and releases its reference;
   a Buffer or a Client refuses pickling with a TypeError that says what to do instead.
@@ -78,11 +79,13 @@ def case_lying_manifest(c):
                 ('a negative offset', [['w', 'float32', [4], -8]], 'offset'),
                 ('an entry over the manifest', [['w', 'float32', [32], 0]], 'outside the data'),
                 ('a live entry in a snapshot', [['w', 'float32', [4], 0, 0]], 'fields'),
-                ('an entry that is no list', ['w'], 'fields')]
+                ('an entry that is no list', ['w'], 'fields'),
+                ('a key twice', [['w', 'float32', [4], 0], ['w', 'float32', [4], 16]], 'twice')]
     live = [('a part it does not list', [['w', 'float32', [4], 0, 1]], 'parts it does not list'),
             ('an entry outside its part', [['w', 'float32', [4], 4096, 0]], 'outside part 0'),
             ('a negative part', [['w', 'float32', [4], 0, -1]], 'names part'),
-            ('a snapshot entry in a live one', [['w', 'float32', [4], 0]], 'fields')]
+            ('a snapshot entry in a live one', [['w', 'float32', [4], 0]], 'fields'),
+            ('a key twice in a live one', [['w', 'float32', [4], 0, 0], ['w', 'float32', [4], 16, 0]], 'twice')]
     cases = [(w, e, s, False) for w, e, s in snapshot] + [(w, e, s, True) for w, e, s in live]
     for i, (what, entries, says, is_live) in enumerate(cases):
         name = f'py/details/{RUN}/lie{i}'
