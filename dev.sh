@@ -122,20 +122,20 @@ summary() {
 # of its own, empty at the start, which its last test (suite-tmp-clean) checks is empty again: as
 # root, a fresh directory mounted over /tmp in a private mount namespace (what hard-codes /tmp is
 # caught too, and other processes on the machine neither see it nor disturb the check), else TMPDIR.
-# GPUIPC_SUITE_ID marks every process of the run for suite-no-leftovers.
 # A checkout or build directory inside /tmp would vanish under the fresh /tmp: TMPDIR then too.
+# GPUIPC_SUITE_ID marks every process of the run for suite-no-leftovers.
 run_suite() {
-        local rc=0 tmp id
+        local rc=0 tmp run_id
         tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpuipc-suite.XXXXXX")
-        id=${tmp##*/} # unique to this run: suite-no-leftovers finds the processes that carry it
+        run_id=${tmp##*/} # unique to this run: suite-no-leftovers finds the processes that carry it
         chmod 1777 "$tmp" # like /tmp: tests that drop privileges create files there too
         if [[ $(id -u) == 0 && $(realpath "$PWD")/ != /tmp/* && $(realpath "$1")/ != /tmp/* ]] &&
                 unshare --mount true 2>/dev/null; then
                 unshare --mount --propagation private -- bash -c 'mount --bind "$1" /tmp && shift && exec "$@"' _ \
-                        "$tmp" env TMPDIR=/tmp GPUIPC_SUITE_TMP=/tmp GPUIPC_SUITE_TMP_PRIVATE=1 GPUIPC_SUITE_ID="$id" \
+                        "$tmp" env TMPDIR=/tmp GPUIPC_SUITE_TMP=/tmp GPUIPC_SUITE_TMP_PRIVATE=1 GPUIPC_SUITE_ID="$run_id" \
                         meson test -C "$1" --print-errorlogs --num-processes 2 || rc=$?
         else
-                TMPDIR=$tmp GPUIPC_SUITE_TMP=$tmp GPUIPC_SUITE_ID=$id meson test -C "$1" --print-errorlogs \
+                TMPDIR=$tmp GPUIPC_SUITE_TMP=$tmp GPUIPC_SUITE_ID=$run_id meson test -C "$1" --print-errorlogs \
                         --num-processes 2 || rc=$?
         fi
         rm -rf "$tmp"
