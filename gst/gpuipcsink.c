@@ -402,7 +402,7 @@ static gboolean is_lent_slot(GstGpuipcSink *self, GstBuffer *buf)
 static GstFlowReturn sink_render(GstBaseSink *bs, GstBuffer *buf)
 {
         GstGpuipcSink *self = GST_GPUIPC_SINK(bs);
-        gsize size = gst_buffer_get_size(buf);
+        gsize size = gst_buffer_get_size(buf), payload;
         gpuipc_buffer_t *slot;
         gboolean copy;
         GstFlowReturn ret;
@@ -411,10 +411,13 @@ static GstFlowReturn sink_render(GstBaseSink *bs, GstBuffer *buf)
                 GST_ELEMENT_ERROR(self, CORE, NEGOTIATION, ("a buffer came before caps"), (NULL));
                 return GST_FLOW_NOT_NEGOTIATED;
         }
-        if (size > sink_ring_payload(self->ring)) {
+        /* A CUDA frame lands in the caps' default layout, whatever upstream's pitch: a GstCudaMemory's
+         * rows are padded (320 RGBA pixels, 1280 bytes, take 1536), so its size says nothing. */
+        payload = self->cuda ? GST_VIDEO_INFO_SIZE(&self->info) : size;
+        if (payload > sink_ring_payload(self->ring)) {
                 GST_ELEMENT_ERROR(self, STREAM, FORMAT,
                                   ("ring '%s': a buffer of %zu bytes does not fit its slots of %zu", self->ring_name,
-                                   size, sink_ring_payload(self->ring)),
+                                   payload, sink_ring_payload(self->ring)),
                                   ("set slot-size to the largest frame the stream will carry"));
                 return GST_FLOW_ERROR;
         }
@@ -433,7 +436,7 @@ static GstFlowReturn sink_render(GstBaseSink *bs, GstBuffer *buf)
                         return ret;
         }
         self->hdr.type = FRAME_DATA;
-        self->hdr.payload = self->cuda ? GST_VIDEO_INFO_SIZE(&self->info) : size;
+        self->hdr.payload = payload;
         frame_meta_from_buffer(&self->hdr, buf);
         if (self->cuda)
                 memset(&self->hdr.video, 0, sizeof(self->hdr.video)); /* the slot has the default layout */
