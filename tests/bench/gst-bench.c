@@ -5,7 +5,7 @@
  * three rows run again over video/x-raw(memory:CUDAMemory): uploaded at the start of each, downloaded
  * at the end, shmsink's with a download before it and an upload after shmsrc.
  *
- *     gst-bench [--frames N] [--paced-frames N] [--width W] [--height H] [--runs R]
+ *     gst-bench [--frames N] [--paced-frames N] [--width W] [--height H] [--runs R] [--memory system|cuda]
  *
  * Each row runs twice, R times (3) interleaved with the other rows, and shows the medians: unpaced (the producer as
  * fast as it can: frames/s) and paced at 30 frames/s by a live videotestsrc (per-frame latency without queueing, and
@@ -36,6 +36,7 @@
 
 typedef struct Opts {
         int frames, paced_frames, width, height, runs;
+        const char *memory; /* "system" or "cuda": only those rows; NULL: all */
 } Opts;
 
 static Opts opts = { .frames = 600, .paced_frames = 150, .width = 1920, .height = 1080, .runs = 3 };
@@ -322,6 +323,7 @@ typedef struct Result {
         const char *why;
         double fps, p50_us, p99_us;
         double cpu_rx_us, cpu_tx_us; /* per frame: the consumer (or the single process), the producer */
+        int failed_runs;             /* a row's medians: how many of its runs failed (left out) */
 } Result;
 
 static pid_t spawn(const char *self, const char *role, const char *launch, int frames, int *ret_fd)
@@ -357,7 +359,11 @@ static gboolean read_result(int fd, gboolean rx, Result *r, int frames)
         struct pollfd pfd = { .fd = fd, .events = POLLIN };
         int seen = 0;
 
-        while (n < (ssize_t)sizeof(buf) - 1 && poll(&pfd, 1, 120000) == 1 &&
+        /* Twice the time the frames take at 30 frames/s, and 30 s to start: a pass that has not
+         * reported by then has stalled (a transport that lost a wake-up), and the run fails. */
+        int limit_ms = 30000 + frames * 2000 / 30;
+
+        while (n < (ssize_t)sizeof(buf) - 1 && poll(&pfd, 1, limit_ms) == 1 &&
                (got = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0) {
                 n += got;
                 if (strchr(buf, '\n'))
@@ -448,21 +454,28 @@ static double median_of(double *v, int n)
         return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* Each figure's median over the runs; not ok if any run failed. */
-static Result median(const Result *r, int n)
+/* Each figure's median over the runs that finished (how many did not, the row says); the first
+ * failure when none did. */
+static Result median(const Result *r, int runs)
 {
         double fps[MAX_RUNS], p50[MAX_RUNS], p99[MAX_RUNS], rx[MAX_RUNS], tx[MAX_RUNS];
         Result m = { .ok = TRUE };
+        int n = 0;
 
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < runs; i++) {
+                if (!r[i].ok)
+                        continue;
+                fps[n] = r[i].fps;
+                p50[n] = r[i].p50_us;
+                p99[n] = r[i].p99_us;
+                rx[n] = r[i].cpu_rx_us;
+                tx[n] = r[i].cpu_tx_us;
+                n++;
+        }
+        for (int i = 0; i < runs && n == 0; i++)
                 if (!r[i].ok)
                         return r[i];
-                fps[i] = r[i].fps;
-                p50[i] = r[i].p50_us;
-                p99[i] = r[i].p99_us;
-                rx[i] = r[i].cpu_rx_us;
-                tx[i] = r[i].cpu_tx_us;
-        }
+        m.failed_runs = runs - n;
         m.fps = median_of(fps, n);
         m.p50_us = median_of(p50, n);
         m.p99_us = median_of(p99, n);
@@ -559,7 +572,8 @@ static void report_goals(Result res[T_COUNT][2], Transport queue, Transport gpui
 
 static void usage(void)
 {
-        fprintf(stderr, "usage: gst-bench [--frames N] [--paced-frames N] [--width W] [--height H] [--runs R]\n");
+        fprintf(stderr, "usage: gst-bench [--frames N] [--paced-frames N] [--width W] [--height H] [--runs R] "
+                        "[--memory system|cuda]\n");
         exit(2);
 }
 
@@ -569,7 +583,7 @@ int main(int argc, char **argv)
                 { "frames", required_argument, NULL, 'f' }, { "paced-frames", required_argument, NULL, 'p' },
                 { "width", required_argument, NULL, 'w' },  { "height", required_argument, NULL, 'h' },
                 { "role", required_argument, NULL, 'r' },   { "launch", required_argument, NULL, 'l' },
-                { "runs", required_argument, NULL, 'n' },
+                { "runs", required_argument, NULL, 'n' },   { "memory", required_argument, NULL, 'm' },
                 { NULL, 0, NULL, 0 },
         };
         const char *role = NULL, *launch = NULL;
@@ -588,11 +602,12 @@ int main(int argc, char **argv)
                 case 'r': role = optarg; break;
                 case 'l': launch = optarg; break;
                 case 'n': opts.runs = atoi(optarg); break;
+                case 'm': opts.memory = optarg; break;
                 default: usage();
                 }
         }
         if (opts.frames < 2 || opts.paced_frames < 2 || opts.width < 4 || opts.height < 1 || opts.runs < 1 ||
-            opts.runs > MAX_RUNS)
+            opts.runs > MAX_RUNS || (opts.memory && strcmp(opts.memory, "system") && strcmp(opts.memory, "cuda")))
                 usage();
         if (role) {
                 /* As gst-launch-1.0 does: a transport writing to a peer that went away must get EPIPE, not
@@ -635,6 +650,10 @@ int main(int argc, char **argv)
 
                                 if ((r->why = why_not_measured(t)))
                                         continue;
+                                if (opts.memory && is_cuda(t) != !strcmp(opts.memory, "cuda")) {
+                                        r->why = "not asked for (--memory)";
+                                        continue;
+                                }
                                 fprintf(stderr, "gst-bench: run %d: %s, %s\n", run + 1, transport_name[t],
                                         paced ? "paced" : "unpaced");
                                 *r = run_pass(argv[0], t, paced, dir);
@@ -654,12 +673,18 @@ int main(int argc, char **argv)
                "frame (us, 30 frames/s): producer + consumer |\n|---|---|---|---|---|\n");
         for (Transport t = 0; t < T_COUNT; t++) {
                 Result *u = &res[t][0], *p = &res[t][1];
+                g_autofree char *name = NULL;
 
                 if (!u->ok || !p->ok) {
                         printf("| %s | %s | | | |\n", transport_name[t], u->why ? u->why : p->why);
                         continue;
                 }
-                printf("| %s | %.0f | %.2f | %.0f / %.0f | ", transport_name[t], u->fps,
+                name = u->failed_runs || p->failed_runs
+                               ? g_strdup_printf("%s (left out, failed: %d of %d runs unpaced, %d of %d paced)",
+                                                 transport_name[t], u->failed_runs, opts.runs, p->failed_runs,
+                                                 opts.runs)
+                               : g_strdup(transport_name[t]);
+                printf("| %s | %.0f | %.2f | %.0f / %.0f | ", name, u->fps,
                        res[baseline(t)][0].ok ? res[baseline(t)][0].fps / u->fps : NAN, p->p50_us, p->p99_us);
                 if (t == baseline(t))
                         printf("%.0f (one process) |\n", p->cpu_rx_us);
