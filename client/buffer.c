@@ -271,6 +271,25 @@ static int publish_again(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, bool
         return client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, f);
 }
 
+/* The caller never saw b published (buffer_on_late_publish withdrew it), so it need not wait for
+ * drained: we do, for as long as a request may take. */
+static int wait_withdrawn(gpuipc_t *c, gpuipc_buffer_t *b)
+{
+        uint64_t deadline = client_deadline(CLIENT_REQUEST_TIMEOUT_MS);
+        int r = 0;
+
+        while (b->state == PROTO_STATE_RETIRED && r >= 0 && client_remaining_ms(deadline) > 0)
+                r = client_pump(c, client_remaining_ms(deadline));
+        if (r < 0)
+                return r;
+        if (b->state == PROTO_STATE_RETIRED) {
+                client_errmsg(c, "an earlier publish of this buffer that timed out went through after all, and a "
+                              "consumer attached it before it was withdrawn; wait for its drained event");
+                return GPUIPC_E_STATE;
+        }
+        return 0;
+}
+
 _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, const gpuipc_publish_options_t *opts)
 {
         CLIENT_LOCKED(c);
@@ -293,6 +312,8 @@ _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, c
                 client_errmsg(c, "metadata must be one msgpack map of at most %d bytes", PROTO_MAX_META);
                 return GPUIPC_E_INVALID;
         }
+        if (b->state == PROTO_STATE_RETIRED && b->withdrawn && (r = wait_withdrawn(c, b)) < 0)
+                return r;
         if (b->state == PROTO_STATE_LIVE || b->state == PROTO_STATE_RETIRED) {
                 client_errmsg(c, "'%s' is still %s; retire it and wait for drained before publishing it again",
                               b->name, b->state == PROTO_STATE_LIVE ? "published" : "referenced");
@@ -326,6 +347,10 @@ _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, c
         /* A reconnect on the way re-registered nothing idle: the memory travels once more. */
         if (r == GPUIPC_E_NOT_FOUND && !first && !b->registered)
                 r = publish_new(c, b, name, false, &f);
+        /* An earlier publish of b that timed out went through after all: its late reply, read while
+         * this one waited, withdrew it (buffer_on_late_publish) and b is registered now. */
+        if (r == GPUIPC_E_KEY_TAKEN && first && b->registered)
+                r = publish_again(c, b, name, b->meta_len > 0, &f);
         /* The broker forgot the segment we thought it knew (a connection it dropped): it travels again. */
         if (r == GPUIPC_E_NOT_FOUND && first && b->segment && b->segment->registered) {
                 b->segment->registered = false;
@@ -334,6 +359,7 @@ _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, c
         if (r < 0)
                 return r;
         b->registered = true;
+        b->withdrawn = false;
         b->generation = f.msg.generation;
         b->state = PROTO_STATE_LIVE;
         snprintf(b->name, sizeof(b->name), "%s", name);
@@ -809,7 +835,7 @@ void buffer_on_late_attach(gpuipc_t *c, const ProtoMsg *reply, bool with_fd)
 {
         Mapping *map;
 
-        if (reply->status != PROTO_STATUS_OK || !proto_has(reply, PF_BUFFER))
+        if (!proto_has(reply, PF_BUFFER))
                 return;
         request_nowait(c, PROTO_OP_RELEASE, reply->buffer);
         if (!with_fd)
@@ -821,6 +847,31 @@ void buffer_on_late_attach(gpuipc_t *c, const ProtoMsg *reply, bool with_fd)
                 map->broker_mapped = true;
         else
                 request_nowait(c, PROTO_OP_UNMAP, mapping_id(reply));
+}
+
+void buffer_on_late_publish(gpuipc_t *c, const ProtoMsg *reply)
+{
+        gpuipc_buffer_t *b;
+
+        if (!proto_has(reply, PF_BUFFER))
+                return;
+        b = own_by_id(c, reply->buffer);
+        if (!b) {
+                /* Freed by the caller since: the broker forgets it once whoever attached it is done. */
+                request_nowait(c, PROTO_OP_FREE, reply->buffer);
+                return;
+        }
+        if (b->state == PROTO_STATE_LIVE)
+                return; /* cannot happen (a later publish of b would have been refused): nothing to undo */
+        /* The broker knows the memory now (a view's segment too); retired, it drains, and the
+         * drained event makes b idle, ready to be published again. */
+        b->registered = true;
+        if (b->segment)
+                b->segment->registered = true;
+        b->generation = reply->generation;
+        b->state = PROTO_STATE_RETIRED;
+        b->withdrawn = true;
+        request_nowait(c, PROTO_OP_RETIRE, b->id);
 }
 
 void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)
@@ -850,6 +901,11 @@ void buffer_on_event(gpuipc_t *c, const ProtoMsg *m)
                                 b->state = PROTO_STATE_IDLE;
                                 if (b->segment && b->segment->pool_seg)
                                         pool_view_drained(b); /* its range may be handed out again */
+                                /* The caller never saw that publication: nor does it see it drain. */
+                                if (b->withdrawn) {
+                                        b->withdrawn = false;
+                                        return;
+                                }
                         }
                 }
                 ev.type = GPUIPC_EVENT_DRAINED;

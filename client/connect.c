@@ -55,6 +55,7 @@ static int open_socket(gpuipc_t *c, int timeout_ms)
                         return -errno;
                 if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
                         c->fd = fd;
+                        client_forget_abandoned(c); /* a new connection: the old one's replies never come */
                         client_watch_socket(c);
                         return 0;
                 }
@@ -234,6 +235,22 @@ static int cache_max_of(size_t *ret)
 }
 
 /* Broker events go to whoever keeps the state they are about: rings their members, buffers the rest. */
+/* What a request the caller was told had failed (no reply in time) did after all is undone, where it
+ * left something behind. The others: release, unmap, retire and free are what a retry would do too;
+ * a ring's create or join was undone when it failed (ring_undo), and its late reply's fds are
+ * closed with it. */
+static void route_late_reply(gpuipc_t *c, ProtoOp op, const ProtoMsg *reply, bool with_fd)
+{
+        if (reply->status != PROTO_STATUS_OK)
+                return;
+        switch (op) {
+        case PROTO_OP_ATTACH: buffer_on_late_attach(c, reply, with_fd); break;
+        case PROTO_OP_PUBLISH: buffer_on_late_publish(c, reply); break;
+        case PROTO_OP_SUBSCRIBE: events_on_late_subscribe(c, reply); break;
+        default: break;
+        }
+}
+
 static void route_event(gpuipc_t *c, const ProtoMsg *ev)
 {
         if (ev->event == PROTO_EV_MEMBER_JOINED || ev->event == PROTO_EV_MEMBER_LEFT)
@@ -286,7 +303,7 @@ _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
         list_init(&c->pools);
         list_init(&c->idle);
         c->fd = c->retry_timer = c->watch_epfd = c->news_fd = -1;
-        c->hooks = (ClientHooks){ .event = route_event, .late_reply = buffer_on_late_attach, .reconnect = reconnect,
+        c->hooks = (ClientHooks){ .event = route_event, .late_reply = route_late_reply, .reconnect = reconnect,
                                   .after_events = ring_after_events };
         lock_init(&c->lock);
         c->epfd = epoll_create1(EPOLL_CLOEXEC);

@@ -167,6 +167,17 @@ int client_resubscribe(gpuipc_t *c)
         return 0;
 }
 
+void events_on_late_subscribe(gpuipc_t *c, const ProtoMsg *reply)
+{
+        ProtoMsg req;
+
+        if (!proto_has(reply, PF_SUB))
+                return;
+        proto_request_init(&req, PROTO_OP_UNSUBSCRIBE);
+        proto_set_sub(&req, reply->sub);
+        (void)client_send_nowait(c, &req);
+}
+
 uint64_t client_subscription_id(gpuipc_t *c, uint64_t broker_id)
 {
         list_for_each(pos, &c->subs) {

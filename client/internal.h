@@ -89,6 +89,7 @@ struct gpuipc_buffer {
         ProtoState state;   /* as far as we know; NONE before the first publish */
         bool registered;    /* the broker we are connected to knows this id (else publish sends the memory) */
         bool ring_part;     /* part of a ring of ours: registered again by the ring, not as a buffer */
+        bool withdrawn;     /* retired by us, not by the caller: a publish that timed out went through */
         bool broker_held;
         bool attrs_fixed;   /* a segment whose writable and broker_held its pool chose */
         unsigned retire_after;
@@ -118,12 +119,19 @@ typedef struct Frame {
 
 /* What the transport hands up to the layers above it, which it never calls by name; gpuipc_connect
  * installs them (connect.c). */
+/* A request whose reply we stopped waiting for: the reply may still come, and what the broker did
+ * must then be undone (the caller was told it failed). */
+typedef struct Abandoned {
+        uint64_t id;
+        ProtoOp op;
+} Abandoned;
+
 typedef struct ClientHooks {
         /* An event arrived (a buffer's, a subscription's, a ring's). */
         void (*event)(gpuipc_t *c, const ProtoMsg *ev);
-        /* The reply to a request we stopped waiting for (client_abandon) arrived after all; with_fd:
-         * it carried a file descriptor (dropped: nobody asks for it any more). */
-        void (*late_reply)(gpuipc_t *c, const ProtoMsg *reply, bool with_fd);
+        /* The reply to a request of op we stopped waiting for (client_abandon) arrived after all;
+         * with_fd: it carried a file descriptor (dropped: nobody asks for it any more). */
+        void (*late_reply)(gpuipc_t *c, ProtoOp op, const ProtoMsg *reply, bool with_fd);
         /* The broker went away: connect again and register everything again, within timeout_ms.
          * 0 or an error. */
         int (*reconnect)(gpuipc_t *c, int timeout_ms);
@@ -163,7 +171,7 @@ struct gpuipc {
         gpuipc_event_t *events; /* ring */
         size_t ev_head, ev_count;
         uint64_t events_lost;
-        uint64_t *abandoned;    /* ids of attach requests we stopped waiting for */
+        Abandoned *abandoned;   /* requests we stopped waiting for, on this connection to the broker */
         size_t n_abandoned;
         List own, attached, subs;
         List rings;             /* gpuipc_ring_t.link: rings this connection produces or is a member of */
@@ -245,8 +253,10 @@ void client_errmsg_sink(char *buf);
  * PROTO_MAX_NAME). 0, or GPUIPC_E_INVALID with gpuipc_errmsg() saying why. */
 int client_check_name(gpuipc_t *c, const char *name, const char *what, bool prefix, size_t max);
 
-/* Records that we stopped waiting for reply id (a late attach success is released). */
-void client_abandon(gpuipc_t *c, uint64_t id);
+/* Records that we stopped waiting for req's reply (what a late success did is undone: the late_reply
+ * hook); forgotten when the connection is, since its replies will never come. */
+void client_abandon(gpuipc_t *c, const ProtoMsg *req);
+void client_forget_abandoned(gpuipc_t *c);
 
 /* Reads and handles whatever is ready, waiting at most timeout_ms for the first frame. */
 int client_pump(gpuipc_t *c, int timeout_ms);
@@ -285,6 +295,8 @@ void client_drop_events(gpuipc_t *c, gpuipc_event_type_t type, uint64_t buffer);
 /* Subscriptions keep the id the caller knows; the broker's id changes across a reconnect. */
 int client_resubscribe(gpuipc_t *c);
 uint64_t client_subscription_id(gpuipc_t *c, uint64_t broker_id);
+/* A late subscribe reply: the subscription the caller never got is cancelled. */
+void events_on_late_subscribe(gpuipc_t *c, const ProtoMsg *reply);
 
 /* ---- buffer.c ---- */
 
@@ -300,6 +312,10 @@ void buffer_on_event(gpuipc_t *c, const ProtoMsg *ev);
 /* A late attach reply: the reference it took is given back, and the mapping the broker now believes
  * we hold (it sent the fd) is let go as well. */
 void buffer_on_late_attach(gpuipc_t *c, const ProtoMsg *reply, bool with_fd);
+/* A late publish reply: the publication is withdrawn (retired; freed if the caller freed the buffer
+ * meanwhile), and the buffer counts as registered, so that the next publish of it is a publish
+ * again. */
+void buffer_on_late_publish(gpuipc_t *c, const ProtoMsg *reply);
 /* After a reconnect: register own live and retired buffers again (restored), reclaim the references
  * of attached buffers, drop idle cached mappings. 0, or GPUIPC_E_DISCONNECTED if lost again. */
 int buffer_after_reconnect(gpuipc_t *c);

@@ -495,6 +495,10 @@ _public_ int gpuipc_ring_create(gpuipc_t *c, const char *name, const gpuipc_ring
         if (e == 0)
                 e = ring_declare(r, false);
         if (e < 0) {
+                /* A declaration the broker did not answer in time may still be carried out: its
+                 * close follows it, or the name stays taken by a ring that never gets its parts. */
+                if (e == GPUIPC_E_TIMEOUT)
+                        ring_undo(c, PROTO_OP_RING_CLOSE, r->name);
                 ring_free(r);
                 return e;
         }

@@ -182,20 +182,27 @@ void client_news_clear(gpuipc_t *c)
                 (void)!read(c->news_fd, &v, sizeof(v));
 }
 
-void client_abandon(gpuipc_t *c, uint64_t id)
+void client_abandon(gpuipc_t *c, const ProtoMsg *req)
 {
-        uint64_t *v = realloc(c->abandoned, (c->n_abandoned + 1) * sizeof(*v));
+        Abandoned *v = realloc(c->abandoned, (c->n_abandoned + 1) * sizeof(*v));
 
         if (!v)
-                return; /* worst case a late reference stays until we disconnect */
+                return; /* worst case what a late success did stays until we disconnect */
         c->abandoned = v;
-        c->abandoned[c->n_abandoned++] = id;
+        c->abandoned[c->n_abandoned++] = (Abandoned){ .id = req->id, .op = req->op };
 }
 
-static bool unabandon(gpuipc_t *c, uint64_t id)
+void client_forget_abandoned(gpuipc_t *c)
+{
+        c->n_abandoned = 0;
+}
+
+/* Whether reply id answers a request we abandoned, and of which op; forgets it. */
+static bool unabandon(gpuipc_t *c, uint64_t id, ProtoOp *ret_op)
 {
         for (size_t i = 0; i < c->n_abandoned; i++) {
-                if (c->abandoned[i] == id) {
+                if (c->abandoned[i].id == id) {
+                        *ret_op = c->abandoned[i].op;
                         c->abandoned[i] = c->abandoned[--c->n_abandoned];
                         return true;
                 }
@@ -302,6 +309,7 @@ static int reply_error(gpuipc_t *c, const ProtoMsg *m)
  * which the connection is gone. */
 static int dispatch(gpuipc_t *c, Frame *f)
 {
+        ProtoOp op;
         int r = 0;
 
         if (f->msg.type == PROTO_EVENT) {
@@ -313,8 +321,8 @@ static int dispatch(gpuipc_t *c, Frame *f)
                 if (r == GPUIPC_E_SHUTDOWN)
                         r = GPUIPC_E_DISCONNECTED;
                 client_mark_broken(c);
-        } else if (f->msg.type == PROTO_REPLY && unabandon(c, f->msg.reply)) {
-                c->hooks.late_reply(c, &f->msg, f->fd >= 0);
+        } else if (f->msg.type == PROTO_REPLY && unabandon(c, f->msg.reply, &op)) {
+                c->hooks.late_reply(c, op, &f->msg, f->fd >= 0);
         }
         frame_free(f);
         return r;
@@ -358,7 +366,7 @@ static int request_once(gpuipc_t *c, ProtoMsg *req, int fd, uint64_t deadline, F
 
                 r = recv_frame(c, deadline, &f);
                 if (r == GPUIPC_E_TIMEOUT) {
-                        client_abandon(c, req->id);
+                        client_abandon(c, req);
                         client_errmsg(c, "no reply from the broker in time");
                         return r;
                 }

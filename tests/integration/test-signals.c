@@ -1,7 +1,7 @@
 /* Signals to the broker: SIGTERM while peers are connected and waits are pending (every peer hears
  * why, nothing hangs), SIGHUP reloading the policy, and SIGSTOP (a broker that stalls: a request
- * times out, and the reply that comes after SIGCONT leaves nothing wrong behind). Restarts are
- * test-reconnect.c's. */
+ * times out, and the reply that comes after SIGCONT leaves nothing wrong behind: an attach's, a
+ * publish's, a subscribe's). Restarts are test-reconnect.c's. */
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -251,10 +251,149 @@ static void test_stalled_broker_late_reply(void)
         h_broker_stop(b);
 }
 
+/* Allocates a memfd buffer filled with seed's pattern, unpublished. */
+static gpuipc_buffer_t *filled_buffer(gpuipc_t *c, uint64_t seed)
+{
+        gpuipc_buffer_t *b = NULL;
+
+        CHECK_OK(c, gpuipc_buffer_alloc(c, GPUIPC_KIND_MEMFD, 4096, 0, &b));
+        h_pattern_fill(gpuipc_buffer_ptr(b), 4096, seed);
+        return b;
+}
+
+/* A publish against a stopped broker gives up at the reply deadline; the broker carries it out
+ * after SIGCONT. What the caller was told (it failed) must become true, and b stay usable. */
+static void publish_stalled(HBroker *b, gpuipc_t *prod, gpuipc_buffer_t *buf, const char *name)
+{
+        int r;
+
+        CHECK(kill(b->pid, SIGSTOP) == 0);
+        r = gpuipc_publish(prod, buf, name, NULL);
+        CHECK(kill(b->pid, SIGCONT) == 0);
+        CHECKF(r == GPUIPC_E_TIMEOUT, "publish against a stopped broker: %d (%s)", r, gpuipc_errmsg(prod));
+}
+
+/* The caller retries at once: its retry meets the late reply of the first publish (the broker says
+ * the id is taken), and succeeds all the same; the producer hears no drained event for the
+ * publication it never saw. */
+static void test_stalled_broker_late_publish_retried(void)
+{
+        HBroker *b = h_broker_start(NULL);
+        gpuipc_t *prod = h_connect(b, "producer"), *cons = h_connect(b, "consumer");
+        gpuipc_buffer_t *buf = filled_buffer(prod, 3), *got;
+        gpuipc_event_t ev;
+        HStat st;
+
+        publish_stalled(b, prod, buf, "stall/retried");
+        CHECK_OK(prod, gpuipc_publish(prod, buf, "stall/retried", NULL));
+        got = h_attach_verify(cons, "stall/retried", 0, 3);
+        CHECK_OK(prod, h_stat(prod, "stall/retried", &st));
+        CHECKF(st.buffer == gpuipc_buffer_id(buf) && st.refs == 1, "the retried publish: buffer %" PRIx64
+               " (ours %" PRIx64 "), %" PRIu64 " refs", st.buffer, gpuipc_buffer_id(buf), st.refs);
+        CHECK_OK(cons, gpuipc_release(cons, got));
+        CHECK(h_next_event_of(prod, GPUIPC_EVENT_DRAINED, 0, &ev) == GPUIPC_E_TIMEOUT);
+        CHECK_OK(prod, gpuipc_retire(prod, buf));
+        CHECK_OK(prod, h_next_event_of(prod, GPUIPC_EVENT_DRAINED, H_SOON_MS, &ev));
+        CHECK(ev.buffer == gpuipc_buffer_id(buf));
+        CHECK_OK(prod, gpuipc_buffer_free(prod, buf));
+        gpuipc_close(cons);
+        gpuipc_close(prod);
+        h_broker_settle(b);
+        h_broker_stop(b);
+}
+
+/* The caller does something else first: once the late reply is read, the publication is withdrawn
+ * (no consumer finds the name), and publishing the buffer again works. */
+static void test_stalled_broker_late_publish_withdrawn(void)
+{
+        HBroker *b = h_broker_start(NULL);
+        gpuipc_t *prod = h_connect(b, "producer"), *cons = h_connect(b, "consumer");
+        gpuipc_buffer_t *buf = filled_buffer(prod, 4), *got = NULL;
+        gpuipc_event_t ev;
+        HStat st;
+        int r;
+
+        publish_stalled(b, prod, buf, "stall/withdrawn");
+        CHECK_OK(prod, gpuipc_ping(prod, H_SOON_MS)); /* reads the late reply; the retire goes out */
+        CHECK_OK(prod, gpuipc_ping(prod, H_SOON_MS)); /* answered after the retire */
+        r = gpuipc_attach(cons, "stall/withdrawn", 0, &got);
+        CHECKF(r == GPUIPC_E_NOT_FOUND, "attach of a withdrawn publication: %d (%s)", r, gpuipc_errmsg(cons));
+        CHECK(h_stat(cons, "stall/withdrawn", &st) == GPUIPC_E_NOT_FOUND);
+        CHECK_OK(prod, gpuipc_publish(prod, buf, "stall/withdrawn", NULL));
+        got = h_attach_verify(cons, "stall/withdrawn", 0, 4);
+        CHECK_OK(cons, gpuipc_release(cons, got));
+        CHECK(h_next_event_of(prod, GPUIPC_EVENT_DRAINED, 0, &ev) == GPUIPC_E_TIMEOUT);
+        CHECK_OK(prod, gpuipc_buffer_free(prod, buf));
+        gpuipc_close(cons);
+        gpuipc_close(prod);
+        h_broker_settle(b);
+        h_broker_stop(b);
+}
+
+/* The caller frees the buffer, and subscribes (that times out too), before the broker wakes: the
+ * broker forgets the buffer and cancels the subscription once the late replies are read. */
+static void test_stalled_broker_late_publish_freed(void)
+{
+        HBroker *b = h_broker_start(NULL);
+        gpuipc_t *prod = h_connect(b, "producer"), *cons = h_connect(b, "consumer");
+        gpuipc_buffer_t *buf = filled_buffer(prod, 5);
+        uint64_t id = gpuipc_buffer_id(buf), sub = 0;
+        HStat st;
+        int r;
+
+        CHECK(kill(b->pid, SIGSTOP) == 0);
+        r = gpuipc_publish(prod, buf, "stall/freed", NULL);
+        CHECKF(r == GPUIPC_E_TIMEOUT, "publish against a stopped broker: %d (%s)", r, gpuipc_errmsg(prod));
+        CHECK_OK(prod, gpuipc_buffer_free(prod, buf));
+        r = gpuipc_subscribe(prod, "stall/", &sub);
+        CHECK(kill(b->pid, SIGCONT) == 0);
+        CHECKF(r == GPUIPC_E_TIMEOUT, "subscribe against a stopped broker: %d (%s)", r, gpuipc_errmsg(prod));
+        CHECK_OK(prod, gpuipc_ping(prod, H_SOON_MS)); /* reads the late replies; free and unsubscribe go out */
+        CHECK_OK(prod, gpuipc_ping(prod, H_SOON_MS));
+        r = h_stat_id(cons, id, &st);
+        CHECKF(r == GPUIPC_E_NOT_FOUND, "stat of the freed buffer: %d", r);
+        CHECKF(h_stats(cons, "subscriptions") == 0, "%" PRIu64 " subscriptions left", h_stats(cons, "subscriptions"));
+        CHECKF(h_stats(cons, "held_fds") == 0, "%" PRIu64 " fds held", h_stats(cons, "held_fds"));
+        gpuipc_close(cons);
+        gpuipc_close(prod);
+        h_broker_settle(b);
+        h_broker_stop(b);
+}
+
+/* A ring's declaration that times out is closed again once the broker wakes: the name is free for
+ * the producer's next try, and a member joins that ring. */
+static void test_stalled_broker_late_ring_create(void)
+{
+        HBroker *b = h_broker_start(NULL);
+        gpuipc_t *prod = h_connect(b, "producer"), *cons = h_connect(b, "consumer");
+        gpuipc_ring_options_t o = { .struct_size = sizeof(o), .slot_size = 4096, .slots = 2, .max_members = 1 };
+        gpuipc_ring_t *ring = NULL, *member = NULL;
+        int r;
+
+        CHECK(kill(b->pid, SIGSTOP) == 0);
+        r = gpuipc_ring_create(prod, "stall-ring", &o, &ring);
+        CHECK(kill(b->pid, SIGCONT) == 0);
+        CHECKF(r == GPUIPC_E_TIMEOUT && ring == NULL, "ring create against a stopped broker: %d (%s)", r,
+               gpuipc_errmsg(prod));
+        CHECK_OK(prod, gpuipc_ping(prod, H_SOON_MS));
+        CHECK_OK(prod, gpuipc_ring_create(prod, "stall-ring", &o, &ring));
+        CHECK_OK(cons, gpuipc_ring_join(cons, "stall-ring", H_SOON_MS, &member));
+        gpuipc_ring_close(member);
+        gpuipc_ring_close(ring);
+        gpuipc_close(cons);
+        gpuipc_close(prod);
+        h_broker_settle(b);
+        h_broker_stop(b);
+}
+
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
                 H_TEST(test_stalled_broker_late_reply),
+                H_TEST(test_stalled_broker_late_publish_retried),
+                H_TEST(test_stalled_broker_late_publish_withdrawn),
+                H_TEST(test_stalled_broker_late_publish_freed),
+                H_TEST(test_stalled_broker_late_ring_create),
                 H_TEST(test_sigterm_with_pending_waits),
                 H_TEST(test_sigterm_with_holders),
                 H_TEST(test_policy_reload_on_sighup),
