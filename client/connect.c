@@ -234,10 +234,9 @@ static int cache_max_of(size_t *ret)
         return 0;
 }
 
-/* Broker events go to whoever keeps the state they are about: rings their members, buffers the rest. */
 /* What a request the caller was told had failed (no reply in time) did after all is undone, where it
  * left something behind. The others: release, unmap, retire and free are what a retry would do too;
- * a ring's create or join was undone when it failed (ring_undo), and its late reply's fds are
+ * a ring's create or join was undone when it timed out (ring_undo), and its late reply's fds are
  * closed with it. */
 static void route_late_reply(gpuipc_t *c, ProtoOp op, const ProtoMsg *reply, bool with_fd)
 {
@@ -251,6 +250,7 @@ static void route_late_reply(gpuipc_t *c, ProtoOp op, const ProtoMsg *reply, boo
         }
 }
 
+/* Broker events go to whoever keeps the state they are about: rings their members, buffers the rest. */
 static void route_event(gpuipc_t *c, const ProtoMsg *ev)
 {
         if (ev->event == PROTO_EV_MEMBER_JOINED || ev->event == PROTO_EV_MEMBER_LEFT)
