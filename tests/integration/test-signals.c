@@ -251,6 +251,30 @@ static void test_stalled_broker_late_reply(void)
         h_broker_stop(b);
 }
 
+/* The late-publish and ring cases' cast: a broker, a producer and a consumer connected to it. */
+typedef struct Stall {
+        HBroker *b;
+        gpuipc_t *prod, *cons;
+} Stall;
+
+static Stall stall_start(void)
+{
+        Stall k = { .b = h_broker_start(NULL) };
+
+        k.prod = h_connect(k.b, "producer");
+        k.cons = h_connect(k.b, "consumer");
+        return k;
+}
+
+/* Both disconnect, and the broker must settle (nothing referenced, nothing waiting) before it stops. */
+static void stall_end(Stall *k)
+{
+        gpuipc_close(k->cons);
+        gpuipc_close(k->prod);
+        h_broker_settle(k->b);
+        h_broker_stop(k->b);
+}
+
 /* Allocates a memfd buffer filled with seed's pattern, unpublished. */
 static gpuipc_buffer_t *filled_buffer(gpuipc_t *c, uint64_t seed)
 {
@@ -278,8 +302,9 @@ static void publish_stalled(HBroker *b, gpuipc_t *prod, gpuipc_buffer_t *buf, co
  * publication it never saw. */
 static void test_stalled_broker_late_publish_retried(void)
 {
-        HBroker *b = h_broker_start(NULL);
-        gpuipc_t *prod = h_connect(b, "producer"), *cons = h_connect(b, "consumer");
+        Stall k = stall_start();
+        HBroker *b = k.b;
+        gpuipc_t *prod = k.prod, *cons = k.cons;
         gpuipc_buffer_t *buf = filled_buffer(prod, 3), *got;
         gpuipc_event_t ev;
         HStat st;
@@ -296,18 +321,16 @@ static void test_stalled_broker_late_publish_retried(void)
         CHECK_OK(prod, h_next_event_of(prod, GPUIPC_EVENT_DRAINED, H_SOON_MS, &ev));
         CHECK(ev.buffer == gpuipc_buffer_id(buf));
         CHECK_OK(prod, gpuipc_buffer_free(prod, buf));
-        gpuipc_close(cons);
-        gpuipc_close(prod);
-        h_broker_settle(b);
-        h_broker_stop(b);
+        stall_end(&k);
 }
 
 /* The caller does something else first: once the late reply is read, the publication is withdrawn
  * (no consumer finds the name), and publishing the buffer again works. */
 static void test_stalled_broker_late_publish_withdrawn(void)
 {
-        HBroker *b = h_broker_start(NULL);
-        gpuipc_t *prod = h_connect(b, "producer"), *cons = h_connect(b, "consumer");
+        Stall k = stall_start();
+        HBroker *b = k.b;
+        gpuipc_t *prod = k.prod, *cons = k.cons;
         gpuipc_buffer_t *buf = filled_buffer(prod, 4), *got = NULL;
         gpuipc_event_t ev;
         HStat st;
@@ -324,18 +347,16 @@ static void test_stalled_broker_late_publish_withdrawn(void)
         CHECK_OK(cons, gpuipc_release(cons, got));
         CHECK(h_next_event_of(prod, GPUIPC_EVENT_DRAINED, 0, &ev) == GPUIPC_E_TIMEOUT);
         CHECK_OK(prod, gpuipc_buffer_free(prod, buf));
-        gpuipc_close(cons);
-        gpuipc_close(prod);
-        h_broker_settle(b);
-        h_broker_stop(b);
+        stall_end(&k);
 }
 
 /* The caller frees the buffer, and subscribes (that times out too), before the broker wakes: the
  * broker forgets the buffer and cancels the subscription once the late replies are read. */
 static void test_stalled_broker_late_publish_freed(void)
 {
-        HBroker *b = h_broker_start(NULL);
-        gpuipc_t *prod = h_connect(b, "producer"), *cons = h_connect(b, "consumer");
+        Stall k = stall_start();
+        HBroker *b = k.b;
+        gpuipc_t *prod = k.prod, *cons = k.cons;
         gpuipc_buffer_t *buf = filled_buffer(prod, 5);
         uint64_t id = gpuipc_buffer_id(buf), sub = 0;
         HStat st;
@@ -354,18 +375,16 @@ static void test_stalled_broker_late_publish_freed(void)
         CHECKF(r == GPUIPC_E_NOT_FOUND, "stat of the freed buffer: %d", r);
         CHECKF(h_stats(cons, "subscriptions") == 0, "%" PRIu64 " subscriptions left", h_stats(cons, "subscriptions"));
         CHECKF(h_stats(cons, "held_fds") == 0, "%" PRIu64 " fds held", h_stats(cons, "held_fds"));
-        gpuipc_close(cons);
-        gpuipc_close(prod);
-        h_broker_settle(b);
-        h_broker_stop(b);
+        stall_end(&k);
 }
 
 /* A ring's declaration that times out is closed again once the broker wakes: the name is free for
  * the producer's next try, and a member joins that ring. */
 static void test_stalled_broker_late_ring_create(void)
 {
-        HBroker *b = h_broker_start(NULL);
-        gpuipc_t *prod = h_connect(b, "producer"), *cons = h_connect(b, "consumer");
+        Stall k = stall_start();
+        HBroker *b = k.b;
+        gpuipc_t *prod = k.prod, *cons = k.cons;
         gpuipc_ring_options_t o = { .struct_size = sizeof(o), .slot_size = 4096, .slots = 2, .max_members = 1 };
         gpuipc_ring_t *ring = NULL, *member = NULL;
         int r;
@@ -380,10 +399,7 @@ static void test_stalled_broker_late_ring_create(void)
         CHECK_OK(cons, gpuipc_ring_join(cons, "stall-ring", H_SOON_MS, &member));
         gpuipc_ring_close(member);
         gpuipc_ring_close(ring);
-        gpuipc_close(cons);
-        gpuipc_close(prod);
-        h_broker_settle(b);
-        h_broker_stop(b);
+        stall_end(&k);
 }
 
 int main(int argc, char **argv)
