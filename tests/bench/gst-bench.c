@@ -241,6 +241,11 @@ static gboolean is_cuda(Transport t)
         return t >= T_CUDA_QUEUE;
 }
 
+static gboolean is_shm(Transport t)
+{
+        return t == T_SHM || t == T_CUDA_SHM;
+}
+
 /* The row each row is compared with: the one-process queue over the same memory. */
 static Transport baseline(Transport t)
 {
@@ -413,7 +418,7 @@ static Result run_pass(const char *self, Transport t, gboolean paced, const char
                         r.why = "failed: the pipeline reported no result or did not exit cleanly";
                 return r;
         }
-        if (t == T_SHM || t == T_CUDA_SHM) {
+        if (is_shm(t)) {
                 g_autofree char *path = g_strdup_printf("%s/shm%d.sock", dir, paced);
 
                 /* shmsrc needs the socket shmsink makes; gpuipcsrc waits for its ring. */
@@ -438,7 +443,7 @@ static Result run_pass(const char *self, Transport t, gboolean paced, const char
         wait_child(p);
         close(cfd);
         close(pfd);
-        if (t == T_SHM || t == T_CUDA_SHM) {
+        if (is_shm(t)) {
                 g_autofree char *path = g_strdup_printf("%s/shm%d.sock", dir, paced);
 
                 unlink(path);
@@ -511,15 +516,17 @@ static gboolean plugin_takes_cuda(void)
         return found;
 }
 
-/* Why row t cannot run here, or NULL. */
+/* Why row t does not run here, or NULL. */
 static const char *why_not_measured(Transport t)
 {
-        if ((t == T_SHM || t == T_CUDA_SHM) && !have_element("shmsink"))
+        if (is_shm(t) && !have_element("shmsink"))
                 return "not measured: no shmsink (gstreamer1.0-plugins-bad)";
         if (is_cuda(t) && !(have_element("cudaupload") && have_element("cudadownload")))
                 return "not measured: no cudaupload/cudadownload (a GPU, its driver and nvcodec)";
         if (is_cuda(t) && !plugin_takes_cuda())
                 return "not measured: the plugin was built without its CUDA variant";
+        if (opts.memory && is_cuda(t) != !strcmp(opts.memory, "cuda"))
+                return "not asked for (--memory)";
         return NULL;
 }
 
@@ -589,6 +596,7 @@ int main(int argc, char **argv)
         const char *role = NULL, *launch = NULL;
         char dir[] = "/tmp/gst-bench.XXXXXX", sock[64], reg[64];
         static Result runs[T_COUNT][2][MAX_RUNS];
+        const char *skip[T_COUNT];
         Result res[T_COUNT][2];
         pid_t broker;
         int o;
@@ -642,18 +650,16 @@ int main(int argc, char **argv)
                 die("the gpuipc plugin is not in %s", BENCH_GST_PLUGIN_DIR);
 
         describe_machine();
+        for (Transport t = 0; t < T_COUNT; t++)
+                skip[t] = why_not_measured(t);
         /* Interleaved, so that a burst of load elsewhere hurts one run of every row, not all of one. */
         for (int run = 0; run < opts.runs; run++)
                 for (Transport t = 0; t < T_COUNT; t++)
                         for (int paced = 0; paced < 2; paced++) {
                                 Result *r = &runs[t][paced][run];
 
-                                if ((r->why = why_not_measured(t)))
+                                if ((r->why = skip[t]))
                                         continue;
-                                if (opts.memory && is_cuda(t) != !strcmp(opts.memory, "cuda")) {
-                                        r->why = "not asked for (--memory)";
-                                        continue;
-                                }
                                 fprintf(stderr, "gst-bench: run %d: %s, %s\n", run + 1, transport_name[t],
                                         paced ? "paced" : "unpaced");
                                 *r = run_pass(argv[0], t, paced, dir);
