@@ -275,19 +275,14 @@ static int publish_again(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, bool
  * drained: we do, for as long as a request may take. */
 static int wait_withdrawn(gpuipc_t *c, gpuipc_buffer_t *b)
 {
-        uint64_t deadline = client_deadline(CLIENT_REQUEST_TIMEOUT_MS);
-        int r = 0;
+        int r = gpuipc_wait_drained(c, b, CLIENT_REQUEST_TIMEOUT_MS);
 
-        while (b->state == PROTO_STATE_RETIRED && r >= 0 && client_remaining_ms(deadline) > 0)
-                r = client_pump(c, client_remaining_ms(deadline));
-        if (r < 0)
-                return r;
-        if (b->state == PROTO_STATE_RETIRED) {
+        if (r == GPUIPC_E_TIMEOUT) {
                 client_errmsg(c, "an earlier publish of this buffer that timed out went through after all, and a "
                               "consumer attached it before it was withdrawn; wait for its drained event");
                 return GPUIPC_E_STATE;
         }
-        return 0;
+        return r;
 }
 
 _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, const gpuipc_publish_options_t *opts)
