@@ -45,53 +45,83 @@ uint64_t creds_pidns_of(uint32_t pid)
         return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
-/* How many PID namespaces a process is in, counted from the one /proc belongs to (the entries of
- * NSpid in /proc/<pid>/status); 0 if unknown. Unlike /proc/<pid>/ns/pid, which Landlock and the
- * ptrace rules keep from the broker for every process but itself, status is readable for all. */
-static unsigned pidns_depth_of(const char *status_path)
+/* What NSpid in /proc/<pid>/status says: how many PID namespaces a process is in, counted from the
+ * one /proc belongs to, and its PID in the innermost, its own (the PID it sees for itself).
+ * 0 on success, -EIO if unknown. Unlike /proc/<pid>/ns/pid, which Landlock and the ptrace rules
+ * keep from the broker for every process but itself, status is readable for all. */
+static int nspid_of(const char *status_path, unsigned *ret_depth, uint32_t *ret_own_pid)
 {
-        char buf[4096], *line;
+        char buf[4096], *line, *end;
         _cleanup_close_ int fd = open(status_path, O_RDONLY | O_CLOEXEC);
         unsigned depth = 0;
+        unsigned long v = 0;
         ssize_t n;
 
         /* One read of 4 KiB: NSpid comes within the first few hundred bytes of status. */
         if (fd < 0 || (n = read(fd, buf, sizeof(buf) - 1)) <= 0)
-                return 0;
+                return -EIO;
         buf[n] = 0;
         line = strstr(buf, "\nNSpid:");
         if (!line)
-                return 0;
-        for (char *p = line + 7; *p && *p != '\n'; p++)
-                depth += (p[0] == ' ' || p[0] == '\t') && p[1] >= '0' && p[1] <= '9';
-        return depth;
+                return -EIO;
+        for (char *p = line + 7; *p && *p != '\n'; p = end) {
+                errno = 0;
+                v = strtoul(p, &end, 10);
+                if (end == p || errno || v == 0 || v > UINT32_MAX)
+                        return -EIO;
+                depth++;
+        }
+        if (!depth)
+                return -EIO;
+        *ret_depth = depth;
+        *ret_own_pid = (uint32_t)v;
+        return 0;
 }
 
 /* The PID namespace of a peer the kernel shows in ours (pid > 0), read where the sandbox lets us:
  * the namespace link works only while the broker is not confined (and may inspect the peer); a
  * peer at the same NSpid depth as the broker is in the broker's own namespace (a visible pid is in
- * ours or one below it). 0 when neither tells: the peer's declared namespace is all there is. The
- * pidfd (if any) guards against the pid having been recycled while /proc was read. */
-static uint64_t pidns_from_kernel(uint32_t pid, int pidfd)
+ * ours or one below it). 0 when neither tells: the peer's declared namespace is all there is.
+ * depth: the peer's NSpid depth (0 = unknown). */
+static uint64_t pidns_from_kernel(uint32_t pid, unsigned depth, int pidfd)
 {
         /* The broker's own depth and namespace never change: read once, at the first peer that
          * needs them. */
         static unsigned self_depth;
         static uint64_t self_ns;
-        char path[64];
         uint64_t ns = creds_pidns_of(pid);
-        struct pollfd exited = { .fd = pidfd, .events = POLLIN };
+        uint32_t self_pid;
 
         if (ns)
                 return ns;
         if (!self_depth) {
-                self_depth = pidns_depth_of("/proc/self/status");
+                if (nspid_of("/proc/self/status", &self_depth, &self_pid) < 0)
+                        self_depth = 0;
                 self_ns = creds_pidns_of(0);
         }
-        snprintf(path, sizeof(path), "/proc/%u/status", pid);
-        if (pidfd < 0 || !self_depth || !self_ns || pidns_depth_of(path) != self_depth)
+        if (pidfd < 0 || !self_depth || !self_ns || depth != self_depth)
                 return 0;
-        return poll(&exited, 1, 0) == 0 ? self_ns : 0;
+        return self_ns;
+}
+
+/* What the kernel shows of a peer visible in our PID namespace (pid > 0): its namespace and the PID
+ * it has there (NSpid's last entry: legacy CUDA IPC compares these, docs/design.md "Identity and
+ * diagnosis"). Whatever /proc could not tell stays 0. The pidfd guards against the pid having been
+ * recycled while /proc was read: nothing is believed of a peer that exited meanwhile. */
+static void ns_from_kernel(uint32_t pid, int pidfd, PeerCreds *c)
+{
+        struct pollfd exited = { .fd = pidfd, .events = POLLIN };
+        unsigned depth = 0;
+        uint32_t own = 0;
+        char path[64];
+
+        snprintf(path, sizeof(path), "/proc/%u/status", pid);
+        if (nspid_of(path, &depth, &own) < 0)
+                depth = own = 0;
+        c->pidns = pidns_from_kernel(pid, depth, pidfd);
+        c->self_pid = pidfd >= 0 ? own : 0;
+        if (pidfd >= 0 && poll(&exited, 1, 0) != 0)
+                c->pidns = c->self_pid = 0;
 }
 
 /* Field 22 of /proc/<pid>/stat, after the parenthesised command name (which may hold spaces). */
@@ -160,8 +190,9 @@ int creds_identify(int sock, uint64_t accepted_ticks, PeerCreds *ret, int *ret_p
                 .uid = cred.uid,
                 .gid = cred.gid,
                 .pid = cred.pid > 0 ? (uint32_t)cred.pid : 0,
-                .pidns = cred.pid > 0 ? pidns_from_kernel((uint32_t)cred.pid, pidfd) : 0,
         };
+        if (cred.pid > 0)
+                ns_from_kernel((uint32_t)cred.pid, pidfd, ret);
         *ret_pidfd = pidfd;
         return 0;
 }

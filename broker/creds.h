@@ -9,6 +9,7 @@ typedef struct PeerCreds {
         uint32_t uid, gid;
         uint32_t pid;   /* in the broker's PID namespace; 0 = the peer is outside it */
         uint64_t pidns; /* PID-namespace inode read from /proc by the broker; 0 = unknown */
+        uint32_t self_pid; /* the PID it has in its own PID namespace (NSpid); 0 = unknown */
 } PeerCreds;
 
 /* Fills ret with the socket peer's uid, gid, pid (0 when outside our PID namespace) and PID

@@ -31,8 +31,9 @@ typedef enum RegWhyCode {
         REG_E_WAIT_TIMEOUT,      /* s0: name */
         REG_E_TEXT,              /* s0: a text the caller gave (registry_cancel_waits) */
         /* attach */
-        REG_E_PIDNS,             /* s0: buffer name; n0-n3: its producer's pid, uid, PID namespace and whether that
-                                  * was only declared; n4-n6: the consumer's pid, namespace, declared */
+        REG_E_SAME_PID,          /* s0: buffer name; n0: the PID producer and consumer share (each in its own
+                                  * namespace); n1: the producer's uid; n2, n3: whether the producer's and the
+                                  * consumer's PID were only declared */
         REG_E_DEVICE,            /* s0: buffer name, s1: its GPU; gpus: the consumer's */
         REG_E_NO_BUFFER,         /* n0: id */
         /* rings */

@@ -54,6 +54,7 @@ struct RegPeer {
         PeerCreds creds;
         bool hello, lost;
         uint64_t decl_pid, decl_pidns;
+        uint64_t decl_shm_dev, decl_shm_ino; /* its /dev/shm as it said (diagnosis only) */
         char label[PROTO_MAX_LABEL + 1];
         uint32_t n_gpus;
         char (*gpus)[PROTO_MAX_UUID + 1];
@@ -118,6 +119,8 @@ struct RegBuffer {
         uint64_t owner_id, owner_pidns;
         bool owner_pidns_declared;
         uint32_t owner_uid, owner_pid;
+        uint64_t owner_self_pid;     /* the producer's PID in its own namespace (peer_self_pid) */
+        bool owner_self_pid_declared;
         UidAcct *acct;
         List owner_link;
         List holds; /* Hold.buf_link */
@@ -179,6 +182,20 @@ static inline uint64_t peer_pidns(const RegPeer *p)
 static inline bool peer_pidns_declared(const RegPeer *p)
 {
         return !p->creds.pidns && p->decl_pidns;
+}
+
+/* The PID a peer has in its own PID namespace, which legacy CUDA IPC compares: the kernel's where
+ * the broker sees the peer, else what it said in hello (0: unknown). */
+static inline uint64_t peer_self_pid(const RegPeer *p)
+{
+        return p->creds.self_pid ? p->creds.self_pid : p->decl_pid;
+}
+
+/* peer_self_pid() is only the peer's word. A peer that lies can only make attaches of its own, or of
+ * its own buffers, be refused: the kernel's view is taken wherever the broker has one. */
+static inline bool peer_self_pid_declared(const RegPeer *p)
+{
+        return !p->creds.self_pid && p->decl_pid;
 }
 
 UidAcct *reg_acct_get(Registry *r, uint32_t uid);

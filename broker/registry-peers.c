@@ -156,6 +156,8 @@ int registry_peer_hello(Registry *r, RegPeer *p, const PeerHello *h)
         }
         p->decl_pid = h->pid;
         p->decl_pidns = h->pidns;
+        p->decl_shm_dev = h->shm_dev;
+        p->decl_shm_ino = h->shm_ino;
         copy_str(p->label, sizeof(p->label), h->label);
         p->hello = true;
         (void)r;
@@ -216,6 +218,9 @@ void registry_peer_view(const RegPeer *p, RegPeerView *ret)
                 .creds = p->creds,
                 .pidns = peer_pidns(p),
                 .pidns_declared = peer_pidns_declared(p),
+                .self_pid = peer_self_pid(p),
+                .shm_dev = p->decl_shm_dev,
+                .shm_ino = p->decl_shm_ino,
                 .label = p->label,
                 .n_refs = p->n_refs,
                 .n_subs = p->n_subs,

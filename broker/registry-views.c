@@ -22,6 +22,7 @@ void registry_buffer_view(const RegBuffer *b, RegBufferView *ret)
                 .owner = b->owner ? b->owner->id : 0,
                 .owner_uid = b->owner_uid,
                 .owner_pid = b->owner_pid,
+                .owner_self_pid = b->owner_self_pid,
                 .device = b->device,
                 .meta = b->meta_len ? b->meta : NULL,
                 .meta_len = b->meta_len,

@@ -325,22 +325,25 @@ static bool peer_sees_device(const RegPeer *p, const char *uuid)
 }
 
 /* Explains, before CUDA would fail obscurely, why this consumer cannot use this buffer.
- * Returns a status and fills why, or 0. */
+ * Returns a status and fills why, or 0.
+ *
+ * Legacy CUDA IPC, as measured (docs/legacy-ipc.md): a handle opens in any process whose PID, as
+ * that process sees it, differs from the exporter's, whatever PID namespaces the two are in; the
+ * driver takes a handle whose exporting PID equals the opener's for one of the opener's own and
+ * fails with CUDA_ERROR_INVALID_CONTEXT. Two processes of one namespace never share a PID, so only
+ * processes of different namespaces with equal PIDs are refused (both PID 1 of their containers,
+ * the usual case). An unknown PID is no reason to refuse: CUDA then decides. */
 unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why)
 {
         if (b->info.kind == PROTO_KIND_CUDA_LEGACY) {
-                uint64_t mine = peer_pidns(p);
-                bool differ = mine && b->owner_pidns && mine != b->owner_pidns;
+                uint64_t mine = peer_self_pid(p), ns = peer_pidns(p);
+                bool same_ns = ns && b->owner_pidns && ns == b->owner_pidns;
 
-                /* The kernel's own view: a pid of 0 means "outside the broker's namespace", so one
-                 * visible peer and one invisible one cannot share a namespace. */
-                if (!differ && !p->creds.pid != !b->owner_pid)
-                        differ = true;
-                if (differ) {
-                        *why = (RegWhy){ REG_E_PIDNS, .s = { b->name },
-                                         .n = { b->owner_pid, b->owner_uid, b->owner_pidns, b->owner_pidns_declared,
-                                                p->creds.pid, mine, peer_pidns_declared(p) } };
-                        return PROTO_STATUS_PIDNS;
+                if (mine && mine == b->owner_self_pid && !same_ns) {
+                        *why = (RegWhy){ REG_E_SAME_PID, .s = { b->name },
+                                         .n = { mine, b->owner_uid, b->owner_self_pid_declared,
+                                                peer_self_pid_declared(p) } };
+                        return PROTO_STATUS_SAME_PID;
                 }
         }
         if (b->info.kind != PROTO_KIND_MEMFD && b->device && !peer_sees_device(p, b->device)) {
@@ -612,6 +615,19 @@ static uint64_t draw_id(Registry *r)
         }
 }
 
+/* Makes p the producer of b, with what the attach checks need to know of it. */
+static void reg_buffer_set_owner(RegBuffer *b, RegPeer *p)
+{
+        b->owner = p;
+        b->owner_id = p->id;
+        b->owner_uid = p->creds.uid;
+        b->owner_pid = p->creds.pid;
+        b->owner_pidns = peer_pidns(p);
+        b->owner_pidns_declared = peer_pidns_declared(p);
+        b->owner_self_pid = peer_self_pid(p);
+        b->owner_self_pid_declared = peer_self_pid_declared(p);
+}
+
 /* A producer that lost its connection to this broker instance registers a broker-held buffer of its
  * own again, which the broker kept as an orphan: it becomes the owner once more, and the broker
  * keeps the memory (and holds) it already has. */
@@ -619,10 +635,7 @@ static bool adopt_orphan(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, con
 {
         if (b->owner || b->owner_uid != p->creds.uid || !a->restored || b->generation != a->generation)
                 return false;
-        b->owner = p;
-        b->owner_id = p->id;
-        b->owner_pid = p->creds.pid;
-        b->owner_pidns = peer_pidns(p);
+        reg_buffer_set_owner(b, p);
         b->free_on_drain = false;
         list_append(&p->owned, &b->owner_link);
         r->n_orphaned--;
@@ -685,12 +698,7 @@ RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPu
         b->info = a->info;
         b->fd = steal_fd(*fd);
         b->retire_after = a->retire_after;
-        b->owner = p;
-        b->owner_id = p->id;
-        b->owner_uid = p->creds.uid;
-        b->owner_pid = p->creds.pid;
-        b->owner_pidns = peer_pidns(p);
-        b->owner_pidns_declared = peer_pidns_declared(p);
+        reg_buffer_set_owner(b, p);
         b->acct = p->acct;
         list_init(&b->holds);
         list_init(&b->departed);
@@ -735,10 +743,7 @@ static RegBuffer *view_segment(Registry *r, RegPeer *p, uint64_t id, const RegPu
 
         if (s && !s->owner && s->owner_uid == p->creds.uid && a->restored) {
                 /* Broker-held and orphaned while its producer was away: it comes back with a view. */
-                s->owner = p;
-                s->owner_id = p->id;
-                s->owner_pid = p->creds.pid;
-                s->owner_pidns = peer_pidns(p);
+                reg_buffer_set_owner(s, p);
                 s->free_on_drain = false;
                 list_append(&p->owned, &s->owner_link);
                 r->n_orphaned--;

@@ -25,7 +25,8 @@ typedef struct RegBuffer RegBuffer;
 
 /* What a hello declares. Used only to diagnose, never to authorize. */
 typedef struct PeerHello {
-        uint64_t pid, pidns;
+        uint64_t pid, pidns;       /* as the peer sees itself */
+        uint64_t shm_dev, shm_ino; /* the identity of its /dev/shm (0, 0: not said) */
         const char *label;
         uint32_t n_gpus;
         const char *const *gpus;
@@ -223,6 +224,7 @@ typedef struct RegBufferView {
         uint32_t holders;
         uint64_t owner;        /* the producer's peer id; 0 once it is gone (an orphan) */
         uint32_t owner_uid, owner_pid;
+        uint64_t owner_self_pid; /* the producer's PID in its own namespace (0: unknown) */
         const char *device;    /* NULL for memfd */
         const uint8_t *meta;
         uint32_t meta_len;
@@ -280,6 +282,8 @@ typedef struct RegPeerView {
         PeerCreds creds;
         uint64_t pidns;        /* the kernel's, else what it declared */
         bool pidns_declared;
+        uint64_t self_pid;     /* its PID in its own namespace: the kernel's, else what it declared */
+        uint64_t shm_dev, shm_ino; /* its /dev/shm, as declared (0, 0: not said) */
         const char *label;
         uint32_t n_refs, n_subs, n_waits, n_gpus;
         uint64_t connected_ms, owned;

@@ -10,33 +10,17 @@
 #define N(i) ((unsigned long long)w->n[i])
 #define S(i) (w->s[i] ? w->s[i] : "")
 
-/* "PID namespace N", saying so when N is only what the peer declared, or that it is unknown. */
-static const char *describe_pidns(char *buf, size_t cap, uint64_t ns, bool declared)
+/* Both processes of a cuda-legacy attach have the same PID, each in its own namespace. */
+static void same_pid_text(const RegWhy *w, char *text, size_t cap)
 {
-        if (!ns)
-                snprintf(buf, cap, "a PID namespace it did not declare");
-        else
-                snprintf(buf, cap, "PID namespace %llu%s", (unsigned long long)ns, declared ? " (as declared)" : "");
-        return buf;
-}
-
-static void pidns_text(const RegWhy *w, char *text, size_t cap)
-{
-        char who[64], theirs[64], ours[64];
-
-        /* A pid the broker cannot see is no pid at all: say where the process is. */
-        if (w->n[0])
-                snprintf(who, sizeof(who), "pid %llu, uid %llu", N(0), N(1));
-        else
-                snprintf(who, sizeof(who), "uid %llu, in another PID namespace than the broker", N(1));
         snprintf(text, cap,
-                 "buffer '%s' is cuda-legacy: its producer (%s) is in %s and this consumer%s is "
-                 "in %s; legacy CUDA IPC needs both in one PID namespace (CUDA would fail with "
-                 "'invalid device context'). Fix: set shareProcessNamespace: true on the pod, or "
-                 "publish as cuda-vmm",
-                 S(0), who, describe_pidns(theirs, sizeof(theirs), w->n[2], w->n[3]),
-                 w->n[4] ? "" : " (in another PID namespace than the broker)",
-                 describe_pidns(ours, sizeof(ours), w->n[5], w->n[6]));
+                 "buffer '%s' is cuda-legacy, and its producer (uid %llu) and this consumer are both PID %llu, each "
+                 "in its own PID namespace%s: CUDA takes a handle whose exporting PID equals the opener's for one "
+                 "of the opener's own and fails with 'invalid device context'. Fix: start one of them at another "
+                 "PID (gpuipcctl run -- CMD picks one that no legacy peer uses; an init such as tini in both "
+                 "containers puts both at PID 2 again), or publish the buffer as cuda-vmm",
+                 S(0), N(1), N(0),
+                 w->n[2] || w->n[3] ? " (as they declared)" : "");
 }
 
 static void device_text(const RegWhy *w, char *text, size_t cap)
@@ -353,8 +337,8 @@ static bool rings_text(const RegWhy *w, char *buf, size_t cap)
 static bool attach_text(const RegWhy *w, char *buf, size_t cap)
 {
         switch (w->code) {
-        case REG_E_PIDNS:
-                pidns_text(w, buf, cap);
+        case REG_E_SAME_PID:
+                same_pid_text(w, buf, cap);
                 return true;
         case REG_E_DEVICE:
                 device_text(w, buf, cap);

@@ -36,6 +36,9 @@ void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m)
                 proto_set_meta(m, (ProtoRaw){ v.meta, v.meta_len, 0 });
         if (v.handle)
                 proto_set_handle(m, (ProtoStr){ (const char *)v.handle, PROTO_LEGACY_HANDLE_SIZE });
+        /* What a legacy handle's opener must differ in (and its diagnosis, should CUDA still fail). */
+        if (v.info.kind == PROTO_KIND_CUDA_LEGACY && v.owner_self_pid)
+                proto_set_self_pid(m, v.owner_self_pid);
         /* Registered again after a restart, and holders may still come back: it does not drain yet. */
         if (v.restored)
                 proto_set_restored(m, true);
@@ -53,6 +56,12 @@ void registry_peer_describe(const RegPeer *p, ProtoMsg *m)
         proto_set_gid(m, v.creds.gid);
         proto_set_pidns(m, v.pidns);
         proto_set_pidns_declared(m, v.pidns_declared);
+        if (v.self_pid)
+                proto_set_self_pid(m, v.self_pid);
+        if (v.shm_dev || v.shm_ino) {
+                proto_set_shm_dev(m, v.shm_dev);
+                proto_set_shm_ino(m, v.shm_ino);
+        }
         proto_set_label(m, proto_str(v.label));
         proto_set_refs(m, v.n_refs);
         proto_set_subs(m, v.n_subs);

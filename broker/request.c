@@ -73,6 +73,8 @@ static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd
                 gpu_ptrs[i] = proto_str_copy(m->gpus[i], gpus[i], sizeof(gpus[i]));
         h.pid = m->pid;
         h.pidns = m->pidns;
+        h.shm_dev = m->shm_dev;
+        h.shm_ino = m->shm_ino;
         h.label = proto_str_copy(m->label, label, sizeof(label));
         h.n_gpus = m->n_gpus;
         h.gpus = gpu_ptrs;

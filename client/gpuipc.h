@@ -52,7 +52,7 @@ typedef struct gpuipc_buffer gpuipc_buffer_t;
 typedef enum gpuipc_kind {
         GPUIPC_KIND_MEMFD = 1,       /* host memory (memfd), mapped by every consumer */
         GPUIPC_KIND_CUDA_VMM = 2,    /* cuMemCreate memory exported as a POSIX fd; crosses PID namespaces */
-        GPUIPC_KIND_CUDA_LEGACY = 3, /* cuIpcGetMemHandle; producer and consumer in one PID namespace */
+        GPUIPC_KIND_CUDA_LEGACY = 3, /* cuIpcGetMemHandle; producer and consumer need different PIDs */
 } gpuipc_kind_t;
 
 /* Error codes, their values and their stable names, from one table (libuv's UV_ERRNO_MAP): XX(NAME,
@@ -72,7 +72,7 @@ typedef enum gpuipc_kind {
         XX(NOT_ATTACHED, -1011, "not-attached")                                                           \
         XX(STATE, -1012, "state")                                                                         \
         XX(BAD_FD, -1013, "bad-fd")                                                                       \
-        XX(PIDNS, -1014, "pidns")                                                                         \
+        XX(PIDNS, -1014, "pidns")               /* retired: brokers send same-pid instead */              \
         XX(DEVICE, -1015, "device")                                                                       \
         XX(GROUP_MISMATCH, -1016, "group-mismatch")                                                       \
         XX(REVOKED, -1017, "revoked")                                                                     \
@@ -81,6 +81,8 @@ typedef enum gpuipc_kind {
         XX(KIND, -1020, "kind")                                                                           \
         XX(INVALID, -1021, "invalid")                                                                     \
         XX(KEY_TAKEN, -1022, "key-taken")                                                                 \
+        XX(SAME_PID, -1023, "same-pid")                                                                   \
+        XX(SHM, -1024, "shm")                                                                             \
         XX(NO_BROKER, -1100, "no-broker")       /* nothing listens on the socket */                       \
         XX(DISCONNECTED, -1101, "disconnected") /* the broker went away */                                \
         XX(NO_CUDA, -1102, "no-cuda")           /* a CUDA kind, but no usable libcuda.so.1 or device */   \

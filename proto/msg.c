@@ -147,11 +147,14 @@ static const FieldDesc fields[_PF_MAX] = {
         [PF_LAG] = F("lag", T_U64, 0, lag),
         [PF_SEGMENT] = F("segment", T_U64, 0, segment),
         [PF_SEGMENT_SIZE] = F("segment_size", T_U64, 0, segment_size),
+        [PF_SELF_PID] = F("self_pid", T_U64, 0, self_pid),
+        [PF_SHM_DEV] = F("shm_dev", T_U64, 0, shm_dev),
+        [PF_SHM_INO] = F("shm_ino", T_U64, 0, shm_ino),
 };
 
 /* Fields each request must carry besides "op" and "id"; finer rules (name or buffer) are the
  * broker's, since they depend on the combination. */
-static const uint64_t op_required[_PROTO_OP_MAX] = {
+static const ProtoFieldMask op_required[_PROTO_OP_MAX] = {
         [PROTO_OP_HELLO] = PROTO_BIT(PF_VERSION),
         [PROTO_OP_PUBLISH] = PROTO_BIT(PF_NAME),
         [PROTO_OP_RELEASE] = PROTO_BIT(PF_BUFFER),
@@ -351,7 +354,7 @@ static int decode_map(MpReader *r, ProtoMsg *m, ProtoField *ret_field)
 int proto_msg_decode(const uint8_t *body, size_t len, ProtoMsg *m, ProtoField *ret_field)
 {
         MpReader r = { body, body + len };
-        uint64_t need;
+        ProtoFieldMask need;
         int e;
 
         if (len > PROTO_MAX_BODY)
@@ -549,7 +552,7 @@ static int encode_body(ProtoBuf *out, const ProtoMsg *m)
         msgpack_packer pk;
 
         msgpack_packer_init(&pk, &ctx, buf_write);
-        msgpack_pack_map(&pk, (unsigned)__builtin_popcountll(m->has));
+        msgpack_pack_map(&pk, proto_mask_count(m->has));
         for (unsigned f = 0; f < _PF_MAX; f++) {
                 if (!(m->has & PROTO_BIT(f)))
                         continue;

@@ -168,16 +168,26 @@ typedef enum ProtoField {
         PF_PIDNS_DECLARED,
         PF_HEAD, PF_TAKEN, PF_SEAT, PF_POSITION, PF_LAG,
         PF_SEGMENT, PF_SEGMENT_SIZE,
+        PF_SELF_PID, PF_SHM_DEV, PF_SHM_INO,
         _PF_MAX,
 } ProtoField;
 
-_Static_assert(_PF_MAX <= 64, "field presence is a 64-bit mask");
+/* Which fields a message carries: one bit per ProtoField. 64 bits ran out at 64 fields. */
+__extension__ typedef unsigned __int128 ProtoFieldMask;
 
-#define PROTO_BIT(f) (UINT64_C(1) << (f))
+_Static_assert(_PF_MAX <= 128, "field presence is a 128-bit mask");
+
+#define PROTO_BIT(f) ((ProtoFieldMask)1 << (f))
+
+/* How many fields a mask names. */
+static inline unsigned proto_mask_count(ProtoFieldMask m)
+{
+        return (unsigned)__builtin_popcountll((uint64_t)m) + (unsigned)__builtin_popcountll((uint64_t)(m >> 64));
+}
 
 typedef struct ProtoMsg {
         ProtoType type;
-        uint64_t has;
+        ProtoFieldMask has;
 
         ProtoOp op;
         ProtoEvent event;
@@ -195,6 +205,9 @@ typedef struct ProtoMsg {
         uint64_t le_us; /* stats records: a histogram bucket's upper bound */
         uint64_t head, taken, position, lag; /* ring listings: frames and seats */
         uint64_t segment, segment_size; /* a view: the buffer whose memory it is part of, and that one's size */
+        /* A process's PID as it sees itself (hello's pid, or the kernel's where the broker shares its
+         * namespace), and the identity of its /dev/shm (st_dev, st_ino): what legacy CUDA IPC needs. */
+        uint64_t self_pid, shm_dev, shm_ino;
         ProtoSeat seat;
         bool broker_held, writable, cached, more, pidns_same, restored, pending, pidns_declared;
 
@@ -298,6 +311,9 @@ PROTO_SETTER(TAKEN, taken, uint64_t)
 PROTO_SETTER(POSITION, position, uint64_t)
 PROTO_SETTER(LAG, lag, uint64_t)
 PROTO_SETTER(SEAT, seat, ProtoSeat)
+PROTO_SETTER(SELF_PID, self_pid, uint64_t)
+PROTO_SETTER(SHM_DEV, shm_dev, uint64_t)
+PROTO_SETTER(SHM_INO, shm_ino, uint64_t)
 PROTO_SETTER(SEGMENT, segment, uint64_t)
 PROTO_SETTER(SEGMENT_SIZE, segment_size, uint64_t)
 

@@ -45,8 +45,8 @@ static const struct {
                 "shrinking and exactly as large as announced, a read-only buffer read-only, and never a socket "
                 "(libgpuipc does)" },
         [PROTO_STATUS_PIDNS] = { "pidns",
-                "cuda-legacy IPC handles work only between processes in one PID namespace; set "
-                "shareProcessNamespace: true on the pod, or publish the buffer as cuda-vmm" },
+                "(a status no broker sends any more: it claimed that cuda-legacy needs one PID namespace, which "
+                "measurement disproved; see same-pid)" },
         [PROTO_STATUS_DEVICE] = { "device",
                 "the buffer lives on a GPU the consumer cannot see; give producer and consumer the same "
                 "ResourceClaim (or the same visible devices)" },
@@ -71,6 +71,15 @@ static const struct {
         [PROTO_STATUS_KEY_TAKEN] = { "key-taken",
                 "another registration already uses this buffer id; draw a fresh random id for every allocation "
                 "and never reuse one (libgpuipc does)" },
+        [PROTO_STATUS_SAME_PID] = { "same-pid",
+                "the producer and consumer of this cuda-legacy buffer have the same PID in their own PID "
+                "namespaces (both PID 1 of their containers, say), and CUDA takes such a handle for one of the "
+                "opener's own ('invalid device context'); start one of them at another PID (gpuipcctl run -- "
+                "CMD) or publish the buffer as cuda-vmm" },
+        [PROTO_STATUS_SHM] = { "shm",
+                "CUDA IPC events open only between processes that see the same /dev/shm; mount one emptyDir "
+                "(medium: Memory) at /dev/shm in both containers, or use a counter fence (gpuipc_fence_create), "
+                "which needs neither" },
 };
 
 /* A status from a newer broker is shown as "unknown", not looked up past the table. */

@@ -17,7 +17,7 @@ typedef enum ProtoStatus {
         PROTO_STATUS_NOT_ATTACHED = 11,  /* release without a reference */
         PROTO_STATUS_STATE = 12,         /* the buffer is not in a state that allows this */
         PROTO_STATUS_BAD_FD = 13,        /* the fd is missing, of the wrong type, size or seals */
-        PROTO_STATUS_PIDNS = 14,         /* cuda-legacy between different PID namespaces */
+        PROTO_STATUS_PIDNS = 14,         /* retired: no broker sends it since same-pid (23) replaced it */
         PROTO_STATUS_DEVICE = 15,        /* the buffer's GPU is not visible to the consumer */
         PROTO_STATUS_GROUP_MISMATCH = 16,/* joined a group with another member count */
         PROTO_STATUS_REVOKED = 17,       /* the buffer is gone or is not the publication the client held
@@ -27,6 +27,9 @@ typedef enum ProtoStatus {
         PROTO_STATUS_KIND = 20,          /* the buffer kind does not allow this */
         PROTO_STATUS_INVALID = 21,       /* a value out of range: a bad name, a zero size */
         PROTO_STATUS_KEY_TAKEN = 22,     /* the buffer id (key) a publish chose is registered already */
+        PROTO_STATUS_SAME_PID = 23,      /* cuda-legacy between two processes with the same PID value */
+        PROTO_STATUS_SHM = 24,           /* a CUDA IPC event between processes with different /dev/shm
+                                          * (libgpuipc's own verdict: no broker sends it) */
         _PROTO_STATUS_MAX,
 } ProtoStatus;
 

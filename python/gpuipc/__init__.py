@@ -37,8 +37,8 @@ from .buffer import KINDS, Attached, Buffer, View
 from .client import Client
 from .errors import (Busy, CudaError, Denied, Device, Disconnected, Error, GroupMismatch, InvalidArgument, KindError,
                      MetadataError, NameTaken, NoBroker, NoCuda, NotContiguous, NotFound, NoVmm, Overwritten,
-                     PidNamespace, PoolClosed, ProtocolError, Quota, Revoked, RingClosed, SpansSegments, StateError,
-                     SystemCallError, Timeout, UnsupportedDtype)
+                     PidNamespace, PoolClosed, ProtocolError, Quota, Revoked, RingClosed, SamePid, Shm, SpansSegments,
+                     StateError, SystemCallError, Timeout, UnsupportedDtype)
 from .events import Event, Subscription
 from .fence import Fence
 from .inspection import BufferInfo, ConnectionInfo, HolderInfo, PeerInfo, Stat
@@ -65,7 +65,8 @@ __all__ = [
     '__version__', 'Client', 'Buffer', 'Attached', 'View', 'StateDict', 'StateDictVersion', 'Event', 'Subscription',
     'Fence', 'Ring', 'Frame', 'BufferInfo', 'HolderInfo', 'PeerInfo', 'Stat', 'ConnectionInfo', 'KINDS',
     'library_path', 'library_version',
-    'Error', 'NotFound', 'Timeout', 'Denied', 'Revoked', 'RingClosed', 'Overwritten', 'PidNamespace', 'Device',
+    'Error', 'NotFound', 'Timeout', 'Denied', 'Revoked', 'RingClosed', 'Overwritten', 'SamePid', 'Shm', 'PidNamespace',
+    'Device',
     'NoBroker', 'NoCuda',
     'Disconnected', 'CudaError', 'NameTaken', 'Quota', 'Busy', 'InvalidArgument', 'StateError', 'KindError',
     'GroupMismatch', 'ProtocolError', 'MetadataError', 'SystemCallError',

@@ -583,7 +583,7 @@ class Client:
         """Attaches the buffer published under `name`, waiting up to timeout_ms (negative: forever;
         0: NotFound at once if absent). CUDA kinds map onto `device` (-1: the buffer's own GPU).
         Returns an Attached: a zero-copy array (DLPack, .torch(), .numpy(), ...) with .meta; release
-        it when done. Raises NotFound, Timeout, Denied, PidNamespace, Device, NoCuda, ..."""
+        it when done. Raises NotFound, Timeout, Denied, SamePid, Device, NoCuda, ..."""
         target = _name_bytes(name)
         deadline = _Deadline(timeout_ms)
         h = ctypes.c_void_p()

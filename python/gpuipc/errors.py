@@ -60,7 +60,19 @@ class Overwritten(Revoked):
 
 
 class PidNamespace(Error):
-    """A cuda-legacy buffer between processes in different PID namespaces (publish it as cuda-vmm)."""
+    """The status brokers sent before same-pid ("pidns", no longer sent); kept so that code which
+    catches it also catches SamePid."""
+
+
+class SamePid(PidNamespace):
+    """A cuda-legacy buffer between two processes with the same PID, each in its own PID namespace
+    (both PID 1 of their containers, say): start one at another PID (gpuipcctl run -- CMD) or publish
+    it as cuda-vmm."""
+
+
+class Shm(Error):
+    """A CUDA IPC-event fence between processes that see different /dev/shm: mount one emptyDir
+    (medium: Memory) at /dev/shm in both, or use a counter fence."""
 
 
 class Device(Error):
@@ -175,6 +187,8 @@ E_SHUTDOWN = -1019  # shutdown
 E_KIND = -1020  # kind
 E_INVALID = -1021  # invalid
 E_KEY_TAKEN = -1022  # key-taken
+E_SAME_PID = -1023  # same-pid
+E_SHM = -1024  # shm
 E_NO_BROKER = -1100  # no-broker
 E_DISCONNECTED = -1101  # disconnected
 E_NO_CUDA = -1102  # no-cuda
@@ -190,7 +204,7 @@ _BY_NAME = {
     'quota': Quota, 'denied': Denied, 'not-owner': Denied, 'not-attached': StateError, 'state': StateError,
     'bad-fd': ProtocolError, 'pidns': PidNamespace, 'device': Device, 'group-mismatch': GroupMismatch,
     'revoked': Revoked, 'hello-first': ProtocolError, 'shutdown': Disconnected, 'kind': KindError,
-    'invalid': InvalidArgument, 'key-taken': NameTaken,
+    'invalid': InvalidArgument, 'key-taken': NameTaken, 'same-pid': SamePid, 'shm': Shm,
     'no-broker': NoBroker, 'disconnected': Disconnected, 'no-cuda': NoCuda, 'cuda': CudaError, 'busy': Busy,
     'bad-reply': ProtocolError,
     'EINVAL': InvalidArgument, 'EACCES': Denied, 'EPERM': Denied, 'ETIMEDOUT': Timeout,

@@ -714,7 +714,7 @@ static void op_add(Model *M, Input *in)
         static const uint32_t uids[] = { 1000, 1000, 1001, 0 };
         uint8_t s = take(in) % SLOTS, c = take(in);
         PeerCreds creds = { .uid = uids[c % 4], .gid = c % 4, .pid = c & 4 ? 0 : 100u + s,
-                            .pidns = (c >> 3) % 3 };
+                            .pidns = (c >> 3) % 3, .self_pid = c & 4 ? 0 : 1u + (c >> 5) % 2 };
         RegPeer *p = NULL;
         int r;
 
@@ -969,7 +969,7 @@ static void op_reclaim(Model *M, Input *in)
                         CHECK_EQ(s->m.status, PROTO_STATUS_REVOKED);
                 else if (s->m.status != PROTO_STATUS_OK)
                         CHECK(s->m.status == PROTO_STATUS_REVOKED || s->m.status == PROTO_STATUS_DEVICE ||
-                              s->m.status == PROTO_STATUS_PIDNS);
+                              s->m.status == PROTO_STATUS_SAME_PID);
                 if (match && s->m.status == PROTO_STATUS_OK) {
                         HoldRec *h = hold_get(M, p, a.buffer);
                         CHECK(!proto_has(&s->m, PF_PENDING));

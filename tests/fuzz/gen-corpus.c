@@ -215,7 +215,7 @@ static void gen_replies(void)
         frame("reply-publish", &m, 0);
         memset(&m, 0, sizeof(m));
         SET(m, PF_REPLY, reply, 7);
-        SET(m, PF_STATUS, status, PROTO_STATUS_PIDNS);
+        SET(m, PF_STATUS, status, PROTO_STATUS_SAME_PID);
         SET(m, PF_ERROR, error, proto_str("pidns"));
         SET(m, PF_MESSAGE, message, proto_str("buffer 'legacy/0' is cuda-legacy: its producer is in another "
                                               "PID namespace. Fix: set shareProcessNamespace: true"));

@@ -67,6 +67,8 @@ static inline bool proto_msg_eq(const ProtoMsg *a, const ProtoMsg *b, ProtoField
                         { PF_POSITION, offsetof(ProtoMsg, position) }, { PF_LAG, offsetof(ProtoMsg, lag) },
                         { PF_SEGMENT, offsetof(ProtoMsg, segment) },
                         { PF_SEGMENT_SIZE, offsetof(ProtoMsg, segment_size) },
+                        { PF_SELF_PID, offsetof(ProtoMsg, self_pid) },
+                        { PF_SHM_DEV, offsetof(ProtoMsg, shm_dev) }, { PF_SHM_INO, offsetof(ProtoMsg, shm_ino) },
                 };
                 static const struct { ProtoField f; size_t off; } bools[] = {
                         { PF_BROKER_HELD, offsetof(ProtoMsg, broker_held) },

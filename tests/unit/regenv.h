@@ -353,6 +353,28 @@ static inline RegPeer *env_peer(Env *e, uint32_t uid, uint32_t pid, uint64_t pid
         return p;
 }
 
+/* A peer of another PID namespace that the kernel shows (pid in the broker's namespace, self_pid in
+ * its own), or, with pid 0, one it does not show. */
+static inline RegPeer *env_peer_ns(Env *e, uint32_t uid, uint32_t pid, uint64_t pidns, uint32_t self_pid)
+{
+        PeerCreds c = { .uid = uid, .gid = uid, .pid = pid, .pidns = pidns, .self_pid = self_pid };
+        RegPeer *p = NULL;
+
+        CHECK_EQ(registry_peer_add(e->r, &c, e->now, NULL, &p, NULL), 0);
+        CHECK(p);
+        return p;
+}
+
+/* A hello that declares the PID the peer sees for itself and its /dev/shm. */
+static inline void env_hello_self(Env *e, RegPeer *p, uint64_t self_pid, uint64_t pidns, uint64_t shm_dev,
+                                  uint64_t shm_ino, const char *const *gpus)
+{
+        PeerHello h = { .pid = self_pid, .pidns = pidns, .shm_dev = shm_dev, .shm_ino = shm_ino, .label = "self",
+                        .n_gpus = 1, .gpus = gpus };
+
+        CHECK_EQ(registry_peer_hello(e->r, p, &h), 0);
+}
+
 static inline void env_hello(Env *e, RegPeer *p, uint64_t pidns, const char *label, uint32_t n_gpus,
                              const char *const *gpus)
 {

@@ -214,6 +214,9 @@ static const FieldInfo FIELDS[_PF_MAX] = {
         FU(PF_LAG, "lag", lag),
         FU(PF_SEGMENT, "segment", segment),
         FU(PF_SEGMENT_SIZE, "segment_size", segment_size),
+        FU(PF_SELF_PID, "self_pid", self_pid),
+        FU(PF_SHM_DEV, "shm_dev", shm_dev),
+        FU(PF_SHM_INO, "shm_ino", shm_ino),
 };
 
 static const uint8_t handle_a[PROTO_LEGACY_HANDLE_SIZE] = { 1, 2, 3, [63] = 0xff };
@@ -408,7 +411,7 @@ static void test_all_fields_roundtrip(void)
         m.type = PROTO_REQUEST; /* it carries "op" */
         frame_roundtrip(&m, 0, &d);
         CHECK(proto_msg_eq(&m, &d, &diff));
-        CHECK_EQ(d.has, (_PF_MAX == 64 ? UINT64_MAX : (UINT64_C(1) << _PF_MAX) - 1));
+        CHECK(d.has == PROTO_BIT(_PF_MAX) - 1);
         frame_roundtrip(&m, 1, &d);
         CHECK(proto_msg_eq(&m, &d, &diff));
 
@@ -1600,8 +1603,12 @@ static void test_names_and_texts(void)
         CHECK_STREQ(proto_status_name(_PROTO_STATUS_MAX), "unknown");
         CHECK_STREQ(proto_status_text(_PROTO_STATUS_MAX), "unknown status code");
         /* The texts that matter most name the fix. */
-        CHECK(strstr(proto_status_text(PROTO_STATUS_PIDNS), "shareProcessNamespace"));
-        CHECK(strstr(proto_status_text(PROTO_STATUS_PIDNS), "cuda-vmm"));
+        CHECK(strstr(proto_status_text(PROTO_STATUS_SAME_PID), "gpuipcctl run"));
+        CHECK(strstr(proto_status_text(PROTO_STATUS_SAME_PID), "cuda-vmm"));
+        CHECK(strstr(proto_status_text(PROTO_STATUS_SHM), "/dev/shm"));
+        CHECK(strstr(proto_status_text(PROTO_STATUS_SHM), "gpuipc_fence_create"));
+        /* The retired status advises nothing: a shared PID namespace was never what legacy IPC needs. */
+        CHECK(!strstr(proto_status_text(PROTO_STATUS_PIDNS), "shareProcessNamespace: true"));
         CHECK(strstr(proto_status_text(PROTO_STATUS_DEVICE), "ResourceClaim"));
 
         CHECK(proto_str_eq(proto_str("abc"), "abc"));

@@ -1288,70 +1288,108 @@ static void test_groups(void)
         env_free(e);
 }
 
-/* A cuda-legacy attach across PID namespaces is refused naming both namespaces and the two fixes (a pid of 0 from
- * the kernel counts as another namespace; an unknown inode defers to the hello); cuda-vmm crosses namespaces. */
-static void test_pidns_diagnosis(void)
+/* A cuda-legacy attach is refused exactly when producer and consumer have the same PID, each in its
+ * own namespace (the kernel's view where the broker has one, else the hello's), as measured on an H100:
+ * other namespaces with other PIDs attach, one namespace always does, an unknown PID lets CUDA decide.
+ * The refusal names the PID and both fixes, takes no reference, and leaves the buffer attachable. */
+static void test_legacy_same_pid(void)
 {
         static const char *const gpu[] = { "GPU-aa" };
         Env *e = env_new(NULL);
-        RegPeer *P = env_peer(e, 1000, 10, 111), *Csame = env_peer(e, 1001, 11, 111),
-                *Cother = env_peer(e, 1002, 12, 222), *Cdecl = env_peer(e, 1003, 13, 0),
-                *Cout = env_peer(e, 1004, 0, 0), *Cunknown = env_peer(e, 1005, 15, 0);
+        /* The producer: PID 10 of the broker's own namespace 111. */
+        RegPeer *P = env_peer_ns(e, 1000, 10, 111, 10), *Csame = env_peer_ns(e, 1001, 11, 111, 11),
+                *Cchild = env_peer_ns(e, 1002, 12, 222, 10),  /* a namespace below, where it is PID 10 too */
+                *Cchild2 = env_peer_ns(e, 1002, 13, 333, 5),  /* a namespace below, PID 5 */
+                *Cout = env_peer_ns(e, 1004, 0, 0, 0),        /* not shown by the kernel: declares PID 10 */
+                *Cout2 = env_peer_ns(e, 1004, 0, 0, 0),       /* declares PID 3 */
+                *Cunknown = env_peer_ns(e, 1005, 0, 0, 0);    /* declares nothing */
         Sent *s;
-        char want[64];
 
+        env_hello(e, P, 111, "producer", 1, gpu);
         env_hello(e, Csame, 111, "same", 1, gpu);
-        env_hello(e, Cother, 222, "other", 1, gpu);
-        env_hello(e, Cdecl, 333, "declared", 1, gpu); /* the kernel's inode is unknown: its hello counts */
-        env_hello(e, Cout, 111, "outside", 1, gpu);   /* pid 0: outside the broker's namespace */
-        env_hello(e, Cunknown, 0, "unknown", 1, gpu);
+        env_hello(e, Cchild, 222, "child", 1, gpu);
+        env_hello(e, Cchild2, 333, "child2", 1, gpu);
+        env_hello_self(e, Cout, 10, 444, 0, 0, gpu);
+        env_hello_self(e, Cout2, 3, 444, 0, 0, gpu);
+        env_hello_self(e, Cunknown, 0, 0, 0, 0, gpu);
         publish_ok(e, P, (Pub){ .name = "leg", .kind = PROTO_KIND_CUDA_LEGACY, .device = "GPU-aa" });
         publish_ok(e, P, (Pub){ .name = "vmm", .kind = PROTO_KIND_CUDA_VMM, .device = "GPU-aa" });
 
         attach_ok(e, Csame, "leg");
-        s = env_reply(e, Cother, attach_name(e, Cother, "leg", 0));
-        env_check_status(s, PROTO_STATUS_PIDNS);
-        /* The message names both namespaces and the two fixes. */
+        s = env_reply(e, Cchild, attach_name(e, Cchild, "leg", 0));
+        env_check_status(s, PROTO_STATUS_SAME_PID);
         CHECK(env_msg_has(s, "'leg'"));
-        CHECK(env_msg_has(s, "111"));
-        CHECK(env_msg_has(s, "222"));
-        CHECK(env_msg_has(s, "shareProcessNamespace: true"));
+        CHECK(env_msg_has(s, "both PID 10"));
+        CHECK(env_msg_has(s, "gpuipcctl run"));
         CHECK(env_msg_has(s, "cuda-vmm"));
+        CHECK(!env_msg_has(s, "one PID namespace"));
+        CHECK(!env_msg_has(s, "(as they declared)")); /* both PIDs are the kernel's */
         CHECK_EQ(gauges(e).refs, 1);
-        snprintf(want, sizeof(want), "pid %u", 10u);
-        CHECK(env_msg_has(s, want));
-        env_check_status(env_reply(e, Cdecl, attach_name(e, Cdecl, "leg", 0)), PROTO_STATUS_PIDNS);
-        /* A pid of 0 from the kernel means another namespace, whatever the hello claims. */
-        env_check_status(env_reply(e, Cout, attach_name(e, Cout, "leg", 0)), PROTO_STATUS_PIDNS);
-        /* Nothing known to differ: no diagnosis, CUDA has its say. */
+        /* Another namespace with another PID: the configuration the old rule refused works. */
+        attach_ok(e, Cchild2, "leg");
+        s = env_reply(e, Cout, attach_name(e, Cout, "leg", 0));
+        env_check_status(s, PROTO_STATUS_SAME_PID);
+        CHECK(env_msg_has(s, "(as they declared)"));
+        attach_ok(e, Cout2, "leg");
+        /* Nothing known: no diagnosis, CUDA has its say. */
         attach_ok(e, Cunknown, "leg");
-        /* cuda-vmm crosses namespaces. */
-        attach_ok(e, Cother, "vmm");
+        /* cuda-vmm crosses anything. */
+        attach_ok(e, Cchild, "vmm");
         attach_ok(e, Cout, "vmm");
+        /* The refusals took nothing and left the buffer as it was. */
+        CHECK_EQ(gauges(e).refs, 6);
+        CHECK_EQ(gauges(e).live, 2);
         env_free(e);
 }
 
-/* A producer the broker cannot see (pid 0) has no pid worth printing: the refusal says where it
- * runs instead, and marks namespaces that are only what a peer declared. */
-static void test_pidns_diagnosis_invisible_producer(void)
+/* The pod case: producer and consumer are each PID 1 of a container the broker cannot see into; what
+ * they declared is all there is, and the listing shows it with their /dev/shm. */
+static void test_legacy_same_pid_declared(void)
 {
         static const char *const gpu[] = { "GPU-aa" };
         Env *e = env_new(NULL);
-        RegPeer *P = env_peer(e, 1000, 0, 0), *C = env_peer(e, 1001, 11, 111), *D = env_peer(e, 1002, 12, 0);
+        RegPeer *P = env_peer_ns(e, 1000, 0, 0, 0), *C = env_peer_ns(e, 1001, 0, 0, 0),
+                *V = env_peer_ns(e, 1002, 12, 111, 12);
         ProtoMsg m;
         Sent *s;
 
-        env_hello(e, P, 4026532201u, "outside", 1, gpu);
-        env_hello(e, C, 111, "inside", 1, gpu);
-        env_hello(e, D, 333, "declared", 1, gpu);
+        env_hello_self(e, P, 1, 4026532201u, 25, 1, gpu);
+        env_hello_self(e, C, 1, 4026532305u, 26, 1, gpu);
+        env_hello(e, V, 111, "visible", 1, gpu);
         publish_ok(e, P, (Pub){ .name = "leg", .kind = PROTO_KIND_CUDA_LEGACY, .device = "GPU-aa" });
         s = env_reply(e, C, attach_name(e, C, "leg", 0));
-        env_check_status(s, PROTO_STATUS_PIDNS);
-        CHECK(!env_msg_has(s, "pid 0"));
-        CHECK(env_msg_has(s, "uid 1000, in another PID namespace than the broker"));
-        CHECK(env_msg_has(s, "4026532201 (as declared)"));
-        CHECK(env_msg_has(s, "this consumer is in PID namespace 111;"));
-        /* In peers listings too: the kernel's value is plain, a declared one is marked. */
+        env_check_status(s, PROTO_STATUS_SAME_PID);
+        CHECK(env_msg_has(s, "both PID 1,") || env_msg_has(s, "both PID 1 "));
+        CHECK(env_msg_has(s, "(as they declared)"));
+        CHECK(env_msg_has(s, "uid 1000"));
+        /* The producer's own PID travels with a legacy attach, for the consumer's diagnosis. */
+        s = env_reply(e, V, attach_name(e, V, "leg", 0));
+        env_check_status(s, PROTO_STATUS_OK);
+        CHECK(proto_has(&s->m, PF_SELF_PID));
+        CHECK_EQ(s->m.self_pid, 1);
+        /* Listings: the PID each sees for itself, the kernel's where known, and the declared /dev/shm. */
+        registry_peer_describe(C, &m);
+        CHECK(m.pidns_declared);
+        CHECK_EQ(m.self_pid, 1);
+        CHECK_EQ(m.shm_dev, 26);
+        CHECK_EQ(m.shm_ino, 1);
+        registry_peer_describe(V, &m);
+        CHECK_EQ(m.self_pid, 12);
+        CHECK(!proto_has(&m, PF_SHM_DEV));
+        env_free(e);
+}
+
+/* A producer the broker cannot see (pid 0) has no pid worth printing: peers listings mark
+ * namespaces that are only what a peer declared. */
+static void test_pidns_declared_in_listings(void)
+{
+        static const char *const gpu[] = { "GPU-aa" };
+        Env *e = env_new(NULL);
+        RegPeer *C = env_peer(e, 1001, 11, 111), *D = env_peer(e, 1002, 12, 0);
+        ProtoMsg m;
+
+        env_hello(e, C, 111, "inside", 1, gpu);
+        env_hello(e, D, 333, "declared", 1, gpu);
         registry_peer_describe(C, &m);
         CHECK(!m.pidns_declared && proto_has(&m, PF_PIDNS_DECLARED));
         registry_peer_describe(D, &m);
@@ -2070,8 +2108,9 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_quotas);
         TEST_RUN(argc, argv, test_subscriptions);
         TEST_RUN(argc, argv, test_groups);
-        TEST_RUN(argc, argv, test_pidns_diagnosis);
-        TEST_RUN(argc, argv, test_pidns_diagnosis_invisible_producer);
+        TEST_RUN(argc, argv, test_legacy_same_pid);
+        TEST_RUN(argc, argv, test_legacy_same_pid_declared);
+        TEST_RUN(argc, argv, test_pidns_declared_in_listings);
         TEST_RUN(argc, argv, test_device_diagnosis);
         TEST_RUN(argc, argv, test_hello);
         TEST_RUN(argc, argv, test_views);
