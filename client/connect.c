@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "identity.h"
 #include "internal.h"
 #include "macro.h"
 
@@ -101,6 +102,7 @@ static int open_socket(gpuipc_t *c, int timeout_ms)
 
 static int say_hello(gpuipc_t *c)
 {
+        uint64_t shm_dev, shm_ino;
         Frame f = { .fd = -1 };
         ProtoMsg req;
         int r;
@@ -109,6 +111,10 @@ static int say_hello(gpuipc_t *c)
         proto_set_version(&req, PROTO_VERSION);
         proto_set_pid(&req, (uint64_t)getpid());
         proto_set_pidns(&req, c->pidns);
+        if (ipc_shm_identity(&shm_dev, &shm_ino) == 0) {
+                proto_set_shm_dev(&req, shm_dev);
+                proto_set_shm_ino(&req, shm_ino);
+        }
         proto_set_label(&req, proto_str(c->label));
         proto_set_gpus(&req, c->gpus, c->n_gpus);
         /* A caller that bounds connecting bounds the greeting too: a stopped broker accepts (the

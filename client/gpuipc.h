@@ -565,6 +565,8 @@ typedef struct gpuipc_buffer_info {
         char device[GPUIPC_MAX_UUID + 1];  /* the GPU's UUID (CUDA kinds), "" for memfd */
         int writable;                      /* consumers may map it writable */
         int broker_held;                   /* the memory outlives its producer */
+        uint64_t self_pid;                 /* cuda-legacy: the producer's PID in its own PID namespace (what a
+                                            * consumer's PID must differ from), 0 if unknown or another kind */
 } gpuipc_buffer_info_t;
 
 /* A peer holding references to a buffer. */
@@ -584,6 +586,9 @@ typedef struct gpuipc_peer_info {
         uint64_t started_ms;               /* when it connected, on the broker's monotonic clock */
         unsigned n_gpus;                   /* GPU UUIDs it declared */
         char gpus[GPUIPC_MAX_GPUS][GPUIPC_MAX_UUID + 1];
+        uint64_t self_pid;                 /* its PID in its own PID namespace: the kernel's where the broker
+                                            * sees it (pid non-zero), else what it declared; 0 if unknown */
+        uint64_t shm_dev, shm_ino;         /* its /dev/shm (device and inode), as declared; 0: not said */
 } gpuipc_peer_info_t;
 
 /* Lists buffers whose name starts with prefix (NULL or "": all), in the order they were
@@ -695,12 +700,15 @@ typedef struct gpuipc_connection_info {
         uint64_t peer;         /* the broker's id for this connection (`gpuipcctl peers`) */
         uint64_t epoch;        /* the broker instance: a new value after the broker restarted */
         uint64_t pidns;        /* this process's PID namespace (the inode of /proc/self/ns/pid), as declared */
-        int pidns_same;        /* the broker runs in that PID namespace too (cuda-legacy needs producer
-                                * and consumer in one) */
+        int pidns_same;        /* the broker runs in that PID namespace too (it then sees this process's
+                                * PID itself, rather than taking the declared one) */
         int connected;         /* 0 once the broker went away (until a reconnect) */
         char socket_path[108]; /* the socket this connection uses */
         unsigned n_gpus;       /* the GPU UUIDs declared to the broker */
         char gpus[GPUIPC_MAX_GPUS][GPUIPC_MAX_UUID + 1];
+        uint64_t self_pid;     /* this process's PID, as it sees it (cuda-legacy peers' PIDs must differ) */
+        uint64_t shm_dev, shm_ino; /* this process's /dev/shm (CUDA IPC events need the same on both sides);
+                                    * 0, 0: none */
 } gpuipc_connection_info_t;
 
 int gpuipc_connection_info(const gpuipc_t *c, gpuipc_connection_info_t *ret);

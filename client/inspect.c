@@ -8,7 +8,9 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "identity.h"
 #include "internal.h"
 #include "macro.h"
 #include "ring.h"
@@ -108,6 +110,7 @@ static void buffer_info_from(const ProtoMsg *m, gpuipc_buffer_info_t *ret)
         proto_str_copy(m->device, ret->device, sizeof(ret->device));
         ret->writable = m->writable;
         ret->broker_held = m->broker_held;
+        ret->self_pid = m->self_pid;
 }
 
 static void peer_info_from(const ProtoMsg *m, gpuipc_peer_info_t *ret)
@@ -119,6 +122,9 @@ static void peer_info_from(const ProtoMsg *m, gpuipc_peer_info_t *ret)
         ret->gid = m->gid;
         ret->pidns = m->pidns;
         ret->pidns_declared = m->pidns_declared;
+        ret->self_pid = m->self_pid;
+        ret->shm_dev = m->shm_dev;
+        ret->shm_ino = m->shm_ino;
         proto_str_copy(m->label, ret->label, sizeof(ret->label));
         ret->buffers = m->buffers;
         ret->refs = m->refs;
@@ -414,6 +420,8 @@ _public_ int gpuipc_connection_info(const gpuipc_t *c, gpuipc_connection_info_t 
         ret->epoch = c->epoch;
         ret->pidns = c->pidns;
         ret->pidns_same = c->pidns_same;
+        ret->self_pid = (uint64_t)getpid();
+        ipc_shm_identity(&ret->shm_dev, &ret->shm_ino);
         ret->connected = !c->broken && c->fd >= 0;
         snprintf(ret->socket_path, sizeof(ret->socket_path), "%s", c->path);
         ret->n_gpus = c->n_gpus;

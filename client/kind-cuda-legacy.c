@@ -1,7 +1,8 @@
 /* The cuda-legacy kind: cuMemAlloc memory (ours, or the caller's through gpuipc_buffer_wrap_cuda)
- * shared by a 64-byte cuIpcGetMemHandle handle of its allocation's base plus an offset. The
- * driver opens such handles only between processes of one PID namespace, and the memory dies
- * with its producer; cuda-vmm has neither limit. */
+ * shared by a 64-byte cuIpcGetMemHandle handle of its allocation's base plus an offset. As measured
+ * (docs/legacy-ipc.md), the driver opens such a handle in any other process whose PID, as that
+ * process sees it, differs from the exporter's, across PID namespaces too; the memory dies with its
+ * producer. cuda-vmm has neither limit. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,17 +218,34 @@ _public_ int gpuipc_buffer_wrap_cuda(gpuipc_t *c, uint64_t device_ptr, size_t si
 
 /* ---- consumer ---- */
 
-/* cuIpcOpenMemHandle's errors, explained: legacy IPC fails in ways its codes do not name. */
-static int legacy_open_error(gpuipc_t *c, GcuResult cr)
+/* cuIpcOpenMemHandle's errors, explained by the causes that fit what this process knows: legacy IPC
+ * fails in ways its codes do not name. producer_pid: the exporter's own PID as the broker reported it
+ * (0: unknown); guessed: the device was chosen without the producer's UUID being visible here. */
+static int legacy_open_error(gpuipc_t *c, GcuResult cr, uint64_t producer_pid, bool guessed)
 {
+        char why[320], theirs[24] = "unknown";
+
+        if (producer_pid)
+                snprintf(theirs, sizeof(theirs), "%llu", (unsigned long long)producer_pid);
         switch (cr) {
         case GCU_ERROR_INVALID_CONTEXT:
         case GCU_ERROR_INVALID_VALUE:
-                return cuda_error_why(c, "cuIpcOpenMemHandle", cr,
-                                      "legacy IPC handles open only in a process of the producer's PID "
-                                      "namespace (set shareProcessNamespace: true on the pod), and only when both "
-                                      "processes see the buffer's GPU (give both containers the same "
-                                      "ResourceClaim); publishing the buffer as cuda-vmm has neither limit");
+                if (producer_pid && producer_pid == (uint64_t)getpid()) {
+                        snprintf(why, sizeof(why), "the producer is PID %llu in its PID namespace and so is this "
+                                 "process in its own: CUDA takes such a handle for one of this process's own. Start "
+                                 "one of them at another PID (gpuipcctl run -- CMD), or publish as cuda-vmm",
+                                 (unsigned long long)producer_pid);
+                        cuda_error_why(c, "cuIpcOpenMemHandle", cr, why);
+                        return GPUIPC_E_SAME_PID;
+                }
+                snprintf(why, sizeof(why), "the PIDs differ (producer %s, this process %d), so the handle is "
+                         "likely another GPU's: %s; or publish as cuda-vmm",
+                         theirs, (int)getpid(),
+                         guessed ? "the producer's GPU is not visible here, give both containers the same "
+                                   "ResourceClaim" :
+                                   "check that both containers see the buffer's GPU (the same ResourceClaim) and "
+                                   "that the producer exported memory of that GPU");
+                return cuda_error_why(c, "cuIpcOpenMemHandle", cr, why);
         case GCU_ERROR_INVALID_HANDLE:
                 return cuda_error_why(c, "cuIpcOpenMemHandle", cr,
                                       "the producer's memory is gone (it exited or freed it): legacy memory dies "
@@ -241,7 +259,8 @@ static int legacy_open_error(gpuipc_t *c, GcuResult cr)
 }
 
 /* Opens the handle, checking that offset and size lie within what it exports. */
-static int legacy_open_in_ctx(gpuipc_t *c, Mapping *m, const GcuIpcMemHandle *handle, uint64_t offset)
+static int legacy_open_in_ctx(gpuipc_t *c, Mapping *m, const GcuIpcMemHandle *handle, uint64_t offset,
+                              uint64_t producer_pid, bool guessed)
 {
         GcuDevicePtr base = 0, range_base = 0;
         size_t len = 0;
@@ -249,7 +268,7 @@ static int legacy_open_in_ctx(gpuipc_t *c, Mapping *m, const GcuIpcMemHandle *ha
 
         cr = CU(cuIpcOpenMemHandle, &base, *handle, GCU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
         if (cr != GCU_SUCCESS)
-                return legacy_open_error(c, cr);
+                return legacy_open_error(c, cr, producer_pid, guessed);
         cr = CU(cuMemGetAddressRange, &range_base, &len, base);
         if (cr != GCU_SUCCESS || offset > len || m->size > len - offset) {
                 int r = cr != GCU_SUCCESS ? cuda_error(c, "cuMemGetAddressRange", cr) : GPUIPC_E_BAD_REPLY;
@@ -287,7 +306,7 @@ static int legacy_import(gpuipc_t *c, Mapping *m, const ProtoMsg *reply, int fd)
         r = cuda_ctx_push(c, ordinal);
         if (r < 0)
                 return r;
-        r = cuda_ctx_pop(c, legacy_open_in_ctx(c, m, &handle, reply->offset));
+        r = cuda_ctx_pop(c, legacy_open_in_ctx(c, m, &handle, reply->offset, reply->self_pid, guessed));
         if (r == GPUIPC_E_CUDA && guessed)
                 return cuda_device_unreachable(c, uuid, ordinal);
         if (r < 0)
