@@ -66,7 +66,7 @@ class BufferInfo(ctypes.Structure):
     _fields_ = [('buffer', _u64), ('generation', _u64), ('name', ctypes.c_char * (_MAX_NAME + 1)),
                 ('kind', ctypes.c_int), ('state', ctypes.c_int), ('size', _u64), ('refs', _u64), ('holders', _u64),
                 ('owner', _u64), ('uid', _u64), ('pid', _u64), ('device', ctypes.c_char * (_MAX_UUID + 1)),
-                ('writable', ctypes.c_int), ('broker_held', ctypes.c_int)]
+                ('writable', ctypes.c_int), ('broker_held', ctypes.c_int), ('self_pid', _u64)]
 
 
 class HolderInfo(ctypes.Structure):
@@ -79,7 +79,8 @@ class PeerInfo(ctypes.Structure):
     _fields_ = [('peer', _u64), ('pid', _u64), ('uid', _u64), ('gid', _u64), ('pidns', _u64),
                 ('pidns_declared', ctypes.c_int), ('label', ctypes.c_char * (_MAX_LABEL + 1)), ('buffers', _u64),
                 ('refs', _u64), ('subs', _u64), ('waits', _u64), ('started_ms', _u64), ('n_gpus', ctypes.c_uint),
-                ('gpus', (ctypes.c_char * (_MAX_UUID + 1)) * _MAX_GPUS)]
+                ('gpus', (ctypes.c_char * (_MAX_UUID + 1)) * _MAX_GPUS), ('self_pid', _u64), ('shm_dev', _u64),
+                ('shm_ino', _u64)]
 
 
 class Stat(ctypes.Structure):
@@ -92,7 +93,8 @@ class ConnectionInfo(ctypes.Structure):
     """gpuipc_connection_info_t."""
     _fields_ = [('peer', _u64), ('epoch', _u64), ('pidns', _u64), ('pidns_same', ctypes.c_int),
                 ('connected', ctypes.c_int), ('socket_path', ctypes.c_char * 108), ('n_gpus', ctypes.c_uint),
-                ('gpus', (ctypes.c_char * (_MAX_UUID + 1)) * _MAX_GPUS)]
+                ('gpus', (ctypes.c_char * (_MAX_UUID + 1)) * _MAX_GPUS), ('self_pid', _u64), ('shm_dev', _u64),
+                ('shm_ino', _u64)]
 
 
 class PoolOptions(_Sized):

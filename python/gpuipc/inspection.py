@@ -39,7 +39,8 @@ class BufferInfo:
     (drained). refs, holders: references held and by how many peers. owner: the producer's peer id
     (0: it is gone; the buffer is broker-held). uid, pid: the producer's, from the kernel. device:
     the GPU's UUID ('' for memfd). held_by: the holders themselves (`Client.stat()` only; empty in
-    listings).
+    listings). self_pid: for cuda-legacy, the producer's PID in its own PID namespace, which a
+    consumer's must differ from (0: unknown or another kind).
     """
     id: int
     generation: int
@@ -56,12 +57,13 @@ class BufferInfo:
     writable: bool
     broker_held: bool
     held_by: Tuple[HolderInfo, ...] = ()
+    self_pid: int = 0
 
     @classmethod
     def _from_c(cls, lib, b, held_by=()):
         return cls(b.buffer, b.generation, _text(b.name), _text(lib.gpuipc_kind_name(b.kind)),
                    _text(lib.gpuipc_state_name(b.state)), b.size, b.refs, b.holders, b.owner, b.uid, b.pid,
-                   _text(b.device), bool(b.writable), bool(b.broker_held), tuple(held_by))
+                   _text(b.device), bool(b.writable), bool(b.broker_held), tuple(held_by), b.self_pid)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +71,9 @@ class PeerInfo:
     """One connection to the broker: its id, pid/uid/gid from the kernel (pid 0: outside the broker's
     PID namespace), PID namespace (pidns_declared: only what the peer said), label, how many buffers
     it owns, references, subscriptions and waiting requests it has, when it connected (the broker's
-    monotonic clock, ms) and the GPU UUIDs it declared."""
+    monotonic clock, ms), the GPU UUIDs it declared, its PID in its own PID namespace (self_pid: the
+    kernel's where the broker sees it, else declared; cuda-legacy peers' must differ) and its /dev/shm
+    (shm_dev, shm_ino, as declared; 0: not said)."""
     peer: int
     pid: int
     uid: int
@@ -83,11 +87,14 @@ class PeerInfo:
     waits: int
     started_ms: int
     gpus: Tuple[str, ...]
+    self_pid: int = 0
+    shm_dev: int = 0
+    shm_ino: int = 0
 
     @classmethod
     def _from_c(cls, p):
         return cls(p.peer, p.pid, p.uid, p.gid, p.pidns, bool(p.pidns_declared), _text(p.label), p.buffers, p.refs,
-                   p.subs, p.waits, p.started_ms, _gpus(p.n_gpus, p.gpus))
+                   p.subs, p.waits, p.started_ms, _gpus(p.n_gpus, p.gpus), p.self_pid, p.shm_dev, p.shm_ino)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,8 +116,9 @@ class Stat:
 class ConnectionInfo:
     """What this connection knows about itself and its broker: its peer id (`gpuipcctl peers`), the
     broker instance's epoch (new after a restart), this process's PID namespace and whether the
-    broker shares it (cuda-legacy needs producer and consumer in one), whether it is connected now,
-    the socket path, and the GPU UUIDs it declared."""
+    broker shares it (the broker then sees this process's PID itself), whether it is connected now,
+    the socket path, the GPU UUIDs it declared, this process's own PID (cuda-legacy peers' must
+    differ) and its /dev/shm (CUDA IPC events need the same on both sides)."""
     peer: int
     epoch: int
     pidns: int
@@ -118,8 +126,11 @@ class ConnectionInfo:
     connected: bool
     socket_path: str
     gpus: Tuple[str, ...]
+    self_pid: int = 0
+    shm_dev: int = 0
+    shm_ino: int = 0
 
     @classmethod
     def _from_c(cls, c):
         return cls(c.peer, c.epoch, c.pidns, bool(c.pidns_same), bool(c.connected), _text(c.socket_path),
-                   _gpus(c.n_gpus, c.gpus))
+                   _gpus(c.n_gpus, c.gpus), c.self_pid, c.shm_dev, c.shm_ino)
