@@ -668,21 +668,26 @@ def _parse_entries(raw_entries, live, data_end):
     """_Manifest of a manifest's entry lists, each checked (ValueError says what is wrong). One pass,
     no call per field: a model's 200 entries are parsed at every cold attach."""
     width, sizes = (5 if live else 4), dtypes.ITEMSIZES
+    max_ndim, int64 = arrays.MAX_NDIM, 1 << 63
     entries, parts, keys = [], {}, set()
     for e in raw_entries:
         if type(e) is not list or len(e) != width:
             raise ValueError(f'entry {e!r:.80} is not a list of {width} fields')
         key, dtype, shape, off = e[0], e[1], e[2], e[3]
-        n = sizes.get(dtype)
+        n = sizes.get(dtype) if type(dtype) is str else None
         if n is None:
-            dtype = dtypes.name(dtype)
-            n = sizes[dtype]
-        if type(shape) is not list:
+            raise ValueError(f'entry {key!r} has dtype {dtype!r:.40}, none of gpuipc\'s dtype names')
+        # arrays.check_layout's rules, inline: this runs for each of a model's entries
+        if type(shape) is not list or len(shape) > max_ndim:
             raise ValueError(f'entry {key!r} has shape {shape!r:.80}')
+        span = n
         for x in shape:
-            if type(x) is not int or x < 0:
+            if type(x) is not int or x < 0 or x >= int64:
                 raise ValueError(f'entry {key!r} has shape {shape!r:.80}')
             n *= x
+            span *= x or 1
+        if span >= int64:
+            raise ValueError(f'entry {key!r} has shape {shape!r:.80}')
         if type(off) is not int or off < 0:
             raise ValueError(f'entry {key!r} has offset {off!r:.40}')
         # a snapshot's arrays lie before its manifest; a live one's within its part (checked at attach)
