@@ -766,16 +766,57 @@ def _attach_newer(client, name, timeout_ms, device, after):
         client._unsubscribe(sub)
 
 
+def _publisher(client, buffer_id):
+    """(peer, uid, pid) of the producer of a buffer, as the broker says (a stat without holders)."""
+    out = _lib.BufferInfo()
+    with client._locked():
+        client._check(client._lib.gpuipc_stat_buffer(client._c, None, buffer_id, None, 0, ctypes.byref(out)),
+                      f'stat buffer {buffer_id}')
+    return out.owner, out.uid, out.pid
+
+
+def _same_publisher(a, b):
+    """Whether two (peer, uid, pid) are one producer: one uid and one connection, or, while either
+    buffer has no owner (its producer died broker-held, or has not registered it again since a broker
+    restart), one process (pid 0: outside the broker's PID namespace, then only the uid is known)."""
+    if a[1] != b[1]:
+        return False
+    return a[0] == b[0] if a[0] and b[0] else a[2] == b[2]
+
+
+def _check_part(root, i, part):
+    """Part i must be the state dict's own NAME@part.I, and not the manifest again: a producer's
+    manifest can name any buffer id its consumers may attach, not only its own."""
+    want = f'{root.name}@part.{i}'
+    if part.name != want or part.id == root.id:
+        raise MetadataError(f'state dict {root.name!r}: part {i} is buffer {part.id} {part.name!r}, not its own '
+                            f'{want!r}')
+
+
+def _check_publishers(client, root, parts):
+    """Every part must come from the manifest's producer: a part published under NAME@part.I by
+    another peer (the name was free) is someone else's memory all the same."""
+    mine = _publisher(client, root.id)
+    for i, part in enumerate(parts):
+        theirs = _publisher(client, part.id)
+        if not _same_publisher(mine, theirs):
+            raise MetadataError(f'state dict {root.name!r}: part {i} (buffer {part.id} {part.name!r}) was published '
+                                f'by peer {theirs[0]} (uid {theirs[1]}, pid {theirs[2]}), not by the state dict\'s '
+                                f'producer, peer {mine[0]} (uid {mine[1]}, pid {mine[2]})')
+
+
 def _live_views(client, root, info, manifest, framework, device, digest):
-    """The arrays of a live state dict: its parts attached by id, each array a view of its part."""
-    try:
-        ids = [int(x) for x in info['parts']]
-    except (TypeError, ValueError):
-        raise MetadataError(f"state dict {root.name!r}: unusable 'parts'") from None
+    """The arrays of a live state dict: its parts attached by id, each checked to be a part of this
+    publication (its producer's NAME@part.I), each array a view of its part."""
+    ids = info['parts']
+    if type(ids) is not list or any(type(x) is not int or x <= 0 for x in ids):
+        raise MetadataError(f"state dict {root.name!r}: unusable 'parts' {ids!r:.80}")
     parts = []
     try:
-        for pid in ids:
+        for i, pid in enumerate(ids):
             parts.append(client.attach_id(pid, device))
+            _check_part(root, i, parts[-1])
+        _check_publishers(client, root, parts)
         if any(i >= len(parts) for i in manifest.parts):
             raise MetadataError(f'state dict {root.name!r}: entries name parts it does not list')
         out = {}
