@@ -4,8 +4,13 @@ their dtype, shape and strides; and copying one into gpuipc memory with the fram
 torch tensors, NumPy and CuPy arrays are read through their own attributes (cheap); anything else
 that implements ``__dlpack__`` (JAX arrays, gpuipc views, ...) through its DLPack capsule.
 """
+import operator
+
 from . import dlpack, dtypes
-from .errors import InvalidArgument
+from .errors import InvalidArgument, MetadataError
+
+MAX_NDIM = 32  # NumPy 1.x's limit (2.x takes 64): more dimensions are a layout no consumer can view
+_INT64 = 1 << 63
 
 
 def framework_of(obj):
@@ -103,16 +108,70 @@ def _element_strides(arr):
 
 def extent(info):
     """(lowest, highest + 1) byte offset from info.ptr that the elements touch; (0, 0) when empty."""
-    size = dtypes.itemsize(info.dtype)
-    strides = info.strides
+    return _extent(info.dtype, info.shape, info.strides)
+
+
+def _extent(dtype, shape, strides):
+    size = dtypes.itemsize(dtype)
     if strides is None:  # C-contiguous, the common case: a state dict's arrays are located every publish
-        n = numel(info.shape)
+        n = numel(shape)
         return (0, n * size) if n else (0, 0)
-    if any(n == 0 for n in info.shape):
+    if any(n == 0 for n in shape):
         return 0, 0
-    lo = sum((n - 1) * s for n, s in zip(info.shape, strides) if s < 0)
-    hi = sum((n - 1) * s for n, s in zip(info.shape, strides) if s > 0)
+    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
     return lo * size, (hi + 1) * size
+
+
+def _ints(values, what, low):
+    """values (a list or tuple) as a tuple of ints in [low, 2^63), else MetadataError. bools and
+    floats are no sizes, though int() would take them."""
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, '__iter__'):
+        raise MetadataError(f'the {what} {values!r:.80} is not a list of ints')
+    out = []
+    for x in values:
+        try:
+            if type(x) is bool:
+                raise TypeError
+            x = operator.index(x)
+        except TypeError:
+            raise MetadataError(f'the {what} {values!r:.80} is not a list of ints') from None
+        if not low <= x < _INT64:
+            raise MetadataError(f'the {what} {values!r:.80} has {x}, outside [{low}, 2^63)')
+        out.append(x)
+    if len(out) > MAX_NDIM:
+        raise MetadataError(f'the {what} has {len(out)} dimensions; views take at most {MAX_NDIM}')
+    return tuple(out)
+
+
+def check_layout(dtype, shape, strides, offset, size):
+    """(shape, strides or None, offset) of a layout of `dtype` elements (a canonical name) in a
+    size-byte buffer, checked: dimensions non-negative ints, strides (in elements) ints, one per
+    dimension, offset a non-negative int, and every element inside the buffer; MetadataError says
+    what is wrong. Every View is made through it (an attached buffer's metadata, a state dict's or
+    a ring's arrays, view()), so NumPy, DLPack, torch and the others are handed only layouts they
+    can take, and refuse the same ones with the same error."""
+    shape = _ints(shape, 'shape', 0)
+    if strides is not None:
+        strides = _ints(strides, 'strides', -_INT64 + 1)
+        if len(strides) != len(shape):
+            raise MetadataError(f'{len(strides)} strides for the {len(shape)} dimensions of shape {list(shape)}')
+    try:
+        if type(offset) is bool:
+            raise TypeError
+        offset = operator.index(offset)
+    except TypeError:
+        raise MetadataError(f'the offset {offset!r:.40} is not an int') from None
+    itemsize = dtypes.itemsize(dtype)
+    # what NumPy computes before it looks at zeros: its byte size must fit an int64
+    span = itemsize
+    for n in shape:
+        span *= max(n, 1)
+    lo, hi = _extent(dtype, shape, strides)
+    if offset < 0 or offset + lo < 0 or offset + hi > size or span >= _INT64:
+        raise MetadataError(f'a {dtype} view of shape {list(shape)} at offset {offset} does not fit in the '
+                            f'{size}-byte buffer')
+    return shape, strides, offset
 
 
 def numel(shape):

@@ -25,14 +25,8 @@ class View:
     def __init__(self, memory: '_Memory', offset: int, dtype: Any, shape: Sequence[int],
                  strides: Optional[Sequence[int]] = None) -> None:
         self.memory = memory
-        self.offset = int(offset)
         self.dtype = dtypes.name(dtype)
-        self.shape = tuple(int(x) for x in shape)
-        self.strides = tuple(int(x) for x in strides) if strides is not None else None
-        lo, hi = arrays.extent(self._info_at(0))
-        if self.offset + lo < 0 or self.offset + hi > memory.size:
-            raise MetadataError(f'a {self.dtype} view of shape {self.shape} at offset {self.offset} does not fit in '
-                                f'the {memory.size}-byte buffer')
+        self.shape, self.strides, self.offset = arrays.check_layout(self.dtype, shape, strides, offset, memory.size)
 
     def __repr__(self):
         return (f'<gpuipc.View {self.dtype}{list(self.shape)} at +{self.offset} of {self.memory.kind} buffer '
@@ -71,6 +65,10 @@ class View:
             shape = ((self.memory.size - start) // dtypes.itemsize(dtype),)
         return View(self.memory, start, dtype, shape, strides)
 
+    def _check_layout(self):
+        """Raises the MetadataError that made the layout unusable (an Attached's metadata); a View's
+        own layout was checked when it was made."""
+
     def _info_at(self, base):
         return dlpack.Info(base + self.offset, self.__dlpack_device__(), self.dtype, self.shape, self.strides,
                            self.readonly)
@@ -89,6 +87,7 @@ class View:
         """A DLPack capsule of the elements, zero-copy. `stream` is accepted and ignored: published
         data is complete before the publish returns (or is ordered by a fence, see Attached.wait_ready);
         `copy=True` is refused (this is shared memory); `dl_device` must be the buffer's own."""
+        self._check_layout()
         ptr = self.memory._usable_ptr()
         if copy:
             raise BufferError('gpuipc views are shared memory and are never copied; copy with your framework')
@@ -130,6 +129,7 @@ class View:
         import numpy
         if self.kind != 'memfd':
             raise TypeError(f'a {self.kind} buffer is GPU memory: use .torch(), .cupy() or .jax()')
+        self._check_layout()
         np_dtype = dtypes.numpy_dtype(self.dtype)
         if self.readonly:
             # Through DLPack, exported as unsigned ints of the same size and viewed as the dtype: that
@@ -151,6 +151,7 @@ class View:
         """The bytes of the elements as a memoryview (no copy; read-only when the buffer is); memfd only."""
         if self.kind != 'memfd':
             raise TypeError(f'a {self.kind} buffer is GPU memory; read it with .read() or a framework')
+        self._check_layout()
         if self.strides is not None:
             raise InvalidArgument('memoryview() needs a contiguous view')
         raw = (ctypes.c_ubyte * self.nbytes).from_address(self.memory._usable_ptr() + self.offset)
@@ -187,8 +188,8 @@ class _Memory(View):
         self._kind = KIND_NAMES.get(lib.gpuipc_buffer_kind(handle), '?')
         self._ordinal = lib.gpuipc_buffer_device_ordinal(handle)
         self._writable = bool(lib.gpuipc_buffer_writable(handle))
-        if shape is None:
-            shape = (self._size // dtypes.itemsize(dtypes.name(dtype)),)
+        if shape is None:  # as many elements as fit after the offset
+            shape = (max(self._size - offset, 0) // dtypes.itemsize(dtypes.name(dtype)),)
         View.__init__(self, self, offset, dtype, shape, strides)
 
     def __repr__(self):
@@ -322,25 +323,24 @@ class Attached(_Memory):
         n = ctypes.c_size_t()
         p = client._lib.gpuipc_buffer_meta(handle, ctypes.byref(n))
         self.raw_meta = ctypes.string_at(p, n.value) if p else b''
-        self._meta, self._meta_error = None, None
-        dtype, shape, strides, offset = 'uint8', None, None, 0
-        try:
-            self._meta = _meta.unpack(self.raw_meta)
-            if 'dtype' in self._meta:
-                dtype = dtypes.name(self._meta['dtype'])
-                shape = self._meta.get('shape')
-                strides = self._meta.get('strides')
-                offset = self._meta.get('offset', 0)
-        except (MetadataError, ValueError, TypeError) as e:
-            self._meta_error = e if isinstance(e, MetadataError) else MetadataError(f'unusable layout metadata: {e}')
-            dtype, shape, strides, offset = 'uint8', None, None, 0
-        try:
-            _Memory.__init__(self, client, handle, dtype, shape, strides, offset)
-        except (MetadataError, ValueError, TypeError) as e:
-            self._meta_error = e if isinstance(e, MetadataError) else MetadataError(f'unusable layout metadata: {e}')
-            _Memory.__init__(self, client, handle)
         self._generation = client._lib.gpuipc_buffer_generation(handle)
         self._name = client._lib.gpuipc_buffer_name(handle).decode(errors='replace')
+        self._meta, self._meta_error = None, None
+        # The layout the metadata gives is checked as every view's is (arrays.check_layout). An
+        # unusable one still attaches (the bytes, meta and view() stay usable), but every framework's
+        # view of it (DLPack, numpy(), memoryview(), torch(), ...) raises the same MetadataError.
+        layout = None
+        try:
+            self._meta = _meta.unpack(self.raw_meta)
+            layout = _meta.layout(self._meta)
+            if layout is not None:
+                _Memory.__init__(self, client, handle, *layout)
+        except MetadataError as e:
+            self._meta_error = f'buffer {self._name!r}: {e}' if self._meta is None else \
+                f'buffer {self._name!r}: unusable layout metadata: {e}'
+            layout = None
+        if layout is None:
+            _Memory.__init__(self, client, handle)
 
     @property
     def name(self) -> str:
@@ -351,7 +351,7 @@ class Attached(_Memory):
     def meta(self) -> Dict[Any, Any]:
         """The metadata map exactly as the producer published it ({} when none)."""
         if self._meta is None:
-            raise self._meta_error
+            raise MetadataError(self._meta_error)
         return self._meta
 
     @property
@@ -371,13 +371,8 @@ class Attached(_Memory):
         return bool(self._handle and self._client._lib.gpuipc_buffer_revoked(self._handle))
 
     def _check_layout(self):
-        if self._meta_error is not None:
-            raise self._meta_error
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        """View.__dlpack__, after checking that the metadata gave a usable layout."""
-        self._check_layout()
-        return _Memory.__dlpack__(self, **kwargs)
+        if self._meta_error is not None:  # a new exception each time: a raised one keeps its traceback
+            raise MetadataError(self._meta_error)
 
     def wait_ready(self, stream: Any = None) -> None:
         """If the producer published with a fence, enqueues in `stream` (a torch or CuPy stream, a raw

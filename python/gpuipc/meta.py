@@ -21,6 +21,7 @@ except ImportError as e:  # a --no-deps install, or a venv that does not see the
     raise ImportError('gpuipc needs the msgpack package: pip install msgpack, or on Debian and Ubuntu '
                       'apt install python3-msgpack and make the venv with --system-site-packages') from e
 
+from . import dtypes
 from .errors import MetadataError
 
 MAX_BYTES = 4096
@@ -60,3 +61,20 @@ def unpack(raw):
     if not isinstance(m, dict):
         raise MetadataError(f'the buffer metadata is a msgpack {type(m).__name__}, not a map')
     return m
+
+
+def layout(m):
+    """(dtype, shape, strides, offset) that the layout keys of a metadata map give, None when it has
+    none (no 'dtype'); MetadataError when a key is not of its type or the dtype is unknown. The
+    values themselves (dimensions, extents) are checked where every view's are: arrays.check_layout."""
+    if 'dtype' not in m:
+        return None
+    dtype = m['dtype']
+    if type(dtype) is not str or dtype not in dtypes.ITEMSIZES:
+        raise MetadataError(f'dtype {dtype!r:.40} is none of gpuipc\'s dtype names')
+    shape, strides, offset = m.get('shape'), m.get('strides'), m.get('offset', 0)
+    if shape is not None and type(shape) is not list:
+        raise MetadataError(f'shape {shape!r:.80} is not a list')
+    if strides is not None and type(strides) is not list:
+        raise MetadataError(f'strides {strides!r:.80} is not a list')
+    return dtype, shape, strides, offset

@@ -802,10 +802,11 @@ def _read_layout(client, name):
                                    f'be trusted')
     if not isinstance(layout.get('ring'), dict) or layout['ring'].get('mode') not in MODES:
         raise errors.MetadataError(f"ring '{name}': {name}{META_SUFFIX} does not describe a ring: {layout!r}")
-    try:
-        layout['dtype'] = dtypes.name(layout.get('dtype', 'uint8'))
-        if layout.get('shape') is not None:
-            layout['shape'] = [int(x) for x in layout['shape']]
-    except (TypeError, ValueError) as e:
+    try:  # checked as every view's layout is; the frames' fit in a slot is checked at the first one
+        dtype, shape, _, _ = _meta.layout({'dtype': 'uint8', **layout})
+        layout['dtype'] = dtype
+        if shape is not None:
+            layout['shape'] = list(arrays.check_layout(dtype, shape, None, 0, 1 << 62)[0])
+    except errors.MetadataError as e:
         raise errors.MetadataError(f"ring '{name}': unusable dtype or shape in {name}{META_SUFFIX}: {e}") from None
     return layout

@@ -668,21 +668,26 @@ def _parse_entries(raw_entries, live, data_end):
     """_Manifest of a manifest's entry lists, each checked (ValueError says what is wrong). One pass,
     no call per field: a model's 200 entries are parsed at every cold attach."""
     width, sizes = (5 if live else 4), dtypes.ITEMSIZES
+    max_ndim, int64 = arrays.MAX_NDIM, 1 << 63
     entries, parts, keys = [], {}, set()
     for e in raw_entries:
         if type(e) is not list or len(e) != width:
             raise ValueError(f'entry {e!r:.80} is not a list of {width} fields')
         key, dtype, shape, off = e[0], e[1], e[2], e[3]
-        n = sizes.get(dtype)
+        n = sizes.get(dtype) if type(dtype) is str else None
         if n is None:
-            dtype = dtypes.name(dtype)
-            n = sizes[dtype]
-        if type(shape) is not list:
+            raise ValueError(f'entry {key!r} has dtype {dtype!r:.40}, none of gpuipc\'s dtype names')
+        # arrays.check_layout's rules, inline: this runs for each of a model's entries
+        if type(shape) is not list or len(shape) > max_ndim:
             raise ValueError(f'entry {key!r} has shape {shape!r:.80}')
+        span = n
         for x in shape:
-            if type(x) is not int or x < 0:
+            if type(x) is not int or x < 0 or x >= int64:
                 raise ValueError(f'entry {key!r} has shape {shape!r:.80}')
             n *= x
+            span *= x or 1
+        if span >= int64:
+            raise ValueError(f'entry {key!r} has shape {shape!r:.80}')
         if type(off) is not int or off < 0:
             raise ValueError(f'entry {key!r} has offset {off!r:.40}')
         # a snapshot's arrays lie before its manifest; a live one's within its part (checked at attach)
@@ -761,16 +766,57 @@ def _attach_newer(client, name, timeout_ms, device, after):
         client._unsubscribe(sub)
 
 
+def _publisher(client, buffer_id):
+    """(peer, uid, pid) of the producer of a buffer, as the broker says (a stat without holders)."""
+    out = _lib.BufferInfo()
+    with client._locked():
+        client._check(client._lib.gpuipc_stat_buffer(client._c, None, buffer_id, None, 0, ctypes.byref(out)),
+                      f'stat buffer {buffer_id}')
+    return out.owner, out.uid, out.pid
+
+
+def _same_publisher(a, b):
+    """Whether two (peer, uid, pid) are one producer: one uid and one connection, or, while either
+    buffer has no owner (its producer died broker-held, or has not registered it again since a broker
+    restart), one process (pid 0: outside the broker's PID namespace, then only the uid is known)."""
+    if a[1] != b[1]:
+        return False
+    return a[0] == b[0] if a[0] and b[0] else a[2] == b[2]
+
+
+def _check_part(root, i, part):
+    """Part i must be the state dict's own NAME@part.I, and not the manifest again: a producer's
+    manifest can name any buffer id its consumers may attach, not only its own."""
+    want = f'{root.name}@part.{i}'
+    if part.name != want or part.id == root.id:
+        raise MetadataError(f'state dict {root.name!r}: part {i} is buffer {part.id} {part.name!r}, not its own '
+                            f'{want!r}')
+
+
+def _check_publishers(client, root, parts):
+    """Every part must come from the manifest's producer: a part published under NAME@part.I by
+    another peer (the name was free) is someone else's memory all the same."""
+    mine = _publisher(client, root.id)
+    for i, part in enumerate(parts):
+        theirs = _publisher(client, part.id)
+        if not _same_publisher(mine, theirs):
+            raise MetadataError(f'state dict {root.name!r}: part {i} (buffer {part.id} {part.name!r}) was published '
+                                f'by peer {theirs[0]} (uid {theirs[1]}, pid {theirs[2]}), not by the state dict\'s '
+                                f'producer, peer {mine[0]} (uid {mine[1]}, pid {mine[2]})')
+
+
 def _live_views(client, root, info, manifest, framework, device, digest):
-    """The arrays of a live state dict: its parts attached by id, each array a view of its part."""
-    try:
-        ids = [int(x) for x in info['parts']]
-    except (TypeError, ValueError):
-        raise MetadataError(f"state dict {root.name!r}: unusable 'parts'") from None
+    """The arrays of a live state dict: its parts attached by id, each checked to be a part of this
+    publication (its producer's NAME@part.I), each array a view of its part."""
+    ids = info['parts']
+    if type(ids) is not list or any(type(x) is not int or x <= 0 for x in ids):
+        raise MetadataError(f"state dict {root.name!r}: unusable 'parts' {ids!r:.80}")
     parts = []
     try:
-        for pid in ids:
+        for i, pid in enumerate(ids):
             parts.append(client.attach_id(pid, device))
+            _check_part(root, i, parts[-1])
+        _check_publishers(client, root, parts)
         if any(i >= len(parts) for i in manifest.parts):
             raise MetadataError(f'state dict {root.name!r}: entries name parts it does not list')
         out = {}

@@ -55,24 +55,39 @@ def case_state_dict_numpy_memfd(c):
     return f'version {getattr(version, "version", version)} as memfd'
 
 
-def lying_state_dict(c, name, entries, live=False):
-    """Publishes a memfd buffer holding `entries` as a state dict manifest (after 64 data bytes, with
-    the buffer itself as the live one's only part); returns the buffer."""
+def lying_state_dict(c, name, entries, live=False, parts=None):
+    """Publishes a memfd buffer holding `entries` as a state dict manifest (after 64 data bytes);
+    a live one's parts are the buffer ids `parts`, by default one 64-byte buffer of its own under
+    NAME@part.0. Returns the buffers to free."""
     import msgpack
     manifest = msgpack.packb({'format': 'gpuipc.state_dict/1', 'entries': entries}, use_bin_type=True)
     buf = c.alloc(64 + len(manifest), 'memfd')
     buf.write(manifest, 64)
     info = {'version': 1, 'manifest': [64, len(manifest)]}
+    made = [buf]
+    if live and parts is None:
+        part = c.alloc(64, 'memfd')
+        c.publish(part, f'{name}@part.0')
+        made.append(part)
+        parts = [part.id]
     if live:
-        info['parts'] = [buf.id]
+        info['parts'] = parts
     c.publish(buf, name, meta={'state_dict': info})
-    return buf
+    return made
+
+
+def free_all(c, bufs):
+    for b in bufs:
+        c.retire(b)
+        c.free(b)
 
 
 def case_lying_manifest(c):
     """A manifest that lies is a MetadataError that says what is wrong, never an IndexError or a
     view outside the buffer."""
     snapshot = [('a dtype nobody has', [['w', 'float99', [4], 0]], 'float99'),
+                ('a dtype NumPy would guess', [['w', None, [4], 0]], 'dtype'),
+                ('too many dimensions', [['w', 'uint8', [1] * 40, 0]], 'shape'),
                 ('a negative dimension', [['w', 'float32', [-4], 0]], 'shape'),
                 ('a float dimension', [['w', 'float32', [4.0], 0]], 'shape'),
                 ('a shape that is no list', [['w', 'float32', 4, 0]], 'shape'),
@@ -89,14 +104,136 @@ def case_lying_manifest(c):
     cases = [(w, e, s, False) for w, e, s in snapshot] + [(w, e, s, True) for w, e, s in live]
     for i, (what, entries, says, is_live) in enumerate(cases):
         name = f'py/details/{RUN}/lie{i}'
-        buf = lying_state_dict(c, name, entries, is_live)
+        bufs = lying_state_dict(c, name, entries, is_live)
         try:
             e = raises(gpuipc.MetadataError, lambda: c.attach_state_dict(name, framework='numpy', timeout_ms=2000))
             assert says in str(e), f'{what}: {e}'
         finally:
-            c.retire(buf)
-            c.free(buf)
+            free_all(c, bufs)
     return f'{len(cases)} lying manifests refused with MetadataError'
+
+
+def case_live_parts_of_others(c):
+    """A live state dict takes only its own producer's NAME@part.I buffers: a manifest whose parts
+    name another producer's buffer (under any name, its own NAME@part.0 included), a buffer of the
+    producer under another name, or the manifest itself is a MetadataError naming the part, and the
+    consumer holds nothing afterwards."""
+    secret = bytes(range(64))
+    entries = [['w', 'uint8', [64], 0, 0]]
+    with gpuipc.Client(label='py-details-victim', probe_gpus=False) as victim, \
+            gpuipc.Client(label='py-details-hostile', probe_gpus=False) as hostile:
+        def victims(name):
+            b = victim.alloc(64, 'memfd')
+            b.write(secret)
+            victim.publish(b, name)
+            return b
+        others = victims(f'py/details/{RUN}/victim@part.0')
+        squatted = victims(f'py/details/{RUN}/evil1@part.0')  # the name the hostile manifest's part has
+        own = hostile.alloc(64, 'memfd')
+        hostile.publish(own, f'py/details/{RUN}/evil2/other')
+        cases = [('another producer\'s part of another name', 'evil0', [others.id], others),
+                 ('another producer\'s buffer under NAME@part.0', 'evil1', [squatted.id], squatted),
+                 ('its own buffer under another name', 'evil2', [own.id], own),
+                 ('its own manifest', 'evil3', None, None)]
+        for what, leaf, parts, target in cases:
+            name = f'py/details/{RUN}/{leaf}'
+            bufs = lying_state_dict(hostile, name, entries, True, parts if parts is not None else [])
+            if parts is None:  # the manifest's own id, known once it is published: publish it again
+                hostile.retire(bufs[0])
+                hostile.wait_drained(bufs[0], 2000)
+                lying_state_dict_again(hostile, bufs[0], name, entries)
+                target = bufs[0]
+            try:
+                e = raises(gpuipc.MetadataError,
+                           lambda: c.attach_state_dict(name, framework='numpy', timeout_ms=2000))
+                assert f'buffer {target.id} ' in str(e), f'{what}: the part is not named in {e}'
+                for b in (target, bufs[0]):
+                    held = [h.peer for h in c.stat(buffer_id=b.id).held_by]
+                    assert c.connection_info().peer not in held, f'{what}: buffer {b.id} still held after {e}'
+            finally:
+                free_all(hostile, bufs)
+        free_all(victim, [others, squatted])
+        free_all(hostile, [own])
+    return f'{len(cases)} manifests naming buffers of others refused with MetadataError'
+
+
+def lying_state_dict_again(c, buf, name, entries):
+    """Publishes buf (a lying_state_dict() manifest) again, as a live one whose part is itself."""
+    import msgpack
+    manifest = msgpack.packb({'format': 'gpuipc.state_dict/1', 'entries': entries}, use_bin_type=True)
+    c.publish(buf, name, meta={'state_dict': {'version': 2, 'manifest': [64, len(manifest)], 'parts': [buf.id]}})
+
+
+def case_hostile_layout(c):
+    """Unusable layout metadata (a C producer can write any map) attaches, but every framework's view
+    of it raises MetadataError: numpy(), memoryview(), __dlpack__ (numpy.from_dlpack), torch() where
+    torch is installed; the bytes stay reachable through view('uint8'). A usable one is viewed."""
+    import msgpack
+    bad = [('a negative dimension', {'dtype': 'float32', 'shape': [-4]}),
+           ('two negative dimensions', {'dtype': 'float32', 'shape': [-4, -4]}),
+           ('an extent past the buffer', {'dtype': 'float32', 'shape': [2048]}),
+           ('an offset past the buffer', {'dtype': 'uint8', 'shape': [4], 'offset': 4094}),
+           ('a negative offset', {'dtype': 'uint8', 'shape': [4], 'offset': -4}),
+           ('strides past the buffer', {'dtype': 'float32', 'shape': [4], 'strides': [400]}),
+           ('strides before the buffer', {'dtype': 'float32', 'shape': [4], 'strides': [-1]}),
+           ('a stride per dimension missing', {'dtype': 'float32', 'shape': [4, 4], 'strides': [4]}),
+           ('an unknown dtype', {'dtype': 'float99', 'shape': [4]}),
+           ('a dtype that is no string', {'dtype': 7, 'shape': [4]}),
+           ('a dtype NumPy would guess', {'dtype': None, 'shape': [4]}),
+           ('a shape that is no list', {'dtype': 'float32', 'shape': '4'}),
+           ('a float dimension', {'dtype': 'float32', 'shape': [4.0]}),
+           ('a bool dimension', {'dtype': 'float32', 'shape': [True]}),
+           ('an offset that is no int', {'dtype': 'uint8', 'shape': [4], 'offset': '8'}),
+           ('too many dimensions', {'dtype': 'uint8', 'shape': [1] * 40}),
+           ('an empty array too large for NumPy', {'dtype': 'uint8', 'shape': [1 << 62, 4, 0]})]
+    try:
+        import torch  # noqa: F401
+        frameworks = ['torch']
+    except ImportError:
+        frameworks = []
+    views = [('numpy()', lambda a: a.numpy()), ('memoryview()', lambda a: a.memoryview()),
+             ('__dlpack__', lambda a: a.__dlpack__()), ('numpy.from_dlpack', lambda a: np.from_dlpack(a))] + [('torch()', lambda a: a.torch()) for _ in frameworks]
+    buf = c.alloc(4096, 'memfd')
+    buf.write(bytes(range(256)) * 16)
+    wrong = []  # every case and view that did not raise MetadataError: all of them are reported
+    try:
+        for i, (what, m) in enumerate(bad):
+            name = f'py/details/{RUN}/layout{i}'
+            c._publish_raw(buf, name.encode(), msgpack.packb(m, use_bin_type=True))
+            with c.attach(name, 0) as a:
+                wrong += [f'{what}: {how}: {got}' for how, fn in views for got in [not_meta(fn, a)] if got]
+                assert a.meta == m, f'{what}: meta {a.meta!r}'
+                if bytes(a.view('uint8').memoryview()[:4]) != bytes(range(4)):
+                    wrong.append(f"{what}: view('uint8') does not start at the buffer's first byte")
+            c.retire(buf)
+            c.wait_drained(buf, 2000)
+        assert not wrong, f'{len(wrong)} views not refused with MetadataError:\n  ' + '\n  '.join(wrong)
+        m = {'dtype': 'float32', 'shape': [2, 3], 'strides': [1, 2], 'offset': 16}
+        c._publish_raw(buf, f'py/details/{RUN}/layout-ok'.encode(), msgpack.packb(m, use_bin_type=True))
+        with c.attach(f'py/details/{RUN}/layout-ok', 0) as a:
+            want = np.frombuffer(bytes(range(256)) * 16, np.float32)[4:10].reshape(3, 2).T
+            for how, fn in views:
+                if how == 'memoryview()':
+                    continue  # strided: memoryview() refuses it, as it always did
+                got = fn(a)
+                got = np.from_dlpack(a) if how == '__dlpack__' else got
+                got = got.cpu().numpy() if how == 'torch()' else got
+                assert got.shape == (2, 3) and np.array_equal(got, want), f'{how}: {got!r}'
+        c.retire(buf)
+    finally:
+        c.free(buf)
+    return f'{len(bad)} unusable layouts refused by {", ".join(h for h, _ in views)}'
+
+
+def not_meta(fn, a):
+    """'' when fn(a) raises MetadataError, else what it did instead."""
+    try:
+        got = fn(a)
+    except gpuipc.MetadataError:
+        return ''
+    except Exception as e:
+        return f'{type(e).__name__}: {e}'
+    return f'returned {type(got).__name__} {getattr(got, "dtype", "")}{list(getattr(got, "shape", ()))}'
 
 
 def case_invalid_arguments(c):
@@ -185,7 +322,8 @@ def case_pickle(c):
     return 'Attached re-attached by id in a spawned process; Buffer and Client: TypeError'
 
 
-CASES = [case_state_dict_numpy_memfd, case_lying_manifest, case_invalid_arguments, case_join_ring_timeout, case_message_once,
+CASES = [case_state_dict_numpy_memfd, case_lying_manifest, case_live_parts_of_others, case_hostile_layout,
+         case_invalid_arguments, case_join_ring_timeout, case_message_once,
          case_not_a_socket, case_pickle]
 
 
