@@ -432,6 +432,7 @@ bool gpu_pidns_possible(char *why, size_t cap)
 typedef struct PidnsArg {
         HChildFn fn;
         void *arg;
+        GpuNs ns;
 } PidnsArg;
 
 static void init_alarm(int sig)
@@ -443,8 +444,30 @@ static void init_alarm(int sig)
         _exit(1);
 }
 
+/* Process 1 of the new namespace with a.ns.pid > 1: uses up the PIDs below the one fn must have,
+ * then runs fn in a child and passes its exit code on. */
+static int run_at_pid(HChan *ch, const PidnsArg *a)
+{
+        pid_t pid;
+
+        for (;;) {
+                pid = fork();
+                CHECK(pid >= 0);
+                if (pid == 0) {
+                        if ((unsigned)getpid() < a->ns.pid)
+                                _exit(0);
+                        CHECK_EQ((unsigned)getpid(), a->ns.pid);
+                        _exit(a->fn(ch, a->arg));
+                }
+                if ((unsigned)pid >= a->ns.pid)
+                        return wait_exit_code(pid);
+                (void)wait_exit_code(pid);
+        }
+}
+
 /* Runs in the h_spawn() child: it stays in the case's PID namespace and waits for process 1 of
- * the new one, which runs the role and inherits the channel to the parent. */
+ * the new one, which runs the role (or starts the process that does) and inherits the channel to
+ * the parent. */
 static int pidns_child(HChan *ch, void *arg)
 {
         PidnsArg a = *(PidnsArg *)arg;
@@ -465,15 +488,23 @@ static int pidns_child(HChan *ch, void *arg)
                 alarm(timeout ? timeout : 60);
                 CHECKF(enter_container(why, sizeof(why)) == 0, "%s", why);
                 CHECK_EQ(getpid(), 1);
-                _exit(a.fn(ch, a.arg));
+                if (a.ns.private_shm)
+                        CHECKF(mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") == 0,
+                               "mounting a private /dev/shm: %s", strerror(errno));
+                _exit(a.ns.pid > 1 ? run_at_pid(ch, &a) : a.fn(ch, a.arg));
         }
         return wait_exit_code(pid);
 }
 
-HChild *gpu_spawn_pidns(const char *name, HChildFn fn, void *arg)
+HChild *gpu_spawn_ns(const char *name, HChildFn fn, void *arg, GpuNs ns)
 {
         static PidnsArg a; /* copied by the fork inside h_spawn() */
 
-        a = (PidnsArg){ fn, arg };
+        a = (PidnsArg){ fn, arg, ns };
         return h_spawn(name, pidns_child, &a);
+}
+
+HChild *gpu_spawn_pidns(const char *name, HChildFn fn, void *arg)
+{
+        return gpu_spawn_ns(name, fn, arg, (GpuNs){ 0 });
 }

@@ -128,5 +128,16 @@ bool gpu_pidns_possible(char *why, size_t cap);
  * and a fresh /proc: a container that shares no PID namespace with anyone. */
 HChild *gpu_spawn_pidns(const char *name, HChildFn fn, void *arg);
 
+/* Where gpu_spawn_ns() runs fn: as process `pid` of its new PID namespace (0 or 1: the first; more:
+ * process 1 starts and reaps pid - 2 short-lived children first, as a container's init and its
+ * helpers would, and then waits for fn), with a /dev/shm of its own (an empty tmpfs) when
+ * private_shm is set. */
+typedef struct GpuNs {
+        unsigned pid;
+        bool private_shm;
+} GpuNs;
+
+HChild *gpu_spawn_ns(const char *name, HChildFn fn, void *arg, GpuNs ns);
+
 /* The inode of this process's PID namespace (as /proc/self/ns/pid says). */
 uint64_t gpu_pidns(void);

@@ -301,6 +301,7 @@ def role_no_cuda():
 def role_fake_cuda_producer():
     with client('py-fakecuda-producer') as c:
         legacy = c.alloc(4096, 'cuda-legacy', 0)
+        legacy.write(b'\x5a' * 4096)
         c.publish(legacy, f'py/{RUN}/legacy')
         on1 = c.alloc(4096, 'cuda-vmm', 1)
         c.publish(on1, f'py/{RUN}/dev1')
@@ -322,6 +323,11 @@ def role_fake_cuda_consumer(name, expect):
             cap = a.__dlpack__()
             say(f'ok {a.__dlpack_device__()} {info.dtype} {info.shape} {a.readonly} {type(cap).__name__}')
             del cap
+            a.release()
+            return
+        if expect == 'read':
+            same = a.read(0, 4096) == bytes([0x5a]) * 4096
+            say(f'attached {same} pid {os.getpid()}')
             a.release()
             return
         say('attached')
@@ -919,15 +925,23 @@ def case_exceptions():
     if FAKECUDA:
         done += fake_cuda_exceptions(skipped)
     else:
-        skipped.append('PidNamespace, Device (no stand-in libcuda)')
+        skipped.append('SamePid, Device (no stand-in libcuda)')
     return ', '.join(done) + (f'; skipped: {"; ".join(skipped)}' if skipped else '')
 
 
+# A process as the first of a PID namespace of its own (a container's main process), and as the
+# second (the first is a shell that waits for it: "$@" is not the shell's last command, so it forks).
+AS_PID_1 = ('unshare', '--pid', '--fork', '--mount-proc', '--kill-child')
+AS_PID_2 = AS_PID_1 + ('sh', '-c', '"$@"; exit $?', 'sh')
+
+
 def fake_cuda_exceptions(skipped):
-    """PidNamespace and Device with the stand-in libcuda, and a kDLCUDA bfloat16 capsule."""
+    """SamePid, Device and a kDLCUDA bfloat16 capsule with the stand-in libcuda (which opens legacy
+    handles as the driver was measured to: across PID namespaces, unless the PIDs are equal)."""
     env2 = {'GPUIPC_LIBCUDA': FAKECUDA, 'FAKECUDA_DEVICES': '2'}
     done = []
-    producer = Peer('fake-cuda-producer', env=env2)
+    namespaces = subprocess.run([*AS_PID_1, 'true'], capture_output=True).returncode == 0
+    producer = Peer('fake-cuda-producer', env=env2, prefix=AS_PID_1 if namespaces else ())
     try:
         producer.expect('published')
         one_gpu = Peer('fake-cuda-consumer', f'py/{RUN}/dev1', 'error', env={**env2, 'FAKECUDA_DEVICES': '1'})
@@ -939,15 +953,21 @@ def fake_cuda_exceptions(skipped):
         assert got == "(2, 0) bfloat16 (16, 16) True PyCapsule", got
         dl.finish()
         done.append('kDLCUDA capsule')
-        if subprocess.run(['unshare', '--pid', '--fork', '--mount-proc', 'true'], capture_output=True).returncode:
-            skipped.append('PidNamespace (unshare --pid is not permitted here)')
+        if not namespaces:
+            skipped.append('SamePid (unshare --pid is not permitted here)')
         else:
-            other_ns = Peer('fake-cuda-consumer', f'py/{RUN}/legacy', 'error', env=env2,
-                            prefix=('unshare', '--pid', '--fork', '--mount-proc', '--kill-child'))
-            msg = other_ns.expect('PidNamespace')
-            assert 'PID namespace' in msg, msg
-            other_ns.finish()
-            done.append('PidNamespace')
+            # Both PID 1 of their namespaces: refused before CUDA runs, naming the PID.
+            both_one = Peer('fake-cuda-consumer', f'py/{RUN}/legacy', 'error', env=env2, prefix=AS_PID_1)
+            msg = both_one.expect('SamePid')
+            assert 'both PID 1' in msg and 'gpuipcctl run' in msg, msg
+            both_one.finish()
+            done.append('SamePid')
+            # PID 2 of another namespace: the handle opens and the bytes are the producer's.
+            pid_two = Peer('fake-cuda-consumer', f'py/{RUN}/legacy', 'read', env=env2, prefix=AS_PID_2)
+            got = pid_two.expect('attached')
+            assert got == 'True pid 2', got
+            pid_two.finish()
+            done.append('cuda-legacy between PID 1 and PID 2 of sibling namespaces')
         producer.say('exit')
         producer.finish()
     finally:
