@@ -31,6 +31,7 @@ typedef struct NsArg {
         char handle_file[160]; /* the raw cases: where the producer writes its handle */
         GcuResult want;        /* the raw cases: what the consumer's open must return */
         int want_err;          /* the gpuipc cases: what the consumer's attach or open must return */
+        gpuipc_t *observer;    /* the buffer cases: checks, once the consumer is done, that it holds nothing */
 } NsArg;
 
 static void skip_unless_namespaces(void)
@@ -55,6 +56,13 @@ static void run_pair(const char *what, HChildFn producer, GpuNs pns, HChildFn co
         h_log("%s: producer (PID namespace, PID) %s; consumer %s", what, ptext, ctext);
         CHECK(strtoull(ptext, NULL, 10) != strtoull(ctext, NULL, 10)); /* sibling namespaces */
         h_child_wait_ok(k, H_SOON_MS);
+        if (a->observer) {
+                HStat st;
+
+                /* Refused or released: the consumer holds nothing, and the buffer is still there. */
+                CHECK_OK(a->observer, h_stat(a->observer, a->name, &st));
+                CHECK_EQ(st.refs, 0);
+        }
         h_child_tell(p, 'x');
         h_child_wait_ok(p, H_SOON_MS);
         h_child_free(k);
@@ -146,16 +154,13 @@ static void run_gpuipc(gpuipc_kind_t kind, const char *name, GpuNs cns, int want
 {
         HBroker *br = h_broker_start(NULL);
         gpuipc_t *obs = h_connect(br, "observer");
-        NsArg a = { .broker = br, .kind = kind, .name = name, .seed = 0x9e + (uint64_t)kind, .want_err = want_err };
-        HStat st;
+        NsArg a = { .broker = br, .kind = kind, .name = name, .seed = 0x9e + (uint64_t)kind, .want_err = want_err,
+                    .observer = obs };
 
         skip_unless_namespaces();
         if (kind == GPUIPC_KIND_CUDA_VMM && !gpu_machine.vmm[0])
                 h_skip("GPU 0 cannot export cuda-vmm memory as a file descriptor");
         run_pair(name, producer, PID_1, consumer, cns, &a);
-        /* Refused or released: the consumer holds nothing, and the buffer is still there. */
-        CHECK_OK(obs, h_stat(obs, a.name, &st));
-        CHECK_EQ(st.refs, 0);
         gpuipc_close(obs);
         h_broker_settle(br);
         h_broker_stop(br);
