@@ -479,7 +479,8 @@ class Client:
         published as it is: zero-copy, and obj is returned. Otherwise share() COPIES it into a new
         buffer (memfd for host arrays, cuda-vmm on obj's GPU for device arrays, or the `kind` and
         `device` given) and returns the copy, in obj's framework. kind='cuda-legacy' instead exports
-        obj's own CUDA allocation (zero-copy; one PID namespace only; keep obj alive until drained).
+        obj's own CUDA allocation (zero-copy; a consumer's PID must differ from this process's, each as
+        seen in its own PID namespace; keep obj alive until drained).
         publish_options: as for publish().
         """
         buf, info = self._owner(obj)
