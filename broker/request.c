@@ -383,7 +383,7 @@ static void handle_ring_create(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, i
                 return;
         if (m->kind == PROTO_KIND_CUDA_LEGACY) {
                 fail(ctx, p, m, PROTO_STATUS_KIND, "ring slots are memfd or cuda-vmm: cuda-legacy memory dies with "
-                     "its producer and needs one PID namespace");
+                     "its producer");
                 return;
         }
         if (m->size == 0 || m->slots == 0 || m->slots > RING_MAX_SLOTS || m->members == 0 ||

@@ -1,7 +1,7 @@
 /* GPU-side fences between processes: a 64-bit counter in a small cuda-vmm buffer, advanced with
  * cuStreamWriteValue64 and awaited with cuStreamWaitValue64, both ordered in the caller's stream.
- * CUDA's IPC events do not cross PID namespaces (two containers); cuda-vmm memory does. Fences
- * made of an IPC event, for peers in one PID namespace, are in fence-event.c. */
+ * CUDA's IPC events need distinct PIDs and one /dev/shm between the two containers; cuda-vmm memory
+ * needs neither. Fences made of an IPC event are in fence-event.c. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -51,7 +51,7 @@ typedef struct gpuipc_buffer gpuipc_buffer_t;
 
 typedef enum gpuipc_kind {
         GPUIPC_KIND_MEMFD = 1,       /* host memory (memfd), mapped by every consumer */
-        GPUIPC_KIND_CUDA_VMM = 2,    /* cuMemCreate memory exported as a POSIX fd; crosses PID namespaces */
+        GPUIPC_KIND_CUDA_VMM = 2,    /* cuMemCreate memory exported as a POSIX fd; crosses anything */
         GPUIPC_KIND_CUDA_LEGACY = 3, /* cuIpcGetMemHandle; producer and consumer need different PIDs */
 } gpuipc_kind_t;
 
@@ -379,7 +379,7 @@ int gpuipc_process(gpuipc_t *c);
 
 /* ---- GPU fences: stream-ordered signalling between processes (and containers) ----
  * A 64-bit counter in a small cuda-vmm buffer, advanced with cuStreamWriteValue64 and awaited with
- * cuStreamWaitValue64 (CUDA's IPC events do not cross PID namespaces). Close a fence before its
+ * cuStreamWaitValue64 (CUDA's IPC events need distinct PIDs and one /dev/shm). Close a fence before its
  * connection, and only once no queued stream work still refers to it. */
 typedef struct gpuipc_fence gpuipc_fence_t;
 
@@ -404,9 +404,11 @@ int gpuipc_fence_value(gpuipc_fence_t *f, uint64_t *ret);
 /* Closes the fence: the creator unpublishes and frees it, an opener releases it. NULL is fine. */
 void gpuipc_fence_close(gpuipc_fence_t *f);
 
-/* A fence made of a CUDA IPC event instead of a counter: cheaper to wait on, but CUDA opens IPC
- * events only between processes in one PID namespace (shareProcessNamespace: true); across
- * containers gpuipc_fence_open() then fails naming that. gpuipc_fence_open() opens either kind.
+/* A fence made of a CUDA IPC event instead of a counter: cheaper to wait on, but CUDA opens an IPC
+ * event only in a process whose PID (each as seen in its own PID namespace) differs from the
+ * creator's and that sees the same /dev/shm (docs/legacy-ipc.md); gpuipc_fence_open() refuses
+ * otherwise, before CUDA runs, with GPUIPC_E_SAME_PID or GPUIPC_E_SHM and a message naming the fix.
+ * gpuipc_fence_open() opens either kind.
  * Only the creator signals it; the value of signal and wait is ignored: a wait waits for the signal
  * recorded last before it was enqueued (so signal, then tell the consumer, e.g. by publishing), and
  * gpuipc_fence_value() gives 1 once that signal completed, else 0. */
@@ -488,8 +490,8 @@ void gpuipc_ring_set_spin(gpuipc_ring_t *r, unsigned spin_us);
 void gpuipc_ring_close(gpuipc_ring_t *r);
 
 /* Stream-ordered rings (mode GPUIPC_RING_STREAM, cuda-vmm slots): the CPU never waits for a frame;
- * streams do, on counters in small cuda-vmm buffers (they cross PID namespaces, unlike CUDA IPC
- * events). Each call enqueues into cu_stream (a CUstream of the ring's device; NULL: the legacy
+ * streams do, on counters in small cuda-vmm buffers (they cross containers with no condition, unlike
+ * CUDA IPC events). Each call enqueues into cu_stream (a CUstream of the ring's device; NULL: the legacy
  * default stream) and returns at once:
  *   producer: acquire enqueues a wait until every member released the frame the slot held; write
  *             the slot with work in the same stream; publish enqueues "frame n is ready" for every

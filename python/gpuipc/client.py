@@ -331,7 +331,8 @@ class Client:
 
     def wrap_cuda(self, obj: Any) -> Buffer:
         """Shares an existing CUDA array's own allocation (torch tensor, CuPy array) as cuda-legacy,
-        zero-copy: producer and consumers must share a PID namespace, and obj must stay alive and
+        zero-copy: a consumer's PID must differ from the producer's (each as seen in its own PID
+        namespace: gpuipcctl run -- CMD sees to it), and obj must stay alive and
         unchanged until the buffer drained. Returns the Buffer (publish it, or pass obj to publish)."""
         info = arrays.describe(obj)
         if info.device[0] != 2:
@@ -836,7 +837,8 @@ class Client:
 
     def create_fence(self, name: str, device: int = 0, ipc_event: bool = False) -> Fence:
         """Creates and publishes a Fence on CUDA device `device`. ipc_event=True makes it of a CUDA IPC
-        event (cheaper to wait on, one PID namespace only, only the creator signals)."""
+        event (cheaper to wait on, only the creator signals; openers need another PID than the creator's
+        and the same /dev/shm)."""
         fn = self._lib.gpuipc_fence_create_ipc_event if ipc_event else self._lib.gpuipc_fence_create
         h = ctypes.c_void_p()
         with self._locked():

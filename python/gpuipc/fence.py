@@ -1,5 +1,6 @@
 """GPU fences between processes: stream-ordered signal and wait on a 64-bit counter in a small
-cuda-vmm buffer (crosses PID namespaces), or on a CUDA IPC event (one PID namespace only).
+cuda-vmm buffer (crosses containers), or on a CUDA IPC event (openers need another PID than the
+creator's and the same /dev/shm).
 
     f = c.create_fence('train/step')                  g = c.open_fence('train/step')
     ... kernels on stream s ...                       g.wait(n, stream=s2)   # GPU waits, host does not
