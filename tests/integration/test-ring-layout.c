@@ -138,12 +138,18 @@ static uint32_t hostile_member_joined(Hostile *h, uint64_t *ret_epoch)
         }
 }
 
-/* Seats membership epoch in seat i (start first, epoch last, as the library's producer does). */
-static void hostile_seat(Hostile *h, uint32_t i, uint64_t epoch)
+/* Seats membership epoch in seat i from frame `start` on (start first, epoch last, as the library's
+ * producer does). */
+static void hostile_seat_from(Hostile *h, uint32_t i, uint64_t epoch, uint64_t start)
 {
-        h->ctl->member[i].start = 1;
+        h->ctl->member[i].start = start;
         h->ctl->member[i].state = RING_MEMBER_ACTIVE;
         __atomic_store_n(&h->ctl->member[i].epoch, epoch, __ATOMIC_RELEASE);
+}
+
+static void hostile_seat(Hostile *h, uint32_t i, uint64_t epoch)
+{
+        hostile_seat_from(h, i, epoch, 1);
 }
 
 /* Says frame n is in slot s, and rings the doorbell. */
@@ -468,6 +474,55 @@ static void test_head_past_any_frame(void)
         h_case_end(&k);
 }
 
+/* A member that joins and, on 'g', takes once for TAKE_MS: reports '2' as waiting_member does. */
+static int first_take_member(HChan *ch, void *arg)
+{
+        const Joiner *a = arg;
+        gpuipc_t *c = h_connect(a->broker, "first-take");
+        gpuipc_ring_t *r = NULL;
+        gpuipc_buffer_t *slot;
+        uint64_t frame = 0, t0;
+        int e;
+
+        CHECK_OK(c, gpuipc_ring_join(c, a->ring, H_SOON_MS, &r));
+        h_report(ch, 'j', "joined");
+        h_await(ch, 'g', H_SOON_MS);
+        t0 = monotonic_ms();
+        e = gpuipc_ring_take(r, TAKE_MS, &slot, &frame);
+        if (e == 0)
+                (void)gpuipc_ring_release(r);
+        h_report(ch, '2', "%s %" PRIu64, gpuipc_err_name(e), monotonic_ms() - t0);
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        return 0;
+}
+
+/* A backpressure seat whose first frame is past any frame a ring reaches: the member's first take
+ * returns revoked, not a timeout (a stream ring's member would queue a wait on its "ready" counter
+ * for that frame, which nothing can let through). */
+static void test_first_frame_past_any(void)
+{
+        Joiner a = { NULL, "hostile/start" };
+        uint64_t epoch;
+        uint32_t seat;
+        HChild *kid;
+        Hostile h;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        a.broker = k.broker;
+        hostile_create(&h, k.broker, a.ring, PROTO_MODE_BACKPRESSURE);
+        kid = h_spawn("first-take", first_take_member, &a);
+        h_child_expect(kid, 'j', H_SOON_MS, NULL, 0);
+        seat = hostile_member_joined(&h, &epoch);
+        hostile_seat_from(&h, seat, epoch, UINT64_MAX);
+        expect_timed_take(kid, "revoked");
+        h_child_wait_ok(kid, H_SOON_MS);
+        h_child_free(kid);
+        hostile_free(&h);
+        h_case_end(&k);
+}
+
 /* A head 1000 frames ahead whose frame never comes (its slot holds frame 1) in latest mode: a take
  * times out within its timeout, and a take without one, asleep, returns revoked as soon as the ring
  * is closed (the page's flag alone, no doorbell) or its producer is gone (its connection closed).
@@ -515,6 +570,7 @@ int main(int argc, char **argv)
                 H_TEST(test_layout_changed_after_join),
                 H_TEST(test_head_past_any_frame),
                 H_TEST(test_head_ahead_then_gone),
+                H_TEST(test_first_frame_past_any),
         };
 
         return h_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
