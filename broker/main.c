@@ -515,7 +515,7 @@ int main(int argc, char **argv)
         }
 
         /* Connected now, while socket(2) and connect(2) are allowed; the notification itself is a
-         * write(2), sent once the filter is loaded, just before the loop accepts. */
+         * sendto(2) that never blocks, sent once the filter is loaded, just before the loop accepts. */
         notify_fd = sdnotify_open();
 
         /* Everything that needs more than the allow-list is done: lock the process down before the

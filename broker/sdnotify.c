@@ -85,7 +85,15 @@ int sdnotify_open(void)
 
 void sdnotify_send(int fd, const char *message)
 {
-        if (fd >= 0 && write(fd, message, strlen(message)) < 0)
+        /* Never blocks: a receiver that does not read (its queue full) would otherwise hold the
+         * broker before it serves, or at SIGTERM, for as long as it likes. Such a notification is
+         * dropped: under Type=notify systemd then times the unit out, which says what happened. */
+        if (fd < 0 || send(fd, message, strlen(message), MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+                return;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+                log_warn("NOTIFY_SOCKET is full: the notification to systemd was dropped", "message=\"%s\"",
+                         message);
+        else
                 log_warn("the notification to systemd failed", "message=\"%s\" error=\"%s\"", message,
                          strerror(errno));
 }

@@ -9,8 +9,9 @@ int sdnotify_listen_fd(int *ret_fd);
 
 /* A datagram socket connected to $NOTIFY_SOCKET (a path, or "@name" in the abstract namespace), or
  * -1 when it is not set or cannot be reached (logged). Open it before the seccomp filter is loaded:
- * sending on it afterwards is a write(2), which the runtime allow-list has. */
+ * sending on it afterwards is a sendto(2), which the runtime allow-list has. */
 int sdnotify_open(void);
 
-/* Sends one notification ("READY=1", "STOPPING=1", ...) on fd; nothing for fd < 0. */
+/* Sends one notification ("READY=1", "STOPPING=1", ...) on fd; nothing for fd < 0. Never blocks: a
+ * full socket drops it (logged). */
 void sdnotify_send(int fd, const char *message);

@@ -468,8 +468,10 @@ int gpuipc_ring_acquire(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t **ret_
 int gpuipc_ring_publish(gpuipc_ring_t *r, uint64_t *ret_frame);
 
 /* Member: takes the next frame (backpressure) or the newest one not taken yet (latest), waiting up
- * to timeout_ms. The slot stays the member's until gpuipc_ring_release. GPUIPC_E_REVOKED once the
- * member was evicted or the ring closed or lost its producer (gpuipc_errmsg says which). */
+ * to timeout_ms, whatever the producer's control page says. The slot stays the member's until
+ * gpuipc_ring_release. GPUIPC_E_REVOKED once the member was evicted or the ring closed or lost its
+ * producer, or the control page showed a frame number no ring reaches (a hostile producer;
+ * gpuipc_errmsg says which). */
 int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t **ret_slot, uint64_t *ret_frame);
 
 /* Member: gives the frame back. 0 means it did not change while held; GPUIPC_E_REVOKED means the

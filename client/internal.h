@@ -261,16 +261,23 @@ void client_forget_abandoned(gpuipc_t *c);
 /* Reads and handles whatever is ready, waiting at most timeout_ms for the first frame. */
 int client_pump(gpuipc_t *c, int timeout_ms);
 
-/* The old name of monotonic_ms(), kept for the ring modules' call sites until they switch. */
-static inline uint64_t client_now_ms(void)
+/* A deadline timeout_ms from now on monotonic_ms()'s clock (<0: UINT64_MAX, never); the
+ * milliseconds left until deadline as poll(2) wants them (-1: forever). The library's one pair:
+ * requests and the rings' data plane (which must not call into the transport) both use it. */
+static inline uint64_t client_deadline(int timeout_ms)
 {
-        return monotonic_ms();
+        return timeout_ms < 0 ? UINT64_MAX : monotonic_ms() + (uint64_t)timeout_ms;
 }
 
-/* A deadline timeout_ms from now on monotonic_ms()'s clock (<0: UINT64_MAX, never); the
- * milliseconds left until deadline as poll(2) wants them (-1: forever). */
-uint64_t client_deadline(int timeout_ms);
-int client_remaining_ms(uint64_t deadline);
+static inline int client_remaining_ms(uint64_t deadline)
+{
+        uint64_t now;
+
+        if (deadline == UINT64_MAX)
+                return -1;
+        now = monotonic_ms();
+        return now >= deadline ? 0 : (int)MIN(deadline - now, (uint64_t)INT32_MAX);
+}
 
 /* The broker went away: the socket is closed, and with reconnect on a timer wakes gpuipc_fd(). */
 void client_mark_broken(gpuipc_t *c);

@@ -22,27 +22,16 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "futex.h"
 #include "macro.h"
 #include "ring-internal.h"
 
-int ring_remaining_ms(uint64_t deadline)
-{
-        uint64_t now;
-
-        if (deadline == UINT64_MAX)
-                return -1;
-        now = client_now_ms();
-        return now >= deadline ? 0 : (int)MIN(deadline - now, (uint64_t)INT32_MAX);
-}
-
-uint64_t ring_deadline_of(int timeout_ms)
-{
-        return timeout_ms < 0 ? UINT64_MAX : client_now_ms() + (uint64_t)timeout_ms;
-}
+/* Latest mode: how many newer heads one attempt at a take follows before it lets the take's loop
+ * look at its deadline and the ring's end (a producer faster than the member's look, or one that
+ * moves head without publishing). */
+#define LATEST_TRIES 16
 
 int ring_min_timeout(int a, int b)
 {
@@ -60,14 +49,6 @@ void ring_cpu_relax(void)
 #elif defined(__aarch64__)
         __asm__ __volatile__("yield");
 #endif
-}
-
-uint64_t ring_now_ns(void)
-{
-        struct timespec t;
-
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
 /* ---- the producer's seats ---- */
@@ -134,7 +115,7 @@ static int ring_blocker(gpuipc_ring_t *r, uint64_t head)
  * renewal but one). */
 static bool spin_until_free(gpuipc_ring_t *r, const volatile RingMember *m, Seat s, uint64_t head, int limit_ms)
 {
-        uint64_t t0 = ring_now_ns(), spin_ns = (uint64_t)r->spin_us * 1000;
+        uint64_t t0 = monotonic_ns(), spin_ns = (uint64_t)r->spin_us * 1000;
 
         if (limit_ms >= 0 && (uint64_t)limit_ms * 1000000 < spin_ns)
                 spin_ns = (uint64_t)limit_ms * 1000000;
@@ -145,7 +126,7 @@ static bool spin_until_free(gpuipc_ring_t *r, const volatile RingMember *m, Seat
                         return true;
                 ring_cpu_relax();
                 /* The clock costs more than a look at the page: read it every 64 looks. */
-                if (k % 64 == 63 && ring_now_ns() - t0 >= spin_ns)
+                if (k % 64 == 63 && monotonic_ns() - t0 >= spin_ns)
                         return false;
         }
 }
@@ -165,14 +146,14 @@ static int wait_for_members(gpuipc_ring_t *r, uint64_t deadline)
 
                 if (b < 0)
                         return 0;
-                now = client_now_ms();
+                now = monotonic_ms();
                 if (!r->seat[b].blocking_since)
                         r->seat[b].blocking_since = now;
                 if (now - r->seat[b].blocking_since >= r->lease_ms) {
                         ring_evict(r, (uint32_t)b);
                         continue;
                 }
-                left = ring_remaining_ms(deadline);
+                left = client_remaining_ms(deadline);
                 if (left == 0) {
                         client_errmsg(r->conn, "ring '%s': member %d still holds frame %llu", r->name, b,
                                       (unsigned long long)(r->next - r->n_slots));
@@ -265,7 +246,7 @@ static int acquire_locked(gpuipc_ring_t *r, int timeout_ms)
         if (r->writing >= 0)
                 return 0;
         if (r->mode == RING_BACKPRESSURE) {
-                e = wait_for_members(r, ring_deadline_of(timeout_ms));
+                e = wait_for_members(r, client_deadline(timeout_ms));
                 if (e < 0)
                         return e;
                 s = (int)((r->next - 1) % r->n_slots);
@@ -355,6 +336,20 @@ _public_ int gpuipc_ring_publish(gpuipc_ring_t *r, uint64_t *ret_frame)
 
 /* ---- member ---- */
 
+/* The control page said what no producer can (`what` is `value`): this member takes nothing more
+ * from it. Set once (a take that races another for it leaves the first reason). */
+static void member_distrust(gpuipc_ring_t *r, const char *what, uint64_t value)
+{
+        int none = 0;
+
+        if (!__atomic_compare_exchange_n(&r->hostile, &none, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                return;
+        snprintf(r->hostile_why, sizeof(r->hostile_why),
+                 "its producer is hostile: the control page says %s is %llu, past any frame a ring reaches", what,
+                 (unsigned long long)value);
+        __atomic_store_n(&r->hostile, 2, __ATOMIC_RELEASE);
+}
+
 /* Has the producer let us in yet (our epoch in our seat of the control page)? It does so as soon as
  * the broker told it we joined; we take frames from then on. Our page then says that everything
  * before our first frame counts as released; the epoch last, so that the producer believes the
@@ -362,12 +357,18 @@ _public_ int gpuipc_ring_publish(gpuipc_ring_t *r, uint64_t *ret_frame)
 bool ring_check_seated(gpuipc_ring_t *r)
 {
         volatile RingMemberSlot *s = &r->ctl->member[r->index];
+        uint64_t start;
 
         if (r->seated)
                 return true;
         if (__atomic_load_n(&s->epoch, __ATOMIC_ACQUIRE) != r->epoch)
                 return false;
-        r->cursor = r->mode != RING_LATEST ? s->start : 0;
+        start = s->start;
+        if (r->mode != RING_LATEST && start > RING_FRAME_MAX) {
+                member_distrust(r, "this member's first frame", start);
+                return false;
+        }
+        r->cursor = r->mode != RING_LATEST ? start : 0;
         r->page->released = r->mode != RING_LATEST && r->cursor ? r->cursor - 1 : 0;
         r->page->held = 0;
         __atomic_store_n(&r->page->epoch, r->epoch, __ATOMIC_RELEASE);
@@ -388,6 +389,8 @@ const char *ring_member_gone(gpuipc_ring_t *r)
 {
         if (__atomic_load_n(&r->gone, __ATOMIC_ACQUIRE))
                 return r->gone_why;
+        if (__atomic_load_n(&r->hostile, __ATOMIC_ACQUIRE) == 2)
+                return r->hostile_why;
         if (ring_member_evicted(r))
                 return "this member lost its seat (its producer evicted it: it held the ring up past its lease, "
                        "or did not take its seat back within a broker restart's grace)";
@@ -416,6 +419,20 @@ int ring_member_alive(gpuipc_ring_t *r)
         return GPUIPC_E_REVOKED;
 }
 
+int ring_member_head(gpuipc_ring_t *r, uint64_t *ret_head)
+{
+        uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE);
+        int e;
+
+        if (head <= RING_FRAME_MAX) {
+                *ret_head = head;
+                return 0;
+        }
+        member_distrust(r, "the newest frame", head);
+        e = ring_member_alive(r);
+        return e < 0 ? e : GPUIPC_E_REVOKED;
+}
+
 /* Backpressure: frame r->cursor, whose slot is s, as of now. Its slot is rewritten only for frame
  * cursor + K, which the producer acquires after publishing cursor + K - 1: with head below that the
  * frame is there (the release check covers the time it is held), so only a member that fell that
@@ -427,16 +444,20 @@ static bool backpressure_frame_there(gpuipc_ring_t *r, uint64_t head, uint32_t s
         return __atomic_load_n(&r->ctl->slot_seq[s], __ATOMIC_ACQUIRE) == r->cursor;
 }
 
-/* One attempt: 1 with the frame taken, 0 when there is none yet, or an error. */
+/* One attempt: 1 with the frame taken, 0 when there is none yet, or an error. Bounded whatever the
+ * control page says: the caller's loop keeps the deadline and looks at the ring's end. */
 static int try_take(gpuipc_ring_t *r)
 {
         volatile RingCtl *ctl = r->ctl;
-        uint64_t head;
+        uint64_t head, seen;
         uint32_t s;
+        int e;
 
         if (!ring_check_seated(r))
                 return 0;
-        head = __atomic_load_n(&ctl->head, __ATOMIC_ACQUIRE);
+        e = ring_member_head(r, &head);
+        if (e < 0)
+                return e;
         if (r->mode == RING_BACKPRESSURE) {
                 if (head < r->cursor)
                         return 0;
@@ -450,7 +471,7 @@ static int try_take(gpuipc_ring_t *r)
                 r->taken_frame = r->cursor;
                 return 1;
         }
-        for (;;) {
+        for (unsigned tries = 1;; tries++) {
                 if (head == 0 || head <= r->cursor)
                         return 0;
                 s = __atomic_load_n(&ctl->head_slot, __ATOMIC_RELAXED);
@@ -470,8 +491,26 @@ static int try_take(gpuipc_ring_t *r)
                         return 1;
                 }
                 __atomic_store_n(&r->page->held, 0, __ATOMIC_RELEASE);
-                head = __atomic_load_n(&ctl->head, __ATOMIC_ACQUIRE);
+                /* Not there. The producer published again meanwhile: its newest frame, then. Or head
+                 * stays: a producer in the middle of a publish, stopped there, or hostile; the
+                 * caller then sleeps on the doorbell (the publish rings it) rather than looking
+                 * again at once. So it does after a few frames that all moved on too fast. */
+                seen = head;
+                e = ring_member_head(r, &head);
+                if (e < 0)
+                        return e;
+                if (head == seen || tries == LATEST_TRIES) {
+                        r->stuck_head = seen;
+                        return 0;
+                }
         }
+}
+
+/* Whether head may bring a frame to take: past what this member took, and not the head whose frame
+ * this take found missing. */
+static bool frame_may_be_there(const gpuipc_ring_t *r, uint64_t head)
+{
+        return head >= (r->mode != RING_LATEST ? r->cursor : r->cursor + 1) && head != r->stuck_head;
 }
 
 /* Sleeps until the doorbell moves from `seen` (or timeout_ms), unless a frame is there already. Not
@@ -479,15 +518,13 @@ static int try_take(gpuipc_ring_t *r)
  * rings the doorbell then anyway, but nobody wakes us for it, so we sleep in short slices. */
 void ring_doorbell_sleep(gpuipc_ring_t *r, uint32_t seen, int timeout_ms)
 {
-        uint64_t before = r->mode != RING_LATEST ? r->cursor : r->cursor + 1;
-
         if (!r->seated) {
                 (void)futex_wait(&r->ctl->doorbell, seen, ring_min_timeout(timeout_ms, 1));
                 return;
         }
         __atomic_fetch_add(&r->page->sleeping, 1, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE) < before && !ring_member_gone(r))
+        if (!frame_may_be_there(r, __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE)) && !ring_member_gone(r))
                 (void)futex_wait(&r->ctl->doorbell, seen, timeout_ms);
         __atomic_fetch_sub(&r->page->sleeping, 1, __ATOMIC_RELEASE);
 }
@@ -495,19 +532,18 @@ void ring_doorbell_sleep(gpuipc_ring_t *r, uint32_t seen, int timeout_ms)
 /* Busy-waits up to spin_us (and limit_ms) for head to reach the next frame: true when it did. */
 static bool spin_for_frame(gpuipc_ring_t *r, int limit_ms)
 {
-        uint64_t before = r->mode != RING_LATEST ? r->cursor : r->cursor + 1;
-        uint64_t t0 = ring_now_ns(), spin_ns = (uint64_t)r->spin_us * 1000;
+        uint64_t t0 = monotonic_ns(), spin_ns = (uint64_t)r->spin_us * 1000;
 
         if (!r->seated)
                 return false;
         if (limit_ms >= 0 && (uint64_t)limit_ms * 1000000 < spin_ns)
                 spin_ns = (uint64_t)limit_ms * 1000000;
         for (unsigned k = 0;; k++) {
-                if (__atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE) >= before)
+                if (frame_may_be_there(r, __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE)))
                         return true;
                 ring_cpu_relax();
                 /* The clock costs more than a look at head: read it every 64 looks. */
-                if (k % 64 == 63 && (ring_now_ns() - t0 >= spin_ns || ring_member_gone(r)))
+                if (k % 64 == 63 && (monotonic_ns() - t0 >= spin_ns || ring_member_gone(r)))
                         return false;
         }
 }
@@ -532,6 +568,7 @@ _public_ int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t 
         e = ring_member_may_take(r);
         if (e < 0)
                 return e;
+        r->stuck_head = 0;
         for (;;) {
                 uint32_t seen = __atomic_load_n(&r->ctl->doorbell, __ATOMIC_ACQUIRE);
                 int left;
@@ -546,10 +583,10 @@ _public_ int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t 
                         break;
                 /* The clock only once the frame is not there at once. */
                 if (!timed) {
-                        deadline = ring_deadline_of(timeout_ms);
+                        deadline = client_deadline(timeout_ms);
                         timed = true;
                 }
-                left = ring_remaining_ms(deadline);
+                left = client_remaining_ms(deadline);
                 if (left == 0) {
                         /* Event-loop users: reset the fd, then look once more (a frame that came
                          * meanwhile would otherwise wait for the next publish). */

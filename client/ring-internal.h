@@ -15,8 +15,9 @@
  * sections, never while it sleeps or spins; the control plane activates and deactivates seats
  * under it as the broker's news arrives. What the data plane leaves for the control plane
  * (a member to evict, counters to reap) it marks in the ring and wakes the ring thread for
- * (ring_control_kick). A member's data plane reads only `gone`, which the control plane sets. Nothing
- * here is exported. */
+ * (ring_control_kick). A member's data plane reads `gone`, which the control plane sets, and sets
+ * only `hostile`, its own verdict on a control page no producer could have written. Nothing here
+ * is exported. */
 #pragma once
 
 #include <pthread.h>
@@ -99,6 +100,11 @@ struct gpuipc_ring {
         uint64_t taken_frame;
         int gone;           /* evicted, or the ring closed or lost its producer (atomic; gone_why first) */
         char gone_why[256];
+        /* The data plane's own verdict: the control page said what no producer can (a frame past
+         * RING_FRAME_MAX). Atomic: 0, 1 while hostile_why is written, 2 once it is. */
+        int hostile;
+        char hostile_why[160];
+        uint64_t stuck_head; /* latest, during a take: a head whose frame was not there (0: none) */
         int efd;            /* gpuipc_ring_fd, and its helper thread */
         uint64_t notified_head; /* the head the fd last said something about */
         pthread_t notifier;
@@ -120,8 +126,6 @@ struct gpuipc_ring {
                 e_ < 0 ? e_ : cuda_ctx_pop((r)->conn, (expr));                                              \
         })
 
-int ring_remaining_ms(uint64_t deadline);
-uint64_t ring_deadline_of(int timeout_ms);
 int ring_min_timeout(int a, int b);
 
 /* ---- ring.c, ring-thread.c: the control plane ---- */
@@ -159,12 +163,14 @@ int ring_member_may_take(gpuipc_ring_t *r);
 int ring_member_alive(gpuipc_ring_t *r);
 /* Member: why it may take nothing any more, or NULL. */
 const char *ring_member_gone(gpuipc_ring_t *r);
+/* Member: the control page's head, checked: GPUIPC_E_REVOKED (and why) when it is past any frame a
+ * ring reaches, which ends the membership for the data plane (ring_member_gone says why). */
+int ring_member_head(gpuipc_ring_t *r, uint64_t *ret_head);
 /* Member: sleeps on the control page's doorbell while it reads `seen` (at most timeout_ms). */
 void ring_doorbell_sleep(gpuipc_ring_t *r, uint32_t seen, int timeout_ms);
 /* Producer: after head moved, wakes members that said they sleep. */
 void ring_wake_sleepers(gpuipc_ring_t *r, uint64_t head);
 void ring_cpu_relax(void);
-uint64_t ring_now_ns(void);
 
 /* ---- ring-stream.c: a stream ring's counters (control plane) ---- */
 

@@ -132,7 +132,7 @@ static void evict_laggards(gpuipc_ring_t *r)
  * which it lets go of while it sleeps. */
 static int wait_slot_done(gpuipc_ring_t *r, uint32_t s, uint64_t deadline)
 {
-        uint64_t since = client_now_ms(), t0 = ring_now_ns();
+        uint64_t since = monotonic_ms(), t0 = monotonic_ns();
         uint64_t spin_ns = r->spin_us ? (uint64_t)r->spin_us * 1000 : STREAM_POLL_SPIN_NS;
 
         for (;;) {
@@ -146,11 +146,11 @@ static int wait_slot_done(gpuipc_ring_t *r, uint32_t s, uint64_t deadline)
                         return 0;
                 if (cr != GCU_ERROR_NOT_READY)
                         return cuda_error(r->conn, "cuEventQuery", cr);
-                if (client_now_ms() - since >= r->lease_ms) {
+                if (monotonic_ms() - since >= r->lease_ms) {
                         evict_laggards(r);
-                        since = client_now_ms();
+                        since = monotonic_ms();
                 }
-                left = ring_remaining_ms(deadline);
+                left = client_remaining_ms(deadline);
                 if (left == 0) {
                         client_errmsg(r->conn, "ring '%s': the producer's stream has not got past frame %llu", r->name,
                                       (unsigned long long)(r->next - r->n_slots));
@@ -159,7 +159,7 @@ static int wait_slot_done(gpuipc_ring_t *r, uint32_t s, uint64_t deadline)
                 /* Look again soon: the stream is usually about to get there. First busily, then in
                  * short sleeps, without r->lock (the control plane may seat or unseat members). */
                 pthread_mutex_unlock(&r->lock);
-                if (ring_now_ns() - t0 < spin_ns) {
+                if (monotonic_ns() - t0 < spin_ns) {
                         ring_cpu_relax();
                 } else {
                         struct timespec ts = { 0, STREAM_POLL_SLEEP_NS };
@@ -203,7 +203,7 @@ _public_ int gpuipc_ring_stream_acquire(gpuipc_ring_t *r, void *cu_stream, int t
         pthread_mutex_lock(&r->lock);
         if (r->writing < 0) {
                 s = (uint32_t)((r->next - 1) % r->n_slots);
-                e = IN_CTX(r, acquire_in_ctx(r, cu_stream, ring_deadline_of(timeout_ms), s));
+                e = IN_CTX(r, acquire_in_ctx(r, cu_stream, client_deadline(timeout_ms), s));
                 if (e == 0)
                         r->writing = (int)s;
         }
@@ -307,13 +307,22 @@ static int await_room(gpuipc_ring_t *r, int timeout_ms)
                         member_unblock(r);
                         return e;
                 }
-                if (ring_check_seated(r) && r->cursor <= __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE) + r->n_slots)
-                        return 0;
+                if (ring_check_seated(r)) {
+                        uint64_t head;
+
+                        e = ring_member_head(r, &head);
+                        if (e < 0) {
+                                member_unblock(r);
+                                return e;
+                        }
+                        if (r->cursor <= head + r->n_slots)
+                                return 0;
+                }
                 if (!timed) {
-                        deadline = ring_deadline_of(timeout_ms);
+                        deadline = client_deadline(timeout_ms);
                         timed = true;
                 }
-                left = ring_remaining_ms(deadline);
+                left = client_remaining_ms(deadline);
                 if (left == 0) {
                         client_errmsg(r->conn, "ring '%s': %s", r->name,
                                       r->seated ? "this member runs too far ahead of its producer"

@@ -174,14 +174,14 @@ static int seat_renew(gpuipc_ring_t *r, uint32_t i)
  * failure is tried again a little later. */
 static void ring_renew_seats(gpuipc_ring_t *r)
 {
-        if (!r->renew_pending || r->renewing || client_now_ms() < r->renew_retry_ms)
+        if (!r->renew_pending || r->renewing || monotonic_ms() < r->renew_retry_ms)
                 return;
         r->renewing = true;
         r->renew_pending = false;
         for (uint32_t i = 0; i < r->n_members; i++)
                 if (r->seat[i].renew && seat_renew(r, i) < 0) {
                         r->renew_pending = true;
-                        r->renew_retry_ms = client_now_ms() + RING_RENEW_RETRY_MS;
+                        r->renew_retry_ms = monotonic_ms() + RING_RENEW_RETRY_MS;
                 }
         r->renewing = false;
 }
@@ -583,9 +583,9 @@ static int join_request(gpuipc_t *c, const char *name, uint64_t deadline, Frame 
                 proto_request_init(&req, PROTO_OP_RING_JOIN);
                 proto_set_name(&req, proto_str(name));
                 e = client_request(c, &req, -1, CLIENT_REQUEST_TIMEOUT_MS, f);
-                if (e != GPUIPC_E_NOT_FOUND || ring_remaining_ms(deadline) == 0)
+                if (e != GPUIPC_E_NOT_FOUND || client_remaining_ms(deadline) == 0)
                         return e;
-                (void)client_pump(c, ring_min_timeout(ring_remaining_ms(deadline), RING_JOIN_RETRY_MS));
+                (void)client_pump(c, ring_min_timeout(client_remaining_ms(deadline), RING_JOIN_RETRY_MS));
         }
 }
 
@@ -633,7 +633,7 @@ static int join_setup(gpuipc_ring_t *r, Frame *f)
 
 _public_ int gpuipc_ring_join(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_ring_t **ret)
 {
-        uint64_t deadline = ring_deadline_of(timeout_ms);
+        uint64_t deadline = client_deadline(timeout_ms);
         Frame f = { .fd = -1 };
         gpuipc_ring_t *r;
         int e;

@@ -80,22 +80,6 @@ void frame_free(Frame *f)
         f->fd = safe_close(f->fd);
 }
 
-/* Milliseconds left until deadline (UINT64_MAX: forever), as poll(2) wants them. */
-int client_remaining_ms(uint64_t deadline)
-{
-        uint64_t now;
-
-        if (deadline == UINT64_MAX)
-                return -1;
-        now = monotonic_ms();
-        return now >= deadline ? 0 : (int)MIN(deadline - now, (uint64_t)INT32_MAX);
-}
-
-uint64_t client_deadline(int timeout_ms)
-{
-        return timeout_ms < 0 ? UINT64_MAX : monotonic_ms() + (uint64_t)timeout_ms;
-}
-
 /* fd joins the epoll set behind gpuipc_fd() and, once the ring thread runs, its own. */
 static void watch_fd(gpuipc_t *c, int fd)
 {

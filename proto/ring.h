@@ -31,6 +31,11 @@
 /* A ring's parts are named after it ("NAME@member.63"), so a ring name leaves room for that. */
 #define RING_NAME_MAX (PROTO_MAX_NAME - 16)
 
+/* The highest frame number a ring can reach: 2^62 - 1 frames take a producer 146 years at a
+ * billion a second, and stay below the stream counters' "let everything through" value. A control
+ * page that says more (a head, a member's first frame) is a hostile producer's. */
+#define RING_FRAME_MAX (UINT64_MAX >> 2)
+
 typedef enum RingMode {
         RING_BACKPRESSURE = 0, /* every member sees every frame; the producer waits for the slowest */
         RING_LATEST = 1,       /* the producer never waits: a member takes the newest frame, a slow one skips */

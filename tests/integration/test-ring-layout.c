@@ -5,7 +5,9 @@
  * would; members are ordinary library clients in processes of their own. Each bad layout is refused
  * at join with an error naming what is wrong; a layout that changes later costs the member a clean
  * error, never a crash or a read outside its mappings; the broker keeps serving and shows the page
- * as unreadable. */
+ * as unreadable. A member's take never hangs on what the page says: a frame number past any a ring
+ * reaches revokes the membership, and a head whose frame never comes times the take out, and
+ * the take still notices the ring closed or its producer gone. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -31,6 +33,7 @@
 typedef struct Hostile {
         int sock;
         RingCtl *ctl;
+        RingMember *page[MEMBERS]; /* the member pages, mapped too: to see a member sleep */
         HFrame *f;
         uint64_t next_id;
 } Hostile;
@@ -110,13 +113,16 @@ static void hostile_create(Hostile *h, const HBroker *b, const char *name, Proto
         for (uint32_t i = 0; i < SLOTS; i++)
                 register_part(h, name, 1 + i, SLOT_BYTES, false, NULL);
         for (uint32_t i = 0; i < MEMBERS; i++)
-                register_part(h, name, 1 + SLOTS + i, RING_PAGE, true, NULL);
+                register_part(h, name, 1 + SLOTS + i, RING_PAGE, true, (void **)&h->page[i]);
 }
 
 static void hostile_free(Hostile *h)
 {
         munmap(h->ctl, RING_PAGE);
-        close(h->sock);
+        for (uint32_t i = 0; i < MEMBERS; i++)
+                munmap(h->page[i], RING_PAGE);
+        if (h->sock >= 0)
+                close(h->sock);
         h_frame_free(h->f);
 }
 
@@ -132,12 +138,18 @@ static uint32_t hostile_member_joined(Hostile *h, uint64_t *ret_epoch)
         }
 }
 
-/* Seats membership epoch in seat i (start first, epoch last, as the library's producer does). */
-static void hostile_seat(Hostile *h, uint32_t i, uint64_t epoch)
+/* Seats membership epoch in seat i from frame `start` on (start first, epoch last, as the library's
+ * producer does). */
+static void hostile_seat_from(Hostile *h, uint32_t i, uint64_t epoch, uint64_t start)
 {
-        h->ctl->member[i].start = 1;
+        h->ctl->member[i].start = start;
         h->ctl->member[i].state = RING_MEMBER_ACTIVE;
         __atomic_store_n(&h->ctl->member[i].epoch, epoch, __ATOMIC_RELEASE);
+}
+
+static void hostile_seat(Hostile *h, uint32_t i, uint64_t epoch)
+{
+        hostile_seat_from(h, i, epoch, 1);
 }
 
 /* Says frame n is in slot s, and rings the doorbell. */
@@ -145,6 +157,14 @@ static void hostile_publish(Hostile *h, uint64_t n, uint32_t s)
 {
         __atomic_store_n(&h->ctl->slot_seq[s % SLOTS], n, __ATOMIC_RELEASE);
         __atomic_store_n(&h->ctl->head_slot, s, __ATOMIC_RELAXED);
+        __atomic_store_n(&h->ctl->head, n, __ATOMIC_RELEASE);
+        __atomic_fetch_add(&h->ctl->doorbell, 1, __ATOMIC_RELEASE);
+        (void)syscall(SYS_futex, &h->ctl->doorbell, FUTEX_WAKE, 64, NULL, NULL, 0);
+}
+
+/* Says the newest frame is n (its slot left as it is), and rings the doorbell. */
+static void hostile_set_head(Hostile *h, uint64_t n)
+{
         __atomic_store_n(&h->ctl->head, n, __ATOMIC_RELEASE);
         __atomic_fetch_add(&h->ctl->doorbell, 1, __ATOMIC_RELEASE);
         (void)syscall(SYS_futex, &h->ctl->doorbell, FUTEX_WAKE, 64, NULL, NULL, 0);
@@ -352,11 +372,205 @@ static void test_layout_changed_after_join(void)
         h_case_end(&k);
 }
 
+/* The bound on a take of TAKE_MS that must return: ten times over, so that a loaded machine does
+ * not matter (a take that hangs never returns; the harness's deadlines fail it). */
+#define TAKE_MS 200
+#define TAKE_BOUND_MS (10 * TAKE_MS)
+
+/* A member that joins, takes frame 1, then on each 'g' takes once: for TAKE_MS (reports '2' with
+ * the error's name and the milliseconds it took), then for ever (reports '3' with the error's name
+ * and message). */
+static int waiting_member(HChan *ch, void *arg)
+{
+        const Joiner *a = arg;
+        gpuipc_t *c = h_connect(a->broker, "waiting");
+        gpuipc_ring_t *r = NULL;
+        gpuipc_buffer_t *slot;
+        uint64_t frame = 0, t0;
+        int e;
+
+        CHECK_OK(c, gpuipc_ring_join(c, a->ring, H_SOON_MS, &r));
+        h_report(ch, 'j', "joined");
+        CHECK_OK(c, gpuipc_ring_take(r, H_SOON_MS, &slot, &frame));
+        CHECK_EQ(frame, 1);
+        CHECK_OK(c, gpuipc_ring_release(r));
+        h_report(ch, '1', "took frame 1");
+        h_await(ch, 'g', H_SOON_MS);
+        t0 = monotonic_ms();
+        e = gpuipc_ring_take(r, TAKE_MS, &slot, &frame);
+        if (e == 0)
+                (void)gpuipc_ring_release(r);
+        h_report(ch, '2', "%s %" PRIu64, gpuipc_err_name(e), monotonic_ms() - t0);
+        h_await(ch, 'g', H_SOON_MS);
+        e = gpuipc_ring_take(r, -1, &slot, &frame);
+        if (e == 0)
+                (void)gpuipc_ring_release(r);
+        h_report(ch, '3', "%s: %s", gpuipc_err_name(e), e == 0 ? "" : gpuipc_errmsg(c));
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        return 0;
+}
+
+/* A hostile ring `name` of this mode with a waiting_member seated that took frame 1; returns the
+ * member's seat. */
+static uint32_t hostile_with_waiter(HCase *k, Hostile *h, Joiner *a, HChild **ret_kid, ProtoMode mode)
+{
+        uint64_t epoch;
+        uint32_t seat;
+
+        a->broker = k->broker;
+        hostile_create(h, k->broker, a->ring, mode);
+        *ret_kid = h_spawn("waiting", waiting_member, a);
+        h_child_expect(*ret_kid, 'j', H_SOON_MS, NULL, 0);
+        seat = hostile_member_joined(h, &epoch);
+        hostile_seat(h, seat, epoch);
+        hostile_publish(h, 1, 0);
+        h_child_expect(*ret_kid, '1', H_SOON_MS, NULL, 0);
+        return seat;
+}
+
+/* The timed take's report: the error's name (checked) and a time within the bound. */
+static void expect_timed_take(HChild *kid, const char *want)
+{
+        char said[256], name[64];
+        unsigned long long ms = 0;
+
+        h_child_tell(kid, 'g');
+        h_child_expect(kid, '2', H_SOON_MS, said, sizeof(said));
+        CHECKF(sscanf(said, "%63s %llu", name, &ms) == 2, "the take said: %s", said);
+        CHECKF(strcmp(name, want) == 0, "a take of %d ms returned %s, not %s", TAKE_MS, name, want);
+        CHECKF(ms <= TAKE_BOUND_MS, "a take of %d ms returned after %llu ms", TAKE_MS, ms);
+}
+
+/* A control page whose head is past any frame a ring reaches (2^64 - 1), in latest and backpressure
+ * mode: the member's take returns at once with revoked, naming the value, and every take after it
+ * too, even one without a timeout. (Latest mode looked at that head for ever, at 100% CPU, however
+ * short the take's timeout; backpressure took a "frame" the page never published.) */
+static void test_head_past_any_frame(void)
+{
+        static const ProtoMode modes[] = { PROTO_MODE_LATEST, PROTO_MODE_BACKPRESSURE };
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+                Joiner a = { NULL, i ? "hostile/max-bp" : "hostile/max-latest" };
+                char said[256];
+                HChild *kid;
+                Hostile h;
+
+                (void)hostile_with_waiter(&k, &h, &a, &kid, modes[i]);
+                hostile_set_head(&h, UINT64_MAX);
+                expect_timed_take(kid, "revoked");
+                h_child_tell(kid, 'g');
+                h_child_expect(kid, '3', H_SOON_MS, said, sizeof(said));
+                h_log("%s: %s", a.ring, said);
+                CHECKF(strncmp(said, "revoked: ", 9) == 0 && strstr(said, "18446744073709551615"),
+                       "%s: the take after it did not stay revoked, naming the head: %s", a.ring, said);
+                h_child_wait_ok(kid, H_SOON_MS);
+                h_child_free(kid);
+                hostile_free(&h);
+                h_bystander_check(&k);
+        }
+        h_case_end(&k);
+}
+
+/* A member that joins and, on 'g', takes once for TAKE_MS: reports '2' as waiting_member does. */
+static int first_take_member(HChan *ch, void *arg)
+{
+        const Joiner *a = arg;
+        gpuipc_t *c = h_connect(a->broker, "first-take");
+        gpuipc_ring_t *r = NULL;
+        gpuipc_buffer_t *slot;
+        uint64_t frame = 0, t0;
+        int e;
+
+        CHECK_OK(c, gpuipc_ring_join(c, a->ring, H_SOON_MS, &r));
+        h_report(ch, 'j', "joined");
+        h_await(ch, 'g', H_SOON_MS);
+        t0 = monotonic_ms();
+        e = gpuipc_ring_take(r, TAKE_MS, &slot, &frame);
+        if (e == 0)
+                (void)gpuipc_ring_release(r);
+        h_report(ch, '2', "%s %" PRIu64, gpuipc_err_name(e), monotonic_ms() - t0);
+        gpuipc_ring_close(r);
+        gpuipc_close(c);
+        return 0;
+}
+
+/* A backpressure seat whose first frame is past any frame a ring reaches: the member's first take
+ * returns revoked, not a timeout (a stream ring's member would queue a wait on its "ready" counter
+ * for that frame, which nothing can let through). */
+static void test_first_frame_past_any(void)
+{
+        Joiner a = { NULL, "hostile/start" };
+        uint64_t epoch;
+        uint32_t seat;
+        HChild *kid;
+        Hostile h;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        a.broker = k.broker;
+        hostile_create(&h, k.broker, a.ring, PROTO_MODE_BACKPRESSURE);
+        kid = h_spawn("first-take", first_take_member, &a);
+        h_child_expect(kid, 'j', H_SOON_MS, NULL, 0);
+        seat = hostile_member_joined(&h, &epoch);
+        hostile_seat_from(&h, seat, epoch, UINT64_MAX);
+        expect_timed_take(kid, "revoked");
+        h_child_wait_ok(kid, H_SOON_MS);
+        h_child_free(kid);
+        hostile_free(&h);
+        h_case_end(&k);
+}
+
+/* A head 1000 frames ahead whose frame never comes (its slot holds frame 1) in latest mode: a take
+ * times out within its timeout, and a take without one, asleep, returns revoked as soon as the ring
+ * is closed (the page's flag alone, no doorbell) or its producer is gone (its connection closed).
+ * (The take looked at that head for ever, at 100% CPU, through the close and the producer's end.) */
+static void test_head_ahead_then_gone(void)
+{
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        for (int gone = 0; gone < 2; gone++) {
+                Joiner a = { NULL, gone ? "hostile/ahead-gone" : "hostile/ahead-closed" };
+                char said[256];
+                uint32_t seat;
+                HChild *kid;
+                Hostile h;
+
+                seat = hostile_with_waiter(&k, &h, &a, &kid, PROTO_MODE_LATEST);
+                hostile_set_head(&h, 1001);
+                expect_timed_take(kid, "timeout");
+                /* The take without a timeout is asleep on the doorbell when the ring ends. */
+                h_child_tell(kid, 'g');
+                WAIT_UNTIL(__atomic_load_n(&h.page[seat]->sleeping, __ATOMIC_ACQUIRE) != 0, H_SOON_MS);
+                if (gone) {
+                        close(h.sock);
+                        h.sock = -1;
+                } else {
+                        __atomic_store_n(&h.ctl->closed, 1, __ATOMIC_RELEASE);
+                }
+                h_child_expect(kid, '3', H_SOON_MS, said, sizeof(said));
+                h_log("%s: %s", a.ring, said);
+                CHECKF(strncmp(said, "revoked: ", 9) == 0, "%s: the take did not end with the ring: %s", a.ring,
+                       said);
+                h_child_wait_ok(kid, H_SOON_MS);
+                h_child_free(kid);
+                hostile_free(&h);
+                h_bystander_check(&k);
+        }
+        h_case_end(&k);
+}
+
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
                 H_TEST(test_bad_layouts_refused_at_join),
                 H_TEST(test_layout_changed_after_join),
+                H_TEST(test_head_past_any_frame),
+                H_TEST(test_head_ahead_then_gone),
+                H_TEST(test_first_frame_past_any),
         };
 
         return h_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));

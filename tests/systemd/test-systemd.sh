@@ -7,7 +7,9 @@
 #     SystemCallFilter= lets through every system call of seccomp/gpuipc-broker.allow the broker
 #     makes (its filter would otherwise kill the broker at start);
 #   - Type=notify: with NOTIFY_SOCKET set the broker sends READY=1, and a client that tries once
-#     (--timeout 0) the moment it arrives finds the broker serving; STOPPING=1 at SIGTERM;
+#     (--timeout 0) the moment it arrives finds the broker serving; STOPPING=1 at SIGTERM; a
+#     NOTIFY_SOCKET whose queue is full (its receiver never reads) costs the notifications (logged),
+#     never the start nor the stop;
 #   - socket activation: under systemd-socket-activate (a socket passed as a .socket unit passes
 #     it, LISTEN_FDS), the first connection starts the broker, which serves the passed socket and
 #     notifies; a --socket given as well is refused;
@@ -114,6 +116,30 @@ rc=$?
 expect "... exit 0 on SIGTERM ($rc)" test $rc == 0
 wait $lpid
 expect "... and STOPPING=1 before it" grep -q '^NOTIFY STOPPING=1' "$dir/n1.out"
+
+# A NOTIFY_SOCKET whose queue is full (its receiver never reads): READY=1 and STOPPING=1 are dropped
+# (logged), never waited for; the broker serves and stops on SIGTERM as without one.
+python3 "$root/tests/systemd/notify_listener.py" --full "$dir/n3.sock" >"$dir/n3.out" 2>&1 & # $!: python itself
+fpid=$!
+wait_for "$dir/n3.out" full
+NOTIFY_SOCKET=$dir/n3.sock "$build/broker/gpuipc-broker" --socket "$dir/full.sock" --seccomp enforce \
+        --log-level warn --log-format json 2>"$dir/full.log" &
+bpid=$!
+for _ in $(seq 200); do [[ -S $dir/full.sock ]] && break; sleep 0.05; done
+out=$("$ctl" --socket "$dir/full.sock" --timeout 10000 ping 2>&1)
+expect "a full NOTIFY_SOCKET ($(cat "$dir/n3.out")): the broker answers a client all the same ($out)" \
+        grep -q '^ok' <<<"$out"
+kill -TERM $bpid
+running() { [[ -e /proc/$1 && $(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) != Z ]]; }
+for _ in $(seq 100); do running $bpid || break; sleep 0.1; done
+if running $bpid; then stopped="still running 10 s after SIGTERM"; kill -KILL $bpid; else stopped=stopped; fi
+wait $bpid
+rc=$?
+expect "... and stops on SIGTERM within 10 s with exit 0 ($stopped, exit $rc)" test "$stopped,$rc" == stopped,0
+expect "... logging each notification it dropped" \
+        bash -c "grep -q '\"message\":\"READY=1' '$dir/full.log' && grep -q '\"message\":\"STOPPING=1' '$dir/full.log'"
+kill $fpid 2>/dev/null
+wait $fpid 2>/dev/null
 
 listener "$dir/n2.sock" >"$dir/n2.out" 2>&1 &
 lpid=$!
