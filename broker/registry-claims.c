@@ -46,6 +46,7 @@ static void claim_free(Registry *r, Claim *c)
         c->peer->n_claim_refs -= c->refs;
         c->peer->acct->claims--;
         r->n_claims--;
+        reg_uncharge(r, c->peer->creds.uid, c->cost);
         free(c);
 }
 
@@ -195,8 +196,10 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
         size_t len = strlen(a->name);
         uint32_t as_attaches;
         unsigned status;
+        uint64_t cost;
         RegWhy why;
         Claim *c;
+        int e;
 
         if (a->refs == 0) {
                 reg_answer(out, p, id, PROTO_STATUS_INVALID, (RegWhy){ REG_E_RECLAIM_NO_REFS });
@@ -242,12 +245,20 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
                 return;
         }
         /* Its producer has not come back yet: the claim waits for it, until the grace ends. */
+        cost = budget_alloc_cost(sizeof(*c) + len + 1) + REG_INDEX_COST + REG_FRAME_COST;
+        e = reg_charge(r, p->creds.uid, cost, &why);
+        if (e != 0) {
+                reg_charge_failed(out, p, id, e, why);
+                return;
+        }
         c = calloc(1, sizeof(*c) + len + 1);
         if (!c || hmap_insert(&r->claims, &c->node, hash_u64(a->buffer)) < 0) {
                 free(c);
+                reg_uncharge(r, p->creds.uid, cost);
                 registry_peer_mark_lost(p);
                 return;
         }
+        c->cost = (uint32_t)cost;
         c->buffer = a->buffer;
         c->generation = a->generation;
         c->refs = a->refs;

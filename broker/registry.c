@@ -45,6 +45,31 @@ void reg_acct_put(Registry *r, UidAcct *a)
         }
 }
 
+int reg_charge(Registry *r, uint32_t uid, uint64_t n, RegWhy *why)
+{
+        BudgetRefusal f;
+        int e = budget_charge(r->budget, uid, BUDGET_HELD, n, &f);
+
+        if (e <= 0)
+                return e;
+        if (why)
+                *why = (RegWhy){ REG_E_MEMORY_BUDGET, .n = { uid, f.which == BUDGET_E_ALL, f.used, f.limit, n } };
+        return PROTO_STATUS_QUOTA;
+}
+
+void reg_uncharge(Registry *r, uint32_t uid, uint64_t n)
+{
+        budget_uncharge(r->budget, uid, BUDGET_HELD, n);
+}
+
+void reg_charge_failed(RegSink *o, RegPeer *p, uint64_t id, int e, RegWhy why)
+{
+        if (e < 0)
+                registry_peer_mark_lost(p);
+        else
+                reg_answer(o, p, id, PROTO_STATUS_QUOTA, why);
+}
+
 void reg_emit(RegSink *o, const RegChange *c)
 {
         o->emit(o->ctx, c);
@@ -424,9 +449,12 @@ void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, 
 void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer,
                      uint32_t timeout_ms, uint64_t now_ms, RegSink *out)
 {
+        uint64_t cost;
         RegName *e;
         RegBuffer *b;
+        RegWhy why;
         Wait *w;
+        int err;
 
         if (!name) {
                 b = registry_request_buffer(r, p, id, buffer, out);
@@ -448,20 +476,29 @@ void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uin
                 reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_WAITS_LIMIT, .n = { p->n_waits } });
                 return;
         }
+        cost = reg_wait_cost(sizeof(RegName), strlen(name));
+        err = reg_charge(r, p->creds.uid, cost, &why);
+        if (err != 0) {
+                reg_charge_failed(out, p, id, err, why);
+                return;
+        }
         e = name_get(r, name);
         w = calloc(1, sizeof(*w));
         if (!e || !w) {
                 free(w);
                 reg_name_put(r, e);
+                reg_uncharge(r, p->creds.uid, cost);
                 registry_peer_mark_lost(p);
                 return;
         }
         timeout_ms = MIN(timeout_ms, r->limits.max_timeout_ms);
         *w = (Wait){ .timer = { HEAP_NODE_INIT, TIMER_WAIT }, .peer = p, .req_id = id,
-                     .deadline = now_ms + timeout_ms, .name_publishes = e->publishes, .name = e };
+                     .deadline = now_ms + timeout_ms, .name_publishes = e->publishes, .name = e,
+                     .cost = (uint32_t)cost };
         if (heap_push(&r->timers, &w->timer.node, w->deadline) < 0) {
                 free(w);
                 reg_name_put(r, e);
+                reg_uncharge(r, p->creds.uid, cost);
                 registry_peer_mark_lost(p);
                 return;
         }
@@ -964,6 +1001,8 @@ int registry_new(Registry **ret, const RegConfig *cfg)
         if (!r)
                 return -ENOMEM;
         r->limits = cfg->limits;
+        r->budget = cfg->budget;
+        r->peer_extra = cfg->peer_extra;
         r->epoch = cfg->epoch;
         r->generation = cfg->first_generation;
         r->id_state = cfg->id_seed;

@@ -1423,7 +1423,7 @@ static void test_hello(void)
 
         CHECK(!registry_peer_said_hello(p));
         env_hello(e, p, 5, "camera-producer", 2, gpus);
-        CHECK_EQ(registry_peer_hello(e->r, p, &h), PROTO_STATUS_STATE);
+        CHECK_EQ(registry_peer_hello(e->r, p, &h, NULL), PROTO_STATUS_STATE);
         registry_peer_describe(p, &m);
         CHECK(proto_str_eq(m.label, "camera-producer"));
         CHECK_EQ(m.n_gpus, 2);
