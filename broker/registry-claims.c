@@ -162,13 +162,16 @@ static unsigned reclaim_judge(const Registry *r, const RegPeer *p, RegBuffer *b,
         return 0;
 }
 
-/* Turns a judged reclaim of a registered buffer into references. 0, or -ENOMEM. */
-static int reclaim_into(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, uint32_t as_attaches)
+/* Turns a judged reclaim of a registered buffer into references. 0, -ENOMEM, or PROTO_STATUS_QUOTA
+ * with why (the hold does not fit in the memory budget). */
+static int reclaim_into(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, uint32_t as_attaches, RegWhy *why)
 {
         DepartedHold *d;
+        int e;
 
-        if (reg_hold_add(r, p, b, refs, reg_memory_of(b)->fd >= 0) < 0)
-                return -ENOMEM;
+        e = reg_hold_add(r, p, b, refs, reg_memory_of(b)->fd >= 0, why);
+        if (e != 0)
+                return e;
         d = departed_of(b, p->creds.uid);
         if (d && refs > as_attaches) {
                 d->refs -= refs - as_attaches;
@@ -217,8 +220,9 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
                         reg_answer(out, p, id, status, why);
                         return;
                 }
-                if (reclaim_into(r, p, b, a->refs, as_attaches) < 0) {
-                        registry_peer_mark_lost(p);
+                e = reclaim_into(r, p, b, a->refs, as_attaches, &why);
+                if (e != 0) {
+                        reg_charge_failed(out, p, id, e, why);
                         return;
                 }
                 reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_STATE,
@@ -286,6 +290,7 @@ void reg_claims_adopt(Registry *r, RegBuffer *b, RegSink *o)
                 const ClaimOf k = { c->generation, c->owner_uid, c->kind, c->name };
                 uint32_t refs = c->refs, as_attaches;
                 RegPeer *p = c->peer;
+                int e;
 
                 next = n->next;
                 if (n->hash != h || c->buffer != b->id)
@@ -296,8 +301,18 @@ void reg_claims_adopt(Registry *r, RegBuffer *b, RegSink *o)
                         continue;
                 }
                 claim_free(r, c);
-                if (reclaim_into(r, p, b, refs, as_attaches) < 0)
+                e = reclaim_into(r, p, b, refs, as_attaches, &why);
+                if (e < 0) {
                         registry_peer_mark_lost(p);
+                } else if (e > 0) {
+                        /* Its uid's budget has no room for the hold: the claimant must stop using the
+                         * memory, as if its claim had been refused. */
+                        reg_tell_key(o, p, PROTO_EV_REVOKED, (RegBufferKey){ b->id, b->generation, b->name, b->info.kind },
+                                     why);
+                        r->counters.events++;
+                        r->counters.reclaims_refused++;
+                        r->counters.claims_revoked++;
+                }
         }
 }
 

@@ -125,6 +125,7 @@ struct RegBuffer {
         List holds; /* Hold.buf_link */
         uint64_t refs;
         uint32_t holders;
+        uint64_t cost;      /* charged to owner_uid (held budget): reg_buffer_cost */
 };
 
 struct Registry {
@@ -260,12 +261,16 @@ static inline RegBuffer *reg_memory_of(RegBuffer *b)
  * freed, or its producer is gone. */
 void reg_segment_release_if_done(Registry *r, RegBuffer *s, RegSink *o);
 
+/* What a hold costs its peer's uid: itself, its index slot, and the freed event it may cause. */
+#define REG_HOLD_COST (budget_alloc_cost(sizeof(Hold)) + REG_INDEX_COST + REG_FRAME_COST)
+
 /* Drops a whole hold (all of one peer's references to one buffer, and its mapped mark). */
 void reg_hold_drop(Registry *r, Hold *h);
 
 /* Adds refs references of p to b (creating the hold); mapped marks that p has b's memory mapped
- * (for a view: its segment's, which is what p maps). 0, or -ENOMEM. */
-int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapped);
+ * (for a view: its segment's, which is what p maps). 0, -ENOMEM, or PROTO_STATUS_QUOTA (why filled
+ * in) when a new hold does not fit in p's uid's memory budget. */
+int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapped, RegWhy *why);
 
 /* A retired buffer drains once nothing references it, unless holders may still come back: a
  * restored buffer during the restart grace. Drains it if it may (reason for the events, or NULL). */

@@ -3,7 +3,8 @@
  * and what does not fit is refused with quota, peers that do not read are dropped, the broker stays
  * up and serves, its resident memory stays bounded, and it falls again once the attackers are gone.
  *   - subscribers that never read, and a producer publishing and retiring under their prefix;
- *   - attach waits, group joins and pending reclaims, all under names of the longest length. */
+ *   - attach waits, group joins, pending reclaims and buffers with the largest metadata, all under
+ *     names of the longest length. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -256,10 +257,55 @@ static unsigned reclaim(int sock, uint64_t buffer, char *buf, HFrame *f)
         return 1;
 }
 
+/* A metadata map of the largest encoded size: {"pad": "xxx..."} (str 16). */
+static size_t largest_meta(unsigned char *buf)
+{
+        size_t pad = PROTO_MAX_META - 8;
+
+        buf[0] = 0x81;
+        buf[1] = 0xa3;
+        memcpy(buf + 2, "pad", 3);
+        buf[5] = 0xda;
+        buf[6] = (unsigned char)(pad >> 8);
+        buf[7] = (unsigned char)pad;
+        memset(buf + 8, 'x', pad);
+        return PROTO_MAX_META;
+}
+
+/* One producer publishes buffers with the longest names and the largest metadata until its uid's
+ * share is full: the publish past it is refused with quota, and freeing them makes room again. */
+static void publish_until_refused(HCase *k)
+{
+        static unsigned char meta[PROTO_MAX_META];
+        static gpuipc_buffer_t *bufs[2000];
+        gpuipc_publish_options_t po = { .struct_size = sizeof(po), .meta = meta };
+        char name[PROTO_MAX_NAME + 1];
+        gpuipc_t *prod = h_connect(k->broker, "producer");
+        int n, r = 0;
+
+        po.meta_len = largest_meta(meta);
+        for (n = 0; n < 2000; n++) {
+                CHECK_OK(prod, gpuipc_buffer_alloc(prod, GPUIPC_KIND_MEMFD, 4096, 0, &bufs[n]));
+                r = gpuipc_publish(prod, bufs[n], long_name(name, "buffer", 0, n).ptr, &po);
+                if (r < 0)
+                        break;
+                sample_rss(k->broker);
+        }
+        h_log("buffers: %d published before the budget refused one", n);
+        CHECK_ERR(prod, r, GPUIPC_E_QUOTA);
+        CHECKF(strstr(gpuipc_errmsg(prod), "--memory-budget"), "the refusal does not name the budget: %s",
+               gpuipc_errmsg(prod));
+        CHECK_OK(prod, gpuipc_buffer_free(prod, bufs[n]));
+        while (n-- > 0)
+                CHECK_OK(prod, gpuipc_buffer_free(prod, bufs[n]));
+        gpuipc_close(prod);
+        WAIT_UNTIL(h_stats(k->obs, "peers") == 3, H_SOON_MS);
+}
+
 /* Connections of one uid each fill their --max-waits-per-peer with attach waits or group joins, or
- * ask to reclaim thousands of buffers during the restart grace, all under names of 255 bytes: past
- * the uid's share each is refused with quota, and the broker stays up, bounded, and gives the memory
- * back once they are gone. */
+ * ask to reclaim thousands of buffers during the restart grace, and a producer publishes buffers
+ * with the largest metadata, all under names of 255 bytes: past the uid's share each is refused with
+ * quota, and the broker stays up, bounded, and gives the memory back once they are gone. */
 static void test_waits_groups_claims(void)
 {
         static const char *const flags[] = { "--memory-budget", BUDGET, "--restart-grace-ms", "600000", NULL };
@@ -298,6 +344,7 @@ static void test_waits_groups_claims(void)
                 CHECK_EQ(h_stats(k.obs, "waits"), 0);
                 CHECK_EQ(h_stats(k.obs, "claims_pending"), 0);
         }
+        publish_until_refused(&k);
         check_rss(k.broker, before);
         h_frame_free(f);
         h_case_end(&k);
