@@ -197,6 +197,7 @@ static void drop_over_budget(Peer *p, const BudgetRefusal *f)
 {
         char why[PROTO_MAX_TEXT];
 
+        p->set->budget->refused++;
         log_warn("dropping a peer that does not read", "peer=%llu limit=%s value=%llu max=%llu",
                  (unsigned long long)registry_peer_id(p->reg),
                  f->which == BUDGET_E_ALL ? "memory-budget" : "memory-budget-per-uid", (unsigned long long)f->used,

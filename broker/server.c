@@ -513,6 +513,7 @@ int server_new(Server **ret, const ServerConfig *cfg)
                 return r; /* the policy and its watch stay the caller's */
         }
         stats_init(&s->stats, uv_now(&s->loop));
+        s->stats.budget = s->peers.budget;
         rearm_deadline(s); /* the restart grace */
         *ret = steal_ptr(s);
         return 0;

@@ -112,13 +112,16 @@ static int attacker(const HBroker *b, unsigned *refused)
         return sock;
 }
 
-/* Closes the attackers' connections and waits until the broker let them go. */
-static void close_attackers(HCase *k, int *socks, int n)
+/* Closes the attackers' connections and waits until the broker let them go: what it charged them
+ * is all given back (held is what the case's own peers keep, held0), and nothing is queued. */
+static void close_attackers(HCase *k, int *socks, int n, uint64_t held0)
 {
         for (int i = 0; i < n; i++)
                 if (socks[i] >= 0)
                         socks[i] = safe_close(socks[i]);
         WAIT_UNTIL(h_stats(k->obs, "peers") == 3, H_SOON_MS); /* the observer and the bystander's two */
+        CHECK_EQ(h_stats(k->obs, "memory_held_bytes"), held0);
+        CHECK_EQ(h_stats(k->obs, "memory_output_bytes"), 0);
 }
 
 /* ---- subscribers that never read ---- */
@@ -134,12 +137,14 @@ static void test_subscribers_never_read(void)
         static int socks[ATTACKERS];
         HFrame *f = h_frame_new();
         unsigned ok = 0, refused = 0, conns_refused = 0;
+        uint64_t held0;
         gpuipc_buffer_t *b;
         gpuipc_t *prod;
         long before;
         HCase k;
 
         h_case_begin(&k, flags);
+        held0 = h_stats(k.obs, "memory_held_bytes");
         /* The producer's buffer is registered before the attack: publishing it again costs nothing new. */
         prod = h_connect(k.broker, "producer");
         CHECK_OK(prod, gpuipc_buffer_alloc(prod, GPUIPC_KIND_MEMFD, 4096, 0, &b));
@@ -182,7 +187,8 @@ static void test_subscribers_never_read(void)
 
         CHECK_OK(prod, gpuipc_buffer_free(prod, b));
         gpuipc_close(prod);
-        close_attackers(&k, socks, ATTACKERS);
+        close_attackers(&k, socks, ATTACKERS, held0);
+        CHECK(h_stats(k.obs, "memory_refused_total") > 0);
         check_rss(k.broker, before);
         h_frame_free(f);
         h_case_end(&k);
@@ -274,7 +280,7 @@ static size_t largest_meta(unsigned char *buf)
 
 /* One producer publishes buffers with the longest names and the largest metadata until its uid's
  * share is full: the publish past it is refused with quota, and freeing them makes room again. */
-static void publish_until_refused(HCase *k)
+static void publish_until_refused(HCase *k, uint64_t held0)
 {
         static unsigned char meta[PROTO_MAX_META];
         static gpuipc_buffer_t *bufs[2000];
@@ -300,6 +306,7 @@ static void publish_until_refused(HCase *k)
                 CHECK_OK(prod, gpuipc_buffer_free(prod, bufs[n]));
         gpuipc_close(prod);
         WAIT_UNTIL(h_stats(k->obs, "peers") == 3, H_SOON_MS);
+        CHECK_EQ(h_stats(k->obs, "memory_held_bytes"), held0);
 }
 
 /* Connections of one uid each fill their --max-waits-per-peer with attach waits or group joins, or
@@ -314,10 +321,12 @@ static void test_waits_groups_claims(void)
         static int socks[ATTACKERS];
         ProtoMsg reqs[64];
         HFrame *f = h_frame_new();
+        uint64_t held0;
         long before;
         HCase k;
 
         h_case_begin(&k, flags);
+        held0 = h_stats(k.obs, "memory_held_bytes");
         before = rss_peak_kb = broker_rss_kb(k.broker);
         for (int kind = 0; kind < 3; kind++) {
                 unsigned refused = 0, conns_refused = 0;
@@ -340,11 +349,11 @@ static void test_waits_groups_claims(void)
                 /* Within its share, what a uid keeps still works: the observer is served. */
                 CHECK_OK(k.obs, gpuipc_ping(k.obs, H_SOON_MS));
                 CHECK(h_stats(k.obs, kind == 2 ? "claims_pending" : "waits") > 0);
-                close_attackers(&k, socks, ATTACKERS);
+                close_attackers(&k, socks, ATTACKERS, held0);
                 CHECK_EQ(h_stats(k.obs, "waits"), 0);
                 CHECK_EQ(h_stats(k.obs, "claims_pending"), 0);
         }
-        publish_until_refused(&k);
+        publish_until_refused(&k, held0);
         check_rss(k.broker, before);
         h_frame_free(f);
         h_case_end(&k);
