@@ -173,7 +173,8 @@ static int parse_limit(const char *name, const char *s, uint32_t *ret)
 static int parse_memory(const char *name, const char *s, uint64_t *ret)
 {
         if (budget_parse_size(s, ret) < 0 || *ret < MEMORY_BUDGET_MIN) {
-                fprintf(stderr, "gpuipc-broker: --%s needs a size of at least 1M (bytes, or with K, M or G), not '%s'\n",
+                fprintf(stderr,
+                        "gpuipc-broker: --%s needs a size of at least 1M (bytes, or with K, M or G), not '%s'\n",
                         name, s);
                 return -EINVAL;
         }

@@ -307,8 +307,8 @@ void reg_claims_adopt(Registry *r, RegBuffer *b, RegSink *o)
                 } else if (e > 0) {
                         /* Its uid's budget has no room for the hold: the claimant must stop using the
                          * memory, as if its claim had been refused. */
-                        reg_tell_key(o, p, PROTO_EV_REVOKED, (RegBufferKey){ b->id, b->generation, b->name, b->info.kind },
-                                     why);
+                        reg_tell_key(o, p, PROTO_EV_REVOKED,
+                                     (RegBufferKey){ b->id, b->generation, b->name, b->info.kind }, why);
                         r->counters.events++;
                         r->counters.reclaims_refused++;
                         r->counters.claims_revoked++;

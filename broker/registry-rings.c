@@ -172,7 +172,8 @@ void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpe
 {
         size_t len = strlen(s->name);
         uint32_t n_parts = 1 + s->n_slots + s->n_members * (s->mode == PROTO_MODE_STREAM ? 2 : 1);
-        uint64_t cost = budget_alloc_cost(sizeof(RegRing) + len + 1) + budget_alloc_cost(n_parts * sizeof(RegBuffer *)) +
+        uint64_t cost = budget_alloc_cost(sizeof(RegRing) + len + 1) +
+                        budget_alloc_cost(n_parts * sizeof(RegBuffer *)) +
                         budget_alloc_cost(s->n_members * sizeof(RingSeat)) + REG_INDEX_COST +
                         (s->device && *s->device ? budget_alloc_cost(strlen(s->device) + 1) : 0) +
                         (uint64_t)s->n_members * REG_FRAME_COST;

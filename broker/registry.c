@@ -603,9 +603,10 @@ static uint64_t buffer_cost(const char *name, const char *device, bool handle, u
         size_t len = strlen(name);
 
         return budget_alloc_cost(sizeof(RegBuffer)) + budget_alloc_cost(len + 1) +
-               budget_alloc_cost(sizeof(RegName) + len + 1) + (device && *device ? budget_alloc_cost(strlen(device) + 1) : 0) +
-               (handle ? budget_alloc_cost(PROTO_LEGACY_HANDLE_SIZE) : 0) + (meta_len ? budget_alloc_cost(meta_len) : 0) +
-               3 * REG_INDEX_COST + REG_FRAME_COST;
+               budget_alloc_cost(sizeof(RegName) + len + 1) +
+               (device && *device ? budget_alloc_cost(strlen(device) + 1) : 0) +
+               (handle ? budget_alloc_cost(PROTO_LEGACY_HANDLE_SIZE) : 0) +
+               (meta_len ? budget_alloc_cost(meta_len) : 0) + 3 * REG_INDEX_COST + REG_FRAME_COST;
 }
 
 /* Copies what a new buffer keeps of the publish: name, device, legacy handle, metadata. */

@@ -71,8 +71,9 @@ static void check_rss(const HBroker *b, long before)
                 return;
         }
         CHECKF(rss_peak_kb < RSS_LIMIT_KB, "the broker grew to %ld kB under a budget of " BUDGET, rss_peak_kb);
-        CHECKF(after <= before + RSS_KEPT_KB, "the broker kept %ld kB of the %ld kB it grew by after the attackers left",
-               after - before, rss_peak_kb - before);
+        CHECKF(after <= before + RSS_KEPT_KB,
+               "the broker kept %ld kB of the %ld kB it grew by after the attackers left", after - before,
+               rss_peak_kb - before);
 }
 
 /* A refusal by the budget: quota, and its text names the flag. */
