@@ -18,6 +18,11 @@ typedef struct Limits {
         uint32_t queued_fds;           /* fds sent to a peer it has not received: in its socket (charged to the
                                         * broker's uid by the kernel) or queued (each one an fd the broker holds) */
         uint32_t max_timeout_ms;       /* longest wait a peer may ask for (longer is clamped) */
+        /* The memory budget (broker/budget.h): bytes of everything peers make the broker keep, and
+         * one uid's share of them; --memory-budget and --memory-budget-per-uid, not --max-* flags (main.c
+         * derives the default from the container's memory limit). 0: no budget. */
+        uint64_t memory_budget;
+        uint64_t memory_per_uid;
 } Limits;
 
 #define LIMITS_DEFAULT                                                  \

@@ -490,6 +490,14 @@ void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         add_stat(&it, "peer_cleanup_us_last", s->peer_cleanup_us_last);
         add_stat(&it, "peer_cleanup_us_max", s->peer_cleanup_us_max);
         add_stat(&it, "peer_cleanup_refs_last", s->peer_cleanup_refs_last);
+        if (s->budget) {
+                add_stat(&it, "memory_budget_bytes", s->budget->limit);
+                add_stat(&it, "memory_uid_share_bytes", s->budget->uid_share);
+                add_stat(&it, "memory_held_bytes", s->budget->used[BUDGET_HELD]);
+                add_stat(&it, "memory_output_bytes", s->budget->used[BUDGET_OUTPUT]);
+                add_stat(&it, "memory_peak_bytes", s->budget->peak);
+                add_stat(&it, "memory_refused_total", s->budget->refused);
+        }
         add_failed_replies(&it, ctx->out);
         add_histogram(&it, "request_duration_us", &s->request_us);
         add_histogram(&it, "peer_cleanup_duration_us", &s->peer_cleanup_us);

@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
+#include <limits.h>
+#include <malloc.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,6 +26,7 @@
 #include "hmap.h"
 #include "landlock.h"
 #include "broker-limits.h"
+#include "budget.h"
 #include "log.h"
 #include "macro.h"
 #include "policy.h"
@@ -52,6 +55,9 @@ typedef struct Options {
         Limits limits;
         uint32_t restart_grace_ms;
 } Options;
+
+/* The smallest budget a flag may set: below it a handful of connections would fill it. */
+#define MEMORY_BUDGET_MIN (1u << 20)
 
 /* After a restart, how long holders of the old broker have to come back and reclaim what they hold
  * before buffers they held may drain (docs/design.md "Broker restarts"): longer than a consumer
@@ -113,6 +119,9 @@ static void usage(FILE *f)
                         *limit_field(&defaults, &limit_flags[i]));
         }
         fprintf(f,
+                "      --memory-budget BYTES    memory for everything peers make the broker keep (suffix K, M or\n"
+                "                               G; default: half the cgroup's memory.max, else a quarter of RAM)\n"
+                "      --memory-budget-per-uid BYTES  one uid's share of it (default: a quarter of the budget)\n"
                 "      --restart-grace-ms N     after a restart, how long reconnecting holders may reclaim\n"
                 "                               before buffers they held drain (default %u; 0: no grace)\n"
                 "  -V, --version\n"
@@ -128,6 +137,8 @@ enum {
         OPT_LOG_FORMAT,
         OPT_LOG_LEVEL,
         OPT_RESTART_GRACE,
+        OPT_MEMORY_BUDGET,
+        OPT_MEMORY_PER_UID,
         OPT_LIMIT = 512, /* OPT_LIMIT + i: limit_flags[i] */
 };
 
@@ -156,6 +167,17 @@ static int parse_limit(const char *name, const char *s, uint32_t *ret)
                 return -EINVAL;
         }
         *ret = (uint32_t)v;
+        return 0;
+}
+
+static int parse_memory(const char *name, const char *s, uint64_t *ret)
+{
+        if (budget_parse_size(s, ret) < 0 || *ret < MEMORY_BUDGET_MIN) {
+                fprintf(stderr,
+                        "gpuipc-broker: --%s needs a size of at least 1M (bytes, or with K, M or G), not '%s'\n",
+                        name, s);
+                return -EINVAL;
+        }
         return 0;
 }
 
@@ -192,6 +214,8 @@ static int parse_args(int argc, char **argv, Options *o)
                 { "log-format", required_argument, NULL, OPT_LOG_FORMAT },
                 { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
                 { "restart-grace-ms", required_argument, NULL, OPT_RESTART_GRACE },
+                { "memory-budget", required_argument, NULL, OPT_MEMORY_BUDGET },
+                { "memory-budget-per-uid", required_argument, NULL, OPT_MEMORY_PER_UID },
                 { "version", no_argument, NULL, 'V' },
                 { "help", no_argument, NULL, 'h' },
         };
@@ -275,6 +299,13 @@ static int parse_args(int argc, char **argv, Options *o)
                         o->restart_grace_ms = (uint32_t)grace;
                         break;
                 }
+                case OPT_MEMORY_BUDGET:
+                case OPT_MEMORY_PER_UID:
+                        if (parse_memory(c == OPT_MEMORY_BUDGET ? "memory-budget" : "memory-budget-per-uid", optarg,
+                                         c == OPT_MEMORY_BUDGET ? &o->limits.memory_budget
+                                                                : &o->limits.memory_per_uid) < 0)
+                                return -EINVAL;
+                        break;
                 case 'V':
                         /* What a bug report needs: the release, the wire protocol, the sandbox built in. */
                         printf("gpuipc-broker %s\nprotocol %d\nseccomp filter %s\n", GPUIPC_VERSION, PROTO_VERSION,
@@ -386,6 +417,71 @@ static rlim_t raise_fd_limit(void)
         return rl.rlim_cur;
 }
 
+/* Reads a small text file (a /proc or cgroup file) into buf. 0 or -errno. */
+static int read_text(const char *path, char *buf, size_t cap)
+{
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        ssize_t n;
+
+        if (fd < 0)
+                return -errno;
+        n = read(fd, buf, cap - 1);
+        if (n < 0)
+                return -errno;
+        buf[n] = 0;
+        return 0;
+}
+
+/* The memory limit of the broker's cgroup (v2): the lowest memory.max from its own cgroup up to the
+ * root of what this mount namespace shows. UINT64_MAX when there is none (cgroup v1, no limit, no
+ * /sys/fs/cgroup). Read once at start, before Landlock closes /sys. */
+static uint64_t cgroup_memory_limit(void)
+{
+        char text[4096], path[PATH_MAX], file[PATH_MAX + 64];
+        uint64_t limit = UINT64_MAX, v;
+
+        if (read_text("/proc/self/cgroup", text, sizeof(text)) < 0 ||
+            budget_parse_cgroup(text, path, sizeof(path)) < 0)
+                return UINT64_MAX;
+        for (;;) {
+                char *slash;
+
+                snprintf(file, sizeof(file), "/sys/fs/cgroup%s/memory.max", strcmp(path, "/") ? path : "");
+                if (read_text(file, text, sizeof(text)) == 0 && budget_parse_memory_max(text, &v) == 0)
+                        limit = MIN(limit, v);
+                slash = strrchr(path, '/');
+                if (!slash || slash == path)
+                        break;
+                *slash = 0;
+        }
+        return limit;
+}
+
+/* Fills in the budget a flag did not set: from the container's limit (budget_default), and a uid's
+ * share. Says where it came from. */
+static void memory_budget_setup(Limits *l)
+{
+        uint64_t cgroup = UINT64_MAX, phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+        const char *source = "flag";
+
+        if (!l->memory_budget) {
+                cgroup = cgroup_memory_limit();
+                l->memory_budget = budget_default(cgroup, phys);
+                source = cgroup != UINT64_MAX ? "cgroup" : "ram";
+        }
+        if (!l->memory_per_uid)
+                l->memory_per_uid = budget_default_share(l->memory_budget);
+        if (l->memory_per_uid > l->memory_budget) {
+                log_warn("--memory-budget-per-uid is larger than the budget; a uid may take all of it",
+                         "per_uid=%llu budget=%llu", (unsigned long long)l->memory_per_uid,
+                         (unsigned long long)l->memory_budget);
+                l->memory_per_uid = l->memory_budget;
+        }
+        log_info("memory budget", "budget=%llu per_uid=%llu source=%s cgroup_limit=%llu",
+                 (unsigned long long)l->memory_budget, (unsigned long long)l->memory_per_uid, source,
+                 cgroup == UINT64_MAX ? 0ULL : (unsigned long long)cgroup);
+}
+
 /* getrandom without GRND_NONBLOCK: at early boot it waits for the entropy pool rather than hand
  * out guessable ids. */
 static uint64_t random_u64(void)
@@ -460,6 +556,11 @@ int main(int argc, char **argv)
                 o.socket_path = GPUIPC_DEFAULT_SOCKET;
         /* A peer that closes its end must cost an EPIPE, not the broker. */
         signal(SIGPIPE, SIG_IGN);
+        /* Fixed thresholds: glibc would otherwise raise both after large frees, keeping the memory of
+         * peers that left in the heap. Large blocks come from mmap and go back when freed. */
+        mallopt(M_TRIM_THRESHOLD, 128 * 1024);
+        mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+        memory_budget_setup(&o.limits);
         seed_hashes();
         fd_limit = raise_fd_limit();
         /* Each peer may leave --max-queued-fds fds unread, and the kernel charges all of them to the

@@ -79,11 +79,28 @@ int peer_new(Peer **ret, PeerSet *set, Registry *reg, int fd, uint64_t now_ms)
         return 0;
 }
 
+/* Keeps the budget's output pool charged with what p's queue holds (conn.c counts each frame with
+ * its overhead; a queued fd is a dup the broker holds, counted as one more small allocation).
+ * Returns whether the queue grew. */
+static bool charge_queue(Peer *p)
+{
+        uint64_t now = p->conn.queued_bytes + p->conn.queued_fds * budget_alloc_cost(0);
+        bool grew = now > p->out_charged;
+
+        if (grew && budget_force(p->set->budget, p->creds.uid, BUDGET_OUTPUT, now - p->out_charged) < 0)
+                return grew; /* not charged: the queue is still bounded by --max-queued-bytes */
+        if (!grew)
+                budget_uncharge(p->set->budget, p->creds.uid, BUDGET_OUTPUT, p->out_charged - now);
+        p->out_charged = now;
+        return grew;
+}
+
 Peer *peer_free(Peer *p)
 {
         if (!p)
                 return NULL;
         conn_deinit(&p->conn);
+        charge_queue(p);
         safe_close(p->pidfd);
         free(p);
         return NULL;
@@ -101,6 +118,7 @@ void peer_close(Peer *p, const char *why)
         p->closing = true;
         /* Try to push out what is queued (often an error reply), without waiting. */
         conn_flush(&p->conn);
+        charge_queue(p);
         log_info("peer disconnected", "peer=%llu pid=%u uid=%u reason=\"%s\"",
                  (unsigned long long)registry_peer_id(p->reg), p->creds.pid, p->creds.uid, why);
         /* Forgotten later, by the server's deliver(): a peer may be closed from deep inside a
@@ -146,25 +164,54 @@ bool peer_wants_write(const Peer *p)
         return !p->closing && !p->blocked && conn_pending(&p->conn);
 }
 
-/* Hangs up on a peer that stopped reading, telling it why in a last frame after everything it has
- * yet to read: its queue is gone, the fds it did not receive would be charged to the broker. */
-static void drop_slow_peer(Peer *p, const char *limit, size_t value, uint32_t max)
+/* Hangs up on a peer that stopped reading, telling it why (text) in a last frame after everything
+ * it has yet to read: its queue is gone, the fds it did not receive would be charged to the broker. */
+static void hang_up_slow_peer(Peer *p, const char *text)
 {
-        char why[PROTO_MAX_TEXT];
         ProtoBuf frame = { 0 };
         ProtoMsg m;
 
         p->set->stats->slow_peers_dropped++;
+        proto_reply_error(&m, 0, PROTO_STATUS_QUOTA, text);
+        if (proto_frame_encode(&frame, &m, 0) == 0)
+                (void)conn_send_last(&p->conn, &frame);
+        proto_buf_free(&frame);
+        charge_queue(p);
+        peer_close(p, "too much unread output");
+}
+
+static void drop_slow_peer(Peer *p, const char *limit, size_t value, uint32_t max)
+{
+        char why[PROTO_MAX_TEXT];
+
         log_warn("dropping a peer that does not read", "peer=%llu limit=%s value=%zu max=%u",
                  (unsigned long long)registry_peer_id(p->reg), limit, value, max);
         snprintf(why, sizeof(why), "the broker disconnects this connection: it does not read what the broker sends "
                  "(%zu %s, the limit is %u: --%s)", value,
                  strcmp(limit, "max-queued-fds") == 0 ? "fds not received" : "bytes queued", max, limit);
-        proto_reply_error(&m, 0, PROTO_STATUS_QUOTA, why);
-        if (proto_frame_encode(&frame, &m, 0) == 0)
-                (void)conn_send_last(&p->conn, &frame);
-        proto_buf_free(&frame);
-        peer_close(p, "too much unread output");
+        hang_up_slow_peer(p, why);
+}
+
+/* Its queue grew and its uid's unread output (or all peers') is over the budget's output pool. */
+static void drop_over_budget(Peer *p, const BudgetRefusal *f)
+{
+        char why[PROTO_MAX_TEXT];
+
+        p->set->budget->refused++;
+        log_warn("dropping a peer that does not read", "peer=%llu limit=%s value=%llu max=%llu",
+                 (unsigned long long)registry_peer_id(p->reg),
+                 f->which == BUDGET_E_ALL ? "memory-budget" : "memory-budget-per-uid", (unsigned long long)f->used,
+                 (unsigned long long)f->limit);
+        if (f->which == BUDGET_E_ALL)
+                snprintf(why, sizeof(why), "the broker disconnects this connection: it does not read what the broker "
+                         "sends, and all peers' unread output (%llu bytes) is over the memory budget's share for it "
+                         "(%llu bytes: --memory-budget)", (unsigned long long)f->used, (unsigned long long)f->limit);
+        else
+                snprintf(why, sizeof(why), "the broker disconnects this connection: it does not read what the broker "
+                         "sends, and uid %u's unread output (%llu bytes) is over its share of the memory budget "
+                         "(%llu bytes: --memory-budget-per-uid)", p->creds.uid, (unsigned long long)f->used,
+                         (unsigned long long)f->limit);
+        hang_up_slow_peer(p, why);
 }
 
 void peer_send(Peer *p, OutFrame *f)
@@ -172,6 +219,7 @@ void peer_send(Peer *p, OutFrame *f)
         ServerStats *st = p->set->stats;
         const Limits *l = &p->set->limits;
         size_t len = f->frame.len;
+        BudgetRefusal over;
         int r;
 
         if (p->closing)
@@ -195,9 +243,12 @@ void peer_send(Peer *p, OutFrame *f)
         st->frames_out++;
         st->bytes_out += len;
         st->fds_out += f->fd >= 0;
-        /* Queued bytes bound the broker's memory (queued fds are bounded by conn_send). */
+        /* Queued bytes bound the broker's memory (queued fds are bounded by conn_send), per peer and,
+         * through the budget, per uid and in all. */
         if (p->conn.queued_bytes > l->queued_bytes)
                 drop_slow_peer(p, "max-queued-bytes", p->conn.queued_bytes, l->queued_bytes);
+        else if (charge_queue(p) && budget_over(p->set->budget, p->creds.uid, BUDGET_OUTPUT, &over))
+                drop_over_budget(p, &over);
 }
 
 void peer_flush(Peer *p)
@@ -212,6 +263,7 @@ void peer_flush(Peer *p)
         if (p->closing)
                 return;
         r = conn_flush(&p->conn);
+        charge_queue(p);
         if (r == CONN_E_BLOCKED)
                 peer_block(p, was_blocked); /* quietly if it was reported when it first blocked */
         else if (r < 0)

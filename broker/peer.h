@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "broker-limits.h"
+#include "budget.h"
 #include "conn.h"
 #include "creds.h"
 #include "list.h"
@@ -34,6 +35,7 @@ typedef struct PeerSet {
         List blocked; /* Peer.blocked_link: the kernel refused an fd to them; retry on a timer */
         ServerStats *stats;
         Limits limits;
+        Budget *budget; /* the server's: queued frames are charged to their peer's uid (output pool) */
         uint8_t rbuf[PROTO_MAX_FRAME]; /* one receive buffer: frames are handled as they arrive */
 } PeerSet;
 
@@ -45,6 +47,7 @@ typedef struct Peer {
         bool closing;        /* closed: nothing goes in or out any more */
         bool blocked;        /* in set->blocked */
         char hangup[192];    /* why to close once what this batch sends it went out; "" for none */
+        uint64_t out_charged; /* what its queue is charged in the budget's output pool */
         PeerSet *set;
         void *userdata;      /* the server's */
         List link;           /* set->open or set->doomed */

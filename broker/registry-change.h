@@ -65,6 +65,9 @@ typedef enum RegWhyCode {
         /* connections */
         REG_E_CONNECTIONS_LIMIT, /* n0: the limit */
         REG_E_CONNECTIONS_PER_UID, /* n0: uid, n1: its connections */
+        /* the memory budget (broker/budget.h) */
+        REG_E_MEMORY_BUDGET,     /* n0: uid, n1: 1 if the whole pool is full (else the uid's share), n2: what it
+                                  * holds, n3: the share or pool, n4: the bytes asked */
         REG_R_PRODUCER_GONE,     /* n0-n2: the producer's peer id, pid, uid */
         REG_E_REFS_FULL,         /* n0: references this connection holds */
         REG_E_NOT_LIVE,          /* n0: id, n1: its state, s0: name */

@@ -46,6 +46,7 @@ static void claim_free(Registry *r, Claim *c)
         c->peer->n_claim_refs -= c->refs;
         c->peer->acct->claims--;
         r->n_claims--;
+        reg_uncharge(r, c->peer->creds.uid, c->cost);
         free(c);
 }
 
@@ -161,13 +162,16 @@ static unsigned reclaim_judge(const Registry *r, const RegPeer *p, RegBuffer *b,
         return 0;
 }
 
-/* Turns a judged reclaim of a registered buffer into references. 0, or -ENOMEM. */
-static int reclaim_into(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, uint32_t as_attaches)
+/* Turns a judged reclaim of a registered buffer into references. 0, -ENOMEM, or PROTO_STATUS_QUOTA
+ * with why (the hold does not fit in the memory budget). */
+static int reclaim_into(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, uint32_t as_attaches, RegWhy *why)
 {
         DepartedHold *d;
+        int e;
 
-        if (reg_hold_add(r, p, b, refs, reg_memory_of(b)->fd >= 0) < 0)
-                return -ENOMEM;
+        e = reg_hold_add(r, p, b, refs, reg_memory_of(b)->fd >= 0, why);
+        if (e != 0)
+                return e;
         d = departed_of(b, p->creds.uid);
         if (d && refs > as_attaches) {
                 d->refs -= refs - as_attaches;
@@ -195,8 +199,10 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
         size_t len = strlen(a->name);
         uint32_t as_attaches;
         unsigned status;
+        uint64_t cost;
         RegWhy why;
         Claim *c;
+        int e;
 
         if (a->refs == 0) {
                 reg_answer(out, p, id, PROTO_STATUS_INVALID, (RegWhy){ REG_E_RECLAIM_NO_REFS });
@@ -214,8 +220,9 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
                         reg_answer(out, p, id, status, why);
                         return;
                 }
-                if (reclaim_into(r, p, b, a->refs, as_attaches) < 0) {
-                        registry_peer_mark_lost(p);
+                e = reclaim_into(r, p, b, a->refs, as_attaches, &why);
+                if (e != 0) {
+                        reg_charge_failed(out, p, id, e, why);
                         return;
                 }
                 reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_STATE,
@@ -242,12 +249,20 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
                 return;
         }
         /* Its producer has not come back yet: the claim waits for it, until the grace ends. */
+        cost = budget_alloc_cost(sizeof(*c) + len + 1) + REG_INDEX_COST + REG_FRAME_COST;
+        e = reg_charge(r, p->creds.uid, cost, &why);
+        if (e != 0) {
+                reg_charge_failed(out, p, id, e, why);
+                return;
+        }
         c = calloc(1, sizeof(*c) + len + 1);
         if (!c || hmap_insert(&r->claims, &c->node, hash_u64(a->buffer)) < 0) {
                 free(c);
+                reg_uncharge(r, p->creds.uid, cost);
                 registry_peer_mark_lost(p);
                 return;
         }
+        c->cost = (uint32_t)cost;
         c->buffer = a->buffer;
         c->generation = a->generation;
         c->refs = a->refs;
@@ -275,6 +290,7 @@ void reg_claims_adopt(Registry *r, RegBuffer *b, RegSink *o)
                 const ClaimOf k = { c->generation, c->owner_uid, c->kind, c->name };
                 uint32_t refs = c->refs, as_attaches;
                 RegPeer *p = c->peer;
+                int e;
 
                 next = n->next;
                 if (n->hash != h || c->buffer != b->id)
@@ -285,8 +301,18 @@ void reg_claims_adopt(Registry *r, RegBuffer *b, RegSink *o)
                         continue;
                 }
                 claim_free(r, c);
-                if (reclaim_into(r, p, b, refs, as_attaches) < 0)
+                e = reclaim_into(r, p, b, refs, as_attaches, &why);
+                if (e < 0) {
                         registry_peer_mark_lost(p);
+                } else if (e > 0) {
+                        /* Its uid's budget has no room for the hold: the claimant must stop using the
+                         * memory, as if its claim had been refused. */
+                        reg_tell_key(o, p, PROTO_EV_REVOKED,
+                                     (RegBufferKey){ b->id, b->generation, b->name, b->info.kind }, why);
+                        r->counters.events++;
+                        r->counters.reclaims_refused++;
+                        r->counters.claims_revoked++;
+                }
         }
 }
 

@@ -12,6 +12,7 @@ typedef struct Claim {
         ProtoKind kind;
         RegPeer *peer;
         List peer_link;
+        uint32_t cost; /* charged to its peer's uid (held budget) */
         char name[];
 } Claim;
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "budget.h"
 #include "heap.h"
 #include "hmap.h"
 #include "list.h"
@@ -70,6 +71,7 @@ struct RegPeer {
         uint32_t n_refs, n_waits, n_subs;
         uint32_t n_claim_refs; /* references its pending claims ask for (they count against its quota) */
         uint32_t n_seat_claims; /* its SeatClaims: bounded like its waits */
+        uint64_t charged;       /* held budget for the connection itself and its hello (reg_peer_cost) */
         bool leaving;           /* registry_peer_remove is dealing with its buffers */
         UidAcct *acct;
         uint64_t connected_ms;
@@ -126,10 +128,13 @@ struct RegBuffer {
         List holds; /* Hold.buf_link */
         uint64_t refs;
         uint32_t holders;
+        uint64_t cost;      /* charged to owner_uid (held budget): reg_buffer_cost */
 };
 
 struct Registry {
         Limits limits;
+        Budget *budget;       /* NULL: none (every charge fits) */
+        uint32_t peer_extra;  /* what a connection costs outside the registry (RegConfig) */
         uint64_t epoch;
         uint64_t next_peer_id, next_seq, next_sub_id, generation;
         uint64_t id_state;                  /* the generator of ids the broker picks (splitmix64) */
@@ -200,6 +205,23 @@ static inline bool peer_self_pid_declared(const RegPeer *p)
 
 UidAcct *reg_acct_get(Registry *r, uint32_t uid);
 
+/* What one frame (a reply or an event) costs while the outbox holds it: its encoding's allocation
+ * and its slot. Each thing that makes the broker send a frame unasked (a subscription, a wait, a
+ * reference) is charged one, so that what one step encodes at once is paid for in advance. */
+#define REG_FRAME_COST 576
+/* What an entry costs in a hash table or the timer heap beside the entry itself (its bucket). */
+#define REG_INDEX_COST 16
+
+/* Charges n bytes to uid's held budget (budget.h). 0; PROTO_STATUS_QUOTA with why (unless NULL)
+ * naming the budget; or -ENOMEM. */
+int reg_charge(Registry *r, uint32_t uid, uint64_t n, RegWhy *why);
+
+/* Gives back n bytes charged to uid with reg_charge. */
+void reg_uncharge(Registry *r, uint32_t uid, uint64_t n);
+
+/* Answers a failed reg_charge (e): quota with why, or, out of memory, p is lost. */
+void reg_charge_failed(RegSink *o, RegPeer *p, uint64_t id, int e, RegWhy why);
+
 void reg_acct_put(Registry *r, UidAcct *a);
 
 /* Emits a change (registry-change.h) for the caller to deliver. */
@@ -256,12 +278,16 @@ static inline RegBuffer *reg_memory_of(RegBuffer *b)
  * freed, or its producer is gone. */
 void reg_segment_release_if_done(Registry *r, RegBuffer *s, RegSink *o);
 
+/* What a hold costs its peer's uid: itself, its index slot, and the freed event it may cause. */
+#define REG_HOLD_COST (budget_alloc_cost(sizeof(Hold)) + REG_INDEX_COST + REG_FRAME_COST)
+
 /* Drops a whole hold (all of one peer's references to one buffer, and its mapped mark). */
 void reg_hold_drop(Registry *r, Hold *h);
 
 /* Adds refs references of p to b (creating the hold); mapped marks that p has b's memory mapped
- * (for a view: its segment's, which is what p maps). 0, or -ENOMEM. */
-int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapped);
+ * (for a view: its segment's, which is what p maps). 0, -ENOMEM, or PROTO_STATUS_QUOTA (why filled
+ * in) when a new hold does not fit in p's uid's memory budget. */
+int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapped, RegWhy *why);
 
 /* A retired buffer drains once nothing references it, unless holders may still come back: a
  * restored buffer during the restart grace. Drains it if it may (reason for the events, or NULL). */

@@ -14,8 +14,10 @@
 int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void *userdata, RegPeer **ret,
                       RegWhy *why)
 {
+        uint64_t cost = budget_alloc_cost(sizeof(RegPeer)) + r->peer_extra;
         UidAcct *acct;
         RegPeer *p;
+        int e;
 
         if (r->n_peers >= r->limits.connections) {
                 if (why)
@@ -31,11 +33,18 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
                 reg_acct_put(r, acct);
                 return PROTO_STATUS_QUOTA;
         }
+        e = reg_charge(r, creds->uid, cost, why);
+        if (e != 0) {
+                reg_acct_put(r, acct);
+                return e;
+        }
         p = calloc(1, sizeof(*p));
         if (!p) {
+                reg_uncharge(r, creds->uid, cost);
                 reg_acct_put(r, acct);
                 return -ENOMEM;
         }
+        p->charged = cost;
         p->id = ++r->next_peer_id;
         p->creds = *creds;
         p->acct = acct;
@@ -138,18 +147,28 @@ void registry_peer_remove(Registry *r, RegPeer *p, RegSink *out)
         reg_acct_put(r, p->acct);
         r->n_peers--;
         r->counters.peers_removed++;
+        reg_uncharge(r, p->creds.uid, p->charged);
         free(p->gpus);
         free(p);
 }
 
-int registry_peer_hello(Registry *r, RegPeer *p, const PeerHello *h)
+int registry_peer_hello(Registry *r, RegPeer *p, const PeerHello *h, RegWhy *why)
 {
+        uint64_t cost = h->n_gpus ? budget_alloc_cost(h->n_gpus * sizeof(*p->gpus)) : 0;
+        int e;
+
         if (p->hello)
                 return PROTO_STATUS_STATE;
         if (h->n_gpus) {
+                e = reg_charge(r, p->creds.uid, cost, why);
+                if (e != 0)
+                        return e;
                 p->gpus = calloc(h->n_gpus, sizeof(*p->gpus));
-                if (!p->gpus)
+                if (!p->gpus) {
+                        reg_uncharge(r, p->creds.uid, cost);
                         return -ENOMEM;
+                }
+                p->charged += cost;
                 for (uint32_t i = 0; i < h->n_gpus; i++)
                         copy_str(p->gpus[i], sizeof(p->gpus[i]), h->gpus[i]);
                 p->n_gpus = h->n_gpus;
@@ -160,7 +179,6 @@ int registry_peer_hello(Registry *r, RegPeer *p, const PeerHello *h)
         p->decl_shm_ino = h->shm_ino;
         copy_str(p->label, sizeof(p->label), h->label);
         p->hello = true;
-        (void)r;
         return 0;
 }
 

@@ -20,6 +20,7 @@ typedef struct SeatClaim {
         List peer_link; /* RegPeer.seat_claims */
         RegPeer *peer;
         uint32_t index;
+        uint32_t cost; /* charged to its peer's uid (held budget) */
         uint64_t epoch;
         char ring[];
 } SeatClaim;
@@ -47,6 +48,8 @@ typedef struct RegRing {
                                 * of excepted, until the producer registers new ones) */
         RegBuffer **parts;     /* 1 + n_slots + n_members (twice n_members for a stream ring) */
         RingSeat *seats;       /* n_members */
+        uint64_t cost;         /* charged to its producer's uid (held budget): what it allocated, and
+                                * an event per seat */
         char name[];
 } RegRing;
 

@@ -111,6 +111,7 @@ static void ring_destroy(Registry *r, RegRing *g, RegWhy why, RegSink *o)
         list_unlink(&g->owner_link);
         list_unlink(&g->link);
         hmap_remove(&r->rings, &g->node);
+        reg_uncharge(r, g->acct->uid, g->cost);
         g->acct->buffers--;
         reg_acct_put(r, g->acct);
         r->n_rings--;
@@ -170,7 +171,15 @@ static void seats_unreserve(Registry *r, RegRing *g, RegSink *o)
 void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpec *s, RegSink *out)
 {
         size_t len = strlen(s->name);
+        uint32_t n_parts = 1 + s->n_slots + s->n_members * (s->mode == PROTO_MODE_STREAM ? 2 : 1);
+        uint64_t cost = budget_alloc_cost(sizeof(RegRing) + len + 1) +
+                        budget_alloc_cost(n_parts * sizeof(RegBuffer *)) +
+                        budget_alloc_cost(s->n_members * sizeof(RingSeat)) + REG_INDEX_COST +
+                        (s->device && *s->device ? budget_alloc_cost(strlen(s->device) + 1) : 0) +
+                        (uint64_t)s->n_members * REG_FRAME_COST;
+        RegWhy why;
         RegRing *g;
+        int e;
 
         if (ring_lookup(r, s->name)) {
                 reg_answer(out, p, id, PROTO_STATUS_NAME_TAKEN, (RegWhy){ REG_E_RING_EXISTS, .s = { s->name } });
@@ -181,9 +190,15 @@ void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpe
                            (RegWhy){ REG_E_RING_BUFFERS_LIMIT, .n = { p->creds.uid, p->acct->buffers } });
                 return;
         }
+        e = reg_charge(r, p->creds.uid, cost, &why);
+        if (e != 0) {
+                reg_charge_failed(out, p, id, e, why);
+                return;
+        }
         g = calloc(1, sizeof(*g) + len + 1);
         if (!g)
                 goto no_memory;
+        g->cost = cost;
         memcpy(g->name, s->name, len + 1);
         g->owner = p;
         g->acct = p->acct;
@@ -230,6 +245,7 @@ no_memory:
                 free(g->device);
         }
         free(g);
+        reg_uncharge(r, p->creds.uid, cost);
         registry_peer_mark_lost(p);
 }
 
@@ -437,6 +453,7 @@ static void seat_claim_free(Registry *r, SeatClaim *c)
         list_unlink(&c->peer_link);
         c->peer->n_seat_claims--;
         r->n_seat_claims--;
+        reg_uncharge(r, c->peer->creds.uid, c->cost);
         free(c);
 }
 
@@ -473,7 +490,9 @@ void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring
         RegWhy why = { REG_WHY_NONE };
         size_t len = strlen(ring);
         unsigned status;
+        uint64_t cost;
         SeatClaim *c;
+        int e;
 
         if (g) {
                 status = seat_bind(r, g, p, index, epoch, &why);
@@ -490,11 +509,19 @@ void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring
                            (RegWhy){ REG_E_SEAT_CLAIMS_LIMIT, .n = { p->n_seat_claims } });
                 return;
         }
+        cost = budget_alloc_cost(sizeof(*c) + len + 1) + REG_FRAME_COST;
+        e = reg_charge(r, p->creds.uid, cost, &why);
+        if (e != 0) {
+                reg_charge_failed(out, p, id, e, why);
+                return;
+        }
         c = calloc(1, sizeof(*c) + len + 1);
         if (!c) {
+                reg_uncharge(r, p->creds.uid, cost);
                 registry_peer_mark_lost(p);
                 return;
         }
+        c->cost = (uint32_t)cost;
         c->peer = p;
         c->index = index;
         c->epoch = epoch;

@@ -23,17 +23,28 @@ void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, RegW
 void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix, RegSink *out)
 {
         size_t len = strlen(prefix);
+        /* Each publication under the prefix makes the broker encode an event for it. */
+        uint64_t cost = budget_alloc_cost(sizeof(Sub) + len + 1) + REG_FRAME_COST;
+        RegWhy why;
         Sub *s;
+        int e;
 
         if (p->n_subs >= r->limits.subs_per_peer) {
                 reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_SUBS_LIMIT, .n = { p->n_subs } });
                 return;
         }
+        e = reg_charge(r, p->creds.uid, cost, &why);
+        if (e != 0) {
+                reg_charge_failed(out, p, id, e, why);
+                return;
+        }
         s = calloc(1, sizeof(*s) + len + 1);
         if (!s) {
+                reg_uncharge(r, p->creds.uid, cost);
                 registry_peer_mark_lost(p);
                 return;
         }
+        s->cost = (uint32_t)cost;
         s->id = ++r->next_sub_id;
         s->peer = p;
         s->prefix_len = (uint32_t)len;
@@ -52,6 +63,7 @@ void reg_sub_free(Registry *r, Sub *s)
         list_unlink(&s->peer_link);
         s->peer->n_subs--;
         r->n_subs--;
+        reg_uncharge(r, s->peer->creds.uid, s->cost);
         free(s);
 }
 

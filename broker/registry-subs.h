@@ -8,6 +8,7 @@ typedef struct Sub {
         RegPeer *peer;
         List peer_link, link;
         uint32_t prefix_len;
+        uint32_t cost; /* charged to its peer's uid (held budget) */
         char prefix[];
 } Sub;
 

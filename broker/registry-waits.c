@@ -19,6 +19,7 @@ void reg_wait_free(Registry *r, Wait *w)
         list_unlink(&w->peer_link);
         w->peer->n_waits--;
         r->n_waits--;
+        reg_uncharge(r, w->peer->creds.uid, w->cost);
         free(w);
 }
 
@@ -85,7 +86,10 @@ void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group
 {
         RegGroup *g = group_lookup(r, group);
         size_t len = strlen(group);
+        uint64_t cost = reg_wait_cost(sizeof(RegGroup), len);
+        RegWhy why;
         Wait *w;
+        int e;
 
         if (members == 0) {
                 reg_answer(out, p, id, PROTO_STATUS_INVALID, (RegWhy){ REG_E_GROUP_EMPTY });
@@ -109,10 +113,16 @@ void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group
                 reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_WAITS_LIMIT, .n = { p->n_waits } });
                 return;
         }
+        e = reg_charge(r, p->creds.uid, cost, &why);
+        if (e != 0) {
+                reg_charge_failed(out, p, id, e, why);
+                return;
+        }
         if (!g) {
                 g = calloc(1, sizeof(*g) + len + 1);
                 if (!g || hmap_insert(&r->groups, &g->node, hash_str(group)) < 0) {
                         free(g);
+                        reg_uncharge(r, p->creds.uid, cost);
                         registry_peer_mark_lost(p);
                         return;
                 }
@@ -126,12 +136,13 @@ void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group
         if (!w) {
                 if (list_empty(&g->joins))
                         reg_group_free(r, g);
+                reg_uncharge(r, p->creds.uid, cost);
                 registry_peer_mark_lost(p);
                 return;
         }
         timeout_ms = MIN(timeout_ms, r->limits.max_timeout_ms);
         *w = (Wait){ .timer = { HEAP_NODE_INIT, TIMER_WAIT }, .peer = p, .req_id = id,
-                     .deadline = now_ms + timeout_ms, .group = g };
+                     .deadline = now_ms + timeout_ms, .group = g, .cost = (uint32_t)cost };
         list_append(&g->joins, &w->link);
         list_append(&p->waits, &w->peer_link);
         g->joined++;

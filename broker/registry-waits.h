@@ -20,7 +20,16 @@ typedef struct Wait {
         RegName *name;
         RegGroup *group;
         List peer_link, link;
+        uint32_t cost; /* charged to its peer's uid (held budget): reg_wait_cost */
 } Wait;
+
+/* What a wait costs: itself, and its name's or group's entry as if it were the only one waiting
+ * there (an entry lives while anyone waits), their index and timer slots, and its reply. */
+static inline uint64_t reg_wait_cost(size_t entry, size_t name_len)
+{
+        return budget_alloc_cost(sizeof(Wait)) + budget_alloc_cost(entry + name_len + 1) + 2 * REG_INDEX_COST +
+               REG_FRAME_COST;
+}
 
 void reg_wait_free(Registry *r, Wait *w);
 

@@ -45,6 +45,31 @@ void reg_acct_put(Registry *r, UidAcct *a)
         }
 }
 
+int reg_charge(Registry *r, uint32_t uid, uint64_t n, RegWhy *why)
+{
+        BudgetRefusal f;
+        int e = budget_charge(r->budget, uid, BUDGET_HELD, n, &f);
+
+        if (e <= 0)
+                return e;
+        if (why)
+                *why = (RegWhy){ REG_E_MEMORY_BUDGET, .n = { uid, f.which == BUDGET_E_ALL, f.used, f.limit, n } };
+        return PROTO_STATUS_QUOTA;
+}
+
+void reg_uncharge(Registry *r, uint32_t uid, uint64_t n)
+{
+        budget_uncharge(r->budget, uid, BUDGET_HELD, n);
+}
+
+void reg_charge_failed(RegSink *o, RegPeer *p, uint64_t id, int e, RegWhy why)
+{
+        if (e < 0)
+                registry_peer_mark_lost(p);
+        else
+                reg_answer(o, p, id, PROTO_STATUS_QUOTA, why);
+}
+
 void reg_emit(RegSink *o, const RegChange *c)
 {
         o->emit(o->ctx, c);
@@ -129,22 +154,28 @@ static bool hold_mapped(const Registry *r, const RegPeer *p, const RegBuffer *b)
         return h && h->mapped;
 }
 
-int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapped)
+int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapped, RegWhy *why)
 {
         Hold *h;
+        int e;
 
         /* A view's holder maps its segment: the mark (and the freed event) belong to the segment,
          * the references to the view. */
         if (b->segment && mapped) {
-                if (reg_hold_add(r, p, b->segment, 0, true) < 0)
-                        return -ENOMEM;
+                e = reg_hold_add(r, p, b->segment, 0, true, why);
+                if (e != 0)
+                        return e;
                 mapped = false;
         }
         h = hold_lookup(r, p, b);
         if (!h) {
+                e = reg_charge(r, p->creds.uid, REG_HOLD_COST, why);
+                if (e != 0)
+                        return e;
                 h = calloc(1, sizeof(*h));
                 if (!h || hmap_insert(&r->holds, &h->node, hold_hash(p->id, b->id)) < 0) {
                         free(h);
+                        reg_uncharge(r, p->creds.uid, REG_HOLD_COST);
                         return -ENOMEM;
                 }
                 h->buf = b;
@@ -173,6 +204,7 @@ void reg_hold_drop(Registry *r, Hold *h)
         list_unlink(&h->buf_link);
         list_unlink(&h->peer_link);
         hmap_remove(&r->holds, &h->node);
+        reg_uncharge(r, h->peer->creds.uid, REG_HOLD_COST);
         free(h);
 }
 
@@ -250,6 +282,7 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, RegSink *o)
                 r->n_fds--;
                 reg_close_fd(o, b->fd);
         }
+        reg_uncharge(r, b->owner_uid, b->cost);
         b->acct->buffers--;
         reg_acct_put(r, b->acct);
         r->n_buffers--;
@@ -366,6 +399,7 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSi
         unsigned status;
         RegWhy why;
         bool cached;
+        int e;
 
         status = reg_attach_diagnose(b, p, &why);
         if (!status && !reg_ring_may_attach(b, p, &why))
@@ -382,8 +416,9 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSi
         /* The fd travels once per peer: afterwards the peer's cached mapping serves, until it says
          * unmap. A legacy handle has no fd and is always in the reply itself. */
         cached = hold_mapped(r, p, reg_memory_of(b));
-        if (reg_hold_add(r, p, b, 1, reg_memory_of(b)->fd >= 0) < 0) {
-                registry_peer_mark_lost(p);
+        e = reg_hold_add(r, p, b, 1, reg_memory_of(b)->fd >= 0, &why);
+        if (e != 0) {
+                reg_charge_failed(o, p, id, e, why);
                 return;
         }
         b->attaches++;
@@ -427,9 +462,12 @@ void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, 
 void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer,
                      uint32_t timeout_ms, uint64_t now_ms, RegSink *out)
 {
+        uint64_t cost;
         RegName *e;
         RegBuffer *b;
+        RegWhy why;
         Wait *w;
+        int err;
 
         if (!name) {
                 b = registry_request_buffer(r, p, id, buffer, out);
@@ -451,20 +489,29 @@ void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uin
                 reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_WAITS_LIMIT, .n = { p->n_waits } });
                 return;
         }
+        cost = reg_wait_cost(sizeof(RegName), strlen(name));
+        err = reg_charge(r, p->creds.uid, cost, &why);
+        if (err != 0) {
+                reg_charge_failed(out, p, id, err, why);
+                return;
+        }
         e = name_get(r, name);
         w = calloc(1, sizeof(*w));
         if (!e || !w) {
                 free(w);
                 reg_name_put(r, e);
+                reg_uncharge(r, p->creds.uid, cost);
                 registry_peer_mark_lost(p);
                 return;
         }
         timeout_ms = MIN(timeout_ms, r->limits.max_timeout_ms);
         *w = (Wait){ .timer = { HEAP_NODE_INIT, TIMER_WAIT }, .peer = p, .req_id = id,
-                     .deadline = now_ms + timeout_ms, .name_publishes = e->publishes, .name = e };
+                     .deadline = now_ms + timeout_ms, .name_publishes = e->publishes, .name = e,
+                     .cost = (uint32_t)cost };
         if (heap_push(&r->timers, &w->timer.node, w->deadline) < 0) {
                 free(w);
                 reg_name_put(r, e);
+                reg_uncharge(r, p->creds.uid, cost);
                 registry_peer_mark_lost(p);
                 return;
         }
@@ -551,6 +598,20 @@ static int buffer_set_meta(RegBuffer *b, const uint8_t *meta, uint32_t len)
         return r;
 }
 
+/* What a buffer costs its producer's uid while the broker knows it: itself, its name twice (its own
+ * copy, and the name's entry as if it were the only one under it), device, legacy handle and
+ * metadata, its index slots, and the events it causes. */
+static uint64_t buffer_cost(const char *name, const char *device, bool handle, uint32_t meta_len)
+{
+        size_t len = strlen(name);
+
+        return budget_alloc_cost(sizeof(RegBuffer)) + budget_alloc_cost(len + 1) +
+               budget_alloc_cost(sizeof(RegName) + len + 1) +
+               (device && *device ? budget_alloc_cost(strlen(device) + 1) : 0) +
+               (handle ? budget_alloc_cost(PROTO_LEGACY_HANDLE_SIZE) : 0) +
+               (meta_len ? budget_alloc_cost(meta_len) : 0) + 3 * REG_INDEX_COST + REG_FRAME_COST;
+}
+
 /* Copies what a new buffer keeps of the publish: name, device, legacy handle, metadata. */
 static int buffer_set_fields(RegBuffer *b, const RegPublish *a)
 {
@@ -569,8 +630,11 @@ static int buffer_set_fields(RegBuffer *b, const RegPublish *a)
 static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, RegSink *out)
 {
         RegBuffer *b = registry_request_buffer(r, p, id, a->buffer, out);
+        uint64_t cost;
         char *name;
         RegName *e;
+        RegWhy why;
+        int err;
 
         if (!b)
                 return;
@@ -584,14 +648,26 @@ static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, RegSi
         }
         if (publish_check_name(r, p, id, a->name, b, out))
                 return;
+        /* Another name or other metadata may cost more (or less) than the old. */
+        cost = buffer_cost(a->name, b->device, b->handle, a->has_meta ? a->meta_len : b->meta_len);
+        err = cost > b->cost ? reg_charge(r, b->owner_uid, cost - b->cost, &why) : 0;
+        if (err != 0) {
+                reg_charge_failed(out, p, id, err, why);
+                return;
+        }
         e = name_get(r, a->name);
         name = strdup(a->name);
         if (!e || !name || (a->has_meta && buffer_set_meta(b, a->meta, a->meta_len) < 0)) {
                 free(name);
                 reg_name_put(r, e);
+                if (cost > b->cost)
+                        reg_uncharge(r, b->owner_uid, cost - b->cost);
                 registry_peer_mark_lost(p);
                 return;
         }
+        if (cost < b->cost)
+                reg_uncharge(r, b->owner_uid, b->cost - cost);
+        b->cost = cost;
         free(b->name);
         b->name = name;
         b->retire_after = a->retire_after;
@@ -670,7 +746,10 @@ static void register_retired(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b,
 
 RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, RegSink *out)
 {
-        RegBuffer *b;
+        RegBuffer *b = NULL;
+        uint64_t cost;
+        RegWhy why;
+        int e;
 
         if (check_new_id(r, p, id, a, out))
                 return NULL;
@@ -684,9 +763,16 @@ RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPu
                            (RegWhy){ REG_E_FDS_LIMIT, .n = { p->acct->fds, p->creds.uid } });
                 return NULL;
         }
+        cost = buffer_cost(a->name, a->device, a->handle, a->meta_len);
+        e = reg_charge(r, p->creds.uid, cost, &why);
+        if (e != 0) {
+                reg_charge_failed(out, p, id, e, why);
+                return NULL;
+        }
         b = calloc(1, sizeof(*b));
         if (!b || buffer_set_fields(b, a) < 0)
                 goto no_memory;
+        b->cost = cost;
         b->id = a->buffer ? a->buffer : draw_id(r);
         b->seq = ++r->next_seq;
         if (hmap_insert(&r->buffers_by_id, &b->by_id, hash_u64(b->id)) < 0)
@@ -728,6 +814,7 @@ no_memory:
         if (b)
                 buffer_free_fields(b);
         free(b);
+        reg_uncharge(r, p->creds.uid, cost);
         registry_peer_mark_lost(p);
         return NULL;
 }
@@ -969,6 +1056,8 @@ int registry_new(Registry **ret, const RegConfig *cfg)
         if (!r)
                 return -ENOMEM;
         r->limits = cfg->limits;
+        r->budget = cfg->budget;
+        r->peer_extra = cfg->peer_extra;
         r->epoch = cfg->epoch;
         r->generation = cfg->first_generation;
         r->id_state = cfg->id_seed;

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "broker-limits.h"
+#include "budget.h"
 #include "creds.h"
 #include "proto.h"
 #include "registry-change.h"
@@ -91,6 +92,11 @@ typedef struct RegConfig {
         uint64_t id_seed;          /* seeds the ids the broker picks for publishes that name none */
         uint64_t start_ms;         /* the time of creation, on the clock operations' now_ms use */
         uint32_t restart_grace_ms; /* how long after start reconnecting holders may reclaim */
+        /* The memory budget what peers make the registry keep is charged to (the caller's, which
+         * outlives the registry; NULL: none), and what a connection costs besides its RegPeer (the
+         * caller's own structures for it and the kernel's socket), charged with it. */
+        Budget *budget;
+        uint32_t peer_extra;
 } RegConfig;
 
 typedef struct RegCounters {
@@ -112,7 +118,8 @@ const RegCounters *registry_counters(const Registry *r);
 /* ---- peers ---- */
 
 /* Adds a connected peer. 0, -ENOMEM, or PROTO_STATUS_QUOTA when there are too many connections
- * (in all, or for its uid), with why (unless NULL) filled in. */
+ * (in all, or for its uid) or its uid's memory budget has no room for one more, with why (unless
+ * NULL) filled in. */
 int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void *userdata, RegPeer **ret,
                       RegWhy *why);
 
@@ -120,8 +127,9 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
  * orphans its buffers (broker-held ones stay until retired and drained), and frees it. */
 void registry_peer_remove(Registry *r, RegPeer *p, RegSink *out);
 
-/* Records a hello. 0, or PROTO_STATUS_STATE on a second hello. */
-int registry_peer_hello(Registry *r, RegPeer *p, const PeerHello *h);
+/* Records a hello. 0, -ENOMEM, PROTO_STATUS_STATE on a second hello, or PROTO_STATUS_QUOTA (why,
+ * unless NULL, filled in) when the GPUs it declares do not fit in its uid's memory budget. */
+int registry_peer_hello(Registry *r, RegPeer *p, const PeerHello *h, RegWhy *why);
 
 bool registry_peer_said_hello(const RegPeer *p);
 uint32_t registry_peer_refs(const RegPeer *p);

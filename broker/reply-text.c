@@ -350,6 +350,16 @@ static bool attach_text(const RegWhy *w, char *buf, size_t cap)
                 snprintf(buf, cap, "uid %llu has %llu connections (the limit, --max-connections-per-uid); close some",
                          N(0), N(1));
                 return true;
+        case REG_E_MEMORY_BUDGET:
+                if (w->n[1])
+                        snprintf(buf, cap, "the broker's memory budget is used up: all peers together keep %llu bytes "
+                                 "of the %llu it has for them, and this needs %llu more (--memory-budget)",
+                                 N(2), N(3), N(4));
+                else
+                        snprintf(buf, cap, "uid %llu has used up its share of the broker's memory budget: it "
+                                 "keeps %llu bytes of its %llu, and this needs %llu more (--memory-budget-per-uid); "
+                                 "release or close something first", N(0), N(2), N(3), N(4));
+                return true;
         case REG_R_PRODUCER_GONE:
                 snprintf(buf, cap, "producer (peer %llu, pid %llu, uid %llu) disconnected", N(0), N(1), N(2));
                 return true;

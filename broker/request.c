@@ -16,6 +16,7 @@
 #include "inspect.h"
 #include "macro.h"
 #include "seals.h"
+#include "reply-text.h"
 #include "ring.h"
 
 /* A group needs one connection per member: more than the default --max-connections could never
@@ -61,6 +62,8 @@ static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd
         const char *gpu_ptrs[PROTO_MAX_GPUS];
         const PeerCreds *c = registry_peer_creds(p);
         PeerHello h = { 0 };
+        char text[PROTO_MAX_TEXT];
+        RegWhy why;
         ProtoMsg r;
         int e;
 
@@ -78,9 +81,14 @@ static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd
         h.label = proto_str_copy(m->label, label, sizeof(label));
         h.n_gpus = m->n_gpus;
         h.gpus = gpu_ptrs;
-        e = registry_peer_hello(ctx->reg, p, &h);
+        e = registry_peer_hello(ctx->reg, p, &h, &why);
         if (e == PROTO_STATUS_STATE) {
                 fail(ctx, p, m, PROTO_STATUS_STATE, "hello was already received on this connection");
+                return;
+        }
+        if (e == PROTO_STATUS_QUOTA) {
+                reply_text(&why, text, sizeof(text));
+                fail(ctx, p, m, PROTO_STATUS_QUOTA, "%s", text);
                 return;
         }
         if (e < 0) {

@@ -10,6 +10,7 @@
 #include "server.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -31,6 +32,13 @@
 /* Out of fds, a retry sooner would fail the same way; later would keep new peers waiting for
  * nothing once a peer closed. */
 #define ACCEPT_BACKOFF_MS 100
+/* Once this much of what the budget counts was freed, the heap is trimmed: the memory of peers that
+ * came and went goes back to the system rather than staying in the allocator's free lists. */
+#define TRIM_AFTER_BYTES (1u << 20)
+/* What a connection costs besides its RegPeer, charged with it (RegConfig.peer_extra): its Peer and
+ * Watch, the ring of unread fds conn.c allocates with the first fd, libuv's slots for its two fds,
+ * and the kernel's socket and pidfd (slab the memory cgroup counts too). */
+#define CONN_KERNEL_COST 2048
 /* A change of the policy file is loaded once it has been quiet this long: one reload for a burst of
  * events (an editor's save, a ConfigMap update), none when a SIGHUP came meanwhile and loaded it. */
 #define POLICY_SETTLE_MS 100
@@ -60,6 +68,8 @@ struct Server {
         Registry *reg;
         Policy *policy;
         ServerStats stats;
+        Budget budget;
+        uint64_t freed_since_trim; /* bytes the budget got back since the heap was last trimmed */
         uint64_t pidns;
         Outbox out;
         RegSink changes; /* the registry's, into out (reply_sink) */
@@ -144,6 +154,13 @@ static void deliver(Server *s)
                         if (p->pidfd >= 0)
                                 uv_close((uv_handle_t *)&w->pid_poll, watch_closed_cb);
                 }
+        }
+        /* After a burst of frees (peers gone, queues flushed), give the memory back: glibc keeps
+         * freed chunks below its top for reuse, which would keep the RSS at its peak for good. */
+        s->freed_since_trim += budget_take_freed(&s->budget);
+        if (s->freed_since_trim >= TRIM_AFTER_BYTES) {
+                s->freed_since_trim = 0;
+                malloc_trim(0);
         }
         if (!list_empty(&s->peers.blocked) && !uv_is_active((uv_handle_t *)&s->retry_timer))
                 uv_timer_start(&s->retry_timer, retry_blocked_cb, PEER_BLOCKED_RETRY_MS, 0);
@@ -450,6 +467,13 @@ static void loop_undo(uv_loop_t *loop)
         uv_loop_close(loop);
 }
 
+static uint32_t peer_extra(const ServerConfig *cfg)
+{
+        return (uint32_t)(budget_alloc_cost(sizeof(Peer)) + budget_alloc_cost(sizeof(Watch)) +
+                          budget_alloc_cost((uint64_t)cfg->limits.queued_fds * sizeof(uint64_t)) + 4 * sizeof(void *) +
+                          CONN_KERNEL_COST);
+}
+
 int server_new(Server **ret, const ServerConfig *cfg)
 {
         _cleanup_free_ Server *s = calloc(1, sizeof(*s));
@@ -465,6 +489,8 @@ int server_new(Server **ret, const ServerConfig *cfg)
         s->changes = reply_sink(&s->out);
         s->peers.stats = &s->stats;
         s->peers.limits = cfg->limits;
+        budget_init(&s->budget, cfg->limits.memory_budget, cfg->limits.memory_per_uid);
+        s->peers.budget = cfg->limits.memory_budget ? &s->budget : NULL;
         list_init(&s->peers.open);
         list_init(&s->peers.doomed);
         list_init(&s->peers.blocked);
@@ -474,7 +500,8 @@ int server_new(Server **ret, const ServerConfig *cfg)
         r = registry_new(&s->reg, &(RegConfig){ .limits = cfg->limits, .epoch = cfg->epoch,
                                                 .first_generation = cfg->first_generation, .id_seed = cfg->id_seed,
                                                 .start_ms = uv_now(&s->loop),
-                                                .restart_grace_ms = cfg->restart_grace_ms });
+                                                .restart_grace_ms = cfg->restart_grace_ms,
+                                                .budget = s->peers.budget, .peer_extra = peer_extra(cfg) });
         if (r == 0) {
                 s->watch = cfg->policy_watch;
                 r = server_start_handles(s);
@@ -482,9 +509,11 @@ int server_new(Server **ret, const ServerConfig *cfg)
         if (r < 0) {
                 s->reg = registry_free(s->reg);
                 loop_undo(&s->loop);
+                budget_deinit(&s->budget);
                 return r; /* the policy and its watch stay the caller's */
         }
         stats_init(&s->stats, uv_now(&s->loop));
+        s->stats.budget = s->peers.budget;
         rearm_deadline(s); /* the restart grace */
         *ret = steal_ptr(s);
         return 0;
@@ -506,6 +535,7 @@ Server *server_free(Server *s)
         uv_loop_close(&s->loop);
         outbox_deinit(&s->out);
         s->reg = registry_free(s->reg);
+        budget_deinit(&s->budget);
         policy_free(s->policy);
         policy_watch_free(s->watch);
         free(s);

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "budget.h"
 #include "histogram.h"
 
 typedef struct ServerStats {
@@ -17,6 +18,7 @@ typedef struct ServerStats {
         uint64_t open_fds, open_fds_limit; /* refreshed by stats_refresh when stats are asked for */
         uint64_t fds_counted_ms;           /* when open_fds was last refreshed */
         uint64_t seccomp_refused;          /* calls the filter refused (sandbox.c), likewise */
+        const Budget *budget;              /* the server's memory budget, NULL for none */
 } ServerStats;
 
 /* Empty counters and histograms; started_ms on the caller's clock. */

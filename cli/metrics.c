@@ -105,6 +105,21 @@ static const MetricDesc descs[] = {
           "broker's log names each and the request it served); anything above 0 is a bug to report." },
         { "slow_peers_dropped_total", "slow_peers_dropped_total", COUNTER, 0, NULL, NULL,
           "Peers disconnected because they stopped reading (queued output over the limit)." },
+        { "memory_budget_bytes", "memory_budget_bytes", GAUGE, 0, NULL, NULL,
+          "The memory budget for everything peers make the broker keep (--memory-budget)." },
+        { "memory_uid_share_bytes", "memory_uid_share_bytes", GAUGE, 0, NULL, NULL,
+          "One uid's share of the memory budget (--memory-budget-per-uid)." },
+        { "memory_held_bytes", "memory_held_bytes", GAUGE, 0, NULL, NULL,
+          "Bytes of the budget charged for what peers make the broker keep: connections, buffers, "
+          "references, subscriptions, waits, groups, claims, rings (at most half the budget)." },
+        { "memory_output_bytes", "memory_output_bytes", GAUGE, 0, NULL, NULL,
+          "Bytes of the budget charged for frames queued for peers that have not read them (at most "
+          "half the budget)." },
+        { "memory_peak_bytes", "memory_peak_bytes", GAUGE, 0, NULL, NULL,
+          "The most the budget has had charged at once since the broker started." },
+        { "memory_refused_total", "memory_refused_total", COUNTER, 0, NULL, NULL,
+          "Requests and connections refused with quota for the memory budget, and peers dropped for "
+          "unread output over their uid's share of it." },
         { "request_duration_us", "request_duration_seconds", HISTOGRAM, 6, NULL, NULL,
           "Time the broker spent on a request, from receiving it to handing its replies to the kernel "
           "(an attach's wait for a publish is not part of it)." },

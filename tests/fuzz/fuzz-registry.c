@@ -817,9 +817,9 @@ static void op_hello(Model *M, Input *in)
         if (h.n_gpus == 2 && (c & 8))
                 h.n_gpus = 1;
         if (registry_peer_said_hello(p))
-                CHECK_EQ(registry_peer_hello(M->e->r, p, &h), PROTO_STATUS_STATE);
+                CHECK_EQ(registry_peer_hello(M->e->r, p, &h, NULL), PROTO_STATUS_STATE);
         else
-                CHECK_EQ(registry_peer_hello(M->e->r, p, &h), 0);
+                CHECK_EQ(registry_peer_hello(M->e->r, p, &h, NULL), 0);
 }
 
 static uint64_t generation_of(RegBuffer *rb)

@@ -108,5 +108,37 @@ else
         echo "skip the fd limit checks: no prlimit"
 fi
 
+# ---- the memory budget ----
+refuses "--memory-budget 0 is refused" "at least 1M" "$broker" --socket "$dir/b.sock" --memory-budget 0 --seccomp off
+refuses "--memory-budget below 1M is refused" "at least 1M" \
+        "$broker" --socket "$dir/b.sock" --memory-budget 1023K --seccomp off
+refuses "--memory-budget 8MB names the bad value" "not '8MB'" \
+        "$broker" --socket "$dir/b.sock" --memory-budget 8MB --seccomp off
+refuses "--memory-budget-per-uid -1 is refused" "at least 1M" \
+        "$broker" --socket "$dir/b.sock" --memory-budget-per-uid -1 --seccomp off
+serves "--memory-budget 8M serves" "$dir/b.sock" "$broker" --socket "$dir/b.sock" --memory-budget 8M --seccomp enforce
+stats=$("$ctl" --socket "$dir/b.sock" stats)
+expect "... with a budget of 8 MiB" grep -Eq '^memory_budget_bytes +8388608$' <<<"$stats"
+expect "... a quarter of it for each uid" grep -Eq '^memory_uid_share_bytes +2097152$' <<<"$stats"
+stop_last
+serves "a per-uid share above the budget serves" "$dir/b.sock" \
+        "$broker" --socket "$dir/b.sock" --memory-budget 2M --memory-budget-per-uid 4M --seccomp off
+expect "... warning that it is the budget" grep -q "larger than the budget" "$dir/serve.log"
+expect "... and using the budget" grep -Eq '^memory_uid_share_bytes +2097152$' <<<"$("$ctl" --socket "$dir/b.sock" stats)"
+stop_last
+# Without the flag: half the lowest memory.max from the broker's cgroup up, else a quarter of RAM.
+serves "a broker without --memory-budget serves" "$dir/b.sock" "$broker" --socket "$dir/b.sock" --seccomp enforce
+cg=$(sed -n 's/^0:://p' "/proc/${pids[-1]}/cgroup") limit=
+while [[ -n $cg ]]; do
+        f=/sys/fs/cgroup${cg%/}/memory.max
+        if [[ -r $f && $(<"$f") != max ]] && [[ -z $limit || $(<"$f") -lt $limit ]]; then limit=$(<"$f"); fi
+        [[ $cg == / ]] && break
+        cg=${cg%/*}; cg=${cg:-/}
+done
+if [[ -n $limit ]]; then want=$((limit / 2)); else want=$(($(awk '/^MemTotal:/ {print $2}' /proc/meminfo) * 1024 / 4)); fi
+expect "... with half the cgroup's memory.max (${limit:-none}) or a quarter of RAM: $want" \
+        grep -Eq "^memory_budget_bytes +$want\$" <<<"$("$ctl" --socket "$dir/b.sock" stats)"
+stop_last
+
 [[ $failures == 0 ]] && echo "all checks passed" || echo "$failures checks failed"
 [[ $failures == 0 ]]

@@ -381,7 +381,7 @@ static inline void env_hello(Env *e, RegPeer *p, uint64_t pidns, const char *lab
         PeerHello h = { .pid = registry_peer_creds(p)->pid, .pidns = pidns, .label = label, .n_gpus = n_gpus,
                         .gpus = gpus };
 
-        CHECK_EQ(registry_peer_hello(e->r, p, &h), 0);
+        CHECK_EQ(registry_peer_hello(e->r, p, &h, NULL), 0);
         CHECK(registry_peer_said_hello(p));
 }
 

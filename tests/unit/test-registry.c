@@ -1461,7 +1461,7 @@ static void test_hello(void)
 
         CHECK(!registry_peer_said_hello(p));
         env_hello(e, p, 5, "camera-producer", 2, gpus);
-        CHECK_EQ(registry_peer_hello(e->r, p, &h), PROTO_STATUS_STATE);
+        CHECK_EQ(registry_peer_hello(e->r, p, &h, NULL), PROTO_STATUS_STATE);
         registry_peer_describe(p, &m);
         CHECK(proto_str_eq(m.label, "camera-producer"));
         CHECK_EQ(m.n_gpus, 2);
@@ -2077,6 +2077,53 @@ static void test_many(void)
         env_free(e);
 }
 
+/* The memory budget: what peers make the registry keep (connections, subscriptions, waits, buffers,
+ * references) is charged to their uid, refused with quota past the uid's share, naming the budget,
+ * while another uid keeps its own share, and all of it is given back when they go. */
+static void test_memory_budget(void)
+{
+        Env *e = calloc(1, sizeof(*e));
+        RegPeer *p, *q, *c;
+        unsigned subs = 0;
+        Budget b;
+        Sent *s;
+
+        CHECK(e);
+        budget_init(&b, 64 * 1024, 32 * 1024); /* 16 KiB to hold for a uid, 32 KiB for all */
+        env_init_cfg(e, (RegConfig){ .limits = LIMITS_DEFAULT, .id_seed = 1, .budget = &b, .peer_extra = 1024 });
+        p = env_peer(e, 1000, 1, 0);
+        CHECK(budget_uid_used(&b, 1000, BUDGET_HELD) >= 1024);
+        for (;;) {
+                s = subscribe(e, p, "x/");
+                if (s->m.status != PROTO_STATUS_OK)
+                        break;
+                subs++;
+        }
+        env_check_status(s, PROTO_STATUS_QUOTA);
+        CHECK(env_msg_has(s, "--memory-budget-per-uid"));
+        CHECK(subs > 4 && subs < 64);
+        /* A wait and a second connection of the same uid do not fit either; another uid's do. */
+        env_check_status(env_reply(e, p, attach_name(e, p, "x/later", 10000)), PROTO_STATUS_QUOTA);
+        CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &c, NULL), PROTO_STATUS_QUOTA);
+        q = env_peer(e, 2000, 2, 0);
+        env_check_status(subscribe(e, q, "x/"), PROTO_STATUS_OK);
+        publish_ok(e, q, (Pub){ .name = "x/a" });
+        c = env_peer(e, 3000, 3, 0);
+        attach_ok(e, c, "x/a");
+        CHECK(budget_uid_used(&b, 3000, BUDGET_HELD) >= 64);
+        /* Everything goes back: the subscriptions, the buffer, the reference, the connections. */
+        env_remove(e, p);
+        CHECK_EQ(budget_uid_used(&b, 1000, BUDGET_HELD), 0);
+        env_remove(e, c);
+        env_remove(e, q);
+        CHECK_EQ(b.used[BUDGET_HELD], 0);
+        CHECK_EQ(b.uids.count, 0);
+        CHECK_EQ(b.mismatched, 0);
+        env_fini(e);
+        free(e);
+        budget_deinit(&b);
+}
+
 int main(int argc, char **argv)
 {
         TEST_RUN(argc, argv, test_publish_attach_release_retire);
@@ -2119,5 +2166,6 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_fd_accounting);
         TEST_RUN(argc, argv, test_free_everything);
         TEST_RUN(argc, argv, test_many);
+        TEST_RUN(argc, argv, test_memory_budget);
         return TEST_END();
 }
