@@ -372,7 +372,7 @@ static inline void env_hello_self(Env *e, RegPeer *p, uint64_t self_pid, uint64_
         PeerHello h = { .pid = self_pid, .pidns = pidns, .shm_dev = shm_dev, .shm_ino = shm_ino, .label = "self",
                         .n_gpus = 1, .gpus = gpus };
 
-        CHECK_EQ(registry_peer_hello(e->r, p, &h), 0);
+        CHECK_EQ(registry_peer_hello(e->r, p, &h, NULL), 0);
 }
 
 static inline void env_hello(Env *e, RegPeer *p, uint64_t pidns, const char *label, uint32_t n_gpus,
