@@ -20,7 +20,8 @@
  *   the process that exported it is CUDA_ERROR_MAP_FAILED (205); in another process whose own PID
  *   equals the exporter's (both PID 1 of their containers) CUDA_ERROR_INVALID_CONTEXT (201), as
  *   the driver takes the handle for that process's own; once the exporter exited or freed the
- *   memory, CUDA_ERROR_INVALID_HANDLE (400). Different PIDs open it from any PID namespace.
+ *   memory, CUDA_ERROR_INVALID_HANDLE (400). Different PIDs open it from any PID namespace (but,
+ *   unlike the driver's, only within the exporter's network namespace: 400 from another one).
  * - An IPC event (CU_EVENT_INTERPROCESS) keeps its counters in a file of /dev/shm, made by
  *   cuEventCreate and removed by its creator's cuEventDestroy (or exit); its handle names the
  *   creator's PID and its /dev/shm (device and inode). Opening it needs the same /dev/shm: with
