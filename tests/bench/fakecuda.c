@@ -1,23 +1,49 @@
 /* A stand-in for libcuda.so.1 with host memory, so that the plumbing of `gpuipc-bench --gpu`
- * (processes, attach and release order, drains, rows) can run on a machine without a GPU:
+ * (processes, attach and release order, drains, rows) and of the CUDA kinds' tests can run on a
+ * machine without a GPU:
  *
  *   GPUIPC_LIBCUDA=build/tests/bench/libgpuipc-bench-fakecuda.so gpuipc-bench --gpu --quick
  *
  * Its numbers mean nothing. "Device memory" is a memfd mapped at the same address on every fake
- * device; cuMemCreate memory exports that memfd, a legacy handle names the producer's pid and fd
- * (opened through /proc), copies are memcpy; a stream is a worker thread that runs its queue in
- * order, so that work is as asynchronous as on a GPU. $FAKECUDA_DEVICES sets the device count (default 2);
- * $FAKECUDA_NO_VMM makes the devices say they lack virtual memory management.
+ * device; cuMemCreate memory exports that memfd, copies are memcpy; a stream is a worker thread
+ * that runs its queue in order, so that work is as asynchronous as on a GPU. $FAKECUDA_DEVICES
+ * sets the device count (default 2); $FAKECUDA_NO_VMM makes the devices say they lack virtual
+ * memory management.
+ *
+ * Legacy IPC behaves as the real driver's did between containers (each process in PID and mount
+ * namespaces of its own), measured on an H100 with driver 580.159.04 and CUDA 13.0:
+ * - A memory handle names its exporter's PID (as the exporter sees it) and the exporter's fd
+ *   server: a thread, started by the process's first cuIpcGetMemHandle (and again in a forked
+ *   child), that listens on an abstract Unix socket and hands an allocation's memfd to whoever
+ *   asks (SCM_RIGHTS). Abstract sockets belong to the network namespace, so sibling PID and mount
+ *   namespaces reach it, no /dev/shm is shared and no file is left anywhere. Opening a handle in
+ *   the process that exported it is CUDA_ERROR_MAP_FAILED (205); in another process whose own PID
+ *   equals the exporter's (both PID 1 of their containers) CUDA_ERROR_INVALID_CONTEXT (201), as
+ *   the driver takes the handle for that process's own; once the exporter exited or freed the
+ *   memory, CUDA_ERROR_INVALID_HANDLE (400). Different PIDs open it from any PID namespace (but,
+ *   unlike the driver's, only within the exporter's network namespace: 400 from another one).
+ * - An IPC event (CU_EVENT_INTERPROCESS) keeps its counters in a file of /dev/shm, made by
+ *   cuEventCreate and removed by its creator's cuEventDestroy (or exit); its handle names the
+ *   creator's PID and its /dev/shm (device and inode). Opening it needs the same /dev/shm: with
+ *   another one (a private tmpfs per container) it is CUDA_ERROR_MAP_FAILED (205); equal PIDs are
+ *   201 as for memory. Records, queries, synchronizes and stream waits then work across processes.
  * Only what libgpuipc and gpuipc-bench call is here; everything else is absent. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #pragma GCC diagnostic ignored "-Wmissing-prototypes"
@@ -29,6 +55,11 @@
 #define E_NOT_SUPPORTED   801
 #define E_INVALID_HANDLE  400
 #define E_INVALID_CONTEXT 201
+#define E_MAP_FAILED      205
+#define E_NOT_READY       600
+#define E_UNKNOWN         999
+#define EVENT_DISABLE_TIMING 0x2
+#define EVENT_INTERPROCESS   0x4
 #define CTX_BASE          0x1000
 
 typedef unsigned int Res;
@@ -38,8 +69,9 @@ typedef struct Alloc {
         bool used;
         DevPtr base;
         size_t size;
-        int fd;      /* cuMemAlloc: the memfd (for legacy handles); -1 for opened handles */
-        bool opened; /* cuIpcOpenMemHandle */
+        int fd;          /* cuMemAlloc: the memfd (for legacy handles); -1 for opened handles */
+        bool opened;     /* cuIpcOpenMemHandle */
+        uint64_t serial; /* tells this allocation from a later one in the same slot */
 } Alloc;
 
 typedef struct Handle {
@@ -48,15 +80,14 @@ typedef struct Handle {
         size_t size;
 } Handle;
 
-typedef struct IpcHandle {
-        char magic[8];
-        int32_t pid, fd;
-        uint64_t size;
-        char pad[40];
-} IpcHandle;
+/* CUipcMemHandle and CUipcEventHandle as passed: 64 opaque bytes, laid out below. */
+typedef struct Raw64 {
+        char bytes[64];
+} Raw64;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static Alloc allocs[1024];
+static uint64_t alloc_serial; /* under lock */
 static Handle handles[1024];
 static __thread uintptr_t ctx_stack[16];
 static __thread int ctx_depth;
@@ -91,7 +122,7 @@ static Res alloc_add(DevPtr base, size_t size, int fd, bool opened)
 {
         for (size_t i = 0; i < sizeof(allocs) / sizeof(allocs[0]); i++) {
                 if (!allocs[i].used) {
-                        allocs[i] = (Alloc){true, base, size, fd, opened};
+                        allocs[i] = (Alloc){true, base, size, fd, opened, ++alloc_serial};
                         return OK;
                 }
         }
@@ -297,34 +328,293 @@ API Res cuMemGetAddressRange_v2(DevPtr *base, size_t *size, DevPtr p)
         return a ? OK : E_INVALID_VALUE;
 }
 
-API Res cuIpcGetMemHandle(IpcHandle *h, DevPtr p)
+/* A legacy memory handle: 64 bytes. */
+#define MEM_MAGIC "fcudamem"
+typedef struct MemIpcHandle {
+        char magic[8];   /* MEM_MAGIC, without a NUL */
+        int32_t pid;     /* the exporter's getpid(), in its own PID namespace */
+        uint32_t slot;   /* the allocation's index in the exporter's allocs[] */
+        uint64_t server; /* the exporter's fd server: abstract socket "fakecuda-<server, 16 hex digits>" */
+        uint64_t serial; /* the allocation's serial: its slot reused by another one does not match */
+        uint64_t size;   /* bytes */
+        char pad[24];    /* zero */
+} MemIpcHandle;
+_Static_assert(sizeof(MemIpcHandle) == sizeof(Raw64), "a CUipcMemHandle is 64 bytes");
+
+/* What an opener asks the exporter's server for; the answer is one status byte (0: here it is)
+ * with the memfd attached. */
+typedef struct FdRequest {
+        uint64_t serial;
+        uint32_t slot, pad;
+} FdRequest;
+
+/* The process's fd server, under server_lock. A forked child inherits the parent's socket but not
+ * its thread: the atfork handlers close the socket there, so that the name dies with the parent
+ * and the child starts a server of its own. */
+static pthread_mutex_t server_lock = PTHREAD_MUTEX_INITIALIZER;
+static pid_t server_pid; /* getpid() of the process whose server runs; 0: none */
+static uint64_t server_token;
+static int server_fd = -1;
+
+static socklen_t server_addr(struct sockaddr_un *a, uint64_t token)
 {
+        int n;
+
+        memset(a, 0, sizeof(*a));
+        a->sun_family = AF_UNIX; /* sun_path[0] stays 0: an abstract name */
+        n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "fakecuda-%016llx", (unsigned long long)token);
+        return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* Neither side waits for ever on a peer that stopped (a frozen exporter, a client that never asks). */
+static void socket_timeouts(int fd)
+{
+        struct timeval tv = { 10, 0 };
+
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+/* The fd of allocation slot/serial, duplicated (the owner may free it meanwhile), or -1. */
+static int alloc_fd(uint32_t slot, uint64_t serial)
+{
+        int fd = -1;
+
+        if (slot >= sizeof(allocs) / sizeof(allocs[0]))
+                return -1;
+        pthread_mutex_lock(&lock);
+        if (allocs[slot].used && !allocs[slot].opened && allocs[slot].fd >= 0 && allocs[slot].serial == serial)
+                fd = fcntl(allocs[slot].fd, F_DUPFD_CLOEXEC, 3);
+        pthread_mutex_unlock(&lock);
+        return fd;
+}
+
+static void serve_one(int conn)
+{
+        union {
+                struct cmsghdr h;
+                char bytes[CMSG_SPACE(sizeof(int))];
+        } cm;
+        char status = 1;
+        struct iovec iov = { &status, 1 };
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+        FdRequest q;
+        int fd = -1;
+
+        socket_timeouts(conn);
+        if (recv(conn, &q, sizeof(q), MSG_WAITALL) == (ssize_t)sizeof(q))
+                fd = alloc_fd(q.slot, q.serial);
+        if (fd >= 0) {
+                struct cmsghdr *c;
+
+                status = 0;
+                memset(&cm, 0, sizeof(cm));
+                msg.msg_control = cm.bytes;
+                msg.msg_controllen = sizeof(cm.bytes);
+                c = CMSG_FIRSTHDR(&msg);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(c), &fd, sizeof(int));
+        }
+        (void)sendmsg(conn, &msg, MSG_NOSIGNAL);
+        if (fd >= 0)
+                close(fd);
+}
+
+/* Detached, with every signal blocked: it neither keeps the process alive nor takes its signals. */
+static void *server_main(void *arg)
+{
+        int lfd = (int)(intptr_t)arg;
+
+        for (;;) {
+                int conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+
+                if (conn >= 0) {
+                        serve_one(conn);
+                        close(conn);
+                } else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                        usleep(1000);
+                } else if (errno != EINTR && errno != ECONNABORTED) {
+                        break;
+                }
+        }
+        return NULL;
+}
+
+static void fork_prepare(void)
+{
+        pthread_mutex_lock(&server_lock);
+}
+
+static void fork_parent(void)
+{
+        pthread_mutex_unlock(&server_lock);
+}
+
+static void events_disown(void);
+
+static void fork_child(void)
+{
+        if (server_fd >= 0)
+                close(server_fd);
+        server_fd = -1;
+        server_pid = 0;
+        pthread_mutex_unlock(&server_lock);
+        events_disown();
+}
+
+static void events_remove_own(void);
+
+__attribute__((constructor)) static void fakecuda_init(void)
+{
+        pthread_atfork(fork_prepare, fork_parent, fork_child);
+        atexit(events_remove_own);
+}
+
+static Res server_start(void)
+{
+        struct sockaddr_un a;
+        pthread_attr_t attr;
+        sigset_t all, old;
+        uint64_t token;
+        pthread_t t;
+        int fd, e;
+
+        if (getrandom(&token, sizeof(token), 0) != (ssize_t)sizeof(token))
+                return E_UNKNOWN;
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return E_UNKNOWN;
+        if (bind(fd, (struct sockaddr *)&a, server_addr(&a, token)) < 0 || listen(fd, 64) < 0) {
+                close(fd);
+                return E_UNKNOWN;
+        }
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        e = pthread_create(&t, &attr, server_main, (void *)(intptr_t)fd);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        pthread_attr_destroy(&attr);
+        if (e != 0) {
+                close(fd);
+                return E_UNKNOWN;
+        }
+        server_fd = fd;
+        server_token = token;
+        server_pid = getpid();
+        return OK;
+}
+
+/* This process's server token, starting the server where none runs yet. */
+static Res server_ensure(uint64_t *token)
+{
+        Res r = OK;
+
+        pthread_mutex_lock(&server_lock);
+        if (server_pid != getpid())
+                r = server_start();
+        *token = server_token;
+        pthread_mutex_unlock(&server_lock);
+        return r;
+}
+
+static bool server_is_ours(uint64_t token)
+{
+        bool ours;
+
+        pthread_mutex_lock(&server_lock);
+        ours = server_pid == getpid() && server_token == token;
+        pthread_mutex_unlock(&server_lock);
+        return ours;
+}
+
+/* Asks the exporter's server for the handle's memfd: the fd, or -1 when the exporter is gone (no
+ * such socket) or no longer has the allocation. */
+static int fetch_fd(const MemIpcHandle *h)
+{
+        union {
+                struct cmsghdr h;
+                char bytes[CMSG_SPACE(sizeof(int))];
+        } cm;
+        char status = 1;
+        struct iovec iov = { &status, 1 };
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.bytes,
+                              .msg_controllen = sizeof(cm.bytes) };
+        FdRequest q = { h->serial, h->slot, 0 };
+        struct sockaddr_un a;
+        int s, fd = -1;
+
+        s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s < 0)
+                return -1;
+        socket_timeouts(s);
+        if (connect(s, (struct sockaddr *)&a, server_addr(&a, h->server)) == 0 &&
+            send(s, &q, sizeof(q), MSG_NOSIGNAL) == (ssize_t)sizeof(q) && recvmsg(s, &msg, MSG_CMSG_CLOEXEC) == 1) {
+                struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+
+                if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+                    c->cmsg_len == CMSG_LEN(sizeof(int)))
+                        memcpy(&fd, CMSG_DATA(c), sizeof(int));
+                if (status != 0 && fd >= 0) {
+                        close(fd);
+                        fd = -1;
+                }
+        }
+        close(s);
+        return fd;
+}
+
+API Res cuIpcGetMemHandle(Raw64 *out, DevPtr p)
+{
+        MemIpcHandle h = { .pid = (int32_t)getpid() };
+        bool found;
         Alloc *a;
+        Res r;
 
         pthread_mutex_lock(&lock);
         a = alloc_find(p);
-        if (a && !a->opened)
-                *h = (IpcHandle){"fakecud", (int32_t)getpid(), a->fd, a->size, {0}};
+        found = a && !a->opened;
+        if (found) {
+                h.slot = (uint32_t)(a - allocs);
+                h.serial = a->serial;
+                h.size = a->size;
+        }
         pthread_mutex_unlock(&lock);
-        return a && !a->opened ? OK : E_INVALID_VALUE;
+        if (!found)
+                return E_INVALID_VALUE;
+        r = server_ensure(&h.server);
+        if (r != OK)
+                return r;
+        memcpy(h.magic, MEM_MAGIC, sizeof(h.magic));
+        memcpy(out, &h, sizeof(h));
+        return OK;
 }
 
-API Res cuIpcOpenMemHandle_v2(DevPtr *p, IpcHandle h, unsigned flags)
+API Res cuIpcOpenMemHandle_v2(DevPtr *p, Raw64 raw, unsigned flags)
 {
-        char path[64];
+        MemIpcHandle h;
+        struct stat st;
         void *m;
         int fd;
         Res r;
 
         (void)flags;
-        if (memcmp(h.magic, "fakecud", 8) != 0)
+        memcpy(&h, &raw, sizeof(h));
+        if (memcmp(h.magic, MEM_MAGIC, sizeof(h.magic)) != 0 || !h.size)
                 return E_INVALID_VALUE;
+        if (server_is_ours(h.server))
+                return E_MAP_FAILED; /* as the driver: not in the exporting process */
         if (h.pid == (int32_t)getpid())
-                return 205; /* as the real driver: not in the exporting process */
-        snprintf(path, sizeof(path), "/proc/%d/fd/%d", h.pid, h.fd);
-        fd = open(path, O_RDWR | O_CLOEXEC);
+                return E_INVALID_CONTEXT; /* as the driver: another container's process of our PID */
+        fd = fetch_fd(&h);
         if (fd < 0)
                 return E_INVALID_HANDLE;
+        if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < h.size) {
+                close(fd);
+                return E_INVALID_HANDLE;
+        }
         m = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         close(fd);
         if (m == MAP_FAILED)
@@ -332,8 +622,12 @@ API Res cuIpcOpenMemHandle_v2(DevPtr *p, IpcHandle h, unsigned flags)
         pthread_mutex_lock(&lock);
         r = alloc_add((DevPtr)(uintptr_t)m, h.size, -1, true);
         pthread_mutex_unlock(&lock);
+        if (r != OK) {
+                munmap(m, h.size);
+                return r;
+        }
         *p = (DevPtr)(uintptr_t)m;
-        return r;
+        return OK;
 }
 
 API Res cuIpcCloseMemHandle(DevPtr p)
@@ -501,8 +795,29 @@ API Res cuMemcpyDtoD_v2(DevPtr dst, DevPtr src, size_t n)
  * forgets to order or synchronize its work fails here too. The NULL stream runs at once. */
 typedef enum OpKind { OP_COPY, OP_SET32, OP_WRITE, OP_WAIT, OP_EVENT } OpKind;
 
-typedef struct Event {
+typedef struct EventCounters {
         uint64_t recorded, reached; /* records queued / run: the event is complete when they agree */
+} EventCounters;
+
+/* An IPC event's handle: 64 bytes. */
+#define EVENT_MAGIC "fcudaevt"
+typedef struct EventIpcHandle {
+        char magic[8];    /* EVENT_MAGIC, without a NUL */
+        int32_t pid;      /* the creator's getpid(), in its own PID namespace */
+        uint32_t zero;
+        uint64_t token;   /* the counters' file: /dev/shm/fakecuda-ev-<token, 16 hex digits> */
+        uint64_t shm_dev; /* stat("/dev/shm") in the creator: st_dev, */
+        uint64_t shm_ino; /* and st_ino */
+        char pad[24];     /* zero */
+} EventIpcHandle;
+_Static_assert(sizeof(EventIpcHandle) == sizeof(Raw64), "a CUipcEventHandle is 64 bytes");
+
+typedef struct Event {
+        EventCounters *c;      /* &own, or the mapping of an IPC event's file */
+        EventCounters own;
+        bool ipc, creator;     /* an IPC event, created here (not opened) */
+        EventIpcHandle handle; /* an IPC event's */
+        struct Event *next;    /* in own_events: IPC events created by this process */
 } Event;
 
 typedef struct Op {
@@ -544,7 +859,7 @@ static void op_run(const Op *o)
                         usleep(10);
                 break;
         case OP_EVENT:
-                __atomic_add_fetch(&o->event->reached, 1, __ATOMIC_SEQ_CST);
+                __atomic_add_fetch(&o->event->c->reached, 1, __ATOMIC_SEQ_CST);
                 break;
         }
 }
@@ -763,16 +1078,173 @@ API Res cuStreamWaitValue64_v2(void *s, DevPtr addr, uint64_t v, unsigned flags)
         return enqueue(s, (Op){ .kind = OP_WAIT, .dst = (void *)(uintptr_t)addr, .value = v });
 }
 
-API Res cuEventCreate(void **e, unsigned flags)
+static Event *own_events; /* under lock */
+
+static void event_path(char *buf, size_t n, uint64_t token)
 {
-        (void)flags;
-        *e = calloc(1, sizeof(Event));
-        return *e ? OK : E_OUT_OF_MEMORY;
+        snprintf(buf, n, "/dev/shm/fakecuda-ev-%016llx", (unsigned long long)token);
 }
 
+/* An IPC event's counters move to a new file of /dev/shm, which its handle names. */
+static Res event_share(Event *ev)
+{
+        struct stat st;
+        char path[64];
+        uint64_t token;
+        void *m;
+        int fd;
+
+        if (stat("/dev/shm", &st) < 0 || getrandom(&token, sizeof(token), 0) != (ssize_t)sizeof(token))
+                return E_UNKNOWN;
+        event_path(path, sizeof(path), token);
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return E_OUT_OF_MEMORY;
+        m = ftruncate(fd, sizeof(EventCounters)) == 0
+                    ? mmap(NULL, sizeof(EventCounters), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                    : MAP_FAILED;
+        close(fd);
+        if (m == MAP_FAILED) {
+                unlink(path);
+                return E_OUT_OF_MEMORY;
+        }
+        ev->c = m;
+        ev->ipc = ev->creator = true;
+        ev->handle = (EventIpcHandle){ .pid = (int32_t)getpid(), .token = token, .shm_dev = (uint64_t)st.st_dev,
+                                       .shm_ino = (uint64_t)st.st_ino };
+        memcpy(ev->handle.magic, EVENT_MAGIC, sizeof(ev->handle.magic));
+        pthread_mutex_lock(&lock);
+        ev->next = own_events;
+        own_events = ev;
+        pthread_mutex_unlock(&lock);
+        return OK;
+}
+
+/* At exit: the files of the IPC events this process created and never destroyed. */
+static void events_remove_own(void)
+{
+        char path[64];
+
+        for (Event *ev = own_events; ev; ev = ev->next) {
+                event_path(path, sizeof(path), ev->handle.token);
+                unlink(path);
+        }
+}
+
+/* In a forked child (one thread, no locking): the parent's events stay the parent's to remove. */
+static void events_disown(void)
+{
+        for (Event *ev = own_events; ev; ev = ev->next)
+                ev->creator = false;
+        own_events = NULL;
+}
+
+static bool event_is_own(uint64_t token)
+{
+        bool own = false;
+
+        pthread_mutex_lock(&lock);
+        for (Event *ev = own_events; ev && !own; ev = ev->next)
+                own = ev->handle.token == token;
+        pthread_mutex_unlock(&lock);
+        return own;
+}
+
+API Res cuEventCreate(void **e, unsigned flags)
+{
+        Event *ev;
+        Res r;
+
+        if ((flags & EVENT_INTERPROCESS) && !(flags & EVENT_DISABLE_TIMING))
+                return E_INVALID_VALUE; /* as the driver: IPC events take no timings */
+        ev = calloc(1, sizeof(*ev));
+        if (!ev)
+                return E_OUT_OF_MEMORY;
+        ev->c = &ev->own;
+        if (flags & EVENT_INTERPROCESS) {
+                r = event_share(ev);
+                if (r != OK) {
+                        free(ev);
+                        return r;
+                }
+        }
+        *e = ev;
+        return OK;
+}
+
+/* An IPC event's creator removes its file; an opener only unmaps it. */
 API Res cuEventDestroy_v2(void *e)
 {
-        free(e);
+        Event *ev = e;
+        char path[64];
+
+        if (!ev)
+                return E_INVALID_HANDLE;
+        if (ev->ipc && ev->creator) {
+                pthread_mutex_lock(&lock);
+                for (Event **p = &own_events; *p; p = &(*p)->next) {
+                        if (*p == ev) {
+                                *p = ev->next;
+                                break;
+                        }
+                }
+                pthread_mutex_unlock(&lock);
+                event_path(path, sizeof(path), ev->handle.token);
+                unlink(path);
+        }
+        if (ev->ipc)
+                munmap(ev->c, sizeof(*ev->c));
+        free(ev);
+        return OK;
+}
+
+API Res cuIpcGetEventHandle(Raw64 *out, void *e)
+{
+        Event *ev = e;
+
+        if (!ev)
+                return E_INVALID_HANDLE;
+        if (!ev->ipc)
+                return E_INVALID_VALUE; /* as the driver: created without CU_EVENT_INTERPROCESS */
+        memcpy(out, &ev->handle, sizeof(ev->handle));
+        return OK;
+}
+
+API Res cuIpcOpenEventHandle(void **e, Raw64 raw)
+{
+        EventIpcHandle h;
+        char path[64];
+        struct stat st;
+        Event *ev;
+        void *m;
+        int fd;
+
+        memcpy(&h, &raw, sizeof(h));
+        if (memcmp(h.magic, EVENT_MAGIC, sizeof(h.magic)) != 0)
+                return E_INVALID_VALUE;
+        if (h.pid == (int32_t)getpid() && !event_is_own(h.token))
+                return E_INVALID_CONTEXT; /* as the driver: another container's process of our PID */
+        if (stat("/dev/shm", &st) < 0 || (uint64_t)st.st_dev != h.shm_dev || (uint64_t)st.st_ino != h.shm_ino)
+                return E_MAP_FAILED; /* as the driver: "mapping of buffer object failed" */
+        event_path(path, sizeof(path), h.token);
+        fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+                return E_INVALID_HANDLE; /* destroyed by its creator */
+        m = fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(EventCounters)
+                    ? mmap(NULL, sizeof(EventCounters), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                    : MAP_FAILED;
+        close(fd);
+        if (m == MAP_FAILED)
+                return E_INVALID_HANDLE;
+        ev = calloc(1, sizeof(*ev));
+        if (!ev) {
+                munmap(m, sizeof(EventCounters));
+                return E_OUT_OF_MEMORY;
+        }
+        ev->c = m;
+        ev->ipc = true;
+        ev->handle = h;
+        *e = ev;
         return OK;
 }
 
@@ -782,22 +1254,39 @@ API Res cuEventRecord(void *e, void *s)
 
         if (!ev)
                 return E_INVALID_HANDLE;
-        __atomic_add_fetch(&ev->recorded, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&ev->c->recorded, 1, __ATOMIC_SEQ_CST);
         return enqueue(s, (Op){ .kind = OP_EVENT, .event = ev });
+}
+
+/* The stream waits for the event's records queued so far (in any process, for an IPC event). */
+API Res cuStreamWaitEvent(void *s, void *e, unsigned flags)
+{
+        Event *ev = e;
+
+        (void)flags;
+        if (!ev)
+                return E_INVALID_HANDLE;
+        return enqueue(s, (Op){ .kind = OP_WAIT, .dst = &ev->c->reached,
+                                .value = __atomic_load_n(&ev->c->recorded, __ATOMIC_SEQ_CST) });
 }
 
 API Res cuEventQuery(void *e)
 {
         Event *ev = e;
 
-        return __atomic_load_n(&ev->reached, __ATOMIC_SEQ_CST) == __atomic_load_n(&ev->recorded, __ATOMIC_SEQ_CST)
+        if (!ev)
+                return E_INVALID_HANDLE;
+        return __atomic_load_n(&ev->c->reached, __ATOMIC_SEQ_CST) ==
+                               __atomic_load_n(&ev->c->recorded, __ATOMIC_SEQ_CST)
                        ? OK
-                       : 600; /* CUDA_ERROR_NOT_READY */
+                       : E_NOT_READY;
 }
 
 API Res cuEventSynchronize(void *e)
 {
-        while (cuEventQuery(e) != OK)
+        Res r;
+
+        while ((r = cuEventQuery(e)) == E_NOT_READY)
                 usleep(10);
-        return OK;
+        return r;
 }
