@@ -20,6 +20,9 @@
 #   test-gst.sh errors       no broker, no ring name, no producer: errors that say so, with the library's text
 #   test-gst.sh inspect      gst-inspect-1.0 documents every property of both elements, and so does
 #                            docs/gstreamer.md
+#   test-gst.sh hostile      a producer whose control page says the newest frame is 1000 ahead, in a
+#                            slot that never holds it, and that stays: sources waiting for that frame
+#                            stop on SIGINT, with -e (an end of stream) and without (a state change)
 #   test-gst.sh cuda         GPU host: video/x-raw(memory:CUDAMemory) through cuda-vmm slots, cudaupload
 #                            before the sink, cudadownload after each of 2 sources: every frame byte for
 #                            byte and every buffer's timestamps (77 without a GPU, nvcodec or the variant)
@@ -307,7 +310,28 @@ case_cuda() {
         echo "ok: 60 CUDA frames to 2 sources through cuda-vmm slots, byte for byte, with their timestamps"
 }
 
-[[ $# == 1 ]] || { sed -n '2,27p' "$0"; exit 2; }
+case_hostile() {
+        local n
+        [[ -x ${GPUIPC_GST_HOSTILE_PRODUCER:-} ]] || skip "hostile-producer was not built"
+        start_ns eos -e gpuipcsrc ring=rh timeout=60000 ! fakesink
+        start_ns int gpuipcsrc ring=rh timeout=60000 ! fakesink
+        "$GPUIPC_GST_HOSTILE_PRODUCER" rh 2 >"$dir/hostile.log" 2>&1 &
+        pids[hostile]=$!
+        logs+=("$dir/hostile.log")
+        wait_log "$dir/hostile.log" '^hostile$'
+        for n in eos int; do
+                kill -INT "$(inner_pid $n)"
+        done
+        for n in eos int; do
+                finish $n 30
+                [[ $status == 0 ]] || fail "the source waiting on a hostile ring did not stop on SIGINT ($n: status $status)"
+        done
+        grep -q 'Got EOS from element' "$dir/eos.log" || fail "with -e, the pipeline did not end with its end of stream"
+        kill_ns hostile
+        echo "ok: sources waiting on a hostile ring's frame stop on SIGINT, with an end of stream and without"
+}
+
+[[ $# == 1 ]] || { sed -n '2,30p' "$0"; exit 2; }
 setup
 trap cleanup EXIT
 case $1 in
@@ -320,6 +344,7 @@ latest) case_latest ;;
 flush) case_flush ;;
 errors) case_errors ;;
 inspect) case_inspect ;;
+hostile) case_hostile ;;
 cuda) case_cuda ;;
 *) echo "unknown case $1"; exit 2 ;;
 esac
