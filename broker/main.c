@@ -504,11 +504,19 @@ static void seed_hashes(void)
         hash_seed(key);
 }
 
-/* Generations start at the wall clock in microseconds, so that a restarted broker's generations lie
- * above its predecessor's (which published far fewer than one buffer per microsecond). */
-static uint64_t wall_clock_us(void)
+/* Where generations start counting: above every generation a broker that read the wall clock gave
+ * (microseconds since 1970, below 2^52 until the year 2112), so that holds survive an upgrade from
+ * one, and 142 years of uptime below 2^53, so that JSON tools keep them exact as they keep ids. */
+#define GENERATION_BASE (UINT64_C(1) << 52)
+
+/* Generations start at the time since boot in microseconds (CLOCK_BOOTTIME), so that a restarted
+ * broker's generations lie above its predecessor's (which published far fewer than one buffer per
+ * microsecond) however the wall clock was set in between: that clock never steps. A boot is all
+ * the order has to span, since no memory, and so no hold, outlives one (docs/design.md "Broker
+ * restarts"). */
+static uint64_t first_generation(void)
 {
-        return realtime_ns() / 1000;
+        return GENERATION_BASE + clock_ns(CLOCK_BOOTTIME) / 1000;
 }
 
 int main(int argc, char **argv)
@@ -600,7 +608,7 @@ int main(int argc, char **argv)
         cfg.limits = o.limits;
         cfg.epoch = random_u64();
         cfg.id_seed = random_u64();
-        cfg.first_generation = wall_clock_us();
+        cfg.first_generation = first_generation();
         cfg.restart_grace_ms = o.restart_grace_ms;
         cfg.policy = policy;
         cfg.reload_policy = reload_policy;

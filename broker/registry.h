@@ -87,8 +87,8 @@ typedef struct RegRing RegRing;
 typedef struct RegConfig {
         Limits limits;
         uint64_t epoch;            /* this broker instance (clients see it in hello and ping) */
-        uint64_t first_generation; /* generations count up from here (the wall clock in µs at start, so
-                                    * they keep increasing across restarts) */
+        uint64_t first_generation; /* generations count up from here (the time since boot in µs at
+                                    * start, so they keep increasing across restarts) */
         uint64_t id_seed;          /* seeds the ids the broker picks for publishes that name none */
         uint64_t start_ms;         /* the time of creation, on the clock operations' now_ms use */
         uint32_t restart_grace_ms; /* how long after start reconnecting holders may reclaim */

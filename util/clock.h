@@ -1,8 +1,9 @@
 /* The project's one reading of the clocks. Durations, deadlines and timeouts use the monotonic
- * clock (it never steps back when the wall clock is set); only what a person or another program
- * compares with the calendar (generations that must exceed a previous broker's, exported
- * timestamps) uses CLOCK_REALTIME. Header-only: gpuipcctl and the tests use it without linking
- * util's library, and each call inlines to one vDSO read (no system call, nothing for seccomp). */
+ * clock (it never steps back when the wall clock is set), and so do generations, which must exceed
+ * a previous broker's (CLOCK_BOOTTIME, which also counts time suspended); only what a person or
+ * another program compares with the calendar (exported timestamps) uses CLOCK_REALTIME.
+ * Header-only: gpuipcctl and the tests use it without linking util's library, and each call
+ * inlines to one vDSO read (no system call, nothing for seccomp). */
 #pragma once
 
 #include <stdint.h>

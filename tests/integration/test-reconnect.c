@@ -2,7 +2,8 @@
  * restarts"): buffer ids survive a restart and never reach another producer's buffer, consumers'
  * handles stay valid and their references are reclaimed, drained waits for every holder that came
  * back and for the restart grace, holders that never come back are treated as gone with a reason,
- * event-loop users reconnect on their own, and a release after a revoke is no error. */
+ * event-loop users reconnect on their own, a release after a revoke is no error, and a wall clock
+ * stepped either way between broker starts costs no hold. */
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -570,6 +572,126 @@ static void test_first_call_is_a_release(void)
         h_broker_stop(b);
 }
 
+/* How far the broker's wall clock is from this process's, in seconds: from the first timestamp of
+ * its current log (UTC, to the second), so that a shifted clock that did not reach it shows. */
+static long broker_clock_offset_s(const HBroker *b)
+{
+        FILE *f = fopen(b->log, "r");
+        char *line = NULL, *ts;
+        size_t cap = 0;
+        struct tm tm = { 0 };
+        long offset = 0;
+
+        CHECKF(f, "cannot open %s", b->log);
+        while (getline(&line, &cap, f) > 0) {
+                ts = strstr(line, "\"ts\":\"");
+                if (ts && strptime(ts + 6, "%Y-%m-%dT%H:%M:%S", &tm)) {
+                        offset = (long)(timegm(&tm) - time(NULL));
+                        break;
+                }
+        }
+        free(line);
+        fclose(f);
+        return offset;
+}
+
+/* A crash of the broker, then a broker whose wall clock reads offset_s seconds from the real one
+ * (tests/integration/clock-shift.c, preloaded into it alone): the clock was stepped in between. */
+static void crash_restart_with_clock(HBroker *b, const char *shift, long offset_s)
+{
+        const char *asan = getenv("ASAN_OPTIONS");
+        char off[24], *asan_was = asan ? strdup(asan) : NULL, asan_opts[1024];
+
+        CHECK(!asan || asan_was);
+        snprintf(off, sizeof(off), "%ld", offset_s);
+        /* A sanitizer's runtime wants to be the first library loaded; the preloaded one does not
+         * mind coming after it. */
+        snprintf(asan_opts, sizeof(asan_opts), "%s%sverify_asan_link_order=0", asan_was ? asan_was : "",
+                 asan_was && *asan_was ? ":" : "");
+        CHECK(setenv("LD_PRELOAD", shift, 1) == 0);
+        CHECK(setenv("GPUIPC_TEST_CLOCK_OFFSET_S", off, 1) == 0);
+        CHECK(setenv("ASAN_OPTIONS", asan_opts, 1) == 0);
+        h_broker_kill9(b);
+        h_broker_restart(b);
+        CHECK(unsetenv("LD_PRELOAD") == 0);
+        CHECK(unsetenv("GPUIPC_TEST_CLOCK_OFFSET_S") == 0);
+        CHECK((asan_was ? setenv("ASAN_OPTIONS", asan_was, 1) : unsetenv("ASAN_OPTIONS")) == 0);
+        free(asan_was);
+        /* The step must have reached the broker, or the case would prove nothing. */
+        CHECKF(labs(broker_clock_offset_s(b) - offset_s) < 600, "the broker's clock is %ld s from this one's, "
+               "not %ld s", broker_clock_offset_s(b), offset_s);
+}
+
+/* The wall clock was stepped an hour back between two broker starts, then an hour forward again
+ * (an administrator, NTP, a host resumed): each new broker takes the producer's buffers back under
+ * the generations its consumer holds, both holds (on a live and on a retired buffer) outlast the
+ * grace, and a publication on the new broker gets a generation above every earlier one. */
+static void test_clock_steps_keep_every_hold(void)
+{
+        static const long steps_s[] = { -3600, 0 }; /* from the real clock: an hour back, then back to it */
+        const char *shift = getenv("GPUIPC_TEST_CLOCK_SHIFT");
+        gpuipc_buffer_t *live, *retired, *v_live, *v_ret, *next;
+        gpuipc_t *prod, *cons, *obs;
+        uint64_t highest;
+        HBroker *b;
+        HStat st;
+
+        if (!shift || !*shift)
+                h_skip("GPUIPC_TEST_CLOCK_SHIFT (the path of the clock-shift module) is not set");
+        b = h_broker_start(grace_flags);
+        prod = connect_reconnecting(b, "producer");
+        cons = connect_reconnecting(b, "consumer");
+        live = h_publish(prod, "clock/live", 4096, 0xc10c, NULL);
+        retired = h_publish(prod, "clock/retired", 4096, 0x5e7, NULL);
+        v_live = h_attach_verify(cons, "clock/live", 0, 0xc10c);
+        v_ret = h_attach_verify(cons, "clock/retired", 0, 0x5e7);
+        CHECK_OK(prod, gpuipc_retire(prod, retired));
+        highest = gpuipc_buffer_generation(retired);
+
+        for (size_t i = 0; i < sizeof(steps_s) / sizeof(steps_s[0]); i++) {
+                char name[32];
+
+                crash_restart_with_clock(b, shift, steps_s[i]);
+                CHECK_OK(prod, gpuipc_ping(prod, H_SOON_MS));
+                CHECK_OK(cons, gpuipc_ping(cons, H_SOON_MS));
+                obs = h_connect(b, "observer");
+                CHECK_OK(obs, h_stat_id(obs, gpuipc_buffer_id(live), &st));
+                CHECK_EQ(st.generation, gpuipc_buffer_generation(live));
+                CHECK_EQ(st.state, PROTO_STATE_LIVE);
+                CHECK_EQ(st.refs, 1);
+                CHECK_OK(obs, h_stat_id(obs, gpuipc_buffer_id(retired), &st));
+                CHECK_EQ(st.generation, gpuipc_buffer_generation(retired));
+                CHECK_EQ(st.state, PROTO_STATE_RETIRED);
+                CHECK_EQ(st.refs, 1);
+
+                /* Past the grace: nothing was revoked, nothing drained under its holder. */
+                WAIT_UNTIL(h_stats(obs, "restart_grace") == 0, H_SOON_MS);
+                CHECK_OK(cons, gpuipc_ping(cons, H_SOON_MS));
+                CHECK(!gpuipc_buffer_revoked(v_live) && !gpuipc_buffer_revoked(v_ret));
+                h_verify(v_live, 0xc10c);
+                h_verify(v_ret, 0x5e7);
+                CHECK_ERR(prod, gpuipc_wait_drained(prod, retired, 50), GPUIPC_E_TIMEOUT);
+
+                snprintf(name, sizeof(name), "clock/after-%zu", i);
+                next = h_publish(prod, name, 4096, i, NULL);
+                CHECKF(gpuipc_buffer_generation(next) > highest,
+                       "generation %" PRIu64 " after the restart, not above %" PRIu64 " before it",
+                       gpuipc_buffer_generation(next), highest);
+                highest = gpuipc_buffer_generation(next);
+                gpuipc_close(obs);
+        }
+
+        CHECK_OK(cons, gpuipc_release(cons, v_ret));
+        CHECK_OK(prod, gpuipc_wait_drained(prod, retired, H_SOON_MS));
+        CHECK_OK(cons, gpuipc_release(cons, v_live));
+        CHECK_OK(prod, gpuipc_retire(prod, live));
+        CHECK_OK(prod, gpuipc_wait_drained(prod, live, H_SOON_MS));
+        gpuipc_close(cons);
+        gpuipc_close(prod);
+        h_broker_settle(b);
+        h_broker_stop(b);
+}
+
 /* Reconnecting is the default: a connection made with no options at all (NULL), or with a zeroed
  * options struct, survives a broker restart (its buffer comes back, its reference is reclaimed),
  * while one made with no_reconnect reports the loss. */
@@ -627,6 +749,7 @@ int main(int argc, char **argv)
                 H_TEST(test_event_loop_reconnects),
                 H_TEST(test_reconnect_with_name_taken),
                 H_TEST(test_first_call_is_a_release),
+                H_TEST(test_clock_steps_keep_every_hold),
         };
 
         return h_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
