@@ -16,14 +16,34 @@
 #include "ctl.h"
 #include "json.h"
 
-/* V_NONE: the check does not apply here (the GPU checks without CUDA): neither passed nor failed. */
-typedef enum Verdict { V_OK, V_FAIL, V_UNKNOWN, V_NONE } Verdict;
+/* V_NONE: the check does not apply here (the GPU checks without CUDA): neither passed nor failed.
+ * V_WARN: nothing fails yet, but a likely setup would (this process as PID 1): not a problem. */
+typedef enum Verdict { V_OK, V_FAIL, V_UNKNOWN, V_NONE, V_WARN } Verdict;
+
+#define PAGE 256
+#define MAX_LEGACY_STATS 1024 /* cuda-legacy buffers whose holders are asked for: one request each */
+#define STR(x) #x
+#define TOSTR(x) STR(x)
+#define MAX_LISTED 8          /* peers named in one line; the JSON lists them all */
+
+/* A peer this process's PID collides with, as cuda-legacy sees it. */
+typedef struct Collision {
+        uint64_t peer, buffer;
+        bool producer; /* it published the buffer (else it holds it) */
+        char name[GPUIPC_MAX_NAME + 1];
+} Collision;
 
 typedef struct Doctor {
         Ctl *ctl;
         int problems;
         bool no_gpu; /* CUDA is not usable: the GPU checks did not run */
         Json json, checks; /* --json: {"checks": [...], ...} */
+        /* This process as cuda-legacy and IPC events see it, for the JSON's "self" too. */
+        uint64_t self_pid, shm_dev, shm_ino;
+        Collision *collisions;
+        size_t n_collisions;
+        gpuipc_peer_info_t *shm_others; /* peers that declared another /dev/shm */
+        size_t n_shm_others;
 } Doctor;
 
 static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ...)
@@ -32,10 +52,10 @@ static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ..
 static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ...)
 {
         static const char *const text[] = {
-                [V_OK] = " ok ", [V_FAIL] = "FAIL", [V_UNKNOWN] = " ?? ", [V_NONE] = " -- ",
+                [V_OK] = " ok ", [V_FAIL] = "FAIL", [V_UNKNOWN] = " ?? ", [V_NONE] = " -- ", [V_WARN] = "warn",
         };
         static const char *const name[] = {
-                [V_OK] = "ok", [V_FAIL] = "fail", [V_UNKNOWN] = "unknown", [V_NONE] = "none",
+                [V_OK] = "ok", [V_FAIL] = "fail", [V_UNKNOWN] = "unknown", [V_NONE] = "none", [V_WARN] = "warn",
         };
         char detail[1024];
         va_list ap;
@@ -142,14 +162,260 @@ static void check_pidns(Doctor *d, bool connected)
                 return;
         }
         gpuipc_connection_info(d->ctl->c, &info);
-        /* Either way ok: another PID namespace is a deployment choice that rules out one kind, not a
-         * fault; the verdict's text says which kinds work. */
+        /* Either way ok: every kind works across PID namespaces. What differs is whose word the broker
+         * has for this process's PID (the pid line says what cuda-legacy needs of it). */
         if (info.pidns_same)
-                verdict(d, V_OK, "pid-namespace", "same as the broker (%" PRIu64 "): cuda-legacy works with producers "
-                        "that share it", info.pidns);
+                verdict(d, V_OK, "pid-namespace", "same as the broker (%" PRIu64 "): it sees this process's PID itself",
+                        info.pidns);
         else
-                verdict(d, V_OK, "pid-namespace", "%" PRIu64 ", not the broker's: cuda-vmm and memfd work; cuda-legacy "
-                        "needs producer and consumer in one PID namespace (shareProcessNamespace: true)", info.pidns);
+                verdict(d, V_OK, "pid-namespace", "%" PRIu64 ", not the broker's: it takes this process's PID as "
+                        "declared; every kind works across PID namespaces (cuda-legacy: if the two PIDs differ)",
+                        info.pidns);
+}
+
+/* This process's own PID and /dev/shm: the connection's view when there is one, else the same
+ * facts read here (the library reads them the same way). */
+static void self_identity(Doctor *d, bool connected)
+{
+        gpuipc_connection_info_t info;
+        struct stat st;
+
+        if (connected && gpuipc_connection_info(d->ctl->c, &info) == 0) {
+                d->self_pid = info.self_pid;
+                d->shm_dev = info.shm_dev;
+                d->shm_ino = info.shm_ino;
+                return;
+        }
+        d->self_pid = (uint64_t)getpid();
+        if (stat("/dev/shm", &st) == 0) {
+                d->shm_dev = (uint64_t)st.st_dev;
+                d->shm_ino = (uint64_t)st.st_ino;
+        }
+}
+
+/* Every peer the broker shows, into a growing array (bounded by the broker's own connection
+ * limit, which the listing cannot exceed). NULL with *n 0 when the listing failed. */
+static gpuipc_peer_info_t *list_peers(Doctor *d, size_t *n, int *err)
+{
+        gpuipc_peer_info_t *all = NULL, *grown;
+        uint64_t cursor = 0;
+        size_t cap = 0;
+        int r;
+
+        *n = 0;
+        do {
+                if (cap - *n < PAGE) {
+                        grown = realloc(all, (cap + PAGE) * sizeof(*all));
+                        if (!grown) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        all = grown;
+                        cap += PAGE;
+                }
+                r = gpuipc_list_peers(d->ctl->c, &cursor, all + *n, PAGE);
+                if (r > 0)
+                        *n += (size_t)r;
+        } while (r > 0 && cursor);
+        *err = r < 0 ? r : 0;
+        if (r < 0) {
+                free(all);
+                *n = 0;
+                return NULL;
+        }
+        return all;
+}
+
+static const gpuipc_peer_info_t *peer_by_id(const gpuipc_peer_info_t *peers, size_t n, uint64_t id)
+{
+        for (size_t i = 0; i < n; i++)
+                if (peers[i].peer == id)
+                        return &peers[i];
+        return NULL;
+}
+
+static void collide(Doctor *d, uint64_t peer, const gpuipc_buffer_info_t *b, bool producer)
+{
+        Collision *grown = realloc(d->collisions, (d->n_collisions + 1) * sizeof(*grown));
+
+        if (!grown)
+                return;
+        d->collisions = grown;
+        grown[d->n_collisions] = (Collision){ .peer = peer, .buffer = b->buffer, .producer = producer };
+        snprintf(grown[d->n_collisions].name, sizeof(grown->name), "%s", b->name);
+        d->n_collisions++;
+}
+
+/* The cuda-legacy buffers this process could not share with: published by a process of the same
+ * PID (its handle would not open here) or held by one (it could not open a handle from here). */
+static int find_collisions(Doctor *d, const gpuipc_peer_info_t *peers, size_t n_peers, size_t *n_legacy,
+                           bool *capped)
+{
+        gpuipc_buffer_info_t *page = calloc(PAGE, sizeof(*page)), b;
+        gpuipc_holder_info_t *holders = calloc(GPUIPC_MAX_PAGE, sizeof(*holders));
+        uint64_t cursor = 0;
+        int n, h, r = 0;
+
+        *n_legacy = 0;
+        *capped = false;
+        if (!page || !holders) {
+                r = -ENOMEM;
+                goto out;
+        }
+        do {
+                n = gpuipc_list_buffers(d->ctl->c, NULL, &cursor, page, PAGE);
+                for (int i = 0; i < n; i++) {
+                        if (page[i].kind != GPUIPC_KIND_CUDA_LEGACY || page[i].state != GPUIPC_STATE_LIVE)
+                                continue;
+                        if (++*n_legacy > MAX_LEGACY_STATS) {
+                                *capped = true;
+                                continue;
+                        }
+                        if (page[i].self_pid && page[i].self_pid == d->self_pid)
+                                collide(d, page[i].owner, &page[i], true);
+                        /* Its holders: the peers reading it, whose PIDs the listing knows. */
+                        h = gpuipc_stat_buffer(d->ctl->c, NULL, page[i].buffer, holders, GPUIPC_MAX_PAGE, &b);
+                        for (int k = 0; k < h; k++) {
+                                const gpuipc_peer_info_t *p = peer_by_id(peers, n_peers, holders[k].peer);
+
+                                if (p && p->self_pid && p->self_pid == d->self_pid && p->peer != page[i].owner)
+                                        collide(d, p->peer, &page[i], false);
+                        }
+                }
+        } while (n > 0 && cursor);
+        if (n < 0)
+                r = n;
+out:
+        free(page);
+        free(holders);
+        return r;
+}
+
+/* This process's PID in its own namespace, against the cuda-legacy producers and holders the
+ * broker knows: CUDA takes a handle whose exporting PID equals the opener's for the opener's own
+ * (201), and the broker refuses such an attach first (same-pid). */
+static void check_pid(Doctor *d, bool connected, const gpuipc_peer_info_t *peers, size_t n_peers, int peers_err)
+{
+        char list[512] = "";
+        size_t n_legacy = 0, used = 0;
+        bool capped = false;
+        int r;
+
+        if (!connected) {
+                verdict(d, V_UNKNOWN, "pid", "%" PRIu64 " in this PID namespace; cannot compare it with cuda-legacy "
+                        "producers' without a broker", d->self_pid);
+                return;
+        }
+        if (peers_err < 0 || (r = find_collisions(d, peers, n_peers, &n_legacy, &capped)) < 0) {
+                verdict(d, V_UNKNOWN, "pid", "%" PRIu64 " in this PID namespace; the broker did not list its "
+                        "cuda-legacy buffers: [%s]", d->self_pid, gpuipc_err_name(peers_err < 0 ? peers_err : r));
+                return;
+        }
+        for (size_t i = 0; i < d->n_collisions && i < MAX_LISTED && used < sizeof(list); i++)
+                used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s of '%s' (peer %" PRIu64 ")",
+                                         i ? ", " : "", d->collisions[i].producer ? "the producer" : "a holder",
+                                         d->collisions[i].name, d->collisions[i].peer);
+        if (d->n_collisions)
+                verdict(d, V_FAIL, "pid", "%" PRIu64 " in this PID namespace, the same as %s%s: cuda-legacy handles "
+                        "cannot pass between them (same-pid). %s", d->self_pid, list,
+                        d->n_collisions > MAX_LISTED ? ", ..." : "",
+                        d->self_pid == 1 ? "Both are their containers' first process: start the workload with "
+                        "gpuipcctl run -- CMD, which picks a PID no peer has"
+                                         : "Start one of them with gpuipcctl run -- CMD, or publish as cuda-vmm");
+        else if (d->self_pid == 1)
+                verdict(d, V_WARN, "pid", "1 in this PID namespace (a container's first process): any other "
+                        "container's PID 1 would be the same, and cuda-legacy handles cannot pass between equal PIDs; "
+                        "start the workload with gpuipcctl run -- CMD");
+        else
+                verdict(d, V_OK, "pid", "%" PRIu64 " in this PID namespace: none of the %zu live cuda-legacy "
+                        "buffer(s)%s has a producer or holder with the same PID", d->self_pid, n_legacy,
+                        capped ? " (the first " TOSTR(MAX_LEGACY_STATS) " checked)" : "");
+}
+
+/* This process's /dev/shm, and the peers that declared another: CUDA IPC events (gpuipc's
+ * IPC-event fences) need the same on both sides; memory handles and counter fences do not. */
+static void check_shm(Doctor *d, bool connected, const gpuipc_peer_info_t *peers, size_t n_peers, int peers_err)
+{
+        char list[512] = "";
+        size_t used = 0;
+
+        if (!d->shm_dev && !d->shm_ino) {
+                verdict(d, V_UNKNOWN, "dev-shm", "no /dev/shm here: IPC-event fences cannot be created or opened; "
+                        "counter fences work");
+                return;
+        }
+        if (!connected || peers_err < 0) {
+                verdict(d, connected ? V_UNKNOWN : V_OK, "dev-shm", "device %" PRIu64 " inode %" PRIu64 "%s",
+                        d->shm_dev, d->shm_ino, connected ? "; the broker did not list its peers" : "");
+                return;
+        }
+        for (size_t i = 0; i < n_peers; i++) {
+                const gpuipc_peer_info_t *p = &peers[i];
+                gpuipc_peer_info_t *grown;
+
+                if ((!p->shm_dev && !p->shm_ino) || (p->shm_dev == d->shm_dev && p->shm_ino == d->shm_ino))
+                        continue;
+                grown = realloc(d->shm_others, (d->n_shm_others + 1) * sizeof(*grown));
+                if (!grown)
+                        break;
+                d->shm_others = grown;
+                grown[d->n_shm_others++] = *p;
+                if (d->n_shm_others <= MAX_LISTED && used < sizeof(list))
+                        used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%" PRIu64 " (pid %" PRIu64 ")",
+                                                 d->n_shm_others > 1 ? ", " : "", p->peer, p->self_pid);
+        }
+        /* Information, not a fault: separate pods have separate /dev/shm, and only IPC-event
+         * fences care. */
+        if (d->n_shm_others)
+                verdict(d, V_OK, "dev-shm", "device %" PRIu64 " inode %" PRIu64 "; %zu peer(s) declared another: %s%s. "
+                        "IPC-event fences between them and this process are refused (shm): mount one emptyDir "
+                        "(medium: Memory) at /dev/shm in both containers, or use counter fences", d->shm_dev,
+                        d->shm_ino, d->n_shm_others, list, d->n_shm_others > MAX_LISTED ? ", ..." : "");
+        else
+                verdict(d, V_OK, "dev-shm", "device %" PRIu64 " inode %" PRIu64 ", as every peer that declared one",
+                        d->shm_dev, d->shm_ino);
+}
+
+/* --json: the facts behind the pid and dev-shm lines, for scripts. */
+static void json_self(Doctor *d)
+{
+        Json o, a;
+
+        json_key(&d->json, "self");
+        json_begin(&o, stdout, '{');
+        json_ku64(&o, "pid", d->self_pid);
+        json_ku64(&o, "shm_dev", d->shm_dev);
+        json_ku64(&o, "shm_ino", d->shm_ino);
+        json_key(&o, "pid_collisions");
+        json_begin(&a, stdout, '[');
+        for (size_t i = 0; i < d->n_collisions; i++) {
+                Json c;
+
+                json_next(&a);
+                json_begin(&c, stdout, '{');
+                json_ku64(&c, "peer", d->collisions[i].peer);
+                json_kstr(&c, "role", d->collisions[i].producer ? "producer" : "holder");
+                json_ku64(&c, "buffer", d->collisions[i].buffer);
+                json_kstr(&c, "name", d->collisions[i].name);
+                json_end(&c, '}');
+        }
+        json_end(&a, ']');
+        json_key(&o, "other_shm");
+        json_begin(&a, stdout, '[');
+        for (size_t i = 0; i < d->n_shm_others; i++) {
+                Json c;
+
+                json_next(&a);
+                json_begin(&c, stdout, '{');
+                json_ku64(&c, "peer", d->shm_others[i].peer);
+                json_ku64(&c, "self_pid", d->shm_others[i].self_pid);
+                json_kstr(&c, "label", d->shm_others[i].label);
+                json_ku64(&c, "shm_dev", d->shm_others[i].shm_dev);
+                json_ku64(&c, "shm_ino", d->shm_others[i].shm_ino);
+                json_end(&c, '}');
+        }
+        json_end(&a, ']');
+        json_end(&o, '}');
 }
 
 /* A yes/no fact about a device, as a verdict: "no" is a problem only when it blocks a kind. */
@@ -208,9 +474,11 @@ static void check_gpus(Doctor *d)
 int cmd_doctor(Ctl *ctl, int argc, char **argv)
 {
         Doctor d = { .ctl = ctl };
+        gpuipc_peer_info_t *peers = NULL;
         const char *none = NULL;
         bool socket_ok, broker_ok;
-        int c, r;
+        size_t n_peers = 0;
+        int c, r, peers_err = 0;
 
         /* --help is the only option. */
         if ((c = ctl_next_option(ctl, argc, argv, &r)) < 0)
@@ -225,9 +493,15 @@ int cmd_doctor(Ctl *ctl, int argc, char **argv)
         socket_ok = check_socket(&d, socket_path(ctl));
         broker_ok = check_broker(&d, socket_ok);
         check_pidns(&d, broker_ok);
+        self_identity(&d, broker_ok);
+        if (broker_ok)
+                peers = list_peers(&d, &n_peers, &peers_err);
+        check_pid(&d, broker_ok, peers, n_peers, peers_err);
+        check_shm(&d, broker_ok, peers, n_peers, peers_err);
         check_gpus(&d);
         if (ctl->json) {
                 json_end(&d.checks, ']');
+                json_self(&d);
                 json_ku64(&d.json, "problems", (uint64_t)d.problems);
                 json_kbool(&d.json, "broker", broker_ok);
                 json_kbool(&d.json, "gpus_checked", !d.no_gpu);
@@ -240,6 +514,9 @@ int cmd_doctor(Ctl *ctl, int argc, char **argv)
         } else {
                 printf("all checks passed\n");
         }
+        free(peers);
+        free(d.collisions);
+        free(d.shm_others);
         /* No broker outranks other problems: exit 3 is what a probe or an init container waits on. */
         if (!broker_ok)
                 return CTL_NO_BROKER;

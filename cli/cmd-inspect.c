@@ -283,6 +283,9 @@ static void peer_json(Json *o, const void *record)
         json_ku64(o, "pidns", p->pidns);
         json_key(o, "pidns_declared");
         json_bool(o, p->pidns_declared);
+        json_ku64(o, "self_pid", p->self_pid);
+        json_ku64(o, "shm_dev", p->shm_dev);
+        json_ku64(o, "shm_ino", p->shm_ino);
         json_kstr(o, "label", p->label);
         json_ku64(o, "buffers", p->buffers);
         json_ku64(o, "refs", p->refs);
@@ -298,8 +301,8 @@ static void peer_json(Json *o, const void *record)
         json_end(&g, ']');
 }
 
-static const char *const peer_headers[] = { "PEER", "PID", "UID", "GID", "PIDNS", "LABEL", "BUFFERS", "REFS", "SUBS",
-                                            "WAITS", "GPUS" };
+static const char *const peer_headers[] = { "PEER", "PID", "SELF-PID", "UID", "GID", "PIDNS", "LABEL", "BUFFERS", "REFS",
+                                            "SUBS", "WAITS", "GPUS" };
 
 static void peer_row(Table *t, const void *record)
 {
@@ -307,6 +310,11 @@ static void peer_row(Table *t, const void *record)
 
         table_cell(t, "%" PRIu64, p->peer);
         table_cell(t, "%" PRIu64, p->pid);
+        /* Its PID as it sees itself (cuda-legacy peers' must differ); "-": not known. */
+        if (p->self_pid)
+                table_cell(t, "%" PRIu64, p->self_pid);
+        else
+                table_cell(t, "-");
         table_cell(t, "%" PRIu64, p->uid);
         table_cell(t, "%" PRIu64, p->gid);
         /* A namespace the broker has only the peer's word for is marked, as it proves nothing. */
@@ -328,7 +336,7 @@ static int fetch_peers(Ctl *ctl, const char *prefix, uint64_t *cursor, void *pag
 }
 
 static const CtlListing peers_listing = {
-        sizeof(gpuipc_peer_info_t), PAGE, fetch_peers, peer_json, peer_headers, "rrrrllrrrrr", peer_row,
+        sizeof(gpuipc_peer_info_t), PAGE, fetch_peers, peer_json, peer_headers, "rrrrrllrrrrr", peer_row,
 };
 
 int cmd_peers(Ctl *ctl, int argc, char **argv)

@@ -55,6 +55,7 @@ enum {
         CTL_OPT_WAIT,
         CTL_OPT_RETIRE_AFTER,
         CTL_OPT_NO_SANDBOX,
+        CTL_OPT_MIN_PID,
 };
 
 /* One option of a command or of gpuipcctl itself. The command's table is what parses its options,
@@ -77,6 +78,7 @@ struct CtlCommand {
         const char *help;    /* what `gpuipcctl NAME --help` says before the options */
         const CtlOption *options; /* ends with an entry whose id is 0; -h/--help is implied */
         CtlValue operand;    /* what its one positional argument is, if any */
+        bool runs_command;   /* its operands are a command line (run): its options end at the first one */
 };
 
 /* The command table and gpuipcctl's own options (gpuipcctl.c), for the completions. */
@@ -167,6 +169,7 @@ int cmd_watch(Ctl *ctl, int argc, char **argv);
 int cmd_group(Ctl *ctl, int argc, char **argv);
 int cmd_doctor(Ctl *ctl, int argc, char **argv);
 int cmd_rings(Ctl *ctl, int argc, char **argv);
+int cmd_run(Ctl *ctl, int argc, char **argv);
 int cmd_completion(Ctl *ctl, int argc, char **argv);
 int cmd_complete_names(Ctl *ctl, int argc, char **argv);
 

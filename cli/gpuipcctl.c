@@ -104,6 +104,14 @@ static const CtlOption attach_options[] = {
         { 0 }
 };
 
+static const CtlOption run_options[] = {
+        { CTL_OPT_MIN_PID, "min-pid", 0, "N", CTL_VALUE_ANY,
+          "start at PID N or above (default: 64 plus this PID namespace's inode\n"
+          "modulo 960, so that containers started together rarely collide)" },
+        { 'q', "quiet", 'q', NULL, CTL_VALUE_NONE, "do not say which PID the command got" },
+        { 0 }
+};
+
 static const CtlOption group_options[] = {
         { 'm', "members", 'm', "N", CTL_VALUE_ANY, "how many members complete it (1 to 4096)" },
         { CTL_OPT_WAIT, "wait", 0, "MS", CTL_VALUE_ANY, "how long to wait for them (default 30000)" },
@@ -134,7 +142,10 @@ const CtlCommand ctl_commands[] = {
           "seats.", prefix_options, CTL_VALUE_NONE },
         { "peers", cmd_peers, "", "list connected peers",
           "Lists the connected peers: pid and uid from the kernel (pid 0: outside the broker's PID namespace),\n"
-          "gid, PID namespace, label, buffers owned, references, subscriptions, waits and declared GPUs.", NULL,
+          "the PID each has in its own PID namespace (SELF-PID: the kernel's where the broker sees the peer,\n"
+          "else what it declared; cuda-legacy producer and consumer must differ in it), gid, PID namespace,\n"
+          "label, buffers owned, references, subscriptions, waits and declared GPUs. With --json also each\n"
+          "peer's declared /dev/shm (shm_dev, shm_ino: IPC-event fences need the same).", NULL,
           CTL_VALUE_NONE },
         { "stats", cmd_stats, "", "show the broker's counters",
           "Prints every counter, gauge and histogram series of the broker, one per line (docs/protocol.md,\n"
@@ -174,12 +185,22 @@ const CtlCommand ctl_commands[] = {
         { "group", cmd_group, "NAME --members N [--wait MS]", "join a rendezvous group",
           "Joins the rendezvous group NAME and waits until N members joined (exit 0), or until the earliest\n"
           "member's deadline passed (exit 1).", group_options, CTL_VALUE_NAME },
-        { "doctor", cmd_doctor, "", "check the socket, broker, PID namespace and GPUs",
+        { "doctor", cmd_doctor, "", "check the socket, broker, PIDs, /dev/shm and GPUs",
           "Checks what a gpuipc client needs and gives each check its verdict (ok, FAIL, ?? when it cannot be\n"
           "told, or -- when it does not apply here, such as the GPU checks on a host without one): the socket,\n"
           "the broker, the PID namespace, the CUDA driver and every visible GPU (virtual memory management,\n"
           "POSIX-fd export, fences, MIG). Every check runs, whatever the others found.\n"
           "Exit 0: no check failed; 1: a problem; 3: no broker answered.", NULL, CTL_VALUE_NONE },
+        { "run", cmd_run, "[--min-pid N] [--quiet] -- CMD [ARGS...]",
+          "run a command at a PID no peer has (cuda-legacy across containers)",
+          "Starts CMD at a PID that no peer of the broker has as its own PID (each as its own PID namespace\n"
+          "counts), that is not 1, and that is at least the target (--min-pid): CUDA refuses a legacy IPC\n"
+          "handle between two processes with the same PID (both PID 1 of their containers, say), whatever the\n"
+          "namespaces. Use it as a container's command. It stays as CMD's parent (the container's init:\n"
+          "orphans are reaped), passes SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 on, and exits\n"
+          "with CMD's status (128 + N when signal N killed it). Without a broker it warns and still runs CMD\n"
+          "at the target. Exit 125: no PID could be had (nothing ran); 126: CMD cannot be run; 127: not found.",
+          run_options, CTL_VALUE_ANY, true },
         { "completion", cmd_completion, "bash | zsh | fish", "print the shell completion script",
           "Prints the completion script for a shell: commands, options, kinds and patterns, and buffer and ring\n"
           "names asked of the broker. `meson install` installs all three; to try one at once:\n"

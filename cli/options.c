@@ -31,13 +31,14 @@ static const CtlOption *by_letter(const CtlOption *table, int letter)
 
 /* Long options return 0x10000 + their index in the table: a long name and a letter of one
  * option may differ in whether they are deprecated (publish's --size and -s). */
-static void build_parser(const CtlOption *table, bool global)
+static void build_parser(const CtlOption *table, bool stop_at_operand)
 {
         size_t nl = 0, ns = 0;
 
         parser.table = table;
-        /* '+': the global options end at the command's name; ':': a missing value is told apart. */
-        if (global)
+        /* '+': the global options end at the command's name, run's at the command it runs; ':': a
+         * missing value is told apart. */
+        if (stop_at_operand)
                 parser.shortopts[ns++] = '+';
         parser.shortopts[ns++] = ':';
         for (const CtlOption *o = table; o->id && nl < MAX_OPTIONS; o++) {
@@ -78,7 +79,7 @@ int ctl_next_option(Ctl *ctl, int argc, char **argv, int *ret_exit)
          * (optind 0): the strings must stay valid between getopt_long calls, so they live in the
          * static parser and are not rebuilt on every call. */
         if (parser.table != table || optind == 0)
-                build_parser(table, global);
+                build_parser(table, global || ctl->cmd->runs_command);
         c = getopt_long(argc, argv, parser.shortopts, parser.longopts, NULL);
         if (c == -1)
                 return 0;

@@ -401,6 +401,154 @@ def case_doctor_gpu(tmp):
     b.stop()
 
 
+def unshare_pid_usable():
+    """Whether this process may create PID namespaces (root, or a user namespace): skip if not."""
+    try:
+        r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def in_new_pidns(*argv, **kwargs):
+    """argv as the first process (PID 1) of a new PID namespace with its own /proc, as in a container."""
+    return ["unshare", "--pid", "--fork", "--mount-proc", *argv]
+
+
+def run_line(err):
+    """The PID and target from run's line on stderr."""
+    m = re.search(r"^gpuipcctl run: \S+ runs as PID (\d+) \(target (\d+), (\d+) peer PID", err, re.M)
+    check(m, "no 'runs as PID' line: %r" % err)
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def case_run_pid(tmp):
+    """gpuipcctl run as a container's first process (PID 1 of a new PID namespace): the command gets
+    a PID that is not 1 and at least the target, 64 + (the namespace's inode mod 960), and its line
+    on stderr names that PID; with --min-pid X and a peer whose own PID is X, the command does not
+    get X."""
+    if not unshare_pid_usable():
+        print("skip: unshare --pid is not permitted here")
+        sys.exit(SKIP)
+    b = Broker(tmp)
+    # The namespace's inode from inside it, then run (still PID 1: exec) prints the command's $$.
+    p = subprocess.run(in_new_pidns("sh", "-c", 'stat -L -c %%i /proc/self/ns/pid; exec "$0" --socket %s run -- '
+                                    'sh -c \'echo $$\'' % b.sock, CTL), capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0, "run in a new PID namespace: %d %s %s" % (p.returncode, p.stdout, p.stderr))
+    ino, pid = (int(x) for x in p.stdout.split())
+    target = 64 + ino % 960
+    said, said_target, _ = run_line(p.stderr)
+    check(pid != 1 and pid >= target and said == pid and said_target == target,
+          "the command's PID %d, target %d (namespace %d), run said PID %d target %d" %
+          (pid, target, ino, said, said_target))
+
+    # A peer that is PID X of a namespace of its own (a watch, started after X-1 other processes).
+    peer_out = os.path.join(tmp, "peer.pid")
+    peer = popen(in_new_pidns("sh", "-c", 'i=0; while [ $i -lt 70 ]; do /bin/true; i=$((i+1)); done; '
+                                          '"$0" --socket %s watch >/dev/null & echo $! >%s; wait' %
+                              (b.sock, peer_out), CTL), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    x = 0
+    while time.monotonic() < deadline and not x:
+        if os.path.exists(peer_out) and open(peer_out).read().strip():
+            x = int(open(peer_out).read())
+        time.sleep(0.05)
+    check(x > 2, "the peer's PID in its namespace: %r" % x)
+    while time.monotonic() < deadline:
+        peers = one_document(ctl(b.sock, "--json", "peers"), "peers")
+        if any(q.get("self_pid") == x for q in peers):
+            break
+        time.sleep(0.05)
+    else:
+        raise Failure("no peer with self_pid %d: %s" % (x, peers))
+    p = subprocess.run(in_new_pidns(CTL, "--socket", b.sock, "run", "--min-pid", str(x), "--", "sh", "-c", "echo $$"),
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0, "run --min-pid %d: %d %s %s" % (x, p.returncode, p.stdout, p.stderr))
+    pid = int(p.stdout)
+    said, said_target, avoided = run_line(p.stderr)
+    check(pid != x and pid > x and said == pid and said_target == x and avoided >= 1,
+          "run --min-pid %d next to a peer of PID %d gave PID %d (avoided %d): %s" % (x, x, pid, avoided, p.stderr))
+    # --quiet: nothing on stderr from run itself.
+    p = subprocess.run(in_new_pidns(CTL, "--socket", b.sock, "run", "--quiet", "--min-pid", "5", "--", "true"),
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0 and p.stderr == "", "run --quiet: %d %r" % (p.returncode, p.stderr))
+    peer.kill()
+    peer.wait()
+    b.stop()
+
+
+def case_run_status(tmp):
+    """gpuipcctl run passes the command's exit status on (128 + N when signal N killed it), with or
+    without a broker (it warns and still runs); it cannot be had for a PID beyond pid_max or a
+    missing command (usage, 2), and reports a command that cannot run (127 not found, 126 not
+    executable)."""
+    sock = os.path.join(tmp, "absent.sock")
+    for cmd, want in ((["sh", "-c", "exit 7"], 7), (["sh", "-c", "kill -TERM $$"], 128 + signal.SIGTERM),
+                      (["sh", "-c", "kill -USR1 $$"], 128 + signal.SIGUSR1), (["true"], 0),
+                      ([os.path.join(tmp, "nosuch")], 127), ([tmp], 126)):
+        r = ctl(sock, "--timeout", "0", "run", "--", *cmd)
+        check(r.rc == want, "run -- %s: expected exit %d: %s" % (" ".join(cmd), want, r))
+        check(re.search(r"^gpuipcctl run: warning: cannot reach the broker", r.err, re.M),
+              "no warning about the broker: %s" % r)
+    r = ctl(sock, "--timeout", "0", "run", "--", "sh", "-c", "echo out; echo err >&2")
+    check(r.rc == 0 and r.out == "out\n" and "err\n" in r.err, "the command's stdout and stderr: %s" % r)
+    for args in (("run",), ("run", "--"), ("run", "--min-pid", "1", "--", "true"),
+                 ("run", "--min-pid", "99999999", "--", "true")):
+        r = ctl(sock, "--timeout", "0", *args)
+        check(r.rc == 2, "%s: expected a usage error: %s" % (" ".join(args), r))
+    # The command's own options stay its own, with or without "--".
+    r = ctl(sock, "--timeout", "0", "run", "-q", "sh", "-c", "echo $0", "-q")
+    check(r.rc == 0 and r.out == "-q\n", "run -q sh -c ... -q: %s" % r)
+    if unshare_pid_usable():
+        p = subprocess.run(in_new_pidns(CTL, "--socket", sock, "--timeout", "0", "run", "--", "sh", "-c", "exit 9"),
+                           capture_output=True, text=True, timeout=60)
+        check(p.returncode == 9, "as PID 1: exit %d: %s" % (p.returncode, p.stderr))
+
+
+def run_pid_of(outer):
+    """The PID (here) of the gpuipcctl run that unshare --fork started as its namespace's PID 1."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            kids = [int(k) for t in os.listdir("/proc/%d/task" % outer.pid)
+                    for k in open("/proc/%d/task/%s/children" % (outer.pid, t)).read().split()]
+        except OSError:
+            kids = []
+        if kids:
+            return kids[0]
+        time.sleep(0.05)
+    raise Failure("unshare started no child")
+
+
+def case_run_signals(tmp):
+    """gpuipcctl run as its namespace's PID 1 passes SIGTERM (and SIGHUP, SIGUSR1) to the command,
+    whose handler decides the exit status, and reaps orphans the kernel gives it as the init."""
+    if not unshare_pid_usable():
+        print("skip: unshare --pid is not permitted here")
+        sys.exit(SKIP)
+    sock = os.path.join(tmp, "absent.sock")
+    script = ('trap "echo got-hup" HUP; trap "echo got-usr1" USR1; trap "echo got-term; exit 5" TERM; '
+              'echo ready; while :; do sleep 0.05; done')
+    outer = popen(in_new_pidns(CTL, "--socket", sock, "--timeout", "0", "run", "--", "sh", "-c", script),
+                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    check(read_line(outer, 30) == "ready\n", "the command did not start")
+    run = run_pid_of(outer)
+    for sig, says in ((signal.SIGHUP, "got-hup\n"), (signal.SIGUSR1, "got-usr1\n")):
+        os.kill(run, sig)
+        check(read_line(outer, 30) == says, "%s did not reach the command" % sig.name)
+    os.kill(run, signal.SIGTERM)
+    check(read_line(outer, 30) == "got-term\n", "SIGTERM did not reach the command")
+    rc, _, err = stop(outer)
+    check(rc == 5, "the command's handler exits 5, unshare said %d: %s" % (rc, err))
+
+    # An orphan (its parent exited) is reaped by run, the init: /proc/ORPHAN goes away.
+    script = ('(sleep 0.2 & echo $! >"$0"); o=$(cat "$0"); i=0; while [ -e /proc/$o ] && [ $i -lt 200 ]; do '
+              'sleep 0.05; i=$((i+1)); done; if [ -e /proc/$o ]; then grep State /proc/$o/status; else echo reaped; fi')
+    p = subprocess.run(in_new_pidns(CTL, "--socket", sock, "--timeout", "0", "run", "--", "sh", "-c", script,
+                                    os.path.join(tmp, "orphan")), capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0 and p.stdout == "reaped\n", "the orphan was not reaped: %s %s" % (p.stdout, p.stderr))
+
+
 def case_bad_values(tmp):
     """Bad values are refused with exit 2 and an error that names the option and the value."""
     b = Broker(tmp)
