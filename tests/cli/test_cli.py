@@ -412,7 +412,7 @@ def unshare_pid_usable():
 
 def in_new_pidns(*argv, **kwargs):
     """argv as the first process (PID 1) of a new PID namespace with its own /proc, as in a container."""
-    return ["unshare", "--pid", "--fork", "--mount-proc", *argv]
+    return ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", *argv]
 
 
 def run_line(err):
