@@ -5,7 +5,11 @@
  * its caps become the pad's caps before the first buffer of them, and its segment, flushes and end
  * of stream are replayed downstream. A ring that ends without an end of stream (its producer died
  * or closed it, or evicted this member) is an error, or, with reconnect=true, a wait for the next
- * producer of that name. */
+ * producer of that name (after a pause, growing, while memberships end before their first frame).
+ *
+ * Every wait is a loop of bounded slices that looks at the unlock flag between them (a flush, a
+ * state change, or an end of stream sent to the pipeline, as gst-launch-1.0 -e does on SIGINT): the
+ * library's take returns within its timeout whatever the producer's control page says. */
 #include "gpuipcsrc.h"
 
 #include <gst/video/video.h>
@@ -25,6 +29,11 @@ GST_DEBUG_CATEGORY_STATIC(gst_gpuipc_src_debug);
  * take slices (a join is rare, and each try is a round trip to the broker), short enough that a
  * state change while waiting for the producer feels immediate. */
 #define JOIN_SLICE_MS 200
+
+/* reconnect=true: a membership that ends before its first frame (a producer that dies at once, or
+ * one whose control page ends every membership as hostile) makes the next join wait first, twice as
+ * long each time up to this, rather than rejoin and end again in a loop. */
+#define REJOIN_PAUSE_MAX_MS 5000
 
 enum {
         PROP_0,
@@ -60,6 +69,7 @@ struct _GstGpuipcSrc {
         /* Streaming state: the streaming thread's, and start/stop's. */
         gint flushing;          /* atomic: unlock() was called */
         Member *member;
+        gint rejoin_pause_ms;   /* how long the next join waits before it tries (reconnect=true) */
         SlotHold *held;         /* the frame lent downstream, not yet released to the ring */
         guint64 last_frame;     /* number of the last frame taken in this membership */
         gboolean discont;       /* the next buffer follows a gap */
@@ -132,8 +142,25 @@ static void describe_producer(Member *m, const char *name)
                            *label ? ", " : "");
 }
 
-/* Joins the ring through a new connection, waiting for it to appear (timeout property) in slices.
- * Posts an error on failure. */
+/* Sleeps ms, in slices: FALSE when the element is flushing or stopping. */
+static gboolean pause_unless_flushing(GstGpuipcSrc *self, gint ms)
+{
+        gint64 until = g_get_monotonic_time() + (gint64)ms * G_TIME_SPAN_MILLISECOND;
+
+        for (;;) {
+                gint64 left = until - g_get_monotonic_time();
+
+                if (g_atomic_int_get(&self->flushing))
+                        return FALSE;
+                if (left <= 0)
+                        return TRUE;
+                g_usleep(MIN(left, GPUIPC_GST_SLICE_MS * G_TIME_SPAN_MILLISECOND));
+        }
+}
+
+/* Joins the ring through a new connection, waiting for it to appear (timeout property) in slices,
+ * after the rejoin pause if the last membership ended before its first frame. Posts an error on
+ * failure. */
 static GstFlowReturn join(GstGpuipcSrc *self)
 {
         g_autofree char *name = NULL, *socket_path = NULL;
@@ -149,6 +176,14 @@ static GstFlowReturn join(GstGpuipcSrc *self)
         timeout_ms = self->timeout_ms;
         GST_OBJECT_UNLOCK(self);
         deadline = g_get_monotonic_time() + (gint64)timeout_ms * G_TIME_SPAN_MILLISECOND;
+        if (self->rejoin_pause_ms) {
+                GST_DEBUG_OBJECT(self, "the last membership ended before its first frame: joining in %d ms",
+                                 self->rejoin_pause_ms);
+                /* Part of the timeout: a pause longer than what is left still ends in one try. */
+                if (!pause_unless_flushing(self, timeout_ms < 0 ? self->rejoin_pause_ms
+                                                                : MIN(self->rejoin_pause_ms, timeout_ms)))
+                        return GST_FLOW_FLUSHING;
+        }
         /* A connection per membership: a membership that ended (the producer died) leaves nothing
          * behind on the next one, and member_unref can close both together. */
         c = gst_gpuipc_connect(GST_ELEMENT(self), socket_path);
@@ -240,6 +275,12 @@ static GstFlowReturn ring_ended(GstGpuipcSrc *self, int err)
                             ("ring '%s' ended (producer: %s): %s; waiting for a new producer", self->ring_name,
                              self->member->producer, why),
                             ("reconnect=true"));
+        /* last_frame is 0 until this membership's first frame. */
+        if (self->last_frame)
+                self->rejoin_pause_ms = 0;
+        else
+                self->rejoin_pause_ms = self->rejoin_pause_ms ? MIN(2 * self->rejoin_pause_ms, REJOIN_PAUSE_MAX_MS)
+                                                              : JOIN_SLICE_MS;
         leave(self);
         self->discont = TRUE;
         return GST_FLOW_OK;
@@ -474,6 +515,7 @@ static gboolean src_start(GstBaseSrc *bs)
         self->have_segment = FALSE;
         self->have_flush_seq = FALSE;
         self->discont = FALSE;
+        self->rejoin_pause_ms = 0;
         return TRUE;
 }
 
@@ -500,8 +542,8 @@ static gboolean src_stop(GstBaseSrc *bs)
         return TRUE;
 }
 
-/* The flag every slice loop (join, take, let go) looks at: a flush or a state change ends the wait
- * within one slice, even when no producer ever comes. */
+/* The flag every slice loop (join and its pause, take, let go) looks at: a flush or a state change
+ * ends the wait within one slice, even when no producer ever comes. */
 static gboolean src_unlock(GstBaseSrc *bs)
 {
         g_atomic_int_set(&GST_GPUIPC_SRC(bs)->flushing, TRUE);
@@ -625,7 +667,8 @@ static void gst_gpuipc_src_class_init(GstGpuipcSrcClass *klass)
                 g_param_spec_boolean("reconnect", "Reconnect",
                                      "When the ring ends without an end of stream (its producer died or closed it, "
                                      "or evicted this member), post a warning and wait for a new producer of the "
-                                     "ring instead of an error",
+                                     "ring instead of an error (pausing before it joins again while memberships "
+                                     "end before their first frame: 0.2 s, doubling up to 5 s)",
                                      FALSE, rw));
         g_object_class_install_property(object_class, PROP_IS_LIVE,
                 g_param_spec_boolean("is-live", "Is live",

@@ -1,13 +1,20 @@
 /* A ring producer that turns hostile (tests/gst/test-gst.sh hostile): makes latest-mode ring NAME
- * the library's way, waits until MEMBERS members are seated, then says in its own control page that
- * the newest frame is 1000 past the last one, in a slot that never holds it, and rings the
- * doorbell: what a hostile producer can write there. Prints "hostile" then, and stays connected
- * until killed, so the members' ring neither closes nor loses its producer. It reaches into the
- * library's ring (ring-internal.h) for the page, as a hostile producer has its own memory.
+ * the library's way, waits until MEMBERS members are seated (each then waits in its take for the
+ * first frame), and writes in its own control page what a hostile producer can, ringing the
+ * doorbell:
  *
- *     hostile-producer NAME MEMBERS */
+ *   ahead   the newest frame is 1000 past the last one, in a slot that never holds it; then stays
+ *           connected until killed, so the members' ring neither closes nor loses its producer
+ *   max     the newest frame is 2^64 - 1, past any frame a ring reaches; then stays
+ *   gone    as ahead; a second later (the members have looked at it) closes the ring and exits
+ *
+ * Prints "hostile" once it wrote the page. It reaches into the library's ring (ring-internal.h) for
+ * the page, as a hostile producer has its own memory.
+ *
+ *     hostile-producer NAME MEMBERS ahead|max|gone */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "futex.h"
@@ -29,13 +36,19 @@ int main(int argc, char **argv)
         gpuipc_ring_t *r;
         gpuipc_t *c;
         unsigned members;
+        const char *how;
         int e;
 
-        if (argc != 3) {
-                fprintf(stderr, "usage: hostile-producer NAME MEMBERS\n");
+        if (argc != 4 || (strcmp(argv[3], "ahead") && strcmp(argv[3], "max") && strcmp(argv[3], "gone"))) {
+                fprintf(stderr, "usage: hostile-producer NAME MEMBERS ahead|max|gone\n");
                 return 2;
         }
         members = (unsigned)atoi(argv[2]);
+        how = argv[3];
+        if (members < 1 || members > o.max_members) {
+                fprintf(stderr, "MEMBERS: 1 to %u\n", o.max_members);
+                return 2;
+        }
         e = gpuipc_connect(&c, NULL);
         if (e < 0) {
                 fprintf(stderr, "connect: %s\n", gpuipc_errmsg(NULL));
@@ -55,11 +68,20 @@ int main(int argc, char **argv)
                 usleep(1000);
         }
         __atomic_store_n(&r->ctl->head_slot, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&r->ctl->head, r->next + 1000, __ATOMIC_RELEASE);
+        __atomic_store_n(&r->ctl->head, strcmp(how, "max") ? r->next + 1000 : UINT64_MAX, __ATOMIC_RELEASE);
         __atomic_fetch_add(&r->ctl->doorbell, 1, __ATOMIC_RELEASE);
         futex_wake(&r->ctl->doorbell, INT_MAX);
         printf("hostile\n");
         fflush(stdout);
+        if (strcmp(how, "gone") == 0) {
+                /* Long enough for the woken members to look at the head (a library that followed it
+                 * for ever is then stuck there), whatever the wait: the close ends the ring anyway. */
+                sleep(1);
+                gpuipc_ring_close(r);
+                gpuipc_close(c);
+                printf("gone\n");
+                return 0;
+        }
         pause();
         return 0;
 }

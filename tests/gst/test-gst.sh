@@ -20,9 +20,11 @@
 #   test-gst.sh errors       no broker, no ring name, no producer: errors that say so, with the library's text
 #   test-gst.sh inspect      gst-inspect-1.0 documents every property of both elements, and so does
 #                            docs/gstreamer.md
-#   test-gst.sh hostile      a producer whose control page says the newest frame is 1000 ahead, in a
-#                            slot that never holds it, and that stays: sources waiting for that frame
-#                            stop on SIGINT, with -e (an end of stream) and without (a state change)
+#   test-gst.sh hostile      producers whose control page says what none can: the newest frame 1000
+#                            ahead in a slot that never holds it (and stays, or then closes the ring and
+#                            goes), or 2^64 - 1: sources waiting for a frame, or (reconnect=true) for the
+#                            next producer after the ring ended, stop on SIGINT, with -e (an end of
+#                            stream) and without (a state change); without reconnect, 2^64 - 1 is an error
 #   test-gst.sh cuda         GPU host: video/x-raw(memory:CUDAMemory) through cuda-vmm slots, cudaupload
 #                            before the sink, cudadownload after each of 2 sources: every frame byte for
 #                            byte and every buffer's timestamps (77 without a GPU, nvcodec or the variant)
@@ -310,28 +312,71 @@ case_cuda() {
         echo "ok: 60 CUDA frames to 2 sources through cuda-vmm slots, byte for byte, with their timestamps"
 }
 
-case_hostile() {
-        local n
-        [[ -x ${GPUIPC_GST_HOSTILE_PRODUCER:-} ]] || skip "hostile-producer was not built"
-        start_ns eos -e gpuipcsrc ring=rh timeout=60000 ! fakesink
-        start_ns int gpuipcsrc ring=rh timeout=60000 ! fakesink
-        "$GPUIPC_GST_HOSTILE_PRODUCER" rh 2 >"$dir/hostile.log" 2>&1 &
-        pids[hostile]=$!
-        logs+=("$dir/hostile.log")
-        wait_log "$dir/hostile.log" '^hostile$'
-        for n in eos int; do
-                kill -INT "$(inner_pid $n)"
-        done
-        for n in eos int; do
-                finish $n 30
-                [[ $status == 0 ]] || fail "the source waiting on a hostile ring did not stop on SIGINT ($n: status $status)"
-        done
-        grep -q 'Got EOS from element' "$dir/eos.log" || fail "with -e, the pipeline did not end with its end of stream"
-        kill_ns hostile
-        echo "ok: sources waiting on a hostile ring's frame stop on SIGINT, with an end of stream and without"
+# hostile NAME MEMBERS HOW: hostile-producer's ring NAME (latest mode), once MEMBERS members wait
+# in it; its output in $dir/hostile-NAME.log.
+hostile() {
+        "$GPUIPC_GST_HOSTILE_PRODUCER" "$@" >"$dir/hostile-$1.log" 2>&1 &
+        pids[hostile-$1]=$!
+        logs+=("$dir/hostile-$1.log")
 }
 
-[[ $# == 1 ]] || { sed -n '2,30p' "$0"; exit 2; }
+# stop_on_sigint NAME...: SIGINT to each pipeline, which must end with status 0 (a generous bound:
+# the source notices within a slice of its wait).
+stop_on_sigint() {
+        local n
+        for n in "$@"; do
+                kill -INT "$(inner_pid "$n")"
+        done
+        for n in "$@"; do
+                finish "$n" 30
+                [[ $status == 0 ]] || fail "$n did not stop on SIGINT (status $status; 124: still running after 30 s)"
+        done
+}
+
+case_hostile() {
+        local n t0 ends
+        [[ -x ${GPUIPC_GST_HOSTILE_PRODUCER:-} ]] || skip "hostile-producer was not built"
+        # ahead: the newest frame is never in its slot, and the producer stays.
+        start_ns ahead-eos -e gpuipcsrc ring=ahead timeout=60000 ! fakesink
+        start_ns ahead-int gpuipcsrc ring=ahead timeout=60000 ! fakesink
+        # max: a head past any frame ends the membership (hostile producer); reconnect=true then waits
+        # for another producer of the ring.
+        start_ns max-err gpuipcsrc ring=max timeout=60000 ! fakesink
+        start_ns max-again -e gpuipcsrc ring=max timeout=60000 reconnect=true ! fakesink
+        t0=$SECONDS
+        # gone: as ahead, then the ring closed and its producer gone.
+        start_ns gone-again -e gpuipcsrc ring=gone timeout=60000 reconnect=true ! fakesink
+        hostile ahead 2 ahead
+        hostile max 2 max
+        hostile gone 1 gone
+        for n in ahead max gone; do
+                wait_log "$dir/hostile-$n.log" '^hostile$'
+        done
+        stop_on_sigint ahead-eos ahead-int
+        finish max-err 30
+        [[ $status != 0 && $status != 124 ]] || fail "the source without reconnect did not end with an error on a head past any frame (status $status)"
+        grep -q 'gpuipc error revoked (-1017)' "$dir/max-err.log" || fail "max-err's error is not the library's revoked"
+        wait_log "$dir/hostile-gone.log" '^gone$'
+        for n in max-again gone-again; do
+                wait_log "$dir/$n.log" "WARNING: from element .*gpuipcsrc0: ring '${n%-again}' ended"
+        done
+        sleep 2 # waiting for a producer again: a join, or a rejoin's pause
+        # Each membership of max ends before its first frame: the rejoins pause, longer each time (0.2 s,
+        # doubling up to 5 s), rather than end in a loop (hundreds a second). A slow machine only
+        # makes fewer.
+        ends=$(grep -c "WARNING: from element .*gpuipcsrc0: ring 'max' ended" "$dir/max-again.log")
+        ((ends <= 8 + SECONDS - t0)) ||
+                fail "max-again rejoined the hostile producer's ring $ends times in $((SECONDS - t0)) s: no pause between"
+        stop_on_sigint max-again gone-again
+        for n in ahead-eos max-again gone-again; do
+                grep -q 'Got EOS from element' "$dir/$n.log" || fail "with -e, $n did not end with its end of stream"
+        done
+        kill_ns hostile-ahead
+        kill_ns hostile-max
+        echo "ok: sources waiting on a hostile ring's frame, or for another producer after one, stop on SIGINT"
+}
+
+[[ $# == 1 ]] || { sed -n '2,32p' "$0"; exit 2; }
 setup
 trap cleanup EXIT
 case $1 in
