@@ -19,8 +19,8 @@ control daemon to start); by hand:
     cold (the first version) and warm (the median of the later ones), and a state dict living in a
     pool published live (no copy), cold. Beside each, the floor measured in the same processes: the
     driver calls (cuMemCreate, reserve, map, access, export; import, map, access) and one copy of
-    the same bytes, timed alone, plus the views; and torch's per-tensor CUDA IPC (one PID namespace,
-    which is all it supports), cold and warm.
+    the same bytes, timed alone, plus the views; and torch's per-tensor CUDA IPC (legacy handles: they
+    need the two PIDs to differ, docs/legacy-ipc.md), cold and warm.
 --mps: everything under an MPS control daemon of its own (CUDA_MPS_PIPE_DIRECTORY and
 CUDA_MPS_LOG_DIRECTORY in a temporary directory; quit at the end). No GPU setting is changed.
 
