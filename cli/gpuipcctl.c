@@ -187,9 +187,12 @@ const CtlCommand ctl_commands[] = {
           "member's deadline passed (exit 1).", group_options, CTL_VALUE_NAME },
         { "doctor", cmd_doctor, "", "check the socket, broker, PIDs, /dev/shm and GPUs",
           "Checks what a gpuipc client needs and gives each check its verdict (ok, FAIL, ?? when it cannot be\n"
-          "told, or -- when it does not apply here, such as the GPU checks on a host without one): the socket,\n"
-          "the broker, the PID namespace, the CUDA driver and every visible GPU (virtual memory management,\n"
-          "POSIX-fd export, fences, MIG). Every check runs, whatever the others found.\n"
+          "told, -- when it does not apply here, such as the GPU checks on a host without one, or warn when\n"
+          "nothing fails yet but a usual setup would): the socket, the broker, the PID namespace, this\n"
+          "process's PID in it (FAIL when a cuda-legacy producer or holder the broker knows has the same PID,\n"
+          "each in its own namespace; warn as PID 1), its /dev/shm (and the peers that declared another: IPC\n"
+          "events need the same), the CUDA driver and every visible GPU (virtual memory management, POSIX-fd\n"
+          "export, fences, MIG). Every check runs, whatever the others found.\n"
           "Exit 0: no check failed; 1: a problem; 3: no broker answered.", NULL, CTL_VALUE_NONE },
         { "run", cmd_run, "[--min-pid N] [--quiet] -- CMD [ARGS...]",
           "run a command at a PID no peer has (cuda-legacy across containers)",

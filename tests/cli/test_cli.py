@@ -347,14 +347,18 @@ def case_doctor_no_broker(tmp):
     sock = os.path.join(tmp, "absent.sock")
     r = ctl(sock, "doctor")
     check(r.rc == 3, "doctor without a broker should exit 3: %s" % r)
-    for check_name in ("socket", "broker", "pid-namespace"):
-        check(re.search(r"^\[(FAIL| ok | \?\? )\] %s " % check_name, r.out, re.M), "no %s verdict: %s" % (check_name, r))
+    for check_name in ("socket", "broker", "pid-namespace", "pid", "dev-shm"):
+        check(re.search(r"^\[(FAIL| ok | \?\? |warn)\] %s " % check_name, r.out, re.M), "no %s verdict: %s" % (check_name, r))
     check(re.search(r"^\[(FAIL| ok | \?\? | -- )\] (gpus|driver) ", r.out, re.M), "no GPU verdict: %s" % r)
     doc = one_document(ctl(sock, "--json", "doctor"), "doctor --json")
     names = [c["check"] for c in doc["checks"]]
-    check({"socket", "broker", "pid-namespace"} <= set(names) and ("gpus" in names or "driver" in names),
-          "doctor --json checks: %s" % names)
-    check(all(c["verdict"] in ("ok", "fail", "unknown", "none") for c in doc["checks"]), "verdicts: %s" % doc)
+    check({"socket", "broker", "pid-namespace", "pid", "dev-shm"} <= set(names) and
+          ("gpus" in names or "driver" in names), "doctor --json checks: %s" % names)
+    check(all(c["verdict"] in ("ok", "fail", "unknown", "none", "warn") for c in doc["checks"]), "verdicts: %s" % doc)
+    # This process's own PID and /dev/shm, even without a broker.
+    shm = os.stat("/dev/shm")
+    check(doc["self"]["pid"] > 1 and (doc["self"]["shm_dev"], doc["self"]["shm_ino"]) == (shm.st_dev, shm.st_ino),
+          "doctor --json self: %s" % doc.get("self"))
 
 
 def case_doctor_no_gpu(tmp):
@@ -378,6 +382,40 @@ def case_doctor_no_gpu(tmp):
     b.stop()
 
 
+def case_doctor_shm(tmp):
+    """doctor (and peers --json) report this process's /dev/shm identity and name the peers that
+    declared another (one in a mount namespace with a /dev/shm of its own), which IPC-event fences
+    need to be the same; it is information, not a problem."""
+    if not unshare_pid_usable():
+        print("skip: unshare is not permitted here")
+        sys.exit(SKIP)
+    b = Broker(tmp)
+    s = b.sock
+    other = popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                   'mount -t tmpfs none /dev/shm && exec "$0" --socket %s watch' % s, CTL],
+                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    shm = os.stat("/dev/shm")
+    deadline = time.monotonic() + 30
+    while True:
+        peers = one_document(ctl(s, "--json", "peers"), "peers")
+        mine = [p for p in peers if (p["shm_dev"], p["shm_ino"]) == (shm.st_dev, shm.st_ino)]
+        theirs = [p for p in peers if p["shm_dev"] and (p["shm_dev"], p["shm_ino"]) != (shm.st_dev, shm.st_ino)]
+        if theirs or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    check(len(theirs) == 1 and theirs[0]["self_pid"] == other.pid and mine,
+          "peers' /dev/shm: mine %s, another %s" % (shm, peers))
+    r = ctl(s, "--json", "doctor")
+    doc = one_document(r, "doctor")
+    checks = {c["check"]: c for c in doc["checks"]}
+    check(checks["dev-shm"]["verdict"] == "ok" and doc["problems"] == 0 and r.rc == 0, "dev-shm: %s" % doc)
+    check([p["peer"] for p in doc["self"]["other_shm"]] == [theirs[0]["peer"]] and
+          (doc["self"]["shm_dev"], doc["self"]["shm_ino"]) == (shm.st_dev, shm.st_ino),
+          "doctor's other_shm: %s" % doc["self"])
+    stop(other)
+    b.stop()
+
+
 def case_doctor_gpu(tmp):
     """On a GPU host, doctor finds the driver and reports every visible GPU with its UUID and the
     facts the CUDA kinds need (VMM, POSIX-fd export, fences), each ok. Skipped without CUDA."""
@@ -398,7 +436,61 @@ def case_doctor_gpu(tmp):
             c = checks["gpu%d %s" % (i, fact)]
             check(c["verdict"] == "ok", "gpu%d %s: %s" % (i, fact, c))
     check(r.rc == (0 if doc["problems"] == 0 else 1), "exit %d with %d problems" % (r.rc, doc["problems"]))
+    if unshare_pid_usable():
+        doctor_legacy_pid(b)
+    else:
+        print("unshare --pid is not permitted here: the cuda-legacy PID checks are left out")
     b.stop()
+
+
+def doctor_json(argv, what):
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    doc = one_document(Result(p.returncode, p.stdout, p.stderr, 0), what)
+    checks = {c["check"]: c for c in doc["checks"]}
+    check("pid" in checks, "%s: no pid check: %s" % (what, doc))
+    return p.returncode, doc, checks["pid"]
+
+
+def doctor_legacy_pid(b):
+    """doctor's pid check against the cuda-legacy producers and holders the broker knows, each in a
+    PID namespace of its own as in a container: PID 1 with no legacy buffer is a warning; PID 1 next
+    to a producer that is PID 1 of its namespace, and to a holder that is, fails (exit 1) naming both
+    with the gpuipcctl run hint; under gpuipcctl run, and in the broker's namespace, it passes."""
+    s = b.sock
+    rc, doc, pid = doctor_json(in_new_pidns(CTL, "--socket", s, "--json", "doctor"), "doctor as PID 1")
+    check(doc["self"]["pid"] == 1 and pid["verdict"] == "warn" and "gpuipcctl run --" in pid["detail"],
+          "PID 1 without legacy buffers: %s" % pid)
+    check(doc["self"]["pid_collisions"] == [], "collisions without legacy buffers: %s" % doc["self"])
+    # leg/p1: published by PID 1 of a namespace; leg/p2: by a process of the broker's, held by PID 1
+    # of another namespace (PIDs 1 and X differ: the attach works).
+    p1 = popen(in_new_pidns(CTL, "--socket", s, "--json", "publish", "leg/p1", "--size", "64K", "--kind",
+                            "cuda-legacy"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    check(json.loads(read_line(p1, 60))["event"] == "published", "leg/p1 not published")
+    p2 = spawn(s, "--json", "publish", "leg/p2", "--size", "64K", "--kind", "cuda-legacy")
+    check(json.loads(read_line(p2, 60))["event"] == "published", "leg/p2 not published")
+    holder = popen(in_new_pidns(CTL, "--socket", s, "--json", "attach", "leg/p2", "--verify", "counter", "--hold",
+                                "-1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    att = json.loads(read_line(holder, 60))
+    check(att.get("event") == "attached" and att.get("verified") is True, "the holder of leg/p2: %s" % att)
+
+    rc, doc, pid = doctor_json(in_new_pidns(CTL, "--socket", s, "--json", "doctor"), "doctor as PID 1")
+    found = sorted((c["role"], c["name"]) for c in doc["self"]["pid_collisions"])
+    check(rc == 1 and pid["verdict"] == "fail" and found == [("holder", "leg/p2"), ("producer", "leg/p1")],
+          "doctor as PID 1 next to a PID-1 producer and holder: exit %d, %s, collisions %s" % (rc, pid, found))
+    check("gpuipcctl run --" in pid["detail"], "no gpuipcctl run hint for PID 1: %s" % pid)
+    r = subprocess.run(in_new_pidns(CTL, "--socket", s, "doctor"), capture_output=True, text=True, timeout=120)
+    check(r.returncode == 1 and re.search(r"^\[FAIL\] pid +1 ", r.stdout, re.M), "doctor's text: %s" % r.stdout)
+    for argv, what in ((in_new_pidns(CTL, "--socket", s, "run", "--quiet", "--", CTL, "--socket", s, "--json",
+                                     "doctor"), "doctor under gpuipcctl run"),
+                       ([CTL, "--socket", s, "--json", "doctor"], "doctor in the broker's namespace")):
+        rc, doc, pid = doctor_json(argv, what)
+        check(pid["verdict"] == "ok" and doc["self"]["pid"] != 1 and doc["self"]["pid_collisions"] == [],
+              "%s: %s" % (what, pid))
+    # unshare passes no SIGTERM on: SIGKILL, whose --kill-child takes the namespace's process along.
+    for p in (holder, p1):
+        p.kill()
+        p.wait()
+    stop(p2)
 
 
 def unshare_pid_usable():
