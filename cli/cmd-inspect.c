@@ -301,8 +301,8 @@ static void peer_json(Json *o, const void *record)
         json_end(&g, ']');
 }
 
-static const char *const peer_headers[] = { "PEER", "PID", "SELF-PID", "UID", "GID", "PIDNS", "LABEL", "BUFFERS", "REFS",
-                                            "SUBS", "WAITS", "GPUS" };
+static const char *const peer_headers[] = { "PEER", "PID", "SELF-PID", "UID", "GID", "PIDNS", "LABEL", "BUFFERS",
+                                            "REFS", "SUBS", "WAITS", "GPUS" };
 
 static void peer_row(Table *t, const void *record)
 {

@@ -8,7 +8,10 @@ root and seccomp profile (Localhost: the file shipped in seccomp/; RuntimeDefaul
 runc has no default of its own).
 
 GPUs are not available here, so CUDA kinds in the app commands become memfd and --device goes:
-everything else about the pod is as declared. Nothing is done that a kubelet would not do: the app
+everything else about the pod is as declared. With --fakecuda LIB the kinds stay as declared and
+the app containers load LIB (the stand-in libcuda, tests/bench/fakecuda.c, mounted with the
+binaries) as their CUDA driver through GPUIPC_LIBCUDA: its legacy IPC handles behave as the
+driver's between containers (201 between equal PIDs), so a cuda-legacy pod really runs that path. Nothing is done that a kubelet would not do: the app
 containers of a restartPolicy Never pod are never stopped, so each must end on its own; once they
 all have, the sidecars get SIGTERM, the last started first. Probes run as the kubelet runs them:
 exec inside the container, httpGet on the pod's network. The pod passes when every app container
@@ -17,11 +20,15 @@ profile) and the broker stops cleanly. A sidecar this build cannot run at all (t
 gpuipcctl without `metrics --listen`) is reported as not run.
 
     runc_pod.py --manifests RENDERED.yaml --pod NAME --bin BUILD_DIR --seccomp-dir DIR [--expect-shared-pid]
+                [--fakecuda LIB] [--expect-distinct-pids]
+--expect-distinct-pids: every app container runs under `gpuipcctl run`, whose line in its log says
+which PID its command got; those PIDs must all differ and none be 1 (what cuda-legacy needs).
 Exit: 0 pass, 1 fail, 77 when runc cannot run here (not root, no runc).
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -155,9 +162,15 @@ def configmap_write(d, data, generation):
         shutil.rmtree(os.path.join(d, old))
 
 
+FAKE_LIBCUDA = 'libcuda-fake.so'
+
+
 class Pod:
-    def __init__(self, pod, build, seccomp_dir, workdir, entrypoint, configmaps=None):
+    def __init__(self, pod, build, seccomp_dir, workdir, entrypoint, configmaps=None, fakecuda=None,
+                 expect_distinct_pids=False):
         self.entrypoint = entrypoint
+        self.fakecuda = fakecuda
+        self.expect_distinct_pids = expect_distinct_pids
         self.pod = pod
         self.spec = pod['spec']
         self.build = build
@@ -296,6 +309,8 @@ class Pod:
         # gpuipcctl links libgpuipc.so.0 and finds it next to itself (its build RUNPATH has $ORIGIN).
         for b in ('broker/gpuipc-broker', 'cli/gpuipcctl', 'client/libgpuipc.so.0'):
             shutil.copy(os.path.join(self.build, b), self.bindir)
+        if self.fakecuda:
+            shutil.copy(self.fakecuda, os.path.join(self.bindir, FAKE_LIBCUDA))
         self.share_pid = bool(self.spec.get('shareProcessNamespace'))
         log(f'pod {self.pod["metadata"]["name"]}: shareProcessNamespace={self.share_pid}')
         pause = self.bundle('pause', ['/usr/bin/sleep', 'infinity'], ['PATH=/usr/bin'],
@@ -312,7 +327,11 @@ class Pod:
         args = (c.get('command') or self.entrypoint) + c.get('args', [])
         if os.path.basename(args[0]) in ('gpuipc-broker', 'gpuipcctl'):
             args[0] = '/opt/gpuipc/bin/' + os.path.basename(args[0])
-        args = memfd_only(args)
+        if not self.fakecuda:
+            args = memfd_only(args)
+        elif c in self.spec['containers']:
+            # What the DRA driver's CDI spec would mount: a libcuda, here the stand-in.
+            env.append(f'GPUIPC_LIBCUDA=/opt/gpuipc/bin/{FAKE_LIBCUDA}')
         mounts = [{'destination': m['mountPath'], 'type': 'bind', 'source': self.volumes[m['name']],
                    'options': ['rbind', 'ro' if m.get('readOnly') else 'rw']} for m in c.get('volumeMounts', [])]
         log(f'  {c["name"]}: uid={user["uid"]} gid={user["gid"]} groups={user["additionalGids"]} '
@@ -367,6 +386,8 @@ class Pod:
                 log(f'  {c["name"]}: STILL RUNNING after {APP_DEADLINE_S} s: a kubelet never stops it, '
                     'so the pod would never complete')
                 ok = False
+        if self.expect_distinct_pids:
+            ok &= self.distinct_pids()
         phase = 'Succeeded' if ok else 'Failed or stuck'
         log(f'  pod phase (restartPolicy {self.spec.get("restartPolicy", "Always")}): {phase}')
         for c in sidecars:
@@ -391,6 +412,16 @@ class Pod:
             stopped = '"msg":"stopped"' in blog or ' info stopped' in blog
             log(f'  {c["name"]}: {"stopped cleanly on SIGTERM" if stopped else "did NOT log a clean stop"}')
             ok &= stopped
+        return ok
+
+    def distinct_pids(self):
+        """Each app's command ran at the PID its `gpuipcctl run` line names: all differ, none is 1."""
+        pids = {}
+        for c in self.spec['containers']:
+            m = re.search(r'^gpuipcctl run: \S+ runs as PID (\d+) ', self.output(c['name']), re.M)
+            pids[c['name']] = int(m.group(1)) if m else None
+        ok = None not in pids.values() and 1 not in pids.values() and len(set(pids.values())) == len(pids)
+        log(f'  {"ok  " if ok else "FAIL"} the apps\' commands ran at distinct PIDs, none 1: {pids}')
         return ok
 
     def verdict(self, uid, sock):
@@ -470,6 +501,9 @@ def main():
     ap.add_argument('--bin', required=True, help='the build directory')
     ap.add_argument('--seccomp-dir', required=True)
     ap.add_argument('--expect-shared-pid', action='store_true')
+    ap.add_argument('--fakecuda', metavar='LIB', help='keep CUDA kinds; the apps load LIB as their libcuda')
+    ap.add_argument('--expect-distinct-pids', action='store_true',
+                    help='every app runs under gpuipcctl run, at PIDs that differ and are not 1')
     ap.add_argument('--node-broker-policy', metavar='VOLUME',
                     help='--pod names a DaemonSet: run its pod and update the ConfigMap of VOLUME')
     a = ap.parse_args()
@@ -498,7 +532,7 @@ def main():
     os.chmod(work, 0o755)
     p = Pod(pod, a.bin, a.seccomp_dir, work,
             image_entrypoint(os.path.join(os.path.dirname(os.path.abspath(a.seccomp_dir)), 'Dockerfile')),
-            configmaps)
+            configmaps, a.fakecuda, a.expect_distinct_pids)
     try:
         ok = p.run_node_broker_policy(a.node_broker_policy) if a.node_broker_policy else p.run()
     except (RuntimeError, subprocess.SubprocessError, OSError) as e:

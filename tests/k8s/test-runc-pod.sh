@@ -1,6 +1,6 @@
 #!/bin/bash
 # Renders an overlay and runs one of its Pods under runc (see runc_pod.py).
-#   test-runc-pod.sh OVERLAY POD [--expect-shared-pid]
+#   test-runc-pod.sh OVERLAY POD [--expect-shared-pid] [--fakecuda LIB] [--expect-distinct-pids]
 set -euo pipefail
 root=${GPUIPC_SOURCE_ROOT:?} build=${GPUIPC_BUILD_ROOT:?}
 overlay=$1 pod=$2; shift 2

@@ -7,6 +7,10 @@ export const IMAGE = 'ghcr.io/gpuipc/gpuipc:0.1.0';
 export const IMAGE_VERSION = '0.1.0';
 export const BROKER_BIN = '/usr/bin/gpuipc-broker';
 export const CLI = 'gpuipcctl';
+// An app's command when it runs under `gpuipcctl run` (a PID no peer of the
+// broker has: what cuda-legacy needs without a shared PID namespace); its
+// args are then gpuipcctl's as without it.
+export const RUN_COMMAND = [CLI, 'run', '--', CLI];
 // GStreamer apps (the gstreamer setup): gst-launch-1.0 pipelines with gpuipcsink
 // or gpuipcsrc, in the image examples/gstreamer/Dockerfile builds.
 export const GST_IMAGE = 'ghcr.io/gpuipc/gpuipc-gstreamer:0.1.0';
@@ -85,11 +89,15 @@ export const CLUSTER_SCOPED = [
 //   kind:        buffer kind the producer publishes
 //   consumers:   consumers per producer
 //   sharePid:    shareProcessNamespace must be true (and is forbidden otherwise)
+//   runWrapped:  every app runs under `gpuipcctl run --` (RUN_COMMAND), and
+//                only here; a cuda-legacy setup needs this or sharePid, as
+//                two containers' first processes are both PID 1
 //   deviceClass: DRA DeviceClass of the claim the apps share (null: no DRA)
 //   selector:    a word the claim's CEL selector must mention
 //   nodeBroker:  per-node broker (DaemonSet) on the hostPath SOCKET_DIR
 //   gang:        LeaderWorkerSet scheduled by Volcano
-//   onlyDiffers: rendering equals this setup's except name, kind, sharePid
+//   onlyDiffers: rendering equals this setup's except name, kind, sharePid and
+//                the apps' RUN_COMMAND
 //   gstreamer:   the apps are gst-launch-1.0 pipelines (gpuipcsink, gpuipcsrc) on a ring
 //   service:     the apps run until stopped (the gang); otherwise they end:
 //                the producer retires after one attach per consumer and exits
@@ -103,6 +111,14 @@ export const SETUPS = {
     consumers: 1,
     deviceClass: 'gpu.nvidia.com',
     sharePid: true,
+    onlyDiffers: 'dra-vmm',
+  },
+  'legacy-pid': {
+    dir: 'k8s/overlays/legacy-pid',
+    kind: 'cuda-legacy',
+    consumers: 1,
+    deviceClass: 'gpu.nvidia.com',
+    runWrapped: true,
     onlyDiffers: 'dra-vmm',
   },
   fanout: { dir: 'k8s/overlays/fanout', kind: 'cuda-vmm', consumers: 3, deviceClass: 'gpu.nvidia.com' },

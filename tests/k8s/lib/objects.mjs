@@ -76,20 +76,38 @@ export function containers(spec) {
 
 export const isBroker = (c) => c.name === BROKER_NAME;
 
+// The words of an app's gpuipcctl command line from the gpuipcctl that does
+// the work on: under `gpuipcctl run [OPTIONS] -- gpuipcctl ...`, the inner one.
+// Empty when the container runs no gpuipcctl.
+function cliArgv(c) {
+  const argv = [...(c.command ?? []), ...(c.args ?? [])];
+  const isCli = (a) => a === CLI || a.endsWith(`/${CLI}`);
+  let i = argv.findIndex(isCli);
+  while (i >= 0 && argv[i + 1] === 'run') {
+    const dashes = argv.indexOf('--', i + 2);
+    i = dashes >= 0 && isCli(argv[dashes + 1] ?? '') ? dashes + 1 : -1;
+  }
+  return i < 0 ? [] : argv.slice(i);
+}
+
+// Whether c runs its gpuipcctl under `gpuipcctl run`.
+export function runWrapped(c) {
+  const argv = [...(c.command ?? []), ...(c.args ?? [])];
+  const i = argv.findIndex((a) => a === CLI || a.endsWith(`/${CLI}`));
+  return i >= 0 && argv[i + 1] === 'run';
+}
+
 // The gpuipcctl subcommand an app container runs ('publish', 'attach', ...),
 // or null for anything else.
 export function cliVerb(c) {
-  const argv = [...(c.command ?? []), ...(c.args ?? [])];
-  const i = argv.findIndex((a) => a === CLI || a.endsWith(`/${CLI}`));
-  return i < 0 ? null : (argv[i + 1] ?? null);
+  return cliArgv(c)[1] ?? null;
 }
 
 // The buffer name a gpuipcctl publish or attach names: its operand, the word after the verb
 // (`gpuipcctl attach NAME`), or the value of the deprecated --name.
 export function cliName(c) {
-  const argv = [...(c.command ?? []), ...(c.args ?? [])];
-  const i = argv.findIndex((a) => a === CLI || a.endsWith(`/${CLI}`));
-  if (i >= 0 && argv[i + 2] !== undefined && !argv[i + 2].startsWith('-')) return argv[i + 2];
+  const argv = cliArgv(c);
+  if (argv[2] !== undefined && !argv[2].startsWith('-')) return argv[2];
   return flagValue(c, '--name');
 }
 

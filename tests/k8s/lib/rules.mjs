@@ -19,6 +19,7 @@ import {
   isGstLaunch,
   podSpecs,
   ref,
+  runWrapped,
 } from './objects.mjs';
 import { schemaProblems } from './schema.mjs';
 
@@ -122,7 +123,7 @@ function podSecurity(t) {
     for (const f of ['hostPID', 'hostIPC', 'hostNetwork'])
       if (spec[f]) out.push(`${where}: ${f}: true is forbidden (no gpuipc setup needs it)`);
     if (spec.shareProcessNamespace && !t.setup.sharePid)
-      out.push(`${where}: shareProcessNamespace is only for the cuda-legacy setup`);
+      out.push(`${where}: shareProcessNamespace is only for the dra-legacy setup (the containers see and can signal each other's processes)`);
     if (spec.securityContext?.sysctls?.length) out.push(`${where}: sysctls are not allowed`);
     for (const v of spec.volumes ?? []) {
       const type = Object.keys(v).find((k) => k !== 'name');
@@ -339,6 +340,9 @@ function contract(t) {
         out.push(...brokerArgs(at, c));
       } else if (t.setup.gstreamer && c.name !== K.METRICS_NAME) {
         if (!isGstLaunch(c)) out.push(`${at}: app containers of this setup run ${K.GST_LAUNCH} (command: [${K.GST_LAUNCH}])`);
+      } else if (t.setup.runWrapped && c.name !== K.METRICS_NAME) {
+        if (canon(c.command) !== canon(K.RUN_COMMAND))
+          out.push(`${at}: app containers of this setup start under gpuipcctl run (command: [${K.RUN_COMMAND.join(', ')}])`);
       } else if (canon(c.command) !== canon([K.CLI])) {
         out.push(`${at}: app containers run ${K.CLI} (command: [${K.CLI}])`);
       }
@@ -451,6 +455,15 @@ function setupShape(t, ctx) {
   for (const { where, spec } of withApps) {
     if (!!spec.shareProcessNamespace !== !!t.setup.sharePid)
       out.push(`${where}: shareProcessNamespace must be ${!!t.setup.sharePid} in this setup`);
+    // Legacy handles do not open between equal PIDs (docs/legacy-ipc.md): without one PID
+    // namespace both apps are PID 1 of their containers unless gpuipcctl run moves them.
+    const legacy = appsOf(spec).some((c) => appRole(c) === 'publish' && flagValue(c, '--kind') === 'cuda-legacy');
+    const bare = appsOf(spec).filter((c) => !runWrapped(c));
+    if (legacy && !spec.shareProcessNamespace && bare.length)
+      out.push(
+        `${where}: cuda-legacy with ${bare.map((c) => c.name).join(', ')} as PID 1 of its container: ` +
+          'equal PIDs (both PID 1) refuse legacy handles; start every app under gpuipcctl run -- or share the PID namespace',
+      );
   }
   if (t.setup.nodeBroker) out.push(...nodeBrokerShape(t, specs, withApps));
   if (t.setup.gang) out.push(...gangShape(t));
@@ -529,8 +542,8 @@ function gangShape(t) {
   return out;
 }
 
-// t's rendering must equal ref's except: object names, shareProcessNamespace
-// and the producer's --kind.
+// t's rendering must equal ref's except: object names, shareProcessNamespace,
+// the producer's --kind and the apps' command when it is gpuipcctl run's.
 function onlyDiffers(t, refObjects, refName) {
   if (!refObjects) return [`cannot compare with ${refName}: it did not render`];
   const norm = (objs) =>
@@ -542,6 +555,7 @@ function onlyDiffers(t, refObjects, refName) {
         for (const ct of c.spec.containers ?? []) {
           const i = (ct.args ?? []).indexOf('--kind');
           if (i >= 0) ct.args[i + 1] = '<kind>';
+          if (canon(ct.command) === canon(K.RUN_COMMAND)) ct.command = [K.CLI];
         }
       }
       return c;
@@ -550,7 +564,7 @@ function onlyDiffers(t, refObjects, refName) {
   const theirs = norm(refObjects);
   if (mine.length !== theirs.length)
     return [
-      `renders ${mine.length} objects, ${refName} ${theirs.length}: it may only differ in name, buffer kind and shareProcessNamespace`,
+      `renders ${mine.length} objects, ${refName} ${theirs.length}: it may only differ in name, buffer kind, shareProcessNamespace and gpuipcctl run`,
     ];
   const out = [];
   mine.forEach((o, i) => {
@@ -558,7 +572,7 @@ function onlyDiffers(t, refObjects, refName) {
     if (d)
       out.push(
         `${ref(t.objects[i])} differs from ${refName} at ${d.replace(/^\./, '')}: ` +
-          'only the name, buffer kind and shareProcessNamespace may differ',
+          'only the name, buffer kind, shareProcessNamespace and gpuipcctl run may differ',
       );
   });
   return out;
