@@ -568,6 +568,10 @@ int main(int argc, char **argv)
          * peers that left in the heap. Large blocks come from mmap and go back when freed. */
         mallopt(M_TRIM_THRESHOLD, 128 * 1024);
         mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+        /* Once before the filter: the first malloc_trim sets glibc's allocator up, which asks for
+         * random bytes (getrandom, outside the allow-list). Under a sanitizer nothing else uses
+         * glibc's allocator before the server loop's first trim. */
+        malloc_trim(0);
         memory_budget_setup(&o.limits);
         seed_hashes();
         fd_limit = raise_fd_limit();
