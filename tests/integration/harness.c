@@ -488,6 +488,45 @@ int h_broker_fds(const HBroker *b)
         return n;
 }
 
+long h_broker_rss_kb(const HBroker *b)
+{
+        char path[64], line[256];
+        long kb = -1;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)b->pid);
+        f = fopen(path, "re");
+        CHECKF(f, "cannot read %s", path);
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+                        break;
+        fclose(f);
+        CHECK(kb > 0);
+        return kb;
+}
+
+bool h_broker_rss_meaningful(void)
+{
+#ifdef __SANITIZE_ADDRESS__
+        return false;
+#endif
+        return !(getenv("GPUIPC_TEST_WRAPPER") && *getenv("GPUIPC_TEST_WRAPPER"));
+}
+
+size_t h_largest_meta(unsigned char *buf)
+{
+        size_t pad = PROTO_MAX_META - 8;
+
+        buf[0] = 0x81;
+        buf[1] = 0xa3;
+        memcpy(buf + 2, "pad", 3);
+        buf[5] = 0xda;
+        buf[6] = (unsigned char)(pad >> 8);
+        buf[7] = (unsigned char)pad;
+        memset(buf + 8, 'x', pad);
+        return PROTO_MAX_META;
+}
+
 static void list_fds(const HBroker *b)
 {
         char path[64], link[PATH_MAX + 80], target[PATH_MAX];

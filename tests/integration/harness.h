@@ -140,6 +140,18 @@ unsigned h_broker_stop(HBroker *b);
 /* The broker's open fds right now (/proc/PID/fd). */
 int h_broker_fds(const HBroker *b);
 
+/* The broker's resident set right now, in kB (VmRSS of /proc/PID/status). */
+long h_broker_rss_kb(const HBroker *b);
+
+/* Whether the broker's resident set says anything about the broker: not under a wrapper
+ * (GPUIPC_TEST_WRAPPER, e.g. valgrind) or in an AddressSanitizer build, where it is mostly the
+ * tool's (shadow memory, a quarantine of freed blocks). */
+bool h_broker_rss_meaningful(void);
+
+/* Fills buf (PROTO_MAX_META bytes) with a metadata map of exactly the largest encoded size,
+ * {"pad": "xxx..."} (str 16), and returns that size. */
+size_t h_largest_meta(unsigned char *buf);
+
 /* Waits (with a grace period for disconnects) until every peer that connected was processed as
  * disconnected (the broker's info-level "peer connected"/"peer disconnected" log lines) and the
  * open-fd count is back at the baseline; fails listing the broker's fds. */

@@ -159,21 +159,6 @@ static void test_thousand_holders(void)
         h_case_end(&k);
 }
 
-/* A metadata map of exactly the largest encoded size: {"pad": "xxx..."} (str 16). */
-static size_t largest_meta(unsigned char *buf)
-{
-        size_t pad = PROTO_MAX_META - 8;
-
-        buf[0] = 0x81;
-        buf[1] = 0xa3;
-        memcpy(buf + 2, "pad", 3);
-        buf[5] = 0xda;
-        buf[6] = (unsigned char)(pad >> 8);
-        buf[7] = (unsigned char)pad;
-        memset(buf + 8, 'x', pad);
-        return PROTO_MAX_META;
-}
-
 /* 2000 buffers with the longest names and the largest metadata: every one listed once, in pages
  * (a reply stays within its frame however large its records are). */
 static void test_thousands_of_buffers(void)
@@ -194,7 +179,7 @@ static void test_thousands_of_buffers(void)
         h_case_begin(&k, NULL);
         producer = h_connect(k.broker, "producer");
         po.meta = meta;
-        po.meta_len = largest_meta(meta);
+        po.meta_len = h_largest_meta(meta);
         for (int i = 0; i < BUFFERS; i++) {
                 int len = snprintf(name, sizeof(name), "limits/%0*d", PROTO_MAX_NAME - 7, i);
 

@@ -19,38 +19,12 @@
 #define RSS_LIMIT_KB (32 * 1024) /* the budget, and room for the broker's own memory */
 #define RSS_KEPT_KB (4 * 1024)   /* what the allocator may keep of it once the attackers are gone */
 
-static long broker_rss_kb(const HBroker *b)
-{
-        char path[64], line[256];
-        long kb = -1;
-        FILE *f;
-
-        snprintf(path, sizeof(path), "/proc/%d/status", (int)b->pid);
-        f = fopen(path, "re");
-        CHECKF(f, "cannot read %s", path);
-        while (fgets(line, sizeof(line), f))
-                if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-                        break;
-        fclose(f);
-        CHECK(kb > 0);
-        return kb;
-}
-
-/* Under a wrapper (valgrind) or AddressSanitizer the resident set is mostly the tool's. */
-static bool rss_meaningful(void)
-{
-#ifdef __SANITIZE_ADDRESS__
-        return false;
-#endif
-        return !(getenv("GPUIPC_TEST_WRAPPER") && *getenv("GPUIPC_TEST_WRAPPER"));
-}
-
 /* The largest resident set seen so far, sampled now. */
 static long rss_peak_kb;
 
 static void sample_rss(const HBroker *b)
 {
-        long kb = broker_rss_kb(b);
+        long kb = h_broker_rss_kb(b);
 
         if (kb > rss_peak_kb)
                 rss_peak_kb = kb;
@@ -63,10 +37,10 @@ static void check_rss(const HBroker *b, long before)
         long after;
 
         /* Freed memory goes back after a burst of frees: wait for it rather than sleep. */
-        for (int i = 0; i < 500 && (after = broker_rss_kb(b)) > before + RSS_KEPT_KB; i++)
+        for (int i = 0; i < 500 && (after = h_broker_rss_kb(b)) > before + RSS_KEPT_KB; i++)
                 h_sleep_ms(10);
         h_log("broker RSS %ld kB before, %ld kB at the peak, %ld kB after", before, rss_peak_kb, after);
-        if (!rss_meaningful()) {
+        if (!h_broker_rss_meaningful()) {
                 h_log("a wrapper or sanitizer runs the broker: its RSS is not checked");
                 return;
         }
@@ -152,7 +126,7 @@ static void test_subscribers_never_read(void)
         CHECK_OK(prod, gpuipc_publish(prod, b, "attack/frame", NULL));
         CHECK_OK(prod, gpuipc_retire(prod, b));
         CHECK_OK(prod, gpuipc_wait_drained(prod, b, H_SOON_MS));
-        before = rss_peak_kb = broker_rss_kb(k.broker);
+        before = rss_peak_kb = h_broker_rss_kb(k.broker);
 
         sub.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_PREFIX);
         for (int i = 0; i < ATTACKERS; i++) {
@@ -264,21 +238,6 @@ static unsigned reclaim(int sock, uint64_t buffer, char *buf, HFrame *f)
         return 1;
 }
 
-/* A metadata map of the largest encoded size: {"pad": "xxx..."} (str 16). */
-static size_t largest_meta(unsigned char *buf)
-{
-        size_t pad = PROTO_MAX_META - 8;
-
-        buf[0] = 0x81;
-        buf[1] = 0xa3;
-        memcpy(buf + 2, "pad", 3);
-        buf[5] = 0xda;
-        buf[6] = (unsigned char)(pad >> 8);
-        buf[7] = (unsigned char)pad;
-        memset(buf + 8, 'x', pad);
-        return PROTO_MAX_META;
-}
-
 /* One producer publishes buffers with the longest names and the largest metadata until its uid's
  * share is full: the publish past it is refused with quota, and freeing them makes room again. */
 static void publish_until_refused(HCase *k, uint64_t held0)
@@ -290,7 +249,7 @@ static void publish_until_refused(HCase *k, uint64_t held0)
         gpuipc_t *prod = h_connect(k->broker, "producer");
         int n, r = 0;
 
-        po.meta_len = largest_meta(meta);
+        po.meta_len = h_largest_meta(meta);
         for (n = 0; n < 2000; n++) {
                 CHECK_OK(prod, gpuipc_buffer_alloc(prod, GPUIPC_KIND_MEMFD, 4096, 0, &bufs[n]));
                 r = gpuipc_publish(prod, bufs[n], long_name(name, "buffer", 0, n).ptr, &po);
@@ -328,7 +287,7 @@ static void test_waits_groups_claims(void)
 
         h_case_begin(&k, flags);
         held0 = h_stats(k.obs, "memory_held_bytes");
-        before = rss_peak_kb = broker_rss_kb(k.broker);
+        before = rss_peak_kb = h_broker_rss_kb(k.broker);
         for (int kind = 0; kind < 3; kind++) {
                 unsigned refused = 0, conns_refused = 0;
 
