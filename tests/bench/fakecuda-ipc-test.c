@@ -63,10 +63,10 @@ Res cuStreamWriteValue64_v2(void *s, DevPtr addr, uint64_t v, unsigned flags);
                         return 1;                                                                            \
                 }                                                                                            \
         } while (0)
-#define CHECK_RES(call, want) \
-        do { \
-                Res r_ = (call); \
-                CHECK(r_ == (want), "%s returned %u, not %u", #call, r_, (unsigned)(want)); \
+#define CHECK_RES(call, want)                                                                                \
+        do {                                                                                                 \
+                Res r_ = (call);                                                                             \
+                CHECK(r_ == (want), "%s returned %u, not %u", #call, r_, (unsigned)(want));                  \
         } while (0)
 
 /* What the exporter sends first: a live allocation's handle and a freed one's; then an IPC

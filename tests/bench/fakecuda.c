@@ -134,7 +134,7 @@ static Res alloc_add(DevPtr base, size_t size, int fd, bool opened)
 API Res cuInit(unsigned flags)
 {
         (void)flags;
-        return n_devices() > 0 ? OK : 100;
+        return n_devices() > 0 ? OK : 100; /* CUDA_ERROR_NO_DEVICE */
 }
 
 API Res cuDriverGetVersion(int *v)
@@ -143,16 +143,47 @@ API Res cuDriverGetVersion(int *v)
         return OK;
 }
 
+/* The codes this stand-in returns, named and described as the driver does, so that a test's log
+ * reads as it would on a GPU. */
+static const struct {
+        Res code;
+        const char *name, *text;
+} errors[] = {
+        { OK, "CUDA_SUCCESS", "no error" },
+        { E_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument" },
+        { E_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory" },
+        { 100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected" },
+        { 101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal" },
+        { E_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context" },
+        { E_MAP_FAILED, "CUDA_ERROR_MAP_FAILED", "mapping of buffer object failed" },
+        { E_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle" },
+        { E_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready" },
+        { E_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported" },
+        { E_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error" },
+};
+
 API Res cuGetErrorName(Res r, const char **s)
 {
-        *s = r == OK ? "CUDA_SUCCESS" : "CUDA_ERROR_FAKE";
-        return OK;
+        for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++) {
+                if (errors[i].code == r) {
+                        *s = errors[i].name;
+                        return OK;
+                }
+        }
+        *s = NULL;
+        return E_INVALID_VALUE; /* as the driver, for a code it does not know */
 }
 
 API Res cuGetErrorString(Res r, const char **s)
 {
-        *s = r == OK ? "no error" : "an error of the fake driver";
-        return OK;
+        for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++) {
+                if (errors[i].code == r) {
+                        *s = errors[i].text;
+                        return OK;
+                }
+        }
+        *s = NULL;
+        return E_INVALID_VALUE;
 }
 
 API Res cuDeviceGetCount(int *n)
@@ -287,8 +318,13 @@ API Res cuMemAlloc_v2(DevPtr *p, size_t size)
         pthread_mutex_lock(&lock);
         r = alloc_add((DevPtr)(uintptr_t)m, size, fd, false);
         pthread_mutex_unlock(&lock);
+        if (r != OK) {
+                munmap(m, size);
+                close(fd);
+                return r;
+        }
         *p = (DevPtr)(uintptr_t)m;
-        return r;
+        return OK;
 }
 
 static Res unmap_alloc(DevPtr p, bool opened)
