@@ -833,3 +833,15 @@ void ring_close_all(gpuipc_t *c)
         while (!list_empty(&c->rings))
                 gpuipc_ring_close(list_entry(c->rings.next, gpuipc_ring_t, link));
 }
+
+void ring_abandon_all(gpuipc_t *c)
+{
+        while (!list_empty(&c->rings)) {
+                gpuipc_ring_t *r = list_entry(c->rings.next, gpuipc_ring_t, link);
+
+                notifier_stop(r); /* its thread reads the control page: it goes before the ring */
+                list_unlink(&r->link);
+                pthread_mutex_destroy(&r->lock);
+                free(r);
+        }
+}
