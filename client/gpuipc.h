@@ -145,8 +145,8 @@ void gpuipc_close(gpuipc_t *c);
  * no memory and makes no CUDA call, so it is safe after the CUDA context is gone and never pulls
  * memory from under a view. The memory, its mappings and CUDA allocations stay until the process
  * exits. The broker sees the connection drop, as after gpuipc_close: it releases c's references
- * and revokes (or, broker-held, keeps) its published buffers; rings' members hear that the
- * producer left. Pools of c are forgotten: gpuipc_torch_alloc no longer uses them and
+ * and revokes (or, broker-held, keeps) its published buffers; members of c's rings see them
+ * closed (or their producer gone, whichever they hear first). Pools of c are forgotten: gpuipc_torch_alloc no longer uses them and
  * gpuipc_torch_free ignores their memory. Handles obtained from c (buffers, rings, pools) must not
  * be used afterwards; fences of c are left open (call nothing on them). Not in a child forked from
  * the process that connected: call nothing on c there (the child's exit releases its copies). NULL

@@ -360,8 +360,9 @@ void ring_on_event(gpuipc_t *c, const ProtoMsg *ev);
 void ring_after_events(gpuipc_t *c);
 /* Closes every ring of c (gpuipc_close). */
 void ring_close_all(gpuipc_t *c);
-/* gpuipc_abandon: stops every ring's helper thread and forgets the rings, with no request, no CUDA
- * call and no write to their shared memory (the broker hears of it when the connection drops). */
+/* gpuipc_abandon: marks a producer's rings closed in their control pages (host memory that stays
+ * mapped), stops every ring's helper thread and forgets the rings, with no request and no CUDA call
+ * (the broker hears of it when the connection drops). */
 void ring_abandon_all(gpuipc_t *c);
 /* Stops the connection's ring thread (gpuipc_close, without holding the lock). */
 void ring_thread_stop(gpuipc_t *c);

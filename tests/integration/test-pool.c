@@ -566,15 +566,17 @@ static void (*fake_teardown(void))(void)
 /* gpuipc_abandon on a producer (a pool with a published view, a buffer of its own, a ring) and a
  * consumer holding the view, as at a process's exit: every byte stays where the pointers say, the
  * connections' fds are closed, no CUDA call is made (on the stand-in, torn down first, any would
- * raise SIGBUS), the pool is gone for torch's hooks, and the broker drops the publications. */
+ * raise SIGBUS), the ring's member takes nothing more, the pool is gone for torch's hooks, and the
+ * broker drops the publications. */
 static void test_abandon(void)
 {
         gpuipc_ring_options_t ro = { .struct_size = sizeof(ro), .slots = 2, .slot_size = 4096, .max_members = 1 };
         void (*teardown)(void);
         gpuipc_buffer_t *v, *own, *a;
-        gpuipc_t *prod, *cons, *obs;
+        gpuipc_t *prod, *cons, *obs, *mem;
         const uint8_t *pv, *pown, *pa;
-        gpuipc_ring_t *ring;
+        gpuipc_ring_t *ring, *member;
+        gpuipc_buffer_t *slot;
         unsigned fds;
         gpuipc_pool_t *p;
         HBroker *b;
@@ -594,6 +596,8 @@ static void test_abandon(void)
         fill(own, 42);
         CHECK_OK(prod, gpuipc_publish(prod, own, "ab/own", NULL));
         CHECK_OK(prod, gpuipc_ring_create(prod, "ab/ring", &ro, &ring));
+        mem = h_connect(b, "member");
+        CHECK_OK(mem, gpuipc_ring_join(mem, "ab/ring", H_SOON_MS, &member));
         CHECK_OK(cons, gpuipc_attach(cons, "ab/view", H_SOON_MS, &a));
         verify(a, 41);
         /* Where the bytes are: host memory, or the stand-in's device memory (host memory too). */
@@ -611,6 +615,10 @@ static void test_abandon(void)
         CHECK_EQ(h_pattern_check(pv, MIB, 41), SIZE_MAX);
         CHECK_EQ(h_pattern_check(pown, MIB, 42), SIZE_MAX);
         CHECK_EQ(h_pattern_check(pa, MIB, 41), SIZE_MAX);
+        /* The ring's member takes nothing more (it sees the ring closed, or the producer gone). */
+        CHECK_EQ(gpuipc_ring_take(member, H_SOON_MS, &slot, NULL), GPUIPC_E_REVOKED);
+        gpuipc_ring_close(member);
+        gpuipc_close(mem);
         CHECK_EQ(fds_not_fake(), fds);
         CHECK(gpuipc_torch_alloc(MIB, 0, NULL) == NULL);
         gpuipc_torch_free(x, MIB, 0, NULL); /* memory of no open pool: ignored */
