@@ -20,7 +20,9 @@ Every process records the addresses of its memory as C code or a framework holdi
 unreachable objects (the Client among them) and requires every address to still hold its bytes; in
 the fakecuda variant it first tears the stand-in driver down, after which any CUDA call raises
 SIGBUS, as a call into a driver that is gone at exit can. The test then requires the exit status, two
-passed checks per process, and that the broker let go of the producer's publications.
+passed checks per process, and that the broker let go of the producer's publications. And a process
+that forks with an open Client (its ring thread running): the child exits through Python's exit
+(status 0, at once: it must not wait for the parent's thread), and the parent's Client still works.
 """
 import atexit
 import ctypes
@@ -147,6 +149,35 @@ def producer(kind, mode):
     # 'return': the script ends after this returns, the Client c unreachable and not closed
 
 
+# ---- a forked child ----
+
+def forker(kind):
+    """Forks with an open Client (a ring, so its thread runs); the child exits through Python's
+    exit, which must neither wait for the parent's thread nor end the parent's connection. Reports
+    the child's status and whether the parent's Client still works afterwards."""
+    gpuipc = setup(kind)
+    c = gpuipc.Client(label='exit-forker', probe_gpus=kind != 'memfd')
+    ring = c.ring('exit/fork/ring', slot_size=64, slots=2, kind=kind, device=0)
+    buf = c.empty(64, 'uint8', kind=kind, device=0, framework=None)
+    fill(buf, FRAME)
+    pid = os.fork()
+    if pid == 0:
+        del c, ring, buf
+        sys.exit(0)  # the Client and the ring are garbage in the child now
+    deadline, status = time.monotonic() + 30, None
+    while status is None and time.monotonic() < deadline:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        status = os.waitstatus_to_exitcode(st) if done else None
+        time.sleep(0.02)
+    if status is None:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    c.publish(buf, 'exit/fork/buf')
+    say({'child': status, 'parent_works': c.stat('exit/fork/buf').state == 'live'})
+    ring.close()
+    c.close()
+
+
 # ---- the test ----
 
 def consumer_ok(report):
@@ -202,6 +233,16 @@ def main():
         while not os.path.exists(os.environ['GPUIPC_SOCKET']) and time.monotonic() < deadline:
             time.sleep(0.02)
         producers = {mode: start(kind, mode) for mode in MODES}  # at once: each under names of its own
+        fork = subprocess.run([sys.executable, __file__, 'forker', kind], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, PYTHONFAULTHANDLER='1'))
+        lines = [json.loads(x) for x in fork.stdout.splitlines() if x.startswith('{')]
+        report = next((x for x in lines if 'child' in x), None)
+        if fork.returncode != 0 or report != {'child': 0, 'parent_works': True}:
+            failed += 1
+            print(f'FAIL {variant} fork: status {fork.returncode}, {report}')
+            print(fork.stdout + fork.stderr)
+        else:
+            print(f'ok   {variant} fork')
         for mode, producer in producers.items():
             problems, out = check(producer, mode)
             print(f"{'FAIL' if problems else 'ok  '} {variant} {mode}")
@@ -214,13 +255,15 @@ def main():
         broker.terminate()
         broker.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f'{len(MODES) - failed} passed, {failed} failed')
+    print(f'{len(MODES) + 1 - failed} passed, {failed} failed')
     return 1 if failed else 0
 
 
 if __name__ == '__main__':
     if sys.argv[1:2] == ['consumer']:
         consumer(sys.argv[2], sys.argv[3])
+    elif sys.argv[1:2] == ['forker']:
+        forker(sys.argv[2])
     elif sys.argv[1:2] == ['producer']:
         producer(sys.argv[2], sys.argv[3])
     else:
