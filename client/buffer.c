@@ -1112,3 +1112,37 @@ void buffer_close_all(gpuipc_t *c)
         while (!list_empty(&c->own))
                 buffer_free_local(c, list_entry(c->own.next, gpuipc_buffer_t, own_link));
 }
+
+/* Takes m out of every table and frees its record, leaving its memory mapped. */
+static void map_abandon(gpuipc_t *c, Mapping *m)
+{
+        map_uncache(c, m);
+        if (list_linked(&m->idle_link)) {
+                list_unlink(&m->idle_link);
+                c->n_idle--;
+        }
+        free(m);
+}
+
+void buffer_abandon(gpuipc_buffer_t *b)
+{
+        /* A view has no fd (its memory is its segment's); a mapping or a CUDA allocation lives on
+         * without the fd it was made from. */
+        if (b->own && !b->segment)
+                b->ka.fd = safe_close(b->ka.fd);
+        buffer_destroy(b);
+}
+
+void buffer_abandon_all(gpuipc_t *c)
+{
+        while (!list_empty(&c->attached)) {
+                gpuipc_buffer_t *b = list_entry(c->attached.next, gpuipc_buffer_t, attached_link);
+                if (--b->map->refs == 0)
+                        map_abandon(c, b->map);
+                buffer_destroy(b);
+        }
+        while (!list_empty(&c->idle))
+                map_abandon(c, list_entry(c->idle.next, Mapping, idle_link));
+        while (!list_empty(&c->own))
+                buffer_abandon(list_entry(c->own.next, gpuipc_buffer_t, own_link));
+}

@@ -345,15 +345,20 @@ _public_ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts)
         return 0;
 }
 
-_public_ void gpuipc_close(gpuipc_t *c)
+/* Ends c: with release_memory, as gpuipc_close says; without, as gpuipc_abandon does. */
+static void close_connection(gpuipc_t *c, bool release_memory)
 {
-        if (!c)
-                return;
         /* First, and without the lock, which the thread may be waiting for: nobody else uses c now. */
         ring_thread_stop(c);
-        ring_close_all(c);
-        buffer_close_all(c); /* views first: their pools' segments go after them */
-        pool_close_all(c);
+        if (release_memory) {
+                ring_close_all(c);
+                buffer_close_all(c); /* views first: their pools' segments go after them */
+                pool_close_all(c);
+        } else {
+                ring_abandon_all(c);
+                buffer_abandon_all(c);
+                pool_abandon_all(c);
+        }
         while (!list_empty(&c->subs)) {
                 Subscription *s = list_entry(c->subs.next, Subscription, link);
                 list_unlink(&s->link);
@@ -373,6 +378,18 @@ _public_ void gpuipc_close(gpuipc_t *c)
         proto_buf_free(&c->nbuf);
         pthread_mutex_destroy(&c->lock);
         free(c);
+}
+
+_public_ void gpuipc_close(gpuipc_t *c)
+{
+        if (c)
+                close_connection(c, true);
+}
+
+_public_ void gpuipc_abandon(gpuipc_t *c)
+{
+        if (c)
+                close_connection(c, false);
 }
 
 _public_ int gpuipc_ping(gpuipc_t *c, int timeout_ms)

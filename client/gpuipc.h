@@ -141,6 +141,20 @@ int gpuipc_connect(gpuipc_t **ret, const gpuipc_options_t *opts);
  * socket. NULL is fine. Buffers obtained from c must not be used afterwards. */
 void gpuipc_close(gpuipc_t *c);
 
+/* Closes the connection for a process on its way out, or when memory of c may still be in use
+ * (an array over an attached buffer, a framework's tensors in a pool): stops the library's threads,
+ * closes the socket and the buffers' fds and frees the library's records of c, but unmaps and frees
+ * no memory and makes no CUDA call, so it is safe after the CUDA context is gone and never pulls
+ * memory from under a view. The memory, its mappings and CUDA allocations stay until the process
+ * exits. The broker sees the connection drop, as after gpuipc_close: it releases c's references
+ * and revokes (or, broker-held, keeps) its published buffers; members of c's rings see them
+ * closed (or their producer gone, whichever they hear first). Pools of c are forgotten: gpuipc_torch_alloc no longer uses them and
+ * gpuipc_torch_free ignores their memory. Handles obtained from c (buffers, rings, pools) must not
+ * be used afterwards; fences of c are left open (call nothing on them). Not in a child forked from
+ * the process that connected: call nothing on c there (the child's exit releases its copies). NULL
+ * is fine. */
+void gpuipc_abandon(gpuipc_t *c);
+
 /* Round trip to the broker. */
 int gpuipc_ping(gpuipc_t *c, int timeout_ms);
 

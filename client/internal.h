@@ -327,6 +327,11 @@ void buffer_on_late_publish(gpuipc_t *c, const ProtoMsg *reply);
  * of attached buffers, drop idle cached mappings. 0, or GPUIPC_E_DISCONNECTED if lost again. */
 int buffer_after_reconnect(gpuipc_t *c);
 void buffer_close_all(gpuipc_t *c);
+/* gpuipc_abandon: forgets every buffer and mapping of c without unmapping or freeing their memory
+ * and without a CUDA call (the process's exit releases them); own buffers' fds are closed. */
+void buffer_abandon_all(gpuipc_t *c);
+/* The same for one own buffer that is on none of c's lists (a pool's segment). */
+void buffer_abandon(gpuipc_buffer_t *b);
 /* Tells the broker to forget an own buffer it knows (forgotten once drained). 0 or an error; a
  * buffer the broker never heard of, or a lost connection, is no error. */
 int buffer_unregister(gpuipc_t *c, gpuipc_buffer_t *b);
@@ -349,6 +354,9 @@ int pool_view_publishing(gpuipc_buffer_t *view);
 void pool_after_reconnect(gpuipc_t *c);
 /* Closes every pool of c (gpuipc_close), after the views. */
 void pool_close_all(gpuipc_t *c);
+/* gpuipc_abandon: forgets every pool of c (torch's hooks no longer find them), leaving their memory
+ * mapped. */
+void pool_abandon_all(gpuipc_t *c);
 
 /* ---- ring.c ---- */
 
@@ -359,6 +367,10 @@ void ring_on_event(gpuipc_t *c, const ProtoMsg *ev);
 void ring_after_events(gpuipc_t *c);
 /* Closes every ring of c (gpuipc_close). */
 void ring_close_all(gpuipc_t *c);
+/* gpuipc_abandon: marks a producer's rings closed in their control pages (host memory that stays
+ * mapped), stops every ring's helper thread and forgets the rings, with no request and no CUDA call
+ * (the broker hears of it when the connection drops). */
+void ring_abandon_all(gpuipc_t *c);
 /* Stops the connection's ring thread (gpuipc_close, without holding the lock). */
 void ring_thread_stop(gpuipc_t *c);
 /* After a reconnect: producers declare their rings again, members take their seats back. 0, or

@@ -638,6 +638,43 @@ void pool_close_all(gpuipc_t *c)
                 pool_destroy(list_entry(c->pools.next, gpuipc_pool_t, link), false);
 }
 
+/* Frees a segment's records; its memory stays mapped (buffer_abandon). */
+static void segment_abandon(PoolSegment *s)
+{
+        while (!list_empty(&s->blocks)) {
+                PoolBlock *k = list_entry(s->blocks.next, PoolBlock, link);
+                list_unlink(&k->link);
+                free(k);
+        }
+        while (!list_empty(&s->views)) {
+                PoolView *v = list_entry(s->views.next, PoolView, link);
+                list_unlink(&v->link);
+                free(v);
+        }
+        list_unlink(&s->link);
+        buffer_abandon(s->mem);
+        free(s);
+}
+
+void pool_abandon_all(gpuipc_t *c)
+{
+        while (!list_empty(&c->pools)) {
+                gpuipc_pool_t *p = list_entry(c->pools.next, gpuipc_pool_t, link);
+
+                /* First: from now on a framework's free of this memory finds no pool and is ignored. */
+                pthread_mutex_lock(&open_lock);
+                list_unlink(&p->all_link);
+                if (current_pool == p)
+                        current_pool = NULL;
+                pthread_mutex_unlock(&open_lock);
+                list_unlink(&p->link);
+                while (!list_empty(&p->segments))
+                        segment_abandon(list_entry(p->segments.next, PoolSegment, link));
+                pthread_mutex_destroy(&p->lock);
+                free(p);
+        }
+}
+
 /* ---- frameworks' allocator hooks ---- */
 
 _public_ gpuipc_pool_t *gpuipc_pool_use(gpuipc_pool_t *p)

@@ -736,6 +736,14 @@ static void notifier_stop(gpuipc_ring_t *r)
         r->efd = safe_close(r->efd);
 }
 
+/* Producer: says in the control page that the ring is closed, and wakes members asleep on it. */
+static void ring_mark_closed(gpuipc_ring_t *r)
+{
+        __atomic_store_n(&r->ctl->closed, 1, __ATOMIC_RELEASE);
+        __atomic_fetch_add(&r->ctl->doorbell, 1, __ATOMIC_RELEASE);
+        futex_wake(&r->ctl->doorbell, INT_MAX);
+}
+
 _public_ void gpuipc_ring_close(gpuipc_ring_t *r)
 {
         gpuipc_t *c;
@@ -747,9 +755,7 @@ _public_ void gpuipc_ring_close(gpuipc_ring_t *r)
         if (r->producer) {
                 /* Members see it in the control page at once; the broker forgets the ring, and the
                  * parts go as any buffer: once the last member let go of them. */
-                __atomic_store_n(&r->ctl->closed, 1, __ATOMIC_RELEASE);
-                __atomic_fetch_add(&r->ctl->doorbell, 1, __ATOMIC_RELEASE);
-                futex_wake(&r->ctl->doorbell, INT_MAX);
+                ring_mark_closed(r);
                 if (!c->broken)
                         (void)simple_ring_request(c, PROTO_OP_RING_CLOSE, r->name);
         } else {
@@ -832,4 +838,20 @@ void ring_close_all(gpuipc_t *c)
 {
         while (!list_empty(&c->rings))
                 gpuipc_ring_close(list_entry(c->rings.next, gpuipc_ring_t, link));
+}
+
+void ring_abandon_all(gpuipc_t *c)
+{
+        while (!list_empty(&c->rings)) {
+                gpuipc_ring_t *r = list_entry(c->rings.next, gpuipc_ring_t, link);
+
+                /* Members see the ring closed at once, as after gpuipc_ring_close (their takes end, not
+                 * fail): the control page is host memory of ours, and it stays mapped. */
+                if (r->producer)
+                        ring_mark_closed(r);
+                notifier_stop(r); /* its thread reads the control page: it goes before the ring */
+                list_unlink(&r->link);
+                pthread_mutex_destroy(&r->lock);
+                free(r);
+        }
 }

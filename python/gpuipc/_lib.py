@@ -124,6 +124,7 @@ _SIGNATURES = {
     'gpuipc_strerror': (_s, [_i]),
     'gpuipc_connect': (_i, [_pp, ctypes.POINTER(Options)]),
     'gpuipc_close': (None, [_p]),
+    'gpuipc_abandon': (None, [_p]),
     'gpuipc_ping': (_i, [_p, _i]),
     'gpuipc_errmsg': (_s, [_p]),
     'gpuipc_buffer_alloc': (_i, [_p, _i, _sz, _i, _pp]),

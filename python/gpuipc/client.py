@@ -7,6 +7,11 @@ in progress; open one Client per thread for calls that block concurrently). A ri
 take the ring's own lock instead (they never wait for the connection). Buffers dropped
 without release() by the garbage collector are released at once when the connection is idle, or
 right after the call in progress otherwise.
+
+Exit: a Client still open when the interpreter exits, or dropped without close() at exit, is
+abandoned (libgpuipc's gpuipc_abandon), never closed: its connection and threads end, but no memory
+is unmapped or freed and no CUDA call is made, since arrays may still view the memory and the CUDA
+context may be gone by then; the process's exit releases the memory (docs/python.md, "Exit").
 """
 import asyncio
 import atexit
@@ -14,6 +19,7 @@ import bisect
 import collections
 import ctypes
 import os
+import sys
 import threading
 import time
 import warnings
@@ -35,6 +41,28 @@ if TYPE_CHECKING:
 # other threads get a turn; the broker and libgpuipc see several shorter waits.
 _SLICE_MS = 500
 
+
+
+def _exiting():
+    """True once the interpreter is on its way out: the main thread has finished (Python then waits
+    for other threads and runs the exit handlers) or the interpreter is being torn down."""
+    return sys.is_finalizing() or not threading.main_thread().is_alive()
+
+
+# Every Client connected and not closed yet, abandoned at exit (_abandon_open_clients).
+_open_clients = weakref.WeakSet()
+
+
+def _abandon_open_clients():
+    """At exit: every Client still open is abandoned while the interpreter is whole, so that no
+    thread of libgpuipc runs on into the process's teardown and nothing is unmapped under arrays that
+    still view it. Registered when the package is imported: exit handlers registered later (a
+    script's own, which may still use or close a client) run before it."""
+    for c in list(_open_clients):
+        c._end(release=False, lock_timeout=2.0)
+
+
+atexit.register(_abandon_open_clients)
 
 
 class _Deadline:
@@ -133,6 +161,7 @@ class Client:
         self._staging = {}                   # (kind, device) -> Pool for share()'s copies
         self._closed_ranges = []             # (base, size) of closed pools' segments: what PoolClosed names
         self._device_pref = -1               # what gpuipc_set_device was told last (-1: its default)
+        self._pid = os.getpid()              # a child forked with this Client must not end it (_disown)
         self._lock_cm = _Locked(self)
         opts = _lib.Options(socket.encode() if socket else None, label.encode() if label else None,
                             int(connect_timeout_ms), 0 if reconnect else 1, 0 if probe_gpus else 1)
@@ -142,6 +171,7 @@ class Client:
             detail = (self._lib.gpuipc_errmsg(None) or b'').decode(errors='replace')
             raise errors.from_code(r, 'connect', detail, self._strerror(r), self._err_name(r))
         self._c = c.value
+        _open_clients.add(self)
 
     def __repr__(self):
         return f'<gpuipc.Client {"open" if self._c else "closed"}>'
@@ -198,8 +228,9 @@ class Client:
     def _call_later(self, call):
         """From a finalizer, in any thread: runs call() with the connection now if it is free, else
         right after the call in progress (never blocks, never interleaves with a call); not at all
-        once the client is closed (close() let go of everything)."""
-        if not self._c:
+        once the client is closed (close() let go of everything), nor once the process is exiting
+        (the connection's end lets go of it then, touching no memory), nor in a forked child."""
+        if not self._c or _exiting() or os.getpid() != self._pid:
             return
         if self._lock.acquire(blocking=False):
             try:
@@ -218,16 +249,31 @@ class Client:
 
     def close(self) -> None:
         """Closes rings and fences, releases attachments, frees this client's buffers (unmapping
-        them), closes the connection. Idempotent. Views of any of them must not be used afterwards."""
-        with self._lock:
+        them), closes the connection. Idempotent. Views of any of them must not be used afterwards.
+        While the interpreter is torn down (sys.is_finalizing()) the client is abandoned instead: see
+        docs/python.md, "Exit"."""
+        self._end(release=not sys.is_finalizing())
+
+    def _end(self, release, lock_timeout=-1):
+        """close() (release: libgpuipc unmaps and frees everything) or abandon (gpuipc_abandon: the
+        connection and threads end, the memory stays mapped until the process exits, no CUDA call).
+        Python's objects forget their handles either way. lock_timeout: give up (leaving the client
+        open) when a call of another thread holds the connection longer than that."""
+        if os.getpid() != self._pid:
+            self._disown()
+            return
+        if not self._lock.acquire(timeout=lock_timeout):
+            return
+        try:
             if not self._c:
                 return
             for ring in list(self._rings):
-                ring._forget()  # gpuipc_close closes the rings themselves
+                ring._forget()  # libgpuipc closes (or forgets) the rings themselves
             self._rings.clear()
             for handle, fence in list(self._fences.items()):
                 fence._handle = None
-                self._lib.gpuipc_fence_close(handle)
+                if release:
+                    self._lib.gpuipc_fence_close(handle)  # CUDA calls: never at exit
             self._fences.clear()
             self._waited_fences.clear()
             for a in list(self._attached):
@@ -236,7 +282,7 @@ class Client:
                 b._handle = None
             self._own.clear()
             for pool in self._pools:
-                pool._forget()  # gpuipc_close frees the pools
+                pool._forget()  # libgpuipc frees (or forgets) the pools
             self._pools.clear()
             self._staging.clear()
             self._views_cache.clear()
@@ -244,7 +290,28 @@ class Client:
             self._pending.clear()
             self._publishers.clear()
             c, self._c = self._c, None
-            self._lib.gpuipc_close(c)
+            _open_clients.discard(self)
+            (self._lib.gpuipc_close if release else self._lib.gpuipc_abandon)(c)
+        finally:
+            self._lock.release()
+
+    def _disown(self):
+        """In a child forked with this client: the connection, its threads and its memory are the
+        parent's, so nothing of them is called or released here (the child's exit lets go of its
+        copies); the objects only forget their handles. No lock is taken: a thread of the parent may
+        have held one at the fork."""
+        self._c = None
+        _open_clients.discard(self)
+        for ring in list(self._rings):
+            ring._handle = None
+        for pool in self._pools:
+            pool._handle = None
+        for fence in self._fences.values():
+            fence._handle = None
+        for a in list(self._attached):
+            a._handle = None
+        for b in self._own.values():
+            b._handle = None
 
     def __enter__(self):
         return self
@@ -253,9 +320,26 @@ class Client:
         self.close()
 
     def __del__(self):
-        if getattr(self, '_c', None):
-            warnings.warn('gpuipc: a Client was not closed; closing it now', ResourceWarning, stacklevel=2)
-            self.close()
+        if not getattr(self, '_c', None):
+            return
+        try:
+            if os.getpid() != self._pid:
+                self._disown()
+                return
+            # Nothing that still views the memory can reference an unreachable client, except tensors
+            # that torch's allocator put in a pool of it; at exit anything may view it, and CUDA may
+            # be gone.
+            release = not _exiting() and not any(p._mempool is not None for p in self._pools)
+            if not sys.is_finalizing():
+                warnings.warn('gpuipc: a Client was not closed; ' +
+                              ('closing it now' if release else 'closing its connection now (its memory stays '
+                               'mapped until the process exits)'), ResourceWarning, stacklevel=2)
+            self._end(release)
+        except Exception:
+            # This module's globals are gone already: the interpreter is being torn down.
+            c, self._c = self._c, None
+            if c:
+                self._lib.gpuipc_abandon(c)
 
     def ping(self, timeout_ms: int = 5000) -> float:
         """One round trip to the broker; returns how long it took, in seconds."""
@@ -986,8 +1070,8 @@ def _state_dict_kind(state_dict, device):
 
 
 # One connection per process and socket for what pickling brings in (Attached.__reduce__), made
-# at the first unpickled buffer and closed at exit. Keyed by the process too: a child forked with
-# the parent's entry must not share its socket.
+# at the first unpickled buffer and abandoned at exit as every open Client is. Keyed by the process
+# too: a child forked with the parent's entry must not share its socket.
 _reattach_clients = {}
 _reattach_lock = threading.Lock()
 
@@ -998,15 +1082,7 @@ def _reattach_client(socket):
         c = _reattach_clients.get(key)
         if c is None or c.closed:
             c = _reattach_clients[key] = Client(socket, label='gpuipc-unpickled')
-            if len(_reattach_clients) == 1:
-                atexit.register(_close_reattach_clients)
     return c
-
-
-def _close_reattach_clients():
-    for (pid, _), c in list(_reattach_clients.items()):
-        if pid == os.getpid():
-            c.close()
 
 
 def _reattach(socket, buffer_id, device=-1):

@@ -451,6 +451,9 @@ class Ring:
         """From a finalizer: release now if the ring is free, else once the call in flight is done
         (never blocks, never raises)."""
         frame.memory.live = False
+        from .client import _exiting
+        if _exiting():
+            return  # the connection's end lets go of the frame (at exit nothing is released one by one)
         release = self._release_fn(frame.stream)
 
         def call():

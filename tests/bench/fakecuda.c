@@ -8,7 +8,8 @@
  * device; cuMemCreate memory exports that memfd, copies are memcpy; a stream is a worker thread
  * that runs its queue in order, so that work is as asynchronous as on a GPU. $FAKECUDA_DEVICES
  * sets the device count (default 2); $FAKECUDA_NO_VMM makes the devices say they lack virtual
- * memory management.
+ * memory management. fakecuda_teardown() makes it a driver whose state is gone (as at a
+ * process's exit).
  *
  * Legacy IPC behaves as the real driver's did between containers (each process in PID and mount
  * namespaces of its own), measured on an H100 with driver 580.159.04 and CUDA 13.0:
@@ -131,6 +132,22 @@ static Res alloc_add(DevPtr base, size_t size, int fd, bool opened)
 
 /* ---- driver, devices, contexts ---- */
 
+static volatile int torn_down;
+
+/* What a driver whose contexts and mappings are gone looks like to a caller: from now on every call
+ * that needs a context or frees memory raises SIGBUS, as a call into such a driver can. Tests call
+ * it (at exit) to see that nothing calls CUDA once it may be gone. */
+API void fakecuda_teardown(void)
+{
+        torn_down = 1;
+}
+
+static void require_driver(void)
+{
+        if (torn_down)
+                raise(SIGBUS);
+}
+
 API Res cuInit(unsigned flags)
 {
         (void)flags;
@@ -248,6 +265,7 @@ API Res cuDevicePrimaryCtxRetain(void **ctx, int dev)
 
 API Res cuCtxPushCurrent_v2(void *ctx)
 {
+        require_driver();
         if (ctx_depth == 16)
                 return E_INVALID_CONTEXT;
         ctx_stack[ctx_depth++] = (uintptr_t)ctx;
@@ -256,6 +274,7 @@ API Res cuCtxPushCurrent_v2(void *ctx)
 
 API Res cuCtxPopCurrent_v2(void **ctx)
 {
+        require_driver();
         if (!ctx_depth)
                 return E_INVALID_CONTEXT;
         ctx_depth--;
@@ -269,6 +288,7 @@ static Res streams_synchronize(void);
 /* As on a GPU: waits for every stream's work (streams here are the process's, not the context's). */
 API Res cuCtxSynchronize(void)
 {
+        require_driver();
         return ctx_depth ? streams_synchronize() : E_INVALID_CONTEXT;
 }
 
@@ -715,8 +735,10 @@ API Res cuMemCreate(unsigned long long *h, size_t size, const void *prop, unsign
 
 API Res cuMemRelease(unsigned long long h)
 {
-        Handle *x = handle_get(h);
+        Handle *x;
 
+        require_driver();
+        x = handle_get(h);
         if (!x)
                 return E_INVALID_HANDLE;
         close(x->fd);
@@ -739,6 +761,7 @@ API Res cuMemAddressReserve(DevPtr *p, size_t size, size_t align, DevPtr addr, u
 
 API Res cuMemAddressFree(DevPtr p, size_t size)
 {
+        require_driver();
         return munmap((void *)(uintptr_t)p, size) == 0 ? OK : E_INVALID_VALUE;
 }
 
@@ -757,8 +780,11 @@ API Res cuMemMap(DevPtr p, size_t size, size_t offset, unsigned long long h, uns
 
 API Res cuMemUnmap(DevPtr p, size_t size)
 {
-        void *m = mmap((void *)(uintptr_t)p, size, PROT_NONE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+        void *m;
+
+        require_driver();
+        m = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+                 0);
         return m == MAP_FAILED ? E_INVALID_VALUE : OK;
 }
 

@@ -1,10 +1,12 @@
 /* Pools and views against the real broker: a view is published without a copy and without an fd of
  * its own (the segment's fd travels once per broker and per consumer), sub-allocation and export
  * caching, a range freed while published stays untouched until its views are gone, each view drains
- * on its own, nothing grows over 100 versions, a producer's death and a broker restart. The pool's
+ * on its own, nothing grows over 100 versions, a producer's death, a broker restart, and connections
+ * abandoned (gpuipc_abandon) with their memory in use. The pool's
  * kind is $GPUIPC_TEST_POOL_KIND: memfd (the default; every CI run) or cuda-vmm (with the stand-in
  * libcuda as GPUIPC_LIBCUDA in CI, or a GPU). */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -529,6 +531,103 @@ static void test_restart_keeps_views(void)
         h_broker_stop(b);
 }
 
+/* Open fds of this process but the stand-in libcuda's (its "device memory": driver state that an
+ * abandoned allocation keeps, as a real driver's does). */
+static unsigned fds_not_fake(void)
+{
+        DIR *d = opendir("/proc/self/fd");
+        char path[300], target[256];
+        struct dirent *de;
+        unsigned n = 0;
+        ssize_t len;
+
+        CHECK(d);
+        while ((de = readdir(d))) {
+                if (de->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+                len = readlink(path, target, sizeof(target) - 1);
+                target[len > 0 ? len : 0] = 0;
+                n += !strstr(target, "memfd:fakecuda");
+        }
+        closedir(d);
+        return n;
+}
+
+/* The stand-in libcuda's fakecuda_teardown, when it is the libcuda loaded (NULL otherwise). */
+static void (*fake_teardown(void))(void)
+{
+        const char *path = getenv("GPUIPC_LIBCUDA");
+        void *dl = path && *path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+
+        return dl ? (void (*)(void))dlsym(dl, "fakecuda_teardown") : NULL;
+}
+
+/* gpuipc_abandon on a producer (a pool with a published view, a buffer of its own, a ring) and a
+ * consumer holding the view, as at a process's exit: every byte stays where the pointers say, the
+ * connections' fds are closed, no CUDA call is made (on the stand-in, torn down first, any would
+ * raise SIGBUS), the ring's member takes nothing more, the pool is gone for torch's hooks, and the
+ * broker drops the publications. */
+static void test_abandon(void)
+{
+        gpuipc_ring_options_t ro = { .struct_size = sizeof(ro), .slots = 2, .slot_size = 4096, .max_members = 1 };
+        void (*teardown)(void);
+        gpuipc_buffer_t *v, *own, *a;
+        gpuipc_t *prod, *cons, *obs, *mem;
+        const uint8_t *pv, *pown, *pa;
+        gpuipc_ring_t *ring, *member;
+        gpuipc_buffer_t *slot;
+        unsigned fds;
+        gpuipc_pool_t *p;
+        HBroker *b;
+        void *x;
+
+        b = h_broker_start(NULL);
+        obs = h_connect(b, "observer");
+        fds = fds_not_fake();
+        prod = connect_to(b, "producer", true);
+        cons = connect_to(b, "consumer", true);
+        p = new_pool(prod, 4 * MIB, 0);
+        CHECK_OK(prod, gpuipc_pool_alloc(p, MIB, &x));
+        CHECK_OK(prod, gpuipc_pool_view(p, x, MIB, &v));
+        fill(v, 41);
+        CHECK_OK(prod, gpuipc_publish(prod, v, "ab/view", NULL));
+        CHECK_OK(prod, gpuipc_buffer_alloc(prod, pool_kind(), MIB, 0, &own));
+        fill(own, 42);
+        CHECK_OK(prod, gpuipc_publish(prod, own, "ab/own", NULL));
+        CHECK_OK(prod, gpuipc_ring_create(prod, "ab/ring", &ro, &ring));
+        mem = h_connect(b, "member");
+        CHECK_OK(mem, gpuipc_ring_join(mem, "ab/ring", H_SOON_MS, &member));
+        CHECK_OK(cons, gpuipc_attach(cons, "ab/view", H_SOON_MS, &a));
+        verify(a, 41);
+        /* Where the bytes are: host memory, or the stand-in's device memory (host memory too). */
+        pv = gpuipc_buffer_ptr(v);
+        pown = gpuipc_buffer_ptr(own);
+        pa = gpuipc_buffer_ptr(a);
+        CHECK(h_list_count(obs, "ab/") >= 3); /* the two buffers and the ring's parts */
+        if (pool_kind() == GPUIPC_KIND_CUDA_VMM && getenv("GPUIPC_LIBCUDA")) {
+                teardown = fake_teardown(); /* loaded by now */
+                CHECK(teardown);
+                teardown();
+        }
+        gpuipc_abandon(cons);
+        gpuipc_abandon(prod);
+        CHECK_EQ(h_pattern_check(pv, MIB, 41), SIZE_MAX);
+        CHECK_EQ(h_pattern_check(pown, MIB, 42), SIZE_MAX);
+        CHECK_EQ(h_pattern_check(pa, MIB, 41), SIZE_MAX);
+        /* The ring's member takes nothing more (it sees the ring closed, or the producer gone). */
+        CHECK_EQ(gpuipc_ring_take(member, H_SOON_MS, &slot, NULL), GPUIPC_E_REVOKED);
+        gpuipc_ring_close(member);
+        gpuipc_close(mem);
+        CHECK_EQ(fds_not_fake(), fds);
+        CHECK(gpuipc_torch_alloc(MIB, 0, NULL) == NULL);
+        gpuipc_torch_free(x, MIB, 0, NULL); /* memory of no open pool: ignored */
+        WAIT_UNTIL(h_list_count(obs, "ab/") == 0, H_SOON_MS);
+        gpuipc_abandon(NULL);
+        gpuipc_close(obs);
+        h_broker_stop(b);
+}
+
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
@@ -539,6 +638,7 @@ int main(int argc, char **argv)
                 H_TEST(test_view_errors),
                 H_TEST(test_producer_death),
                 H_TEST(test_restart_keeps_views),
+                H_TEST(test_abandon),
         };
 
         return h_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
