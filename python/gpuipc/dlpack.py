@@ -56,7 +56,14 @@ _live = {}
 _live_lock = threading.RLock()  # re-entrant: a GC run inside the locked part may drop a capsule
 
 
-def _forget(address):
+# Lifetime at exit: the interpreter clears modules' globals before the last objects go, and a
+# framework's array that outlives this module (a torch tensor cached in a reference cycle, a NumPy
+# array in another module's global) then calls its deleter. Were the table and the callbacks freed
+# with the module, that call would jump into freed memory (NumPy: SIGILL, torch: SIGSEGV, measured).
+# So the callbacks take what they use as default arguments, not globals, and the table and the
+# callbacks are never freed (_immortal: one reference leaked on purpose, once per process).
+
+def _forget(address, _live=_live, _live_lock=_live_lock):
     with _live_lock:
         _live.pop(address, None)
 
@@ -76,13 +83,22 @@ _api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 
 
 @_PyCapsule_Destructor
-def _capsule_destructor(capsule):
+def _capsule_destructor(capsule, _names=(_NAME, _NAME_VERSIONED), _api=_api, _forget=_forget):
     # The capsule is being deallocated: pass it as a plain address (a py_object argument would
     # resurrect it). A consumer renames a capsule it took ("used_dltensor"); an unused one still
     # owns its tensor and must free it here.
-    for name in (_NAME, _NAME_VERSIONED):
+    for name in _names:
         if _api.PyCapsule_IsValid(capsule, name):
             _forget(_api.PyCapsule_GetPointer(capsule, name))
+
+
+def _immortal(obj):
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+for _obj in (_live, _delete, _capsule_destructor):
+    _immortal(_obj)
+del _obj
 
 
 def _int64s(values):

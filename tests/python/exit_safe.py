@@ -12,7 +12,8 @@ publishes a snapshot state dict, a pooled array, a buffer of its own and a ring;
 (processes of their own) attach the state dict and the array, join the ring, take a frame, and exit
 holding all of it; then the producer exits the same way, its Client unreachable but not closed, and a
 second Client of it (a global: reachable until the interpreter is torn down) holding the array
-attached.
+attached. With host memory, NumPy arrays over the attachment, the frame and the pooled array are
+freed only after gpuipc's modules are torn down (they call their DLPack deleters then).
 
 Every process records the addresses of its memory as C code or a framework holding a pointer would
 (no Python reference to gpuipc), and registers an exit check twice: once before gpuipc is imported
@@ -90,6 +91,15 @@ def record(view, expected):
     _raw.append((address(view), expected))
 
 
+def keep_past_teardown(kind, view):
+    """Holds a NumPy array over view (host memory only) as a framework's array in a reference cycle
+    or in another module's global would: referenced from sys, whose globals go last, it is freed
+    after gpuipc's modules were torn down, and calls its DLPack deleter then."""
+    if kind == 'memfd':
+        import numpy as np
+        sys.__dict__.setdefault('_exit_safe_arrays', []).append(np.from_dlpack(view))
+
+
 # ---- the consumer ----
 
 def consumer(kind, prefix):
@@ -104,6 +114,8 @@ def consumer(kind, prefix):
     say({'joined': True})
     frame = ring.take(T)
     say({'frame': frame.read() == FRAME})
+    keep_past_teardown(kind, a)
+    keep_past_teardown(kind, frame)
     # Returns holding the state dict, the attachment and the frame, its Client open.
 
 
@@ -123,6 +135,7 @@ def producer(kind, mode):
     fill(pooled, bytes(range(256)) * 16)
     c.publish(pooled, prefix + 'pooled')
     record(pooled, bytes(range(256)) * 16)
+    keep_past_teardown(kind, pooled)
     own = c.empty(1024, 'uint8', kind=kind, device=0, framework=None)
     fill(own, b'\x5a' * 1024)
     record(own, b'\x5a' * 1024)
