@@ -51,6 +51,8 @@ def say(obj):
 def model_state_dict(torch):
     """A Llama-style bf16 state dict on GPU 0 (about 280 MB): transformers' when installed."""
     shapes = dict(vocab=32000, hidden=1024, inter=2816, layers=6, heads=16)
+    if os.environ.get('GPUIPC_EXIT_MODEL') == 'large':  # --large: TinyLlama's shapes, about 2.2 GB
+        shapes = dict(vocab=32000, hidden=2048, inter=5632, layers=22, heads=32)
     try:
         from transformers import LlamaConfig, LlamaForCausalLM
         cfg = LlamaConfig(vocab_size=shapes['vocab'], hidden_size=shapes['hidden'],
@@ -267,9 +269,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--broker', default=os.environ.get('GPUIPC_BROKER', 'build/broker/gpuipc-broker'))
     ap.add_argument('--diagnose', action='store_true', help='also reproduce the old exit path (see above)')
+    ap.add_argument('--large', action='store_true', help="a model of about 2.2 GB (the issue's size) instead of 280 MB")
     ap.add_argument('--role')
     ap.add_argument('args', nargs='*')
     opts = ap.parse_args()
+    if opts.large:
+        os.environ['GPUIPC_EXIT_MODEL'] = 'large'  # the producers inherit it
     if opts.role == 'producer':
         producer(*opts.args)
         return None  # 'return': the interpreter exits with the Client unreachable and open
