@@ -56,74 +56,6 @@ static int parse_pattern(Ctl *ctl, const char *opt, const char *s, Pattern *ret)
         return 0;
 }
 
-/* Reads "Key: N kB" from /proc/meminfo, in bytes; UINT64_MAX when absent. */
-static uint64_t meminfo_bytes(const char *key)
-{
-        char line[256];
-        uint64_t v = UINT64_MAX;
-        size_t klen = strlen(key);
-        FILE *f = fopen("/proc/meminfo", "re"); /* "e": close-on-exec, like every fd we open */
-
-        if (!f)
-                return v;
-        while (fgets(line, sizeof(line), f)) {
-                unsigned long long kb;
-                if (strncmp(line, key, klen) == 0 && line[klen] == ':' && sscanf(line + klen + 1, "%llu", &kb) == 1) {
-                        v = (uint64_t)kb * 1024;
-                        break;
-                }
-        }
-        fclose(f);
-        return v;
-}
-
-/* One number from a cgroup v2 file of this process's cgroup; UINT64_MAX for "max" or absent. */
-static uint64_t cgroup_value(const char *file)
-{
-        char path[512], buf[64];
-        unsigned long long v;
-        FILE *f;
-
-        snprintf(path, sizeof(path), "/sys/fs/cgroup/%s", file);
-        f = fopen(path, "re");
-        if (!f)
-                return UINT64_MAX;
-        if (!fgets(buf, sizeof(buf), f) || sscanf(buf, "%llu", &v) != 1)
-                v = UINT64_MAX;
-        fclose(f);
-        return v;
-}
-
-/* A memfd buffer lives in RAM and is filled at once: refuse sizes the memory available cannot
- * hold, rather than filling memory until the OOM killer or a SIGBUS ends it. Available means the
- * kernel's MemAvailable, and within a container also what the cgroup's memory.max still allows. */
-static int check_memory(Ctl *ctl, uint64_t size, const char *size_arg)
-{
-        uint64_t avail = meminfo_bytes("MemAvailable");
-        uint64_t max = cgroup_value("memory.max"), used = cgroup_value("memory.current");
-        char want[32], have[32];
-        const char *where = "available memory (MemAvailable)";
-
-        /* The smaller bound wins: a container sees the host's MemAvailable, but its cgroup's
-         * limit is what the OOM killer enforces. */
-        if (max != UINT64_MAX && used != UINT64_MAX) {
-                uint64_t left = used < max ? max - used : 0;
-                if (left < avail) {
-                        avail = left;
-                        where = "memory this cgroup may still use (memory.max)";
-                }
-        }
-        /* --size is parsed as 64 bits; on a 32-bit build a size_t would silently cut it. */
-        if (size > SIZE_MAX)
-                return ctl_usage(ctl, "--size '%s' does not fit in this process's address space", size_arg);
-        if (avail == UINT64_MAX || size <= avail)
-                return 0;
-        ctl_human_size(size, want, sizeof(want));
-        ctl_human_size(avail, have, sizeof(have));
-        return ctl_error(ctl, "no-memory", "--size '%s' (%s) is more than the %s: %s; a memfd buffer lives in RAM",
-                         size_arg, want, where, have);
-}
-
 /* Fills or checks the whole buffer, in place for host memory, through a staging area otherwise. */
 static int fill(gpuipc_buffer_t *b, const Pattern *p)
 {
@@ -295,17 +227,25 @@ int cmd_publish(Ctl *ctl, int argc, char **argv)
                 return r;
         if (!size)
                 return ctl_usage(ctl, "--size is required");
-        if (kind == GPUIPC_KIND_MEMFD && (r = check_memory(ctl, size, size_arg)))
-                return r;
+        /* --size is parsed as 64 bits; on a 32-bit build a size_t would silently cut it. */
+        if (size > SIZE_MAX)
+                return ctl_usage(ctl, "--size '%s' does not fit in this process's address space", size_arg);
         /* GPUs are probed (loading the CUDA driver, which takes a while) only for the CUDA kinds,
          * whose publish names the device. */
         ctl->reconnect = true; /* it holds the buffer: through a broker restart too */
         r = ctl_connect(ctl, kind != GPUIPC_KIND_MEMFD);
         if (r)
                 return r;
+        /* The library holds every size to one limit (gpuipc.h: gpuipc_buffer_alloc), a memfd's to the
+         * memory available: refused at once, rather than filling memory until the OOM killer or a
+         * SIGBUS ends the fill. */
         r = gpuipc_buffer_alloc(ctl->c, kind, (size_t)size, (int)device, &b);
-        if (r < 0)
-                return ctl_fail(ctl, "allocating the buffer", r);
+        if (r < 0) {
+                char what[128];
+
+                snprintf(what, sizeof(what), "allocating --size '%.64s'", size_arg);
+                return ctl_fail(ctl, what, r);
+        }
         /* Filled before publish: a consumer may attach the moment the publish reply is sent, and
          * must see the pattern, not zeros. */
         r = fill(b, &pat);

@@ -147,15 +147,18 @@ _public_ int gpuipc_buffer_alloc(gpuipc_t *c, gpuipc_kind_t kind, size_t size, i
         gpuipc_buffer_t *b;
         int r;
 
-        if (!c || !ret || size == 0)
+        if (!c || !ret)
                 return GPUIPC_E_INVALID;
         if (!ops) {
                 client_errmsg(c, "unknown buffer kind %d", (int)kind);
                 return GPUIPC_E_INVALID;
         }
+        r = size_limit_check(c, kind, size);
+        if (r < 0)
+                return r;
         b = buffer_new_own(c, kind);
         if (!b)
-                return -ENOMEM;
+                return client_fail(c, -ENOMEM, "out of memory");
         r = ops->alloc(c, b, size, device);
         if (r < 0) {
                 free(b);
@@ -186,8 +189,10 @@ _public_ int gpuipc_buffer_view(gpuipc_t *c, gpuipc_buffer_t *segment, size_t of
         CLIENT_LOCKED(c);
         gpuipc_buffer_t *b;
 
-        if (!c || !segment || !ret || size == 0)
+        if (!c || !segment || !ret)
                 return GPUIPC_E_INVALID;
+        if (size == 0)
+                return client_fail(c, GPUIPC_E_INVALID, "a view needs at least 1 byte");
         if (!segment->own || segment->conn != c || segment->segment || segment->ring_part ||
             (segment->kind != GPUIPC_KIND_MEMFD && segment->kind != GPUIPC_KIND_CUDA_VMM)) {
                 client_errmsg(c, "views are of this connection's own memfd or cuda-vmm buffers (not of views, ring "
@@ -293,8 +298,11 @@ _public_ int gpuipc_publish(gpuipc_t *c, gpuipc_buffer_t *b, const char *name, c
         bool first;
         int r;
 
-        if (!c || !b || !b->own || !name)
+        if (!c || !b || !name)
                 return GPUIPC_E_INVALID;
+        if (!b->own)
+                return client_fail(c, GPUIPC_E_INVALID, "'%s' is attached, not this connection's own: only its "
+                                   "producer publishes it", b->name);
         r = client_check_name(c, name, "buffer name", false, 0);
         if (r < 0)
                 return r;
@@ -382,8 +390,11 @@ _public_ int gpuipc_retire(gpuipc_t *c, gpuipc_buffer_t *b)
         CLIENT_LOCKED(c);
         int r;
 
-        if (!c || !b || !b->own)
+        if (!c || !b)
                 return GPUIPC_E_INVALID;
+        if (!b->own)
+                return client_fail(c, GPUIPC_E_INVALID, "'%s' is attached, not this connection's own: only its "
+                                   "producer retires it", b->name);
         if (b->state != PROTO_STATE_LIVE)
                 return 0; /* retiring twice, or what was never published: nothing to do */
         r = simple_request(c, PROTO_OP_RETIRE, b->id);
@@ -400,8 +411,11 @@ _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms
         CLIENT_LOCKED(c);
         uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : monotonic_ms() + (uint64_t)timeout_ms;
 
-        if (!c || !b || !b->own)
+        if (!c || !b)
                 return GPUIPC_E_INVALID;
+        if (!b->own)
+                return client_fail(c, GPUIPC_E_INVALID, "'%s' is attached, not this connection's own: only its "
+                                   "producer waits for it to drain", b->name);
         /* A live buffer without retire_after can never drain: waiting would only run out the
          * timeout (or hang with -1), so it is refused at once. retire_after retires it by itself. */
         if (b->state == PROTO_STATE_LIVE && b->retire_after == 0) {
@@ -624,8 +638,11 @@ _public_ int gpuipc_release(gpuipc_t *c, gpuipc_buffer_t *b)
         CLIENT_LOCKED(c);
         int r = 0;
 
-        if (!c || !b || b->own)
+        if (!c || !b)
                 return GPUIPC_E_INVALID;
+        if (b->own)
+                return client_fail(c, GPUIPC_E_INVALID, "this buffer is this connection's own: drop it with "
+                                   "gpuipc_buffer_free");
         /* After a revoke the broker holds no reference for us any more. The revoked event may also
          * arrive while the release is on its way (it comes before the reply): that is no error. */
         if (!b->revoked) {
@@ -692,8 +709,11 @@ _public_ int gpuipc_buffer_free(gpuipc_t *c, gpuipc_buffer_t *b)
 _public_ int gpuipc_set_device(gpuipc_t *c, int ordinal)
 {
         CLIENT_LOCKED(c);
-        if (!c || ordinal < -1)
+        if (!c)
                 return GPUIPC_E_INVALID;
+        if (ordinal < -1)
+                return client_fail(c, GPUIPC_E_INVALID, "device %d: a device is an ordinal from 0, or -1 (the "
+                                   "buffer's own)", ordinal);
         c->device_pref = ordinal;
         return 0;
 }
@@ -715,9 +735,9 @@ _public_ int gpuipc_buffer_copy_in(gpuipc_buffer_t *b, const gpuipc_copy_t *item
         if (!b || !b->ptr || (n && !items))
                 return GPUIPC_E_INVALID;
         if (!b->own && !b->writable)
-                return -EACCES;
+                return client_fail(b->conn, -EACCES, "'%s' was published read-only", b->name);
         if (b->revoked)
-                return GPUIPC_E_REVOKED;
+                return client_fail(b->conn, GPUIPC_E_REVOKED, "'%s' was revoked: its memory is gone", b->name);
         for (size_t i = 0; i < n; i++) {
                 if (items[i].offset > b->size || items[i].len > b->size - items[i].offset) {
                         client_errmsg(b->conn, "copy %zu: [%zu, +%zu) lies outside the %zu-byte buffer", i,

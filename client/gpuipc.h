@@ -158,13 +158,18 @@ void gpuipc_abandon(gpuipc_t *c);
 /* Round trip to the broker. */
 int gpuipc_ping(gpuipc_t *c, int timeout_ms);
 
-/* What the broker said about the last failure on c ("" if nothing). Valid until the next call.
- * With c NULL: why this thread's last gpuipc_connect() failed. */
+/* Why the last call on c failed, in words: what the broker said, or what the library found wrong.
+ * Every call that fails on c says it, and a call on the connection forgets what the call before it
+ * said, so it never describes an older failure ("" when there is nothing to say). Valid until the
+ * next call. With c NULL: why this thread's last gpuipc_connect() failed. */
 const char *gpuipc_errmsg(const gpuipc_t *c);
 
 /* ---- buffers: producer side ---- */
 
-/* Allocates shareable memory. device is the CUDA device ordinal (ignored for memfd). */
+/* Allocates shareable memory. device is the CUDA device ordinal (ignored for memfd). size: 1 to
+ * GPUIPC_MAX_BUFFER_SIZE bytes (else GPUIPC_E_INVALID), and for memfd no more than the memory this
+ * process may still use: MemAvailable, or what its cgroup's memory.max leaves if less (else -ENOMEM).
+ * Pools and ring slots are held to the same limit. */
 int gpuipc_buffer_alloc(gpuipc_t *c, gpuipc_kind_t kind, size_t size, int device, gpuipc_buffer_t **ret);
 
 /* Shares existing CUDA device memory (cuMemAlloc/cudaMalloc) as cuda-legacy: the allocation's
@@ -551,6 +556,9 @@ int gpuipc_group_join(gpuipc_t *c, const char *group, unsigned members, int time
 #define GPUIPC_MAX_UUID 64   /* "GPU-..." or "MIG-..." */
 #define GPUIPC_MAX_GPUS 64   /* GPUs a connection declares, and devices gpuipc_cuda_describe() reports */
 #define GPUIPC_MAX_PAGE 1024 /* records the broker sends at most in one page */
+/* The most bytes any buffer may have (2^62), whatever its kind; a memfd buffer may have no more than
+ * the memory its process may still use either (gpuipc_buffer_alloc). */
+#define GPUIPC_MAX_BUFFER_SIZE (UINT64_C(1) << 62)
 
 typedef enum gpuipc_buffer_state {
         GPUIPC_STATE_LIVE = 1,    /* attachable */

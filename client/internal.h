@@ -147,6 +147,7 @@ struct gpuipc {
          * ring thread (ring-thread.c) while it reads the socket or renews seats; a ring's data plane
          * never takes it. */
         pthread_mutex_t lock;
+        unsigned lock_depth; /* how deep the holder's calls nest: 1 in the outermost (the caller's) */
         int fd;
         bool broken;        /* the broker went away; the next call reconnects if allowed */
         bool restoring;     /* reconnected, registering what we had again: no nested reconnect */
@@ -189,17 +190,27 @@ struct gpuipc {
 
 /* ---- the connection's lock ---- */
 
+/* A call from outside the library begins on c (its lock taken, not nested): what gpuipc_errmsg()
+ * said about the call before is forgotten, so that a failure never shows an older failure's words.
+ * The library's own threads (client_errmsg_sink) leave it alone. */
+void client_call_begins(gpuipc_t *c);
+
 static inline gpuipc_t *client_lock(gpuipc_t *c)
 {
-        if (c)
+        if (c) {
                 pthread_mutex_lock(&c->lock);
+                if (c->lock_depth++ == 0)
+                        client_call_begins(c);
+        }
         return c;
 }
 
 static inline void client_unlock(gpuipc_t *c)
 {
-        if (c)
+        if (c) {
+                c->lock_depth--;
                 pthread_mutex_unlock(&c->lock);
+        }
 }
 
 static inline void client_unlockp(gpuipc_t **c)
@@ -241,6 +252,8 @@ int client_copy_options(void *dst, size_t dst_size, const void *src);
 
 /* Sets gpuipc_errmsg(), or, in a thread that set a sink of its own, the sink. */
 void client_errmsg(gpuipc_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* client_errmsg, then returns err: a public call's refusal says why in the same statement. */
+int client_fail(gpuipc_t *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Where the calling thread's messages about c go: c->errmsg, or its sink (PROTO_MAX_TEXT + 1
  * bytes either way). */
 char *client_errbuf(gpuipc_t *c);
@@ -399,6 +412,16 @@ typedef struct KindOps {
 } KindOps;
 
 const KindOps *kind_ops(gpuipc_kind_t kind);
+
+/* ---- size-limit.c: how large a buffer may be ---- */
+
+/* Whether a buffer of kind may be size bytes (c may be NULL: a pool's allocation off the connection's
+ * thread): 0; GPUIPC_E_INVALID for 0 bytes or more than GPUIPC_MAX_BUFFER_SIZE; -ENOMEM for a memfd
+ * buffer larger than size_limit_host_memory(). gpuipc_errmsg() says which. */
+int size_limit_check(gpuipc_t *c, gpuipc_kind_t kind, size_t size);
+/* The host memory this process may still use: MemAvailable, or less where its cgroup's memory.max
+ * leaves less (UINT64_MAX: unknown); *ret_where names which, in words. */
+uint64_t size_limit_host_memory(const char **ret_where);
 extern const KindOps kind_memfd_ops;
 extern const KindOps kind_cuda_vmm_ops;
 extern const KindOps kind_cuda_legacy_ops;

@@ -226,7 +226,9 @@ static int segment_new(gpuipc_pool_t *p, gpuipc_t *c, size_t size, PoolSegment *
                 goto fail;
         }
         list_append(&s->blocks, &all->link);
-        r = ops->alloc(c, s->mem, size, p->device);
+        r = size_limit_check(c, p->kind, size);
+        if (r == 0)
+                r = ops->alloc(c, s->mem, size, p->device);
         if (r < 0)
                 goto fail;
         s->mem->writable = p->writable;

@@ -36,6 +36,12 @@ char *client_errbuf(gpuipc_t *c)
         return errmsg_sink ? errmsg_sink : c->errmsg;
 }
 
+void client_call_begins(gpuipc_t *c)
+{
+        if (!errmsg_sink)
+                c->errmsg[0] = 0;
+}
+
 void client_errmsg(gpuipc_t *c, const char *fmt, ...)
 {
         va_list ap;
@@ -45,6 +51,18 @@ void client_errmsg(gpuipc_t *c, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(client_errbuf(c), sizeof(c->errmsg), fmt, ap);
         va_end(ap);
+}
+
+int client_fail(gpuipc_t *c, int err, const char *fmt, ...)
+{
+        va_list ap;
+
+        if (!c)
+                return err;
+        va_start(ap, fmt);
+        vsnprintf(client_errbuf(c), sizeof(c->errmsg), fmt, ap);
+        va_end(ap);
+        return err;
 }
 
 int client_check_name(gpuipc_t *c, const char *name, const char *what, bool prefix, size_t max)

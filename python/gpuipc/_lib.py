@@ -52,6 +52,8 @@ class Event(ctypes.Structure):
 
 _MAX_NAME, _MAX_LABEL, _MAX_UUID, _MAX_GPUS = 255, 64, 64, 64
 MAX_PAGE = 1024  # GPUIPC_MAX_PAGE: records the broker sends at most in one page
+MAX_BUFFER_SIZE = 1 << 62  # GPUIPC_MAX_BUFFER_SIZE: the most bytes any buffer may have
+SIZE_MAX = 2 ** (8 * ctypes.sizeof(ctypes.c_size_t)) - 1  # what a size_t argument holds (more would wrap)
 
 
 class RingOptions(ctypes.Structure):

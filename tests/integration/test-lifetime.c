@@ -1,6 +1,7 @@
 /* The lifetime contract against the real broker: fan-out to many consumer processes, attach before
  * publish (the rendezvous) and its timeout, retire -> drained only after the last release, and
  * retire_after. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -424,13 +425,124 @@ static void test_consumer_cannot_free(void)
         h_case_end(&k);
 }
 
+/* gpuipc_errmsg names the cause of the call that failed: a message that the call found nothing to
+ * say about is a failure too, and one that still speaks of "bad name" a stale one. */
+static void check_fresh(gpuipc_t *c, const char *call, const char *needle)
+{
+        const char *msg = gpuipc_errmsg(c);
+
+        CHECKF(msg[0] && !strstr(msg, "bad name"), "%s: errmsg '%s'", call, msg);
+        CHECKF(strstr(msg, needle), "%s: errmsg '%s' does not say '%s'", call, msg, needle);
+}
+
+/* Every failing call says why in gpuipc_errmsg, never in an older failure's words: after an attach
+ * refused for its name, calls refused by the library itself (no request made) each name their own
+ * cause, and a call that succeeds leaves nothing behind. */
+static void test_errmsg_never_stale(void)
+{
+        gpuipc_t *prod, *c;
+        gpuipc_buffer_t *b = NULL, *own, *v;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        prod = h_connect(k.broker, "producer");
+        own = h_publish(prod, "errmsg/own", 4096, 3, NULL);
+        c = h_connect(k.broker, "consumer");
+        v = h_attach_verify(c, "errmsg/own", 0, 3);
+
+        CHECK_ERR(c, gpuipc_attach(c, "bad name", 0, &b), GPUIPC_E_INVALID);
+        CHECKF(strstr(gpuipc_errmsg(c), "bad name"), "errmsg: %s", gpuipc_errmsg(c));
+        CHECK_ERR(c, gpuipc_buffer_alloc(c, GPUIPC_KIND_MEMFD, SIZE_MAX, 0, &b), GPUIPC_E_INVALID);
+        check_fresh(c, "alloc SIZE_MAX", "GPUIPC_MAX_BUFFER_SIZE");
+
+        CHECK_ERR(c, gpuipc_attach(c, "bad name", 0, &b), GPUIPC_E_INVALID);
+        CHECK_ERR(c, gpuipc_buffer_alloc(c, GPUIPC_KIND_MEMFD, 0, 0, &b), GPUIPC_E_INVALID);
+        check_fresh(c, "alloc 0", "at least 1 byte");
+
+        CHECK_ERR(c, gpuipc_attach(c, "bad name", 0, &b), GPUIPC_E_INVALID);
+        CHECK_ERR(c, gpuipc_publish(c, v, "errmsg/again", NULL), GPUIPC_E_INVALID);
+        check_fresh(c, "publish of an attached buffer", "not this connection's own");
+
+        CHECK_ERR(c, gpuipc_attach(c, "bad name", 0, &b), GPUIPC_E_INVALID);
+        CHECK_ERR(c, gpuipc_retire(c, v), GPUIPC_E_INVALID);
+        check_fresh(c, "retire of an attached buffer", "not this connection's own");
+
+        CHECK_ERR(c, gpuipc_attach(c, "bad name", 0, &b), GPUIPC_E_INVALID);
+        CHECK_ERR(c, gpuipc_set_device(c, -2), GPUIPC_E_INVALID);
+        check_fresh(c, "set_device -2", "device -2");
+
+        CHECK_ERR(c, gpuipc_attach(c, "bad name", 0, &b), GPUIPC_E_INVALID);
+        CHECK_ERR(c, gpuipc_buffer_copy_in(v, NULL, 0, NULL), -EACCES);
+        check_fresh(c, "copy into a read-only buffer", "read-only");
+
+        CHECK_ERR(prod, gpuipc_attach(prod, "bad name", 0, &b), GPUIPC_E_INVALID);
+        CHECK_ERR(prod, gpuipc_release(prod, own), GPUIPC_E_INVALID);
+        check_fresh(prod, "release of an own buffer", "gpuipc_buffer_free");
+
+        /* A success says nothing (the old message does not survive it either). */
+        CHECK_ERR(c, gpuipc_attach(c, "bad name", 0, &b), GPUIPC_E_INVALID);
+        CHECK_OK(c, gpuipc_ping(c, 5000));
+        CHECK_STREQ(gpuipc_errmsg(c), "");
+
+        CHECK_OK(c, gpuipc_release(c, v));
+        CHECK_OK(prod, gpuipc_retire(prod, own));
+        CHECK_OK(prod, gpuipc_wait_drained(prod, own, 5000));
+        CHECK_OK(prod, gpuipc_buffer_free(prod, own));
+        gpuipc_close(c);
+        gpuipc_close(prod);
+        h_case_end(&k);
+}
+
+/* One size limit for every way of making a buffer (gpuipc_buffer_alloc, a pool's segment, a ring's
+ * slots): a memfd larger than the memory available is refused at once with -ENOMEM saying so, and
+ * nothing is published; more than GPUIPC_MAX_BUFFER_SIZE is refused for every kind. */
+static void test_one_size_limit(void)
+{
+        gpuipc_pool_options_t po = { .struct_size = sizeof(po), .kind = GPUIPC_KIND_MEMFD };
+        gpuipc_ring_options_t ro = { .struct_size = sizeof(ro), .kind = GPUIPC_KIND_MEMFD };
+        const char *where;
+        gpuipc_buffer_t *b = NULL;
+        gpuipc_ring_t *r = NULL;
+        gpuipc_pool_t *p = NULL;
+        uint64_t avail = size_limit_host_memory(&where);
+        size_t over;
+        void *ptr;
+        gpuipc_t *c;
+        HCase k;
+
+        if (avail == UINT64_MAX || avail > SIZE_MAX / 4)
+                h_skip("the memory available is unknown, or more than a size_t can double");
+        over = (size_t)avail * 2 + 4096;
+        h_case_begin(&k, NULL);
+        c = h_connect(k.broker, "producer");
+        CHECK_ERR(c, gpuipc_buffer_alloc(c, GPUIPC_KIND_MEMFD, over, 0, &b), -ENOMEM);
+        CHECKF(strstr(gpuipc_errmsg(c), "more than the"), "errmsg: %s", gpuipc_errmsg(c));
+        CHECK_ERR(c, gpuipc_buffer_alloc(c, GPUIPC_KIND_CUDA_VMM, (size_t)GPUIPC_MAX_BUFFER_SIZE + 1, 0, &b),
+                  GPUIPC_E_INVALID);
+        CHECKF(strstr(gpuipc_errmsg(c), "GPUIPC_MAX_BUFFER_SIZE"), "errmsg: %s", gpuipc_errmsg(c));
+
+        CHECK_OK(c, gpuipc_pool_new(c, &po, &p));
+        CHECK_ERR(c, gpuipc_pool_alloc(p, over, &ptr), -ENOMEM);
+        CHECK_OK(c, gpuipc_pool_alloc(p, 4096, &ptr)); /* the pool still serves what fits */
+        CHECK_OK(c, gpuipc_pool_free(p, ptr));
+        CHECK_OK(c, gpuipc_pool_close(p));
+
+        ro.slot_size = over;
+        CHECK_ERR(c, gpuipc_ring_create(c, "size/ring", &ro, &r), -ENOMEM);
+        CHECKF(strstr(gpuipc_errmsg(c), "more than the"), "errmsg: %s", gpuipc_errmsg(c));
+        CHECK_EQ(h_list_count(k.obs, "size/"), 0u);
+        gpuipc_close(c);
+        h_case_end(&k);
+}
+
 int main(int argc, char **argv)
 {
         static const HTest tests[] = {
                 H_TEST(test_fanout_32_consumers), H_TEST(test_attach_waits_for_publish),
                 H_TEST(test_attach_timeout),      H_TEST(test_drained_after_last_release),
                 H_TEST(test_retire_after),        H_TEST(test_fd_travels_once_per_peer),
-                H_TEST(test_consumer_cannot_free),
+                H_TEST(test_consumer_cannot_free), H_TEST(test_errmsg_never_stale),
+                H_TEST(test_one_size_limit),
         };
 
         return h_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));

@@ -78,7 +78,8 @@ for name, cls in sorted(vars(_lib).items()):
         fail(f'_lib.{name} has fields {py_names}, {c_type} has members {members}')
     mirrored[name] = (cls, c_type, members)
 
-maxes = ['GPUIPC_MAX_NAME', 'GPUIPC_MAX_LABEL', 'GPUIPC_MAX_UUID', 'GPUIPC_MAX_GPUS', 'GPUIPC_MAX_PAGE']
+maxes = ['GPUIPC_MAX_NAME', 'GPUIPC_MAX_LABEL', 'GPUIPC_MAX_UUID', 'GPUIPC_MAX_GPUS', 'GPUIPC_MAX_PAGE',
+         'GPUIPC_MAX_BUFFER_SIZE']
 program = ['#include <stddef.h>', '#include <stdio.h>', '#include "gpuipc.h"', 'int main(void)', '{']
 for name, (cls, c_type, members) in mirrored.items():
     program.append(f'        printf("{c_type} %zu\\n", sizeof({c_type}));')
@@ -86,7 +87,7 @@ for name, (cls, c_type, members) in mirrored.items():
         program.append(f'        printf("{c_type}.{m} %zu %zu\\n", offsetof({c_type}, {m}), '
                        f'sizeof((({c_type} *)0)->{m}));')
 for m in maxes:
-    program.append(f'        printf("{m} %d\\n", (int){m});')
+    program.append(f'        printf("{m} %llu\\n", (unsigned long long){m});')
 program.append('#define XX(code, value, name) printf("E_" #code " %d %s\\n", (int)(value), name);')
 program += ['        GPUIPC_ERRNO_MAP(XX)', '        return 0;', '}', '']
 
@@ -118,7 +119,8 @@ for name, (cls, c_type, members) in mirrored.items():
             fail(f'{c_type}.{m}: C offset {off} size {size}, ctypes offset {field.offset} size {field.size}')
 
 py_max = {'GPUIPC_MAX_NAME': _lib._MAX_NAME, 'GPUIPC_MAX_LABEL': _lib._MAX_LABEL, 'GPUIPC_MAX_UUID': _lib._MAX_UUID,
-          'GPUIPC_MAX_GPUS': _lib._MAX_GPUS, 'GPUIPC_MAX_PAGE': _lib.MAX_PAGE}
+          'GPUIPC_MAX_GPUS': _lib._MAX_GPUS, 'GPUIPC_MAX_PAGE': _lib.MAX_PAGE,
+          'GPUIPC_MAX_BUFFER_SIZE': _lib.MAX_BUFFER_SIZE}
 for m in maxes:
     if int(c[m][0]) != py_max[m]:
         fail(f'{m} is {c[m][0]} in gpuipc.h, {py_max[m]} in _lib.py')
