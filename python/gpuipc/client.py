@@ -27,6 +27,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _lib, arrays, dtypes, errors, meta as _meta
+from ._args import shape_arg as _shape_arg, size_arg as _size_arg, text_bytes as _text_bytes
 from .buffer import KINDS, Attached, Buffer, View
 from .events import Event, Subscription
 from .fence import Fence, torch_current_stream
@@ -118,9 +119,7 @@ def _kind_code(kind):
 
 
 def _name_bytes(name, what='name'):
-    if not isinstance(name, str) or not name:
-        raise errors.InvalidArgument(f'the {what} must be a non-empty string, not {name!r}')
-    return name.encode()
+    return _text_bytes(name, what)
 
 
 class Client:
@@ -163,7 +162,8 @@ class Client:
         self._device_pref = -1               # what gpuipc_set_device was told last (-1: its default)
         self._pid = os.getpid()              # a child forked with this Client must not end it (_disown)
         self._lock_cm = _Locked(self)
-        opts = _lib.Options(socket.encode() if socket else None, label.encode() if label else None,
+        opts = _lib.Options(_text_bytes(socket, 'socket path') if socket else None,
+                            _text_bytes(label, 'label') if label else None,
                             int(connect_timeout_ms), 0 if reconnect else 1, 0 if probe_gpus else 1)
         c = ctypes.c_void_p()
         r = self._lib.gpuipc_connect(ctypes.byref(c), ctypes.byref(opts))
@@ -381,9 +381,7 @@ class Client:
     def alloc(self, nbytes: int, kind: str = 'memfd', device: int = 0) -> Buffer:
         """A new Buffer of `nbytes` bytes (a uint8 array): memfd (host memory), cuda-vmm or
         cuda-legacy on CUDA device `device`."""
-        nbytes = int(nbytes)
-        if nbytes <= 0:
-            raise errors.InvalidArgument(f'a buffer needs at least one byte, not {nbytes}')
+        nbytes = _size_arg(nbytes, f'allocate {nbytes!r} bytes of {kind}')
         code = _kind_code(kind)
         h = ctypes.c_void_p()
         with self._locked():
@@ -391,20 +389,25 @@ class Client:
                         f'allocate {nbytes} bytes of {kind}')
             return self._register(h.value)
 
-    def empty(self, shape: Union[int, Sequence[int]], dtype: Any = 'float32', kind: str = 'cuda-vmm', device: int = 0,
-              framework: Optional[str] = 'torch') -> Any:
+    def empty(self, shape: Union[int, Sequence[int]], dtype: Any = 'float32', kind: Optional[str] = None,
+              device: int = 0, framework: Optional[str] = 'torch') -> Any:
         """A new array in shared memory, uninitialized, of `shape` and `dtype` (a name, or a torch,
         NumPy, CuPy or JAX dtype): a torch tensor (framework='torch'), a NumPy array ('numpy',
         memfd), a CuPy array ('cupy'), a JAX array ('jax'), a memoryview ('memoryview', memfd) or
-        the gpuipc Buffer itself (None). Write into it, then publish() it: no copy is made.
-        Slices of it can be published too (their offset and strides travel in the metadata)."""
-        shape = (int(shape),) if isinstance(shape, int) else tuple(int(x) for x in shape)
+        the gpuipc Buffer itself (None). `kind` by default follows the framework: memfd for 'numpy'
+        and 'memoryview' (host memory is all they hold), cuda-vmm for the others. Write into it,
+        then publish() it: no copy is made. Slices of it can be published too (their offset and
+        strides travel in the metadata)."""
+        shape = _shape_arg(shape)
         name = dtypes.name(dtype)
+        if kind is None:
+            kind = 'memfd' if framework in ('numpy', 'memoryview') else 'cuda-vmm'
         nbytes = arrays.numel(shape) * dtypes.itemsize(name)
         code = _kind_code(kind)
+        size = _size_arg(max(nbytes, 1), f'allocate {nbytes} bytes of {kind}')
         h = ctypes.c_void_p()
         with self._locked():
-            self._check(self._lib.gpuipc_buffer_alloc(self._c, code, max(nbytes, 1), int(device), ctypes.byref(h)),
+            self._check(self._lib.gpuipc_buffer_alloc(self._c, code, size, int(device), ctypes.byref(h)),
                         f'allocate {nbytes} bytes of {kind}')
             buf = self._register(h.value, name, shape)
         try:
@@ -718,7 +721,7 @@ class Client:
             raise TypeError('the prefix must be a string')
         v = ctypes.c_uint64()
         with self._locked():
-            self._check(self._lib.gpuipc_subscribe(self._c, prefix.encode(), ctypes.byref(v)),
+            self._check(self._lib.gpuipc_subscribe(self._c, _text_bytes(prefix, 'prefix', True), ctypes.byref(v)),
                         f"subscribe to '{prefix}'")
         return v.value
 
@@ -850,11 +853,10 @@ class Client:
         decides), in every state, in the order they were registered (gpuipc_list_buffers). Ring parts appear as
         NAME@ctl, NAME@slot.K and NAME@member.I. Not a snapshot: buffers added or removed meanwhile
         may be missed or not."""
-        if not isinstance(prefix, str):
-            raise TypeError('the prefix must be a string')
+        prefix_b = _text_bytes(prefix, 'prefix', True)
         page = (_lib.BufferInfo * 256)()
         return [BufferInfo._from_c(self._lib, b) for b in self._paged(
-            'list buffers', lambda cur: self._lib.gpuipc_list_buffers(self._c, prefix.encode(), cur, page, 256), page)]
+            'list buffers', lambda cur: self._lib.gpuipc_list_buffers(self._c, prefix_b, cur, page, 256), page)]
 
     def peers(self) -> List[PeerInfo]:
         """Every connection to the broker that it shows this peer (its own uid's, or all to a policy
@@ -1016,6 +1018,7 @@ class Client:
     def _publisher(self, name, live):
         """The publisher of name's versions in that mode (one of the other mode is closed first)."""
         from . import state_dict as _sd
+        _name_bytes(name, 'state dict name')
         pub = self._publishers.get(name)
         if pub is not None and pub.live_mode != live:
             self._publishers.pop(name).close()

@@ -20,16 +20,24 @@ class Error(Exception):
     """A gpuipc failure.
 
     Attributes:
-        code: the negative libgpuipc code (``GPUIPC_E_*`` or ``-errno``; 0 for failures found in Python).
+        code: the negative libgpuipc code (``GPUIPC_E_*`` or ``-errno``). A failure found in Python
+            carries the library's code of the same meaning (InvalidArgument: ``E_INVALID``,
+            StateError: ``E_STATE``, ...), or 0 where its class has none (``Error``, ``SystemCallError``).
         name: the code's stable short name (``gpuipc_err_name``: ``"not-found"``, ``"no-broker"``,
-            ``"ENOENT"``, ...; ``""`` for failures found in Python).
+            ``"ENOENT"``, ``"invalid"``, ...; ``""`` with code 0).
         operation: what was being done, e.g. ``"attach 'weights/policy'"``.
         detail: what the broker (or libgpuipc) said about this failure (``gpuipc_errmsg``), may be empty.
         hint: libgpuipc's sentence naming the cause and the usual fix (``gpuipc_strerror``).
     """
 
+    # The code a failure found in Python carries (set below, per class, once the codes are defined).
+    _python_code = 0
+
     def __init__(self, message, code=0, operation='', detail='', hint='', name=''):
         super().__init__(message)
+        if not code and not name:
+            code = type(self)._python_code
+            name = _CODE_NAMES.get(code, '')
         self.code, self.operation, self.detail, self.hint, self.name = code, operation, detail, hint, name
 
 
@@ -209,6 +217,27 @@ _BY_NAME = {
     'bad-reply': ProtocolError,
     'EINVAL': InvalidArgument, 'EACCES': Denied, 'EPERM': Denied, 'ETIMEDOUT': Timeout,
 }
+
+
+# The codes' names (gpuipc_err_name), for failures found in Python, which have no library to ask.
+_CODE_NAMES = {
+    E_BAD_REQUEST: 'bad-request', E_PROTOCOL: 'protocol', E_NOT_FOUND: 'not-found', E_TIMEOUT: 'timeout',
+    E_NAME_TAKEN: 'name-taken', E_QUOTA: 'quota', E_DENIED: 'denied', E_STATE: 'state', E_DEVICE: 'device',
+    E_GROUP_MISMATCH: 'group-mismatch', E_REVOKED: 'revoked', E_KIND: 'kind', E_INVALID: 'invalid',
+    E_SAME_PID: 'same-pid', E_SHM: 'shm', E_NO_BROKER: 'no-broker', E_DISCONNECTED: 'disconnected',
+    E_NO_CUDA: 'no-cuda', E_CUDA: 'cuda', E_BUSY: 'busy',
+}
+# Each class's code when Python raises it: the code of the same meaning that the library would have
+# returned, so that code dispatching on .name or .code sees one vocabulary whoever found the failure.
+# Subclasses inherit it (RingClosed is 'revoked', PoolClosed 'state', SpansSegments 'invalid').
+for _cls, _code in ((InvalidArgument, E_INVALID), (MetadataError, E_INVALID), (NotFound, E_NOT_FOUND),
+                    (Timeout, E_TIMEOUT), (Denied, E_DENIED), (Revoked, E_REVOKED), (SamePid, E_SAME_PID),
+                    (Shm, E_SHM), (Device, E_DEVICE), (NoBroker, E_NO_BROKER), (Disconnected, E_DISCONNECTED),
+                    (NoCuda, E_NO_CUDA), (CudaError, E_CUDA), (NameTaken, E_NAME_TAKEN), (Quota, E_QUOTA),
+                    (Busy, E_BUSY), (StateError, E_STATE), (KindError, E_KIND), (GroupMismatch, E_GROUP_MISMATCH),
+                    (ProtocolError, E_PROTOCOL)):
+    _cls._python_code = _code
+del _cls, _code
 
 
 def err_name(code):

@@ -17,11 +17,13 @@ again. ``pool.empty_cache()`` frees idle views, empties torch's cache and gives 
 import bisect
 import collections
 import ctypes
+import errno
 import sys
 import threading
 from typing import Any, NamedTuple, Optional, Sequence, Union
 
 from . import _lib, arrays, dlpack, dtypes, errors
+from ._args import shape_arg, size_arg
 from .buffer import KINDS, Buffer, View
 
 _IDLE_VIEWS_MAX = 256
@@ -120,8 +122,9 @@ class Pool:
         self._idle = collections.OrderedDict()      # (base, size) -> view Buffer, drained, reusable
         self._mempool, self._entered = None, []
         self._segs = []  # sorted (base, size) of segments looked up: they stay until trim or close
-        opts = _lib.PoolOptions(KINDS[kind], max(self.device, 0), int(segment_size), int(max_segment_size),
-                                int(reserve), int(bool(writable)), int(bool(broker_held)))
+        opts = _lib.PoolOptions(KINDS[kind], max(self.device, 0), size_arg(segment_size, 'segment_size', 0),
+                                size_arg(max_segment_size, 'max_segment_size', 0), size_arg(reserve, 'reserve', 0),
+                                int(bool(writable)), int(bool(broker_held)))
         h = ctypes.c_void_p()
         with client._locked():
             r = self._lib.gpuipc_pool_new(client._c, ctypes.byref(opts), ctypes.byref(h))
@@ -187,9 +190,15 @@ class Pool:
     def _alloc(self, nbytes):
         self._check_open('allocate in the pool')
         p = ctypes.c_void_p()
-        r = self._lib.gpuipc_pool_alloc(self._handle, max(int(nbytes), 1), ctypes.byref(p))
+        r = self._lib.gpuipc_pool_alloc(self._handle, size_arg(max(nbytes, 1), f'allocate {nbytes} bytes in the pool'),
+                                        ctypes.byref(p))
         if r < 0:
-            raise errors.from_code(r, f'allocate {nbytes} bytes in the pool', '', self._client._strerror(r))
+            # The pool's allocations have no gpuipc_errmsg (any thread may make them): what a
+            # refusal of a new segment most likely means is said here.
+            detail = '' if r != -errno.ENOMEM or self.kind != 'memfd' else (
+                f'a segment of {nbytes} bytes is more than the memory available (memfd pools are held to '
+                f'the limit of every memfd buffer: MemAvailable, or what memory.max leaves)')
+            raise errors.from_code(r, f'allocate {nbytes} bytes in the pool', detail, self._client._strerror(r))
         return _Block(self, p.value, int(nbytes))
 
     def _free_block(self, ptr):
@@ -204,7 +213,7 @@ class Pool:
         """A new array in the pool, uninitialized: a torch tensor (framework='torch'), CuPy array
         ('cupy'), JAX array ('jax'), NumPy array ('numpy', memfd) or gpuipc View (None). Its memory
         goes back to the pool once the array (and every array made from it) is gone."""
-        shape = (int(shape),) if isinstance(shape, int) else tuple(int(x) for x in shape)
+        shape = shape_arg(shape)
         name = _dtype_name(dtype)
         return self._array(self._alloc(arrays.numel(shape) * dtypes.itemsize(name)), name, shape, framework)
 

@@ -30,6 +30,7 @@ import weakref
 from typing import Any, AsyncIterator, Iterator, Optional, Tuple
 
 from . import _lib, arrays, dlpack, dtypes, errors, meta as _meta
+from ._args import shape_arg, size_arg
 from .buffer import KINDS, KIND_NAMES, View
 from .client import _SLICE_MS, _Deadline, _name_bytes
 from .fence import stream_handle
@@ -704,9 +705,7 @@ def _layout(name, slots, slot_size, shape, dtype, mode, kind, device, max_member
         raise errors.InvalidArgument("mode='stream' hands frames over in CUDA streams: its slots are 'cuda-vmm'")
     layout = {}
     if shape is not None:
-        shape = (int(shape),) if isinstance(shape, int) else tuple(int(x) for x in shape)
-        if any(n < 0 for n in shape):
-            raise errors.InvalidArgument(f'a shape has no negative sizes: {shape}')
+        shape = shape_arg(shape)
         dtype = dtypes.name(dtype if dtype is not None else 'float32')
         nbytes = arrays.numel(shape) * dtypes.itemsize(dtype)
         if slot_size is None:
@@ -717,9 +716,7 @@ def _layout(name, slots, slot_size, shape, dtype, mode, kind, device, max_member
     elif slot_size is None:
         raise errors.InvalidArgument('a ring needs slot_size (bytes), or shape and dtype')
     layout['dtype'] = dtypes.name(dtype) if dtype is not None else 'uint8'
-    slot_size = int(slot_size)
-    if slot_size <= 0:
-        raise errors.InvalidArgument(f'a slot needs at least one byte, not {slot_size}')
+    slot_size = size_arg(slot_size, f'slot_size {slot_size!r}')
     for what, value in (('slots', slots), ('max_members', max_members), ('lease_ms', lease_ms)):
         if int(value) <= 0:
             raise errors.InvalidArgument(f'{what} must be positive, not {value}')

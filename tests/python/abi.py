@@ -141,6 +141,11 @@ for code, value, stable in expanded:
         fail(f'errors._BY_NAME has no class for "{stable}" (GPUIPC_E_{code})')
 for code in sorted(set(py_codes) - {e[0] for e in expanded}):
     fail(f'errors.py has E_{code}, which GPUIPC_ERRNO_MAP lacks')
+# The names exceptions raised in Python carry (errors._CODE_NAMES) are the header's.
+header_names = {value: stable for _, value, stable in expanded}
+for value, stable in errors._CODE_NAMES.items():
+    if header_names.get(value) != stable:
+        fail(f'errors._CODE_NAMES names {value} "{stable}", gpuipc.h "{header_names.get(value)}"')
 
 # ---- 4: no bare codes elsewhere ----
 for path in sorted(glob.glob(os.path.join(src_root, 'python', 'gpuipc', '*.py'))):

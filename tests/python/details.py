@@ -1,8 +1,13 @@
 """The Python package's details a new user trips over, each checked against a real broker:
 
 - publish_state_dict() of NumPy arrays goes to memfd by default (as share() chooses), not cuda-vmm;
-- a bad argument (share(x, ''), empty(kind='bogus'), alloc(0)) raises gpuipc.InvalidArgument, which
-  `except gpuipc.Error` catches and which is still a ValueError;
+- empty(framework='numpy') is memfd without being told (the framework chooses the kind);
+- a bad argument (share(x, ''), empty(kind='bogus'), alloc(0), a negative dimension, a size past
+  size_t) raises gpuipc.InvalidArgument, which `except gpuipc.Error` catches, which is still a
+  ValueError, and whose .name and .code are the library's ('invalid') even when Python found it;
+- a name with a NUL inside is refused wherever a name enters (C would cut it short);
+- a failure's message is its own, never an earlier failure's (alloc(1 << 63) after a bad attach);
+- a memfd larger than the memory available is refused by alloc, empty and a pool alike;
 - a join_ring() timeout carries its detail and hint like every other error;
 - a message says what happened once: the hint is .hint (and a note), not repeated in the message;
 - Client('/etc/passwd') says "not a socket", at once, instead of "Connection refused";
@@ -237,14 +242,115 @@ def not_meta(fn, a):
 
 
 def case_invalid_arguments(c):
-    """Bad arguments are gpuipc.InvalidArgument: a gpuipc.Error and a ValueError."""
+    """Bad arguments are gpuipc.InvalidArgument: a gpuipc.Error and a ValueError, with the library's
+    code and name for it ('invalid', E_INVALID) whether Python or the library found it."""
+    pool = c.pool(kind='memfd')
     for what, fn in (("share(x, '')", lambda: c.share(np.zeros(4, np.uint8), '')),
                      ("empty(kind='bogus')", lambda: c.empty((2,), 'uint8', kind='bogus', framework=None)),
                      ('alloc(0)', lambda: c.alloc(0)),
-                     ("empty(dtype='nonsense')", lambda: c.empty((2,), 'nonsense', kind='memfd', framework=None))):
+                     ("empty(dtype='nonsense')", lambda: c.empty((2,), 'nonsense', kind='memfd', framework=None)),
+                     ('empty((-4,))', lambda: c.empty((-4,), 'float32', framework='numpy')),
+                     ('empty((2, -1))', lambda: c.empty((2, -1), 'uint8', kind='memfd', framework=None)),
+                     ("empty('x')", lambda: c.empty('x', 'uint8', kind='memfd', framework=None)),
+                     ('pool.empty((-4,))', lambda: pool.empty((-4,), 'float32', framework='numpy')),
+                     ('ring shape (-1,)', lambda: c.ring(f'py/details/{RUN}/neg', shape=(-1,), dtype='uint8')),
+                     ('ring slot_size 1 << 64', lambda: c.ring(f'py/details/{RUN}/big', slot_size=1 << 64)),
+                     ('pool segment_size -1', lambda: c.pool(kind='memfd', segment_size=-1))):
         e = raises(gpuipc.Error, fn)
         assert isinstance(e, gpuipc.InvalidArgument) and isinstance(e, ValueError), f'{what}: {type(e).__name__}'
-    return 'share, empty (kind, dtype), alloc'
+        assert (e.name, e.code) == ('invalid', gpuipc.errors.E_INVALID), f'{what}: name {e.name!r} code {e.code}'
+    e = gpuipc.InvalidArgument('raised by hand')
+    assert (e.name, e.code) == ('invalid', gpuipc.errors.E_INVALID), (e.name, e.code)
+    assert gpuipc.StateError('x').name == 'state' and gpuipc.RingClosed('x').name == 'revoked'
+    assert gpuipc.Error('x').name == '' and gpuipc.Error('x').code == 0
+    pool.close()
+    return 'share, empty (kind, dtype, shape), pool.empty, ring, alloc; name and code'
+
+
+def case_fresh_messages(c):
+    """A failure's message is its own, never an earlier failure's: after attach('bad name') fails,
+    alloc(1 << 63) names the size limit, and alloc(1 << 64), which ctypes would wrap to 0, is
+    refused before it reaches the library."""
+    checked = []
+    for size in (1 << 63, 1 << 64, 1 << 70):
+        raises(gpuipc.InvalidArgument, lambda: c.attach('bad name', 0))
+        e = raises(gpuipc.InvalidArgument, lambda: c.alloc(size))
+        assert 'bad name' not in str(e) and 'bad name' not in e.detail, f'alloc({size}): {e}'
+        assert 'more than any buffer may hold' in str(e), f'alloc({size}): {e}'
+        checked.append(str(e))
+    assert not c.buffers(f'py/details/{RUN}/'), 'a buffer was made'
+    return checked[1]
+
+
+def mem_available():
+    with open('/proc/meminfo') as f:
+        for line in f:
+            if line.startswith('MemAvailable:'):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def case_one_size_limit(c):
+    """A memfd larger than the memory available is refused by alloc, empty and a memfd pool alike,
+    at once, with the library's message (gpuipcctl publish --size meets the same limit)."""
+    avail = mem_available()
+    if avail is None:
+        return 'skipped: no MemAvailable'
+    over = 2 * avail + 4096
+    pool = c.pool(kind='memfd')
+    try:
+        for what, fn in (('alloc', lambda: c.alloc(over)),
+                         ('empty', lambda: c.empty((over,), 'uint8', framework='numpy')),
+                         ('pool.empty', lambda: pool.empty((over,), 'uint8', framework='numpy'))):
+            start = time.monotonic()
+            e = raises(gpuipc.Error, fn)
+            assert e.name == 'ENOMEM' and 'more than the' in str(e), f'{what}: {type(e).__name__}: {e}'
+            assert time.monotonic() - start < 5, f'{what}: refusing took {time.monotonic() - start:.1f} s'
+    finally:
+        pool.close()
+    return f'{over} bytes refused: {e}'
+
+
+def case_nul_in_names(c):
+    """A NUL inside a name is refused (C would cut the name there and publish 'x' for 'x\\0y'), and
+    nothing is published under the name's first part."""
+    arr = np.zeros(4, np.uint8)
+    base = f'py/details/{RUN}/nul'
+    for what, fn in (('share', lambda: c.share(arr, base + '\0y')),
+                     ('alloc + publish', lambda: c.publish(c.empty((4,), 'uint8', kind='memfd', framework='numpy'),
+                                                          base + '\0y')),
+                     ('ring', lambda: c.ring(base + '\0y', slots=2, slot_size=64)),
+                     ('attach', lambda: c.attach(base + '\0y', 0)),
+                     ('join_ring', lambda: c.join_ring(base + '\0y', timeout_ms=0)),
+                     ('subscribe', lambda: c.subscribe(base + '\0')),
+                     ('buffers', lambda: c.buffers(base + '\0')),
+                     ('publish_state_dict', lambda: c.publish_state_dict({'w': arr}, base + '\0y')),
+                     ('group_join', lambda: c.group_join(base + '\0y', 2, 0)),
+                     ('Client label', lambda: gpuipc.Client(label='a\0b', probe_gpus=False)),
+                     ('Client socket', lambda: gpuipc.Client(socket=os.environ['GPUIPC_SOCKET'] + '\0x',
+                                                             probe_gpus=False))):
+        e = raises(gpuipc.InvalidArgument, fn)
+        assert 'NUL' in str(e), f'{what}: {e}'
+    assert not c.buffers(base), [b.name for b in c.buffers(base)]
+    return str(e)
+
+
+def case_empty_numpy_memfd(c):
+    """empty(framework='numpy') (and 'memoryview') makes memfd memory without being told: the
+    framework chooses the kind unless one is given."""
+    a = c.empty((4,), 'float32', framework='numpy')
+    a[:] = [1, 2, 3, 4]
+    m = c.empty((8,), 'uint8', framework='memoryview')
+    name = f'py/details/{RUN}/np-memfd'
+    c.publish(a, name)
+    try:
+        kinds = {b.kind for b in c.buffers(name)}
+        assert kinds == {'memfd'}, kinds
+    finally:
+        c.retire(a)
+        c.free(a)
+    c.free(m)
+    return 'numpy and memoryview: memfd'
 
 
 def case_join_ring_timeout(c):
@@ -323,7 +429,8 @@ def case_pickle(c):
 
 
 CASES = [case_state_dict_numpy_memfd, case_lying_manifest, case_live_parts_of_others, case_hostile_layout,
-         case_invalid_arguments, case_join_ring_timeout, case_message_once,
+         case_invalid_arguments, case_fresh_messages, case_one_size_limit, case_nul_in_names,
+         case_empty_numpy_memfd, case_join_ring_timeout, case_message_once,
          case_not_a_socket, case_pickle]
 
 
