@@ -138,7 +138,7 @@ static void print_buffer(Ctl *ctl, const char *what, const gpuipc_buffer_t *b, v
                 json_ku64(&o, "generation", gpuipc_buffer_generation(b));
                 json_kstr(&o, "kind", kind);
                 json_ku64(&o, "size", gpuipc_buffer_size(b));
-                json_kstr(&o, "device", gpuipc_buffer_device(b));
+                json_kstr_or_null(&o, "device", gpuipc_buffer_device(b));
                 if (extra)
                         extra(&o, ud);
                 json_end(&o, '}');

@@ -77,17 +77,6 @@ static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ..
         }
 }
 
-/* The same choice the library makes at connect (--socket, then $GPUIPC_SOCKET, then the default),
- * restated because check_socket looks at the file before anything connects. */
-static const char *socket_path(const Ctl *ctl)
-{
-        const char *p = ctl->socket;
-
-        if (!p || !*p)
-                p = getenv("GPUIPC_SOCKET");
-        return p && *p ? p : GPUIPC_DEFAULT_SOCKET;
-}
-
 static bool check_socket(Doctor *d, const char *path)
 {
         struct stat st;
@@ -490,7 +479,7 @@ int cmd_doctor(Ctl *ctl, int argc, char **argv)
                 json_key(&d.json, "checks");
                 json_begin(&d.checks, stdout, '[');
         }
-        socket_ok = check_socket(&d, socket_path(ctl));
+        socket_ok = check_socket(&d, ctl_socket_path(ctl));
         broker_ok = check_broker(&d, socket_ok);
         check_pidns(&d, broker_ok);
         self_identity(&d, broker_ok);

@@ -63,6 +63,7 @@ int cmd_ping(Ctl *ctl, int argc, char **argv)
                 if (ctl_parse_int(ctl, "--timeout", optarg, 0, INT32_MAX, &v))
                         return CTL_USAGE;
                 ctl->timeout_ms = (int)v;
+                ctl->timeout_given = true;
         }
         if (c < 0)
                 return r;
@@ -101,7 +102,7 @@ static void buffer_json(Json *o, const void *record)
         json_ku64(o, "owner", b->owner);
         json_ku64(o, "uid", b->uid);
         json_ku64(o, "pid", b->pid);
-        json_kstr(o, "device", b->device);
+        json_kstr_or_null(o, "device", b->device);
         json_kbool(o, "writable", b->writable);
         json_kbool(o, "broker_held", b->broker_held);
 }

@@ -28,7 +28,7 @@ static void ring_json(Json *o, const void *record)
         json_ku64(o, "members", g->members);
         json_ku64(o, "taken", g->taken);
         json_ku64(o, "lease_ms", g->lease_ms);
-        json_kstr(o, "device", g->device);
+        json_kstr_or_null(o, "device", g->device);
         json_ku64(o, "owner", g->owner);
         json_ku64(o, "uid", g->uid);
         json_ku64(o, "pid", g->pid);

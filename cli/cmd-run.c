@@ -101,7 +101,7 @@ static void collect(Run *run)
         }
         o.socket_path = run->ctl->socket;
         o.label = "gpuipcctl run";
-        o.connect_timeout_ms = run->ctl->timeout_ms;
+        o.connect_timeout_ms = ctl_connect_timeout(run->ctl);
         o.no_gpus = 1;
         o.no_reconnect = 1;
         n = gpuipc_connect(&c, &o);

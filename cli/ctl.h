@@ -28,6 +28,7 @@ typedef struct Ctl {
         const char *socket;
         bool json;
         int timeout_ms;
+        bool timeout_given;    /* --timeout was given: wait that long, even for a socket not there yet */
         gpuipc_t *c;
         /* The connection survives a broker restart (the library's default): for the commands that
          * hold something or wait (publish, attach --hold, watch, metrics --listen). A one-shot
@@ -89,8 +90,22 @@ extern const CtlOption ctl_global_options[];
 /* The next option of the running command from its table: the option's id; 0 after the last
  * option (optind then indexes the operands); -1 when the command must return *ret_exit now
  * (--help printed: CTL_OK; a bad option: CTL_USAGE). A deprecated spelling prints a note to stderr
- * and returns the id of the option it stands for. */
+ * and returns the id of the option it stands for. The global options --socket, --json and
+ * --timeout are taken after the command's name too (where the command has no option of that
+ * name or letter) and applied to ctl, never returned. */
 int ctl_next_option(Ctl *ctl, int argc, char **argv, int *ret_exit);
+
+/* The socket path the library will use: --socket, then $GPUIPC_SOCKET, then the default. */
+const char *ctl_socket_path(const Ctl *ctl);
+
+/* How long a connect may wait for the broker: --timeout's value, or the default of 5000; but 0 when
+ * the socket path does not exist and no --timeout was given, so that a mistyped path fails at once
+ * instead of after 5 s of waiting for a socket that will never appear. */
+int ctl_connect_timeout(const Ctl *ctl);
+
+/* Applies global option id ('s', 'j' or 't') with its value to ctl, wherever it was given. 0, or
+ * -1 after reporting a bad value (usage). */
+int ctl_global_option(Ctl *ctl, int id, const char *value);
 
 /* The command's one operand (NAME) into *name, which a deprecated --name may have set already.
  * CTL_CONTINUE, or CTL_USAGE after saying what was wrong (two names, or a missing one when

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "config.h"
 #include "ctl.h"
@@ -32,7 +33,8 @@ const CtlOption ctl_global_options[] = {
           "line); a failure prints {\"error\": NAME, \"message\": TEXT} on stdout instead\n"
           "of the text on stderr" },
         { 't', "timeout", 't', "MS", CTL_VALUE_ANY,
-          "how long to wait for the broker to accept and greet us (default 5000)" },
+          "how long to wait for the broker to accept and greet us (default 5000);\n"
+          "without it, a socket path that does not exist fails at once" },
         { 'h', "help", 'h', NULL, CTL_VALUE_NONE, "this text; `gpuipcctl COMMAND --help` describes a command" },
         { 'V', "version", 'V', NULL, CTL_VALUE_NONE, "gpuipcctl's and libgpuipc's versions" },
         { 0 }
@@ -219,7 +221,8 @@ static const CtlCommand global = { "", NULL, "", "", "", ctl_global_options, CTL
 
 static void usage(FILE *f)
 {
-        fprintf(f, "Usage: gpuipcctl [--socket PATH] [--json] [--timeout MS] COMMAND [ARGS]\n\n");
+        fprintf(f, "Usage: gpuipcctl [--socket PATH] [--json] [--timeout MS] COMMAND [ARGS]\n"
+                   "(--socket, --json and --timeout may also follow the command: gpuipcctl ls --json)\n\n");
         ctl_print_options(f, ctl_global_options);
         fprintf(f, "\nCommands:\n");
         for (size_t i = 0; i < ctl_n_commands; i++)
@@ -240,7 +243,7 @@ int ctl_help(const Ctl *ctl)
         printf("Usage: gpuipcctl [GLOBAL OPTIONS] %s%s%s\n\n%s\n\n", cmd->name, cmd->args[0] ? " " : "", cmd->args,
                cmd->help);
         ctl_print_options(stdout, cmd->options);
-        printf("\nGlobal options (before the command): see gpuipcctl --help.\n");
+        printf("\nGlobal options (--socket, --json, --timeout; before or after the command): see gpuipcctl --help.\n");
         return CTL_OK;
 }
 
@@ -302,6 +305,24 @@ int ctl_bad_option(Ctl *ctl, int argc, char **argv, int c)
         return ctl_usage(ctl, "unknown option '%s'", arg);
 }
 
+const char *ctl_socket_path(const Ctl *ctl)
+{
+        const char *p = ctl->socket;
+
+        if (!p || !*p)
+                p = getenv("GPUIPC_SOCKET");
+        return p && *p ? p : GPUIPC_DEFAULT_SOCKET;
+}
+
+int ctl_connect_timeout(const Ctl *ctl)
+{
+        struct stat st;
+
+        if (ctl->timeout_given || stat(ctl_socket_path(ctl), &st) == 0 || errno != ENOENT)
+                return ctl->timeout_ms;
+        return 0;
+}
+
 int ctl_connect(Ctl *ctl, bool probe_gpus)
 {
         gpuipc_options_t o = { .struct_size = sizeof(o) };
@@ -312,16 +333,20 @@ int ctl_connect(Ctl *ctl, bool probe_gpus)
                 return 0;
         o.socket_path = ctl->socket;
         o.label = "gpuipcctl";
-        o.connect_timeout_ms = ctl->timeout_ms;
+        o.connect_timeout_ms = ctl_connect_timeout(ctl);
         o.no_gpus = !probe_gpus;
         /* One-shot commands fail fast on a lost broker (a script sees exit 3 at once); only the
          * holding ones (publish, attach --hold, watch) ask to ride out a restart. */
         o.no_reconnect = !ctl->reconnect;
         r = gpuipc_connect(&ctl->c, &o);
         if (r < 0) {
+                const char *hint = o.connect_timeout_ms == 0 && ctl->timeout_ms > 0
+                                           ? "the socket does not exist; give --timeout MS to wait for it to appear"
+                                           : NULL;
+
                 snprintf(text, sizeof(text), "cannot reach the broker: [%s] %s", gpuipc_err_name(r),
                          gpuipc_errmsg(NULL));
-                report(ctl, gpuipc_err_name(r), text, gpuipc_errmsg(NULL), NULL);
+                report(ctl, gpuipc_err_name(r), text, gpuipc_errmsg(NULL), hint);
                 ctl->c = NULL;
                 /* A socket we may not open or a broker that never greets us is, to a readiness
                  * probe, the same as none: exit 3, not 1. */
@@ -371,21 +396,73 @@ static int print_version(const Ctl *ctl)
         return CTL_OK;
 }
 
-/* Whether the global options (those before the command) include --json. */
-/* A scan ahead of getopt, which has to know the value-taking options to skip their values: a
- * socket path that is literally "--json" is a value, not the flag. */
+/* Whether word spells an option of table that takes a value (--name, --name=V needs no skip, -x). */
+static bool takes_value(const CtlOption *table, const char *word)
+{
+        for (const CtlOption *o = table; table && o->id; o++) {
+                if (!o->arg)
+                        continue;
+                if ((o->name && word[1] == '-' && strcmp(word + 2, o->name) == 0) ||
+                    (o->letter && word[1] == o->letter && word[2] == 0))
+                        return true;
+        }
+        return false;
+}
+
+/* Whether --json (or -j) is among the global options, before the command or after it. A scan ahead
+ * of getopt, which has to know the value-taking options to skip their values: a socket path that is
+ * literally "--json" is a value, not the flag. It ends at "--", and for run at the command it runs
+ * (whose own --json is not ours). */
 static bool json_requested(int argc, char **argv)
 {
-        for (int i = 1; i < argc && argv[i][0] == '-'; i++) {
-                if (strcmp(argv[i], "--") == 0)
+        const CtlCommand *cmd = NULL;
+
+        for (int i = 1; i < argc; i++) {
+                const char *w = argv[i];
+
+                if (strcmp(w, "--") == 0)
                         break;
-                if (strcmp(argv[i], "--json") == 0 || strcmp(argv[i], "-j") == 0)
+                if (w[0] != '-' || w[1] == 0) {
+                        if (cmd) {
+                                if (cmd->runs_command)
+                                        break;
+                                continue; /* an operand */
+                        }
+                        for (size_t k = 0; k < ctl_n_commands && !cmd; k++)
+                                if (strcmp(w, ctl_commands[k].name) == 0)
+                                        cmd = &ctl_commands[k];
+                        if (!cmd)
+                                break;
+                        continue;
+                }
+                if (cmd && takes_value(cmd->options, w)) {
+                        i++; /* the command's option's value */
+                        continue;
+                }
+                if (strcmp(w, "--json") == 0 || strcmp(w, "-j") == 0)
                         return true;
-                if (strcmp(argv[i], "--socket") == 0 || strcmp(argv[i], "-s") == 0 ||
-                    strcmp(argv[i], "--timeout") == 0 || strcmp(argv[i], "-t") == 0)
+                if (strcmp(w, "--socket") == 0 || strcmp(w, "-s") == 0 || strcmp(w, "--timeout") == 0 ||
+                    strcmp(w, "-t") == 0)
                         i++; /* its value */
         }
         return false;
+}
+
+int ctl_global_option(Ctl *ctl, int id, const char *value)
+{
+        long v;
+
+        switch (id) {
+        case 's': ctl->socket = value; break;
+        case 'j': ctl->json = true; break;
+        case 't':
+                if (ctl_parse_int(ctl, "--timeout", value, 0, INT32_MAX, &v))
+                        return -1;
+                ctl->timeout_ms = (int)v;
+                ctl->timeout_given = true;
+                break;
+        }
+        return 0;
 }
 
 int main(int argc, char **argv)
@@ -393,7 +470,6 @@ int main(int argc, char **argv)
         Ctl ctl = { .timeout_ms = 5000, .cmd = &global };
         bool help = false, version = false;
         int c, r;
-        long v;
 
         opterr = 0; /* our own messages name the option */
         /* --json first: a bad option before it gets its error document too. Then every global
@@ -401,15 +477,11 @@ int main(int argc, char **argv)
         ctl.json = json_requested(argc, argv);
         while ((c = ctl_next_option(&ctl, argc, argv, &r)) > 0) {
                 switch (c) {
-                case 's': ctl.socket = optarg; break;
-                case 'j': ctl.json = true; break;
-                case 't':
-                        if (ctl_parse_int(&ctl, "--timeout", optarg, 0, INT32_MAX, &v))
-                                return CTL_USAGE;
-                        ctl.timeout_ms = (int)v;
-                        break;
                 case 'h': help = true; break;
                 case 'V': version = true; break;
+                default:
+                        if (ctl_global_option(&ctl, c, optarg) < 0)
+                                return CTL_USAGE;
                 }
         }
         if (c < 0)

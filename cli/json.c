@@ -109,6 +109,16 @@ void json_ku64_or_null(Json *j, const char *key, bool known, uint64_t v)
                 fputs("null", j->f);
 }
 
+void json_kstr_or_null(Json *j, const char *key, const char *s)
+{
+        if (s && s[0]) {
+                json_kstr(j, key, s);
+                return;
+        }
+        json_key(j, key);
+        fputs("null", j->f);
+}
+
 void json_kbool(Json *j, const char *key, bool v)
 {
         json_key(j, key);

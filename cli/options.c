@@ -16,9 +16,22 @@ static const CtlOption no_options[] = { { 0 } };
  * into it between calls). */
 static struct {
         const CtlOption *table;
-        struct option longopts[MAX_OPTIONS + 2];
-        char shortopts[3 * MAX_OPTIONS + 4];
+        struct option longopts[2 * MAX_OPTIONS + 2];
+        char shortopts[6 * MAX_OPTIONS + 4];
 } parser;
+
+/* What getopt_long returns for a global option given after the command: apart from the command's
+ * own options (0x10000 + index), so that a command never sees one. */
+#define GLOBAL_AFTER 0x20000
+
+/* The global options a command also takes after its name (gpuipcctl ls --json): --socket, --json
+ * and --timeout, each where the command has no option of the same name or letter (ping's own
+ * --timeout is the same thing; publish's deprecated -s is --size). --help and --version are the
+ * command's and the tool's. */
+static bool global_after(const CtlOption *g)
+{
+        return g->letter != 'h' && g->letter != 'V';
+}
 
 /* The entry of table spelled with this letter, or NULL. */
 static const CtlOption *by_letter(const CtlOption *table, int letter)
@@ -29,10 +42,20 @@ static const CtlOption *by_letter(const CtlOption *table, int letter)
         return NULL;
 }
 
+static const CtlOption *by_name(const CtlOption *table, const char *name)
+{
+        for (const CtlOption *o = table; o->id; o++)
+                if (o->name && strcmp(o->name, name) == 0)
+                        return o;
+        return NULL;
+}
+
 /* Long options return 0x10000 + their index in the table: a long name and a letter of one
- * option may differ in whether they are deprecated (publish's --size and -s). */
+ * option may differ in whether they are deprecated (publish's --size and -s). A command's table
+ * gets the global options too (global_after), as GLOBAL_AFTER + their index. */
 static void build_parser(const CtlOption *table, bool stop_at_operand)
 {
+        bool command = table != ctl_global_options;
         size_t nl = 0, ns = 0;
 
         parser.table = table;
@@ -49,6 +72,20 @@ static void build_parser(const CtlOption *table, bool stop_at_operand)
                 if (o->letter) {
                         parser.shortopts[ns++] = o->letter;
                         if (o->arg)
+                                parser.shortopts[ns++] = ':';
+                }
+        }
+        for (const CtlOption *g = ctl_global_options; command && g->id; g++) {
+                int has_arg = g->arg ? required_argument : no_argument;
+
+                if (!global_after(g))
+                        continue;
+                if (!by_name(table, g->name))
+                        parser.longopts[nl++] = (struct option){ g->name, has_arg, NULL,
+                                                                 GLOBAL_AFTER + (int)(g - ctl_global_options) };
+                if (!by_letter(table, g->letter)) {
+                        parser.shortopts[ns++] = g->letter;
+                        if (g->arg)
                                 parser.shortopts[ns++] = ':';
                 }
         }
@@ -80,12 +117,26 @@ int ctl_next_option(Ctl *ctl, int argc, char **argv, int *ret_exit)
          * static parser and are not rebuilt on every call. */
         if (parser.table != table || optind == 0)
                 build_parser(table, global || ctl->cmd->runs_command);
+again:
         c = getopt_long(argc, argv, parser.shortopts, parser.longopts, NULL);
         if (c == -1)
                 return 0;
         if (c == '?' || c == ':') {
                 *ret_exit = ctl_bad_option(ctl, argc, argv, c);
                 return -1;
+        }
+        /* A global option after the command's name: taken here, never seen by the command. */
+        o = NULL;
+        if (!global && c >= GLOBAL_AFTER)
+                o = &ctl_global_options[c - GLOBAL_AFTER];
+        else if (!global && c < 0x10000 && c != 'h' && !by_letter(table, c))
+                o = by_letter(ctl_global_options, c);
+        if (o) {
+                if (ctl_global_option(ctl, o->id, optarg) < 0) {
+                        *ret_exit = CTL_USAGE;
+                        return -1;
+                }
+                goto again;
         }
         if (c == 'h' && !by_letter(table, 'h')) {
                 *ret_exit = ctl_help(ctl);
