@@ -818,6 +818,88 @@ def case_size_over_memory(tmp):
     b.stop()
 
 
+def bare_ctl(*args, timeout=30, env=None):
+    """gpuipcctl with exactly these arguments (no --socket put first)."""
+    start = time.monotonic()
+    p = subprocess.run([CTL, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return Result(p.returncode, p.stdout, p.stderr, time.monotonic() - start)
+
+
+def case_global_options_after(tmp):
+    """--socket, --json and --timeout are taken after the command too (gpuipcctl ls --json), their
+    errors included; an option the command spells itself stays the command's, and run's command
+    line keeps its own."""
+    b = Broker(tmp)
+    pub, _ = memfd_publisher(b.sock, "after/buf")
+    r = bare_ctl("ls", "--json", "--socket", b.sock)
+    docs = one_document(r, "ls --json --socket")
+    check(r.rc == 0 and [d["name"] for d in docs] == ["after/buf"], "ls --json --socket: %s" % r)
+    r = bare_ctl("ls", "-j", "-s", b.sock, "--prefix", "after/")
+    check(r.rc == 0 and one_document(r, "ls -j -s")[0]["name"] == "after/buf", "ls -j -s: %s" % r)
+    r = bare_ctl("--socket", b.sock, "stat", "after/buf", "--json")
+    check(r.rc == 0 and one_document(r, "stat --json")["buffer"]["name"] == "after/buf", "stat --json: %s" % r)
+    r = bare_ctl("--socket", b.sock, "stat", "nosuch", "--json")
+    doc = one_document(r, "stat nosuch --json")
+    check(r.rc == 1 and doc.get("error") == "not-found" and r.err == "", "stat nosuch --json: %s" % r)
+    r = bare_ctl("--socket", b.sock, "ls", "--bogus", "--json")
+    check(r.rc == 2 and one_document(r, "ls --bogus --json").get("error") == "usage", "ls --bogus --json: %s" % r)
+    r = bare_ctl("ls", "--socket", b.sock, "--timeout", "x")
+    check(r.rc == 2 and "--timeout 'x'" in r.err, "ls --timeout x: %s" % r)
+    r = bare_ctl("ls", "--prefix", "--json", "--socket", b.sock)  # --json is the prefix's value here
+    check(r.rc == 0 and not r.out.lstrip().startswith("["), "ls --prefix --json: %s" % r)
+    # A command's own spelling wins: attach's deprecated -t is its --wait, not the connect timeout.
+    r = bare_ctl("--socket", b.sock, "attach", "after/nosuch", "-t", "200")
+    check(r.rc == 1 and "-t is deprecated" in r.err and "[timeout]" in r.err, "attach -t: %s" % r)
+    # run's options end where its command begins: --json after it is the command's argument.
+    r = bare_ctl("--socket", b.sock, "run", "--quiet", "--", "echo", "--json")
+    check(r.rc == 0 and r.out.strip() == "--json", "run -- echo --json: %s" % r)
+    check("--socket, --json and --timeout" in bare_ctl("--help").out, "--help does not say so")
+    check("before or after the command" in bare_ctl("ls", "--help").out, "ls --help does not say so")
+    stop(pub)
+    b.stop()
+
+
+def case_missing_socket(tmp):
+    """A socket path that does not exist fails at once (exit 3, saying so and how to wait), unless
+    --timeout asks for a wait: then a broker that creates it meanwhile is reached."""
+    nope = os.path.join(tmp, "nope.sock")
+    for args in (("--socket", nope, "ls"), ("ls", "--socket", nope), ("--socket", nope, "--json", "ping")):
+        r = bare_ctl(*args)
+        check(r.rc == 3 and r.seconds < 3, "%s: %s" % (" ".join(args), r))
+        text = r.out + r.err
+        check("No such file" in text and "--timeout" in text, "%s says: %s" % (" ".join(args), r))
+    env = dict(os.environ, GPUIPC_SOCKET=nope)
+    r = bare_ctl("ls", env=env)
+    check(r.rc == 3 and r.seconds < 3, "GPUIPC_SOCKET missing: %s" % r)
+    # Asked to wait, it waits, and a socket that appears meanwhile is used.
+    late = os.path.join(tmp, "late.sock")
+    p = popen([CTL, "--socket", late, "--timeout", "20000", "ping"], stdout=subprocess.PIPE,
+              stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    check(p.poll() is None, "ping --timeout 20000 did not wait for the socket")
+    broker = popen([BROKER, "--socket", late, "--seccomp", "enforce", "--log-level", "warn"],
+                   stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=25)
+        check(p.returncode == 0, "ping --timeout after the socket appeared: %s %s" % (out, err))
+    finally:
+        broker.terminate()
+        broker.wait(10)
+
+
+def case_json_device_null(tmp):
+    """JSON says null for what a record lacks: a memfd buffer's device in publish, ls and stat."""
+    b = Broker(tmp)
+    pub, doc = memfd_publisher(b.sock, "null/dev")
+    check("device" in doc and doc["device"] is None, "publish: device %r" % doc.get("device"))
+    ls = one_document(ctl(b.sock, "--json", "ls"), "ls")
+    check(ls[0]["device"] is None, "ls: device %r" % ls[0].get("device"))
+    st = one_document(ctl(b.sock, "--json", "stat", "null/dev"), "stat")
+    check(st["buffer"]["device"] is None, "stat: device %r" % st["buffer"].get("device"))
+    stop(pub)
+    b.stop()
+
+
 def case_retire_nosuch(tmp):
     """retire of a name nobody published says retire and not-found, not an internal step's name."""
     b = Broker(tmp)
@@ -1343,6 +1425,7 @@ def case_rings(tmp):
     check(r["name"] == "cli/r" and r["mode"] == "backpressure" and r["kind"] == "memfd" and r["slots"] == 4 and
           r["members"] == 2 and r["taken"] == 1 and r["head"] == 12 and r["lag"] == 3 and r["ready"] is True and
           r["why"] == "" and r["pid"] == os.getpid(), "rings: %s" % r)
+    check(r["device"] is None, "a memfd ring's device is %r, not null" % r["device"])
     table = ctl(s, "rings")
     check(table.rc == 0 and re.search(r"^cli/r +backpressure +memfd +4 +4\.0 KiB +1/2 +12 +3 ", table.out, re.M),
           "rings table: %s" % table)
