@@ -475,7 +475,10 @@ typedef struct gpuipc_ring_options {
 int gpuipc_ring_create(gpuipc_t *c, const char *name, const gpuipc_ring_options_t *opts, gpuipc_ring_t **ret);
 
 /* Member: joins the ring published under name, waiting up to timeout_ms for it to exist. Its
- * producer lets the member in as soon as the broker tells it; the first take waits for that. */
+ * producer lets the member in as soon as the broker tells it; the first take waits for that. Its
+ * first frame: backpressure, the ring's first frame while the ring is young (seated before the
+ * producer made a frame in every slot: every frame is still there), so that a member waiting for
+ * the ring when it appears misses none; later, and in the other modes, the next frame published. */
 int gpuipc_ring_join(gpuipc_t *c, const char *name, int timeout_ms, gpuipc_ring_t **ret);
 
 /* Producer: the slot the next frame goes into, once nothing may still read it (backpressure: every

@@ -53,19 +53,30 @@ void ring_cpu_relax(void)
 
 /* ---- the producer's seats ---- */
 
+/* The first frame a member seated now takes. Backpressure: while the ring is young (no slot has
+ * been written twice: the frame being made goes into a fresh slot), its first frame, since every
+ * frame since is still in its slot and none is being written over; so a member that was waiting
+ * for the ring, and joined as soon as it appeared, misses none of the frames published before the
+ * broker's news of it reached us. Later (and in the other modes): the next publish. */
+static uint64_t seat_start(const gpuipc_ring_t *r)
+{
+        return r->mode == RING_BACKPRESSURE && r->next <= r->n_slots ? 1 : r->next;
+}
+
 void ring_seat_activate(gpuipc_ring_t *r, uint32_t i, uint64_t epoch)
 {
         volatile RingMemberSlot *s = &r->ctl->member[i];
+        uint64_t start = seat_start(r);
 
         /* A stream ring's counters are reset before the member can see its seat. Should that fail
          * (a CUDA error), the seat is not handed out: the member's take then times out. */
         if (r->mode == RING_STREAM && ring_stream_seat_reset(r, i, r->next) < 0)
                 return;
-        /* A new member takes frames from the next publish on. start and epoch are stored before the
-         * state (release): a member that reads its epoch there also reads its start. */
-        r->seat[i] = (Seat){ .active = true, .epoch = epoch, .start = r->next, .renew = r->seat[i].renew,
+        /* start and epoch are stored before the state (release): a member that reads its epoch
+         * there also reads its start. */
+        r->seat[i] = (Seat){ .active = true, .epoch = epoch, .start = start, .renew = r->seat[i].renew,
                              .replaced = r->seat[i].replaced };
-        s->start = r->next;
+        s->start = start;
         __atomic_store_n(&s->epoch, epoch, __ATOMIC_RELEASE);
         __atomic_store_n(&s->state, RING_MEMBER_ACTIVE, __ATOMIC_RELEASE);
 }

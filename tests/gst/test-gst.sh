@@ -25,6 +25,8 @@
 #                            goes), or 2^64 - 1: sources waiting for a frame, or (reconnect=true) for the
 #                            next producer after the ring ended, stop on SIGINT, with -e (an end of
 #                            stream) and without (a state change); without reconnect, 2^64 - 1 is an error
+#   test-gst.sh waiting-source  a source started before the sink, waiting for its ring, gets every frame
+#                            with the default wait-members=0 (the first frames too) from a live producer
 #   test-gst.sh cuda         GPU host: video/x-raw(memory:CUDAMemory) through cuda-vmm slots, cudaupload
 #                            before the sink, cudadownload after each of 2 sources: every frame byte for
 #                            byte and every buffer's timestamps (77 without a GPU, nvcodec or the variant)
@@ -376,7 +378,25 @@ case_hostile() {
         echo "ok: sources waiting on a hostile ring's frame, or for another producer after one, stop on SIGINT"
 }
 
-[[ $# == 1 ]] || { sed -n '2,32p' "$0"; exit 2; }
+# A source waiting for its ring when the sink makes it takes its seat within moments (it asks every
+# 20 ms): a member seated while the ring is young starts at its first frame, so it misses none,
+# wait-members=0 or not. 32 slots at 30 fps give it about a second to come, however busy the machine.
+case_waiting_source() {
+        reference ref "${SRC[@]}" num-buffers=120 ! "$CAPS"
+        consumer c1 rw enable-last-sample=false
+        wait_log "$dir/c1.log" "Setting pipeline to PAUSED"
+        sleep 0.5 # its join is asking for the ring now
+        producer p 120 rw sync=true slots=32
+        expect_ok p
+        expect_ok c1
+        [[ $(stat_of "$dir/p.log" "frames published") == 120 ]] || fail "the sink did not publish 120 frames"
+        [[ $(stat_of "$dir/c1.log" "frames pushed") == 120 ]] ||
+                fail "the waiting source pushed $(stat_of "$dir/c1.log" "frames pushed") of 120 frames"
+        check_consumer c1 "$dir/p.log" ref
+        echo "ok: a source waiting for the ring got all 120 frames, the first among them, without wait-members"
+}
+
+[[ $# == 1 ]] || { sed -n '2,34p' "$0"; exit 2; }
 setup
 trap cleanup EXIT
 case $1 in
@@ -390,6 +410,7 @@ flush) case_flush ;;
 errors) case_errors ;;
 inspect) case_inspect ;;
 hostile) case_hostile ;;
+waiting-source) case_waiting_source ;;
 cuda) case_cuda ;;
 *) echo "unknown case $1"; exit 2 ;;
 esac
