@@ -398,6 +398,10 @@ bool ring_member_evicted(gpuipc_ring_t *r)
 
 const char *ring_member_gone(gpuipc_ring_t *r)
 {
+        /* The producer's own word first: a ring it closed and then left (its parts revoked with it)
+         * was closed, not lost. */
+        if (r->ctl && __atomic_load_n(&r->ctl->closed, __ATOMIC_ACQUIRE))
+                return "the producer closed the ring";
         if (__atomic_load_n(&r->gone, __ATOMIC_ACQUIRE))
                 return r->gone_why;
         if (__atomic_load_n(&r->hostile, __ATOMIC_ACQUIRE) == 2)
@@ -405,8 +409,6 @@ const char *ring_member_gone(gpuipc_ring_t *r)
         if (ring_member_evicted(r))
                 return "this member lost its seat (its producer evicted it: it held the ring up past its lease, "
                        "or did not take its seat back within a broker restart's grace)";
-        if (__atomic_load_n(&r->ctl->closed, __ATOMIC_ACQUIRE))
-                return "the producer closed the ring";
         return NULL;
 }
 

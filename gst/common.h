@@ -30,13 +30,17 @@ gpuipc_t *gst_gpuipc_connect(GstElement *element, const char *socket_path);
 
 /* Posts an error message from element: text says what failed, followed by why (what the library said:
  * gpuipc_errmsg(), or NULL or "" for the error's own sentence, gpuipc_strerror(err)); the debug part
- * names the error code. */
+ * names the error code and the usual fix: hint, or NULL for the library's (gpuipc_strerror(err),
+ * which speaks of buffers: a ring's failure brings its own). */
 void gst_gpuipc_post_error(GstElement *element, GQuark domain, gint code, const char *why, int err,
-                           const char *file, const char *function, int line, const char *fmt, ...)
-        G_GNUC_PRINTF(9, 10);
+                           const char *hint, const char *file, const char *function, int line, const char *fmt,
+                           ...) G_GNUC_PRINTF(10, 11);
 
 #define GST_GPUIPC_ERROR(element, domain, code, why, err, ...)                                                   \
         gst_gpuipc_post_error(GST_ELEMENT(element), GST_##domain##_ERROR, GST_##domain##_ERROR_##code, why, err, \
-                              __FILE__, GST_FUNCTION, __LINE__, __VA_ARGS__)
+                              NULL, __FILE__, GST_FUNCTION, __LINE__, __VA_ARGS__)
+#define GST_GPUIPC_ERROR_HINT(element, domain, code, why, err, hint, ...)                                        \
+        gst_gpuipc_post_error(GST_ELEMENT(element), GST_##domain##_ERROR, GST_##domain##_ERROR_##code, why, err, \
+                              hint, __FILE__, GST_FUNCTION, __LINE__, __VA_ARGS__)
 
 G_END_DECLS

@@ -34,6 +34,11 @@ GST_DEBUG_CATEGORY_STATIC(gst_gpuipc_src_debug);
  * one whose control page ends every membership as hostile) makes the next join wait first, twice as
  * long each time up to this, rather than rejoin and end again in a loop. */
 #define REJOIN_PAUSE_MAX_MS 5000
+/* The usual fix when a membership ends: the ring's, not the library's text for a revoked buffer
+ * (whose "publish broker-held" no ring can do). */
+#define RING_ENDED_HINT                                                                                  \
+        "the ring ended for this source (its producer closed it, died, or evicted this member): no frame " \
+        "comes from it any more; with reconnect=true the source waits for the ring's next producer"
 
 enum {
         PROP_0,
@@ -267,8 +272,8 @@ static GstFlowReturn ring_ended(GstGpuipcSrc *self, int err)
         reconnect = self->reconnect;
         GST_OBJECT_UNLOCK(self);
         if (!reconnect) {
-                GST_GPUIPC_ERROR(self, RESOURCE, READ, why, err, "ring '%s' ended (producer: %s)", self->ring_name,
-                                 self->member->producer);
+                GST_GPUIPC_ERROR_HINT(self, RESOURCE, READ, why, err, RING_ENDED_HINT, "ring '%s' ended (producer: %s)",
+                                      self->ring_name, self->member->producer);
                 return GST_FLOW_ERROR;
         }
         GST_ELEMENT_WARNING(self, RESOURCE, READ,

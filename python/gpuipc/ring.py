@@ -251,9 +251,7 @@ class Ring:
         try:
             self._client._check(r, f"{what} (ring '{self.name}')")
         except errors.Revoked as e:
-            if 'closed the ring' in e.detail:
-                raise _recast(e, errors.RingClosed) from None
-            raise
+            raise _ring_ended(e) from None
 
     def _data_call(self, what, fn, args, timeout_ms):
         """fn(handle, *args, ms, slot out, number out) for a per-frame call that may wait: at once
@@ -319,9 +317,7 @@ class Ring:
                 try:
                     self._client._check(r, f"{what} (ring '{self.name}')")
                 except errors.Revoked as e:
-                    if 'closed the ring' in e.detail:
-                        raise _recast(e, errors.RingClosed) from None
-                    raise
+                    raise _ring_ended(e) from None
                 return r
 
     # ---- producer ----
@@ -604,9 +600,18 @@ class Ring:
 
 _HINTS = {
     'RingClosed': 'the producer closed the ring: no frame comes any more',
+    'Revoked': "this membership of the ring ended (its producer died or did not come back within a broker "
+               "restart's grace, or evicted this member): no frame comes from it any more; join the ring again "
+               'to take the frames of its next producer',
     'Overwritten': 'the producer evicted this member, which held the ring up past its lease: release frames '
                    'sooner, or make the ring with a longer lease_ms',
 }
+
+
+def _ring_ended(e):
+    """A ring call's Revoked as the ring's failure, with a hint about rings, never libgpuipc's about
+    buffers (whose 'publish broker-held' no ring can do): RingClosed when its producer closed it."""
+    return _recast(e, errors.RingClosed if 'closed the ring' in e.detail else errors.Revoked)
 
 
 def _recast(e, cls):

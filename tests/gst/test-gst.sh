@@ -8,7 +8,7 @@
 #                            buffer, so the sources copy frames out of held slots
 #   test-gst.sh kill-source  a source killed mid-stream: the other two get every frame and their EOS
 #   test-gst.sh kill-sink    the sink killed mid-stream: a source with reconnect=false posts an error naming
-#                            the producer's end, one with reconnect=true waits and carries on with the next
+#                            the producer's end (and the ring's fix, not a buffer's), one with reconnect=true waits and carries on with the next
 #                            producer of the ring
 #   test-gst.sh caps-change  caps changing mid-stream (and the segment with them) reach the source in
 #                            order; a change to frames larger than the slots is refused, naming slot-size
@@ -130,6 +130,9 @@ case_kill_sink() {
         [[ $status != 0 && $status != 124 ]] || fail "the source without reconnect carried on after its producer died"
         grep -qE "ERROR: .*ring 'rs' ended \(producer: gst-launch-1.0:gpuipcsink0, pid [0-9]+\): ring 'rs': the producer \(peer [0-9]+, pid [0-9]+, uid [0-9]+\) disconnected" \
                 "$dir/strict.log" || fail "the source's error does not name the producer and its end"
+        # Its fix is the ring's, not the library's text for a revoked buffer ("publish broker-held").
+        grep -q "gpuipc error revoked (-1017): the ring ended for this source" "$dir/strict.log" &&
+                ! grep -q "broker-held" "$dir/strict.log" || fail "the source's error gives a buffer's hint, not the ring's"
         # The patient one waits for the next producer of rs and carries on with its frames.
         wait_log "$dir/patient.log" "waiting for a new producer"
         start_ns p2 videotestsrc pattern=smpte num-buffers=20 ! "$CAPS" ! gpuipcsink ring=rs sync=false \

@@ -8,6 +8,7 @@
 - a name with a NUL inside is refused wherever a name enters (C would cut it short);
 - a failure's message is its own, never an earlier failure's (alloc(1 << 63) after a bad attach);
 - a memfd larger than the memory available is refused by alloc, empty and a pool alike;
+- a ring member whose producer closed the ring or died is told with a ring's hint, not a buffer's;
 - a join_ring() timeout carries its detail and hint like every other error;
 - a message says what happened once: the hint is .hint (and a note), not repeated in the message;
 - Client('/etc/passwd') says "not a socket", at once, instead of "Connection refused";
@@ -335,6 +336,40 @@ def case_nul_in_names(c):
     return str(e)
 
 
+def ring_producer(name, how):
+    """A child process: makes ring `name`, publishes one frame once a member holds a seat, then
+    closes the ring and exits, or dies without closing anything."""
+    import subprocess
+    code = (f"import gpuipc, os, time\n"
+            f"c = gpuipc.Client(label='ring-producer', probe_gpus=False)\n"
+            f"r = c.ring({name!r}, slots=2, slot_size=64, kind='memfd')\n"
+            f"print('made', flush=True)\n"
+            f"r.acquire(5000); r.publish()\n"
+            f"time.sleep(0.3)\n"
+            f"{'r.close(); c.close()' if how == 'close' else 'os._exit(0)'}\n")
+    return subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, text=True)
+
+
+def case_ring_ended_hints(c):
+    """A member whose producer closed its ring gets RingClosed, and one whose producer died Revoked,
+    each with a hint about rings: never the hint of a revoked buffer ('publish broker-held', which
+    no ring can do)."""
+    got = []
+    for how, cls in (('close', gpuipc.RingClosed), ('die', gpuipc.Revoked)):
+        name = f'py/details/{RUN}/ended-{how}'
+        p = ring_producer(name, how)
+        assert p.stdout.readline().strip() == 'made', f'{how}: the producer did not make its ring'
+        with c.join_ring(name, timeout_ms=5000) as ring:
+            ring.take(5000).release()
+            assert p.wait(10) == 0, f'{how}: the producer exited with {p.returncode}'
+            time.sleep(0.3)  # its end reaches us
+            e = raises(cls, lambda: ring.take(2000))
+        assert 'broker-held' not in e.hint and 'ring' in e.hint, f'{how}: hint {e.hint!r}'
+        assert (how == 'close') == isinstance(e, gpuipc.RingClosed), f'{how}: {type(e).__name__}'
+        got.append(f'{type(e).__name__}: {e.hint}')
+    return '; '.join(got)
+
+
 def case_empty_numpy_memfd(c):
     """empty(framework='numpy') (and 'memoryview') makes memfd memory without being told: the
     framework chooses the kind unless one is given."""
@@ -430,7 +465,7 @@ def case_pickle(c):
 
 CASES = [case_state_dict_numpy_memfd, case_lying_manifest, case_live_parts_of_others, case_hostile_layout,
          case_invalid_arguments, case_fresh_messages, case_one_size_limit, case_nul_in_names,
-         case_empty_numpy_memfd, case_join_ring_timeout, case_message_once,
+         case_empty_numpy_memfd, case_ring_ended_hints, case_join_ring_timeout, case_message_once,
          case_not_a_socket, case_pickle]
 
 
