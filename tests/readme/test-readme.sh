@@ -4,6 +4,9 @@
 #     tree (build/meson-uninstalled) and against an install (a staged `meson install`), with
 #     -Wall -Wextra -Werror too, and runs as the README runs it: the consumer reads the producer's
 #     64 MiB of memfd, the producer hears drained;
+#   - installed under a prefix of one's own, what the README says to set (PKG_CONFIG_PATH, an rpath,
+#     PYTHONPATH and GPUIPC_LIBRARY) compiles the program, runs it, and imports the Python package
+#     with the prefix's library (the staged install's /usr/local stands in for the prefix);
 #   - `man -l build/docs/gpuipcctl.1` (and gpuipc-broker.8) shows the pages;
 #   - what it says the sanitizer build leaves out is exactly what that build's meson leaves out,
 #     and the runc tests it names as skipped there are the ones test-runc-pod.sh runs.
@@ -67,6 +70,39 @@ expect "compiled against an install (staged: $(dirname "${pc#$dir/dest}")) as th
         test -x "$dir/frames"
 out=$(cd "$dir" && LD_LIBRARY_PATH=$(dirname "$(dirname "$pc")") timeout 60 bash -c "$(here "$run"); wait" 2>&1)
 expect "... and runs against the installed library ($out)" grep -q 'the first is 42' <<<"$out"
+
+# ---- a prefix of one's own ----
+# The README's lines, run with PREFIX and LIBDIR pointed at the staged install (its pkg-config file
+# says /usr/local: PKG_CONFIG_SYSROOT_DIR maps that into the stage).
+custom=$(awk '/^Installed under a prefix of your own/ { on = 1 } on && /^```sh$/ { grab = 1; next } grab && /^```$/ { exit } grab' "$readme")
+expect "the README says how to use an install under a prefix of one's own" \
+        grep -q 'PKG_CONFIG_PATH=\$LIBDIR/pkgconfig' <<<"$custom"
+libdir=$(dirname "$(dirname "$pc")") prefix=$dir/dest/usr/local
+custom=$(sed -e "s|^PREFIX=.*|PREFIX=$prefix LIBDIR=$libdir|" <<<"$custom")
+rm -f "$dir/frames"
+# python3 as the README runs it: the first one here that has msgpack (the package needs it).
+mkdir -p "$dir/pybin"
+for py in python3 /usr/bin/python3; do
+        if command -v "$py" >/dev/null && "$py" -c 'import msgpack' 2>/dev/null; then
+                ln -sf "$(command -v "$py")" "$dir/pybin/python3"
+                break
+        fi
+done
+out=$(cd "$dir" && PATH=$dir/pybin:$PATH PKG_CONFIG_SYSROOT_DIR=$dir/dest PKG_CONFIG_LIBDIR= HOME=$dir/nohome \
+        bash -c "set -e; $(sed "s|^cc frames.c|cc ${sanitize}frames.c|" <<<"$custom")" 2>&1)
+expect "... which compiles the program (with an rpath) ($(head -c 300 <<<"$out"))" test -x "$dir/frames"
+out2=$(cd "$dir" && timeout 60 bash -c "$(here "$run"); wait" 2>&1)
+expect "... which runs without LD_LIBRARY_PATH ($out2)" grep -q 'the first is 42' <<<"$out2"
+if grep -q 'define GPUIPC_SANITIZED 1' "$build/config.h"; then
+        echo "skip the Python lines: a sanitized libgpuipc cannot be loaded into Python"
+elif [[ ! -e $dir/pybin/python3 ]]; then
+        echo "skip the Python lines: no python3 with msgpack"
+elif compgen -G "$prefix/lib/python3*/*-packages/gpuipc" >/dev/null; then
+        expect "... and Python imports the package with the prefix's library ($(tail -1 <<<"$out"))" \
+                test "$(tail -1 <<<"$out")" == "$libdir/libgpuipc.so.0"
+else
+        echo "skip the Python lines: meson installed no Python package (no Python with msgpack at setup)"
+fi
 
 # ---- man -l ----
 if command -v man >/dev/null; then
