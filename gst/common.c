@@ -57,7 +57,8 @@ void gst_gpuipc_post_error(GstElement *element, GQuark domain, gint code, const 
         if (!why || !*why)
                 why = gpuipc_strerror(err);
         text = g_strdup_printf("%s: %s", what, why);
-        debug = g_strdup_printf("gpuipc error %s (%d): %s", gpuipc_err_name(err), err, hint ? hint : gpuipc_strerror(err));
+        debug = g_strdup_printf("gpuipc error %s (%d): %s", gpuipc_err_name(err), err,
+                                hint ? hint : gpuipc_strerror(err));
         /* Takes text and debug. */
         gst_element_message_full(element, GST_MESSAGE_ERROR, domain, code, text, debug, file, function, line);
         g_free(what);
