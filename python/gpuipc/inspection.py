@@ -5,7 +5,7 @@ gpuipc_list_peers, gpuipc_stats, gpuipc_connection_info); `Client.buffers()`, `C
 `Client.peers()`, `Client.stats()` and `Client.connection_info()` return them.
 """
 import dataclasses
-from typing import Tuple
+from typing import Optional, Tuple
 
 
 def _text(raw):
@@ -38,8 +38,8 @@ class BufferInfo:
     'cuda-legacy'. state: 'live' (attachable), 'retired' (waiting for the last release) or 'idle'
     (drained). refs, holders: references held and by how many peers. owner: the producer's peer id
     (0: it is gone; the buffer is broker-held). uid, pid: the producer's, from the kernel. device:
-    the GPU's UUID ('' for memfd). held_by: the holders themselves (`Client.stat()` only; empty in
-    listings). self_pid: for cuda-legacy, the producer's PID in its own PID namespace, which a
+    the GPU's UUID (None for memfd, as gpuipcctl --json says null). held_by: the holders themselves
+    (`Client.stat()` only; empty in listings). self_pid: for cuda-legacy, the producer's PID in its own PID namespace, which a
     consumer's must differ from (0: unknown or another kind).
     """
     id: int
@@ -53,7 +53,7 @@ class BufferInfo:
     owner: int
     uid: int
     pid: int
-    device: str
+    device: Optional[str]
     writable: bool
     broker_held: bool
     held_by: Tuple[HolderInfo, ...] = ()
@@ -63,7 +63,7 @@ class BufferInfo:
     def _from_c(cls, lib, b, held_by=()):
         return cls(b.buffer, b.generation, _text(b.name), _text(lib.gpuipc_kind_name(b.kind)),
                    _text(lib.gpuipc_state_name(b.state)), b.size, b.refs, b.holders, b.owner, b.uid, b.pid,
-                   _text(b.device), bool(b.writable), bool(b.broker_held), tuple(held_by), b.self_pid)
+                   _text(b.device) or None, bool(b.writable), bool(b.broker_held), tuple(held_by), b.self_pid)
 
 
 @dataclasses.dataclass(frozen=True)
