@@ -53,6 +53,31 @@ static bool op_allowed(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, const cha
         return allowed(ctx, p, op_policy(m->op), name);
 }
 
+/* The kinds of name a request carries, and what each is called when it is not valid. */
+typedef enum NameKind { NAME_BUFFER, NAME_GROUP, NAME_PREFIX, NAME_RING } NameKind;
+
+/* Copies a name field into name and checks it by the protocol's rules for its kind (a ring's is a
+ * buffer name of at most RING_NAME_MAX bytes); false once the request was answered `invalid`. */
+static bool read_name(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, ProtoStr s, NameKind kind,
+                      char name[PROTO_MAX_NAME + 1])
+{
+        static const char *const what[] = { [NAME_BUFFER] = "buffer name", [NAME_GROUP] = "group name",
+                                            [NAME_PREFIX] = "name prefix" };
+        bool valid = kind == NAME_PREFIX ? proto_prefix_valid(s.ptr, s.len) : proto_name_valid(s.ptr, s.len);
+
+        proto_str_copy(s, name, PROTO_MAX_NAME + 1);
+        if (kind == NAME_RING && valid && s.len > RING_NAME_MAX)
+                valid = false;
+        if (valid)
+                return true;
+        if (kind == NAME_RING)
+                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid ring name (a buffer name of at most %d "
+                     "bytes)", name, RING_NAME_MAX);
+        else
+                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid %s", name, what[kind]);
+        return false;
+}
+
 /* ---- hello and ping ---- */
 
 static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
@@ -301,11 +326,8 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         unsigned status;
         const char *why;
 
-        proto_str_copy(m->name, name, sizeof(name));
-        if (!proto_name_valid(m->name.ptr, m->name.len)) {
-                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
+        if (!read_name(ctx, p, m, m->name, NAME_BUFFER, name))
                 return;
-        }
         if (!op_allowed(ctx, p, m, name)) {
                 fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u publish '%s'",
                      registry_peer_creds(p)->uid, name);
@@ -335,11 +357,9 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *f
                 return;
         }
         if (by_name) {
-                name = proto_str_copy(m->name, copy, sizeof(copy));
-                if (!proto_name_valid(m->name.ptr, m->name.len)) {
-                        fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
+                if (!read_name(ctx, p, m, m->name, NAME_BUFFER, copy))
                         return;
-                }
+                name = copy;
         } else {
                 /* Looked up once: the policy judges the name of the very buffer the attach takes. */
                 b = registry_request_buffer(ctx->reg, p, m->id, m->buffer, ctx->changes);
@@ -367,12 +387,8 @@ static bool ring_name(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, char name[
 {
         PolicyAction action = op_policy(m->op);
 
-        proto_str_copy(m->name, name, PROTO_MAX_NAME + 1);
-        if (!proto_name_valid(m->name.ptr, m->name.len) || m->name.len > RING_NAME_MAX) {
-                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid ring name (a buffer name of at most %d "
-                     "bytes)", name, RING_NAME_MAX);
+        if (!read_name(ctx, p, m, m->name, NAME_RING, name))
                 return false;
-        }
         if (!allowed(ctx, p, action, name)) {
                 fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u %s ring '%s'",
                      registry_peer_creds(p)->uid, action == POLICY_PUBLISH ? "produce" : "join", name);
@@ -519,11 +535,8 @@ static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         const RegBuffer *b = registry_buffer_by_id(ctx->reg, m->buffer);
         RegReclaim a = { 0 };
 
-        proto_str_copy(m->name, name, sizeof(name));
-        if (!proto_name_valid(m->name.ptr, m->name.len)) {
-                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
+        if (!read_name(ctx, p, m, m->name, NAME_BUFFER, name))
                 return;
-        }
         if (m->refs == 0 || m->refs > UINT32_MAX || m->uid > UINT32_MAX) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "a reclaim names 1 to 4294967295 references and a 32-bit uid");
                 return;
@@ -566,11 +579,8 @@ static void handle_subscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int
 {
         char prefix[PROTO_MAX_NAME + 1];
 
-        proto_str_copy(m->prefix, prefix, sizeof(prefix));
-        if (!proto_prefix_valid(m->prefix.ptr, m->prefix.len)) {
-                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid name prefix", prefix);
+        if (!read_name(ctx, p, m, m->prefix, NAME_PREFIX, prefix))
                 return;
-        }
         if (!op_allowed(ctx, p, m, prefix)) {
                 fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u watch '%s'",
                      registry_peer_creds(p)->uid, prefix);
@@ -583,11 +593,8 @@ static void handle_group_join(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, in
 {
         char group[PROTO_MAX_NAME + 1];
 
-        proto_str_copy(m->group, group, sizeof(group));
-        if (!proto_name_valid(m->group.ptr, m->group.len)) {
-                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid group name", group);
+        if (!read_name(ctx, p, m, m->group, NAME_GROUP, group))
                 return;
-        }
         if (m->members == 0 || m->members > GROUP_MAX_MEMBERS) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "a group has 1 to %d members", GROUP_MAX_MEMBERS);
                 return;
