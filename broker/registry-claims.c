@@ -64,14 +64,17 @@ static bool claim_mismatch(const RegBuffer *b, uint64_t generation, uint32_t own
                            const char *name, RegWhy *why)
 {
         if (b->owner_uid != owner_uid || b->info.kind != kind)
-                *why = (RegWhy){ REG_E_CLAIM_OWNER, .n = { b->id, b->info.kind, b->owner_uid, kind, owner_uid } };
+                *why = (RegWhy){ REG_E_CLAIM_OWNER, .claim_owner = { .buffer = b->id, .kind = b->info.kind,
+                                                                     .uid = b->owner_uid, .held_kind = kind,
+                                                                     .held_uid = owner_uid } };
         else if (b->generation != generation || strcmp(b->name, name) != 0)
-                *why = (RegWhy){ REG_E_CLAIM_REPUBLISHED, .n = { b->id, b->generation, generation },
-                                 .s = { b->name, name } };
+                *why = (RegWhy){ REG_E_CLAIM_REPUBLISHED,
+                                 .claim_republished = { .name = b->name, .held_name = name, .buffer = b->id,
+                                                        .generation = b->generation, .held_generation = generation } };
         else if (b->state == PROTO_STATE_IDLE)
-                *why = (RegWhy){ REG_E_CLAIM_DRAINED, .n = { b->id }, .s = { b->name } };
+                *why = (RegWhy){ REG_E_CLAIM_DRAINED, .claim_drained = { .name = b->name, .buffer = b->id } };
         else if (b->ring_part)
-                *why = (RegWhy){ REG_E_CLAIM_RING_PART, .n = { b->id }, .s = { b->name } };
+                *why = (RegWhy){ REG_E_CLAIM_RING_PART, .claim_ring_part = { .name = b->name, .buffer = b->id } };
         else
                 return false;
         return true;
@@ -150,12 +153,15 @@ static unsigned reclaim_judge(const Registry *r, const RegPeer *p, RegBuffer *b,
                  * broker may come back, and the broker cannot tell which. */
                 if (b->restored && r->in_grace)
                         return 0;
-                *why = (RegWhy){ REG_E_CLAIM_RETIRED, .n = { b->id, p->creds.uid }, .s = { b->name } };
+                *why = (RegWhy){ REG_E_CLAIM_RETIRED, .claim_retired = { .name = b->name, .buffer = b->id,
+                                                                         .uid = p->creds.uid } };
                 return PROTO_STATUS_REVOKED;
         }
         if (b->retire_after && (b->attaches >= b->retire_after || unvouched > b->retire_after - b->attaches)) {
-                *why = (RegWhy){ REG_E_CLAIM_RETIRE_AFTER, .n = { b->id, b->retire_after, b->attaches, unvouched },
-                                 .s = { b->name } };
+                *why = (RegWhy){ REG_E_CLAIM_RETIRE_AFTER,
+                                 .claim_retire_after = { .name = b->name, .buffer = b->id,
+                                                         .retire_after = b->retire_after, .attaches = b->attaches,
+                                                         .unvouched = unvouched } };
                 return PROTO_STATUS_REVOKED;
         }
         *as_attaches = unvouched;
@@ -210,7 +216,7 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
         }
         if (a->refs > r->limits.refs_per_peer || p->n_refs + p->n_claim_refs > r->limits.refs_per_peer - a->refs) {
                 reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_REFS_LIMIT,
-                           .n = { p->n_refs + p->n_claim_refs, a->refs, r->limits.refs_per_peer } });
+                                                                     .refs_limit = { .held = p->n_refs + p->n_claim_refs, .asked = a->refs, .limit = r->limits.refs_per_peer } });
                 return;
         }
         if (b) {
@@ -235,17 +241,19 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
         if (!r->in_grace) {
                 r->counters.reclaims_refused++;
                 reg_answer(out, p, id, PROTO_STATUS_REVOKED, (RegWhy){ REG_E_CLAIM_UNKNOWN,
-                           .n = { a->buffer, r->restart_grace_ms }, .s = { a->name } });
+                                                                       .claim_unknown = { .name = a->name, .buffer = a->buffer, .grace_ms = r->restart_grace_ms } });
                 return;
         }
         /* Nobody can vouch for a claim yet, and each one is memory: bounded per uid and in all. */
         if (p->acct->claims >= r->limits.claims_per_uid) {
                 reg_answer(out, p, id, PROTO_STATUS_QUOTA,
-                           (RegWhy){ REG_E_CLAIMS_PER_UID, .n = { p->creds.uid, p->acct->claims } });
+                           (RegWhy){ REG_E_CLAIMS_PER_UID, .claims_per_uid = { .uid = p->creds.uid,
+                                                                               .claims = p->acct->claims } });
                 return;
         }
         if (r->n_claims >= r->limits.claims) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_CLAIMS_ALL, .n = { r->n_claims } });
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_CLAIMS_ALL,
+                                                                     .claims_all = { .claims = r->n_claims } });
                 return;
         }
         /* Its producer has not come back yet: the claim waits for it, until the grace ends. */
@@ -342,7 +350,7 @@ void reg_claims_drop_peer(Registry *r, RegPeer *p)
 
 void reg_grace_end(Registry *r, RegSink *o)
 {
-        const RegWhy gone = { REG_R_CLAIM_GRACE_OVER, .n = { r->restart_grace_ms } };
+        const RegWhy gone = { REG_R_CLAIM_GRACE_OVER, .claim_grace_over = { .grace_ms = r->restart_grace_ms } };
 
         r->in_grace = false;
         reg_rings_grace_end(r, o);
@@ -357,8 +365,11 @@ void reg_grace_end(Registry *r, RegSink *o)
                 reg_restored_forget(r, b);
                 reg_buffer_drain_if_done(
                         r, b,
-                        b->reclaimed ? (RegWhy){ REG_R_RESTART_RELEASED, .n = { b->reclaimed, r->restart_grace_ms } }
-                                     : (RegWhy){ REG_R_RESTART_UNCLAIMED, .n = { r->restart_grace_ms } },
+                        b->reclaimed ? (RegWhy){ REG_R_RESTART_RELEASED,
+                                                 .restart_released = { .came_back = b->reclaimed,
+                                                                       .grace_ms = r->restart_grace_ms } }
+                                     : (RegWhy){ REG_R_RESTART_UNCLAIMED,
+                                                 .restart_unclaimed = { .grace_ms = r->restart_grace_ms } },
                         o);
         }
 }

@@ -245,7 +245,7 @@ static inline void reg_tell_key(RegSink *o, RegPeer *p, ProtoEvent ev, RegBuffer
 /* A reason given as a text (until its callers say it as a code). */
 static inline RegWhy reg_why_text(const char *text)
 {
-        return text ? (RegWhy){ REG_E_TEXT, .s = { text } } : (RegWhy){ REG_WHY_NONE };
+        return text ? (RegWhy){ REG_E_TEXT, .text = { .text = text } } : (RegWhy){ REG_WHY_NONE };
 }
 
 RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id);

@@ -21,7 +21,8 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
 
         if (r->n_peers >= r->limits.connections) {
                 if (why)
-                        *why = (RegWhy){ REG_E_CONNECTIONS_LIMIT, .n = { r->limits.connections } };
+                        *why = (RegWhy){ REG_E_CONNECTIONS_LIMIT,
+                                         .connections_limit = { .limit = r->limits.connections } };
                 return PROTO_STATUS_QUOTA;
         }
         acct = reg_acct_get(r, creds->uid);
@@ -29,7 +30,9 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
                 return -ENOMEM;
         if (acct->connections >= r->limits.connections_per_uid) {
                 if (why)
-                        *why = (RegWhy){ REG_E_CONNECTIONS_PER_UID, .n = { creds->uid, acct->connections } };
+                        *why = (RegWhy){ REG_E_CONNECTIONS_PER_UID,
+                                         .connections_per_uid = { .uid = creds->uid,
+                                                                  .connections = acct->connections } };
                 reg_acct_put(r, acct);
                 return PROTO_STATUS_QUOTA;
         }
@@ -93,7 +96,9 @@ void registry_peer_remove(Registry *r, RegPeer *p, RegSink *out)
 
         if (!p)
                 return;
-        reason = (RegWhy){ REG_R_PRODUCER_GONE, .n = { p->id, p->creds.pid, p->creds.uid } };
+        reason = (RegWhy){ REG_R_PRODUCER_GONE,
+                           .producer_gone = { .producer = { .peer = p->id, .pid = p->creds.pid,
+                                                            .uid = p->creds.uid } } };
         list_for_each_safe(pos, &p->waits) {
                 Wait *w = list_entry(pos, Wait, peer_link);
                 RegGroup *g = w->group;

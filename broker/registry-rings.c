@@ -36,6 +36,13 @@ RegRing *registry_ring_by_name(const Registry *r, const char *name)
         return ring_lookup(r, name);
 }
 
+/* Why a producer's request on ring `ring` (g, or NULL when there is none) cannot be served. */
+static RegWhy not_owned(const RegRing *g, const char *ring)
+{
+        return g ? (RegWhy){ REG_E_RING_OTHERS,
+                             .ring_others = { ring } } : (RegWhy){ REG_E_NO_RING, .no_ring = { ring } };
+}
+
 /* A ring event: name, seat, epoch and an optional reason. */
 static void ring_event(Registry *r, RegPeer *to, ProtoEvent ev, const RegRing *g, const RingSeat *s, RegWhy why,
                        RegSink *o)
@@ -138,7 +145,7 @@ bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, RegWhy *why)
         if (!b->ring_part)
                 return true;
         if (!g) {
-                *why = (RegWhy){ REG_E_PART_OF_NO_RING, .n = { b->id }, .s = { b->name } };
+                *why = (RegWhy){ REG_E_PART_OF_NO_RING, .part_of_no_ring = { .name = b->name, .buffer = b->id } };
                 return false;
         }
         first_page = 1 + g->n_slots;
@@ -151,7 +158,8 @@ bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, RegWhy *why)
                     b->ring_index == first_page + g->n_members + i)
                         return true;
         }
-        *why = (RegWhy){ REG_E_RING_MEMBERS_ONLY, .n = { b->id }, .s = { b->name, g->name } };
+        *why = (RegWhy){ REG_E_RING_MEMBERS_ONLY, .ring_members_only = { .name = b->name, .ring = g->name,
+                                                                         .buffer = b->id } };
         return false;
 }
 
@@ -161,7 +169,7 @@ static void seat_claims_settle(Registry *r, RegRing *g, RegSink *o);
  * hears member-left for each). */
 static void seats_unreserve(Registry *r, RegRing *g, RegSink *o)
 {
-        const RegWhy why = { REG_R_MEMBER_GRACE_OVER, .n = { r->restart_grace_ms } };
+        const RegWhy why = { REG_R_MEMBER_GRACE_OVER, .member_grace_over = { .grace_ms = r->restart_grace_ms } };
 
         for (uint32_t i = 0; i < g->n_members; i++)
                 if (g->seats[i].reserved)
@@ -182,12 +190,14 @@ void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpe
         int e;
 
         if (ring_lookup(r, s->name)) {
-                reg_answer(out, p, id, PROTO_STATUS_NAME_TAKEN, (RegWhy){ REG_E_RING_EXISTS, .s = { s->name } });
+                reg_answer(out, p, id, PROTO_STATUS_NAME_TAKEN, (RegWhy){ REG_E_RING_EXISTS,
+                                                                          .ring_exists = { .ring = s->name } });
                 return;
         }
         if (p->acct->buffers >= r->limits.buffers_per_uid) {
                 reg_answer(out, p, id, PROTO_STATUS_QUOTA,
-                           (RegWhy){ REG_E_RING_BUFFERS_LIMIT, .n = { p->creds.uid, p->acct->buffers } });
+                           (RegWhy){ REG_E_RING_BUFFERS_LIMIT,
+                                     .ring_buffers_limit = { .uid = p->creds.uid, .buffers = p->acct->buffers } });
                 return;
         }
         e = reg_charge(r, p->creds.uid, cost, &why);
@@ -298,15 +308,15 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
 
         if (!g || g->owner != p) {
                 reg_answer(out, p, id, g ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_NOT_FOUND,
-                           (RegWhy){ g ? REG_E_RING_OTHERS : REG_E_NO_RING, .s = { ring } });
+                           not_owned(g, ring));
                 return;
         }
         rule = part_mismatch(g, index, a);
         if (!rule && a->restored && (a->generation == 0 || a->generation > r->generation))
                 rule = REG_PART_RESTORED_GENERATION;
         if (rule) {
-                reg_answer(out, p, id, PROTO_STATUS_INVALID, (RegWhy){ REG_E_PART_MISFIT, .s = { ring },
-                           .n = { index, rule } });
+                reg_answer(out, p, id, PROTO_STATUS_INVALID, (RegWhy){ REG_E_PART_MISFIT,
+                                                                       .part_misfit = { .ring = ring, .index = index, .rule = rule } });
                 return;
         }
         /* A part is new memory under an id nobody holds: registering it must not adopt an orphan of
@@ -315,7 +325,8 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         b = a->buffer ? reg_buffer_lookup(r, a->buffer) : NULL;
         if (b) {
                 reg_answer(out, p, id, PROTO_STATUS_KEY_TAKEN,
-                           (RegWhy){ REG_E_PART_KEY_TAKEN, .n = { a->buffer, b->owner_id, b->owner_uid } });
+                           (RegWhy){ REG_E_PART_KEY_TAKEN, .part_key_taken = { .buffer = a->buffer,
+                                                                               .owner = { .peer = b->owner_id, .uid = b->owner_uid } } });
                 return;
         }
         ring_part_name(name, sizeof(name), ring, index, g->n_slots, g->n_members);
@@ -375,14 +386,16 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         if (!g || !reg_ring_set_up(g)) {
                 reg_answer(
                         out, p, id, PROTO_STATUS_NOT_FOUND,
-                        g ? (RegWhy){ REG_E_RING_SETTING_UP, .s = { ring }, .n = { g->n_registered, ring_n_parts(g) } }
-                          : (RegWhy){ REG_E_NO_RING, .s = { ring } });
+                        g ? (RegWhy){ REG_E_RING_SETTING_UP,
+                                      .ring_setting_up = { .ring = ring, .registered = g->n_registered,
+                                                           .parts = ring_n_parts(g) } }
+                          : (RegWhy){ REG_E_NO_RING, .no_ring = { .ring = ring } });
                 return;
         }
         for (uint32_t i = 0; i < g->n_members; i++) {
                 if (g->seats[i].peer == p) {
                         reg_answer(out, p, id, PROTO_STATUS_STATE,
-                                   (RegWhy){ REG_E_RING_MEMBER, .s = { ring }, .n = { i } });
+                                   (RegWhy){ REG_E_RING_MEMBER, .ring_member = { .ring = ring, .seat = i } });
                         return;
                 }
                 if (s || g->seats[i].peer || g->seats[i].reserved)
@@ -395,12 +408,13 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         /* A free seat without parts gets them at the producer's next ring call: worth a retry
          * (NOT_FOUND is what a joining client waits out), unlike a ring that is full. */
         if (!s && renewing) {
-                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_RING_NO_SEAT_READY, .s = { ring } });
+                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_RING_NO_SEAT_READY,
+                                                                         .ring_no_seat_ready = { .ring = ring } });
                 return;
         }
         if (!s) {
                 reg_answer(out, p, id, PROTO_STATUS_QUOTA,
-                           (RegWhy){ REG_E_RING_FULL, .s = { ring }, .n = { g->n_members } });
+                           (RegWhy){ REG_E_RING_FULL, .ring_full = { .ring = ring, .seats = g->n_members } });
                 return;
         }
         n_parts = seat_parts(g, s->index, parts);
@@ -428,16 +442,17 @@ static unsigned seat_bind(Registry *r, RegRing *g, RegPeer *p, uint32_t index, u
 
         /* As for a join: one seat per connection, whatever epochs it can name. */
         if (s) {
-                *why = (RegWhy){ REG_E_RING_MEMBER, .s = { g->name }, .n = { s->index } };
+                *why = (RegWhy){ REG_E_RING_MEMBER, .ring_member = { .ring = g->name, .seat = s->index } };
                 return PROTO_STATUS_STATE;
         }
         if (index >= g->n_members) {
-                *why = (RegWhy){ REG_E_RING_SEATS, .s = { g->name }, .n = { g->n_members } };
+                *why = (RegWhy){ REG_E_RING_SEATS, .ring_seats = { .ring = g->name, .seats = g->n_members } };
                 return PROTO_STATUS_INVALID;
         }
         s = &g->seats[index];
         if (!s->reserved || s->epoch != epoch) {
-                *why = (RegWhy){ REG_E_SEAT_NOT_WAITING, .s = { g->name }, .n = { index, epoch } };
+                *why = (RegWhy){ REG_E_SEAT_NOT_WAITING, .seat_not_waiting = { .ring = g->name, .seat = index,
+                                                                               .epoch = epoch } };
                 return PROTO_STATUS_REVOKED;
         }
         s->reserved = false;
@@ -500,13 +515,14 @@ void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring
                 return;
         }
         if (!r->in_grace) {
-                reg_answer(out, p, id, PROTO_STATUS_REVOKED, (RegWhy){ REG_E_RING_GONE, .s = { ring } });
+                reg_answer(out, p, id, PROTO_STATUS_REVOKED, (RegWhy){ REG_E_RING_GONE,
+                                                                       .ring_gone = { .ring = ring } });
                 return;
         }
         /* Bounded per connection like its other waits, so that one peer cannot take every claim. */
         if (p->n_seat_claims >= r->limits.waits_per_peer) {
                 reg_answer(out, p, id, PROTO_STATUS_QUOTA,
-                           (RegWhy){ REG_E_SEAT_CLAIMS_LIMIT, .n = { p->n_seat_claims } });
+                           (RegWhy){ REG_E_SEAT_CLAIMS_LIMIT, .seat_claims_limit = { .claims = p->n_seat_claims } });
                 return;
         }
         cost = budget_alloc_cost(sizeof(*c) + len + 1) + REG_FRAME_COST;
@@ -535,7 +551,7 @@ void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring
 
 void reg_rings_grace_end(Registry *r, RegSink *o)
 {
-        const RegWhy why = { REG_R_RING_GRACE_OVER, .n = { r->restart_grace_ms } };
+        const RegWhy why = { REG_R_RING_GRACE_OVER, .ring_grace_over = { .grace_ms = r->restart_grace_ms } };
         RegPeer *p;
 
         while (!list_empty(&r->seat_claims))
@@ -564,7 +580,8 @@ void registry_ring_leave(Registry *r, RegPeer *p, uint64_t id, const char *ring,
         RingSeat *s = seat_of(ring_lookup(r, ring), p);
 
         if (!s) {
-                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NOT_MEMBER, .s = { ring } });
+                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NOT_MEMBER,
+                                                                         .not_member = { .ring = ring } });
                 return;
         }
         reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
@@ -580,7 +597,7 @@ void registry_ring_evict(Registry *r, RegPeer *p, uint64_t id, const char *ring,
 
         if (!g || g->owner != p) {
                 reg_answer(out, p, id, g ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_NOT_FOUND,
-                           (RegWhy){ g ? REG_E_RING_OTHERS : REG_E_NO_RING, .s = { ring } });
+                           not_owned(g, ring));
                 return;
         }
         if (index >= g->n_members || g->seats[index].epoch != epoch ||
@@ -601,7 +618,7 @@ void registry_ring_evict(Registry *r, RegPeer *p, uint64_t id, const char *ring,
         reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
         /* Before the seat is freed: its page and counters are still the ring's then. */
         drop_part_holds(r, g, member, out);
-        seat_free(r, s, (RegWhy){ REG_R_EVICTED_LEASE, .n = { g->lease_ms } }, true, out);
+        seat_free(r, s, (RegWhy){ REG_R_EVICTED_LEASE, .evicted_lease = { .lease_ms = g->lease_ms } }, true, out);
 }
 
 void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out)
@@ -610,7 +627,7 @@ void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring,
 
         if (!g || g->owner != p) {
                 reg_answer(out, p, id, g ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_NOT_FOUND,
-                           (RegWhy){ g ? REG_E_RING_OTHERS : REG_E_NO_RING, .s = { ring } });
+                           not_owned(g, ring));
                 return;
         }
         reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
@@ -619,7 +636,9 @@ void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring,
 
 void reg_rings_drop_peer(Registry *r, RegPeer *p, RegSink *o)
 {
-        const RegWhy why = { REG_R_RING_PRODUCER_GONE, .n = { p->id, p->creds.pid, p->creds.uid } };
+        const RegWhy why = { REG_R_RING_PRODUCER_GONE,
+                             .ring_producer_gone = { .producer = { .peer = p->id, .pid = p->creds.pid,
+                                                                   .uid = p->creds.uid } } };
 
         while (!list_empty(&p->seat_claims))
                 seat_claim_free(r, list_entry(p->seat_claims.next, SeatClaim, peer_link));

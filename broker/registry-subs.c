@@ -30,7 +30,8 @@ void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix
         int e;
 
         if (p->n_subs >= r->limits.subs_per_peer) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_SUBS_LIMIT, .n = { p->n_subs } });
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_SUBS_LIMIT,
+                                                                     .subs_limit = { .subs = p->n_subs } });
                 return;
         }
         e = reg_charge(r, p->creds.uid, cost, &why);
@@ -77,5 +78,5 @@ void registry_unsubscribe(Registry *r, RegPeer *p, uint64_t id, uint64_t sub, Re
                         return;
                 }
         }
-        reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NO_SUB, .n = { sub } });
+        reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NO_SUB, .no_sub = { .sub = sub } });
 }

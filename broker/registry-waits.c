@@ -68,7 +68,9 @@ static void group_finish(Registry *r, RegGroup *g, bool complete, RegSink *o)
                 reg_join_free(r, w);
                 if (!complete) {
                         reg_answer(o, p, id, PROTO_STATUS_TIMEOUT,
-                                   (RegWhy){ REG_E_GROUP_TIMEOUT, .s = { g->name }, .n = { joined, g->members } });
+                                   (RegWhy){ REG_E_GROUP_TIMEOUT,
+                                             .group_timeout = { .group = g->name, .joined = joined,
+                                                                .members = g->members } });
                         continue;
                 }
                 reg_emit(o, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_GROUP,
@@ -97,20 +99,22 @@ void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group
         }
         if (g && g->members != members) {
                 reg_answer(out, p, id, PROTO_STATUS_GROUP_MISMATCH,
-                           (RegWhy){ REG_E_GROUP_MISMATCH, .s = { group }, .n = { g->members, members } });
+                           (RegWhy){ REG_E_GROUP_MISMATCH, .group_mismatch = { .group = group, .members = g->members,
+                                                                               .asked = members } });
                 return;
         }
         if (g) {
                 list_for_each(pos, &g->joins) {
                         if (list_entry(pos, Wait, link)->peer == p) {
                                 reg_answer(out, p, id, PROTO_STATUS_STATE,
-                                           (RegWhy){ REG_E_GROUP_JOINED, .s = { group } });
+                                           (RegWhy){ REG_E_GROUP_JOINED, .group_joined = { .group = group } });
                                 return;
                         }
                 }
         }
         if (p->n_waits >= r->limits.waits_per_peer) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_WAITS_LIMIT, .n = { p->n_waits } });
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_WAITS_LIMIT,
+                                                                     .waits_limit = { .waits = p->n_waits } });
                 return;
         }
         e = reg_charge(r, p->creds.uid, cost, &why);
@@ -180,8 +184,8 @@ void registry_expire(Registry *r, uint64_t now_ms, RegSink *out)
                         /* Publications this wait saw come and go went to earlier waiters (retire_after)
                          * or were retired before its turn: saying "nothing was published" would mislead. */
                         reg_answer(out, p, id, PROTO_STATUS_TIMEOUT,
-                                   (RegWhy){ missed ? REG_E_WAIT_MISSED : REG_E_WAIT_TIMEOUT, .s = { name },
-                                             .n = { missed } });
+                                   missed ? (RegWhy){ REG_E_WAIT_MISSED, .wait_missed = { name, missed } }
+                                          : (RegWhy){ REG_E_WAIT_TIMEOUT, .wait_timeout = { name } });
                 }
         }
 }

@@ -53,7 +53,10 @@ int reg_charge(Registry *r, uint32_t uid, uint64_t n, RegWhy *why)
         if (e <= 0)
                 return e;
         if (why)
-                *why = (RegWhy){ REG_E_MEMORY_BUDGET, .n = { uid, f.which == BUDGET_E_ALL, f.used, f.limit, n } };
+                *why = (RegWhy){ REG_E_MEMORY_BUDGET, .memory_budget = { .uid = uid,
+                                                                         .whole_pool = f.which == BUDGET_E_ALL,
+                                                                         .used = f.used, .limit = f.limit,
+                                                                         .asked = n } };
         return PROTO_STATUS_QUOTA;
 }
 
@@ -105,7 +108,8 @@ RegBuffer *registry_request_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_
         RegBuffer *b = reg_buffer_lookup(r, buffer);
 
         if (!b)
-                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NO_BUFFER, .n = { buffer } });
+                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NO_BUFFER,
+                                                                         .no_buffer = { .buffer = buffer } });
         return b;
 }
 
@@ -373,15 +377,16 @@ unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why)
                 bool same_ns = ns && b->owner_pidns && ns == b->owner_pidns;
 
                 if (mine && mine == b->owner_self_pid && !same_ns) {
-                        *why = (RegWhy){ REG_E_SAME_PID, .s = { b->name },
-                                         .n = { mine, b->owner_uid, b->owner_self_pid_declared,
-                                                peer_self_pid_declared(p) } };
+                        *why = (RegWhy){ REG_E_SAME_PID, .same_pid = { .name = b->name, .pid = mine,
+                                                                       .producer_uid = b->owner_uid,
+                                                                       .producer_declared = b->owner_self_pid_declared,
+                                                                       .consumer_declared = peer_self_pid_declared(p) } };
                         return PROTO_STATUS_SAME_PID;
                 }
         }
         if (b->info.kind != PROTO_KIND_MEMFD && b->device && !peer_sees_device(p, b->device)) {
-                *why = (RegWhy){ REG_E_DEVICE, .s = { b->name, b->device },
-                                 .gpus = (const char (*)[PROTO_MAX_UUID + 1])p->gpus, .n_gpus = p->n_gpus };
+                *why = (RegWhy){ REG_E_DEVICE, .device = { .name = b->name, .device = b->device,
+                                 .gpus = (const char (*)[PROTO_MAX_UUID + 1])p->gpus, .n_gpus = p->n_gpus } };
                 return PROTO_STATUS_DEVICE;
         }
         return 0;
@@ -410,7 +415,7 @@ static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSi
         }
         if (p->n_refs + p->n_claim_refs >= r->limits.refs_per_peer) {
                 reg_answer(o, p, id, PROTO_STATUS_QUOTA,
-                           (RegWhy){ REG_E_REFS_FULL, .n = { p->n_refs + p->n_claim_refs } });
+                           (RegWhy){ REG_E_REFS_FULL, .refs_full = { .refs = p->n_refs + p->n_claim_refs } });
                 return;
         }
         /* The fd travels once per peer: afterwards the peer's cached mapping serves, until it says
@@ -453,7 +458,8 @@ void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, 
 {
         if (b->state != PROTO_STATE_LIVE) {
                 reg_answer(out, p, id, PROTO_STATUS_STATE,
-                           (RegWhy){ REG_E_NOT_LIVE, .n = { b->id, b->state }, .s = { b->name } });
+                           (RegWhy){ REG_E_NOT_LIVE, .not_live = { .name = b->name, .buffer = b->id,
+                                                                   .state = b->state } });
                 return;
         }
         attach_now(r, p, id, b, out);
@@ -482,11 +488,13 @@ void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uin
                 return;
         }
         if (timeout_ms == 0) {
-                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NOTHING_UNDER, .s = { name } });
+                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NOTHING_UNDER,
+                                                                         .nothing_under = { .name = name } });
                 return;
         }
         if (p->n_waits >= r->limits.waits_per_peer) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_WAITS_LIMIT, .n = { p->n_waits } });
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_WAITS_LIMIT,
+                                                                     .waits_limit = { .waits = p->n_waits } });
                 return;
         }
         cost = reg_wait_cost(sizeof(RegName), strlen(name));
@@ -582,10 +590,11 @@ static unsigned publish_check_name(Registry *r, RegPeer *p, uint64_t id, const c
                 return 0;
         if (!live->owner)
                 reg_answer(o, p, id, PROTO_STATUS_NAME_TAKEN,
-                           (RegWhy){ REG_E_NAME_ORPHANED, .s = { name }, .n = { live->owner_uid, live->id } });
+                           (RegWhy){ REG_E_NAME_ORPHANED, .name_orphaned = { .name = name, .uid = live->owner_uid,
+                                                                             .buffer = live->id } });
         else
-                reg_answer(o, p, id, PROTO_STATUS_NAME_TAKEN, (RegWhy){ REG_E_NAME_TAKEN, .s = { name },
-                           .n = { live->owner_id, live->owner_pid, live->owner_uid } });
+                reg_answer(o, p, id, PROTO_STATUS_NAME_TAKEN, (RegWhy){ REG_E_NAME_TAKEN,
+                                                                        .name_taken = { .name = name, .owner = { .peer = live->owner_id, .pid = live->owner_pid, .uid = live->owner_uid } } });
         return PROTO_STATUS_NAME_TAKEN;
 }
 
@@ -639,11 +648,13 @@ static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, RegSi
         if (!b)
                 return;
         if (b->owner != p) {
-                reg_answer(out, p, id, PROTO_STATUS_NOT_OWNER, (RegWhy){ REG_E_OTHERS_BUFFER, .n = { a->buffer } });
+                reg_answer(out, p, id, PROTO_STATUS_NOT_OWNER, (RegWhy){ REG_E_OTHERS_BUFFER,
+                                                                         .others_buffer = { .buffer = a->buffer } });
                 return;
         }
         if (b->state != PROTO_STATE_IDLE) {
-                reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_NOT_IDLE, .n = { a->buffer, b->state } });
+                reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_NOT_IDLE,
+                                                                     .not_idle = { .buffer = a->buffer, .state = b->state } });
                 return;
         }
         if (publish_check_name(r, p, id, a->name, b, out))
@@ -730,7 +741,8 @@ static int check_new_id(Registry *r, RegPeer *p, uint64_t id, const RegPublish *
         if (adopt_orphan(r, p, id, b, a, out))
                 return 1;
         reg_answer(out, p, id, PROTO_STATUS_KEY_TAKEN,
-                   (RegWhy){ REG_E_KEY_TAKEN, .n = { a->buffer, b->owner_id, b->owner_uid } });
+                   (RegWhy){ REG_E_KEY_TAKEN, .key_taken = { .buffer = a->buffer,
+                                                             .owner = { .peer = b->owner_id, .uid = b->owner_uid } } });
         return PROTO_STATUS_KEY_TAKEN;
 }
 
@@ -755,12 +767,13 @@ RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPu
                 return NULL;
         if (p->acct->buffers >= r->limits.buffers_per_uid) {
                 reg_answer(out, p, id, PROTO_STATUS_QUOTA,
-                           (RegWhy){ REG_E_BUFFERS_LIMIT, .n = { p->creds.uid, p->acct->buffers } });
+                           (RegWhy){ REG_E_BUFFERS_LIMIT, .buffers_limit = { .uid = p->creds.uid,
+                                                                             .buffers = p->acct->buffers } });
                 return NULL;
         }
         if (*fd >= 0 && p->acct->fds >= r->limits.fds_per_uid) {
                 reg_answer(out, p, id, PROTO_STATUS_QUOTA,
-                           (RegWhy){ REG_E_FDS_LIMIT, .n = { p->acct->fds, p->creds.uid } });
+                           (RegWhy){ REG_E_FDS_LIMIT, .fds_limit = { .fds = p->acct->fds, .uid = p->creds.uid } });
                 return NULL;
         }
         cost = buffer_cost(a->name, a->device, a->handle, a->meta_len);
@@ -836,25 +849,33 @@ static RegBuffer *view_segment(Registry *r, RegPeer *p, uint64_t id, const RegPu
                 r->n_orphaned--;
         }
         if (s && s->owner != p) {
-                reg_answer(out, p, id, PROTO_STATUS_NOT_OWNER, (RegWhy){ REG_E_OTHERS_SEGMENT, .n = { s->id } });
+                reg_answer(out, p, id, PROTO_STATUS_NOT_OWNER, (RegWhy){ REG_E_OTHERS_SEGMENT,
+                                                                         .others_segment = { .segment = s->id } });
                 return NULL;
         }
         if (s && (s->segment || s->ring_part || s->info.kind != a->info.kind)) {
                 reg_answer(out, p, id, PROTO_STATUS_INVALID,
-                           (RegWhy){ REG_E_NOT_A_SEGMENT, .n = { s->id, s->segment ? 1 : s->ring_part ? 2 : 3 } });
+                           (RegWhy){ REG_E_NOT_A_SEGMENT, .not_a_segment = { .buffer = s->id,
+                                                                             .why = s->segment     ? REG_SEGMENT_IS_VIEW
+                                                                      : s->ring_part ? REG_SEGMENT_IS_RING_PART
+                                                                                     : REG_SEGMENT_OTHER_KIND } });
                 return NULL;
         }
         if (s && s->free_on_drain) {
-                reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_SEGMENT_FREED, .n = { s->id } });
+                reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_SEGMENT_FREED,
+                                                                     .segment_freed = { .segment = s->id } });
                 return NULL;
         }
         if (!s && *fd < 0) {
-                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NO_SEGMENT, .n = { a->info.segment } });
+                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NO_SEGMENT,
+                                                                         .no_segment = { .segment = a->info.segment } });
                 return NULL;
         }
         if (a->info.offset > size || a->info.size > size - a->info.offset) {
                 reg_answer(out, p, id, PROTO_STATUS_INVALID,
-                           (RegWhy){ REG_E_VIEW_OUTSIDE, .n = { a->info.offset, a->info.size, size } });
+                           (RegWhy){ REG_E_VIEW_OUTSIDE, .view_outside = { .offset = a->info.offset,
+                                                                           .size = a->info.size,
+                                                                           .segment_size = size } });
                 return NULL;
         }
         if (s) {
@@ -923,7 +944,7 @@ void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, RegSi
         }
         if (a->restored && (a->generation == 0 || a->generation > r->generation)) {
                 reg_answer(out, p, id, PROTO_STATUS_INVALID,
-                           (RegWhy){ REG_E_RESTORED_GENERATION, .n = { r->generation } });
+                           (RegWhy){ REG_E_RESTORED_GENERATION, .restored_generation = { .highest = r->generation } });
                 return;
         }
         if (a->info.segment) {
@@ -964,7 +985,8 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Reg
                 return;
         }
         if (!h || h->count == 0) {
-                reg_answer(out, p, id, PROTO_STATUS_NOT_ATTACHED, (RegWhy){ REG_E_NOT_ATTACHED, .n = { buffer } });
+                reg_answer(out, p, id, PROTO_STATUS_NOT_ATTACHED, (RegWhy){ REG_E_NOT_ATTACHED,
+                                                                            .not_attached = { .buffer = buffer } });
                 return;
         }
         h->count--;
@@ -1002,7 +1024,8 @@ static bool managing(RegPeer *p, uint64_t id, const RegBuffer *b, bool as_admin,
         if (as_admin || may_manage(b, p))
                 return true;
         reg_answer(out, p, id, PROTO_STATUS_NOT_OWNER,
-                   (RegWhy){ REG_E_NOT_OWNER, .n = { b->id, b->owner_id, b->owner_uid }, .s = { b->name } });
+                   (RegWhy){ REG_E_NOT_OWNER, .not_owner = { .name = b->name, .buffer = b->id,
+                                                             .owner = { .peer = b->owner_id, .uid = b->owner_uid } } });
         return false;
 }
 
