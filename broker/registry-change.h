@@ -1,8 +1,9 @@
-/* What a registry step changed that somebody must hear of, as the registry says it: a reply to a
- * request (a protocol status, and for an error why, as a code and its facts), an event to a peer,
- * an fd the broker no longer needs. The registry words nothing and encodes nothing; the reply layer
- * (broker/reply.c, broker/reply-text.c) turns each change into frames, texts and fds, in the order
- * the step emitted them, which is the order they go out. */
+/* What a registry step changed that somebody must hear of, as the registry says it: how an operation
+ * turned out (its result for the request in progress, or the answer to a request that waited), an
+ * event to a peer, an fd the broker no longer needs. A failure is a code (RegWhyCode) with its facts
+ * (RegWhy); the registry knows no protocol status, words nothing and encodes nothing. The reply layer
+ * (broker/reply.c, broker/reply-text.c) turns each change into frames, texts and fds, in the order the
+ * step emitted them, which is the order they go out. */
 #pragma once
 
 #include <stdbool.h>
@@ -29,7 +30,7 @@ typedef enum RegWhyCode {
         REG_E_GROUP_TIMEOUT,
         REG_E_WAIT_MISSED,
         REG_E_WAIT_TIMEOUT,
-        REG_E_TEXT,
+        REG_E_STOPPING,          /* the broker is stopping: no wait outlives it */
         /* attach */
         REG_E_SAME_PID,
         REG_E_DEVICE,
@@ -63,6 +64,7 @@ typedef enum RegWhyCode {
         /* connections */
         REG_E_CONNECTIONS_LIMIT,
         REG_E_CONNECTIONS_PER_UID,
+        REG_E_HELLO_AGAIN,
         /* the memory budget (broker/budget.h) */
         REG_E_MEMORY_BUDGET,
         REG_R_PRODUCER_GONE,
@@ -151,7 +153,6 @@ typedef struct RegWhy {
                 struct { const char *group; uint32_t joined, members; } group_timeout;
                 struct { const char *name; uint64_t missed; } wait_missed; /* publications retired meanwhile */
                 struct { const char *name; } wait_timeout;
-                struct { const char *text; } text;             /* a text the caller gave */
                 /* attach */
                 struct {
                         const char *name;
@@ -253,14 +254,18 @@ typedef struct RegBufferKey {
 } RegBufferKey;
 
 typedef enum RegChangeType {
-        REG_CH_REPLY, /* answers request `req` of `to` with `status`; an error says `why`; fields by `reply` */
+        REG_CH_RESULT, /* the request in progress (its asker: `to`) succeeded; what it got: `reply` */
+        REG_CH_ANSWER, /* answers request `req` of `to`, which waited: an error says `why`, else `reply` */
         REG_CH_EVENT, /* tells `to` of `event` on `key` (to a subscriber: `sub`); `why`, if any, is its reason */
         REG_CH_RING_EVENT, /* tells `to` of `event` on seat `index` (membership `epoch`) of ring `str`; `why`: reason */
         REG_CH_FORGET_PEER, /* `to` is going away: frames already addressed to it must not reach it */
         REG_CH_CLOSE_FD, /* `fd` (the registry's) is to be closed once the frames that borrow it are out */
 } RegChangeType;
 
-/* The fields of a successful reply besides its status. */
+/* What a request that succeeded gets besides its success. A result goes where the operation emits it
+ * among the step's changes: the protocol fixes that order (docs/protocol.md 6.3, section 7: a publish
+ * that replaces a buffer sends the old one's events before its reply; an attach that uses up
+ * retire_after sends its reply before the events). */
 typedef enum RegReplyKind {
         REG_RE_PLAIN,  /* none */
         REG_RE_SUB,    /* sub: the new subscription's id */
@@ -282,9 +287,8 @@ typedef struct RegPartRef {
 typedef struct RegChange {
         RegChangeType type;
         RegPeer *to;
-        uint64_t req;                /* replies */
-        unsigned status;             /* replies: a PROTO_STATUS_* */
-        RegReplyKind reply;          /* replies with status ok */
+        uint64_t req;                /* REG_CH_ANSWER: the request that waited */
+        RegReplyKind reply;          /* results, and answers without why */
         ProtoEvent event;            /* events */
         RegBufferKey key;            /* events */
         const RegBuffer *buffer;     /* replies about a buffer */

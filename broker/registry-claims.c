@@ -132,19 +132,19 @@ typedef struct ClaimOf {
 } ClaimOf;
 
 /* Whether p's reclaim of refs references on b may be honoured: 0, with *as_attaches the references
- * nobody vouches for (they count as attaches), or a status and why. */
-static unsigned reclaim_judge(const Registry *r, const RegPeer *p, RegBuffer *b, const ClaimOf *k, uint32_t refs,
-                              uint32_t *as_attaches, RegWhy *why)
+ * nobody vouches for (they count as attaches), or a code and why. */
+static int reclaim_judge(const Registry *r, const RegPeer *p, RegBuffer *b, const ClaimOf *k, uint32_t refs,
+                         uint32_t *as_attaches, RegWhy *why)
 {
         DepartedHold *d = departed_of(b, p->creds.uid);
         uint32_t unvouched = refs - (d ? MIN(d->refs, refs) : 0);
-        unsigned status;
+        int e;
 
         if (claim_mismatch(b, k->generation, k->owner_uid, k->kind, k->name, why))
-                return PROTO_STATUS_REVOKED;
-        status = reg_attach_diagnose(b, p, why);
-        if (status)
-                return status;
+                return (int)why->code;
+        e = reg_attach_diagnose(b, p, why);
+        if (e)
+                return e;
         *as_attaches = 0;
         if (unvouched == 0)
                 return 0;
@@ -153,22 +153,22 @@ static unsigned reclaim_judge(const Registry *r, const RegPeer *p, RegBuffer *b,
                  * broker may come back, and the broker cannot tell which. */
                 if (b->restored && r->in_grace)
                         return 0;
-                *why = (RegWhy){ REG_E_CLAIM_RETIRED, .claim_retired = { .name = b->name, .buffer = b->id,
-                                                                         .uid = p->creds.uid } };
-                return PROTO_STATUS_REVOKED;
+                return reg_fail(why, (RegWhy){ REG_E_CLAIM_RETIRED,
+                                               .claim_retired = { .name = b->name, .buffer = b->id,
+                                                                  .uid = p->creds.uid } });
         }
         if (b->retire_after && (b->attaches >= b->retire_after || unvouched > b->retire_after - b->attaches)) {
-                *why = (RegWhy){ REG_E_CLAIM_RETIRE_AFTER,
-                                 .claim_retire_after = { .name = b->name, .buffer = b->id,
-                                                         .retire_after = b->retire_after, .attaches = b->attaches,
-                                                         .unvouched = unvouched } };
-                return PROTO_STATUS_REVOKED;
+                return reg_fail(why, (RegWhy){ REG_E_CLAIM_RETIRE_AFTER,
+                                               .claim_retire_after = { .name = b->name, .buffer = b->id,
+                                                                       .retire_after = b->retire_after,
+                                                                       .attaches = b->attaches,
+                                                                       .unvouched = unvouched } });
         }
         *as_attaches = unvouched;
         return 0;
 }
 
-/* Turns a judged reclaim of a registered buffer into references. 0, -ENOMEM, or PROTO_STATUS_QUOTA
+/* Turns a judged reclaim of a registered buffer into references. 0, -ENOMEM, or REG_E_MEMORY_BUDGET
  * with why (the hold does not fit in the memory budget). */
 static int reclaim_into(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, uint32_t as_attaches, RegWhy *why)
 {
@@ -198,77 +198,57 @@ bool reg_attaches_used_up(const RegBuffer *b)
         return b->state == PROTO_STATE_LIVE && b->retire_after && b->attaches >= b->retire_after;
 }
 
-void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a, RegSink *out)
+int registry_reclaim(Registry *r, RegPeer *p, const RegReclaim *a, RegWhy *why, RegSink *out)
 {
         RegBuffer *b = reg_buffer_lookup(r, a->buffer);
         const ClaimOf k = { a->generation, a->owner_uid, a->kind, a->name };
         size_t len = strlen(a->name);
         uint32_t as_attaches;
-        unsigned status;
         uint64_t cost;
-        RegWhy why;
         Claim *c;
         int e;
 
-        if (a->refs == 0) {
-                reg_answer(out, p, id, PROTO_STATUS_INVALID, (RegWhy){ REG_E_RECLAIM_NO_REFS });
-                return;
-        }
-        if (a->refs > r->limits.refs_per_peer || p->n_refs + p->n_claim_refs > r->limits.refs_per_peer - a->refs) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_REFS_LIMIT,
-                                                                     .refs_limit = { .held = p->n_refs + p->n_claim_refs, .asked = a->refs, .limit = r->limits.refs_per_peer } });
-                return;
-        }
+        if (a->refs == 0)
+                return reg_fail(why, (RegWhy){ REG_E_RECLAIM_NO_REFS });
+        if (a->refs > r->limits.refs_per_peer || p->n_refs + p->n_claim_refs > r->limits.refs_per_peer - a->refs)
+                return reg_fail(why, (RegWhy){ REG_E_REFS_LIMIT, .refs_limit = { p->n_refs + p->n_claim_refs, a->refs,
+                                                                                 r->limits.refs_per_peer } });
         if (b) {
-                status = reclaim_judge(r, p, b, &k, a->refs, &as_attaches, &why);
-                if (status) {
-                        r->counters.reclaims_refused++;
-                        reg_answer(out, p, id, status, why);
-                        return;
-                }
-                e = reclaim_into(r, p, b, a->refs, as_attaches, &why);
+                e = reclaim_judge(r, p, b, &k, a->refs, &as_attaches, why);
                 if (e != 0) {
-                        reg_charge_failed(out, p, id, e, why);
-                        return;
+                        r->counters.reclaims_refused++;
+                        return e;
                 }
-                reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_STATE,
-                                            .n = b->state });
+                e = reclaim_into(r, p, b, a->refs, as_attaches, why);
+                if (e != 0)
+                        return e;
+                reg_succeed(out, reg_asker(p), (RegChange){ .reply = REG_RE_STATE, .n = b->state });
                 /* Like the attach that retires it: the reply first, then the events. */
                 if (reg_attaches_used_up(b))
                         reg_buffer_retire(r, b, out);
-                return;
+                return 0;
         }
         if (!r->in_grace) {
                 r->counters.reclaims_refused++;
-                reg_answer(out, p, id, PROTO_STATUS_REVOKED, (RegWhy){ REG_E_CLAIM_UNKNOWN,
-                                                                       .claim_unknown = { .name = a->name, .buffer = a->buffer, .grace_ms = r->restart_grace_ms } });
-                return;
+                return reg_fail(why, (RegWhy){ REG_E_CLAIM_UNKNOWN,
+                                               .claim_unknown = { a->buffer, a->name, r->restart_grace_ms } });
         }
         /* Nobody can vouch for a claim yet, and each one is memory: bounded per uid and in all. */
-        if (p->acct->claims >= r->limits.claims_per_uid) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA,
-                           (RegWhy){ REG_E_CLAIMS_PER_UID, .claims_per_uid = { .uid = p->creds.uid,
-                                                                               .claims = p->acct->claims } });
-                return;
-        }
-        if (r->n_claims >= r->limits.claims) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_CLAIMS_ALL,
-                                                                     .claims_all = { .claims = r->n_claims } });
-                return;
-        }
+        if (p->acct->claims >= r->limits.claims_per_uid)
+                return reg_fail(why, (RegWhy){ REG_E_CLAIMS_PER_UID,
+                                               .claims_per_uid = { p->creds.uid, p->acct->claims } });
+        if (r->n_claims >= r->limits.claims)
+                return reg_fail(why, (RegWhy){ REG_E_CLAIMS_ALL, .claims_all = { r->n_claims } });
         /* Its producer has not come back yet: the claim waits for it, until the grace ends. */
         cost = budget_alloc_cost(sizeof(*c) + len + 1) + REG_INDEX_COST + REG_FRAME_COST;
-        e = reg_charge(r, p->creds.uid, cost, &why);
-        if (e != 0) {
-                reg_charge_failed(out, p, id, e, why);
-                return;
-        }
+        e = reg_charge(r, p->creds.uid, cost, why);
+        if (e != 0)
+                return e;
         c = calloc(1, sizeof(*c) + len + 1);
         if (!c || hmap_insert(&r->claims, &c->node, hash_u64(a->buffer)) < 0) {
                 free(c);
                 reg_uncharge(r, p->creds.uid, cost);
-                registry_peer_mark_lost(p);
-                return;
+                return -ENOMEM;
         }
         c->cost = (uint32_t)cost;
         c->buffer = a->buffer;
@@ -282,7 +262,8 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
         p->n_claim_refs += a->refs;
         p->acct->claims++;
         r->n_claims++;
-        reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_PENDING });
+        reg_succeed(out, reg_asker(p), (RegChange){ .reply = REG_RE_PENDING });
+        return 0;
 }
 
 void reg_claims_adopt(Registry *r, RegBuffer *b, RegSink *o)

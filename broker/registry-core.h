@@ -212,23 +212,59 @@ UidAcct *reg_acct_get(Registry *r, uint32_t uid);
 /* What an entry costs in a hash table or the timer heap beside the entry itself (its bucket). */
 #define REG_INDEX_COST 16
 
-/* Charges n bytes to uid's held budget (budget.h). 0; PROTO_STATUS_QUOTA with why (unless NULL)
+/* Charges n bytes to uid's held budget (budget.h). 0; REG_E_MEMORY_BUDGET with why (unless NULL)
  * naming the budget; or -ENOMEM. */
 int reg_charge(Registry *r, uint32_t uid, uint64_t n, RegWhy *why);
 
 /* Gives back n bytes charged to uid with reg_charge. */
 void reg_uncharge(Registry *r, uint32_t uid, uint64_t n);
 
-/* Answers a failed reg_charge (e): quota with why, or, out of memory, p is lost. */
-void reg_charge_failed(RegSink *o, RegPeer *p, uint64_t id, int e, RegWhy why);
-
 void reg_acct_put(Registry *r, UidAcct *a);
+
+/* An operation fails with w: its facts go to *why, its code is what the operation returns. */
+static inline int reg_fail(RegWhy *why, RegWhy w)
+{
+        *why = w;
+        return (int)w.code;
+}
 
 /* Emits a change (registry-change.h) for the caller to deliver. */
 void reg_emit(RegSink *o, const RegChange *c);
 
-/* Answers request id of p with status; an error says why. */
-void reg_answer(RegSink *o, RegPeer *p, uint64_t id, unsigned status, RegWhy why);
+/* Who hears how an operation turned out: the asker of the request in progress, or a request that
+ * waited (its id is kept in the wait) and is answered now. */
+typedef struct RegAsker {
+        RegPeer *peer;
+        bool waited;
+        uint64_t req; /* waited: the request's id */
+} RegAsker;
+
+static inline RegAsker reg_asker(RegPeer *p)
+{
+        return (RegAsker){ p, false, 0 };
+}
+
+/* Says that a's request succeeded with what c carries (its reply kind and fields), at this point of
+ * the step: the result of the request in progress, or the answer to one that waited. */
+static inline void reg_succeed(RegSink *o, RegAsker a, RegChange c)
+{
+        c.type = a.waited ? REG_CH_ANSWER : REG_CH_RESULT;
+        c.to = a.peer;
+        c.req = a.req;
+        reg_emit(o, &c);
+}
+
+/* The request in progress succeeded, with nothing to say besides. */
+static inline void reg_done(RegSink *o, RegPeer *p)
+{
+        reg_succeed(o, reg_asker(p), (RegChange){ .reply = REG_RE_PLAIN });
+}
+
+/* Answers request req of p, which waited, with an error: why. */
+static inline void reg_answer_error(RegSink *o, RegPeer *p, uint64_t req, RegWhy why)
+{
+        reg_emit(o, &(RegChange){ .type = REG_CH_ANSWER, .to = p, .req = req, .why = why });
+}
 
 /* Hands fd (the registry's) over, to be closed once the frames that borrow it are out. */
 void reg_close_fd(RegSink *o, int fd);
@@ -240,12 +276,6 @@ void reg_tell(RegSink *o, RegPeer *p, ProtoEvent ev, const RegBuffer *b, uint64_
 static inline void reg_tell_key(RegSink *o, RegPeer *p, ProtoEvent ev, RegBufferKey key, RegWhy why)
 {
         reg_emit(o, &(RegChange){ .type = REG_CH_EVENT, .to = p, .event = ev, .key = key, .why = why });
-}
-
-/* A reason given as a text (until its callers say it as a code). */
-static inline RegWhy reg_why_text(const char *text)
-{
-        return text ? (RegWhy){ REG_E_TEXT, .text = { .text = text } } : (RegWhy){ REG_WHY_NONE };
 }
 
 RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id);
@@ -263,10 +293,10 @@ static inline void reg_buffer_set_state(Registry *r, RegBuffer *b, ProtoState st
         b->state = state;
 }
 
-/* Registers new memory for p: checks the id it chose (or draws one) and p's quotas, allocates the
- * buffer and indexes it. Takes *fd. Returns the buffer (state none, owned by p, under no name), or
- * NULL once the request was answered (with an error, or by adopting an orphan) or p marked lost. */
-RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, RegSink *out);
+/* Registers new memory for p under the id it chose (no buffer has it: the caller checked) or one
+ * drawn for it, within p's quotas; allocates the buffer and indexes it. Takes *fd. 0 with *ret (state
+ * none, owned by p, under no name), a code with why, or -ENOMEM. */
+int reg_buffer_register(Registry *r, RegPeer *p, const RegPublish *a, int *fd, RegBuffer **ret, RegWhy *why);
 
 /* The buffer whose memory (and fd) b is: its segment for a view, else b itself. */
 static inline RegBuffer *reg_memory_of(RegBuffer *b)
@@ -285,7 +315,7 @@ void reg_segment_release_if_done(Registry *r, RegBuffer *s, RegSink *o);
 void reg_hold_drop(Registry *r, Hold *h);
 
 /* Adds refs references of p to b (creating the hold); mapped marks that p has b's memory mapped
- * (for a view: its segment's, which is what p maps). 0, -ENOMEM, or PROTO_STATUS_QUOTA (why filled
+ * (for a view: its segment's, which is what p maps). 0, -ENOMEM, or REG_E_MEMORY_BUDGET (why filled
  * in) when a new hold does not fit in p's uid's memory budget. */
 int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapped, RegWhy *why);
 
@@ -304,7 +334,7 @@ void reg_buffer_drain(Registry *r, RegBuffer *b, RegWhy why, RegSink *o);
  * using it, their references vanish and no drained event follows. */
 void reg_buffer_revoke(Registry *r, RegBuffer *b, RegWhy why, RegSink *o);
 
-/* registry.c, for reclaims: the attach's own checks of p on b (its PID namespace and devices; a
- * status and text, or 0), and retiring b (retire_after reached). */
-unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why);
+/* registry.c, for reclaims: the attach's own checks of p on b (its PID namespace and devices: 0, or
+ * a code with why), and retiring b (retire_after reached). */
+int reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why);
 void reg_buffer_retire(Registry *r, RegBuffer *b, RegSink *o);

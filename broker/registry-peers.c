@@ -23,7 +23,7 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
                 if (why)
                         *why = (RegWhy){ REG_E_CONNECTIONS_LIMIT,
                                          .connections_limit = { .limit = r->limits.connections } };
-                return PROTO_STATUS_QUOTA;
+                return REG_E_CONNECTIONS_LIMIT;
         }
         acct = reg_acct_get(r, creds->uid);
         if (!acct)
@@ -34,7 +34,7 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
                                          .connections_per_uid = { .uid = creds->uid,
                                                                   .connections = acct->connections } };
                 reg_acct_put(r, acct);
-                return PROTO_STATUS_QUOTA;
+                return REG_E_CONNECTIONS_PER_UID;
         }
         e = reg_charge(r, creds->uid, cost, why);
         if (e != 0) {
@@ -162,8 +162,11 @@ int registry_peer_hello(Registry *r, RegPeer *p, const PeerHello *h, RegWhy *why
         uint64_t cost = h->n_gpus ? budget_alloc_cost(h->n_gpus * sizeof(*p->gpus)) : 0;
         int e;
 
-        if (p->hello)
-                return PROTO_STATUS_STATE;
+        if (p->hello) {
+                if (why)
+                        *why = (RegWhy){ REG_E_HELLO_AGAIN };
+                return REG_E_HELLO_AGAIN;
+        }
         if (h->n_gpus) {
                 e = reg_charge(r, p->creds.uid, cost, why);
                 if (e != 0)

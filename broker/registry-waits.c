@@ -62,19 +62,16 @@ static void group_finish(Registry *r, RegGroup *g, bool complete, RegSink *o)
 
         while (!list_empty(&g->joins)) {
                 Wait *w = list_entry(g->joins.next, Wait, link);
-                RegPeer *p = w->peer;
-                uint64_t id = w->req_id;
+                RegAsker a = { w->peer, true, w->req_id };
 
                 reg_join_free(r, w);
                 if (!complete) {
-                        reg_answer(o, p, id, PROTO_STATUS_TIMEOUT,
-                                   (RegWhy){ REG_E_GROUP_TIMEOUT,
-                                             .group_timeout = { .group = g->name, .joined = joined,
-                                                                .members = g->members } });
+                        reg_answer_error(o, a.peer, a.req,
+                                         (RegWhy){ REG_E_GROUP_TIMEOUT,
+                                                   .group_timeout = { g->name, joined, g->members } });
                         continue;
                 }
-                reg_emit(o, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_GROUP,
-                                          .str = g->name, .n = g->members });
+                reg_succeed(o, a, (RegChange){ .reply = REG_RE_GROUP, .str = g->name, .n = g->members });
         }
         if (complete)
                 r->counters.groups_completed++;
@@ -83,52 +80,36 @@ static void group_finish(Registry *r, RegGroup *g, bool complete, RegSink *o)
         reg_group_free(r, g);
 }
 
-void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group, uint32_t members,
-                         uint32_t timeout_ms, uint64_t now_ms, RegSink *out)
+int registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group, uint32_t members,
+                        uint32_t timeout_ms, uint64_t now_ms, RegWhy *why, RegSink *out)
 {
         RegGroup *g = group_lookup(r, group);
         size_t len = strlen(group);
         uint64_t cost = reg_wait_cost(sizeof(RegGroup), len);
-        RegWhy why;
         Wait *w;
         int e;
 
-        if (members == 0) {
-                reg_answer(out, p, id, PROTO_STATUS_INVALID, (RegWhy){ REG_E_GROUP_EMPTY });
-                return;
-        }
-        if (g && g->members != members) {
-                reg_answer(out, p, id, PROTO_STATUS_GROUP_MISMATCH,
-                           (RegWhy){ REG_E_GROUP_MISMATCH, .group_mismatch = { .group = group, .members = g->members,
-                                                                               .asked = members } });
-                return;
-        }
+        if (members == 0)
+                return reg_fail(why, (RegWhy){ REG_E_GROUP_EMPTY });
+        if (g && g->members != members)
+                return reg_fail(why, (RegWhy){ REG_E_GROUP_MISMATCH,
+                                               .group_mismatch = { group, g->members, members } });
         if (g) {
-                list_for_each(pos, &g->joins) {
-                        if (list_entry(pos, Wait, link)->peer == p) {
-                                reg_answer(out, p, id, PROTO_STATUS_STATE,
-                                           (RegWhy){ REG_E_GROUP_JOINED, .group_joined = { .group = group } });
-                                return;
-                        }
-                }
+                list_for_each(pos, &g->joins)
+                        if (list_entry(pos, Wait, link)->peer == p)
+                                return reg_fail(why, (RegWhy){ REG_E_GROUP_JOINED, .group_joined = { group } });
         }
-        if (p->n_waits >= r->limits.waits_per_peer) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_WAITS_LIMIT,
-                                                                     .waits_limit = { .waits = p->n_waits } });
-                return;
-        }
-        e = reg_charge(r, p->creds.uid, cost, &why);
-        if (e != 0) {
-                reg_charge_failed(out, p, id, e, why);
-                return;
-        }
+        if (p->n_waits >= r->limits.waits_per_peer)
+                return reg_fail(why, (RegWhy){ REG_E_WAITS_LIMIT, .waits_limit = { p->n_waits } });
+        e = reg_charge(r, p->creds.uid, cost, why);
+        if (e != 0)
+                return e;
         if (!g) {
                 g = calloc(1, sizeof(*g) + len + 1);
                 if (!g || hmap_insert(&r->groups, &g->node, hash_str(group)) < 0) {
                         free(g);
                         reg_uncharge(r, p->creds.uid, cost);
-                        registry_peer_mark_lost(p);
-                        return;
+                        return -ENOMEM;
                 }
                 memcpy(g->name, group, len + 1);
                 g->members = members;
@@ -141,8 +122,7 @@ void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group
                 if (list_empty(&g->joins))
                         reg_group_free(r, g);
                 reg_uncharge(r, p->creds.uid, cost);
-                registry_peer_mark_lost(p);
-                return;
+                return -ENOMEM;
         }
         timeout_ms = MIN(timeout_ms, r->limits.max_timeout_ms);
         *w = (Wait){ .timer = { HEAP_NODE_INIT, TIMER_WAIT }, .peer = p, .req_id = id,
@@ -154,10 +134,11 @@ void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group
         r->n_waits++;
         if (g->joined == g->members) {
                 group_finish(r, g, true, out);
-                return;
+                return 0;
         }
-        if (reg_group_rearm(r, g) < 0)
-                registry_peer_mark_lost(p);
+        /* Without its timer the group could wait for ever: the joiner is cut off (its wait goes
+         * with it). */
+        return reg_group_rearm(r, g) < 0 ? -ENOMEM : 0;
 }
 
 void registry_expire(Registry *r, uint64_t now_ms, RegSink *out)
@@ -175,7 +156,7 @@ void registry_expire(Registry *r, uint64_t now_ms, RegSink *out)
                 } else {
                         Wait *w = container_of(t, Wait, timer);
                         RegPeer *p = w->peer;
-                        uint64_t id = w->req_id, missed = w->name->publishes - w->name_publishes;
+                        uint64_t req = w->req_id, missed = w->name->publishes - w->name_publishes;
                         char name[PROTO_MAX_NAME + 1];
 
                         copy_str(name, sizeof(name), w->name->name);
@@ -183,14 +164,14 @@ void registry_expire(Registry *r, uint64_t now_ms, RegSink *out)
                         r->counters.timeouts++;
                         /* Publications this wait saw come and go went to earlier waiters (retire_after)
                          * or were retired before its turn: saying "nothing was published" would mislead. */
-                        reg_answer(out, p, id, PROTO_STATUS_TIMEOUT,
-                                   missed ? (RegWhy){ REG_E_WAIT_MISSED, .wait_missed = { name, missed } }
-                                          : (RegWhy){ REG_E_WAIT_TIMEOUT, .wait_timeout = { name } });
+                        reg_answer_error(out, p, req,
+                                         missed ? (RegWhy){ REG_E_WAIT_MISSED, .wait_missed = { name, missed } }
+                                                : (RegWhy){ REG_E_WAIT_TIMEOUT, .wait_timeout = { name } });
                 }
         }
 }
 
-void registry_cancel_waits(Registry *r, unsigned status, const char *why, RegSink *out)
+void registry_cancel_waits(Registry *r, RegSink *out)
 {
         RegPeer *p;
 
@@ -198,7 +179,7 @@ void registry_cancel_waits(Registry *r, unsigned status, const char *why, RegSin
                 while (!list_empty(&p->waits)) {
                         Wait *w = list_entry(p->waits.next, Wait, peer_link);
                         RegGroup *g = w->group;
-                        uint64_t id = w->req_id;
+                        uint64_t req = w->req_id;
 
                         if (g) {
                                 reg_join_free(r, w);
@@ -207,7 +188,7 @@ void registry_cancel_waits(Registry *r, unsigned status, const char *why, RegSin
                         } else {
                                 reg_wait_free(r, w);
                         }
-                        reg_answer(out, p, id, status, reg_why_text(why));
+                        reg_answer_error(out, p, req, (RegWhy){ REG_E_STOPPING });
                 }
         }
 }

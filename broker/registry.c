@@ -57,7 +57,7 @@ int reg_charge(Registry *r, uint32_t uid, uint64_t n, RegWhy *why)
                                                                          .whole_pool = f.which == BUDGET_E_ALL,
                                                                          .used = f.used, .limit = f.limit,
                                                                          .asked = n } };
-        return PROTO_STATUS_QUOTA;
+        return REG_E_MEMORY_BUDGET;
 }
 
 void reg_uncharge(Registry *r, uint32_t uid, uint64_t n)
@@ -65,24 +65,9 @@ void reg_uncharge(Registry *r, uint32_t uid, uint64_t n)
         budget_uncharge(r->budget, uid, BUDGET_HELD, n);
 }
 
-void reg_charge_failed(RegSink *o, RegPeer *p, uint64_t id, int e, RegWhy why)
-{
-        if (e < 0)
-                registry_peer_mark_lost(p);
-        else
-                reg_answer(o, p, id, PROTO_STATUS_QUOTA, why);
-}
-
 void reg_emit(RegSink *o, const RegChange *c)
 {
         o->emit(o->ctx, c);
-}
-
-void reg_answer(RegSink *o, RegPeer *p, uint64_t id, unsigned status, RegWhy why)
-{
-        RegChange c = { .type = REG_CH_REPLY, .to = p, .req = id, .status = status, .why = why };
-
-        reg_emit(o, &c);
 }
 
 void reg_close_fd(RegSink *o, int fd)
@@ -103,14 +88,14 @@ RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id)
         return HMAP_FIND(&r->buffers_by_id, hash_u64(id), RegBuffer, by_id, b, b->id == id);
 }
 
-RegBuffer *registry_request_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSink *out)
+int registry_request_buffer(const Registry *r, uint64_t buffer, RegBuffer **ret, RegWhy *why)
 {
         RegBuffer *b = reg_buffer_lookup(r, buffer);
 
         if (!b)
-                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NO_BUFFER,
-                                                                         .no_buffer = { .buffer = buffer } });
-        return b;
+                return reg_fail(why, (RegWhy){ REG_E_NO_BUFFER, .no_buffer = { buffer } });
+        *ret = b;
+        return 0;
 }
 
 RegName *reg_name_lookup(const Registry *r, const char *name)
@@ -362,7 +347,7 @@ static bool peer_sees_device(const RegPeer *p, const char *uuid)
 }
 
 /* Explains, before CUDA would fail obscurely, why this consumer cannot use this buffer.
- * Returns a status and fills why, or 0.
+ * Returns a code and fills why, or 0.
  *
  * Legacy CUDA IPC, as measured (docs/legacy-ipc.md): a handle opens in any process whose PID, as
  * that process sees it, differs from the exporter's, whatever PID namespaces the two are in; the
@@ -370,69 +355,58 @@ static bool peer_sees_device(const RegPeer *p, const char *uuid)
  * fails with CUDA_ERROR_INVALID_CONTEXT. Two processes of one namespace never share a PID, so only
  * processes of different namespaces with equal PIDs are refused (both PID 1 of their containers,
  * the usual case). An unknown PID is no reason to refuse: CUDA then decides. */
-unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why)
+int reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why)
 {
         if (b->info.kind == PROTO_KIND_CUDA_LEGACY) {
                 uint64_t mine = peer_self_pid(p), ns = peer_pidns(p);
                 bool same_ns = ns && b->owner_pidns && ns == b->owner_pidns;
 
                 if (mine && mine == b->owner_self_pid && !same_ns) {
-                        *why = (RegWhy){ REG_E_SAME_PID, .same_pid = { .name = b->name, .pid = mine,
-                                                                       .producer_uid = b->owner_uid,
-                                                                       .producer_declared = b->owner_self_pid_declared,
-                                                                       .consumer_declared = peer_self_pid_declared(p) } };
-                        return PROTO_STATUS_SAME_PID;
+                        return reg_fail(why, (RegWhy){ REG_E_SAME_PID,
+                                                       .same_pid = { .name = b->name, .pid = mine,
+                                                                     .producer_uid = b->owner_uid,
+                                                                     .producer_declared = b->owner_self_pid_declared,
+                                                                     .consumer_declared = peer_self_pid_declared(p) } });
                 }
         }
         if (b->info.kind != PROTO_KIND_MEMFD && b->device && !peer_sees_device(p, b->device)) {
-                *why = (RegWhy){ REG_E_DEVICE, .device = { .name = b->name, .device = b->device,
-                                 .gpus = (const char (*)[PROTO_MAX_UUID + 1])p->gpus, .n_gpus = p->n_gpus } };
-                return PROTO_STATUS_DEVICE;
+                return reg_fail(why, (RegWhy){ REG_E_DEVICE,
+                                               .device = { .name = b->name, .device = b->device,
+                                                           .gpus = (const char (*)[PROTO_MAX_UUID + 1])p->gpus,
+                                                           .n_gpus = p->n_gpus } });
         }
         return 0;
 }
 
-static void reply_attached(RegSink *o, RegPeer *p, uint64_t id, RegBuffer *b, bool cached)
+/* Takes a reference for a's peer on live buffer b and says so to a, before any event the attach
+ * causes (retire_after used up retires b right after). 0, a code with why, or -ENOMEM. */
+static int attach_now(Registry *r, RegAsker a, RegBuffer *b, RegWhy *why, RegSink *o)
 {
-        reg_emit(o, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_ATTACHED, .buffer = b,
-                                  .flag = cached });
-}
-
-/* Takes a reference for p on a live buffer and replies. */
-static void attach_now(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSink *o)
-{
-        unsigned status;
-        RegWhy why;
+        RegPeer *p = a.peer;
         bool cached;
         int e;
 
-        status = reg_attach_diagnose(b, p, &why);
-        if (!status && !reg_ring_may_attach(b, p, &why))
-                status = PROTO_STATUS_DENIED;
-        if (status) {
-                reg_answer(o, p, id, status, why);
-                return;
-        }
-        if (p->n_refs + p->n_claim_refs >= r->limits.refs_per_peer) {
-                reg_answer(o, p, id, PROTO_STATUS_QUOTA,
-                           (RegWhy){ REG_E_REFS_FULL, .refs_full = { .refs = p->n_refs + p->n_claim_refs } });
-                return;
-        }
+        e = reg_attach_diagnose(b, p, why);
+        if (e == 0)
+                e = reg_ring_attach_check(b, p, why);
+        if (e != 0)
+                return e;
+        if (p->n_refs + p->n_claim_refs >= r->limits.refs_per_peer)
+                return reg_fail(why, (RegWhy){ REG_E_REFS_FULL, .refs_full = { p->n_refs + p->n_claim_refs } });
         /* The fd travels once per peer: afterwards the peer's cached mapping serves, until it says
          * unmap. A legacy handle has no fd and is always in the reply itself. */
         cached = hold_mapped(r, p, reg_memory_of(b));
-        e = reg_hold_add(r, p, b, 1, reg_memory_of(b)->fd >= 0, &why);
-        if (e != 0) {
-                reg_charge_failed(o, p, id, e, why);
-                return;
-        }
+        e = reg_hold_add(r, p, b, 1, reg_memory_of(b)->fd >= 0, why);
+        if (e != 0)
+                return e;
         b->attaches++;
         r->counters.attaches++;
         if (cached)
                 r->counters.attaches_cached++;
-        reply_attached(o, p, id, b, cached);
+        reg_succeed(o, a, (RegChange){ .reply = REG_RE_ATTACHED, .buffer = b, .flag = cached });
         if (b->retire_after && b->attaches >= b->retire_after)
                 reg_buffer_retire(r, b, o);
+        return 0;
 }
 
 /* Hands a newly published buffer to everyone waiting for its name, oldest first, for as long as
@@ -445,72 +419,60 @@ static void wake_waiters(Registry *r, RegName *e, RegSink *o)
          * retired and nobody else waits, so test b before touching e. */
         while (b && b->published == e && !list_empty(&e->waits)) {
                 Wait *w = list_entry(e->waits.next, Wait, link);
-                RegPeer *p = w->peer;
-                uint64_t id = w->req_id;
+                RegAsker a = { w->peer, true, w->req_id };
+                RegWhy why;
+                int err;
 
                 /* Keep the name entry alive across reg_wait_free: it still has a live buffer. */
                 reg_wait_free(r, w);
-                attach_now(r, p, id, b, o);
+                err = attach_now(r, a, b, &why, o);
+                if (err < 0)
+                        registry_peer_mark_lost(a.peer);
+                else if (err > 0)
+                        reg_answer_error(o, a.peer, a.req, why);
         }
 }
 
-void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSink *out)
+int registry_buffer_attach(Registry *r, RegPeer *p, RegBuffer *b, RegWhy *why, RegSink *out)
 {
-        if (b->state != PROTO_STATE_LIVE) {
-                reg_answer(out, p, id, PROTO_STATUS_STATE,
-                           (RegWhy){ REG_E_NOT_LIVE, .not_live = { .name = b->name, .buffer = b->id,
-                                                                   .state = b->state } });
-                return;
-        }
-        attach_now(r, p, id, b, out);
+        if (b->state != PROTO_STATE_LIVE)
+                return reg_fail(why, (RegWhy){ REG_E_NOT_LIVE,
+                                               .not_live = { .buffer = b->id, .state = b->state, .name = b->name } });
+        return attach_now(r, reg_asker(p), b, why, out);
 }
 
-void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer,
-                     uint32_t timeout_ms, uint64_t now_ms, RegSink *out)
+int registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer, uint32_t timeout_ms,
+                    uint64_t now_ms, RegWhy *why, RegSink *out)
 {
         uint64_t cost;
         RegName *e;
         RegBuffer *b;
-        RegWhy why;
         Wait *w;
         int err;
 
         if (!name) {
-                b = registry_request_buffer(r, p, id, buffer, out);
-                if (b)
-                        registry_buffer_attach(r, p, id, b, out);
-                return;
+                err = registry_request_buffer(r, buffer, &b, why);
+                return err ? err : registry_buffer_attach(r, p, b, why, out);
         }
 
         e = reg_name_lookup(r, name);
-        if (e && e->live) {
-                attach_now(r, p, id, e->live, out);
-                return;
-        }
-        if (timeout_ms == 0) {
-                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NOTHING_UNDER,
-                                                                         .nothing_under = { .name = name } });
-                return;
-        }
-        if (p->n_waits >= r->limits.waits_per_peer) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_WAITS_LIMIT,
-                                                                     .waits_limit = { .waits = p->n_waits } });
-                return;
-        }
+        if (e && e->live)
+                return attach_now(r, reg_asker(p), e->live, why, out);
+        if (timeout_ms == 0)
+                return reg_fail(why, (RegWhy){ REG_E_NOTHING_UNDER, .nothing_under = { name } });
+        if (p->n_waits >= r->limits.waits_per_peer)
+                return reg_fail(why, (RegWhy){ REG_E_WAITS_LIMIT, .waits_limit = { p->n_waits } });
         cost = reg_wait_cost(sizeof(RegName), strlen(name));
-        err = reg_charge(r, p->creds.uid, cost, &why);
-        if (err != 0) {
-                reg_charge_failed(out, p, id, err, why);
-                return;
-        }
+        err = reg_charge(r, p->creds.uid, cost, why);
+        if (err != 0)
+                return err;
         e = name_get(r, name);
         w = calloc(1, sizeof(*w));
         if (!e || !w) {
                 free(w);
                 reg_name_put(r, e);
                 reg_uncharge(r, p->creds.uid, cost);
-                registry_peer_mark_lost(p);
-                return;
+                return -ENOMEM;
         }
         timeout_ms = MIN(timeout_ms, r->limits.max_timeout_ms);
         *w = (Wait){ .timer = { HEAP_NODE_INIT, TIMER_WAIT }, .peer = p, .req_id = id,
@@ -520,14 +482,14 @@ void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uin
                 free(w);
                 reg_name_put(r, e);
                 reg_uncharge(r, p->creds.uid, cost);
-                registry_peer_mark_lost(p);
-                return;
+                return -ENOMEM;
         }
         list_append(&e->waits, &w->link);
         list_append(&p->waits, &w->peer_link);
         p->n_waits++;
         r->n_waits++;
         r->counters.attach_waits++;
+        return 0;
 }
 
 static bool may_manage(const RegBuffer *b, const RegPeer *p)
@@ -535,15 +497,15 @@ static bool may_manage(const RegBuffer *b, const RegPeer *p)
         return b->owner ? b->owner == p : b->owner_uid == p->creds.uid;
 }
 
-static void reply_published(RegSink *o, RegPeer *p, uint64_t id, const RegBuffer *b)
+/* The publish in progress succeeded: its reply carries b's id, generation and state. */
+static void reply_published(RegSink *o, RegPeer *p, const RegBuffer *b)
 {
-        reg_emit(o, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_PUBLISHED, .buffer = b });
+        reg_succeed(o, reg_asker(p), (RegChange){ .reply = REG_RE_PUBLISHED, .buffer = b });
 }
 
 /* Puts b under its name and tells whoever waits or listens. A new publication gets a new
  * generation; a restored one keeps the generation its consumers know it by. */
-static void publish_under_name(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegName *e, bool restored,
-                               RegSink *o)
+static void publish_under_name(Registry *r, RegPeer *p, RegBuffer *b, RegName *e, bool restored, RegSink *o)
 {
         RegBuffer *old = e->live;
 
@@ -556,7 +518,7 @@ static void publish_under_name(Registry *r, RegPeer *p, uint64_t id, RegBuffer *
         if (!restored)
                 b->generation = ++r->generation;
         b->attaches = 0;
-        reply_published(o, p, id, b);
+        reply_published(o, p, b);
         reg_claims_adopt(r, b, o);
         reg_notify_subscribers(r, PROTO_EV_PUBLISHED, b, (RegWhy){ REG_WHY_NONE }, o);
         /* Adopted claims counted as attaches may have used retire_after up; e may go with it. */
@@ -580,22 +542,21 @@ static const RegBuffer *name_blocker(Registry *r, const RegPeer *p, const char *
         return live;
 }
 
-/* Checks the name is free for p. Returns 0, or replies with an error and returns its status. */
-static unsigned publish_check_name(Registry *r, RegPeer *p, uint64_t id, const char *name, const RegBuffer *self,
-                                   RegSink *o)
+/* Checks the name is free for p: 0, or a code with why. */
+static int publish_check_name(Registry *r, RegPeer *p, const char *name, const RegBuffer *self, RegWhy *why)
 {
         const RegBuffer *live = name_blocker(r, p, name, self);
 
         if (!live)
                 return 0;
         if (!live->owner)
-                reg_answer(o, p, id, PROTO_STATUS_NAME_TAKEN,
-                           (RegWhy){ REG_E_NAME_ORPHANED, .name_orphaned = { .name = name, .uid = live->owner_uid,
-                                                                             .buffer = live->id } });
-        else
-                reg_answer(o, p, id, PROTO_STATUS_NAME_TAKEN, (RegWhy){ REG_E_NAME_TAKEN,
-                                                                        .name_taken = { .name = name, .owner = { .peer = live->owner_id, .pid = live->owner_pid, .uid = live->owner_uid } } });
-        return PROTO_STATUS_NAME_TAKEN;
+                return reg_fail(why, (RegWhy){ REG_E_NAME_ORPHANED,
+                                               .name_orphaned = { .name = name, .uid = live->owner_uid,
+                                                                  .buffer = live->id } });
+        return reg_fail(why, (RegWhy){ REG_E_NAME_TAKEN,
+                                       .name_taken = { .name = name,
+                                                       .owner = { live->owner_id, live->owner_pid,
+                                                                  live->owner_uid } } });
 }
 
 static int buffer_set_meta(RegBuffer *b, const uint8_t *meta, uint32_t len)
@@ -636,36 +597,30 @@ static int buffer_set_fields(RegBuffer *b, const RegPublish *a)
         return buffer_set_meta(b, a->meta, a->meta_len);
 }
 
-static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, RegSink *out)
+/* Publishes p's idle buffer a->buffer again, under a->name. */
+static int republish(Registry *r, RegPeer *p, RegPublish *a, RegWhy *why, RegSink *out)
 {
-        RegBuffer *b = registry_request_buffer(r, p, id, a->buffer, out);
         uint64_t cost;
+        RegBuffer *b;
         char *name;
         RegName *e;
-        RegWhy why;
         int err;
 
-        if (!b)
-                return;
-        if (b->owner != p) {
-                reg_answer(out, p, id, PROTO_STATUS_NOT_OWNER, (RegWhy){ REG_E_OTHERS_BUFFER,
-                                                                         .others_buffer = { .buffer = a->buffer } });
-                return;
-        }
-        if (b->state != PROTO_STATE_IDLE) {
-                reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_NOT_IDLE,
-                                                                     .not_idle = { .buffer = a->buffer, .state = b->state } });
-                return;
-        }
-        if (publish_check_name(r, p, id, a->name, b, out))
-                return;
+        err = registry_request_buffer(r, a->buffer, &b, why);
+        if (err != 0)
+                return err;
+        if (b->owner != p)
+                return reg_fail(why, (RegWhy){ REG_E_OTHERS_BUFFER, .others_buffer = { a->buffer } });
+        if (b->state != PROTO_STATE_IDLE)
+                return reg_fail(why, (RegWhy){ REG_E_NOT_IDLE, .not_idle = { a->buffer, b->state } });
+        err = publish_check_name(r, p, a->name, b, why);
+        if (err != 0)
+                return err;
         /* Another name or other metadata may cost more (or less) than the old. */
         cost = buffer_cost(a->name, b->device, b->handle, a->has_meta ? a->meta_len : b->meta_len);
-        err = cost > b->cost ? reg_charge(r, b->owner_uid, cost - b->cost, &why) : 0;
-        if (err != 0) {
-                reg_charge_failed(out, p, id, err, why);
-                return;
-        }
+        err = cost > b->cost ? reg_charge(r, b->owner_uid, cost - b->cost, why) : 0;
+        if (err != 0)
+                return err;
         e = name_get(r, a->name);
         name = strdup(a->name);
         if (!e || !name || (a->has_meta && buffer_set_meta(b, a->meta, a->meta_len) < 0)) {
@@ -673,8 +628,7 @@ static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, RegSi
                 reg_name_put(r, e);
                 if (cost > b->cost)
                         reg_uncharge(r, b->owner_uid, cost - b->cost);
-                registry_peer_mark_lost(p);
-                return;
+                return -ENOMEM;
         }
         if (cost < b->cost)
                 reg_uncharge(r, b->owner_uid, b->cost - cost);
@@ -684,7 +638,8 @@ static void republish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, RegSi
         b->retire_after = a->retire_after;
         b->free_on_drain = false;
         r->counters.republishes++;
-        publish_under_name(r, p, id, b, e, false, out);
+        publish_under_name(r, p, b, e, false, out);
+        return 0;
 }
 
 /* An id for memory whose producer named none: drawn at random (splitmix64), so that ids say nothing
@@ -717,71 +672,60 @@ static void reg_buffer_set_owner(RegBuffer *b, RegPeer *p)
 
 /* A producer that lost its connection to this broker instance registers a broker-held buffer of its
  * own again, which the broker kept as an orphan: it becomes the owner once more, and the broker
- * keeps the memory (and holds) it already has. */
-static bool adopt_orphan(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, const RegPublish *a, RegSink *out)
+ * keeps the memory (and holds) it already has. True once the publish succeeded so. */
+static bool adopt_orphan(Registry *r, RegPeer *p, const RegPublish *a, RegSink *out)
 {
-        if (b->owner || b->owner_uid != p->creds.uid || !a->restored || b->generation != a->generation)
+        RegBuffer *b = a->buffer ? reg_buffer_lookup(r, a->buffer) : NULL;
+
+        if (!b || b->owner || b->owner_uid != p->creds.uid || !a->restored || b->generation != a->generation)
                 return false;
         reg_buffer_set_owner(b, p);
         b->free_on_drain = false;
         list_append(&p->owned, &b->owner_link);
         r->n_orphaned--;
-        reply_published(out, p, id, b);
+        reply_published(out, p, b);
         return true;
 }
 
-/* Checks the id a publish of new memory chose. Returns 0, or replies (adopting an orphan, or with
- * an error) and returns non-zero. */
-static int check_new_id(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, RegSink *out)
+/* Whether the id a publish of new memory chose is free: 0, or REG_E_KEY_TAKEN with why. An orphan
+ * its producer comes back for is adopted first (adopt_orphan). */
+static int check_new_id(const Registry *r, const RegPublish *a, RegWhy *why)
 {
-        RegBuffer *b = a->buffer ? reg_buffer_lookup(r, a->buffer) : NULL;
+        const RegBuffer *b = a->buffer ? reg_buffer_lookup(r, a->buffer) : NULL;
 
         if (!b)
                 return 0;
-        if (adopt_orphan(r, p, id, b, a, out))
-                return 1;
-        reg_answer(out, p, id, PROTO_STATUS_KEY_TAKEN,
-                   (RegWhy){ REG_E_KEY_TAKEN, .key_taken = { .buffer = a->buffer,
-                                                             .owner = { .peer = b->owner_id, .uid = b->owner_uid } } });
-        return PROTO_STATUS_KEY_TAKEN;
+        return reg_fail(why, (RegWhy){ REG_E_KEY_TAKEN,
+                                       .key_taken = { a->buffer, .owner = { .peer = b->owner_id,
+                                                                            .uid = b->owner_uid } } });
 }
 
 /* A restored buffer that was retired, or whose name another producer took while this one was away,
  * is registered without a name: its holders may reclaim it, and it drains when they are done. */
-static void register_retired(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSink *out)
+static void register_retired(Registry *r, RegPeer *p, RegBuffer *b, RegSink *out)
 {
         reg_buffer_set_state(r, b, PROTO_STATE_RETIRED);
-        reply_published(out, p, id, b);
+        reply_published(out, p, b);
         reg_claims_adopt(r, b, out);
         reg_buffer_drain_if_done(r, b, (RegWhy){ REG_R_RESTORED_UNHELD }, out);
 }
 
-RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, RegSink *out)
+int reg_buffer_register(Registry *r, RegPeer *p, const RegPublish *a, int *fd, RegBuffer **ret, RegWhy *why)
 {
         RegBuffer *b = NULL;
         uint64_t cost;
-        RegWhy why;
         int e;
 
-        if (check_new_id(r, p, id, a, out))
-                return NULL;
-        if (p->acct->buffers >= r->limits.buffers_per_uid) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA,
-                           (RegWhy){ REG_E_BUFFERS_LIMIT, .buffers_limit = { .uid = p->creds.uid,
-                                                                             .buffers = p->acct->buffers } });
-                return NULL;
-        }
-        if (*fd >= 0 && p->acct->fds >= r->limits.fds_per_uid) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA,
-                           (RegWhy){ REG_E_FDS_LIMIT, .fds_limit = { .fds = p->acct->fds, .uid = p->creds.uid } });
-                return NULL;
-        }
+        if (p->acct->buffers >= r->limits.buffers_per_uid)
+                return reg_fail(why, (RegWhy){ REG_E_BUFFERS_LIMIT,
+                                               .buffers_limit = { .uid = p->creds.uid, .buffers = p->acct->buffers } });
+        if (*fd >= 0 && p->acct->fds >= r->limits.fds_per_uid)
+                return reg_fail(why, (RegWhy){ REG_E_FDS_LIMIT, .fds_limit = { .fds = p->acct->fds,
+                                                                               .uid = p->creds.uid } });
         cost = buffer_cost(a->name, a->device, a->handle, a->meta_len);
-        e = reg_charge(r, p->creds.uid, cost, &why);
-        if (e != 0) {
-                reg_charge_failed(out, p, id, e, why);
-                return NULL;
-        }
+        e = reg_charge(r, p->creds.uid, cost, why);
+        if (e != 0)
+                return e;
         b = calloc(1, sizeof(*b));
         if (!b || buffer_set_fields(b, a) < 0)
                 goto no_memory;
@@ -821,25 +765,27 @@ RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPu
                         list_append(&r->restored, &b->restored_link);
                 }
         }
-        return b;
+        *ret = b;
+        return 0;
 
 no_memory:
         if (b)
                 buffer_free_fields(b);
         free(b);
         reg_uncharge(r, p->creds.uid, cost);
-        registry_peer_mark_lost(p);
-        return NULL;
+        return -ENOMEM;
 }
 
 /* The segment a view is published in: registered already (then an fd that came along is closed:
  * the segment's memory travels once), or registered now with the fd. Its producer's, and neither a
- * view nor a ring part. NULL once answered. */
-static RegBuffer *view_segment(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, RegSink *out)
+ * view nor a ring part. 0 with *ret, a code with why, or -ENOMEM. */
+static int view_segment(Registry *r, RegPeer *p, const RegPublish *a, int *fd, RegBuffer **ret, RegWhy *why,
+                        RegSink *out)
 {
         RegBuffer *s = reg_buffer_lookup(r, a->info.segment);
         uint64_t size = s ? s->info.size : a->segment_size;
         RegPublish seg;
+        int e;
 
         if (s && !s->owner && s->owner_uid == p->creds.uid && a->restored) {
                 /* Broker-held and orphaned while its producer was away: it comes back with a view. */
@@ -848,132 +794,130 @@ static RegBuffer *view_segment(Registry *r, RegPeer *p, uint64_t id, const RegPu
                 list_append(&p->owned, &s->owner_link);
                 r->n_orphaned--;
         }
-        if (s && s->owner != p) {
-                reg_answer(out, p, id, PROTO_STATUS_NOT_OWNER, (RegWhy){ REG_E_OTHERS_SEGMENT,
-                                                                         .others_segment = { .segment = s->id } });
-                return NULL;
-        }
-        if (s && (s->segment || s->ring_part || s->info.kind != a->info.kind)) {
-                reg_answer(out, p, id, PROTO_STATUS_INVALID,
-                           (RegWhy){ REG_E_NOT_A_SEGMENT, .not_a_segment = { .buffer = s->id,
-                                                                             .why = s->segment     ? REG_SEGMENT_IS_VIEW
-                                                                      : s->ring_part ? REG_SEGMENT_IS_RING_PART
-                                                                                     : REG_SEGMENT_OTHER_KIND } });
-                return NULL;
-        }
-        if (s && s->free_on_drain) {
-                reg_answer(out, p, id, PROTO_STATUS_STATE, (RegWhy){ REG_E_SEGMENT_FREED,
-                                                                     .segment_freed = { .segment = s->id } });
-                return NULL;
-        }
-        if (!s && *fd < 0) {
-                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NO_SEGMENT,
-                                                                         .no_segment = { .segment = a->info.segment } });
-                return NULL;
-        }
-        if (a->info.offset > size || a->info.size > size - a->info.offset) {
-                reg_answer(out, p, id, PROTO_STATUS_INVALID,
-                           (RegWhy){ REG_E_VIEW_OUTSIDE, .view_outside = { .offset = a->info.offset,
-                                                                           .size = a->info.size,
-                                                                           .segment_size = size } });
-                return NULL;
-        }
+        if (s && s->owner != p)
+                return reg_fail(why, (RegWhy){ REG_E_OTHERS_SEGMENT, .others_segment = { s->id } });
+        if (s && (s->segment || s->ring_part || s->info.kind != a->info.kind))
+                return reg_fail(why, (RegWhy){ REG_E_NOT_A_SEGMENT,
+                                               .not_a_segment = { s->id, s->segment     ? REG_SEGMENT_IS_VIEW
+                                                                         : s->ring_part ? REG_SEGMENT_IS_RING_PART
+                                                                                        : REG_SEGMENT_OTHER_KIND } });
+        if (s && s->free_on_drain)
+                return reg_fail(why, (RegWhy){ REG_E_SEGMENT_FREED, .segment_freed = { s->id } });
+        if (!s && *fd < 0)
+                return reg_fail(why, (RegWhy){ REG_E_NO_SEGMENT, .no_segment = { a->info.segment } });
+        if (a->info.offset > size || a->info.size > size - a->info.offset)
+                return reg_fail(why, (RegWhy){ REG_E_VIEW_OUTSIDE,
+                                               .view_outside = { a->info.offset, a->info.size, size } });
         if (s) {
                 if (*fd >= 0)
                         reg_close_fd(out, steal_fd(*fd));
-                return s;
+                *ret = s;
+                return 0;
         }
+        /* No buffer has the segment's id (looked up above): it is registered as new memory. */
         seg = (RegPublish){ .name = "", .buffer = a->info.segment, .device = a->device, .fd = -1,
                             .info = { .kind = a->info.kind, .size = a->segment_size, .writable = a->info.writable,
                                       .broker_held = a->info.broker_held } };
-        s = reg_buffer_register(r, p, id, &seg, fd, out);
-        if (s)
-                reg_buffer_set_state(r, s, PROTO_STATE_IDLE); /* registered, under no name */
-        return s;
+        e = reg_buffer_register(r, p, &seg, fd, &s, why);
+        if (e != 0)
+                return e;
+        reg_buffer_set_state(r, s, PROTO_STATE_IDLE); /* registered, under no name */
+        *ret = s;
+        return 0;
 }
 
 /* Registers and publishes a view: a range of a segment's memory under a name of its own. */
-static void publish_view(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, int *fd, RegSink *out)
+static int publish_view(Registry *r, RegPeer *p, RegPublish *a, int *fd, RegWhy *why, RegSink *out)
 {
         RegBuffer *s, *v;
         RegPublish va;
-        int none = -1;
-        RegName *e;
+        int none = -1, e;
+        RegName *n;
 
-        if (!a->restored && publish_check_name(r, p, id, a->name, NULL, out))
-                return;
-        s = view_segment(r, p, id, a, fd, out);
-        if (!s)
-                return;
+        if (!a->restored) {
+                e = publish_check_name(r, p, a->name, NULL, why);
+                if (e != 0)
+                        return e;
+        }
+        e = view_segment(r, p, a, fd, &s, why, out);
+        if (e != 0)
+                return e;
         /* What the memory is, the segment says; a view only names its range. */
         va = *a;
         va.info.kind = s->info.kind;
         va.info.writable = s->info.writable;
         va.info.broker_held = s->info.broker_held;
         va.device = s->device;
-        e = name_get(r, a->name);
-        if (!e) {
-                registry_peer_mark_lost(p);
-                return;
+        n = name_get(r, a->name);
+        if (!n)
+                return -ENOMEM;
+        if (adopt_orphan(r, p, &va, out)) {
+                reg_name_put(r, n);
+                return 0;
         }
-        v = reg_buffer_register(r, p, id, &va, &none, out);
-        if (!v) {
-                reg_name_put(r, e);
-                return;
+        e = check_new_id(r, &va, why);
+        if (e == 0)
+                e = reg_buffer_register(r, p, &va, &none, &v, why);
+        if (e != 0) {
+                reg_name_put(r, n);
+                return e;
         }
         v->segment = s;
         list_append(&s->views, &v->view_link);
         s->n_views++;
         if (a->restored && (a->retired || name_blocker(r, p, a->name, NULL))) {
-                reg_name_put(r, e);
-                register_retired(r, p, id, v, out);
-                return;
+                reg_name_put(r, n);
+                register_retired(r, p, v, out);
+                return 0;
         }
-        publish_under_name(r, p, id, v, e, a->restored, out);
+        publish_under_name(r, p, v, n, a->restored, out);
+        return 0;
 }
 
-void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, RegSink *out)
+int registry_publish(Registry *r, RegPeer *p, RegPublish *a, RegWhy *why, RegSink *out)
 {
         _cleanup_close_ int fd = steal_fd(a->fd);
         RegBuffer *b;
-        RegName *e;
+        RegName *n;
+        int e;
 
-        if (a->again) {
-                republish(r, p, id, a, out);
-                return;
-        }
-        if (a->restored && (a->generation == 0 || a->generation > r->generation)) {
-                reg_answer(out, p, id, PROTO_STATUS_INVALID,
-                           (RegWhy){ REG_E_RESTORED_GENERATION, .restored_generation = { .highest = r->generation } });
-                return;
-        }
-        if (a->info.segment) {
-                publish_view(r, p, id, a, &fd, out);
-                return;
-        }
+        if (a->again)
+                return republish(r, p, a, why, out);
+        if (a->restored && (a->generation == 0 || a->generation > r->generation))
+                return reg_fail(why, (RegWhy){ REG_E_RESTORED_GENERATION, .restored_generation = { r->generation } });
+        if (a->info.segment)
+                return publish_view(r, p, a, &fd, why, out);
         /* A restored buffer never fails for its name: if another producer took it meanwhile, the
          * restored one is registered retired, so that its holders can still come back. */
-        if (!a->restored && publish_check_name(r, p, id, a->name, NULL, out))
-                return;
-        e = name_get(r, a->name);
-        if (!e) {
-                registry_peer_mark_lost(p);
-                return;
+        if (!a->restored) {
+                e = publish_check_name(r, p, a->name, NULL, why);
+                if (e != 0)
+                        return e;
         }
-        b = reg_buffer_register(r, p, id, a, &fd, out);
-        if (!b) {
-                reg_name_put(r, e);
-                return;
+        n = name_get(r, a->name);
+        if (!n)
+                return -ENOMEM;
+        if (adopt_orphan(r, p, a, out)) {
+                reg_name_put(r, n);
+                return 0;
+        }
+        e = check_new_id(r, a, why);
+        if (e == 0)
+                e = reg_buffer_register(r, p, a, &fd, &b, why);
+        if (e != 0) {
+                reg_name_put(r, n);
+                return e;
         }
         if (a->restored && (a->retired || name_blocker(r, p, a->name, NULL))) {
-                reg_name_put(r, e);
-                register_retired(r, p, id, b, out);
-                return;
+                reg_name_put(r, n);
+                register_retired(r, p, b, out);
+                return 0;
         }
-        publish_under_name(r, p, id, b, e, a->restored, out);
+        publish_under_name(r, p, b, n, a->restored, out);
+        return 0;
 }
 
-void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSink *out)
+int registry_release(Registry *r, RegPeer *p, uint64_t buffer, RegWhy *why, RegSink *out)
 {
         RegBuffer *b = reg_buffer_lookup(r, buffer);
         Hold *h = b ? hold_lookup(r, p, b) : NULL;
@@ -981,14 +925,11 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Reg
         if ((!h || h->count == 0) && reg_claim_release(r, p, buffer)) {
                 /* A reference reclaimed while its producer is still away: the claim shrinks. */
                 r->counters.releases++;
-                reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
-                return;
+                reg_done(out, p);
+                return 0;
         }
-        if (!h || h->count == 0) {
-                reg_answer(out, p, id, PROTO_STATUS_NOT_ATTACHED, (RegWhy){ REG_E_NOT_ATTACHED,
-                                                                            .not_attached = { .buffer = buffer } });
-                return;
-        }
+        if (!h || h->count == 0)
+                return reg_fail(why, (RegWhy){ REG_E_NOT_ATTACHED, .not_attached = { buffer } });
         h->count--;
         b->refs--;
         p->n_refs--;
@@ -999,11 +940,12 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Reg
                         reg_hold_drop(r, h);
         }
         r->counters.releases++;
-        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
+        reg_done(out, p);
         reg_buffer_drain_if_done(r, b, (RegWhy){ REG_WHY_NONE }, out);
+        return 0;
 }
 
-void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSink *out)
+int registry_unmap(Registry *r, RegPeer *p, uint64_t buffer, RegWhy *why, RegSink *out)
 {
         RegBuffer *b = reg_buffer_lookup(r, buffer);
         Hold *h = b ? hold_lookup(r, p, b) : NULL;
@@ -1015,61 +957,67 @@ void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSi
                 if (h->count == 0)
                         reg_hold_drop(r, h);
         }
-        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
+        reg_done(out, p);
+        return 0;
 }
 
-/* Retire and free are for whoever may manage b (may_manage) or an admin; else replies and returns false. */
-static bool managing(RegPeer *p, uint64_t id, const RegBuffer *b, bool as_admin, RegSink *out)
+/* Retire and free are for whoever may manage b (may_manage) or an admin: 0, or a code with why. */
+static int managing(const RegPeer *p, const RegBuffer *b, bool as_admin, RegWhy *why)
 {
         if (as_admin || may_manage(b, p))
-                return true;
-        reg_answer(out, p, id, PROTO_STATUS_NOT_OWNER,
-                   (RegWhy){ REG_E_NOT_OWNER, .not_owner = { .name = b->name, .buffer = b->id,
-                                                             .owner = { .peer = b->owner_id, .uid = b->owner_uid } } });
-        return false;
+                return 0;
+        return reg_fail(why, (RegWhy){ REG_E_NOT_OWNER,
+                                       .not_owner = { .buffer = b->id, .name = b->name,
+                                                      .owner = { .peer = b->owner_id, .uid = b->owner_uid } } });
 }
 
-void registry_buffer_retire(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, RegSink *out)
+int registry_buffer_retire(Registry *r, RegPeer *p, RegBuffer *b, bool as_admin, RegWhy *why, RegSink *out)
 {
-        if (!managing(p, id, b, as_admin, out))
-                return;
+        int e = managing(p, b, as_admin, why);
+
+        if (e != 0)
+                return e;
         /* Retiring twice is harmless: the drained event comes once. */
-        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
+        reg_done(out, p);
         reg_buffer_retire(r, b, out);
+        return 0;
 }
 
-void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, RegSink *out)
+int registry_buffer_free(Registry *r, RegPeer *p, RegBuffer *b, bool as_admin, RegWhy *why, RegSink *out)
 {
-        if (!managing(p, id, b, as_admin, out))
-                return;
-        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
+        int e = managing(p, b, as_admin, why);
+
+        if (e != 0)
+                return e;
+        reg_done(out, p);
         if (b->state == PROTO_STATE_IDLE) {
                 /* A segment goes once its views went (reg_segment_release_if_done). */
                 if (b->n_views)
                         b->free_on_drain = true;
                 else
                         reg_buffer_destroy(r, b, out);
-                return;
+                return 0;
         }
         /* Still referenced: forget it once drained; the producer still gets its drained event. */
         b->free_on_drain = true;
         reg_buffer_retire(r, b, out);
+        return 0;
 }
 
-void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, RegSink *out)
+int registry_retire(Registry *r, RegPeer *p, uint64_t buffer, bool as_admin, RegWhy *why, RegSink *out)
 {
-        RegBuffer *b = registry_request_buffer(r, p, id, buffer, out);
+        RegBuffer *b;
+        int e = registry_request_buffer(r, buffer, &b, why);
 
-        if (b)
-                registry_buffer_retire(r, p, id, b, as_admin, out);
+        return e ? e : registry_buffer_retire(r, p, b, as_admin, why, out);
 }
 
-void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, RegSink *out)
+int registry_free_buffer(Registry *r, RegPeer *p, uint64_t buffer, bool as_admin, RegWhy *why, RegSink *out)
 {
-        RegBuffer *b = registry_request_buffer(r, p, id, buffer, out);
+        RegBuffer *b;
+        int e = registry_request_buffer(r, buffer, &b, why);
 
-        if (b)
-                registry_buffer_free(r, p, id, b, as_admin, out);
+        return e ? e : registry_buffer_free(r, p, b, as_admin, why, out);
 }
 
 int registry_new(Registry **ret, const RegConfig *cfg)

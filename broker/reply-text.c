@@ -74,7 +74,7 @@ static const char *part_rule(RegPartRule rule)
         }
 }
 
-/* Subscriptions, attach waits and groups (and a caller's own text): true if w is one of these. */
+/* Subscriptions, attach waits and groups (and the broker stopping under them): true if w is one of these. */
 static bool waits_text(const RegWhy *w, char *buf, size_t cap)
 {
         switch (w->code) {
@@ -110,8 +110,8 @@ static bool waits_text(const RegWhy *w, char *buf, size_t cap)
         case REG_E_WAIT_TIMEOUT:
                 snprintf(buf, cap, "nothing was published under '%s' before the timeout", str(w->wait_timeout.name));
                 return true;
-        case REG_E_TEXT:
-                snprintf(buf, cap, "%s", str(w->text.text));
+        case REG_E_STOPPING:
+                snprintf(buf, cap, "the broker is stopping");
                 return true;
         default:
                 return false;
@@ -377,6 +377,9 @@ static bool attach_text(const RegWhy *w, char *buf, size_t cap)
         case REG_E_CONNECTIONS_LIMIT:
                 snprintf(buf, cap, "the broker has %llu connections (the limit, --max-connections); close some",
                          U(w->connections_limit.limit));
+                return true;
+        case REG_E_HELLO_AGAIN:
+                snprintf(buf, cap, "hello was already received on this connection");
                 return true;
         case REG_E_CONNECTIONS_PER_UID:
                 snprintf(buf, cap, "uid %llu has %llu connections (the limit, --max-connections-per-uid); close some",

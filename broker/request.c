@@ -16,7 +16,7 @@
 #include "inspect.h"
 #include "macro.h"
 #include "seals.h"
-#include "reply-text.h"
+#include "reply.h"
 #include "ring.h"
 
 /* A group needs one connection per member: more than the default --max-connections could never
@@ -87,8 +87,7 @@ static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd
         const char *gpu_ptrs[PROTO_MAX_GPUS];
         const PeerCreds *c = registry_peer_creds(p);
         PeerHello h = { 0 };
-        char text[PROTO_MAX_TEXT];
-        RegWhy why;
+        ReplyRequest rq;
         ProtoMsg r;
         int e;
 
@@ -106,18 +105,10 @@ static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd
         h.label = proto_str_copy(m->label, label, sizeof(label));
         h.n_gpus = m->n_gpus;
         h.gpus = gpu_ptrs;
-        e = registry_peer_hello(ctx->reg, p, &h, &why);
-        if (e == PROTO_STATUS_STATE) {
-                fail(ctx, p, m, PROTO_STATUS_STATE, "hello was already received on this connection");
-                return;
-        }
-        if (e == PROTO_STATUS_QUOTA) {
-                reply_text(&why, text, sizeof(text));
-                fail(ctx, p, m, PROTO_STATUS_QUOTA, "%s", text);
-                return;
-        }
-        if (e < 0) {
-                registry_peer_mark_lost(p);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        e = registry_peer_hello(ctx->reg, p, &h, &rq.why);
+        if (e != 0) {
+                reply_request_done(&rq, e);
                 return;
         }
 
@@ -323,6 +314,7 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
 {
         char name[PROTO_MAX_NAME + 1], device[PROTO_MAX_UUID + 1];
         RegPublish a = { 0 };
+        ReplyRequest rq;
         unsigned status;
         const char *why;
 
@@ -340,7 +332,8 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         }
         a.name = name;
         fill_memory(m, fd, &a, device);
-        registry_publish(ctx->reg, p, m->id, &a, ctx->changes);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_publish(ctx->reg, p, &a, &rq.why, &rq.sink));
 }
 
 /* ---- attach, release, retire, free ---- */
@@ -350,8 +343,10 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *f
         char copy[PROTO_MAX_NAME + 1];
         bool by_name = proto_has(m, PF_NAME), by_id = proto_has(m, PF_BUFFER);
         RegBuffer *b = NULL;
+        ReplyRequest rq;
         const char *name;
 
+        reply_request_init(&rq, ctx->out, p, m->id);
         if (by_name == by_id) {
                 fail(ctx, p, m, PROTO_STATUS_BAD_REQUEST, "attach takes either a name or a buffer id");
                 return;
@@ -362,9 +357,10 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *f
                 name = copy;
         } else {
                 /* Looked up once: the policy judges the name of the very buffer the attach takes. */
-                b = registry_request_buffer(ctx->reg, p, m->id, m->buffer, ctx->changes);
-                if (!b)
+                if (registry_request_buffer(ctx->reg, m->buffer, &b, &rq.why)) {
+                        reply_request_done(&rq, rq.why.code);
                         return;
+                }
                 name = registry_buffer_name(b);
         }
         if (!op_allowed(ctx, p, m, name)) {
@@ -373,9 +369,10 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *f
                 return;
         }
         if (b)
-                registry_buffer_attach(ctx->reg, p, m->id, b, ctx->changes);
+                reply_request_done(&rq, registry_buffer_attach(ctx->reg, p, b, &rq.why, &rq.sink));
         else
-                registry_attach(ctx->reg, p, m->id, name, 0, timeout_of(m), ctx->now_ms, ctx->changes);
+                reply_request_done(&rq, registry_attach(ctx->reg, p, m->id, name, 0, timeout_of(m), ctx->now_ms,
+                                                        &rq.why, &rq.sink));
 }
 
 /* ---- rings ---- */
@@ -402,6 +399,7 @@ static void handle_ring_create(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, i
         char name[PROTO_MAX_NAME + 1], device[PROTO_MAX_UUID + 1];
         uint64_t epochs[RING_MAX_MEMBERS] = { 0 };
         RegRingSpec s = { 0 };
+        ReplyRequest rq;
 
         if (!ring_name(ctx, p, m, name))
                 return;
@@ -463,13 +461,15 @@ static void handle_ring_create(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, i
                         return;
                 }
         }
-        registry_ring_create(ctx->reg, p, m->id, &s, ctx->changes);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_ring_create(ctx->reg, p, &s, &rq.why, &rq.sink));
 }
 
 static void handle_ring_part(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char name[PROTO_MAX_NAME + 1], device[PROTO_MAX_UUID + 1];
         RegPublish a = { 0 };
+        ReplyRequest rq;
         unsigned status;
         const char *why;
 
@@ -491,42 +491,47 @@ static void handle_ring_part(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int
         fill_memory(m, fd, &a, device);
         a.restored = proto_has(m, PF_RESTORED) && m->restored;
         a.generation = m->generation;
-        registry_ring_part(ctx->reg, p, m->id, name, (uint32_t)m->index, &a, ctx->changes);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_ring_part(ctx->reg, p, name, (uint32_t)m->index, &a, &rq.why, &rq.sink));
 }
 
+/* ring-join (or, restored, a seat taken back), ring-leave, ring-evict and ring-close. */
 static void handle_ring(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char name[PROTO_MAX_NAME + 1];
+        ReplyRequest rq;
+        int e;
 
         if (!ring_name(ctx, p, m, name))
                 return;
+        reply_request_init(&rq, ctx->out, p, m->id);
         switch (m->op) {
         case PROTO_OP_RING_JOIN:
-                if (proto_has(m, PF_RESTORED) && m->restored) {
-                        if (!proto_has(m, PF_INDEX) || !proto_has(m, PF_GENERATION) || m->index > UINT32_MAX) {
-                                fail(ctx, p, m, PROTO_STATUS_BAD_REQUEST, "taking a seat back needs its index and "
-                                     "generation");
-                                return;
-                        }
-                        registry_ring_rejoin(ctx->reg, p, m->id, name, (uint32_t)m->index, m->generation, ctx->changes);
+                if (!(proto_has(m, PF_RESTORED) && m->restored)) {
+                        e = registry_ring_join(ctx->reg, p, name, &rq.why, &rq.sink);
                         break;
                 }
-                registry_ring_join(ctx->reg, p, m->id, name, ctx->changes);
+                if (!proto_has(m, PF_INDEX) || !proto_has(m, PF_GENERATION) || m->index > UINT32_MAX) {
+                        fail(ctx, p, m, PROTO_STATUS_BAD_REQUEST, "taking a seat back needs its index and generation");
+                        return;
+                }
+                e = registry_ring_rejoin(ctx->reg, p, name, (uint32_t)m->index, m->generation, &rq.why, &rq.sink);
                 break;
         case PROTO_OP_RING_LEAVE:
-                registry_ring_leave(ctx->reg, p, m->id, name, ctx->changes);
+                e = registry_ring_leave(ctx->reg, p, name, &rq.why, &rq.sink);
                 break;
         case PROTO_OP_RING_EVICT:
                 if (m->index > UINT32_MAX) {
                         fail(ctx, p, m, PROTO_STATUS_INVALID, "a seat index is 32-bit");
                         return;
                 }
-                registry_ring_evict(ctx->reg, p, m->id, name, (uint32_t)m->index, m->generation, ctx->changes);
+                e = registry_ring_evict(ctx->reg, p, name, (uint32_t)m->index, m->generation, &rq.why, &rq.sink);
                 break;
         default:
-                registry_ring_close(ctx->reg, p, m->id, name, ctx->changes);
+                e = registry_ring_close(ctx->reg, p, name, &rq.why, &rq.sink);
                 break;
         }
+        reply_request_done(&rq, e);
 }
 
 static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
@@ -534,6 +539,7 @@ static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         char name[PROTO_MAX_NAME + 1];
         const RegBuffer *b = registry_buffer_by_id(ctx->reg, m->buffer);
         RegReclaim a = { 0 };
+        ReplyRequest rq;
 
         if (!read_name(ctx, p, m, m->name, NAME_BUFFER, name))
                 return;
@@ -554,23 +560,29 @@ static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         a.owner_uid = (uint32_t)m->uid;
         a.name = name;
         a.kind = m->kind;
-        registry_reclaim(ctx->reg, p, m->id, &a, ctx->changes);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_reclaim(ctx->reg, p, &a, &rq.why, &rq.sink));
 }
 
 /* Retire and free: the buffer is looked up once, for the policy's admin check (may this peer
  * manage buffers of other uids?) and for the operation. */
 static void handle_retire_free(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
-        RegBuffer *b = registry_request_buffer(ctx->reg, p, m->id, m->buffer, ctx->changes);
+        ReplyRequest rq;
         bool as_admin;
+        RegBuffer *b;
+        int e;
 
-        if (!b)
-                return;
-        as_admin = op_allowed(ctx, p, m, registry_buffer_name(b));
-        if (m->op == PROTO_OP_RETIRE)
-                registry_buffer_retire(ctx->reg, p, m->id, b, as_admin, ctx->changes);
-        else
-                registry_buffer_free(ctx->reg, p, m->id, b, as_admin, ctx->changes);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        e = registry_request_buffer(ctx->reg, m->buffer, &b, &rq.why);
+        if (e == 0) {
+                as_admin = op_allowed(ctx, p, m, registry_buffer_name(b));
+                if (m->op == PROTO_OP_RETIRE)
+                        e = registry_buffer_retire(ctx->reg, p, b, as_admin, &rq.why, &rq.sink);
+                else
+                        e = registry_buffer_free(ctx->reg, p, b, as_admin, &rq.why, &rq.sink);
+        }
+        reply_request_done(&rq, e);
 }
 
 /* ---- dispatch ---- */
@@ -578,6 +590,7 @@ static void handle_retire_free(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, i
 static void handle_subscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char prefix[PROTO_MAX_NAME + 1];
+        ReplyRequest rq;
 
         if (!read_name(ctx, p, m, m->prefix, NAME_PREFIX, prefix))
                 return;
@@ -586,12 +599,14 @@ static void handle_subscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int
                      registry_peer_creds(p)->uid, prefix);
                 return;
         }
-        registry_subscribe(ctx->reg, p, m->id, prefix, ctx->changes);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_subscribe(ctx->reg, p, prefix, &rq.why, &rq.sink));
 }
 
 static void handle_group_join(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char group[PROTO_MAX_NAME + 1];
+        ReplyRequest rq;
 
         if (!read_name(ctx, p, m, m->group, NAME_GROUP, group))
                 return;
@@ -610,23 +625,34 @@ static void handle_group_join(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, in
                      registry_peer_creds(p)->uid, group);
                 return;
         }
-        registry_group_join(ctx->reg, p, m->id, group, (uint32_t)m->members, timeout_of(m), ctx->now_ms, ctx->changes);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_group_join(ctx->reg, p, m->id, group, (uint32_t)m->members, timeout_of(m),
+                                                    ctx->now_ms, &rq.why, &rq.sink));
 }
 
 /* Operations that are one registry call, and the read-only views (inspect.c). */
 static void handle_release(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
-        registry_release(ctx->reg, p, m->id, m->buffer, ctx->changes);
+        ReplyRequest rq;
+
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_release(ctx->reg, p, m->buffer, &rq.why, &rq.sink));
 }
 
 static void handle_unmap(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
-        registry_unmap(ctx->reg, p, m->id, m->buffer, ctx->changes);
+        ReplyRequest rq;
+
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_unmap(ctx->reg, p, m->buffer, &rq.why, &rq.sink));
 }
 
 static void handle_unsubscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
-        registry_unsubscribe(ctx->reg, p, m->id, m->sub, ctx->changes);
+        ReplyRequest rq;
+
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_unsubscribe(ctx->reg, p, m->sub, &rq.why, &rq.sink));
 }
 
 #define INSPECT(fn)                                                                     \

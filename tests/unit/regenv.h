@@ -341,6 +341,32 @@ static inline void env_free(Env *e)
         free(e);
 }
 
+/* ---- operations ---- */
+
+/* What an operation returned: a failure's code has its facts in why, and a status of its own in the
+ * reply layer's table (a code without one would be answered as a mere `invalid`). */
+static inline void env_check_result(const ReplyRequest *rq, int r)
+{
+        if (r > 0) {
+                CHECK_EQ(rq->why.code, (RegWhyCode)r);
+                CHECK(reply_status(rq->why.code) != PROTO_STATUS_OK);
+        }
+}
+
+/* Runs registry operation OP (its arguments after the peer: ...) as request id of peer p, the way
+ * broker/request.c does: its changes go to the reply layer for this request, and what it returns
+ * becomes the reply (a code's status and text; -ENOMEM cuts p off). */
+#define ENV_DO(e, p, id, OP, ...)                                                  \
+        do {                                                                       \
+                ReplyRequest rq_;                                                  \
+                int r_;                                                            \
+                                                                                   \
+                reply_request_init(&rq_, &(e)->out, (p), (id));                    \
+                r_ = OP((e)->r, (p), __VA_ARGS__, &rq_.why, &rq_.sink);            \
+                env_check_result(&rq_, r_);                                        \
+                reply_request_done(&rq_, r_);                                      \
+        } while (0)
+
 /* ---- peers ---- */
 
 static inline RegPeer *env_peer(Env *e, uint32_t uid, uint32_t pid, uint64_t pidns)
