@@ -17,26 +17,20 @@
  * the old broker may come back, and the broker knows no more about them). Anything else is what an
  * attach would have granted: the buffer is live, the attach's checks pass, and each reference counts
  * toward retire_after. Pending claims cost memory before anyone can vouch for them, so they are
- * bounded per uid and in all, like everything else a peer can make the broker keep. */
+ * bounded per uid and in all, like everything else a peer can make the broker keep.
+ *
+ * Layer: calls the core only; rings (a part takes over claims for its id), waits (the grace's end),
+ * peers and registry.c call in. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "registry-claims.h"
 #include "registry-core.h"
-#include "registry-rings-core.h"
 
 bool registry_in_grace(const Registry *r)
 {
         return r->in_grace;
-}
-
-void reg_restored_forget(Registry *r, RegBuffer *b)
-{
-        if (!b->restored)
-                return;
-        b->restored = false;
-        list_unlink(&b->restored_link);
 }
 
 static void claim_free(Registry *r, Claim *c)
@@ -99,17 +93,6 @@ void reg_departed_note(RegBuffer *b, uint32_t uid, uint32_t refs)
         d->refs = refs;
         list_append(&b->departed, &d->link);
         b->n_departed++;
-}
-
-void reg_departed_forget(RegBuffer *b)
-{
-        while (!list_empty(&b->departed)) {
-                DepartedHold *d = list_entry(b->departed.next, DepartedHold, link);
-
-                list_unlink(&d->link);
-                free(d);
-        }
-        b->n_departed = 0;
 }
 
 static DepartedHold *departed_of(RegBuffer *b, uint32_t uid)
@@ -329,12 +312,10 @@ void reg_claims_drop_peer(Registry *r, RegPeer *p)
                 claim_free(r, list_entry(p->claims.next, Claim, peer_link));
 }
 
-void reg_grace_end(Registry *r, RegSink *o)
+void reg_claims_grace_end(Registry *r, RegSink *o)
 {
         const RegWhy gone = { REG_R_CLAIM_GRACE_OVER, .claim_grace_over = { .grace_ms = r->restart_grace_ms } };
 
-        r->in_grace = false;
-        reg_rings_grace_end(r, o);
         /* Claims whose producer never came back: the memory is nobody's any more. */
         for (RegPeer *p = registry_peer_first(r); p && r->n_claims; p = registry_peer_next(r, p))
                 while (!list_empty(&p->claims))

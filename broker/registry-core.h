@@ -1,8 +1,10 @@
-/* The registry's own types, shared by its parts: uid accounts, names, holds, peers, buffers and the
- * registry itself, with what registry.c offers the other parts (buffers, references, emitting
- * changes). Each part has a header of its own next to this one (registry-waits.h, registry-claims.h,
- * registry-rings-core.h, registry-subs.h); registry-peers.c, which ends a peer in every part,
- * includes them all. Nothing outside broker/registry*.c includes these, except the white-box checks
+/* The registry's own types, shared by its parts: uid accounts, names, holds, subscriptions, peers,
+ * buffers and the registry itself, with what the core (registry-core.c) offers the parts above it:
+ * accounts and charges, emitting changes and results, names, holds, a buffer's life and the events
+ * it causes. The parts are layered, each calling only the ones below it (docs/design.md "Registry"):
+ * core; subs and claims; rings; waits; peers (and views, read-only); registry.c. Each part has a
+ * header of its own next to this one (registry-waits.h, registry-claims.h, registry-rings-core.h,
+ * registry-subs.h). Nothing outside broker/registry*.c includes these, except the white-box checks
  * of tests/unit/regaudit.h (through registry-internal.h). */
 #pragma once
 
@@ -49,6 +51,24 @@ typedef struct Hold {
         bool mapped;
         List buf_link, peer_link;
 } Hold;
+
+/* A peer watching a name prefix (registry-subs.c subscribes; the core tells subscribers). */
+typedef struct Sub {
+        uint64_t id;
+        RegPeer *peer;
+        List peer_link, link;
+        uint32_t prefix_len;
+        uint32_t cost; /* charged to its peer's uid (held budget) */
+        char prefix[];
+} Sub;
+
+/* References a peer of uid still held on a buffer when the broker ended its connection (the buffer
+ * stayed): what the broker can vouch for when a peer of that uid comes back and reclaims them
+ * (registry-claims.c). */
+typedef struct DepartedHold {
+        List link; /* RegBuffer.departed */
+        uint32_t uid, refs;
+} DepartedHold;
 
 struct RegPeer {
         uint64_t id;
@@ -282,6 +302,9 @@ RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id);
 
 RegName *reg_name_lookup(const Registry *r, const char *name);
 
+/* The entry of name, made if there is none. NULL: out of memory. */
+RegName *reg_name_get(Registry *r, const char *name);
+
 /* A name entry lives while a buffer is published under it or someone waits for it. */
 void reg_name_put(Registry *r, RegName *e);
 
@@ -292,6 +315,16 @@ static inline void reg_buffer_set_state(Registry *r, RegBuffer *b, ProtoState st
         r->n_state[state]++;
         b->state = state;
 }
+
+/* What a buffer costs its producer's uid while the broker knows it (its name, device, legacy handle
+ * and metadata count). */
+uint64_t reg_buffer_cost(const char *name, const char *device, bool handle, uint32_t meta_len);
+
+/* Replaces b's metadata (len bytes; NULL or 0: none). 0 or -ENOMEM. */
+int reg_buffer_set_meta(RegBuffer *b, const uint8_t *meta, uint32_t len);
+
+/* Makes p the producer of b, with what the attach checks need to know of it. */
+void reg_buffer_set_owner(RegBuffer *b, RegPeer *p);
 
 /* Registers new memory for p under the id it chose (no buffer has it: the caller checked) or one
  * drawn for it, within p's quotas; allocates the buffer and indexes it. Takes *fd. 0 with *ret (state
@@ -310,6 +343,9 @@ void reg_segment_release_if_done(Registry *r, RegBuffer *s, RegSink *o);
 
 /* What a hold costs its peer's uid: itself, its index slot, and the freed event it may cause. */
 #define REG_HOLD_COST (budget_alloc_cost(sizeof(Hold)) + REG_INDEX_COST + REG_FRAME_COST)
+
+/* p's hold on b, or NULL. */
+Hold *reg_hold_lookup(const Registry *r, const RegPeer *p, const RegBuffer *b);
 
 /* Drops a whole hold (all of one peer's references to one buffer, and its mapped mark). */
 void reg_hold_drop(Registry *r, Hold *h);
@@ -334,7 +370,21 @@ void reg_buffer_drain(Registry *r, RegBuffer *b, RegWhy why, RegSink *o);
  * using it, their references vanish and no drained event follows. */
 void reg_buffer_revoke(Registry *r, RegBuffer *b, RegWhy why, RegSink *o);
 
-/* registry.c, for reclaims: the attach's own checks of p on b (its PID namespace and devices: 0, or
- * a code with why), and retiring b (retire_after reached). */
+/* The checks an attach (and a reclaim) makes of consumer p on b: its PID namespace and devices. 0, or
+ * a code with why. */
 int reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why);
+
+/* Retires live b: off its name, subscribers told, drained if nothing holds it. */
 void reg_buffer_retire(Registry *r, RegBuffer *b, RegSink *o);
+
+/* Tells every subscriber whose prefix matches the buffer's name. */
+void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, RegWhy why, RegSink *o);
+
+/* Takes b off the restored list (it leaves the registry, or the grace ended). */
+void reg_restored_forget(Registry *r, RegBuffer *b);
+
+/* Forgets the departed holds b remembers: b drains or goes (its memory may be reused). */
+void reg_departed_forget(RegBuffer *b);
+
+/* b leaves the registry: if it is a part of a ring, the ring no longer has it. */
+void reg_ring_part_gone(RegBuffer *b);

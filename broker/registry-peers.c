@@ -1,4 +1,6 @@
 /* Peers in the registry: joining, saying hello, and leaving (which releases, revokes or orphans).
+ * Layer: leaving ends a peer in every part, so this calls waits, rings, claims, subs and the core;
+ * only registry.c (the registry's end) calls it.
  * What leaving must never do: leave anything of the peer behind (a reference, a wait, a
  * subscription, a seat) or a frame addressed to it; tests/fuzz/fuzz-registry.c checks both. */
 #include <errno.h>
@@ -213,14 +215,6 @@ const PeerCreds *registry_peer_creds(const RegPeer *p)
 void *registry_peer_userdata(const RegPeer *p)
 {
         return p->userdata;
-}
-
-void registry_peer_mark_lost(RegPeer *p)
-{
-        if (p && !p->lost) {
-                p->lost = true;
-                list_append(&p->reg->lost, &p->lost_link);
-        }
 }
 
 RegPeer *registry_take_lost(Registry *r)

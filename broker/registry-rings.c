@@ -16,7 +16,10 @@
  * stopped meanwhile: they do not need the broker.
  *
  * What this file must never do: let a peer other than a seat's member attach that seat's page
- * (the page is the member's only say in the ring, and the producer trusts nothing else it reads). */
+ * (the page is the member's only say in the ring, and the producer trusts nothing else it reads).
+ *
+ * Layer: calls claims (a part refuses claims for its id) and the core; waits, peers and views call
+ * in. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,15 +136,6 @@ static void ring_destroy(Registry *r, RegRing *g, RegWhy why, RegSink *o)
         free(g->parts);
         free(g->seats);
         free(g);
-}
-
-void reg_ring_part_gone(RegBuffer *b)
-{
-        if (b->ring) {
-                b->ring->parts[b->ring_index] = NULL;
-                b->ring->n_registered--;
-                b->ring = NULL;
-        }
 }
 
 int reg_ring_attach_check(const RegBuffer *b, const RegPeer *p, RegWhy *why)

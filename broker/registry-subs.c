@@ -1,24 +1,13 @@
 /* Subscriptions: peers watching name prefixes, and the events they are sent. A prefix is a plain
  * byte prefix, so a subscriber never hears of a name outside it (and the policy checked the prefix
- * when it subscribed). */
+ * when it subscribed). The events themselves are the core's (reg_notify_subscribers), since they
+ * follow a buffer's life. Layer: calls the core only. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "registry-core.h"
 #include "registry-subs.h"
-
-void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, RegWhy why, RegSink *o)
-{
-        list_for_each(pos, &r->subs) {
-                Sub *s = list_entry(pos, Sub, link);
-
-                if (strncmp(b->name, s->prefix, s->prefix_len) != 0)
-                        continue;
-                reg_tell(o, s->peer, ev, b, s->id, why);
-                r->counters.events++;
-        }
-}
 
 int registry_subscribe(Registry *r, RegPeer *p, const char *prefix, RegWhy *why, RegSink *out)
 {

@@ -1,12 +1,17 @@
-/* Waiting: attaches waiting for a name, rendezvous groups, and the deadlines of both. A wait ends
- * once (a publish or its group's completion, its deadline, its peer leaving, the broker stopping)
- * and must then be gone from its name's list and the timer heap alike (reg_wait_free). */
+/* Attaching and waiting, wholly: attach (by id or by name, at once or waiting for a publish),
+ * rendezvous groups, and every deadline (the waits', the groups' and the restart grace's). Only the
+ * requests that wait keep their request id, in their Wait, and are answered here when the wait ends.
+ * A wait ends once (a publish or its group's completion, its deadline, its peer leaving, the broker
+ * stopping) and must then be gone from its name's list and the timer heap alike (reg_wait_free).
+ * Layer: calls rings (which parts a peer may attach; the grace's end), claims (the grace's end) and
+ * the core; called by peers and registry.c. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "registry-claims.h"
 #include "registry-core.h"
+#include "registry-rings-core.h"
 #include "registry-waits.h"
 
 void reg_wait_free(Registry *r, Wait *w)
@@ -53,6 +58,126 @@ int reg_group_rearm(Registry *r, RegGroup *g)
         if (earliest == UINT64_MAX)
                 return 0;
         return heap_push(&r->timers, &g->timer.node, earliest);
+}
+
+static bool hold_mapped(const Registry *r, const RegPeer *p, const RegBuffer *b)
+{
+        const Hold *h = reg_hold_lookup(r, p, b);
+        return h && h->mapped;
+}
+
+/* Takes a reference for a's peer on live buffer b and says so to a, before any event the attach
+ * causes (retire_after used up retires b right after). 0, a code with why, or -ENOMEM. */
+static int attach_now(Registry *r, RegAsker a, RegBuffer *b, RegWhy *why, RegSink *o)
+{
+        RegPeer *p = a.peer;
+        bool cached;
+        int e;
+
+        e = reg_attach_diagnose(b, p, why);
+        if (e == 0)
+                e = reg_ring_attach_check(b, p, why);
+        if (e != 0)
+                return e;
+        if (p->n_refs + p->n_claim_refs >= r->limits.refs_per_peer)
+                return reg_fail(why, (RegWhy){ REG_E_REFS_FULL, .refs_full = { p->n_refs + p->n_claim_refs } });
+        /* The fd travels once per peer: afterwards the peer's cached mapping serves, until it says
+         * unmap. A legacy handle has no fd and is always in the reply itself. */
+        cached = hold_mapped(r, p, reg_memory_of(b));
+        e = reg_hold_add(r, p, b, 1, reg_memory_of(b)->fd >= 0, why);
+        if (e != 0)
+                return e;
+        b->attaches++;
+        r->counters.attaches++;
+        if (cached)
+                r->counters.attaches_cached++;
+        reg_succeed(o, a, (RegChange){ .reply = REG_RE_ATTACHED, .buffer = b, .flag = cached });
+        if (b->retire_after && b->attaches >= b->retire_after)
+                reg_buffer_retire(r, b, o);
+        return 0;
+}
+
+/* Hands a newly published buffer to everyone waiting for its name, oldest first, for as long as
+ * it stays published (retire_after may retire it half-way). */
+void reg_waiters_wake(Registry *r, RegName *e, RegSink *o)
+{
+        RegBuffer *b = e->live;
+
+        /* b stays valid throughout (each attach adds a reference), but e is freed if b gets
+         * retired and nobody else waits, so test b before touching e. */
+        while (b && b->published == e && !list_empty(&e->waits)) {
+                Wait *w = list_entry(e->waits.next, Wait, link);
+                RegAsker a = { w->peer, true, w->req_id };
+                RegWhy why;
+                int err;
+
+                /* Keep the name entry alive across reg_wait_free: it still has a live buffer. */
+                reg_wait_free(r, w);
+                err = attach_now(r, a, b, &why, o);
+                if (err < 0)
+                        registry_peer_mark_lost(a.peer);
+                else if (err > 0)
+                        reg_answer_error(o, a.peer, a.req, why);
+        }
+}
+
+int registry_buffer_attach(Registry *r, RegPeer *p, RegBuffer *b, RegWhy *why, RegSink *out)
+{
+        if (b->state != PROTO_STATE_LIVE)
+                return reg_fail(why, (RegWhy){ REG_E_NOT_LIVE,
+                                               .not_live = { .buffer = b->id, .state = b->state, .name = b->name } });
+        return attach_now(r, reg_asker(p), b, why, out);
+}
+
+int registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer, uint32_t timeout_ms,
+                    uint64_t now_ms, RegWhy *why, RegSink *out)
+{
+        uint64_t cost;
+        RegName *e;
+        RegBuffer *b;
+        Wait *w;
+        int err;
+
+        if (!name) {
+                err = registry_request_buffer(r, buffer, &b, why);
+                return err ? err : registry_buffer_attach(r, p, b, why, out);
+        }
+
+        e = reg_name_lookup(r, name);
+        if (e && e->live)
+                return attach_now(r, reg_asker(p), e->live, why, out);
+        if (timeout_ms == 0)
+                return reg_fail(why, (RegWhy){ REG_E_NOTHING_UNDER, .nothing_under = { name } });
+        if (p->n_waits >= r->limits.waits_per_peer)
+                return reg_fail(why, (RegWhy){ REG_E_WAITS_LIMIT, .waits_limit = { p->n_waits } });
+        cost = reg_wait_cost(sizeof(RegName), strlen(name));
+        err = reg_charge(r, p->creds.uid, cost, why);
+        if (err != 0)
+                return err;
+        e = reg_name_get(r, name);
+        w = calloc(1, sizeof(*w));
+        if (!e || !w) {
+                free(w);
+                reg_name_put(r, e);
+                reg_uncharge(r, p->creds.uid, cost);
+                return -ENOMEM;
+        }
+        timeout_ms = MIN(timeout_ms, r->limits.max_timeout_ms);
+        *w = (Wait){ .timer = { HEAP_NODE_INIT, TIMER_WAIT }, .peer = p, .req_id = id,
+                     .deadline = now_ms + timeout_ms, .name_publishes = e->publishes, .name = e,
+                     .cost = (uint32_t)cost };
+        if (heap_push(&r->timers, &w->timer.node, w->deadline) < 0) {
+                free(w);
+                reg_name_put(r, e);
+                reg_uncharge(r, p->creds.uid, cost);
+                return -ENOMEM;
+        }
+        list_append(&e->waits, &w->link);
+        list_append(&p->waits, &w->peer_link);
+        p->n_waits++;
+        r->n_waits++;
+        r->counters.attach_waits++;
+        return 0;
 }
 
 /* Answers every member at once (all-or-nothing) and dissolves the group. */
@@ -141,6 +266,15 @@ int registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group,
         return reg_group_rearm(r, g) < 0 ? -ENOMEM : 0;
 }
 
+/* The restart grace is over: nobody comes back from the broker's predecessor any more. Seats and the
+ * members that wait for their rings are let go first, then claims and restored buffers. */
+static void grace_end(Registry *r, RegSink *o)
+{
+        r->in_grace = false;
+        reg_rings_grace_end(r, o);
+        reg_claims_grace_end(r, o);
+}
+
 void registry_expire(Registry *r, uint64_t now_ms, RegSink *out)
 {
         HeapNode *top;
@@ -152,7 +286,7 @@ void registry_expire(Registry *r, uint64_t now_ms, RegSink *out)
                         group_finish(r, container_of(t, RegGroup, timer), false, out);
                 } else if (t->type == TIMER_GRACE) {
                         heap_remove(&r->timers, &t->node);
-                        reg_grace_end(r, out);
+                        grace_end(r, out);
                 } else {
                         Wait *w = container_of(t, Wait, timer);
                         RegPeer *p = w->peer;
