@@ -258,9 +258,6 @@ typedef struct RegBufferView {
 
 void registry_buffer_view(const RegBuffer *b, RegBufferView *ret);
 
-/* Fills m with the buffer's description (name, kind, size, state, refs, ...); m points into b.
- * The reply layer's (broker/reply.c), which encodes every description. */
-void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m);
 
 /* Calls fn for each peer holding references to b. */
 void registry_buffer_holders(const RegBuffer *b, void (*fn)(const RegPeer *p, uint32_t refs, void *ud),
@@ -314,8 +311,6 @@ typedef struct RegPeerView {
 } RegPeerView;
 
 void registry_peer_view(const RegPeer *p, RegPeerView *ret);
-/* The reply layer's (broker/reply.c): a peer record for listings. */
-void registry_peer_describe(const RegPeer *p, ProtoMsg *m);
 
 typedef struct RegGauges {
         uint64_t peers, buffers, live, retired, idle, orphaned, refs, fds, waits, subs, groups, names;

@@ -88,7 +88,7 @@ void reply_error(Outbox *out, RegPeer *p, uint64_t id, unsigned status, const ch
         outbox_send_error(out, p, id, status, "%s", message);
 }
 
-void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m)
+void reply_buffer_describe(const RegBuffer *b, ProtoMsg *m)
 {
         RegBufferView v;
 
@@ -120,7 +120,7 @@ void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m)
                 proto_set_restored(m, true);
 }
 
-void registry_peer_describe(const RegPeer *p, ProtoMsg *m)
+void reply_peer_describe(const RegPeer *p, ProtoMsg *m)
 {
         RegPeerView v;
 
@@ -163,7 +163,7 @@ static void send_attached(Outbox *out, uint64_t req, const RegChange *c)
         ProtoMsg m;
 
         registry_buffer_view(c->buffer, &v);
-        registry_buffer_describe(c->buffer, &m);
+        reply_buffer_describe(c->buffer, &m);
         m.type = PROTO_REPLY;
         proto_set_reply(&m, req);
         proto_set_status(&m, PROTO_STATUS_OK);

@@ -51,6 +51,13 @@ void reply_request_init(ReplyRequest *rq, Outbox *out, RegPeer *asker, uint64_t 
  * -ENOMEM (or any -errno) cuts the asker off, since it would miss its reply. */
 void reply_request_done(ReplyRequest *rq, int e);
 
+/* Fills m with buffer b's description (name, kind, size, state, refs, ...), from the registry's view
+ * of it; m points into b. Every description the broker sends (attach replies, list, stat) is this. */
+void reply_buffer_describe(const RegBuffer *b, ProtoMsg *m);
+
+/* Fills m with peer p's record for listings; m points into p. */
+void reply_peer_describe(const RegPeer *p, ProtoMsg *m);
+
 /* An error reply to request id of p, with a message (a refusal of the request layer, an undecodable
  * frame, the broker stopping). */
 void reply_error(Outbox *out, RegPeer *p, uint64_t id, unsigned status, const char *message);

@@ -267,7 +267,7 @@ static bool claim_matches(RegBuffer *rb, uint64_t generation, uint32_t uid, Prot
 {
         ProtoMsg d;
 
-        registry_buffer_describe(rb, &d);
+        reply_buffer_describe(rb, &d);
         return d.generation == generation && d.uid == uid && d.kind == kind && proto_str_eq(d.name, name) &&
                d.state != PROTO_STATE_IDLE && !registry_buffer_ring_part(rb);
 }
@@ -656,7 +656,7 @@ static void compare(Model *M)
                 ProtoMsg d;
                 uint64_t refs = 0;
 
-                registry_peer_describe(p, &d);
+                reply_peer_describe(p, &d);
                 for (size_t i = 0; i < M->n_holds; i++)
                         if (M->holds[i].peer == p)
                                 refs += M->holds[i].refs;
@@ -677,7 +677,7 @@ static void compare(Model *M)
                 if (rb) {
                         ProtoMsg d;
 
-                        registry_buffer_describe(rb, &d);
+                        reply_buffer_describe(rb, &d);
                         CHECK_EQ(d.refs, refs);
                         CHECK_EQ(d.owner, b->owner ? registry_peer_id(b->owner) : 0);
                 } else {
@@ -826,7 +826,7 @@ static uint64_t generation_of(RegBuffer *rb)
 {
         ProtoMsg d;
 
-        registry_buffer_describe(rb, &d);
+        reply_buffer_describe(rb, &d);
         return d.generation;
 }
 
@@ -910,7 +910,7 @@ static void op_publish(Model *M, Input *in, bool again)
                         *b = (Buf){ s->m.buffer, p, registry_buffer_by_id(M->e->r, s->m.buffer) ? a.info.kind : 0 };
                 if (!again && registry_buffer_by_id(M->e->r, s->m.buffer)) {
                         ProtoMsg dd;
-                        registry_buffer_describe(registry_buffer_by_id(M->e->r, s->m.buffer), &dd);
+                        reply_buffer_describe(registry_buffer_by_id(M->e->r, s->m.buffer), &dd);
                         b->kind = dd.kind;
                 }
                 CHECK(b->owner == p);
@@ -941,7 +941,7 @@ static void op_reclaim(Model *M, Input *in)
         a.buffer = (f & 0x80) ? 3000000u + (b & 7) : pick_buffer(M, b);
         rb = registry_buffer_by_id(M->e->r, a.buffer);
         if (rb)
-                registry_buffer_describe(rb, &d);
+                reply_buffer_describe(rb, &d);
         a.generation = rb && !(f & 1) ? d.generation : 1u + ((f >> 1) & 3);
         a.owner_uid = rb && !(f & 8) ? (uint32_t)d.uid : uids[(f >> 4) & 3];
         a.kind = rb && !(f & 16) ? d.kind : (ProtoKind)(1 + ((f >> 5) % 3));
@@ -1600,7 +1600,7 @@ static void op_ring_attach(Model *M, Input *in)
         if (!p)
                 return;
         if (rb)
-                registry_buffer_describe(rb, &d);
+                reply_buffer_describe(rb, &d);
         live = rb && d.state == PROTO_STATE_LIVE;
         q = pending_add(M, p, REQ_ATTACH);
         ENV_DO(M->e, p, q->id, registry_attach, q->id, NULL, buffer, 0, M->e->now);

@@ -181,7 +181,7 @@ static inline bool env_has_views(Env *e, uint64_t segment)
         for (RegBuffer *b = registry_buffer_after(e->r, 0); b; b = registry_buffer_next(e->r, b)) {
                 ProtoMsg m;
 
-                registry_buffer_describe(b, &m);
+                reply_buffer_describe(b, &m);
                 if (proto_has(&m, PF_SEGMENT) && m.segment == segment)
                         return true;
         }
@@ -201,7 +201,7 @@ static inline void env_check(Env *e)
                 HolderSum hs = { 0 };
                 ProtoMsg m;
 
-                registry_buffer_describe(b, &m);
+                reply_buffer_describe(b, &m);
                 CHECK(registry_buffer_by_id(e->r, m.buffer) == b);
                 registry_buffer_holders(b, env_sum_holder, &hs);
                 CHECK_EQ(hs.refs, m.refs);
@@ -233,7 +233,7 @@ static inline void env_check(Env *e)
                         ProtoMsg sm;
 
                         CHECK(sb);
-                        registry_buffer_describe(sb, &sm);
+                        reply_buffer_describe(sb, &sm);
                         CHECK(!proto_has(&sm, PF_SEGMENT));
                         CHECK_EQ(sm.kind, m.kind);
                         CHECK_EQ(sm.owner, m.owner);
@@ -244,7 +244,7 @@ static inline void env_check(Env *e)
         for (RegPeer *p = registry_peer_first(e->r); p; p = registry_peer_next(e->r, p)) {
                 ProtoMsg m;
 
-                registry_peer_describe(p, &m);
+                reply_peer_describe(p, &m);
                 CHECK(!registry_peer_lost(p)); /* every frame for it could be built */
                 CHECK_EQ(m.peer, registry_peer_id(p));
                 peer_refs += m.refs;

@@ -254,7 +254,7 @@ static uint64_t refs_of(Env *e, uint64_t buffer)
         ProtoMsg m;
 
         CHECK(b);
-        registry_buffer_describe(b, &m);
+        reply_buffer_describe(b, &m);
         return m.refs;
 }
 
@@ -391,7 +391,7 @@ static void check_let_go(Env *e, RegPeer *P, const Shape *s, const uint64_t *ids
                 }
                 CHECK(g->parts[idx[k]] == NULL); /* the seat waits for new ones */
                 CHECK(b && registry_buffer_ring_part(b));
-                registry_buffer_describe(b, &d);
+                reply_buffer_describe(b, &d);
                 CHECK_EQ(d.owner, registry_peer_id(P));
                 CHECK_EQ(d.state, PROTO_STATE_LIVE);
                 CHECK(registry_buffer_by_name(e->r, registry_buffer_name(b)) != b);
@@ -1315,7 +1315,7 @@ static void test_ring_part_never_adopts(void)
         r = ring_part(e, P2, s->name, 0, part);
         env_check_status(r, PROTO_STATUS_KEY_TAKEN);
         CHECK_EQ(gauges(e).orphaned, 1); /* still the broker's */
-        registry_buffer_describe(registry_buffer_by_id(e->r, 77), &d);
+        reply_buffer_describe(registry_buffer_by_id(e->r, 77), &d);
         CHECK_EQ(d.owner, 0);
         part.restored = false;
         env_check_status(ring_part(e, P2, s->name, 0, part), PROTO_STATUS_KEY_TAKEN);

@@ -192,7 +192,7 @@ static ProtoState state_of(Env *e, uint64_t buffer)
         ProtoMsg m;
 
         CHECK(b);
-        registry_buffer_describe(b, &m);
+        reply_buffer_describe(b, &m);
         return m.state;
 }
 
@@ -202,7 +202,7 @@ static uint64_t refs_of(Env *e, uint64_t buffer)
         ProtoMsg m;
 
         CHECK(b);
-        registry_buffer_describe(b, &m);
+        reply_buffer_describe(b, &m);
         return m.refs;
 }
 
@@ -576,7 +576,7 @@ static void test_republish_idle(void)
         CHECK_EQ(env_held_fds(e), held);
         CHECK_EQ(gauges(e).buffers, 2); /* this one and C's "taken" */
         CHECK_EQ(registry_counters(e->r)->republishes, 1);
-        registry_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
+        reply_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
         CHECK_EQ(m.state, PROTO_STATE_LIVE);
         CHECK(m.meta.len == sizeof(meta1) && memcmp(m.meta.ptr, meta1, sizeof(meta1)) == 0);
         /* The consumer kept its mapping: the fd does not travel again. */
@@ -594,19 +594,19 @@ static void test_republish_idle(void)
         CHECK_EQ(env_held_fds(e), held);
         CHECK(registry_buffer_by_name(e->r, "slot/renamed") == registry_buffer_by_id(e->r, buf));
         CHECK(registry_buffer_by_name(e->r, "slot/0") == NULL);
-        registry_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
+        reply_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
         CHECK(m.meta.len == sizeof(meta2) && memcmp(m.meta.ptr, meta2, sizeof(meta2)) == 0);
         CHECK(proto_str_eq(m.name, "slot/renamed"));
 
         /* Publishing again without metadata keeps it; with an empty map clears it. */
         retire(e, P, buf, false);
         env_check_status(publish(e, P, (Pub){ .name = "slot/renamed", .buffer = buf }), PROTO_STATUS_OK);
-        registry_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
+        reply_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
         CHECK(proto_has(&m, PF_META) && m.meta.len == sizeof(meta2));
         retire(e, P, buf, false);
         env_check_status(publish(e, P, (Pub){ .name = "slot/renamed", .buffer = buf, .clear_meta = true }),
                          PROTO_STATUS_OK);
-        registry_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
+        reply_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
         CHECK(!proto_has(&m, PF_META));
 
         /* Republishing under a name the same producer has live replaces that buffer. */
@@ -1371,12 +1371,12 @@ static void test_legacy_same_pid_declared(void)
         CHECK(proto_has(&s->m, PF_SELF_PID));
         CHECK_EQ(s->m.self_pid, 1);
         /* Listings: the PID each sees for itself, the kernel's where known, and the declared /dev/shm. */
-        registry_peer_describe(C, &m);
+        reply_peer_describe(C, &m);
         CHECK(m.pidns_declared);
         CHECK_EQ(m.self_pid, 1);
         CHECK_EQ(m.shm_dev, 26);
         CHECK_EQ(m.shm_ino, 1);
-        registry_peer_describe(V, &m);
+        reply_peer_describe(V, &m);
         CHECK_EQ(m.self_pid, 12);
         CHECK(!proto_has(&m, PF_SHM_DEV));
         env_free(e);
@@ -1393,9 +1393,9 @@ static void test_pidns_declared_in_listings(void)
 
         env_hello(e, C, 111, "inside", 1, gpu);
         env_hello(e, D, 333, "declared", 1, gpu);
-        registry_peer_describe(C, &m);
+        reply_peer_describe(C, &m);
         CHECK(!m.pidns_declared && proto_has(&m, PF_PIDNS_DECLARED));
-        registry_peer_describe(D, &m);
+        reply_peer_describe(D, &m);
         CHECK(m.pidns_declared);
         CHECK_EQ(m.pidns, 333);
         env_free(e);
@@ -1465,7 +1465,7 @@ static void test_hello(void)
         CHECK(!registry_peer_said_hello(p));
         env_hello(e, p, 5, "camera-producer", 2, gpus);
         CHECK_EQ(registry_peer_hello(e->r, p, &h, NULL), REG_E_HELLO_AGAIN);
-        registry_peer_describe(p, &m);
+        reply_peer_describe(p, &m);
         CHECK(proto_str_eq(m.label, "camera-producer"));
         CHECK_EQ(m.n_gpus, 2);
         CHECK(proto_str_eq(m.gpus[1], "GPU-2"));
@@ -1477,7 +1477,7 @@ static void test_hello(void)
         label[sizeof(label) - 1] = 0;
         p = env_peer(e, 1000, 11, 0);
         env_hello(e, p, 42, label, 0, NULL);
-        registry_peer_describe(p, &m);
+        reply_peer_describe(p, &m);
         CHECK_EQ(m.label.len, PROTO_MAX_LABEL);
         CHECK_EQ(m.pidns, 42);
         CHECK_EQ(registry_peer_creds(p)->pid, 11);
@@ -1646,7 +1646,7 @@ static void test_claims_wait_for_their_producer(void)
         CHECK(s->m.pending);
         CHECK_EQ(gauges(e).claims_pending, 2);
         CHECK_EQ(gauges(e).refs, 0); /* claims are not references yet */
-        registry_peer_describe(C, &m);
+        reply_peer_describe(C, &m);
         CHECK_EQ(m.refs, 0);
 
         s = publish(e, P, (Pub){ .name = "w/frame", .key = 600, .restored = true, .generation = 9 });
@@ -1817,7 +1817,7 @@ static void test_views(void)
         /* Buffers in registration order; after() starts above a cursor, present or not. */
         n = 0;
         for (b = registry_buffer_after(e->r, 0); b; b = registry_buffer_next(e->r, b)) {
-                registry_buffer_describe(b, &m);
+                reply_buffer_describe(b, &m);
                 CHECK_EQ(m.buffer, ids[n]);
                 CHECK(n == 0 || registry_buffer_cursor(b) > cur[n - 1]);
                 n++;
@@ -1839,11 +1839,11 @@ static void test_views(void)
         /* Peers in id order, each describing what it owns. */
         p = registry_peer_first(e->r);
         CHECK(p == P);
-        registry_peer_describe(p, &m);
+        reply_peer_describe(p, &m);
         CHECK_EQ(m.buffers, 4);
         p = registry_peer_next(e->r, p);
         CHECK(p == C);
-        registry_peer_describe(p, &m);
+        reply_peer_describe(p, &m);
         CHECK_EQ(m.refs, 2);
         CHECK(registry_peer_next(e->r, p) == NULL);
         CHECK_EQ(registry_counters(e->r)->publishes, 5);
