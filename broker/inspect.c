@@ -92,7 +92,7 @@ void inspect_list(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 
                 if (m->prefix.len && strncmp(name, m->prefix.ptr, m->prefix.len) != 0)
                         continue;
-                registry_buffer_describe(b, &rec);
+                reply_buffer_describe(b, &rec);
                 if (!sees_buffer(ctx, p, name, (uint32_t)rec.uid))
                         continue;
                 /* Listings show what a buffer is, not how to open it. */
@@ -161,7 +161,7 @@ void inspect_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 return;
         }
         if (b) {
-                registry_buffer_describe(b, &reply);
+                reply_buffer_describe(b, &reply);
                 if (!sees_buffer(ctx, p, registry_buffer_name(b), (uint32_t)reply.uid))
                         b = NULL; /* a buffer the peer may not see does not exist for it */
         }
@@ -208,7 +208,7 @@ void inspect_peers(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         for (RegPeer *q = registry_peer_first(ctx->reg); q; q = registry_peer_next(ctx->reg, q)) {
                 if (registry_peer_id(q) <= m->after || !sees_peer(ctx, p, q))
                         continue;
-                registry_peer_describe(q, &rec);
+                reply_peer_describe(q, &rec);
                 if (!items_add(&it, &rec, max))
                         break;
                 last = rec.peer;

@@ -519,6 +519,100 @@ static uint64_t first_generation(void)
         return GENERATION_BASE + clock_ns(CLOCK_BOOTTIME) / 1000;
 }
 
+/* Which socket to serve: the one systemd passed (socket activation), else --listen-fd, --socket,
+ * $GPUIPC_SOCKET or the default path. False, said in the log, when they contradict each other. */
+static bool pick_socket(Options *o)
+{
+        int activated, r;
+
+        r = sdnotify_listen_fd(&activated);
+        if (r < 0)
+                return false;
+        if (r > 0) {
+                /* A path or fd given too would leave which one is served to chance. */
+                if (o->socket_path || o->listen_fd >= 0) {
+                        log_error("systemd passed a listening socket and --socket or --listen-fd names another; "
+                                  "drop the option (socket activation) or the .socket unit", NULL);
+                        return false;
+                }
+                o->listen_fd = activated;
+        }
+        if (!o->socket_path && o->listen_fd < 0) {
+                o->socket_path = getenv("GPUIPC_SOCKET");
+                if (o->socket_path && !*o->socket_path) {
+                        log_error("GPUIPC_SOCKET is set but empty; unset it for the default socket, or give a path",
+                                  NULL);
+                        return false;
+                }
+        }
+        if (!o->socket_path)
+                o->socket_path = GPUIPC_DEFAULT_SOCKET;
+        return true;
+}
+
+/* What the process is set up with before anything else runs: signals, the allocator, the memory
+ * budget, hash seeds and the fd limit. Returns the fd limit in force. */
+static rlim_t tune_process(Limits *limits)
+{
+        rlim_t fd_limit;
+
+        /* A peer that closes its end must cost an EPIPE, not the broker. */
+        signal(SIGPIPE, SIG_IGN);
+        /* Fixed thresholds: glibc would otherwise raise both after large frees, keeping the memory of
+         * peers that left in the heap. Large blocks come from mmap and go back when freed. */
+        mallopt(M_TRIM_THRESHOLD, 128 * 1024);
+        mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+        /* Once before the filter: the first malloc_trim sets glibc's allocator up, which asks for
+         * random bytes (getrandom, outside the allow-list). Under a sanitizer nothing else uses
+         * glibc's allocator before the server loop's first trim. */
+        malloc_trim(0);
+        memory_budget_setup(limits);
+        seed_hashes();
+        fd_limit = raise_fd_limit();
+        /* Each peer may leave --max-queued-fds fds unread, and the kernel charges all of them to the
+         * broker's uid up to this limit: beyond it, fds to peers that do read would have to wait. */
+        if ((uint64_t)limits->connections * limits->queued_fds > fd_limit)
+                log_warn("peers that do not read could hold every fd the kernel lets the broker have in flight; "
+                         "raise the hard RLIMIT_NOFILE or lower --max-connections or --max-queued-fds",
+                         "fd_limit=%llu max_connections=%u max_queued_fds=%u", (unsigned long long)fd_limit,
+                         limits->connections, limits->queued_fds);
+        return fd_limit;
+}
+
+/* The listening socket: the inherited one (--listen-fd, socket activation), or one bound at the
+ * socket path. -1 once the failure is logged. */
+static int open_listener(const Options *o, const Privs *privs)
+{
+        int fd;
+
+        if (o->listen_fd >= 0) {
+                fd = sockpath_adopt(o->listen_fd);
+                if (fd >= 0)
+                        log_info("serving an inherited socket", "fd=%d", fd);
+                return fd < 0 ? -1 : fd;
+        }
+        fd = sockpath_listen(o->socket_path, o->socket_mode, privs->socket_gid,
+                             privs->switch_user ? privs->uid : geteuid());
+        if (fd >= 0)
+                log_info("listening", "socket=%s mode=%04o", o->socket_path, (unsigned)o->socket_mode);
+        return fd < 0 ? -1 : fd;
+}
+
+/* Locks the process down once everything that needs more than the allow-list is done (libuv starts
+ * no threads of its own for what we use). Landlock first: its own system calls are not on the
+ * runtime allow-list. 0, or <0 once logged. */
+static int confine(const Options *o)
+{
+        int r;
+
+        if (o->seccomp != SANDBOX_OFF) {
+                r = landlock_confine(o->listen_fd < 0 ? o->socket_path : NULL, o->policy_path);
+                if (r < 0 && r != -EOPNOTSUPP)
+                        return r;
+        }
+        return sandbox_apply(o->seccomp);
+}
+
 int main(int argc, char **argv)
 {
         Options o = {
@@ -534,73 +628,22 @@ int main(int argc, char **argv)
         Policy *policy = NULL;
         rlim_t fd_limit;
         Privs privs;
-        int fd, r, activated, notify_fd;
+        int fd, r, notify_fd;
 
         if (parse_args(argc, argv, &o) < 0)
                 return 2;
         log_setup(o.log_json, o.log_level);
-        /* Socket activation: systemd's .socket unit made and bound the socket; serve it as
-         * --listen-fd would. A path or fd given too would leave which one is served to chance. */
-        r = sdnotify_listen_fd(&activated);
-        if (r < 0)
+        if (!pick_socket(&o))
                 return 2;
-        if (r > 0) {
-                if (o.socket_path || o.listen_fd >= 0) {
-                        log_error("systemd passed a listening socket and --socket or --listen-fd names another; "
-                                  "drop the option (socket activation) or the .socket unit", NULL);
-                        return 2;
-                }
-                o.listen_fd = activated;
-        }
-        if (!o.socket_path && o.listen_fd < 0) {
-                o.socket_path = getenv("GPUIPC_SOCKET");
-                if (o.socket_path && !*o.socket_path) {
-                        log_error("GPUIPC_SOCKET is set but empty; unset it for the default socket, or give a path",
-                                  NULL);
-                        return 2;
-                }
-        }
-        if (!o.socket_path)
-                o.socket_path = GPUIPC_DEFAULT_SOCKET;
-        /* A peer that closes its end must cost an EPIPE, not the broker. */
-        signal(SIGPIPE, SIG_IGN);
-        /* Fixed thresholds: glibc would otherwise raise both after large frees, keeping the memory of
-         * peers that left in the heap. Large blocks come from mmap and go back when freed. */
-        mallopt(M_TRIM_THRESHOLD, 128 * 1024);
-        mallopt(M_MMAP_THRESHOLD, 256 * 1024);
-        /* Once before the filter: the first malloc_trim sets glibc's allocator up, which asks for
-         * random bytes (getrandom, outside the allow-list). Under a sanitizer nothing else uses
-         * glibc's allocator before the server loop's first trim. */
-        malloc_trim(0);
-        memory_budget_setup(&o.limits);
-        seed_hashes();
-        fd_limit = raise_fd_limit();
-        /* Each peer may leave --max-queued-fds fds unread, and the kernel charges all of them to the
-         * broker's uid up to this limit: beyond it, fds to peers that do read would have to wait. */
-        if ((uint64_t)o.limits.connections * o.limits.queued_fds > fd_limit)
-                log_warn("peers that do not read could hold every fd the kernel lets the broker have in flight; "
-                         "raise the hard RLIMIT_NOFILE or lower --max-connections or --max-queued-fds",
-                         "fd_limit=%llu max_connections=%u max_queued_fds=%u", (unsigned long long)fd_limit,
-                         o.limits.connections, o.limits.queued_fds);
-
+        fd_limit = tune_process(&o.limits);
         r = privs_resolve(o.user, o.group, o.socket_group, &privs);
         if (r < 0)
                 return 2;
         if (o.policy_path && load_policy(o.policy_path, &policy) < 0)
                 return 2;
-
-        if (o.listen_fd >= 0) {
-                fd = sockpath_adopt(o.listen_fd);
-                if (fd < 0)
-                        return 1;
-                log_info("serving an inherited socket", "fd=%d", fd);
-        } else {
-                fd = sockpath_listen(o.socket_path, o.socket_mode, privs.socket_gid,
-                                     privs.switch_user ? privs.uid : geteuid());
-                if (fd < 0)
-                        return 1;
-                log_info("listening", "socket=%s mode=%04o", o.socket_path, (unsigned)o.socket_mode);
-        }
+        fd = open_listener(&o, &privs);
+        if (fd < 0)
+                return 1;
 
         /* Privileges go once the socket is bound (a path under /run may need root) and the policy is
          * read, before anything a peer sends is parsed. */
@@ -630,19 +673,7 @@ int main(int argc, char **argv)
         /* Connected now, while socket(2) and connect(2) are allowed; the notification itself is a
          * sendto(2) that never blocks, sent once the filter is loaded, just before the loop accepts. */
         notify_fd = sdnotify_open();
-
-        /* Everything that needs more than the allow-list is done: lock the process down before the
-         * loop runs (libuv starts no threads of its own for what we use). Landlock first: its own
-         * system calls are not on the runtime allow-list. */
-        if (o.seccomp != SANDBOX_OFF) {
-                r = landlock_confine(o.listen_fd < 0 ? o.socket_path : NULL, o.policy_path);
-                if (r < 0 && r != -EOPNOTSUPP) {
-                        server_free(server);
-                        return 1;
-                }
-        }
-        r = sandbox_apply(o.seccomp);
-        if (r < 0) {
+        if (confine(&o) < 0) {
                 server_free(server);
                 return 1;
         }

@@ -1,8 +1,9 @@
-/* What a registry step changed that somebody must hear of, as the registry says it: a reply to a
- * request (a protocol status, and for an error why, as a code and its facts), an event to a peer,
- * an fd the broker no longer needs. The registry words nothing and encodes nothing; the reply layer
- * (broker/reply.c, broker/reply-text.c) turns each change into frames, texts and fds, in the order
- * the step emitted them, which is the order they go out. */
+/* What a registry step changed that somebody must hear of, as the registry says it: how an operation
+ * turned out (its result for the request in progress, or the answer to a request that waited), an
+ * event to a peer, an fd the broker no longer needs. A failure is a code (RegWhyCode) with its facts
+ * (RegWhy); the registry knows no protocol status, words nothing and encodes nothing. The reply layer
+ * (broker/reply.c, broker/reply-text.c) turns each change into frames, texts and fds, in the order the
+ * step emitted them, which is the order they go out. */
 #pragma once
 
 #include <stdbool.h>
@@ -15,96 +16,94 @@ typedef struct RegBuffer RegBuffer;
 typedef struct RegRing RegRing;
 
 /* Why something failed or happened: which text (broker/reply-text.c words each one) and the facts
- * it names. Strings are borrowed: valid until the change has been emitted. */
+ * it names. REG_E_* codes are a failed operation's, REG_R_* codes an event's reason. */
 typedef enum RegWhyCode {
         REG_WHY_NONE,
         /* subscriptions */
-        REG_E_SUBS_LIMIT,        /* n0: subscriptions of this connection */
-        REG_E_NO_SUB,            /* n0: the subscription id */
+        REG_E_SUBS_LIMIT,
+        REG_E_NO_SUB,
         /* attach waits and groups */
         REG_E_GROUP_EMPTY,
-        REG_E_GROUP_MISMATCH,    /* s0: group, n0: its members, n1: this join's */
-        REG_E_GROUP_JOINED,      /* s0: group */
-        REG_E_WAITS_LIMIT,       /* n0: waits of this connection */
-        REG_E_GROUP_TIMEOUT,     /* s0: group, n0: joined, n1: members */
-        REG_E_WAIT_MISSED,       /* s0: name, n0: publications retired during the wait */
-        REG_E_WAIT_TIMEOUT,      /* s0: name */
-        REG_E_TEXT,              /* s0: a text the caller gave (registry_cancel_waits) */
+        REG_E_GROUP_MISMATCH,
+        REG_E_GROUP_JOINED,
+        REG_E_WAITS_LIMIT,
+        REG_E_GROUP_TIMEOUT,
+        REG_E_WAIT_MISSED,
+        REG_E_WAIT_TIMEOUT,
+        REG_E_STOPPING,          /* the broker is stopping: no wait outlives it */
         /* attach */
-        REG_E_SAME_PID,          /* s0: buffer name; n0: the PID producer and consumer share (each in its own
-                                  * namespace); n1: the producer's uid; n2, n3: whether the producer's and the
-                                  * consumer's PID were only declared */
-        REG_E_DEVICE,            /* s0: buffer name, s1: its GPU; gpus: the consumer's */
-        REG_E_NO_BUFFER,         /* n0: id */
+        REG_E_SAME_PID,
+        REG_E_DEVICE,
+        REG_E_NO_BUFFER,
         /* rings */
-        REG_E_PART_OF_NO_RING,   /* n0: id, s0: name */
-        REG_E_RING_MEMBERS_ONLY, /* n0: id, s0: name, s1: ring */
-        REG_E_RING_EXISTS,       /* s0: ring */
-        REG_E_RING_BUFFERS_LIMIT, /* n0: uid, n1: its buffers */
-        REG_E_RING_OTHERS,       /* s0: ring */
-        REG_E_NO_RING,           /* s0: ring */
-        REG_E_PART_MISFIT,       /* s0: ring, n0: part index, n1: the rule it breaks (a RegPartRule) */
-        REG_E_PART_KEY_TAKEN,    /* n0: id, n1: its producer's peer id, n2: uid */
-        REG_E_RING_SETTING_UP,   /* s0: ring, n0: parts registered, n1: parts */
-        REG_E_RING_MEMBER,       /* s0: ring, n0: the seat this connection has */
-        REG_E_RING_NO_SEAT_READY, /* s0: ring */
-        REG_E_RING_FULL,         /* s0: ring, n0: seats */
-        REG_E_RING_SEATS,        /* s0: ring, n0: seats */
-        REG_E_SEAT_NOT_WAITING,  /* s0: ring, n0: seat, n1: epoch */
-        REG_E_RING_GONE,         /* s0: ring */
-        REG_E_SEAT_CLAIMS_LIMIT, /* n0: seat claims of this connection */
-        REG_E_NOT_MEMBER,        /* s0: ring */
-        REG_R_MEMBER_GRACE_OVER, /* n0: the restart grace (ms) */
-        REG_R_RING_GRACE_OVER,   /* n0: the restart grace (ms) */
+        REG_E_PART_OF_NO_RING,
+        REG_E_RING_MEMBERS_ONLY,
+        REG_E_RING_EXISTS,
+        REG_E_RING_BUFFERS_LIMIT,
+        REG_E_RING_OTHERS,
+        REG_E_NO_RING,
+        REG_E_PART_MISFIT,
+        REG_E_PART_KEY_TAKEN,
+        REG_E_RING_SETTING_UP,
+        REG_E_RING_MEMBER,
+        REG_E_RING_NO_SEAT_READY,
+        REG_E_RING_FULL,
+        REG_E_RING_SEATS,
+        REG_E_SEAT_NOT_WAITING,
+        REG_E_RING_GONE,
+        REG_E_SEAT_CLAIMS_LIMIT,
+        REG_E_NOT_MEMBER,
+        REG_R_MEMBER_GRACE_OVER,
+        REG_R_RING_GRACE_OVER,
         REG_R_MEMBER_LEFT,
         REG_R_MEMBER_GONE,
         REG_R_EVICTED_UNRETURNED,
-        REG_R_EVICTED_LEASE,     /* n0: the lease (ms) */
+        REG_R_EVICTED_LEASE,
         REG_R_RING_CLOSED,
-        REG_R_RING_PRODUCER_GONE, /* n0-n2: the producer's peer id, pid, uid */
+        REG_R_RING_PRODUCER_GONE,
         /* connections */
-        REG_E_CONNECTIONS_LIMIT, /* n0: the limit */
-        REG_E_CONNECTIONS_PER_UID, /* n0: uid, n1: its connections */
+        REG_E_CONNECTIONS_LIMIT,
+        REG_E_CONNECTIONS_PER_UID,
+        REG_E_HELLO_AGAIN,
         /* the memory budget (broker/budget.h) */
-        REG_E_MEMORY_BUDGET,     /* n0: uid, n1: 1 if the whole pool is full (else the uid's share), n2: what it
-                                  * holds, n3: the share or pool, n4: the bytes asked */
-        REG_R_PRODUCER_GONE,     /* n0-n2: the producer's peer id, pid, uid */
-        REG_E_REFS_FULL,         /* n0: references this connection holds */
-        REG_E_NOT_LIVE,          /* n0: id, n1: its state, s0: name */
-        REG_E_NOTHING_UNDER,     /* s0: name */
+        REG_E_MEMORY_BUDGET,
+        REG_R_PRODUCER_GONE,
+        REG_E_REFS_FULL,
+        REG_E_NOT_LIVE,
+        REG_E_NOTHING_UNDER,
         /* publish */
-        REG_E_NAME_ORPHANED,     /* s0: name, n0: the orphan's producer uid, n1: its id */
-        REG_E_NAME_TAKEN,        /* s0: name, n0-n2: the producer's peer id, pid, uid */
-        REG_E_OTHERS_BUFFER,     /* n0: id */
-        REG_E_NOT_IDLE,          /* n0: id, n1: its state */
-        REG_E_KEY_TAKEN,         /* n0: id, n1: its producer's peer id, n2: its uid */
-        REG_E_BUFFERS_LIMIT,     /* n0: uid, n1: its buffers */
-        REG_E_FDS_LIMIT,         /* n0: fds held, n1: uid */
-        REG_E_OTHERS_SEGMENT,    /* n0: the segment's id */
-        REG_E_NOT_A_SEGMENT,     /* n0: id, n1: why (1 a view, 2 a ring part, 3 another kind) */
-        REG_E_SEGMENT_FREED,     /* n0: id */
-        REG_E_NO_SEGMENT,        /* n0: id */
-        REG_E_VIEW_OUTSIDE,      /* n0: offset, n1: size, n2: the segment's size */
-        REG_E_RESTORED_GENERATION, /* n0: the highest generation given */
+        REG_E_NAME_ORPHANED,
+        REG_E_NAME_TAKEN,
+        REG_E_OTHERS_BUFFER,
+        REG_E_NOT_IDLE,
+        REG_E_KEY_TAKEN,
+        REG_E_BUFFERS_LIMIT,
+        REG_E_FDS_LIMIT,
+        REG_E_OTHERS_SEGMENT,
+        REG_E_NOT_A_SEGMENT,
+        REG_E_SEGMENT_FREED,
+        REG_E_NO_SEGMENT,
+        REG_E_VIEW_OUTSIDE,
+        REG_E_RESTORED_GENERATION,
         /* release, retire, free */
-        REG_E_NOT_ATTACHED,      /* n0: id */
-        REG_E_NOT_OWNER,         /* n0: id, s0: name, n1: its producer's peer id, n2: uid */
-        /* reclaims and the restart grace (n0 is the buffer's id unless said otherwise) */
-        REG_E_CLAIM_OWNER,       /* n1, n2: its kind and producer uid now; n3, n4: those the consumer held */
-        REG_E_CLAIM_REPUBLISHED, /* n1, s0: its generation and name now; n2, s1: those the consumer held */
-        REG_E_CLAIM_DRAINED,     /* s0: name */
-        REG_E_CLAIM_RING_PART,   /* s0: name */
-        REG_E_CLAIM_RETIRED,     /* s0: name, n1: the claimant's uid, which held nothing on it */
-        REG_E_CLAIM_RETIRE_AFTER, /* s0: name, n1: retire_after, n2: attaches, n3: unvouched references */
+        REG_E_NOT_ATTACHED,
+        REG_E_NOT_OWNER,
+        /* reclaims and the restart grace */
+        REG_E_CLAIM_OWNER,
+        REG_E_CLAIM_REPUBLISHED,
+        REG_E_CLAIM_DRAINED,
+        REG_E_CLAIM_RING_PART,
+        REG_E_CLAIM_RETIRED,
+        REG_E_CLAIM_RETIRE_AFTER,
         REG_E_RECLAIM_NO_REFS,
-        REG_E_REFS_LIMIT,        /* n0: references held, n1: more asked, n2: the limit (not an id) */
-        REG_E_CLAIM_UNKNOWN,     /* s0: name, n1: the restart grace (ms) */
-        REG_E_CLAIMS_PER_UID,    /* n0: uid, n1: its pending claims (not an id) */
-        REG_E_CLAIMS_ALL,        /* n0: pending claims (not an id) */
-        REG_R_CLAIM_GRACE_OVER,  /* n0: the restart grace (ms; not an id) */
-        REG_R_RESTART_RELEASED,  /* n0: holders that came back, n1: the grace (not an id) */
-        REG_R_RESTART_UNCLAIMED, /* n0: the grace (not an id) */
-        REG_R_RESTORED_UNHELD,   /* a restored buffer registered retired, nobody holding it */
+        REG_E_REFS_LIMIT,
+        REG_E_CLAIM_UNKNOWN,
+        REG_E_CLAIMS_PER_UID,
+        REG_E_CLAIMS_ALL,
+        REG_R_CLAIM_GRACE_OVER,
+        REG_R_RESTART_RELEASED,
+        REG_R_RESTART_UNCLAIMED,
+        REG_R_RESTORED_UNHELD,
         _REG_WHY_MAX
 } RegWhyCode;
 
@@ -125,12 +124,126 @@ typedef enum RegPartRule {
         REG_PART_RESTORED_GENERATION,
 } RegPartRule;
 
+/* Why a buffer cannot hold views (REG_E_NOT_A_SEGMENT). */
+typedef enum RegNotSegment {
+        REG_SEGMENT_IS_VIEW = 1,
+        REG_SEGMENT_IS_RING_PART,
+        REG_SEGMENT_OTHER_KIND,
+} RegNotSegment;
+
+/* A peer as a text names it: its id, pid and uid. */
+typedef struct RegWho {
+        uint64_t peer;
+        uint32_t pid, uid;
+} RegWho;
+
+/* A code and its facts: the member named after the code (REG_E_NAME_TAKEN: name_taken) holds them;
+ * codes without facts have none. Strings are borrowed: valid until the change has been emitted, or,
+ * for an operation's result, until the caller has answered with it. */
 typedef struct RegWhy {
         RegWhyCode code;
-        uint64_t n[8];
-        const char *s[3];
-        const char (*gpus)[PROTO_MAX_UUID + 1]; /* REG_E_DEVICE: the consumer's GPUs */
-        uint32_t n_gpus;
+        union {
+                /* subscriptions */
+                struct { uint32_t subs; } subs_limit;          /* this connection's */
+                struct { uint64_t sub; } no_sub;
+                /* attach waits and groups */
+                struct { const char *group; uint32_t members, asked; } group_mismatch;
+                struct { const char *group; } group_joined;
+                struct { uint32_t waits; } waits_limit;        /* this connection's */
+                struct { const char *group; uint32_t joined, members; } group_timeout;
+                struct { const char *name; uint64_t missed; } wait_missed; /* publications retired meanwhile */
+                struct { const char *name; } wait_timeout;
+                /* attach */
+                struct {
+                        const char *name;
+                        uint64_t pid;          /* the PID both have, each in its own namespace */
+                        uint32_t producer_uid;
+                        bool producer_declared, consumer_declared; /* a PID only as declared in hello */
+                } same_pid;
+                struct {
+                        const char *name, *device;
+                        const char (*gpus)[PROTO_MAX_UUID + 1]; /* the consumer's */
+                        uint32_t n_gpus;
+                } device;
+                struct { uint64_t buffer; } no_buffer;
+                /* rings */
+                struct { uint64_t buffer; const char *name; } part_of_no_ring;
+                struct { uint64_t buffer; const char *name, *ring; } ring_members_only;
+                struct { const char *ring; } ring_exists;
+                struct { uint32_t uid, buffers; } ring_buffers_limit;
+                struct { const char *ring; } ring_others;
+                struct { const char *ring; } no_ring;
+                struct { const char *ring; uint32_t index; RegPartRule rule; } part_misfit;
+                struct { uint64_t buffer; RegWho owner; } part_key_taken;
+                struct { const char *ring; uint32_t registered, parts; } ring_setting_up;
+                struct { const char *ring; uint32_t seat; } ring_member;
+                struct { const char *ring; } ring_no_seat_ready;
+                struct { const char *ring; uint32_t seats; } ring_full;
+                struct { const char *ring; uint32_t seats; } ring_seats;
+                struct { const char *ring; uint32_t seat; uint64_t epoch; } seat_not_waiting;
+                struct { const char *ring; } ring_gone;
+                struct { uint32_t claims; } seat_claims_limit;  /* this connection's */
+                struct { const char *ring; } not_member;
+                struct { uint32_t grace_ms; } member_grace_over;
+                struct { uint32_t grace_ms; } ring_grace_over;
+                struct { uint32_t lease_ms; } evicted_lease;
+                struct { RegWho producer; } ring_producer_gone;
+                /* connections */
+                struct { uint32_t limit; } connections_limit;
+                struct { uint32_t uid, connections; } connections_per_uid;
+                /* the memory budget */
+                struct {
+                        uint32_t uid;
+                        bool whole_pool;  /* the pool of all uids is full, not only this uid's share */
+                        uint64_t used, limit, asked;
+                } memory_budget;
+                struct { RegWho producer; } producer_gone;
+                struct { uint32_t refs; } refs_full;            /* this connection's */
+                struct { uint64_t buffer; ProtoState state; const char *name; } not_live;
+                struct { const char *name; } nothing_under;
+                /* publish */
+                struct { const char *name; uint32_t uid; uint64_t buffer; } name_orphaned;
+                struct { const char *name; RegWho owner; } name_taken;
+                struct { uint64_t buffer; } others_buffer;
+                struct { uint64_t buffer; ProtoState state; } not_idle;
+                struct { uint64_t buffer; RegWho owner; } key_taken;
+                struct { uint32_t uid, buffers; } buffers_limit;
+                struct { uint32_t fds, uid; } fds_limit;
+                struct { uint64_t segment; } others_segment;
+                struct { uint64_t buffer; RegNotSegment why; } not_a_segment;
+                struct { uint64_t segment; } segment_freed;
+                struct { uint64_t segment; } no_segment;
+                struct { uint64_t offset, size, segment_size; } view_outside;
+                struct { uint64_t highest; } restored_generation;
+                /* release, retire, free */
+                struct { uint64_t buffer; } not_attached;
+                struct { uint64_t buffer; const char *name; RegWho owner; } not_owner;
+                /* reclaims and the restart grace: what the buffer is now, and what the claimant held */
+                struct {
+                        uint64_t buffer;
+                        ProtoKind kind, held_kind;
+                        uint32_t uid, held_uid;
+                } claim_owner;
+                struct {
+                        uint64_t buffer, generation, held_generation;
+                        const char *name, *held_name;
+                } claim_republished;
+                struct { uint64_t buffer; const char *name; } claim_drained;
+                struct { uint64_t buffer; const char *name; } claim_ring_part;
+                struct { uint64_t buffer; const char *name; uint32_t uid; } claim_retired; /* uid: the claimant's */
+                struct {
+                        uint64_t buffer;
+                        const char *name;
+                        uint32_t retire_after, attaches, unvouched;
+                } claim_retire_after;
+                struct { uint32_t held, asked, limit; } refs_limit;
+                struct { uint64_t buffer; const char *name; uint32_t grace_ms; } claim_unknown;
+                struct { uint32_t uid, claims; } claims_per_uid;
+                struct { uint64_t claims; } claims_all;
+                struct { uint32_t grace_ms; } claim_grace_over;
+                struct { uint32_t came_back, grace_ms; } restart_released;
+                struct { uint32_t grace_ms; } restart_unclaimed;
+        };
 } RegWhy;
 
 /* Which publication an event is about. */
@@ -141,14 +254,18 @@ typedef struct RegBufferKey {
 } RegBufferKey;
 
 typedef enum RegChangeType {
-        REG_CH_REPLY, /* answers request `req` of `to` with `status`; an error says `why`; fields by `reply` */
+        REG_CH_RESULT, /* the request in progress (its asker: `to`) succeeded; what it got: `reply` */
+        REG_CH_ANSWER, /* answers request `req` of `to`, which waited: an error says `why`, else `reply` */
         REG_CH_EVENT, /* tells `to` of `event` on `key` (to a subscriber: `sub`); `why`, if any, is its reason */
         REG_CH_RING_EVENT, /* tells `to` of `event` on seat `index` (membership `epoch`) of ring `str`; `why`: reason */
         REG_CH_FORGET_PEER, /* `to` is going away: frames already addressed to it must not reach it */
         REG_CH_CLOSE_FD, /* `fd` (the registry's) is to be closed once the frames that borrow it are out */
 } RegChangeType;
 
-/* The fields of a successful reply besides its status. */
+/* What a request that succeeded gets besides its success. A result goes where the operation emits it
+ * among the step's changes: the protocol fixes that order (docs/protocol.md 6.3, section 7: a publish
+ * that replaces a buffer sends the old one's events before its reply; an attach that uses up
+ * retire_after sends its reply before the events). */
 typedef enum RegReplyKind {
         REG_RE_PLAIN,  /* none */
         REG_RE_SUB,    /* sub: the new subscription's id */
@@ -170,9 +287,8 @@ typedef struct RegPartRef {
 typedef struct RegChange {
         RegChangeType type;
         RegPeer *to;
-        uint64_t req;                /* replies */
-        unsigned status;             /* replies: a PROTO_STATUS_* */
-        RegReplyKind reply;          /* replies with status ok */
+        uint64_t req;                /* REG_CH_ANSWER: the request that waited */
+        RegReplyKind reply;          /* results, and answers without why */
         ProtoEvent event;            /* events */
         RegBufferKey key;            /* events */
         const RegBuffer *buffer;     /* replies about a buffer */

@@ -17,26 +17,20 @@
  * the old broker may come back, and the broker knows no more about them). Anything else is what an
  * attach would have granted: the buffer is live, the attach's checks pass, and each reference counts
  * toward retire_after. Pending claims cost memory before anyone can vouch for them, so they are
- * bounded per uid and in all, like everything else a peer can make the broker keep. */
+ * bounded per uid and in all, like everything else a peer can make the broker keep.
+ *
+ * Layer: calls the core only; rings (a part takes over claims for its id), waits (the grace's end),
+ * peers and registry.c call in. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "registry-claims.h"
 #include "registry-core.h"
-#include "registry-rings-core.h"
 
 bool registry_in_grace(const Registry *r)
 {
         return r->in_grace;
-}
-
-void reg_restored_forget(Registry *r, RegBuffer *b)
-{
-        if (!b->restored)
-                return;
-        b->restored = false;
-        list_unlink(&b->restored_link);
 }
 
 static void claim_free(Registry *r, Claim *c)
@@ -64,14 +58,17 @@ static bool claim_mismatch(const RegBuffer *b, uint64_t generation, uint32_t own
                            const char *name, RegWhy *why)
 {
         if (b->owner_uid != owner_uid || b->info.kind != kind)
-                *why = (RegWhy){ REG_E_CLAIM_OWNER, .n = { b->id, b->info.kind, b->owner_uid, kind, owner_uid } };
+                *why = (RegWhy){ REG_E_CLAIM_OWNER, .claim_owner = { .buffer = b->id, .kind = b->info.kind,
+                                                                     .uid = b->owner_uid, .held_kind = kind,
+                                                                     .held_uid = owner_uid } };
         else if (b->generation != generation || strcmp(b->name, name) != 0)
-                *why = (RegWhy){ REG_E_CLAIM_REPUBLISHED, .n = { b->id, b->generation, generation },
-                                 .s = { b->name, name } };
+                *why = (RegWhy){ REG_E_CLAIM_REPUBLISHED,
+                                 .claim_republished = { .name = b->name, .held_name = name, .buffer = b->id,
+                                                        .generation = b->generation, .held_generation = generation } };
         else if (b->state == PROTO_STATE_IDLE)
-                *why = (RegWhy){ REG_E_CLAIM_DRAINED, .n = { b->id }, .s = { b->name } };
+                *why = (RegWhy){ REG_E_CLAIM_DRAINED, .claim_drained = { .name = b->name, .buffer = b->id } };
         else if (b->ring_part)
-                *why = (RegWhy){ REG_E_CLAIM_RING_PART, .n = { b->id }, .s = { b->name } };
+                *why = (RegWhy){ REG_E_CLAIM_RING_PART, .claim_ring_part = { .name = b->name, .buffer = b->id } };
         else
                 return false;
         return true;
@@ -98,17 +95,6 @@ void reg_departed_note(RegBuffer *b, uint32_t uid, uint32_t refs)
         b->n_departed++;
 }
 
-void reg_departed_forget(RegBuffer *b)
-{
-        while (!list_empty(&b->departed)) {
-                DepartedHold *d = list_entry(b->departed.next, DepartedHold, link);
-
-                list_unlink(&d->link);
-                free(d);
-        }
-        b->n_departed = 0;
-}
-
 static DepartedHold *departed_of(RegBuffer *b, uint32_t uid)
 {
         list_for_each(pos, &b->departed) {
@@ -129,19 +115,19 @@ typedef struct ClaimOf {
 } ClaimOf;
 
 /* Whether p's reclaim of refs references on b may be honoured: 0, with *as_attaches the references
- * nobody vouches for (they count as attaches), or a status and why. */
-static unsigned reclaim_judge(const Registry *r, const RegPeer *p, RegBuffer *b, const ClaimOf *k, uint32_t refs,
-                              uint32_t *as_attaches, RegWhy *why)
+ * nobody vouches for (they count as attaches), or a code and why. */
+static int reclaim_judge(const Registry *r, const RegPeer *p, RegBuffer *b, const ClaimOf *k, uint32_t refs,
+                         uint32_t *as_attaches, RegWhy *why)
 {
         DepartedHold *d = departed_of(b, p->creds.uid);
         uint32_t unvouched = refs - (d ? MIN(d->refs, refs) : 0);
-        unsigned status;
+        int e;
 
         if (claim_mismatch(b, k->generation, k->owner_uid, k->kind, k->name, why))
-                return PROTO_STATUS_REVOKED;
-        status = reg_attach_diagnose(b, p, why);
-        if (status)
-                return status;
+                return (int)why->code;
+        e = reg_attach_diagnose(b, p, why);
+        if (e)
+                return e;
         *as_attaches = 0;
         if (unvouched == 0)
                 return 0;
@@ -150,19 +136,22 @@ static unsigned reclaim_judge(const Registry *r, const RegPeer *p, RegBuffer *b,
                  * broker may come back, and the broker cannot tell which. */
                 if (b->restored && r->in_grace)
                         return 0;
-                *why = (RegWhy){ REG_E_CLAIM_RETIRED, .n = { b->id, p->creds.uid }, .s = { b->name } };
-                return PROTO_STATUS_REVOKED;
+                return reg_fail(why, (RegWhy){ REG_E_CLAIM_RETIRED,
+                                               .claim_retired = { .name = b->name, .buffer = b->id,
+                                                                  .uid = p->creds.uid } });
         }
         if (b->retire_after && (b->attaches >= b->retire_after || unvouched > b->retire_after - b->attaches)) {
-                *why = (RegWhy){ REG_E_CLAIM_RETIRE_AFTER, .n = { b->id, b->retire_after, b->attaches, unvouched },
-                                 .s = { b->name } };
-                return PROTO_STATUS_REVOKED;
+                return reg_fail(why, (RegWhy){ REG_E_CLAIM_RETIRE_AFTER,
+                                               .claim_retire_after = { .name = b->name, .buffer = b->id,
+                                                                       .retire_after = b->retire_after,
+                                                                       .attaches = b->attaches,
+                                                                       .unvouched = unvouched } });
         }
         *as_attaches = unvouched;
         return 0;
 }
 
-/* Turns a judged reclaim of a registered buffer into references. 0, -ENOMEM, or PROTO_STATUS_QUOTA
+/* Turns a judged reclaim of a registered buffer into references. 0, -ENOMEM, or REG_E_MEMORY_BUDGET
  * with why (the hold does not fit in the memory budget). */
 static int reclaim_into(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, uint32_t as_attaches, RegWhy *why)
 {
@@ -192,75 +181,57 @@ bool reg_attaches_used_up(const RegBuffer *b)
         return b->state == PROTO_STATE_LIVE && b->retire_after && b->attaches >= b->retire_after;
 }
 
-void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a, RegSink *out)
+int registry_reclaim(Registry *r, RegPeer *p, const RegReclaim *a, RegWhy *why, RegSink *out)
 {
         RegBuffer *b = reg_buffer_lookup(r, a->buffer);
         const ClaimOf k = { a->generation, a->owner_uid, a->kind, a->name };
         size_t len = strlen(a->name);
         uint32_t as_attaches;
-        unsigned status;
         uint64_t cost;
-        RegWhy why;
         Claim *c;
         int e;
 
-        if (a->refs == 0) {
-                reg_answer(out, p, id, PROTO_STATUS_INVALID, (RegWhy){ REG_E_RECLAIM_NO_REFS });
-                return;
-        }
-        if (a->refs > r->limits.refs_per_peer || p->n_refs + p->n_claim_refs > r->limits.refs_per_peer - a->refs) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_REFS_LIMIT,
-                           .n = { p->n_refs + p->n_claim_refs, a->refs, r->limits.refs_per_peer } });
-                return;
-        }
+        if (a->refs == 0)
+                return reg_fail(why, (RegWhy){ REG_E_RECLAIM_NO_REFS });
+        if (a->refs > r->limits.refs_per_peer || p->n_refs + p->n_claim_refs > r->limits.refs_per_peer - a->refs)
+                return reg_fail(why, (RegWhy){ REG_E_REFS_LIMIT, .refs_limit = { p->n_refs + p->n_claim_refs, a->refs,
+                                                                                 r->limits.refs_per_peer } });
         if (b) {
-                status = reclaim_judge(r, p, b, &k, a->refs, &as_attaches, &why);
-                if (status) {
-                        r->counters.reclaims_refused++;
-                        reg_answer(out, p, id, status, why);
-                        return;
-                }
-                e = reclaim_into(r, p, b, a->refs, as_attaches, &why);
+                e = reclaim_judge(r, p, b, &k, a->refs, &as_attaches, why);
                 if (e != 0) {
-                        reg_charge_failed(out, p, id, e, why);
-                        return;
+                        r->counters.reclaims_refused++;
+                        return e;
                 }
-                reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_STATE,
-                                            .n = b->state });
+                e = reclaim_into(r, p, b, a->refs, as_attaches, why);
+                if (e != 0)
+                        return e;
+                reg_succeed(out, reg_asker(p), (RegChange){ .reply = REG_RE_STATE, .n = b->state });
                 /* Like the attach that retires it: the reply first, then the events. */
                 if (reg_attaches_used_up(b))
                         reg_buffer_retire(r, b, out);
-                return;
+                return 0;
         }
         if (!r->in_grace) {
                 r->counters.reclaims_refused++;
-                reg_answer(out, p, id, PROTO_STATUS_REVOKED, (RegWhy){ REG_E_CLAIM_UNKNOWN,
-                           .n = { a->buffer, r->restart_grace_ms }, .s = { a->name } });
-                return;
+                return reg_fail(why, (RegWhy){ REG_E_CLAIM_UNKNOWN,
+                                               .claim_unknown = { a->buffer, a->name, r->restart_grace_ms } });
         }
         /* Nobody can vouch for a claim yet, and each one is memory: bounded per uid and in all. */
-        if (p->acct->claims >= r->limits.claims_per_uid) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA,
-                           (RegWhy){ REG_E_CLAIMS_PER_UID, .n = { p->creds.uid, p->acct->claims } });
-                return;
-        }
-        if (r->n_claims >= r->limits.claims) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_CLAIMS_ALL, .n = { r->n_claims } });
-                return;
-        }
+        if (p->acct->claims >= r->limits.claims_per_uid)
+                return reg_fail(why, (RegWhy){ REG_E_CLAIMS_PER_UID,
+                                               .claims_per_uid = { p->creds.uid, p->acct->claims } });
+        if (r->n_claims >= r->limits.claims)
+                return reg_fail(why, (RegWhy){ REG_E_CLAIMS_ALL, .claims_all = { r->n_claims } });
         /* Its producer has not come back yet: the claim waits for it, until the grace ends. */
         cost = budget_alloc_cost(sizeof(*c) + len + 1) + REG_INDEX_COST + REG_FRAME_COST;
-        e = reg_charge(r, p->creds.uid, cost, &why);
-        if (e != 0) {
-                reg_charge_failed(out, p, id, e, why);
-                return;
-        }
+        e = reg_charge(r, p->creds.uid, cost, why);
+        if (e != 0)
+                return e;
         c = calloc(1, sizeof(*c) + len + 1);
         if (!c || hmap_insert(&r->claims, &c->node, hash_u64(a->buffer)) < 0) {
                 free(c);
                 reg_uncharge(r, p->creds.uid, cost);
-                registry_peer_mark_lost(p);
-                return;
+                return -ENOMEM;
         }
         c->cost = (uint32_t)cost;
         c->buffer = a->buffer;
@@ -274,7 +245,8 @@ void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a,
         p->n_claim_refs += a->refs;
         p->acct->claims++;
         r->n_claims++;
-        reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_PENDING });
+        reg_succeed(out, reg_asker(p), (RegChange){ .reply = REG_RE_PENDING });
+        return 0;
 }
 
 void reg_claims_adopt(Registry *r, RegBuffer *b, RegSink *o)
@@ -340,12 +312,10 @@ void reg_claims_drop_peer(Registry *r, RegPeer *p)
                 claim_free(r, list_entry(p->claims.next, Claim, peer_link));
 }
 
-void reg_grace_end(Registry *r, RegSink *o)
+void reg_claims_grace_end(Registry *r, RegSink *o)
 {
-        const RegWhy gone = { REG_R_CLAIM_GRACE_OVER, .n = { r->restart_grace_ms } };
+        const RegWhy gone = { REG_R_CLAIM_GRACE_OVER, .claim_grace_over = { .grace_ms = r->restart_grace_ms } };
 
-        r->in_grace = false;
-        reg_rings_grace_end(r, o);
         /* Claims whose producer never came back: the memory is nobody's any more. */
         for (RegPeer *p = registry_peer_first(r); p && r->n_claims; p = registry_peer_next(r, p))
                 while (!list_empty(&p->claims))
@@ -357,8 +327,11 @@ void reg_grace_end(Registry *r, RegSink *o)
                 reg_restored_forget(r, b);
                 reg_buffer_drain_if_done(
                         r, b,
-                        b->reclaimed ? (RegWhy){ REG_R_RESTART_RELEASED, .n = { b->reclaimed, r->restart_grace_ms } }
-                                     : (RegWhy){ REG_R_RESTART_UNCLAIMED, .n = { r->restart_grace_ms } },
+                        b->reclaimed ? (RegWhy){ REG_R_RESTART_RELEASED,
+                                                 .restart_released = { .came_back = b->reclaimed,
+                                                                       .grace_ms = r->restart_grace_ms } }
+                                     : (RegWhy){ REG_R_RESTART_UNCLAIMED,
+                                                 .restart_unclaimed = { .grace_ms = r->restart_grace_ms } },
                         o);
         }
 }

@@ -16,18 +16,12 @@ typedef struct Claim {
         char name[];
 } Claim;
 
-/* References a peer of uid still held on a buffer when the broker ended its connection (the buffer
- * stayed): what the broker can vouch for when a peer of that uid comes back and reclaims them. */
-typedef struct DepartedHold {
-        List link; /* RegBuffer.departed */
-        uint32_t uid, refs;
-} DepartedHold;
-
 /* Distinct uids a buffer remembers departed holds of; a holder past them reclaims as an attach. */
 #define REG_DEPARTED_MAX 16
 
 /* registry-claims.c: a newly registered buffer takes over the claims waiting for its id; a peer's
- * claims go with it; the grace timer fired. */
+ * claims go with it; the restart grace ended (claims nobody's producer came back for are revoked,
+ * restored buffers may drain). */
 void reg_claims_adopt(Registry *r, RegBuffer *b, RegSink *o);
 /* b is live and has had its retire_after attaches (reclaims nobody vouched for count as attaches):
  * the caller retires it, once the replies and events of the step are out. */
@@ -35,10 +29,7 @@ bool reg_attaches_used_up(const RegBuffer *b);
 void reg_claims_drop_peer(Registry *r, RegPeer *p);
 /* p releases one reference it holds through a pending claim of buffer. False if it has none. */
 bool reg_claim_release(Registry *r, RegPeer *p, uint64_t buffer);
-void reg_grace_end(Registry *r, RegSink *o);
-/* Takes b off the restored list (it leaves the registry, or the grace ended). */
-void reg_restored_forget(Registry *r, RegBuffer *b);
-/* registry-claims.c: p's connection ends while it holds refs on b, which stays: remember them for
- * its uid's reclaim. Forgetting them all: b drains or goes (its memory may be reused). */
+void reg_claims_grace_end(Registry *r, RegSink *o);
+/* p's connection ends while it holds refs on b, which stays: remember them for its uid's reclaim
+ * (reg_departed_forget, the core's, forgets them once b drains or goes). */
 void reg_departed_note(RegBuffer *b, uint32_t uid, uint32_t refs);
-void reg_departed_forget(RegBuffer *b);

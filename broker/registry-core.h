@@ -1,8 +1,10 @@
-/* The registry's own types, shared by its parts: uid accounts, names, holds, peers, buffers and the
- * registry itself, with what registry.c offers the other parts (buffers, references, emitting
- * changes). Each part has a header of its own next to this one (registry-waits.h, registry-claims.h,
- * registry-rings-core.h, registry-subs.h); registry-peers.c, which ends a peer in every part,
- * includes them all. Nothing outside broker/registry*.c includes these, except the white-box checks
+/* The registry's own types, shared by its parts: uid accounts, names, holds, subscriptions, peers,
+ * buffers and the registry itself, with what the core (registry-core.c) offers the parts above it:
+ * accounts and charges, emitting changes and results, names, holds, a buffer's life and the events
+ * it causes. The parts are layered, each calling only the ones below it (docs/design.md "Registry"):
+ * core; subs and claims; rings; waits; peers (and views, read-only); registry.c. Each part has a
+ * header of its own next to this one (registry-waits.h, registry-claims.h, registry-rings-core.h,
+ * registry-subs.h). Nothing outside broker/registry*.c includes these, except the white-box checks
  * of tests/unit/regaudit.h (through registry-internal.h). */
 #pragma once
 
@@ -49,6 +51,24 @@ typedef struct Hold {
         bool mapped;
         List buf_link, peer_link;
 } Hold;
+
+/* A peer watching a name prefix (registry-subs.c subscribes; the core tells subscribers). */
+typedef struct Sub {
+        uint64_t id;
+        RegPeer *peer;
+        List peer_link, link;
+        uint32_t prefix_len;
+        uint32_t cost; /* charged to its peer's uid (held budget) */
+        char prefix[];
+} Sub;
+
+/* References a peer of uid still held on a buffer when the broker ended its connection (the buffer
+ * stayed): what the broker can vouch for when a peer of that uid comes back and reclaims them
+ * (registry-claims.c). */
+typedef struct DepartedHold {
+        List link; /* RegBuffer.departed */
+        uint32_t uid, refs;
+} DepartedHold;
 
 struct RegPeer {
         uint64_t id;
@@ -212,23 +232,59 @@ UidAcct *reg_acct_get(Registry *r, uint32_t uid);
 /* What an entry costs in a hash table or the timer heap beside the entry itself (its bucket). */
 #define REG_INDEX_COST 16
 
-/* Charges n bytes to uid's held budget (budget.h). 0; PROTO_STATUS_QUOTA with why (unless NULL)
+/* Charges n bytes to uid's held budget (budget.h). 0; REG_E_MEMORY_BUDGET with why (unless NULL)
  * naming the budget; or -ENOMEM. */
 int reg_charge(Registry *r, uint32_t uid, uint64_t n, RegWhy *why);
 
 /* Gives back n bytes charged to uid with reg_charge. */
 void reg_uncharge(Registry *r, uint32_t uid, uint64_t n);
 
-/* Answers a failed reg_charge (e): quota with why, or, out of memory, p is lost. */
-void reg_charge_failed(RegSink *o, RegPeer *p, uint64_t id, int e, RegWhy why);
-
 void reg_acct_put(Registry *r, UidAcct *a);
+
+/* An operation fails with w: its facts go to *why, its code is what the operation returns. */
+static inline int reg_fail(RegWhy *why, RegWhy w)
+{
+        *why = w;
+        return (int)w.code;
+}
 
 /* Emits a change (registry-change.h) for the caller to deliver. */
 void reg_emit(RegSink *o, const RegChange *c);
 
-/* Answers request id of p with status; an error says why. */
-void reg_answer(RegSink *o, RegPeer *p, uint64_t id, unsigned status, RegWhy why);
+/* Who hears how an operation turned out: the asker of the request in progress, or a request that
+ * waited (its id is kept in the wait) and is answered now. */
+typedef struct RegAsker {
+        RegPeer *peer;
+        bool waited;
+        uint64_t req; /* waited: the request's id */
+} RegAsker;
+
+static inline RegAsker reg_asker(RegPeer *p)
+{
+        return (RegAsker){ p, false, 0 };
+}
+
+/* Says that a's request succeeded with what c carries (its reply kind and fields), at this point of
+ * the step: the result of the request in progress, or the answer to one that waited. */
+static inline void reg_succeed(RegSink *o, RegAsker a, RegChange c)
+{
+        c.type = a.waited ? REG_CH_ANSWER : REG_CH_RESULT;
+        c.to = a.peer;
+        c.req = a.req;
+        reg_emit(o, &c);
+}
+
+/* The request in progress succeeded, with nothing to say besides. */
+static inline void reg_done(RegSink *o, RegPeer *p)
+{
+        reg_succeed(o, reg_asker(p), (RegChange){ .reply = REG_RE_PLAIN });
+}
+
+/* Answers request req of p, which waited, with an error: why. */
+static inline void reg_answer_error(RegSink *o, RegPeer *p, uint64_t req, RegWhy why)
+{
+        reg_emit(o, &(RegChange){ .type = REG_CH_ANSWER, .to = p, .req = req, .why = why });
+}
 
 /* Hands fd (the registry's) over, to be closed once the frames that borrow it are out. */
 void reg_close_fd(RegSink *o, int fd);
@@ -242,15 +298,12 @@ static inline void reg_tell_key(RegSink *o, RegPeer *p, ProtoEvent ev, RegBuffer
         reg_emit(o, &(RegChange){ .type = REG_CH_EVENT, .to = p, .event = ev, .key = key, .why = why });
 }
 
-/* A reason given as a text (until its callers say it as a code). */
-static inline RegWhy reg_why_text(const char *text)
-{
-        return text ? (RegWhy){ REG_E_TEXT, .s = { text } } : (RegWhy){ REG_WHY_NONE };
-}
-
 RegBuffer *reg_buffer_lookup(const Registry *r, uint64_t id);
 
 RegName *reg_name_lookup(const Registry *r, const char *name);
+
+/* The entry of name, made if there is none. NULL: out of memory. */
+RegName *reg_name_get(Registry *r, const char *name);
 
 /* A name entry lives while a buffer is published under it or someone waits for it. */
 void reg_name_put(Registry *r, RegName *e);
@@ -263,10 +316,20 @@ static inline void reg_buffer_set_state(Registry *r, RegBuffer *b, ProtoState st
         b->state = state;
 }
 
-/* Registers new memory for p: checks the id it chose (or draws one) and p's quotas, allocates the
- * buffer and indexes it. Takes *fd. Returns the buffer (state none, owned by p, under no name), or
- * NULL once the request was answered (with an error, or by adopting an orphan) or p marked lost. */
-RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPublish *a, int *fd, RegSink *out);
+/* What a buffer costs its producer's uid while the broker knows it (its name, device, legacy handle
+ * and metadata count). */
+uint64_t reg_buffer_cost(const char *name, const char *device, bool handle, uint32_t meta_len);
+
+/* Replaces b's metadata (len bytes; NULL or 0: none). 0 or -ENOMEM. */
+int reg_buffer_set_meta(RegBuffer *b, const uint8_t *meta, uint32_t len);
+
+/* Makes p the producer of b, with what the attach checks need to know of it. */
+void reg_buffer_set_owner(RegBuffer *b, RegPeer *p);
+
+/* Registers new memory for p under the id it chose (no buffer has it: the caller checked) or one
+ * drawn for it, within p's quotas; allocates the buffer and indexes it. Takes *fd. 0 with *ret (state
+ * none, owned by p, under no name), a code with why, or -ENOMEM. */
+int reg_buffer_register(Registry *r, RegPeer *p, const RegPublish *a, int *fd, RegBuffer **ret, RegWhy *why);
 
 /* The buffer whose memory (and fd) b is: its segment for a view, else b itself. */
 static inline RegBuffer *reg_memory_of(RegBuffer *b)
@@ -281,11 +344,14 @@ void reg_segment_release_if_done(Registry *r, RegBuffer *s, RegSink *o);
 /* What a hold costs its peer's uid: itself, its index slot, and the freed event it may cause. */
 #define REG_HOLD_COST (budget_alloc_cost(sizeof(Hold)) + REG_INDEX_COST + REG_FRAME_COST)
 
+/* p's hold on b, or NULL. */
+Hold *reg_hold_lookup(const Registry *r, const RegPeer *p, const RegBuffer *b);
+
 /* Drops a whole hold (all of one peer's references to one buffer, and its mapped mark). */
 void reg_hold_drop(Registry *r, Hold *h);
 
 /* Adds refs references of p to b (creating the hold); mapped marks that p has b's memory mapped
- * (for a view: its segment's, which is what p maps). 0, -ENOMEM, or PROTO_STATUS_QUOTA (why filled
+ * (for a view: its segment's, which is what p maps). 0, -ENOMEM, or REG_E_MEMORY_BUDGET (why filled
  * in) when a new hold does not fit in p's uid's memory budget. */
 int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapped, RegWhy *why);
 
@@ -304,7 +370,21 @@ void reg_buffer_drain(Registry *r, RegBuffer *b, RegWhy why, RegSink *o);
  * using it, their references vanish and no drained event follows. */
 void reg_buffer_revoke(Registry *r, RegBuffer *b, RegWhy why, RegSink *o);
 
-/* registry.c, for reclaims: the attach's own checks of p on b (its PID namespace and devices; a
- * status and text, or 0), and retiring b (retire_after reached). */
-unsigned reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why);
+/* The checks an attach (and a reclaim) makes of consumer p on b: its PID namespace and devices. 0, or
+ * a code with why. */
+int reg_attach_diagnose(const RegBuffer *b, const RegPeer *p, RegWhy *why);
+
+/* Retires live b: off its name, subscribers told, drained if nothing holds it. */
 void reg_buffer_retire(Registry *r, RegBuffer *b, RegSink *o);
+
+/* Tells every subscriber whose prefix matches the buffer's name. */
+void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, RegWhy why, RegSink *o);
+
+/* Takes b off the restored list (it leaves the registry, or the grace ended). */
+void reg_restored_forget(Registry *r, RegBuffer *b);
+
+/* Forgets the departed holds b remembers: b drains or goes (its memory may be reused). */
+void reg_departed_forget(RegBuffer *b);
+
+/* b leaves the registry: if it is a part of a ring, the ring no longer has it. */
+void reg_ring_part_gone(RegBuffer *b);

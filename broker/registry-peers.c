@@ -1,4 +1,6 @@
 /* Peers in the registry: joining, saying hello, and leaving (which releases, revokes or orphans).
+ * Layer: leaving ends a peer in every part, so this calls waits, rings, claims, subs and the core;
+ * only registry.c (the registry's end) calls it.
  * What leaving must never do: leave anything of the peer behind (a reference, a wait, a
  * subscription, a seat) or a frame addressed to it; tests/fuzz/fuzz-registry.c checks both. */
 #include <errno.h>
@@ -21,17 +23,20 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
 
         if (r->n_peers >= r->limits.connections) {
                 if (why)
-                        *why = (RegWhy){ REG_E_CONNECTIONS_LIMIT, .n = { r->limits.connections } };
-                return PROTO_STATUS_QUOTA;
+                        *why = (RegWhy){ REG_E_CONNECTIONS_LIMIT,
+                                         .connections_limit = { .limit = r->limits.connections } };
+                return REG_E_CONNECTIONS_LIMIT;
         }
         acct = reg_acct_get(r, creds->uid);
         if (!acct)
                 return -ENOMEM;
         if (acct->connections >= r->limits.connections_per_uid) {
                 if (why)
-                        *why = (RegWhy){ REG_E_CONNECTIONS_PER_UID, .n = { creds->uid, acct->connections } };
+                        *why = (RegWhy){ REG_E_CONNECTIONS_PER_UID,
+                                         .connections_per_uid = { .uid = creds->uid,
+                                                                  .connections = acct->connections } };
                 reg_acct_put(r, acct);
-                return PROTO_STATUS_QUOTA;
+                return REG_E_CONNECTIONS_PER_UID;
         }
         e = reg_charge(r, creds->uid, cost, why);
         if (e != 0) {
@@ -93,7 +98,9 @@ void registry_peer_remove(Registry *r, RegPeer *p, RegSink *out)
 
         if (!p)
                 return;
-        reason = (RegWhy){ REG_R_PRODUCER_GONE, .n = { p->id, p->creds.pid, p->creds.uid } };
+        reason = (RegWhy){ REG_R_PRODUCER_GONE,
+                           .producer_gone = { .producer = { .peer = p->id, .pid = p->creds.pid,
+                                                            .uid = p->creds.uid } } };
         list_for_each_safe(pos, &p->waits) {
                 Wait *w = list_entry(pos, Wait, peer_link);
                 RegGroup *g = w->group;
@@ -157,8 +164,11 @@ int registry_peer_hello(Registry *r, RegPeer *p, const PeerHello *h, RegWhy *why
         uint64_t cost = h->n_gpus ? budget_alloc_cost(h->n_gpus * sizeof(*p->gpus)) : 0;
         int e;
 
-        if (p->hello)
-                return PROTO_STATUS_STATE;
+        if (p->hello) {
+                if (why)
+                        *why = (RegWhy){ REG_E_HELLO_AGAIN };
+                return REG_E_HELLO_AGAIN;
+        }
         if (h->n_gpus) {
                 e = reg_charge(r, p->creds.uid, cost, why);
                 if (e != 0)
@@ -205,14 +215,6 @@ const PeerCreds *registry_peer_creds(const RegPeer *p)
 void *registry_peer_userdata(const RegPeer *p)
 {
         return p->userdata;
-}
-
-void registry_peer_mark_lost(RegPeer *p)
-{
-        if (p && !p->lost) {
-                p->lost = true;
-                list_append(&p->reg->lost, &p->lost_link);
-        }
 }
 
 RegPeer *registry_take_lost(Registry *r)

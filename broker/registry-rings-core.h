@@ -60,14 +60,13 @@ static inline uint32_t ring_n_parts(const RegRing *g)
         return 1 + g->n_slots + g->n_members * (g->mode == PROTO_MODE_STREAM ? 2 : 1);
 }
 
-/* registry-rings.c: whether p may attach b (a ring part: only its ring's members); what a peer's
- * departure does to rings it produces or sits in; a part leaving the registry. */
-bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, RegWhy *why);
+/* registry-rings.c: whether p may attach b (a ring part: only its ring's members; 0, or a code with
+ * why); what a peer's departure does to rings it produces or sits in. */
+int reg_ring_attach_check(const RegBuffer *b, const RegPeer *p, RegWhy *why);
 void reg_rings_drop_peer(Registry *r, RegPeer *p, RegSink *o);
 /* The restart grace ended: seats nobody came back for are freed, members whose ring did not come
  * back are told. */
 void reg_rings_grace_end(Registry *r, RegSink *o);
-void reg_ring_part_gone(RegBuffer *b);
 /* Whether g is set up: every part was registered once and its control page and slots still are
  * (seats whose parts were let go of wait for new ones on their own). */
 bool reg_ring_set_up(const RegRing *g);

@@ -16,7 +16,10 @@
  * stopped meanwhile: they do not need the broker.
  *
  * What this file must never do: let a peer other than a seat's member attach that seat's page
- * (the page is the member's only say in the ring, and the producer trusts nothing else it reads). */
+ * (the page is the member's only say in the ring, and the producer trusts nothing else it reads).
+ *
+ * Layer: calls claims (a part refuses claims for its id) and the core; waits, peers and views call
+ * in. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +37,20 @@ static RegRing *ring_lookup(const Registry *r, const char *name)
 RegRing *registry_ring_by_name(const Registry *r, const char *name)
 {
         return ring_lookup(r, name);
+}
+
+/* The ring a producer's request names: p's own (0, *ret), or a code with why (there is none, or it is
+ * another producer's). */
+static int own_ring(const Registry *r, const RegPeer *p, const char *ring, RegRing **ret, RegWhy *why)
+{
+        RegRing *g = ring_lookup(r, ring);
+
+        if (!g)
+                return reg_fail(why, (RegWhy){ REG_E_NO_RING, .no_ring = { ring } });
+        if (g->owner != p)
+                return reg_fail(why, (RegWhy){ REG_E_RING_OTHERS, .ring_others = { ring } });
+        *ret = g;
+        return 0;
 }
 
 /* A ring event: name, seat, epoch and an optional reason. */
@@ -121,26 +138,15 @@ static void ring_destroy(Registry *r, RegRing *g, RegWhy why, RegSink *o)
         free(g);
 }
 
-void reg_ring_part_gone(RegBuffer *b)
-{
-        if (b->ring) {
-                b->ring->parts[b->ring_index] = NULL;
-                b->ring->n_registered--;
-                b->ring = NULL;
-        }
-}
-
-bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, RegWhy *why)
+int reg_ring_attach_check(const RegBuffer *b, const RegPeer *p, RegWhy *why)
 {
         const RegRing *g = b->ring;
         uint32_t first_page;
 
         if (!b->ring_part)
-                return true;
-        if (!g) {
-                *why = (RegWhy){ REG_E_PART_OF_NO_RING, .n = { b->id }, .s = { b->name } };
-                return false;
-        }
+                return 0;
+        if (!g)
+                return reg_fail(why, (RegWhy){ REG_E_PART_OF_NO_RING, .part_of_no_ring = { b->id, b->name } });
         first_page = 1 + g->n_slots;
         for (uint32_t i = 0; i < g->n_members; i++) {
                 if (g->seats[i].peer != p)
@@ -149,10 +155,9 @@ bool reg_ring_may_attach(const RegBuffer *b, const RegPeer *p, RegWhy *why)
                  * seat's only. */
                 if (b->ring_index < first_page || b->ring_index == first_page + i ||
                     b->ring_index == first_page + g->n_members + i)
-                        return true;
+                        return 0;
         }
-        *why = (RegWhy){ REG_E_RING_MEMBERS_ONLY, .n = { b->id }, .s = { b->name, g->name } };
-        return false;
+        return reg_fail(why, (RegWhy){ REG_E_RING_MEMBERS_ONLY, .ring_members_only = { b->id, b->name, g->name } });
 }
 
 static void seat_claims_settle(Registry *r, RegRing *g, RegSink *o);
@@ -161,14 +166,14 @@ static void seat_claims_settle(Registry *r, RegRing *g, RegSink *o);
  * hears member-left for each). */
 static void seats_unreserve(Registry *r, RegRing *g, RegSink *o)
 {
-        const RegWhy why = { REG_R_MEMBER_GRACE_OVER, .n = { r->restart_grace_ms } };
+        const RegWhy why = { REG_R_MEMBER_GRACE_OVER, .member_grace_over = { .grace_ms = r->restart_grace_ms } };
 
         for (uint32_t i = 0; i < g->n_members; i++)
                 if (g->seats[i].reserved)
                         seat_free(r, &g->seats[i], why, false, o);
 }
 
-void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpec *s, RegSink *out)
+int registry_ring_create(Registry *r, RegPeer *p, const RegRingSpec *s, RegWhy *why, RegSink *out)
 {
         size_t len = strlen(s->name);
         uint32_t n_parts = 1 + s->n_slots + s->n_members * (s->mode == PROTO_MODE_STREAM ? 2 : 1);
@@ -177,24 +182,17 @@ void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpe
                         budget_alloc_cost(s->n_members * sizeof(RingSeat)) + REG_INDEX_COST +
                         (s->device && *s->device ? budget_alloc_cost(strlen(s->device) + 1) : 0) +
                         (uint64_t)s->n_members * REG_FRAME_COST;
-        RegWhy why;
         RegRing *g;
         int e;
 
-        if (ring_lookup(r, s->name)) {
-                reg_answer(out, p, id, PROTO_STATUS_NAME_TAKEN, (RegWhy){ REG_E_RING_EXISTS, .s = { s->name } });
-                return;
-        }
-        if (p->acct->buffers >= r->limits.buffers_per_uid) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA,
-                           (RegWhy){ REG_E_RING_BUFFERS_LIMIT, .n = { p->creds.uid, p->acct->buffers } });
-                return;
-        }
-        e = reg_charge(r, p->creds.uid, cost, &why);
-        if (e != 0) {
-                reg_charge_failed(out, p, id, e, why);
-                return;
-        }
+        if (ring_lookup(r, s->name))
+                return reg_fail(why, (RegWhy){ REG_E_RING_EXISTS, .ring_exists = { s->name } });
+        if (p->acct->buffers >= r->limits.buffers_per_uid)
+                return reg_fail(why, (RegWhy){ REG_E_RING_BUFFERS_LIMIT,
+                                               .ring_buffers_limit = { p->creds.uid, p->acct->buffers } });
+        e = reg_charge(r, p->creds.uid, cost, why);
+        if (e != 0)
+                return e;
         g = calloc(1, sizeof(*g) + len + 1);
         if (!g)
                 goto no_memory;
@@ -229,14 +227,14 @@ void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpe
         list_append(&r->ring_list, &g->link);
         g->acct->buffers++;
         r->n_rings++;
-        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
+        reg_done(out, p);
         if (s->restored)
                 seat_claims_settle(r, g, out);
         /* Declared after the grace (its producer came back late, or only its connection dropped): no
          * member can still be coming back, and a seat reserved now would stay taken for good. */
         if (s->restored && !r->in_grace)
                 seats_unreserve(r, g, out);
-        return;
+        return 0;
 
 no_memory:
         if (g) {
@@ -246,12 +244,12 @@ no_memory:
         }
         free(g);
         reg_uncharge(r, p->creds.uid, cost);
-        registry_peer_mark_lost(p);
+        return -ENOMEM;
 }
 
 /* What part `index` of ring g must be: its kind, size and whether members may write it. 0, or the
  * rule (a RegPartRule) the publish breaks. */
-static unsigned part_mismatch(const RegRing *g, uint32_t index, const RegPublish *a)
+static RegPartRule part_mismatch(const RegRing *g, uint32_t index, const RegPublish *a)
 {
         const ProtoBufferInfo *m = &a->info;
         bool slot = index >= 1 && index <= g->n_slots;
@@ -287,42 +285,37 @@ static unsigned part_mismatch(const RegRing *g, uint32_t index, const RegPublish
         return 0;
 }
 
-void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, RegPublish *a,
-                        RegSink *out)
+int registry_ring_part(Registry *r, RegPeer *p, const char *ring, uint32_t index, RegPublish *a, RegWhy *why,
+                       RegSink *out)
 {
         _cleanup_close_ int fd = steal_fd(a->fd);
         char name[PROTO_MAX_NAME + 1];
-        RegRing *g = ring_lookup(r, ring);
-        unsigned rule;
+        RegPartRule rule;
         RegBuffer *b;
+        RegRing *g;
+        int e;
 
-        if (!g || g->owner != p) {
-                reg_answer(out, p, id, g ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_NOT_FOUND,
-                           (RegWhy){ g ? REG_E_RING_OTHERS : REG_E_NO_RING, .s = { ring } });
-                return;
-        }
+        e = own_ring(r, p, ring, &g, why);
+        if (e != 0)
+                return e;
         rule = part_mismatch(g, index, a);
         if (!rule && a->restored && (a->generation == 0 || a->generation > r->generation))
                 rule = REG_PART_RESTORED_GENERATION;
-        if (rule) {
-                reg_answer(out, p, id, PROTO_STATUS_INVALID, (RegWhy){ REG_E_PART_MISFIT, .s = { ring },
-                           .n = { index, rule } });
-                return;
-        }
+        if (rule)
+                return reg_fail(why, (RegWhy){ REG_E_PART_MISFIT, .part_misfit = { ring, index, rule } });
         /* A part is new memory under an id nobody holds: registering it must not adopt an orphan of
          * this producer that has the id (as a restored publish would), or the reply would speak for
          * a buffer that is no part of the ring. */
         b = a->buffer ? reg_buffer_lookup(r, a->buffer) : NULL;
-        if (b) {
-                reg_answer(out, p, id, PROTO_STATUS_KEY_TAKEN,
-                           (RegWhy){ REG_E_PART_KEY_TAKEN, .n = { a->buffer, b->owner_id, b->owner_uid } });
-                return;
-        }
+        if (b)
+                return reg_fail(why, (RegWhy){ REG_E_PART_KEY_TAKEN,
+                                               .part_key_taken = { a->buffer, .owner = { .peer = b->owner_id,
+                                                                                         .uid = b->owner_uid } } });
         ring_part_name(name, sizeof(name), ring, index, g->n_slots, g->n_members);
         a->name = name;
-        b = reg_buffer_register(r, p, id, a, &fd, out);
-        if (!b)
-                return;
+        e = reg_buffer_register(r, p, a, &fd, &b, why);
+        if (e != 0)
+                return e;
         b->ring_part = true;
         b->ring = g;
         b->ring_index = index;
@@ -333,10 +326,11 @@ void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         reg_buffer_set_state(r, b, PROTO_STATE_LIVE);
         if (!a->restored)
                 b->generation = ++r->generation;
-        reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_PART, .buffer = b });
+        reg_succeed(out, reg_asker(p), (RegChange){ .reply = REG_RE_PART, .buffer = b });
         /* Reclaims waiting for this id are refused now (a part is taken back by joining the ring),
          * not left to count against their peers' references until the grace ends. */
         reg_claims_adopt(r, b, out);
+        return 0;
 }
 
 bool reg_ring_set_up(const RegRing *g)
@@ -364,7 +358,7 @@ static uint32_t seat_parts(const RegRing *g, uint32_t seat, RegPartRef *parts)
         return n;
 }
 
-void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out)
+int registry_ring_join(Registry *r, RegPeer *p, const char *ring, RegWhy *why, RegSink *out)
 {
         RegRing *g = ring_lookup(r, ring);
         RegPartRef parts[RING_MAX_SLOTS + 3];
@@ -372,19 +366,14 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         bool renewing = false;
         uint32_t n_parts;
 
-        if (!g || !reg_ring_set_up(g)) {
-                reg_answer(
-                        out, p, id, PROTO_STATUS_NOT_FOUND,
-                        g ? (RegWhy){ REG_E_RING_SETTING_UP, .s = { ring }, .n = { g->n_registered, ring_n_parts(g) } }
-                          : (RegWhy){ REG_E_NO_RING, .s = { ring } });
-                return;
-        }
+        if (!g)
+                return reg_fail(why, (RegWhy){ REG_E_NO_RING, .no_ring = { ring } });
+        if (!reg_ring_set_up(g))
+                return reg_fail(why, (RegWhy){ REG_E_RING_SETTING_UP,
+                                               .ring_setting_up = { ring, g->n_registered, ring_n_parts(g) } });
         for (uint32_t i = 0; i < g->n_members; i++) {
-                if (g->seats[i].peer == p) {
-                        reg_answer(out, p, id, PROTO_STATUS_STATE,
-                                   (RegWhy){ REG_E_RING_MEMBER, .s = { ring }, .n = { i } });
-                        return;
-                }
+                if (g->seats[i].peer == p)
+                        return reg_fail(why, (RegWhy){ REG_E_RING_MEMBER, .ring_member = { ring, i } });
                 if (s || g->seats[i].peer || g->seats[i].reserved)
                         continue;
                 if (seat_has_parts(g, i))
@@ -394,23 +383,19 @@ void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, 
         }
         /* A free seat without parts gets them at the producer's next ring call: worth a retry
          * (NOT_FOUND is what a joining client waits out), unlike a ring that is full. */
-        if (!s && renewing) {
-                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_RING_NO_SEAT_READY, .s = { ring } });
-                return;
-        }
-        if (!s) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA,
-                           (RegWhy){ REG_E_RING_FULL, .s = { ring }, .n = { g->n_members } });
-                return;
-        }
+        if (!s && renewing)
+                return reg_fail(why, (RegWhy){ REG_E_RING_NO_SEAT_READY, .ring_no_seat_ready = { ring } });
+        if (!s)
+                return reg_fail(why, (RegWhy){ REG_E_RING_FULL, .ring_full = { ring, g->n_members } });
         n_parts = seat_parts(g, s->index, parts);
         s->peer = p;
         s->epoch = ++g->next_epoch;
         list_append(&p->seats, &s->peer_link);
         r->n_seated++;
-        reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_SEAT, .ring = g,
-                                    .index = s->index, .epoch = s->epoch, .parts = parts, .n = n_parts });
+        reg_succeed(out, reg_asker(p), (RegChange){ .reply = REG_RE_SEAT, .ring = g, .index = s->index,
+                                                    .epoch = s->epoch, .parts = parts, .n = n_parts });
         ring_event(r, g->owner, PROTO_EV_MEMBER_JOINED, g, s, (RegWhy){ REG_WHY_NONE }, out);
+        return 0;
 }
 
 static RingSeat *seat_of(RegRing *g, const RegPeer *p)
@@ -421,25 +406,19 @@ static RingSeat *seat_of(RegRing *g, const RegPeer *p)
         return NULL;
 }
 
-/* Gives member p back its seat (index, epoch) of ring g. 0, or a status (with why filled in). */
-static unsigned seat_bind(Registry *r, RegRing *g, RegPeer *p, uint32_t index, uint64_t epoch, RegWhy *why)
+/* Gives member p back its seat (index, epoch) of ring g. 0, or a code (with why filled in). */
+static int seat_bind(Registry *r, RegRing *g, RegPeer *p, uint32_t index, uint64_t epoch, RegWhy *why)
 {
         RingSeat *s = seat_of(g, p);
 
         /* As for a join: one seat per connection, whatever epochs it can name. */
-        if (s) {
-                *why = (RegWhy){ REG_E_RING_MEMBER, .s = { g->name }, .n = { s->index } };
-                return PROTO_STATUS_STATE;
-        }
-        if (index >= g->n_members) {
-                *why = (RegWhy){ REG_E_RING_SEATS, .s = { g->name }, .n = { g->n_members } };
-                return PROTO_STATUS_INVALID;
-        }
+        if (s)
+                return reg_fail(why, (RegWhy){ REG_E_RING_MEMBER, .ring_member = { g->name, s->index } });
+        if (index >= g->n_members)
+                return reg_fail(why, (RegWhy){ REG_E_RING_SEATS, .ring_seats = { g->name, g->n_members } });
         s = &g->seats[index];
-        if (!s->reserved || s->epoch != epoch) {
-                *why = (RegWhy){ REG_E_SEAT_NOT_WAITING, .s = { g->name }, .n = { index, epoch } };
-                return PROTO_STATUS_REVOKED;
-        }
+        if (!s->reserved || s->epoch != epoch)
+                return reg_fail(why, (RegWhy){ REG_E_SEAT_NOT_WAITING, .seat_not_waiting = { g->name, index, epoch } });
         s->reserved = false;
         s->peer = p;
         list_append(&p->seats, &s->peer_link);
@@ -483,43 +462,34 @@ static void seat_claims_settle(Registry *r, RegRing *g, RegSink *o)
         }
 }
 
-void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, uint64_t epoch,
-                          RegSink *out)
+int registry_ring_rejoin(Registry *r, RegPeer *p, const char *ring, uint32_t index, uint64_t epoch, RegWhy *why,
+                         RegSink *out)
 {
         RegRing *g = ring_lookup(r, ring);
-        RegWhy why = { REG_WHY_NONE };
         size_t len = strlen(ring);
-        unsigned status;
         uint64_t cost;
         SeatClaim *c;
         int e;
 
         if (g) {
-                status = seat_bind(r, g, p, index, epoch, &why);
-                reg_answer(out, p, id, status, why);
-                return;
+                e = seat_bind(r, g, p, index, epoch, why);
+                if (e == 0)
+                        reg_done(out, p);
+                return e;
         }
-        if (!r->in_grace) {
-                reg_answer(out, p, id, PROTO_STATUS_REVOKED, (RegWhy){ REG_E_RING_GONE, .s = { ring } });
-                return;
-        }
+        if (!r->in_grace)
+                return reg_fail(why, (RegWhy){ REG_E_RING_GONE, .ring_gone = { ring } });
         /* Bounded per connection like its other waits, so that one peer cannot take every claim. */
-        if (p->n_seat_claims >= r->limits.waits_per_peer) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA,
-                           (RegWhy){ REG_E_SEAT_CLAIMS_LIMIT, .n = { p->n_seat_claims } });
-                return;
-        }
+        if (p->n_seat_claims >= r->limits.waits_per_peer)
+                return reg_fail(why, (RegWhy){ REG_E_SEAT_CLAIMS_LIMIT, .seat_claims_limit = { p->n_seat_claims } });
         cost = budget_alloc_cost(sizeof(*c) + len + 1) + REG_FRAME_COST;
-        e = reg_charge(r, p->creds.uid, cost, &why);
-        if (e != 0) {
-                reg_charge_failed(out, p, id, e, why);
-                return;
-        }
+        e = reg_charge(r, p->creds.uid, cost, why);
+        if (e != 0)
+                return e;
         c = calloc(1, sizeof(*c) + len + 1);
         if (!c) {
                 reg_uncharge(r, p->creds.uid, cost);
-                registry_peer_mark_lost(p);
-                return;
+                return -ENOMEM;
         }
         c->cost = (uint32_t)cost;
         c->peer = p;
@@ -530,12 +500,13 @@ void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring
         list_append(&p->seat_claims, &c->peer_link);
         p->n_seat_claims++;
         r->n_seat_claims++;
-        reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_PENDING });
+        reg_succeed(out, reg_asker(p), (RegChange){ .reply = REG_RE_PENDING });
+        return 0;
 }
 
 void reg_rings_grace_end(Registry *r, RegSink *o)
 {
-        const RegWhy why = { REG_R_RING_GRACE_OVER, .n = { r->restart_grace_ms } };
+        const RegWhy why = { REG_R_RING_GRACE_OVER, .ring_grace_over = { .grace_ms = r->restart_grace_ms } };
         RegPeer *p;
 
         while (!list_empty(&r->seat_claims))
@@ -559,67 +530,63 @@ static void drop_part_holds(Registry *r, RegRing *g, RegPeer *p, RegSink *o)
         }
 }
 
-void registry_ring_leave(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out)
+int registry_ring_leave(Registry *r, RegPeer *p, const char *ring, RegWhy *why, RegSink *out)
 {
         RingSeat *s = seat_of(ring_lookup(r, ring), p);
 
-        if (!s) {
-                reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NOT_MEMBER, .s = { ring } });
-                return;
-        }
-        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
+        if (!s)
+                return reg_fail(why, (RegWhy){ REG_E_NOT_MEMBER, .not_member = { ring } });
+        reg_done(out, p);
         seat_free(r, s, (RegWhy){ REG_R_MEMBER_LEFT }, false, out);
+        return 0;
 }
 
-void registry_ring_evict(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, uint64_t epoch,
-                         RegSink *out)
+int registry_ring_evict(Registry *r, RegPeer *p, const char *ring, uint32_t index, uint64_t epoch, RegWhy *why,
+                        RegSink *out)
 {
-        RegRing *g = ring_lookup(r, ring);
         RegPeer *member;
         RingSeat *s;
+        RegRing *g;
+        int e;
 
-        if (!g || g->owner != p) {
-                reg_answer(out, p, id, g ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_NOT_FOUND,
-                           (RegWhy){ g ? REG_E_RING_OTHERS : REG_E_NO_RING, .s = { ring } });
-                return;
-        }
+        e = own_ring(r, p, ring, &g, why);
+        if (e != 0)
+                return e;
+        reg_done(out, p);
         if (index >= g->n_members || g->seats[index].epoch != epoch ||
-            (!g->seats[index].peer && !g->seats[index].reserved)) {
-                /* It left meanwhile (its member-left event is on its way): nothing to do. */
-                reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
-                return;
-        }
+            (!g->seats[index].peer && !g->seats[index].reserved))
+                return 0; /* it left meanwhile (its member-left event is on its way): nothing to do */
         s = &g->seats[index];
         if (s->reserved) {
                 /* Restored, and its member has not come back: the producer gives the seat up, so
                  * that a new member may take it (the producer hears member-left, as for any seat). */
-                reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
                 seat_free(r, s, (RegWhy){ REG_R_EVICTED_UNRETURNED }, false, out);
-                return;
+                return 0;
         }
         member = s->peer;
-        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
         /* Before the seat is freed: its page and counters are still the ring's then. */
         drop_part_holds(r, g, member, out);
-        seat_free(r, s, (RegWhy){ REG_R_EVICTED_LEASE, .n = { g->lease_ms } }, true, out);
+        seat_free(r, s, (RegWhy){ REG_R_EVICTED_LEASE, .evicted_lease = { g->lease_ms } }, true, out);
+        return 0;
 }
 
-void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out)
+int registry_ring_close(Registry *r, RegPeer *p, const char *ring, RegWhy *why, RegSink *out)
 {
-        RegRing *g = ring_lookup(r, ring);
+        RegRing *g;
+        int e = own_ring(r, p, ring, &g, why);
 
-        if (!g || g->owner != p) {
-                reg_answer(out, p, id, g ? PROTO_STATUS_NOT_OWNER : PROTO_STATUS_NOT_FOUND,
-                           (RegWhy){ g ? REG_E_RING_OTHERS : REG_E_NO_RING, .s = { ring } });
-                return;
-        }
-        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
+        if (e != 0)
+                return e;
+        reg_done(out, p);
         ring_destroy(r, g, (RegWhy){ REG_R_RING_CLOSED }, out);
+        return 0;
 }
 
 void reg_rings_drop_peer(Registry *r, RegPeer *p, RegSink *o)
 {
-        const RegWhy why = { REG_R_RING_PRODUCER_GONE, .n = { p->id, p->creds.pid, p->creds.uid } };
+        const RegWhy why = { REG_R_RING_PRODUCER_GONE,
+                             .ring_producer_gone = { .producer = { .peer = p->id, .pid = p->creds.pid,
+                                                                   .uid = p->creds.uid } } };
 
         while (!list_empty(&p->seat_claims))
                 seat_claim_free(r, list_entry(p->seat_claims.next, SeatClaim, peer_link));

@@ -1,6 +1,7 @@
 /* Subscriptions: peers watching name prefixes, and the events they are sent. A prefix is a plain
  * byte prefix, so a subscriber never hears of a name outside it (and the policy checked the prefix
- * when it subscribed). */
+ * when it subscribed). The events themselves are the core's (reg_notify_subscribers), since they
+ * follow a buffer's life. Layer: calls the core only. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,41 +9,23 @@
 #include "registry-core.h"
 #include "registry-subs.h"
 
-void reg_notify_subscribers(Registry *r, ProtoEvent ev, const RegBuffer *b, RegWhy why, RegSink *o)
-{
-        list_for_each(pos, &r->subs) {
-                Sub *s = list_entry(pos, Sub, link);
-
-                if (strncmp(b->name, s->prefix, s->prefix_len) != 0)
-                        continue;
-                reg_tell(o, s->peer, ev, b, s->id, why);
-                r->counters.events++;
-        }
-}
-
-void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix, RegSink *out)
+int registry_subscribe(Registry *r, RegPeer *p, const char *prefix, RegWhy *why, RegSink *out)
 {
         size_t len = strlen(prefix);
         /* Each publication under the prefix makes the broker encode an event for it. */
         uint64_t cost = budget_alloc_cost(sizeof(Sub) + len + 1) + REG_FRAME_COST;
-        RegWhy why;
         Sub *s;
         int e;
 
-        if (p->n_subs >= r->limits.subs_per_peer) {
-                reg_answer(out, p, id, PROTO_STATUS_QUOTA, (RegWhy){ REG_E_SUBS_LIMIT, .n = { p->n_subs } });
-                return;
-        }
-        e = reg_charge(r, p->creds.uid, cost, &why);
-        if (e != 0) {
-                reg_charge_failed(out, p, id, e, why);
-                return;
-        }
+        if (p->n_subs >= r->limits.subs_per_peer)
+                return reg_fail(why, (RegWhy){ REG_E_SUBS_LIMIT, .subs_limit = { p->n_subs } });
+        e = reg_charge(r, p->creds.uid, cost, why);
+        if (e != 0)
+                return e;
         s = calloc(1, sizeof(*s) + len + 1);
         if (!s) {
                 reg_uncharge(r, p->creds.uid, cost);
-                registry_peer_mark_lost(p);
-                return;
+                return -ENOMEM;
         }
         s->cost = (uint32_t)cost;
         s->id = ++r->next_sub_id;
@@ -53,8 +36,8 @@ void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix
         list_append(&p->subs, &s->peer_link);
         p->n_subs++;
         r->n_subs++;
-
-        reg_emit(out, &(RegChange){ .type = REG_CH_REPLY, .to = p, .req = id, .reply = REG_RE_SUB, .sub = s->id });
+        reg_succeed(out, reg_asker(p), (RegChange){ .reply = REG_RE_SUB, .sub = s->id });
+        return 0;
 }
 
 void reg_sub_free(Registry *r, Sub *s)
@@ -67,15 +50,16 @@ void reg_sub_free(Registry *r, Sub *s)
         free(s);
 }
 
-void registry_unsubscribe(Registry *r, RegPeer *p, uint64_t id, uint64_t sub, RegSink *out)
+int registry_unsubscribe(Registry *r, RegPeer *p, uint64_t sub, RegWhy *why, RegSink *out)
 {
         list_for_each(pos, &p->subs) {
                 Sub *s = list_entry(pos, Sub, peer_link);
+
                 if (s->id == sub) {
                         reg_sub_free(r, s);
-                        reg_answer(out, p, id, PROTO_STATUS_OK, (RegWhy){ REG_WHY_NONE });
-                        return;
+                        reg_done(out, p);
+                        return 0;
                 }
         }
-        reg_answer(out, p, id, PROTO_STATUS_NOT_FOUND, (RegWhy){ REG_E_NO_SUB, .n = { sub } });
+        return reg_fail(why, (RegWhy){ REG_E_NO_SUB, .no_sub = { sub } });
 }

@@ -1,5 +1,6 @@
 /* Read-only views of the registry for listings, stat and stats: nothing here changes the registry;
- * what a peer may see of them is inspect.c's decision. */
+ * what a peer may see of them is inspect.c's decision. Layer: reads the core and rings; no part of
+ * the registry calls it (the reply layer and inspect.c do). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,16 +145,6 @@ void registry_ring_view(const RegRing *g, RegRingView *ret)
 const char *registry_peer_label(const RegPeer *p)
 {
         return p->label;
-}
-
-RegPeer *registry_peer_first(const Registry *r)
-{
-        return list_empty(&r->peers) ? NULL : list_entry(r->peers.next, RegPeer, link);
-}
-
-RegPeer *registry_peer_next(const Registry *r, const RegPeer *p)
-{
-        return p->link.next == &r->peers ? NULL : list_entry(p->link.next, RegPeer, link);
 }
 
 void registry_gauges(const Registry *r, RegGauges *g)

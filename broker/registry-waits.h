@@ -39,3 +39,7 @@ void reg_group_free(Registry *r, RegGroup *g);
 
 /* Re-arms the group's timer at the earliest deadline among its members. */
 int reg_group_rearm(Registry *r, RegGroup *g);
+
+/* A buffer was just published under e: hands it to everyone waiting for the name, oldest first, for
+ * as long as it stays published (retire_after may retire it half-way). */
+void reg_waiters_wake(Registry *r, RegName *e, RegSink *o);

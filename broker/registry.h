@@ -1,8 +1,9 @@
 /* The registry: every buffer, name, reference, waiter, subscription and group the broker knows,
- * as a pure state machine. Operations take the acting peer, the request id and the current time,
- * and say what each one changed as changes (registry-change.h: replies with a status and, for an
- * error, a code and its facts; events; fds let go of) into the caller's RegSink; the reply layer
- * (broker/reply.c) turns them into frames and the caller does the I/O. Nothing here reads a socket,
+ * as a pure state machine. Operations take the acting peer (and, where it counts, the current time),
+ * return their result (0, a registry code with its facts, or -ENOMEM), and say what each one changed
+ * as changes (registry-change.h: the result of a success, answers to requests that waited, events,
+ * fds let go of) into the caller's RegSink; the reply layer (broker/reply.c) turns results and
+ * changes into frames and the caller does the I/O. Nothing here reads a socket,
  * a clock or a file, encodes a frame or words a message. Tested without sockets
  * (tests/unit/test-registry.c) and fuzzed with operation sequences (tests/fuzz/fuzz-registry.c).
  *
@@ -117,9 +118,9 @@ const RegCounters *registry_counters(const Registry *r);
 
 /* ---- peers ---- */
 
-/* Adds a connected peer. 0, -ENOMEM, or PROTO_STATUS_QUOTA when there are too many connections
- * (in all, or for its uid) or its uid's memory budget has no room for one more, with why (unless
- * NULL) filled in. */
+/* Adds a connected peer. 0, -ENOMEM, or a code (REG_E_CONNECTIONS_LIMIT, REG_E_CONNECTIONS_PER_UID,
+ * REG_E_MEMORY_BUDGET) when there are too many connections (in all, or for its uid) or its uid's
+ * memory budget has no room for one more, with why (unless NULL) filled in. */
 int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void *userdata, RegPeer **ret,
                       RegWhy *why);
 
@@ -127,8 +128,8 @@ int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void
  * orphans its buffers (broker-held ones stay until retired and drained), and frees it. */
 void registry_peer_remove(Registry *r, RegPeer *p, RegSink *out);
 
-/* Records a hello. 0, -ENOMEM, PROTO_STATUS_STATE on a second hello, or PROTO_STATUS_QUOTA (why,
- * unless NULL, filled in) when the GPUs it declares do not fit in its uid's memory budget. */
+/* Records a hello. 0, -ENOMEM, REG_E_HELLO_AGAIN on a second hello, or REG_E_MEMORY_BUDGET when the
+ * GPUs it declares do not fit in its uid's memory budget (why, unless NULL, filled in). */
 int registry_peer_hello(Registry *r, RegPeer *p, const PeerHello *h, RegWhy *why);
 
 bool registry_peer_said_hello(const RegPeer *p);
@@ -147,59 +148,73 @@ bool registry_peer_lost(const RegPeer *p);
 /* The next peer marked lost and not yet taken (each once), or NULL. */
 RegPeer *registry_take_lost(Registry *r);
 
-/* ---- operations; each replies to (p, id) through out ---- */
+/* ---- operations ----
+ *
+ * Each operation acts for peer p and returns its result: 0 once it succeeded, a registry code
+ * (RegWhyCode, positive) with its facts in *why when it failed and changed nothing, or -ENOMEM (the
+ * caller cuts p off). What a success gives the asker is a change of its own, REG_CH_RESULT, which
+ * the operation emits at the place among its other changes where the reply belongs; a failure emits
+ * nothing, and the caller answers with the code (broker/reply.c maps codes to statuses and texts).
+ * Only the two operations whose request may wait (registry_attach by name with a timeout,
+ * registry_group_join) take the request's id: they keep it in the wait, and answer it later with
+ * REG_CH_ANSWER (the wait is over: an attach, the group complete, a deadline, the broker stopping).
+ * They return 0 for a request that waits. */
 
-void registry_publish(Registry *r, RegPeer *p, uint64_t id, RegPublish *a, RegSink *out);
+int registry_publish(Registry *r, RegPeer *p, RegPublish *a, RegWhy *why, RegSink *out);
 
-/* Attaches by name (waiting up to timeout_ms for a publish) or, with name NULL, by buffer id.
- * The buffer's fd travels only if this peer has not received it before (or said unmap since). */
-void registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer,
-                     uint32_t timeout_ms, uint64_t now_ms, RegSink *out);
+/* Attaches by name (waiting up to timeout_ms for a publish, as request id) or, with name NULL, by
+ * buffer id. The buffer's fd travels only if this peer has not received it before (or said unmap
+ * since). */
+int registry_attach(Registry *r, RegPeer *p, uint64_t id, const char *name, uint64_t buffer, uint32_t timeout_ms,
+                    uint64_t now_ms, RegWhy *why, RegSink *out);
 /* The peer dropped its cached mapping of buffer. */
-void registry_unmap(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSink *out);
-void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSink *out);
+int registry_unmap(Registry *r, RegPeer *p, uint64_t buffer, RegWhy *why, RegSink *out);
+int registry_release(Registry *r, RegPeer *p, uint64_t buffer, RegWhy *why, RegSink *out);
 /* Retire and free are for the producer, for a peer of its uid once it is gone, or for an admin
  * (as_admin: the policy lets this peer manage other uids' buffers). */
-void registry_retire(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, RegSink *out);
-void registry_free_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, bool as_admin, RegSink *out);
-/* The buffer a request names by id, or NULL once the request was answered "not found": the one
- * place that answers so. request.c resolves a buffer once with it, for its policy check (which
- * needs the name) and for the operation, through the registry_buffer_* forms below. */
-RegBuffer *registry_request_buffer(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, RegSink *out);
+int registry_retire(Registry *r, RegPeer *p, uint64_t buffer, bool as_admin, RegWhy *why, RegSink *out);
+int registry_free_buffer(Registry *r, RegPeer *p, uint64_t buffer, bool as_admin, RegWhy *why, RegSink *out);
+/* The buffer a request names by id (0, *ret), or REG_E_NO_BUFFER: the one place that fails so.
+ * request.c resolves a buffer once with it, for its policy check (which needs the name) and for
+ * the operation, through the registry_buffer_* forms below. */
+int registry_request_buffer(const Registry *r, uint64_t buffer, RegBuffer **ret, RegWhy *why);
 /* Attach by id, retire and free on a buffer resolved in the same turn; registry_attach (by id),
  * registry_retire and registry_free_buffer resolve it first, for callers that hold only the id. */
-void registry_buffer_attach(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, RegSink *out);
-void registry_buffer_retire(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, RegSink *out);
-void registry_buffer_free(Registry *r, RegPeer *p, uint64_t id, RegBuffer *b, bool as_admin, RegSink *out);
+int registry_buffer_attach(Registry *r, RegPeer *p, RegBuffer *b, RegWhy *why, RegSink *out);
+int registry_buffer_retire(Registry *r, RegPeer *p, RegBuffer *b, bool as_admin, RegWhy *why, RegSink *out);
+int registry_buffer_free(Registry *r, RegPeer *p, RegBuffer *b, bool as_admin, RegWhy *why, RegSink *out);
 /* A reconnecting consumer registers a reference it still holds (docs/protocol.md 6.15). Succeeds when
- * the buffer is that same publication and has not drained; waits (pending) while the broker is in its
- * restart grace and nobody registered the buffer yet; else answers `revoked`. */
-void registry_reclaim(Registry *r, RegPeer *p, uint64_t id, const RegReclaim *a, RegSink *out);
+ * the buffer is that same publication and has not drained; is kept pending (a claim, which its
+ * result says) while the broker is in its restart grace and nobody registered the buffer yet; else
+ * fails with a REG_E_CLAIM_* code. */
+int registry_reclaim(Registry *r, RegPeer *p, const RegReclaim *a, RegWhy *why, RegSink *out);
 /* True while reconnecting holders may still come back (the restart grace). */
 bool registry_in_grace(const Registry *r);
 
 /* Rings (registry-rings.c, docs/protocol.md 6.16). ring-part registers part `index` of a ring like a
  * publish of new memory (a takes the same fields; its name is derived from the ring's). */
-void registry_ring_create(Registry *r, RegPeer *p, uint64_t id, const RegRingSpec *s, RegSink *out);
-void registry_ring_part(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, RegPublish *a,
-                        RegSink *out);
-void registry_ring_join(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out);
+int registry_ring_create(Registry *r, RegPeer *p, const RegRingSpec *s, RegWhy *why, RegSink *out);
+int registry_ring_part(Registry *r, RegPeer *p, const char *ring, uint32_t index, RegPublish *a, RegWhy *why,
+                       RegSink *out);
+int registry_ring_join(Registry *r, RegPeer *p, const char *ring, RegWhy *why, RegSink *out);
 /* A member that lost its broker asks for its seat back (index, epoch): bound at once if the ring
- * has that seat waiting, kept pending during the restart grace if the ring is not back yet. */
-void registry_ring_rejoin(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, uint64_t epoch,
-                          RegSink *out);
-void registry_ring_leave(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out);
-void registry_ring_evict(Registry *r, RegPeer *p, uint64_t id, const char *ring, uint32_t index, uint64_t epoch,
+ * has that seat waiting, kept pending (a seat claim) during the restart grace if the ring is not
+ * back yet. */
+int registry_ring_rejoin(Registry *r, RegPeer *p, const char *ring, uint32_t index, uint64_t epoch, RegWhy *why,
                          RegSink *out);
-void registry_ring_close(Registry *r, RegPeer *p, uint64_t id, const char *ring, RegSink *out);
+int registry_ring_leave(Registry *r, RegPeer *p, const char *ring, RegWhy *why, RegSink *out);
+int registry_ring_evict(Registry *r, RegPeer *p, const char *ring, uint32_t index, uint64_t epoch, RegWhy *why,
+                        RegSink *out);
+int registry_ring_close(Registry *r, RegPeer *p, const char *ring, RegWhy *why, RegSink *out);
 RegRing *registry_ring_by_name(const Registry *r, const char *name);
-void registry_subscribe(Registry *r, RegPeer *p, uint64_t id, const char *prefix, RegSink *out);
-void registry_unsubscribe(Registry *r, RegPeer *p, uint64_t id, uint64_t sub, RegSink *out);
-void registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group, uint32_t members,
-                         uint32_t timeout_ms, uint64_t now_ms, RegSink *out);
+int registry_subscribe(Registry *r, RegPeer *p, const char *prefix, RegWhy *why, RegSink *out);
+int registry_unsubscribe(Registry *r, RegPeer *p, uint64_t sub, RegWhy *why, RegSink *out);
+/* Joins group (as request id) of `members` members: waits until the last one joins, or timeout_ms. */
+int registry_group_join(Registry *r, RegPeer *p, uint64_t id, const char *group, uint32_t members,
+                        uint32_t timeout_ms, uint64_t now_ms, RegWhy *why, RegSink *out);
 
-/* Answers every pending attach and group join with status (the broker is stopping). */
-void registry_cancel_waits(Registry *r, unsigned status, const char *why, RegSink *out);
+/* Answers every pending attach and group join with REG_E_STOPPING (the broker is stopping). */
+void registry_cancel_waits(Registry *r, RegSink *out);
 
 /* Fails every wait whose deadline is at or before now_ms. */
 void registry_expire(Registry *r, uint64_t now_ms, RegSink *out);
@@ -243,9 +258,6 @@ typedef struct RegBufferView {
 
 void registry_buffer_view(const RegBuffer *b, RegBufferView *ret);
 
-/* Fills m with the buffer's description (name, kind, size, state, refs, ...); m points into b.
- * The reply layer's (broker/reply.c), which encodes every description. */
-void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m);
 
 /* Calls fn for each peer holding references to b. */
 void registry_buffer_holders(const RegBuffer *b, void (*fn)(const RegPeer *p, uint32_t refs, void *ud),
@@ -299,8 +311,6 @@ typedef struct RegPeerView {
 } RegPeerView;
 
 void registry_peer_view(const RegPeer *p, RegPeerView *ret);
-/* The reply layer's (broker/reply.c): a peer record for listings. */
-void registry_peer_describe(const RegPeer *p, ProtoMsg *m);
 
 typedef struct RegGauges {
         uint64_t peers, buffers, live, retired, idle, orphaned, refs, fds, waits, subs, groups, names;

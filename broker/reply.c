@@ -1,18 +1,94 @@
-/* The reply layer (reply.h): registry changes become frames here, and nowhere else below the
- * request layer. Each change is encoded as it is emitted, so frames keep the registry's order. */
+/* The reply layer (reply.h): registry results and changes become frames here, and nowhere else below
+ * the request layer. Each change is encoded as it is emitted, so frames keep the registry's order; a
+ * failed operation's reply is encoded when the operation returns, and nothing precedes it (a failure
+ * changes nothing). */
 #include "reply.h"
 
+#include <errno.h>
 #include <stdio.h>
 
 #include "registry.h"
 #include "reply-text.h"
+
+/* The status each registry code answers a request with: the one table from the registry's codes to
+ * the protocol's statuses (its texts: reply-text.c). Reasons of events (REG_R_*) answer nothing. */
+static const ProtoStatus reg_status[_REG_WHY_MAX] = {
+        [REG_E_SUBS_LIMIT] = PROTO_STATUS_QUOTA,
+        [REG_E_NO_SUB] = PROTO_STATUS_NOT_FOUND,
+        [REG_E_GROUP_EMPTY] = PROTO_STATUS_INVALID,
+        [REG_E_GROUP_MISMATCH] = PROTO_STATUS_GROUP_MISMATCH,
+        [REG_E_GROUP_JOINED] = PROTO_STATUS_STATE,
+        [REG_E_WAITS_LIMIT] = PROTO_STATUS_QUOTA,
+        [REG_E_GROUP_TIMEOUT] = PROTO_STATUS_TIMEOUT,
+        [REG_E_WAIT_MISSED] = PROTO_STATUS_TIMEOUT,
+        [REG_E_WAIT_TIMEOUT] = PROTO_STATUS_TIMEOUT,
+        [REG_E_STOPPING] = PROTO_STATUS_SHUTDOWN,
+        [REG_E_SAME_PID] = PROTO_STATUS_SAME_PID,
+        [REG_E_DEVICE] = PROTO_STATUS_DEVICE,
+        [REG_E_NO_BUFFER] = PROTO_STATUS_NOT_FOUND,
+        [REG_E_PART_OF_NO_RING] = PROTO_STATUS_DENIED,
+        [REG_E_RING_MEMBERS_ONLY] = PROTO_STATUS_DENIED,
+        [REG_E_RING_EXISTS] = PROTO_STATUS_NAME_TAKEN,
+        [REG_E_RING_BUFFERS_LIMIT] = PROTO_STATUS_QUOTA,
+        [REG_E_RING_OTHERS] = PROTO_STATUS_NOT_OWNER,
+        [REG_E_NO_RING] = PROTO_STATUS_NOT_FOUND,
+        [REG_E_PART_MISFIT] = PROTO_STATUS_INVALID,
+        [REG_E_PART_KEY_TAKEN] = PROTO_STATUS_KEY_TAKEN,
+        [REG_E_RING_SETTING_UP] = PROTO_STATUS_NOT_FOUND,
+        [REG_E_RING_MEMBER] = PROTO_STATUS_STATE,
+        [REG_E_RING_NO_SEAT_READY] = PROTO_STATUS_NOT_FOUND,
+        [REG_E_RING_FULL] = PROTO_STATUS_QUOTA,
+        [REG_E_RING_SEATS] = PROTO_STATUS_INVALID,
+        [REG_E_SEAT_NOT_WAITING] = PROTO_STATUS_REVOKED,
+        [REG_E_RING_GONE] = PROTO_STATUS_REVOKED,
+        [REG_E_SEAT_CLAIMS_LIMIT] = PROTO_STATUS_QUOTA,
+        [REG_E_NOT_MEMBER] = PROTO_STATUS_NOT_FOUND,
+        [REG_E_CONNECTIONS_LIMIT] = PROTO_STATUS_QUOTA,
+        [REG_E_CONNECTIONS_PER_UID] = PROTO_STATUS_QUOTA,
+        [REG_E_HELLO_AGAIN] = PROTO_STATUS_STATE,
+        [REG_E_MEMORY_BUDGET] = PROTO_STATUS_QUOTA,
+        [REG_E_REFS_FULL] = PROTO_STATUS_QUOTA,
+        [REG_E_NOT_LIVE] = PROTO_STATUS_STATE,
+        [REG_E_NOTHING_UNDER] = PROTO_STATUS_NOT_FOUND,
+        [REG_E_NAME_ORPHANED] = PROTO_STATUS_NAME_TAKEN,
+        [REG_E_NAME_TAKEN] = PROTO_STATUS_NAME_TAKEN,
+        [REG_E_OTHERS_BUFFER] = PROTO_STATUS_NOT_OWNER,
+        [REG_E_NOT_IDLE] = PROTO_STATUS_STATE,
+        [REG_E_KEY_TAKEN] = PROTO_STATUS_KEY_TAKEN,
+        [REG_E_BUFFERS_LIMIT] = PROTO_STATUS_QUOTA,
+        [REG_E_FDS_LIMIT] = PROTO_STATUS_QUOTA,
+        [REG_E_OTHERS_SEGMENT] = PROTO_STATUS_NOT_OWNER,
+        [REG_E_NOT_A_SEGMENT] = PROTO_STATUS_INVALID,
+        [REG_E_SEGMENT_FREED] = PROTO_STATUS_STATE,
+        [REG_E_NO_SEGMENT] = PROTO_STATUS_NOT_FOUND,
+        [REG_E_VIEW_OUTSIDE] = PROTO_STATUS_INVALID,
+        [REG_E_RESTORED_GENERATION] = PROTO_STATUS_INVALID,
+        [REG_E_NOT_ATTACHED] = PROTO_STATUS_NOT_ATTACHED,
+        [REG_E_NOT_OWNER] = PROTO_STATUS_NOT_OWNER,
+        [REG_E_CLAIM_OWNER] = PROTO_STATUS_REVOKED,
+        [REG_E_CLAIM_REPUBLISHED] = PROTO_STATUS_REVOKED,
+        [REG_E_CLAIM_DRAINED] = PROTO_STATUS_REVOKED,
+        [REG_E_CLAIM_RING_PART] = PROTO_STATUS_REVOKED,
+        [REG_E_CLAIM_RETIRED] = PROTO_STATUS_REVOKED,
+        [REG_E_CLAIM_RETIRE_AFTER] = PROTO_STATUS_REVOKED,
+        [REG_E_RECLAIM_NO_REFS] = PROTO_STATUS_INVALID,
+        [REG_E_REFS_LIMIT] = PROTO_STATUS_QUOTA,
+        [REG_E_CLAIM_UNKNOWN] = PROTO_STATUS_REVOKED,
+        [REG_E_CLAIMS_PER_UID] = PROTO_STATUS_QUOTA,
+        [REG_E_CLAIMS_ALL] = PROTO_STATUS_QUOTA,
+};
+
+unsigned reply_status(RegWhyCode code)
+{
+        return code < _REG_WHY_MAX ? reg_status[code] : PROTO_STATUS_OK;
+}
 
 void reply_error(Outbox *out, RegPeer *p, uint64_t id, unsigned status, const char *message)
 {
         outbox_send_error(out, p, id, status, "%s", message);
 }
 
-void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m)
+void reply_buffer_describe(const RegBuffer *b, ProtoMsg *m)
 {
         RegBufferView v;
 
@@ -44,7 +120,7 @@ void registry_buffer_describe(const RegBuffer *b, ProtoMsg *m)
                 proto_set_restored(m, true);
 }
 
-void registry_peer_describe(const RegPeer *p, ProtoMsg *m)
+void reply_peer_describe(const RegPeer *p, ProtoMsg *m)
 {
         RegPeerView v;
 
@@ -81,22 +157,22 @@ static void buffer_event(ProtoMsg *m, ProtoEvent ev, const RegBufferKey *k)
         proto_set_kind(m, k->kind);
 }
 
-static void send_attached(Outbox *out, const RegChange *c)
+static void send_attached(Outbox *out, uint64_t req, const RegChange *c)
 {
         RegBufferView v;
         ProtoMsg m;
 
         registry_buffer_view(c->buffer, &v);
-        registry_buffer_describe(c->buffer, &m);
+        reply_buffer_describe(c->buffer, &m);
         m.type = PROTO_REPLY;
-        proto_set_reply(&m, c->req);
+        proto_set_reply(&m, req);
         proto_set_status(&m, PROTO_STATUS_OK);
         proto_set_cached(&m, c->flag);
         outbox_send(out, c->to, &m, c->flag ? -1 : v.fd);
 }
 
 /* A member's seat: the ring's shape and the parts it attaches (as items). */
-static void send_seat(Outbox *out, const RegChange *c)
+static void send_seat(Outbox *out, uint64_t req, const RegChange *c)
 {
         RegRingView g;
         ProtoItems items;
@@ -116,7 +192,7 @@ static void send_seat(Outbox *out, const RegChange *c)
                         return;
                 }
         }
-        proto_reply_init(&m, c->req, PROTO_STATUS_OK);
+        proto_reply_init(&m, req, PROTO_STATUS_OK);
         proto_set_index(&m, c->index);
         proto_set_generation(&m, c->epoch);
         proto_set_slots(&m, g.n_slots);
@@ -132,26 +208,34 @@ static void send_seat(Outbox *out, const RegChange *c)
         proto_items_free(&items);
 }
 
-static void send_reply(Outbox *out, const RegChange *c)
+/* The error reply to request req of `to`: why's status and text. */
+static void send_failure(Outbox *out, RegPeer *to, uint64_t req, const RegWhy *why)
 {
         char text[PROTO_MAX_TEXT + 1];
+
+        unsigned status = reply_status(why->code);
+
+        reply_text(why, text, sizeof(text));
+        /* A failure answered as success would be a lie; a code the table lacks is a bug the unit
+         * tests catch (regenv.h), answered meanwhile as a value the broker could not take. */
+        outbox_send_error(out, to, req, status != PROTO_STATUS_OK ? status : PROTO_STATUS_INVALID, "%s", text);
+}
+
+/* The reply to request req of c->to, which succeeded: what c says it got. */
+static void send_success(Outbox *out, uint64_t req, const RegChange *c)
+{
         RegBufferView v;
         ProtoMsg m;
 
-        if (c->status != PROTO_STATUS_OK) {
-                reply_text(&c->why, text, sizeof(text));
-                outbox_send_error(out, c->to, c->req, c->status, "%s", text);
-                return;
-        }
         if (c->reply == REG_RE_ATTACHED) {
-                send_attached(out, c);
+                send_attached(out, req, c);
                 return;
         }
         if (c->reply == REG_RE_SEAT) {
-                send_seat(out, c);
+                send_seat(out, req, c);
                 return;
         }
-        proto_reply_init(&m, c->req, PROTO_STATUS_OK);
+        proto_reply_init(&m, req, PROTO_STATUS_OK);
         switch (c->reply) {
         case REG_RE_SUB:
                 proto_set_sub(&m, c->sub);
@@ -210,8 +294,14 @@ static void send_event(Outbox *out, const RegChange *c)
 void reply_change(Outbox *out, const RegChange *c)
 {
         switch (c->type) {
-        case REG_CH_REPLY:
-                send_reply(out, c);
+        case REG_CH_RESULT:
+                out->lost(c->to); /* no request to answer: see reply.h */
+                break;
+        case REG_CH_ANSWER:
+                if (c->why.code != REG_WHY_NONE)
+                        send_failure(out, c->to, c->req, &c->why);
+                else
+                        send_success(out, c->req, c);
                 break;
         case REG_CH_EVENT:
         case REG_CH_RING_EVENT:
@@ -229,4 +319,28 @@ void reply_change(Outbox *out, const RegChange *c)
 void reply_sink_emit(void *ctx, const RegChange *c)
 {
         reply_change(ctx, c);
+}
+
+/* A ReplyRequest's sink: the operation's result answers the request; the rest as reply_change. */
+static void request_emit(void *ctx, const RegChange *c)
+{
+        ReplyRequest *rq = ctx;
+
+        if (c->type == REG_CH_RESULT && c->to == rq->asker)
+                send_success(rq->out, rq->id, c);
+        else
+                reply_change(rq->out, c);
+}
+
+void reply_request_init(ReplyRequest *rq, Outbox *out, RegPeer *asker, uint64_t id)
+{
+        *rq = (ReplyRequest){ .out = out, .asker = asker, .id = id, .sink = { request_emit, rq } };
+}
+
+void reply_request_done(ReplyRequest *rq, int e)
+{
+        if (e < 0)
+                rq->out->lost(rq->asker);
+        else if (e > 0)
+                send_failure(rq->out, rq->asker, rq->id, &rq->why);
 }

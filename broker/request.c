@@ -16,7 +16,7 @@
 #include "inspect.h"
 #include "macro.h"
 #include "seals.h"
-#include "reply-text.h"
+#include "reply.h"
 #include "ring.h"
 
 /* A group needs one connection per member: more than the default --max-connections could never
@@ -53,6 +53,31 @@ static bool op_allowed(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, const cha
         return allowed(ctx, p, op_policy(m->op), name);
 }
 
+/* The kinds of name a request carries, and what each is called when it is not valid. */
+typedef enum NameKind { NAME_BUFFER, NAME_GROUP, NAME_PREFIX, NAME_RING } NameKind;
+
+/* Copies a name field into name and checks it by the protocol's rules for its kind (a ring's is a
+ * buffer name of at most RING_NAME_MAX bytes); false once the request was answered `invalid`. */
+static bool read_name(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, ProtoStr s, NameKind kind,
+                      char name[PROTO_MAX_NAME + 1])
+{
+        static const char *const what[] = { [NAME_BUFFER] = "buffer name", [NAME_GROUP] = "group name",
+                                            [NAME_PREFIX] = "name prefix" };
+        bool valid = kind == NAME_PREFIX ? proto_prefix_valid(s.ptr, s.len) : proto_name_valid(s.ptr, s.len);
+
+        proto_str_copy(s, name, PROTO_MAX_NAME + 1);
+        if (kind == NAME_RING && valid && s.len > RING_NAME_MAX)
+                valid = false;
+        if (valid)
+                return true;
+        if (kind == NAME_RING)
+                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid ring name (a buffer name of at most %d "
+                     "bytes)", name, RING_NAME_MAX);
+        else
+                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid %s", name, what[kind]);
+        return false;
+}
+
 /* ---- hello and ping ---- */
 
 static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
@@ -62,8 +87,7 @@ static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd
         const char *gpu_ptrs[PROTO_MAX_GPUS];
         const PeerCreds *c = registry_peer_creds(p);
         PeerHello h = { 0 };
-        char text[PROTO_MAX_TEXT];
-        RegWhy why;
+        ReplyRequest rq;
         ProtoMsg r;
         int e;
 
@@ -81,18 +105,10 @@ static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd
         h.label = proto_str_copy(m->label, label, sizeof(label));
         h.n_gpus = m->n_gpus;
         h.gpus = gpu_ptrs;
-        e = registry_peer_hello(ctx->reg, p, &h, &why);
-        if (e == PROTO_STATUS_STATE) {
-                fail(ctx, p, m, PROTO_STATUS_STATE, "hello was already received on this connection");
-                return;
-        }
-        if (e == PROTO_STATUS_QUOTA) {
-                reply_text(&why, text, sizeof(text));
-                fail(ctx, p, m, PROTO_STATUS_QUOTA, "%s", text);
-                return;
-        }
-        if (e < 0) {
-                registry_peer_mark_lost(p);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        e = registry_peer_hello(ctx->reg, p, &h, &rq.why);
+        if (e != 0) {
+                reply_request_done(&rq, e);
                 return;
         }
 
@@ -298,14 +314,12 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
 {
         char name[PROTO_MAX_NAME + 1], device[PROTO_MAX_UUID + 1];
         RegPublish a = { 0 };
+        ReplyRequest rq;
         unsigned status;
         const char *why;
 
-        proto_str_copy(m->name, name, sizeof(name));
-        if (!proto_name_valid(m->name.ptr, m->name.len)) {
-                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
+        if (!read_name(ctx, p, m, m->name, NAME_BUFFER, name))
                 return;
-        }
         if (!op_allowed(ctx, p, m, name)) {
                 fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u publish '%s'",
                      registry_peer_creds(p)->uid, name);
@@ -318,7 +332,8 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         }
         a.name = name;
         fill_memory(m, fd, &a, device);
-        registry_publish(ctx->reg, p, m->id, &a, ctx->changes);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_publish(ctx->reg, p, &a, &rq.why, &rq.sink));
 }
 
 /* ---- attach, release, retire, free ---- */
@@ -328,23 +343,24 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *f
         char copy[PROTO_MAX_NAME + 1];
         bool by_name = proto_has(m, PF_NAME), by_id = proto_has(m, PF_BUFFER);
         RegBuffer *b = NULL;
+        ReplyRequest rq;
         const char *name;
 
+        reply_request_init(&rq, ctx->out, p, m->id);
         if (by_name == by_id) {
                 fail(ctx, p, m, PROTO_STATUS_BAD_REQUEST, "attach takes either a name or a buffer id");
                 return;
         }
         if (by_name) {
-                name = proto_str_copy(m->name, copy, sizeof(copy));
-                if (!proto_name_valid(m->name.ptr, m->name.len)) {
-                        fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
+                if (!read_name(ctx, p, m, m->name, NAME_BUFFER, copy))
                         return;
-                }
+                name = copy;
         } else {
                 /* Looked up once: the policy judges the name of the very buffer the attach takes. */
-                b = registry_request_buffer(ctx->reg, p, m->id, m->buffer, ctx->changes);
-                if (!b)
+                if (registry_request_buffer(ctx->reg, m->buffer, &b, &rq.why)) {
+                        reply_request_done(&rq, rq.why.code);
                         return;
+                }
                 name = registry_buffer_name(b);
         }
         if (!op_allowed(ctx, p, m, name)) {
@@ -353,9 +369,10 @@ static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *f
                 return;
         }
         if (b)
-                registry_buffer_attach(ctx->reg, p, m->id, b, ctx->changes);
+                reply_request_done(&rq, registry_buffer_attach(ctx->reg, p, b, &rq.why, &rq.sink));
         else
-                registry_attach(ctx->reg, p, m->id, name, 0, timeout_of(m), ctx->now_ms, ctx->changes);
+                reply_request_done(&rq, registry_attach(ctx->reg, p, m->id, name, 0, timeout_of(m), ctx->now_ms,
+                                                        &rq.why, &rq.sink));
 }
 
 /* ---- rings ---- */
@@ -367,12 +384,8 @@ static bool ring_name(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, char name[
 {
         PolicyAction action = op_policy(m->op);
 
-        proto_str_copy(m->name, name, PROTO_MAX_NAME + 1);
-        if (!proto_name_valid(m->name.ptr, m->name.len) || m->name.len > RING_NAME_MAX) {
-                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid ring name (a buffer name of at most %d "
-                     "bytes)", name, RING_NAME_MAX);
+        if (!read_name(ctx, p, m, m->name, NAME_RING, name))
                 return false;
-        }
         if (!allowed(ctx, p, action, name)) {
                 fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u %s ring '%s'",
                      registry_peer_creds(p)->uid, action == POLICY_PUBLISH ? "produce" : "join", name);
@@ -386,6 +399,7 @@ static void handle_ring_create(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, i
         char name[PROTO_MAX_NAME + 1], device[PROTO_MAX_UUID + 1];
         uint64_t epochs[RING_MAX_MEMBERS] = { 0 };
         RegRingSpec s = { 0 };
+        ReplyRequest rq;
 
         if (!ring_name(ctx, p, m, name))
                 return;
@@ -447,13 +461,15 @@ static void handle_ring_create(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, i
                         return;
                 }
         }
-        registry_ring_create(ctx->reg, p, m->id, &s, ctx->changes);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_ring_create(ctx->reg, p, &s, &rq.why, &rq.sink));
 }
 
 static void handle_ring_part(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char name[PROTO_MAX_NAME + 1], device[PROTO_MAX_UUID + 1];
         RegPublish a = { 0 };
+        ReplyRequest rq;
         unsigned status;
         const char *why;
 
@@ -475,42 +491,47 @@ static void handle_ring_part(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int
         fill_memory(m, fd, &a, device);
         a.restored = proto_has(m, PF_RESTORED) && m->restored;
         a.generation = m->generation;
-        registry_ring_part(ctx->reg, p, m->id, name, (uint32_t)m->index, &a, ctx->changes);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_ring_part(ctx->reg, p, name, (uint32_t)m->index, &a, &rq.why, &rq.sink));
 }
 
+/* ring-join (or, restored, a seat taken back), ring-leave, ring-evict and ring-close. */
 static void handle_ring(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char name[PROTO_MAX_NAME + 1];
+        ReplyRequest rq;
+        int e;
 
         if (!ring_name(ctx, p, m, name))
                 return;
+        reply_request_init(&rq, ctx->out, p, m->id);
         switch (m->op) {
         case PROTO_OP_RING_JOIN:
-                if (proto_has(m, PF_RESTORED) && m->restored) {
-                        if (!proto_has(m, PF_INDEX) || !proto_has(m, PF_GENERATION) || m->index > UINT32_MAX) {
-                                fail(ctx, p, m, PROTO_STATUS_BAD_REQUEST, "taking a seat back needs its index and "
-                                     "generation");
-                                return;
-                        }
-                        registry_ring_rejoin(ctx->reg, p, m->id, name, (uint32_t)m->index, m->generation, ctx->changes);
+                if (!(proto_has(m, PF_RESTORED) && m->restored)) {
+                        e = registry_ring_join(ctx->reg, p, name, &rq.why, &rq.sink);
                         break;
                 }
-                registry_ring_join(ctx->reg, p, m->id, name, ctx->changes);
+                if (!proto_has(m, PF_INDEX) || !proto_has(m, PF_GENERATION) || m->index > UINT32_MAX) {
+                        fail(ctx, p, m, PROTO_STATUS_BAD_REQUEST, "taking a seat back needs its index and generation");
+                        return;
+                }
+                e = registry_ring_rejoin(ctx->reg, p, name, (uint32_t)m->index, m->generation, &rq.why, &rq.sink);
                 break;
         case PROTO_OP_RING_LEAVE:
-                registry_ring_leave(ctx->reg, p, m->id, name, ctx->changes);
+                e = registry_ring_leave(ctx->reg, p, name, &rq.why, &rq.sink);
                 break;
         case PROTO_OP_RING_EVICT:
                 if (m->index > UINT32_MAX) {
                         fail(ctx, p, m, PROTO_STATUS_INVALID, "a seat index is 32-bit");
                         return;
                 }
-                registry_ring_evict(ctx->reg, p, m->id, name, (uint32_t)m->index, m->generation, ctx->changes);
+                e = registry_ring_evict(ctx->reg, p, name, (uint32_t)m->index, m->generation, &rq.why, &rq.sink);
                 break;
         default:
-                registry_ring_close(ctx->reg, p, m->id, name, ctx->changes);
+                e = registry_ring_close(ctx->reg, p, name, &rq.why, &rq.sink);
                 break;
         }
+        reply_request_done(&rq, e);
 }
 
 static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
@@ -518,12 +539,10 @@ static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         char name[PROTO_MAX_NAME + 1];
         const RegBuffer *b = registry_buffer_by_id(ctx->reg, m->buffer);
         RegReclaim a = { 0 };
+        ReplyRequest rq;
 
-        proto_str_copy(m->name, name, sizeof(name));
-        if (!proto_name_valid(m->name.ptr, m->name.len)) {
-                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid buffer name", name);
+        if (!read_name(ctx, p, m, m->name, NAME_BUFFER, name))
                 return;
-        }
         if (m->refs == 0 || m->refs > UINT32_MAX || m->uid > UINT32_MAX) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "a reclaim names 1 to 4294967295 references and a 32-bit uid");
                 return;
@@ -541,23 +560,29 @@ static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
         a.owner_uid = (uint32_t)m->uid;
         a.name = name;
         a.kind = m->kind;
-        registry_reclaim(ctx->reg, p, m->id, &a, ctx->changes);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_reclaim(ctx->reg, p, &a, &rq.why, &rq.sink));
 }
 
 /* Retire and free: the buffer is looked up once, for the policy's admin check (may this peer
  * manage buffers of other uids?) and for the operation. */
 static void handle_retire_free(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
-        RegBuffer *b = registry_request_buffer(ctx->reg, p, m->id, m->buffer, ctx->changes);
+        ReplyRequest rq;
         bool as_admin;
+        RegBuffer *b;
+        int e;
 
-        if (!b)
-                return;
-        as_admin = op_allowed(ctx, p, m, registry_buffer_name(b));
-        if (m->op == PROTO_OP_RETIRE)
-                registry_buffer_retire(ctx->reg, p, m->id, b, as_admin, ctx->changes);
-        else
-                registry_buffer_free(ctx->reg, p, m->id, b, as_admin, ctx->changes);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        e = registry_request_buffer(ctx->reg, m->buffer, &b, &rq.why);
+        if (e == 0) {
+                as_admin = op_allowed(ctx, p, m, registry_buffer_name(b));
+                if (m->op == PROTO_OP_RETIRE)
+                        e = registry_buffer_retire(ctx->reg, p, b, as_admin, &rq.why, &rq.sink);
+                else
+                        e = registry_buffer_free(ctx->reg, p, b, as_admin, &rq.why, &rq.sink);
+        }
+        reply_request_done(&rq, e);
 }
 
 /* ---- dispatch ---- */
@@ -565,29 +590,26 @@ static void handle_retire_free(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, i
 static void handle_subscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char prefix[PROTO_MAX_NAME + 1];
+        ReplyRequest rq;
 
-        proto_str_copy(m->prefix, prefix, sizeof(prefix));
-        if (!proto_prefix_valid(m->prefix.ptr, m->prefix.len)) {
-                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid name prefix", prefix);
+        if (!read_name(ctx, p, m, m->prefix, NAME_PREFIX, prefix))
                 return;
-        }
         if (!op_allowed(ctx, p, m, prefix)) {
                 fail(ctx, p, m, PROTO_STATUS_DENIED, "the policy does not let uid %u watch '%s'",
                      registry_peer_creds(p)->uid, prefix);
                 return;
         }
-        registry_subscribe(ctx->reg, p, m->id, prefix, ctx->changes);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_subscribe(ctx->reg, p, prefix, &rq.why, &rq.sink));
 }
 
 static void handle_group_join(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char group[PROTO_MAX_NAME + 1];
+        ReplyRequest rq;
 
-        proto_str_copy(m->group, group, sizeof(group));
-        if (!proto_name_valid(m->group.ptr, m->group.len)) {
-                fail(ctx, p, m, PROTO_STATUS_INVALID, "'%s' is not a valid group name", group);
+        if (!read_name(ctx, p, m, m->group, NAME_GROUP, group))
                 return;
-        }
         if (m->members == 0 || m->members > GROUP_MAX_MEMBERS) {
                 fail(ctx, p, m, PROTO_STATUS_INVALID, "a group has 1 to %d members", GROUP_MAX_MEMBERS);
                 return;
@@ -603,23 +625,34 @@ static void handle_group_join(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, in
                      registry_peer_creds(p)->uid, group);
                 return;
         }
-        registry_group_join(ctx->reg, p, m->id, group, (uint32_t)m->members, timeout_of(m), ctx->now_ms, ctx->changes);
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_group_join(ctx->reg, p, m->id, group, (uint32_t)m->members, timeout_of(m),
+                                                    ctx->now_ms, &rq.why, &rq.sink));
 }
 
 /* Operations that are one registry call, and the read-only views (inspect.c). */
 static void handle_release(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
-        registry_release(ctx->reg, p, m->id, m->buffer, ctx->changes);
+        ReplyRequest rq;
+
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_release(ctx->reg, p, m->buffer, &rq.why, &rq.sink));
 }
 
 static void handle_unmap(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
-        registry_unmap(ctx->reg, p, m->id, m->buffer, ctx->changes);
+        ReplyRequest rq;
+
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_unmap(ctx->reg, p, m->buffer, &rq.why, &rq.sink));
 }
 
 static void handle_unsubscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
-        registry_unsubscribe(ctx->reg, p, m->id, m->sub, ctx->changes);
+        ReplyRequest rq;
+
+        reply_request_init(&rq, ctx->out, p, m->id);
+        reply_request_done(&rq, registry_unsubscribe(ctx->reg, p, m->sub, &rq.why, &rq.sink));
 }
 
 #define INSPECT(fn)                                                                     \

@@ -17,8 +17,7 @@ typedef struct RequestCtx {
         ServerStats *stats;
         uint64_t now_ms;
         uint64_t broker_pidns;
-        Outbox *out;      /* the request layer's own replies (refusals, listings) */
-        RegSink *changes; /* the registry's: out, through the reply layer */
+        Outbox *out;      /* replies, refusals, listings and what registry operations change */
 } RequestCtx;
 
 /* Handles one request. fd is the frame's fd or -1; ownership passes to this function. */

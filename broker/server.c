@@ -87,7 +87,7 @@ static void retry_blocked_cb(uv_timer_t *t);
  * and every expiry the registry checks use that one clock, read once per loop iteration. */
 static RequestCtx request_ctx(Server *s)
 {
-        return (RequestCtx){ s->reg, s->policy, &s->stats, uv_now(&s->loop), s->pidns, &s->out, &s->changes };
+        return (RequestCtx){ s->reg, s->policy, &s->stats, uv_now(&s->loop), s->pidns, &s->out };
 }
 
 /* Polls the socket for writing only while frames wait for room in it. */
@@ -337,7 +337,7 @@ static void server_stop(Server *s)
         }
         /* Say why before hanging up: waiting requests get their answer, every peer a notice
          * addressed to its connection, so clients can tell a stop from a crash. */
-        registry_cancel_waits(s->reg, PROTO_STATUS_SHUTDOWN, "the broker is stopping", &s->changes);
+        registry_cancel_waits(s->reg, &s->changes);
         list_for_each(pos, &s->peers.open)
                 reply_error(&s->out, list_entry(pos, Peer, link)->reg, 0, PROTO_STATUS_SHUTDOWN,
                                     "the broker is stopping");

@@ -267,7 +267,7 @@ static bool claim_matches(RegBuffer *rb, uint64_t generation, uint32_t uid, Prot
 {
         ProtoMsg d;
 
-        registry_buffer_describe(rb, &d);
+        reply_buffer_describe(rb, &d);
         return d.generation == generation && d.uid == uid && d.kind == kind && proto_str_eq(d.name, name) &&
                d.state != PROTO_STATE_IDLE && !registry_buffer_ring_part(rb);
 }
@@ -656,7 +656,7 @@ static void compare(Model *M)
                 ProtoMsg d;
                 uint64_t refs = 0;
 
-                registry_peer_describe(p, &d);
+                reply_peer_describe(p, &d);
                 for (size_t i = 0; i < M->n_holds; i++)
                         if (M->holds[i].peer == p)
                                 refs += M->holds[i].refs;
@@ -677,7 +677,7 @@ static void compare(Model *M)
                 if (rb) {
                         ProtoMsg d;
 
-                        registry_buffer_describe(rb, &d);
+                        reply_buffer_describe(rb, &d);
                         CHECK_EQ(d.refs, refs);
                         CHECK_EQ(d.owner, b->owner ? registry_peer_id(b->owner) : 0);
                 } else {
@@ -721,7 +721,7 @@ static void op_add(Model *M, Input *in)
         if (M->slot[s])
                 return;
         r = registry_peer_add(M->e->r, &creds, M->e->now, NULL, &p, NULL);
-        if (r == PROTO_STATUS_QUOTA)
+        if (r > 0) /* a limit: too many connections, or no room in the memory budget */
                 return;
         CHECK_EQ(r, 0);
         M->slot[s] = p;
@@ -817,7 +817,7 @@ static void op_hello(Model *M, Input *in)
         if (h.n_gpus == 2 && (c & 8))
                 h.n_gpus = 1;
         if (registry_peer_said_hello(p))
-                CHECK_EQ(registry_peer_hello(M->e->r, p, &h, NULL), PROTO_STATUS_STATE);
+                CHECK_EQ(registry_peer_hello(M->e->r, p, &h, NULL), REG_E_HELLO_AGAIN);
         else
                 CHECK_EQ(registry_peer_hello(M->e->r, p, &h, NULL), 0);
 }
@@ -826,7 +826,7 @@ static uint64_t generation_of(RegBuffer *rb)
 {
         ProtoMsg d;
 
-        registry_buffer_describe(rb, &d);
+        reply_buffer_describe(rb, &d);
         return d.generation;
 }
 
@@ -892,7 +892,7 @@ static void op_publish(Model *M, Input *in, bool again)
                         a.fd = env_memfd(M->e, 4096);
         }
         q = pending_add(M, p, REQ_OTHER);
-        registry_publish(M->e->r, p, q->id, &a, &M->e->sink);
+        ENV_DO(M->e, p, q->id, registry_publish, &a);
         CHECK_EQ(a.fd, -1);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
@@ -910,7 +910,7 @@ static void op_publish(Model *M, Input *in, bool again)
                         *b = (Buf){ s->m.buffer, p, registry_buffer_by_id(M->e->r, s->m.buffer) ? a.info.kind : 0 };
                 if (!again && registry_buffer_by_id(M->e->r, s->m.buffer)) {
                         ProtoMsg dd;
-                        registry_buffer_describe(registry_buffer_by_id(M->e->r, s->m.buffer), &dd);
+                        reply_buffer_describe(registry_buffer_by_id(M->e->r, s->m.buffer), &dd);
                         b->kind = dd.kind;
                 }
                 CHECK(b->owner == p);
@@ -941,7 +941,7 @@ static void op_reclaim(Model *M, Input *in)
         a.buffer = (f & 0x80) ? 3000000u + (b & 7) : pick_buffer(M, b);
         rb = registry_buffer_by_id(M->e->r, a.buffer);
         if (rb)
-                registry_buffer_describe(rb, &d);
+                reply_buffer_describe(rb, &d);
         a.generation = rb && !(f & 1) ? d.generation : 1u + ((f >> 1) & 3);
         a.owner_uid = rb && !(f & 8) ? (uint32_t)d.uid : uids[(f >> 4) & 3];
         a.kind = rb && !(f & 16) ? d.kind : (ProtoKind)(1 + ((f >> 5) % 3));
@@ -954,7 +954,7 @@ static void op_reclaim(Model *M, Input *in)
                 if (M->claims[i].peer == p)
                         refs_now += M->claims[i].refs;
         q = pending_add(M, p, REQ_OTHER);
-        registry_reclaim(M->e->r, p, q->id, &a, &M->e->sink);
+        ENV_DO(M->e, p, q->id, registry_reclaim, &a);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         if (refs_now + a.refs > 6) { /* the fuzzer's refs_per_peer */
@@ -998,10 +998,9 @@ static void op_attach(Model *M, Input *in, bool by_id)
         q = pending_add(M, p, REQ_ATTACH);
         q->name = n % N_NAMES;
         if (by_id)
-                registry_attach(M->e->r, p, q->id, NULL, pick_buffer(M, n), 0, M->e->now, &M->e->sink);
+                ENV_DO(M->e, p, q->id, registry_attach, q->id, NULL, pick_buffer(M, n), 0, M->e->now);
         else
-                registry_attach(M->e->r, p, q->id, names[n % N_NAMES], 0, timeouts[t % 5], M->e->now,
-                                &M->e->sink);
+                ENV_DO(M->e, p, q->id, registry_attach, q->id, names[n % N_NAMES], 0, timeouts[t % 5], M->e->now);
         env_flush(M->e);
         if (!env_has_reply(M->e, p, q->id)) {
                 CHECK(!by_id && timeouts[t % 5] > 0);
@@ -1023,16 +1022,16 @@ static void op_buffer(Model *M, Input *in, int which)
         q = pending_add(M, p, REQ_OTHER);
         switch (which) {
         case 0:
-                registry_release(M->e->r, p, q->id, buf, &M->e->sink);
+                ENV_DO(M->e, p, q->id, registry_release, buf);
                 break;
         case 1:
-                registry_retire(M->e->r, p, q->id, buf, flags & 1, &M->e->sink);
+                ENV_DO(M->e, p, q->id, registry_retire, buf, flags & 1);
                 break;
         case 2:
-                registry_free_buffer(M->e->r, p, q->id, buf, flags & 1, &M->e->sink);
+                ENV_DO(M->e, p, q->id, registry_free_buffer, buf, flags & 1);
                 break;
         default:
-                registry_unmap(M->e->r, p, q->id, buf, &M->e->sink);
+                ENV_DO(M->e, p, q->id, registry_unmap, buf);
                 break;
         }
         env_flush(M->e);
@@ -1075,7 +1074,7 @@ static void op_subscribe(Model *M, Input *in, bool unsub)
                 uint64_t sub = M->n_subs && x < 200 ? M->subs[x % M->n_subs].id : 777777;
                 bool mine = sub_owned(M, p, sub);
 
-                registry_unsubscribe(M->e->r, p, q->id, sub, &M->e->sink);
+                ENV_DO(M->e, p, q->id, registry_unsubscribe, sub);
                 env_flush(M->e);
                 s = env_reply(M->e, p, q->id);
                 CHECK_EQ(s->m.status == PROTO_STATUS_OK, mine);
@@ -1083,7 +1082,7 @@ static void op_subscribe(Model *M, Input *in, bool unsub)
                         if (M->subs[i].id == sub)
                                 M->subs[i] = M->subs[--M->n_subs];
         } else {
-                registry_subscribe(M->e->r, p, q->id, prefixes[x % 5], &M->e->sink);
+                ENV_DO(M->e, p, q->id, registry_subscribe, prefixes[x % 5]);
                 env_flush(M->e);
                 s = env_reply(M->e, p, q->id);
                 if (s->m.status == PROTO_STATUS_OK) {
@@ -1104,8 +1103,7 @@ static void op_join(Model *M, Input *in)
                 return;
         q = pending_add(M, p, REQ_JOIN);
         q->group = g % 2;
-        registry_group_join(M->e->r, p, q->id, groups[g % 2], 1 + (g >> 1) % 4, 1 + t * 7u, M->e->now,
-                            &M->e->sink);
+        ENV_DO(M->e, p, q->id, registry_group_join, q->id, groups[g % 2], 1 + (g >> 1) % 4, 1 + t * 7u, M->e->now);
         env_flush(M->e);
         if (!env_has_reply(M->e, p, q->id))
                 q->waiting = true;
@@ -1117,7 +1115,7 @@ static void op_time(Model *M, Input *in)
         uint8_t t = take(in);
 
         if (t == 0xff) {
-                registry_cancel_waits(M->e->r, PROTO_STATUS_SHUTDOWN, "stopping", &M->e->sink);
+                registry_cancel_waits(M->e->r, &M->e->sink);
                 env_flush(M->e);
                 for (size_t i = 0; i < M->e->n_sent; i++)
                         CHECK_EQ(M->e->sent[i].m.status, PROTO_STATUS_SHUTDOWN);
@@ -1218,7 +1216,7 @@ static void op_ring_create(Model *M, Input *in)
                 if (!M->in_grace)
                         ring_unreserve(M, ri);
         }
-        registry_ring_create(M->e->r, p, q->id, &spec, &M->e->sink);
+        ENV_DO(M->e, p, q->id, registry_ring_create, &spec);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         CHECK_EQ(s->m.status, want);
@@ -1297,7 +1295,7 @@ static bool ring_part_do(Model *M, RegPeer *p, int ri, uint32_t index, RegPublis
                 want = PROTO_STATUS_OK;
         a->fd = env_memfd(M->e, 4096);
         q = pending_add(M, p, REQ_OTHER);
-        registry_ring_part(M->e->r, p, q->id, ring_names[ri], index, a, &M->e->sink);
+        ENV_DO(M->e, p, q->id, registry_ring_part, ring_names[ri], index, a);
         CHECK_EQ(a->fd, -1);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
@@ -1422,7 +1420,7 @@ static void op_ring_join(Model *M, Input *in)
                 else
                         want = PROTO_STATUS_OK;
                 q = pending_add(M, p, REQ_OTHER);
-                registry_ring_rejoin(M->e->r, p, q->id, ring_names[ri], index, epoch, &M->e->sink);
+                ENV_DO(M->e, p, q->id, registry_ring_rejoin, ring_names[ri], index, epoch);
                 env_flush(M->e);
                 s = env_reply(M->e, p, q->id);
                 CHECK_EQ(s->m.status, want);
@@ -1460,7 +1458,7 @@ static void op_ring_join(Model *M, Input *in)
         else
                 want = PROTO_STATUS_OK;
         q = pending_add(M, p, REQ_OTHER);
-        registry_ring_join(M->e->r, p, q->id, ring_names[ri], &M->e->sink);
+        ENV_DO(M->e, p, q->id, registry_ring_join, ring_names[ri]);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         CHECK_EQ(s->m.status, want);
@@ -1505,7 +1503,7 @@ static void op_ring_leave(Model *M, Input *in)
         if (seat >= 0)
                 seat_vacate(M, ri, (uint32_t)seat, false);
         q = pending_add(M, p, REQ_OTHER);
-        registry_ring_leave(M->e->r, p, q->id, ring_names[ri], &M->e->sink);
+        ENV_DO(M->e, p, q->id, registry_ring_leave, ring_names[ri]);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         CHECK_EQ(s->m.status, seat >= 0 ? PROTO_STATUS_OK : PROTO_STATUS_NOT_FOUND);
@@ -1542,7 +1540,7 @@ static void op_ring_evict(Model *M, Input *in)
                 seat_vacate(M, ri, index, true);
         }
         q = pending_add(M, p, REQ_OTHER);
-        registry_ring_evict(M->e->r, p, q->id, ring_names[ri], index, epoch, &M->e->sink);
+        ENV_DO(M->e, p, q->id, registry_ring_evict, ring_names[ri], index, epoch);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         CHECK_EQ(s->m.status, want);
@@ -1564,7 +1562,7 @@ static void op_ring_close(Model *M, Input *in)
         if (want == PROTO_STATUS_OK)
                 ring_forget(M, ri);
         q = pending_add(M, p, REQ_OTHER);
-        registry_ring_close(M->e->r, p, q->id, ring_names[ri], &M->e->sink);
+        ENV_DO(M->e, p, q->id, registry_ring_close, ring_names[ri]);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         CHECK_EQ(s->m.status, want);
@@ -1602,10 +1600,10 @@ static void op_ring_attach(Model *M, Input *in)
         if (!p)
                 return;
         if (rb)
-                registry_buffer_describe(rb, &d);
+                reply_buffer_describe(rb, &d);
         live = rb && d.state == PROTO_STATE_LIVE;
         q = pending_add(M, p, REQ_ATTACH);
-        registry_attach(M->e->r, p, q->id, NULL, buffer, 0, M->e->now, &M->e->sink);
+        ENV_DO(M->e, p, q->id, registry_attach, q->id, NULL, buffer, 0, M->e->now);
         env_flush(M->e);
         s = env_reply(M->e, p, q->id);
         if (part && live && d.kind == PROTO_KIND_MEMFD) {

@@ -63,7 +63,7 @@ static inline void audit_part_attach_rules(const Registry *r)
                 list_for_each(pp, &r->peers) {
                         const RegPeer *p = list_entry(pp, RegPeer, link);
 
-                        CHECK_EQ(reg_ring_may_attach(b, p, &why), audit_part_attachable(b, p));
+                        CHECK_EQ(reg_ring_attach_check(b, p, &why) == 0, audit_part_attachable(b, p));
                 }
         }
 }

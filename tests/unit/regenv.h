@@ -181,7 +181,7 @@ static inline bool env_has_views(Env *e, uint64_t segment)
         for (RegBuffer *b = registry_buffer_after(e->r, 0); b; b = registry_buffer_next(e->r, b)) {
                 ProtoMsg m;
 
-                registry_buffer_describe(b, &m);
+                reply_buffer_describe(b, &m);
                 if (proto_has(&m, PF_SEGMENT) && m.segment == segment)
                         return true;
         }
@@ -201,7 +201,7 @@ static inline void env_check(Env *e)
                 HolderSum hs = { 0 };
                 ProtoMsg m;
 
-                registry_buffer_describe(b, &m);
+                reply_buffer_describe(b, &m);
                 CHECK(registry_buffer_by_id(e->r, m.buffer) == b);
                 registry_buffer_holders(b, env_sum_holder, &hs);
                 CHECK_EQ(hs.refs, m.refs);
@@ -233,7 +233,7 @@ static inline void env_check(Env *e)
                         ProtoMsg sm;
 
                         CHECK(sb);
-                        registry_buffer_describe(sb, &sm);
+                        reply_buffer_describe(sb, &sm);
                         CHECK(!proto_has(&sm, PF_SEGMENT));
                         CHECK_EQ(sm.kind, m.kind);
                         CHECK_EQ(sm.owner, m.owner);
@@ -244,7 +244,7 @@ static inline void env_check(Env *e)
         for (RegPeer *p = registry_peer_first(e->r); p; p = registry_peer_next(e->r, p)) {
                 ProtoMsg m;
 
-                registry_peer_describe(p, &m);
+                reply_peer_describe(p, &m);
                 CHECK(!registry_peer_lost(p)); /* every frame for it could be built */
                 CHECK_EQ(m.peer, registry_peer_id(p));
                 peer_refs += m.refs;
@@ -340,6 +340,32 @@ static inline void env_free(Env *e)
         env_fini(e);
         free(e);
 }
+
+/* ---- operations ---- */
+
+/* What an operation returned: a failure's code has its facts in why, and a status of its own in the
+ * reply layer's table (a code without one would be answered as a mere `invalid`). */
+static inline void env_check_result(const ReplyRequest *rq, int r)
+{
+        if (r > 0) {
+                CHECK_EQ(rq->why.code, (RegWhyCode)r);
+                CHECK(reply_status(rq->why.code) != PROTO_STATUS_OK);
+        }
+}
+
+/* Runs registry operation OP (its arguments after the peer: ...) as request id of peer p, the way
+ * broker/request.c does: its changes go to the reply layer for this request, and what it returns
+ * becomes the reply (a code's status and text; -ENOMEM cuts p off). */
+#define ENV_DO(e, p, id, OP, ...)                                                  \
+        do {                                                                       \
+                ReplyRequest rq_;                                                  \
+                int r_;                                                            \
+                                                                                   \
+                reply_request_init(&rq_, &(e)->out, (p), (id));                    \
+                r_ = OP((e)->r, (p), __VA_ARGS__, &rq_.why, &rq_.sink);            \
+                env_check_result(&rq_, r_);                                        \
+                reply_request_done(&rq_, r_);                                      \
+        } while (0)
 
 /* ---- peers ---- */
 

@@ -110,7 +110,7 @@ static Sent *ring_create(Env *e, RegPeer *p, const RegRingSpec *spec)
 {
         uint64_t id = next_req++;
 
-        registry_ring_create(e->r, p, id, spec, &e->sink);
+        ENV_DO(e, p, id, registry_ring_create, spec);
         flush(e);
         return env_reply(e, p, id);
 }
@@ -139,7 +139,7 @@ static Sent *ring_part(Env *e, RegPeer *p, const char *ring, uint32_t index, Par
         a.info.broker_held = o.held;
         a.retire_after = o.retire_after;
         a.fd = env_memfd(e, 4096); /* the registry never looks inside; broker/request.c checks fds */
-        registry_ring_part(e->r, p, id, ring, index, &a, &e->sink);
+        ENV_DO(e, p, id, registry_ring_part, ring, index, &a);
         CHECK_EQ(a.fd, -1); /* taken in every case */
         flush(e);
         return env_reply(e, p, id);
@@ -168,7 +168,7 @@ static Sent *ring_join(Env *e, RegPeer *p, const char *ring)
 {
         uint64_t id = next_req++;
 
-        registry_ring_join(e->r, p, id, ring, &e->sink);
+        ENV_DO(e, p, id, registry_ring_join, ring);
         flush(e);
         return env_reply(e, p, id);
 }
@@ -177,7 +177,7 @@ static Sent *ring_rejoin(Env *e, RegPeer *p, const char *ring, uint32_t index, u
 {
         uint64_t id = next_req++;
 
-        registry_ring_rejoin(e->r, p, id, ring, index, epoch, &e->sink);
+        ENV_DO(e, p, id, registry_ring_rejoin, ring, index, epoch);
         flush(e);
         return env_reply(e, p, id);
 }
@@ -186,7 +186,7 @@ static Sent *ring_leave(Env *e, RegPeer *p, const char *ring)
 {
         uint64_t id = next_req++;
 
-        registry_ring_leave(e->r, p, id, ring, &e->sink);
+        ENV_DO(e, p, id, registry_ring_leave, ring);
         flush(e);
         return env_reply(e, p, id);
 }
@@ -195,7 +195,7 @@ static Sent *ring_evict(Env *e, RegPeer *p, const char *ring, uint32_t index, ui
 {
         uint64_t id = next_req++;
 
-        registry_ring_evict(e->r, p, id, ring, index, epoch, &e->sink);
+        ENV_DO(e, p, id, registry_ring_evict, ring, index, epoch);
         flush(e);
         return env_reply(e, p, id);
 }
@@ -204,7 +204,7 @@ static Sent *ring_close(Env *e, RegPeer *p, const char *ring)
 {
         uint64_t id = next_req++;
 
-        registry_ring_close(e->r, p, id, ring, &e->sink);
+        ENV_DO(e, p, id, registry_ring_close, ring);
         flush(e);
         return env_reply(e, p, id);
 }
@@ -213,7 +213,7 @@ static Sent *attach_id(Env *e, RegPeer *p, uint64_t buffer)
 {
         uint64_t id = next_req++;
 
-        registry_attach(e->r, p, id, NULL, buffer, 0, e->now, &e->sink);
+        ENV_DO(e, p, id, registry_attach, id, NULL, buffer, 0, e->now);
         flush(e);
         return env_reply(e, p, id);
 }
@@ -222,7 +222,7 @@ static Sent *release(Env *e, RegPeer *p, uint64_t buffer)
 {
         uint64_t id = next_req++;
 
-        registry_release(e->r, p, id, buffer, &e->sink);
+        ENV_DO(e, p, id, registry_release, buffer);
         flush(e);
         return env_reply(e, p, id);
 }
@@ -254,7 +254,7 @@ static uint64_t refs_of(Env *e, uint64_t buffer)
         ProtoMsg m;
 
         CHECK(b);
-        registry_buffer_describe(b, &m);
+        reply_buffer_describe(b, &m);
         return m.refs;
 }
 
@@ -391,7 +391,7 @@ static void check_let_go(Env *e, RegPeer *P, const Shape *s, const uint64_t *ids
                 }
                 CHECK(g->parts[idx[k]] == NULL); /* the seat waits for new ones */
                 CHECK(b && registry_buffer_ring_part(b));
-                registry_buffer_describe(b, &d);
+                reply_buffer_describe(b, &d);
                 CHECK_EQ(d.owner, registry_peer_id(P));
                 CHECK_EQ(d.state, PROTO_STATE_LIVE);
                 CHECK(registry_buffer_by_name(e->r, registry_buffer_name(b)) != b);
@@ -429,7 +429,7 @@ static void free_old_parts(Env *e, RegPeer *P, const uint64_t *old, uint32_t n)
         for (uint32_t k = 0; k < n; k++) {
                 uint64_t id = next_req++;
 
-                registry_free_buffer(e->r, P, id, old[k], false, &e->sink);
+                ENV_DO(e, P, id, registry_free_buffer, old[k], false);
                 flush(e);
                 env_check_status(env_reply(e, P, id), PROTO_STATUS_OK);
                 CHECK(registry_buffer_by_id(e->r, old[k]) == NULL);
@@ -547,7 +547,7 @@ static void ring_lifecycle(const Shape *s)
 
         /* The producer frees the old parts: B still holds its old page, which goes once B lets go
          * (the producer hears it drained); the counters nobody held go at once. */
-        registry_free_buffer(e->r, P, next_req, old[0], false, &e->sink);
+        ENV_DO(e, P, next_req, registry_free_buffer, old[0], false);
         flush(e);
         env_check_status(env_reply(e, P, next_req++), PROTO_STATUS_OK);
         CHECK(registry_buffer_by_id(e->r, old[0]));
@@ -781,7 +781,7 @@ static void test_ring_evict(void)
 
         ring_setup(e, P, s, ids);
         pub.fd = env_memfd(e, 4096);
-        registry_publish(e->r, P, next_req++, &pub, &e->sink);
+        ENV_DO(e, P, next_req++, registry_publish, &pub);
         flush(e);
         other = e->sent[0].m.buffer;
         epoch_a = join_ok(e, A, P, s, ids, 0);
@@ -844,9 +844,9 @@ static void test_ring_evict(void)
         epoch_a = join_ok(e, A, P, s, ids, 0);
         env_check_status(attach_id(e, A, ids[1]), PROTO_STATUS_OK);
         env_check_status(attach_id(e, A, ids[page_of(s, 0)]), PROTO_STATUS_OK);
-        registry_retire(e->r, P, next_req++, ids[1], false, &e->sink);
+        ENV_DO(e, P, next_req++, registry_retire, ids[1], false);
         flush(e);
-        registry_free_buffer(e->r, P, next_req++, ids[page_of(s, 0)], false, &e->sink);
+        ENV_DO(e, P, next_req++, registry_free_buffer, ids[page_of(s, 0)], false);
         flush(e);
         CHECK_EQ(env_count_events(e, P, PROTO_EV_DRAINED), 0);
         CHECK_EQ(refs_of(e, ids[page_of(s, 0)]), 1);
@@ -960,7 +960,7 @@ static void test_ring_quotas(void)
         s.members = 1; /* 3 parts: with the ring, 4 buffers */
         ring_setup(e, P, &s, ids);
         pub.fd = env_memfd(e, 4096);
-        registry_publish(e->r, Q, next_req++, &pub, &e->sink);
+        ENV_DO(e, Q, next_req++, registry_publish, &pub);
         flush(e);
         env_check_status(&e->sent[0], PROTO_STATUS_OK);
         extra = e->sent[0].m.buffer;
@@ -969,7 +969,7 @@ static void test_ring_quotas(void)
         r = ring_create(e, Q, &spec);
         env_check_status(r, PROTO_STATUS_QUOTA);
         CHECK(env_msg_has(r, "a ring counts as one"));
-        registry_free_buffer(e->r, Q, next_req++, extra, false, &e->sink);
+        ENV_DO(e, Q, next_req++, registry_free_buffer, extra, false);
         flush(e);
         ring_create_ok(e, Q, &s); /* 5 */
         r = ring_part(e, Q, s.name, 0, part_for(&s, 0));
@@ -980,7 +980,7 @@ static void test_ring_quotas(void)
         ids[3] = ring_part_ok(e, Q, &s, 0);
         env_check_status(ring_part(e, Q, s.name, 1, part_for(&s, 1)), PROTO_STATUS_QUOTA);
         for (uint32_t i = 0; i < 3; i++) {
-                registry_free_buffer(e->r, P, next_req++, ids[i], false, &e->sink);
+                ENV_DO(e, P, next_req++, registry_free_buffer, ids[i], false);
                 flush(e);
         }
         ring_part_ok(e, Q, &s, 1);
@@ -1015,7 +1015,7 @@ static void test_ring_names(void)
         Sent *r;
 
         pub.fd = env_memfd(e, 4096);
-        registry_publish(e->r, Q, next_req++, &pub, &e->sink);
+        ENV_DO(e, Q, next_req++, registry_publish, &pub);
         flush(e);
         env_check_status(&e->sent[0], PROTO_STATUS_OK);
         ring_create_ok(e, P, &backpressure); /* a buffer of that name is no ring */
@@ -1040,7 +1040,7 @@ static void test_ring_part_freed(void)
         ring_setup(e, P, s, ids);
         join_ok(e, A, P, s, ids, 0);
         env_check_status(attach_id(e, A, ids[2]), PROTO_STATUS_OK);
-        registry_free_buffer(e->r, P, next_req++, ids[2], false, &e->sink);
+        ENV_DO(e, P, next_req++, registry_free_buffer, ids[2], false);
         flush(e);
         env_check_status(release(e, A, ids[2]), PROTO_STATUS_OK); /* the last reference: now it goes */
         CHECK_EQ(env_count_events(e, A, PROTO_EV_FREED), 1);
@@ -1160,7 +1160,7 @@ static void test_ring_seat_claims(void)
         spec.restored = true;
         spec.next_epoch = 6;
         spec.epochs = epochs;
-        registry_ring_create(e->r, P, 77, &spec, &e->sink);
+        ENV_DO(e, P, 77, registry_ring_create, &spec);
         flush(e);
         reply = env_reply(e, P, 77);
         env_check_status(reply, PROTO_STATUS_OK);
@@ -1201,7 +1201,7 @@ static void test_ring_part_refuses_claims(void)
         Part part;
         Sent *r;
 
-        registry_reclaim(e->r, C, 55, &rec, &e->sink);
+        ENV_DO(e, C, 55, registry_reclaim, &rec);
         flush(e);
         CHECK(env_reply(e, C, 55)->m.pending);
         CHECK_EQ(gauges(e).claims_pending, 1);
@@ -1300,7 +1300,7 @@ static void test_ring_part_never_adopts(void)
         Sent *r;
 
         pub.fd = env_memfd(e, 4096);
-        registry_publish(e->r, P1, next_req++, &pub, &e->sink);
+        ENV_DO(e, P1, next_req++, registry_publish, &pub);
         flush(e);
         env_check_status(&e->sent[0], PROTO_STATUS_OK);
         generation = e->sent[0].m.generation;
@@ -1315,7 +1315,7 @@ static void test_ring_part_never_adopts(void)
         r = ring_part(e, P2, s->name, 0, part);
         env_check_status(r, PROTO_STATUS_KEY_TAKEN);
         CHECK_EQ(gauges(e).orphaned, 1); /* still the broker's */
-        registry_buffer_describe(registry_buffer_by_id(e->r, 77), &d);
+        reply_buffer_describe(registry_buffer_by_id(e->r, 77), &d);
         CHECK_EQ(d.owner, 0);
         part.restored = false;
         env_check_status(ring_part(e, P2, s->name, 0, part), PROTO_STATUS_KEY_TAKEN);

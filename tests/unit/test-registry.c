@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "regenv.h"
+#include "reply-text.h"
 
 static uint64_t next_req = 1;
 
@@ -63,7 +64,7 @@ static Sent *publish(Env *e, RegPeer *p, Pub o)
         a.info.writable = true;
         a.info.broker_held = o.held;
         a.retire_after = o.retire_after;
-        registry_publish(e->r, p, id, &a, &e->sink);
+        ENV_DO(e, p, id, registry_publish, &a);
         CHECK_EQ(a.fd, -1); /* taken in every case */
         env_flush(e);
         return env_reply(e, p, id);
@@ -84,7 +85,7 @@ static uint64_t attach_name(Env *e, RegPeer *p, const char *name, uint32_t timeo
 {
         uint64_t id = next_req++;
 
-        registry_attach(e->r, p, id, name, 0, timeout, e->now, &e->sink);
+        ENV_DO(e, p, id, registry_attach, id, name, 0, timeout, e->now);
         env_flush(e);
         return id;
 }
@@ -93,7 +94,7 @@ static uint64_t attach_id(Env *e, RegPeer *p, uint64_t buffer)
 {
         uint64_t id = next_req++;
 
-        registry_attach(e->r, p, id, NULL, buffer, 0, e->now, &e->sink);
+        ENV_DO(e, p, id, registry_attach, id, NULL, buffer, 0, e->now);
         env_flush(e);
         return id;
 }
@@ -111,7 +112,7 @@ static Sent *release(Env *e, RegPeer *p, uint64_t buffer)
 {
         uint64_t id = next_req++;
 
-        registry_release(e->r, p, id, buffer, &e->sink);
+        ENV_DO(e, p, id, registry_release, buffer);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -120,7 +121,7 @@ static Sent *retire(Env *e, RegPeer *p, uint64_t buffer, bool admin)
 {
         uint64_t id = next_req++;
 
-        registry_retire(e->r, p, id, buffer, admin, &e->sink);
+        ENV_DO(e, p, id, registry_retire, buffer, admin);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -129,7 +130,7 @@ static Sent *free_buf(Env *e, RegPeer *p, uint64_t buffer, bool admin)
 {
         uint64_t id = next_req++;
 
-        registry_free_buffer(e->r, p, id, buffer, admin, &e->sink);
+        ENV_DO(e, p, id, registry_free_buffer, buffer, admin);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -138,7 +139,7 @@ static Sent *unmap(Env *e, RegPeer *p, uint64_t buffer)
 {
         uint64_t id = next_req++;
 
-        registry_unmap(e->r, p, id, buffer, &e->sink);
+        ENV_DO(e, p, id, registry_unmap, buffer);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -147,7 +148,7 @@ static Sent *subscribe(Env *e, RegPeer *p, const char *prefix)
 {
         uint64_t id = next_req++;
 
-        registry_subscribe(e->r, p, id, prefix, &e->sink);
+        ENV_DO(e, p, id, registry_subscribe, prefix);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -156,7 +157,7 @@ static Sent *unsubscribe(Env *e, RegPeer *p, uint64_t sub)
 {
         uint64_t id = next_req++;
 
-        registry_unsubscribe(e->r, p, id, sub, &e->sink);
+        ENV_DO(e, p, id, registry_unsubscribe, sub);
         env_flush(e);
         return env_reply(e, p, id);
 }
@@ -165,7 +166,7 @@ static uint64_t join(Env *e, RegPeer *p, const char *group, uint32_t members, ui
 {
         uint64_t id = next_req++;
 
-        registry_group_join(e->r, p, id, group, members, timeout, e->now, &e->sink);
+        ENV_DO(e, p, id, registry_group_join, id, group, members, timeout, e->now);
         env_flush(e);
         return id;
 }
@@ -191,7 +192,7 @@ static ProtoState state_of(Env *e, uint64_t buffer)
         ProtoMsg m;
 
         CHECK(b);
-        registry_buffer_describe(b, &m);
+        reply_buffer_describe(b, &m);
         return m.state;
 }
 
@@ -201,7 +202,7 @@ static uint64_t refs_of(Env *e, uint64_t buffer)
         ProtoMsg m;
 
         CHECK(b);
-        registry_buffer_describe(b, &m);
+        reply_buffer_describe(b, &m);
         return m.refs;
 }
 
@@ -575,7 +576,7 @@ static void test_republish_idle(void)
         CHECK_EQ(env_held_fds(e), held);
         CHECK_EQ(gauges(e).buffers, 2); /* this one and C's "taken" */
         CHECK_EQ(registry_counters(e->r)->republishes, 1);
-        registry_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
+        reply_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
         CHECK_EQ(m.state, PROTO_STATE_LIVE);
         CHECK(m.meta.len == sizeof(meta1) && memcmp(m.meta.ptr, meta1, sizeof(meta1)) == 0);
         /* The consumer kept its mapping: the fd does not travel again. */
@@ -593,19 +594,19 @@ static void test_republish_idle(void)
         CHECK_EQ(env_held_fds(e), held);
         CHECK(registry_buffer_by_name(e->r, "slot/renamed") == registry_buffer_by_id(e->r, buf));
         CHECK(registry_buffer_by_name(e->r, "slot/0") == NULL);
-        registry_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
+        reply_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
         CHECK(m.meta.len == sizeof(meta2) && memcmp(m.meta.ptr, meta2, sizeof(meta2)) == 0);
         CHECK(proto_str_eq(m.name, "slot/renamed"));
 
         /* Publishing again without metadata keeps it; with an empty map clears it. */
         retire(e, P, buf, false);
         env_check_status(publish(e, P, (Pub){ .name = "slot/renamed", .buffer = buf }), PROTO_STATUS_OK);
-        registry_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
+        reply_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
         CHECK(proto_has(&m, PF_META) && m.meta.len == sizeof(meta2));
         retire(e, P, buf, false);
         env_check_status(publish(e, P, (Pub){ .name = "slot/renamed", .buffer = buf, .clear_meta = true }),
                          PROTO_STATUS_OK);
-        registry_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
+        reply_buffer_describe(registry_buffer_by_id(e->r, buf), &m);
         CHECK(!proto_has(&m, PF_META));
 
         /* Republishing under a name the same producer has live replaces that buffer. */
@@ -914,8 +915,8 @@ static void test_orphan_takeover(void)
         env_free(e);
 }
 
-/* registry_cancel_waits (broker shutdown) answers every pending attach and group join with the given status and
- * text. */
+/* registry_cancel_waits (broker shutdown) answers every pending attach and group join with
+ * shutdown, saying the broker is stopping. */
 static void test_cancel_waits(void)
 {
         Env *e = env_new(NULL);
@@ -930,7 +931,7 @@ static void test_cancel_waits(void)
         j2 = join(e, B, "g", 3, 1000);
         j3 = join(e, B, "h", 2, 1000);
         CHECK_EQ(gauges(e).waits, 5);
-        registry_cancel_waits(e->r, PROTO_STATUS_SHUTDOWN, "the broker is stopping", &e->sink);
+        registry_cancel_waits(e->r, &e->sink);
         CHECK_EQ(env_flush(e), 5);
         s = env_reply(e, A, w1);
         env_check_status(s, PROTO_STATUS_SHUTDOWN);
@@ -945,7 +946,7 @@ static void test_cancel_waits(void)
         CHECK_EQ(registry_next_deadline(e->r), UINT64_MAX);
         CHECK_EQ(expire(e, 5000), 0);
         /* Nothing pending: nothing to say. */
-        registry_cancel_waits(e->r, PROTO_STATUS_SHUTDOWN, "again", &e->sink);
+        registry_cancel_waits(e->r, &e->sink);
         CHECK_EQ(env_flush(e), 0);
         env_free(e);
 }
@@ -1080,10 +1081,12 @@ static void test_quotas(void)
         {
                 RegWhy why = { REG_WHY_NONE };
 
-                CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, &why), PROTO_STATUS_QUOTA);
+                CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, &why),
+                         REG_E_CONNECTIONS_PER_UID);
                 CHECK_EQ(why.code, REG_E_CONNECTIONS_PER_UID);
-                CHECK_EQ(why.n[0], 1000); /* the uid */
-                CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, NULL), PROTO_STATUS_QUOTA);
+                CHECK_EQ(why.connections_per_uid.uid, 1000);
+                CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &x, NULL),
+                         REG_E_CONNECTIONS_PER_UID);
         }
         CHECK(x == (RegPeer *)0x1);
 
@@ -1131,9 +1134,9 @@ static void test_quotas(void)
         {
                 RegWhy why = { REG_WHY_NONE };
 
-                CHECK_EQ(registry_peer_add(e->r, &creds, 0, NULL, &x, &why), PROTO_STATUS_QUOTA);
+                CHECK_EQ(registry_peer_add(e->r, &creds, 0, NULL, &x, &why), REG_E_CONNECTIONS_LIMIT);
                 CHECK_EQ(why.code, REG_E_CONNECTIONS_LIMIT);
-                CHECK_EQ(why.n[0], 6); /* the limit */
+                CHECK_EQ(why.connections_limit.limit, 6);
         }
         /* A departure frees the slot, and the uid's buffers stay charged to the uid. */
         env_remove(e, P2);
@@ -1368,12 +1371,12 @@ static void test_legacy_same_pid_declared(void)
         CHECK(proto_has(&s->m, PF_SELF_PID));
         CHECK_EQ(s->m.self_pid, 1);
         /* Listings: the PID each sees for itself, the kernel's where known, and the declared /dev/shm. */
-        registry_peer_describe(C, &m);
+        reply_peer_describe(C, &m);
         CHECK(m.pidns_declared);
         CHECK_EQ(m.self_pid, 1);
         CHECK_EQ(m.shm_dev, 26);
         CHECK_EQ(m.shm_ino, 1);
-        registry_peer_describe(V, &m);
+        reply_peer_describe(V, &m);
         CHECK_EQ(m.self_pid, 12);
         CHECK(!proto_has(&m, PF_SHM_DEV));
         env_free(e);
@@ -1390,9 +1393,9 @@ static void test_pidns_declared_in_listings(void)
 
         env_hello(e, C, 111, "inside", 1, gpu);
         env_hello(e, D, 333, "declared", 1, gpu);
-        registry_peer_describe(C, &m);
+        reply_peer_describe(C, &m);
         CHECK(!m.pidns_declared && proto_has(&m, PF_PIDNS_DECLARED));
-        registry_peer_describe(D, &m);
+        reply_peer_describe(D, &m);
         CHECK(m.pidns_declared);
         CHECK_EQ(m.pidns, 333);
         env_free(e);
@@ -1461,8 +1464,8 @@ static void test_hello(void)
 
         CHECK(!registry_peer_said_hello(p));
         env_hello(e, p, 5, "camera-producer", 2, gpus);
-        CHECK_EQ(registry_peer_hello(e->r, p, &h, NULL), PROTO_STATUS_STATE);
-        registry_peer_describe(p, &m);
+        CHECK_EQ(registry_peer_hello(e->r, p, &h, NULL), REG_E_HELLO_AGAIN);
+        reply_peer_describe(p, &m);
         CHECK(proto_str_eq(m.label, "camera-producer"));
         CHECK_EQ(m.n_gpus, 2);
         CHECK(proto_str_eq(m.gpus[1], "GPU-2"));
@@ -1474,7 +1477,7 @@ static void test_hello(void)
         label[sizeof(label) - 1] = 0;
         p = env_peer(e, 1000, 11, 0);
         env_hello(e, p, 42, label, 0, NULL);
-        registry_peer_describe(p, &m);
+        reply_peer_describe(p, &m);
         CHECK_EQ(m.label.len, PROTO_MAX_LABEL);
         CHECK_EQ(m.pidns, 42);
         CHECK_EQ(registry_peer_creds(p)->pid, 11);
@@ -1513,14 +1516,17 @@ static Sent *reclaim(Env *e, RegPeer *p, Rec o)
                          .owner_uid = o.uid, .name = o.name, .kind = PROTO_KIND_MEMFD };
         uint64_t id = next_req++;
 
-        registry_reclaim(e->r, p, id, &a, &e->sink);
+        ENV_DO(e, p, id, registry_reclaim, &a);
         env_flush(e);
         return env_reply(e, p, id);
 }
 
-/* What the registry says, before any frame: a sink that keeps the changes (their codes and facts;
- * the strings they borrow are not kept). */
+/* What the registry says, before any frame: what an operation returned (a failure's code, its facts
+ * in why) and a sink that keeps the changes it emitted (the strings they borrow are not read: they
+ * may be gone once the operation returns). */
 typedef struct Said {
+        int result;
+        RegWhy why;
         RegChange c[8];
         size_t n;
 } Said;
@@ -1531,7 +1537,6 @@ static void keep_change(void *ctx, const RegChange *c)
 
         CHECK(said->n < 8);
         said->c[said->n] = *c;
-        memset(said->c[said->n].why.s, 0, sizeof(said->c[said->n].why.s));
         said->n++;
 }
 
@@ -1542,7 +1547,7 @@ static Said reclaim_said(Env *e, RegPeer *p, Rec o)
         Said said = { .n = 0 };
         RegSink sink = { keep_change, &said };
 
-        registry_reclaim(e->r, p, next_req++, &a, &sink);
+        said.result = registry_reclaim(e->r, p, &a, &said.why, &sink);
         return said;
 }
 
@@ -1560,28 +1565,28 @@ static void test_reclaim_results(void)
         gen = env_reply(e, P, next_req - 1)->m.generation;
 
         said = reclaim_said(e, C, (Rec){ buf, gen, 5, 1000, "said/once" });
-        CHECK_EQ(said.n, 1);
-        CHECK_EQ(said.c[0].type, REG_CH_REPLY);
-        CHECK_EQ(said.c[0].status, PROTO_STATUS_REVOKED);
-        CHECK_EQ(said.c[0].why.code, REG_E_CLAIM_RETIRE_AFTER);
-        CHECK_EQ(said.c[0].why.n[0], buf);
-        CHECK_EQ(said.c[0].why.n[1], 1); /* retire_after */
-        CHECK_EQ(said.c[0].why.n[2], 0); /* attaches so far */
-        CHECK_EQ(said.c[0].why.n[3], 5); /* references nobody vouches for */
+        CHECK_EQ(said.n, 0); /* a failure changes nothing */
+        CHECK_EQ(said.result, REG_E_CLAIM_RETIRE_AFTER);
+        CHECK_EQ(said.why.code, REG_E_CLAIM_RETIRE_AFTER);
+        CHECK_EQ(reply_status(said.why.code), PROTO_STATUS_REVOKED);
+        CHECK_EQ(said.why.claim_retire_after.buffer, buf);
+        CHECK_EQ(said.why.claim_retire_after.retire_after, 1);
+        CHECK_EQ(said.why.claim_retire_after.attaches, 0);
+        CHECK_EQ(said.why.claim_retire_after.unvouched, 5); /* references nobody vouches for */
         CHECK_EQ(refs_of(e, buf), 0);
 
         said = reclaim_said(e, C, (Rec){ buf, gen, 1, 1000, "said/once" });
+        CHECK_EQ(said.result, 0);
         CHECK_EQ(said.n, 1);
-        CHECK_EQ(said.c[0].status, PROTO_STATUS_OK);
+        CHECK_EQ(said.c[0].type, REG_CH_RESULT);
         CHECK_EQ(said.c[0].reply, REG_RE_STATE);
         CHECK_EQ(said.c[0].n, PROTO_STATE_LIVE); /* the reply first; it retires right after */
         CHECK_EQ(refs_of(e, buf), 1);
         CHECK(registry_buffer_by_name(e->r, "said/once") == NULL);
 
         said = reclaim_said(e, C, (Rec){ 424242, 1, 1, 1000, "said/none" });
-        CHECK_EQ(said.c[0].status, PROTO_STATUS_REVOKED);
-        CHECK_EQ(said.c[0].why.code, REG_E_CLAIM_UNKNOWN);
-        CHECK_EQ(said.c[0].why.n[0], 424242);
+        CHECK_EQ(said.result, REG_E_CLAIM_UNKNOWN);
+        CHECK_EQ(said.why.claim_unknown.buffer, 424242);
         env_free(e);
 }
 
@@ -1641,7 +1646,7 @@ static void test_claims_wait_for_their_producer(void)
         CHECK(s->m.pending);
         CHECK_EQ(gauges(e).claims_pending, 2);
         CHECK_EQ(gauges(e).refs, 0); /* claims are not references yet */
-        registry_peer_describe(C, &m);
+        reply_peer_describe(C, &m);
         CHECK_EQ(m.refs, 0);
 
         s = publish(e, P, (Pub){ .name = "w/frame", .key = 600, .restored = true, .generation = 9 });
@@ -1812,7 +1817,7 @@ static void test_views(void)
         /* Buffers in registration order; after() starts above a cursor, present or not. */
         n = 0;
         for (b = registry_buffer_after(e->r, 0); b; b = registry_buffer_next(e->r, b)) {
-                registry_buffer_describe(b, &m);
+                reply_buffer_describe(b, &m);
                 CHECK_EQ(m.buffer, ids[n]);
                 CHECK(n == 0 || registry_buffer_cursor(b) > cur[n - 1]);
                 n++;
@@ -1834,11 +1839,11 @@ static void test_views(void)
         /* Peers in id order, each describing what it owns. */
         p = registry_peer_first(e->r);
         CHECK(p == P);
-        registry_peer_describe(p, &m);
+        reply_peer_describe(p, &m);
         CHECK_EQ(m.buffers, 4);
         p = registry_peer_next(e->r, p);
         CHECK(p == C);
-        registry_peer_describe(p, &m);
+        reply_peer_describe(p, &m);
         CHECK_EQ(m.refs, 2);
         CHECK(registry_peer_next(e->r, p) == NULL);
         CHECK_EQ(registry_counters(e->r)->publishes, 5);
@@ -2104,7 +2109,7 @@ static void test_memory_budget(void)
         CHECK(subs > 4 && subs < 64);
         /* A wait and a second connection of the same uid do not fit either; another uid's do. */
         env_check_status(env_reply(e, p, attach_name(e, p, "x/later", 10000)), PROTO_STATUS_QUOTA);
-        CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &c, NULL), PROTO_STATUS_QUOTA);
+        CHECK_EQ(registry_peer_add(e->r, &(PeerCreds){ .uid = 1000 }, 0, NULL, &c, NULL), REG_E_MEMORY_BUDGET);
         q = env_peer(e, 2000, 2, 0);
         env_check_status(subscribe(e, q, "x/"), PROTO_STATUS_OK);
         publish_ok(e, q, (Pub){ .name = "x/a" });
@@ -2122,6 +2127,35 @@ static void test_memory_budget(void)
         env_fini(e);
         free(e);
         budget_deinit(&b);
+}
+
+/* Every registry code is worded (reply-text.c), and every code but an event's reason (REG_R_*) has
+ * the status it answers a request with in the reply layer's table (reply.c). A code added without
+ * either would reach a client as an empty message or as a made-up `invalid`. */
+static void test_codes_have_status_and_text(void)
+{
+        static const RegWhyCode reasons[] = {
+                REG_R_MEMBER_GRACE_OVER, REG_R_RING_GRACE_OVER, REG_R_MEMBER_LEFT, REG_R_MEMBER_GONE,
+                REG_R_EVICTED_UNRETURNED, REG_R_EVICTED_LEASE, REG_R_RING_CLOSED, REG_R_RING_PRODUCER_GONE,
+                REG_R_PRODUCER_GONE, REG_R_CLAIM_GRACE_OVER, REG_R_RESTART_RELEASED, REG_R_RESTART_UNCLAIMED,
+                REG_R_RESTORED_UNHELD,
+        };
+        char text[PROTO_MAX_TEXT + 1];
+
+        CHECK_EQ(reply_status(REG_WHY_NONE), PROTO_STATUS_OK);
+        reply_text(&(RegWhy){ REG_WHY_NONE }, text, sizeof(text));
+        CHECK_STREQ(text, "");
+        for (unsigned c = REG_WHY_NONE + 1; c < _REG_WHY_MAX; c++) {
+                bool reason = false;
+
+                for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++)
+                        reason |= reasons[i] == c;
+                reply_text(&(RegWhy){ (RegWhyCode)c }, text, sizeof(text));
+                if (!text[0] || (reply_status((RegWhyCode)c) == PROTO_STATUS_OK) != reason)
+                        fprintf(stderr, "code %u: text '%s', status %u\n", c, text, reply_status((RegWhyCode)c));
+                CHECK(text[0]);
+                CHECK_EQ(reply_status((RegWhyCode)c) == PROTO_STATUS_OK, reason);
+        }
 }
 
 int main(int argc, char **argv)
@@ -2144,6 +2178,7 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_claims_revoked_at_grace_end);
         TEST_RUN(argc, argv, test_reclaim_only_the_same_publication);
         TEST_RUN(argc, argv, test_reclaim_results);
+        TEST_RUN(argc, argv, test_codes_have_status_and_text);
         TEST_RUN(argc, argv, test_ids_keys_and_adoption);
         TEST_RUN(argc, argv, test_restored_name_taken_registers_retired);
         TEST_RUN(argc, argv, test_broker_held_orphan_by_uid_free);
