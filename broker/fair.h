@@ -32,7 +32,7 @@
 #define FAIR_QUANTUM_NS (200 * 1000)
 /* Pacing counts CPU time in windows this long: much shorter than a CFS period (100 ms), so that a
  * flood's share is spread over the period rather than spent at its start. */
-#define FAIR_WINDOW_NS (10 * 1000 * 1000)
+#define FAIR_WINDOW_NS (UINT64_C(10) * 1000 * 1000)
 /* What the broker means to use of its CPU limit; the rest is headroom for what no frame accounts
  * for (polling, accepting, timers) and for the peers that were light until they were served. */
 #define FAIR_TARGET_PERCENT 75
