@@ -156,6 +156,7 @@ static void window_roll(Fair *s)
         s->window_start_ns = now;
         s->window_cpu_start_ns = cpu_now(s);
         s->window_uids = 0;
+        s->window_frames_ns = 0;
         while (!list_empty(&s->paced)) {
                 FairEntry *e = list_entry(s->paced.next, FairEntry, link);
 
@@ -183,9 +184,11 @@ static void window_count(Fair *s, FairEntry *e)
 }
 
 /* Whether e must wait for the next window: the broker has used its budget for this one, and e
- * has had its share of it (the budget split evenly between the uids served in the window, and a
- * uid's part between its connections served). One that has not been served in this window yet
- * never waits: every connection reads a frame in every window. */
+ * has had its share of the time frames took in it (split evenly between the uids served in the
+ * window, and a uid's part between its connections served). Shares of the frames' time rather than
+ * of the budget: the loop's own work (polling, one wakeup per round) is nobody's frame, and a flood
+ * that causes most of it must still count as having had everything. One that has not been served
+ * in this window yet never waits: every connection reads a frame in every window. */
 static bool over_share(Fair *s, FairEntry *e)
 {
         uint64_t used, share;
@@ -195,7 +198,7 @@ static bool over_share(Fair *s, FairEntry *e)
         used = cpu_now(s) - s->window_cpu_start_ns;
         if (used < s->window_budget_ns)
                 return false;
-        share = s->window_budget_ns / MAX(s->window_uids, 1u) / MAX(e->uid->window_conns, 1u);
+        share = s->window_frames_ns / MAX(s->window_uids, 1u) / MAX(e->uid->window_conns, 1u);
         return e->used_ns >= share;
 }
 
@@ -221,6 +224,7 @@ static bool serve_one(Fair *s, FairEntry *e)
         s->serving = e;
         read = s->cfg.serve(e, s->cfg.userdata);
         took = cpu_now(s) - start;
+        s->window_frames_ns += took;
         u->credit_ns -= (int64_t)MIN(took, (uint64_t)INT64_MAX / 2);
         if (!s->serving)
                 return read; /* it left while its frame was handled: nothing more to do with it */

@@ -77,6 +77,7 @@ typedef struct Fair {
         uint64_t round;         /* rounds run: a uid has one turn per round */
         uint64_t window, window_start_ns, window_cpu_start_ns;
         uint64_t window_budget_ns; /* CPU time the broker means to use per window; 0: no pacing */
+        uint64_t window_frames_ns; /* CPU time frames took in the current window */
         uint32_t window_uids;   /* uids served in the current window */
         uint64_t frames_total;  /* frames served */
         uint64_t paced_total;   /* times a connection was made to wait for the next window */

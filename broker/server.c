@@ -248,10 +248,15 @@ static void fair_arm(Server *s)
                 uv_idle_start(&s->fair_idle, fair_idle_cb);
         else
                 uv_idle_stop(&s->fair_idle);
-        if (wake == UINT64_MAX)
+        if (wake == UINT64_MAX) {
                 uv_timer_stop(&s->pace_timer);
-        else
-                uv_timer_start(&s->pace_timer, pace_timer_cb, wake > now ? (wake - now + 999999) / 1000000 : 0, 0);
+                return;
+        }
+        /* Never early: the loop's clock is in whole milliseconds and read when the iteration began,
+         * and a timer that fired before the window's end would find nothing to resume and be armed
+         * again at once, spinning away the CPU pacing saves. */
+        uv_update_time(&s->loop);
+        uv_timer_start(&s->pace_timer, pace_timer_cb, wake > now ? (wake - now) / 1000000 + 1 : 0, 0);
 }
 
 static void fair_idle_cb(uv_idle_t *h)
@@ -615,6 +620,7 @@ int server_new(Server **ret, const ServerConfig *cfg)
         }
         stats_init(&s->stats, uv_now(&s->loop));
         s->stats.budget = s->peers.budget;
+        s->stats.fair = &s->fair;
         rearm_deadline(s); /* the restart grace */
         *ret = steal_ptr(s);
         return 0;
