@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -158,7 +159,7 @@ static uint64_t quota_throttled(const Quota *q)
 {
         char line[256];
         uint64_t v = 0;
-        FILE *f = q->dir[0] ? fopen(q->stat, "re") : NULL;
+        FILE *f = q && q->dir[0] ? fopen(q->stat, "re") : NULL;
 
         while (f && fgets(line, sizeof(line), f)) {
                 if (strncmp(line, "nr_throttled ", 13) == 0)
@@ -288,8 +289,11 @@ static Result run_pass(const Broker *b, Flood flood, double seconds, const Quota
                 pass[NORMAL_CLIENTS] = (Pass){.sh = sh, .broker = b, .flood = flood, .seconds = seconds};
                 flood_pid = spawn(flood_child, &pass[NORMAL_CLIENTS], NULL, 0);
                 /* The flood first: the normal clients start next to a broker that is already busy. */
-                while (__atomic_load_n(&sh->ready, __ATOMIC_SEQ_CST) < 1)
+                while (__atomic_load_n(&sh->ready, __ATOMIC_SEQ_CST) < 1) {
+                        if (waitpid(flood_pid, NULL, WNOHANG) == flood_pid)
+                                die("the flood ended before it started (%s)", flood_names[flood]);
                         sleep_ns(1000000);
+                }
                 sleep_ns(200000000);
         }
         throttled = quota_throttled(q);
@@ -317,6 +321,8 @@ static Result run_pass(const Broker *b, Flood flood, double seconds, const Quota
         return r;
 }
 
+static const char *const open_socket[] = {"--socket-mode", "0666", NULL};
+
 /* ", throttled N periods" under a quota, "" without one. */
 static const char *throttling(const Quota *q, uint64_t periods, char *buf, size_t cap)
 {
@@ -337,8 +343,11 @@ static void run_broker(const char *path, const char *who, const Quota *q, unsign
         bench_opts.broker = path;
         if (q)
                 broker_cgroup_procs = q->procs;
-        broker_start(&b, NULL, 0);
+        /* Any uid may connect: the last flood is another uid's. */
+        broker_start(&b, open_socket, 0);
         broker_cgroup_procs = NULL;
+        if (chmod(b.dir, 0711) < 0)
+                die("chmod %s: %s", b.dir, strerror(errno));
         bench_opts.broker = saved;
         c = bench_connect(&b, "bench-fair-buffers");
         for (int i = 0; i < LIST_BUFFERS; i++) {
