@@ -498,6 +498,11 @@ void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 add_stat(&it, "memory_peak_bytes", s->budget->peak);
                 add_stat(&it, "memory_refused_total", s->budget->refused);
         }
+        if (s->fair) {
+                add_stat(&it, "cpu_limit_millicpus", s->fair->cfg.cpu_limit_milli);
+                add_stat(&it, "frames_paced_total", s->fair->paced_total);
+                add_stat(&it, "turns_skipped_total", s->fair->turns_skipped_total);
+        }
         add_failed_replies(&it, ctx->out);
         add_histogram(&it, "request_duration_us", &s->request_us);
         add_histogram(&it, "peer_cleanup_duration_us", &s->peer_cleanup_us);

@@ -23,6 +23,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "fair.h"
 #include "hmap.h"
 #include "landlock.h"
 #include "broker-limits.h"
@@ -54,6 +55,8 @@ typedef struct Options {
         LogLevel log_level;
         Limits limits;
         uint32_t restart_grace_ms;
+        bool cpu_limit_set;       /* --cpu-limit given: the cgroup's quota is not looked at */
+        uint32_t cpu_limit_milli; /* 0: none */
 } Options;
 
 /* The smallest budget a flag may set: below it a handful of connections would fill it. */
@@ -122,6 +125,8 @@ static void usage(FILE *f)
                 "      --memory-budget BYTES    memory for everything peers make the broker keep (suffix K, M or\n"
                 "                               G; default: half the cgroup's memory.max, else a quarter of RAM)\n"
                 "      --memory-budget-per-uid BYTES  one uid's share of it (default: a quarter of the budget)\n"
+                "      --cpu-limit CPUS         CPU the broker keeps its use under, slowing the peers that use the\n"
+                "                               most (250m or 0.25; none: no limit; default: the cgroup's quota)\n"
                 "      --restart-grace-ms N     after a restart, how long reconnecting holders may reclaim\n"
                 "                               before buffers they held drain (default %u; 0: no grace)\n"
                 "  -V, --version\n"
@@ -139,6 +144,7 @@ enum {
         OPT_RESTART_GRACE,
         OPT_MEMORY_BUDGET,
         OPT_MEMORY_PER_UID,
+        OPT_CPU_LIMIT,
         OPT_LIMIT = 512, /* OPT_LIMIT + i: limit_flags[i] */
 };
 
@@ -216,6 +222,7 @@ static int parse_args(int argc, char **argv, Options *o)
                 { "restart-grace-ms", required_argument, NULL, OPT_RESTART_GRACE },
                 { "memory-budget", required_argument, NULL, OPT_MEMORY_BUDGET },
                 { "memory-budget-per-uid", required_argument, NULL, OPT_MEMORY_PER_UID },
+                { "cpu-limit", required_argument, NULL, OPT_CPU_LIMIT },
                 { "version", no_argument, NULL, 'V' },
                 { "help", no_argument, NULL, 'h' },
         };
@@ -305,6 +312,14 @@ static int parse_args(int argc, char **argv, Options *o)
                                          c == OPT_MEMORY_BUDGET ? &o->limits.memory_budget
                                                                 : &o->limits.memory_per_uid) < 0)
                                 return -EINVAL;
+                        break;
+                case OPT_CPU_LIMIT:
+                        if (fair_parse_cpu_limit(optarg, &o->cpu_limit_milli) < 0) {
+                                fprintf(stderr, "gpuipc-broker: --cpu-limit is thousandths of a CPU (250m), CPUs "
+                                        "(0.25, 2) or none, at most 1000 CPUs, not '%s'\n", optarg);
+                                return -EINVAL;
+                        }
+                        o->cpu_limit_set = true;
                         break;
                 case 'V':
                         /* What a bug report needs: the release, the wire protocol, the sandbox built in. */
@@ -455,6 +470,53 @@ static uint64_t cgroup_memory_limit(void)
                 *slash = 0;
         }
         return limit;
+}
+
+/* The CPU quota of the broker's cgroup, in thousandths of a CPU: the lowest from its own cgroup up
+ * to the root of what this mount namespace shows, under cgroup v2 (cpu.max) and v1 (the cpu
+ * controller's cpu.cfs_quota_us). 0 when there is none. Read once at start, before Landlock. */
+static uint32_t cgroup_cpu_limit(void)
+{
+        char text[4096], path[PATH_MAX], file[PATH_MAX + 64], period[64];
+        uint32_t limit = 0, v;
+        bool v2;
+
+        if (read_text("/proc/self/cgroup", text, sizeof(text)) < 0)
+                return 0;
+        v2 = fair_parse_cgroup_v1(text, "cpu", path, sizeof(path)) < 0;
+        if (v2 && budget_parse_cgroup(text, path, sizeof(path)) < 0)
+                return 0;
+        for (;;) {
+                const char *at = strcmp(path, "/") ? path : "";
+                char *slash;
+                int r;
+
+                if (v2) {
+                        snprintf(file, sizeof(file), "/sys/fs/cgroup%s/cpu.max", at);
+                        r = read_text(file, text, sizeof(text)) < 0 ? -1 : fair_parse_cpu_max(text, &v);
+                } else {
+                        snprintf(file, sizeof(file), "/sys/fs/cgroup/cpu%s/cpu.cfs_period_us", at);
+                        r = read_text(file, period, sizeof(period));
+                        snprintf(file, sizeof(file), "/sys/fs/cgroup/cpu%s/cpu.cfs_quota_us", at);
+                        if (r == 0)
+                                r = read_text(file, text, sizeof(text)) < 0 ? -1 : fair_parse_cfs(text, period, &v);
+                }
+                if (r == 0 && v && (!limit || v < limit))
+                        limit = v;
+                slash = strrchr(path, '/');
+                if (!slash || slash == path)
+                        break;
+                *slash = 0;
+        }
+        return limit;
+}
+
+/* The CPU limit a flag did not set: the cgroup's. Says which is in force. */
+static void cpu_limit_setup(Options *o)
+{
+        if (!o->cpu_limit_set)
+                o->cpu_limit_milli = cgroup_cpu_limit();
+        log_info("cpu limit", "millicpus=%u source=%s", o->cpu_limit_milli, o->cpu_limit_set ? "flag" : "cgroup");
 }
 
 /* Fills in the budget a flag did not set: from the container's limit (budget_default), and a uid's
@@ -636,6 +698,7 @@ int main(int argc, char **argv)
         if (!pick_socket(&o))
                 return 2;
         fd_limit = tune_process(&o.limits);
+        cpu_limit_setup(&o);
         r = privs_resolve(o.user, o.group, o.socket_group, &privs);
         if (r < 0)
                 return 2;
@@ -657,6 +720,7 @@ int main(int argc, char **argv)
         cfg.id_seed = random_u64();
         cfg.first_generation = first_generation();
         cfg.restart_grace_ms = o.restart_grace_ms;
+        cfg.cpu_limit_milli = o.cpu_limit_milli;
         cfg.policy = policy;
         cfg.reload_policy = reload_policy;
         cfg.reload_userdata = (void *)o.policy_path;

@@ -1,6 +1,7 @@
 /* The event loop: the only file of the broker that includes <uv.h>. It accepts connections
  * (with a backoff when out of fds), watches each peer's socket and pidfd and tells the peer
- * (peer.c) what happened, delivers the registry's outbox, fires wait deadlines and the restart
+ * (peer.c) what happened, reads peers' frames in the order the scheduler (fair.c) gives them,
+ * delivers the registry's outbox, fires wait deadlines and the restart
  * grace, retries peers the kernel refused fds to, stops on SIGTERM/SIGINT and reloads the policy
  * on SIGHUP and when its file changes.
  *
@@ -25,6 +26,7 @@
 #include "registry.h"
 #include "request.h"
 #include "reply.h"
+#include "fair.h"
 
 /* Bounded so a connection storm cannot starve the peers already connected: the listener stays
  * readable and is served again next round. */
@@ -43,21 +45,25 @@
  * events (an editor's save, a ConfigMap update), none when a SIGHUP came meanwhile and loaded it. */
 #define POLICY_SETTLE_MS 100
 
-/* The loop's side of a peer: a poll on its socket and one on its pidfd. Freed, with the peer, once
- * libuv has released both. */
+/* The loop's side of a peer: a poll on its socket and one on its pidfd, and its place in the
+ * scheduler. Freed, with the peer, once libuv has released both. */
 typedef struct Watch {
         Server *server;
         Peer *peer;
         uv_poll_t poll;
         uv_poll_t pid_poll;
         unsigned open_handles;
-        bool want_write;
+        int events;   /* what poll watches now (UV_* bits) */
+        bool reading; /* its input is polled: off while the scheduler paces it */
+        FairEntry fair;
 } Watch;
 
 struct Server {
         uv_loop_t loop;
         uv_poll_t listen_poll;
         uv_timer_t deadline_timer, accept_timer, retry_timer;
+        uv_idle_t fair_idle;  /* runs a round of the scheduler per loop iteration while peers are ready */
+        uv_timer_t pace_timer; /* resumes paced peers when the scheduler's window ends */
         uv_signal_t sig_term, sig_int, sig_hup;
         uv_poll_t policy_poll; /* the policy watch's fd, while s->watch is set */
         uv_timer_t policy_settle;
@@ -74,6 +80,7 @@ struct Server {
         Outbox out;
         RegSink changes; /* the registry's, into out (reply_sink) */
         PeerSet peers;
+        Fair fair;
 };
 
 static void deliver(Server *s);
@@ -90,15 +97,19 @@ static RequestCtx request_ctx(Server *s)
         return (RequestCtx){ s->reg, s->policy, &s->stats, uv_now(&s->loop), s->pidns, &s->out };
 }
 
-/* Polls the socket for writing only while frames wait for room in it. */
+/* Polls the socket for input unless the scheduler paces the peer, and for writing only while
+ * frames wait for room in it. */
 static void watch_update(Watch *w)
 {
-        bool want = peer_wants_write(w->peer);
+        int want = (w->reading ? UV_READABLE | UV_DISCONNECT : 0) | (peer_wants_write(w->peer) ? UV_WRITABLE : 0);
 
-        if (w->peer->closing || want == w->want_write)
+        if (w->peer->closing || want == w->events)
                 return;
-        w->want_write = want;
-        uv_poll_start(&w->poll, UV_READABLE | UV_DISCONNECT | (want ? UV_WRITABLE : 0), watch_poll_cb);
+        w->events = want;
+        if (want)
+                uv_poll_start(&w->poll, want, watch_poll_cb);
+        else
+                uv_poll_stop(&w->poll);
 }
 
 /* libuv owns a handle's memory until its close callback: the Watch (which embeds both polls) and
@@ -150,6 +161,7 @@ static void deliver(Server *s)
                         Watch *w = p->userdata;
 
                         peer_forget(p, s->reg, &s->changes);
+                        fair_leave(&s->fair, &w->fair);
                         uv_close((uv_handle_t *)&w->poll, watch_closed_cb);
                         if (p->pidfd >= 0)
                                 uv_close((uv_handle_t *)&w->pid_poll, watch_closed_cb);
@@ -167,10 +179,9 @@ static void deliver(Server *s)
         rearm_deadline(s);
 }
 
-/* Reads one frame of the peer's (see peer_dispatch) and delivers what it caused. One frame per
- * wakeup, not all that are waiting: the poll is level-triggered, so a peer with a full socket is
- * called again, but only after the others that are ready had their turn. */
-static void watch_read(Watch *w)
+/* Reads one frame of the peer's (see peer_dispatch) and delivers what it caused: the scheduler's
+ * serve, called when the peer's turn comes. Returns whether a frame was read. */
+static bool watch_read(Watch *w)
 {
         Server *s = w->server;
         Peer *p = w->peer;
@@ -179,13 +190,91 @@ static void watch_read(Watch *w)
         RequestCtx ctx = request_ctx(s);
 
         if (!peer_dispatch(p, &ctx))
-                return;
+                return false;
         deliver(s);
         if (p->hangup[0])
                 peer_close(p, p->hangup); /* its last reply went out with the delivery */
         /* Again: closing a peer queues what its departure causes (events, drained buffers). */
         deliver(s);
         histogram_record(&s->stats.request_us, monotonic_us() - start);
+        return true;
+}
+
+/* ---- the scheduler's side ---- */
+
+/* The broker's CPU time: its thread's clock (the loop is its only thread), which counts time on a
+ * CPU only, so that time the kernel gave to others, or a quota's throttling, is charged to nobody.
+ * A system call, not a vDSO read: one per frame, next to the frame's own recvmsg and sendmsg. */
+static uint64_t fair_cpu_ns(void *userdata)
+{
+        (void)userdata;
+        return clock_ns(CLOCK_THREAD_CPUTIME_ID);
+}
+
+static uint64_t fair_now_ns(void *userdata)
+{
+        (void)userdata;
+        return monotonic_ns();
+}
+
+static bool fair_serve(FairEntry *e, void *userdata)
+{
+        (void)userdata;
+        return watch_read(container_of(e, Watch, fair));
+}
+
+static void fair_set_reading(FairEntry *e, bool on, void *userdata)
+{
+        Watch *w = container_of(e, Watch, fair);
+
+        (void)userdata;
+        w->reading = on;
+        watch_update(w);
+}
+
+static void fair_idle_cb(uv_idle_t *h);
+static void pace_timer_cb(uv_timer_t *t);
+
+/* After anything that may have made peers ready or paced them: while some are ready, the loop
+ * runs a round per iteration and polls without sleeping; once none is, it sleeps (no busy loop),
+ * until input comes or the paced ones' window ends. */
+static void fair_arm(Server *s)
+{
+        uint64_t wake = fair_wakeup_ns(&s->fair), now = monotonic_ns();
+
+        if (s->stopping)
+                return;
+        if (fair_busy(&s->fair))
+                uv_idle_start(&s->fair_idle, fair_idle_cb);
+        else
+                uv_idle_stop(&s->fair_idle);
+        if (wake == UINT64_MAX) {
+                uv_timer_stop(&s->pace_timer);
+                return;
+        }
+        /* Never early: the loop's clock is in whole milliseconds and read when the iteration began,
+         * and a timer that fired before the window's end would find nothing to resume and be armed
+         * again at once, spinning away the CPU pacing saves. */
+        uv_update_time(&s->loop);
+        uv_timer_start(&s->pace_timer, pace_timer_cb, wake > now ? (wake - now) / 1000000 + 1 : 0, 0);
+}
+
+static void fair_idle_cb(uv_idle_t *h)
+{
+        Server *s = h->data;
+
+        fair_run(&s->fair);
+        deliver(s);
+        fair_arm(s);
+}
+
+static void pace_timer_cb(uv_timer_t *t)
+{
+        Server *s = t->data;
+
+        fair_run(&s->fair); /* the window ended: the paced peers are ready again */
+        deliver(s);
+        fair_arm(s);
 }
 
 static void watch_poll_cb(uv_poll_t *h, int status, int events)
@@ -204,8 +293,11 @@ static void watch_poll_cb(uv_poll_t *h, int status, int events)
                 peer_flush(p);
                 watch_update(w);
         }
-        if ((events & (UV_READABLE | UV_DISCONNECT)) && !p->closing)
-                watch_read(w);
+        /* Read in the peer's turn, not here: the scheduler decides who reads next. */
+        if ((events & (UV_READABLE | UV_DISCONNECT)) && !p->closing) {
+                fair_ready(&w->server->fair, &w->fair);
+                fair_arm(w->server);
+        }
         deliver(w->server);
 }
 
@@ -272,16 +364,19 @@ static void watch_start(Server *s, int fd)
         w->peer = p;
         p->userdata = w;
         /* A socket or pidfd libuv cannot poll would be a broken system: the peer is dropped. */
-        if (uv_poll_init(&s->loop, &w->poll, p->conn.fd) < 0) {
+        if (fair_join(&s->fair, &w->fair, p->creds.uid) < 0 || uv_poll_init(&s->loop, &w->poll, p->conn.fd) < 0) {
                 peer_close(p, "cannot poll its socket");
                 peer_forget(p, s->reg, &s->changes);
+                fair_leave(&s->fair, &w->fair);
                 peer_free(p);
                 free(w);
                 return;
         }
         w->poll.data = w;
         w->open_handles = 1;
-        uv_poll_start(&w->poll, UV_READABLE | UV_DISCONNECT, watch_poll_cb);
+        w->reading = true;
+        w->events = UV_READABLE | UV_DISCONNECT;
+        uv_poll_start(&w->poll, w->events, watch_poll_cb);
         /* open_handles counts what watch_closed_cb must see close before the Watch may go. */
         if (p->pidfd >= 0 && uv_poll_init(&s->loop, &w->pid_poll, p->pidfd) == 0) {
                 w->pid_poll.data = w;
@@ -350,7 +445,11 @@ static void server_stop(Server *s)
         uv_timer_stop(&s->deadline_timer);
         uv_timer_stop(&s->accept_timer);
         uv_timer_stop(&s->retry_timer);
+        uv_idle_stop(&s->fair_idle);
+        uv_timer_stop(&s->pace_timer);
         uv_close((uv_handle_t *)&s->listen_poll, NULL);
+        uv_close((uv_handle_t *)&s->fair_idle, NULL);
+        uv_close((uv_handle_t *)&s->pace_timer, NULL);
         uv_close((uv_handle_t *)&s->deadline_timer, NULL);
         uv_close((uv_handle_t *)&s->accept_timer, NULL);
         uv_close((uv_handle_t *)&s->retry_timer, NULL);
@@ -428,11 +527,13 @@ static int server_start_handles(Server *s)
             (r = uv_timer_init(&s->loop, &s->deadline_timer)) < 0 ||
             (r = uv_timer_init(&s->loop, &s->accept_timer)) < 0 ||
             (r = uv_timer_init(&s->loop, &s->retry_timer)) < 0 ||
+            (r = uv_idle_init(&s->loop, &s->fair_idle)) < 0 || (r = uv_timer_init(&s->loop, &s->pace_timer)) < 0 ||
             (r = uv_signal_init(&s->loop, &s->sig_term)) < 0 ||
             (r = uv_signal_init(&s->loop, &s->sig_int)) < 0 ||
             (r = uv_signal_init(&s->loop, &s->sig_hup)) < 0)
                 return r;
         s->listen_poll.data = s->deadline_timer.data = s->accept_timer.data = s->retry_timer.data = s;
+        s->fair_idle.data = s->pace_timer.data = s;
         s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
         s->deadline_timer.timer_cb = deadline_cb;
         /* Signals through libuv: handled in the loop between callbacks, so a SIGHUP's reload or a
@@ -470,6 +571,7 @@ static void loop_undo(uv_loop_t *loop)
 static uint32_t peer_extra(const ServerConfig *cfg)
 {
         return (uint32_t)(budget_alloc_cost(sizeof(Peer)) + budget_alloc_cost(sizeof(Watch)) +
+                          budget_alloc_cost(fair_uid_size()) +
                           budget_alloc_cost((uint64_t)cfg->limits.queued_fds * sizeof(uint64_t)) + 4 * sizeof(void *) +
                           CONN_KERNEL_COST);
 }
@@ -494,6 +596,9 @@ int server_new(Server **ret, const ServerConfig *cfg)
         list_init(&s->peers.open);
         list_init(&s->peers.doomed);
         list_init(&s->peers.blocked);
+        fair_init(&s->fair, &(FairConfig){ .cpu_limit_milli = cfg->cpu_limit_milli, .cpu_ns = fair_cpu_ns,
+                                              .now_ns = fair_now_ns, .serve = fair_serve,
+                                              .set_reading = fair_set_reading, .userdata = s });
         r = uv_loop_init(&s->loop);
         if (r < 0)
                 return r;
@@ -510,10 +615,12 @@ int server_new(Server **ret, const ServerConfig *cfg)
                 s->reg = registry_free(s->reg);
                 loop_undo(&s->loop);
                 budget_deinit(&s->budget);
+                fair_deinit(&s->fair);
                 return r; /* the policy and its watch stay the caller's */
         }
         stats_init(&s->stats, uv_now(&s->loop));
         s->stats.budget = s->peers.budget;
+        s->stats.fair = &s->fair;
         rearm_deadline(s); /* the restart grace */
         *ret = steal_ptr(s);
         return 0;
@@ -536,6 +643,7 @@ Server *server_free(Server *s)
         outbox_deinit(&s->out);
         s->reg = registry_free(s->reg);
         budget_deinit(&s->budget);
+        fair_deinit(&s->fair);
         policy_free(s->policy);
         policy_watch_free(s->watch);
         free(s);

@@ -18,6 +18,7 @@ typedef struct ServerConfig {
         uint64_t id_seed;      /* random: seeds the buffer ids the broker picks */
         uint64_t first_generation;
         uint32_t restart_grace_ms;
+        uint32_t cpu_limit_milli; /* the CPU the broker keeps its use under (sched.h); 0: no limit */
         Policy *policy;        /* the server owns it; NULL = the built-in default */
         /* Called on SIGHUP: loads the policy again. 0 with *ret set (NULL = default), or <0 to keep the old one. */
         int (*reload_policy)(void *userdata, Policy **ret);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "budget.h"
+#include "fair.h"
 #include "histogram.h"
 
 typedef struct ServerStats {
@@ -19,6 +20,7 @@ typedef struct ServerStats {
         uint64_t fds_counted_ms;           /* when open_fds was last refreshed */
         uint64_t seccomp_refused;          /* calls the filter refused (sandbox.c), likewise */
         const Budget *budget;              /* the server's memory budget, NULL for none */
+        const Fair *fair;                  /* the server's scheduler */
 } ServerStats;
 
 /* Empty counters and histograms; started_ms on the caller's clock. */

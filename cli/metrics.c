@@ -120,6 +120,13 @@ static const MetricDesc descs[] = {
         { "memory_refused_total", "memory_refused_total", COUNTER, 0, NULL, NULL,
           "Requests and connections refused with quota for the memory budget, and peers dropped for "
           "unread output over their uid's share of it." },
+        { "cpu_limit_millicpus", "cpu_limit_cpus", GAUGE, 3, NULL, NULL,
+          "The CPU the broker keeps its use under (--cpu-limit, or the cgroup's quota); 0: none." },
+        { "frames_paced_total", "paced_total", COUNTER, 0, NULL, NULL,
+          "Times a connection that had its share of the broker's CPU waited for the next 10 ms window "
+          "(only under a CPU limit)." },
+        { "turns_skipped_total", "turns_skipped_total", COUNTER, 0, NULL, NULL,
+          "Turns a uid skipped to pay back CPU time its costly requests took beyond its share." },
         { "request_duration_us", "request_duration_seconds", HISTOGRAM, 6, NULL, NULL,
           "Time the broker spent on a request, from receiving it to handing its replies to the kernel "
           "(an attach's wait for a publish is not part of it)." },

@@ -8,6 +8,8 @@
  *   --scale       100k buffers and 1k peers: broker RSS, lookups, cleanup after a dead peer
  *   --seed        the handle file polled every 2 s (and an inotify variant) vs attach-with-wait
  *   --ring        frames through a ring's shared memory (handoff latency, frames/s) vs a round trip
+ *   --fairness    8 normal clients' p50/p99 next to floods (pings, listings, another uid's) vs
+ *                 without one, with no CPU quota and under one (250m)
  *   --gpu         CUDA attach, bandwidth through a mapping, and PyTorch's IPC (torch_compare.py)
  * Not a test: it prints a table, states the machine, and writes raw numbers with --out DIR. */
 #include <errno.h>
@@ -38,6 +40,7 @@ static void usage(FILE *f)
                    "      --scale             100k buffers, 1k peers: RSS, lookup, dead-peer cleanup\n"
                    "      --seed              handle file polled every 2 s / inotify vs attach-with-wait\n"
                    "      --ring              ring handoff p50/p99 (futex wake, spin), frames/s vs a round trip\n"
+                   "      --fairness          8 clients' p99 next to a flood vs alone, without and with a CPU quota\n"
                    "      --gpu               CUDA kinds and PyTorch's IPC (skips without a GPU)\n"
                    "      --gpu-rings         only --gpu's ring rows: C and Python rings, floors, torch's ring\n"
                    "      --all               every section, --gpu included\n\n"
@@ -49,6 +52,8 @@ static void usage(FILE *f)
                    "      --python PATH       interpreter for torch_compare.py (default python3)\n"
                    "      --no-torch          skip the PyTorch comparison in --gpu\n"
                    "      --no-mps            skip --gpu's second pass of the ring rows under an MPS daemon\n"
+                   "      --fair-quota CPUS   fairness: the broker's cgroup quota (default 250m; none: no quota run)\n"
+                   "      --old-broker PATH   fairness: run every pass on this broker too (an older build)\n"
                    "      --pin same|split    latency: client and server on one CPU, or on two (default:\n"
                    "                          wherever the scheduler puts them)\n"
                    "  -h, --help\n");
@@ -71,6 +76,28 @@ static int make_dirs(const char *path)
         return mkdir(buf, 0755) < 0 && errno != EEXIST ? -errno : 0;
 }
 
+/* "250m", "0.25" or "none" in thousandths of a CPU. */
+static int parse_quota(const char *s, unsigned *ret)
+{
+        char *end;
+        double v;
+
+        if (strcmp(s, "none") == 0) {
+                *ret = 0;
+                return 0;
+        }
+        errno = 0;
+        v = strtod(s, &end);
+        if (errno || end == s || v < 0 || v > 1000000)
+                return -EINVAL;
+        if (strcmp(end, "m") == 0)
+                v /= 1000;
+        else if (*end)
+                return -EINVAL;
+        *ret = (unsigned)(v * 1000 + 0.5);
+        return 0;
+}
+
 static void parse_args(int argc, char **argv)
 {
         enum {
@@ -88,7 +115,10 @@ static void parse_args(int argc, char **argv)
                 O_NO_TORCH,
                 O_NO_MPS,
                 O_GPU_RINGS,
-                O_PIN
+                O_PIN,
+                O_FAIR,
+                O_FAIR_QUOTA,
+                O_OLD_BROKER
         };
         static const struct option opts[] = {
                 {"latency", no_argument, NULL, O_LAT},
@@ -109,6 +139,9 @@ static void parse_args(int argc, char **argv)
                 {"gpu-rings", no_argument, NULL, O_GPU_RINGS},
                 {"help", no_argument, NULL, 'h'},
                 {"pin", required_argument, NULL, O_PIN},
+                {"fairness", no_argument, NULL, O_FAIR},
+                {"fair-quota", required_argument, NULL, O_FAIR_QUOTA},
+                {"old-broker", required_argument, NULL, O_OLD_BROKER},
                 {},
         };
         BenchOpts *o = &bench_opts;
@@ -120,6 +153,7 @@ static void parse_args(int argc, char **argv)
                                         argv[i]);
         o->broker = getenv("GPUIPC_BROKER") ? getenv("GPUIPC_BROKER") : BENCH_BROKER;
         o->seccomp = "enforce";
+        o->fair_quota_milli = 250;
         o->python = "python3";
         o->torch_script = BENCH_SOURCE_ROOT "/tests/bench/torch_compare.py";
         o->libgpuipc_path = BENCH_BUILD_ROOT "/client/libgpuipc.so";
@@ -178,6 +212,16 @@ static void parse_args(int argc, char **argv)
                 case O_PIN:
                         o->pin = optarg;
                         break;
+                case O_FAIR:
+                        o->sections |= SEC_FAIRNESS;
+                        break;
+                case O_FAIR_QUOTA:
+                        if (parse_quota(optarg, &o->fair_quota_milli) < 0)
+                                die("--fair-quota is thousandths of a CPU (250m), CPUs (0.25) or none");
+                        break;
+                case O_OLD_BROKER:
+                        o->old_broker = optarg;
+                        break;
                 case 'h':
                         usage(stdout);
                         exit(0);
@@ -198,6 +242,8 @@ static void parse_args(int argc, char **argv)
                 die("--pin split needs two CPUs");
         if (o->out_dir && make_dirs(o->out_dir) < 0)
                 die("cannot create %s: %s", o->out_dir, strerror(errno));
+        if (o->old_broker && access(o->old_broker, X_OK) < 0)
+                die("cannot run the broker %s (--old-broker PATH)", o->old_broker);
         if (access(o->broker, X_OK) < 0)
                 die("cannot run the broker %s (--broker PATH)", o->broker);
 }
@@ -246,7 +292,7 @@ static const Section sections[] = {
         {SEC_LATENCY, "latency", section_latency}, {SEC_THROUGHPUT, "throughput", section_throughput},
         {SEC_FANOUT, "fanout", section_fanout},    {SEC_SCALE, "scale", section_scale},
         {SEC_SEED, "seed", section_seed},          {SEC_RING, "ring", section_ring},
-        {SEC_GPU, "gpu", section_gpu},
+        {SEC_FAIRNESS, "fairness", section_fairness}, {SEC_GPU, "gpu", section_gpu},
 };
 
 /* Runs a section in its own process group, so whatever it started goes with it. */

@@ -25,7 +25,8 @@ enum {
         SEC_SEED = 1 << 4,
         SEC_GPU = 1 << 5,
         SEC_RING = 1 << 6,
-        SEC_CPU_ALL = SEC_LATENCY | SEC_THROUGHPUT | SEC_FANOUT | SEC_SCALE | SEC_SEED | SEC_RING,
+        SEC_FAIRNESS = 1 << 7,
+        SEC_CPU_ALL = SEC_LATENCY | SEC_THROUGHPUT | SEC_FANOUT | SEC_SCALE | SEC_SEED | SEC_RING | SEC_FAIRNESS,
 };
 
 typedef struct BenchOpts {
@@ -41,6 +42,8 @@ typedef struct BenchOpts {
         const char *pin;          /* latency: NULL (the scheduler decides), "same" or "split" */
         bool no_mps;              /* --gpu: skip the pass under an MPS daemon of our own */
         bool gpu_rings_only;      /* --gpu-rings: only the GPU section's ring rows (both passes) */
+        unsigned fair_quota_milli; /* --fair-quota: the fairness section's CPU quota; 0: none */
+        const char *old_broker;   /* --old-broker: the fairness section runs on it too (NULL: not) */
 } BenchOpts;
 
 extern BenchOpts bench_opts;
@@ -162,6 +165,10 @@ void broker_start(Broker *b, const char *const *extra, rlim_t nofile);
 /* SIGTERM, wait, remove the directory. */
 void broker_stop(Broker *b);
 
+/* When set, broker_start puts the broker into this cgroup (its cgroup.procs) before it runs, so
+ * that it starts under the cgroup's limits and can read them. */
+extern const char *broker_cgroup_procs;
+
 /* Connects to b without probing GPUs (CPU sections); dies on failure. */
 gpuipc_t *bench_connect(const Broker *b, const char *label);
 /* The same, probing GPUs (the GPU part's consumers must declare theirs). */
@@ -222,6 +229,7 @@ void section_scale(void);
 int victim_main(int argc, char **argv);
 void section_seed(void);
 void section_ring(void);
+void section_fairness(void);
 void section_gpu(void);
 /* Inside the GPU part: the stream-ordered ring against publish/attach, in C (gpu-ring.c), with
  * suffix after every metric; the stream ring's us per frame with 1 and 8 consumers (NAN: failed). */

@@ -365,6 +365,8 @@ uint64_t proc_status_kib(pid_t pid, const char *key)
 
 /* ---- the broker ---- */
 
+const char *broker_cgroup_procs;
+
 void broker_start(Broker *b, const char *const *extra, rlim_t nofile)
 {
         const char *argv[48];
@@ -402,6 +404,17 @@ void broker_start(Broker *b, const char *const *extra, rlim_t nofile)
                         dup2(log, 2);
                 }
                 close_range(3, ~0u, 0);
+                if (broker_cgroup_procs) {
+                        char self[32];
+                        int fd = open(broker_cgroup_procs, O_WRONLY | O_CLOEXEC);
+
+                        snprintf(self, sizeof(self), "%d", (int)getpid());
+                        if (fd < 0 || write(fd, self, strlen(self)) < 0)
+                                fprintf(stderr, "cannot join the cgroup of %s: %s\n", broker_cgroup_procs,
+                                        strerror(errno));
+                        if (fd >= 0)
+                                close(fd);
+                }
                 if (nofile) {
                         struct rlimit rl = {nofile, nofile};
                         if (setrlimit(RLIMIT_NOFILE, &rl) < 0)

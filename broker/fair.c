@@ -1,0 +1,433 @@
+/* Fair shares of the broker's time between uids and their connections: see fair.h.
+ *
+ * What it must never do: read a frame itself, starve a connection (every ready one reads a frame
+ * within a bounded number of rounds, and in every pacing window), or leave a connection neither
+ * ready, paced nor polled. */
+#include "fair.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "macro.h"
+
+struct FairUid {
+        HNode node;
+        uint32_t uid;
+        unsigned entries; /* connections joined: it goes with the last */
+        List ready;       /* FairEntry.link, in turn order */
+        unsigned n_ready;
+        List link;        /* Fair.ready, while ready is not empty */
+        int64_t credit_ns; /* what its next frames may take; below zero, what it owes */
+        uint64_t round;    /* the last round it had a turn in */
+        uint64_t window;   /* the window window_conns counts in */
+        uint32_t window_conns; /* its connections served in that window */
+};
+
+static uint64_t cpu_now(const Fair *s)
+{
+        return s->cfg.cpu_ns(s->cfg.userdata);
+}
+
+void fair_init(Fair *s, const FairConfig *cfg)
+{
+        *s = (Fair){ .cfg = *cfg, .uids = HMAP_INIT };
+        list_init(&s->ready);
+        list_init(&s->paced);
+        s->window_budget_ns = (uint64_t)cfg->cpu_limit_milli * FAIR_WINDOW_NS / 1000 * FAIR_TARGET_PERCENT / 100;
+        s->window_start_ns = cfg->now_ns(cfg->userdata);
+        s->window_cpu_start_ns = cpu_now(s);
+        s->window = 1; /* entries start at 0: none counts as served in it */
+}
+
+void fair_deinit(Fair *s)
+{
+        /* Every entry left, and each uid went with its last one: only the table is left. */
+        hmap_deinit(&s->uids);
+}
+
+size_t fair_uid_size(void)
+{
+        return sizeof(FairUid);
+}
+
+/* ---- membership ---- */
+
+static FairUid *uid_find(Fair *s, uint32_t uid)
+{
+        return HMAP_FIND(&s->uids, hash_u64(uid), FairUid, node, x, x->uid == uid);
+}
+
+static void uid_free_if_unused(Fair *s, FairUid *u)
+{
+        if (u->entries > 0 || u == s->in_turn)
+                return;
+        list_unlink(&u->link);
+        hmap_remove(&s->uids, &u->node);
+        free(u);
+}
+
+int fair_join(Fair *s, FairEntry *e, uint32_t uid)
+{
+        FairUid *u = uid_find(s, uid);
+
+        if (!u) {
+                u = calloc(1, sizeof(*u));
+                if (!u)
+                        return -ENOMEM;
+                u->uid = uid;
+                list_init(&u->ready);
+                list_init(&u->link);
+                if (hmap_insert(&s->uids, &u->node, hash_u64(uid)) < 0) {
+                        free(u);
+                        return -ENOMEM;
+                }
+        }
+        u->entries++;
+        *e = (FairEntry){ .uid = u, .state = FAIR_IDLE };
+        list_init(&e->link);
+        return 0;
+}
+
+/* Takes e off whatever list holds it; its uid leaves the turn order once nothing of it is ready.
+ * An uid that leaves keeps what it owes but banks nothing: credit is for the turns it is ready. */
+static void unlink_entry(FairEntry *e)
+{
+        FairUid *u = e->uid;
+
+        if (e->state == FAIR_READY)
+                u->n_ready--;
+        list_unlink(&e->link);
+        if (list_empty(&u->ready) && list_linked(&u->link)) {
+                list_unlink(&u->link);
+                u->credit_ns = MIN(u->credit_ns, 0);
+        }
+}
+
+void fair_leave(Fair *s, FairEntry *e)
+{
+        FairUid *u = e->uid;
+
+        if (!u)
+                return;
+        unlink_entry(e);
+        if (s->serving == e)
+                s->serving = NULL;
+        e->uid = NULL;
+        e->state = FAIR_IDLE;
+        u->entries--;
+        uid_free_if_unused(s, u);
+}
+
+static void make_ready(Fair *s, FairEntry *e)
+{
+        FairUid *u = e->uid;
+
+        e->state = FAIR_READY;
+        list_append(&u->ready, &e->link);
+        u->n_ready++;
+        if (!list_linked(&u->link))
+                list_append(&s->ready, &u->link);
+}
+
+void fair_ready(Fair *s, FairEntry *e)
+{
+        if (e->uid && e->state == FAIR_IDLE)
+                make_ready(s, e);
+}
+
+/* ---- pacing ---- */
+
+uint64_t fair_wakeup_ns(const Fair *s)
+{
+        return list_empty(&s->paced) ? UINT64_MAX : s->window_start_ns + FAIR_WINDOW_NS;
+}
+
+/* A new window once the last one is over: nobody has used anything in it, and the paced
+ * connections are ready again (they had input when they were paced, and nobody read it since). */
+static void window_roll(Fair *s)
+{
+        uint64_t now = s->cfg.now_ns(s->cfg.userdata);
+
+        if (now - s->window_start_ns < FAIR_WINDOW_NS)
+                return;
+        s->window++;
+        s->window_start_ns = now;
+        s->window_cpu_start_ns = cpu_now(s);
+        s->window_uids = 0;
+        s->window_frames_ns = 0;
+        while (!list_empty(&s->paced)) {
+                FairEntry *e = list_entry(s->paced.next, FairEntry, link);
+
+                list_unlink(&e->link);
+                make_ready(s, e);
+                s->cfg.set_reading(e, true, s->cfg.userdata);
+        }
+}
+
+/* Counts e (and its uid) as served in this window, the first time it is. */
+static void window_count(Fair *s, FairEntry *e)
+{
+        FairUid *u = e->uid;
+
+        if (u->window != s->window) {
+                u->window = s->window;
+                u->window_conns = 0;
+                s->window_uids++;
+        }
+        if (e->window != s->window) {
+                e->window = s->window;
+                e->used_ns = 0;
+                u->window_conns++;
+        }
+}
+
+/* Whether e must wait for the next window: the broker has used its budget for this one, and e
+ * has had its share of the time frames took in it (split evenly between the uids served in the
+ * window, and a uid's part between its connections served). Shares of the frames' time rather than
+ * of the budget: the loop's own work (polling, one wakeup per round) is nobody's frame, and a flood
+ * that causes most of it must still count as having had everything. One that has not been served
+ * in this window yet never waits: every connection reads a frame in every window. */
+static bool over_share(Fair *s, FairEntry *e)
+{
+        uint64_t used, share;
+
+        if (!s->window_budget_ns || e->window != s->window)
+                return false;
+        used = cpu_now(s) - s->window_cpu_start_ns;
+        if (used < s->window_budget_ns)
+                return false;
+        share = s->window_frames_ns / MAX(s->window_uids, 1u) / MAX(e->uid->window_conns, 1u);
+        return e->used_ns >= share;
+}
+
+static void pace(Fair *s, FairEntry *e)
+{
+        unlink_entry(e);
+        e->state = FAIR_PACED;
+        list_append(&s->paced, &e->link);
+        s->paced_total++;
+        s->cfg.set_reading(e, false, s->cfg.userdata);
+}
+
+/* ---- rounds ---- */
+
+/* Serves e's next frame and charges its CPU time to e and its uid. True when a frame was read. */
+static bool serve_one(Fair *s, FairEntry *e)
+{
+        FairUid *u = e->uid;
+        uint64_t start = cpu_now(s), took;
+        bool read;
+
+        window_count(s, e);
+        s->serving = e;
+        read = s->cfg.serve(e, s->cfg.userdata);
+        took = cpu_now(s) - start;
+        s->window_frames_ns += took;
+        u->credit_ns -= (int64_t)MIN(took, (uint64_t)INT64_MAX / 2);
+        if (!s->serving)
+                return read; /* it left while its frame was handled: nothing more to do with it */
+        s->serving = NULL;
+        e->used_ns += took;
+        if (!read) {
+                /* No input (or closing): back to polling, which tells when more comes. */
+                unlink_entry(e);
+                e->state = FAIR_IDLE;
+        }
+        return read;
+}
+
+/* One turn of uid u: its ready connections in order, one frame each, while it has credit and has
+ * read fewer than FAIR_FRAMES_PER_TURN. Returns the frames read. */
+static unsigned turn(Fair *s, FairUid *u)
+{
+        unsigned frames = 0, tried = 0, n_ready = u->n_ready;
+
+        u->credit_ns = MIN(u->credit_ns + FAIR_QUANTUM_NS, (int64_t)FAIR_QUANTUM_NS);
+        if (u->credit_ns <= 0) {
+                s->turns_skipped_total++;
+                return 0;
+        }
+        s->in_turn = u;
+        /* Each connection that was ready when the turn began is tried once: one that leaves or is
+         * paced is not waited for, and one that becomes ready meanwhile waits for the next turn. */
+        while (tried < n_ready && frames < FAIR_FRAMES_PER_TURN && u->credit_ns > 0 && !list_empty(&u->ready)) {
+                FairEntry *e = list_entry(u->ready.next, FairEntry, link);
+
+                tried++;
+                /* To the back first: the next turn starts with the connection after it. */
+                list_unlink(&e->link);
+                list_append(&u->ready, &e->link);
+                if (over_share(s, e)) {
+                        pace(s, e);
+                        continue;
+                }
+                frames += serve_one(s, e);
+        }
+        s->in_turn = NULL;
+        uid_free_if_unused(s, u);
+        return frames;
+}
+
+void fair_run(Fair *s)
+{
+        unsigned frames = 0;
+
+        window_roll(s);
+        /* Uids that owe CPU time skip turns until they paid it: rounds repeat until a frame was
+         * read or nobody is ready (credit grows by a quantum per turn, so this ends). */
+        while (!frames && fair_busy(s)) {
+                s->round++;
+                for (;;) {
+                        FairUid *u = list_first_entry(&s->ready, FairUid, link);
+
+                        if (!u || u->round == s->round)
+                                break; /* every uid ready at the round's start had its turn */
+                        u->round = s->round;
+                        list_unlink(&u->link);
+                        list_append(&s->ready, &u->link);
+                        frames += turn(s, u);
+                }
+        }
+        s->frames_total += frames;
+}
+
+/* ---- the limit ---- */
+
+/* At most this many CPUs: more than any machine the broker meets, and small enough that a window's
+ * budget in nanoseconds never overflows. */
+#define CPU_LIMIT_MAX_MILLI (1000u * 1000u)
+
+/* A decimal number of thousandths: "250" with unit "m", or "0.25" without one. */
+int fair_parse_cpu_limit(const char *s, uint32_t *ret_milli)
+{
+        uint64_t whole = 0, frac = 0, scale = 1000;
+        const char *p = s;
+
+        if (strcmp(s, "none") == 0) {
+                *ret_milli = 0;
+                return 0;
+        }
+        if (!isdigit((unsigned char)*p))
+                return -EINVAL;
+        for (; isdigit((unsigned char)*p); p++) {
+                whole = whole * 10 + (uint64_t)(*p - '0');
+                if (whole > CPU_LIMIT_MAX_MILLI)
+                        return -EINVAL;
+        }
+        if (strcmp(p, "m") == 0) {
+                *ret_milli = (uint32_t)whole;
+                return 0;
+        }
+        if (*p == '.') {
+                if (!isdigit((unsigned char)*++p))
+                        return -EINVAL;
+                for (; isdigit((unsigned char)*p); p++) {
+                        if (scale > 1) /* digits past a thousandth are dropped */
+                                frac += (uint64_t)(*p - '0') * (scale /= 10);
+                }
+        }
+        if (*p || whole * 1000 + frac > CPU_LIMIT_MAX_MILLI)
+                return -EINVAL;
+        *ret_milli = (uint32_t)(whole * 1000 + frac);
+        return 0;
+}
+
+/* quota / period in thousandths of a CPU, rounded down but at least 1 (a quota is never none). */
+static int cpu_milli(uint64_t quota, uint64_t period, uint32_t *ret_milli)
+{
+        uint64_t milli;
+
+        if (!period || quota > UINT64_MAX / 1000)
+                return -EINVAL;
+        milli = MAX(quota * 1000 / period, (uint64_t)1);
+        *ret_milli = (uint32_t)MIN(milli, (uint64_t)CPU_LIMIT_MAX_MILLI);
+        return 0;
+}
+
+/* One whole decimal number, and where it ended. */
+static int parse_u64(const char *s, uint64_t *ret, const char **ret_end)
+{
+        char *end;
+
+        if (!isdigit((unsigned char)*s))
+                return -EINVAL;
+        errno = 0;
+        *ret = strtoull(s, &end, 10);
+        if (errno)
+                return -EINVAL;
+        *ret_end = end;
+        return 0;
+}
+
+static bool only_space(const char *s)
+{
+        while (*s == ' ' || *s == '\n')
+                s++;
+        return !*s;
+}
+
+int fair_parse_cpu_max(const char *text, uint32_t *ret_milli)
+{
+        uint64_t quota = 0, period;
+        const char *p;
+        bool none = strncmp(text, "max ", 4) == 0;
+
+        if (none)
+                p = text + 3;
+        else if (parse_u64(text, &quota, &p) < 0)
+                return -EINVAL;
+        if (*p != ' ' || parse_u64(p + 1, &period, &p) < 0 || !only_space(p))
+                return -EINVAL;
+        if (none) {
+                *ret_milli = 0;
+                return 0;
+        }
+        return cpu_milli(quota, period, ret_milli);
+}
+
+int fair_parse_cfs(const char *quota, const char *period, uint32_t *ret_milli)
+{
+        uint64_t q, per;
+        const char *end;
+
+        if (strncmp(quota, "-1", 2) == 0 && only_space(quota + 2)) {
+                *ret_milli = 0;
+                return 0;
+        }
+        if (parse_u64(quota, &q, &end) < 0 || !only_space(end) || parse_u64(period, &per, &end) < 0 ||
+            !only_space(end))
+                return -EINVAL;
+        return cpu_milli(q, per, ret_milli);
+}
+
+int fair_parse_cgroup_v1(const char *text, const char *controller, char *ret, size_t cap)
+{
+        size_t want = strlen(controller);
+
+        /* "ID:CONTROLLER[,CONTROLLER...]:PATH" per line; v2's "0::PATH" names none. */
+        for (const char *line = text; line && *line;) {
+                const char *end = strchr(line, '\n'), *list = strchr(line, ':'), *path;
+                size_t len = end ? (size_t)(end - line) : strlen(line);
+
+                path = list && list < line + len ? memchr(list + 1, ':', (size_t)(line + len - list - 1)) : NULL;
+                for (const char *c = list ? list + 1 : NULL; path && c < path;) {
+                        const char *comma = memchr(c, ',', (size_t)(path - c));
+                        size_t n = (size_t)((comma ? comma : path) - c);
+
+                        if (n == want && memcmp(c, controller, n) == 0) {
+                                size_t plen = (size_t)(line + len - path - 1);
+
+                                if (plen >= cap)
+                                        return -ENAMETOOLONG;
+                                memcpy(ret, path + 1, plen);
+                                ret[plen] = 0;
+                                return 0;
+                        }
+                        c = comma ? comma + 1 : path;
+                }
+                line = end ? end + 1 : NULL;
+        }
+        return -ENOENT;
+}

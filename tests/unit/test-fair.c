@@ -1,0 +1,375 @@
+/* broker/fair.c: in a world of simulated connections and clocks, a uid's turn reads at most one
+ * frame per connection and FAIR_FRAMES_PER_TURN in all, however many connections flood; costly
+ * frames are paid back with skipped turns; under a CPU limit a flood waits for the next window
+ * while light connections are still served, and resumes then; connections that leave at any point
+ * (their own frame included) are forgotten; and the limit's flag and cgroup files parse. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "fair.h"
+#include "macro.h"
+
+#define MAX_CONNS 64
+#define MAX_LOG 4096
+
+typedef struct SimConn {
+        FairEntry e;
+        int id;
+        unsigned pending;  /* frames in its socket */
+        uint64_t cost_ns;  /* what each takes */
+        bool reading;      /* the server would poll it */
+        int leave_on_serve; /* id of a connection that leaves while this one's frame is handled, or -1 */
+        bool left;
+} SimConn;
+
+typedef struct World {
+        Fair fair;
+        uint64_t cpu, now;
+        SimConn conns[MAX_CONNS];
+        int n_conns;
+        int log[MAX_LOG]; /* ids of the frames read, in order */
+        int n_log;
+} World;
+
+static uint64_t sim_cpu(void *w)
+{
+        return ((World *)w)->cpu;
+}
+
+static uint64_t sim_now(void *w)
+{
+        return ((World *)w)->now;
+}
+
+static void conn_leave(World *w, SimConn *c)
+{
+        fair_leave(&w->fair, &c->e);
+        c->left = true;
+}
+
+static bool sim_serve(FairEntry *e, void *userdata)
+{
+        World *w = userdata;
+        SimConn *c = container_of(e, SimConn, e);
+
+        CHECK(!c->left);
+        CHECK(c->reading); /* a paced connection is never read */
+        if (!c->pending)
+                return false;
+        c->pending--;
+        w->cpu += c->cost_ns;
+        w->now += c->cost_ns;
+        CHECK(w->n_log < MAX_LOG);
+        w->log[w->n_log++] = c->id;
+        if (c->leave_on_serve >= 0)
+                conn_leave(w, &w->conns[c->leave_on_serve]);
+        return true;
+}
+
+static void sim_set_reading(FairEntry *e, bool on, void *userdata)
+{
+        SimConn *c = container_of(e, SimConn, e);
+
+        CHECK(c->reading != on);
+        c->reading = on;
+}
+
+static World *world_new(uint32_t cpu_limit_milli)
+{
+        World *w = calloc(1, sizeof(*w));
+
+        CHECK(w);
+        w->now = 1000000000; /* not 0: windows are measured from the start */
+        fair_init(&w->fair, &(FairConfig){ .cpu_limit_milli = cpu_limit_milli, .cpu_ns = sim_cpu, .now_ns = sim_now,
+                                           .serve = sim_serve, .set_reading = sim_set_reading, .userdata = w });
+        return w;
+}
+
+/* A connection of uid with `pending` frames of cost_ns each, ready if it has any. */
+static SimConn *conn_add(World *w, uint32_t uid, unsigned pending, uint64_t cost_ns)
+{
+        SimConn *c = &w->conns[w->n_conns];
+
+        CHECK(w->n_conns < MAX_CONNS);
+        *c = (SimConn){ .id = w->n_conns++, .pending = pending, .cost_ns = cost_ns, .reading = true,
+                        .leave_on_serve = -1 };
+        CHECK_EQ(fair_join(&w->fair, &c->e, uid), 0);
+        if (pending)
+                fair_ready(&w->fair, &c->e);
+        return c;
+}
+
+static void world_free(World *w)
+{
+        for (int i = 0; i < w->n_conns; i++) {
+                if (!w->conns[i].left)
+                        fair_leave(&w->fair, &w->conns[i].e);
+        }
+        CHECK_EQ(w->fair.uids.count, 0); /* every uid went with its last connection */
+        fair_deinit(&w->fair);
+        free(w);
+}
+
+/* The most frames of others read between two consecutive frames of conn `id` in the log. */
+static int max_gap(const World *w, int id)
+{
+        int gap = 0, since = -1;
+
+        for (int i = 0; i < w->n_log; i++) {
+                if (w->log[i] != id) {
+                        since += since >= 0;
+                        continue;
+                }
+                gap = MAX(gap, since);
+                since = 0;
+        }
+        return gap;
+}
+
+static unsigned count_of(const World *w, int id)
+{
+        unsigned n = 0;
+
+        for (int i = 0; i < w->n_log; i++)
+                n += w->log[i] == id;
+        return n;
+}
+
+/* 48 connections of uid 1 flood; the one connection of uid 2 with as much to say reads a frame
+ * every round, after at most FAIR_FRAMES_PER_TURN of the flood's (the old one-frame-per-wakeup
+ * loop read one of each of the 48 in between). And the flood's connections take turns. */
+static void test_uid_with_many_connections(void)
+{
+        World *w = world_new(0);
+        SimConn *normal;
+
+        for (int i = 0; i < 48; i++)
+                conn_add(w, 1, 1000, 10000);
+        normal = conn_add(w, 2, 40, 10000);
+        while (normal->pending)
+                fair_run(&w->fair);
+        CHECKF(max_gap(w, normal->id) <= FAIR_FRAMES_PER_TURN, "uid 2 waited for %d frames of uid 1",
+               max_gap(w, normal->id));
+        /* 39 rounds: each read FAIR_FRAMES_PER_TURN of uid 1, one connection after the other. */
+        for (int i = 0; i < 48; i++)
+                CHECK(count_of(w, i) >= 3 && count_of(w, i) <= 4);
+        CHECK(fair_busy(&w->fair));
+        world_free(w);
+}
+
+/* Within a uid, each ready connection reads one frame per turn: a flooding connection of the same
+ * uid as a normal one reads no more often than it. */
+static void test_one_frame_per_connection_per_turn(void)
+{
+        World *w = world_new(0);
+        SimConn *flood = conn_add(w, 7, 1000, 10000), *normal = conn_add(w, 7, 10, 10000);
+
+        while (normal->pending)
+                fair_run(&w->fair);
+        CHECK_EQ(max_gap(w, normal->id), 1);
+        CHECK(count_of(w, flood->id) <= 11);
+        world_free(w);
+}
+
+/* A uid whose frames cost three quanta reads one, then skips two turns to pay it back; the cheap
+ * uid next to it reads a frame every round. */
+static void test_costly_frames_paid_back(void)
+{
+        World *w = world_new(0);
+        SimConn *lister = conn_add(w, 1, 100, 3 * FAIR_QUANTUM_NS), *pinger = conn_add(w, 2, 30, 10000);
+
+        while (pinger->pending)
+                fair_run(&w->fair);
+        CHECK_EQ(count_of(w, lister->id), 10);
+        CHECK_EQ(max_gap(w, lister->id), 3);
+        CHECK(max_gap(w, pinger->id) <= 1);
+        CHECK(w->fair.turns_skipped_total >= 18);
+        world_free(w);
+}
+
+/* A connection with nothing to read goes back to being polled, and an idle scheduler runs nothing:
+ * the server's loop may sleep. */
+static void test_idle(void)
+{
+        World *w = world_new(0);
+        SimConn *c = conn_add(w, 1, 2, 1000);
+
+        fair_run(&w->fair);
+        CHECK_EQ(w->n_log, 1);
+        CHECK(fair_busy(&w->fair));
+        fair_run(&w->fair); /* its second frame; still ready (it may have more) */
+        fair_run(&w->fair); /* finds none: idle */
+        CHECK_EQ(w->n_log, 2);
+        CHECK_EQ(c->e.state, FAIR_IDLE);
+        CHECK(!fair_busy(&w->fair));
+        CHECK_EQ(fair_wakeup_ns(&w->fair), UINT64_MAX);
+        fair_run(&w->fair);
+        CHECK_EQ(w->n_log, 2);
+        /* Input again: ready again. */
+        c->pending = 1;
+        fair_ready(&w->fair, &c->e);
+        fair_ready(&w->fair, &c->e); /* twice is once */
+        fair_run(&w->fair);
+        CHECK_EQ(w->n_log, 3);
+        world_free(w);
+}
+
+/* Under 250m the broker means to use 1.875 ms of each 10 ms window. A flood uses that, then waits
+ * (not polled) for the next window, while a light connection that comes meanwhile is still read
+ * at once; at the window's end the flood resumes. No window sees much more than the budget. */
+static void test_pacing_under_a_limit(void)
+{
+        const uint64_t budget = 250 * FAIR_WINDOW_NS / 1000 * FAIR_TARGET_PERCENT / 100;
+        World *w = world_new(250);
+        SimConn *flood = conn_add(w, 1, 100000, 50000), *light;
+        uint64_t start_cpu = w->cpu, wake;
+
+        while (fair_busy(&w->fair))
+                fair_run(&w->fair);
+        CHECK_EQ(flood->e.state, FAIR_PACED);
+        CHECK(!flood->reading);
+        CHECK(w->cpu - start_cpu >= budget && w->cpu - start_cpu <= budget + flood->cost_ns);
+        CHECK_EQ(w->fair.paced_total, 1);
+        wake = fair_wakeup_ns(&w->fair);
+        CHECK(wake != UINT64_MAX && wake > w->now);
+        /* A light connection of another uid: read at once, though the window's budget is spent. */
+        light = conn_add(w, 2, 3, 20000);
+        fair_run(&w->fair);
+        fair_run(&w->fair);
+        fair_run(&w->fair);
+        CHECK_EQ(count_of(w, light->id), 3);
+        CHECK_EQ(flood->e.state, FAIR_PACED);
+        /* Nothing happens before the window ends... */
+        fair_run(&w->fair);
+        fair_run(&w->fair); /* light finds nothing more */
+        CHECK(!fair_busy(&w->fair));
+        /* ...and at its end the flood is polled and read again, for about one budget more. */
+        w->now = wake;
+        start_cpu = w->cpu;
+        fair_run(&w->fair);
+        CHECK(flood->reading);
+        while (fair_busy(&w->fair))
+                fair_run(&w->fair);
+        CHECK_EQ(flood->e.state, FAIR_PACED);
+        CHECK(w->cpu - start_cpu <= budget + flood->cost_ns);
+        CHECK_EQ(w->fair.paced_total, 2);
+        world_free(w);
+}
+
+/* Without a limit nobody is ever paced. */
+static void test_no_limit_no_pacing(void)
+{
+        World *w = world_new(0);
+        SimConn *flood = conn_add(w, 1, 2000, 50000);
+
+        while (flood->pending)
+                fair_run(&w->fair);
+        CHECK_EQ(w->fair.paced_total, 0);
+        CHECK_EQ(fair_wakeup_ns(&w->fair), UINT64_MAX);
+        world_free(w);
+}
+
+/* A connection may leave while its own frame or another's is handled, and while paced. */
+static void test_leaving_anywhere(void)
+{
+        World *w = world_new(250);
+        SimConn *a = conn_add(w, 1, 5, 10000), *b = conn_add(w, 1, 5, 10000), *c = conn_add(w, 2, 5, 10000);
+
+        a->leave_on_serve = a->id; /* its frame closes it */
+        fair_run(&w->fair);
+        CHECK(a->left);
+        c->leave_on_serve = b->id; /* another uid's frame closes b */
+        while (!b->left)
+                fair_run(&w->fair);
+        c->leave_on_serve = -1;
+        while (fair_busy(&w->fair))
+                fair_run(&w->fair);
+        CHECK_EQ(w->fair.uids.count, 1);
+        /* A paced one leaves: nothing is left to wake up for. */
+        c->pending = 100000;
+        c->cost_ns = 500000;
+        fair_ready(&w->fair, &c->e);
+        while (fair_busy(&w->fair))
+                fair_run(&w->fair);
+        CHECK_EQ(c->e.state, FAIR_PACED);
+        conn_leave(w, c);
+        CHECK_EQ(fair_wakeup_ns(&w->fair), UINT64_MAX);
+        CHECK_EQ(w->fair.uids.count, 0);
+        world_free(w);
+}
+
+static void test_parse_cpu_limit(void)
+{
+        uint32_t v = 7;
+
+        CHECK_EQ(fair_parse_cpu_limit("250m", &v), 0);
+        CHECK_EQ(v, 250);
+        CHECK_EQ(fair_parse_cpu_limit("0.25", &v), 0);
+        CHECK_EQ(v, 250);
+        CHECK_EQ(fair_parse_cpu_limit("2", &v), 0);
+        CHECK_EQ(v, 2000);
+        CHECK_EQ(fair_parse_cpu_limit("1.5", &v), 0);
+        CHECK_EQ(v, 1500);
+        CHECK_EQ(fair_parse_cpu_limit("0.0001", &v), 0);
+        CHECK_EQ(v, 0);
+        CHECK_EQ(fair_parse_cpu_limit("none", &v), 0);
+        CHECK_EQ(v, 0);
+        CHECK_EQ(fair_parse_cpu_limit("0", &v), 0);
+        CHECK_EQ(v, 0);
+        CHECK_EQ(fair_parse_cpu_limit("1000", &v), 0);
+        CHECK_EQ(v, 1000000);
+        CHECK_EQ(fair_parse_cpu_limit("1001", &v), -EINVAL);
+        CHECK_EQ(fair_parse_cpu_limit("99999999999999999999m", &v), -EINVAL);
+        CHECK_EQ(fair_parse_cpu_limit("", &v), -EINVAL);
+        CHECK_EQ(fair_parse_cpu_limit("m", &v), -EINVAL);
+        CHECK_EQ(fair_parse_cpu_limit("-1", &v), -EINVAL);
+        CHECK_EQ(fair_parse_cpu_limit("1.", &v), -EINVAL);
+        CHECK_EQ(fair_parse_cpu_limit("0.5m", &v), -EINVAL);
+        CHECK_EQ(fair_parse_cpu_limit("250M", &v), -EINVAL);
+}
+
+static void test_parse_cgroup_files(void)
+{
+        char path[64];
+        uint32_t v = 7;
+
+        CHECK_EQ(fair_parse_cpu_max("25000 100000\n", &v), 0);
+        CHECK_EQ(v, 250);
+        CHECK_EQ(fair_parse_cpu_max("max 100000\n", &v), 0);
+        CHECK_EQ(v, 0);
+        CHECK_EQ(fair_parse_cpu_max("1 100000", &v), 0);
+        CHECK_EQ(v, 1); /* a quota is never none */
+        CHECK_EQ(fair_parse_cpu_max("25000", &v), -EINVAL);
+        CHECK_EQ(fair_parse_cpu_max("25000 0", &v), -EINVAL);
+        CHECK_EQ(fair_parse_cpu_max("x 100000", &v), -EINVAL);
+        CHECK_EQ(fair_parse_cfs("50000\n", "100000\n", &v), 0);
+        CHECK_EQ(v, 500);
+        CHECK_EQ(fair_parse_cfs("-1\n", "100000\n", &v), 0);
+        CHECK_EQ(v, 0);
+        CHECK_EQ(fair_parse_cfs("", "100000", &v), -EINVAL);
+        CHECK_EQ(fair_parse_cgroup_v1("4:memory:/a\n1:cpu,cpuacct:/k8s/pod1\n0::/\n", "cpu", path, sizeof(path)), 0);
+        CHECK_STREQ(path, "/k8s/pod1");
+        CHECK_EQ(fair_parse_cgroup_v1("2:cpuacct:/x\n1:cpu:/\n", "cpu", path, sizeof(path)), 0);
+        CHECK_STREQ(path, "/");
+        CHECK_EQ(fair_parse_cgroup_v1("2:cpuset:/x\n0::/a\n", "cpu", path, sizeof(path)), -ENOENT);
+        CHECK_EQ(fair_parse_cgroup_v1("0::/a\n", "cpu", path, sizeof(path)), -ENOENT);
+        CHECK_EQ(fair_parse_cgroup_v1("1:cpu:/0123456789012345678901234567890123456789012345678901234567890123\n", "cpu",
+                                      path, sizeof(path)),
+                 -ENAMETOOLONG);
+}
+
+int main(int argc, char **argv)
+{
+        TEST_RUN(argc, argv, test_uid_with_many_connections);
+        TEST_RUN(argc, argv, test_one_frame_per_connection_per_turn);
+        TEST_RUN(argc, argv, test_costly_frames_paid_back);
+        TEST_RUN(argc, argv, test_idle);
+        TEST_RUN(argc, argv, test_pacing_under_a_limit);
+        TEST_RUN(argc, argv, test_no_limit_no_pacing);
+        TEST_RUN(argc, argv, test_leaving_anywhere);
+        TEST_RUN(argc, argv, test_parse_cpu_limit);
+        TEST_RUN(argc, argv, test_parse_cgroup_files);
+        return TEST_END();
+}
