@@ -21,6 +21,7 @@ typedef struct UidAcct {
         uint32_t uid;
         uint32_t connections, buffers, fds;
         uint32_t claims; /* pending claims of its peers */
+        uint64_t shared_bytes, held_bytes; /* as Registry's, for this uid's buffers and holds */
 } UidAcct;
 
 typedef struct RegName {
@@ -144,6 +145,10 @@ struct Registry {
         RegCounters counters;
         uint64_t n_peers, n_buffers, n_waits, n_subs, n_groups, n_refs, n_fds;
         uint64_t n_state[_PROTO_STATE_MAX]; /* buffers per state, kept current: stats never walk */
+        /* Bytes by kind, kept current likewise: of buffer memory registered (a buffer that is not
+         * a view: a view's bytes are its segment's), and of buffers consumers hold references to
+         * (each buffer's size once per peer holding it, a view's own size). */
+        uint64_t shared_bytes[_PROTO_KIND_MAX], held_bytes[_PROTO_KIND_MAX];
         uint64_t n_orphaned;
         List lost;                          /* RegPeer.lost_link: peers the caller must disconnect */
         /* The restart grace: reconnecting holders may reclaim until it ends (a TIMER_GRACE). */

@@ -154,6 +154,38 @@ static bool hold_mapped(const Registry *r, const RegPeer *p, const RegBuffer *b)
         return h && h->mapped;
 }
 
+/* b's memory joins (sign 1) or leaves (-1) the bytes shared, unless it is a view's (its segment's). */
+static void shared_bytes_count(Registry *r, const RegBuffer *b, int sign)
+{
+        uint64_t n = b->info.size;
+
+        if (b->info.segment)
+                return;
+        if (sign > 0) {
+                r->shared_bytes[b->info.kind] += n;
+                b->acct->shared_bytes += n;
+        } else {
+                r->shared_bytes[b->info.kind] -= n;
+                b->acct->shared_bytes -= n;
+        }
+}
+
+/* h's peer becomes (sign 1) or stops being (-1) a holder of h's buffer: one holding a reference. */
+static void holder_count(Registry *r, const Hold *h, int sign)
+{
+        uint64_t n = h->buf->info.size;
+
+        if (sign > 0) {
+                h->buf->holders++;
+                r->held_bytes[h->buf->info.kind] += n;
+                h->peer->acct->held_bytes += n;
+        } else {
+                h->buf->holders--;
+                r->held_bytes[h->buf->info.kind] -= n;
+                h->peer->acct->held_bytes -= n;
+        }
+}
+
 int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapped, RegWhy *why)
 {
         Hold *h;
@@ -186,7 +218,7 @@ int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapp
         /* A hold with no references left stays while the peer keeps the mapping (mapped): it is
          * how the next attach knows the fd need not travel again, and who hears "freed". */
         if (h->count == 0 && refs > 0)
-                b->holders++;
+                holder_count(r, h, 1);
         h->count += refs;
         b->refs += refs;
         p->n_refs += refs;
@@ -198,7 +230,8 @@ int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapp
 void reg_hold_drop(Registry *r, Hold *h)
 {
         h->buf->refs -= h->count;
-        h->buf->holders -= h->count > 0;
+        if (h->count > 0)
+                holder_count(r, h, -1);
         h->peer->n_refs -= h->count;
         r->n_refs -= h->count;
         list_unlink(&h->buf_link);
@@ -283,6 +316,7 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, RegSink *o)
                 reg_close_fd(o, b->fd);
         }
         reg_uncharge(r, b->owner_uid, b->cost);
+        shared_bytes_count(r, b, -1);
         b->acct->buffers--;
         reg_acct_put(r, b->acct);
         r->n_buffers--;
@@ -794,6 +828,7 @@ RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPu
         list_append(&r->buffers, &b->link);
         list_append(&p->owned, &b->owner_link);
         b->acct->buffers++;
+        shared_bytes_count(r, b, 1);
         if (b->fd >= 0) {
                 b->acct->fds++;
                 r->n_fds++;
@@ -972,7 +1007,7 @@ void registry_release(Registry *r, RegPeer *p, uint64_t id, uint64_t buffer, Reg
         p->n_refs--;
         r->n_refs--;
         if (h->count == 0) {
-                b->holders--;
+                holder_count(r, h, -1);
                 if (!h->mapped)
                         reg_hold_drop(r, h);
         }
