@@ -20,6 +20,9 @@
 /* Records stop well before the frame limit, leaving room for the reply's own fields. */
 #define ITEMS_BUDGET (PROTO_MAX_BODY - 1024)
 #define DEFAULT_PAGE 256
+/* The uids whose bytes shared and held stats report, at most: those the policy names, first come
+ * (a policy may name thousands; a stats reply holds at most PROTO_MAX_ITEMS records). */
+#define STATS_MAX_UIDS 64
 
 /* One more record unless the page has max records already or the reply would outgrow its frame;
  * false once full (the encoding itself is proto's: proto_items_*). */
@@ -428,6 +431,55 @@ static void add_histogram(ProtoItems *it, const char *name, const Histogram *h)
         add_stat(it, sum, h->sum_us);
 }
 
+/* A series record told apart by its kind or its uid (stats of bytes shared and held). */
+static void add_kind_stat(ProtoItems *it, const char *name, ProtoKind kind, uint64_t value)
+{
+        ProtoMsg rec;
+
+        proto_record_init(&rec);
+        proto_set_name(&rec, proto_str(name));
+        proto_set_kind(&rec, kind);
+        proto_set_value(&rec, value);
+        items_add(it, &rec, PROTO_MAX_ITEMS);
+}
+
+static void add_uid_stat(ProtoItems *it, const char *name, uint32_t uid, uint64_t value)
+{
+        ProtoMsg rec;
+
+        proto_record_init(&rec);
+        proto_set_name(&rec, proto_str(name));
+        proto_set_uid(&rec, uid);
+        proto_set_value(&rec, value);
+        items_add(it, &rec, PROTO_MAX_ITEMS);
+}
+
+/* Bytes shared and held: by kind (every kind, zeros included, so that the series exist from the
+ * start), then for each uid the policy names (at most STATS_MAX_UIDS of them). */
+static void add_bytes(ProtoItems *it, const RequestCtx *ctx, const RegGauges *g)
+{
+        uint32_t uids[STATS_MAX_UIDS];
+        size_t n = policy_named_uids(ctx->policy, uids, STATS_MAX_UIDS);
+
+        for (ProtoKind k = PROTO_KIND_NONE + 1; k < _PROTO_KIND_MAX; k++)
+                add_kind_stat(it, "shared_bytes", k, g->shared_bytes[k]);
+        for (ProtoKind k = PROTO_KIND_NONE + 1; k < _PROTO_KIND_MAX; k++)
+                add_kind_stat(it, "held_bytes", k, g->held_bytes[k]);
+        /* A series' records next to each other, as readers expect (docs/protocol.md). */
+        for (size_t i = 0; i < n; i++) {
+                uint64_t shared, held;
+
+                registry_uid_bytes(ctx->reg, uids[i], &shared, &held);
+                add_uid_stat(it, "uid_shared_bytes", uids[i], shared);
+        }
+        for (size_t i = 0; i < n; i++) {
+                uint64_t shared, held;
+
+                registry_uid_bytes(ctx->reg, uids[i], &shared, &held);
+                add_uid_stat(it, "uid_held_bytes", uids[i], held);
+        }
+}
+
 /* Names follow Prometheus conventions (gpuipcctl metrics prefixes them with gpuipc_). */
 void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 {
@@ -503,6 +555,7 @@ void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 add_stat(&it, "frames_paced_total", s->fair->paced_total);
                 add_stat(&it, "turns_skipped_total", s->fair->turns_skipped_total);
         }
+        add_bytes(&it, ctx, &g);
         add_failed_replies(&it, ctx->out);
         add_histogram(&it, "request_duration_us", &s->request_us);
         add_histogram(&it, "peer_cleanup_duration_us", &s->peer_cleanup_us);

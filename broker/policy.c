@@ -185,6 +185,24 @@ size_t policy_rule_count(const Policy *p)
         return p ? p->n : 0;
 }
 
+size_t policy_named_uids(const Policy *p, uint32_t *uids, size_t cap)
+{
+        size_t n = 0;
+
+        for (size_t i = 0; p && i < p->n && n < cap; i++) {
+                const Rule *r = &p->rules[i];
+                size_t j = 0;
+
+                if (r->who != WHO_UID)
+                        continue;
+                while (j < n && uids[j] != r->id)
+                        j++;
+                if (j == n)
+                        uids[n++] = r->id;
+        }
+        return n;
+}
+
 bool policy_allows(const Policy *p, uint32_t uid, uint32_t gid, PolicyAction action, const char *name)
 {
         /* No policy file: the socket's permissions already chose who may connect; only acting on

@@ -25,3 +25,8 @@ bool policy_allows(const Policy *p, uint32_t uid, uint32_t gid, PolicyAction act
 
 /* Number of rules (for the log line after a reload). */
 size_t policy_rule_count(const Policy *p);
+
+/* The distinct uids the rules name (uid=N), in the order they first appear, at most cap of them
+ * into uids; returns how many were stored. None for a NULL policy. Statistics per uid are kept
+ * for these alone, so that their number is the policy's, not the peers'. */
+size_t policy_named_uids(const Policy *p, uint32_t *uids, size_t cap);

@@ -135,6 +135,37 @@ Hold *reg_hold_lookup(const Registry *r, const RegPeer *p, const RegBuffer *b)
         return HMAP_FIND(&r->holds, hold_hash(p->id, b->id), Hold, node, h, h->peer == p && h->buf == b);
 }
 
+/* b's memory joins (sign 1) or leaves (-1) the bytes shared, unless it is a view's (its segment's). */
+static void shared_bytes_count(Registry *r, const RegBuffer *b, int sign)
+{
+        uint64_t n = b->info.size;
+
+        if (b->info.segment)
+                return;
+        if (sign > 0) {
+                r->shared_bytes[b->info.kind] += n;
+                b->acct->shared_bytes += n;
+        } else {
+                r->shared_bytes[b->info.kind] -= n;
+                b->acct->shared_bytes -= n;
+        }
+}
+
+void reg_holder_count(Registry *r, const Hold *h, int sign)
+{
+        uint64_t n = h->buf->info.size;
+
+        if (sign > 0) {
+                h->buf->holders++;
+                r->held_bytes[h->buf->info.kind] += n;
+                h->peer->acct->held_bytes += n;
+        } else {
+                h->buf->holders--;
+                r->held_bytes[h->buf->info.kind] -= n;
+                h->peer->acct->held_bytes -= n;
+        }
+}
+
 int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapped, RegWhy *why)
 {
         Hold *h;
@@ -167,7 +198,7 @@ int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapp
         /* A hold with no references left stays while the peer keeps the mapping (mapped): it is
          * how the next attach knows the fd need not travel again, and who hears "freed". */
         if (h->count == 0 && refs > 0)
-                b->holders++;
+                reg_holder_count(r, h, 1);
         h->count += refs;
         b->refs += refs;
         p->n_refs += refs;
@@ -179,7 +210,8 @@ int reg_hold_add(Registry *r, RegPeer *p, RegBuffer *b, uint32_t refs, bool mapp
 void reg_hold_drop(Registry *r, Hold *h)
 {
         h->buf->refs -= h->count;
-        h->buf->holders -= h->count > 0;
+        if (h->count > 0)
+                reg_holder_count(r, h, -1);
         h->peer->n_refs -= h->count;
         r->n_refs -= h->count;
         list_unlink(&h->buf_link);
@@ -264,6 +296,7 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, RegSink *o)
                 reg_close_fd(o, b->fd);
         }
         reg_uncharge(r, b->owner_uid, b->cost);
+        shared_bytes_count(r, b, -1);
         b->acct->buffers--;
         reg_acct_put(r, b->acct);
         r->n_buffers--;
@@ -475,6 +508,7 @@ int reg_buffer_register(Registry *r, RegPeer *p, const RegPublish *a, int *fd, R
         list_append(&r->buffers, &b->link);
         list_append(&p->owned, &b->owner_link);
         b->acct->buffers++;
+        shared_bytes_count(r, b, 1);
         if (b->fd >= 0) {
                 b->acct->fds++;
                 r->n_fds++;

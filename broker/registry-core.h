@@ -23,6 +23,7 @@ typedef struct UidAcct {
         uint32_t uid;
         uint32_t connections, buffers, fds;
         uint32_t claims; /* pending claims of its peers */
+        uint64_t shared_bytes, held_bytes; /* as Registry's, for this uid's buffers and holds */
 } UidAcct;
 
 typedef struct RegName {
@@ -164,6 +165,10 @@ struct Registry {
         RegCounters counters;
         uint64_t n_peers, n_buffers, n_waits, n_subs, n_groups, n_refs, n_fds;
         uint64_t n_state[_PROTO_STATE_MAX]; /* buffers per state, kept current: stats never walk */
+        /* Bytes by kind, kept current likewise: of buffer memory registered (a buffer that is not
+         * a view: a view's bytes are its segment's), and of buffers consumers hold references to
+         * (each buffer's size once per peer holding it, a view's own size). */
+        uint64_t shared_bytes[_PROTO_KIND_MAX], held_bytes[_PROTO_KIND_MAX];
         uint64_t n_orphaned;
         List lost;                          /* RegPeer.lost_link: peers the caller must disconnect */
         /* The restart grace: reconnecting holders may reclaim until it ends (a TIMER_GRACE). */
@@ -346,6 +351,9 @@ void reg_segment_release_if_done(Registry *r, RegBuffer *s, RegSink *o);
 
 /* p's hold on b, or NULL. */
 Hold *reg_hold_lookup(const Registry *r, const RegPeer *p, const RegBuffer *b);
+/* h's peer becomes (sign 1) or stops being (-1) a holder of h's buffer: one holding a reference,
+ * counted in the buffer's holders and the bytes held (the registry's and the peer's uid's). */
+void reg_holder_count(Registry *r, const Hold *h, int sign);
 
 /* Drops a whole hold (all of one peer's references to one buffer, and its mapped mark). */
 void reg_hold_drop(Registry *r, Hold *h);

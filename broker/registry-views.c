@@ -165,8 +165,18 @@ void registry_gauges(const Registry *r, RegGauges *g)
         g->claims_pending = r->n_claims;
         g->rings = r->n_rings;
         g->ring_members = r->n_seated;
+        memcpy(g->shared_bytes, r->shared_bytes, sizeof(g->shared_bytes));
+        memcpy(g->held_bytes, r->held_bytes, sizeof(g->held_bytes));
         list_for_each(pos, &r->restored)
                 g->restored++;
+}
+
+void registry_uid_bytes(const Registry *r, uint32_t uid, uint64_t *shared, uint64_t *held)
+{
+        const UidAcct *a = HMAP_FIND((HMap *)&r->uids, hash_u64(uid), UidAcct, node, x, x->uid == uid);
+
+        *shared = a ? a->shared_bytes : 0;
+        *held = a ? a->held_bytes : 0;
 }
 
 uint64_t registry_epoch(const Registry *r)

@@ -330,7 +330,7 @@ int registry_release(Registry *r, RegPeer *p, uint64_t buffer, RegWhy *why, RegS
         p->n_refs--;
         r->n_refs--;
         if (h->count == 0) {
-                b->holders--;
+                reg_holder_count(r, h, -1);
                 if (!h->mapped)
                         reg_hold_drop(r, h);
         }

@@ -316,8 +316,15 @@ typedef struct RegGauges {
         uint64_t peers, buffers, live, retired, idle, orphaned, refs, fds, waits, subs, groups, names;
         uint64_t claims_pending, restored; /* reclaims waiting for their buffer; restored buffers in grace */
         uint64_t rings, ring_members;
+        /* Bytes of buffer memory registered (views not counted again), and of buffers consumers
+         * hold references to (each buffer once per holder), by kind. */
+        uint64_t shared_bytes[_PROTO_KIND_MAX], held_bytes[_PROTO_KIND_MAX];
 } RegGauges;
 void registry_gauges(const Registry *r, RegGauges *g);
+
+/* The bytes of RegGauges for one uid: of the buffers its peers published (shared) and of those
+ * they hold references to (held); 0 for a uid the broker knows nothing of. */
+void registry_uid_bytes(const Registry *r, uint32_t uid, uint64_t *shared, uint64_t *held);
 
 /* The protocol's name rules (proto_name_valid) under their old names, for broker/inspect.c until
  * it calls proto's directly. */

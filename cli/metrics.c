@@ -49,6 +49,18 @@ static const MetricDesc descs[] = {
         { "claims_pending", "claims_pending", GAUGE, 0, NULL, NULL,
           "Reclaims by reconnected consumers that wait for the buffer's producer to register it again; revoked "
           "if it does not within the restart grace." },
+        { "shared_bytes", "shared_bytes", GAUGE, 0, "kind", NULL,
+          "Bytes of buffer memory registered with the broker, by buffer kind, in every state (a view's bytes "
+          "are its segment's, counted once; a ring's slots and pages count)." },
+        { "held_bytes", "held_bytes", GAUGE, 0, "kind", NULL,
+          "Bytes of the buffers consumers hold references to, by buffer kind: each buffer's size once per "
+          "connection holding at least one reference to it." },
+        { "uid_shared_bytes", "uid_shared_bytes", GAUGE, 0, "uid", NULL,
+          "gpuipc_shared_bytes for the buffers one uid's connections published, for each uid the broker's "
+          "policy names (at most 64)." },
+        { "uid_held_bytes", "uid_held_bytes", GAUGE, 0, "uid", NULL,
+          "gpuipc_held_bytes for the references one uid's connections hold, for each uid the broker's policy "
+          "names (at most 64)." },
         { "rings", "rings", GAUGE, 0, NULL, NULL, "Rings registered (frames pass through them without the broker)." },
         { "ring_members", "ring_members", GAUGE, 0, NULL, NULL, "Members seated in rings, over all rings." },
         { "open_fds", "open_fds", GAUGE, 0, NULL, NULL,
@@ -387,17 +399,23 @@ typedef enum RingValue { RING_HEAD, RING_LAG, RING_TAKEN, RING_SLOTS } RingValue
 typedef struct RingDesc {
         const char *metric;
         RingValue value;
+        MetricType type;
         const char *help;
 } RingDesc;
 
 static const RingDesc ring_descs[] = {
-        { "ring_head", RING_HEAD, "The newest frame published in the ring, from its control page (no sample while "
-          "the broker cannot read it)." },
-        { "ring_lag_frames", RING_LAG, "Frames the ring's slowest seated member is behind its head (no sample with "
+        { "ring_head", RING_HEAD, GAUGE, "The newest frame published in the ring, from its control page (no sample "
+          "while the broker cannot read it)." },
+        /* The same number as a counter: frames are numbered from 1, so the head is how many were
+         * published; the gauge stays for what it says (which frame), the counter is what rate() takes. */
+        { "ring_frames_published_total", RING_HEAD, COUNTER, "Frames the ring's producer published since the ring "
+          "was created, from its control page (no sample while the broker cannot read it; a ring created again "
+          "under the same name starts from 0, a counter reset)." },
+        { "ring_lag_frames", RING_LAG, GAUGE, "Frames the ring's slowest seated member is behind its head (no sample with "
           "nobody seated). A backpressure ring's producer waits when this reaches gpuipc_ring_slots." },
-        { "ring_seats_taken", RING_TAKEN, "Member seats of the ring taken: by members, or kept for one after a "
+        { "ring_seats_taken", RING_TAKEN, GAUGE, "Member seats of the ring taken: by members, or kept for one after a "
           "broker restart." },
-        { "ring_slots", RING_SLOTS, "Slots of the ring: frames its producer may publish ahead of its slowest member "
+        { "ring_slots", RING_SLOTS, GAUGE, "Slots of the ring: frames its producer may publish ahead of its slowest member "
           "(backpressure)." },
 };
 
@@ -426,7 +444,7 @@ static void rings(Sink *s, const gpuipc_ring_info_t *items, int n)
 
                         if (!ring_value(&items[i], ring_descs[d].value, &v))
                                 continue;
-                        family_begin(s, ring_descs[d].metric, GAUGE, ring_descs[d].help);
+                        family_begin(s, ring_descs[d].metric, ring_descs[d].type, ring_descs[d].help);
                         snprintf(value, sizeof(value), "%" PRIu64, v);
                         sample(s, "", ring_key, &name, 1, value);
                 }

@@ -714,7 +714,9 @@ int gpuipc_stat_ring(gpuipc_t *c, const char *name, gpuipc_ring_member_info_t *m
 /* One of the broker's counters, gauges or histogram series (docs/protocol.md, `stats`). */
 typedef struct gpuipc_stat {
         char name[GPUIPC_MAX_NAME + 1]; /* "attaches_total", "request_duration_us_bucket", ... */
-        char status[32];  /* "request_errors_total": the reply status counted ("quota", ...); else "" */
+        char status[32];  /* a series' qualifier: "request_errors_total": the reply status counted
+                           * ("quota", ...); "shared_bytes", "held_bytes": the buffer kind ("memfd",
+                           * ...); "uid_shared_bytes", "uid_held_bytes": the uid, in decimal; else "" */
         uint64_t le_us;   /* a histogram bucket (name ends in _bucket): its upper bound in microseconds
                            * (the count is cumulative; the total is in the _count record); else 0 */
         uint64_t value;

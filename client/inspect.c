@@ -5,6 +5,7 @@
  * gpuipc.h, so that gpuipcctl and other languages need nothing but the public header. This file
  * only asks and copies: it keeps no state and never changes a buffer handle. */
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -187,6 +188,11 @@ static void stat_from(const ProtoMsg *m, gpuipc_stat_t *ret)
         memset(ret, 0, sizeof(*ret));
         proto_str_copy(m->name, ret->name, sizeof(ret->name));
         proto_str_copy(m->error, ret->status, sizeof(ret->status));
+        /* A series by kind or by uid has its qualifier where a series by status has its status. */
+        if (proto_has(m, PF_KIND))
+                snprintf(ret->status, sizeof(ret->status), "%s", proto_kind_name(m->kind));
+        else if (proto_has(m, PF_UID))
+                snprintf(ret->status, sizeof(ret->status), "%" PRIu64, m->uid);
         ret->le_us = m->le_us;
         ret->value = m->value;
 }

@@ -100,8 +100,9 @@ class PeerInfo:
 @dataclasses.dataclass(frozen=True)
 class Stat:
     """One of the broker's counters, gauges or histogram series (docs/protocol.md, `stats`): name;
-    status (for request_errors_total: the reply status counted, else ''); le_us (a histogram
-    bucket's upper bound in microseconds, else 0); value."""
+    status, the series' qualifier (request_errors_total: the reply status counted; shared_bytes and
+    held_bytes: the buffer kind; uid_shared_bytes and uid_held_bytes: the uid in decimal; else '');
+    le_us (a histogram bucket's upper bound in microseconds, else 0); value."""
     name: str
     status: str
     le_us: int

@@ -11,6 +11,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { admissionChecks } from './lib/admission.mjs';
+import { COMPONENT_CASES } from './lib/components.mjs';
 import { SETUPS, SUPPORT } from './lib/contract.mjs';
 import { canon, render } from './lib/objects.mjs';
 import * as repo from './lib/repo.mjs';
@@ -154,6 +155,12 @@ async function main() {
   if (rendered['node-broker']?.objects) {
     console.log('# node-broker admission policy (its CEL evaluated as the API server does)');
     for (const [label, problems] of admissionChecks(rendered['node-broker'].objects)) report(label, problems);
+  }
+
+  console.log('# the sidecar components on other workloads (tests/k8s/components)');
+  for (const [name, c] of Object.entries(COMPONENT_CASES)) {
+    const dir = join(HERE, 'components', name);
+    report(`components/${name}: ${c.what}`, existsSync(dir) ? c.check(render(dir), ROOT) : [`no ${dir}`]);
   }
 
   console.log('# broken manifests (each must be rejected)');

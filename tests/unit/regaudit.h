@@ -131,13 +131,56 @@ static inline void audit_account(const Registry *r, const UidAcct *a)
         CHECK_EQ(a->connections, connections);
         CHECK_EQ(a->buffers, buffers);
         CHECK_EQ(a->fds, fds);
+        {
+                uint64_t shared = 0, held = 0;
+
+                list_for_each(pos, &r->buffers) {
+                        const RegBuffer *b = list_entry(pos, RegBuffer, link);
+
+                        shared += b->acct == a && !b->info.segment ? b->info.size : 0;
+                }
+                hmap_for_each(n, &r->holds) {
+                        const Hold *h = container_of(n, Hold, node);
+
+                        held += h->peer->acct == a && h->count > 0 ? h->buf->info.size : 0;
+                }
+                CHECK_EQ(a->shared_bytes, shared);
+                CHECK_EQ(a->held_bytes, held);
+        }
         CHECK(connections || buffers || fds); /* an empty account is freed */
+}
+
+/* The bytes by kind are the sums over the buffers (views not counted again) and over the holds
+ * with references (each buffer once per holder); a buffer's holders are those holds. */
+static inline void audit_bytes(const Registry *r)
+{
+        uint64_t shared[_PROTO_KIND_MAX] = { 0 }, held[_PROTO_KIND_MAX] = { 0 };
+
+        list_for_each(pos, &r->buffers) {
+                const RegBuffer *b = list_entry(pos, RegBuffer, link);
+                uint32_t holders = 0;
+
+                if (!b->info.segment)
+                        shared[b->info.kind] += b->info.size;
+                list_for_each(hp, &b->holds) {
+                        const Hold *h = list_entry(hp, Hold, buf_link);
+
+                        holders += h->count > 0;
+                        held[b->info.kind] += h->count > 0 ? b->info.size : 0;
+                }
+                CHECK_EQ(b->holders, holders);
+        }
+        for (int k = 0; k < _PROTO_KIND_MAX; k++) {
+                CHECK_EQ(r->shared_bytes[k], shared[k]);
+                CHECK_EQ(r->held_bytes[k], held[k]);
+        }
 }
 
 static inline void audit_accounting(const Registry *r)
 {
         hmap_for_each(n, &r->uids)
                 audit_account(r, container_of(n, UidAcct, node));
+        audit_bytes(r);
 }
 
 static inline void audit_registry(const Registry *r)

@@ -194,6 +194,7 @@ static inline void env_check(Env *e)
 {
         uint64_t refs = 0, peer_refs = 0, waits = 0, subs = 0, owned = 0, n_peers = 0;
         uint64_t live = 0, retired = 0, idle = 0, orphaned = 0, n_buf = 0, named = 0;
+        uint64_t shared[_PROTO_KIND_MAX] = { 0 }, held[_PROTO_KIND_MAX] = { 0 };
         RegGauges g;
 
         registry_gauges(e->r, &g);
@@ -209,6 +210,11 @@ static inline void env_check(Env *e)
                 CHECK(m.holders <= m.refs);
                 refs += m.refs;
                 n_buf++;
+                /* Bytes shared: the memory of every buffer but views (their segment's); held: each
+                 * buffer once per peer holding a reference to it. */
+                if (!proto_has(&m, PF_SEGMENT))
+                        shared[m.kind] += m.size;
+                held[m.kind] += m.size * m.holders;
                 live += m.state == PROTO_STATE_LIVE;
                 retired += m.state == PROTO_STATE_RETIRED;
                 idle += m.state == PROTO_STATE_IDLE;
@@ -265,6 +271,10 @@ static inline void env_check(Env *e)
         CHECK_EQ(g.subs, subs);
         CHECK_EQ(g.peers, n_peers);
         CHECK_EQ(owned + orphaned, n_buf);
+        for (int k = 0; k < _PROTO_KIND_MAX; k++) {
+                CHECK_EQ(g.shared_bytes[k], shared[k]);
+                CHECK_EQ(g.held_bytes[k], held[k]);
+        }
         CHECK(g.names >= named);
         env_reap_closed(e);
         CHECK_EQ(g.fds, env_held_fds(e));

@@ -73,6 +73,9 @@ static void test_metrics_known(void)
                 stat_of("request_duration_us_bucket", "", 100, 7),
                 stat_of("request_duration_us_count", "", 0, 8), stat_of("request_duration_us_sum", "", 0, 2500),
                 stat_of("peer_cleanup_us_max", "", 0, 1500000),
+                stat_of("shared_bytes", "memfd", 0, 8192), stat_of("shared_bytes", "cuda-vmm", 0, 0),
+                stat_of("held_bytes", "memfd", 0, 4096), stat_of("uid_shared_bytes", "10001", 0, 8192),
+                stat_of("uid_held_bytes", "10001", 0, 0),
         };
         char *t = render(stats, sizeof(stats) / sizeof(stats[0]), true, false);
 
@@ -93,6 +96,13 @@ static void test_metrics_known(void)
         check_line(t, "gpuipc_request_duration_seconds_sum 0.0025");
         check_line(t, "gpuipc_request_duration_seconds_count 8");
         check_line(t, "gpuipc_peer_cleanup_max_seconds 1.5");
+        check_line(t, "# TYPE gpuipc_shared_bytes gauge");
+        check_line(t, "gpuipc_shared_bytes{kind=\"memfd\"} 8192");
+        check_line(t, "gpuipc_shared_bytes{kind=\"cuda-vmm\"} 0");
+        check_line(t, "gpuipc_held_bytes{kind=\"memfd\"} 4096");
+        check_line(t, "gpuipc_uid_shared_bytes{uid=\"10001\"} 8192");
+        check_line(t, "gpuipc_uid_held_bytes{uid=\"10001\"} 0");
+        CHECK(count(t, "# HELP gpuipc_shared_bytes ") == 1 && count(t, "# HELP gpuipc_uid_held_bytes ") == 1);
         CHECK(count(t, "# HELP ") == count(t, "# TYPE "));
         CHECK(!strstr(t, "_ms") && !strstr(t, "_us"));
         free(t);
@@ -173,6 +183,9 @@ static void test_metrics_rings(void)
         check_line(t, "gpuipc_ring_members 3");
         check_line(t, "# TYPE gpuipc_ring_head gauge");
         check_line(t, "gpuipc_ring_head{ring=\"cams/front\"} 1207");
+        check_line(t, "# TYPE gpuipc_ring_frames_published_total counter");
+        check_line(t, "gpuipc_ring_frames_published_total{ring=\"cams/front\"} 1207");
+        CHECK(count(t, "gpuipc_ring_frames_published_total{") == 1); /* none for the unreadable one */
         check_line(t, "gpuipc_ring_lag_frames{ring=\"cams/front\"} 7");
         check_line(t, "gpuipc_ring_seats_taken{ring=\"cams/front\"} 3");
         check_line(t, "gpuipc_ring_seats_taken{ring=\"cams/\\\"odd\\\"\"} 0");

@@ -256,6 +256,27 @@ static void test_errors_name_their_line(void)
 }
 
 /* A policy of 4096 rules loads; one more is refused, saying so. */
+/* The uids the rules name, once each, in order of first appearance, bounded by cap; gid and any
+ * rules name none. */
+static void test_named_uids(void)
+{
+        Policy *p = parse_ok("allow publish uid=10001 prefix=a/\n"
+                             "deny attach gid=10001\n"
+                             "allow attach uid=10002\n"
+                             "allow all uid=10001 prefix=b/\n"
+                             "allow all any\n"
+                             "deny admin uid=0\n");
+        uint32_t uids[8];
+
+        CHECK_EQ(policy_named_uids(p, uids, 8), 3);
+        CHECK_EQ(uids[0], 10001);
+        CHECK_EQ(uids[1], 10002);
+        CHECK_EQ(uids[2], 0);
+        CHECK_EQ(policy_named_uids(p, uids, 2), 2);
+        CHECK_EQ(policy_named_uids(NULL, uids, 8), 0);
+        policy_free(p);
+}
+
 static void test_rule_limit(void)
 {
         enum { LINE = 14 }; /* "allow all any\n" */
@@ -286,5 +307,6 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_whitespace_and_comments);
         TEST_RUN(argc, argv, test_errors_name_their_line);
         TEST_RUN(argc, argv, test_rule_limit);
+        TEST_RUN(argc, argv, test_named_uids);
         return TEST_END();
 }

@@ -1852,6 +1852,61 @@ static void test_views(void)
         env_free(e);
 }
 
+/* Bytes shared (buffer memory registered) and held (each buffer once per peer holding a reference),
+ * in all and per uid, follow publishes, attaches, releases, a holder's departure and a free, to the
+ * byte. (env_check compares the totals with the buffers' descriptions after every operation.) */
+static void test_bytes_shared_and_held(void)
+{
+        Env *e = env_new(NULL);
+        RegPeer *P = env_peer(e, 1000, 10, 1), *C = env_peer(e, 1001, 11, 1), *D = env_peer(e, 1002, 12, 1);
+        uint64_t a, b, shared, held;
+        RegGauges g;
+
+        a = publish_ok(e, P, (Pub){ .name = "m/a" });
+        b = publish_ok(e, P, (Pub){ .name = "m/b" });
+        g = gauges(e);
+        CHECK_EQ(g.shared_bytes[PROTO_KIND_MEMFD], 8192);
+        CHECK_EQ(g.held_bytes[PROTO_KIND_MEMFD], 0);
+        CHECK_EQ(g.shared_bytes[PROTO_KIND_CUDA_VMM], 0);
+        registry_uid_bytes(e->r, 1000, &shared, &held);
+        CHECK_EQ(shared, 8192);
+        CHECK_EQ(held, 0);
+
+        attach_ok(e, C, "m/a");
+        attach_ok(e, C, "m/a"); /* a second reference: the same bytes */
+        attach_ok(e, D, "m/a");
+        attach_ok(e, D, "m/b");
+        g = gauges(e);
+        CHECK_EQ(g.held_bytes[PROTO_KIND_MEMFD], 3 * 4096);
+        registry_uid_bytes(e->r, 1001, &shared, &held);
+        CHECK_EQ(shared, 0);
+        CHECK_EQ(held, 4096);
+        registry_uid_bytes(e->r, 1002, &shared, &held);
+        CHECK_EQ(held, 8192);
+
+        env_check_status(release(e, C, a), PROTO_STATUS_OK);
+        CHECK_EQ(gauges(e).held_bytes[PROTO_KIND_MEMFD], 3 * 4096); /* one reference left */
+        env_check_status(release(e, C, a), PROTO_STATUS_OK);
+        CHECK_EQ(gauges(e).held_bytes[PROTO_KIND_MEMFD], 2 * 4096);
+        registry_uid_bytes(e->r, 1001, &shared, &held);
+        CHECK_EQ(held, 0);
+
+        registry_peer_remove(e->r, D, &e->sink);
+        env_flush(e);
+        CHECK_EQ(gauges(e).held_bytes[PROTO_KIND_MEMFD], 0);
+        registry_uid_bytes(e->r, 1002, &shared, &held);
+        CHECK_EQ(held, 0);
+
+        env_check_status(free_buf(e, P, b, false), PROTO_STATUS_OK);
+        CHECK_EQ(gauges(e).shared_bytes[PROTO_KIND_MEMFD], 4096);
+        registry_uid_bytes(e->r, 1000, &shared, &held);
+        CHECK_EQ(shared, 4096);
+        registry_uid_bytes(e->r, 4242, &shared, &held); /* a uid the broker never saw */
+        CHECK_EQ(shared, 0);
+        CHECK_EQ(held, 0);
+        env_free(e);
+}
+
 /* Every fd handed to the registry ends up closed exactly once, in every way a buffer can end. */
 /* Views: ranges of a segment published as buffers of their own. The segment's fd travels with the
  * first view (once) and to each consumer once, whichever view it attaches first; every view drains on
@@ -2196,6 +2251,7 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_device_diagnosis);
         TEST_RUN(argc, argv, test_hello);
         TEST_RUN(argc, argv, test_views);
+        TEST_RUN(argc, argv, test_bytes_shared_and_held);
         TEST_RUN(argc, argv, test_views_of_a_segment);
         TEST_RUN(argc, argv, test_views_producer_death);
         TEST_RUN(argc, argv, test_fd_accounting);

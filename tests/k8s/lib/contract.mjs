@@ -102,6 +102,13 @@ export const CLUSTER_SCOPED = [
 //   service:     the apps run until stopped (the gang); otherwise they end:
 //                the producer retires after one attach per consumer and exits
 //                once drained, so the pod completes and frees its GPU claim
+//   component:   an example of k8s/components/gpuipc-sidecar on users' own
+//                workloads: its apps are any image and command (every regular
+//                container is an app), the workloads of these kinds must be
+//                there (`workloads`), every pod template of each gets the broker
+//                exactly once, and the exporter when `exporter` is true (never
+//                otherwise); `networkPolicy`: the exporter's port is open to the
+//                monitoring namespace alone
 export const SETUPS = {
   base: { dir: 'k8s/base', kind: 'memfd', consumers: 1, deviceClass: null },
   'dra-vmm': { dir: 'k8s/overlays/dra-vmm', kind: 'cuda-vmm', consumers: 1, deviceClass: 'gpu.nvidia.com' },
@@ -137,6 +144,31 @@ export const SETUPS = {
     nodeBroker: true,
   },
   gstreamer: { dir: 'k8s/overlays/gstreamer', kind: 'memfd', consumers: 2, deviceClass: null, gstreamer: true },
+  'inference-deployment': {
+    dir: 'k8s/examples/inference-deployment',
+    component: true,
+    workloads: ['Deployment'],
+    exporter: true,
+    networkPolicy: true,
+    deviceClass: 'gpu.nvidia.com',
+    service: true,
+  },
+  statefulset: {
+    dir: 'k8s/examples/statefulset',
+    component: true,
+    workloads: ['StatefulSet'],
+    exporter: false,
+    deviceClass: null,
+    service: true,
+  },
+  leaderworkerset: {
+    dir: 'k8s/examples/leaderworkerset',
+    component: true,
+    workloads: ['LeaderWorkerSet'],
+    exporter: true,
+    deviceClass: 'gpu.nvidia.com',
+    service: true,
+  },
   gang: {
     dir: 'k8s/overlays/gang',
     kind: 'cuda-vmm',
@@ -146,6 +178,16 @@ export const SETUPS = {
     service: true,
   },
 };
+
+// The opt-in labels of the sidecar components (k8s/components/gpuipc-sidecar), the label
+// gpuipc-metrics puts on the pods it gives an exporter, and the only namespace that
+// gpuipc-metrics-networkpolicy lets reach the exporter.
+export const SIDECAR_LABEL = 'gpuipc.io/sidecar';
+export const SIDECAR_LEADER_LABEL = 'gpuipc.io/sidecar-leader';
+export const EXPORTER_LABEL = 'gpuipc.io/exporter';
+export const MONITORING_NAMESPACE = 'monitoring';
+// The uid the component's exporter runs as (the broker's is UID).
+export const EXPORTER_UID = 65533;
 
 // The node-broker overlay's PriorityClass (an evicted broker drops every
 // reference on its node).

@@ -138,22 +138,27 @@ export function readme(root) {
   const path = join(root, 'k8s', 'README.md');
   if (!existsSync(path)) return ['k8s/README.md is missing'];
   const text = readFileSync(path, 'utf8');
-  const need = [...Object.keys(K.SETUPS), 'measured', 'documented', K.LOCALHOST_PROFILE, 'hostPath',
+  const need = [...Object.keys(K.SETUPS), 'measured', 'k8s/components/gpuipc-sidecar', 'k8s/components/gpuipc-metrics',
+    'k8s/components/gpuipc-metrics-networkpolicy', K.SIDECAR_LABEL, K.SIDECAR_LEADER_LABEL, 'documented', K.LOCALHOST_PROFILE, 'hostPath',
     `release: ${K.PODMONITOR_RELEASE}`, 'k8s/components/kubernetes-1.33', K.GRAFANA_LABEL[0],
     ...K.SUPPORTED_MINORS.map((m) => `| ${m} |`)];
   return need.filter((w) => !text.includes(w)).map((w) => `k8s/README.md does not mention ${w}`);
 }
 
-// Every kustomization under k8s/overlays must be a known setup, and back.
+// Every kustomization under k8s/overlays and k8s/examples must be a known setup, and back.
 export function overlaysCovered(root) {
-  const dir = join(root, 'k8s', 'overlays');
-  const found = existsSync(dir)
-    ? readdirSync(dir).filter((d) => existsSync(join(dir, d, 'kustomization.yaml')))
-    : [];
+  const found = ['overlays', 'examples'].flatMap((top) => {
+    const dir = join(root, 'k8s', top);
+    return existsSync(dir)
+      ? readdirSync(dir)
+          .filter((d) => existsSync(join(dir, d, 'kustomization.yaml')))
+          .map((d) => `k8s/${top}/${d}`)
+      : [];
+  });
   const known = Object.values(K.SETUPS).map((s) => s.dir);
   const out = found
-    .filter((d) => !known.includes(`k8s/overlays/${d}`))
-    .map((d) => `k8s/overlays/${d} is not validated: add it to SETUPS in tests/k8s/lib/contract.mjs`);
+    .filter((d) => !known.includes(d))
+    .map((d) => `${d} is not validated: add it to SETUPS in tests/k8s/lib/contract.mjs`);
   for (const s of known.filter((d) => !existsSync(join(root, d, 'kustomization.yaml'))))
     out.push(`${s}/kustomization.yaml is missing`);
   return out;

@@ -29,6 +29,10 @@ const appsOf = (spec) =>
     (c) => appRole(c) === 'publish' || appRole(c) === 'attach',
   );
 
+// The containers that use the broker: gpuipcctl and GStreamer apps; in an example of the sidecar
+// component (users' own images and commands), every regular container.
+const appContainers = (spec, setup) => (setup.component ? (spec.containers ?? []) : appsOf(spec));
+
 const eff = (spec, c, key) => c.securityContext?.[key] ?? spec.securityContext?.[key];
 
 // ---- schema ----------------------------------------------------------------
@@ -178,7 +182,7 @@ function sidecar(t) {
   const out = [];
   for (const { obj, where, spec } of podSpecs(t.objects)) {
     const init = spec.initContainers ?? [];
-    const hasApps = appsOf(spec).length > 0;
+    const hasApps = appContainers(spec, t.setup).length > 0;
     (spec.containers ?? []).filter(isBroker).forEach((c) => {
       if (!(t.setup.nodeBroker && obj.kind === 'DaemonSet'))
         out.push(
@@ -197,6 +201,8 @@ function sidecar(t) {
       continue;
     }
     if (idx !== 0) out.push(`${where}: ${K.BROKER_NAME} must be initContainers[0], is [${idx}]`);
+    const n = containers(spec).filter(({ c }) => isBroker(c)).length;
+    if (n !== 1) out.push(`${where}: ${n} ${K.BROKER_NAME} containers: a pod has exactly one broker`);
     const b = init[idx];
     if (b.restartPolicy !== 'Always')
       out.push(`${where} ${b.name}: restartPolicy must be Always (a native sidecar)`);
@@ -318,8 +324,10 @@ function contract(t) {
       out.push(`${where}: fsGroup must be ${K.GID}, the socket's group`);
     for (const { c, label } of containers(spec)) {
       const at = `${where} ${label}`;
+      // The component's examples run users' own images: only gpuipc's containers are checked.
+      const usersApp = t.setup.component && !isBroker(c) && c.name !== K.METRICS_NAME;
       const image = isGstLaunch(c) ? K.GST_IMAGE : K.IMAGE;
-      if (c.image !== image) out.push(`${at}: image must be ${image}`);
+      if (c.image !== image && !usersApp) out.push(`${at}: image must be ${image}`);
       const env = (c.env ?? []).find((e) => e.name === K.SOCKET_ENV);
       if (env?.value !== K.SOCKET) out.push(`${at}: env ${K.SOCKET_ENV} must be ${K.SOCKET}`);
       const mount = (c.volumeMounts ?? []).find((m) => m.mountPath === K.SOCKET_DIR);
@@ -338,6 +346,8 @@ function contract(t) {
         if (eff(spec, c, 'runAsUser') !== K.UID || eff(spec, c, 'runAsGroup') !== K.GID)
           out.push(`${at}: the broker runs as ${K.UID}:${K.GID}, the image's user`);
         out.push(...brokerArgs(at, c));
+      } else if (usersApp) {
+        // any command
       } else if (t.setup.gstreamer && c.name !== K.METRICS_NAME) {
         if (!isGstLaunch(c)) out.push(`${at}: app containers of this setup run ${K.GST_LAUNCH} (command: [${K.GST_LAUNCH}])`);
       } else if (t.setup.runWrapped && c.name !== K.METRICS_NAME) {
@@ -378,7 +388,7 @@ function claimObject(t, ns, rc) {
 function dra(t) {
   const out = [];
   for (const { obj, where, spec } of podSpecs(t.objects)) {
-    const apps = appsOf(spec);
+    const apps = appContainers(spec, t.setup);
     const declared = spec.resourceClaims ?? [];
     if (!t.setup.deviceClass) {
       if (declared.length) out.push(`${where}: this setup uses no GPU, so no resourceClaims`);
@@ -425,6 +435,7 @@ function dra(t) {
 // ---- what each setup promises ----------------------------------------------------
 
 function setupShape(t, ctx) {
+  if (t.setup.component) return componentShape(t);
   const out = [];
   const specs = podSpecs(t.objects);
   const withApps = specs.filter(({ spec }) => appsOf(spec).length);
@@ -578,6 +589,112 @@ function onlyDiffers(t, refObjects, refName) {
   return out;
 }
 
+// ---- the sidecar component on users' workloads ---------------------------------------
+
+const labelOf = (o, k) => o.metadata?.labels?.[k];
+
+// An example of k8s/components/gpuipc-sidecar (or gpuipc-metrics): its workloads are there and
+// opted in, every pod template of each has the broker (the sidecar check: exactly once, first)
+// and, where the component gave one, the exporter's label; a LeaderWorkerSet's leader template
+// opted in too. What every container gets (socket, mount, group) is the contract check's.
+function componentShape(t) {
+  const out = [];
+  const workloads = t.objects.filter((o) => t.setup.workloads.includes(o.kind));
+  for (const kind of t.setup.workloads)
+    if (!workloads.some((o) => o.kind === kind)) out.push(`renders no ${kind}`);
+  for (const o of workloads) {
+    if (labelOf(o, K.SIDECAR_LABEL) !== 'true')
+      out.push(`${ref(o)}: not labelled ${K.SIDECAR_LABEL}: "true", so the component leaves it alone`);
+    if (o.kind === 'LeaderWorkerSet' && o.spec?.leaderWorkerTemplate?.leaderTemplate &&
+        labelOf(o, K.SIDECAR_LEADER_LABEL) !== 'true')
+      out.push(`${ref(o)}: has a leaderTemplate but no ${K.SIDECAR_LEADER_LABEL}: "true": its leader gets no broker`);
+  }
+  for (const { where, template, spec } of podSpecs(workloads)) {
+    const exporter = (spec.initContainers ?? []).some((c) => c.name === K.METRICS_NAME);
+    if (exporter && template.metadata?.labels?.[K.EXPORTER_LABEL] !== 'true')
+      out.push(`${where}: runs the exporter but lacks the label ${K.EXPORTER_LABEL}: "true" (the NetworkPolicy selects it)`);
+    const sc = (spec.initContainers ?? []).find((c) => c.name === K.METRICS_NAME)?.securityContext;
+    if (exporter && (sc?.runAsUser !== K.EXPORTER_UID || sc?.runAsNonRoot !== true))
+      out.push(`${where}: the component's exporter runs as ${K.EXPORTER_UID}, runAsNonRoot, whatever the pod says`);
+  }
+  if (t.setup.networkPolicy) out.push(...exporterReachable(t));
+  return out;
+}
+
+// Whether a LabelSelector (matchLabels, matchExpressions) selects these labels.
+function selects(sel, labels = {}) {
+  if (!sel) return false;
+  for (const [k, v] of Object.entries(sel.matchLabels ?? {})) if (labels[k] !== v) return false;
+  for (const e of sel.matchExpressions ?? []) {
+    const has = Object.hasOwn(labels, e.key);
+    const ok =
+      e.operator === 'In' ? has && e.values.includes(labels[e.key])
+      : e.operator === 'NotIn' ? !has || !e.values.includes(labels[e.key])
+      : e.operator === 'Exists' ? has
+      : e.operator === 'DoesNotExist' ? !has
+      : false;
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Whether a NetworkPolicy ingress rule lets traffic to the exporter's port through: no ports means
+// every port; a named port counts by name.
+function rulePortsInclude(rule, port, name) {
+  const ports = rule.ports ?? [];
+  if (!ports.length) return true;
+  return ports.some((p) => {
+    if ((p.protocol ?? 'TCP') !== 'TCP') return false;
+    if (p.port === undefined) return true;
+    if (typeof p.port === 'string') return p.port === name;
+    return p.endPort !== undefined ? p.port <= port && port <= p.endPort : p.port === port;
+  });
+}
+
+// Exactly the monitoring namespace: a peer with that namespaceSelector (a podSelector beside it
+// only narrows it). Anything else (ipBlock, podSelector alone: this namespace, an empty or other
+// namespaceSelector) lets others in.
+function monitoringOnly(peer) {
+  const ns = peer.namespaceSelector;
+  if (!ns || peer.ipBlock) return false;
+  return (
+    canon(ns) === canon({ matchLabels: { 'kubernetes.io/metadata.name': K.MONITORING_NAMESPACE } }) ||
+    canon(ns) ===
+      canon({ matchExpressions: [{ key: 'kubernetes.io/metadata.name', operator: 'In', values: [K.MONITORING_NAMESPACE] }] })
+  );
+}
+
+// Every pod with an exporter is selected by an Ingress NetworkPolicy of its namespace, and no
+// policy that selects it lets anyone but the monitoring namespace reach port METRICS_PORT.
+function exporterReachable(t) {
+  const out = [];
+  const policies = t.objects.filter((o) => o.kind === 'NetworkPolicy');
+  for (const { obj, where, template, spec } of podSpecs(t.objects)) {
+    if (!(spec.initContainers ?? []).some((c) => c.name === K.METRICS_NAME)) continue;
+    const mine = policies.filter(
+      (p) =>
+        p.metadata.namespace === obj.metadata.namespace &&
+        selects(p.spec?.podSelector, template.metadata?.labels) &&
+        (p.spec.policyTypes ?? ['Ingress']).includes('Ingress'),
+    );
+    if (!mine.length) {
+      out.push(`${where}: no NetworkPolicy selects it for Ingress: the exporter's port ${K.METRICS_PORT} is open to every pod`);
+      continue;
+    }
+    for (const p of mine) {
+      (p.spec.ingress ?? []).forEach((rule, i) => {
+        if (!rulePortsInclude(rule, K.METRICS_PORT, 'metrics')) return;
+        const from = rule.from ?? [];
+        if (!from.length || !from.every(monitoringOnly))
+          out.push(
+            `${ref(p)} ingress[${i}]: lets more than the ${K.MONITORING_NAMESPACE} namespace reach the exporter port ${K.METRICS_PORT} of ${where}`,
+          );
+      });
+    }
+  }
+  return out;
+}
+
 // ---- the exporter sidecar ------------------------------------------------------
 
 // Every pod that runs a broker runs the exporter next to it, reachable for
@@ -589,6 +706,10 @@ function metrics(t) {
     const broker = all.find(({ c }) => isBroker(c));
     if (!broker) continue;
     const exporters = all.filter(({ c }) => c.name === K.METRICS_NAME);
+    if (t.setup.exporter === false) {
+      if (exporters.length) out.push(`${where}: this setup runs no ${K.METRICS_NAME} (gpuipc-sidecar without gpuipc-metrics)`);
+      continue;
+    }
     if (exporters.length !== 1) {
       out.push(`${where}: runs a broker, so it needs one ${K.METRICS_NAME} container (found ${exporters.length})`);
       continue;
@@ -665,7 +786,8 @@ function lifecycle(t) {
       for (const c of appsOf(spec)) {
         const at = `${where} ${c.name}`;
         if (isGstLaunch(c)) {
-          out.push(...gstLifecycle(at, c, consumers));
+          // A service's pipelines run until stopped.
+          if (!t.setup.service) out.push(...gstLifecycle(at, c, consumers));
           continue;
         }
         const retire = flagValue(c, '--retire-after');

@@ -102,8 +102,12 @@ function monitoring(t, ctx) {
     if (m.metadata.labels?.release !== K.PODMONITOR_RELEASE)
       out.push(`${ref(m)}: needs the label release: ${K.PODMONITOR_RELEASE}, which kube-prometheus-stack's default selector matches`);
   }
+  // A PodMonitor looks in its own namespace unless its namespaceSelector says otherwise.
+  const looksIn = (m, ns) =>
+    m.spec?.namespaceSelector?.any === true ||
+    (m.spec?.namespaceSelector?.matchNames ?? [m.metadata.namespace]).includes(ns);
   const selects = (m, obj, template) =>
-    m.metadata.namespace === obj.metadata.namespace &&
+    looksIn(m, obj.metadata.namespace) &&
     Object.entries(m.spec?.selector?.matchLabels ?? {}).every(([k, v]) => template.metadata?.labels?.[k] === v);
   for (const [setup, objects] of Object.entries(ctx.refs)) {
     for (const { obj, where, template, spec } of podSpecs(objects)) {
