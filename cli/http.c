@@ -226,9 +226,10 @@ static struct {
 
 static int mhd_open(const char **why)
 {
+        static bool loaded;
         void *h;
 
-        if (mhd.MHD_start_daemon)
+        if (loaded)
                 return 0;
         h = dlopen("libmicrohttpd.so.12", RTLD_NOW | RTLD_LOCAL);
         if (!h) {
@@ -242,18 +243,21 @@ static int mhd_open(const char **why)
         }
         MHD_CALLS(X)
 #undef X
+        loaded = true;
         return 0; /* (the handle stays open: the library lives as long as we do) */
 }
 
 /* ---- who keeps a slot ---- */
 
-/* Makes libmicrohttpd close the connection: its next read sees the end of the stream. */
-static void cut(Slot *slot)
+/* Makes libmicrohttpd close the connection: its next read sees the end of the stream. False when
+ * there was none to cut. */
+static bool cut(Slot *slot)
 {
         if (!slot)
-                return;
+                return false;
         shutdown(slot->fd, SHUT_RDWR);
         slot->state = SLOT_CUT;
+        return true;
 }
 
 static bool live(const Slot *slot)
@@ -296,10 +300,8 @@ static void make_room(HttpServer *s, Slot *newcomer, uint64_t now)
                 all++;
                 same += memcmp(&s->slots[i].addr, &newcomer->addr, sizeof(newcomer->addr)) == 0;
         }
-        if (same >= PER_ADDRESS_MAX) {
-                cut(evictable(s, &newcomer->addr, now));
+        if (same >= PER_ADDRESS_MAX && cut(evictable(s, &newcomer->addr, now)))
                 all--;
-        }
         if (all >= MAX_CLIENTS)
                 cut(evictable(s, NULL, now));
 }
@@ -414,6 +416,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
         if (!slot || slot->state == SLOT_CUT)
                 return MHD_NO;
+        /* Nothing here takes a body: its first bytes end the request, before they could keep a
+         * resumed connection (which has no deadline here) busy. */
+        if (*upload_size)
+                return respond_text(slot, MHD_HTTP_BAD_REQUEST, "a request body is not taken here\n", now);
         if (slot->state == SLOT_READING) {
                 if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
                         return respond_text(slot, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n", now);
