@@ -67,6 +67,7 @@ struct HttpServer {
         struct MHD_Daemon *daemon;
         int epoll_fd;            /* libmicrohttpd's: readable when it has work */
         bool woken;              /* the wake fd was readable since the last look at the waiting */
+        bool closed;             /* a connection closed in this MHD_run */
         Slot slots[MAX_CLIENTS];
 };
 
@@ -330,6 +331,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         if (what == MHD_CONNECTION_NOTIFY_CLOSED) {
                 if (*socket_context)
                         *(Slot *)*socket_context = (Slot){ .state = SLOT_FREE, .fd = -1 };
+                s->closed = true;
                 return;
         }
         fd = mhd.MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -546,6 +548,12 @@ int http_server_run(HttpServer *s, volatile sig_atomic_t *stop)
                 timeout = housekeeping(s, monotonic_ms());
                 if (mhd.MHD_get_timeout(s->daemon, &mhd_ms) == MHD_YES && mhd_ms < (MHD_UNSIGNED_LONG_LONG)timeout)
                         timeout = (int)mhd_ms;
+                /* At its connection limit libmicrohttpd takes the listening socket out of its epoll
+                 * set, and puts it back at the start of an MHD_run once below: after a close, run
+                 * again at once, or a scraper waits for the next tick in the kernel's backlog. */
+                if (s->closed)
+                        timeout = 0;
+                s->closed = false;
                 if (poll(pfd, s->cfg->wake_fd >= 0 ? 2 : 1, timeout) < 0 && errno != EINTR)
                         return -errno;
                 if (pfd[1].revents)
