@@ -22,7 +22,7 @@ FROM debian:12 AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         meson ninja-build pkg-config gcc libc6-dev python3 \
-        libuv1-dev libmsgpack-dev libseccomp-dev \
+        libuv1-dev libmsgpack-dev libseccomp-dev libmicrohttpd-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -55,10 +55,12 @@ LABEL org.opencontainers.image.title="gpuipc" \
       org.opencontainers.image.description="Broker and CLI for zero-copy GPU buffer sharing between containers" \
       org.opencontainers.image.version="0.1.0" \
       org.opencontainers.image.licenses="Apache-2.0"
-# What the broker links besides libc (tests/image checks this list against the binaries' NEEDED
-# entries: nothing missing, nothing extra). gpuipcctl (the probes) needs the libgpuipc.so.0 beside it.
+# What the broker links besides libc, and libmicrohttpd12, which the exporter (gpuipcctl metrics
+# --listen) loads (tests/image checks this list against the binaries' NEEDED entries and what the
+# exporter loads: nothing missing, nothing extra). gpuipcctl (the probes) needs the libgpuipc.so.0
+# beside it.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libuv1 libseccomp2 \
+ && apt-get install -y --no-install-recommends libuv1 libseccomp2 libmicrohttpd12 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 65532 gpuipc \
  && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \

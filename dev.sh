@@ -21,6 +21,7 @@ sanitize_build=${SANITIZE_BUILD_DIR:-build-sanitize}
 packages=(
         gcc meson ninja-build pkg-config python3      # building
         libuv1-dev libmsgpack-dev libseccomp-dev      # the broker's and library's dependencies
+        libmicrohttpd-dev                             # the metrics exporter's HTTP server
         runc                                          # tests: the broker in an OCI container
         podman debootstrap                            # tests: the images built from a local Debian base and run
         nodejs npm                                    # tests: offline Kubernetes manifest validation

@@ -1,6 +1,6 @@
 /* gpuipcctl metrics: the broker's statistics and its rings for Prometheus, printed once or served
  * over HTTP by a small exporter process (the broker itself stays off the network). The exporter's
- * HTTP loop (http.c) runs in the main thread and never waits for the broker; a second thread
+ * HTTP loop (http.c, on libmicrohttpd) runs in the main thread and never waits for the broker; a second thread
  * (sampler.c) asks the broker for what scrapes want, and reconnects after the broker went away.
  *
  * What it must never do: put the broker on the network (only this process listens, and it only
@@ -86,6 +86,7 @@ static int listen_and_serve(Ctl *ctl, const char *spec, bool confined)
         Exporter e = { .timeout_ms = ctl->timeout_ms };
         SamplerConfig sc = { .socket = ctl->socket, .timeout_ms = ctl->timeout_ms };
         HttpServerConfig hc = { .handler = serve, .userdata = &e };
+        HttpServer *server = NULL;
         char bound[128];
         const char *why = "";
         int r;
@@ -101,23 +102,33 @@ static int listen_and_serve(Ctl *ctl, const char *spec, bool confined)
                         close(hc.wake_fd);
                 return ctl_fail(ctl, "metrics", r);
         }
+        /* The server (libmicrohttpd loaded, its daemon on the listening socket) before the
+         * confinement, which lets no library be opened. */
+        r = http_server_new(&server, &hc, &why);
+        if (r < 0) {
+                sampler_stop(e.sampler);
+                close(hc.wake_fd);
+                return ctl_error(ctl, "listen", "--listen '%s': %s", spec, why);
+        }
         /* No SA_RESTART: SIGTERM must interrupt poll(), so that a sidecar stops at once. */
         sigaction(SIGTERM, &stop, NULL);
         sigaction(SIGINT, &stop, NULL);
-        /* Belt and braces: http.c sends with MSG_NOSIGNAL, but a scraper that hangs up must never
-         * take the exporter down through a path that forgot it. */
+        /* Belt and braces: libmicrohttpd sends with MSG_NOSIGNAL, but a scraper that hangs up must
+         * never take the exporter down through a path that forgot it. */
         sigaction(SIGPIPE, &ignore, NULL);
         /* The one process that listens on the network: confined before it reads a byte from it,
          * and before its second thread exists (both confinements are inherited, not imposed). */
         if (confined && (r = exporter_confine(&why)) < 0) {
-                close(hc.listen_fd);
+                http_server_free(server);
+                sampler_stop(e.sampler);
                 close(hc.wake_fd);
                 return ctl_error(ctl, "confine", "cannot confine the exporter: %s (--no-sandbox runs it "
                                  "without)", why);
         }
         r = sampler_start(e.sampler);
         if (r < 0) {
-                close(hc.listen_fd);
+                http_server_free(server);
+                sampler_stop(e.sampler);
                 close(hc.wake_fd);
                 return ctl_fail(ctl, "metrics", r);
         }
@@ -129,7 +140,9 @@ static int listen_and_serve(Ctl *ctl, const char *spec, bool confined)
                 printf("serving /metrics and /healthz on http://%s\n", bound);
         fflush(stdout);
         ctl->printed = true;
-        r = http_serve(&hc, &stop_requested);
+        r = http_server_run(server, &stop_requested);
+        /* The server first: its handler asks the sampler. */
+        http_server_free(server);
         sampler_stop(e.sampler);
         close(hc.wake_fd);
         if (r < 0) {

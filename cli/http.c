@@ -1,16 +1,16 @@
-/* The metrics exporter's HTTP server; see http.h. Each connection reads one request head, gets one
- * response, and is closed. What it must never do: let one client hold the others up, or run out of
- * room for a scraper because of clients that do nothing. So every socket is non-blocking; the
- * listener is always polled and every connection accepted at once (a kernel backlog full of
- * waiting scrapers is what an attacker wants); a head must be complete within HEAD_TIMEOUT_MS; a
- * full server closes the connection idle longest (or slowest to read its answer) to make room; one
- * address holds at most PER_ADDRESS_MAX connections, and over that its own oldest goes. Nothing here
- * reads a request body: nothing takes input beyond a path. */
+/* The metrics exporter's HTTP server; see http.h. libmicrohttpd reads and parses the requests,
+ * sends the responses and enforces its limits; this file keeps what it lacks. A connection's slot
+ * (one per connection libmicrohttpd holds, the same 64) says where it stands: reading its head,
+ * waiting for the handler (suspended), or being answered. Deadlines and eviction close a connection
+ * by shutting its socket down: libmicrohttpd then reads the end of the stream and closes it itself,
+ * so the fd is never closed behind its back. Everything runs on one thread, the caller's: the
+ * loop polls libmicrohttpd's epoll fd and the wake fd, and calls MHD_run. */
 #include "http.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
+#include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -26,14 +26,14 @@
 
 /* Scrapers and probes come now and then; 64 at once is plenty, and more only costs a close. */
 #define MAX_CLIENTS 64
-#define PER_ADDRESS_MAX (MAX_CLIENTS / 4) /* an IPv4 address, or an IPv6 /64 */
-#define HEAD_MAX 8192                     /* request line and headers; Prometheus sends a few hundred bytes */
-#define TARGET_MAX 1024                   /* the path and query; longer is 414 */
-#define HEAD_TIMEOUT_MS 3000              /* from accept to a complete head: scrapers send it at once */
-#define DEADLINE_MS 10000                 /* a connection's life: request, waiting, response (a handler
-                                           * that waits longer moves it) */
-#define ACCEPT_BATCH 64                   /* connections taken per wake-up, so that clients get read too */
-#define TICK_MS 1000                      /* how often the loop looks at *stop even without a signal */
+#define PER_ADDRESS_MAX (MAX_CLIENTS / 4)
+#define HEAD_MAX 8192        /* libmicrohttpd's memory per connection: the request head (Prometheus sends
+                              * a few hundred bytes; past it, 414 or 431) and the response's headers */
+#define TARGET_MAX 1024      /* the path and query; longer is 414 */
+#define HEAD_TIMEOUT_MS 3000 /* from accept to a complete head: scrapers send it at once */
+#define DEADLINE_MS 10000    /* a connection's life: request, waiting, response (a handler that
+                              * waits longer moves it) */
+#define TICK_MS 1000         /* how often the loop looks at *stop even without a signal */
 
 /* Shared between the sampler thread, which renders a scrape's body once, and every connection
  * sending it: the count is atomic because the last reference may go on either thread. */
@@ -43,34 +43,33 @@ struct HttpBody {
         char data[];
 };
 
-typedef enum ClientState {
-        CLIENT_FREE,
-        CLIENT_READING, /* the request head */
-        CLIENT_WAITING, /* for the handler's answer */
-        CLIENT_WRITING, /* the response */
-} ClientState;
+typedef enum SlotState {
+        SLOT_FREE,
+        SLOT_READING,  /* the request head */
+        SLOT_WAITING,  /* for the handler's answer, suspended */
+        SLOT_RESUMING, /* ... resumed: the handler is asked again */
+        SLOT_WRITING,  /* the response */
+        SLOT_CUT,      /* shut down here; libmicrohttpd has yet to close it */
+} SlotState;
 
-typedef struct Client {
-        ClientState state;
+typedef struct Slot {
+        SlotState state;
+        struct MHD_Connection *conn;
         int fd;
-        uint8_t addr[8];   /* whose it is, for the per-address limit: IPv4, or an IPv6 /64 */
-        uint64_t accepted, head_deadline, deadline, writing_since, retry_at;
-        char head[HEAD_MAX + 1];
-        size_t head_len;
-        char path[TARGET_MAX + 1];
-        bool head_only;
+        struct in6_addr addr;    /* whose it is (IPv4 as ::ffff:A.B.C.D), as libmicrohttpd counts it */
+        uint64_t accepted, writing_since, deadline, retry_at;
+        size_t target_len;       /* the request target as sent, query included */
         HttpRequest req;
-        char hdr[256];     /* the status line and headers of the response */
-        size_t hdr_len, off; /* off: bytes sent, over hdr then body */
-        HttpBody *body;
-} Client;
+} Slot;
 
-typedef struct Server {
+struct HttpServer {
         const HttpServerConfig *cfg;
-        Client clients[MAX_CLIENTS];
-        bool woken;        /* the wake fd was readable in this round */
-        uint64_t accept_paused_until;
-} Server;
+        struct MHD_Daemon *daemon;
+        int epoll_fd;            /* libmicrohttpd's: readable when it has work */
+        bool woken;              /* the wake fd was readable since the last look at the waiting */
+        bool closed;             /* a connection closed in this MHD_run */
+        Slot slots[MAX_CLIENTS];
+};
 
 /* ---- bodies ---- */
 
@@ -210,278 +209,294 @@ int http_listen(const char *spec, char *ret_bound, size_t cap, const char **why)
         return fd;
 }
 
-/* ---- one connection ---- */
+/* ---- libmicrohttpd, loaded by the exporter alone ---- */
 
-static const char *reason_phrase(int status)
+/* Loaded, not linked: gpuipcctl ships in the client image for application containers, which need
+ * libc alone for every other command. The calls keep their prototypes from <microhttpd.h>. */
+#define MHD_CALLS(X)                                                                                        \
+        X(MHD_start_daemon) X(MHD_stop_daemon) X(MHD_run) X(MHD_get_daemon_info) X(MHD_get_timeout)         \
+        X(MHD_get_connection_info) X(MHD_suspend_connection) X(MHD_resume_connection)                      \
+        X(MHD_create_response_from_buffer_with_free_callback_cls) X(MHD_add_response_header)               \
+        X(MHD_queue_response) X(MHD_destroy_response)
+
+static struct {
+#define X(f) __typeof__(f) *f;
+        MHD_CALLS(X)
+#undef X
+} mhd;
+
+static int mhd_open(const char **why)
 {
-        switch (status) {
-        case 200: return "OK";
-        case 400: return "Bad Request";
-        case 404: return "Not Found";
-        case 405: return "Method Not Allowed";
-        case 408: return "Request Timeout";
-        case 414: return "URI Too Long";
-        case 431: return "Request Header Fields Too Large";
-        case 500: return "Internal Server Error";
-        case 503: return "Service Unavailable";
+        static bool loaded;
+        void *h;
+
+        if (loaded)
+                return 0;
+        h = dlopen("libmicrohttpd.so.12", RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+                *why = "libmicrohttpd.so.12 cannot be loaded (install libmicrohttpd12)";
+                return -ENOENT;
         }
-        return "Unknown";
-}
-
-static void client_write(Client *c);
-
-/* Leaves the slot reusable at once (fd -1, no body): evictable() and free_slot() may hand it to
- * the next connection in the same round. */
-static void client_close(Client *c)
-{
-        if (c->fd >= 0)
-                close(c->fd);
-        http_body_unref(c->body);
-        c->fd = -1;
-        c->body = NULL;
-        c->state = CLIENT_FREE;
-}
-
-/* Starts sending the response: status line, headers, and (unless HEAD) the body, whose reference
- * the client takes. */
-static void respond(Client *c, int status, const char *content_type, HttpBody *body, uint64_t now)
-{
-        int n = snprintf(c->hdr, sizeof(c->hdr),
-                         "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n",
-                         status, reason_phrase(status), content_type ? content_type : "text/plain; charset=utf-8",
-                         body ? body->len : 0, status == 405 ? "Allow: GET, HEAD\r\n" : "");
-
-        c->hdr_len = n > 0 && (size_t)n < sizeof(c->hdr) ? (size_t)n : 0;
-        c->body = c->head_only ? http_body_unref(body) : body;
-        c->off = 0;
-        c->state = CLIENT_WRITING;
-        c->writing_since = now;
-        client_write(c); /* most answers fit the socket buffer at once */
-}
-
-static void respond_text(Client *c, int status, const char *text, uint64_t now)
-{
-        HttpBody *b = http_body_new(text, strlen(text));
-
-        if (!b) {
-                client_close(c);
-                return;
+#define X(f)                                                                                                \
+        if (!(mhd.f = (__typeof__(mhd.f))dlsym(h, #f))) {                                                   \
+                *why = "libmicrohttpd.so.12 lacks " #f " (0.9.73 or newer is needed)";                       \
+                return -ENOSYS;                                                                             \
         }
-        respond(c, status, NULL, b, now);
+        MHD_CALLS(X)
+#undef X
+        loaded = true;
+        return 0; /* (the handle stays open: the library lives as long as we do) */
 }
 
-/* Asks the handler (again); answers, or waits for it. */
-static void client_ask(Server *s, Client *c, uint64_t now)
+/* ---- who keeps a slot ---- */
+
+/* Makes libmicrohttpd close the connection: its next read sees the end of the stream. False when
+ * there was none to cut. */
+static bool cut(Slot *slot)
 {
-        HttpResponse r = { 0 };
-
-        s->cfg->handler(&c->req, &r, s->cfg->userdata);
-        if (r.status) {
-                respond(c, r.status, r.content_type, r.body, now);
-                return;
-        }
-        http_body_unref(r.body);
-        c->state = CLIENT_WAITING;
-        /* Never without a time to ask again. The handler's deadline (a scrape's --timeout) may lie
-         * past the connection's: it moves, leaving the answer time to be sent. */
-        c->retry_at = r.retry_at_ms ? r.retry_at_ms : c->deadline;
-        if (c->retry_at + DEADLINE_MS / 2 > c->deadline)
-                c->deadline = c->retry_at + DEADLINE_MS / 2;
+        if (!slot)
+                return false;
+        shutdown(slot->fd, SHUT_RDWR);
+        slot->state = SLOT_CUT;
+        return true;
 }
 
-/* The head is complete: "METHOD SP TARGET SP HTTP/1.x", then headers we do not need. */
-static void handle_request(Server *s, Client *c, uint64_t now)
+static bool live(const Slot *slot)
 {
-        const char *line = c->head, *eol = memchr(line, '\n', c->head_len), *sp1, *sp2, *q;
-        size_t line_len, target_len;
-
-        /* head_complete() saw an empty line, so eol is not NULL. */
-        line_len = (size_t)(eol - line);
-        if (line_len && line[line_len - 1] == '\r')
-                line_len--;
-        sp1 = memchr(line, ' ', line_len);
-        sp2 = sp1 ? memchr(sp1 + 1, ' ', line_len - (size_t)(sp1 + 1 - line)) : NULL;
-        if (!sp1 || !sp2 || sp1 - line > 15 || sp1[1] != '/' ||
-            !((line + line_len - sp2 - 1 == 8) &&
-              (memcmp(sp2 + 1, "HTTP/1.1", 8) == 0 || memcmp(sp2 + 1, "HTTP/1.0", 8) == 0))) {
-                respond_text(c, 400, "not an HTTP/1.x request\n", now);
-                return;
-        }
-        target_len = (size_t)(sp2 - sp1 - 1);
-        if (target_len > TARGET_MAX) {
-                respond_text(c, 414, "the path is longer than 1024 bytes\n", now);
-                return;
-        }
-        c->head_only = sp1 - line == 4 && memcmp(line, "HEAD", 4) == 0;
-        if (!c->head_only && !(sp1 - line == 3 && memcmp(line, "GET", 3) == 0)) {
-                respond_text(c, 405, "only GET and HEAD\n", now);
-                return;
-        }
-        /* The query is ignored: the one resource is the metrics page, and keeping it out of the
-         * path means "/metrics?x" is not a 404. */
-        q = memchr(sp1 + 1, '?', target_len);
-        if (q)
-                target_len = (size_t)(q - sp1 - 1);
-        memcpy(c->path, sp1 + 1, target_len);
-        c->path[target_len] = 0;
-        c->req = (HttpRequest){ .path = c->path, .arrived_ms = now };
-        client_ask(s, c, now);
+        return slot->state != SLOT_FREE && slot->state != SLOT_CUT;
 }
 
-/* Bare "\n\n" too: curl and Prometheus send CRLF, but a hand-typed request (nc) may not, and
- * there is nothing to gain from refusing it. */
-static bool head_complete(const Client *c)
-{
-        return memmem(c->head, c->head_len, "\r\n\r\n", 4) || memmem(c->head, c->head_len, "\n\n", 2);
-}
-
-static void client_read(Server *s, Client *c, uint64_t now)
-{
-        ssize_t n = recv(c->fd, c->head + c->head_len, HEAD_MAX - c->head_len, MSG_DONTWAIT);
-
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-                return;
-        if (n <= 0) {
-                client_close(c);
-                return;
-        }
-        c->head_len += (size_t)n;
-        c->head[c->head_len] = 0;
-        if (head_complete(c))
-                handle_request(s, c, now);
-        else if (c->head_len == HEAD_MAX)
-                /* A first line that fills the whole head is an over-long path. */
-                respond_text(c, memchr(c->head, '\n', c->head_len) ? 431 : 414, "request head too large\n", now);
-}
-
-static void client_write(Client *c)
-{
-        for (;;) {
-                size_t body_len = c->body ? c->body->len : 0;
-                const char *p;
-                size_t left;
-                ssize_t n;
-
-                /* Connection: close, so the end of the response is the end of the stream; SHUT_WR
-                 * sends the FIN before close, so the client sees all of it. */
-                if (c->off == c->hdr_len + body_len) {
-                        shutdown(c->fd, SHUT_WR);
-                        client_close(c);
-                        return;
-                }
-                p = c->off < c->hdr_len ? c->hdr + c->off : c->body->data + (c->off - c->hdr_len);
-                left = c->off < c->hdr_len ? c->hdr_len - c->off : c->hdr_len + body_len - c->off;
-                n = send(c->fd, p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
-                if (n < 0 && (errno == EAGAIN || errno == EINTR))
-                        return;
-                if (n < 0) {
-                        client_close(c);
-                        return;
-                }
-                c->off += (size_t)n;
-        }
-}
-
-/* ---- who gets a slot ---- */
-
-/* Whose a connection is: an IPv4 address (as ff:ff:ff:ff:A:B:C:D, which no IPv6 /64 is), or an
- * IPv6 address's /64, which one host easily has whole. */
-static void addr_key(const struct sockaddr_storage *ss, uint8_t key[8])
-{
-        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)ss)->sin6_addr;
-
-        memset(key, 0, 8);
-        if (ss->ss_family == AF_INET6 && !IN6_IS_ADDR_V4MAPPED(a6)) {
-                memcpy(key, a6->s6_addr, 8);
-                return;
-        }
-        memset(key, 0xff, 4);
-        if (ss->ss_family == AF_INET6)
-                memcpy(key + 4, &a6->s6_addr[12], 4);
-        else if (ss->ss_family == AF_INET)
-                memcpy(key + 4, &((const struct sockaddr_in *)ss)->sin_addr, 4);
-}
-
-/* The connection to give up for a newcomer (among those of key, or all with key NULL): the one
+/* The connection to give up for a newcomer (among those of addr, or all with addr NULL): the one
  * waiting longest for its head, else the one reading its answer longest past HEAD_TIMEOUT_MS.
  * Never one waiting for its answer: that ends by itself within the scrape deadline. */
-static Client *evictable(Server *s, const uint8_t *key, uint64_t now)
+static Slot *evictable(HttpServer *s, const struct in6_addr *addr, uint64_t now)
 {
-        Client *idle = NULL, *slow = NULL;
+        Slot *idle = NULL, *slow = NULL;
 
         for (int i = 0; i < MAX_CLIENTS; i++) {
-                Client *c = &s->clients[i];
+                Slot *c = &s->slots[i];
 
-                if (c->state == CLIENT_FREE || (key && memcmp(c->addr, key, 8) != 0))
+                if (!live(c) || (addr && memcmp(&c->addr, addr, sizeof(*addr)) != 0))
                         continue;
-                if (c->state == CLIENT_READING && (!idle || c->accepted < idle->accepted))
+                if (c->state == SLOT_READING && (!idle || c->accepted < idle->accepted))
                         idle = c;
-                if (c->state == CLIENT_WRITING && now - c->writing_since >= HEAD_TIMEOUT_MS &&
+                if (c->state == SLOT_WRITING && now - c->writing_since >= HEAD_TIMEOUT_MS &&
                     (!slow || c->writing_since < slow->writing_since))
                         slow = c;
         }
         return idle ? idle : slow;
 }
 
-/* A fixed array of MAX_CLIENTS: no allocation per connection, and a linear scan of 64 is cheaper
- * than any structure that would index it. */
-static Client *free_slot(Server *s)
+/* libmicrohttpd refuses a connection over its limits (all, or one address's) without looking at
+ * who holds them. So the one that reaches a limit makes room at once, before the next comes: a
+ * scraper behind a flood of idle connections, even from its own address, finds a slot. The
+ * newcomer itself goes when the others all wait for answers. */
+static void make_room(HttpServer *s, Slot *newcomer, uint64_t now)
 {
-        for (int i = 0; i < MAX_CLIENTS; i++)
-                if (s->clients[i].state == CLIENT_FREE)
-                        return &s->clients[i];
-        return NULL;
+        unsigned same = 0, all = 0;
+
+        for (int i = 0; i < MAX_CLIENTS; i++) {
+                if (!live(&s->slots[i]))
+                        continue;
+                all++;
+                same += memcmp(&s->slots[i].addr, &newcomer->addr, sizeof(newcomer->addr)) == 0;
+        }
+        if (same >= PER_ADDRESS_MAX && cut(evictable(s, &newcomer->addr, now)))
+                all--;
+        if (all >= MAX_CLIENTS)
+                cut(evictable(s, NULL, now));
 }
 
-/* Takes one connection from the listener: 1, 0 when there was none, or -errno. */
-static int accept_one(Server *s, uint64_t now)
+static void addr_key(const struct sockaddr *sa, struct in6_addr *key)
 {
-        struct sockaddr_storage ss = { 0 };
-        socklen_t len = sizeof(ss);
-        uint8_t key[8];
-        Client *c, *victim;
-        unsigned same = 0;
-        int fd = accept4(s->cfg->listen_fd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        memset(key, 0, sizeof(*key));
+        if (sa && sa->sa_family == AF_INET6) {
+                *key = ((const struct sockaddr_in6 *)sa)->sin6_addr;
+        } else if (sa && sa->sa_family == AF_INET) {
+                key->s6_addr[10] = key->s6_addr[11] = 0xff;
+                memcpy(&key->s6_addr[12], &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        }
+}
 
-        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
-                /* Out of fds or memory: the listener stays readable, so look again a little later
-                 * rather than spin; closing idle connections meanwhile makes room. */
-                s->accept_paused_until = now + 100;
-                return 0;
+/* MHD_OPTION_NOTIFY_CONNECTION: a connection accepted (within libmicrohttpd's limits) takes a slot,
+ * one closed gives it back. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode what)
+{
+        HttpServer *s = cls;
+        const union MHD_ConnectionInfo *fd, *addr;
+        Slot *slot = NULL;
+        uint64_t now = monotonic_ms();
+
+        if (what == MHD_CONNECTION_NOTIFY_CLOSED) {
+                if (*socket_context)
+                        *(Slot *)*socket_context = (Slot){ .state = SLOT_FREE, .fd = -1 };
+                s->closed = true;
+                return;
         }
-        if (fd < 0)
-                return errno == EAGAIN || errno == EINTR || errno == ECONNABORTED ? 0 : -errno;
-        addr_key(&ss, key);
-        for (int i = 0; i < MAX_CLIENTS; i++)
-                same += s->clients[i].state != CLIENT_FREE && memcmp(s->clients[i].addr, key, 8) == 0;
-        victim = same >= PER_ADDRESS_MAX ? evictable(s, key, now) : NULL;
-        if (same >= PER_ADDRESS_MAX && !victim) {
-                close(fd); /* this address's connections all wait for answers already */
-                return 1;
+        fd = mhd.MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        addr = mhd.MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        /* As many slots as libmicrohttpd holds connections: one is free. */
+        for (int i = 0; i < MAX_CLIENTS && !slot; i++)
+                if (s->slots[i].state == SLOT_FREE)
+                        slot = &s->slots[i];
+        if (!slot || !fd) {
+                if (fd)
+                        shutdown(fd->connect_fd, SHUT_RDWR);
+                return;
         }
-        if (victim)
-                client_close(victim);
-        c = free_slot(s);
-        if (!c && (victim = evictable(s, NULL, now)))
-                client_close(victim), c = victim;
-        if (!c) {
-                close(fd);
-                return 1;
+        *slot = (Slot){ .state = SLOT_READING, .conn = conn, .fd = fd->connect_fd, .accepted = now };
+        addr_key(addr ? addr->client_addr : NULL, &slot->addr);
+        *socket_context = slot;
+        make_room(s, slot, now);
+}
+
+/* ---- one request ---- */
+
+static void body_release(void *body)
+{
+        http_body_unref(body);
+}
+
+/* Queues the response (taking the reference to body); MHD_NO closes the connection. */
+static enum MHD_Result respond(Slot *slot, int status, const char *content_type, HttpBody *body, uint64_t now)
+{
+        struct MHD_Response *r = mhd.MHD_create_response_from_buffer_with_free_callback_cls(
+                body ? body->len : 0, body ? body->data : NULL, body ? body_release : NULL, body);
+        enum MHD_Result ok;
+
+        if (!r) {
+                http_body_unref(body);
+                return MHD_NO;
         }
-        *c = (Client){ .state = CLIENT_READING, .fd = fd, .accepted = now, .head_deadline = now + HEAD_TIMEOUT_MS,
-                       .deadline = now + DEADLINE_MS };
-        memcpy(c->addr, key, 8);
-        /* A scraper's request is usually there already: read it now, and the connection is no
-         * longer idle (nor evictable) before the next newcomer comes. */
-        client_read(s, c, now);
-        return 1;
+        ok = mhd.MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                         content_type ? content_type : "text/plain; charset=utf-8");
+        if (ok == MHD_YES)
+                ok = mhd.MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+        if (ok == MHD_YES && status == MHD_HTTP_METHOD_NOT_ALLOWED)
+                ok = mhd.MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+        if (ok == MHD_YES)
+                ok = mhd.MHD_queue_response(slot->conn, (unsigned)status, r);
+        mhd.MHD_destroy_response(r); /* libmicrohttpd keeps its own reference while it sends */
+        slot->state = SLOT_WRITING;
+        slot->writing_since = now;
+        /* A handler that waited long (a scrape's --timeout) leaves the answer time to be sent. */
+        slot->deadline = slot->accepted + DEADLINE_MS;
+        if (slot->deadline < now + DEADLINE_MS / 2)
+                slot->deadline = now + DEADLINE_MS / 2;
+        return ok;
+}
+
+static enum MHD_Result respond_text(Slot *slot, int status, const char *text, uint64_t now)
+{
+        HttpBody *b = http_body_new(text, strlen(text));
+
+        return b ? respond(slot, status, NULL, b, now) : MHD_NO;
+}
+
+/* MHD_OPTION_URI_LOG_CALLBACK: sees the target as sent (libmicrohttpd then splits off the query and
+ * decodes the path), for the 414 of a target over TARGET_MAX. Its return becomes the request's
+ * context: the slot. */
+static void *on_target(void *cls, const char *target, struct MHD_Connection *conn)
+{
+        const union MHD_ConnectionInfo *ctx = mhd.MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        Slot *slot = ctx ? ctx->socket_context : NULL;
+
+        if (slot)
+                slot->target_len = target ? strlen(target) : 0;
+        return slot;
+}
+
+/* The access handler: the head is complete (first call), or a waiting request was resumed. */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **req_cls)
+{
+        HttpServer *s = cls;
+        Slot *slot = *req_cls;
+        HttpResponse r = { 0 };
+        uint64_t now = monotonic_ms();
+
+        if (!slot || slot->state == SLOT_CUT)
+                return MHD_NO;
+        /* Nothing here takes a body: its first bytes end the request, before they could keep a
+         * resumed connection (which has no deadline here) busy. */
+        if (*upload_size)
+                return respond_text(slot, MHD_HTTP_BAD_REQUEST, "a request body is not taken here\n", now);
+        if (slot->state == SLOT_READING) {
+                if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+                        return respond_text(slot, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n", now);
+                if (slot->target_len > TARGET_MAX)
+                        return respond_text(slot, MHD_HTTP_URI_TOO_LONG, "the path is longer than 1024 bytes\n",
+                                            now);
+                /* The query is ignored: the one resource is the metrics page, and "/metrics?x" is
+                 * not a 404. url lives in the connection's memory as long as the request. */
+                slot->req = (HttpRequest){ .path = url, .arrived_ms = now };
+        }
+        s->cfg->handler(&slot->req, &r, s->cfg->userdata);
+        if (r.status)
+                return respond(slot, r.status, r.content_type, r.body, now);
+        http_body_unref(r.body);
+        /* Never without a time to ask again. */
+        slot->retry_at = r.retry_at_ms ? r.retry_at_ms : now + DEADLINE_MS;
+        slot->state = SLOT_WAITING;
+        mhd.MHD_suspend_connection(conn);
+        return MHD_YES;
 }
 
 /* ---- the loop ---- */
 
-/* The wake fd is an eventfd the sampler writes when a sample is in: reading it to
- * empty re-arms it, and woken makes this round ask every waiting connection again. */
-static void drain_wake(Server *s)
+int http_server_new(HttpServer **ret, const HttpServerConfig *cfg, const char **why)
+{
+        HttpServer *s;
+        const union MHD_DaemonInfo *epoll_fd;
+        int r = mhd_open(why);
+
+        if (r < 0) {
+                close(cfg->listen_fd);
+                return r;
+        }
+        s = calloc(1, sizeof(*s));
+        if (!s) {
+                close(cfg->listen_fd);
+                *why = strerror(ENOMEM);
+                return -ENOMEM;
+        }
+        s->cfg = cfg;
+        for (int i = 0; i < MAX_CLIENTS; i++)
+                s->slots[i].fd = -1;
+        /* libmicrohttpd's Date header (gmtime_r) reads the time zone once: now, while files may
+         * still be opened. */
+        tzset();
+        /* External polling on epoll: no thread of libmicrohttpd's, the loop below drives it (and
+         * resumes the suspended requests itself). The timeout is libmicrohttpd's (3 s without a
+         * byte); the head's own deadline is this file's. */
+        s->daemon = mhd.MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL, on_request, s,
+                                         MHD_OPTION_LISTEN_SOCKET, cfg->listen_fd,
+                                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CLIENTS,
+                                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)PER_ADDRESS_MAX,
+                                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(HEAD_TIMEOUT_MS / 1000),
+                                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEAD_MAX,
+                                         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                                         MHD_OPTION_URI_LOG_CALLBACK, on_target, s,
+                                         MHD_OPTION_END);
+        epoll_fd = s->daemon ? mhd.MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
+        if (!epoll_fd) {
+                if (s->daemon)
+                        mhd.MHD_stop_daemon(s->daemon);
+                else
+                        close(cfg->listen_fd);
+                free(s);
+                *why = "libmicrohttpd cannot serve on the listening socket";
+                return -EIO;
+        }
+        s->epoll_fd = epoll_fd->epoll_fd;
+        *ret = s;
+        return 0;
+}
+
+/* The wake fd is an eventfd the sampler writes when a sample is in: reading it to empty re-arms
+ * it, and woken makes the next look ask every waiting request again. */
+static void drain_wake(HttpServer *s)
 {
         uint64_t v;
 
@@ -490,112 +505,74 @@ static void drain_wake(Server *s)
         s->woken = true;
 }
 
-/* Deadlines and pending answers: closes what ran out of time, asks the handler again where it may
- * have an answer now; returns how long the loop may sleep. */
-static int housekeeping(Server *s, uint64_t now)
+/* Deadlines and pending answers: cuts what ran out of time, resumes the waiting requests whose
+ * answer may be ready; returns how long the loop may sleep: not at all after a resume, which
+ * libmicrohttpd acts on (asking the handler again) in the next MHD_run, with nothing to wake it in
+ * external polling. */
+static int housekeeping(HttpServer *s, uint64_t now)
 {
-        uint64_t next = now + TICK_MS;
+        uint64_t next = now + TICK_MS, due;
 
         for (int i = 0; i < MAX_CLIENTS; i++) {
-                Client *c = &s->clients[i];
+                Slot *c = &s->slots[i];
 
-                if (c->state == CLIENT_FREE)
-                        continue;
-                if (now >= c->deadline || (c->state == CLIENT_READING && now >= c->head_deadline)) {
-                        client_close(c);
-                        continue;
+                if (c->state == SLOT_READING || c->state == SLOT_WRITING) {
+                        due = c->state == SLOT_READING ? c->accepted + HEAD_TIMEOUT_MS : c->deadline;
+                        if (now >= due)
+                                cut(c);
+                        else if (due < next)
+                                next = due;
+                } else if (c->state == SLOT_WAITING) {
+                        if (s->woken || now >= c->retry_at) {
+                                c->state = SLOT_RESUMING;
+                                mhd.MHD_resume_connection(c->conn);
+                                next = now;
+                        } else if (c->retry_at < next) {
+                                next = c->retry_at;
+                        }
                 }
-                if (c->state == CLIENT_WAITING && (s->woken || now >= c->retry_at))
-                        client_ask(s, c, now);
-                if (c->state == CLIENT_FREE)
-                        continue;
-                if (c->deadline < next)
-                        next = c->deadline;
-                if (c->state == CLIENT_READING && c->head_deadline < next)
-                        next = c->head_deadline;
-                if (c->state == CLIENT_WAITING && c->retry_at < next)
-                        next = c->retry_at;
         }
         s->woken = false;
         return next > now ? (int)(next - now) : 0;
 }
 
-int http_serve(const HttpServerConfig *cfg, volatile sig_atomic_t *stop)
+int http_server_run(HttpServer *s, volatile sig_atomic_t *stop)
 {
-        Server *s = calloc(1, sizeof(*s));
-        int r = 0;
-
-        if (!s) {
-                close(cfg->listen_fd);
-                return -ENOMEM;
-        }
-        s->cfg = cfg;
-        for (int i = 0; i < MAX_CLIENTS; i++)
-                s->clients[i].fd = -1;
         while (!*stop) {
-                struct pollfd pfd[MAX_CLIENTS + 2];
-                int map[MAX_CLIENTS + 2], n = 0, timeout = housekeeping(s, monotonic_ms());
-                uint64_t now;
+                struct pollfd pfd[2] = { { s->epoll_fd, POLLIN, 0 }, { s->cfg->wake_fd, POLLIN, 0 } };
+                MHD_UNSIGNED_LONG_LONG mhd_ms;
+                int timeout;
 
-                /* While accepting is paused the listener is left out of the poll (it would stay
-                 * readable and spin), and the wait is capped so the pause ends on time. */
-                if (monotonic_ms() >= s->accept_paused_until) {
-                        pfd[n] = (struct pollfd){ cfg->listen_fd, POLLIN, 0 };
-                        map[n++] = -1;
-                } else if (timeout > 100) {
-                        timeout = 100;
-                }
-                if (cfg->wake_fd >= 0) {
-                        pfd[n] = (struct pollfd){ cfg->wake_fd, POLLIN, 0 };
-                        map[n++] = -2;
-                }
-                for (int i = 0; i < MAX_CLIENTS; i++) {
-                        Client *c = &s->clients[i];
-
-                        if (c->state == CLIENT_READING || c->state == CLIENT_WRITING) {
-                                pfd[n] = (struct pollfd){ c->fd, c->state == CLIENT_READING ? POLLIN : POLLOUT, 0 };
-                                map[n++] = i;
-                        }
-                }
-                if (poll(pfd, (nfds_t)n, timeout) < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        r = -errno;
-                        break;
-                }
-                now = monotonic_ms();
-                for (int k = 0; k < n; k++) {
-                        Client *c = map[k] >= 0 ? &s->clients[map[k]] : NULL;
-
-                        if (!pfd[k].revents)
-                                continue;
-                        if (map[k] == -2) {
-                                drain_wake(s);
-                        } else if (map[k] == -1) {
-                                if (pfd[k].revents & (POLLERR | POLLNVAL)) {
-                                        r = -EIO;
-                                        goto out;
-                                }
-                                for (int a = 0; a < ACCEPT_BATCH; a++) {
-                                        r = accept_one(s, now);
-                                        if (r < 0)
-                                                goto out;
-                                        if (r == 0)
-                                                break;
-                                }
-                                r = 0;
-                        } else if (c->state == CLIENT_READING) {
-                                client_read(s, c, now);
-                        } else if (c->state == CLIENT_WRITING) {
-                                client_write(c);
-                        }
-                }
+                if (mhd.MHD_run(s->daemon) != MHD_YES)
+                        return -EIO;
+                timeout = housekeeping(s, monotonic_ms());
+                if (mhd.MHD_get_timeout(s->daemon, &mhd_ms) == MHD_YES && mhd_ms < (MHD_UNSIGNED_LONG_LONG)timeout)
+                        timeout = (int)mhd_ms;
+                /* At its connection limit libmicrohttpd takes the listening socket out of its epoll
+                 * set, and puts it back at the start of an MHD_run once below: after a close, run
+                 * again at once, or a scraper waits for the next tick in the kernel's backlog. */
+                if (s->closed)
+                        timeout = 0;
+                s->closed = false;
+                if (poll(pfd, s->cfg->wake_fd >= 0 ? 2 : 1, timeout) < 0 && errno != EINTR)
+                        return -errno;
+                if (pfd[1].revents)
+                        drain_wake(s);
         }
-out:
+        return 0;
+}
+
+HttpServer *http_server_free(HttpServer *s)
+{
+        if (!s)
+                return NULL;
+        /* libmicrohttpd stops only with no connection suspended. */
         for (int i = 0; i < MAX_CLIENTS; i++)
-                if (s->clients[i].state != CLIENT_FREE)
-                        client_close(&s->clients[i]);
+                if (s->slots[i].state == SLOT_WAITING) {
+                        s->slots[i].state = SLOT_RESUMING;
+                        mhd.MHD_resume_connection(s->slots[i].conn);
+                }
+        mhd.MHD_stop_daemon(s->daemon);
         free(s);
-        close(cfg->listen_fd);
-        return r;
+        return NULL;
 }

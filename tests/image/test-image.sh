@@ -5,12 +5,13 @@
 #   2. podman builds the broker image, the client target and examples/app-image/Dockerfile on a
 #      python3 stand-in for the PyTorch base;
 #   3. their contents: libgpuipc where the loader looks (no lib64), no development files, every
-#      library the binaries need present, no runtime package nothing needs, a client that needs libc
+#      library the binaries need (or the exporter loads) present, no runtime package nothing needs, a client that needs libc
 #      alone (and no newer glibc than Ubuntu 22.04's);
 #   4. the broker container non-root, read-only root, --cap-drop ALL, no network, the shipped seccomp
 #      profile with no_new_privs; a producer and a verifying consumer container of the image, and a
 #      Python consumer in the app image that loads libgpuipc by its soname, all under uids other than
-#      the broker's, through a shared socket volume; the broker stops cleanly on SIGTERM.
+#      the broker's, through a shared socket volume; the exporter sidecar (metrics --listen) of the
+#      image, confined, answers a scrape; the broker stops cleanly on SIGTERM.
 # The debootstrap result and podman's storage stay in BUILD/image-test, so a rerun builds only what
 # changed. Exit 77 (skipped), saying why, where containers cannot be built or run.
 set -euo pipefail
@@ -165,6 +166,9 @@ client_fs=$(pm image mount "$suite/gpuipc-client")
 slim_fs=$(pm image mount docker.io/library/debian:12-slim)
 multiarch=$(gcc -print-multiarch)
 needed() { readelf -d "$@" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort -u; }
+# What the exporter (gpuipcctl metrics --listen) loads when it starts instead of linking it
+# (libseccomp, libmicrohttpd): the broker image, which runs the exporter sidecar, needs them too.
+exporter_loads=$(grep -ho 'dlopen("lib[^"]*"' "$root"/cli/*.c | sed 's/dlopen("\(.*\)"/\1/' | sort -u | tr '\n' ' ')
 
 expect "broker image: gpuipc-broker and gpuipcctl in /usr/bin" test -x "$broker_fs/usr/bin/gpuipc-broker" -a \
         -x "$broker_fs/usr/bin/gpuipcctl"
@@ -175,15 +179,15 @@ dev_files=$(cd "$broker_fs" && find usr/include usr/lib64 usr/lib -name 'gpuipc*
 expect "broker image: no headers, pkg-config files, archives or lib64 (${dev_files:-none})" test -z "$dev_files"
 expect "broker image: no Python module without a Python" test -z "$(find "$broker_fs/usr" -name 'gpuipc.py')"
 missing=
-for lib in $(needed "$broker_fs/usr/bin/gpuipc-broker" "$broker_fs/usr/bin/gpuipcctl"); do
+for lib in $(needed "$broker_fs/usr/bin/gpuipc-broker" "$broker_fs/usr/bin/gpuipcctl") $exporter_loads; do
         [[ -e $broker_fs/usr/lib/$multiarch/$lib || -e $broker_fs/lib/$multiarch/$lib || $lib == ld-linux* ]] ||
                 missing+=" $lib"
 done
-expect "broker image: every library the binaries need is there (missing:${missing:- none})" test -z "$missing"
+expect "broker image: every library the binaries need or the exporter loads ($exporter_loads) is there (missing:${missing:- none})" test -z "$missing"
 # Each package the Dockerfile adds to debian:12-slim must provide a library a gpuipc binary needs
-# (or be pulled in by one that does).
+# or the exporter loads (or be pulled in by one that does).
 extra=$(python3 - "$slim_fs" "$broker_fs" "$(dpkg --print-architecture)" $(needed "$broker_fs/usr/bin/gpuipc-broker" \
-        "$broker_fs/usr/bin/gpuipcctl") <<'PY'
+        "$broker_fs/usr/bin/gpuipcctl") $exporter_loads <<'PY'
 import os, re, sys
 slim, image, arch, needed = sys.argv[1], sys.argv[2], sys.argv[3], set(sys.argv[4:])
 def packages(fs):
@@ -267,6 +271,33 @@ expect "broker: no network but loopback" test "$(ls "/proc/$pid/root/sys/class/n
 expect "socket: mode 0660, group 65532, in a 0750 directory of 65532" test \
         "$(stat -c '%a %g' "/proc/$pid/root/run/gpuipc/gpuipc.sock") $(stat -c '%a %u:%g' "/proc/$pid/root/run/gpuipc")" \
         == "660 65532 750 65532:65532"
+
+# The exporter sidecar as k8s/base/pod.yaml runs it: gpuipcctl metrics --listen from this image,
+# confined by its own filter once it listens (libmicrohttpd loaded before); scraped from the
+# container's own network namespace, the only one it listens in.
+exporter=gpuipc-test-exporter-$tag
+containers+=("$exporter")
+# shellcheck disable=SC2046
+pm run -d --name "$exporter" "${hardened[@]}" $(client 10004) --entrypoint gpuipcctl "$suite/gpuipc" \
+        metrics --listen 127.0.0.1:9470 >/dev/null
+scrape=
+for _ in $(seq 50); do
+        epid=$(pm inspect --format '{{.State.Pid}}' "$exporter" 2>/dev/null) || epid=0
+        if [[ $epid != 0 ]] && scrape=$(nsenter --net="/proc/$epid/ns/net" python3 -c '
+import urllib.request
+print(urllib.request.urlopen("http://127.0.0.1:9470/metrics", timeout=10).read().decode())' 2>/dev/null); then
+                break
+        fi
+        sleep 0.2
+done
+expect "exporter container: a scrape says gpuipc_up 1" grep -q "^gpuipc_up 1$" <<<"$scrape"
+expect "exporter container: confined (seccomp filter, no_new_privs)" \
+        grep -q "^Seccomp:.2" "/proc/$epid/status"
+pm stop --time 10 "$exporter" >/dev/null
+logs=$(pm logs "$exporter" 2>&1)
+expect "exporter container: served, stopped with exit 0, its filter never fired" bash -c \
+        '[[ $1 == *"serving /metrics"* && $1 != *"seccomp:"* && $2 == 0 ]]' _ "$logs" \
+        "$(pm inspect --format '{{.State.ExitCode}}' "$exporter")"
 
 # The profile holds only together with no_new_privs (allowPrivilegeEscalation: false): without it
 # the runtime has to load the filter before it drops privileges, and its own remaining steps are
