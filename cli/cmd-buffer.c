@@ -96,8 +96,9 @@ static uint64_t cgroup_value(const char *file)
 
 /* A memfd buffer lives in RAM and is filled at once: refuse sizes the memory available cannot
  * hold, rather than filling memory until the OOM killer or a SIGBUS ends it. Available means the
- * kernel's MemAvailable, and within a container also what the cgroup's memory.max still allows. */
-static int check_memory(Ctl *ctl, uint64_t size, const char *size_arg)
+ * kernel's MemAvailable, and within a container also what the cgroup's memory.max still allows.
+ * what names the size in the message ("--size '4G'"). */
+int ctl_check_memory(Ctl *ctl, uint64_t size, const char *what)
 {
         uint64_t avail = meminfo_bytes("MemAvailable");
         uint64_t max = cgroup_value("memory.max"), used = cgroup_value("memory.current");
@@ -113,15 +114,15 @@ static int check_memory(Ctl *ctl, uint64_t size, const char *size_arg)
                         where = "memory this cgroup may still use (memory.max)";
                 }
         }
-        /* --size is parsed as 64 bits; on a 32-bit build a size_t would silently cut it. */
+        /* Sizes are 64 bits; on a 32-bit build a size_t would silently cut them. */
         if (size > SIZE_MAX)
-                return ctl_usage(ctl, "--size '%s' does not fit in this process's address space", size_arg);
+                return ctl_usage(ctl, "%s does not fit in this process's address space", what);
         if (avail == UINT64_MAX || size <= avail)
                 return 0;
         ctl_human_size(size, want, sizeof(want));
         ctl_human_size(avail, have, sizeof(have));
-        return ctl_error(ctl, "no-memory", "--size '%s' (%s) is more than the %s: %s; a memfd buffer lives in RAM",
-                         size_arg, want, where, have);
+        return ctl_error(ctl, "no-memory", "%s (%s) is more than the %s: %s; a memfd buffer lives in RAM", what,
+                         want, where, have);
 }
 
 /* Fills or checks the whole buffer, in place for host memory, through a staging area otherwise. */
@@ -295,8 +296,12 @@ int cmd_publish(Ctl *ctl, int argc, char **argv)
                 return r;
         if (!size)
                 return ctl_usage(ctl, "--size is required");
-        if (kind == GPUIPC_KIND_MEMFD && (r = check_memory(ctl, size, size_arg)))
-                return r;
+        if (kind == GPUIPC_KIND_MEMFD) {
+                char what[64];
+                snprintf(what, sizeof(what), "--size '%.32s'", size_arg);
+                if ((r = ctl_check_memory(ctl, size, what)))
+                        return r;
+        }
         /* GPUs are probed (loading the CUDA driver, which takes a while) only for the CUDA kinds,
          * whose publish names the device. */
         ctl->reconnect = true; /* it holds the buffer: through a broker restart too */

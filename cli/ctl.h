@@ -56,6 +56,7 @@ enum {
         CTL_OPT_RETIRE_AFTER,
         CTL_OPT_NO_SANDBOX,
         CTL_OPT_MIN_PID,
+        CTL_OPT_CHUNK,
 };
 
 /* One option of a command or of gpuipcctl itself. The command's table is what parses its options,
@@ -133,6 +134,11 @@ int ctl_parse_size(Ctl *ctl, const char *opt, const char *s, uint64_t *ret);
 int ctl_parse_int(Ctl *ctl, const char *opt, const char *s, long min, long max, long *ret);
 int ctl_parse_kind(Ctl *ctl, const char *opt, const char *s, gpuipc_kind_t *ret);
 
+/* 0 when size bytes of memfd memory fit in the memory available (MemAvailable, and the cgroup's
+ * memory.max); else CTL_FAILED (or CTL_USAGE past the address space) after saying so, the size
+ * named by what ("--size '4G'", "the checkpoint"). */
+int ctl_check_memory(Ctl *ctl, uint64_t size, const char *what);
+
 /* Bytes as "1.5 GiB". */
 void ctl_human_size(uint64_t n, char *buf, size_t cap);
 
@@ -170,6 +176,7 @@ int cmd_group(Ctl *ctl, int argc, char **argv);
 int cmd_doctor(Ctl *ctl, int argc, char **argv);
 int cmd_rings(Ctl *ctl, int argc, char **argv);
 int cmd_run(Ctl *ctl, int argc, char **argv);
+int cmd_weights(Ctl *ctl, int argc, char **argv);
 int cmd_completion(Ctl *ctl, int argc, char **argv);
 int cmd_complete_names(Ctl *ctl, int argc, char **argv);
 
