@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import termios
-import threading
 import time
 
 import numpy as np
