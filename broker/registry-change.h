@@ -80,6 +80,7 @@ typedef enum RegWhyCode {
         REG_E_KEY_TAKEN,         /* n0: id, n1: its producer's peer id, n2: its uid */
         REG_E_BUFFERS_LIMIT,     /* n0: uid, n1: its buffers */
         REG_E_FDS_LIMIT,         /* n0: fds held, n1: uid */
+        REG_E_HELD_MEMORY_LIMIT, /* n0: uid, n1: its broker-held bytes, n2: the buffer's, n3: the limit */
         REG_E_OTHERS_SEGMENT,    /* n0: the segment's id */
         REG_E_NOT_A_SEGMENT,     /* n0: id, n1: why (1 a view, 2 a ring part, 3 another kind) */
         REG_E_SEGMENT_FREED,     /* n0: id */

@@ -21,6 +21,7 @@ typedef struct UidAcct {
         uint32_t uid;
         uint32_t connections, buffers, fds;
         uint32_t claims; /* pending claims of its peers */
+        uint64_t held_memory; /* bytes of its broker-held buffers' memory (Limits.held_memory_per_uid) */
 } UidAcct;
 
 typedef struct RegName {
@@ -145,6 +146,7 @@ struct Registry {
         uint64_t n_peers, n_buffers, n_waits, n_subs, n_groups, n_refs, n_fds;
         uint64_t n_state[_PROTO_STATE_MAX]; /* buffers per state, kept current: stats never walk */
         uint64_t n_orphaned;
+        uint64_t held_memory;               /* bytes of every broker-held buffer's memory */
         List lost;                          /* RegPeer.lost_link: peers the caller must disconnect */
         /* The restart grace: reconnecting holders may reclaim until it ends (a TIMER_GRACE). */
         bool in_grace;

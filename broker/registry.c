@@ -114,6 +114,14 @@ RegName *reg_name_lookup(const Registry *r, const char *name)
         return HMAP_FIND(&r->names, hash_str(name), RegName, node, e, strcmp(e->name, name) == 0);
 }
 
+
+/* Whether b's memory counts as broker-held: it carries the memory's fd (a buffer or a segment, not a
+ * view, whose memory is its segment's) and outlives its producer. Both are fixed at registration. */
+static bool held_memory(const RegBuffer *b)
+{
+        return b->fd >= 0 && b->info.broker_held;
+}
+
 static RegName *name_get(Registry *r, const char *name)
 {
         RegName *e = reg_name_lookup(r, name);
@@ -277,6 +285,10 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, RegSink *o)
         list_unlink(&b->link);
         hmap_remove(&r->buffers_by_id, &b->by_id);
         hmap_remove(&r->buffers_by_seq, &b->by_seq);
+        if (held_memory(b)) {
+                b->acct->held_memory -= b->info.size;
+                r->held_memory -= b->info.size;
+        }
         if (b->fd >= 0) {
                 b->acct->fds--;
                 r->n_fds--;
@@ -763,6 +775,15 @@ RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPu
                            (RegWhy){ REG_E_FDS_LIMIT, .n = { p->acct->fds, p->creds.uid } });
                 return NULL;
         }
+        if (*fd >= 0 && a->info.broker_held && r->limits.held_memory_per_uid &&
+            (p->acct->held_memory > r->limits.held_memory_per_uid ||
+             a->info.size > r->limits.held_memory_per_uid - p->acct->held_memory)) {
+                reg_answer(out, p, id, PROTO_STATUS_QUOTA,
+                           (RegWhy){ REG_E_HELD_MEMORY_LIMIT,
+                                     .n = { p->creds.uid, p->acct->held_memory, a->info.size,
+                                            r->limits.held_memory_per_uid } });
+                return NULL;
+        }
         cost = buffer_cost(a->name, a->device, a->handle, a->meta_len);
         e = reg_charge(r, p->creds.uid, cost, &why);
         if (e != 0) {
@@ -797,6 +818,10 @@ RegBuffer *reg_buffer_register(Registry *r, RegPeer *p, uint64_t id, const RegPu
         if (b->fd >= 0) {
                 b->acct->fds++;
                 r->n_fds++;
+        }
+        if (held_memory(b)) {
+                b->acct->held_memory += b->info.size;
+                r->held_memory += b->info.size;
         }
         r->n_buffers++;
         r->n_state[PROTO_STATE_NONE]++;

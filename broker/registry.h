@@ -306,6 +306,7 @@ typedef struct RegGauges {
         uint64_t peers, buffers, live, retired, idle, orphaned, refs, fds, waits, subs, groups, names;
         uint64_t claims_pending, restored; /* reclaims waiting for their buffer; restored buffers in grace */
         uint64_t rings, ring_members;
+        uint64_t held_memory; /* bytes of broker-held buffers' memory */
 } RegGauges;
 void registry_gauges(const Registry *r, RegGauges *g);
 

@@ -212,6 +212,11 @@ static bool publish_text(const RegWhy *w, char *buf, size_t cap)
         case REG_E_BUFFERS_LIMIT:
                 snprintf(buf, cap, "uid %llu owns %llu buffers (the limit); free some first", N(0), N(1));
                 return true;
+        case REG_E_HELD_MEMORY_LIMIT:
+                snprintf(buf, cap, "uid %llu has %llu bytes of broker-held memory registered; %llu more would pass "
+                         "the broker's --max-held-memory-per-uid (%llu): drop weights it no longer needs", N(0), N(1),
+                         N(2), N(3));
+                return true;
         case REG_E_FDS_LIMIT:
                 snprintf(buf, cap, "the broker holds %llu fds for uid %llu (the limit)", N(0), N(1));
                 return true;

@@ -34,6 +34,8 @@ static const MetricDesc descs[] = {
         { "buffers_idle", "buffers", GAUGE, 0, "state", "idle", NULL },
         { "buffers_orphaned", "buffers_orphaned", GAUGE, 0, NULL, NULL,
           "Broker-held buffers whose producer is gone; they live until retired and drained." },
+        { "broker_held_bytes", "broker_held_bytes", GAUGE, 0, NULL, NULL,
+          "Bytes of the memory of broker-held buffers (loaded weights among them): it outlives its producers." },
         { "references", "references", GAUGE, 0, NULL, NULL, "References consumers hold, over all buffers." },
         { "held_fds", "held_fds", GAUGE, 0, NULL, NULL, "Buffer memory file descriptors the broker holds." },
         { "waits", "waits", GAUGE, 0, NULL, NULL, "Attaches and group joins waiting in the broker." },

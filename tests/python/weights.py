@@ -98,11 +98,11 @@ class Env:
         self.broker, self.procs, self.logs = None, [], []
         self.namespaces = subprocess.run([*AS_PID_1, 'true'], capture_output=True).returncode == 0
 
-    def start_broker(self, grace_ms=3000):
+    def start_broker(self, grace_ms=3000, extra=()):
         log = open(os.path.join(self.dir, f'broker{len(self.logs)}.log'), 'w')
         self.logs.append(log.name)
         self.broker = subprocess.Popen([BROKER, '--socket', self.sock, '--log-level', 'warn',
-                                        '--restart-grace-ms', str(grace_ms)], stderr=log, env=self.env)
+                                        '--restart-grace-ms', str(grace_ms), *extra], stderr=log, env=self.env)
         log.close()
         self.ctl('--timeout', '10000', 'ping')
 
@@ -343,7 +343,10 @@ def case_malformed(e):
 
 
 def stat(e, name):
-    return {s.split(' ')[0]: s.split(' ')[1] for s in e.ctl('stats').stdout.splitlines() if ' ' in s}.get(name)
+    """One of the broker's statistics, as its text."""
+    values = dict(line.split()[:2] for line in e.ctl('stats').stdout.splitlines() if len(line.split()) >= 2)
+    check(name in values, f'no statistic {name}')
+    return values[name]
 
 
 def case_killed_mid_load(e):
@@ -452,6 +455,24 @@ def case_broker_restart(e):
     check(len(rows) == 1 and rows[0]['orphaned'] and rows[0]['state'] == 'live', rows)
     expect_numpy(e.say(engine, 'check'), tensors)
     e.say(engine, 'release')
+
+
+def case_quota(e):
+    """--max-held-memory-per-uid: a checkpoint that would take its uid past it is refused (quota, naming
+    the flag) and leaves nothing; one within it loads, broker_held_bytes counts it, and drop gives it back."""
+    e.kill_broker(signal.SIGTERM)
+    e.start_broker(extra=('--max-held-memory-per-uid', '1M'))
+    big = write(os.path.join(e.dir, 'big.safetensors'), [('w', 'U8', (2 << 20,), b'\1' * (2 << 20))])
+    r = load(e, 'w/big', big, ok=False)
+    check(r.returncode == 1 and '[quota]' in r.stderr and '--max-held-memory-per-uid' in r.stderr, r.stderr)
+    nothing_registered(e)
+    check(stat(e, 'broker_held_bytes') == '0', stat(e, 'broker_held_bytes'))
+    small = write(os.path.join(e.dir, 'small.safetensors'), [('w', 'U8', (1 << 19,), b'\2' * (1 << 19))])
+    load(e, 'w/small', small)
+    rows = e.weights()
+    check(len(rows) == 1 and stat(e, 'broker_held_bytes') == str(rows[0]['size']), (rows, stat(e, 'broker_held_bytes')))
+    e.ctl('weights', 'drop', 'w/small')
+    check(stat(e, 'broker_held_bytes') == '0', stat(e, 'broker_held_bytes'))
 
 
 def case_cuda_vmm(e):
