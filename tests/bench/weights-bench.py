@@ -304,6 +304,8 @@ def machine(plumbing, path):
     except OSError:
         pass
     lines.append(f'checkpoint: {path} ({fs})')
+    if fs.startswith('tmpfs') or fs.startswith('ramfs'):
+        lines.append('WARNING: the checkpoint is in memory (tmpfs): "cold" reads are warm; give --dir on a disk')
     if not plumbing:
         import safetensors
         import torch
