@@ -151,7 +151,8 @@ static int open_file(CheckpointFile *f, char *err, size_t cap)
         f->pipe = !S_ISREG(st.st_mode) && lseek(f->fd, 0, SEEK_CUR) < 0;
         f->size = f->pipe ? UINT64_MAX : (uint64_t)st.st_size;
         if ((r = read_exact(f->fd, f->pipe, 0, first8, 8)) < 0) {
-                snprintf(err, cap, "%s: byte 0: %s", f->path, r == -EIO ? "the file ends before the header's length" : strerror(-r));
+                snprintf(err, cap, "%s: byte 0: %s", f->path,
+                         r == -EIO ? "the file ends before the header's length" : strerror(-r));
                 return -EBADMSG;
         }
         if (safetensors_header_len(first8, f->size, &len, why, sizeof(why)) < 0) {
@@ -163,7 +164,8 @@ static int open_file(CheckpointFile *f, char *err, size_t cap)
                 return -ENOMEM;
         if ((r = read_exact(f->fd, f->pipe, 8, json, len)) < 0) {
                 free(json);
-                snprintf(err, cap, "%s: byte 8: %s", f->path, r == -EIO ? "the file ends inside the header" : strerror(-r));
+                snprintf(err, cap, "%s: byte 8: %s", f->path,
+                         r == -EIO ? "the file ends inside the header" : strerror(-r));
                 return -EBADMSG;
         }
         r = safetensors_parse(json, len, f->size, &f->h, why, sizeof(why));
@@ -250,12 +252,14 @@ static int index_parse(Index *x, const char *text, size_t len, const char *path,
                 if (!jsonread_expect(&r, '{'))
                         goto bad;
                 while (jsonread_more(&r, '}', &inner)) {
-                        if (!jsonread_string(&r, tensor, sizeof(tensor), NULL, "a tensor name longer than 4096 bytes") ||
+                        if (!jsonread_string(&r, tensor, sizeof(tensor), NULL,
+                                             "a tensor name longer than 4096 bytes") ||
                             !jsonread_expect(&r, ':') ||
                             !jsonread_string(&r, file, sizeof(file), NULL, "a file name longer than 1023 bytes"))
                                 goto bad;
                         if (!shard_name_ok(file)) {
-                                snprintf(err, cap, "%s: byte %zu: tensor '%s' is in '%s', which is not a file name in the "
+                                snprintf(err, cap,
+                                         "%s: byte %zu: tensor '%s' is in '%s', which is not a file name in the "
                                          "index's directory", path, (size_t)(r.p - r.start), tensor, file);
                                 return -EBADMSG;
                         }
@@ -364,9 +368,10 @@ static int place(Checkpoint *c, size_t file, const SafetensorsTensor *t, uint64_
         e->file = file;
         e->dtype = py_dtype[t->dtype];
         if (!e->dtype) {
-                snprintf(err, cap, "%s: byte %" PRIu64 ": tensor '%s' is %s, which no framework has a dtype for: it cannot "
-                         "be placed as a viewable tensor", path, c->files[file].h->data_start + t->begin, t->name,
-                         safetensors_dtype_name(t->dtype));
+                snprintf(err, cap,
+                         "%s: byte %" PRIu64 ": tensor '%s' is %s, which no framework has a dtype for: it "
+                         "cannot be placed as a viewable tensor", path, c->files[file].h->data_start + t->begin,
+                         t->name, safetensors_dtype_name(t->dtype));
                 return -EBADMSG;
         }
         e->ndim = t->ndim;
@@ -578,7 +583,8 @@ int checkpoint_open(char *const *paths, size_t n, Checkpoint **ret, char *err, s
         } else {
                 for (size_t i = 0; i < n; i++) {
                         if (is_index(paths[i])) {
-                                snprintf(err, cap, "%s: an index is given alone (its shards are read from it)", paths[i]);
+                                snprintf(err, cap, "%s: an index is given alone (its shards are read from it)",
+                                         paths[i]);
                                 r = -EINVAL;
                                 break;
                         }

@@ -120,7 +120,8 @@ static int check_room(Ctl *ctl, const LoadArgs *a, const Checkpoint *ck)
         ctl_human_size(free_b, have, sizeof(have));
         ctl_human_size(total, all, sizeof(all));
         return ctl_error(ctl, "no-memory",
-                         "the checkpoint needs %" PRIu64 " bytes (%s) on device %ld, which has %zu bytes (%s) free of %s",
+                         "the checkpoint needs %" PRIu64 " bytes (%s) on device %ld, which has %zu bytes (%s) free "
+                         "of %s",
                          ck->size, want, a->device, free_b, have, all);
 }
 
@@ -128,7 +129,8 @@ static void print_loaded(Ctl *ctl, const LoadArgs *a, const Checkpoint *ck, cons
                          const gpuipc_load_stats_t *st)
 {
         double s = (double)st->total_ns / 1e9, read_s = (double)st->read_ns / 1e9;
-        double gbps = s > 0 ? (double)st->bytes / s / 1e9 : 0, read_gbps = read_s > 0 ? (double)st->bytes / read_s / 1e9 : 0;
+        double gbps = s > 0 ? (double)st->bytes / s / 1e9 : 0;
+        double read_gbps = read_s > 0 ? (double)st->bytes / read_s / 1e9 : 0;
 
         if (ctl->json) {
                 Json o;
@@ -409,8 +411,9 @@ static int weights_drop(Ctl *ctl, int argc, char **argv)
         if (r < 0)
                 return ctl_fail(ctl, what, r);
         if (!info.broker_held)
-                return ctl_error(ctl, "invalid", "'%s' (buffer %" PRIu64 ") is not broker-held: not weights; its producer "
-                                 "frees it (gpuipcctl retire retires it)", name, info.buffer);
+                return ctl_error(ctl, "invalid",
+                                 "'%s' (buffer %" PRIu64 ") is not broker-held: not weights; its producer frees it "
+                                 "(gpuipcctl retire retires it)", name, info.buffer);
         r = gpuipc_retire_id(ctl->c, info.buffer);
         if (r < 0)
                 return ctl_fail(ctl, what, r);

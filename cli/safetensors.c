@@ -45,8 +45,9 @@ int safetensors_header_len(const uint8_t first8[8], uint64_t file_size, uint64_t
                 return -EBADMSG;
         }
         if (file_size < 8 || n > file_size - 8) {
-                snprintf(err, cap, "byte 0: the header length %" PRIu64 " goes past the end of the %" PRIu64 "-byte file",
-                         n, file_size);
+                snprintf(err, cap,
+                         "byte 0: the header length %" PRIu64 " goes past the end of the %" PRIu64 "-byte file", n,
+                         file_size);
                 return -EBADMSG;
         }
         if (n < 2) {
@@ -191,7 +192,8 @@ static bool read_tensor(Parse *p, SafetensorsTensor *t)
 
                 if (!jsonread_string(&p->r, key, sizeof(key), NULL, "an unknown key in a tensor's entry") ||
                     !jsonread_expect(&p->r, ':'))
-                        return fail(p, "tensor '%s': an unknown key (dtype, shape and data_offsets are known)", t->name);
+                        return fail(p, "tensor '%s': an unknown key (dtype, shape and data_offsets are known)",
+                                    t->name);
                 if (strcmp(key, "dtype") == 0)
                         seen = &have_dtype;
                 else if (strcmp(key, "shape") == 0)
@@ -199,8 +201,8 @@ static bool read_tensor(Parse *p, SafetensorsTensor *t)
                 else if (strcmp(key, "data_offsets") == 0)
                         seen = &have_offsets;
                 else
-                        return fail(p, "tensor '%s': unknown key '%s' (dtype, shape and data_offsets are known)", t->name,
-                                    key);
+                        return fail(p, "tensor '%s': unknown key '%s' (dtype, shape and data_offsets are known)",
+                                    t->name, key);
                 if (*seen)
                         return fail(p, "tensor '%s': '%s' twice", t->name, key);
                 *seen = true;
@@ -212,7 +214,8 @@ static bool read_tensor(Parse *p, SafetensorsTensor *t)
                 return false;
         if (!have_dtype || !have_shape || !have_offsets) {
                 p->r.p = at;
-                return fail(p, "tensor '%s': no %s", t->name, !have_dtype ? "dtype" : !have_shape ? "shape" : "data_offsets");
+                return fail(p, "tensor '%s': no %s", t->name,
+                            !have_dtype ? "dtype" : !have_shape ? "shape" : "data_offsets");
         }
         return check_size(p, t);
 }
@@ -262,7 +265,8 @@ static int check_layout(SafetensorsHeader *h, char *err, size_t cap)
         for (size_t i = 1; i < h->n; i++) {
                 const SafetensorsTensor *a = by[i - 1], *b = by[i];
                 if (b->begin < a->end) {
-                        snprintf(err, cap, "byte %" PRIu64 ": tensors '%s' [%" PRIu64 ", %" PRIu64 ") and '%s' [%" PRIu64
+                        snprintf(err, cap,
+                                 "byte %" PRIu64 ": tensors '%s' [%" PRIu64 ", %" PRIu64 ") and '%s' [%" PRIu64
                                  ", %" PRIu64 ") overlap", h->data_start + b->begin, a->name, a->begin, a->end, b->name,
                                  b->begin, b->end);
                         free(by);

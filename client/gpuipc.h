@@ -148,11 +148,11 @@ void gpuipc_close(gpuipc_t *c);
  * memory from under a view. The memory, its mappings and CUDA allocations stay until the process
  * exits. The broker sees the connection drop, as after gpuipc_close: it releases c's references
  * and revokes (or, broker-held, keeps) its published buffers; members of c's rings see them
- * closed (or their producer gone, whichever they hear first). Pools of c are forgotten: gpuipc_torch_alloc no longer uses them and
- * gpuipc_torch_free ignores their memory. Handles obtained from c (buffers, rings, pools) must not
- * be used afterwards; fences of c are left open (call nothing on them). Not in a child forked from
- * the process that connected: call nothing on c there (the child's exit releases its copies). NULL
- * is fine. */
+ * closed (or their producer gone, whichever they hear first). Pools of c are forgotten:
+ * gpuipc_torch_alloc no longer uses them and gpuipc_torch_free ignores their memory. Handles
+ * obtained from c (buffers, rings, pools) must not be used afterwards; fences of c are left open
+ * (call nothing on them). Not in a child forked from the process that connected: call nothing on
+ * c there (the child's exit releases its copies). NULL is fine. */
 void gpuipc_abandon(gpuipc_t *c);
 
 /* Round trip to the broker. */

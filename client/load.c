@@ -60,7 +60,8 @@ static int stream_skip(gpuipc_t *c, int fd, uint64_t n)
                 if (got < 0 && errno == EINTR)
                         continue;
                 if (got <= 0) {
-                        client_errmsg(c, "fd %d (a pipe) ends %llu bytes before the next range", fd, (unsigned long long)n);
+                        client_errmsg(c, "fd %d (a pipe) ends %llu bytes before the next range", fd,
+                                      (unsigned long long)n);
                         return got < 0 ? -errno : -EIO;
                 }
                 n -= (uint64_t)got;
@@ -95,7 +96,10 @@ static int read_full(Loader *l, int fd, uint64_t off, void *dst, size_t len)
                                 return r;
                         s->pos = off + got;
                 }
-                n = s ? read(fd, (char *)dst + got, len - got) : pread(fd, (char *)dst + got, len - got, (off_t)(off + got));
+                if (s)
+                        n = read(fd, (char *)dst + got, len - got);
+                else
+                        n = pread(fd, (char *)dst + got, len - got, (off_t)(off + got));
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0 && errno == ESPIPE && !s) {
@@ -162,18 +166,19 @@ static int issue(Loader *l, int k)
                 size_t j = i + 1, len = p->len;
                 int r;
 
-                while (j < l->n_pieces && l->pieces[j].fd == p->fd && l->pieces[j].file_offset == p->file_offset + len &&
-                       l->pieces[j].stage == p->stage + len)
+                while (j < l->n_pieces && l->pieces[j].fd == p->fd &&
+                       l->pieces[j].file_offset == p->file_offset + len && l->pieces[j].stage == p->stage + len)
                         len += l->pieces[j++].len;
                 r = read_full(l, p->fd, p->file_offset, l->chunk[k] + p->stage, len);
                 if (r < 0)
                         return r;
                 for (; i < j; i++) {
-                        GcuResult cr = CU(cuMemcpyHtoDAsync, base + l->pieces[i].offset, l->chunk[k] + l->pieces[i].stage,
-                                          l->pieces[i].len, l->stream);
+                        const Piece *q = &l->pieces[i];
+                        GcuResult cr = CU(cuMemcpyHtoDAsync, base + q->offset, l->chunk[k] + q->stage, q->len,
+                                          l->stream);
                         if (cr != GCU_SUCCESS)
                                 return cuda_error(l->c, "cuMemcpyHtoDAsync", cr);
-                        l->st.bytes += l->pieces[i].len;
+                        l->st.bytes += q->len;
                 }
         }
         l->n_pieces = 0;
@@ -299,8 +304,8 @@ _public_ int gpuipc_buffer_load(gpuipc_buffer_t *b, const gpuipc_file_range_t *r
                 l.o.chunk_size = LOAD_CHUNK_MIN;
         for (size_t i = 0; i < n; i++) {
                 if (ranges[i].offset > b->size || ranges[i].len > b->size - ranges[i].offset) {
-                        client_errmsg(l.c, "range %zu: [%zu, +%zu) lies outside the %zu-byte buffer", i, ranges[i].offset,
-                                      ranges[i].len, b->size);
+                        client_errmsg(l.c, "range %zu: [%zu, +%zu) lies outside the %zu-byte buffer", i,
+                                      ranges[i].offset, ranges[i].len, b->size);
                         return GPUIPC_E_INVALID;
                 }
         }

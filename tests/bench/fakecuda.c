@@ -8,8 +8,8 @@
  * device; cuMemCreate memory exports that memfd, copies are memcpy; a stream is a worker thread
  * that runs its queue in order, so that work is as asynchronous as on a GPU. $FAKECUDA_DEVICES
  * sets the device count (default 2); $FAKECUDA_NO_VMM makes the devices say they lack virtual
- * memory management; $FAKECUDA_MEM_FREE is what cuMemGetInfo says is free. fakecuda_teardown() makes it a driver whose state is gone (as at a
- * process's exit).
+ * memory management; $FAKECUDA_MEM_FREE is what cuMemGetInfo says is free. fakecuda_teardown()
+ * makes it a driver whose state is gone (as at a process's exit).
  *
  * Legacy IPC behaves as the real driver's did between containers (each process in PID and mount
  * namespaces of its own), measured on an H100 with driver 580.159.04 and CUDA 13.0:

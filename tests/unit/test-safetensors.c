@@ -75,8 +75,8 @@ static void test_every_dtype(void)
         for (size_t i = 0; i < n; i++) {
                 /* 4 x 8 elements: whole bytes for every dtype, F6's included (48 bits a row of 8) */
                 uint64_t bytes = 32 * all[i].bits / 8;
-                p += sprintf(p, ",\"t%zu\":{\"dtype\":\"%s\",\"shape\":[4,8],\"data_offsets\":[%llu,%llu]}", i, all[i].name,
-                             (unsigned long long)off, (unsigned long long)(off + bytes));
+                p += sprintf(p, ",\"t%zu\":{\"dtype\":\"%s\",\"shape\":[4,8],\"data_offsets\":[%llu,%llu]}", i,
+                             all[i].name, (unsigned long long)off, (unsigned long long)(off + bytes));
                 off += bytes;
         }
         strcpy(p, "}");
@@ -141,7 +141,8 @@ static void test_malformed(void)
         refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}{}", 4, "follows");
         refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", 4, "unknown key 'x'");
         refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "tensor 'a': no data_offsets");
-        refused("{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "'dtype' twice");
+        refused("{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+                "'dtype' twice");
         refused("{\"a\":{\"dtype\":\"F12\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "unknown dtype 'F12'");
         refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "not an unsigned integer");
         refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1.0],\"data_offsets\":[0,4]}}", 4, "not an unsigned integer");
