@@ -23,6 +23,9 @@ typedef struct Limits {
          * derives the default from the container's memory limit). 0: no budget. */
         uint64_t memory_budget;
         uint64_t memory_per_uid;
+        /* Bytes of broker-held memory (memfd or cuda-vmm whose fd the broker keeps, which outlives its
+         * producer: loaded weights) a uid may have registered; --max-held-memory-per-uid. 0: no limit. */
+        uint64_t held_memory_per_uid;
 } Limits;
 
 #define LIMITS_DEFAULT                                                  \

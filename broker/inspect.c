@@ -497,6 +497,7 @@ void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         add_stat(&it, "buffers_retired", g.retired);
         add_stat(&it, "buffers_idle", g.idle);
         add_stat(&it, "buffers_orphaned", g.orphaned);
+        add_stat(&it, "broker_held_bytes", g.held_memory);
         add_stat(&it, "references", g.refs);
         add_stat(&it, "held_fds", g.fds);
         add_stat(&it, "waits", g.waits);

@@ -127,6 +127,8 @@ static void usage(FILE *f)
                 "      --memory-budget-per-uid BYTES  one uid's share of it (default: a quarter of the budget)\n"
                 "      --cpu-limit CPUS         CPU the broker keeps its use under, slowing the peers that use the\n"
                 "                               most (250m or 0.25; none: no limit; default: the cgroup's quota)\n"
+                "      --max-held-memory-per-uid BYTES  broker-held memory (loaded weights) a uid may have\n"
+                "                               registered (suffix K, M or G; default: no limit)\n"
                 "      --restart-grace-ms N     after a restart, how long reconnecting holders may reclaim\n"
                 "                               before buffers they held drain (default %u; 0: no grace)\n"
                 "  -V, --version\n"
@@ -145,6 +147,7 @@ enum {
         OPT_MEMORY_BUDGET,
         OPT_MEMORY_PER_UID,
         OPT_CPU_LIMIT,
+        OPT_MAX_HELD_MEMORY,
         OPT_LIMIT = 512, /* OPT_LIMIT + i: limit_flags[i] */
 };
 
@@ -223,6 +226,7 @@ static int parse_args(int argc, char **argv, Options *o)
                 { "memory-budget", required_argument, NULL, OPT_MEMORY_BUDGET },
                 { "memory-budget-per-uid", required_argument, NULL, OPT_MEMORY_PER_UID },
                 { "cpu-limit", required_argument, NULL, OPT_CPU_LIMIT },
+                { "max-held-memory-per-uid", required_argument, NULL, OPT_MAX_HELD_MEMORY },
                 { "version", no_argument, NULL, 'V' },
                 { "help", no_argument, NULL, 'h' },
         };
@@ -306,6 +310,10 @@ static int parse_args(int argc, char **argv, Options *o)
                         o->restart_grace_ms = (uint32_t)grace;
                         break;
                 }
+                case OPT_MAX_HELD_MEMORY:
+                        if (parse_memory("max-held-memory-per-uid", optarg, &o->limits.held_memory_per_uid) < 0)
+                                return -EINVAL;
+                        break;
                 case OPT_MEMORY_BUDGET:
                 case OPT_MEMORY_PER_UID:
                         if (parse_memory(c == OPT_MEMORY_BUDGET ? "memory-budget" : "memory-budget-per-uid", optarg,

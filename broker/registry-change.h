@@ -79,6 +79,7 @@ typedef enum RegWhyCode {
         REG_E_KEY_TAKEN,
         REG_E_BUFFERS_LIMIT,
         REG_E_FDS_LIMIT,
+        REG_E_HELD_MEMORY_LIMIT,
         REG_E_OTHERS_SEGMENT,
         REG_E_NOT_A_SEGMENT,
         REG_E_SEGMENT_FREED,
@@ -209,6 +210,7 @@ typedef struct RegWhy {
                 struct { uint64_t buffer; RegWho owner; } key_taken;
                 struct { uint32_t uid, buffers; } buffers_limit;
                 struct { uint32_t fds, uid; } fds_limit;
+                struct { uint32_t uid; uint64_t held, size, limit; } held_memory_limit;
                 struct { uint64_t segment; } others_segment;
                 struct { uint64_t buffer; RegNotSegment why; } not_a_segment;
                 struct { uint64_t segment; } segment_freed;

@@ -130,6 +130,13 @@ void reg_name_put(Registry *r, RegName *e)
         }
 }
 
+/* Whether b's memory counts as broker-held: it carries the memory's fd (a buffer or a segment, not
+ * a view, whose memory is its segment's) and outlives its producer. Both are fixed at registration. */
+static bool held_memory(const RegBuffer *b)
+{
+        return b->fd >= 0 && b->info.broker_held;
+}
+
 Hold *reg_hold_lookup(const Registry *r, const RegPeer *p, const RegBuffer *b)
 {
         return HMAP_FIND(&r->holds, hold_hash(p->id, b->id), Hold, node, h, h->peer == p && h->buf == b);
@@ -297,6 +304,10 @@ void reg_buffer_destroy(Registry *r, RegBuffer *b, RegSink *o)
         }
         reg_uncharge(r, b->owner_uid, b->cost);
         shared_bytes_count(r, b, -1);
+        if (held_memory(b)) {
+                b->acct->held_memory -= b->info.size;
+                r->held_memory -= b->info.size;
+        }
         b->acct->buffers--;
         reg_acct_put(r, b->acct);
         r->n_buffers--;
@@ -479,6 +490,14 @@ int reg_buffer_register(Registry *r, RegPeer *p, const RegPublish *a, int *fd, R
         if (*fd >= 0 && p->acct->fds >= r->limits.fds_per_uid)
                 return reg_fail(why, (RegWhy){ REG_E_FDS_LIMIT, .fds_limit = { .fds = p->acct->fds,
                                                                                .uid = p->creds.uid } });
+        if (*fd >= 0 && a->info.broker_held && r->limits.held_memory_per_uid &&
+            (p->acct->held_memory > r->limits.held_memory_per_uid ||
+             a->info.size > r->limits.held_memory_per_uid - p->acct->held_memory))
+                return reg_fail(why, (RegWhy){ REG_E_HELD_MEMORY_LIMIT,
+                                               .held_memory_limit = { .uid = p->creds.uid,
+                                                                      .held = p->acct->held_memory,
+                                                                      .size = a->info.size,
+                                                                      .limit = r->limits.held_memory_per_uid } });
         cost = reg_buffer_cost(a->name, a->device, a->handle, a->meta_len);
         e = reg_charge(r, p->creds.uid, cost, why);
         if (e != 0)
@@ -509,6 +528,10 @@ int reg_buffer_register(Registry *r, RegPeer *p, const RegPublish *a, int *fd, R
         list_append(&p->owned, &b->owner_link);
         b->acct->buffers++;
         shared_bytes_count(r, b, 1);
+        if (held_memory(b)) {
+                b->acct->held_memory += b->info.size;
+                r->held_memory += b->info.size;
+        }
         if (b->fd >= 0) {
                 b->acct->fds++;
                 r->n_fds++;

@@ -24,6 +24,7 @@ typedef struct UidAcct {
         uint32_t connections, buffers, fds;
         uint32_t claims; /* pending claims of its peers */
         uint64_t shared_bytes, held_bytes; /* as Registry's, for this uid's buffers and holds */
+        uint64_t held_memory; /* bytes of its broker-held buffers' memory (Limits.held_memory_per_uid) */
 } UidAcct;
 
 typedef struct RegName {
@@ -170,6 +171,7 @@ struct Registry {
          * (each buffer's size once per peer holding it, a view's own size). */
         uint64_t shared_bytes[_PROTO_KIND_MAX], held_bytes[_PROTO_KIND_MAX];
         uint64_t n_orphaned;
+        uint64_t held_memory;               /* bytes of every broker-held buffer's memory */
         List lost;                          /* RegPeer.lost_link: peers the caller must disconnect */
         /* The restart grace: reconnecting holders may reclaim until it ends (a TIMER_GRACE). */
         bool in_grace;

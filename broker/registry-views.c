@@ -162,6 +162,7 @@ void registry_gauges(const Registry *r, RegGauges *g)
         g->retired = r->n_state[PROTO_STATE_RETIRED];
         g->idle = r->n_state[PROTO_STATE_IDLE];
         g->orphaned = r->n_orphaned;
+        g->held_memory = r->held_memory;
         g->claims_pending = r->n_claims;
         g->rings = r->n_rings;
         g->ring_members = r->n_seated;

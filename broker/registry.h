@@ -319,6 +319,7 @@ typedef struct RegGauges {
         /* Bytes of buffer memory registered (views not counted again), and of buffers consumers
          * hold references to (each buffer once per holder), by kind. */
         uint64_t shared_bytes[_PROTO_KIND_MAX], held_bytes[_PROTO_KIND_MAX];
+        uint64_t held_memory; /* bytes of broker-held buffers' memory */
 } RegGauges;
 void registry_gauges(const Registry *r, RegGauges *g);
 

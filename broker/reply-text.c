@@ -231,6 +231,12 @@ static bool publish_text(const RegWhy *w, char *buf, size_t cap)
                 snprintf(buf, cap, "uid %llu owns %llu buffers (the limit); free some first", U(w->buffers_limit.uid),
                          U(w->buffers_limit.buffers));
                 return true;
+        case REG_E_HELD_MEMORY_LIMIT:
+                snprintf(buf, cap, "uid %llu has %llu bytes of broker-held memory registered; %llu more would pass "
+                         "the broker's --max-held-memory-per-uid (%llu): drop weights it no longer needs",
+                         U(w->held_memory_limit.uid), U(w->held_memory_limit.held), U(w->held_memory_limit.size),
+                         U(w->held_memory_limit.limit));
+                return true;
         case REG_E_FDS_LIMIT:
                 snprintf(buf, cap, "the broker holds %llu fds for uid %llu (the limit)", U(w->fds_limit.fds),
                          U(w->fds_limit.uid));

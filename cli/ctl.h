@@ -57,6 +57,7 @@ enum {
         CTL_OPT_RETIRE_AFTER,
         CTL_OPT_NO_SANDBOX,
         CTL_OPT_MIN_PID,
+        CTL_OPT_CHUNK,
 };
 
 /* One option of a command or of gpuipcctl itself. The command's table is what parses its options,
@@ -148,6 +149,7 @@ int ctl_parse_size(Ctl *ctl, const char *opt, const char *s, uint64_t *ret);
 int ctl_parse_int(Ctl *ctl, const char *opt, const char *s, long min, long max, long *ret);
 int ctl_parse_kind(Ctl *ctl, const char *opt, const char *s, gpuipc_kind_t *ret);
 
+
 /* Bytes as "1.5 GiB". */
 void ctl_human_size(uint64_t n, char *buf, size_t cap);
 
@@ -185,6 +187,7 @@ int cmd_group(Ctl *ctl, int argc, char **argv);
 int cmd_doctor(Ctl *ctl, int argc, char **argv);
 int cmd_rings(Ctl *ctl, int argc, char **argv);
 int cmd_run(Ctl *ctl, int argc, char **argv);
+int cmd_weights(Ctl *ctl, int argc, char **argv);
 int cmd_completion(Ctl *ctl, int argc, char **argv);
 int cmd_complete_names(Ctl *ctl, int argc, char **argv);
 

@@ -123,6 +123,16 @@ static const CtlOption group_options[] = {
         { 0 }
 };
 
+/* weights' subcommands have tables of their own (cmd-weights.c); this one is what the completions
+ * offer after `weights`. */
+static const CtlOption weights_options[] = {
+        { 'k', "kind", 'k', "K", CTL_VALUE_KIND, "load, serve: cuda-vmm (default) or memfd" },
+        { 'd', "device", 'd', "N", CTL_VALUE_ANY, "load, serve: the CUDA device ordinal" },
+        { CTL_OPT_CHUNK, "chunk", 0, "BYTES", CTL_VALUE_ANY, "load, serve: bytes read at once" },
+        { 'p', "prefix", 'p', "P", CTL_VALUE_ANY, "ls: only names that start with P" },
+        { 0 }
+};
+
 const CtlCommand ctl_commands[] = {
         { "ping", cmd_ping, "[--timeout MS]", "exit 0 when the broker answers (a readiness probe)",
           "Exits 0 when the broker answers a ping: a readiness or startup probe.", ping_options, CTL_VALUE_NONE },
@@ -206,6 +216,14 @@ const CtlCommand ctl_commands[] = {
           "with CMD's status (128 + N when signal N killed it). Without a broker it warns and still runs CMD\n"
           "at the target. Exit 125: no PID could be had (nothing ran); 126: CMD cannot be run; 127: not found.",
           run_options, CTL_VALUE_ANY, true },
+        { "weights", cmd_weights, "load|serve NAME FILE... | ls | drop NAME",
+          "keep a safetensors checkpoint resident for engines",
+          "Weights that outlive every process: `weights load NAME FILE...` reads a safetensors checkpoint\n"
+          "straight into one broker-held cuda-vmm (or memfd) buffer that attach_state_dict(NAME) reads, and\n"
+          "exits; `weights serve` does the same and stays as its producer, so that a broker restart loses\n"
+          "nothing; `weights ls` lists them and their versions; `weights drop NAME` retires them (freed once\n"
+          "their holders released). `gpuipcctl weights SUBCOMMAND --help` describes each.",
+          weights_options, CTL_VALUE_ANY },
         { "completion", cmd_completion, "bash | zsh | fish", "print the shell completion script",
           "Prints the completion script for a shell: commands, options, kinds and patterns, and buffer and ring\n"
           "names asked of the broker. `meson install` installs all three; to try one at once:\n"

@@ -34,6 +34,8 @@ static const MetricDesc descs[] = {
         { "buffers_idle", "buffers", GAUGE, 0, "state", "idle", NULL },
         { "buffers_orphaned", "buffers_orphaned", GAUGE, 0, NULL, NULL,
           "Broker-held buffers whose producer is gone; they live until retired and drained." },
+        { "broker_held_bytes", "broker_held_bytes", GAUGE, 0, NULL, NULL,
+          "Bytes of the memory of broker-held buffers (loaded weights among them): it outlives its producers." },
         { "references", "references", GAUGE, 0, NULL, NULL, "References consumers hold, over all buffers." },
         { "held_fds", "held_fds", GAUGE, 0, NULL, NULL, "Buffer memory file descriptors the broker holds." },
         { "waits", "waits", GAUGE, 0, NULL, NULL, "Attaches and group joins waiting in the broker." },
@@ -411,12 +413,13 @@ static const RingDesc ring_descs[] = {
         { "ring_frames_published_total", RING_HEAD, COUNTER, "Frames the ring's producer published since the ring "
           "was created, from its control page (no sample while the broker cannot read it; a ring created again "
           "under the same name starts from 0, a counter reset)." },
-        { "ring_lag_frames", RING_LAG, GAUGE, "Frames the ring's slowest seated member is behind its head (no sample with "
-          "nobody seated). A backpressure ring's producer waits when this reaches gpuipc_ring_slots." },
+        { "ring_lag_frames", RING_LAG, GAUGE,
+          "Frames the ring's slowest seated member is behind its head (no sample with nobody seated). A backpressure "
+          "ring's producer waits when this reaches gpuipc_ring_slots." },
         { "ring_seats_taken", RING_TAKEN, GAUGE, "Member seats of the ring taken: by members, or kept for one after a "
           "broker restart." },
-        { "ring_slots", RING_SLOTS, GAUGE, "Slots of the ring: frames its producer may publish ahead of its slowest member "
-          "(backpressure)." },
+        { "ring_slots", RING_SLOTS, GAUGE,
+          "Slots of the ring: frames its producer may publish ahead of its slowest member (backpressure)." },
 };
 
 static bool ring_value(const gpuipc_ring_info_t *g, RingValue v, uint64_t *ret)

@@ -191,6 +191,12 @@ enum {
         X(cuMemcpyHtoD, cuMemcpyHtoD, 3020, "cuMemcpyHtoD_v2", (GcuDevicePtr dst, const void *src, size_t n))   \
         X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync, 3020, "cuMemcpyDtoHAsync_v2",                                   \
           (void *dst, GcuDevicePtr src, size_t n, GcuStream stream))                                            \
+        X(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync, 3020, "cuMemcpyHtoDAsync_v2",                                   \
+          (GcuDevicePtr dst, const void *src, size_t n, GcuStream stream))                                      \
+        /* page-locked staging for gpuipc_buffer_load, and the device's free memory */                          \
+        X(cuMemAllocHost, cuMemAllocHost, 3020, "cuMemAllocHost_v2", (void **ptr, size_t size))                 \
+        X(cuMemFreeHost, cuMemFreeHost, 2000, "cuMemFreeHost", (void *ptr))                                     \
+        X(cuMemGetInfo, cuMemGetInfo, 3020, "cuMemGetInfo_v2", (size_t *free, size_t *total))                   \
         X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync, 3020, "cuMemcpyDtoDAsync_v2",                                   \
           (GcuDevicePtr dst, GcuDevicePtr src, size_t n, GcuStream stream))                                     \
         /* CUDA 13's (12.8's had a failIdx parameter more): many copies for one call's host cost */          \
@@ -236,6 +242,7 @@ enum {
         X(cuEventDestroy, cuEventDestroy, 4000, "cuEventDestroy_v2", (GcuEvent event))                          \
         X(cuEventRecord, cuEventRecord, 2000, "cuEventRecord", (GcuEvent event, GcuStream stream))              \
         X(cuEventQuery, cuEventQuery, 2000, "cuEventQuery", (GcuEvent event))                                   \
+        X(cuEventSynchronize, cuEventSynchronize, 2000, "cuEventSynchronize", (GcuEvent event))                 \
         X(cuStreamWaitEvent, cuStreamWaitEvent, 3020, "cuStreamWaitEvent",                                      \
           (GcuStream stream, GcuEvent event, unsigned int flags))                                               \
         X(cuIpcGetEventHandle, cuIpcGetEventHandle, 4010, "cuIpcGetEventHandle",                                \

@@ -148,11 +148,11 @@ void gpuipc_close(gpuipc_t *c);
  * memory from under a view. The memory, its mappings and CUDA allocations stay until the process
  * exits. The broker sees the connection drop, as after gpuipc_close: it releases c's references
  * and revokes (or, broker-held, keeps) its published buffers; members of c's rings see them
- * closed (or their producer gone, whichever they hear first). Pools of c are forgotten: gpuipc_torch_alloc no longer uses them and
- * gpuipc_torch_free ignores their memory. Handles obtained from c (buffers, rings, pools) must not
- * be used afterwards; fences of c are left open (call nothing on them). Not in a child forked from
- * the process that connected: call nothing on c there (the child's exit releases its copies). NULL
- * is fine. */
+ * closed (or their producer gone, whichever they hear first). Pools of c are forgotten:
+ * gpuipc_torch_alloc no longer uses them and gpuipc_torch_free ignores their memory. Handles
+ * obtained from c (buffers, rings, pools) must not be used afterwards; fences of c are left open
+ * (call nothing on them). Not in a child forked from the process that connected: call nothing on
+ * c there (the child's exit releases its copies). NULL is fine. */
 void gpuipc_abandon(gpuipc_t *c);
 
 /* Round trip to the broker. */
@@ -282,6 +282,48 @@ typedef struct gpuipc_copy {
  * must lie within b; none is queued otherwise. memfd: plain copies, done on return. Publishing with
  * the default synchronization makes them visible; otherwise order consumers after cu_stream (a fence). */
 int gpuipc_buffer_copy_in(gpuipc_buffer_t *b, const gpuipc_copy_t *items, size_t n, void *cu_stream);
+
+/* ---- loading files: a checkpoint's bytes straight into a buffer ---- */
+
+/* One range of a load: len bytes of file fd from file_offset to the buffer's byte offset. */
+typedef struct gpuipc_file_range {
+        int fd;
+        uint64_t file_offset;
+        size_t offset;
+        size_t len;
+} gpuipc_file_range_t;
+
+typedef struct gpuipc_load_options {
+        size_t struct_size;  /* sizeof(gpuipc_load_options_t): lets this struct grow (0 is refused) */
+        size_t chunk_size;   /* bytes read at once (0: 64 MiB); the CUDA kinds stage two chunks in page-locked
+                              * host memory, one read while the other is copied to the device */
+        /* Called after each chunk with the bytes loaded so far, on the calling thread (NULL: none). */
+        void (*progress)(uint64_t done, void *ud);
+        void *progress_ud;
+} gpuipc_load_options_t;
+
+typedef struct gpuipc_load_stats {
+        uint64_t bytes;        /* bytes loaded */
+        uint64_t read_ns;      /* time spent reading the files */
+        uint64_t copy_wait_ns; /* time spent waiting for the device's copies (both staging chunks busy) */
+        uint64_t total_ns;
+} gpuipc_load_stats_t;
+
+/* Reads the n ranges into b (own, or attached writable): for memfd straight into its memory; for
+ * the CUDA kinds through two page-locked chunks, each chunk's copies queued to the device (in a
+ * stream of the library's) while the next chunk is read, so the load runs at the speed of the
+ * slower of the disk and the bus. Reads of ranges that follow each other in one file are merged.
+ * Ranges of one fd should come in file order (any order works, more slowly). An fd that cannot seek
+ * (a pipe) is read in order from where it stands, which must be its first range's file_offset: its
+ * ranges must come in file order, and the bytes between them are read and dropped. Every range must lie
+ * within b (GPUIPC_E_INVALID, nothing read otherwise); a file that ends before a range does is
+ * -EIO, a failed read its -errno, gpuipc_errmsg() naming the file offset. The copies are complete
+ * on return, also on failure. opts and ret_stats may be NULL. */
+int gpuipc_buffer_load(gpuipc_buffer_t *b, const gpuipc_file_range_t *ranges, size_t n,
+                       const gpuipc_load_options_t *opts, gpuipc_load_stats_t *ret_stats);
+
+/* The free and total memory of CUDA device `device` (cuMemGetInfo in its primary context). */
+int gpuipc_device_memory(gpuipc_t *c, int device, size_t *ret_free, size_t *ret_total);
 
 /* ---- pools: memory born shareable ---- */
 

@@ -14,9 +14,12 @@ _TABLE = {
     'complex64': (8, 5, 64), 'complex128': (16, 5, 128),
     # DLPack 1.1 codes; consumers that predate them refuse these, torch views in state dicts do not
     'float8_e4m3fn': (1, 10, 8), 'float8_e4m3fnuz': (1, 11, 8), 'float8_e5m2': (1, 12, 8),
-    'float8_e5m2fnuz': (1, 13, 8),
+    'float8_e5m2fnuz': (1, 13, 8), 'float8_e8m0fnu': (1, 14, 8),
+    # two 4-bit floats a byte (torch's float4_e2m1fn_x2, safetensors' F4): no DLPack code of its own, so
+    # only torch views of a state dict (and raw bytes) carry it
+    'float4_e2m1fn_x2': (1, None, 8),
 }
-_BY_DLPACK = {(code, bits): name for name, (_, code, bits) in _TABLE.items()}
+_BY_DLPACK = {(code, bits): name for name, (_, code, bits) in _TABLE.items() if code is not None}
 ITEMSIZES = {name: size for name, (size, _, _) in _TABLE.items()}  # canonical name -> bytes per element
 
 NAMES = tuple(_TABLE)
@@ -49,8 +52,12 @@ def itemsize(n):
 
 
 def dlpack_code(n):
-    """(DLPack type code, bits) of the canonical dtype name n."""
-    return _TABLE[n][1:]
+    """(DLPack type code, bits) of the canonical dtype name n; UnsupportedDtype for one DLPack cannot carry."""
+    code, bits = _TABLE[n][1:]
+    if code is None:
+        from .errors import UnsupportedDtype
+        raise UnsupportedDtype(f'{n} has no DLPack code: view it with torch, or read its bytes')
+    return code, bits
 
 
 def from_dlpack_code(code, bits):

@@ -110,7 +110,11 @@ def _torch_views(base, entries):
         size = sizes[dtype]
         t = typed.get(dtype)
         if t is None:
-            t = typed[dtype] = base[:n - n % size].view(getattr(torch, dtype))
+            torch_dtype = getattr(torch, dtype, None)
+            if torch_dtype is None:
+                raise errors.UnsupportedDtype(f'state dict entry {key!r} is {dtype}, which this torch '
+                                              f'({torch.__version__}) has no dtype for')
+            t = typed[dtype] = base[:n - n % size].view(torch_dtype)
         if offset % size:  # not an offset this module writes; still a valid view
             out[key] = base[offset:offset + arrays.numel(shape) * size].view(t.dtype).view(shape)
             continue
@@ -124,10 +128,17 @@ def _torch_views(base, entries):
 
 def _array_views(base, entries, dtype_of):
     # NumPy and CuPy arrays view-cast and reshape the same way
-    out = {}
+    out, typed = {}, {}
     for key, dtype, shape, offset in entries:
         n = arrays.numel(shape) * dtypes.itemsize(dtype)
-        out[key] = base[offset:offset + n].view(dtype_of(dtype)).reshape(shape)
+        t = typed.get(dtype)
+        if t is None:
+            try:
+                t = typed[dtype] = dtype_of(dtype)
+            except (TypeError, errors.UnsupportedDtype) as e:
+                raise errors.UnsupportedDtype(f'state dict entry {key!r} is {dtype}: {e} (framework=None gives '
+                                              f'views of any dtype, whose bytes .read() returns)') from None
+        out[key] = base[offset:offset + n].view(t).reshape(shape)
     return out
 
 

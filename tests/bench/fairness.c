@@ -217,7 +217,9 @@ static void encode(ProtoOp op, uint64_t id, ProtoBuf *ret)
 {
         ProtoMsg m = {.op = op, .id = id, .version = PROTO_VERSION, .pid = (uint64_t)getpid()};
 
-        m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID) | (op == PROTO_OP_HELLO ? PROTO_BIT(PF_VERSION) | PROTO_BIT(PF_PID) : 0);
+        m.has = PROTO_BIT(PF_OP) | PROTO_BIT(PF_ID);
+        if (op == PROTO_OP_HELLO)
+                m.has |= PROTO_BIT(PF_VERSION) | PROTO_BIT(PF_PID);
         if (proto_frame_encode(ret, &m, 0) < 0)
                 die("cannot encode a request");
 }
@@ -241,7 +243,8 @@ static int flood_child(void *arg)
                 int fd = -1;
 
                 fds[i] = (struct pollfd){.fd = raw_connect(p->broker), .events = POLLIN | POLLOUT};
-                if (rec_send(fds[i].fd, hello.data, hello.len, -1) < 0 || rec_recv(fds[i].fd, buf, PROTO_MAX_FRAME, &fd) <= 0)
+                if (rec_send(fds[i].fd, hello.data, hello.len, -1) < 0 ||
+                    rec_recv(fds[i].fd, buf, PROTO_MAX_FRAME, &fd) <= 0)
                         die("the broker did not answer the flood's hello");
                 if (fd >= 0)
                         close(fd);

@@ -8,8 +8,8 @@
  * device; cuMemCreate memory exports that memfd, copies are memcpy; a stream is a worker thread
  * that runs its queue in order, so that work is as asynchronous as on a GPU. $FAKECUDA_DEVICES
  * sets the device count (default 2); $FAKECUDA_NO_VMM makes the devices say they lack virtual
- * memory management. fakecuda_teardown() makes it a driver whose state is gone (as at a
- * process's exit).
+ * memory management; $FAKECUDA_MEM_FREE is what cuMemGetInfo says is free. fakecuda_teardown()
+ * makes it a driver whose state is gone (as at a process's exit).
  *
  * Legacy IPC behaves as the real driver's did between containers (each process in PID and mount
  * namespaces of its own), measured on an H100 with driver 580.159.04 and CUDA 13.0:
@@ -1037,6 +1037,18 @@ API Res cuMemsetD8_v2(DevPtr dst, unsigned char v, size_t n)
 API Res cuMemsetD32_v2(DevPtr dst, unsigned v, size_t n)
 {
         return cuMemsetD32Async(dst, v, n, NULL);
+}
+
+/* $FAKECUDA_MEM_FREE bytes free (default 64 GiB) of twice as many: what a test of a load too large
+ * for the device sets. */
+API Res cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+        const char *e = getenv("FAKECUDA_MEM_FREE");
+        size_t v = e && *e ? (size_t)strtoull(e, NULL, 0) : (size_t)64 << 30;
+
+        *free_bytes = v;
+        *total = 2 * v;
+        return OK;
 }
 
 API Res cuMemAllocHost_v2(void **p, size_t n)

@@ -113,10 +113,11 @@ static inline uint64_t audit_ring(const Registry *r, const RegRing *g)
 }
 
 /* A uid's counts are exactly what it owns: connections, buffers (a ring counts as one, each part
- * as one) and the memory fds the broker holds. */
+ * as one), the memory fds the broker holds and the bytes of broker-held memory among them. */
 static inline void audit_account(const Registry *r, const UidAcct *a)
 {
         uint32_t connections = 0, buffers = 0, fds = 0;
+        uint64_t broker_held = 0;
 
         list_for_each(pos, &r->peers)
                 connections += list_entry(pos, RegPeer, link)->acct == a;
@@ -125,7 +126,10 @@ static inline void audit_account(const Registry *r, const UidAcct *a)
 
                 buffers += b->acct == a;
                 fds += b->acct == a && b->fd >= 0;
+                broker_held += b->acct == a && b->fd >= 0 && b->info.broker_held ? b->info.size : 0;
         }
+        CHECK_EQ(a->held_memory, broker_held);
+        CHECK(!r->limits.held_memory_per_uid || broker_held <= r->limits.held_memory_per_uid);
         hmap_for_each(n, &r->rings)
                 buffers += container_of(n, RegRing, node)->acct == a;
         CHECK_EQ(a->connections, connections);
@@ -178,8 +182,13 @@ static inline void audit_bytes(const Registry *r)
 
 static inline void audit_accounting(const Registry *r)
 {
-        hmap_for_each(n, &r->uids)
+        uint64_t held = 0;
+
+        hmap_for_each(n, &r->uids) {
                 audit_account(r, container_of(n, UidAcct, node));
+                held += container_of(n, UidAcct, node)->held_memory;
+        }
+        CHECK_EQ(r->held_memory, held);
         audit_bytes(r);
 }
 

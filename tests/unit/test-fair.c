@@ -355,8 +355,8 @@ static void test_parse_cgroup_files(void)
         CHECK_STREQ(path, "/");
         CHECK_EQ(fair_parse_cgroup_v1("2:cpuset:/x\n0::/a\n", "cpu", path, sizeof(path)), -ENOENT);
         CHECK_EQ(fair_parse_cgroup_v1("0::/a\n", "cpu", path, sizeof(path)), -ENOENT);
-        CHECK_EQ(fair_parse_cgroup_v1("1:cpu:/0123456789012345678901234567890123456789012345678901234567890123\n", "cpu",
-                                      path, sizeof(path)),
+        CHECK_EQ(fair_parse_cgroup_v1("1:cpu:/0123456789012345678901234567890123456789012345678901234567890123\n",
+                                      "cpu", path, sizeof(path)),
                  -ENAMETOOLONG);
 }
 

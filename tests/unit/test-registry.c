@@ -796,6 +796,46 @@ static void test_producer_death_revokes(void)
 
 /* A broker-held buffer outlives its producer: nobody is told, it stays attachable (fd and uid kept), and the
  * producer's uid may manage it. */
+/* --max-held-memory-per-uid: a uid's broker-held memory (buffers and segments that carry an fd) is
+ * counted where it is registered and given back where it is forgotten; past the limit a publish is
+ * quota, saying how much and which flag; memory that is not broker-held, and other uids, are not
+ * counted; orphans still count until they are freed. */
+static void test_held_memory_quota(void)
+{
+        Limits l = LIMITS_DEFAULT;
+        Env *e;
+        RegPeer *P, *C;
+        Sent *s;
+        uint64_t one;
+
+        l.held_memory_per_uid = 3 * 4096;
+        e = env_new(&l);
+        P = env_peer(e, 1000, 10, 1);
+        C = env_peer(e, 1001, 11, 1);
+        one = publish_ok(e, P, (Pub){ .name = "h/1", .held = true });
+        publish_ok(e, P, (Pub){ .name = "h/2", .held = true, .size = 8192, .segment_size = 8192 });
+        CHECK_EQ(gauges(e).held_memory, 3 * 4096);
+        s = publish(e, P, (Pub){ .name = "h/3", .held = true });
+        env_check_status(s, PROTO_STATUS_QUOTA);
+        CHECK(s->m.message.len && memmem(s->m.message.ptr, s->m.message.len, "--max-held-memory-per-uid", 25));
+        CHECK_EQ(env_held_fds(e), 2); /* the refused fd was closed */
+        publish_ok(e, P, (Pub){ .name = "n/1" });    /* not broker-held: not counted */
+        publish_ok(e, C, (Pub){ .name = "c/1", .held = true }); /* another uid */
+        CHECK_EQ(gauges(e).held_memory, 4 * 4096);
+        /* Orphans keep counting: the memory lives on. */
+        registry_peer_remove(e->r, P, &e->sink);
+        env_flush(e);
+        CHECK_EQ(gauges(e).held_memory, 4 * 4096);
+        P = env_peer(e, 1000, 12, 1);
+        env_check_status(publish(e, P, (Pub){ .name = "h/4", .held = true }), PROTO_STATUS_QUOTA);
+        /* Freed (its uid may free an orphan), it is given back. */
+        env_check_status(free_buf(e, P, one, false), PROTO_STATUS_OK);
+        CHECK_EQ(gauges(e).held_memory, 3 * 4096);
+        publish_ok(e, P, (Pub){ .name = "h/4", .held = true });
+        CHECK_EQ(gauges(e).held_memory, 4 * 4096);
+        env_free(e);
+}
+
 static void test_producer_death_broker_held(void)
 {
         Env *e = env_new(NULL);
@@ -2227,6 +2267,7 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_legacy_handle);
         TEST_RUN(argc, argv, test_consumer_death);
         TEST_RUN(argc, argv, test_producer_death_revokes);
+        TEST_RUN(argc, argv, test_held_memory_quota);
         TEST_RUN(argc, argv, test_producer_death_broker_held);
         TEST_RUN(argc, argv, test_restored_retired_waits_for_grace);
         TEST_RUN(argc, argv, test_claims_wait_for_their_producer);
