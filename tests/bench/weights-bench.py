@@ -19,8 +19,10 @@ a directory on the disk you mean to measure, and --keep to reuse the file in a l
     CUDA's context, a LlamaForCausalLM skeleton on the meta device, the weights (attach_state_dict
     + load_state_dict(assign=True), or load_file + load_state_dict for the safetensors engine) and
     the first forward pass, each phase timed on its own; the weights stay resident in between
-    (loaded once by `gpuipcctl weights load`, held by the broker). The two engines' logits must be
-    identical bit for bit;
+    (loaded once by `gpuipcctl weights load`, held by the broker). The gpuipc engine then sleeps (its
+    parameters become meta tensors and it releases the views; nothing is freed) and wakes (attaches
+    again and loads them again) and runs a second forward pass. Every output must be identical bit
+    for bit: both engines', before and after the sleep;
 (d) the floors: the file read alone (cold and warm: read(2) in 64 MiB pieces) and one host-to-device
     copy of the same number of bytes from pinned memory.
 
@@ -47,6 +49,7 @@ transformers, safetensors or GPU (without --dry-run).
 import argparse
 import contextlib
 import ctypes
+import gc
 import hashlib
 import json
 import mmap
@@ -421,11 +424,42 @@ def role_engine(source, path, t_exec, skeleton, sock):
     torch.cuda.synchronize()
     t['forward'] = now()
     digest = hashlib.sha256(logits.cpu().numpy().tobytes()).hexdigest()
-    say('engine', {'t': t, 'logits': digest, 'tensors': len(sd)})
+    out = {'t': t, 'logits': digest, 'tensors': len(sd)}
+    if client is not None:
+        # sleep: the engine lets go of the weights (its parameters become meta tensors, the views are
+        # released) and frees nothing: they stay resident, held by the broker; wake: attach again
+        # (the mapping is still cached: one round trip, no import) and load them into the model
+        _params_to_meta(model)
+        sd.release()
+        del sd
+        gc.collect()
+        torch.cuda.synchronize()
+        t['sleep'] = now()
+        sd = client.attach_state_dict(NAME, framework='torch', timeout_ms=60000, device=0)
+        model.load_state_dict(sd, assign=True, strict=True)
+        torch.cuda.synchronize()
+        t['wake'] = now()
+        with torch.no_grad():
+            again = model(ids).logits.float().contiguous()
+        torch.cuda.synchronize()
+        t['forward_after_wake'] = now()
+        out['logits_after_wake'] = hashlib.sha256(again.cpu().numpy().tobytes()).hexdigest()
+    say('engine', out)
     del model, logits
     if client is not None:
         sd.release()
         client.close()
+
+
+def _params_to_meta(model):
+    """Every parameter replaced by a meta tensor of its shape: the model keeps its structure and its
+    buffers, and no reference to the weights' memory."""
+    import torch
+    for module in model.modules():
+        for name, p in list(module._parameters.items()):
+            if p is not None:
+                module._parameters[name] = torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device='meta'),
+                                                              requires_grad=p.requires_grad)
 
 
 def role_dry_engine(path, t_exec, sock):
@@ -442,8 +476,16 @@ def role_dry_engine(path, t_exec, sock):
     for key in sorted(sd):
         h.update(key.encode() + b'\0' + sd[key].read())
     t['weights'] = t['forward'] = now()
-    say('engine', {'t': t, 'logits': h.hexdigest(), 'tensors': len(sd),
-                   'dtypes': sorted({v.dtype for v in sd.values()})})
+    out = {'t': t, 'logits': h.hexdigest(), 'tensors': len(sd), 'dtypes': sorted({v.dtype for v in sd.values()})}
+    sd.release()  # sleep, and wake: attach again and read it all again
+    t['sleep'] = now()
+    sd = client.attach_state_dict(NAME, framework=None, timeout_ms=60000)
+    h = hashlib.sha256()
+    for key in sorted(sd):
+        h.update(key.encode() + b'\0' + sd[key].read())
+    t['wake'] = t['forward_after_wake'] = now()
+    out['logits_after_wake'] = h.hexdigest()
+    say('engine', out)
     sd.release()
     client.close()
 
@@ -697,6 +739,12 @@ class Bench:
                          ('attach + load_state_dict(assign=True)' if source == 'gpuipc' else
                           'load_file + load_state_dict(assign=True)') if ph == 'weights' else '')
                 prev = ph
+            if runs and 'wake' in runs[0]['t']:
+                for ph, prev_ph, note in (('sleep', 'forward', 'parameters to meta, views released: nothing freed'),
+                                          ('wake', 'sleep', 'attach again (cached mapping) + load_state_dict'),
+                                          ('forward_after_wake', 'wake', '')):
+                    self.row('c', f'engine ({source}): {ph.replace("_", " ")}',
+                             [(r['t'][ph] - r['t'][prev_ph]) * 1000 for r in runs], 'ms', note)
             self.row('c', f'engine ({source}): exec to first forward',
                      [(r['t']['forward'] - r['t']['exec']) * 1000 for r in runs], 'ms', self.holder_note
                      if source == 'gpuipc' else 'page cache warm')
@@ -706,6 +754,12 @@ class Bench:
         outs = {r['logits'] for runs in results.values() for r in runs}
         what = 'every tensor read back equals the file' if self.opts.dry_run else \
             'logits through gpuipc identical to the safetensors-loaded model\'s'
+        woken = {r['logits_after_wake'] for r in results['gpuipc'] if 'logits_after_wake' in r}
+        if woken and woken != outs:
+            self.fail('logits after sleep and wake identical to the first forward\'s',
+                      f'{len(woken | outs)} distinct outputs')
+        elif woken:
+            print('PASS logits after sleep and wake identical to the first forward\'s', flush=True)
         if want is None or outs != {want}:
             self.fail(what, f'{len(outs)} distinct outputs; want {want}')
         else:
