@@ -608,7 +608,9 @@ class Bench:
         out = (r.stdout.strip() + '\n' + r.stderr.strip()).strip()
         if r.returncode != 0:
             raise RuntimeError(f'gpuipcctl {" ".join(args)}: exit {r.returncode}: {out[-1000:]}')
-        return dt, out.splitlines()[-1] if out else ''
+        lines = out.splitlines()
+        summary = [ln for ln in lines if ln.startswith('loaded ')]  # its summary: bytes, seconds, GB/s
+        return dt, (summary or lines or [''])[-1]
 
     def drop(self, name):
         """Retires what the loader published under name and waits (30 s at most) until the broker
@@ -683,7 +685,7 @@ class Bench:
                 dt, said = self.load(name)
                 times.append(dt)
                 self.drop(name)
-            self.row('b', f'gpuipc loader, {mode}', times, 's', _cached_note(cached) + f'; it said: {said[:120]}')
+            self.row('b', f'gpuipc loader, {mode}', times, 's', _cached_note(cached) + f'; it said: {said[:240]}')
             self.loader_s[mode] = statistics.median(times)
 
     @contextlib.contextmanager
