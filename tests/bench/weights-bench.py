@@ -728,7 +728,6 @@ class Bench:
             for _ in range(self.opts.engines):
                 results['gpuipc'].append(self.engine('gpuipc'))
                 if not self.opts.dry_run:
-                    cached_fraction(self.files)
                     results['safetensors'].append(self.engine('safetensors'))
         for source, runs in results.items():
             if not runs:
