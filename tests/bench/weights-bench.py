@@ -740,6 +740,14 @@ class Bench:
                          ('attach + load_state_dict(assign=True)' if source == 'gpuipc' else
                           'load_file + load_state_dict(assign=True)') if ph == 'weights' else '')
                 prev = ph
+            if source == 'gpuipc':  # the weights step split: connect and attach (fd import, map), then the load
+                for ph, a, b, note in (('weights: connect + attach', 'skeleton', 'attach',
+                                        'the first attach maps the memory'),
+                                       ('weights: into the model', 'attach', 'weights',
+                                        'every tensor read and hashed' if self.opts.dry_run else
+                                        'load_state_dict(assign=True): no copy')):
+                    self.row('c', f'engine ({source}): {ph}', [(r['t'][b] - r['t'][a]) * 1000 for r in runs], 'ms',
+                             note)
             if runs and 'wake' in runs[0]['t']:
                 for ph, prev_ph, note in (('sleep', 'forward', 'parameters to meta, views released: nothing freed'),
                                           ('wake', 'sleep', 'attach again (cached mapping) + load_state_dict'),
