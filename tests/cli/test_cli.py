@@ -1638,6 +1638,14 @@ def case_audit_rate(tmp):
     total = sum(x["count"] for x in audit_records(b) if x.get("event") == "suppressed")
     check(flood - len(denied) <= total <= flood - len(denied) + 10,
           "%d suppressed, %d of %d floods' records written" % (total, len(denied), flood))
+    # Counted where an operator looks too: stats and the exporter's counter.
+    stats = one_document(ctl(b.sock, "--json", "stats"), "stats")
+    check(stats.get("audit_suppressed_total", 0) >= total, "stats: audit_suppressed_total %s, %d in the log" %
+          (stats.get("audit_suppressed_total"), total))
+    fams = parse_exposition(ctl(b.sock, "metrics").out)
+    fam = fams.get("gpuipc_audit_suppressed_total")
+    check(fam and fam["type"] == "counter" and fam["help"] and sample(fams, "gpuipc_audit_suppressed_total") >= total,
+          "gpuipc_audit_suppressed_total: %s" % fam)
     b.stop()
 
 
