@@ -1554,7 +1554,7 @@ def case_audit_records(tmp):
     """The audit trail, on by default and whatever --log-level says: a JSON record with numbers as
     numbers for a publish, an attach, its release, a retire, an attach the policy denies (its code:
     denied) and a holder killed with its reference (peer-gone, refs 1); the other JSON log lines write
-    integers as numbers too. --audit off writes none."""
+    integers as numbers too; a listing's peer is not recorded. --audit off writes none."""
     uid = os.getuid()
     policy = os.path.join(tmp, "policy.conf")
     with open(policy, "w") as f:
@@ -1577,13 +1577,17 @@ def case_audit_records(tmp):
     r = wait_record(b, "the denial", event="attach", name="secret/x")
     check_who(r, uid)
     check(r["result"] == "denied", "denial: %s" % r)
+    # A listing is no sharing: its peer's departure is not recorded.
+    lister = spawn(b.sock, "ls")
+    lister.communicate(timeout=30)
     holder = spawn(b.sock, "--json", "attach", "ok/a", "--hold", "-1")
     check(json.loads(read_line(holder)).get("event") == "attached", "the holder did not attach")
     holder.kill()
     holder.wait()
     r = wait_record(b, "the holder's death", event="peer-gone", pid=holder.pid)
     check_who(r, uid, holder.pid)
-    check(r["result"] in ("exited", "closed") and r["refs"] == 1, "peer-gone: %s" % r)
+    check(r["result"] in ("exited", "closed") and r["refs"] == 1 and r["buffers"] == 0, "peer-gone: %s" % r)
+    check(not [x for x in audit_records(b) if x.get("pid") == lister.pid], "ls was recorded: %s" % audit_records(b))
     check(ctl(b.sock, "retire", "ok/a").rc == 0, "retire ok/a")
     r = wait_record(b, "the retire", event="retire", buffer=buffer)
     check(r["result"] == "ok" and r["name"] == "ok/a" and r["kind"] == "memfd", "retire: %s" % r)
