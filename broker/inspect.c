@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "audit.h"
 #include "macro.h"
 #include "ringview.h"
 #include "sort.h"
@@ -540,6 +541,7 @@ void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         add_stat(&it, "protocol_errors_total", s->protocol_errors);
         add_stat(&it, "seccomp_refused_total", s->seccomp_refused);
         add_stat(&it, "slow_peers_dropped_total", s->slow_peers_dropped);
+        add_stat(&it, "audit_suppressed_total", audit_suppressed_total());
         add_stat(&it, "peer_cleanup_us_last", s->peer_cleanup_us_last);
         add_stat(&it, "peer_cleanup_us_max", s->peer_cleanup_us_max);
         add_stat(&it, "peer_cleanup_refs_last", s->peer_cleanup_refs_last);

@@ -84,6 +84,23 @@ static void put_escaped(Line *l, const char *s, size_t len)
         }
 }
 
+/* Whether an unquoted value is a JSON integer (-?(0|[1-9][0-9]*)): it becomes a number, so a log
+ * shipper compares pids and sizes as numbers. Anything else, and every quoted value, stays a string
+ * (a mode like 0660 too: a leading zero is no JSON number). */
+static bool is_json_integer(const char *v, size_t len)
+{
+        size_t i = v[0] == '-';
+
+        if (i >= len || len - i > 20)
+                return false;
+        if (v[i] == '0')
+                return len - i == 1;
+        for (; i < len; i++)
+                if (v[i] < '0' || v[i] > '9')
+                        return false;
+        return true;
+}
+
 /* Converts logfmt fields (key=value, key="quoted value") into JSON members. */
 static void put_fields_json(Line *l, const char *f)
 {
@@ -115,29 +132,23 @@ static void put_fields_json(Line *l, const char *f)
                 }
                 puts_(l, ",\"");
                 put_escaped(l, key, (size_t)(eq - key));
+                if (!quoted && is_json_integer(val, vlen)) {
+                        puts_(l, "\":");
+                        put(l, val, vlen);
+                        continue;
+                }
                 puts_(l, "\":\"");
                 put_escaped(l, val, vlen);
                 puts_(l, "\"");
         }
 }
 
-void log_msg(LogLevel level, const char *msg, const char *fields_fmt, ...)
+static void write_line(LogLevel level, const char *msg, const char *fields)
 {
-        char fields[2048] = "";
         struct timespec ts;
         struct tm tm;
         char stamp[64];
         Line l = { .n = 0 };
-        va_list ap;
-
-        /* Before any formatting: debug lines cost nothing at the default level. */
-        if (level < min_level)
-                return;
-        if (fields_fmt) {
-                va_start(ap, fields_fmt);
-                vsnprintf(fields, sizeof(fields), fields_fmt, ap);
-                va_end(ap);
-        }
         /* UTC with milliseconds, RFC 3339: sortable, and comparable across hosts and time zones. */
         clock_gettime(CLOCK_REALTIME, &ts);
         gmtime_r(&ts.tv_sec, &tm);
@@ -169,4 +180,31 @@ void log_msg(LogLevel level, const char *msg, const char *fields_fmt, ...)
          * report it, and logging must never stop the broker. */
         l.buf[l.n++] = '\n';
         (void)!write(STDERR_FILENO, l.buf, l.n);
+}
+
+void log_msg(LogLevel level, const char *msg, const char *fields_fmt, ...)
+{
+        char fields[2048] = "";
+        va_list ap;
+
+        /* Before any formatting: debug lines cost nothing at the default level. */
+        if (level < min_level)
+                return;
+        if (fields_fmt) {
+                va_start(ap, fields_fmt);
+                vsnprintf(fields, sizeof(fields), fields_fmt, ap);
+                va_end(ap);
+        }
+        write_line(level, msg, fields);
+}
+
+void log_audit(const char *fields_fmt, ...)
+{
+        char fields[2048] = "";
+        va_list ap;
+
+        va_start(ap, fields_fmt);
+        vsnprintf(fields, sizeof(fields), fields_fmt, ap);
+        va_end(ap);
+        write_line(LOG_INFO, "audit", fields);
 }

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "clock.h"
 #include "config.h"
 #include "fair.h"
@@ -53,6 +54,8 @@ typedef struct Options {
         SandboxMode seccomp;
         bool log_json;
         LogLevel log_level;
+        bool audit;
+        uint32_t audit_rate;
         Limits limits;
         uint32_t restart_grace_ms;
         bool cpu_limit_set;       /* --cpu-limit given: the cgroup's quota is not looked at */
@@ -112,8 +115,12 @@ static void usage(FILE *f)
                 "      --seccomp MODE           enforce (default), log or off\n"
                 "  -p, --policy FILE            authorization rules (docs/security.md); SIGHUP reloads\n"
                 "      --log-format FORMAT      text (default) or json\n"
-                "      --log-level LEVEL        debug, info (default), warn or error\n",
-                GPUIPC_DEFAULT_SOCKET);
+                "      --log-level LEVEL        debug, info (default), warn or error\n"
+                "      --audit on|off           the audit trail: a record per publish, attach, release, retire,\n"
+                "                               refusal and departure, whatever the log level (default on)\n"
+                "      --audit-rate N           audit records a second at most, a uid a quarter of them (default\n"
+                "                               %u)\n",
+                GPUIPC_DEFAULT_SOCKET, AUDIT_RATE_DEFAULT);
         for (size_t i = 0; i < ARRAY_SIZE(limit_flags); i++) {
                 char flag[64];
 
@@ -143,6 +150,8 @@ enum {
         OPT_SECCOMP,
         OPT_LOG_FORMAT,
         OPT_LOG_LEVEL,
+        OPT_AUDIT,
+        OPT_AUDIT_RATE,
         OPT_RESTART_GRACE,
         OPT_MEMORY_BUDGET,
         OPT_MEMORY_PER_UID,
@@ -222,6 +231,8 @@ static int parse_args(int argc, char **argv, Options *o)
                 { "policy", required_argument, NULL, 'p' },
                 { "log-format", required_argument, NULL, OPT_LOG_FORMAT },
                 { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+                { "audit", required_argument, NULL, OPT_AUDIT },
+                { "audit-rate", required_argument, NULL, OPT_AUDIT_RATE },
                 { "restart-grace-ms", required_argument, NULL, OPT_RESTART_GRACE },
                 { "memory-budget", required_argument, NULL, OPT_MEMORY_BUDGET },
                 { "memory-budget-per-uid", required_argument, NULL, OPT_MEMORY_PER_UID },
@@ -296,6 +307,21 @@ static int parse_args(int argc, char **argv, Options *o)
                                 fprintf(stderr, "gpuipc-broker: --log-level is debug, info, warn or error\n");
                                 return -EINVAL;
                         }
+                        break;
+                case OPT_AUDIT:
+                        if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                                fprintf(stderr, "gpuipc-broker: --audit is on or off\n");
+                                return -EINVAL;
+                        }
+                        o->audit = strcmp(optarg, "on") == 0;
+                        break;
+                case OPT_AUDIT_RATE:
+                        if (parse_uint(optarg, 10, AUDIT_RATE_MAX, &v) < 0 || v == 0) {
+                                fprintf(stderr, "gpuipc-broker: --audit-rate needs a number from 1 to %u, not '%s'\n",
+                                        AUDIT_RATE_MAX, optarg);
+                                return -EINVAL;
+                        }
+                        o->audit_rate = (uint32_t)v;
                         break;
                 case OPT_RESTART_GRACE: {
                         uint64_t grace;
@@ -690,6 +716,8 @@ int main(int argc, char **argv)
                 .socket_mode = 0660,
                 .seccomp = SANDBOX_ENFORCE,
                 .log_level = LOG_INFO,
+                .audit = true,
+                .audit_rate = AUDIT_RATE_DEFAULT,
                 .limits = LIMITS_DEFAULT,
                 .restart_grace_ms = RESTART_GRACE_MS_DEFAULT,
         };
@@ -703,6 +731,7 @@ int main(int argc, char **argv)
         if (parse_args(argc, argv, &o) < 0)
                 return 2;
         log_setup(o.log_json, o.log_level);
+        audit_setup(o.audit, o.audit_rate);
         if (!pick_socket(&o))
                 return 2;
         fd_limit = tune_process(&o.limits);

@@ -32,6 +32,8 @@ int outbox_send(Outbox *o, RegPeer *to, const ProtoMsg *m, int fd)
          * answers with an error. */
         if (proto_has(m, PF_STATUS) && m->status != PROTO_STATUS_OK && m->status < _PROTO_STATUS_MAX)
                 o->failed_replies[m->status]++;
+        if (o->replied && m->type == PROTO_REPLY)
+                o->replied(o->replied_ctx, to, m);
         return 0;
 lost:
         proto_buf_free(&buf);

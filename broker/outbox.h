@@ -31,6 +31,10 @@ typedef struct Outbox {
         /* Called for a peer that missed a frame: it must be disconnected, since what it knows of
          * the broker's state is wrong from now on. Must be set. */
         void (*lost)(RegPeer *p);
+        /* Called, if set, with every reply queued (after the frame is): the audit trail's hook
+         * (broker/audit.h), here for the reason failed_replies is. m is only valid during the call. */
+        void (*replied)(void *ctx, RegPeer *to, const ProtoMsg *m);
+        void *replied_ctx;
 } Outbox;
 
 /* Encodes m for peer `to` with an optional borrowed fd. On failure the peer is reported lost (it

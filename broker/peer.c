@@ -60,6 +60,7 @@ int peer_new(Peer **ret, PeerSet *set, Registry *reg, int fd, uint64_t now_ms)
                 set->stats->connections_refused++;
                 log_warn("connection refused", "uid=%u pid=%u reason=%s", creds.uid, creds.pid,
                          r > 0 ? "quota" : "out-of-memory");
+                audit_connection_refused(&creds, PROTO_STATUS_QUOTA);
                 /* Refused with a reply, not a bare close: the client tells "quota" from "no broker"
                  * and its error names the limit. */
                 refuse(steal_fd(sock), PROTO_STATUS_QUOTA, why[0] ? why : "the broker is out of memory");
@@ -111,7 +112,18 @@ Peer *peer_of(const RegPeer *rp)
         return registry_peer_userdata(rp);
 }
 
-void peer_close(Peer *p, const char *why)
+/* A departure in the audit trail: of a peer that held or owned something, or did something the trail
+ * kept (audit.h says why not of the others). */
+static void audit_gone(Peer *p, AuditGone how)
+{
+        RegPeerView v;
+
+        registry_peer_view(p->reg, &v);
+        if (p->audited || v.n_refs || v.owned)
+                audit_peer_gone(v.id, &p->creds, how, v.n_refs, v.owned);
+}
+
+void peer_close(Peer *p, AuditGone how, const char *why)
 {
         if (p->closing)
                 return;
@@ -121,6 +133,7 @@ void peer_close(Peer *p, const char *why)
         charge_queue(p);
         log_info("peer disconnected", "peer=%llu pid=%u uid=%u reason=\"%s\"",
                  (unsigned long long)registry_peer_id(p->reg), p->creds.pid, p->creds.uid, why);
+        audit_gone(p, how);
         /* Forgotten later, by the server's deliver(): a peer may be closed from deep inside a
          * request or a delivery, and removing it from the registry there would free what the
          * caller still uses. */
@@ -177,7 +190,7 @@ static void hang_up_slow_peer(Peer *p, const char *text)
                 (void)conn_send_last(&p->conn, &frame);
         proto_buf_free(&frame);
         charge_queue(p);
-        peer_close(p, "too much unread output");
+        peer_close(p, AUDIT_GONE_DROPPED, "too much unread output");
 }
 
 static void drop_slow_peer(Peer *p, const char *limit, size_t value, uint32_t max)
@@ -237,7 +250,7 @@ void peer_send(Peer *p, OutFrame *f)
                 return;
         }
         if (r < 0) {
-                peer_close(p, "send failed");
+                peer_close(p, AUDIT_GONE_DROPPED, "send failed");
                 return;
         }
         st->frames_out++;
@@ -267,7 +280,7 @@ void peer_flush(Peer *p)
         if (r == CONN_E_BLOCKED)
                 peer_block(p, was_blocked); /* quietly if it was reported when it first blocked */
         else if (r < 0)
-                peer_close(p, "send failed");
+                peer_close(p, AUDIT_GONE_DROPPED, "send failed");
 }
 
 /* ---- frames in ---- */
@@ -299,9 +312,14 @@ static void handle_frame(Peer *p, RequestCtx *ctx, size_t len, int *fds, size_t 
                 /* A body sound enough to name its request's id is that request's fault: it is
                  * refused like any bad request and the connection stays. Anything else breaks the
                  * framing itself. */
-                if (err.id)
+                if (err.id) {
+                        /* Recorded as a request of an operation the broker could not read. */
+                        ProtoMsg bad = { .id = err.id, .op = PROTO_OP_UNKNOWN };
+
+                        audit_request_begin(ctx->reg, p->reg, &bad);
                         reply_error(ctx->out, p->reg, err.id, PROTO_STATUS_BAD_REQUEST, err.text);
-                else
+                        p->audited |= audit_request_end();
+                } else
                         protocol_error(p, ctx->out, err.text);
                 return;
         }
@@ -310,7 +328,7 @@ static void handle_frame(Peer *p, RequestCtx *ctx, size_t len, int *fds, size_t 
                 stats_refresh(st, ctx->now_ms);
         /* A call the filter refuses while this request runs is logged naming it. */
         sandbox_set_context(proto_op_name(m.op), registry_peer_id(p->reg), m.id);
-        request_handle(ctx, p->reg, &m, n_fds ? fds[0] : -1);
+        p->audited |= request_handle(ctx, p->reg, &m, n_fds ? fds[0] : -1);
         sandbox_clear_context();
 }
 
@@ -327,11 +345,11 @@ bool peer_dispatch(Peer *p, RequestCtx *ctx)
         if (r == CONN_E_AGAIN)
                 return false;
         if (r == CONN_E_EOF) {
-                peer_close(p, "closed its connection");
+                peer_close(p, AUDIT_GONE_CLOSED, "closed its connection");
                 return false;
         }
         if (r < 0) {
-                peer_close(p, "receive failed");
+                peer_close(p, AUDIT_GONE_DROPPED, "receive failed");
                 return false;
         }
         handle_frame(p, ctx, len, fds, n_fds, truncated);

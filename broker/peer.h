@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "audit.h"
 #include "broker-limits.h"
 #include "budget.h"
 #include "conn.h"
@@ -46,6 +47,7 @@ typedef struct Peer {
         int pidfd;           /* readable once its process exited; -1 when the kernel gave none */
         bool closing;        /* closed: nothing goes in or out any more */
         bool blocked;        /* in set->blocked */
+        bool audited;        /* made a request the audit trail keeps: its departure is recorded too */
         char hangup[192];    /* why to close once what this batch sends it went out; "" for none */
         uint64_t out_charged; /* what its queue is charged in the budget's output pool */
         PeerSet *set;
@@ -84,7 +86,7 @@ bool peer_wants_write(const Peer *p);
 
 /* Closes it: nothing reaches it any more, and it is doomed (the next delivery forgets it). Tries
  * to push out what is queued (often an error reply) without waiting. */
-void peer_close(Peer *p, const char *why);
+void peer_close(Peer *p, AuditGone how, const char *why);
 
 /* Takes a doomed peer out of the registry: its waits, references and buffers go (which queues
  * frames for others into out). Only between deliveries: the outbox must hold nothing for it. */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "audit.h"
 #include "config.h"
 #include "inspect.h"
 #include "macro.h"
@@ -719,12 +720,23 @@ static PolicyAction op_policy(ProtoOp op)
         return rule ? rule->policy : 0;
 }
 
-void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd)
+static void handle_checked(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd);
+
+/* Each request is an audit record (broker/audit.h): opened here, completed by its reply. */
+bool request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd)
 {
         _cleanup_close_ int owned_fd = fd;
+
+        audit_request_begin(ctx->reg, p, m);
+        handle_checked(ctx, p, m, &owned_fd);
+        return audit_request_end();
+}
+
+static void handle_checked(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *owned_fd)
+{
         const OpRule *rule = op_rule(m->op);
 
-        if (owned_fd >= 0 && !(rule && rule->carries_fd)) {
+        if (*owned_fd >= 0 && !(rule && rule->carries_fd)) {
                 fail(ctx, p, m, PROTO_STATUS_BAD_FD, "only publish and ring-part carry an fd; '%s' does not",
                      proto_op_name(m->op));
                 return;
@@ -741,5 +753,5 @@ void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd)
                 fail(ctx, p, m, PROTO_STATUS_UNKNOWN_OP, "this broker does not know that operation");
                 return;
         }
-        rule->handle(ctx, p, m, &owned_fd);
+        rule->handle(ctx, p, m, owned_fd);
 }

@@ -20,5 +20,6 @@ typedef struct RequestCtx {
         Outbox *out;      /* replies, refusals, listings and what registry operations change */
 } RequestCtx;
 
-/* Handles one request. fd is the frame's fd or -1; ownership passes to this function. */
-void request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd);
+/* Handles one request. fd is the frame's fd or -1; ownership passes to this function. Returns
+ * whether the audit trail keeps the request (audit_request_end). */
+bool request_handle(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int fd);

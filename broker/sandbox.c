@@ -133,18 +133,22 @@ static void put_stamp(Line *l)
         put_str(l, "Z");
 }
 
-/* One field in log.c's two forms: ,"key":"value" in JSON, key=value in text. Values are syscall
- * and operation names from fixed tables and numbers: nothing to escape. */
+/* One field in log.c's two forms: ,"key":"value" (a number without quotes) in JSON, key=value in
+ * text. Values are syscall and operation names from fixed tables and numbers: nothing to escape. */
 static void put_field(Line *l, const char *key, const char *str, uint64_t num)
 {
+        bool quote = log_json() && str;
+
         put_str(l, log_json() ? ",\"" : " ");
         put_str(l, key);
-        put_str(l, log_json() ? "\":\"" : "=");
+        put_str(l, log_json() ? "\":" : "=");
+        if (quote)
+                put_str(l, "\"");
         if (str)
                 put_str(l, str);
         else
                 put_num(l, num, 1);
-        if (log_json())
+        if (quote)
                 put_str(l, "\"");
 }
 

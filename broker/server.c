@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "audit.h"
 #include "clock.h"
 #include "list.h"
 #include "log.h"
@@ -153,7 +154,7 @@ static void deliver(Server *s)
                 }
                 outbox_clear(&s->out);
                 while ((lost = registry_take_lost(s->reg)))
-                        peer_close(peer_of(lost), "a message for it could not be built");
+                        peer_close(peer_of(lost), AUDIT_GONE_DROPPED, "a message for it could not be built");
                 if (list_empty(&s->peers.doomed))
                         break;
                 while (!list_empty(&s->peers.doomed)) {
@@ -193,7 +194,7 @@ static bool watch_read(Watch *w)
                 return false;
         deliver(s);
         if (p->hangup[0])
-                peer_close(p, p->hangup); /* its last reply went out with the delivery */
+                peer_close(p, AUDIT_GONE_DROPPED, p->hangup); /* its last reply went out with the delivery */
         /* Again: closing a peer queues what its departure causes (events, drained buffers). */
         deliver(s);
         histogram_record(&s->stats.request_us, monotonic_us() - start);
@@ -283,7 +284,7 @@ static void watch_poll_cb(uv_poll_t *h, int status, int events)
         Peer *p = w->peer;
 
         if (status < 0) {
-                peer_close(p, "poll error");
+                peer_close(p, AUDIT_GONE_DROPPED, "poll error");
                 deliver(w->server);
                 return;
         }
@@ -309,7 +310,7 @@ static void watch_pidfd_cb(uv_poll_t *h, int status, int events)
 
         (void)status;
         (void)events;
-        peer_close(w->peer, "its process exited");
+        peer_close(w->peer, AUDIT_GONE_EXITED, "its process exited");
         deliver(w->server);
 }
 
@@ -365,7 +366,7 @@ static void watch_start(Server *s, int fd)
         p->userdata = w;
         /* A socket or pidfd libuv cannot poll would be a broken system: the peer is dropped. */
         if (fair_join(&s->fair, &w->fair, p->creds.uid) < 0 || uv_poll_init(&s->loop, &w->poll, p->conn.fd) < 0) {
-                peer_close(p, "cannot poll its socket");
+                peer_close(p, AUDIT_GONE_DROPPED, "cannot poll its socket");
                 peer_forget(p, s->reg, &s->changes);
                 fair_leave(&s->fair, &w->fair);
                 peer_free(p);
@@ -438,7 +439,7 @@ static void server_stop(Server *s)
                                     "the broker is stopping");
         deliver(s);
         list_for_each_safe(pos, &s->peers.open)
-                peer_close(list_entry(pos, Peer, link), "the broker is stopping");
+                peer_close(list_entry(pos, Peer, link), AUDIT_GONE_STOPPING, "the broker is stopping");
         deliver(s);
         /* Once every handle is closed, uv_run returns: closing them is how the loop ends, after
          * the notices above were delivered. */
@@ -588,6 +589,7 @@ int server_new(Server **ret, const ServerConfig *cfg)
         s->policy = cfg->policy;
         s->pidns = creds_pidns_of(0); /* the broker's own, compared with each peer's for cuda-legacy */
         s->out = (Outbox)OUTBOX_INIT;
+        s->out.replied = audit_replied;
         s->changes = reply_sink(&s->out);
         s->peers.stats = &s->stats;
         s->peers.limits = cfg->limits;

@@ -104,6 +104,8 @@ static const MetricDesc descs[] = {
         { "claims_revoked_total", "claims_revoked_total", COUNTER, 0, NULL, NULL,
           "Pending claims revoked: their producer did not register the buffer again within the restart grace." },
         { "connections_total", "connections_total", COUNTER, 0, NULL, NULL, "Connections accepted." },
+        { "audit_suppressed_total", "audit_suppressed_total", COUNTER, 0, NULL, NULL,
+          "Audit records not written: past --audit-rate, for the broker or for their uid." },
         { "connections_refused_total", "connections_refused_total", COUNTER, 0, NULL, NULL,
           "Connections refused by a connection quota (or for lack of memory)." },
         { "frames_in_total", "frames_received_total", COUNTER, 0, NULL, NULL, "Frames received from peers." },

@@ -59,28 +59,36 @@ class Broker:
 
     def __init__(self, tmp, *args):
         self.sock = os.path.join(tmp, "gpuipc.sock")
+        # Its log goes to a file: a pipe nobody reads while the case runs would fill and block the
+        # broker (the audit trail writes a record per publish and attach whatever --log-level says).
+        self.log_path = os.path.join(tmp, "broker.log")
         self.args = list(args)
         self.proc = None
         self.start()
 
     def start(self):
-        self.proc = popen([BROKER, "--socket", self.sock, "--seccomp", "enforce", "--log-level", "warn",
-                                      *self.args], stderr=subprocess.PIPE, text=True)
+        with open(self.log_path, "a") as log:
+            self.proc = popen([BROKER, "--socket", self.sock, "--seccomp", "enforce", "--log-level", "warn",
+                               *self.args], stderr=log)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if ctl(self.sock, "--timeout", "100", "ping").rc == 0:
                 return
             if self.proc.poll() is not None:
-                raise Failure("the broker exited at start: " + self.proc.stderr.read())
+                raise Failure("the broker exited at start: " + self.log())
             time.sleep(0.05)
         raise Failure("the broker did not answer within 10 s")
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.terminate()
             self.proc.wait(10)
-        log = self.proc.stderr.read() if self.proc else ''
+        log = self.log() if self.proc else ''
         self.proc = None
         # A call the filter had to refuse is a libc path its allow-list misses (docs/security.md).
         if 'seccomp:' in log:
@@ -1501,6 +1509,147 @@ def case_bytes_metrics(tmp):
     check(stats.get("shared_bytes", {}).get("memfd") == 65536 and stats.get("uid_held_bytes", {}).get(str(uid)) == 0,
           "stats --json: %s" % {k: v for k, v in stats.items() if "bytes" in k})
     stop(pub)
+    b.stop()
+
+
+# ---- the audit trail ----
+
+def audit_records(b):
+    """The audit records of a broker that logs JSON lines; every line of its log must be JSON."""
+    records = []
+    for line in b.log().splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            raise Failure("a log line is not JSON: %r" % line)
+        if doc.get("msg") == "audit":
+            records.append(doc)
+    return records
+
+
+def wait_record(b, what, seconds=10, **fields):
+    """The first audit record with these fields, waited for (a record is written when its request
+    or departure is handled, which a client may not wait for)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = [r for r in audit_records(b) if all(r.get(k) == v for k, v in fields.items())]
+        if found:
+            return found[0]
+        check(time.monotonic() < deadline, "no audit record of %s (%s) in %d s; records: %s" %
+              (what, fields, seconds, audit_records(b)))
+        time.sleep(0.05)
+
+
+def is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_who(r, uid, pid=None):
+    for key in ("peer", "uid", "pid", "pidns"):
+        check(is_int(r.get(key)), "%s of %s is not a number" % (key, r))
+    check(r["uid"] == uid and (pid is None or r["pid"] == pid), "who in %s: uid %d pid %s" % (r, uid, pid))
+
+
+def case_audit_records(tmp):
+    """The audit trail, on by default and whatever --log-level says: a JSON record with numbers as
+    numbers for a publish, an attach, its release, a retire, an attach the policy denies (its code:
+    denied) and a holder killed with its reference (peer-gone, refs 1); the other JSON log lines write
+    integers as numbers too; a listing's peer is not recorded. --audit off writes none."""
+    uid = os.getuid()
+    policy = os.path.join(tmp, "policy.conf")
+    with open(policy, "w") as f:
+        f.write("allow all uid=%d prefix=ok/\n" % uid)
+    b = Broker(tmp, "--policy", policy, "--log-format", "json", "--log-level", "info")
+    pub, doc = memfd_publisher(b.sock, "ok/a")
+    r = wait_record(b, "the publish", event="publish", name="ok/a")
+    check_who(r, uid, pub.pid)
+    check(r["result"] == "ok" and r["kind"] == "memfd" and r["bytes"] == 65536 and is_int(r["buffer"]),
+          "publish: %s" % r)
+    buffer = r["buffer"]
+    check(ctl(b.sock, "attach", "ok/a").rc == 0, "attach ok/a")
+    r = wait_record(b, "the attach", event="attach", name="ok/a")
+    check_who(r, uid)
+    check(r["result"] == "ok" and r["kind"] == "memfd" and r["bytes"] == 65536 and r["buffer"] == buffer,
+          "attach: %s" % r)
+    r = wait_record(b, "the release", event="release", buffer=buffer)
+    check(r["result"] == "ok" and r["name"] == "ok/a" and r["bytes"] == 65536, "release: %s" % r)
+    check(ctl(b.sock, "attach", "secret/x").rc != 0, "attach secret/x was allowed")
+    r = wait_record(b, "the denial", event="attach", name="secret/x")
+    check_who(r, uid)
+    check(r["result"] == "denied", "denial: %s" % r)
+    # A listing is no sharing: its peer's departure is not recorded.
+    lister = spawn(b.sock, "ls")
+    lister.communicate(timeout=30)
+    holder = spawn(b.sock, "--json", "attach", "ok/a", "--hold", "-1")
+    check(json.loads(read_line(holder)).get("event") == "attached", "the holder did not attach")
+    holder.kill()
+    holder.wait()
+    r = wait_record(b, "the holder's death", event="peer-gone", pid=holder.pid)
+    check_who(r, uid, holder.pid)
+    check(r["result"] in ("exited", "closed") and r["refs"] == 1 and r["buffers"] == 0, "peer-gone: %s" % r)
+    check(not [x for x in audit_records(b) if x.get("pid") == lister.pid], "ls was recorded: %s" % audit_records(b))
+    check(ctl(b.sock, "retire", "ok/a").rc == 0, "retire ok/a")
+    r = wait_record(b, "the retire", event="retire", buffer=buffer)
+    check(r["result"] == "ok" and r["name"] == "ok/a" and r["kind"] == "memfd", "retire: %s" % r)
+    # The broker's other lines: integers are numbers, a mode with its leading zero stays a string.
+    lines = [json.loads(l) for l in b.log().splitlines()]
+    connected = [l for l in lines if l.get("msg") == "peer connected"]
+    check(connected and all(is_int(l["peer"]) and is_int(l["uid"]) for l in connected), "peer connected: %s" %
+          connected[:1])
+    listening = [l for l in lines if l.get("msg") == "listening"]
+    check(listening and listening[0]["mode"] == "0660", "listening: %s" % listening)
+    stop(pub)
+    b.stop()
+
+    tmp_off = os.path.join(tmp, "off")
+    os.mkdir(tmp_off)
+    b = Broker(tmp_off, "--policy", policy, "--log-format", "json", "--audit", "off")
+    pub, _ = memfd_publisher(b.sock, "ok/b")
+    check(ctl(b.sock, "attach", "secret/x").rc != 0, "attach secret/x was allowed")
+    stop(pub)
+    check(audit_records(b) == [], "--audit off wrote: %s" % audit_records(b))
+    b.stop()
+
+
+def case_audit_rate(tmp):
+    """A peer that floods the broker with refused requests (1000 attaches the policy denies) gets a
+    bounded number of audit records (--audit-rate 8: a uid 2 a second), then one record saying how
+    many were suppressed; the broker answers every request and a ping meanwhile."""
+    sys.path.insert(0, os.path.join(SOURCE_ROOT, "tests", "integration"))
+    import independent_client as ic
+    uid, flood = os.getuid(), 1000
+    policy = os.path.join(tmp, "policy.conf")
+    with open(policy, "w") as f:
+        f.write("allow all uid=%d prefix=ok/\n" % uid)
+    b = Broker(tmp, "--policy", policy, "--log-format", "json", "--audit-rate", "8")
+    c = ic.Conn(b.sock, "flood")
+    ic.hello(c, "flood")
+    start = time.monotonic()
+    for i in range(flood):
+        r = c.call("attach", name="secret/x")
+        check(r.get("error") == "denied", "attach %d: %s" % (i, r))
+    elapsed = time.monotonic() - start
+    check(ctl(b.sock, "--timeout", "10000", "ping").rc == 0, "the broker did not answer a ping after the flood")
+    denied = [r for r in audit_records(b) if r.get("event") == "attach"]
+    # A uid's bucket: 2 records at once, then 2 a second (and one more for rounding).
+    check(len(denied) <= 3 + 2 * elapsed, "%d records of the flood in %.1f s" % (len(denied), elapsed))
+    check(all(r["result"] == "denied" for r in denied), "records: %s" % denied)
+    # The next record that passes says how many were not written.
+    time.sleep(1.1)
+    c.close()
+    r = wait_record(b, "the suppressed count", event="suppressed")
+    check(is_int(r.get("count")), "suppressed: %s" % r)
+    total = sum(x["count"] for x in audit_records(b) if x.get("event") == "suppressed")
+    check(flood - len(denied) <= total <= flood - len(denied) + 10,
+          "%d suppressed, %d of %d floods' records written" % (total, len(denied), flood))
+    # Counted where an operator looks too: stats and the exporter's counter.
+    stats = one_document(ctl(b.sock, "--json", "stats"), "stats")
+    check(stats.get("audit_suppressed_total", 0) >= total, "stats: audit_suppressed_total %s, %d in the log" %
+          (stats.get("audit_suppressed_total"), total))
+    fams = parse_exposition(ctl(b.sock, "metrics").out)
+    fam = fams.get("gpuipc_audit_suppressed_total")
+    check(fam and fam["type"] == "counter" and fam["help"] and sample(fams, "gpuipc_audit_suppressed_total") >= total,
+          "gpuipc_audit_suppressed_total: %s" % fam)
     b.stop()
 
 

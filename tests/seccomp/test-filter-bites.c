@@ -217,8 +217,8 @@ static void test_refusal_logged_as_json(void)
         json_log = false;
         CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
         CHECK(log_mentions("\"level\":\"error\""));
-        CHECK(log_mentions("\"syscall\":\"socket\",\"nr\":\"41\",\"times\":\"1\",\"op\":\"stat\",\"peer\":\"7\","
-                           "\"request\":\"9\"}"));
+        CHECK(log_mentions("\"syscall\":\"socket\",\"nr\":41,\"times\":1,\"op\":\"stat\",\"peer\":7,"
+                           "\"request\":9}"));
 }
 
 static void test_files_refused(void)
