@@ -49,6 +49,9 @@ typedef struct Doctor {
 static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ...)
         __attribute__((format(printf, 4, 5)));
 
+/* One check's line (or JSON record). Every check reports through here so that the text and the JSON
+ * say the same, and so that FAILs are counted for the exit status in one place; the text column is
+ * fixed width so a person scans the verdicts down the left edge. */
 static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ...)
 {
         static const char *const text[] = {
@@ -77,6 +80,8 @@ static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ..
         }
 }
 
+/* The socket file as a client meets it: there, a socket, and writable by us. Each failure names
+ * the fix a pod's spec needs, since that is where these go wrong in practice. */
 static bool check_socket(Doctor *d, const char *path)
 {
         struct stat st;
@@ -140,6 +145,9 @@ static bool check_broker(Doctor *d, bool socket_ok)
         return true;
 }
 
+/* Informational: whether the broker sees this process's PID itself or takes it as declared. It is
+ * never a FAIL, since it breaks nothing by itself; the pid check judges what it means for
+ * cuda-legacy. Without a broker only our own namespace is known, so the verdict is unknown. */
 static void check_pidns(Doctor *d, bool connected)
 {
         gpuipc_connection_info_t info;
@@ -215,6 +223,7 @@ static gpuipc_peer_info_t *list_peers(Doctor *d, size_t *n, int *err)
         return all;
 }
 
+/* A linear search: the listing is short (one per connection) and each lookup is per collision. */
 static const gpuipc_peer_info_t *peer_by_id(const gpuipc_peer_info_t *peers, size_t n, uint64_t id)
 {
         for (size_t i = 0; i < n; i++)
@@ -223,6 +232,8 @@ static const gpuipc_peer_info_t *peer_by_id(const gpuipc_peer_info_t *peers, siz
         return NULL;
 }
 
+/* Notes one collision for the report. Out of memory drops it silently: doctor is a diagnosis, and a
+ * shorter list is better than none. */
 static void collide(Doctor *d, uint64_t peer, const gpuipc_buffer_info_t *b, bool producer)
 {
         Collision *grown = realloc(d->collisions, (d->n_collisions + 1) * sizeof(*grown));
@@ -420,6 +431,9 @@ static void device_fact(Doctor *d, int ordinal, const char *check, const gpuipc_
                 verdict(d, f->value ? V_OK : V_FAIL, label, "%s", f->value ? yes : no);
 }
 
+/* The CUDA side, independent of the broker: the driver, each visible device and the capabilities
+ * each kind needs. No usable CUDA is "none", not a FAIL, because a host without GPUs still runs
+ * memfd buffers, and doctor must not fail a CPU-only node for it. */
 static void check_gpus(Doctor *d)
 {
         gpuipc_cuda_info_t *info = calloc(1, sizeof(*info)); /* large: per-device facts with their reasons */
@@ -460,6 +474,9 @@ static void check_gpus(Doctor *d)
         free(info);
 }
 
+/* The checks run in dependency order (socket, broker, then what needs a connection) and each one
+ * runs even after an earlier failure, with the verdict unknown where it lacks its input: the whole
+ * picture at once saves a round of fixing one thing, rerunning and meeting the next. */
 int cmd_doctor(Ctl *ctl, int argc, char **argv)
 {
         Doctor d = { .ctl = ctl };
