@@ -267,10 +267,13 @@ static int find_collisions(Doctor *d, const gpuipc_peer_info_t *peers, size_t n_
                 for (int i = 0; i < n; i++) {
                         if (page[i].kind != GPUIPC_KIND_CUDA_LEGACY || page[i].state != GPUIPC_STATE_LIVE)
                                 continue;
+                        /* Each one costs a stat request: past the cap the rest are counted, not
+                         * checked, and the verdict says so. */
                         if (++*n_legacy > MAX_LEGACY_STATS) {
                                 *capped = true;
                                 continue;
                         }
+                        /* self_pid 0 is unknown, never a match. */
                         if (page[i].self_pid && page[i].self_pid == d->self_pid)
                                 collide(d, page[i].owner, &page[i], true);
                         /* Its holders: the peers reading it, whose PIDs the listing knows. */
@@ -311,6 +314,7 @@ static void check_pid(Doctor *d, bool connected, const gpuipc_peer_info_t *peers
                         "cuda-legacy buffers: [%s]", d->self_pid, gpuipc_err_name(peers_err < 0 ? peers_err : r));
                 return;
         }
+        /* The first few by name, so the line stays readable; --json lists them all. */
         for (size_t i = 0; i < d->n_collisions && i < MAX_LISTED && used < sizeof(list); i++)
                 used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s of '%s' (peer %" PRIu64 ")",
                                          i ? ", " : "", d->collisions[i].producer ? "the producer" : "a holder",
@@ -322,6 +326,8 @@ static void check_pid(Doctor *d, bool connected, const gpuipc_peer_info_t *peers
                         d->self_pid == 1 ? "Both are their containers' first process: start the workload with "
                         "gpuipcctl run -- CMD, which picks a PID no peer has"
                                          : "Start one of them with gpuipcctl run -- CMD, or publish as cuda-vmm");
+        /* No collision now, but PID 1 is the one every container's first process has: a warning,
+         * since the next legacy peer started the same way would collide. */
         else if (d->self_pid == 1)
                 verdict(d, V_WARN, "pid", "1 in this PID namespace (a container's first process): any other "
                         "container's PID 1 would be the same, and cuda-legacy handles cannot pass between equal PIDs; "
@@ -353,6 +359,7 @@ static void check_shm(Doctor *d, bool connected, const gpuipc_peer_info_t *peers
                 const gpuipc_peer_info_t *p = &peers[i];
                 gpuipc_peer_info_t *grown;
 
+                /* A peer that declared none (no /dev/shm, or a client that does not say) tells nothing. */
                 if ((!p->shm_dev && !p->shm_ino) || (p->shm_dev == d->shm_dev && p->shm_ino == d->shm_ino))
                         continue;
                 grown = realloc(d->shm_others, (d->n_shm_others + 1) * sizeof(*grown));
