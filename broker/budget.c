@@ -10,6 +10,8 @@
 
 #include "macro.h"
 
+/* A uid's share never exceeds the whole: a share larger than the budget would only make the
+ * all-uids check the one that refuses, with a message naming the wrong limit. */
 void budget_init(Budget *b, uint64_t limit, uint64_t uid_share)
 {
         *b = (Budget){ .limit = limit, .uid_share = MIN(uid_share, limit), .uids = HMAP_INIT };
@@ -32,6 +34,8 @@ void budget_deinit(Budget *b)
 }
 
 /* Each pool is half the budget and half of each share. */
+/* Split in two so that one pool (frames queued for slow peers) cannot starve the other (what the
+ * registry holds), and the reverse. */
 static uint64_t pool_limit(const Budget *b)
 {
         return b->limit / 2;
@@ -47,6 +51,7 @@ static BudgetUid *uid_find(const Budget *b, uint32_t uid)
         return HMAP_FIND(&b->uids, hash_u64(uid), BudgetUid, node, u, u->uid == uid);
 }
 
+/* The uid's entry, made on its first charge: uids with nothing charged have none (uid_put). */
 static BudgetUid *uid_get(Budget *b, uint32_t uid)
 {
         BudgetUid *u = uid_find(b, uid);
@@ -64,6 +69,8 @@ static BudgetUid *uid_get(Budget *b, uint32_t uid)
         return u;
 }
 
+/* Drops the entry once every pool of the uid is back to 0, so the table holds only uids that keep
+ * something now, however many uids have come and gone. */
 static void uid_put(Budget *b, BudgetUid *u)
 {
         for (int i = 0; i < _BUDGET_POOL_MAX; i++)
@@ -73,6 +80,7 @@ static void uid_put(Budget *b, BudgetUid *u)
         free(u);
 }
 
+/* The one place usage grows, so the peak (a stat for sizing the budget) cannot miss a charge. */
 static void add(Budget *b, BudgetUid *u, BudgetPool pool, uint64_t n)
 {
         u->used[pool] += n;
@@ -85,6 +93,8 @@ static int fits(const Budget *b, uint64_t u_used, BudgetPool pool, uint64_t n, B
 {
         uint64_t share = pool_share(b), all = pool_limit(b);
 
+        /* Written as subtractions: u_used + n could wrap for an absurd n and pass. The uid's share is
+         * checked first, so a uid over its own share is told so, not that the broker is full. */
         if (n > share || u_used > share - n) {
                 if (ret)
                         *ret = (BudgetRefusal){ BUDGET_E_UID, u_used, share };
@@ -98,6 +108,8 @@ static int fits(const Budget *b, uint64_t u_used, BudgetPool pool, uint64_t n, B
         return 0;
 }
 
+/* Checked before the uid's entry is made: a refused charge leaves no entry behind. No budget (b
+ * NULL) charges nothing, which is how the broker runs without --memory-budget. */
 int budget_charge(Budget *b, uint32_t uid, BudgetPool pool, uint64_t n, BudgetRefusal *ret)
 {
         BudgetUid *u;
@@ -196,6 +208,8 @@ int budget_parse_cgroup(const char *text, char *ret, size_t cap)
         return -ENOENT;
 }
 
+/* cgroup v2's memory.max: a byte count, or "max" for no limit (UINT64_MAX); a trailing newline, as
+ * the kernel writes it, is fine; anything else is refused rather than guessed. */
 int budget_parse_memory_max(const char *text, uint64_t *ret)
 {
         size_t len = strlen(text);
@@ -218,6 +232,8 @@ int budget_parse_memory_max(const char *text, uint64_t *ret)
         return 0;
 }
 
+/* Without a container limit (or one too small to halve), a quarter of the machine, and at least
+ * 1 MiB. */
 uint64_t budget_default(uint64_t limit, uint64_t phys)
 {
         if (limit != UINT64_MAX && limit / 2 > 0)

@@ -34,6 +34,8 @@ static bool items_add(ProtoItems *it, const ProtoMsg *rec, uint32_t max)
         return !it->full && proto_items_add(it, rec);
 }
 
+/* Sends a listing's page; every listing ends here, so none can send a page that lost records to a
+ * failed allocation. */
 static void reply_items(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, ProtoItems *it, ProtoMsg *reply)
 {
         if (it->failed) {
@@ -49,6 +51,7 @@ static void reply_items(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, ProtoIte
 
 /* ---- who sees what ---- */
 
+/* What the policy grants the asker on name, judged on its kernel credentials. */
 static bool may(const RequestCtx *ctx, const RegPeer *p, PolicyAction action, const char *name)
 {
         const PeerCreds *c = registry_peer_creds(p);
@@ -72,6 +75,8 @@ static bool sees_peer(const RequestCtx *ctx, const RegPeer *p, const RegPeer *ot
                may(ctx, p, POLICY_ADMIN, "");
 }
 
+/* The asker's limit, clamped to PROTO_MAX_ITEMS: a client cannot make one request cost the broker
+ * (and every other peer waiting behind it) more than one bounded page. */
 static uint32_t page_size(const ProtoMsg *m)
 {
         if (!proto_has(m, PF_LIMIT) || m->limit == 0)
@@ -79,6 +84,8 @@ static uint32_t page_size(const ProtoMsg *m)
         return m->limit > PROTO_MAX_ITEMS ? PROTO_MAX_ITEMS : (uint32_t)m->limit;
 }
 
+/* list: buffers in registration order from the cursor `after`, so paging is stable while buffers
+ * come and go (a buffer registered meanwhile shows up on a later page, none shows twice). */
 void inspect_list(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
 {
         uint32_t max = page_size(m);
@@ -125,6 +132,8 @@ typedef struct Holders {
         size_t n, cap;
 } Holders;
 
+/* Keeps holders past the cursor whose connection the asker may see (sees_peer); the others are
+ * counted in the buffer's holders but not named. */
 static void collect_holder(const RegPeer *peer, uint32_t refs, void *ud)
 {
         Holders *hs = ud;
@@ -277,6 +286,8 @@ static void ring_describe(const RegRingView *g, const RingView *v, ProtoMsg *m)
                 proto_set_lag(m, lag);
 }
 
+/* The registry's view of a seat (reserved for a member coming back) first, then what the member
+ * wrote on its page: a joined member that has not seated itself yet is not lagging, only starting. */
 static ProtoSeat seat_state(const RegRingSeatView *s, const RingSeatReading *r)
 {
         if (s->reserved)

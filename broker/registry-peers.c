@@ -13,6 +13,9 @@
 #include "registry-subs.h"
 #include "registry-waits.h"
 
+/* The limits in the order a person reads the refusal: the broker's, then the uid's, then the
+ * memory the connection itself costs (charged to its uid, given back when it goes). Each check
+ * undoes what the ones before it took, so a refused connection leaves nothing behind. */
 int registry_peer_add(Registry *r, const PeerCreds *creds, uint64_t now_ms, void *userdata, RegPeer **ret,
                       RegWhy *why)
 {
@@ -92,6 +95,9 @@ static void drop_owned(Registry *r, RegBuffer *b, RegWhy reason, RegSink *out)
         }
 }
 
+/* The order matters: its waits, subscriptions and claims first (nothing may answer or notify it any
+ * more), then its seats in rings, then its references (so retired buffers it held drain), and only
+ * then what it produced, which holders hear of as revoked with the producer named. */
 void registry_peer_remove(Registry *r, RegPeer *p, RegSink *out)
 {
         RegWhy reason;
@@ -101,6 +107,7 @@ void registry_peer_remove(Registry *r, RegPeer *p, RegSink *out)
         reason = (RegWhy){ REG_R_PRODUCER_GONE,
                            .producer_gone = { .producer = { .peer = p->id, .pid = p->creds.pid,
                                                             .uid = p->creds.uid } } };
+        /* A group it joined goes on without it (rearmed for the others), or goes if it was the last. */
         list_for_each_safe(pos, &p->waits) {
                 Wait *w = list_entry(pos, Wait, peer_link);
                 RegGroup *g = w->group;
@@ -159,6 +166,9 @@ void registry_peer_remove(Registry *r, RegPeer *p, RegSink *out)
         free(p);
 }
 
+/* Once per connection: what a peer declares is fixed for its life, so a diagnosis made from it
+ * (same-pid, device) cannot be dodged by declaring something else later. The GPU list costs memory,
+ * charged to the uid like the connection. */
 int registry_peer_hello(Registry *r, RegPeer *p, const PeerHello *h, RegWhy *why)
 {
         uint64_t cost = h->n_gpus ? budget_alloc_cost(h->n_gpus * sizeof(*p->gpus)) : 0;

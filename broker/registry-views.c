@@ -48,6 +48,8 @@ RegBuffer *registry_buffer_after(const Registry *r, uint64_t after)
         return NULL;
 }
 
+/* A listing's cursor is the buffer's registration sequence, not its id: ids are a producer's choice
+ * (or random), sequences only grow, which is what makes "after" paging stable. */
 uint64_t registry_buffer_cursor(const RegBuffer *b)
 {
         return b->seq;
@@ -63,6 +65,8 @@ RegBuffer *registry_buffer_by_id(const Registry *r, uint64_t id)
         return reg_buffer_lookup(r, id);
 }
 
+/* Only the live publication answers to a name: a retired one keeps its name for its holders'
+ * listings but can no longer be found by it (an attach by name must get the current version). */
 RegBuffer *registry_buffer_by_name(const Registry *r, const char *name)
 {
         RegName *e = reg_name_lookup(r, name);
@@ -88,6 +92,8 @@ void registry_buffer_holders(const RegBuffer *b, void (*fn)(const RegPeer *p, ui
         }
 }
 
+/* A linear walk to the cursor: rings are few (each costs its producer a buffer of quota), unlike
+ * buffers. */
 RegRing *registry_ring_after(const Registry *r, uint64_t after)
 {
         list_for_each(pos, &r->ring_list) {
@@ -172,6 +178,7 @@ void registry_gauges(const Registry *r, RegGauges *g)
                 g->restored++;
 }
 
+/* A uid with no account has nothing registered now: 0 for both, not an error. */
 void registry_uid_bytes(const Registry *r, uint32_t uid, uint64_t *shared, uint64_t *held)
 {
         const UidAcct *a = HMAP_FIND((HMap *)&r->uids, hash_u64(uid), UidAcct, node, x, x->uid == uid);

@@ -14,6 +14,8 @@
 #include "registry-rings-core.h"
 #include "registry-waits.h"
 
+/* A wait by name holds a reference on the name's entry, which keeps the name known while someone
+ * waits for it; it is given back here with the wait's timer and its charge. */
 void reg_wait_free(Registry *r, Wait *w)
 {
         if (w->name) {
@@ -48,6 +50,8 @@ void reg_join_free(Registry *r, Wait *w)
         reg_wait_free(r, w);
 }
 
+/* A group's one timer is its earliest member's deadline: the group fails for everyone when the
+ * most impatient member gives up, so a member that left takes its deadline with it (rearm). */
 int reg_group_rearm(Registry *r, RegGroup *g)
 {
         uint64_t earliest = UINT64_MAX;
@@ -60,6 +64,8 @@ int reg_group_rearm(Registry *r, RegGroup *g)
         return heap_push(&r->timers, &g->timer.node, earliest);
 }
 
+/* Whether p still has b mapped from an earlier attach: then the reply says "cached" and sends no
+ * fd, which saves the consumer a second mapping of the same memory. */
 static bool hold_mapped(const Registry *r, const RegPeer *p, const RegBuffer *b)
 {
         const Hold *h = reg_hold_lookup(r, p, b);
@@ -121,6 +127,8 @@ void reg_waiters_wake(Registry *r, RegName *e, RegSink *o)
         }
 }
 
+/* By id never waits: only a live buffer is attached; a retired one would grant memory its producer
+ * has asked to drain. */
 int registry_buffer_attach(Registry *r, RegPeer *p, RegBuffer *b, RegWhy *why, RegSink *out)
 {
         if (b->state != PROTO_STATE_LIVE)

@@ -79,16 +79,21 @@ static const ProtoStatus reg_status[_REG_WHY_MAX] = {
         [REG_E_CLAIMS_ALL] = PROTO_STATUS_QUOTA,
 };
 
+/* A code past the table has no status (OK) rather than an index past the table; send_failure then
+ * answers invalid. */
 unsigned reply_status(RegWhyCode code)
 {
         return code < _REG_WHY_MAX ? reg_status[code] : PROTO_STATUS_OK;
 }
 
+/* Through "%s": message may hold a peer's text (a name), which must never be read as a format. */
 void reply_error(Outbox *out, RegPeer *p, uint64_t id, unsigned status, const char *message)
 {
         outbox_send_error(out, p, id, status, "%s", message);
 }
 
+/* Built from the registry's read-only view (registry_buffer_view), not its structs: the reply layer
+ * sees what a buffer is, never how the registry keeps it. */
 void reply_buffer_describe(const RegBuffer *b, ProtoMsg *m)
 {
         RegBufferView v;
@@ -121,6 +126,8 @@ void reply_buffer_describe(const RegBuffer *b, ProtoMsg *m)
                 proto_set_restored(m, true);
 }
 
+/* The peer's kernel credentials and what it declared side by side: pidns_declared says which of
+ * the two a listing's PID namespace is, so nobody mistakes a claim for a fact. */
 void reply_peer_describe(const RegPeer *p, ProtoMsg *m)
 {
         RegPeerView v;
@@ -158,6 +165,8 @@ static void buffer_event(ProtoMsg *m, ProtoEvent ev, const RegBufferKey *k)
         proto_set_kind(m, k->kind);
 }
 
+/* An attach's reply carries the buffer's description and, unless the consumer still has it mapped
+ * (cached), the memory's fd: borrowed from the registry, which keeps it open until the frame is out. */
 static void send_attached(Outbox *out, uint64_t req, const RegChange *c)
 {
         RegBufferView v;
@@ -181,6 +190,8 @@ static void send_seat(Outbox *out, uint64_t req, const RegChange *c)
 
         registry_ring_view(c->ring, &g);
         proto_items_init(&items, PROTO_MAX_BODY / 2); /* 67 records of two numbers: a few KiB */
+        /* A record that does not fit cannot be left out (the member would miss a part it must
+         * attach): the peer is cut off instead, as for any frame it cannot be sent. */
         for (uint64_t i = 0; i < c->n; i++) {
                 ProtoMsg rec;
 
@@ -223,6 +234,9 @@ static void send_failure(Outbox *out, RegPeer *to, uint64_t req, const RegWhy *w
 }
 
 /* The reply to request req of c->to, which succeeded: what c says it got. */
+/* Buffer fields are read when the reply is encoded, which is when the operation emitted its result:
+ * the state a publish reply reports is the state right after the publish, not after later changes
+ * of the same step. */
 static void send_success(Outbox *out, uint64_t req, const RegChange *c)
 {
         RegBufferView v;
@@ -270,6 +284,9 @@ static void send_success(Outbox *out, uint64_t req, const RegChange *c)
         outbox_send(out, c->to, &m, -1);
 }
 
+/* An event: a ring event names the ring and seat, a buffer event the publication (RegBufferKey);
+ * both are encoded as they are emitted, while what they name still exists. A reason is worded only
+ * when the registry gave one. */
 static void send_event(Outbox *out, const RegChange *c)
 {
         char text[PROTO_MAX_TEXT + 1];
@@ -338,6 +355,8 @@ void reply_request_init(ReplyRequest *rq, Outbox *out, RegPeer *asker, uint64_t 
         *rq = (ReplyRequest){ .out = out, .asker = asker, .id = id, .sink = { request_emit, rq } };
 }
 
+/* Nothing is sent for 0: the operation emitted its result (or its request waits, and the wait will
+ * answer it). */
 void reply_request_done(ReplyRequest *rq, int e)
 {
         if (e < 0)

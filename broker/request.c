@@ -24,6 +24,8 @@
  * complete. */
 #define GROUP_MAX_MEMBERS 4096
 
+/* A refusal of the request layer itself (a bad field, the policy, a missing hello): it never reaches
+ * the registry, so it has no registry code and is worded here, next to the check that makes it. */
 _printf_(5, 6) static void fail(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, unsigned status, const char *fmt, ...)
 {
         va_list ap;
@@ -33,6 +35,8 @@ _printf_(5, 6) static void fail(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, 
         va_end(ap);
 }
 
+/* A wait's timeout: absent is 0 (do not wait); a value past 32 bits is clamped, not refused, since
+ * any wait that long is "wait until the broker stops" to the client that asked for it. */
 static uint32_t timeout_of(const ProtoMsg *m)
 {
         if (!proto_has(m, PF_TIMEOUT_MS))
@@ -40,6 +44,7 @@ static uint32_t timeout_of(const ProtoMsg *m)
         return m->timeout_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)m->timeout_ms;
 }
 
+/* The policy judges the peer's kernel credentials (SO_PEERCRED), never anything it declared. */
 static bool allowed(RequestCtx *ctx, RegPeer *p, PolicyAction action, const char *name)
 {
         const PeerCreds *c = registry_peer_creds(p);
@@ -81,6 +86,9 @@ static bool read_name(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, ProtoStr s
 
 /* ---- hello and ping ---- */
 
+/* hello: the version first, since a client of another version may mean other things by the same
+ * fields; then what the peer declares (label, GPUs, its own PID and /dev/shm), kept for diagnoses
+ * and listings only, never for a permission. */
 static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char label[PROTO_MAX_LABEL + 1];
@@ -127,6 +135,8 @@ static void handle_hello(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd
         outbox_send(ctx->out, p, &r, -1);
 }
 
+/* ping: answered here, without the registry; the epoch tells a client whether the broker it talks
+ * to is the one it registered with. */
 static void handle_ping(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         ProtoMsg r;
@@ -311,6 +321,8 @@ static void fill_memory(const ProtoMsg *m, int *fd, RegPublish *a, char device[P
         a->segment_size = m->segment_size;
 }
 
+/* publish: the name and the policy first, then the fd's seals and size, and only then the registry:
+ * a buffer the registry takes has passed every check that does not depend on its state. */
 static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char name[PROTO_MAX_NAME + 1], device[PROTO_MAX_UUID + 1];
@@ -339,6 +351,8 @@ static void handle_publish(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *
 
 /* ---- attach, release, retire, free ---- */
 
+/* attach by name (which may wait for a publish) or by id (which never waits): the policy is checked
+ * on the buffer's own name, so an id gives no way around it. */
 static void handle_attach(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char copy[PROTO_MAX_NAME + 1];
@@ -395,6 +409,8 @@ static bool ring_name(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, char name[
         return true;
 }
 
+/* ring-create: the ring's shape is bounded here (slots, members, sizes), before the registry
+ * allocates the ring and its seat table for it. */
 static void handle_ring_create(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char name[PROTO_MAX_NAME + 1], device[PROTO_MAX_UUID + 1];
@@ -466,6 +482,8 @@ static void handle_ring_create(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, i
         reply_request_done(&rq, registry_ring_create(ctx->reg, p, &s, &rq.why, &rq.sink));
 }
 
+/* ring-part: a part is published like a buffer (its fd checked the same way) but under the ring's
+ * name, so the policy on the ring covers its parts. */
 static void handle_ring_part(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char name[PROTO_MAX_NAME + 1], device[PROTO_MAX_UUID + 1];
@@ -535,6 +553,8 @@ static void handle_ring(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
         reply_request_done(&rq, e);
 }
 
+/* reclaim: after a broker restart, a consumer asks back the references it held; the counts are
+ * bounded here, and the registry decides whether the publication is still the one it held. */
 static void handle_reclaim(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char name[PROTO_MAX_NAME + 1];
@@ -588,6 +608,7 @@ static void handle_retire_free(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, i
 
 /* ---- dispatch ---- */
 
+/* subscribe: the policy judges the prefix, so a subscriber hears only of names it may watch. */
 static void handle_subscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char prefix[PROTO_MAX_NAME + 1];
@@ -604,6 +625,8 @@ static void handle_subscribe(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int
         reply_request_done(&rq, registry_subscribe(ctx->reg, p, prefix, &rq.why, &rq.sink));
 }
 
+/* group-join: a timeout is required, since a group whose last member never comes would otherwise
+ * hold its members' waits until the broker stops. */
 static void handle_group_join(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m, int *fd)
 {
         char group[PROTO_MAX_NAME + 1];
@@ -709,6 +732,8 @@ static const OpRule op_rules[_PROTO_OP_MAX] = {
         [PROTO_OP_RING_STAT] = { handle_ring_stat },
 };
 
+/* An op this broker has no rule for is unknown-op, so a newer client can tell "not supported" from
+ * a refusal. */
 static const OpRule *op_rule(ProtoOp op)
 {
         return op < _PROTO_OP_MAX && op_rules[op].handle ? &op_rules[op] : NULL;

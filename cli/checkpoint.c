@@ -13,6 +13,9 @@
 
 /* ---- msgpack, the little the manifest and the metadata need ---- */
 
+/* A msgpack writer over a growing buffer, or over the caller's fixed one (the publish's metadata,
+ * whose room the protocol bounds). A failure (no memory, no room) is sticky: the writers go on as
+ * no-ops and the caller looks once, at the end, instead of after every field. */
 typedef struct Mp {
         uint8_t *b;
         size_t n, cap;
@@ -20,6 +23,8 @@ typedef struct Mp {
         bool failed;
 } Mp;
 
+/* Appends len bytes, doubling the room (from 4 KiB) so that a manifest of many tensors costs
+ * log(n) reallocations, not one per entry. */
 static void mp_put(Mp *m, const void *p, size_t len)
 {
         if (m->failed)
@@ -50,6 +55,7 @@ static void mp_head(Mp *m, uint8_t type, uint64_t v, int bytes)
         mp_put(m, out, 1 + (size_t)bytes);
 }
 
+/* The shortest encoding of v: a manifest of many small shapes stays small. */
 static void mp_uint(Mp *m, uint64_t v)
 {
         if (v < 128)
@@ -64,6 +70,7 @@ static void mp_uint(Mp *m, uint64_t v)
                 mp_head(m, 0xcf, v, 8);
 }
 
+/* A str (never bin): the Python side reads keys and dtypes as text. */
 static void mp_str(Mp *m, const char *s)
 {
         size_t n = strlen(s);
@@ -112,6 +119,9 @@ static const char *const py_dtype[ST_N_DTYPES] = {
 
 /* ---- files ---- */
 
+/* Reads len bytes at off (a pipe: the next len bytes, off being where the reader stands). A file
+ * that ends early is -EIO, which callers word as "ends before ..." with the offset: a truncated
+ * download is the usual cause, and the offset says how far it got. */
 static int read_exact(int fd, bool pipe, uint64_t off, void *dst, size_t len)
 {
         size_t got = 0;
@@ -130,6 +140,11 @@ static int read_exact(int fd, bool pipe, uint64_t off, void *dst, size_t len)
         return 0;
 }
 
+/* Opens one safetensors file ("-": standard input) and parses its header. Only the 8-byte length
+ * and the JSON header are read; the length is checked against the file's size and
+ * SAFETENSORS_MAX_HEADER (safetensors.c) before the header is allocated, so a corrupt or hostile
+ * length cannot make us allocate gigabytes. A pipe is read once, in order: its size is unknown
+ * (UINT64_MAX) and the tensors must come in file order. */
 static int open_file(CheckpointFile *f, char *err, size_t cap)
 {
         struct stat st;
@@ -148,6 +163,8 @@ static int open_file(CheckpointFile *f, char *err, size_t cap)
                 snprintf(err, cap, "%s: a directory, not a safetensors file", f->path);
                 return -EISDIR;
         }
+        /* Whatever can seek is read with pread at the tensors' offsets; only what cannot (a FIFO, a
+         * pipe on standard input) is read as a stream, once, front to back. */
         f->pipe = !S_ISREG(st.st_mode) && lseek(f->fd, 0, SEEK_CUR) < 0;
         f->size = f->pipe ? UINT64_MAX : (uint64_t)st.st_size;
         if ((r = read_exact(f->fd, f->pipe, 0, first8, 8)) < 0) {
@@ -198,6 +215,7 @@ static void index_free(Index *x)
         free(x->files); /* its strings are the entries' */
 }
 
+/* Keeps one weight_map entry (copied: the JSON text is freed once parsed). */
 static int index_add(Index *x, const char *tensor, const char *file)
 {
         if (x->n == x->cap) {
@@ -226,6 +244,9 @@ static bool shard_name_ok(const char *s)
         return s[0] && !strchr(s, '/') && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
 
+/* Reads the index's "weight_map" (tensor -> shard file) and skips every other key (metadata such as
+ * total_size, which the shards' own headers make redundant). Errors name the byte, as for headers.
+ * The name buffers are static: they are large, and gpuipcctl reads one index at a time. */
 static int index_parse(Index *x, const char *text, size_t len, const char *path, char *err, size_t cap)
 {
         static char tensor[SAFETENSORS_MAX_NAME + 1], file[1024];
@@ -281,6 +302,9 @@ bad:
         return -EBADMSG;
 }
 
+/* The distinct shard files, in the order the map first names them (that is the order they are
+ * opened and laid out in, so the same index always gives the same buffer). A quadratic search is
+ * fine: CHECKPOINT_MAX_FILES bounds the files, and real indexes name a few dozen. */
 static int index_shards(Index *x, char *err, size_t cap)
 {
         x->files = malloc((x->n ? x->n : 1) * sizeof(*x->files));
@@ -301,6 +325,8 @@ static int index_shards(Index *x, char *err, size_t cap)
         return 0;
 }
 
+/* Reads a whole index file, which must be a regular file of at most CHECKPOINT_MAX_INDEX bytes:
+ * its size is checked before the allocation, and read_exact's -EIO catches a file that shrank. */
 static int index_read(Index *x, const char *path, char *err, size_t cap)
 {
         struct stat st;
@@ -353,6 +379,8 @@ static int cmp_begin(const void *a, const void *b)
         return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : 0;
 }
 
+/* Every tensor starts at a multiple of CHECKPOINT_ALIGN (256) in the buffer: what CUDA and the
+ * frameworks want of a tensor's start for vectorised access, whatever the file's own packing. */
 static uint64_t align_up(uint64_t n)
 {
         return (n + CHECKPOINT_ALIGN - 1) / CHECKPOINT_ALIGN * CHECKPOINT_ALIGN;
@@ -391,12 +419,16 @@ static int place(Checkpoint *c, size_t file, const SafetensorsTensor *t, uint64_
         return 0;
 }
 
+/* Places every tensor of every file, file by file, each file's tensors in file order; the manifest
+ * goes after the last. The buffer's layout is a function of the files alone, so loading the same
+ * checkpoint twice gives the same offsets. */
 static int layout(Checkpoint *c, char *err, size_t cap)
 {
         size_t total = 0;
         uint64_t offset = 0;
         int r;
 
+        /* One array for every tensor of every file, sized first: place() then never reallocates. */
         for (size_t f = 0; f < c->n_files; f++)
                 total += c->files[f].h->n;
         c->tensors = calloc(total ? total : 1, sizeof(*c->tensors));
@@ -434,6 +466,8 @@ static int check_names(Checkpoint *c, const Index *x, const char *index_path, ch
                 return -ENOMEM;
         for (size_t i = 0; i < c->n; i++)
                 by[i] = &c->tensors[i];
+        /* Sorted by name once: duplicates are neighbours, and each index entry is a binary search
+         * (a large model has tens of thousands of tensors). */
         qsort(by, c->n, sizeof(*by), cmp_tensor_name);
         for (size_t i = 1; i < c->n && r == 0; i++) {
                 if (strcmp(by[i - 1]->t->name, by[i]->t->name) == 0) {
@@ -453,6 +487,7 @@ static int check_names(Checkpoint *c, const Index *x, const char *index_path, ch
 
                 key_t.t = &probe;
                 hit = bsearch(&key, by, c->n, sizeof(*by), cmp_tensor_name);
+                /* The index names shards by file name; ours are paths in its directory. */
                 base = hit ? strrchr(c->files[(*hit)->file].path, '/') : NULL;
                 base = base ? base + 1 : hit ? c->files[(*hit)->file].path : NULL;
                 if (!hit || strcmp(base, x->v[i].file) != 0) {
@@ -465,6 +500,9 @@ static int check_names(Checkpoint *c, const Index *x, const char *index_path, ch
         return r;
 }
 
+/* The manifest that attach_state_dict() reads at the buffer's end: format, then one
+ * [key, dtype, shape, offset] per tensor. Its place and length go into the publish's metadata
+ * (checkpoint_meta), so a consumer finds it without scanning. */
 static int make_manifest(Checkpoint *c)
 {
         Mp m = { 0 };
@@ -494,6 +532,8 @@ static int make_manifest(Checkpoint *c)
         return 0;
 }
 
+/* Written into the caller's fixed buffer: 0 when it does not fit, rather than a cut map no reader
+ * could decode. */
 size_t checkpoint_meta(const Checkpoint *c, uint8_t *buf, size_t cap)
 {
         Mp m = { .b = buf, .cap = cap, .fixed = true };
@@ -540,6 +580,8 @@ static int skip_to_data(CheckpointFile *f, char *err, size_t cap)
         return 0;
 }
 
+/* An index is named *.json (model.safetensors.index.json by convention); anything else is taken
+ * for a safetensors file and its header decides. */
 static bool is_index(const char *path)
 {
         size_t n = strlen(path);
@@ -566,6 +608,9 @@ static int shard_paths(Checkpoint *c, const char *index_path, const Index *x)
         return 0;
 }
 
+/* The order is the contract: every header is checked, the layout made and the names cross-checked
+ * before a pipe is read past its header, so a bad checkpoint is refused before any buffer exists and
+ * before a pipe's data is consumed. */
 int checkpoint_open(char *const *paths, size_t n, Checkpoint **ret, char *err, size_t cap)
 {
         Checkpoint *c = calloc(1, sizeof(*c));
@@ -575,6 +620,8 @@ int checkpoint_open(char *const *paths, size_t n, Checkpoint **ret, char *err, s
 
         if (!c)
                 return -ENOMEM;
+        /* An index stands alone: mixing it with files would leave unclear which copy of a tensor
+         * the index meant. */
         if (n == 1 && is_index(paths[0])) {
                 index_path = paths[0];
                 r = index_read(&x, index_path, err, cap);
@@ -610,6 +657,8 @@ int checkpoint_open(char *const *paths, size_t n, Checkpoint **ret, char *err, s
                 r = check_names(c, index_path ? &x : NULL, index_path, err, cap);
         if (r == 0)
                 r = make_manifest(c);
+        /* Last: a pipe's bytes up to its first tensor cannot be read again, so this happens only once
+         * everything that could refuse the checkpoint has passed. */
         for (size_t i = 0; r == 0 && i < c->n_files; i++)
                 if (c->files[i].pipe)
                         r = skip_to_data(&c->files[i], err, cap);
@@ -622,6 +671,8 @@ int checkpoint_open(char *const *paths, size_t n, Checkpoint **ret, char *err, s
         return 0;
 }
 
+/* One range per tensor, in layout order, which is file order within each file: what a pipe needs,
+ * and what lets gpuipc_buffer_load read each file forward. */
 gpuipc_file_range_t *checkpoint_ranges(const Checkpoint *c)
 {
         gpuipc_file_range_t *v = calloc(c->n ? c->n : 1, sizeof(*v));

@@ -49,6 +49,8 @@ static void catch_stop_signals(void)
         sigaction(SIGINT, &sa, NULL);
 }
 
+/* --fill's and --verify's value; the message lists the spellings, since a pattern is easy to
+ * mistype and the usage line alone does not say them. */
 static int parse_pattern(Ctl *ctl, const char *opt, const char *s, Pattern *ret)
 {
         if (pattern_parse(s, ret) < 0)
@@ -181,6 +183,9 @@ static int hold_until_drained(Ctl *ctl, gpuipc_buffer_t *b)
         return CTL_OK;
 }
 
+/* publish: a test producer. It allocates, fills with a pattern a consumer can verify, publishes,
+ * and holds the buffer until killed or drained; filling before publishing means no consumer ever
+ * attaches a buffer that is half written. */
 int cmd_publish(Ctl *ctl, int argc, char **argv)
 {
         gpuipc_publish_options_t po = { .struct_size = sizeof(po) };
@@ -295,6 +300,8 @@ typedef struct Verdict {
         size_t at;
 } Verdict;
 
+/* The attach document's verification fields: absent when nothing was verified (or reading failed,
+ * which is reported as the error instead), so "verified": false always means the data differs. */
 static void verdict_json(Json *o, void *ud)
 {
         const Verdict *v = ud;
@@ -306,6 +313,9 @@ static void verdict_json(Json *o, void *ud)
                 json_ku64(o, "differs_at", v->at);
 }
 
+/* attach: a test consumer. Attaches (waiting up to --wait for a publish), optionally verifies the
+ * pattern, optionally holds, then releases; its exit status says whether the data was right, which
+ * is what the integration tests and a person checking a deployment rely on. */
 int cmd_attach(Ctl *ctl, int argc, char **argv)
 {
         const char *name = NULL;
@@ -379,6 +389,8 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
         return result;
 }
 
+/* retire NAME | --id N. The reply names the id retired: the name may be published again at once,
+ * and the id is what the drained event and the listings will show. */
 int cmd_retire(Ctl *ctl, int argc, char **argv)
 {
         char what[GPUIPC_MAX_NAME + 32];
@@ -433,6 +445,8 @@ int cmd_retire(Ctl *ctl, int argc, char **argv)
         return CTL_OK;
 }
 
+/* group NAME --members N: a barrier across processes (scripts start a set of consumers together).
+ * --wait defaults to 30 s rather than forever, so a member that never comes fails the script. */
 int cmd_group(Ctl *ctl, int argc, char **argv)
 {
         const char *name = NULL;

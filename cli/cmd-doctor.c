@@ -49,6 +49,9 @@ typedef struct Doctor {
 static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ...)
         __attribute__((format(printf, 4, 5)));
 
+/* One check's line (or JSON record). Every check reports through here so that the text and the JSON
+ * say the same, and so that FAILs are counted for the exit status in one place; the text column is
+ * fixed width so a person scans the verdicts down the left edge. */
 static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ...)
 {
         static const char *const text[] = {
@@ -77,6 +80,8 @@ static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ..
         }
 }
 
+/* The socket file as a client meets it: there, a socket, and writable by us. Each failure names
+ * the fix a pod's spec needs, since that is where these go wrong in practice. */
 static bool check_socket(Doctor *d, const char *path)
 {
         struct stat st;
@@ -140,6 +145,9 @@ static bool check_broker(Doctor *d, bool socket_ok)
         return true;
 }
 
+/* Informational: whether the broker sees this process's PID itself or takes it as declared. It is
+ * never a FAIL, since it breaks nothing by itself; the pid check judges what it means for
+ * cuda-legacy. Without a broker only our own namespace is known, so the verdict is unknown. */
 static void check_pidns(Doctor *d, bool connected)
 {
         gpuipc_connection_info_t info;
@@ -215,6 +223,7 @@ static gpuipc_peer_info_t *list_peers(Doctor *d, size_t *n, int *err)
         return all;
 }
 
+/* A linear search: the listing is short (one per connection) and each lookup is per collision. */
 static const gpuipc_peer_info_t *peer_by_id(const gpuipc_peer_info_t *peers, size_t n, uint64_t id)
 {
         for (size_t i = 0; i < n; i++)
@@ -223,6 +232,8 @@ static const gpuipc_peer_info_t *peer_by_id(const gpuipc_peer_info_t *peers, siz
         return NULL;
 }
 
+/* Notes one collision for the report. Out of memory drops it silently: doctor is a diagnosis, and a
+ * shorter list is better than none. */
 static void collide(Doctor *d, uint64_t peer, const gpuipc_buffer_info_t *b, bool producer)
 {
         Collision *grown = realloc(d->collisions, (d->n_collisions + 1) * sizeof(*grown));
@@ -256,10 +267,13 @@ static int find_collisions(Doctor *d, const gpuipc_peer_info_t *peers, size_t n_
                 for (int i = 0; i < n; i++) {
                         if (page[i].kind != GPUIPC_KIND_CUDA_LEGACY || page[i].state != GPUIPC_STATE_LIVE)
                                 continue;
+                        /* Each one costs a stat request: past the cap the rest are counted, not
+                         * checked, and the verdict says so. */
                         if (++*n_legacy > MAX_LEGACY_STATS) {
                                 *capped = true;
                                 continue;
                         }
+                        /* self_pid 0 is unknown, never a match. */
                         if (page[i].self_pid && page[i].self_pid == d->self_pid)
                                 collide(d, page[i].owner, &page[i], true);
                         /* Its holders: the peers reading it, whose PIDs the listing knows. */
@@ -300,6 +314,7 @@ static void check_pid(Doctor *d, bool connected, const gpuipc_peer_info_t *peers
                         "cuda-legacy buffers: [%s]", d->self_pid, gpuipc_err_name(peers_err < 0 ? peers_err : r));
                 return;
         }
+        /* The first few by name, so the line stays readable; --json lists them all. */
         for (size_t i = 0; i < d->n_collisions && i < MAX_LISTED && used < sizeof(list); i++)
                 used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s of '%s' (peer %" PRIu64 ")",
                                          i ? ", " : "", d->collisions[i].producer ? "the producer" : "a holder",
@@ -311,6 +326,8 @@ static void check_pid(Doctor *d, bool connected, const gpuipc_peer_info_t *peers
                         d->self_pid == 1 ? "Both are their containers' first process: start the workload with "
                         "gpuipcctl run -- CMD, which picks a PID no peer has"
                                          : "Start one of them with gpuipcctl run -- CMD, or publish as cuda-vmm");
+        /* No collision now, but PID 1 is the one every container's first process has: a warning,
+         * since the next legacy peer started the same way would collide. */
         else if (d->self_pid == 1)
                 verdict(d, V_WARN, "pid", "1 in this PID namespace (a container's first process): any other "
                         "container's PID 1 would be the same, and cuda-legacy handles cannot pass between equal PIDs; "
@@ -342,6 +359,7 @@ static void check_shm(Doctor *d, bool connected, const gpuipc_peer_info_t *peers
                 const gpuipc_peer_info_t *p = &peers[i];
                 gpuipc_peer_info_t *grown;
 
+                /* A peer that declared none (no /dev/shm, or a client that does not say) tells nothing. */
                 if ((!p->shm_dev && !p->shm_ino) || (p->shm_dev == d->shm_dev && p->shm_ino == d->shm_ino))
                         continue;
                 grown = realloc(d->shm_others, (d->n_shm_others + 1) * sizeof(*grown));
@@ -420,6 +438,9 @@ static void device_fact(Doctor *d, int ordinal, const char *check, const gpuipc_
                 verdict(d, f->value ? V_OK : V_FAIL, label, "%s", f->value ? yes : no);
 }
 
+/* The CUDA side, independent of the broker: the driver, each visible device and the capabilities
+ * each kind needs. No usable CUDA is "none", not a FAIL, because a host without GPUs still runs
+ * memfd buffers, and doctor must not fail a CPU-only node for it. */
 static void check_gpus(Doctor *d)
 {
         gpuipc_cuda_info_t *info = calloc(1, sizeof(*info)); /* large: per-device facts with their reasons */
@@ -460,6 +481,9 @@ static void check_gpus(Doctor *d)
         free(info);
 }
 
+/* The checks run in dependency order (socket, broker, then what needs a connection) and each one
+ * runs even after an earlier failure, with the verdict unknown where it lacks its input: the whole
+ * picture at once saves a round of fixing one thing, rerunning and meeting the next. */
 int cmd_doctor(Ctl *ctl, int argc, char **argv)
 {
         Doctor d = { .ctl = ctl };

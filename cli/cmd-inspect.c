@@ -87,6 +87,8 @@ int cmd_ping(Ctl *ctl, int argc, char **argv)
 
 /* ---- buffers ---- */
 
+/* A buffer's JSON object: every field the broker lists, under the protocol's names, so that a
+ * script reading `ls --json` needs no second vocabulary. Used by ls and, inside its document, stat. */
 static void buffer_json(Json *o, const void *record)
 {
         const gpuipc_buffer_info_t *b = record;
@@ -112,6 +114,8 @@ static void buffer_json(Json *o, const void *record)
 static const char *const buffer_headers[] = { "ID", "NAME", "GEN", "KIND", "SIZE", "STATE", "REFS", "UID", "PID", "" };
 #define BUFFER_ALIGN "rllllrrrrl"
 
+/* The table keeps what a person compares at a glance; owner, holders, device and writable are in
+ * the JSON and in stat. */
 static void buffer_row(Table *t, const void *record)
 {
         const gpuipc_buffer_info_t *b = record;
@@ -139,6 +143,8 @@ static const CtlListing buffers_listing = {
         sizeof(gpuipc_buffer_info_t), PAGE, fetch_buffers, buffer_json, buffer_headers, BUFFER_ALIGN, buffer_row,
 };
 
+/* ls: buffers, then (text only) rings, under one prefix. The GPUs are not probed at connect
+ * (nothing here needs CUDA), which keeps ls fast on a host whose driver is slow to load. */
 int cmd_ls(Ctl *ctl, int argc, char **argv)
 {
         InspectArgs a;
@@ -161,6 +167,7 @@ int cmd_ls(Ctl *ctl, int argc, char **argv)
         return CTL_OK;
 }
 
+/* stat --json: {"buffer": {... as in ls ...}, "holders": [...]}, one document. */
 static void holders_json(const gpuipc_buffer_info_t *b, const gpuipc_holder_info_t *holders, int n)
 {
         Json j, o, h;
@@ -217,6 +224,8 @@ static int holders_text(const gpuipc_buffer_info_t *b, const gpuipc_holder_info_
         return r;
 }
 
+/* stat NAME | --id N | --ring NAME: one buffer and its holders (one page of them: the broker's
+ * count says when there are more), or a ring. */
 int cmd_stat(Ctl *ctl, int argc, char **argv)
 {
         gpuipc_holder_info_t *holders;
@@ -272,6 +281,7 @@ int cmd_stat(Ctl *ctl, int argc, char **argv)
 
 /* ---- peers ---- */
 
+/* A peer's JSON object; gpus is an array even when empty, so a script need not test for it. */
 static void peer_json(Json *o, const void *record)
 {
         const gpuipc_peer_info_t *p = record;
@@ -340,6 +350,7 @@ static const CtlListing peers_listing = {
         sizeof(gpuipc_peer_info_t), PAGE, fetch_peers, peer_json, peer_headers, "rrrrrllrrrrr", peer_row,
 };
 
+/* peers: every connection the policy shows this one (gpuipcctl's own included). */
 int cmd_peers(Ctl *ctl, int argc, char **argv)
 {
         InspectArgs a;
@@ -395,6 +406,9 @@ static void stats_json(const gpuipc_stat_t *items, int n)
         putchar('\n');
 }
 
+/* stats: the broker's counters in one request, into one page of GPUIPC_MAX_PAGE records (any beyond
+ * are left out), as name, qualifier and value. The text keeps one record a line, so
+ * grep and awk work on it; the JSON nests series under their name. */
 int cmd_stats(Ctl *ctl, int argc, char **argv)
 {
         gpuipc_stat_t *items;
@@ -440,6 +454,8 @@ int cmd_stats(Ctl *ctl, int argc, char **argv)
 
 /* ---- watch ---- */
 
+/* watch: every event under a prefix until interrupted, one line (or JSON document) each, flushed
+ * as it comes so a pipe sees it at once. It only ends on an error, which is its last line. */
 int cmd_watch(Ctl *ctl, int argc, char **argv)
 {
         gpuipc_event_t ev;

@@ -34,6 +34,7 @@ typedef struct Exporter {
         int timeout_ms; /* a scrape's deadline */
 } Exporter;
 
+/* A plain-text answer; without memory for it a bodiless 500, which the server can always send. */
 static void answer_text(HttpResponse *ret, int status, const char *text)
 {
         ret->status = status;
@@ -80,6 +81,9 @@ static void serve(HttpRequest *req, HttpResponse *ret, void *ud)
         }
 }
 
+/* metrics --listen: the order of set-up is the point. Listen (so a bad address fails before
+ * anything else starts), the sampler made but not started, the HTTP server, the signals, then the
+ * confinement, and only then the sampler's thread and the first byte read from the network. */
 static int listen_and_serve(Ctl *ctl, const char *spec, bool confined)
 {
         struct sigaction stop = { .sa_handler = on_stop_signal }, ignore = { .sa_handler = SIG_IGN };
@@ -152,6 +156,8 @@ static int listen_and_serve(Ctl *ctl, const char *spec, bool confined)
         return CTL_OK;
 }
 
+/* metrics: once to stdout (a textfile collector, a script), or with --listen as an exporter. The
+ * listen spec is checked before anything connects, so a typo is a usage error, not a late failure. */
 int cmd_metrics(Ctl *ctl, int argc, char **argv)
 {
         const char *listen_spec = NULL, *why, *what;

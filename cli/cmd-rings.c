@@ -16,6 +16,8 @@
  * it, and a short page keeps each request short for the broker's other peers. */
 #define PAGE 64
 
+/* A ring's JSON object; head and lag are null when unknown, never 0, since 0 is a real head (a
+ * ring that has sent nothing) and a real lag (a member that is caught up). */
 static void ring_json(Json *o, const void *record)
 {
         const gpuipc_ring_info_t *g = record;
@@ -42,6 +44,8 @@ static const char *const ring_headers[] = { "RING", "MODE", "KIND", "SLOTS", "SL
                                             "UID", "PID", "" };
 #define RING_ALIGN "lllrrrrrrrl"
 
+/* The last, headerless column flags a ring that is not joinable yet (parts still coming); empty
+ * for most rows, like ls's "held" column. */
 static void ring_row(Table *t, const void *record)
 {
         const gpuipc_ring_info_t *g = record;
@@ -86,6 +90,8 @@ int ctl_ls_rings(Ctl *ctl, const char *prefix)
         return r == GPUIPC_E_UNKNOWN_OP ? 0 : r;
 }
 
+/* rings [--prefix P]: the listing alone (ls shows it after the buffers); unlike ls, an old broker's
+ * unknown-op is an error here, since rings were asked for by name. */
 int cmd_rings(Ctl *ctl, int argc, char **argv)
 {
         const char *prefix = NULL, *none = NULL;
@@ -106,6 +112,8 @@ int cmd_rings(Ctl *ctl, int argc, char **argv)
 
 /* ---- one ring and its seats ---- */
 
+/* One seat: who holds it (peer 0 when it waits for a member) and how far its member is behind the
+ * head; position and lag are null when the broker could not read the member's page. */
 static void seat_json(Json *o, const gpuipc_ring_member_info_t *m)
 {
         json_ku64(o, "seat", m->seat);
@@ -147,6 +155,8 @@ static void seat_row(Table *t, const gpuipc_ring_member_info_t *m)
         table_cell(t, "%s", m->label);
 }
 
+/* stat --ring in text: the ring's row as rings shows it (same columns, to compare by eye), why its
+ * head is unknown if it is, then the seats. */
 static int ring_stat_text(const gpuipc_ring_info_t *g, const gpuipc_ring_member_info_t *seats, int n)
 {
         Table *ring = table_new(ring_headers, RING_ALIGN), *seated = table_new(seat_headers, "rrlrrrrrl");

@@ -63,6 +63,8 @@ static void avoid_pid(Run *run, uint64_t pid)
         run->n_avoided++;
 }
 
+/* A PID the command may have: not 1 (an init's, which processes in other containers often have
+ * too), at or past the target, and none a peer or a cuda-legacy producer has as its own. */
 static bool acceptable(const Run *run, pid_t pid)
 {
         return pid > 1 && pid >= run->target && !(run->avoid[(unsigned)pid / 8] & (1u << ((unsigned)pid % 8)));
@@ -192,6 +194,8 @@ static pid_t start_command(Run *run, char **argv, const sigset_t *old)
         return -1;
 }
 
+/* The shell's convention, so run is transparent to whoever waits for it: a command killed by a
+ * signal exits 128 + the signal. */
 static int exit_code(int status)
 {
         if (WIFSIGNALED(status))

@@ -23,6 +23,8 @@
 
 #define TICK_MS 200 /* how often serve looks at its stop flag */
 
+/* Set by SIGTERM or SIGINT; serve looks at it every TICK_MS between events. The handler only sets
+ * it: the leaving (which talks to the broker) happens in serve's loop, outside the signal. */
 static volatile sig_atomic_t stop_requested;
 
 static void on_stop_signal(int sig)
@@ -31,6 +33,7 @@ static void on_stop_signal(int sig)
         stop_requested = 1;
 }
 
+/* What load and serve were asked for; files point into argv. */
 typedef struct LoadArgs {
         const char *name;
         char **files;
@@ -47,6 +50,9 @@ typedef struct Progress {
         bool shown;
 } Progress;
 
+/* gpuipc_buffer_load's callback, after each chunk, on the calling thread. Redraws are rate-limited:
+ * at a few GB/s chunks come far faster than a person reads, and the terminal's writes would cost the
+ * load time. The last call (done == total) always draws, so the line ends at 100%. */
 static void on_progress(uint64_t done, void *ud)
 {
         Progress *p = ud;
@@ -64,6 +70,9 @@ static void on_progress(uint64_t done, void *ud)
         p->shown = true;
 }
 
+/* load's and serve's arguments. cuda-legacy is refused here: broker-held memory outlives its
+ * producer, so it must be exportable as an fd, which legacy IPC handles are not. --chunk is bounded
+ * so that the staging memory (two chunks, page-locked) stays reasonable and a read is never tiny. */
 static int parse_load(Ctl *ctl, int argc, char **argv, LoadArgs *a)
 {
         int c, r;
@@ -127,6 +136,8 @@ static int check_room(Ctl *ctl, const LoadArgs *a, const Checkpoint *ck)
                          ck->size, want, a->device, free_b, have, all);
 }
 
+/* The summary: total time and rate, and how it split between reading the files and waiting for the
+ * device's copies, which says whether the disk or the GPU set the pace. */
 static void print_loaded(Ctl *ctl, const LoadArgs *a, const Checkpoint *ck, const gpuipc_buffer_t *b,
                          const gpuipc_load_stats_t *st)
 {
@@ -191,6 +202,7 @@ static int load_and_publish(Ctl *ctl, const LoadArgs *a, gpuipc_buffer_t **ret_b
         char err[1024];
         int r;
 
+        /* Headers first, before connecting: a bad file is refused without touching the broker. */
         r = checkpoint_open(a->files, a->n_files, &ck, err, sizeof(err));
         if (r == -ENOMEM)
                 return ctl_error(ctl, "no-memory", "reading the checkpoint's headers: out of memory");
@@ -227,6 +239,8 @@ static int load_and_publish(Ctl *ctl, const LoadArgs *a, gpuipc_buffer_t **ret_b
                 r = ctl_fail(ctl, "loading the checkpoint", r);
                 goto out;
         }
+        /* The manifest goes last: a buffer without it is no state dict, and it is only written once
+         * every tensor is in. */
         r = gpuipc_buffer_write(b, (size_t)ck->manifest_offset, ck->manifest, ck->manifest_len);
         if (r < 0) {
                 r = ctl_fail(ctl, "writing the manifest", r);
@@ -256,6 +270,7 @@ static void leave_to_broker(Ctl *ctl)
         ctl->c = NULL;
 }
 
+/* load: publish, then leave the buffer to the broker and exit. */
 static int weights_load(Ctl *ctl, int argc, char **argv)
 {
         gpuipc_buffer_t *b = NULL;
@@ -271,6 +286,8 @@ static int weights_load(Ctl *ctl, int argc, char **argv)
         return CTL_OK;
 }
 
+/* serve: publish, then stay the producer until stopped or until the weights drained. Signals are
+ * set up before the load so that a SIGTERM during a long load stops the loop at once after it. */
 static int weights_serve(Ctl *ctl, int argc, char **argv)
 {
         struct sigaction sa = { .sa_handler = on_stop_signal };
@@ -313,6 +330,8 @@ static int weights_serve(Ctl *ctl, int argc, char **argv)
 
 /* ---- ls and drop ---- */
 
+/* A retired version still held is "draining": that is what a user sees after loading a new version
+ * or dropping one, and the word says the memory goes once its holders let go. */
 static const char *weights_state(const gpuipc_buffer_info_t *b)
 {
         return b->state == GPUIPC_STATE_LIVE ? "live" : b->state == GPUIPC_STATE_RETIRED ? "draining" : "idle";
@@ -374,6 +393,7 @@ static const CtlListing weights_listing = {
         sizeof(gpuipc_buffer_info_t), 256, fetch_weights, weights_json, weights_headers, "lllllrrrl", weights_row,
 };
 
+/* ls: the broker's own listing, kept to broker-held buffers; weights are exactly those. */
 static int weights_ls(Ctl *ctl, int argc, char **argv)
 {
         const char *prefix = NULL;
@@ -392,6 +412,9 @@ static int weights_ls(Ctl *ctl, int argc, char **argv)
         return r < 0 ? ctl_fail(ctl, "list", r) : CTL_OK;
 }
 
+/* drop: a stat first, so that a name that is not weights (a producer's own buffer) is refused with
+ * the right fix instead of being retired by mistake; then a retire by id, which is the buffer the
+ * stat saw even if the name is published again meanwhile. */
 static int weights_drop(Ctl *ctl, int argc, char **argv)
 {
         gpuipc_buffer_info_t info;
@@ -485,6 +508,8 @@ static const CtlCommand weights_commands[] = {
           "producer runs (stop `weights serve` first) and to a policy admin.", NULL, CTL_VALUE_NAME },
 };
 
+/* Dispatches "weights SUB": each subcommand parses its own options (optind reset), with argv moved
+ * past "weights" so that its usage and help are its own. */
 int cmd_weights(Ctl *ctl, int argc, char **argv)
 {
         if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0))

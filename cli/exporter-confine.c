@@ -97,6 +97,8 @@ static int landlock_nothing(const char **why)
 
 /* libseccomp is loaded when the exporter confines itself, not linked: gpuipcctl ships in the client
  * image for application containers, which need libc alone for every other command. */
+/* libseccomp's calls, resolved at run time like libmicrohttpd's (http.c): gpuipcctl's other commands
+ * run without libseccomp installed. */
 static struct {
         scmp_filter_ctx (*init)(uint32_t def_action);
         void (*release)(scmp_filter_ctx ctx);
@@ -193,6 +195,8 @@ static void sigsys_handler(int sig, siginfo_t *info, void *uctx)
         errno = saved;
 }
 
+/* The cleanup of seccomp_confine's filter: every return path frees it (once loaded, the kernel keeps
+ * its own copy). */
 static void ctx_release(scmp_filter_ctx *ctx)
 {
         if (*ctx)
@@ -219,6 +223,8 @@ static int add_rule(scmp_filter_ctx ctx, const SandboxRule *rule, uint32_t actio
         return scmp.rule_add_array(ctx, action, nr, (unsigned)rule->n_conds, cmp);
 }
 
+/* Whether a kill-listed call is one the sanitizer table allows: an allow must win there, or a
+ * sanitizer build would be killed by its own runtime. */
 static bool in_table(const SandboxRule *table, size_t n, const char *name)
 {
         for (size_t i = 0; i < n; i++)
@@ -265,6 +271,8 @@ static int filter_build(scmp_filter_ctx *ret)
         return 0;
 }
 
+/* Names of every call number are looked up before the filter loads: the SIGSYS handler must name
+ * the trapped call without calling into libseccomp (not async-signal-safe, and maybe not allowed). */
 static int seccomp_confine(const char **why)
 {
         __attribute__((cleanup(ctx_release))) scmp_filter_ctx ctx = NULL;

@@ -237,6 +237,9 @@ const size_t ctl_n_commands = sizeof(ctl_commands) / sizeof(ctl_commands[0]);
  * needs a NULL check and --help prints the tool's usage. */
 static const CtlCommand global = { "", NULL, "", "", "", ctl_global_options, CTL_VALUE_NONE };
 
+/* The tool's usage, from the command table, so a new command is listed without touching this;
+ * commands without a summary (internal ones, such as __complete-names) are left out. The exit codes
+ * are part of the contract scripts rely on, so they are printed here, where people look first. */
 static void usage(FILE *f)
 {
         fprintf(f, "Usage: gpuipcctl [--socket PATH] [--json] [--timeout MS] COMMAND [ARGS]\n"
@@ -250,6 +253,7 @@ static void usage(FILE *f)
                    "Exit codes: 0 ok, 1 failed (or the data did not verify), 2 usage, 3 no broker\n");
 }
 
+/* --help goes to stdout and exits 0 (it was asked for); usage errors go to stderr and exit 2. */
 int ctl_help(const Ctl *ctl)
 {
         const CtlCommand *cmd = ctl->cmd;
@@ -323,6 +327,8 @@ int ctl_bad_option(Ctl *ctl, int argc, char **argv, int c)
         return ctl_usage(ctl, "unknown option '%s'", arg);
 }
 
+/* --socket, then GPUIPC_SOCKET, then the default: the order the library follows, so that the path
+ * gpuipcctl reports (doctor, error hints) is the one it connects to. */
 const char *ctl_socket_path(const Ctl *ctl)
 {
         const char *p = ctl->socket;
@@ -392,6 +398,8 @@ int ctl_fail_detail(Ctl *ctl, const char *what, int err, const char *detail)
         return err == GPUIPC_E_NO_BROKER || err == GPUIPC_E_DISCONNECTED ? CTL_NO_BROKER : CTL_FAILED;
 }
 
+/* A failure gpuipcctl finds itself (not the library): name is the error document's "error", which
+ * scripts match, so it is one of the library's names where one fits ("no-memory", "invalid"). */
 int ctl_error(Ctl *ctl, const char *name, const char *fmt, ...)
 {
         char msg[1024];
@@ -466,6 +474,8 @@ static bool json_requested(int argc, char **argv)
         return false;
 }
 
+/* Global options, wherever they stand: called by ctl_next_option both before the command and among
+ * the command's own options, so "gpuipcctl ls --json" works as "gpuipcctl --json ls" does. */
 int ctl_global_option(Ctl *ctl, int id, const char *value)
 {
         long v;

@@ -146,6 +146,8 @@ int http_check_spec(const char *spec, const char **why)
         return 0;
 }
 
+/* The address the socket is bound to, as HOST:PORT or [HOST]:PORT: read back from the socket, so a
+ * :0 request reports the port the kernel picked, which is what a test or supervisor must connect to. */
 static void describe_bound(int fd, char *buf, size_t cap)
 {
         struct sockaddr_storage ss;
@@ -225,6 +227,8 @@ static struct {
 #undef X
 } mhd;
 
+/* Resolves every call once (MHD_CALLS): a library that lacks one is refused up front, naming the
+ * version needed, instead of failing at the first scrape that reaches the missing call. */
 static int mhd_open(const char **why)
 {
         static bool loaded;
@@ -261,6 +265,7 @@ static bool cut(Slot *slot)
         return true;
 }
 
+/* A slot that holds a connection libmicrohttpd still serves (a cut one only waits for its close). */
 static bool live(const Slot *slot)
 {
         return slot->state != SLOT_FREE && slot->state != SLOT_CUT;
@@ -307,6 +312,8 @@ static void make_room(HttpServer *s, Slot *newcomer, uint64_t now)
                 cut(evictable(s, NULL, now));
 }
 
+/* A peer's address as one key for the per-address limit: IPv4 as its IPv4-mapped IPv6 form, so a
+ * client counts once whichever family it came over. */
 static void addr_key(const struct sockaddr *sa, struct in6_addr *key)
 {
         memset(key, 0, sizeof(*key));
@@ -353,6 +360,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 
 /* ---- one request ---- */
 
+/* libmicrohttpd's free callback: the response borrowed the body's bytes, so the reference is only
+ * dropped once the response is gone (a shared sample stays alive while any client still reads it). */
 static void body_release(void *body)
 {
         http_body_unref(body);
@@ -445,6 +454,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 /* ---- the loop ---- */
 
+/* Takes cfg->listen_fd whatever happens (closed on failure), so the caller has one fd fewer to
+ * track on its error paths. */
 int http_server_new(HttpServer **ret, const HttpServerConfig *cfg, const char **why)
 {
         HttpServer *s;
@@ -536,6 +547,9 @@ static int housekeeping(HttpServer *s, uint64_t now)
         return next > now ? (int)(next - now) : 0;
 }
 
+/* One thread serves every connection: libmicrohttpd's epoll fd and the sampler's wake fd in one
+ * poll, woken by the earliest of the library's own timeout and the scrapes' deadlines; a signal
+ * (stop) ends the loop between two runs, never inside one. */
 int http_server_run(HttpServer *s, volatile sig_atomic_t *stop)
 {
         while (!*stop) {

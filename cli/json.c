@@ -22,6 +22,8 @@ void json_end(Json *j, char close)
         j->first = false;
 }
 
+/* The comma before every value or key but a container's first: the one place that tracks it, so
+ * callers never write separators themselves. */
 void json_next(Json *j)
 {
         if (!j->first)
@@ -109,6 +111,8 @@ void json_ku64_or_null(Json *j, const char *key, bool known, uint64_t v)
                 fputs("null", j->f);
 }
 
+/* null rather than "" for an absent string (a memfd's device), so that JSON readers can tell "none"
+ * from an empty value without knowing which fields may be empty. */
 void json_kstr_or_null(Json *j, const char *key, const char *s)
 {
         if (s && s[0]) {

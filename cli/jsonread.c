@@ -11,6 +11,8 @@ void jsonread_init(JsonRead *r, const void *text, size_t len)
         r->err_at = 0;
 }
 
+/* Only the first error is kept: later calls fail because of it, and naming them would point the
+ * user at a symptom instead of the byte where the text went wrong. */
 bool jsonread_fail(JsonRead *r, const char *why)
 {
         if (!r->err) {
@@ -20,12 +22,14 @@ bool jsonread_fail(JsonRead *r, const char *why)
         return false;
 }
 
+/* JSON's four white-space characters, and no others (a form feed or NBSP is an error in JSON). */
 static void skip_space(JsonRead *r)
 {
         while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r'))
                 r->p++;
 }
 
+/* '\0' doubles as "at the end": callers that must tell it from a NUL byte look at r->p too. */
 char jsonread_peek(JsonRead *r)
 {
         if (r->err)
@@ -34,6 +38,8 @@ char jsonread_peek(JsonRead *r)
         return r->p < r->end ? *r->p : '\0';
 }
 
+/* The message names what was expected, so an error reads "byte N: expected ':'"; the end of the
+ * text gets a message of its own, since "expected" would blame a character that is not there. */
 bool jsonread_expect(JsonRead *r, char c)
 {
         static const char *const msgs[128] = {
@@ -50,6 +56,8 @@ bool jsonread_expect(JsonRead *r, char c)
         return true;
 }
 
+/* The caller keeps *first, so that a trailing comma ("[1,]") fails here: after a ',' a member must
+ * follow, and the closing bracket is only taken where a member or the opening came just before. */
 bool jsonread_more(JsonRead *r, char close, bool *first)
 {
         char c = jsonread_peek(r);
@@ -68,6 +76,7 @@ bool jsonread_more(JsonRead *r, char close, bool *first)
         return true;
 }
 
+/* A hex digit's value, either case; -1 for anything else. */
 static int hex(char c)
 {
         if (c >= '0' && c <= '9')
@@ -145,6 +154,7 @@ static bool put_cp(JsonRead *r, char *buf, size_t cap, size_t *n, unsigned cp, c
                 tmp[0] = (char)(0xf0 | cp >> 18), tmp[1] = (char)(0x80 | (cp >> 12 & 0x3f));
                 tmp[2] = (char)(0x80 | (cp >> 6 & 0x3f)), tmp[3] = (char)(0x80 | (cp & 0x3f)), len = 4;
         }
+        /* cap - 1: the NUL always fits. Without buf the string is only measured and checked. */
         if (buf) {
                 if (cap - 1 - *n < len)
                         return jsonread_fail(r, too_long);
@@ -171,6 +181,8 @@ static bool read_string(JsonRead *r, char *buf, size_t cap, size_t *ret_len, con
                         r->p++;
                         break;
                 }
+                /* JSON forbids raw control characters in strings; a name with one would also be
+                 * unsafe to print. */
                 if (c < 0x20)
                         return jsonread_fail(r, "a string holds a control character");
                 if (c == '\\') {
@@ -190,6 +202,8 @@ static bool read_string(JsonRead *r, char *buf, size_t cap, size_t *ret_len, con
                         case 'u':
                                 if (!read_u4(r, &cp))
                                         return false;
+                                /* A high surrogate must be followed by a low one; together they
+                                 * are one code point past U+FFFF. A lone half is no character. */
                                 if (cp >= 0xd800 && cp <= 0xdbff) {
                                         unsigned lo;
                                         if (r->end - r->p < 2 || r->p[0] != '\\' || r->p[1] != 'u')
@@ -203,6 +217,7 @@ static bool read_string(JsonRead *r, char *buf, size_t cap, size_t *ret_len, con
                                 } else if (cp >= 0xdc00 && cp <= 0xdfff) {
                                         return jsonread_fail(r, "a \\u escape holds half a surrogate pair");
                                 }
+                                /* Names become C strings: a NUL inside would cut them short. */
                                 if (cp == 0)
                                         return jsonread_fail(r, "a string holds U+0000");
                                 break;
@@ -214,6 +229,7 @@ static bool read_string(JsonRead *r, char *buf, size_t cap, size_t *ret_len, con
                                 return false;
                         continue;
                 }
+                /* Raw bytes are taken one UTF-8 sequence at a time, so bad UTF-8 is refused at its byte. */
                 size_t len = utf8_len((const unsigned char *)r->p, (size_t)(r->end - r->p));
                 if (!len)
                         return jsonread_fail(r, "a string is not valid UTF-8");
@@ -232,6 +248,7 @@ static bool read_string(JsonRead *r, char *buf, size_t cap, size_t *ret_len, con
         return true;
 }
 
+/* cap 0 has no room for the NUL: refused up front, since read_string's room checks count it. */
 bool jsonread_string(JsonRead *r, char *buf, size_t cap, size_t *ret_len, const char *what)
 {
         if (cap == 0)
@@ -239,6 +256,8 @@ bool jsonread_string(JsonRead *r, char *buf, size_t cap, size_t *ret_len, const 
         return read_string(r, buf, cap, ret_len, what);
 }
 
+/* Digits only, checked for overflow before each step; a leading zero, a fraction or an exponent is
+ * refused even where the value would be whole ("1e3"), as offsets and sizes are never written so. */
 bool jsonread_u64(JsonRead *r, uint64_t *ret, const char *what)
 {
         uint64_t v = 0;
@@ -299,6 +318,7 @@ static bool skip_number(JsonRead *r)
         return true;
 }
 
+/* true, false or null, spelled exactly. */
 static bool skip_word(JsonRead *r, const char *w)
 {
         size_t n = strlen(w);

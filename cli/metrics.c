@@ -166,6 +166,7 @@ typedef struct Sink {
         Json families, family_obj, samples;
 } Sink;
 
+/* The TYPE line's word, and the JSON's "type": Prometheus's own names, so the two formats agree. */
 static const char *type_name(MetricType t)
 {
         return t == COUNTER ? "counter" : t == HISTOGRAM ? "histogram" : "gauge";
@@ -288,6 +289,8 @@ static const gpuipc_stat_t *find(const gpuipc_stat_t *stats, int n, bool *used, 
         return NULL;
 }
 
+/* A histogram family from the broker's bucket records (bounds in microseconds, written in seconds)
+ * and its _count and _sum records, each marked used so it is not exported again as undescribed. */
 static void histogram(Sink *s, const MetricDesc *d, const gpuipc_stat_t *stats, int n, bool *used)
 {
         static const char *const le[] = { "le" };
@@ -322,6 +325,8 @@ static void histogram(Sink *s, const MetricDesc *d, const gpuipc_stat_t *stats, 
         sample(s, "_count", NULL, NULL, 0, value);
 }
 
+/* Entries of one family (a labelled family's fixed values) sit together in descs[], the first one
+ * carrying HELP; a family has one HELP line, so the later ones leave theirs NULL. */
 static const char *help_of(const MetricDesc *d)
 {
         /* A family's later entries share the first one's HELP. */
@@ -330,6 +335,8 @@ static const char *help_of(const MetricDesc *d)
         return d->help;
 }
 
+/* Exports the records a descs[] entry names, under its metric name, type and unit. A record may
+ * match only one entry (used[]), which is what keeps a sample from appearing in two families. */
 static void described(Sink *s, const MetricDesc *d, const gpuipc_stat_t *stats, int n, bool *used)
 {
         char value[32];
@@ -366,6 +373,7 @@ static bool name_ok(const char *s)
         return true;
 }
 
+/* For an undescribed record's name: "_total" means a counter, "_us"/"_ms" a duration to scale. */
 static bool ends_with(const char *s, const char *suffix)
 {
         size_t n = strlen(s), m = strlen(suffix);
@@ -424,6 +432,8 @@ static const RingDesc ring_descs[] = {
           "Slots of the ring: frames its producer may publish ahead of its slowest member (backpressure)." },
 };
 
+/* false for a value the broker could not read (head, lag): no sample is better than a 0 that
+ * would read as "caught up" on a dashboard. */
 static bool ring_value(const gpuipc_ring_info_t *g, RingValue v, uint64_t *ret)
 {
         switch (v) {
@@ -456,6 +466,9 @@ static void rings(Sink *s, const gpuipc_ring_info_t *items, int n)
         }
 }
 
+/* Every family, in a fixed order: up and build_info first (they go out even when the broker did not
+ * answer), then the described records, then whatever a newer broker sent that we have no entry for,
+ * then the rings. A stale sample is still exported, marked by its timestamp family. */
 static void write_all(Sink *s, const MetricsInput *in)
 {
         const gpuipc_stat_t *stats = in->stats;
@@ -495,6 +508,7 @@ static void write_all(Sink *s, const MetricsInput *in)
         free(used);
 }
 
+/* The two formats share write_all: the Sink decides per sample how it is written. */
 void metrics_write_text(FILE *f, const MetricsInput *in)
 {
         Sink s = { .f = f };

@@ -42,6 +42,8 @@ static const CtlOption *by_letter(const CtlOption *table, int letter)
         return NULL;
 }
 
+/* The option of table with this long name: a command's own option of a global option's name wins
+ * over the global one (build_parser), so a command can give a name its own meaning. */
 static const CtlOption *by_name(const CtlOption *table, const char *name)
 {
         for (const CtlOption *o = table; o->id; o++)
@@ -98,6 +100,8 @@ static void build_parser(const CtlOption *table, bool stop_at_operand)
         parser.shortopts[ns] = 0;
 }
 
+/* On stderr, and as a note, not an error: the old spelling still works, and --json's stdout must
+ * stay one document. */
 void ctl_deprecated(Ctl *ctl, const char *used, const char *instead)
 {
         fprintf(stderr, "gpuipcctl%s%s: note: %s is deprecated and will be removed; %s\n", ctl->cmd->name[0] ? " " : "",
@@ -203,6 +207,9 @@ static void print_option(FILE *f, const CtlOption *o)
         fprintf(f, "%s\n", text);
 }
 
+/* --help's option list, from the same table the parser uses, so help cannot drift from what is
+ * accepted; deprecated spellings come last, in a section of their own, so the main list shows only
+ * what to use. */
 void ctl_print_options(FILE *f, const CtlOption *options)
 {
         bool any_deprecated = false;

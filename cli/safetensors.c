@@ -10,6 +10,9 @@
 #include "jsonread.h"
 #include "safetensors.h"
 
+/* The format's dtypes: the name a header spells and the bits of one element. Bits, not bytes, since
+ * F4 and the F6 types pack several elements a byte: a tensor's byte size is only whole for some
+ * element counts (check_size). */
 static const struct {
         const char *name;
         unsigned bits;
@@ -33,6 +36,9 @@ unsigned safetensors_dtype_bits(SafetensorsDtype d)
         return d < ST_N_DTYPES ? dtypes[d].bits : 0;
 }
 
+/* The 8 bytes are a little-endian u64. Checked before anything is allocated for the header: the
+ * format's limit first (a length no writer makes, whatever the file), then the file's size (a
+ * truncated file), then a floor of "{}". */
 int safetensors_header_len(const uint8_t first8[8], uint64_t file_size, uint64_t *ret, char *err, size_t cap)
 {
         uint64_t n = 0;
@@ -96,6 +102,8 @@ __attribute__((format(printf, 2, 3))) static bool fail(Parse *p, const char *fmt
         return false;
 }
 
+/* An exact, case-sensitive match of the format's names: a dtype we do not know is refused, since
+ * its element size, and so the tensor's bytes, would be a guess. */
 static bool read_dtype(Parse *p, SafetensorsTensor *t)
 {
         char name[16];
@@ -111,6 +119,7 @@ static bool read_dtype(Parse *p, SafetensorsTensor *t)
         return fail(p, "tensor '%s': unknown dtype '%s'", t->name, name);
 }
 
+/* At most SAFETENSORS_MAX_NDIM dimensions (the fixed array of SafetensorsTensor); [] is a scalar. */
 static bool read_shape(Parse *p, SafetensorsTensor *t)
 {
         bool first = true;
@@ -127,6 +136,8 @@ static bool read_shape(Parse *p, SafetensorsTensor *t)
         return !jsonread_failed(&p->r);
 }
 
+/* [begin, end) relative to the data that follows the header; it must lie within the file, which is
+ * what lets a loader read each tensor by offset without checking again. */
 static bool read_offsets(Parse *p, SafetensorsTensor *t)
 {
         bool first = true;
@@ -169,6 +180,7 @@ static bool check_size(Parse *p, const SafetensorsTensor *t)
         }
         if (n > UINT64_MAX / bits)
                 return fail(p, "tensor '%s': its shape's size overflows 64 bits", t->name);
+        /* Sub-byte dtypes (F4, F6) must fill whole bytes: the format stores no partial byte. */
         if (n * bits % 8)
                 return fail(p, "tensor '%s': %" PRIu64 " %s elements do not fill whole bytes", t->name, n,
                             dtypes[t->dtype].name);
@@ -182,6 +194,7 @@ static bool check_size(Parse *p, const SafetensorsTensor *t)
 static bool read_tensor(Parse *p, SafetensorsTensor *t)
 {
         bool first = true, have_dtype = false, have_shape = false, have_offsets = false;
+        /* The entry's start: a missing key is reported there, not at its closing brace. */
         const char *at = p->r.p;
 
         if (!jsonread_expect(&p->r, '{'))
@@ -225,6 +238,7 @@ static bool read_metadata(Parse *p)
 {
         bool first = true;
 
+        /* The format allows only string values here; anything else marks a writer we do not know. */
         if (jsonread_peek(&p->r) != '{')
                 return fail(p, "__metadata__ is not an object");
         p->r.p++;
@@ -241,6 +255,8 @@ static bool read_metadata(Parse *p)
         return !jsonread_failed(&p->r);
 }
 
+/* By begin, then end, then name: a total order, so that overlap errors name the same pair on every
+ * run. */
 static int cmp_begin(const void *a, const void *b)
 {
         const SafetensorsTensor *x = *(const SafetensorsTensor *const *)a, *y = *(const SafetensorsTensor *const *)b;
@@ -282,6 +298,7 @@ static int cmp_name(const void *a, const void *b)
         return strcmp((*(const SafetensorsTensor *const *)a)->name, (*(const SafetensorsTensor *const *)b)->name);
 }
 
+/* A name twice would make two tensors of one key in a state dict, one silently lost: refused. */
 static int check_names(SafetensorsHeader *h, char *err, size_t cap)
 {
         SafetensorsTensor **by = malloc((h->n ? h->n : 1) * sizeof(*by));
@@ -302,6 +319,8 @@ static int check_names(SafetensorsHeader *h, char *err, size_t cap)
         return 0;
 }
 
+/* Room for one more tensor, doubling from 64: the header's length, checked before parsing, bounds
+ * how many entries there can be. */
 static bool grow(Parse *p)
 {
         SafetensorsTensor *t;
@@ -329,6 +348,7 @@ int safetensors_parse(const char *json, size_t len, uint64_t file_size, Safetens
         p.h = calloc(1, sizeof(*p.h));
         if (!p.h)
                 return -ENOMEM;
+        /* Offsets in the header are relative to the data, which starts right after it. */
         p.h->data_start = 8 + (uint64_t)len;
         p.h->data_size = file_size - p.h->data_start;
         jsonread_init(&p.r, json, len);
@@ -359,6 +379,7 @@ int safetensors_parse(const char *json, size_t len, uint64_t file_size, Safetens
                 if (!t->name)
                         goto nomem;
                 memcpy(t->name, name, n + 1);
+                /* Counted before it is read: a tensor that fails half-read is freed with the rest. */
                 p.h->n++;
                 if (!read_tensor(&p, t))
                         goto bad;
@@ -369,6 +390,7 @@ int safetensors_parse(const char *json, size_t len, uint64_t file_size, Safetens
                 fail(&p, "something follows the header's JSON object");
                 goto bad;
         }
+        /* Whole-header checks, once every entry is known: names unique, byte ranges disjoint. */
         r = check_names(p.h, err, cap);
         if (r == 0)
                 r = check_layout(p.h, err, cap);

@@ -46,6 +46,8 @@ struct Sampler {
         bool logged_down;
 };
 
+/* A sample rendered once, into a reference-counted body that every scrape answered from it shares:
+ * rendering per scrape would repeat the work for each of many scrapers, under no lock. */
 static HttpBody *render(const MetricsInput *in)
 {
         char *text = NULL;
@@ -175,6 +177,8 @@ static bool sample(Sampler *s, HttpBody **fresh, HttpBody **stale, char *why, si
         return true;
 }
 
+/* The health check between scrapes: a ping is cheap for the broker, unlike a full sample, so an
+ * idle exporter still notices a broker that stopped answering (sampler_healthy). */
 static bool ping(Sampler *s, char *why, size_t cap)
 {
         int r = reach(s, why, cap);
@@ -187,6 +191,8 @@ static bool ping(Sampler *s, char *why, size_t cap)
         return r == 0;
 }
 
+/* Tells the HTTP loop (polling wake_fd, an eventfd) that a sample ended, so the scrapes waiting
+ * for it are answered now rather than at their next timeout. A failed write only delays them. */
 static void wake(Sampler *s)
 {
         uint64_t one = 1;
@@ -211,6 +217,9 @@ static void record(Sampler *s, bool ok, const char *why, HttpBody *fresh, HttpBo
         }
 }
 
+/* The sampler thread: a sample when a ticket asks for one, else a ping when the last call is older
+ * than HEALTH_PERIOD_MS, else a sleep until then (or until a ticket comes). Only this thread talks to
+ * the broker, one call at a time, so scrapes never pile up calls on it. */
 static void *run(void *arg)
 {
         Sampler *s = arg;
@@ -262,6 +271,8 @@ static void *run(void *arg)
 
 /* ---- the serving thread's side ---- */
 
+/* A sample younger than MIN_INTERVAL_MS answers a new scrape as it is: many scrapers (or a
+ * retrying one) then cost the broker one sample, not one each. */
 uint64_t sampler_want(Sampler *s, uint64_t now)
 {
         uint64_t ticket;
@@ -279,6 +290,8 @@ uint64_t sampler_want(Sampler *s, uint64_t now)
         return ticket;
 }
 
+/* A scrape past its deadline (late) gets the last good sample with up 0, or up 0 alone: an
+ * answer in time with what is known beats a timeout that Prometheus would count as a failed scrape. */
 bool sampler_answer(Sampler *s, uint64_t ticket, bool late, HttpBody **ret)
 {
         bool answered = true;
@@ -368,6 +381,9 @@ int sampler_start(Sampler *s)
         return 0;
 }
 
+/* Waits STOP_WAIT_MS at most: the thread may be inside a broker call that only its timeout ends,
+ * and a stopping exporter should not hang on it. A thread that did not exit is left to the process's
+ * exit, and s with it (freeing it under a running thread would be a use after free). */
 void sampler_stop(Sampler *s)
 {
         uint64_t at = monotonic_ms() + STOP_WAIT_MS;

@@ -117,6 +117,7 @@ void table_cell(Table *t, const char *fmt, ...)
         add(t, safe);
 }
 
+/* Rows below the header (cells are stored row by row, the header's first). */
 size_t table_rows(const Table *t)
 {
         return t->n_cells / t->n_columns - 1;

@@ -409,7 +409,7 @@ _public_ int gpuipc_retire(gpuipc_t *c, gpuipc_buffer_t *b)
 _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms)
 {
         CLIENT_LOCKED(c);
-        uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : monotonic_ms() + (uint64_t)timeout_ms;
+        uint64_t deadline = client_deadline(timeout_ms);
 
         if (!c || !b)
                 return GPUIPC_E_INVALID;
@@ -423,14 +423,13 @@ _public_ int gpuipc_wait_drained(gpuipc_t *c, gpuipc_buffer_t *b, int timeout_ms
                 return GPUIPC_E_STATE;
         }
         while (b->state == PROTO_STATE_LIVE || b->state == PROTO_STATE_RETIRED) {
-                uint64_t now = monotonic_ms();
-                int r;
+                int left = client_remaining_ms(deadline), r;
 
-                if (deadline != UINT64_MAX && now >= deadline) {
+                if (left == 0) {
                         client_errmsg(c, "'%s' still has references", b->name);
                         return GPUIPC_E_TIMEOUT;
                 }
-                r = client_pump(c, deadline == UINT64_MAX ? -1 : (int)MIN(deadline - now, (uint64_t)INT32_MAX));
+                r = client_pump(c, left);
                 if (r < 0)
                         return r;
         }

@@ -121,15 +121,22 @@ static int ring_blocker(gpuipc_ring_t *r, uint64_t head)
         return -1;
 }
 
+/* How long a busy-wait may spin, in ns: the ring's spin_us, but never past the caller's deadline
+ * (limit_ms left of it; <0: none), so a short timeout is not overrun by the spin. */
+static uint64_t spin_budget_ns(const gpuipc_ring_t *r, int limit_ms)
+{
+        uint64_t spin_ns = (uint64_t)r->spin_us * 1000;
+
+        return limit_ms >= 0 && (uint64_t)limit_ms * 1000000 < spin_ns ? (uint64_t)limit_ms * 1000000 : spin_ns;
+}
+
 /* Busy-waits up to spin_us (and limit_ms) for the member of page m (seat `s`) to let frame
  * r->next through; without r->lock, so reading only that page (mapped until the seat's next
  * renewal but one). */
 static bool spin_until_free(gpuipc_ring_t *r, const volatile RingMember *m, Seat s, uint64_t head, int limit_ms)
 {
-        uint64_t t0 = monotonic_ns(), spin_ns = (uint64_t)r->spin_us * 1000;
+        uint64_t t0 = monotonic_ns(), spin_ns = spin_budget_ns(r, limit_ms);
 
-        if (limit_ms >= 0 && (uint64_t)limit_ms * 1000000 < spin_ns)
-                spin_ns = (uint64_t)limit_ms * 1000000;
         for (unsigned k = 0;; k++) {
                 RingMemberView v = ring_member_view(m, s.epoch, s.start, head);
 
@@ -545,12 +552,10 @@ void ring_doorbell_sleep(gpuipc_ring_t *r, uint32_t seen, int timeout_ms)
 /* Busy-waits up to spin_us (and limit_ms) for head to reach the next frame: true when it did. */
 static bool spin_for_frame(gpuipc_ring_t *r, int limit_ms)
 {
-        uint64_t t0 = monotonic_ns(), spin_ns = (uint64_t)r->spin_us * 1000;
+        uint64_t t0 = monotonic_ns(), spin_ns = spin_budget_ns(r, limit_ms);
 
         if (!r->seated)
                 return false;
-        if (limit_ms >= 0 && (uint64_t)limit_ms * 1000000 < spin_ns)
-                spin_ns = (uint64_t)limit_ms * 1000000;
         for (unsigned k = 0;; k++) {
                 if (frame_may_be_there(r, __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE)))
                         return true;

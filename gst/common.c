@@ -44,6 +44,9 @@ gpuipc_t *gst_gpuipc_connect(GstElement *element, const char *socket_path)
         return c;
 }
 
+/* Every library failure reaches the application the same way: what failed, why (the library's
+ * message, else its error's text), and a hint for the fix in the debug part, where gst-launch and
+ * applications show it. */
 void gst_gpuipc_post_error(GstElement *element, GQuark domain, gint code, const char *why, int err,
                            const char *hint, const char *file, const char *function, int line, const char *fmt,
                            ...)

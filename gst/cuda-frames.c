@@ -46,6 +46,8 @@ static CudaFrames *frames_new(GstElement *element)
         return cu;
 }
 
+/* The device of a context, which may have come from the application or a neighbour element
+ * (GstContext sharing), not from our device property: the ring's slots must live on it. */
 static int context_device(GstCudaContext *ctx)
 {
         guint id = 0;
@@ -67,6 +69,9 @@ static gboolean cuda_ok(CudaFrames *cu, CUresult r, const char *call)
         return FALSE;
 }
 
+/* Made at the first CUDA caps, not at start: a pipeline of host memory never loads the CUDA driver.
+ * A context shared by the pipeline is used when there is one, so that upstream's memory and the
+ * slots are on one device and copies stay device to device. */
 gboolean cuda_frames_ensure(GstElement *element, CudaFrames **cup, int device)
 {
         CudaFrames *cu;
@@ -134,6 +139,7 @@ int cuda_frames_device(const CudaFrames *cu)
         return context_device(cu->ctx);
 }
 
+/* A context may be offered before caps: kept for when the first CUDA frame comes. */
 void cuda_frames_set_context(GstElement *element, CudaFrames **cup, GstContext *context, int device)
 {
         if (!*cup)
@@ -146,6 +152,8 @@ gboolean cuda_frames_context_query(CudaFrames *cu, GstQuery *query)
         return gst_cuda_handle_context_query(cu->element, query, cu->ctx);
 }
 
+/* A CUDA buffer pool on our context with video meta, so upstream writes frames in its own layout
+ * and the copy into the slot (cuda_frames_to_slot) takes the layout from the meta. */
 static GstBufferPool *new_pool(CudaFrames *cu, GstCaps *caps, guint size)
 {
         GstBufferPool *pool = gst_cuda_buffer_pool_new(cu->ctx);

@@ -13,6 +13,8 @@ size_t frame_header_bytes(const FrameHeader *h)
         return offsetof(FrameHeader, caps) + len + 1;
 }
 
+/* Every refusal of a header is -EBADMSG with its reason: a member treats a bad header as a broken
+ * producer and names why, rather than reading a frame it cannot trust. */
 static int bad(const char **ret_why, const char *why)
 {
         if (ret_why)

@@ -5,6 +5,8 @@
 /* GstBufferFlags start where the GstMiniObject's own flags end. */
 #define BUFFER_FLAGS_MASK (~(guint)(GST_MINI_OBJECT_FLAG_LAST - 1))
 
+/* What a member needs to rebuild the buffer as the producer had it: timestamps, offsets, flags and
+ * the video layout (strides and plane offsets), which may differ from the caps' default. */
 void frame_meta_from_buffer(FrameHeader *h, GstBuffer *buf)
 {
         GstVideoMeta *vm = gst_buffer_get_video_meta(buf);
@@ -96,6 +98,8 @@ gboolean frame_segment_to_gst(const FrameSegment *f, GstSegment *s)
         return TRUE;
 }
 
+/* Rows of plane p, subsampling included: what a plane's stride is multiplied by to check that the
+ * frame's bytes cover it. */
 guint frame_plane_rows(const GstVideoInfo *info, guint p)
 {
         gint comp[GST_VIDEO_MAX_COMPONENTS];

@@ -92,6 +92,9 @@ static void gst_gpuipc_sink_init(GstGpuipcSink *self)
         gst_base_sink_set_last_sample_enabled(GST_BASE_SINK(self), FALSE);
 }
 
+/* Properties are set from the application's thread and read by the streaming thread: every access
+ * holds the object lock, and the streaming side copies what it needs before using it. They are
+ * mutable in READY only (GST_PARAM_MUTABLE_READY): the ring's shape is fixed once it exists. */
 static void sink_set_property(GObject *object, guint id, const GValue *value, GParamSpec *pspec)
 {
         GstGpuipcSink *self = GST_GPUIPC_SINK(object);
@@ -155,6 +158,8 @@ static void sink_finalize(GObject *object)
         G_OBJECT_CLASS(gst_gpuipc_sink_parent_class)->finalize(object);
 }
 
+/* READY -> PAUSED: connects to the broker, but makes no ring yet: its slot size comes from the caps,
+ * which only the stream brings (sink_set_caps). A missing ring name fails here, before anything. */
 static gboolean sink_start(GstBaseSink *bs)
 {
         GstGpuipcSink *self = GST_GPUIPC_SINK(bs);
@@ -178,6 +183,8 @@ static gboolean sink_start(GstBaseSink *bs)
         return self->conn != NULL;
 }
 
+/* PAUSED -> READY: lingers for members still reading the end of the stream, then lets the ring go;
+ * what upstream still holds of the pool keeps the ring alive until it comes back. */
 static gboolean sink_stop(GstBaseSink *bs)
 {
         GstGpuipcSink *self = GST_GPUIPC_SINK(bs);
@@ -282,6 +289,9 @@ static gboolean ensure_ring(GstGpuipcSink *self, const GstVideoInfo *info, gbool
         return TRUE;
 }
 
+/* Caps decide the ring's kind (CUDA or host memory) and its slot size; they are checked against
+ * the frame header's room and an existing ring before anything changes, so refused caps leave the
+ * stream as it was. */
 static gboolean sink_set_caps(GstBaseSink *bs, GstCaps *caps)
 {
         GstGpuipcSink *self = GST_GPUIPC_SINK(bs);
@@ -313,6 +323,9 @@ static gboolean sink_set_caps(GstBaseSink *bs, GstCaps *caps)
         return TRUE;
 }
 
+/* Offers upstream a pool whose buffers are the ring's slots, so a producer writes each frame straight
+ * into shared memory and render publishes it without a copy. Declining (returning TRUE without a
+ * pool) is always safe: render then copies. */
 static gboolean sink_propose_allocation(GstBaseSink *bs, GstQuery *query)
 {
         GstGpuipcSink *self = GST_GPUIPC_SINK(bs);
@@ -350,6 +363,8 @@ static gboolean sink_propose_allocation(GstBaseSink *bs, GstQuery *query)
         return TRUE;
 }
 
+/* wait-members: holds the first frame until that many members sit in the ring (or wait-timeout
+ * passes), so a pipeline started together with its readers loses no frame to them. Once only. */
 static GstFlowReturn wait_for_members(GstGpuipcSink *self)
 {
         guint n;
@@ -399,6 +414,9 @@ static gboolean is_lent_slot(GstGpuipcSink *self, GstBuffer *buf)
         return lent;
 }
 
+/* One frame: into a slot (already there if upstream wrote into the lent slot, else copied), its
+ * header filled from the buffer's timestamps and metadata, then published to the ring. A frame that
+ * does not fit the slots is an error, never cut: a member would read a broken frame. */
 static GstFlowReturn sink_render(GstBaseSink *bs, GstBuffer *buf)
 {
         GstGpuipcSink *self = GST_GPUIPC_SINK(bs);
@@ -452,6 +470,8 @@ static GstFlowReturn sink_render(GstBaseSink *bs, GstBuffer *buf)
         return ret;
 }
 
+/* The end of the stream, published as a frame of its own: members see it in order, after the last
+ * frame, and leave; stop then lingers for them (linger property) before closing the ring. */
 static GstFlowReturn publish_eos(GstGpuipcSink *self)
 {
         gpuipc_buffer_t *slot;
@@ -475,6 +495,8 @@ static GstFlowReturn publish_eos(GstGpuipcSink *self)
         return ret;
 }
 
+/* No GStreamer event crosses the ring: what members need of one (segment, flush, end of stream)
+ * travels in the next frame's header or as a frame of its own. */
 static gboolean sink_event(GstBaseSink *bs, GstEvent *event)
 {
         GstGpuipcSink *self = GST_GPUIPC_SINK(bs);
@@ -518,6 +540,7 @@ static gboolean sink_unlock(GstBaseSink *bs)
         return TRUE;
 }
 
+/* The flush is over: the ring's waits may block again. */
 static gboolean sink_unlock_stop(GstBaseSink *bs)
 {
         GstGpuipcSink *self = GST_GPUIPC_SINK(bs);
@@ -536,6 +559,8 @@ static void sink_set_context(GstElement *element, GstContext *context)
         GST_ELEMENT_CLASS(gst_gpuipc_sink_parent_class)->set_context(element, context);
 }
 
+/* Neighbours asking for a CUDA context get ours: one context for the pipeline keeps upstream's
+ * frames and the ring's slots on one device, and the copies between them on the GPU. */
 static gboolean sink_query(GstBaseSink *bs, GstQuery *query)
 {
         GstGpuipcSink *self = GST_GPUIPC_SINK(bs);

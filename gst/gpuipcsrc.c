@@ -100,6 +100,8 @@ static GstStaticPadTemplate src_template =
 
 /* ---- memberships ---- */
 
+/* A membership is reference-counted: a frame lent downstream (SlotHold) keeps the ring mapped and
+ * the connection open after the element left or stopped, until downstream lets the frame go. */
 static Member *member_ref(Member *m)
 {
         g_atomic_int_inc(&m->refs);
@@ -128,6 +130,8 @@ static void describe_producer(Member *m, const char *name)
         uint64_t cursor = 0;
         const char *label = "";
 
+        /* Best effort: the description only improves messages, so any failure leaves it empty. The
+         * label is the producer's connection label (gpuipcsink's "program:element"), found in peers. */
         if (gpuipc_stat_ring(m->conn, name, NULL, 0, &info) < 0)
                 return;
         do {
@@ -139,6 +143,7 @@ static void describe_producer(Member *m, const char *name)
                 if (n < 0 || *label)
                         break;
         } while (cursor);
+        /* pid 0: the broker cannot see the producer's PID (another namespace); saying so beats "pid 0". */
         if (info.pid)
                 g_snprintf(m->producer, sizeof(m->producer), "%s%spid %" G_GUINT64_FORMAT, label, *label ? ", " : "",
                            (guint64)info.pid);
@@ -201,6 +206,7 @@ static GstFlowReturn join(GstGpuipcSrc *self)
                         gpuipc_close(c);
                         return GST_FLOW_FLUSHING;
                 }
+                /* Short joins, not one long one: flushing (a state change) is looked at between them. */
                 e = gpuipc_ring_join(c, name, JOIN_SLICE_MS, &ring);
                 if (e == 0)
                         break;
@@ -219,6 +225,8 @@ static GstFlowReturn join(GstGpuipcSrc *self)
                         return GST_FLOW_ERROR;
                 }
         }
+        /* A new membership has taken no frame yet: its first frame counts as no skip, whatever its
+         * number. */
         m = g_new0(Member, 1);
         m->refs = 1;
         m->conn = c;
@@ -230,6 +238,7 @@ static GstFlowReturn join(GstGpuipcSrc *self)
         return GST_FLOW_OK;
 }
 
+/* Drops the element's reference: the ring is left once no lent frame holds the membership too. */
 static void leave(GstGpuipcSrc *self)
 {
         g_clear_pointer(&self->member, member_unref);
@@ -281,12 +290,17 @@ static GstFlowReturn ring_ended(GstGpuipcSrc *self, int err)
                              self->member->producer, why),
                             ("reconnect=true"));
         /* last_frame is 0 until this membership's first frame. */
+        /* A membership that ended before its first frame backs off (doubling up to a cap), so a
+         * producer that dies at once does not make this member spin on joins; one that carried frames
+         * is followed at once. */
         if (self->last_frame)
                 self->rejoin_pause_ms = 0;
         else
                 self->rejoin_pause_ms = self->rejoin_pause_ms ? MIN(2 * self->rejoin_pause_ms, REJOIN_PAUSE_MAX_MS)
                                                               : JOIN_SLICE_MS;
         leave(self);
+        /* The next producer's first frame follows a gap: downstream must not take it for the next
+         * frame of this stream. */
         self->discont = TRUE;
         return GST_FLOW_OK;
 }
@@ -300,11 +314,15 @@ static GstFlowReturn take(GstGpuipcSrc *self, gpuipc_buffer_t **ret_slot)
         uint64_t n = 0;
         int e;
 
+        /* In slices, so that a flush or a state change is noticed within GPUIPC_GST_SLICE_MS while no
+         * frame comes (a live source may wait for its producer indefinitely). */
         do {
                 if (g_atomic_int_get(&self->flushing))
                         return GST_FLOW_FLUSHING;
                 e = gpuipc_ring_take(self->member->ring, GPUIPC_GST_SLICE_MS, &slot, &n);
         } while (e == GPUIPC_E_TIMEOUT);
+        /* Revoked: the membership is over (ring closed, producer gone, evicted); with reconnect the
+         * element waits for the next producer instead of failing. */
         if (e == GPUIPC_E_REVOKED) {
                 GstFlowReturn fr = ring_ended(self, e);
 
@@ -317,6 +335,7 @@ static GstFlowReturn take(GstGpuipcSrc *self, gpuipc_buffer_t **ret_slot)
         }
         /* The header is copied out before it is checked: the producer may still write the shared
          * slot, and checking one copy and using another would let it change in between. */
+        /* A CUDA slot is device memory: its header is read through the library, not from a pointer. */
         if (gpuipc_buffer_kind(slot) == GPUIPC_KIND_MEMFD)
                 memcpy(&self->hdr, gpuipc_buffer_ptr(slot), sizeof(self->hdr));
         else
@@ -328,6 +347,8 @@ static GstFlowReturn take(GstGpuipcSrc *self, gpuipc_buffer_t **ret_slot)
                                   ("ring '%s', frame %" G_GUINT64_FORMAT ": %s", self->ring_name, (guint64)n,
                                    why ? why : gpuipc_errmsg(self->member->conn)),
                                   ("producer: %s", self->member->producer));
+                /* Released before failing: a member that kept a bad frame would stall a backpressure
+                 * ring for every other member until its lease ran out. */
                 (void)gpuipc_ring_release(self->member->ring);
                 return GST_FLOW_ERROR;
         }
@@ -443,6 +464,9 @@ static GstFlowReturn frame_buffer(GstGpuipcSrc *self, gpuipc_buffer_t *slot, Gst
         return GST_FLOW_OK;
 }
 
+/* One buffer per frame: the previous frame goes back to the ring first (a member holds one frame at
+ * a time, which is what lets the producer reuse slots), then the next is taken, joining (or rejoining,
+ * with reconnect) whenever there is no membership. The ring's end of stream ends the stream here. */
 static GstFlowReturn src_create(GstPushSrc *ps, GstBuffer **ret)
 {
         GstGpuipcSrc *self = GST_GPUIPC_SRC(ps);
@@ -524,6 +548,8 @@ static gboolean src_start(GstBaseSrc *bs)
         return TRUE;
 }
 
+/* PAUSED -> READY: gives back what can be given back now and leaves; a frame downstream still maps
+ * keeps the membership alive through its SlotHold rather than being pulled from under it. */
 static gboolean src_stop(GstBaseSrc *bs)
 {
         GstGpuipcSrc *self = GST_GPUIPC_SRC(bs);
@@ -555,6 +581,7 @@ static gboolean src_unlock(GstBaseSrc *bs)
         return TRUE;
 }
 
+/* The flush is over: takes may block again (flushing is read by the take loop's slices). */
 static gboolean src_unlock_stop(GstBaseSrc *bs)
 {
         g_atomic_int_set(&GST_GPUIPC_SRC(bs)->flushing, FALSE);
@@ -580,6 +607,8 @@ static gboolean src_query(GstBaseSrc *bs, GstQuery *query)
 }
 #endif
 
+/* Set from the application's thread, read by the streaming thread: under the object lock, and
+ * mutable in READY only, since a membership is made from them at the first frame. */
 static void src_set_property(GObject *object, guint id, const GValue *value, GParamSpec *pspec)
 {
         GstGpuipcSrc *self = GST_GPUIPC_SRC(object);
@@ -606,6 +635,8 @@ static void src_set_property(GObject *object, guint id, const GValue *value, GPa
         GST_OBJECT_UNLOCK(self);
 }
 
+/* is-live is asked of basesrc before the object lock is taken: basesrc takes that same lock. The
+ * counters are read under it, since the streaming thread bumps them. */
 static void src_get_property(GObject *object, guint id, GValue *value, GParamSpec *pspec)
 {
         GstGpuipcSrc *self = GST_GPUIPC_SRC(object);
@@ -638,6 +669,8 @@ static void src_finalize(GObject *object)
         G_OBJECT_CLASS(gst_gpuipc_src_parent_class)->finalize(object);
 }
 
+/* Time format: frames carry their producer's timestamps, which downstream syncs on. timeout -1:
+ * wait for the ring as long as it takes, as a pipeline started before its producer needs. */
 static void gst_gpuipc_src_init(GstGpuipcSrc *self)
 {
         self->timeout_ms = -1;

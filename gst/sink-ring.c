@@ -87,6 +87,8 @@ SinkRing *sink_ring_ref(SinkRing *r)
         return r;
 }
 
+/* Shared by the sink and by every slot memory lent upstream (through the pool): the ring, and the
+ * connection that owns it, outlive the element's stop until the last lent buffer comes back. */
 void sink_ring_unref(SinkRing *r)
 {
         if (!r || !g_atomic_int_dec_and_test(&r->refs))
@@ -164,6 +166,8 @@ GstFlowReturn sink_ring_lend(SinkRing *r, gint *cancel, guint8 **ret_data, guint
         return ret;
 }
 
+/* Upstream gave the lent slot's memory back. The token is the lend's number, so a late return of an
+ * older lend cannot mark the current one returned. */
 void sink_ring_lend_end(SinkRing *r, guint64 token)
 {
         g_mutex_lock(&r->lock);
@@ -176,6 +180,7 @@ void sink_ring_lend_end(SinkRing *r, guint64 token)
         g_mutex_unlock(&r->lock);
 }
 
+/* Under the lock: the lend may end on another thread (upstream's) at any moment. */
 gboolean sink_ring_is_lent(SinkRing *r, const guint8 *data)
 {
         gboolean lent;
@@ -323,6 +328,8 @@ GstFlowReturn sink_ring_wait_members(SinkRing *r, unsigned n, int timeout_ms)
         }
 }
 
+/* Polls the seats every 10 ms: it runs once, at stop, for at most the linger time, where a poll's
+ * cost does not matter and its simplicity does. */
 gboolean sink_ring_wait_empty(SinkRing *r, int timeout_ms)
 {
         gint64 deadline = g_get_monotonic_time() + (gint64)timeout_ms * G_TIME_SPAN_MILLISECOND;

@@ -51,6 +51,7 @@ static struct {
         gsize size[COPY_CACHE];
 } copies;
 
+/* A cached copy of exactly this size, else a fresh page-aligned one. */
 static void *copy_get(gsize size)
 {
         void *p = NULL;
@@ -68,6 +69,7 @@ static void *copy_get(gsize size)
         return p;
 }
 
+/* Keeps a freed copy for the next frame while the cache has room; freed otherwise. */
 static void copy_put(void *p, gsize size)
 {
         g_mutex_lock(&copies.lock);
@@ -118,6 +120,9 @@ static void drop_owner(SlotHold *h)
                 h->owner_unref(owner);
 }
 
+/* The frame must go back to the ring, but downstream may still hold its memory: while it is mapped
+ * we wait (a copy now would race a reader); once it is unmapped but still referenced, the data is
+ * copied out and the memory points at the copy, so the slot can go back at once. */
 gboolean slot_hold_let_go(SlotHold *h, gint *cancel, gboolean *ret_copied)
 {
         *ret_copied = FALSE;
@@ -146,6 +151,8 @@ gboolean slot_hold_let_go(SlotHold *h, gint *cancel, gboolean *ret_copied)
         return TRUE;
 }
 
+/* One allocator for every slot memory of the process, made on first use and never freed (hence
+ * MAY_BE_LEAKED, for GStreamer's leak tracer). */
 static GstAllocator *slot_allocator(void)
 {
         static GstAllocator *allocator;
@@ -178,6 +185,7 @@ GstMemory *slot_hold_memory(SlotHold *h)
         return GST_MEMORY_CAST(memory_new(h, NULL, 0, h->size));
 }
 
+/* Maps are counted: let_go waits for the count to reach 0 before it moves the frame's data. */
 static gpointer slot_mem_map(GstMemory *mem, gsize maxsize, GstMapFlags flags)
 {
         SlotHold *h = ((SlotMemory *)mem)->hold;
@@ -246,6 +254,8 @@ static gboolean slot_mem_is_span(GstMemory *mem1, GstMemory *mem2, gsize *offset
         return mem1->offset + mem1->size == mem2->offset;
 }
 
+/* Freeing the root memory is downstream's last reference to the frame: the hold is told it came
+ * back, which ends a let_go waiting for it. Shares only drop their reference on the root. */
 static void slot_allocator_free(GstAllocator *allocator, GstMemory *mem)
 {
         SlotMemory *m = (SlotMemory *)mem;

@@ -16,6 +16,8 @@ struct _GstGpuipcSlotPool {
 
 G_DEFINE_TYPE(GstGpuipcSlotPool, gst_gpuipc_slot_pool, GST_TYPE_BUFFER_POOL)
 
+/* No options, video meta included: a slot holds a frame in the caps' default layout, which is what
+ * a member expects when the header carries no planes. */
 static const gchar **slot_pool_get_options(GstBufferPool *pool)
 {
         static const gchar *options[] = { NULL };
@@ -120,6 +122,7 @@ static void slot_pool_flush_stop(GstBufferPool *pool)
         g_atomic_int_set(&GST_GPUIPC_SLOT_POOL(pool)->flushing, FALSE);
 }
 
+/* The pool holds a ring reference for its lent slot: dropped only when the pool itself goes. */
 static void slot_pool_finalize(GObject *object)
 {
         sink_ring_unref(GST_GPUIPC_SLOT_POOL(object)->ring);

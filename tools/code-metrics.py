@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Code-shape metrics of the C tree, per directory: function body length (median, p90, longest)
-and comment lines per code line; with --cases, how many test cases say in a comment what they prove.
+"""Code-shape metrics of the C and Python trees, per directory: function body length (median, p90,
+longest) and comment lines per code line; with --cases, how many test cases say in a comment what
+they prove.
 
     tools/code-metrics.py [--root DIR] [--dirs broker,client,...] [--cases]
 
@@ -11,17 +12,26 @@ How it counts (so that numbers taken at different commits compare):
   and the line of its matching '}', which makes the count independent of brace placement;
 - a code line (LOC) has a code token; a comment line has comment text; a line with code and a
   trailing comment counts as both; comment:code is comment lines / LOC;
+- the Python package's files (.py under python/; elsewhere only C counts, so that the numbers of
+  tests/ and examples/ stay those of their C) count the same way, read with the tokenize and ast modules: a comment line has
+  a # comment or a line of a docstring (a string literal that is a statement of its own: a module's,
+  class's or function's docstring, or a string standing alone as a note) with text on it; a code
+  line has any other token; a function is a def, its body the lines after its def line through its
+  last line (its docstring included);
 - a test case is a function registered with TEST_RUN(argc, argv, fn) or H_TEST(fn) in
   tests/unit, tests/integration or tests/gpu; it "says what it proves" when a comment ends on the
   line right above its definition.
 Repeated blocks (six or more lines) are not counted here: use a clone detector on the same tree.
 """
 import argparse
+import ast
 import glob
+import io
 import os
 import re
 import statistics
 import sys
+import tokenize
 
 SKIP_DIRS = ('build', 'node_modules', 'subprojects')
 
@@ -84,19 +94,54 @@ def function_bodies(code):
     return bodies
 
 
-def c_files(root, d):
+def source_files(root, d):
+    exts = ('.c', '.h', '.py') if d == 'python' else ('.c', '.h')
     for dirpath, dirnames, files in os.walk(os.path.join(root, d)):
-        dirnames[:] = [x for x in dirnames if x not in SKIP_DIRS]
+        dirnames[:] = [x for x in dirnames if x not in SKIP_DIRS and x != '__pycache__']
         for f in sorted(files):
-            if f.endswith(('.c', '.h')):
+            if f.endswith(exts):
                 yield os.path.join(dirpath, f)
+
+
+def python_lines(src):
+    """(code_lines, comment_lines, function_bodies) of Python source, lines 1-based."""
+    tree = ast.parse(src)
+    lines = src.split('\n')
+    doc = set()
+    bodies = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            for n in range(node.lineno, node.end_lineno + 1):
+                if lines[n - 1].strip().strip('"\'rRbBuUfF').strip():
+                    doc.add(n)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            bodies.append(node.end_lineno - node.lineno)
+    code, comment = set(), set(doc)
+    skip = (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER,
+            tokenize.ENCODING)
+    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+        if tok.type == tokenize.COMMENT:
+            if tok.string.strip('# '):
+                comment.add(tok.start[0])
+        elif tok.type not in skip:
+            for n in range(tok.start[0], tok.end[0] + 1):
+                if n not in doc:
+                    code.add(n)
+    return code, comment, bodies
 
 
 def measure(root, d):
     bodies, loc, comments = [], 0, 0
-    for path in c_files(root, d):
+    for path in source_files(root, d):
         with open(path, errors='replace') as f:
-            code, comment_lines = lex(f.read())
+            src = f.read()
+        if path.endswith('.py'):
+            code_lines, comment_lines, fbodies = python_lines(src)
+            loc += len(code_lines)
+            comments += len(comment_lines)
+            bodies += fbodies
+            continue
+        code, comment_lines = lex(src)
         loc += sum(1 for x in code.split('\n') if x.strip())
         comments += len(comment_lines)
         bodies += function_bodies(code)
@@ -144,10 +189,10 @@ def cases(root):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--root', default=os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
-    ap.add_argument('--dirs', default='broker,client,proto,util,cli,examples,tests')
+    ap.add_argument('--dirs', default='broker,client,proto,util,cli,gst,python,examples,tests')
     ap.add_argument('--cases', action='store_true', help='list test cases without a comment saying what they prove')
     a = ap.parse_args()
-    product = ('broker', 'client', 'proto', 'util', 'cli')
+    product = ('broker', 'client', 'proto', 'util', 'cli', 'gst', 'python')
     all_bodies, all_loc, all_comments = [], 0, 0
     print('| dir | functions | median body | p90 body | longest | LOC | comment lines | comment:code |')
     print('|---|---|---|---|---|---|---|---|')

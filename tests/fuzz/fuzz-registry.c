@@ -1463,7 +1463,7 @@ static void op_ring_join(Model *M, Input *in)
         s = env_reply(M->e, p, q->id);
         CHECK_EQ(s->m.status, want);
         if (want == PROTO_STATUS_NOT_FOUND && R->exists && R->set_up && shared)
-                CHECK(env_msg_has(s, "no seat ready"));
+                env_why(s, REG_E_RING_NO_SEAT_READY);
         if (want == PROTO_STATUS_OK) {
                 uint32_t n = R->slots + (R->mode == PROTO_MODE_STREAM ? 3 : 2);
                 ProtoIter it;
@@ -1615,7 +1615,7 @@ static void op_ring_attach(Model *M, Input *in)
         /* Of a closed ring, or let go of when a membership ended: nobody's. */
         if (rb && registry_buffer_ring_part(rb) && !model_ring_part(M, buffer) && live && d.kind == PROTO_KIND_MEMFD) {
                 CHECK_EQ(s->m.status, PROTO_STATUS_DENIED);
-                CHECK(env_msg_has(s, "closed, or to a membership that ended"));
+                env_why(s, REG_E_PART_OF_NO_RING);
         }
         absorb(M);
 }

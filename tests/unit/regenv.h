@@ -17,9 +17,27 @@
 #ifndef ENV_MAX_SENT
 #define ENV_MAX_SENT 2048 /* frames one operation may cause */
 #endif
+#ifndef ENV_MAX_WHY
+#define ENV_MAX_WHY ENV_MAX_SENT /* failures and reasons one step may give */
+#endif
 #ifndef ENV_MAX_FDS
 #define ENV_MAX_FDS 1024 /* memfds one test creates */
 #endif
+
+/* A failure or a reason as the registry gave it (its code and typed facts), kept past the step that
+ * gave it: its strings are copied into strs and gpus (REG_E_DEVICE keeps its first 8), since the
+ * registry's are borrowed. The frame
+ * it became is found by who it went to and which request or event it is. */
+typedef struct WhyRec {
+        RegPeer *to;
+        bool reply;    /* an error reply to request req; else a reason of event ev */
+        uint64_t req;
+        ProtoEvent ev;
+        bool used;     /* matched to a frame already */
+        RegWhy why;
+        char strs[3][PROTO_MAX_NAME + 1];
+        char gpus[8][PROTO_MAX_UUID + 1]; /* the first 8 of REG_E_DEVICE's */
+} WhyRec;
 
 /* One frame the registry asked to deliver, decoded. */
 typedef struct Sent {
@@ -27,6 +45,7 @@ typedef struct Sent {
         int fd;
         ProtoMsg m;
         ProtoBuf frame; /* the bytes m points into */
+        const RegWhy *why; /* the code and facts it words (REG_WHY_NONE: none); tests check these, not text */
 } Sent;
 
 /* A memfd the test created, identified by inode (fd numbers get reused). */
@@ -39,7 +58,12 @@ typedef struct Tracked {
 typedef struct Env {
         Registry *r;
         Outbox out;
-        RegSink sink; /* the registry's changes, into out through the broker's reply layer */
+        RegSink sink; /* the registry's changes, recorded (whys), then into fwd */
+        RegSink fwd;  /* the broker's reply layer into out, or the request in progress's sink */
+        WhyRec whys[ENV_MAX_WHY]; /* given since the last flush */
+        size_t n_whys;
+        WhyRec kept[ENV_MAX_WHY]; /* those the frames in sent[] word */
+        size_t n_kept;
         uint64_t now;
         Sent sent[ENV_MAX_SENT];
         size_t n_sent;
@@ -67,6 +91,119 @@ static inline bool env_fd_open(int fd)
         return fd >= 0 && fcntl(fd, F_GETFD) >= 0;
 }
 
+/* A copy of s in slot i of strs (NULL stays NULL). */
+static inline const char *env_keep_str(char (*strs)[PROTO_MAX_NAME + 1], unsigned i, const char *s)
+{
+        if (!s)
+                return NULL;
+        CHECK(i < 3);
+        snprintf(strs[i], PROTO_MAX_NAME + 1, "%s", s);
+        return strs[i];
+}
+
+/* Copies src into rec with every string it borrows copied into rec's own storage. */
+static inline void env_keep_why(WhyRec *rec, const RegWhy *src)
+{
+        RegWhy *w = &rec->why;
+
+        *w = *src;
+#define KEEP(f) (w->f = env_keep_str(rec->strs, 0, w->f))
+#define KEEP2(f, g) (KEEP(f), w->g = env_keep_str(rec->strs, 1, w->g))
+        switch (w->code) {
+        case REG_E_GROUP_MISMATCH: KEEP(group_mismatch.group); break;
+        case REG_E_GROUP_JOINED: KEEP(group_joined.group); break;
+        case REG_E_GROUP_TIMEOUT: KEEP(group_timeout.group); break;
+        case REG_E_WAIT_MISSED: KEEP(wait_missed.name); break;
+        case REG_E_WAIT_TIMEOUT: KEEP(wait_timeout.name); break;
+        case REG_E_SAME_PID: KEEP(same_pid.name); break;
+        case REG_E_DEVICE:
+                KEEP2(device.name, device.device);
+                if (w->device.n_gpus > 8)
+                        w->device.n_gpus = 8;
+                for (uint32_t i = 0; i < w->device.n_gpus; i++)
+                        snprintf(rec->gpus[i], sizeof(rec->gpus[i]), "%s", src->device.gpus[i]);
+                w->device.gpus = (const char (*)[PROTO_MAX_UUID + 1])rec->gpus;
+                break;
+        case REG_E_PART_OF_NO_RING: KEEP(part_of_no_ring.name); break;
+        case REG_E_RING_MEMBERS_ONLY: KEEP2(ring_members_only.name, ring_members_only.ring); break;
+        case REG_E_RING_EXISTS: KEEP(ring_exists.ring); break;
+        case REG_E_RING_OTHERS: KEEP(ring_others.ring); break;
+        case REG_E_NO_RING: KEEP(no_ring.ring); break;
+        case REG_E_PART_MISFIT: KEEP(part_misfit.ring); break;
+        case REG_E_RING_SETTING_UP: KEEP(ring_setting_up.ring); break;
+        case REG_E_RING_MEMBER: KEEP(ring_member.ring); break;
+        case REG_E_RING_NO_SEAT_READY: KEEP(ring_no_seat_ready.ring); break;
+        case REG_E_RING_FULL: KEEP(ring_full.ring); break;
+        case REG_E_RING_SEATS: KEEP(ring_seats.ring); break;
+        case REG_E_SEAT_NOT_WAITING: KEEP(seat_not_waiting.ring); break;
+        case REG_E_RING_GONE: KEEP(ring_gone.ring); break;
+        case REG_E_NOT_MEMBER: KEEP(not_member.ring); break;
+        case REG_E_NOT_LIVE: KEEP(not_live.name); break;
+        case REG_E_NOTHING_UNDER: KEEP(nothing_under.name); break;
+        case REG_E_NAME_ORPHANED: KEEP(name_orphaned.name); break;
+        case REG_E_NAME_TAKEN: KEEP(name_taken.name); break;
+        case REG_E_NOT_OWNER: KEEP(not_owner.name); break;
+        case REG_E_CLAIM_REPUBLISHED: KEEP2(claim_republished.name, claim_republished.held_name); break;
+        case REG_E_CLAIM_DRAINED: KEEP(claim_drained.name); break;
+        case REG_E_CLAIM_RING_PART: KEEP(claim_ring_part.name); break;
+        case REG_E_CLAIM_RETIRED: KEEP(claim_retired.name); break;
+        case REG_E_CLAIM_RETIRE_AFTER: KEEP(claim_retire_after.name); break;
+        case REG_E_CLAIM_UNKNOWN: KEEP(claim_unknown.name); break;
+        default: break;
+        }
+#undef KEEP2
+#undef KEEP
+}
+
+/* Keeps a failure or reason given to `to` (an error reply to request req, or event ev's reason). */
+static inline void env_record_why(Env *e, RegPeer *to, bool reply, uint64_t req, ProtoEvent ev, const RegWhy *w)
+{
+        WhyRec *rec;
+
+        if (w->code == REG_WHY_NONE)
+                return;
+        CHECK(e->n_whys < ENV_MAX_WHY);
+        rec = &e->whys[e->n_whys++];
+        rec->to = to;
+        rec->reply = reply;
+        rec->req = req;
+        rec->ev = ev;
+        rec->used = false;
+        env_keep_why(rec, w);
+}
+
+/* The registry's sink in the bench: keeps each change's code and facts, then hands it on to fwd. */
+static inline void env_emit(void *ctx, const RegChange *c)
+{
+        Env *e = ctx;
+
+        if (c->type == REG_CH_ANSWER)
+                env_record_why(e, c->to, true, c->req, 0, &c->why);
+        else if (c->type == REG_CH_EVENT || c->type == REG_CH_RING_EVENT)
+                env_record_why(e, c->to, false, 0, c->event, &c->why);
+        e->fwd.emit(e->fwd.ctx, c);
+}
+
+/* The code and facts behind frame s: the first kept record for its peer and its request (or its
+ * event) that no earlier frame took. Frames go out in the order their changes came, so the k-th
+ * frame of a kind to a peer is the k-th record of that kind. */
+static inline const RegWhy *env_match_why(Env *e, const Sent *s)
+{
+        static const RegWhy none = { REG_WHY_NONE };
+
+        for (size_t i = 0; i < e->n_kept; i++) {
+                WhyRec *k = &e->kept[i];
+
+                if (k->used || k->to != s->to || k->reply != (s->m.type == PROTO_REPLY))
+                        continue;
+                if (k->reply ? k->req != s->m.reply : k->ev != s->m.event)
+                        continue;
+                k->used = true;
+                return &k->why;
+        }
+        return &none;
+}
+
 /* Starts e over with a new registry made with cfg (its epoch is 77 and its clock starts at 0); the
  * frame and fd arrays are reused as they are. Undo with env_fini(). */
 static inline void env_init_cfg(Env *e, RegConfig cfg)
@@ -74,7 +211,9 @@ static inline void env_init_cfg(Env *e, RegConfig cfg)
         e->n_sent = e->n_fds = 0;
         e->now = 0;
         e->out = (Outbox)OUTBOX_INIT;
-        e->sink = reply_sink(&e->out);
+        e->sink = (RegSink){ env_emit, e };
+        e->fwd = reply_sink(&e->out);
+        e->n_whys = e->n_kept = 0;
         e->baseline_fds = env_count_open_fds();
         cfg.epoch = 77;
         cfg.start_ms = 0;
@@ -286,6 +425,13 @@ static inline void env_check(Env *e)
 static inline size_t env_flush(Env *e)
 {
         env_drop_sent(e);
+        /* The whys given since the last flush belong to the frames decoded now. */
+        e->n_kept = e->n_whys;
+        for (size_t i = 0; i < e->n_whys; i++) {
+                e->kept[i] = e->whys[i];
+                env_keep_why(&e->kept[i], &e->whys[i].why);
+        }
+        e->n_whys = 0;
         for (size_t i = 0; i < e->out.n_frames; i++) {
                 OutFrame *f = &e->out.frames[i];
                 Sent *s = &e->sent[e->n_sent];
@@ -311,6 +457,7 @@ static inline size_t env_flush(Env *e)
                 }
                 s->to = f->to;
                 s->fd = f->fd;
+                s->why = env_match_why(e, s);
                 s->frame = f->frame; /* steal: the decoded message points into it */
                 f->frame = (ProtoBuf){ 0 };
                 e->n_sent++;
@@ -372,8 +519,12 @@ static inline void env_check_result(const ReplyRequest *rq, int r)
                 int r_;                                                            \
                                                                                    \
                 reply_request_init(&rq_, &(e)->out, (p), (id));                    \
-                r_ = OP((e)->r, (p), __VA_ARGS__, &rq_.why, &rq_.sink);            \
+                (e)->fwd = rq_.sink; /* its changes are kept on their way */       \
+                r_ = OP((e)->r, (p), __VA_ARGS__, &rq_.why, &(e)->sink);           \
+                (e)->fwd = reply_sink(&(e)->out);                                  \
                 env_check_result(&rq_, r_);                                        \
+                if (r_ > 0)                                                        \
+                        env_record_why((e), (p), true, (id), 0, &rq_.why);         \
                 reply_request_done(&rq_, r_);                                      \
         } while (0)
 
@@ -508,14 +659,15 @@ static inline void env_check_status(const Sent *s, unsigned want)
         }
 }
 
-/* Does the reply's message (or the event's reason) contain needle? */
-static inline bool env_msg_has(const Sent *s, const char *needle)
+/* The code behind a reply's error (or an event's reason): s->why, after checking it is want; on a
+ * mismatch prints the text the client got. */
+static inline const RegWhy *env_why(const Sent *s, RegWhyCode want)
 {
         const ProtoStr *t = s->m.type == PROTO_EVENT ? &s->m.reason : &s->m.message;
-        char text[PROTO_MAX_TEXT + 1];
 
-        snprintf(text, sizeof(text), "%.*s", (int)t->len, t->ptr ? t->ptr : "");
-        if (!strstr(text, needle))
-                fprintf(stderr, "message '%s' lacks '%s'\n", text, needle);
-        return strstr(text, needle) != NULL;
+        if (s->why->code != want)
+                fprintf(stderr, "code %u ('%.*s'), want %u\n", (unsigned)s->why->code, (int)t->len,
+                        t->ptr ? t->ptr : "", (unsigned)want);
+        CHECK_EQ(s->why->code, want);
+        return s->why;
 }
