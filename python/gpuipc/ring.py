@@ -246,12 +246,13 @@ class Ring:
             self._torch_stream_fn = fn
         return fn(ordinal) or None
 
-    def _fail(self, r, what):
-        """Raises the exception for libgpuipc's r of a per-frame call (RingClosed for a closed ring)."""
+    def _fail(self, r, what, closed=False):
+        """Raises the exception for libgpuipc's r of a per-frame call (RingClosed when closed: the
+        ring's gpuipc_ring_closed, read with the handle the call used)."""
         try:
             self._client._check(r, f"{what} (ring '{self.name}')")
         except errors.Revoked as e:
-            raise _ring_ended(e) from None
+            raise _ring_ended(e, closed) from None
 
     def _data_call(self, what, fn, args, timeout_ms):
         """fn(handle, *args, ms, slot out, number out) for a per-frame call that may wait: at once
@@ -266,10 +267,11 @@ class Ring:
                 if not h:
                     raise errors.StateError(f"ring '{self.name}' is closed")
                 r = fn(h, *args, ms, self._p_slot, self._p_number)
+                closed = r == errors.E_REVOKED and self._client._lib.gpuipc_ring_closed(h) == 1
             if r >= 0:
                 return True
             if r != errors.E_TIMEOUT:
-                self._fail(r, what)
+                self._fail(r, what, closed)
             if deadline is None:
                 if 0 <= timeout_ms <= _SLICE_MS:
                     return False
@@ -311,13 +313,14 @@ class Ring:
         while True:
             ms, last = slices.next_slice() if slices is not None else (None, True)
             with self._client._locked():
-                r = fn(self._h()) if slices is None else fn(self._h(), ms)
+                h = self._h()
+                r = fn(h) if slices is None else fn(h, ms)
                 if r == errors.E_TIMEOUT and not last:
                     continue
                 try:
                     self._client._check(r, f"{what} (ring '{self.name}')")
                 except errors.Revoked as e:
-                    raise _ring_ended(e) from None
+                    raise _ring_ended(e, self._client._lib.gpuipc_ring_closed(h) == 1) from None
                 return r
 
     # ---- producer ----
@@ -608,10 +611,11 @@ _HINTS = {
 }
 
 
-def _ring_ended(e):
+def _ring_ended(e, closed):
     """A ring call's Revoked as the ring's failure, with a hint about rings, never libgpuipc's about
-    buffers (whose 'publish broker-held' no ring can do): RingClosed when its producer closed it."""
-    return _recast(e, errors.RingClosed if 'closed the ring' in e.detail else errors.Revoked)
+    buffers (whose 'publish broker-held' no ring can do): RingClosed when its producer closed it
+    (closed: gpuipc_ring_closed, never the text of the failure)."""
+    return _recast(e, errors.RingClosed if closed else errors.Revoked)
 
 
 def _recast(e, cls):
@@ -771,9 +775,10 @@ def join(client, name, timeout_ms, device):
                 continue
             if r == errors.E_NOT_FOUND and timeout_ms != 0:
                 # The broker's last word says whether the ring is missing or only not ready (being
-                # set up, or no seat with its new pages yet: its producer makes no ring calls).
+                # set up, or no seat with its new pages yet: its producer makes no ring calls); it
+                # is passed on as it is, never parsed.
                 said = (lib.gpuipc_errmsg(client._c) or b'').decode(errors='replace')
-                why = said if said.startswith(f"ring '{name}'") else 'no ring of that name appeared'
+                why = said or 'no ring of that name appeared'
                 raise errors.from_code(errors.E_TIMEOUT, f"join ring '{name}'", f'{why} within {timeout_ms} ms',
                                        'check that the producer runs and uses the same ring name and socket',
                                        'timeout')
