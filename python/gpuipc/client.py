@@ -100,6 +100,14 @@ class Client:
     attachment and frees every buffer this client allocated.
     """
 
+    # The package's internal interface to a client: the members that its other modules (buffers,
+    # fences, pools, rings, state dicts) may use besides the public ones. The connection's handle
+    # (None once closed), its lock (`with c._locked():` around every call that uses the handle),
+    # the check that turns a failed call into its exception, the device preference, and giving a
+    # reference back or running a call from a finalizer. Every other private member is the client's
+    # own; tests/python/layers.py reads this tuple.
+    _INTERNAL = ('_c', '_locked', '_check', '_strerror', '_set_device', '_call_later', '_release', '_release_later')
+
     def __init__(self, socket: Optional[str] = None, label: Optional[str] = None, connect_timeout_ms: int = 5000,
                  reconnect: bool = True, probe_gpus: bool = True) -> None:
         self._c = None
@@ -895,7 +903,8 @@ class Client:
         h = ctypes.c_void_p()
         with self._locked():
             self._set_device(device)
-            self._check(self._lib.gpuipc_fence_open(self._c, _text_bytes(name, 'name'), int(timeout_ms), ctypes.byref(h)),
+            target = _text_bytes(name, 'name')
+            self._check(self._lib.gpuipc_fence_open(self._c, target, int(timeout_ms), ctypes.byref(h)),
                         f"open fence '{name}'")
             fence = self._fences[h.value] = Fence(self, h.value, name, False)
         return fence

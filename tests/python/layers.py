@@ -8,7 +8,8 @@ Read from the source (ast) alone: no library, no broker, no framework. It fails 
    optional frameworks (torch, numpy, cupy, ...) inside functions are what keeps them optional and
    are not looked at;
 3. a reach into another module's privates: `x._name` where `_name` is a private member of a class
-   of another module of the package (or of `Client`, outside client.py), `from .mod import _name`,
+   of another module of the package (or of `Client`, outside client.py, but for those its
+   `_INTERNAL` names: the client's internal interface), `from .mod import _name`,
    and `mod._name` on a sibling module. `self._name` and `cls._name` are the class's own. A module
    whose name starts with an underscore (`_lib`, `_args`, `_core`) is the package's internal layer:
    its public names are the internal interface. The reaches not moved onto an interface yet are
@@ -41,16 +42,15 @@ PACKAGE = 'gpuipc'
 # a reach that is not on it fails (a new one, or an old one in a module it was not in).
 NOT_YET_MOVED = {(module, name) for module, names in {
     'arrays': '_gpuipc_info',
-    'buffer': '_check _fence_for _locked _release _release_later',
+    'buffer': '_fence_for',
     'client': '_client _drained _free _from_c _gpuipc_info _handle _mempool _plan _publish _reap '
               '_retire _segment _wait_drained',
     'events': '_unsubscribe',
     'fence': '_fence_call _fence_closed',
-    'pool': '_c _check _closed_ranges _locked _pools _publish_locked _strerror',
-    'ring': '_c _call_later _check _free_held _locked _publish_raw _ring_closed _rings _set_device',
-    'state_dict': '_alloc _c _check _client _fence_for _free _internal_subs _locked _manifest_cache '
-                  '_pool_of _publish _publish_raw _range _subscribe _unsubscribe _views_cache '
-                  '_wait_for',
+    'pool': '_closed_ranges _pools _publish_locked',
+    'ring': '_free_held _publish_raw _ring_closed _rings',
+    'state_dict': '_alloc _client _fence_for _free _internal_subs _manifest_cache _pool_of _publish '
+                  '_publish_raw _range _subscribe _unsubscribe _views_cache _wait_for',
 }.items() for name in names.split()}
 
 
@@ -150,6 +150,7 @@ for component in components:
 # ---- 3: privates of other modules ----
 defined = {m: set() for m in modules}  # private members of each module's classes
 client_private = set()
+client_internal = set()  # Client._INTERNAL: its internal interface, which every module may use
 for module, tree in modules.items():
     for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
         names = set()
@@ -170,11 +171,23 @@ for module, tree in modules.items():
         defined[module] |= names
         if module == 'client' and cls.name == 'Client':
             client_private |= names
+            for n in cls.body:
+                if isinstance(n, ast.Assign) and [ast.unparse(t) for t in n.targets] == ['_INTERNAL']:
+                    client_internal = set(ast.literal_eval(n.value))
+for name in sorted(client_internal - client_private):
+    fail(f'Client._INTERNAL names {name}, which Client does not have')
+client_private -= client_internal | {'_INTERNAL'}
 owners = {}
 for module, names in defined.items():
     for name in names:
         owners.setdefault(name, set()).add(module)
 
+
+
+def others(name, module):
+    """The other modules whose classes have a private member `name` (Client's internal interface
+    is not private)."""
+    return sorted(owners.get(name, set()) - {module} - ({'client'} if name in client_internal else set()))
 
 
 def looks_like_client(node):
@@ -198,12 +211,14 @@ for module, tree in modules.items():
         receiver = n.value.id if isinstance(n.value, ast.Name) else None
         if receiver in ('self', 'cls'):
             continue
+        if n.attr in client_internal and looks_like_client(n.value):
+            continue  # the client's internal interface
         if receiver in aliases and not aliases[receiver].startswith('_'):
             where = f'{aliases[receiver]}.{n.attr}, a private name of module {aliases[receiver]}'
         elif module != 'client' and n.attr in client_private and looks_like_client(n.value):
             where = f'.{n.attr}, a private member of Client'
-        elif owners.get(n.attr, set()) - {module} and n.attr not in defined[module]:
-            where = f'.{n.attr}, a private member of a class of {", ".join(sorted(owners[n.attr] - {module}))}'
+        elif others(n.attr, module) and n.attr not in defined[module]:
+            where = f'.{n.attr}, a private member of a class of {", ".join(others(n.attr, module))}'
         else:
             continue
         if (module, n.attr) in NOT_YET_MOVED:
