@@ -915,10 +915,6 @@ class Client:
             fence = self._waited_fences[name] = self.open_fence(name)
         return fence
 
-    def _fence_call(self, what, fn, handle, *args):
-        with self._locked():
-            self._check(fn(handle, *args), f'fence {what}')
-
     def _fence_closed(self, fence, handle):
         with self._lock:
             if self._fences.pop(handle, None) is not None and self._c:

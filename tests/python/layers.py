@@ -46,7 +46,7 @@ NOT_YET_MOVED = {(module, name) for module, names in {
     'client': '_client _drained _free _from_c _gpuipc_info _handle _mempool _plan _publish _reap '
               '_retire _segment _wait_drained',
     'events': '_unsubscribe',
-    'fence': '_fence_call _fence_closed',
+    'fence': '_fence_closed',
     'pool': '_closed_ranges _pools _publish_locked',
     'ring': '_free_held _publish_raw _ring_closed _rings',
     'state_dict': '_alloc _client _fence_for _free _internal_subs _manifest_cache _pool_of _publish '
