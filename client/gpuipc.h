@@ -538,6 +538,12 @@ int gpuipc_ring_publish(gpuipc_ring_t *r, uint64_t *ret_frame);
  * gpuipc_errmsg says which). */
 int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t **ret_slot, uint64_t *ret_frame);
 
+/* Member: 1 once the ring's producer closed it (its takes then return GPUIPC_E_REVOKED: no frame
+ * comes any more), 0 while it is open or when it ended otherwise (the producer died, this member was
+ * evicted) and for a producer's ring. What tells the two GPUIPC_E_REVOKED apart without reading
+ * gpuipc_errmsg. */
+int gpuipc_ring_closed(gpuipc_ring_t *r);
+
 /* Member: gives the frame back. 0 means it did not change while held; GPUIPC_E_REVOKED means the
  * producer overwrote it (it evicted this member, which held the ring up past its lease). */
 int gpuipc_ring_release(gpuipc_ring_t *r);

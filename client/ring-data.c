@@ -419,6 +419,13 @@ const char *ring_member_gone(gpuipc_ring_t *r)
         return NULL;
 }
 
+/* The producer's own word, as a yes or no: bindings tell a closed ring from a lost one by it, never by
+ * the text of gpuipc_errmsg (which is for people and may change). */
+_public_ int gpuipc_ring_closed(gpuipc_ring_t *r)
+{
+        return r && !r->producer && r->ctl && __atomic_load_n(&r->ctl->closed, __ATOMIC_ACQUIRE) ? 1 : 0;
+}
+
 int ring_member_may_take(gpuipc_ring_t *r)
 {
         if (r->taken < 0)

@@ -32,6 +32,7 @@ Weights between a trainer and an inference engine:
 A thin ctypes layer over libgpuipc (bundled in the wheel); metadata through msgpack. See
 docs/python.md for the whole API.
 """
+from . import _lib
 from ._version import __version__
 from .buffer import KINDS, Attached, Buffer, View
 from .client import Client
@@ -49,7 +50,6 @@ from .state_dict import StateDict, StateDictVersion
 
 def library_path():
     """The libgpuipc file this process loaded (it is loaded by the first Client)."""
-    from . import _lib
     _lib.load()
     return _lib.path()
 
@@ -57,7 +57,6 @@ def library_path():
 def library_version():
     """The loaded libgpuipc's release ("MAJOR.MINOR.PATCH", gpuipc_version); the package refuses a
     library of another MAJOR.MINOR at load."""
-    from . import _lib
     return _lib.version()
 
 

@@ -181,6 +181,7 @@ _SIGNATURES = {
     'gpuipc_ring_take': (_i, [_p, _i, _pp, _pu64]),
     'gpuipc_ring_release': (_i, [_p]),
     'gpuipc_ring_fd': (_i, [_p]),
+    'gpuipc_ring_closed': (_i, [_p]),
     'gpuipc_ring_set_spin': (None, [_p, _u]),
     'gpuipc_ring_close': (None, [_p]),
     'gpuipc_buffer_view': (_i, [_p, _p, _sz, _sz, _pp]),

@@ -11,7 +11,7 @@ import ctypes
 import warnings
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from . import arrays, dlpack, dtypes, meta as _meta
+from . import _lib, arrays, dlpack, dtypes, meta as _meta
 from .errors import InvalidArgument, MetadataError, StateError
 
 KINDS = {'memfd': 1, 'cuda-vmm': 2, 'cuda-legacy': 3}
@@ -181,7 +181,9 @@ class _Memory(View):
     """A libgpuipc buffer handle (the memory) and the layout of the array it holds."""
 
     def __init__(self, client, handle, dtype='uint8', shape=None, strides=None, offset=0):
-        lib = client._lib
+        # The library, loaded by the client already: held here so that a buffer's calls need
+        # nothing of its client's but what it offers every module.
+        self._lib = lib = _lib.load()
         self._client, self._handle = client, handle
         self._ptr = lib.gpuipc_buffer_ptr(handle) or 0
         self._size = lib.gpuipc_buffer_size(handle)
@@ -206,7 +208,7 @@ class _Memory(View):
 
     def _copy(self, offset, host, length, to_host):
         self._usable_ptr()
-        lib = self._client._lib
+        lib = self._lib
         fn = lib.gpuipc_buffer_read if to_host else lib.gpuipc_buffer_write
         with self._client._locked():
             self._client._check(fn(self._handle, offset, host, length), 'read' if to_host else 'write')
@@ -241,28 +243,28 @@ class _Memory(View):
     @property
     def id(self) -> int:
         """The broker's id of the buffer (0 before its first publish)."""
-        return self._client._lib.gpuipc_buffer_id(self._handle) if self._handle else 0
+        return self._lib.gpuipc_buffer_id(self._handle) if self._handle else 0
 
     @property
     def generation(self) -> int:
         """The generation of its current (or last) publication."""
-        return self._client._lib.gpuipc_buffer_generation(self._handle) if self._handle else 0
+        return self._lib.gpuipc_buffer_generation(self._handle) if self._handle else 0
 
     @property
     def name(self) -> str:
         """The name it was published under ('' before that)."""
-        return self._client._lib.gpuipc_buffer_name(self._handle).decode() if self._handle else ''
+        return self._lib.gpuipc_buffer_name(self._handle).decode() if self._handle else ''
 
     @property
     def device(self) -> str:
         """The GPU's UUID ('GPU-...' or 'MIG-...') for CUDA kinds, '' for memfd."""
-        return self._client._lib.gpuipc_buffer_device(self._handle).decode() if self._handle else ''
+        return self._lib.gpuipc_buffer_device(self._handle).decode() if self._handle else ''
 
     @property
     def segment(self) -> int:
         """For a view (an array of a pool, a state dict's part): the id of the buffer whose memory it
         is part of, which a consumer maps once for all its views; 0 otherwise."""
-        return self._client._lib.gpuipc_buffer_segment(self._handle) if self._handle else 0
+        return self._lib.gpuipc_buffer_segment(self._handle) if self._handle else 0
 
     def __dlpack_device__(self):
         if self._kind == 'memfd':
@@ -321,10 +323,11 @@ class Attached(_Memory):
 
     def __init__(self, client, handle):
         n = ctypes.c_size_t()
-        p = client._lib.gpuipc_buffer_meta(handle, ctypes.byref(n))
+        lib = _lib.load()
+        p = lib.gpuipc_buffer_meta(handle, ctypes.byref(n))
         self.raw_meta = ctypes.string_at(p, n.value) if p else b''
-        self._generation = client._lib.gpuipc_buffer_generation(handle)
-        self._name = client._lib.gpuipc_buffer_name(handle).decode(errors='replace')
+        self._generation = lib.gpuipc_buffer_generation(handle)
+        self._name = lib.gpuipc_buffer_name(handle).decode(errors='replace')
         self._meta, self._meta_error = None, None
         # The layout the metadata gives is checked as every view's is (arrays.check_layout). An
         # unusable one still attaches (the bytes, meta and view() stay usable), but every framework's
@@ -368,7 +371,7 @@ class Attached(_Memory):
     def revoked(self) -> bool:
         """True once the broker revoked the buffer (its producer died): stop using the memory."""
         self._client.process()
-        return bool(self._handle and self._client._lib.gpuipc_buffer_revoked(self._handle))
+        return bool(self._handle and self._lib.gpuipc_buffer_revoked(self._handle))
 
     def _check_layout(self):
         if self._meta_error is not None:  # a new exception each time: a raised one keeps its traceback
@@ -388,8 +391,7 @@ class Attached(_Memory):
         reference of its own to release. The buffer must still be live when it is unpickled."""
         if not self._handle:
             raise TypeError(f'buffer {self._name!r} was released: pickle an Attached while it holds its reference')
-        from . import client as _client
-        return (_client._reattach, (self._client.connection_info().socket_path, self.id))
+        return (_unpickle, (self._client.connection_info().socket_path, self.id))
 
     def release(self) -> None:
         """Gives the reference back (idempotent). Views must not be used afterwards."""
@@ -410,3 +412,19 @@ class Attached(_Memory):
             warnings.warn(f'gpuipc: {self._kind} buffer {self._name!r} was not released; releasing it now',
                           ResourceWarning, stacklevel=2)
             self._client._release_later(handle)
+
+
+# How an unpickled Attached is attached again (by id, through a connection of the receiving
+# process): a Client's business, which lies above this module; the client module sets it when it
+# is imported (set_reattach), as importing gpuipc does.
+_reattach = None
+
+
+def set_reattach(reattach):
+    """Sets reattach(socket_path, buffer_id) -> Attached, what _unpickle calls."""
+    global _reattach
+    _reattach = reattach
+
+
+def _unpickle(socket, buffer_id):
+    return _reattach(socket, buffer_id)

@@ -24,31 +24,18 @@ import threading
 import time
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Iterator, List, Mapping, Optional, Sequence, Union
 
-from . import _lib, arrays, dtypes, errors, meta as _meta
+from . import _lib, arrays, buffer as buffer_mod, dtypes, errors, meta as _meta, ring as _ring, state_dict as _sd
 from ._args import shape_arg as _shape_arg, size_arg as _size_arg, text_bytes as _text_bytes
+from ._core import Deadline, exiting
 from .buffer import KINDS, Attached, Buffer, View
 from .events import Event, Subscription
 from .fence import Fence, torch_current_stream
 from .inspection import BufferInfo, ConnectionInfo, HolderInfo, PeerInfo, Stat
-
-if TYPE_CHECKING:
-    from .pool import Pool
-    from .ring import Ring
-    from .state_dict import StateDict, StateDictVersion
-
-# Long waits are cut in slices of this many milliseconds so that Ctrl-C (KeyboardInterrupt) and
-# other threads get a turn; the broker and libgpuipc see several shorter waits.
-_SLICE_MS = 500
-
-
-
-def _exiting():
-    """True once the interpreter is on its way out: the main thread has finished (Python then waits
-    for other threads and runs the exit handlers) or the interpreter is being torn down."""
-    return sys.is_finalizing() or not threading.main_thread().is_alive()
-
+from .pool import Pool
+from .ring import Ring
+from .state_dict import StateDict, StateDictVersion
 
 # Every Client connected and not closed yet, abandoned at exit (_abandon_open_clients).
 _open_clients = weakref.WeakSet()
@@ -64,28 +51,6 @@ def _abandon_open_clients():
 
 
 atexit.register(_abandon_open_clients)
-
-
-class _Deadline:
-    """timeout_ms (negative: forever; 0: do not wait) as a sequence of slices."""
-
-    def __init__(self, timeout_ms):
-        self.timeout_ms = timeout_ms
-        self.forever = timeout_ms is None or timeout_ms < 0
-        self.end = None if self.forever else time.monotonic() + timeout_ms / 1000.0
-
-    def left_ms(self):
-        """Milliseconds left (-1: forever)."""
-        if self.forever:
-            return -1
-        return max(0, int((self.end - time.monotonic()) * 1000))
-
-    def next_slice(self):
-        """(milliseconds to wait now, whether this is the last slice)."""
-        left = self.left_ms()
-        if left < 0:
-            return _SLICE_MS, False
-        return min(left, _SLICE_MS), left <= _SLICE_MS
 
 
 class _Locked:
@@ -118,10 +83,6 @@ def _kind_code(kind):
         raise errors.InvalidArgument(f"kind must be one of {', '.join(KINDS)}, not {kind!r}") from None
 
 
-def _name_bytes(name, what='name'):
-    return _text_bytes(name, what)
-
-
 class Client:
     """A connection to the broker.
 
@@ -138,6 +99,14 @@ class Client:
     Use it as a context manager, or call close(): that closes its rings and fences, releases every
     attachment and frees every buffer this client allocated.
     """
+
+    # The package's internal interface to a client: the members that its other modules (buffers,
+    # fences, pools, rings, state dicts) may use besides the public ones. The connection's handle
+    # (None once closed), its lock (`with c._locked():` around every call that uses the handle),
+    # the check that turns a failed call into its exception, the device preference, and giving a
+    # reference back or running a call from a finalizer. Every other private member is the client's
+    # own; tests/python/layers.py reads this tuple.
+    _INTERNAL = ('_c', '_locked', '_check', '_strerror', '_set_device', '_call_later', '_release', '_release_later')
 
     def __init__(self, socket: Optional[str] = None, label: Optional[str] = None, connect_timeout_ms: int = 5000,
                  reconnect: bool = True, probe_gpus: bool = True) -> None:
@@ -230,7 +199,7 @@ class Client:
         right after the call in progress (never blocks, never interleaves with a call); not at all
         once the client is closed (close() let go of everything), nor once the process is exiting
         (the connection's end lets go of it then, touching no memory), nor in a forked child."""
-        if not self._c or _exiting() or os.getpid() != self._pid:
+        if not self._c or exiting() or os.getpid() != self._pid:
             return
         if self._lock.acquire(blocking=False):
             try:
@@ -329,7 +298,7 @@ class Client:
             # Nothing that still views the memory can reference an unreachable client, except tensors
             # that torch's allocator put in a pool of it; at exit anything may view it, and CUDA may
             # be gone.
-            release = not _exiting() and not any(p._mempool is not None for p in self._pools)
+            release = not exiting() and not any(p._mempool is not None for p in self._pools)
             if not sys.is_finalizing():
                 warnings.warn('gpuipc: a Client was not closed; ' +
                               ('closing it now' if release else 'closing its connection now (its memory stays '
@@ -493,7 +462,6 @@ class Client:
         1 GiB); reserve: bytes to make and export at once, in one segment (e.g. a model's size).
         writable, broker_held: as for publish(), for every array of the pool. A device without CUDA
         virtual memory management or fd export raises NoVmm."""
-        from .pool import Pool
         return Pool(self, kind, device, segment_size, max_segment_size, reserve, writable, broker_held)
 
     def _staging_pool(self, kind, device):
@@ -519,7 +487,7 @@ class Client:
 
         A buffer can be published again (under any name) once it drained. Returns the buffer id.
         """
-        target = _name_bytes(name)
+        target = _text_bytes(name, 'name')
         buf, info = self._owner(obj)
         pool = self._pool_of(info) if buf is None else None
         if buf is None and pool is None:
@@ -623,7 +591,7 @@ class Client:
             pool._wait_drained(info, timeout_ms)
             return
         buf, _ = self._buffer_of(obj, 'wait_drained')
-        deadline = _Deadline(timeout_ms)
+        deadline = Deadline(timeout_ms)
         while True:
             ms, last = deadline.next_slice()
             with self._locked():
@@ -673,8 +641,8 @@ class Client:
         0: NotFound at once if absent). CUDA kinds map onto `device` (-1: the buffer's own GPU).
         Returns an Attached: a zero-copy array (DLPack, .torch(), .numpy(), ...) with .meta; release
         it when done. Raises NotFound, Timeout, Denied, SamePid, Device, NoCuda, ..."""
-        target = _name_bytes(name)
-        deadline = _Deadline(timeout_ms)
+        target = _text_bytes(name, 'name')
+        deadline = Deadline(timeout_ms)
         h = ctypes.c_void_p()
         while True:
             ms, last = deadline.next_slice()
@@ -760,7 +728,7 @@ class Client:
         """The next Event, waiting up to timeout_ms (negative: forever); None when none came."""
         if self._stash:
             return self._stash.popleft()
-        deadline = _Deadline(timeout_ms)
+        deadline = Deadline(timeout_ms)
         while True:
             ms, last = deadline.next_slice()
             ev = self._take_event(ms)
@@ -794,7 +762,7 @@ class Client:
 
     def _wait_for(self, match, timeout_ms):
         """Takes events until match(event); others are kept for next_event. Returns the event or None."""
-        deadline = _Deadline(timeout_ms)
+        deadline = Deadline(timeout_ms)
         while True:
             ms, last = deadline.next_slice()
             ev = self._take_event(ms)
@@ -826,7 +794,6 @@ class Client:
         The ring's dtype and shape reach members through a small buffer `name`@meta (docs/python.md).
         Returns a Ring (a context manager: leaving it closes the ring).
         """
-        from . import ring as _ring
         return _ring.create(self, name, slots, slot_size, shape, dtype, mode, kind, device, max_members, lease_ms,
                             meta)
 
@@ -836,7 +803,6 @@ class Client:
         kinds onto `device`; -1: the ring's own GPU). The producer seats the member at its next ring
         call; frames from then on are the member's. Returns a Ring: take() frames, iterate over it, or
         await take_async(). Raises Quota when every seat is taken."""
-        from . import ring as _ring
         return _ring.join(self, name, timeout_ms, device)
 
     def _ring_closed(self, ring):
@@ -880,7 +846,7 @@ class Client:
         state), with the peers holding it in `held_by` (gpuipc_stat_buffer). Raises NotFound."""
         if (name is None) == (buffer_id is None):
             raise errors.InvalidArgument('stat() takes a name or a buffer_id')
-        target = _name_bytes(name) if name is not None else None
+        target = _text_bytes(name, 'name') if name is not None else None
         info = _lib.BufferInfo()
         cap = 64
         while True:
@@ -928,7 +894,7 @@ class Client:
         fn = self._lib.gpuipc_fence_create_ipc_event if ipc_event else self._lib.gpuipc_fence_create
         h = ctypes.c_void_p()
         with self._locked():
-            self._check(fn(self._c, _name_bytes(name), int(device), ctypes.byref(h)), f"create fence '{name}'")
+            self._check(fn(self._c, _text_bytes(name, 'name'), int(device), ctypes.byref(h)), f"create fence '{name}'")
             fence = self._fences[h.value] = Fence(self, h.value, name, True)
         return fence
 
@@ -937,7 +903,8 @@ class Client:
         h = ctypes.c_void_p()
         with self._locked():
             self._set_device(device)
-            self._check(self._lib.gpuipc_fence_open(self._c, _name_bytes(name), int(timeout_ms), ctypes.byref(h)),
+            target = _text_bytes(name, 'name')
+            self._check(self._lib.gpuipc_fence_open(self._c, target, int(timeout_ms), ctypes.byref(h)),
                         f"open fence '{name}'")
             fence = self._fences[h.value] = Fence(self, h.value, name, False)
         return fence
@@ -947,10 +914,6 @@ class Client:
         if fence is None or not fence._handle:
             fence = self._waited_fences[name] = self.open_fence(name)
         return fence
-
-    def _fence_call(self, what, fn, handle, *args):
-        with self._locked():
-            self._check(fn(handle, *args), f'fence {what}')
 
     def _fence_closed(self, fence, handle):
         with self._lock:
@@ -963,7 +926,7 @@ class Client:
         """Waits until `members` connections joined `group` (all return together) or the earliest
         member's deadline passes (all raise Timeout)."""
         with self._locked():
-            self._check(self._lib.gpuipc_group_join(self._c, _name_bytes(group, 'group'), int(members),
+            self._check(self._lib.gpuipc_group_join(self._c, _text_bytes(group, 'group'), int(members),
                                                     int(timeout_ms)), f"join group '{group}'")
 
     # ---- state dicts ----
@@ -1017,8 +980,7 @@ class Client:
 
     def _publisher(self, name, live):
         """The publisher of name's versions in that mode (one of the other mode is closed first)."""
-        from . import state_dict as _sd
-        _name_bytes(name, 'state dict name')
+        _text_bytes(name, 'state dict name')
         pub = self._publishers.get(name)
         if pub is not None and pub.live_mode != live:
             self._publishers.pop(name).close()
@@ -1055,7 +1017,6 @@ class Client:
         call sd.wait_ready(other_stream). Release the StateDict (sd.release(), or a ``with`` block)
         once nothing uses it any more, and only after the GPU work that reads it finished.
         """
-        from . import state_dict as _sd
         return _sd.attach(self, name, framework, timeout_ms, device, after, stream)
 
 
@@ -1092,4 +1053,7 @@ def _reattach(socket, buffer_id, device=-1):
     """Unpickles an Attached: attaches the same buffer by id, through this process's connection to
     the broker at `socket`. The buffer must still be live (NotFound or StateError otherwise)."""
     return _reattach_client(socket).attach_id(buffer_id, device)
+
+
+buffer_mod.set_reattach(_reattach)
 

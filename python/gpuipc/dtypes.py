@@ -2,7 +2,7 @@
 code, and the matching torch/NumPy dtype. Names are what travel in metadata, so producers and
 consumers in different frameworks agree."""
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, UnsupportedDtype
 
 # name -> (item size in bytes, DLPack type code, DLPack bits)
 _TABLE = {
@@ -40,7 +40,6 @@ def name(dtype):
         except (ImportError, TypeError):
             n = text
     if n not in _TABLE:
-        from .errors import UnsupportedDtype
         raise UnsupportedDtype(f'unsupported dtype {dtype!r}: DLPack as gpuipc carries it knows '
                                f'{", ".join(_TABLE)} (publish it converted, or its bytes as uint8)')
     return n
@@ -55,7 +54,6 @@ def dlpack_code(n):
     """(DLPack type code, bits) of the canonical dtype name n; UnsupportedDtype for one DLPack cannot carry."""
     code, bits = _TABLE[n][1:]
     if code is None:
-        from .errors import UnsupportedDtype
         raise UnsupportedDtype(f'{n} has no DLPack code: view it with torch, or read its bytes')
     return code, bits
 

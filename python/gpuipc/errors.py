@@ -8,6 +8,8 @@ also work.
 """
 import os
 
+from . import _lib
+
 __all__ = [
     'Error', 'NotFound', 'Timeout', 'Denied', 'Revoked', 'RingClosed', 'Overwritten', 'PidNamespace', 'Device',
     'NoBroker', 'NoCuda', 'Disconnected', 'CudaError', 'NameTaken', 'Quota', 'Busy', 'InvalidArgument',
@@ -242,7 +244,6 @@ del _cls, _code
 
 def err_name(code):
     """libgpuipc's stable name of a code (gpuipc_err_name)."""
-    from . import _lib
     return (_lib.load().gpuipc_err_name(code) or b'').decode(errors='replace')
 
 

@@ -1,6 +1,8 @@
 """Broker events (what subscriptions and your own buffers report) and subscriptions."""
 import dataclasses
 
+from .buffer import KIND_NAMES
+
 EVENT_TYPES = {1: 'published', 2: 'retired', 3: 'revoked', 4: 'drained', 5: 'reconnected'}
 
 
@@ -24,7 +26,6 @@ class Event:
 
     @classmethod
     def _from_c(cls, ev):
-        from .buffer import KIND_NAMES
         return cls(EVENT_TYPES.get(ev.type, str(ev.type)), ev.subscription, ev.buffer, ev.generation,
                    KIND_NAMES.get(ev.kind, ''), ev.name.decode(errors='replace'), ev.reason.decode(errors='replace'))
 

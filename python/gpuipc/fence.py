@@ -8,6 +8,9 @@ creator's and the same /dev/shm).
 """
 from typing import Any, Optional
 
+from . import _lib
+from .errors import StateError
+
 
 def stream_handle(stream: Any) -> Optional[int]:
     """The raw CUstream of a torch.cuda.Stream, a CuPy stream, an object with __cuda_stream__, an int,
@@ -41,6 +44,7 @@ class Fence:
 
     def __init__(self, client, handle, name, created):
         self._client, self._handle, self.name, self.created = client, handle, name, created
+        self._lib = _lib.load()
         self._next = 0
 
     def __repr__(self):
@@ -48,30 +52,34 @@ class Fence:
 
     def _h(self):
         if not self._handle:
-            from .errors import StateError
             raise StateError(f'fence {self.name!r} is closed')
         return self._handle
+
+    def _call(self, what, fn, *args):
+        """fn(handle, *args) under the client's lock; raises the exception for a failure."""
+        client = self._client
+        h = self._h()
+        with client._locked():
+            client._check(fn(h, *args), f'fence {what}')
 
     def signal(self, value: Optional[int] = None, stream: Any = None) -> int:
         """Enqueues in `stream` a write of `value` after all prior work in that stream. Without a
         value: the next value of this fence's own counter (1, 2, ...). Returns the value written."""
         value = self._next + 1 if value is None else int(value)
-        self._client._fence_call('signal', self._client._lib.gpuipc_fence_signal, self._h(),
-                                 stream_handle(stream), value)
+        self._call('signal', self._lib.gpuipc_fence_signal, stream_handle(stream), value)
         self._next = max(self._next, value)
         return value
 
     def wait(self, value: int, stream: Any = None) -> None:
         """Enqueues in `stream` a wait until the counter reaches `value` (the host does not wait)."""
-        self._client._fence_call('wait', self._client._lib.gpuipc_fence_wait, self._h(), stream_handle(stream),
-                                 int(value))
+        self._call('wait', self._lib.gpuipc_fence_wait, stream_handle(stream), int(value))
 
     @property
     def value(self) -> int:
         """The counter, read from the host (never waits behind queued fence waits)."""
         import ctypes
         v = ctypes.c_uint64()
-        self._client._fence_call('read', self._client._lib.gpuipc_fence_value, self._h(), ctypes.byref(v))
+        self._call('read', self._lib.gpuipc_fence_value, ctypes.byref(v))
         return v.value
 
     def close(self) -> None:

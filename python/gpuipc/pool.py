@@ -22,12 +22,12 @@ import sys
 import threading
 from typing import Any, NamedTuple, Optional, Sequence, Union
 
-from . import _lib, arrays, dlpack, dtypes, errors
+from . import _lib, arrays, dlpack, dtypes, errors, meta as _meta
 from ._args import shape_arg, size_arg
+from ._core import Deadline
 from .buffer import KINDS, Buffer, View
 
 _IDLE_VIEWS_MAX = 256
-_SLICE_MS = 500
 
 
 class PoolStats(NamedTuple):
@@ -115,7 +115,7 @@ class Pool:
                  writable=False, broker_held=False):
         if kind not in ('cuda-vmm', 'memfd'):
             raise errors.InvalidArgument(f"a pool is of 'cuda-vmm' or 'memfd' memory, not {kind!r}")
-        self._client, self._lib = client, client._lib
+        self._client, self._lib = client, _lib.load()
         self.kind, self.device = kind, int(device) if kind != 'memfd' else -1
         self._lock = threading.Lock()  # the handle against frees from other threads (finalizers)
         self._live = collections.defaultdict(list)  # (base, size) -> [_Publication], published, not drained
@@ -338,7 +338,6 @@ class Pool:
         """Publishes obj's memory as a view (no copy, no export), with its layout and `extra` (a
         fence) in the metadata beside the caller's `meta`; obj is kept until it drained. Returns the
         view's buffer id."""
-        from . import meta as _meta
         what = f"publish '{name_bytes.decode()}'"
         self._check_open(what)
         self._reap()
@@ -432,8 +431,7 @@ class Pool:
         return not self._pubs_of(info)
 
     def _wait_drained(self, info, timeout_ms):
-        from .client import _Deadline
-        deadline = _Deadline(timeout_ms)
+        deadline = Deadline(timeout_ms)
         for pub in list(self._pubs_of(info)):
             while True:
                 ms, last = deadline.next_slice()

@@ -30,9 +30,9 @@ import weakref
 from typing import Any, AsyncIterator, Iterator, Optional, Tuple
 
 from . import _lib, arrays, dlpack, dtypes, errors, meta as _meta
-from ._args import shape_arg, size_arg
+from ._args import shape_arg, size_arg, text_bytes
 from .buffer import KINDS, KIND_NAMES, View
-from .client import _SLICE_MS, _Deadline, _name_bytes
+from ._core import SLICE_MS, Deadline, exiting
 from .fence import stream_handle
 
 MODES = {'backpressure': 0, 'latest': 1, 'stream': 2}
@@ -49,7 +49,7 @@ class _SlotMemory:
     it releases it, the producer until it publishes it). A View's `memory`."""
 
     def __init__(self, ring, handle, facts, readonly):
-        self._client, self._handle = ring._client, handle
+        self._client, self._lib, self._handle = ring._client, _lib.load(), handle
         self.ring = ring
         self.ptr, self.size, self.kind, self.device_ordinal = facts
         self.readonly = readonly
@@ -70,7 +70,7 @@ class _SlotMemory:
     def _copy(self, offset, host, length, to_host):
         self._usable_ptr()
         client = self._client
-        fn = client._lib.gpuipc_buffer_read if to_host else client._lib.gpuipc_buffer_write
+        fn = self._lib.gpuipc_buffer_read if to_host else self._lib.gpuipc_buffer_write
         with client._locked():
             client._check(fn(self._handle, offset, host, length), 'read' if to_host else 'write')
 
@@ -182,6 +182,7 @@ class Ring:
 
     def __init__(self, client, handle, name, producer, layout, device, meta_buffer=None):
         self._client, self._handle, self.name, self.producer = client, handle, name, producer
+        self._lib = _lib.load()
         self._device, self._meta_buffer = device, meta_buffer
         self.dtype = layout.get('dtype', 'uint8')
         self.shape = tuple(layout['shape']) if layout.get('shape') is not None else None
@@ -246,18 +247,19 @@ class Ring:
             self._torch_stream_fn = fn
         return fn(ordinal) or None
 
-    def _fail(self, r, what):
-        """Raises the exception for libgpuipc's r of a per-frame call (RingClosed for a closed ring)."""
+    def _fail(self, r, what, closed=False):
+        """Raises the exception for libgpuipc's r of a per-frame call (RingClosed when closed: the
+        ring's gpuipc_ring_closed, read with the handle the call used)."""
         try:
             self._client._check(r, f"{what} (ring '{self.name}')")
         except errors.Revoked as e:
-            raise _ring_ended(e) from None
+            raise _ring_ended(e, closed) from None
 
     def _data_call(self, what, fn, args, timeout_ms):
         """fn(handle, *args, ms, slot out, number out) for a per-frame call that may wait: at once
         with the whole timeout when it fits in one slice, else slice by slice (so that Ctrl-C and
         closing get a word in). False when it timed out."""
-        first = timeout_ms if 0 <= timeout_ms <= _SLICE_MS else _SLICE_MS
+        first = timeout_ms if 0 <= timeout_ms <= SLICE_MS else SLICE_MS
         deadline = None
         while True:
             ms = first if deadline is None else deadline.next_slice()[0]
@@ -266,21 +268,22 @@ class Ring:
                 if not h:
                     raise errors.StateError(f"ring '{self.name}' is closed")
                 r = fn(h, *args, ms, self._p_slot, self._p_number)
+                closed = r == errors.E_REVOKED and self._lib.gpuipc_ring_closed(h) == 1
             if r >= 0:
                 return True
             if r != errors.E_TIMEOUT:
-                self._fail(r, what)
+                self._fail(r, what, closed)
             if deadline is None:
-                if 0 <= timeout_ms <= _SLICE_MS:
+                if 0 <= timeout_ms <= SLICE_MS:
                     return False
-                deadline = _Deadline(timeout_ms - _SLICE_MS if timeout_ms > 0 else timeout_ms)
+                deadline = Deadline(timeout_ms - SLICE_MS if timeout_ms > 0 else timeout_ms)
             elif deadline.left_ms() == 0:
                 return False
 
     def _slot(self, handle):
         """What every frame of slot `handle` shares: its memory's facts and a frame's layout, checked
         once, at its first frame."""
-        lib = self._client._lib
+        lib = self._lib
         facts = (lib.gpuipc_buffer_ptr(handle) or 0, lib.gpuipc_buffer_size(handle),
                  KIND_NAMES.get(lib.gpuipc_buffer_kind(handle), '?'), lib.gpuipc_buffer_device_ordinal(handle))
         if self.shape is not None and arrays.numel(self.shape) * dtypes.itemsize(self.dtype) > facts[1]:
@@ -306,18 +309,19 @@ class Ring:
         return frame
 
     def _call(self, what, fn, slices=None):
-        """fn(ring) under the client's lock; with slices (a client._Deadline), fn(ring, ms) repeated while
+        """fn(ring) under the client's lock; with slices (a _core.Deadline), fn(ring, ms) repeated while
         it times out and time is left. Raises the exception for a failure (RingClosed for a closed ring)."""
         while True:
             ms, last = slices.next_slice() if slices is not None else (None, True)
             with self._client._locked():
-                r = fn(self._h()) if slices is None else fn(self._h(), ms)
+                h = self._h()
+                r = fn(h) if slices is None else fn(h, ms)
                 if r == errors.E_TIMEOUT and not last:
                     continue
                 try:
                     self._client._check(r, f"{what} (ring '{self.name}')")
                 except errors.Revoked as e:
-                    raise _ring_ended(e) from None
+                    raise _ring_ended(e, self._lib.gpuipc_ring_closed(h) == 1) from None
                 return r
 
     # ---- producer ----
@@ -331,7 +335,7 @@ class Ring:
         if self._acquired is not None:
             return self._acquired
         cu = self._stream_arg(stream)
-        lib = self._client._lib
+        lib = self._lib
         if self.mode == 'stream':
             got = self._data_call('acquire', _stream_acquire(lib), (cu,), timeout_ms)
         else:
@@ -350,7 +354,7 @@ class Ring:
         frame = self._acquired
         if frame is None:
             raise errors.StateError(f"ring '{self.name}': acquire() a frame before publishing")
-        lib = self._client._lib
+        lib = self._lib
         with self._lock:
             h = self._h()
             if self.mode == 'stream':
@@ -402,7 +406,7 @@ class Ring:
             raise errors.StateError(f"ring '{self.name}': frame {held.number} is still held; release it first "
                                     f'(or take frames with `for frame in ring` or `with ring.take() as frame`)')
         cu = self._stream_arg(stream)
-        lib = self._client._lib
+        lib = self._lib
         if self.mode == 'stream':
             got = self._data_call('take', _stream_take(lib), (cu,), timeout_ms)
         else:
@@ -418,7 +422,7 @@ class Ring:
         return frame
 
     def _release_fn(self, cu):
-        lib = self._client._lib
+        lib = self._lib
         if self.mode == 'stream':
             return lambda r: lib.gpuipc_ring_stream_release(r, cu)
         return lib.gpuipc_ring_release
@@ -428,7 +432,7 @@ class Ring:
         if self.producer or not memory.live:
             return
         memory.live = False
-        lib = self._client._lib
+        lib = self._lib
         with self._lock:
             h = self._handle
             if not h:
@@ -448,8 +452,7 @@ class Ring:
         """From a finalizer: release now if the ring is free, else once the call in flight is done
         (never blocks, never raises)."""
         frame.memory.live = False
-        from .client import _exiting
-        if _exiting():
+        if exiting():
             return  # the connection's end lets go of the frame (at exit nothing is released one by one)
         release = self._release_fn(frame.stream)
 
@@ -496,7 +499,7 @@ class Ring:
         thread of libgpuipc sleeps on the ring's doorbell for it, from the first call on."""
         self._need(False, 'fileno()')
         if self._fd is None:
-            self._fd = self._call('fd', lambda r: self._client._lib.gpuipc_ring_fd(r))
+            self._fd = self._call('fd', lambda r: self._lib.gpuipc_ring_fd(r))
         return self._fd
 
     async def take_async(self, stream: Any = None) -> Frame:
@@ -543,7 +546,7 @@ class Ring:
         if spin_us < 0:
             raise errors.InvalidArgument('spin_us must not be negative')
         with self._client._locked():
-            self._client._lib.gpuipc_ring_set_spin(self._h(), spin_us)
+            self._lib.gpuipc_ring_set_spin(self._h(), spin_us)
 
     def _forget(self):
         """The client closes: libgpuipc closes the ring itself; nothing of it may be used any more."""
@@ -589,12 +592,12 @@ class Ring:
             warnings.warn(f'gpuipc: ring {self.name!r} was not closed; closing it now', ResourceWarning,
                           stacklevel=2)
             handle, self._handle = self._handle, None
-            client, meta_buffer = self._client, self._meta_buffer
+            client, meta_buffer, lib = self._client, self._meta_buffer, self._lib
 
             def close():
                 if meta_buffer is not None and meta_buffer._handle:
                     client._free_held(meta_buffer)  # first, as close() does
-                client._lib.gpuipc_ring_close(handle)
+                lib.gpuipc_ring_close(handle)
             client._call_later(close)
 
 
@@ -608,10 +611,11 @@ _HINTS = {
 }
 
 
-def _ring_ended(e):
+def _ring_ended(e, closed):
     """A ring call's Revoked as the ring's failure, with a hint about rings, never libgpuipc's about
-    buffers (whose 'publish broker-held' no ring can do): RingClosed when its producer closed it."""
-    return _recast(e, errors.RingClosed if 'closed the ring' in e.detail else errors.Revoked)
+    buffers (whose 'publish broker-held' no ring can do): RingClosed when its producer closed it
+    (closed: gpuipc_ring_closed, never the text of the failure)."""
+    return _recast(e, errors.RingClosed if closed else errors.Revoked)
 
 
 def _recast(e, cls):
@@ -732,7 +736,7 @@ def _layout(name, slots, slot_size, shape, dtype, mode, kind, device, max_member
 
 def create(client, name, slots, slot_size, shape, dtype, mode, kind, device, max_members, lease_ms, meta):
     """Client.ring(): publishes NAME@meta, then creates the ring (undoing the first if that fails)."""
-    target = _name_bytes(name, 'ring name')
+    target = text_bytes(name, 'ring name')
     kind, slot_size, layout = _layout(name, slots, slot_size, shape, dtype, mode, kind, device, max_members,
                                       lease_ms)
     if mode == 'stream' and not _lib.has('gpuipc_ring_stream_acquire'):
@@ -746,7 +750,7 @@ def create(client, name, slots, slot_size, shape, dtype, mode, kind, device, max
                                 int(max_members), int(device), MODES[mode], int(lease_ms))
         h = ctypes.c_void_p()
         with client._locked():
-            client._check(client._lib.gpuipc_ring_create(client._c, target, ctypes.byref(opts), ctypes.byref(h)),
+            client._check(_lib.load().gpuipc_ring_create(client._c, target, ctypes.byref(opts), ctypes.byref(h)),
                           f"create ring '{name}'")
             ring = Ring(client, h.value, name, True, layout, int(device), meta_buffer)
             client._rings.add(ring)
@@ -758,10 +762,10 @@ def create(client, name, slots, slot_size, shape, dtype, mode, kind, device, max
 
 def join(client, name, timeout_ms, device):
     """Client.join_ring(): joins (waiting up to timeout_ms for the ring), then reads NAME@meta."""
-    target = _name_bytes(name, 'ring name')
-    deadline = _Deadline(timeout_ms)
+    target = text_bytes(name, 'ring name')
+    deadline = Deadline(timeout_ms)
     h = ctypes.c_void_p()
-    lib = client._lib
+    lib = _lib.load()
     while True:
         ms, last = deadline.next_slice()
         with client._locked():
@@ -771,9 +775,10 @@ def join(client, name, timeout_ms, device):
                 continue
             if r == errors.E_NOT_FOUND and timeout_ms != 0:
                 # The broker's last word says whether the ring is missing or only not ready (being
-                # set up, or no seat with its new pages yet: its producer makes no ring calls).
+                # set up, or no seat with its new pages yet: its producer makes no ring calls); it
+                # is passed on as it is, never parsed.
                 said = (lib.gpuipc_errmsg(client._c) or b'').decode(errors='replace')
-                why = said if said.startswith(f"ring '{name}'") else 'no ring of that name appeared'
+                why = said or 'no ring of that name appeared'
                 raise errors.from_code(errors.E_TIMEOUT, f"join ring '{name}'", f'{why} within {timeout_ms} ms',
                                        'check that the producer runs and uses the same ring name and socket',
                                        'timeout')

@@ -32,6 +32,7 @@ from typing import Any, Dict
 import msgpack
 
 from . import _lib, arrays, dlpack, dtypes, errors, fence as fence_mod, meta as _meta
+from ._core import Deadline
 from .buffer import Buffer, View
 from .errors import InvalidArgument, MetadataError, NotFound, Timeout
 
@@ -272,7 +273,7 @@ class _Slot:
         self.block = pool._alloc(need)
         h = ctypes.c_void_p()
         with client._locked():
-            client._check(client._lib.gpuipc_pool_view(pool._handle, self.block.ptr, need, ctypes.byref(h)),
+            client._check(_lib.load().gpuipc_pool_view(pool._handle, self.block.ptr, need, ctypes.byref(h)),
                           'make a state dict buffer')
         self.view = Buffer(client, h.value)
         self.size, self.kind = need, pool.kind
@@ -300,22 +301,21 @@ class _Slot:
     def copy_in(self, items, n, stream):
         c = self.client
         with c._locked():
-            c._check(c._lib.gpuipc_buffer_copy_in(self.view._handle, items, n, stream), 'copy into the state dict')
+            c._check(_lib.load().gpuipc_buffer_copy_in(self.view._handle, items, n, stream), 'copy into the state dict')
 
     @property
     def drained(self):
         c = self.client
         with c._locked():
-            c._lib.gpuipc_process(c._c)
-            return c._lib.gpuipc_wait_drained(c._c, self.view._handle, 0) == 0
+            _lib.load().gpuipc_process(c._c)
+            return _lib.load().gpuipc_wait_drained(c._c, self.view._handle, 0) == 0
 
     def wait_drained(self, timeout_ms):
-        from .client import _Deadline
-        c, deadline = self.client, _Deadline(timeout_ms)
+        c, deadline = self.client, Deadline(timeout_ms)
         while True:
             ms, last = deadline.next_slice()
             with c._locked():
-                r = c._lib.gpuipc_wait_drained(c._c, self.view._handle, ms)
+                r = _lib.load().gpuipc_wait_drained(c._c, self.view._handle, ms)
                 if r == errors.E_TIMEOUT and not last:
                     continue
                 c._check(r, 'wait for a state dict buffer to drain')
@@ -324,14 +324,14 @@ class _Slot:
     def retire(self):
         c = self.client
         with c._locked():
-            c._check(c._lib.gpuipc_retire(c._c, self.view._handle), 'retire a state dict version')
+            c._check(_lib.load().gpuipc_retire(c._c, self.view._handle), 'retire a state dict version')
 
     def free(self):
         """The broker forgets the view once drained; the memory goes back to the pool."""
         c = self.client
         if self.view._handle and c._c:
             with c._locked():
-                c._lib.gpuipc_buffer_free(c._c, self.view._handle)
+                _lib.load().gpuipc_buffer_free(c._c, self.view._handle)
         self.view._handle = None
         self.block = None
 
@@ -754,8 +754,7 @@ def _manifest(client, attached, info):
 
 
 def _attach_newer(client, name, timeout_ms, device, after):
-    from .client import _Deadline
-    deadline = _Deadline(timeout_ms)
+    deadline = Deadline(timeout_ms)
     sub = client._subscribe(name)
     client._internal_subs.add(sub)
     try:
@@ -781,7 +780,7 @@ def _publisher(client, buffer_id):
     """(peer, uid, pid) of the producer of a buffer, as the broker says (a stat without holders)."""
     out = _lib.BufferInfo()
     with client._locked():
-        client._check(client._lib.gpuipc_stat_buffer(client._c, None, buffer_id, None, 0, ctypes.byref(out)),
+        client._check(_lib.load().gpuipc_stat_buffer(client._c, None, buffer_id, None, 0, ctypes.byref(out)),
                       f'stat buffer {buffer_id}')
     return out.owner, out.uid, out.pid
 
