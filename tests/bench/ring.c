@@ -406,7 +406,8 @@ void section_ring(void)
                 alone = standalone_handoff(cases[i].members, cases[i].spin_us != 0, n_frames);
                 snprintf(name, sizeof(name), "raw %s hand-off p50 (%d member%s)%s%s%s",
                          cases[i].spin_us ? "spin" : "futex", cases[i].members, cases[i].members > 1 ? "s" : "",
-                         bench_opts.pin ? " [pin " : "", bench_opts.pin ? bench_opts.pin : "", bench_opts.pin ? "]" : "");
+                         bench_opts.pin ? " [pin " : "", bench_opts.pin ? bench_opts.pin : "",
+                         bench_opts.pin ? "]" : "");
                 row = row_add(name, raw[i], "us", "handoff-floor p50 (standalone)", alone);
                 row_target_ratio_max(row, 1.1);
                 row_note(row, "%zu samples (%zu frames found a member awake); one cache line between processes, "
