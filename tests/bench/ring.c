@@ -9,7 +9,8 @@
  * "a member has it". Frames go out one at a time, paced the tightest way that still finds members
  * asleep: every member acknowledges each frame (after its release), the producer waits for all
  * acknowledgements and then for HANDOFF_GAP_NS more, busy (a producer that sleeps between frames
- * lets this VM's CPUs idle deeper and measured 10-13 us instead of 7-8 here), before the next one.
+ * lets a VM's CPUs idle deeper: 10-13 us instead of 7-8 on a 2-core KVM guest), before the next
+ * one; it sleeps and yields instead only where it would take a member's CPU (pace_sleeps).
  * A frame a member found already there (it had not gone back to sleep: a busy machine) is no
  * hand-off to a sleeper and gives no sample; the note counts them. With spin, members busy-wait
  * instead. 1 and 8 members. The raw floors stamp and pace the same way, and handoff-floor (a
