@@ -54,8 +54,9 @@ static void usage(FILE *f)
                    "      --no-mps            skip --gpu's second pass of the ring rows under an MPS daemon\n"
                    "      --fair-quota CPUS   fairness: the broker's cgroup quota (default 250m; none: no quota run)\n"
                    "      --old-broker PATH   fairness: run every pass on this broker too (an older build)\n"
-                   "      --pin same|split    latency: client and server on one CPU, or on two (default:\n"
-                   "                          wherever the scheduler puts them)\n"
+                   "      --pin same|split    latency: client and server on one CPU, or on two; ring: producer\n"
+                   "                          and members (and the raw floors) on CPU 0, or members on the\n"
+                   "                          others (default: wherever the scheduler puts them)\n"
                    "  -h, --help\n");
 }
 
