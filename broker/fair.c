@@ -91,7 +91,9 @@ int fair_join(Fair *s, FairEntry *e, uint32_t uid)
 }
 
 /* Takes e off whatever list holds it; its uid leaves the turn order once nothing of it is ready.
- * An uid that leaves keeps what it owes but banks nothing: credit is for the turns it is ready. */
+ * A connection or uid that leaves keeps what it owes but banks nothing: credit is for the turns it
+ * is ready. (A connection that lists in a loop is idle between its requests: what one listing
+ * cost is still owed when the next comes.) */
 static void unlink_entry(FairEntry *e)
 {
         FairUid *u = e->uid;
@@ -99,6 +101,7 @@ static void unlink_entry(FairEntry *e)
         if (e->state == FAIR_READY)
                 u->n_ready--;
         list_unlink(&e->link);
+        e->credit_ns = MIN(e->credit_ns, 0);
         if (list_empty(&u->ready) && list_linked(&u->link)) {
                 list_unlink(&u->link);
                 u->credit_ns = MIN(u->credit_ns, 0);
@@ -195,7 +198,7 @@ static bool over_share(Fair *s, FairEntry *e)
 
         if (!s->window_budget_ns || e->window != s->window)
                 return false;
-        used = cpu_now(s) - s->window_cpu_start_ns;
+        used = s->cpu_mark - s->window_cpu_start_ns;
         if (used < s->window_budget_ns)
                 return false;
         share = s->window_frames_ns / MAX(s->window_uids, 1u) / MAX(e->uid->window_conns, 1u);
@@ -213,23 +216,29 @@ static void pace(Fair *s, FairEntry *e)
 
 /* ---- rounds ---- */
 
-/* Serves e's next frame and charges its CPU time to e and its uid. True when a frame was read. */
+/* Serves e's next frame and charges its CPU time to e and its uid: from the clock's last reading
+ * (the end of the frame before, or the round's start) to now, so that a frame costs one reading of
+ * the clock, and the scheduler's own work between two frames is charged to the second. True when a
+ * frame was read. */
 static bool serve_one(Fair *s, FairEntry *e)
 {
         FairUid *u = e->uid;
-        uint64_t start = cpu_now(s), took;
+        uint64_t start = s->cpu_mark, took;
         bool read;
 
         window_count(s, e);
         s->serving = e;
         read = s->cfg.serve(e, s->cfg.userdata);
-        took = cpu_now(s) - start;
+        s->cpu_mark = cpu_now(s);
+        took = s->cpu_mark - start;
         s->window_frames_ns += took;
-        u->credit_ns -= (int64_t)MIN(took, (uint64_t)INT64_MAX / 2);
+        took = MIN(took, (uint64_t)INT64_MAX / 2);
+        u->credit_ns -= (int64_t)took;
         if (!s->serving)
                 return read; /* it left while its frame was handled: nothing more to do with it */
         s->serving = NULL;
         e->used_ns += took;
+        e->credit_ns -= (int64_t)took;
         if (!read) {
                 /* No input (or closing): back to polling, which tells when more comes. */
                 unlink_entry(e);
@@ -238,19 +247,15 @@ static bool serve_one(Fair *s, FairEntry *e)
         return read;
 }
 
-/* One turn of uid u: its ready connections in order, one frame each, while it has credit and has
- * read fewer than FAIR_FRAMES_PER_TURN. Returns the frames read. */
-static unsigned turn(Fair *s, FairUid *u)
+/* Tries each connection of u that is ready, in order, at most once: one frame each while the turn
+ * may read more. Returns the frames read; *ret_owing is the credit of the connection that owes
+ * least among those skipped to pay back (0 when none was). */
+static unsigned turn_pass(Fair *s, FairUid *u, unsigned frames, int64_t *ret_owing, bool *ret_paced)
 {
-        unsigned frames = 0, tried = 0, n_ready = u->n_ready;
+        unsigned tried = 0, n_ready = u->n_ready;
 
-        u->credit_ns = MIN(u->credit_ns + FAIR_QUANTUM_NS, (int64_t)FAIR_QUANTUM_NS);
-        if (u->credit_ns <= 0) {
-                s->turns_skipped_total++;
-                return 0;
-        }
-        s->in_turn = u;
-        /* Each connection that was ready when the turn began is tried once: one that leaves or is
+        *ret_owing = 0;
+        /* Each connection that was ready when the pass began is tried once: one that leaves or is
          * paced is not waited for, and one that becomes ready meanwhile waits for the next turn. */
         while (tried < n_ready && frames < FAIR_FRAMES_PER_TURN && u->credit_ns > 0 && !list_empty(&u->ready)) {
                 FairEntry *e = list_entry(u->ready.next, FairEntry, link);
@@ -259,11 +264,50 @@ static unsigned turn(Fair *s, FairUid *u)
                 /* To the back first: the next turn starts with the connection after it. */
                 list_unlink(&e->link);
                 list_append(&u->ready, &e->link);
+                e->credit_ns = MIN(e->credit_ns + FAIR_CONN_QUANTUM_NS, (int64_t)FAIR_CONN_QUANTUM_NS);
+                if (e->credit_ns <= 0) {
+                        /* Paying back: stays ready, tried again next turn. */
+                        *ret_owing = *ret_owing ? MAX(*ret_owing, e->credit_ns) : e->credit_ns;
+                        continue;
+                }
                 if (over_share(s, e)) {
                         pace(s, e);
+                        *ret_paced = true;
                         continue;
                 }
                 frames += serve_one(s, e);
+        }
+        return frames;
+}
+
+/* One turn of uid u: its ready connections in order, one frame each, while it has credit and has
+ * read fewer than FAIR_FRAMES_PER_TURN. Its connections share the uid's time the way uids share
+ * the broker's: each has credit of its own, and one that owes (its last frame cost more than a
+ * quantum: a listing) is passed over in its uid's turns until it paid, so that the uid's other
+ * connections (a client pinging next to the same uid's listings) are not held to one frame per
+ * costly one. What a connection owes counts against its siblings only: when every ready one owes,
+ * they are all moved up by what the least indebted owes (its uid paid for the frame already, by
+ * skipping turns), rather than wasting the turn. Returns the frames read. */
+static unsigned turn(Fair *s, FairUid *u)
+{
+        unsigned frames = 0;
+        bool paced = false;
+        int64_t owing;
+
+        u->credit_ns = MIN(u->credit_ns + FAIR_QUANTUM_NS, (int64_t)FAIR_QUANTUM_NS);
+        if (u->credit_ns <= 0) {
+                s->turns_skipped_total++;
+                return 0;
+        }
+        s->in_turn = u;
+        for (;;) {
+                frames = turn_pass(s, u, frames, &owing, &paced);
+                if (frames || paced || !owing)
+                        break;
+                /* Nothing read and all that is still ready owes: the next pass serves the one that
+                 * owes least, and the others keep their distance from it. */
+                list_for_each(l, &u->ready)
+                        list_entry(l, FairEntry, link)->credit_ns -= owing;
         }
         s->in_turn = NULL;
         uid_free_if_unused(s, u);
@@ -275,6 +319,7 @@ void fair_run(Fair *s)
         unsigned frames = 0;
 
         window_roll(s);
+        s->cpu_mark = cpu_now(s);
         /* Uids that owe CPU time skip turns until they paid it: rounds repeat until a frame was
          * read or nobody is ready (credit grows by a quantum per turn, so this ends). */
         while (!frames && fair_busy(s)) {

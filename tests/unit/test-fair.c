@@ -189,6 +189,34 @@ static void test_costly_frames_paid_back(void)
         world_free(w);
 }
 
+/* Costly frames are owed by their connection too, not only by its uid: 16 connections listing
+ * (frames of five quanta) next to 8 pinging ones of the same uid take their turns only as often as
+ * they paid for them, not once per round whatever they cost (the rule before), so the pingers
+ * are not held to one ping per 2 listings. */
+static void test_costly_frames_owed_by_their_connection(void)
+{
+        World *w = world_new(0);
+        SimConn *listers[16], *pingers[8];
+        unsigned listed = 0, pinged = 0;
+
+        for (int i = 0; i < 16; i++)
+                listers[i] = conn_add(w, 1, 1000, 5 * FAIR_QUANTUM_NS);
+        for (int i = 0; i < 8; i++)
+                pingers[i] = conn_add(w, 1, 50, 10000);
+        for (int round = 0; round < 2000 && pingers[0]->pending; round++)
+                fair_run(&w->fair);
+        CHECK_EQ(pingers[0]->pending, 0u);
+        for (int i = 0; i < 16; i++)
+                listed += count_of(w, listers[i]->id);
+        for (int i = 0; i < 8; i++)
+                pinged += count_of(w, pingers[i]->id);
+        /* Every listing is paid for: each costs twenty times a connection's share of a turn, so the 16
+         * listers read a few listings each while the pingers read 50 pings each (with one frame per
+         * connection and turn, they read two listings per ping). */
+        CHECKF(listed * 4 <= pinged, "%u listings next to %u pings", listed, pinged);
+        world_free(w);
+}
+
 /* A connection with nothing to read goes back to being polled, and an idle scheduler runs nothing:
  * the server's loop may sleep. */
 static void test_idle(void)
@@ -365,6 +393,7 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_uid_with_many_connections);
         TEST_RUN(argc, argv, test_one_frame_per_connection_per_turn);
         TEST_RUN(argc, argv, test_costly_frames_paid_back);
+        TEST_RUN(argc, argv, test_costly_frames_owed_by_their_connection);
         TEST_RUN(argc, argv, test_idle);
         TEST_RUN(argc, argv, test_pacing_under_a_limit);
         TEST_RUN(argc, argv, test_no_limit_no_pacing);
