@@ -17,6 +17,7 @@ struct FairUid {
         uint32_t uid;
         unsigned entries; /* connections joined: it goes with the last */
         List ready;       /* FairEntry.link, in turn order */
+        List fresh;       /* FairEntry.link: ready after being idle, owing nothing; served first */
         unsigned n_ready;
         List link;        /* Fair.ready, while ready is not empty */
         int64_t credit_ns; /* what its next frames may take; below zero, what it owes */
@@ -78,6 +79,7 @@ int fair_join(Fair *s, FairEntry *e, uint32_t uid)
                         return -ENOMEM;
                 u->uid = uid;
                 list_init(&u->ready);
+                list_init(&u->fresh);
                 list_init(&u->link);
                 if (hmap_insert(&s->uids, &u->node, hash_u64(uid)) < 0) {
                         free(u);
@@ -102,7 +104,7 @@ static void unlink_entry(FairEntry *e)
                 u->n_ready--;
         list_unlink(&e->link);
         e->credit_ns = MIN(e->credit_ns, 0);
-        if (list_empty(&u->ready) && list_linked(&u->link)) {
+        if (list_empty(&u->ready) && list_empty(&u->fresh) && list_linked(&u->link)) {
                 list_unlink(&u->link);
                 u->credit_ns = MIN(u->credit_ns, 0);
         }
@@ -123,21 +125,28 @@ void fair_leave(Fair *s, FairEntry *e)
         uid_free_if_unused(s, u);
 }
 
-static void make_ready(Fair *s, FairEntry *e)
+/* fresh: e was idle and owes nothing (see fair_ready). */
+static void make_ready(Fair *s, FairEntry *e, bool fresh)
 {
         FairUid *u = e->uid;
 
         e->state = FAIR_READY;
-        list_append(&u->ready, &e->link);
+        list_append(fresh ? &u->fresh : &u->ready, &e->link);
         u->n_ready++;
         if (!list_linked(&u->link))
                 list_append(&s->ready, &u->link);
 }
 
+/* A connection that owes nothing (its requests cost less than its share of a turn: a client that
+ * pings or attaches) goes before those that still pay for a costly frame (a listing), in the order
+ * they became ready: like a sparse flow in fq_codel, it asks for little and is answered at once,
+ * where a rotation with them would make it wait for every costly frame of its uid in turn. Its
+ * uid's share stays the same (the turn's bounds count its frame), and the rotation still has a
+ * frame in every turn (see turn_pass). */
 void fair_ready(Fair *s, FairEntry *e)
 {
         if (e->uid && e->state == FAIR_IDLE)
-                make_ready(s, e);
+                make_ready(s, e, e->credit_ns >= 0);
 }
 
 /* ---- pacing ---- */
@@ -164,7 +173,7 @@ static void window_roll(Fair *s)
                 FairEntry *e = list_entry(s->paced.next, FairEntry, link);
 
                 list_unlink(&e->link);
-                make_ready(s, e);
+                make_ready(s, e, false);
                 s->cfg.set_reading(e, true, s->cfg.userdata);
         }
 }
@@ -239,29 +248,40 @@ static bool serve_one(Fair *s, FairEntry *e)
         s->serving = NULL;
         e->used_ns += took;
         e->credit_ns -= (int64_t)took;
-        if (!read) {
-                /* No input (or closing): back to polling, which tells when more comes. */
-                unlink_entry(e);
-                e->state = FAIR_IDLE;
-        }
+        /* Back to polling, frame or not: the poll tells whether more input is there, without a
+         * read that finds none, and one that comes back from it owing nothing is fresh. */
+        unlink_entry(e);
+        e->state = FAIR_IDLE;
         return read;
 }
 
-/* Tries each connection of u that is ready, in order, at most once: one frame each while the turn
- * may read more. Returns the frames read; *ret_owing is the credit of the connection that owes
- * least among those skipped to pay back (0 when none was). */
-static unsigned turn_pass(Fair *s, FairUid *u, unsigned frames, int64_t *ret_owing, bool *ret_paced)
+/* Tries each connection of u that is ready, at most once: the fresh ones first, in the order they
+ * came, but at most FAIR_FRAMES_PER_TURN - 1 frames of theirs per turn while others wait, so that
+ * connections that come and go cannot keep the rotation from its turn; then the rotation in order.
+ * One frame each while the turn may read more. Returns the frames read (frames: those read so far
+ * in the turn); *ret_owing is the credit of the connection that owes least among those skipped to
+ * pay back (0 when none was). */
+static unsigned turn_pass(Fair *s, FairUid *u, unsigned frames, unsigned *fresh_frames, int64_t *ret_owing,
+                          bool *ret_paced)
 {
         unsigned tried = 0, n_ready = u->n_ready;
 
         *ret_owing = 0;
         /* Each connection that was ready when the pass began is tried once: one that leaves or is
          * paced is not waited for, and one that becomes ready meanwhile waits for the next turn. */
-        while (tried < n_ready && frames < FAIR_FRAMES_PER_TURN && u->credit_ns > 0 && !list_empty(&u->ready)) {
-                FairEntry *e = list_entry(u->ready.next, FairEntry, link);
+        while (tried < n_ready && frames < FAIR_FRAMES_PER_TURN && u->credit_ns > 0 &&
+               !(list_empty(&u->ready) && list_empty(&u->fresh))) {
+                /* The rotation's head was tried in this turn already when all it has are fresh ones
+                 * moved there meanwhile: then there is nobody to keep waiting. */
+                bool waiting = !list_empty(&u->ready) &&
+                               list_first_entry(&u->ready, FairEntry, link)->turn != s->turns;
+                bool fresh = !list_empty(&u->fresh) && (*fresh_frames < FAIR_FRAMES_PER_TURN - 1 || !waiting);
+                FairEntry *e = list_entry(fresh ? u->fresh.next : u->ready.next, FairEntry, link);
+                unsigned read;
 
                 tried++;
-                /* To the back first: the next turn starts with the connection after it. */
+                e->turn = s->turns;
+                /* To the back of the rotation first: the next turn starts with the one after it. */
                 list_unlink(&e->link);
                 list_append(&u->ready, &e->link);
                 e->credit_ns = MIN(e->credit_ns + FAIR_CONN_QUANTUM_NS, (int64_t)FAIR_CONN_QUANTUM_NS);
@@ -275,7 +295,9 @@ static unsigned turn_pass(Fair *s, FairUid *u, unsigned frames, int64_t *ret_owi
                         *ret_paced = true;
                         continue;
                 }
-                frames += serve_one(s, e);
+                read = serve_one(s, e);
+                frames += read;
+                *fresh_frames += fresh ? read : 0;
         }
         return frames;
 }
@@ -290,7 +312,7 @@ static unsigned turn_pass(Fair *s, FairUid *u, unsigned frames, int64_t *ret_owi
  * skipping turns), rather than wasting the turn. Returns the frames read. */
 static unsigned turn(Fair *s, FairUid *u)
 {
-        unsigned frames = 0;
+        unsigned frames = 0, fresh_frames = 0;
         bool paced = false;
         int64_t owing;
 
@@ -300,13 +322,16 @@ static unsigned turn(Fair *s, FairUid *u)
                 return 0;
         }
         s->in_turn = u;
+        s->turns++;
         for (;;) {
-                frames = turn_pass(s, u, frames, &owing, &paced);
+                frames = turn_pass(s, u, frames, &fresh_frames, &owing, &paced);
                 if (frames || paced || !owing)
                         break;
                 /* Nothing read and all that is still ready owes: the next pass serves the one that
                  * owes least, and the others keep their distance from it. */
                 list_for_each(l, &u->ready)
+                        list_entry(l, FairEntry, link)->credit_ns -= owing;
+                list_for_each(l, &u->fresh)
                         list_entry(l, FairEntry, link)->credit_ns -= owing;
         }
         s->in_turn = NULL;
@@ -320,8 +345,10 @@ void fair_run(Fair *s)
 
         window_roll(s);
         s->cpu_mark = cpu_now(s);
-        /* Uids that owe CPU time skip turns until they paid it: rounds repeat until a frame was
-         * read or nobody is ready (credit grows by a quantum per turn, so this ends). */
+        /* One round with a frame: the poll comes between two, so that a connection that has more
+         * to say (its uid's only one, pipelining) is ready again for the next. Uids that owe CPU
+         * time skip turns until they paid it: rounds repeat until a frame was read or nobody is
+         * ready (credit grows by a quantum per turn, so this ends). */
         while (!frames && fair_busy(s)) {
                 s->round++;
                 for (;;) {

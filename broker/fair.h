@@ -5,7 +5,8 @@
  * that ran over, a long listing, is paid back by skipping turns). A connection has credit of its
  * own as well, paid back the same way within its uid's turns. So one connection that floods, or a
  * uid with many connections, gets no more than its share of any round, and costly requests count
- * for what they cost, against their uid and against the other connections of that uid.
+ * for what they cost, against their uid and against the other connections of that uid. Within a
+ * uid, a connection that was idle and owes nothing (a client waiting for each reply) goes first.
  *
  * Under a CPU limit (a container's quota), the broker also keeps its own use below the limit: a
  * connection that already had its share of the current pacing window waits for the next window
@@ -14,8 +15,9 @@
  * which would stop the whole broker until its period ends, is never reached by a flood alone.
  *
  * Pure logic: no libuv and no sockets. The server reads frames (serve), turns a socket's polling
- * on and off (set_reading) and runs a round whenever fair_busy says there is work, without
- * blocking in between; the clocks are the caller's, so tests drive them. */
+ * on and off (set_reading), says which sockets have input (fair_ready, level-triggered: again after
+ * each frame while more is there) and runs the scheduler whenever fair_busy says there is work,
+ * without blocking in between; the clocks are the caller's, so tests drive them. */
 #pragma once
 
 #include <stdbool.h>
@@ -59,6 +61,7 @@ typedef struct FairEntry {
         uint64_t window;  /* the window used_ns counts in */
         uint64_t used_ns; /* CPU time its frames took in that window */
         int64_t credit_ns; /* what its next frames may take of its uid's turns; below zero, owed */
+        uint64_t turn;     /* the last turn it was tried in (Fair.turns) */
 } FairEntry;
 
 typedef struct FairConfig {
@@ -82,6 +85,7 @@ typedef struct Fair {
         FairUid *in_turn;      /* the uid whose turn runs: not freed until it ends */
         FairEntry *serving;    /* the entry whose frame is being served; NULL once it left */
         uint64_t round;         /* rounds run: a uid has one turn per round */
+        uint64_t turns;         /* turns taken (not skipped), all uids together */
         uint64_t window, window_start_ns, window_cpu_start_ns;
         uint64_t window_budget_ns; /* CPU time the broker means to use per window; 0: no pacing */
         uint64_t window_frames_ns; /* CPU time frames took in the current window */
@@ -108,7 +112,8 @@ void fair_leave(Fair *s, FairEntry *e);
 void fair_ready(Fair *s, FairEntry *e);
 
 /* Runs one round: each uid with ready connections has its turn (starting a new pacing window
- * first when the last one is over, which resumes the paced connections). */
+ * first when the last one is over, which resumes the paced connections). A connection served goes
+ * back to idle: the caller polls it again, and calls fair_ready when it has more input. */
 void fair_run(Fair *s);
 
 /* Whether connections are ready: the caller runs another round before it sleeps. */
