@@ -1,9 +1,10 @@
 /* broker/fair.c: in a world of simulated connections and clocks, a uid's turn reads at most one
  * frame per connection and FAIR_FRAMES_PER_TURN in all, however many connections flood; costly
  * frames are paid back with skipped turns, by their uid and, within it, by their connection; a
- * client waiting for each reply goes before its uid's costly connections; under a CPU limit a flood waits for the next window
- * while light connections are still served, and resumes then; connections that leave at any point
- * (their own frame included) are forgotten; and the limit's flag and cgroup files parse. */
+ * client waiting for each reply goes before its uid's costly connections; under a CPU limit a
+ * flood waits for the next window while light connections are still served, and resumes then;
+ * connections that leave at any point (their own frame included) are forgotten; and the limit's
+ * flag and cgroup files parse. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
