@@ -17,6 +17,7 @@ struct FairUid {
         uint32_t uid;
         unsigned entries; /* connections joined: it goes with the last */
         List ready;       /* FairEntry.link, in turn order */
+        List fresh;       /* FairEntry.link: ready after being idle, owing nothing; served first */
         unsigned n_ready;
         List link;        /* Fair.ready, while ready is not empty */
         int64_t credit_ns; /* what its next frames may take; below zero, what it owes */
@@ -78,6 +79,7 @@ int fair_join(Fair *s, FairEntry *e, uint32_t uid)
                         return -ENOMEM;
                 u->uid = uid;
                 list_init(&u->ready);
+                list_init(&u->fresh);
                 list_init(&u->link);
                 if (hmap_insert(&s->uids, &u->node, hash_u64(uid)) < 0) {
                         free(u);
@@ -91,7 +93,9 @@ int fair_join(Fair *s, FairEntry *e, uint32_t uid)
 }
 
 /* Takes e off whatever list holds it; its uid leaves the turn order once nothing of it is ready.
- * An uid that leaves keeps what it owes but banks nothing: credit is for the turns it is ready. */
+ * A connection or uid that leaves keeps what it owes but banks nothing: credit is for the turns it
+ * is ready. (A connection that lists in a loop is idle between its requests: what one listing
+ * cost is still owed when the next comes.) */
 static void unlink_entry(FairEntry *e)
 {
         FairUid *u = e->uid;
@@ -99,7 +103,8 @@ static void unlink_entry(FairEntry *e)
         if (e->state == FAIR_READY)
                 u->n_ready--;
         list_unlink(&e->link);
-        if (list_empty(&u->ready) && list_linked(&u->link)) {
+        e->credit_ns = MIN(e->credit_ns, 0);
+        if (list_empty(&u->ready) && list_empty(&u->fresh) && list_linked(&u->link)) {
                 list_unlink(&u->link);
                 u->credit_ns = MIN(u->credit_ns, 0);
         }
@@ -120,21 +125,28 @@ void fair_leave(Fair *s, FairEntry *e)
         uid_free_if_unused(s, u);
 }
 
-static void make_ready(Fair *s, FairEntry *e)
+/* fresh: e was idle and owes nothing (see fair_ready). */
+static void make_ready(Fair *s, FairEntry *e, bool fresh)
 {
         FairUid *u = e->uid;
 
         e->state = FAIR_READY;
-        list_append(&u->ready, &e->link);
+        list_append(fresh ? &u->fresh : &u->ready, &e->link);
         u->n_ready++;
         if (!list_linked(&u->link))
                 list_append(&s->ready, &u->link);
 }
 
+/* A connection that owes nothing (its requests cost less than its share of a turn: a client that
+ * pings or attaches) goes before those that still pay for a costly frame (a listing), in the order
+ * they became ready: like a sparse flow in fq_codel, it asks for little and is answered at once,
+ * where a rotation with them would make it wait for every costly frame of its uid in turn. Its
+ * uid's share stays the same (the turn's bounds count its frame), and the rotation still has a
+ * frame in every turn (see turn_pass). */
 void fair_ready(Fair *s, FairEntry *e)
 {
         if (e->uid && e->state == FAIR_IDLE)
-                make_ready(s, e);
+                make_ready(s, e, e->credit_ns >= 0);
 }
 
 /* ---- pacing ---- */
@@ -161,7 +173,7 @@ static void window_roll(Fair *s)
                 FairEntry *e = list_entry(s->paced.next, FairEntry, link);
 
                 list_unlink(&e->link);
-                make_ready(s, e);
+                make_ready(s, e, false);
                 s->cfg.set_reading(e, true, s->cfg.userdata);
         }
 }
@@ -195,7 +207,7 @@ static bool over_share(Fair *s, FairEntry *e)
 
         if (!s->window_budget_ns || e->window != s->window)
                 return false;
-        used = cpu_now(s) - s->window_cpu_start_ns;
+        used = s->cpu_mark - s->window_cpu_start_ns;
         if (used < s->window_budget_ns)
                 return false;
         share = s->window_frames_ns / MAX(s->window_uids, 1u) / MAX(e->uid->window_conns, 1u);
@@ -213,36 +225,96 @@ static void pace(Fair *s, FairEntry *e)
 
 /* ---- rounds ---- */
 
-/* Serves e's next frame and charges its CPU time to e and its uid. True when a frame was read. */
+/* Serves e's next frame and charges its CPU time to e and its uid: from the clock's last reading
+ * (the end of the frame before, or the round's start) to now, so that a frame costs one reading of
+ * the clock, and the scheduler's own work between two frames is charged to the second. True when a
+ * frame was read. */
 static bool serve_one(Fair *s, FairEntry *e)
 {
         FairUid *u = e->uid;
-        uint64_t start = cpu_now(s), took;
+        uint64_t start = s->cpu_mark, took;
         bool read;
 
         window_count(s, e);
         s->serving = e;
         read = s->cfg.serve(e, s->cfg.userdata);
-        took = cpu_now(s) - start;
+        s->cpu_mark = cpu_now(s);
+        took = s->cpu_mark - start;
         s->window_frames_ns += took;
-        u->credit_ns -= (int64_t)MIN(took, (uint64_t)INT64_MAX / 2);
+        took = MIN(took, (uint64_t)INT64_MAX / 2);
+        u->credit_ns -= (int64_t)took;
         if (!s->serving)
                 return read; /* it left while its frame was handled: nothing more to do with it */
         s->serving = NULL;
         e->used_ns += took;
-        if (!read) {
-                /* No input (or closing): back to polling, which tells when more comes. */
-                unlink_entry(e);
-                e->state = FAIR_IDLE;
-        }
+        e->credit_ns -= (int64_t)took;
+        /* Back to polling, frame or not: the poll tells whether more input is there, without a
+         * read that finds none, and one that comes back from it owing nothing is fresh. */
+        unlink_entry(e);
+        e->state = FAIR_IDLE;
         return read;
 }
 
+/* Tries each connection of u that is ready, at most once: the fresh ones first, in the order they
+ * came, but at most FAIR_FRAMES_PER_TURN - 1 frames of theirs per turn while others wait, so that
+ * connections that come and go cannot keep the rotation from its turn; then the rotation in order.
+ * One frame each while the turn may read more. Returns the frames read (frames: those read so far
+ * in the turn); *ret_owing is the credit of the connection that owes least among those skipped to
+ * pay back (0 when none was). */
+static unsigned turn_pass(Fair *s, FairUid *u, unsigned frames, unsigned *fresh_frames, int64_t *ret_owing,
+                          bool *ret_paced)
+{
+        unsigned tried = 0, n_ready = u->n_ready;
+
+        *ret_owing = 0;
+        /* Each connection that was ready when the pass began is tried once: one that leaves or is
+         * paced is not waited for, and one that becomes ready meanwhile waits for the next turn. */
+        while (tried < n_ready && frames < FAIR_FRAMES_PER_TURN && u->credit_ns > 0 &&
+               !(list_empty(&u->ready) && list_empty(&u->fresh))) {
+                /* The rotation's head was tried in this turn already when all it has are fresh ones
+                 * moved there meanwhile: then there is nobody to keep waiting. */
+                bool waiting = !list_empty(&u->ready) &&
+                               list_first_entry(&u->ready, FairEntry, link)->turn != s->turns;
+                bool fresh = !list_empty(&u->fresh) && (*fresh_frames < FAIR_FRAMES_PER_TURN - 1 || !waiting);
+                FairEntry *e = list_entry(fresh ? u->fresh.next : u->ready.next, FairEntry, link);
+                unsigned read;
+
+                tried++;
+                e->turn = s->turns;
+                /* To the back of the rotation first: the next turn starts with the one after it. */
+                list_unlink(&e->link);
+                list_append(&u->ready, &e->link);
+                e->credit_ns = MIN(e->credit_ns + FAIR_CONN_QUANTUM_NS, (int64_t)FAIR_CONN_QUANTUM_NS);
+                if (e->credit_ns <= 0) {
+                        /* Paying back: stays ready, tried again next turn. */
+                        *ret_owing = *ret_owing ? MAX(*ret_owing, e->credit_ns) : e->credit_ns;
+                        continue;
+                }
+                if (over_share(s, e)) {
+                        pace(s, e);
+                        *ret_paced = true;
+                        continue;
+                }
+                read = serve_one(s, e);
+                frames += read;
+                *fresh_frames += fresh ? read : 0;
+        }
+        return frames;
+}
+
 /* One turn of uid u: its ready connections in order, one frame each, while it has credit and has
- * read fewer than FAIR_FRAMES_PER_TURN. Returns the frames read. */
+ * read fewer than FAIR_FRAMES_PER_TURN. Its connections share the uid's time the way uids share
+ * the broker's: each has credit of its own, and one that owes (its last frame cost more than a
+ * quantum: a listing) is passed over in its uid's turns until it paid, so that the uid's other
+ * connections (a client pinging next to the same uid's listings) are not held to one frame per
+ * costly one. What a connection owes counts against its siblings only: when every ready one owes,
+ * they are all moved up by what the least indebted owes (its uid paid for the frame already, by
+ * skipping turns), rather than wasting the turn. Returns the frames read. */
 static unsigned turn(Fair *s, FairUid *u)
 {
-        unsigned frames = 0, tried = 0, n_ready = u->n_ready;
+        unsigned frames = 0, fresh_frames = 0;
+        bool paced = false;
+        int64_t owing;
 
         u->credit_ns = MIN(u->credit_ns + FAIR_QUANTUM_NS, (int64_t)FAIR_QUANTUM_NS);
         if (u->credit_ns <= 0) {
@@ -250,20 +322,17 @@ static unsigned turn(Fair *s, FairUid *u)
                 return 0;
         }
         s->in_turn = u;
-        /* Each connection that was ready when the turn began is tried once: one that leaves or is
-         * paced is not waited for, and one that becomes ready meanwhile waits for the next turn. */
-        while (tried < n_ready && frames < FAIR_FRAMES_PER_TURN && u->credit_ns > 0 && !list_empty(&u->ready)) {
-                FairEntry *e = list_entry(u->ready.next, FairEntry, link);
-
-                tried++;
-                /* To the back first: the next turn starts with the connection after it. */
-                list_unlink(&e->link);
-                list_append(&u->ready, &e->link);
-                if (over_share(s, e)) {
-                        pace(s, e);
-                        continue;
-                }
-                frames += serve_one(s, e);
+        s->turns++;
+        for (;;) {
+                frames = turn_pass(s, u, frames, &fresh_frames, &owing, &paced);
+                if (frames || paced || !owing)
+                        break;
+                /* Nothing read and all that is still ready owes: the next pass serves the one that
+                 * owes least, and the others keep their distance from it. */
+                list_for_each(l, &u->ready)
+                        list_entry(l, FairEntry, link)->credit_ns -= owing;
+                list_for_each(l, &u->fresh)
+                        list_entry(l, FairEntry, link)->credit_ns -= owing;
         }
         s->in_turn = NULL;
         uid_free_if_unused(s, u);
@@ -275,8 +344,11 @@ void fair_run(Fair *s)
         unsigned frames = 0;
 
         window_roll(s);
-        /* Uids that owe CPU time skip turns until they paid it: rounds repeat until a frame was
-         * read or nobody is ready (credit grows by a quantum per turn, so this ends). */
+        s->cpu_mark = cpu_now(s);
+        /* One round with a frame: the poll comes between two, so that a connection that has more
+         * to say (its uid's only one, pipelining) is ready again for the next. Uids that owe CPU
+         * time skip turns until they paid it: rounds repeat until a frame was read or nobody is
+         * ready (credit grows by a quantum per turn, so this ends). */
         while (!frames && fair_busy(s)) {
                 s->round++;
                 for (;;) {

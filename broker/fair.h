@@ -2,9 +2,11 @@
  * whose sockets have input are served in rounds: every uid with input has one turn per round, and
  * in its turn each of its ready connections reads at most one frame, at most FAIR_FRAMES_PER_TURN
  * frames in all, while the uid has credit (deficit round robin on the CPU time frames take: a turn
- * that ran over, a long listing, is paid back by skipping turns). So one connection that floods,
- * or a uid with many connections, gets no more than its share of any round, and costly requests
- * count for what they cost.
+ * that ran over, a long listing, is paid back by skipping turns). A connection has credit of its
+ * own as well, paid back the same way within its uid's turns. So one connection that floods, or a
+ * uid with many connections, gets no more than its share of any round, and costly requests count
+ * for what they cost, against their uid and against the other connections of that uid. Within a
+ * uid, a connection that was idle and owes nothing (a client waiting for each reply) goes first.
  *
  * Under a CPU limit (a container's quota), the broker also keeps its own use below the limit: a
  * connection that already had its share of the current pacing window waits for the next window
@@ -13,8 +15,9 @@
  * which would stop the whole broker until its period ends, is never reached by a flood alone.
  *
  * Pure logic: no libuv and no sockets. The server reads frames (serve), turns a socket's polling
- * on and off (set_reading) and runs a round whenever fair_busy says there is work, without
- * blocking in between; the clocks are the caller's, so tests drive them. */
+ * on and off (set_reading), says which sockets have input (fair_ready, level-triggered: again after
+ * each frame while more is there) and runs the scheduler whenever fair_busy says there is work,
+ * without blocking in between; the clocks are the caller's, so tests drive them. */
 #pragma once
 
 #include <stdbool.h>
@@ -30,6 +33,11 @@
  * uid's next turns. About 10 ordinary requests: enough that cheap requests are bounded by the
  * frame count, small enough that one round stays well under a millisecond per busy uid. */
 #define FAIR_QUANTUM_NS (200 * 1000)
+/* What one connection may take of its uid's turn: the turn's quantum split between the frames it
+ * may read. A request cheaper than this (a ping, an attach) never waits for its connection's
+ * credit; one that costs many times more (a listing) makes its connection skip that many of its
+ * uid's turns, while the uid's other connections are served. */
+#define FAIR_CONN_QUANTUM_NS (FAIR_QUANTUM_NS / FAIR_FRAMES_PER_TURN)
 /* Pacing counts CPU time in windows this long: much shorter than a CFS period (100 ms), so that a
  * flood's share is spread over the period rather than spent at its start. */
 #define FAIR_WINDOW_NS (UINT64_C(10) * 1000 * 1000)
@@ -52,6 +60,8 @@ typedef struct FairEntry {
         FairState state;
         uint64_t window;  /* the window used_ns counts in */
         uint64_t used_ns; /* CPU time its frames took in that window */
+        int64_t credit_ns; /* what its next frames may take of its uid's turns; below zero, owed */
+        uint64_t turn;     /* the last turn it was tried in (Fair.turns) */
 } FairEntry;
 
 typedef struct FairConfig {
@@ -75,9 +85,11 @@ typedef struct Fair {
         FairUid *in_turn;      /* the uid whose turn runs: not freed until it ends */
         FairEntry *serving;    /* the entry whose frame is being served; NULL once it left */
         uint64_t round;         /* rounds run: a uid has one turn per round */
+        uint64_t turns;         /* turns taken (not skipped), all uids together */
         uint64_t window, window_start_ns, window_cpu_start_ns;
         uint64_t window_budget_ns; /* CPU time the broker means to use per window; 0: no pacing */
         uint64_t window_frames_ns; /* CPU time frames took in the current window */
+        uint64_t cpu_mark;      /* the CPU clock as last read in this round */
         uint32_t window_uids;   /* uids served in the current window */
         uint64_t frames_total;  /* frames served */
         uint64_t paced_total;   /* times a connection was made to wait for the next window */
@@ -100,7 +112,8 @@ void fair_leave(Fair *s, FairEntry *e);
 void fair_ready(Fair *s, FairEntry *e);
 
 /* Runs one round: each uid with ready connections has its turn (starting a new pacing window
- * first when the last one is over, which resumes the paced connections). */
+ * first when the last one is over, which resumes the paced connections). A connection served goes
+ * back to idle: the caller polls it again, and calls fair_ready when it has more input. */
 void fair_run(Fair *s);
 
 /* Whether connections are ready: the caller runs another round before it sleeps. */

@@ -54,6 +54,7 @@ static void usage(FILE *f)
                    "      --no-mps            skip --gpu's second pass of the ring rows under an MPS daemon\n"
                    "      --fair-quota CPUS   fairness: the broker's cgroup quota (default 250m; none: no quota run)\n"
                    "      --old-broker PATH   fairness: run every pass on this broker too (an older build)\n"
+                   "      --fair-repeat N     fairness: passes of each flood per broker, as medians (default 3)\n"
                    "      --pin same|split    latency: client and server on one CPU, or on two; ring: producer\n"
                    "                          and members (and the raw floors) on CPU 0, or members on the\n"
                    "                          others (default: wherever the scheduler puts them)\n"
@@ -119,7 +120,8 @@ static void parse_args(int argc, char **argv)
                 O_PIN,
                 O_FAIR,
                 O_FAIR_QUOTA,
-                O_OLD_BROKER
+                O_OLD_BROKER,
+                O_FAIR_REPEAT
         };
         static const struct option opts[] = {
                 {"latency", no_argument, NULL, O_LAT},
@@ -143,6 +145,7 @@ static void parse_args(int argc, char **argv)
                 {"fairness", no_argument, NULL, O_FAIR},
                 {"fair-quota", required_argument, NULL, O_FAIR_QUOTA},
                 {"old-broker", required_argument, NULL, O_OLD_BROKER},
+                {"fair-repeat", required_argument, NULL, O_FAIR_REPEAT},
                 {},
         };
         BenchOpts *o = &bench_opts;
@@ -155,6 +158,7 @@ static void parse_args(int argc, char **argv)
         o->broker = getenv("GPUIPC_BROKER") ? getenv("GPUIPC_BROKER") : BENCH_BROKER;
         o->seccomp = "enforce";
         o->fair_quota_milli = 250;
+        o->fair_repeat = 3;
         o->python = "python3";
         o->torch_script = BENCH_SOURCE_ROOT "/tests/bench/torch_compare.py";
         o->libgpuipc_path = BENCH_BUILD_ROOT "/client/libgpuipc.so";
@@ -222,6 +226,11 @@ static void parse_args(int argc, char **argv)
                         break;
                 case O_OLD_BROKER:
                         o->old_broker = optarg;
+                        break;
+                case O_FAIR_REPEAT:
+                        o->fair_repeat = atoi(optarg);
+                        if (o->fair_repeat < 1 || o->fair_repeat > FAIR_REPEAT_MAX)
+                                die("--fair-repeat is 1 to %d", FAIR_REPEAT_MAX);
                         break;
                 case 'h':
                         usage(stdout);

@@ -29,6 +29,8 @@ enum {
         SEC_CPU_ALL = SEC_LATENCY | SEC_THROUGHPUT | SEC_FANOUT | SEC_SCALE | SEC_SEED | SEC_RING | SEC_FAIRNESS,
 };
 
+#define FAIR_REPEAT_MAX 15
+
 typedef struct BenchOpts {
         bool quick;
         unsigned sections;
@@ -44,6 +46,7 @@ typedef struct BenchOpts {
         bool gpu_rings_only;      /* --gpu-rings: only the GPU section's ring rows (both passes) */
         unsigned fair_quota_milli; /* --fair-quota: the fairness section's CPU quota; 0: none */
         const char *old_broker;   /* --old-broker: the fairness section runs on it too (NULL: not) */
+        int fair_repeat;          /* --fair-repeat: the fairness section's passes, each reported as the median */
 } BenchOpts;
 
 extern BenchOpts bench_opts;

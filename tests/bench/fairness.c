@@ -7,10 +7,18 @@
  * Each pass runs with no CPU limit and again with the broker in a cgroup of its own under a CPU
  * quota (--fair-quota, default 250m, as the shipped pod has; cgroup v2 cpu.max or v1
  * cpu.cfs_quota_us, made and removed here; skipped, saying why, where neither can be made). With
- * --old-broker PATH every pass runs on that broker too (an older build: the "before" numbers). */
+ * --old-broker PATH every pass runs on that broker too (an older build: the "before" numbers).
+ *
+ * On a shared machine the load of other work moves every number, so the brokers run side by side
+ * and take turns pass by pass, each flood right after a pass without one on the same broker, and
+ * every flood is run --fair-repeat times: a row is the median of its passes ("pairs": the median of
+ * each flood's p99 over the pass right before it). The note gives the CPU the broker and the
+ * flood's own process used over the pass (1.00: a whole core), which tells a broker that had the
+ * machine from one that waited for it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stddef.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -104,7 +112,7 @@ static bool own_cgroup(const char *controller, char *ret, size_t cap)
 
 /* Makes a cgroup under this process's with a quota of milli thousandths of a CPU per 100 ms period.
  * False, with why, when it cannot. */
-static bool quota_make(Quota *q, unsigned milli, char *why, size_t cap)
+static bool quota_make(Quota *q, unsigned milli, int idx, char *why, size_t cap)
 {
         char own[256], file[600], text[64];
         bool v2 = access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0;
@@ -115,7 +123,8 @@ static bool quota_make(Quota *q, unsigned milli, char *why, size_t cap)
                 snprintf(why, cap, "no cgroup %s found in /proc/self/cgroup", v2 ? "v2 path" : "v1 cpu controller");
                 return false;
         }
-        snprintf(q->dir, sizeof(q->dir), "/sys/fs/cgroup%s%s/gpuipc-bench-%d", v2 ? "" : "/cpu", own, (int)getpid());
+        snprintf(q->dir, sizeof(q->dir), "/sys/fs/cgroup%s%s/gpuipc-bench-%d-%d", v2 ? "" : "/cpu", own,
+                 (int)getpid(), idx);
         if (mkdir(q->dir, 0755) < 0) {
                 snprintf(why, cap, "cannot make %s: %s", q->dir, strerror(errno));
                 q->dir[0] = 0;
@@ -242,7 +251,9 @@ static int flood_child(void *arg)
         for (int i = 0; i < n; i++) {
                 int fd = -1;
 
-                fds[i] = (struct pollfd){.fd = raw_connect(p->broker), .events = POLLIN | POLLOUT};
+                /* Only a pipelining flood waits for room to write: one that waits for its replies sleeps
+                 * (as a loop of list calls would) rather than spinning on a writable socket. */
+                fds[i] = (struct pollfd){.fd = raw_connect(p->broker), .events = POLLIN | (pipeline ? POLLOUT : 0)};
                 if (rec_send(fds[i].fd, hello.data, hello.len, -1) < 0 ||
                     rec_recv(fds[i].fd, buf, PROTO_MAX_FRAME, &fd) <= 0)
                         die("the broker did not answer the flood's hello");
@@ -272,7 +283,8 @@ static int flood_child(void *arg)
 
 typedef struct Result {
         double p50_us, p99_us, ops_s;
-        uint64_t throttled;
+        double broker_cpu, flood_cpu; /* CPUs used over the pass (1 = one core all the time) */
+        double throttled_periods;
 } Result;
 
 static Result run_pass(const Broker *b, Flood flood, double seconds, const Quota *q)
@@ -282,7 +294,7 @@ static Result run_pass(const Broker *b, Flood flood, double seconds, const Quota
         pid_t pids[NORMAL_CLIENTS + 1], flood_pid = 0;
         Samples all = {0};
         Result r = {0};
-        uint64_t throttled, total = 0;
+        uint64_t throttled, total = 0, broker_cpu, flood_cpu = 0, t0;
 
         if (!sh)
                 sh = shared_alloc(sizeof(*sh));
@@ -300,6 +312,10 @@ static Result run_pass(const Broker *b, Flood flood, double seconds, const Quota
                 sleep_ns(200000000);
         }
         throttled = quota_throttled(q);
+        broker_cpu = proc_cpu_ns(b->pid);
+        if (flood_pid)
+                flood_cpu = proc_cpu_ns(flood_pid);
+        t0 = monotonic_ns();
         for (int i = 0; i < NORMAL_CLIENTS; i++) {
                 pass[i] = (Pass){.sh = sh, .broker = b, .idx = i, .flood = flood, .seconds = seconds};
                 pids[i] = spawn(normal_client, &pass[i], NULL, 0);
@@ -308,7 +324,10 @@ static Result run_pass(const Broker *b, Flood flood, double seconds, const Quota
                 if (child_wait(pids[i]) != 0)
                         die("a normal client failed (%s)", flood_names[flood]);
         }
-        r.throttled = quota_throttled(q) - throttled;
+        r.throttled_periods = (double)(quota_throttled(q) - throttled);
+        r.broker_cpu = (double)(proc_cpu_ns(b->pid) - broker_cpu) / (double)(monotonic_ns() - t0);
+        if (flood_pid)
+                r.flood_cpu = (double)(proc_cpu_ns(flood_pid) - flood_cpu) / (double)(monotonic_ns() - t0);
         __atomic_store_n(&sh->stop, 1, __ATOMIC_SEQ_CST);
         if (flood_pid && child_wait(flood_pid) != 0)
                 die("the flood failed (%s)", flood_names[flood]);
@@ -326,88 +345,191 @@ static Result run_pass(const Broker *b, Flood flood, double seconds, const Quota
 
 static const char *const open_socket[] = {"--socket-mode", "0666", NULL};
 
-/* ", throttled N periods" under a quota, "" without one. */
-static const char *throttling(const Quota *q, uint64_t periods, char *buf, size_t cap)
-{
-        snprintf(buf, cap, q ? ", throttled %llu periods" : "", (unsigned long long)periods);
-        return buf;
-}
+/* One broker under test, with its own cgroup under a quota when quota is set. */
+typedef struct Subject {
+        const char *path, *who;
+        bool quota;
+        Quota q;
+        Broker b;
+        gpuipc_t *producer; /* the listed buffers' producer: they live as long as its connection */
+        Result none[FAIR_REPEAT_MAX][_FLOOD_MAX]; /* the pass without a flood right before flood f */
+        Result res[FAIR_REPEAT_MAX][_FLOOD_MAX];
+} Subject;
 
-/* Every flood on one broker (bench_opts.broker or old), under quota q (none when q is NULL). */
-static void run_broker(const char *path, const char *who, const Quota *q, unsigned milli)
+static void subject_start(Subject *x)
 {
         const char *saved = bench_opts.broker;
-        double seconds = bench_opts.quick ? 2 : 8;
-        char label[96], base[96], metric[128], throttled[64];
-        gpuipc_t *c;
-        Broker b;
-        Result none;
 
-        bench_opts.broker = path;
-        if (q)
-                broker_cgroup_procs = q->procs;
+        bench_opts.broker = x->path;
+        if (x->quota)
+                broker_cgroup_procs = x->q.procs;
         /* Any uid may connect: the last flood is another uid's. */
-        broker_start(&b, open_socket, 0);
+        broker_start(&x->b, open_socket, 0);
         broker_cgroup_procs = NULL;
-        if (chmod(b.dir, 0711) < 0)
-                die("chmod %s: %s", b.dir, strerror(errno));
         bench_opts.broker = saved;
-        c = bench_connect(&b, "bench-fair-buffers");
+        if (chmod(x->b.dir, 0711) < 0)
+                die("chmod %s: %s", x->b.dir, strerror(errno));
+        x->producer = bench_connect(&x->b, "bench-fair-buffers");
         for (int i = 0; i < LIST_BUFFERS; i++) {
                 char name[64];
 
                 snprintf(name, sizeof(name), "bench/fair/%d", i);
-                raw_publish_handle(c, name, 4096);
+                raw_publish_handle(x->producer, name, 4096);
         }
-        if (q)
-                snprintf(label, sizeof(label), "%s, %um quota", who, milli);
-        else
-                snprintf(label, sizeof(label), "%s, no quota", who);
-        note("fairness: %s: %s", label, flood_names[FLOOD_NONE]);
-        none = run_pass(&b, FLOOD_NONE, seconds, q);
-        snprintf(metric, sizeof(metric), "%s: p99, no flood", label);
-        row_note(row_add(metric, none.p99_us / 1e3, "ms", NULL, NAN), "p50 %.2f ms, %.0f pings/s%s", none.p50_us / 1e3,
-                 none.ops_s, throttling(q, none.throttled, throttled, sizeof(throttled)));
-        snprintf(base, sizeof(base), "p99, no flood (%s)", who);
-        for (Flood f = FLOOD_PING; f < _FLOOD_MAX; f++) {
-                Result r;
-                Row *row;
+}
 
-                if (f == FLOOD_UID_PINGS && geteuid() != 0) {
-                        note("fairness: %s: skipped (switching uid needs root)", flood_names[f]);
-                        continue;
+static void subject_stop(Subject *x)
+{
+        gpuipc_close(x->producer);
+        broker_stop(&x->b);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+
+        return (x > y) - (x < y);
+}
+
+/* The median of n values (sorted in place). */
+static double median(double *v, int n)
+{
+        qsort(v, (size_t)n, sizeof(*v), cmp_double);
+        return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static bool flood_runs(Flood f)
+{
+        return f != FLOOD_UID_PINGS || geteuid() == 0;
+}
+
+/* The median of a field of results: of flood f's passes (res), or with f FLOOD_NONE of every
+ * pass without a flood (none). */
+static double median_of(const Subject *x, int reps, Flood f, size_t field)
+{
+        double v[FAIR_REPEAT_MAX * _FLOOD_MAX];
+        int n = 0;
+
+        for (int k = 0; k < reps; k++) {
+                for (Flood g = FLOOD_PING; g < _FLOOD_MAX; g++) {
+                        if (f == FLOOD_NONE && flood_runs(g))
+                                v[n++] = *(const double *)((const char *)&x->none[k][g] + field);
+                        else if (g == f)
+                                v[n++] = *(const double *)((const char *)&x->res[k][g] + field);
                 }
-                note("fairness: %s: %s", label, flood_names[f]);
-                r = run_pass(&b, f, seconds, q);
-                snprintf(metric, sizeof(metric), "%s: p99, %s", label, flood_names[f]);
-                row = row_add(metric, r.p99_us / 1e3, "ms", base, none.p99_us / 1e3);
-                row_target_ratio_max(row, 2);
-                row_note(row, "p50 %.2f ms (%.2fx), %.0f pings/s (%.2fx)%s", r.p50_us / 1e3, r.p50_us / none.p50_us,
-                         r.ops_s, r.ops_s / none.ops_s, throttling(q, r.throttled, throttled, sizeof(throttled)));
         }
-        gpuipc_close(c);
-        broker_stop(&b);
+        return median(v, n);
+}
+
+#define MEDIAN(x, reps, f, field) median_of((x), (reps), (f), offsetof(Result, field))
+
+/* The median over the repeats of p99 with flood f over p99 of the pass right before it. */
+static double median_pair_ratio(const Subject *x, int reps, Flood f)
+{
+        double v[FAIR_REPEAT_MAX];
+
+        for (int k = 0; k < reps; k++)
+                v[k] = x->res[k][f].p99_us / x->none[k][f].p99_us;
+        return median(v, reps);
+}
+
+static void report(const Subject *x, int reps, unsigned milli)
+{
+        char label[96], base[96], metric[128], throttled[64];
+        double none_p99 = MEDIAN(x, reps, FLOOD_NONE, p99_us), none_ops = MEDIAN(x, reps, FLOOD_NONE, ops_s);
+        Row *row;
+
+        if (x->quota)
+                snprintf(label, sizeof(label), "%s, %um quota", x->who, milli);
+        else
+                snprintf(label, sizeof(label), "%s, no quota", x->who);
+        snprintf(metric, sizeof(metric), "%s: p99, no flood", label);
+        snprintf(throttled, sizeof(throttled), x->quota ? ", throttled %.0f periods" : "",
+                 MEDIAN(x, reps, FLOOD_NONE, throttled_periods));
+        row = row_add(metric, none_p99 / 1e3, "ms", NULL, NAN);
+        row_note(row, "p50 %.2f ms, %.0f pings/s, broker %.2f CPU%s", MEDIAN(x, reps, FLOOD_NONE, p50_us) / 1e3,
+                 none_ops, MEDIAN(x, reps, FLOOD_NONE, broker_cpu), throttled);
+        snprintf(base, sizeof(base), "p99, no flood (%s)", x->who);
+        for (Flood f = FLOOD_PING; f < _FLOOD_MAX; f++) {
+                if (!flood_runs(f))
+                        continue;
+                snprintf(metric, sizeof(metric), "%s: p99, %s", label, flood_names[f]);
+                snprintf(throttled, sizeof(throttled), x->quota ? ", throttled %.0f periods" : "",
+                         MEDIAN(x, reps, f, throttled_periods));
+                row = row_add(metric, MEDIAN(x, reps, f, p99_us) / 1e3, "ms", base, none_p99 / 1e3);
+                row_target_ratio_max(row, 2);
+                row_note(row, "pairs %.2fx; p50 %.2f ms; %.0f pings/s (%.2fx); CPU: broker %.2f, flood %.2f%s",
+                         median_pair_ratio(x, reps, f), MEDIAN(x, reps, f, p50_us) / 1e3, MEDIAN(x, reps, f, ops_s),
+                         MEDIAN(x, reps, f, ops_s) / none_ops, MEDIAN(x, reps, f, broker_cpu),
+                         MEDIAN(x, reps, f, flood_cpu), throttled);
+        }
+}
+
+/* Every flood on each broker: the brokers run side by side (an idle one costs nothing) and the
+ * passes alternate between them, each flood right after a pass without one on the same broker, so
+ * that the load other work puts on a shared machine hits every broker and every flood alike. */
+static void run_brokers(Subject *xs, int n, int reps)
+{
+        double seconds = bench_opts.quick ? 2 : 8;
+
+        for (int i = 0; i < n; i++)
+                subject_start(&xs[i]);
+        for (int k = 0; k < reps; k++) {
+                for (Flood f = FLOOD_PING; f < _FLOOD_MAX; f++) {
+                        if (!flood_runs(f))
+                                continue;
+                        for (int j = 0; j < n; j++) {
+                                Subject *x = &xs[(j + k) % n]; /* which broker goes first alternates */
+                                const Quota *q = x->quota ? &x->q : NULL;
+
+                                note("fairness: %s%s, repeat %d/%d: %s", x->who, x->quota ? " (quota)" : "", k + 1,
+                                     reps, flood_names[f]);
+                                x->none[k][f] = run_pass(&x->b, FLOOD_NONE, seconds, q);
+                                x->res[k][f] = run_pass(&x->b, f, seconds, q);
+                        }
+                }
+        }
+        for (int i = 0; i < n; i++)
+                subject_stop(&xs[i]);
 }
 
 void section_fairness(void)
 {
         unsigned milli = bench_opts.fair_quota_milli;
-        const char *brokers[2] = {bench_opts.broker, bench_opts.old_broker};
+        int reps = bench_opts.fair_repeat, n = 0;
+        const char *paths[2] = {bench_opts.broker, bench_opts.old_broker};
         const char *names[2] = {"this broker", "old broker"};
+        static Subject xs[4];
         char why[640] = "";
-        Quota q;
-        bool have_quota = milli && quota_make(&q, milli, why, sizeof(why));
+        bool have_quota = milli != 0;
 
+        if (geteuid() != 0)
+                note("fairness: %s: skipped (switching uid needs root)", flood_names[FLOOD_UID_PINGS]);
+        for (int i = 0; i < 2; i++) {
+                if (paths[i])
+                        xs[n++] = (Subject){.path = paths[i], .who = names[i]};
+        }
+        run_brokers(xs, n, reps);
+        /* Under the quota, each broker in a cgroup of its own. */
+        for (int i = 0; i < n && have_quota; i++) {
+                xs[n + i] = (Subject){.path = xs[i].path, .who = xs[i].who, .quota = true};
+                if (!quota_make(&xs[n + i].q, milli, i, why, sizeof(why))) {
+                        for (int j = 0; j < i; j++)
+                                quota_remove(&xs[n + j].q);
+                        have_quota = false;
+                }
+        }
         if (milli && !have_quota)
                 note("fairness: no run under a CPU quota: %s (run as root on a machine with cgroup v2 or a v1 cpu "
                      "controller)", why);
-        for (int i = 0; i < 2; i++) {
-                if (!brokers[i])
-                        continue;
-                run_broker(brokers[i], names[i], NULL, 0);
-                if (have_quota)
-                        run_broker(brokers[i], names[i], &q, milli);
+        if (have_quota) {
+                run_brokers(xs + n, n, reps);
+                for (int i = 0; i < n; i++)
+                        quota_remove(&xs[n + i].q);
         }
-        if (have_quota)
-                quota_remove(&q);
+        for (int i = 0; i < n; i++) {
+                report(&xs[i], reps, milli);
+                if (have_quota)
+                        report(&xs[n + i], reps, milli);
+        }
 }

@@ -1,8 +1,10 @@
 /* broker/fair.c: in a world of simulated connections and clocks, a uid's turn reads at most one
  * frame per connection and FAIR_FRAMES_PER_TURN in all, however many connections flood; costly
- * frames are paid back with skipped turns; under a CPU limit a flood waits for the next window
- * while light connections are still served, and resumes then; connections that leave at any point
- * (their own frame included) are forgotten; and the limit's flag and cgroup files parse. */
+ * frames are paid back with skipped turns, by their uid and, within it, by their connection; a
+ * client waiting for each reply goes before its uid's costly connections; under a CPU limit a
+ * flood waits for the next window while light connections are still served, and resumes then;
+ * connections that leave at any point (their own frame included) are forgotten; and the limit's
+ * flag and cgroup files parse. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -101,6 +103,19 @@ static SimConn *conn_add(World *w, uint32_t uid, unsigned pending, uint64_t cost
         return c;
 }
 
+/* The server's loop: a run of the scheduler, then the poll (level-triggered): every polled
+ * connection with input is ready again. */
+static void world_run(World *w)
+{
+        fair_run(&w->fair);
+        for (int i = 0; i < w->n_conns; i++) {
+                SimConn *c = &w->conns[i];
+
+                if (!c->left && c->reading && c->pending)
+                        fair_ready(&w->fair, &c->e);
+        }
+}
+
 static void world_free(World *w)
 {
         for (int i = 0; i < w->n_conns; i++) {
@@ -149,7 +164,7 @@ static void test_uid_with_many_connections(void)
                 conn_add(w, 1, 1000, 10000);
         normal = conn_add(w, 2, 40, 10000);
         while (normal->pending)
-                fair_run(&w->fair);
+                world_run(w);
         CHECKF(max_gap(w, normal->id) <= FAIR_FRAMES_PER_TURN, "uid 2 waited for %d frames of uid 1",
                max_gap(w, normal->id));
         /* 39 rounds: each read FAIR_FRAMES_PER_TURN of uid 1, one connection after the other. */
@@ -167,7 +182,7 @@ static void test_one_frame_per_connection_per_turn(void)
         SimConn *flood = conn_add(w, 7, 1000, 10000), *normal = conn_add(w, 7, 10, 10000);
 
         while (normal->pending)
-                fair_run(&w->fair);
+                world_run(w);
         CHECK_EQ(max_gap(w, normal->id), 1);
         CHECK(count_of(w, flood->id) <= 11);
         world_free(w);
@@ -181,11 +196,74 @@ static void test_costly_frames_paid_back(void)
         SimConn *lister = conn_add(w, 1, 100, 3 * FAIR_QUANTUM_NS), *pinger = conn_add(w, 2, 30, 10000);
 
         while (pinger->pending)
-                fair_run(&w->fair);
+                world_run(w);
         CHECK_EQ(count_of(w, lister->id), 10);
         CHECK_EQ(max_gap(w, lister->id), 3);
         CHECK(max_gap(w, pinger->id) <= 1);
         CHECK(w->fair.turns_skipped_total >= 18);
+        world_free(w);
+}
+
+/* Costly frames are owed by their connection too, not only by its uid: 16 connections listing
+ * (frames of five quanta) next to 8 pinging ones of the same uid take their turns only as often as
+ * they paid for them, not once per round whatever they cost (the rule before), so the pingers
+ * are not held to one ping per 2 listings. */
+static void test_costly_frames_owed_by_their_connection(void)
+{
+        World *w = world_new(0);
+        SimConn *listers[16], *pingers[8];
+        unsigned listed = 0, pinged = 0;
+
+        for (int i = 0; i < 16; i++)
+                listers[i] = conn_add(w, 1, 1000, 5 * FAIR_QUANTUM_NS);
+        for (int i = 0; i < 8; i++)
+                pingers[i] = conn_add(w, 1, 50, 10000);
+        for (int round = 0; round < 2000 && pingers[0]->pending; round++)
+                world_run(w);
+        CHECK_EQ(pingers[0]->pending, 0u);
+        for (int i = 0; i < 16; i++)
+                listed += count_of(w, listers[i]->id);
+        for (int i = 0; i < 8; i++)
+                pinged += count_of(w, pingers[i]->id);
+        /* Every listing is paid for: each costs twenty times a connection's share of a turn, so the 16
+         * listers read a few listings each while the pingers read 50 pings each (with one frame per
+         * connection and turn, they read two listings per ping). */
+        CHECKF(listed * 4 <= pinged, "%u listings next to %u pings", listed, pinged);
+        world_free(w);
+}
+
+/* A client that waits for each reply (idle between its requests, owing nothing) is served before
+ * the connections of its uid that stay ready: 16 of them listing in a loop make it wait for at
+ * most a frame or two between its pings, where the back of the rotation waited for every lister
+ * that had paid for its next listing. */
+static void test_waiting_client_goes_first(void)
+{
+        World *w = world_new(0);
+        SimConn *pinger;
+        unsigned sent = 1;
+        int gap = 0;
+
+        for (int i = 0; i < 16; i++)
+                conn_add(w, 1, 1000, 5 * FAIR_QUANTUM_NS);
+        pinger = conn_add(w, 1, 1, 10000);
+        for (int round = 0; round < 20000 && sent < 100; round++) {
+                world_run(w);
+                /* Its next request once it found its socket empty: it waited for the reply. */
+                if (pinger->e.state == FAIR_IDLE) {
+                        pinger->pending = 1;
+                        sent++;
+                        fair_ready(&w->fair, &pinger->e);
+                }
+        }
+        CHECK_EQ(sent, 100u);
+        /* From its second ping on (its first waited in the rotation, as a new connection's does). */
+        for (int i = 0, since = -1; i < w->n_log; i++) {
+                if (w->log[i] == pinger->id)
+                        since = 0;
+                else if (since >= 0)
+                        gap = MAX(gap, ++since);
+        }
+        CHECKF(gap <= 2, "it waited for %d listings", gap);
         world_free(w);
 }
 
@@ -196,22 +274,22 @@ static void test_idle(void)
         World *w = world_new(0);
         SimConn *c = conn_add(w, 1, 2, 1000);
 
-        fair_run(&w->fair);
+        world_run(w);
         CHECK_EQ(w->n_log, 1);
         CHECK(fair_busy(&w->fair));
-        fair_run(&w->fair); /* its second frame; still ready (it may have more) */
-        fair_run(&w->fair); /* finds none: idle */
+        world_run(w); /* its second frame; still ready (it may have more) */
+        world_run(w); /* finds none: idle */
         CHECK_EQ(w->n_log, 2);
         CHECK_EQ(c->e.state, FAIR_IDLE);
         CHECK(!fair_busy(&w->fair));
         CHECK_EQ(fair_wakeup_ns(&w->fair), UINT64_MAX);
-        fair_run(&w->fair);
+        world_run(w);
         CHECK_EQ(w->n_log, 2);
         /* Input again: ready again. */
         c->pending = 1;
         fair_ready(&w->fair, &c->e);
         fair_ready(&w->fair, &c->e); /* twice is once */
-        fair_run(&w->fair);
+        world_run(w);
         CHECK_EQ(w->n_log, 3);
         world_free(w);
 }
@@ -227,7 +305,7 @@ static void test_pacing_under_a_limit(void)
         uint64_t start_cpu = w->cpu, wake;
 
         while (fair_busy(&w->fair))
-                fair_run(&w->fair);
+                world_run(w);
         CHECK_EQ(flood->e.state, FAIR_PACED);
         CHECK(!flood->reading);
         CHECK(w->cpu - start_cpu >= budget && w->cpu - start_cpu <= budget + flood->cost_ns);
@@ -236,22 +314,22 @@ static void test_pacing_under_a_limit(void)
         CHECK(wake != UINT64_MAX && wake > w->now);
         /* A light connection of another uid: read at once, though the window's budget is spent. */
         light = conn_add(w, 2, 3, 20000);
-        fair_run(&w->fair);
-        fair_run(&w->fair);
-        fair_run(&w->fair);
+        world_run(w);
+        world_run(w);
+        world_run(w);
         CHECK_EQ(count_of(w, light->id), 3);
         CHECK_EQ(flood->e.state, FAIR_PACED);
         /* Nothing happens before the window ends... */
-        fair_run(&w->fair);
-        fair_run(&w->fair); /* light finds nothing more */
+        world_run(w);
+        world_run(w); /* light finds nothing more */
         CHECK(!fair_busy(&w->fair));
         /* ...and at its end the flood is polled and read again, for about one budget more. */
         w->now = wake;
         start_cpu = w->cpu;
-        fair_run(&w->fair);
+        world_run(w);
         CHECK(flood->reading);
         while (fair_busy(&w->fair))
-                fair_run(&w->fair);
+                world_run(w);
         CHECK_EQ(flood->e.state, FAIR_PACED);
         CHECK(w->cpu - start_cpu <= budget + flood->cost_ns);
         CHECK_EQ(w->fair.paced_total, 2);
@@ -265,7 +343,7 @@ static void test_no_limit_no_pacing(void)
         SimConn *flood = conn_add(w, 1, 2000, 50000);
 
         while (flood->pending)
-                fair_run(&w->fair);
+                world_run(w);
         CHECK_EQ(w->fair.paced_total, 0);
         CHECK_EQ(fair_wakeup_ns(&w->fair), UINT64_MAX);
         world_free(w);
@@ -278,21 +356,21 @@ static void test_leaving_anywhere(void)
         SimConn *a = conn_add(w, 1, 5, 10000), *b = conn_add(w, 1, 5, 10000), *c = conn_add(w, 2, 5, 10000);
 
         a->leave_on_serve = a->id; /* its frame closes it */
-        fair_run(&w->fair);
+        world_run(w);
         CHECK(a->left);
         c->leave_on_serve = b->id; /* another uid's frame closes b */
         while (!b->left)
-                fair_run(&w->fair);
+                world_run(w);
         c->leave_on_serve = -1;
         while (fair_busy(&w->fair))
-                fair_run(&w->fair);
+                world_run(w);
         CHECK_EQ(w->fair.uids.count, 1);
         /* A paced one leaves: nothing is left to wake up for. */
         c->pending = 100000;
         c->cost_ns = 500000;
         fair_ready(&w->fair, &c->e);
         while (fair_busy(&w->fair))
-                fair_run(&w->fair);
+                world_run(w);
         CHECK_EQ(c->e.state, FAIR_PACED);
         conn_leave(w, c);
         CHECK_EQ(fair_wakeup_ns(&w->fair), UINT64_MAX);
@@ -365,6 +443,8 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_uid_with_many_connections);
         TEST_RUN(argc, argv, test_one_frame_per_connection_per_turn);
         TEST_RUN(argc, argv, test_costly_frames_paid_back);
+        TEST_RUN(argc, argv, test_costly_frames_owed_by_their_connection);
+        TEST_RUN(argc, argv, test_waiting_client_goes_first);
         TEST_RUN(argc, argv, test_idle);
         TEST_RUN(argc, argv, test_pacing_under_a_limit);
         TEST_RUN(argc, argv, test_no_limit_no_pacing);
