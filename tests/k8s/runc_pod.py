@@ -21,6 +21,8 @@ gpuipcctl without `metrics --listen`) is reported as not run.
 
     runc_pod.py --manifests RENDERED.yaml --pod NAME --bin BUILD_DIR --seccomp-dir DIR [--expect-shared-pid]
                 [--fakecuda LIB] [--expect-distinct-pids]
+    runc_pod.py ... --pod DAEMONSET --node-broker-policy VOLUME     (run_node_broker_policy)
+    runc_pod.py ... --pod DEPLOYMENT --node-weights HOLDER          (run_node_weights)
 --expect-distinct-pids: every app container runs under `gpuipcctl run`, whose line in its log says
 which PID its command got; those PIDs must all differ and none be 1 (what cuda-legacy needs).
 Exit: 0 pass, 1 fail, 77 when runc cannot run here (not root, no runc).
@@ -599,8 +601,9 @@ def run_node_weights(docs, engine_name, holder_name, build, seccomp_dir, work, e
     broker's and the holder's hostPath, the engines' claim of the PersistentVolume of it) and the
     model store (the holder's claim: a checkpoint the test writes). The engine container is started,
     SIGKILLed and started again (a crash, restarted as the kubelet restarts it: a new container in
-    the same pod), twice, then stopped with SIGTERM: every start must read back exactly the
-    checkpoint's bytes, from the same buffer and generation, and the holder must have loaded once."""
+    the same pod), twice, then stopped with SIGTERM; after its first run the broker crashes and is
+    restarted the same way. Every start must read back exactly the checkpoint's bytes, from the same
+    buffer and generation, and the holder must have loaded once."""
     find = lambda kind, name: next((d for d in docs if d['kind'] == kind and d['metadata']['name'] == name), None)
     broker_ds = next(d for d in docs if d['kind'] == 'DaemonSet' and
                      any(isbroker(c) for c in d['spec']['template']['spec']['containers']))
@@ -675,6 +678,25 @@ def run_node_weights(docs, engine_name, holder_name, build, seccomp_dir, work, e
                 return v
             time.sleep(0.2)
 
+    broker_name = 'gpuipc-broker'
+
+    def restart_broker():
+        """The broker crashes (SIGKILL) and the kubelet restarts its container: serve registers the
+        weights with the new broker, the same buffer and generation, and reloads nothing."""
+        bc = next(c for c in broker.spec['containers'] if isbroker(c))
+        runc('kill', broker.cid(bc['name']), 'KILL', check=False)
+        wait_for(lambda: not broker.running(bc['name']), 15)
+        runc('delete', '--force', broker.cid(bc['name']), check=False, capture=True)
+        again = dict(bc, name=bc['name'] + '-2')
+        broker.start(again['name'], broker.container_bundle(again))
+        started, out = broker.probe_until(again, again['startupProbe'])
+        check('the broker, SIGKILLed and restarted: startupProbe passed', started, out)
+        back = wait_for(lambda: [e for e in (weights_ls() or []) if e['state'] == 'live' and
+                                 (e['buffer'], e['generation']) == (first['buffer'], first['generation'])], 30)
+        check('the holder registered the weights with the new broker: the same buffer and generation', back,
+              holder.output(hc['name']))
+        return again['name']
+
     try:
         broker.start_pause()
         for c in broker.spec['containers']:
@@ -731,23 +753,26 @@ def run_node_weights(docs, engine_name, holder_name, build, seccomp_dir, work, e
             runc('delete', '--force', engine.cid(c['name']), check=False, capture=True)
             gone = wait_for(lambda: [e for e in (weights_ls() or []) if e['holders'] == 0], 30)
             check(f'engine start {i}: after it ended the weights stay, with no holder', gone)
+            if i == 1:
+                broker_name = restart_broker()
         after = weights_ls() or []
         check(f'one version of {name}, the first: same buffer and generation, live',
               len(after) == 1 and after[0]['buffer'] == first['buffer'] and
               after[0]['generation'] == first['generation'] and after[0]['state'] == 'live', json.dumps(after))
         hlog = holder.output(hc['name'])
-        check('the holder loaded the checkpoint once and still runs',
-              hlog.count(f'loaded {name}:') == 1 and holder.running(hc['name']), hlog)
+        check('the holder loaded the checkpoint once, reconnected once and still runs',
+              hlog.count(f'loaded {name}:') == 1 and hlog.count('reconnected:') == 1 and holder.running(hc['name']),
+              hlog)
         # Stopped, the holder leaves the weights broker-held (the DaemonSet's rollout or an eviction).
         runc('kill', holder.cid(hc['name']), 'TERM', check=False)
         stopped = wait_for(lambda: not holder.running(hc['name']), 15)
         check('the holder stops on SIGTERM', stopped)
-        for c in reversed(broker.spec['containers']):
-            if broker.cid(c['name']) in broker.ids:
-                runc('kill', broker.cid(c['name']), 'TERM', check=False)
-        check('the broker stops cleanly on SIGTERM', broker.wait_log('gpuipc-broker', '"msg":"stopped"', 1, 10),
-              broker.output('gpuipc-broker')[-2000:])
-        check('the broker\'s filter and profile never fired', 'seccomp:' not in broker.output('gpuipc-broker'))
+        for cid in reversed(broker.ids):
+            runc('kill', cid, 'TERM', check=False, capture=True)
+        check('the broker stops cleanly on SIGTERM', broker.wait_log(broker_name, '"msg":"stopped"', 1, 10),
+              broker.output(broker_name)[-2000:])
+        check('the broker\'s filter and profile never fired',
+              not any('seccomp:' in broker.output(n) for n in ('gpuipc-broker', broker_name)))
     finally:
         if not ok:
             for p in (broker, holder, engine):
