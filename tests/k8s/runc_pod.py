@@ -810,6 +810,12 @@ def main():
     configmaps = {d['metadata']['name']: d for d in docs if d['kind'] == 'ConfigMap'}
     entrypoint = image_entrypoint(os.path.join(os.path.dirname(os.path.abspath(a.seccomp_dir)), 'Dockerfile'))
     if a.node_weights:
+        # The engine runs the host's /usr/bin/python3 (the container gets the host's /usr).
+        r = subprocess.run(['/usr/bin/python3', '-c', 'import numpy, msgpack'], capture_output=True)
+        if r.returncode != 0:
+            print('the engine needs /usr/bin/python3 with numpy and msgpack (Debian: python3-numpy, '
+                  'python3-msgpack): skipped')
+            return 77
         os.makedirs(STATE_ROOT, exist_ok=True)
         work = tempfile.mkdtemp(prefix='gpuipc-node-')
         os.chmod(work, 0o755)
