@@ -308,7 +308,10 @@ static int weights_serve(Ctl *ctl, int argc, char **argv)
         while (!stop_requested) {
                 gpuipc_event_t ev;
                 r = gpuipc_next_event(ctl->c, TICK_MS, &ev);
-                if (r == GPUIPC_E_TIMEOUT)
+                /* A reconnect within one tick may meet a broker that drops the connection (one being
+                 * killed still accepts for a moment): the library gives up for this call and tries
+                 * again at the next, as it does while nothing listens. Only other errors end serve. */
+                if (r == GPUIPC_E_TIMEOUT || r == GPUIPC_E_DISCONNECTED)
                         continue;
                 if (r < 0) {
                         ctl->printed = false;

@@ -21,6 +21,8 @@ gpuipcctl without `metrics --listen`) is reported as not run.
 
     runc_pod.py --manifests RENDERED.yaml --pod NAME --bin BUILD_DIR --seccomp-dir DIR [--expect-shared-pid]
                 [--fakecuda LIB] [--expect-distinct-pids]
+    runc_pod.py ... --pod DAEMONSET --node-broker-policy VOLUME     (run_node_broker_policy)
+    runc_pod.py ... --pod DEPLOYMENT --node-weights HOLDER          (run_node_weights)
 --expect-distinct-pids: every app container runs under `gpuipcctl run`, whose line in its log says
 which PID its command got; those PIDs must all differ and none be 1 (what cuda-legacy needs).
 Exit: 0 pass, 1 fail, 77 when runc cannot run here (not root, no runc).
@@ -167,8 +169,9 @@ FAKE_LIBCUDA = 'libcuda-fake.so'
 
 class Pod:
     def __init__(self, pod, build, seccomp_dir, workdir, entrypoint, configmaps=None, fakecuda=None,
-                 expect_distinct_pids=False):
+                 expect_distinct_pids=False, node_volume=None, prefix=None, python_dir=None):
         self.entrypoint = entrypoint
+        self.python_dir = python_dir
         self.fakecuda = fakecuda
         self.expect_distinct_pids = expect_distinct_pids
         self.pod = pod
@@ -177,11 +180,19 @@ class Pod:
         self.seccomp_dir = seccomp_dir
         self.work = workdir
         self.ids = []
-        self.prefix = 'gpuipc-' + str(os.getpid())
+        self.prefix = prefix or 'gpuipc-' + str(os.getpid())
         self.volumes = {}
+        self.read_only = set()
         self.configmaps = configmaps or {}
         self.generation = 0
         for v in self.spec.get('volumes', []):
+            if v.get('persistentVolumeClaim', {}).get('readOnly'):
+                self.read_only.add(v['name'])
+            # Volumes of the node (its /run/gpuipc, a claim's storage), shared by the node's pods.
+            shared = node_volume(self.pod, v) if node_volume else None
+            if shared:
+                self.volumes[v['name']] = shared
+                continue
             d = os.path.join(workdir, 'volumes', v['name'])
             os.makedirs(d)
             if 'emptyDir' in v:
@@ -327,13 +338,28 @@ class Pod:
         args = (c.get('command') or self.entrypoint) + c.get('args', [])
         if os.path.basename(args[0]) in ('gpuipc-broker', 'gpuipcctl'):
             args[0] = '/opt/gpuipc/bin/' + os.path.basename(args[0])
+        if args[0] == 'python3' and self.python_dir:
+            # What the engine's image brings (examples/app-image/Dockerfile): the gpuipc module and
+            # libgpuipc; here the source tree's module and the build's library.
+            env += ['PYTHONPATH=/opt/gpuipc/python', 'PYTHONDONTWRITEBYTECODE=1',
+                    'GPUIPC_LIBRARY=/opt/gpuipc/bin/libgpuipc.so.0']
+        env += getattr(self, 'extra_env', {}).get(c['name'], [])
         if not self.fakecuda:
             args = memfd_only(args)
         elif c in self.spec['containers']:
             # What the DRA driver's CDI spec would mount: a libcuda, here the stand-in.
             env.append(f'GPUIPC_LIBCUDA=/opt/gpuipc/bin/{FAKE_LIBCUDA}')
         mounts = [{'destination': m['mountPath'], 'type': 'bind', 'source': self.volumes[m['name']],
-                   'options': ['rbind', 'ro' if m.get('readOnly') else 'rw']} for m in c.get('volumeMounts', [])]
+                   'options': ['rbind', 'ro' if m.get('readOnly') or m['name'] in self.read_only else 'rw']}
+                  for m in c.get('volumeMounts', [])]
+        if args[0] == 'python3' and self.python_dir:
+            mounts.append({'destination': '/opt/gpuipc/python', 'type': 'bind', 'source': self.python_dir,
+                           'options': ['rbind', 'ro']})
+            # The host's Python and NumPy stand in for the image's: their libraries (BLAS) are found
+            # through the host's alternatives links and loader cache.
+            for f in ('/etc/alternatives', '/etc/ld.so.cache'):
+                if os.path.exists(f):
+                    mounts.append({'destination': f, 'type': 'bind', 'source': f, 'options': ['rbind', 'ro']})
         log(f'  {c["name"]}: uid={user["uid"]} gid={user["gid"]} groups={user["additionalGids"]} '
             f'seccomp={how} args={" ".join(args)}')
         return self.bundle(c['name'], args, env, user, sc, mounts, self.namespaces(self.pause_pid, self.share_pid),
@@ -494,6 +520,270 @@ class Pod:
             runc('delete', '--force', cid, check=False, capture=True)
 
 
+# ---- node-weights: a node's broker, its weights holder and an engine that restarts -------------
+
+# The checkpoint the test writes where the holder's claim is (every dtype NumPy reads, so that the
+# NumPy engine sees them all); an index.json names two shards, as a sharded checkpoint does.
+CHECKPOINT = [
+    ('embed.weight', 'F32', (64, 32)),
+    ('layers.0.attn.weight', 'F16', (32, 32)),
+    ('layers.0.attn.bias', 'F64', (32,)),
+    ('layers.1.mlp.weight', 'F32', (48, 32)),
+    ('positions', 'I64', (17,)),
+    ('mask', 'BOOL', (9,)),
+    ('vocab.bytes', 'U8', (255,)),
+    ('norm.scale', 'I32', (3, 5)),
+]
+# safetensors dtype -> struct format (little-endian); values made by the test's own random numbers
+# (this script's python needs no NumPy; the engine's does).
+ST_FORMAT = {'F64': 'd', 'F32': 'f', 'F16': 'e', 'I64': 'q', 'I32': 'i', 'U8': 'B', 'BOOL': '?'}
+
+
+def safetensors_bytes(tensors):
+    """One safetensors file of [(key, st_dtype, shape, raw bytes)]."""
+    header, data = {}, b''
+    for key, st, shape, raw in tensors:
+        header[key] = {'dtype': st, 'shape': list(shape), 'data_offsets': [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(header).encode()
+    h += b' ' * (-len(h) % 8)
+    return len(h).to_bytes(8, 'little') + h + data
+
+
+def write_checkpoint(path):
+    """Writes the checkpoint at path (an index.json and its shards, or one file); returns the digest
+    the example engine prints with WEIGHTS_DIGEST=1 for exactly these bytes."""
+    import hashlib
+    import random
+    import struct
+    rng = random.Random(31)
+    tensors = []
+    for key, st, shape in CHECKPOINT:
+        n = 1
+        for d in shape:
+            n *= d
+        f = ST_FORMAT[st]
+        values = ([rng.random() < 0.5 for _ in range(n)] if f == '?' else
+                  [rng.randrange(200) for _ in range(n)] if f in 'qiB' else [rng.gauss(0, 1) for _ in range(n)])
+        tensors.append((key, st, shape, struct.pack(f'<{n}{f}', *values)))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if path.endswith('.index.json'):
+        half = len(tensors) // 2
+        shards = {'model-00001-of-00002.safetensors': tensors[:half],
+                  'model-00002-of-00002.safetensors': tensors[half:]}
+        for name, part in shards.items():
+            with open(os.path.join(os.path.dirname(path), name), 'wb') as f:
+                f.write(safetensors_bytes(part))
+        with open(path, 'w') as f:
+            json.dump({'metadata': {}, 'weight_map': {t[0]: n for n, part in shards.items() for t in part}}, f)
+    else:
+        with open(path, 'wb') as f:
+            f.write(safetensors_bytes(tensors))
+    for root, dirs, files in os.walk(os.path.dirname(path)):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+    h = hashlib.sha256()
+    for key, _, shape, raw in sorted(tensors, key=lambda t: t[0]):
+        h.update(key.encode() + b'\0' + repr(tuple(shape)).encode() + b'\0' + raw)
+    return h.hexdigest()
+
+
+def template_pod(obj):
+    return {'metadata': {'name': obj['metadata']['name'], **obj['spec']['template'].get('metadata', {})},
+            'spec': obj['spec']['template']['spec']}
+
+
+def run_node_weights(docs, engine_name, holder_name, build, seccomp_dir, work, entrypoint, configmaps, python_dir):
+    """node-weights on one simulated node: the broker's DaemonSet pod, the holder's DaemonSet pod and
+    a pod of the engine Deployment, each its own sandbox, sharing the node's /run/gpuipc (the
+    broker's and the holder's hostPath, the engines' claim of the PersistentVolume of it) and the
+    model store (the holder's claim: a checkpoint the test writes). The engine container is started,
+    SIGKILLed and started again (a crash, restarted as the kubelet restarts it: a new container in
+    the same pod), twice, then stopped with SIGTERM; after its first run the broker crashes and is
+    restarted the same way. Every start must read back exactly the checkpoint's bytes, from the same
+    buffer and generation, and the holder must have loaded once."""
+    find = lambda kind, name: next((d for d in docs if d['kind'] == kind and d['metadata']['name'] == name), None)
+    broker_ds = next(d for d in docs if d['kind'] == 'DaemonSet' and
+                     any(isbroker(c) for c in d['spec']['template']['spec']['containers']))
+    holder_ds, engine_dep = find('DaemonSet', holder_name), find('Deployment', engine_name)
+    if not holder_ds or not engine_dep:
+        raise SystemExit(f'no DaemonSet {holder_name} or Deployment {engine_name} in the manifests')
+    node = os.path.join(work, 'node')
+    run_dir, models = os.path.join(node, 'run-gpuipc'), os.path.join(node, 'models')
+    os.makedirs(run_dir)
+    os.makedirs(models)
+    os.chmod(node, 0o755)
+    os.chmod(run_dir, 0o750)  # as k8s/node-setup leaves the node's directory
+    os.chown(run_dir, 65532, 65532)
+
+    def node_volume(pod, v):
+        if v.get('hostPath'):
+            if v['hostPath']['path'] != '/run/gpuipc':
+                raise SystemExit(f'hostPath {v["hostPath"]["path"]}: only /run/gpuipc is simulated')
+            return run_dir
+        if 'persistentVolumeClaim' in v:
+            ns, claim = pod['metadata'].get('namespace'), v['persistentVolumeClaim']['claimName']
+            pvc = next(d for d in docs if d['kind'] == 'PersistentVolumeClaim' and d['metadata']['name'] == claim
+                       and d['metadata']['namespace'] == ns)
+            pv = find('PersistentVolume', pvc['spec'].get('volumeName'))
+            if pv and pv['spec'].get('hostPath', {}).get('path') == '/run/gpuipc':
+                return run_dir
+            return models  # the model store
+        return None
+
+    for obj in (holder_ds, engine_dep):
+        obj['spec']['template'].setdefault('metadata', {})['namespace'] = obj['metadata']['namespace']
+    pods = {}
+    for key, obj in (('broker', broker_ds), ('holder', holder_ds), ('engine', engine_dep)):
+        pod = template_pod(obj)
+        pod['metadata']['namespace'] = obj['metadata']['namespace']
+        d = os.path.join(work, key)
+        os.makedirs(d)
+        os.chmod(d, 0o755)
+        pods[key] = Pod(pod, build, seccomp_dir, d, entrypoint, configmaps, node_volume=node_volume,
+                        prefix=f'gpuipc-{os.getpid()}-{key}', python_dir=python_dir)
+    broker, holder, engine = pods['broker'], pods['holder'], pods['engine']
+    ok = True
+
+    def check(what, cond, detail=''):
+        nonlocal ok
+        log(f'  {"ok  " if cond else "FAIL"} {what}{"" if cond or not detail else ": " + detail}')
+        ok &= bool(cond)
+        return cond
+
+    hc = next(c for c in holder.spec['containers'] if c.get('args', [])[:2] == ['weights', 'serve'])
+    name, path = hc['args'][2], hc['args'][3]
+    mount = next(m for m in hc['volumeMounts'] if path.startswith(m['mountPath'] + '/'))
+    digest = write_checkpoint(os.path.join(models, os.path.relpath(path, mount['mountPath'])))
+    log(f'  the model store: {path} written ({len(CHECKPOINT)} tensors), digest {digest[:16]}...')
+
+    def weights_ls():
+        """`gpuipcctl --json weights ls` in the holder's container (the policy lists the weights to
+        their producer's uid): the entries under name."""
+        r = runc('exec', holder.cid(hc['name']), '/opt/gpuipc/bin/gpuipcctl', '--json', 'weights', 'ls',
+                 check=False, capture=True, timeout=30)
+        if r.returncode != 0:
+            return None
+        text = r.stdout.strip()
+        docs_ = json.loads(text) if text.startswith('[') else [json.loads(x) for x in text.splitlines() if x]
+        return [e for e in docs_ if e.get('name') == name]
+
+    def wait_for(fn, timeout_s=60):
+        deadline = time.monotonic() + timeout_s
+        while True:
+            v = fn()
+            if v or time.monotonic() > deadline:
+                return v
+            time.sleep(0.2)
+
+    broker_name = 'gpuipc-broker'
+
+    def restart_broker():
+        """The broker crashes (SIGKILL) and the kubelet restarts its container: serve registers the
+        weights with the new broker, the same buffer and generation, and reloads nothing."""
+        bc = next(c for c in broker.spec['containers'] if isbroker(c))
+        runc('kill', broker.cid(bc['name']), 'KILL', check=False)
+        wait_for(lambda: not broker.running(bc['name']), 15)
+        runc('delete', '--force', broker.cid(bc['name']), check=False, capture=True)
+        again = dict(bc, name=bc['name'] + '-2')
+        broker.start(again['name'], broker.container_bundle(again))
+        started, out = broker.probe_until(again, again['startupProbe'])
+        check('the broker, SIGKILLed and restarted: startupProbe passed', started, out)
+        back = wait_for(lambda: [e for e in (weights_ls() or []) if e['state'] == 'live' and
+                                 (e['buffer'], e['generation']) == (first['buffer'], first['generation'])], 30)
+        check('the holder registered the weights with the new broker: the same buffer and generation', back,
+              holder.output(hc['name']))
+        return again['name']
+
+    try:
+        broker.start_pause()
+        for c in broker.spec['containers']:
+            if broker.missing_feature(c):
+                log(f'  {c["name"]}: NOT RUN: {broker.missing_feature(c)}')
+                continue
+            broker.start(c['name'], broker.container_bundle(c))
+            if c.get('startupProbe'):
+                started, out = broker.probe_until(c, c['startupProbe'])
+                check(f'{c["name"]}: startupProbe passed', started, out)
+        holder.start_pause()
+        holder.start(hc['name'], holder.container_bundle(hc))
+        live = wait_for(lambda: [e for e in (weights_ls() or []) if e.get('state') == 'live'])
+        if not check(f'the holder loaded and published {name}', live, holder.output(hc['name'])):
+            return False
+        first = live[0]
+        log(f'  {name}: buffer {first["buffer"]} generation {first["generation"]} {first["size"]} bytes, '
+            f'uid {first["uid"]}')
+
+        ec = engine.spec['containers'][0]
+        engine.start_pause()
+        for i in (1, 2, 3):
+            c = dict(ec, name=f'{ec["name"]}-{i}')
+            engine.extra_env = {c['name']: ['WEIGHTS_DIGEST=1']}
+            p = engine.start(c['name'], engine.container_bundle(c), detach=False)
+            deadline = time.monotonic() + 120
+            while not (ready := 'engine ready:' in engine.output(c['name'])) and p.poll() is None \
+                    and time.monotonic() < deadline:
+                time.sleep(0.1)
+            line = next((x for x in engine.output(c['name']).splitlines() if x.startswith('engine ready:')), '')
+            if not check(f'engine start {i}: attached {name}', ready, engine.output(c['name'])):
+                runc('kill', engine.cid(c['name']), 'KILL', check=False)
+                break
+            log(f'  engine start {i}: {line.split(" digest=")[0]}')
+            got = dict(kv.split('=', 1) for kv in line.split() if '=' in kv)
+            check(f'engine start {i}: read back exactly the checkpoint\'s bytes (digest)', got.get('digest') == digest,
+                  f'{got.get("digest")} != {digest}')
+            check(f'engine start {i}: the same buffer and generation, nothing reloaded',
+                  (got.get('buffer'), got.get('generation')) == (str(first['buffer']), str(first['generation'])),
+                  line)
+            if ec.get('readinessProbe'):
+                r, out = engine.probe_until(c, ec['readinessProbe'])
+                check(f'engine start {i}: readinessProbe passed', r, out)
+            held = wait_for(lambda: [e for e in (weights_ls() or []) if e['holders'] >= 1], 15)
+            check(f'engine start {i}: the broker counts it as a holder', held)
+            sig = 'KILL' if i < 3 else 'TERM'
+            runc('kill', engine.cid(c['name']), sig, check=False)
+            try:
+                rc = p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                rc = None
+            check(f'engine start {i}: {"killed (SIGKILL)" if sig == "KILL" else "stopped by SIGTERM, exit 0"}',
+                  rc is not None and (sig == 'KILL' or rc == 0), f'exit {rc}')
+            runc('delete', '--force', engine.cid(c['name']), check=False, capture=True)
+            gone = wait_for(lambda: [e for e in (weights_ls() or []) if e['holders'] == 0], 30)
+            check(f'engine start {i}: after it ended the weights stay, with no holder', gone)
+            if i == 1:
+                broker_name = restart_broker()
+        after = weights_ls() or []
+        check(f'one version of {name}, the first: same buffer and generation, live',
+              len(after) == 1 and after[0]['buffer'] == first['buffer'] and
+              after[0]['generation'] == first['generation'] and after[0]['state'] == 'live', json.dumps(after))
+        hlog = holder.output(hc['name'])
+        check('the holder loaded the checkpoint once, reconnected once and still runs',
+              hlog.count(f'loaded {name}:') == 1 and hlog.count('reconnected:') == 1 and holder.running(hc['name']),
+              hlog)
+        # Stopped, the holder leaves the weights broker-held (the DaemonSet's rollout or an eviction).
+        runc('kill', holder.cid(hc['name']), 'TERM', check=False)
+        stopped = wait_for(lambda: not holder.running(hc['name']), 15)
+        check('the holder stops on SIGTERM', stopped)
+        for cid in reversed(broker.ids):
+            runc('kill', cid, 'TERM', check=False, capture=True)
+        check('the broker stops cleanly on SIGTERM', broker.wait_log(broker_name, '"msg":"stopped"', 1, 10),
+              broker.output(broker_name)[-2000:])
+        check('the broker\'s filter and profile never fired',
+              not any('seccomp:' in broker.output(n) for n in ('gpuipc-broker', broker_name)))
+    finally:
+        if not ok:
+            for p in (broker, holder, engine):
+                for f in sorted(os.listdir(p.work)):
+                    if f.endswith('.log'):
+                        log(f'--- {p.pod["metadata"]["name"]}: {f}\n{open(os.path.join(p.work, f)).read()[-3000:]}')
+        for p in (engine, holder, broker):
+            p.cleanup()
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--manifests', required=True)
@@ -504,6 +794,8 @@ def main():
     ap.add_argument('--fakecuda', metavar='LIB', help='keep CUDA kinds; the apps load LIB as their libcuda')
     ap.add_argument('--expect-distinct-pids', action='store_true',
                     help='every app runs under gpuipcctl run, at PIDs that differ and are not 1')
+    ap.add_argument('--node-weights', metavar='HOLDER',
+                    help='--pod names the engine Deployment, HOLDER the weights holder DaemonSet')
     ap.add_argument('--node-broker-policy', metavar='VOLUME',
                     help='--pod names a DaemonSet: run its pod and update the ConfigMap of VOLUME')
     a = ap.parse_args()
@@ -516,6 +808,28 @@ def main():
     with open(a.manifests) as f:
         docs = [d for d in yaml.safe_load_all(f) if d]
     configmaps = {d['metadata']['name']: d for d in docs if d['kind'] == 'ConfigMap'}
+    entrypoint = image_entrypoint(os.path.join(os.path.dirname(os.path.abspath(a.seccomp_dir)), 'Dockerfile'))
+    if a.node_weights:
+        # The engine runs the host's /usr/bin/python3 (the container gets the host's /usr).
+        r = subprocess.run(['/usr/bin/python3', '-c', 'import numpy, msgpack'], capture_output=True)
+        if r.returncode != 0:
+            print('the engine needs /usr/bin/python3 with numpy and msgpack (Debian: python3-numpy, '
+                  'python3-msgpack): skipped')
+            return 77
+        os.makedirs(STATE_ROOT, exist_ok=True)
+        work = tempfile.mkdtemp(prefix='gpuipc-node-')
+        os.chmod(work, 0o755)
+        python_dir = os.path.join(os.path.dirname(os.path.abspath(a.seccomp_dir)), 'python')
+        try:
+            ok = run_node_weights(docs, a.pod, a.node_weights, a.bin, a.seccomp_dir, work, entrypoint, configmaps,
+                                  python_dir)
+        except (RuntimeError, subprocess.SubprocessError, OSError) as e:
+            log(f'error: {e}')
+            ok = False
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        log('node simulation passed' if ok else 'node simulation FAILED')
+        return 0 if ok else 1
     if a.node_broker_policy:
         ds = next((d for d in docs if d['kind'] == 'DaemonSet' and d['metadata']['name'] == a.pod), None)
         if not ds:

@@ -1,6 +1,9 @@
 #!/bin/bash
-# Renders an overlay and runs one of its Pods under runc (see runc_pod.py).
+# Renders an overlay (a name under k8s/overlays, or a path under k8s/ such as examples/node-weights)
+# and runs one of its Pods under runc (see runc_pod.py).
 #   test-runc-pod.sh OVERLAY POD [--expect-shared-pid] [--fakecuda LIB] [--expect-distinct-pids]
+#   test-runc-pod.sh OVERLAY DAEMONSET --node-broker-policy VOLUME
+#   test-runc-pod.sh OVERLAY DEPLOYMENT --node-weights HOLDER_DAEMONSET
 set -euo pipefail
 root=${GPUIPC_SOURCE_ROOT:?} build=${GPUIPC_BUILD_ROOT:?}
 overlay=$1 pod=$2; shift 2
@@ -22,6 +25,8 @@ if grep -q 'define GPUIPC_SANITIZED 1' "$build/config.h" 2>/dev/null; then
 fi
 manifests=$(mktemp /tmp/gpuipc-manifests.XXXXXX.yaml)
 trap 'rm -f "$manifests"' EXIT
-kubectl kustomize "$root/k8s/overlays/$overlay" >"$manifests"
+dir=$root/k8s/overlays/$overlay
+[[ $overlay == */* ]] && dir=$root/k8s/$overlay
+kubectl kustomize "$dir" >"$manifests"
 "$python" "$root/tests/k8s/runc_pod.py" --manifests "$manifests" --pod "$pod" --bin "$build" \
         --seccomp-dir "$root/seccomp" "$@"

@@ -10,7 +10,7 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { admissionChecks } from './lib/admission.mjs';
+import { admissionChecks, admitted } from './lib/admission.mjs';
 import { COMPONENT_CASES } from './lib/components.mjs';
 import { SETUPS, SUPPORT } from './lib/contract.mjs';
 import { canon, render } from './lib/objects.mjs';
@@ -155,6 +155,10 @@ async function main() {
   if (rendered['node-broker']?.objects) {
     console.log('# node-broker admission policy (its CEL evaluated as the API server does)');
     for (const [label, problems] of admissionChecks(rendered['node-broker'].objects)) report(label, problems);
+  }
+  if (rendered['node-weights']?.objects) {
+    console.log('# node-weights: the node namespace\'s admission policy admits the broker and the holder');
+    for (const [label, problems] of admitted(rendered['node-weights'].objects)) report(`node-weights: ${label}`, problems);
   }
 
   console.log('# the sidecar components on other workloads (tests/k8s/components)');

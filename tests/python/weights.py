@@ -457,6 +457,56 @@ def case_broker_restart(e):
     e.say(engine, 'release')
 
 
+def case_broker_drops_reconnects(e):
+    """While the broker restarts, something on its socket accepts connections and drops them at once
+    (a broker being killed does that for a moment; here a stand-in does it for a second and a half):
+    `weights serve` keeps trying, as it does while nothing listens, and registers the weights with the
+    broker that then comes, under the same buffer and generation."""
+    import socket
+    import threading
+    path = write(os.path.join(e.dir, 'm.safetensors'), numpy_tensors(10))
+    serve = subprocess.Popen([CTL, 'weights', 'serve', 'w/flap', path, '--kind', 'memfd'], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=e.env)
+    e.procs.append(serve)
+    check(serve.stdout.readline().startswith('loaded w/flap'), 'serve did not load')
+    check(serve.stdout.readline().startswith('published name=w/flap'), 'serve did not publish')
+    before = e.weights()
+    e.kill_broker()
+    os.unlink(e.sock)
+    drop = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    drop.bind(e.sock)
+    drop.listen(16)
+    stop = time.monotonic() + 1.5
+    accepted = 0
+
+    def dropper():
+        nonlocal accepted
+        drop.settimeout(0.1)
+        while time.monotonic() < stop:
+            try:
+                conn, _ = drop.accept()
+            except socket.timeout:
+                continue
+            accepted += 1
+            conn.close()
+
+    t = threading.Thread(target=dropper)
+    t.start()
+    t.join()
+    drop.close()
+    os.unlink(e.sock)
+    check(accepted > 0, 'serve never tried to reconnect while the stand-in listened')
+    check(serve.poll() is None, f'serve gave up while the broker restarted (exit {serve.poll()}): '
+          f'{serve.stderr.read().strip() if serve.poll() is not None else ""}')
+    e.start_broker()
+    check(serve.stdout.readline().startswith('reconnected'), 'serve did not reconnect')
+    after = e.weights()
+    check(len(after) == 1 and (after[0]['buffer'], after[0]['generation']) ==
+          (before[0]['buffer'], before[0]['generation']), f'{before} -> {after}')
+    serve.send_signal(signal.SIGTERM)
+    check(serve.wait(TIMEOUT) == 0, f'serve exited {serve.returncode}')
+
+
 def case_quota(e):
     """--max-held-memory-per-uid: a checkpoint that would take its uid past it is refused (quota, naming
     the flag) and leaves nothing; one within it loads, broker_held_bytes counts it, and drop gives it back."""

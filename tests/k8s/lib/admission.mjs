@@ -77,6 +77,24 @@ const MUTANTS = [
   }],
 ];
 
+// The namespace the policy is bound to (its binding's namespaceSelector), or null.
+function boundNamespace(objects, policy) {
+  const b = objects.find((o) => o.kind === 'ValidatingAdmissionPolicyBinding' && o.spec?.policyName === policy.metadata.name);
+  return b?.spec?.matchResources?.namespaceSelector?.matchLabels?.['kubernetes.io/metadata.name'] ?? null;
+}
+
+// [label, problems] pairs: the policy admits every pod of a setup that it applies to (those of the
+// namespace it is bound to). For setups that carry the node-broker overlay's policy beside pods of
+// other namespaces (node-weights), without the mutants, which admissionChecks runs on node-broker.
+export function admitted(objects) {
+  const policy = objects.find((o) => o.kind === 'ValidatingAdmissionPolicy');
+  if (!policy) return [['admission policy', ['no ValidatingAdmissionPolicy rendered']]];
+  const ns = boundNamespace(objects, policy);
+  const pods = podSpecs(objects).filter(({ obj }) => obj.metadata?.namespace === ns).map(podOf);
+  if (!pods.length) return [['admission policy', [`no pod in ${ns}, the namespace it is bound to`]]];
+  return pods.map((p) => [`admission policy admits ${ref(p)}`, denials(policy, p)]);
+}
+
 // [label, problems] pairs for the report.
 export function admissionChecks(objects) {
   const policy = objects.find((o) => o.kind === 'ValidatingAdmissionPolicy');

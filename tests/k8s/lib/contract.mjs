@@ -80,6 +80,7 @@ export const CLUSTER_SCOPED = [
   'ClusterRole',
   'ClusterRoleBinding',
   'PriorityClass',
+  'PersistentVolume',
   'CustomResourceDefinition',
   'SeccompProfile',
 ];
@@ -102,6 +103,13 @@ export const CLUSTER_SCOPED = [
 //   service:     the apps run until stopped (the gang); otherwise they end:
 //                the producer retires after one attach per consumer and exits
 //                once drained, so the pod completes and frees its GPU claim
+//   weights:     node-broker's broker, a weights holder DaemonSet beside it (`gpuipcctl weights
+//                serve NAME FILE... --kind <kind>`, the checkpoint on a claim mounted read-only)
+//                and an engine Deployment (any image and command: the user's) in a namespace
+//                that enforces restricted, which reaches the socket through a claim bound to a
+//                PersistentVolume of the node's SOCKET_DIR and attaches NAME (WEIGHTS_ENV); the
+//                policy lets the holder's uid publish NAME and the engines' uid attach it, and
+//                not publish it
 //   component:   an example of k8s/components/gpuipc-sidecar on users' own
 //                workloads: its apps are any image and command (every regular
 //                container is an app), the workloads of these kinds must be
@@ -169,6 +177,14 @@ export const SETUPS = {
     deviceClass: 'gpu.nvidia.com',
     service: true,
   },
+  'node-weights': {
+    dir: 'k8s/examples/node-weights',
+    kind: 'memfd',
+    deviceClass: null,
+    nodeBroker: true,
+    weights: true,
+    service: true,
+  },
   gang: {
     dir: 'k8s/overlays/gang',
     kind: 'cuda-vmm',
@@ -192,6 +208,9 @@ export const EXPORTER_UID = 65533;
 // The node-broker overlay's PriorityClass (an evicted broker drops every
 // reference on its node).
 export const NODE_BROKER_PRIORITY = 'gpuipc-node-critical';
+
+// The node-weights example: the weights' name, as the engines learn it from their environment.
+export const WEIGHTS_ENV = 'GPUIPC_WEIGHTS';
 
 
 // Kustomizations that prepare a cluster rather than run gpuipc, each checked by

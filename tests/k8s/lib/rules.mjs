@@ -308,7 +308,7 @@ function seccompProfile(t, ctx) {
 
 function contract(t) {
   const out = [];
-  for (const { where, spec } of podSpecs(t.objects)) {
+  for (const { obj, where, spec } of podSpecs(t.objects)) {
     const socketVols = (spec.volumes ?? []).filter((v) =>
       containers(spec).some(({ c }) =>
         (c.volumeMounts ?? []).some((m) => m.name === v.name && m.mountPath === K.SOCKET_DIR),
@@ -317,7 +317,8 @@ function contract(t) {
     for (const v of socketVols) {
       if (v.emptyDir && (v.emptyDir.medium !== 'Memory' || !v.emptyDir.sizeLimit))
         out.push(`${where}: socket volume ${v.name} must be an emptyDir with medium Memory and a sizeLimit`);
-      if (!v.emptyDir && !v.hostPath)
+      if (v.persistentVolumeClaim && t.setup.weights) out.push(...socketClaim(t, where, obj, v));
+      else if (!v.emptyDir && !v.hostPath)
         out.push(`${where}: socket volume ${v.name} must be an emptyDir (or the node-broker hostPath)`);
     }
     if (spec.securityContext?.fsGroup !== undefined && spec.securityContext.fsGroup !== K.GID)
@@ -325,7 +326,8 @@ function contract(t) {
     for (const { c, label } of containers(spec)) {
       const at = `${where} ${label}`;
       // The component's examples run users' own images: only gpuipc's containers are checked.
-      const usersApp = t.setup.component && !isBroker(c) && c.name !== K.METRICS_NAME;
+      // So do the engines of the weights example.
+      const usersApp = (t.setup.component && !isBroker(c) && c.name !== K.METRICS_NAME) || isEngine(t, obj);
       const image = isGstLaunch(c) ? K.GST_IMAGE : K.IMAGE;
       if (c.image !== image && !usersApp) out.push(`${at}: image must be ${image}`);
       const env = (c.env ?? []).find((e) => e.name === K.SOCKET_ENV);
@@ -358,6 +360,33 @@ function contract(t) {
       }
     }
   }
+  return out;
+}
+
+// The engines of the weights setup: its Deployments (the user's image and command).
+const isEngine = (t, obj) => !!t.setup.weights && obj.kind === 'Deployment';
+
+// A socket volume that is a claim (the weights setup's engines, under restricted): read-only, bound
+// (volumeName) to a rendered PersistentVolume of the node's SOCKET_DIR that is bound ahead of time
+// (claimRef) to this claim alone, so that no claim of another namespace takes it.
+function socketClaim(t, where, obj, v) {
+  const name = v.persistentVolumeClaim.claimName;
+  const ns = obj.metadata.namespace;
+  const out = [];
+  if (v.persistentVolumeClaim.readOnly !== true)
+    out.push(`${where}: socket claim volume ${v.name} must set readOnly: true (clients must not replace the socket)`);
+  const pvc = t.objects.find(
+    (o) => o.kind === 'PersistentVolumeClaim' && o.metadata.name === name && o.metadata.namespace === ns,
+  );
+  if (!pvc) return [...out, `${where}: socket volume ${v.name} names claim ${name}, which is not rendered in ${ns}`];
+  const pv = t.objects.find((o) => o.kind === 'PersistentVolume' && o.metadata.name === pvc.spec?.volumeName);
+  if (!pv)
+    return [...out, `PersistentVolumeClaim/${name}: must be bound (volumeName) to a rendered PersistentVolume of ${K.SOCKET_DIR}`];
+  if (pv.spec?.hostPath?.path !== K.SOCKET_DIR || pv.spec.hostPath.type !== 'Directory')
+    out.push(`${ref(pv)}: the socket's PersistentVolume must be the hostPath ${K.SOCKET_DIR} with type Directory`);
+  const cr = pv.spec?.claimRef;
+  if (cr?.namespace !== ns || cr?.name !== name)
+    out.push(`${ref(pv)}: must be bound ahead of time (claimRef) to ${ns}/${name}, or a claim of another namespace could take the node's socket`);
   return out;
 }
 
@@ -436,6 +465,7 @@ function dra(t) {
 
 function setupShape(t, ctx) {
   if (t.setup.component) return componentShape(t);
+  if (t.setup.weights) return weightsShape(t);
   const out = [];
   const specs = podSpecs(t.objects);
   const withApps = specs.filter(({ spec }) => appsOf(spec).length);
@@ -503,13 +533,17 @@ function nodeBrokerShape(t, specs, clients) {
     if (!(spec.volumes ?? []).some((v) => v.hostPath?.path === K.SOCKET_DIR))
       out.push(`${where}: node-broker clients mount the node's ${K.SOCKET_DIR}`);
   }
-  for (const { where, spec } of ds) {
-    if (spec.priorityClassName !== K.NODE_BROKER_PRIORITY)
-      out.push(`${where}: priorityClassName must be ${K.NODE_BROKER_PRIORITY} (an evicted broker drops every reference on the node)`);
-    else if (!t.objects.some((o) => o.kind === 'PriorityClass' && o.metadata.name === K.NODE_BROKER_PRIORITY))
-      out.push(`${where}: PriorityClass ${K.NODE_BROKER_PRIORITY} is not rendered`);
-    out.push(...nodeBrokerPolicy(t, where, spec));
-  }
+  for (const { where, spec } of ds) out.push(...nodeBrokerDaemonSet(t, where, spec));
+  return out;
+}
+
+function nodeBrokerDaemonSet(t, where, spec) {
+  const out = [];
+  if (spec.priorityClassName !== K.NODE_BROKER_PRIORITY)
+    out.push(`${where}: priorityClassName must be ${K.NODE_BROKER_PRIORITY} (an evicted broker drops every reference on the node)`);
+  else if (!t.objects.some((o) => o.kind === 'PriorityClass' && o.metadata.name === K.NODE_BROKER_PRIORITY))
+    out.push(`${where}: PriorityClass ${K.NODE_BROKER_PRIORITY} is not rendered`);
+  out.push(...nodeBrokerPolicy(t, where, spec));
   return out;
 }
 
@@ -517,23 +551,125 @@ function nodeBrokerShape(t, specs, clients) {
 // /etc/gpuipc/policy.conf; the file must hold only rules the broker parses.
 const POLICY_RULE = /^(allow|deny)\s+(publish|attach|admin|all)(,(publish|attach|admin|all))*\s+(any|uid=\d+|gid=\d+)(\s+prefix=\S*)?$/;
 
-function nodeBrokerPolicy(t, where, spec) {
+// The node broker's policy: { cm, text } or { problem }.
+function policyOf(t, where, spec) {
   const broker = (spec.containers ?? []).find(isBroker);
   const path = flagValue(broker ?? {}, '--policy');
-  if (!path) return [`${where}: the node broker must run with --policy (a node-wide broker without one lets every client use every name)`];
+  if (!path) return { problem: `${where}: the node broker must run with --policy (a node-wide broker without one lets every client use every name)` };
   const dir = path.slice(0, path.lastIndexOf('/'));
   const mount = (broker.volumeMounts ?? []).find((m) => m.mountPath === dir);
   const vol = mount && (spec.volumes ?? []).find((v) => v.name === mount.name);
   const cm = vol?.configMap && t.objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name === vol.configMap.name);
-  if (!cm) return [`${where}: --policy ${path}: ${dir} must be a ConfigMap volume of this setup`];
-  if (mount.subPath) return [`${where}: the policy ConfigMap must not use subPath (subPath mounts never see updates)`];
+  if (!cm) return { problem: `${where}: --policy ${path}: ${dir} must be a ConfigMap volume of this setup` };
+  if (mount.subPath) return { problem: `${where}: the policy ConfigMap must not use subPath (subPath mounts never see updates)` };
   const text = cm.data?.[path.slice(dir.length + 1)];
-  if (text === undefined) return [`${where}: ConfigMap ${cm.metadata.name} has no key ${path.slice(dir.length + 1)}`];
+  if (text === undefined) return { problem: `${where}: ConfigMap ${cm.metadata.name} has no key ${path.slice(dir.length + 1)}` };
+  return { cm, text };
+}
+
+function nodeBrokerPolicy(t, where, spec) {
+  const { cm, text, problem } = policyOf(t, where, spec);
+  if (problem) return [problem];
   const bad = text
     .split('\n')
     .map((l, i) => [l.replace(/#.*/, '').trim(), i + 1])
     .filter(([l]) => l && !POLICY_RULE.test(l));
   return bad.map(([l, n]) => `ConfigMap/${cm.metadata.name} line ${n}: not a policy rule: ${l}`);
+}
+
+// What the broker decides for a peer of uid and gids doing op on name under the policy text, as
+// docs/security.md says: the first rule that matches wins, and a loaded policy denies the rest.
+function policyAllows(text, op, uid, gids, name) {
+  for (const line of text.split('\n')) {
+    const l = line.replace(/#.*/, '').trim();
+    const m = POLICY_RULE.exec(l);
+    if (!m) continue;
+    const [verdict, ops, who] = l.split(/\s+/);
+    const prefix = /\sprefix=(\S*)$/.exec(l)?.[1] ?? '';
+    const opOk = ops.split(',').some((o) => o === op || o === 'all');
+    const whoOk = who === 'any' || who === `uid=${uid}` || gids.some((g) => who === `gid=${g}`);
+    if (opOk && whoOk && name.startsWith(prefix)) return verdict === 'allow';
+  }
+  return false;
+}
+
+// `gpuipcctl weights serve NAME FILE... [options]`: { name, files, kind }, or null.
+function serveOf(c) {
+  const a = c.args ?? [];
+  if (canon(c.command) !== canon([K.CLI]) || a[0] !== 'weights' || a[1] !== 'serve') return null;
+  const files = [];
+  for (let i = 3; i < a.length && !a[i].startsWith('-'); i++) files.push(a[i]);
+  return { name: a[2], files, kind: flagValue(c, '--kind') ?? 'cuda-vmm' };
+}
+
+const idOf = (spec, c) => ({
+  uid: eff(spec, c, 'runAsUser'),
+  gids: [eff(spec, c, 'runAsGroup'), ...(spec.securityContext?.supplementalGroups ?? [])],
+});
+
+// The weights example: the node broker, a holder DaemonSet of its own beside it on the same
+// nodes, reading its checkpoint from a claim mounted read-only, and engine Deployments under
+// restricted that attach what it serves; the broker's policy lets each do its part and no more.
+function weightsShape(t) {
+  const out = [];
+  const specs = podSpecs(t.objects);
+  const brokers = specs.filter(({ obj, spec }) => obj.kind === 'DaemonSet' && (spec.containers ?? []).some(isBroker));
+  if (brokers.length !== 1) return [`expected one DaemonSet running ${K.BROKER_NAME}, found ${brokers.length}`];
+  const [broker] = brokers;
+  out.push(...nodeBrokerDaemonSet(t, broker.where, broker.spec));
+  const holders = specs.filter(({ spec }) => (spec.containers ?? []).some(serveOf));
+  if (holders.length !== 1 || holders[0].obj.kind !== 'DaemonSet')
+    return [...out, `expected one DaemonSet running gpuipcctl weights serve, found ${holders.map((h) => h.where).join(', ') || 'none'}`];
+  const [holder] = holders;
+  if (holder === broker || holder.obj === broker.obj)
+    out.push(`${holder.where}: the holder is a DaemonSet of its own: beside the broker, a new checkpoint would restart the broker too`);
+  if (holder.obj.metadata.namespace !== broker.obj.metadata.namespace)
+    out.push(`${holder.where}: the holder runs in the broker's namespace (the only one whose pods may mount ${K.SOCKET_DIR})`);
+  if (canon(holder.spec.nodeSelector) !== canon(broker.spec.nodeSelector))
+    out.push(`${holder.where}: nodeSelector differs from the broker's: a holder on a node without a broker serves nothing`);
+  const hc = holder.spec.containers.find(serveOf);
+  const serve = serveOf(hc);
+  if (serve.kind !== t.setup.kind) out.push(`${holder.where} ${hc.name}: serves ${serve.kind}, this setup is ${t.setup.kind}`);
+  if (!serve.files.length) out.push(`${holder.where} ${hc.name}: weights serve names no file`);
+  for (const f of serve.files) {
+    const m = (hc.volumeMounts ?? []).find((x) => f.startsWith(`${x.mountPath}/`));
+    const v = m && (holder.spec.volumes ?? []).find((x) => x.name === m.name);
+    if (!v?.persistentVolumeClaim)
+      out.push(`${holder.where} ${hc.name}: reads ${f} from no claim (the checkpoint comes from a PersistentVolumeClaim)`);
+    else if (m.readOnly !== true || v.persistentVolumeClaim.readOnly !== true)
+      out.push(`${holder.where} ${hc.name}: the checkpoint's claim ${v.name} must be mounted read-only (mount and volume)`);
+  }
+  for (const pv of t.objects.filter((o) => o.kind === 'PersistentVolume')) {
+    if (pv.spec?.hostPath && pv.spec.hostPath.path !== K.SOCKET_DIR)
+      out.push(`${ref(pv)}: a hostPath PersistentVolume other than ${K.SOCKET_DIR} (${pv.spec.hostPath.path})`);
+  }
+  const engines = specs.filter(({ obj }) => isEngine(t, obj));
+  if (!engines.length) out.push('renders no engine Deployment');
+  const policy = policyOf(t, broker.where, broker.spec);
+  const hid = idOf(holder.spec, hc);
+  if (policy.text && !policyAllows(policy.text, 'publish', hid.uid, hid.gids, serve.name))
+    out.push(`the broker's policy does not let the holder (uid ${hid.uid}) publish ${serve.name}`);
+  for (const { obj, where, spec } of engines) {
+    const ns = t.objects.find((o) => o.kind === 'Namespace' && o.metadata.name === obj.metadata.namespace);
+    if (ns?.metadata?.labels?.['pod-security.kubernetes.io/enforce'] !== 'restricted')
+      out.push(`${where}: engines run in a namespace that enforces restricted, ${obj.metadata.namespace} does not`);
+    if ((spec.volumes ?? []).some((v) => v.hostPath))
+      out.push(`${where}: engines mount no hostPath (restricted): the socket comes through its claim`);
+    if (canon(spec.nodeSelector) !== canon(broker.spec.nodeSelector))
+      out.push(`${where}: nodeSelector differs from the broker's: an engine on a node without a broker finds no weights`);
+    for (const c of spec.containers ?? []) {
+      const env = (c.env ?? []).find((e) => e.name === K.WEIGHTS_ENV);
+      if (env?.value !== serve.name)
+        out.push(`${where} ${c.name}: env ${K.WEIGHTS_ENV} must name the holder's weights ${serve.name}, is ${env?.value}`);
+      const id = idOf(spec, c);
+      if (policy.text && !policyAllows(policy.text, 'attach', id.uid, id.gids, serve.name))
+        out.push(`${where} ${c.name}: the broker's policy does not let the engines' uid ${id.uid} attach ${serve.name}`);
+      if (policy.text && policyAllows(policy.text, 'publish', id.uid, id.gids, serve.name))
+        out.push(`${where} ${c.name}: the broker's policy lets the engines' uid ${id.uid} publish ${serve.name}: an engine could replace the weights`);
+      if (id.uid === hid.uid) out.push(`${where} ${c.name}: runs as the holder's uid ${hid.uid}: engines have their own`);
+    }
+  }
+  return out;
 }
 
 function gangShape(t) {
