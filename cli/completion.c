@@ -44,6 +44,9 @@ static void quoted_help(FILE *f, const char *help, bool fish)
 }
 
 /* Every spelling of the options, offered or not, that take a value: " -s --socket ". */
+/* The scripts skip these words together with the word after them when they look for the command,
+ * so a value such as --socket's path is never taken for the command's name; deprecated spellings
+ * are listed too, since a command line typed with one must still be read right. */
 static void valued_spellings(FILE *f, const CtlOption *options)
 {
         for (const CtlOption *o = options; o && o->id; o++) {
@@ -113,6 +116,10 @@ static void completion_bash(FILE *f)
               "\n"
               "# Names of buffers and rings starting with $1, from the broker the command line names.\n"
               "_gpuipcctl_names() {\n"
+        /* The helper runs the gpuipcctl being completed (COMP_WORDS[0]) with the global options
+         * already typed, so names come from the broker the command will talk to; "--" keeps a
+         * prefix that starts with '-' an operand, and stderr is dropped so that a broker that is
+         * down completes nothing instead of printing into the user's line. */
               "\t\"${COMP_WORDS[0]}\" \"${_gpuipcctl_global[@]}\" --timeout " , f);
         fprintf(f, "%d", NAMES_TIMEOUT_MS);
         fputs(" __complete-names -- \"$1\" 2>/dev/null\n"
@@ -142,6 +149,8 @@ static void completion_bash(FILE *f)
         for (size_t i = 0; i < ctl_n_commands; i++)
                 if (ctl_commands[i].summary)
                         bash_value_case(f, ctl_commands[i].name, ctl_commands[i].options);
+        /* With no command yet, a word starting with '-' completes the global options and any other
+         * word the command names; internal commands (no summary) are never offered. */
         fputs("\tesac\n"
               "\tif [[ -z $cmd ]]; then\n"
               "\t\tif [[ $cur == -* ]]; then\n"
@@ -172,6 +181,8 @@ static void completion_bash(FILE *f)
                         : c->operand == CTL_VALUE_SHELL ? "shell"
                                                         : "");
         }
+        /* A command takes at most one operand (ctl_operand refuses a second), so once one is on
+         * the line only options are offered. */
         fputs("\t*) return ;;\n"
               "\tesac\n"
               "\t# Operands given so far: words that are neither options nor their values.\n"
@@ -263,6 +274,8 @@ static void completion_zsh(FILE *f)
               "\tdone\n"
               "\t_arguments -C", f);
         zsh_specs(f, ctl_global_options, "\t\t", false);
+        /* '*::' narrows the words to those from the command on: $line[1] is the command, and a
+         * command's own _arguments takes it as its words[1], so its '1:' spec is the operand. */
         fputs(" \\\n\t\t'1:command:->command' \\\n\t\t'*::argument:->argument' && ret=0\n"
               "\tcase $state in\n"
               "\tcommand)\n"
@@ -380,9 +393,13 @@ static void completion_fish(FILE *f)
               "\t\t\t\tset -q words[(math $i + 1)]; and set -a global $words[$i] $words[(math $i + 1)]\n"
               "\t\tend\n"
               "\tend\n", f);
+        /* Names are asked of the same executable the line starts with, as in bash; when fish
+         * cannot find it as a command there is no one to ask, and nothing is completed. */
         fputs("\tcommand -q -- $words[1]; or return\n", f);
         fprintf(f, "\t$words[1] $global --timeout %d __complete-names -- (commandline -ct) 2>/dev/null\n",
                 NAMES_TIMEOUT_MS);
+        /* -f: no file names by default; only options whose value is a path (-r -F) complete from
+         * the directory. */
         fputs("end\n"
               "\n"
               "complete -c gpuipcctl -f\n", f);
@@ -432,6 +449,9 @@ int cmd_completion(Ctl *ctl, int argc, char **argv)
 
 /* Prints the names under prefix of live buffers (not a ring's parts, NAME@...) and of rings, one
  * per line; quietly nothing when the broker cannot be asked. */
+/* Always CTL_OK: a listing that fails completes nothing (or what the pages before it gave), which
+ * is all a completion can do with an error; the pages (256 buffers, 64 rings) bound what one call
+ * allocates. */
 static int print_names(Ctl *ctl, const char *prefix)
 {
         gpuipc_buffer_info_t *buffers = calloc(256, sizeof(*buffers));
