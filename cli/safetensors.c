@@ -248,8 +248,8 @@ static bool read_metadata(Parse *p)
                 return fail(p, "__metadata__ is not an object");
         p->r.p++;
         while (jsonread_more(&p->r, '}', &first)) {
+                /* A key that is not a string: fails with the reader's own message. */
                 if (jsonread_peek(&p->r) != '"')
-                        /* A key that is not a string: fails with the reader's own message. */
                         return jsonread_expect(&p->r, '"');
                 if (!jsonread_skip(&p->r) || !jsonread_expect(&p->r, ':'))
                         return false;

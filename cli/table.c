@@ -128,9 +128,9 @@ int table_print(Table *t, FILE *f)
 {
         size_t rows = t->n_cells / t->n_columns;
 
+        /* Nothing at all when a cell was lost (see add): a table with a gap would put values
+         * under the wrong headers. */
         if (t->failed)
-                /* Nothing at all when a cell was lost (see add): a table with a gap would put
-                 * values under the wrong headers. */
                 return -ENOMEM;
         for (size_t r = 0; r < rows; r++) {
                 char **row = t->cells + r * t->n_columns;
