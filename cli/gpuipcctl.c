@@ -422,7 +422,8 @@ int ctl_error(Ctl *ctl, const char *name, const char *fmt, ...)
 
 static int print_version(const Ctl *ctl)
 {
-        /* gpuipcctl uses the shared library: the one loaded may be another release. */
+        /* gpuipcctl uses the shared library: the one loaded may be another release. Written raw:
+         * both are the project's own version numbers, with nothing to escape. */
         if (ctl->json)
                 printf("{\"gpuipcctl\":\"%s\",\"libgpuipc\":\"%s\"}\n", GPUIPC_VERSION, gpuipc_version());
         else
