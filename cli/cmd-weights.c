@@ -106,6 +106,7 @@ static int parse_load(Ctl *ctl, int argc, char **argv, LoadArgs *a)
         a->name = argv[optind];
         a->files = argv + optind + 1;
         a->n_files = (size_t)(argc - optind - 1);
+        /* Checked here, before a file is read: a long load must not end in a refused publish. */
         if (!a->name[0] || strlen(a->name) > GPUIPC_MAX_NAME)
                 return ctl_usage(ctl, "NAME must be 1 to %d bytes", GPUIPC_MAX_NAME);
         return CTL_CONTINUE;

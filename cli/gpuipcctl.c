@@ -457,6 +457,7 @@ static bool json_requested(int argc, char **argv)
 
                 if (strcmp(w, "--") == 0)
                         break;
+                /* A lone "-" is an operand (weights load's standard input), not an option. */
                 if (w[0] != '-' || w[1] == 0) {
                         if (cmd) {
                                 if (cmd->runs_command)
@@ -495,6 +496,7 @@ int ctl_global_option(Ctl *ctl, int id, const char *value)
         case 's': ctl->socket = value; break;
         case 'j': ctl->json = true; break;
         case 't':
+                /* 0 is allowed: no wait at all, as for a socket that does not exist. */
                 if (ctl_parse_int(ctl, "--timeout", value, 0, INT32_MAX, &v))
                         return -1;
                 ctl->timeout_ms = (int)v;

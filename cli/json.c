@@ -7,6 +7,8 @@
 
 #include "text.h"
 
+/* Straight to f: a document is streamed as it is made (list.c writes a page at a time), never
+ * built in memory first. */
 void json_begin(Json *j, FILE *f, char open)
 {
         j->f = f;

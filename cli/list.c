@@ -20,6 +20,8 @@ static int list_json(Ctl *ctl, const CtlListing *l, const char *prefix, void *pa
                         r = n;
                         break;
                 }
+                /* Opened after the first page even when it is empty: no records is "[]", the
+                 * same shape a script parses otherwise. */
                 if (!started) {
                         json_begin(&j, stdout, '[');
                         started = ctl->printed = true;
