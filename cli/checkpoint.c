@@ -602,6 +602,8 @@ static bool is_index(const char *path)
 static int shard_paths(Checkpoint *c, const char *index_path, const Index *x)
 {
         const char *slash = strrchr(index_path, '/');
+        /* The index's directory as given (a relative one stays relative): shards are found
+         * beside the index, whatever the working directory. */
         int dir_len = slash ? (int)(slash - index_path + 1) : 0;
 
         c->files = calloc(x->n_files ? x->n_files : 1, sizeof(*c->files));

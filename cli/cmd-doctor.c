@@ -466,6 +466,8 @@ static void check_gpus(Doctor *d)
         }
         verdict(d, V_OK, "driver", "CUDA driver %d.%d, %d visible device(s)", info->driver_version / 1000,
                 (info->driver_version % 1000) / 10, info->n_devices);
+        /* CUDA works but sees no device: the container was given none, which no kind of CUDA
+         * buffer can work around, so a FAIL, unlike a host without CUDA at all. */
         if (info->n_devices == 0)
                 verdict(d, V_FAIL, "gpus", "no GPU is visible: give this container the same ResourceClaim as the "
                         "producer (or set the same visible devices)");

@@ -378,6 +378,7 @@ static enum MHD_Result respond(Slot *slot, int status, const char *content_type,
                 body ? body->len : 0, body ? body->data : NULL, body ? body_release : NULL, body);
         enum MHD_Result ok;
 
+        /* No response took the body: its reference is still ours to drop. */
         if (!r) {
                 http_body_unref(body);
                 return MHD_NO;
