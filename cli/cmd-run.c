@@ -278,8 +278,8 @@ int cmd_run(Ctl *ctl, int argc, char **argv)
         if (optind >= argc)
                 return ctl_usage(ctl, "no command given");
         cmd = &argv[optind];
-        /* pid_max bounds the PIDs this namespace hands out: a --min-pid at or above it could never
-         * be reached, and finding that out would cost MAX_FORKS children. */
+        /* pid_max bounds every PID the kernel hands out: a --min-pid at or above it could never be
+         * reached, and finding that out would cost MAX_FORKS children. */
         if ((f = fopen("/proc/sys/kernel/pid_max", "r"))) {
                 if (fscanf(f, "%ld", &v) == 1 && v > 1)
                         pid_max = v;

@@ -283,8 +283,8 @@ static void report(Ctl *ctl, const char *name, const char *text, const char *mes
                         fprintf(stderr, "  hint: %s\n", hint);
                 return;
         }
-        /* "error" is the stable name the man page promises (the same as in brackets on stderr),
-         * what scripts match; "message" and "hint" are for people and may be reworded. */
+        /* "error" is the stable name the man page promises (for a library failure, the one in
+         * brackets on stderr), what scripts match; "message" and "hint" are for people. */
         json_begin(&j, stdout, '{');
         json_kstr(&j, "error", name);
         json_kstr(&j, "message", message);
@@ -496,7 +496,7 @@ int ctl_global_option(Ctl *ctl, int id, const char *value)
         case 's': ctl->socket = value; break;
         case 'j': ctl->json = true; break;
         case 't':
-                /* 0 is allowed: no wait at all, as for a socket that does not exist. */
+                /* 0 is allowed: the connect does not wait, as for a socket that does not exist. */
                 if (ctl_parse_int(ctl, "--timeout", value, 0, INT32_MAX, &v))
                         return -1;
                 ctl->timeout_ms = (int)v;

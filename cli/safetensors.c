@@ -204,7 +204,7 @@ static bool read_tensor(Parse *p, SafetensorsTensor *t)
                 return false;
         while (jsonread_more(&p->r, '}', &first)) {
                 /* Room for the longest known key (data_offsets): a longer one cannot be known, and
-                 * fails in jsonread_string with the same "unknown key" message. */
+                 * fails in jsonread_string as an unknown key. */
                 char key[16];
                 bool *seen;
 

@@ -71,8 +71,8 @@ static int collect_rings(gpuipc_t *c, gpuipc_ring_info_t *rings)
         uint64_t cursor = 0;
         int n = 0;
 
-        /* Past SAMPLER_MAX_RINGS the rest are left out: the exporter's memory is sized once, at
-         * sampler_new, not by how many rings a broker has. */
+        /* Past SAMPLER_MAX_RINGS the rest are left out: the rings array is sized once, by that
+         * bound, not by how many rings a broker has. */
         do {
                 int got = gpuipc_list_rings(c, NULL, &cursor, rings + n, SAMPLER_MAX_RINGS - n);
 
