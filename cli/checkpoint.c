@@ -153,6 +153,8 @@ static int open_file(CheckpointFile *f, char *err, size_t cap)
         char *json, why[400];
         int r;
 
+        /* Standard input is duplicated, so that checkpoint_free closing every file's fd never
+         * closes fd 0 itself; an fd kept here on a later failure is closed there too. */
         f->fd = strcmp(f->path, "-") == 0 ? fcntl(0, F_DUPFD_CLOEXEC, 0) : open(f->path, O_RDONLY | O_CLOEXEC);
         if (f->fd < 0 || fstat(f->fd, &st) < 0) {
                 r = -errno;
@@ -258,6 +260,8 @@ static int index_parse(Index *x, const char *text, size_t len, const char *path,
         if (!jsonread_expect(&r, '{'))
                 goto bad;
         while (jsonread_more(&r, '}', &first)) {
+                /* Room for the keys an index has (weight_map, metadata): a longer key is refused
+                 * with a message that says so rather than skipped. */
                 char key[32];
                 bool inner = true;
 
@@ -296,6 +300,7 @@ static int index_parse(Index *x, const char *text, size_t len, const char *path,
         }
         return 0;
 bad:
+        /* Without a reader error, the one way here is bytes after the object (jsonread_at_end). */
         if (!r.err)
                 jsonread_fail(&r, "something follows the index's JSON object");
         snprintf(err, cap, "%s: byte %zu: %s", path, r.err_at, r.err);
@@ -410,6 +415,7 @@ static int place(Checkpoint *c, size_t file, const SafetensorsTensor *t, uint64_
                                  "packs two a byte along it", path, t->name);
                         return -EBADMSG;
                 }
+                /* The manifest gives torch's shape: one float4_e2m1fn_x2 element holds two values. */
                 e->shape[t->ndim - 1] /= 2;
         }
         e->offset = *offset;
@@ -452,6 +458,8 @@ static int layout(Checkpoint *c, char *err, size_t cap)
                 }
                 free(order);
         }
+        /* Aligned like a tensor: the manifest starts on a CHECKPOINT_ALIGN boundary after the
+         * last one. */
         c->manifest_offset = offset;
         return 0;
 }
@@ -562,6 +570,8 @@ size_t checkpoint_meta(const Checkpoint *c, uint8_t *buf, size_t cap)
 static int skip_to_data(CheckpointFile *f, char *err, size_t cap)
 {
         uint64_t first = UINT64_MAX;
+        /* The smallest begin, not the first entry's: the header lists tensors in any order, and
+         * a pipe can only be read forward to the earliest. */
         char sink[4096];
 
         for (size_t i = 0; i < f->h->n; i++)
@@ -592,6 +602,8 @@ static bool is_index(const char *path)
 static int shard_paths(Checkpoint *c, const char *index_path, const Index *x)
 {
         const char *slash = strrchr(index_path, '/');
+        /* The index's directory as given (a relative one stays relative): shards are found
+         * beside the index, whatever the working directory. */
         int dir_len = slash ? (int)(slash - index_path + 1) : 0;
 
         c->files = calloc(x->n_files ? x->n_files : 1, sizeof(*c->files));
@@ -673,6 +685,7 @@ int checkpoint_open(char *const *paths, size_t n, Checkpoint **ret, char *err, s
 
 /* One range per tensor, in layout order, which is file order within each file: what a pipe needs,
  * and what lets gpuipc_buffer_load read each file forward. */
+/* NULL when out of memory; the fds stay the checkpoint's (checkpoint_free closes them). */
 gpuipc_file_range_t *checkpoint_ranges(const Checkpoint *c)
 {
         gpuipc_file_range_t *v = calloc(c->n ? c->n : 1, sizeof(*v));

@@ -134,6 +134,8 @@ static void print_buffer(Ctl *ctl, const char *what, const gpuipc_buffer_t *b, v
         if (ctl->json) {
                 Json o;
                 json_begin(&o, stdout, '{');
+                /* The same keys whatever the event (attach adds its verdict's), so that a script
+                 * reads publish's stream of lines ("published", then "drained") with one shape. */
                 json_kstr(&o, "event", what);
                 json_kstr(&o, "name", gpuipc_buffer_name(b));
                 json_ku64(&o, "buffer", gpuipc_buffer_id(b));
@@ -153,6 +155,8 @@ static void print_buffer(Ctl *ctl, const char *what, const gpuipc_buffer_t *b, v
                                                                                                              : "",
                        gpuipc_buffer_device(b));
         }
+        /* publish's lines come one at a time over a long hold: flushed, so that whatever reads
+         * the pipe sees "published" when it happens, not at exit. */
         ctl->printed = true;
         fflush(stdout);
 }
@@ -373,6 +377,7 @@ int cmd_attach(Ctl *ctl, int argc, char **argv)
                         verdict.at);
                 result = CTL_FAILED;
         } else if (verdict.checked && !ctl->json) {
+                /* Text only: with --json, "verified": true in the document says it. */
                 printf("verified %zu bytes\n", gpuipc_buffer_size(b));
         }
         if (hold != 0)
@@ -435,6 +440,7 @@ int cmd_retire(Ctl *ctl, int argc, char **argv)
                 json_begin(&o, stdout, '{');
                 json_kstr(&o, "event", "retired");
                 json_ku64(&o, "buffer", id);
+                /* Only when the caller gave it: retired by --id, the name is not looked up. */
                 if (name)
                         json_kstr(&o, "name", name);
                 json_end(&o, '}');

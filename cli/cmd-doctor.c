@@ -71,6 +71,8 @@ static void verdict(Doctor *d, Verdict v, const char *check, const char *fmt, ..
                 Json o;
                 json_next(&d->checks);
                 json_begin(&o, stdout, '{');
+                /* "check" and "verdict" are the words scripts match (the verdict's name, not the
+                 * text column's " ok "/"FAIL"); "detail" is prose for people. */
                 json_kstr(&o, "check", check);
                 json_kstr(&o, "verdict", name[v]);
                 json_kstr(&o, "detail", detail);
@@ -121,6 +123,8 @@ static bool check_broker(Doctor *d, bool socket_ok)
 
         /* GPUs are probed at connect (no_gpus unset): the connection then declares them as an
          * application's would, and the broker checks see what an application meets. */
+        /* Not ctl_connect, which would report a failure as the command's error (with --json, as
+         * the error document) and end it: here a failed connect is one verdict among the rest. */
         o.socket_path = d->ctl->socket;
         o.label = "gpuipcctl";
         o.connect_timeout_ms = socket_ok ? d->ctl->timeout_ms : 0;
@@ -277,6 +281,8 @@ static int find_collisions(Doctor *d, const gpuipc_peer_info_t *peers, size_t n_
                         if (page[i].self_pid && page[i].self_pid == d->self_pid)
                                 collide(d, page[i].owner, &page[i], true);
                         /* Its holders: the peers reading it, whose PIDs the listing knows. */
+                        /* A buffer gone since the listing (h < 0) has no holders left to check. The
+                         * producer is skipped among them: it was checked above, as the producer. */
                         h = gpuipc_stat_buffer(d->ctl->c, NULL, page[i].buffer, holders, GPUIPC_MAX_PAGE, &b);
                         for (int k = 0; k < h; k++) {
                                 const gpuipc_peer_info_t *p = peer_by_id(peers, n_peers, holders[k].peer);
@@ -393,6 +399,7 @@ static void json_self(Doctor *d)
         json_ku64(&o, "pid", d->self_pid);
         json_ku64(&o, "shm_dev", d->shm_dev);
         json_ku64(&o, "shm_ino", d->shm_ino);
+        /* Every collision, not the first MAX_LISTED the text names. */
         json_key(&o, "pid_collisions");
         json_begin(&a, stdout, '[');
         for (size_t i = 0; i < d->n_collisions; i++) {
@@ -459,6 +466,8 @@ static void check_gpus(Doctor *d)
         }
         verdict(d, V_OK, "driver", "CUDA driver %d.%d, %d visible device(s)", info->driver_version / 1000,
                 (info->driver_version % 1000) / 10, info->n_devices);
+        /* CUDA works but sees no device: the container was given none, which no kind of CUDA
+         * buffer can work around, so a FAIL, unlike a host without CUDA at all. */
         if (info->n_devices == 0)
                 verdict(d, V_FAIL, "gpus", "no GPU is visible: give this container the same ResourceClaim as the "
                         "producer (or set the same visible devices)");

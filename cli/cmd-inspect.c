@@ -75,6 +75,8 @@ int cmd_ping(Ctl *ctl, int argc, char **argv)
         r = ctl_connect(ctl, false);
         if (r)
                 return r;
+        /* --timeout bounds the connect and, again, the answer: a broker that accepts but never
+         * answers fails the probe too. */
         r = gpuipc_ping(ctl->c, ctl->timeout_ms);
         if (r < 0)
                 return ctl_fail(ctl, "ping", r);
@@ -177,6 +179,8 @@ static void holders_json(const gpuipc_buffer_info_t *b, const gpuipc_holder_info
         json_begin(&o, stdout, '{');
         buffer_json(&o, b);
         json_end(&o, '}');
+        /* One page of holders: the buffer's "holders" is the broker's count, so a script can tell
+         * when the list was cut, as the text says. */
         json_key(&j, "holders");
         json_begin(&h, stdout, '[');
         for (int i = 0; i < n; i++) {
@@ -429,6 +433,7 @@ int cmd_stats(Ctl *ctl, int argc, char **argv)
                 free(items);
                 return ctl_fail(ctl, "stats", n);
         }
+        /* gpuipc_stats returns how many the broker sent, which may be more than it stored. */
         n = n > GPUIPC_MAX_PAGE ? GPUIPC_MAX_PAGE : n;
         if (ctl->json) {
                 stats_json(items, n);
@@ -482,6 +487,8 @@ int cmd_watch(Ctl *ctl, int argc, char **argv)
                 if (ctl->json) {
                         Json o;
                         json_begin(&o, stdout, '{');
+                        /* The same five keys on every line (reason "" when there is none): a
+                         * script indexes them without testing which are present. */
                         json_kstr(&o, "event", gpuipc_event_name(ev.type));
                         json_ku64(&o, "buffer", ev.buffer);
                         json_ku64(&o, "generation", ev.generation);

@@ -70,11 +70,13 @@ static void serve(HttpRequest *req, HttpResponse *ret, void *ud)
                 if (sampler_healthy(e->sampler, now, why, sizeof(why))) {
                         answer_text(ret, 200, "ok\n");
                 } else {
-                        /* why is at most 256 + the sampler's prefix, well inside its 320 bytes. */
+                        /* The reason is the body, so a probe's log says why it failed. why is at
+                         * most 256 + the sampler's prefix, well inside its 320 bytes. */
                         strcat(why, "\n");
                         answer_text(ret, 503, why);
                 }
         } else if (strcmp(req->path, "/") == 0) {
+                /* For a person who points a browser at the port: where the two resources are. */
                 answer_text(ret, 200, "gpuipcctl metrics: /metrics (Prometheus text format), /healthz\n");
         } else {
                 answer_text(ret, 404, "not found: try /metrics or /healthz\n");
@@ -194,6 +196,8 @@ int cmd_metrics(Ctl *ctl, int argc, char **argv)
                 return ctl_fail(ctl, "metrics", -ENOMEM);
         }
         ctl->printed = true; /* the exposition is the document, failure or not */
+        /* No sampler thread here: one collection on this thread over the ordinary connection; a
+         * failure is reported on stderr, and the exposition (gpuipc_up 0) still prints. */
         r = ctl_connect(ctl, false);
         if (r == 0) {
                 r = sampler_collect(ctl->c, stats, rings, &in, &what);

@@ -152,6 +152,8 @@ static void seat_row(Table *t, const gpuipc_ring_member_info_t *m)
                 table_cell(t, "-");
                 table_cell(t, "-");
         }
+        /* Last: the label is the one column of free text a peer chose, and the last cell is not
+         * padded, so a long label widens no other column. */
         table_cell(t, "%s", m->label);
 }
 
@@ -179,6 +181,7 @@ static int ring_stat_text(const gpuipc_ring_info_t *g, const gpuipc_ring_member_
         }
         printf("seats: %u of %u taken; lease %" PRIu64 " ms; producer peer %" PRIu64 "\n", g->taken, g->members,
                g->lease_ms, g->owner);
+        /* No seats listed: no table, rather than a header with nothing under it. */
         if (n > 0)
                 r = table_print(seated, stdout);
 out:
@@ -201,6 +204,7 @@ int ctl_stat_ring(Ctl *ctl, const char *name)
                 Json j, o, s;
 
                 json_begin(&j, stdout, '{');
+                /* {"ring": the object rings --json lists, "seats": [...]}: one parser reads both. */
                 json_key(&j, "ring");
                 json_begin(&o, stdout, '{');
                 ring_json(&o, &g);

@@ -156,8 +156,12 @@ __attribute__((noreturn)) static void child(const Run *run, char **argv, const s
         ssize_t w;
         int e, n;
 
+        /* _exit, not exit: in the parent's memory (vfork), exit would run the parent's atexit
+         * handlers and flush its stdio buffers. */
         if (!acceptable(run, getpid()))
                 _exit(0);
+        /* The command starts with the mask gpuipcctl was started with, not the set the parent
+         * blocks to wait on. */
         sigprocmask(SIG_SETMASK, old, NULL);
         execvp(argv[0], argv);
         e = errno;
@@ -186,6 +190,7 @@ static pid_t start_command(Run *run, char **argv, const sigset_t *old)
                         child(run, argv, old);
                 if (acceptable(run, pid))
                         return pid;
+                /* Reaped at once: up to MAX_FORKS rejected children must not linger as zombies. */
                 while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
                         ;
         }
@@ -210,6 +215,7 @@ static int reap(pid_t child, bool init)
         int status, code = -1;
         pid_t p;
 
+        /* Until none is left: pending SIGCHLDs merge into one, which may stand for several. */
         while ((p = waitpid(init ? -1 : child, &status, WNOHANG)) > 0 || (p < 0 && errno == EINTR))
                 if (p == child)
                         code = exit_code(status);
@@ -272,6 +278,8 @@ int cmd_run(Ctl *ctl, int argc, char **argv)
         if (optind >= argc)
                 return ctl_usage(ctl, "no command given");
         cmd = &argv[optind];
+        /* pid_max bounds every PID the kernel hands out: a --min-pid at or above it could never be
+         * reached, and finding that out would cost MAX_FORKS children. */
         if ((f = fopen("/proc/sys/kernel/pid_max", "r"))) {
                 if (fscanf(f, "%ld", &v) == 1 && v > 1)
                         pid_max = v;

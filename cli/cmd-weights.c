@@ -106,6 +106,7 @@ static int parse_load(Ctl *ctl, int argc, char **argv, LoadArgs *a)
         a->name = argv[optind];
         a->files = argv + optind + 1;
         a->n_files = (size_t)(argc - optind - 1);
+        /* Checked here, before a file is read: a long load must not end in a refused publish. */
         if (!a->name[0] || strlen(a->name) > GPUIPC_MAX_NAME)
                 return ctl_usage(ctl, "NAME must be 1 to %d bytes", GPUIPC_MAX_NAME);
         return CTL_CONTINUE;
@@ -125,6 +126,8 @@ static int check_room(Ctl *ctl, const LoadArgs *a, const Checkpoint *ck)
         r = gpuipc_device_memory(ctl->c, (int)a->device, &free_b, &total);
         if (r < 0)
                 return ctl_fail(ctl, "reading the device's free memory", r);
+        /* Free memory is a snapshot: another process may take it before the allocation, which
+         * then fails with its own error; this is for a clear message in the usual case. */
         if (ck->size <= free_b)
                 return 0;
         ctl_human_size(ck->size, want, sizeof(want));
@@ -145,6 +148,8 @@ static void print_loaded(Ctl *ctl, const LoadArgs *a, const Checkpoint *ck, cons
         double gbps = s > 0 ? (double)st->bytes / s / 1e9 : 0;
         double read_gbps = read_s > 0 ? (double)st->bytes / read_s / 1e9 : 0;
 
+        /* Exact numbers for scripts: size is the whole buffer (manifest included), bytes the
+         * tensors' data read, times in seconds; the text line rounds them for people. */
         if (ctl->json) {
                 Json o;
                 json_begin(&o, stdout, '{');
@@ -184,6 +189,8 @@ static void print_loaded(Ctl *ctl, const LoadArgs *a, const Checkpoint *ck, cons
                        gpuipc_buffer_size(b), gpuipc_buffer_device(b)[0] ? " device=" : "", gpuipc_buffer_device(b));
         }
         ctl->printed = true;
+        /* Flushed now: serve goes on running, and whatever waits on its stdout (a pipe is block
+         * buffered) must see the line when the weights are published, not when it exits. */
         fflush(stdout);
 }
 
@@ -222,10 +229,13 @@ static int load_and_publish(Ctl *ctl, const LoadArgs *a, gpuipc_buffer_t **ret_b
         }
         r = gpuipc_buffer_alloc(ctl->c, a->kind, (size_t)ck->size, (int)a->device, &b);
         if (r < 0) {
+                /* Nothing was allocated: the cleanup below must not free a stale pointer. */
                 r = ctl_fail(ctl, "allocating the buffer", r);
                 b = NULL;
                 goto out;
         }
+        /* A terminal only: redrawn with '\r', the line would fill a log file with hundreds of
+         * copies. */
         if (isatty(STDERR_FILENO)) {
                 prog.total = ck->data_bytes;
                 prog.start_ns = monotonic_ns();
@@ -314,11 +324,14 @@ static int weights_serve(Ctl *ctl, int argc, char **argv)
                 if (r == GPUIPC_E_TIMEOUT || r == GPUIPC_E_DISCONNECTED)
                         continue;
                 if (r < 0) {
+                        /* The "loaded" line was a document of its own: with --json the failure is
+                         * the next line's, as serve prints one document per line. */
                         ctl->printed = false;
                         return ctl_fail(ctl, "serving", r);
                 }
                 if (ev.type == GPUIPC_EVENT_RECONNECTED && !ctl->json)
                         printf("reconnected: the broker restarted; the weights are registered again\n");
+                /* Subscription 0: the notice about our own buffer, not about one a watch matched. */
                 if (ev.type == GPUIPC_EVENT_DRAINED && ev.subscription == 0 && ev.buffer == gpuipc_buffer_id(b)) {
                         if (!ctl->json)
                                 printf("dropped and drained: the memory is freed\n");
@@ -386,6 +399,8 @@ static int fetch_weights(Ctl *ctl, const char *prefix, uint64_t *cursor, void *p
         gpuipc_buffer_info_t *v = page;
         int n = gpuipc_list_buffers(ctl->c, prefix, cursor, v, (size_t)cap), kept = 0;
 
+        /* Filtered after the fetch, so a page may keep none while the cursor goes on: ctl_list
+         * pages until the cursor is 0, never stopping at a short page. */
         for (int i = 0; i < n; i++)
                 if (v[i].broker_held)
                         v[kept++] = v[i];

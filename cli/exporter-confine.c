@@ -60,6 +60,9 @@ static int landlock_nothing(const char **why)
         if (abi >= 3)
                 attr.handled_access_fs |= FS_TRUNCATE;
         if (abi >= 4) {
+                /* No rule for them: the exporter's socket listens already (cmd-metrics.c binds
+                 * it before confining), and accepting on it is neither a bind nor a connect, so
+                 * it serves on but can open no other TCP port and reach no TCP address. */
                 attr.handled_access_net = NET_BIND_TCP | NET_CONNECT_TCP;
                 size = sizeof(attr);
         }
@@ -192,6 +195,7 @@ static void sigsys_handler(int sig, siginfo_t *info, void *uctx)
 #else
 #error "the exporter's SIGSYS handler does not know this architecture's return register"
 #endif
+        /* The write above may have changed errno; the interrupted code sees its own. */
         errno = saved;
 }
 
@@ -328,6 +332,8 @@ int exporter_confine(const char **why)
         }
         /* libseccomp first: once Landlock applies, no library can be read any more. */
         r = scmp_open(why);
+        /* Landlock before the filter: its system calls are not on the exporter's allow-list
+         * (seccomp/gpuipcctl-metrics.allow). */
         if (r == 0)
                 r = landlock_nothing(why);
         if (r == 0)

@@ -283,6 +283,8 @@ static void report(Ctl *ctl, const char *name, const char *text, const char *mes
                         fprintf(stderr, "  hint: %s\n", hint);
                 return;
         }
+        /* "error" is the stable name the man page promises (for a library failure, the one in
+         * brackets on stderr), what scripts match; "message" and "hint" are for people. */
         json_begin(&j, stdout, '{');
         json_kstr(&j, "error", name);
         json_kstr(&j, "message", message);
@@ -322,6 +324,7 @@ int ctl_bad_option(Ctl *ctl, int argc, char **argv, int c)
 
         if (c == ':')
                 return ctl_usage(ctl, "option '%s' needs a value", arg);
+        /* glibc leaves optopt 0 for an unknown long option: then the whole word is named. */
         if (optopt && optopt != '?')
                 return ctl_usage(ctl, "unknown option '-%c'", optopt);
         return ctl_usage(ctl, "unknown option '%s'", arg);
@@ -342,6 +345,9 @@ int ctl_connect_timeout(const Ctl *ctl)
 {
         struct stat st;
 
+        /* The wait is for a broker that is starting: its socket exists, or cannot be looked at
+         * from here. A socket that is not there at all fails at once unless --timeout asks to
+         * wait for it, so a script learns "no broker" without waiting 5 seconds. */
         if (ctl->timeout_given || stat(ctl_socket_path(ctl), &st) == 0 || errno != ENOENT)
                 return ctl->timeout_ms;
         return 0;
@@ -353,6 +359,8 @@ int ctl_connect(Ctl *ctl, bool probe_gpus)
         char text[2048];
         int r;
 
+        /* One connection per run, whichever code asks first: everything a command prints
+         * comes from the one broker it reached. */
         if (ctl->c)
                 return 0;
         o.socket_path = ctl->socket;
@@ -414,7 +422,8 @@ int ctl_error(Ctl *ctl, const char *name, const char *fmt, ...)
 
 static int print_version(const Ctl *ctl)
 {
-        /* gpuipcctl uses the shared library: the one loaded may be another release. */
+        /* gpuipcctl uses the shared library: the one loaded may be another release. Written raw:
+         * both are the project's own version numbers, with nothing to escape. */
         if (ctl->json)
                 printf("{\"gpuipcctl\":\"%s\",\"libgpuipc\":\"%s\"}\n", GPUIPC_VERSION, gpuipc_version());
         else
@@ -448,6 +457,7 @@ static bool json_requested(int argc, char **argv)
 
                 if (strcmp(w, "--") == 0)
                         break;
+                /* A lone "-" is an operand (weights load's standard input), not an option. */
                 if (w[0] != '-' || w[1] == 0) {
                         if (cmd) {
                                 if (cmd->runs_command)
@@ -457,6 +467,8 @@ static bool json_requested(int argc, char **argv)
                         for (size_t k = 0; k < ctl_n_commands && !cmd; k++)
                                 if (strcmp(w, ctl_commands[k].name) == 0)
                                         cmd = &ctl_commands[k];
+                                /* An unknown command: what follows cannot be read without its
+                                 * table, and main refuses the command anyway. */
                         if (!cmd)
                                 break;
                         continue;
@@ -484,6 +496,7 @@ int ctl_global_option(Ctl *ctl, int id, const char *value)
         case 's': ctl->socket = value; break;
         case 'j': ctl->json = true; break;
         case 't':
+                /* 0 is allowed: the connect does not wait, as for a socket that does not exist. */
                 if (ctl_parse_int(ctl, "--timeout", value, 0, INT32_MAX, &v))
                         return -1;
                 ctl->timeout_ms = (int)v;
@@ -519,6 +532,7 @@ int main(int argc, char **argv)
         if (version)
                 return print_version(&ctl);
         if (optind >= argc) {
+                /* With --json the error document alone goes out: the usage text is for people. */
                 if (!ctl.json)
                         usage(stderr);
                 return ctl_usage(&ctl, "no command given");

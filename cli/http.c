@@ -182,6 +182,8 @@ int http_listen(const char *spec, char *ret_bound, size_t cap, const char **why)
         if (http_check_spec(spec, why) < 0)
                 return -EINVAL;
         split_spec(spec, host, sizeof(host), &port);
+        /* ":PORT" leaves host empty: NULL with AI_PASSIVE gives the wildcard addresses. The port
+         * is digits only (AI_NUMERICSERV), so no services database is read. */
         if (getaddrinfo(host[0] ? host : NULL, port, &hints, &res) != 0) {
                 *why = "the address does not resolve";
                 return -EADDRNOTAVAIL;
@@ -348,6 +350,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
                 if (s->slots[i].state == SLOT_FREE)
                         slot = &s->slots[i];
         if (!slot || !fd) {
+                /* Refused at once, as cut does: no connection lives here without a slot, and so
+                 * without a deadline. */
                 if (fd)
                         shutdown(fd->connect_fd, SHUT_RDWR);
                 return;
@@ -374,12 +378,15 @@ static enum MHD_Result respond(Slot *slot, int status, const char *content_type,
                 body ? body->len : 0, body ? body->data : NULL, body ? body_release : NULL, body);
         enum MHD_Result ok;
 
+        /* No response took the body: its reference is still ours to drop. */
         if (!r) {
                 http_body_unref(body);
                 return MHD_NO;
         }
         ok = mhd.MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                                          content_type ? content_type : "text/plain; charset=utf-8");
+        /* One request per connection: no keep-alive, so a slot's deadline covers one request and
+         * an idle kept-alive connection never holds one of the 64. */
         if (ok == MHD_YES)
                 ok = mhd.MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
         if (ok == MHD_YES && status == MHD_HTTP_METHOD_NOT_ALLOWED)
@@ -432,6 +439,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (*upload_size)
                 return respond_text(slot, MHD_HTTP_BAD_REQUEST, "a request body is not taken here\n", now);
         if (slot->state == SLOT_READING) {
+                /* HEAD is answered as GET is; libmicrohttpd leaves the body out. */
                 if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
                         return respond_text(slot, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n", now);
                 if (slot->target_len > TARGET_MAX)

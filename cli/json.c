@@ -7,6 +7,8 @@
 
 #include "text.h"
 
+/* Straight to f: a document is streamed as it is made (list.c writes a page at a time), never
+ * built in memory first. */
 void json_begin(Json *j, FILE *f, char open)
 {
         j->f = f;
@@ -71,6 +73,8 @@ void json_cstr(Json *j, const char *s)
         json_str(j, s, strlen(s));
 }
 
+/* Exact decimal: byte counts and ids past 2^53 lose digits in readers that parse numbers as
+ * doubles, but the text itself is exact for those that read 64-bit integers. */
 void json_u64(Json *j, uint64_t v)
 {
         fprintf(j->f, "%" PRIu64, v);
@@ -102,6 +106,8 @@ void json_ku64(Json *j, const char *key, uint64_t v)
         json_u64(j, v);
 }
 
+/* The key is written either way: a script finds the same fields in every record and tests for
+ * null, rather than for a missing key. */
 void json_ku64_or_null(Json *j, const char *key, bool known, uint64_t v)
 {
         json_key(j, key);

@@ -93,6 +93,7 @@ static bool read_u4(JsonRead *r, unsigned *ret)
 {
         unsigned v = 0;
 
+        /* The room is checked first: a "\u" at the very end of the text never reads past it. */
         if (r->end - r->p < 4)
                 return jsonread_fail(r, "a \\u escape is cut short");
         for (int i = 0; i < 4; i++) {
@@ -165,6 +166,8 @@ static bool put_cp(JsonRead *r, char *buf, size_t cap, size_t *n, unsigned cp, c
 }
 
 /* The string at the cursor into buf (NULL: only checked and skipped). */
+/* A string that is only skipped is checked as fully as one that is kept: a document is refused
+ * wherever it stops being JSON, not only in the fields this reader happens to use. */
 static bool read_string(JsonRead *r, char *buf, size_t cap, size_t *ret_len, const char *too_long)
 {
         size_t n = 0;
@@ -222,6 +225,7 @@ static bool read_string(JsonRead *r, char *buf, size_t cap, size_t *ret_len, con
                                         return jsonread_fail(r, "a string holds U+0000");
                                 break;
                         default:
+                                /* Back onto the escape's letter, so the error's offset names it. */
                                 r->p--;
                                 return jsonread_fail(r, "a string holds an unknown escape");
                         }
@@ -269,6 +273,8 @@ bool jsonread_u64(JsonRead *r, uint64_t *ret, const char *what)
         digits = r->p;
         while (r->p < r->end && *r->p >= '0' && *r->p <= '9') {
                 unsigned d = (unsigned)(*r->p - '0');
+                /* An offset or size past 2^64 would wrap to a small number and pass the caller's
+                 * bounds checks; refused instead. */
                 if (v > (UINT64_MAX - d) / 10)
                         return jsonread_fail(r, what);
                 v = v * 10 + d;
@@ -283,6 +289,8 @@ bool jsonread_u64(JsonRead *r, uint64_t *ret, const char *what)
 }
 
 /* A number of any kind, checked against JSON's grammar. */
+/* Used only for values the caller skips (metadata, floats): their value is never needed, so the
+ * number is checked but not converted. */
 static bool skip_number(JsonRead *r)
 {
         const char *q = r->p;
@@ -333,6 +341,8 @@ static bool skip_word(JsonRead *r, const char *w)
  * JSONREAD_MAX_DEPTH. */
 bool jsonread_skip(JsonRead *r)
 {
+        /* The text comes from a file anyone may have written: recursing on its nesting could run
+         * off the C stack, a fixed array cannot. */
         char stack[JSONREAD_MAX_DEPTH];
         bool first[JSONREAD_MAX_DEPTH];
         int depth = 0;
@@ -385,6 +395,8 @@ bool jsonread_skip(JsonRead *r)
         }
 }
 
+/* Checked after the top-level value: bytes after it would mean the text is not the one document
+ * the caller read (two objects back to back, or a header padded with something else). */
 bool jsonread_at_end(JsonRead *r)
 {
         if (r->err)

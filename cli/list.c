@@ -20,6 +20,8 @@ static int list_json(Ctl *ctl, const CtlListing *l, const char *prefix, void *pa
                         r = n;
                         break;
                 }
+                /* Opened after the first page even when it is empty: no records is "[]", the
+                 * same shape a script parses otherwise. */
                 if (!started) {
                         json_begin(&j, stdout, '[');
                         started = ctl->printed = true;
@@ -33,6 +35,9 @@ static int list_json(Ctl *ctl, const CtlListing *l, const char *prefix, void *pa
                 }
         } while (cursor);
         if (started) {
+                /* Closed even after a failed page: stdout stays one parseable array of the records
+                 * that did come, and ctl->printed tells the caller's error path not to write a
+                 * second document. */
                 json_end(&j, ']');
                 putchar('\n');
         }
@@ -58,6 +63,8 @@ static int list_table(Ctl *ctl, const CtlListing *l, const char *prefix, void *p
                 for (int i = 0; i < n; i++)
                         l->row(t, (const char *)page + (size_t)i * l->record_size);
         } while (cursor);
+        /* A failed page prints no table at all: a partial one would read as the whole listing.
+         * The error goes to stderr through the caller. */
         if (r == 0 && !(after_table && table_rows(t) == 0)) {
                 if (after_table)
                         putchar('\n');

@@ -26,6 +26,9 @@ typedef struct MetricDesc {
 
 /* Families in exposition order; entries sharing a metric are one family (keep them adjacent). The
  * broker's "buffers" is left out: it is the sum of gpuipc_buffers over its states. */
+/* The metric names (second column) are what dashboards and alert rules query: the exporter's
+ * interface, kept apart from the broker's record names (first column), so that a record renamed in
+ * the broker changes one entry here and no dashboard. */
 static const MetricDesc descs[] = {
         { "peers", "peers", GAUGE, 0, NULL, NULL, "Connections to the broker." },
         { "buffers_live", "buffers", GAUGE, 0, "state", "live", "Registered buffers, by state (live: attachable; "
@@ -270,6 +273,7 @@ static void scaled(uint64_t v, unsigned digits, char *buf, size_t cap)
         }
         snprintf(buf, cap, "%" PRIu64 ".%0*" PRIu64, v / unit, (int)digits, v % unit);
         /* 0.000010 -> 0.00001: the way Prometheus's own clients write bounds. */
+        /* The loop stops before the point: v % unit is not 0, so some digit after it is not 0. */
         for (size_t n = strlen(buf); buf[n - 1] == '0'; n--)
                 buf[n - 1] = 0;
 }
@@ -312,6 +316,8 @@ static void histogram(Sink *s, const MetricDesc *d, const gpuipc_stat_t *stats, 
                 if (strcmp(stats[i].name, bucket) != 0)
                         continue;
                 used[i] = true;
+                /* Bounds are always microseconds (le_us), whatever unit the sum has: 6, not
+                 * d->digits. */
                 scaled(stats[i].le_us, 6, bound, sizeof(bound));
                 snprintf(value, sizeof(value), "%" PRIu64, stats[i].value);
                 sample(s, "_bucket", le, &bound_p, 1, value);
@@ -348,6 +354,7 @@ static void described(Sink *s, const MetricDesc *d, const gpuipc_stat_t *stats, 
         for (int i = 0; i < n; i++) {
                 const char *label_value = d->label_value ? d->label_value : stats[i].status;
 
+                /* Bucket records (le_us set) belong to histograms only. */
                 if (used[i] || strcmp(stats[i].name, d->stat) != 0 || stats[i].le_us)
                         continue;
                 /* A record with a status belongs to a labelled family only, and the reverse. */
@@ -390,6 +397,7 @@ static void undescribed(Sink *s, const gpuipc_stat_t *st)
         unsigned digits = 0;
         size_t len = strlen(st->name);
 
+        /* The length bound leaves metric[] room for "_seconds" in place of "_us" or "_ms". */
         if (st->le_us || !name_ok(st->name) || len > GPUIPC_MAX_NAME)
                 return;
         snprintf(metric, sizeof(metric), "%s", st->name);
@@ -457,6 +465,8 @@ static void rings(Sink *s, const gpuipc_ring_info_t *items, int n)
                         char value[32];
                         uint64_t v;
 
+                        /* family_begin runs only for a sample, so a family with none (no rings, or
+                         * no head known) prints no HELP or TYPE line either. */
                         if (!ring_value(&items[i], ring_descs[d].value, &v))
                                 continue;
                         family_begin(s, ring_descs[d].metric, ring_descs[d].type, ring_descs[d].help);
@@ -516,6 +526,8 @@ void metrics_write_text(FILE *f, const MetricsInput *in)
         write_all(&s, in);
 }
 
+/* --json: an array of families, each {name, type, help, samples: [{name, labels, value}]}, the text
+ * format's content with nothing added or left out, for scripts that do not parse the text format. */
 void metrics_write_json(FILE *f, const MetricsInput *in)
 {
         Sink s = { .f = f, .json = true };

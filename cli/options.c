@@ -129,7 +129,9 @@ again:
                 *ret_exit = ctl_bad_option(ctl, argc, argv, c);
                 return -1;
         }
-        /* A global option after the command's name: taken here, never seen by the command. */
+        /* A global option after the command's name: taken here, never seen by the command. A
+         * letter the command's table lacks can only be a global one's, since getopt returns only
+         * the letters it was given. */
         o = NULL;
         if (!global && c >= GLOBAL_AFTER)
                 o = &ctl_global_options[c - GLOBAL_AFTER];
@@ -166,6 +168,8 @@ int ctl_operand(Ctl *ctl, int argc, char **argv, bool required, const char **nam
 
         if (ctl->cmd->operand == CTL_VALUE_NONE && optind < argc)
                 return ctl_usage(ctl, "unexpected argument '%s'", argv[optind]);
+        /* Every command takes one operand at most: a second is a mistake (a name with a space
+         * unquoted, say), refused rather than ignored. */
         if (optind + 1 < argc)
                 return ctl_usage(ctl, "one %s only (got '%s' and '%s')", what, argv[optind], argv[optind + 1]);
         /* Both the operand and the deprecated --name: refused rather than picking one, since they

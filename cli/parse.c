@@ -56,6 +56,8 @@ int ctl_parse_size(Ctl *ctl, const char *opt, const char *s, uint64_t *ret)
                 if (*end == 'i')
                         end++;
         }
+        /* "i" and "B" add nothing: K, KB and KiB are all 1024, as --size's help says, so a unit
+         * written either way means what a person expects of a memory size. */
         if (*end == 'B')
                 end++;
         if (*end)
@@ -77,6 +79,8 @@ int ctl_parse_int(Ctl *ctl, const char *opt, const char *s, long min, long max, 
         char *end;
         long v;
 
+        /* Reset first: strtol leaves errno alone on success, so a stale ERANGE would refuse a
+         * good value. */
         errno = 0;
         v = strtol(s, &end, 10);
         /* strtol skips leading blanks and takes a '+': neither belongs in a value. */

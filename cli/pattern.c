@@ -64,6 +64,8 @@ void pattern_fill(const Pattern *p, size_t offset, void *dst, size_t len)
                 uint64_t w = word_at(p, (offset + i) / 8);
                 memcpy(d + i, &w, 8);
         }
+        /* A tail shorter than a word gets the word's first bytes: what a longer fill would have
+         * put there, so pieces of any length still join into the whole buffer's bytes. */
         if (i < len) {
                 uint64_t w = word_at(p, (offset + i) / 8);
                 memcpy(d + i, &w, len - i);
@@ -79,6 +81,8 @@ size_t pattern_check(const Pattern *p, size_t offset, const void *src, size_t le
                 size_t n = len - i < 8 ? len - i : 8;
                 uint64_t w = word_at(p, (offset + i) / 8);
 
+                /* The last, partial word is compared on its first n bytes, as pattern_fill wrote
+                 * them. */
                 memcpy(expect, &w, 8);
                 /* memcmp first (the common case is a match); the byte loop only names the first
                  * byte that differs, for the error message. */

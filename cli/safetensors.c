@@ -91,6 +91,7 @@ __attribute__((format(printf, 2, 3))) static bool fail(Parse *p, const char *fmt
         int n;
         va_list ap;
 
+        /* Only the first failure is told, as in jsonread: what fails after it follows from it. */
         if (p->failed || jsonread_failed(&p->r))
                 return false;
         n = snprintf(p->err, p->err_cap, "byte %zu: ", (size_t)(p->r.p - p->r.start) + 8);
@@ -184,6 +185,8 @@ static bool check_size(Parse *p, const SafetensorsTensor *t)
         if (n * bits % 8)
                 return fail(p, "tensor '%s': %" PRIu64 " %s elements do not fill whole bytes", t->name, n,
                             dtypes[t->dtype].name);
+        /* Exact, not "at least": the range is what a loader copies into the tensor, so it must
+         * be the tensor's bytes and no more; a dimension of 0 needs an empty range. */
         if (n * bits / 8 != t->end - t->begin)
                 return fail(p, "tensor '%s': its shape and dtype make %" PRIu64 " bytes, its data_offsets [%" PRIu64
                             ", %" PRIu64 "] %" PRIu64, t->name, n * bits / 8, t->begin, t->end, t->end - t->begin);
@@ -200,6 +203,8 @@ static bool read_tensor(Parse *p, SafetensorsTensor *t)
         if (!jsonread_expect(&p->r, '{'))
                 return false;
         while (jsonread_more(&p->r, '}', &first)) {
+                /* Room for the longest known key (data_offsets): a longer one cannot be known, and
+                 * fails in jsonread_string as an unknown key. */
                 char key[16];
                 bool *seen;
 
@@ -243,6 +248,7 @@ static bool read_metadata(Parse *p)
                 return fail(p, "__metadata__ is not an object");
         p->r.p++;
         while (jsonread_more(&p->r, '}', &first)) {
+                /* A key that is not a string: fails with the reader's own message. */
                 if (jsonread_peek(&p->r) != '"')
                         return jsonread_expect(&p->r, '"');
                 if (!jsonread_skip(&p->r) || !jsonread_expect(&p->r, ':'))
@@ -277,6 +283,8 @@ static int check_layout(SafetensorsHeader *h, char *err, size_t cap)
                 return -ENOMEM;
         for (size_t i = 0; i < h->n; i++)
                 by[i] = &h->tensors[i];
+        /* Sorted by begin, any overlap shows between neighbours: if a later tensor begins inside
+         * an earlier one, so does the one right after the earlier, so one pass finds it. */
         qsort(by, h->n, sizeof(*by), cmp_begin);
         for (size_t i = 1; i < h->n; i++) {
                 const SafetensorsTensor *a = by[i - 1], *b = by[i];
@@ -329,6 +337,7 @@ static bool grow(Parse *p)
         if (p->h->n < p->cap)
                 return true;
         t = realloc(p->h->tensors, cap * sizeof(*t));
+                /* The old array stays in p->h and is freed with the header. */
         if (!t)
                 return false;
         p->h->tensors = t;

@@ -71,6 +71,8 @@ static int collect_rings(gpuipc_t *c, gpuipc_ring_info_t *rings)
         uint64_t cursor = 0;
         int n = 0;
 
+        /* Past SAMPLER_MAX_RINGS the rest are left out: the rings array is sized once, by that
+         * bound, not by how many rings a broker has. */
         do {
                 int got = gpuipc_list_rings(c, NULL, &cursor, rings + n, SAMPLER_MAX_RINGS - n);
 
@@ -158,6 +160,7 @@ static bool sample(Sampler *s, HttpBody **fresh, HttpBody **stale, char *why, si
         if (r == 0)
                 r = sampler_collect(s->c, s->stats, s->rings, &in, &what);
         if (r < 0) {
+                /* When reach failed it has said why already, and left no connection to close. */
                 if (s->c)
                         failed(s, what, r, why, cap);
                 return false;
@@ -209,6 +212,8 @@ static void record(Sampler *s, bool ok, const char *why, HttpBody *fresh, HttpBo
         s->ever = true;
         s->ok = ok;
         snprintf(s->why, sizeof(s->why), "%s", ok ? "" : why);
+        /* A ping that succeeded brings no sample: the last one stays. A failed call of either
+         * kind drops it. */
         if (fresh || !ok) {
                 http_body_unref(s->fresh);
                 http_body_unref(s->stale);
@@ -299,6 +304,8 @@ bool sampler_answer(Sampler *s, uint64_t ticket, bool late, HttpBody **ret)
         pthread_mutex_lock(&s->lock);
         /* A reference, taken under the lock: record() may replace fresh the moment it is released,
          * and the connection keeps sending what it was given. */
+        /* The attempt this ticket waited for ended: if it failed, up 0 alone, since record()
+         * dropped the older numbers with it. */
         if (s->finished >= ticket)
                 *ret = http_body_ref(s->ok && s->fresh ? s->fresh : s->down);
         else if (late)
@@ -314,6 +321,8 @@ bool sampler_healthy(Sampler *s, uint64_t now, char *why, size_t cap)
         bool ok = false;
 
         pthread_mutex_lock(&s->lock);
+        /* First: a call hanging past the timeout makes the exporter unhealthy even though the
+         * last call that ended went well. */
         if (s->busy_since && now - s->busy_since > (uint64_t)s->cfg.timeout_ms)
                 snprintf(why, cap, "the broker has not answered for %llu ms",
                          (unsigned long long)(now - s->busy_since));

@@ -69,6 +69,7 @@ Table *table_new(const char *const *headers, const char *align)
         t->width = calloc(t->n_columns, sizeof(*t->width));
         if (!t->width)
                 return table_free(t);
+        /* The header is the first row, so a column is never narrower than its title. */
         for (size_t i = 0; i < t->n_columns; i++)
                 add(t, strdup(headers[i]));
         if (t->failed)
@@ -127,6 +128,8 @@ int table_print(Table *t, FILE *f)
 {
         size_t rows = t->n_cells / t->n_columns;
 
+        /* Nothing at all when a cell was lost (see add): a table with a gap would put values
+         * under the wrong headers. */
         if (t->failed)
                 return -ENOMEM;
         for (size_t r = 0; r < rows; r++) {
@@ -143,6 +146,7 @@ int table_print(Table *t, FILE *f)
                                 fputc(' ', f);
                         /* The last cell of a left-aligned row is not padded: no trailing blanks for
                          * scripts that split on whitespace or compare lines. */
+                        /* 'r' is for ids and counts: right-aligned, digits line up by place. */
                         if (t->align[c] == 'r')
                                 fprintf(f, "%*s%s", pad, "", row[c]);
                         else

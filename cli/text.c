@@ -56,6 +56,7 @@ void text_safe(FILE *f, const char *s)
         }
 }
 
+/* Never cut to fit: a name cut short could read as another buffer's name. */
 void text_cell(FILE *f, const char *s, int width)
 {
         const unsigned char *p = (const unsigned char *)s;
