@@ -45,8 +45,9 @@ void text_safe(FILE *f, const char *s)
                 size_t n = utf8_sequence(p + i, len - i);
 
                 /* One '?' per invalid byte or control character: the cell keeps its width as
-                 * table.c counts it (one character per such byte). */
-                if (n == 0 || p[i] < 0x20 || p[i] == 0x7f) {
+                 * table.c counts it (one character per such byte). The C1 controls U+0080-U+009F
+                 * (C2 80-C2 9F) count too: terminals that take them read U+009B alone as CSI. */
+                if (n == 0 || p[i] < 0x20 || p[i] == 0x7f || (n == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0)) {
                         fputc('?', f);
                         i += n ? n : 1;
                 } else {

@@ -1669,7 +1669,7 @@ def case_untrusted_text(tmp):
                     ("connect_timeout_ms", ctypes.c_int), ("reconnect", ctypes.c_int), ("no_gpus", ctypes.c_int)]
     lib.gpuipc_err_name.restype = ctypes.c_char_p
     b = Broker(tmp)
-    label = b"evil\x1b[31m\xff\rrow"
+    label = b"evil\x1b[31m\xff\rrow\xc2\x9b2J"  # ... and U+009B, the C1 control that is CSI alone
     conn = ctypes.c_void_p()
     opts = Options(ctypes.sizeof(Options), b.sock.encode(), label, 1000, 0, 1)
     rc = lib.gpuipc_connect(ctypes.byref(conn), ctypes.byref(opts))
@@ -1682,8 +1682,9 @@ def case_untrusted_text(tmp):
     labels = [p["label"] for p in peers]
     check(any(l.startswith("evil\x1b[31m\ufffd") for l in labels), "labels: %r" % labels)
     table = subprocess.run([CTL, "--socket", b.sock, "peers"], capture_output=True).stdout
-    check(b"\x1b" not in table and b"\xff" not in table and b"\r" not in table, "raw bytes in the table: %r" % table)
-    check(b"evil?[31m?" in table, "the label is not shown escaped: %r" % table)
+    check(b"\x1b" not in table and b"\xff" not in table and b"\r" not in table and b"\xc2\x9b" not in table,
+          "raw bytes in the table: %r" % table)
+    check(b"evil?[31m??row?2J" in table, "the label is not shown escaped: %r" % table)
     lib.gpuipc_close(conn)
     b.stop()
 
