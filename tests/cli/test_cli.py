@@ -1692,7 +1692,8 @@ def case_untrusted_text(tmp):
     peers = one_document(ctl(b.sock, "--json", "peers"), "peers")
     check(label in [p["label"] for p in peers], "labels: %r" % [p["label"] for p in peers])
     table = subprocess.run([CTL, "--socket", b.sock, "peers"], capture_output=True).stdout
-    check(b"\x1b" not in table and b"\r" not in table and b"\xc2\x9b" not in table, "raw bytes in the table: %r" % table)
+    check(b"\x1b" not in table and b"\r" not in table and b"\xc2\x9b" not in table,
+          "raw bytes in the table: %r" % table)
     check(b"evil?[31m?row?2J" in table, "the label is not shown escaped: %r" % table)
     lib.gpuipc_close(conn)
     b.stop()
