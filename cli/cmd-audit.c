@@ -200,7 +200,7 @@ static void print_human(AuditCounts *counts, const AuditRecord *rec)
                        "PEER", "NAME", "KIND", "BYTES");
                 counts->header_printed = true;
         }
-        text_cell(stdout, rec->ts, 24);
+        text_cell(stdout, rec->ts[0] ? rec->ts : "-", 24);
         putchar(' ');
         text_cell(stdout, rec->event, 11);
         putchar(' ');
