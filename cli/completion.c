@@ -181,6 +181,7 @@ static void completion_bash(FILE *f)
                 fprintf(f, " \" operand=%s ;;\n",
                         c->operand == CTL_VALUE_NAME    ? "name"
                         : c->operand == CTL_VALUE_SHELL ? "shell"
+                        : c->operand == CTL_VALUE_FILE  ? "file"
                                                         : "");
         }
         fputs("\t*) return ;;\n"
@@ -194,6 +195,8 @@ static void completion_bash(FILE *f)
               "\t\tCOMPREPLY=($(compgen -W \"$opts\" -- \"$cur\"))\n"
               "\telif [[ $operand == name ]]; then\n"
               "\t\tCOMPREPLY=($(compgen -W \"$(_gpuipcctl_names \"$cur\")\" -- \"$cur\"))\n"
+              "\telif [[ $operand == file ]]; then\n"
+              "\t\tCOMPREPLY=($(compgen -f -- \"$cur\"))\n"
               "\telse\n", f);
         fprintf(f, "\t\tCOMPREPLY=($(compgen -W \"%s\" -- \"$cur\"))\n", shells);
         fputs("\tfi\n"
@@ -304,6 +307,8 @@ static void completion_zsh(FILE *f)
                         fputs(" \\\n\t\t\t\t'1:NAME:_gpuipcctl_names'", f);
                 else if (c->operand == CTL_VALUE_SHELL)
                         fprintf(f, " \\\n\t\t\t\t'1:shell:(%s)'", shells);
+                else if (c->operand == CTL_VALUE_FILE)
+                        fputs(" \\\n\t\t\t\t'1:FILE:_files'", f);
                 fputs(" && ret=0\n\t\t\t;;\n", f);
         }
         fputs("\t\tesac\n"
@@ -423,6 +428,8 @@ static void completion_fish(FILE *f)
                         fprintf(f, "complete -c gpuipcctl -n '%s' -a '(__gpuipcctl_names)'\n", condition);
                 else if (c->operand == CTL_VALUE_SHELL)
                         fprintf(f, "complete -c gpuipcctl -n '%s' -a '%s'\n", condition, shells);
+                else if (c->operand == CTL_VALUE_FILE)
+                        fprintf(f, "complete -c gpuipcctl -n '%s' -F\n", condition);
         }
 }
 

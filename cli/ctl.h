@@ -58,6 +58,10 @@ enum {
         CTL_OPT_NO_SANDBOX,
         CTL_OPT_MIN_PID,
         CTL_OPT_CHUNK,
+        CTL_OPT_EVENT,
+        CTL_OPT_UID,
+        CTL_OPT_RESULT,
+        CTL_OPT_FOLLOW,
 };
 
 /* One option of a command or of gpuipcctl itself. The command's table is what parses its options,
@@ -188,6 +192,7 @@ int cmd_doctor(Ctl *ctl, int argc, char **argv);
 int cmd_rings(Ctl *ctl, int argc, char **argv);
 int cmd_run(Ctl *ctl, int argc, char **argv);
 int cmd_weights(Ctl *ctl, int argc, char **argv);
+int cmd_audit(Ctl *ctl, int argc, char **argv);
 int cmd_completion(Ctl *ctl, int argc, char **argv);
 int cmd_complete_names(Ctl *ctl, int argc, char **argv);
 

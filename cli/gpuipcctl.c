@@ -133,6 +133,19 @@ static const CtlOption weights_options[] = {
         { 0 }
 };
 
+/* No letters: -r is stat's --ring and -f publish's --fill (one meaning per letter in the tool). */
+static const CtlOption audit_options[] = {
+        { CTL_OPT_EVENT, "event", 0, "E", CTL_VALUE_ANY,
+          "only records of this event (publish, attach, retire, peer-gone, ...);\n"
+          "given again, of any of them" },
+        { CTL_OPT_RESULT, "result", 0, "R", CTL_VALUE_ANY, "only records with this result (ok, denied, quota, ...)" },
+        { CTL_OPT_UID, "uid", 0, "N", CTL_VALUE_ANY, "only records of peers with this uid" },
+        { CTL_OPT_FOLLOW, "follow", 0, NULL, CTL_VALUE_NONE,
+          "at the end of FILE, wait for more, as tail -f does (until SIGINT or\n"
+          "SIGTERM); a pipe is read until its writer ends anyway" },
+        { 0 }
+};
+
 const CtlCommand ctl_commands[] = {
         { "ping", cmd_ping, "[--timeout MS]", "exit 0 when the broker answers (a readiness probe)",
           "Exits 0 when the broker answers a ping: a readiness or startup probe.", ping_options, CTL_VALUE_NONE },
@@ -224,6 +237,17 @@ const CtlCommand ctl_commands[] = {
           "nothing; `weights ls` lists them and their versions; `weights drop NAME` retires them (freed once\n"
           "their holders released). `gpuipcctl weights SUBCOMMAND --help` describes each.",
           weights_options, CTL_VALUE_ANY },
+        { "audit", cmd_audit, "[FILE|-] [--event E]... [--result R] [--uid N] [--follow]",
+          "show the broker's audit trail from its log",
+          "Reads the broker's log lines (as --log-format json writes them) from FILE or stdin (\"-\", the default),\n"
+          "keeps the audit records (docs/operations.md, \"The audit trail\") that match every filter given, and\n"
+          "prints one line per record: time, event, result, uid, pid, peer, name, kind and bytes (then buffer,\n"
+          "refs, buffers or count where the record has them). With --json it prints the records as the broker\n"
+          "wrote them, one per line. Lines that are not JSON objects, and lines over 64 KiB, are skipped; how\n"
+          "many goes to stderr at the end. It needs no broker: e.g.\n"
+          "  kubectl logs -f POD -c gpuipc-broker | gpuipcctl audit --result denied\n"
+          "  journalctl -fu gpuipc-broker -o cat | gpuipcctl audit --event attach",
+          audit_options, CTL_VALUE_FILE },
         { "completion", cmd_completion, "bash | zsh | fish", "print the shell completion script",
           "Prints the completion script for a shell: commands, options, kinds and patterns, and buffer and ring\n"
           "names asked of the broker. `meson install` installs all three; to try one at once:\n"

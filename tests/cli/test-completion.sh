@@ -76,6 +76,7 @@ expect "bash: publish's kinds" test "$(bcomp 'gpuipcctl publish x --kind cuda')"
 expect "bash: a pattern" test "$(bcomp 'gpuipcctl attach x --verify ra')" == "random: "
 expect "bash: no options offered as a number's value" test -z "$(bcomp 'gpuipcctl attach x --wait ')"
 expect "bash: shells" test "$(bcomp 'gpuipcctl completion ')" == "bash fish zsh "
+expect "bash: audit's FILE is a path" test "$(bcomp 'gpuipcctl audit /etc/hostnam')" == "/etc/hostname "
 expect "bash: a buffer's name from the broker ($(bcomp "gpuipcctl --socket $sock stat fr"))" \
         test "$(bcomp "gpuipcctl --socket $sock stat fr")" == "frames/cam0 "
 expect "bash: after the NAME, options" test "$(bcomp "gpuipcctl --socket $sock attach frames/cam0 --v")" == "--verify "

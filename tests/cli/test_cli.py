@@ -1653,6 +1653,74 @@ def case_audit_rate(tmp):
     b.stop()
 
 
+def audit_columns(line):
+    """A human line of gpuipcctl audit, split into its columns (names here have no spaces)."""
+    cols = line.split()
+    check(len(cols) >= 9, "not a record's line: %r" % line)
+    return dict(zip(("ts", "event", "result", "uid", "pid", "peer", "name", "kind", "bytes"), cols))
+
+
+def skipped_counts(err):
+    """gpuipcctl audit's counts on stderr: (lines not JSON, lines too long)."""
+    bad = re.search(r"skipped (\d+) line\(s\) that are not JSON", err)
+    long = re.search(r"skipped (\d+) line\(s\) longer than", err)
+    return int(bad.group(1)) if bad else 0, int(long.group(1)) if long else 0
+
+
+def case_audit_ctl(tmp):
+    """gpuipcctl audit reads a broker's JSON log: --event attach --result denied prints exactly the
+    denial (an overlong copy of it and a line that is not JSON skipped and counted on stderr); --json
+    passes the audit records through unchanged and nothing else; --uid of another uid keeps none;
+    --follow prints a record written to the file after it started."""
+    uid = os.getuid()
+    policy = os.path.join(tmp, "policy.conf")
+    with open(policy, "w") as f:
+        f.write("allow all uid=%d prefix=ok/\n" % uid)
+    b = Broker(tmp, "--policy", policy, "--log-format", "json", "--log-level", "info")
+    pub, _ = memfd_publisher(b.sock, "ok/a")
+    check(ctl(b.sock, "attach", "ok/a").rc == 0, "attach ok/a")
+    check(ctl(b.sock, "attach", "secret/x").rc != 0, "attach secret/x was allowed")
+    denial = wait_record(b, "the denial", event="attach", name="secret/x")
+    wait_record(b, "the attach", event="attach", name="ok/a", result="ok")
+    lines = b.log().splitlines()
+    audit_lines = [l for l in lines if json.loads(l).get("msg") == "audit"]
+    # A copy with two lines that are no records: one not JSON, one a denial padded past 64 KiB.
+    padded = json.dumps(dict(denial, pad="x" * 70000))
+    snapshot = os.path.join(tmp, "snapshot.log")
+    with open(snapshot, "w") as f:
+        f.write("\n".join(lines + ["{\"msg\":\"audit\",\"event\":\"attach\" not json", padded]) + "\n")
+
+    r = ctl(b.sock, "audit", snapshot, "--event", "attach", "--result", "denied")
+    check(r.rc == 0, "audit: %s" % r)
+    out = r.out.splitlines()
+    check(len(out) == 2 and out[0].split()[:3] == ["TIME", "EVENT", "RESULT"], "audit printed: %s" % r)
+    got = audit_columns(out[1])
+    want = {"ts": denial["ts"], "event": "attach", "result": "denied", "uid": str(uid), "pid": str(denial["pid"]),
+            "peer": str(denial["peer"]), "name": "secret/x"}
+    check(all(got[k] == v for k, v in want.items()), "the denial's line %r, not %s" % (out[1], want))
+    check(skipped_counts(r.err) == (1, 1), "skipped counts: %s" % r)
+
+    r = ctl(b.sock, "audit", snapshot, "--json")
+    check(r.rc == 0 and r.out.splitlines() == audit_lines, "audit --json: %s\nwanted: %s" % (r, audit_lines))
+    r = ctl(b.sock, "--json", "audit", snapshot, "--event", "publish", "--event", "attach", "--result", "denied")
+    check(r.rc == 0 and [json.loads(l) for l in r.out.splitlines()] == [denial], "--json denied: %s" % r)
+    r = ctl(b.sock, "audit", snapshot, "--uid", str(uid + 1))
+    check(r.rc == 0 and r.out == "", "--uid %d: %s" % (uid + 1, r))
+    check(ctl(b.sock, "audit", snapshot, "--uid", "x").rc == 2, "--uid x was taken")
+    check(ctl(b.sock, "audit", os.path.join(tmp, "nosuch.log")).rc == 1, "a missing file did not fail")
+
+    # The broker's own log, followed: the publish there already, then one made afterwards.
+    follower = spawn(b.sock, "--json", "audit", b.log_path, "--follow", "--event", "publish")
+    check(json.loads(read_line(follower, 30)).get("name") == "ok/a", "--follow: not the first publish")
+    pub2, _ = memfd_publisher(b.sock, "ok/b")
+    check(json.loads(read_line(follower, 60)).get("name") == "ok/b", "--follow: not the later publish")
+    rc, _, err = stop(follower)
+    check(rc == 0, "audit --follow after SIGTERM: exit %s: %s" % (rc, err))
+    stop(pub2)
+    stop(pub)
+    b.stop()
+
+
 def case_untrusted_text(tmp):
     """A peer's label with terminal escapes and bytes that are not UTF-8 stays valid JSON in --json and
     harmless in tables (gpuipcctl escapes on output; the broker may also refuse it at the door)."""
