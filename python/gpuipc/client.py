@@ -101,12 +101,18 @@ class Client:
     """
 
     # The package's internal interface to a client: the members that its other modules (buffers,
-    # fences, pools, rings, state dicts) may use besides the public ones. The connection's handle
-    # (None once closed), its lock (`with c._locked():` around every call that uses the handle),
-    # the check that turns a failed call into its exception, the device preference, and giving a
-    # reference back or running a call from a finalizer. Every other private member is the client's
-    # own; tests/python/layers.py reads this tuple.
-    _INTERNAL = ('_c', '_locked', '_check', '_strerror', '_set_device', '_call_later', '_release', '_release_later')
+    # fences, pools, rings, state dicts) may use besides the public ones, each with why. Every other
+    # private member is the client's own; tests/python/layers.py reads this dict.
+    _INTERNAL = {
+        '_c': "the connection's handle (None once closed), for libgpuipc's calls",
+        '_locked': 'its lock: `with c._locked():` around every call that uses the handle',
+        '_check': "turns a failed call's code into its exception",
+        '_strerror': "a code's text, for an exception raised before _check",
+        '_set_device': 'the device preference, told to libgpuipc before a device call',
+        '_call_later': 'runs a call from a finalizer that found the lock taken',
+        '_release': 'gives an attachment back',
+        '_release_later': "gives an attachment back from a finalizer",
+    }
 
     def __init__(self, socket: Optional[str] = None, label: Optional[str] = None, connect_timeout_ms: int = 5000,
                  reconnect: bool = True, probe_gpus: bool = True) -> None:
@@ -404,7 +410,7 @@ class Client:
 
     def _owner(self, obj):
         """(own Buffer, dlpack.Info) of an array that lies in this client's gpuipc memory, or (None, info)."""
-        if isinstance(obj, View) and obj.memory._client is self and obj.memory._handle in self._own:
+        if isinstance(obj, View) and self._own.get(obj.memory._handle) is obj.memory:
             return obj.memory, obj._gpuipc_info()
         info = arrays.describe(obj)
         lo, hi = arrays.extent(info)

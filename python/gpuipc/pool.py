@@ -58,6 +58,11 @@ class _Block:
 class _PoolMemory:
     """The memory of one _Block as gpuipc's View expects it."""
 
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_handle': "None: no buffer of a client (the client looks up every View's memory by it)",
+    }
+
     def __init__(self, block):
         self.block = block
         self.ptr, self.size = block.ptr, block.nbytes
@@ -110,6 +115,21 @@ class Pool:
     block: close() it, or the Client, when nothing uses its memory any more). empty() allocates an
     array directly; cupy_malloc is CuPy's allocator hook.
     """
+
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_handle': 'the client forgets it when it closes or loses the connection (libgpuipc frees the pool)',
+        '_mempool': "torch's MemPool, if made: the client keeps CUDA's caching allocator at close while one is",
+        '_alloc': "a block for a state dict's slot (state_dict)",
+        '_segment': "the segment an array lies in: the client finds a pooled array's pool by it",
+        '_range': "the segment and offset of an array, checked: a live state dict's parts",
+        '_publish': 'publishes an array that lies in the pool (Client.publish, live state dicts)',
+        '_reap': 'frees views whose arrays are gone, before the client counts or frees',
+        '_retire': 'retires a pooled publication (Client.retire)',
+        '_drained': 'whether a pooled publication is drained (Client.drained)',
+        '_wait_drained': 'waits for a pooled publication to drain (Client.wait_drained)',
+        '_free': 'frees a pooled publication (Client.free, live state dicts)',
+    }
 
     def __init__(self, client, kind='cuda-vmm', device=0, segment_size=0, max_segment_size=0, reserve=0,
                  writable=False, broker_held=False):

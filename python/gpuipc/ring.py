@@ -48,6 +48,11 @@ class _SlotMemory:
     """The memory of one frame: a ring slot, usable while this side holds the frame (a member until
     it releases it, the producer until it publishes it). A View's `memory`."""
 
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_handle': "the slot's handle: no buffer of a client (the client looks up every View's memory by it)",
+    }
+
     def __init__(self, ring, handle, facts, readonly):
         self._client, self._lib, self._handle = ring._client, _lib.load(), handle
         self.ring = ring
@@ -179,6 +184,11 @@ class Ring:
     gpuipc's metadata (a C producer's) knows only `name`, `dtype` ('uint8') and, after its first
     take, `slot_size` and `kind`; the rest are None.
     """
+
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_handle': 'the client forgets it when it closes or loses the connection (libgpuipc closes the ring)',
+    }
 
     def __init__(self, client, handle, name, producer, layout, device, meta_buffer=None):
         self._client, self._handle, self.name, self.producer = client, handle, name, producer

@@ -281,7 +281,7 @@ class _Slot:
         self.copies = _SlotCopies()
 
     @property
-    def _handle(self):
+    def handle(self):
         return self.view._handle
 
     @property
@@ -348,7 +348,7 @@ class StateDictVersion:
         return f'<gpuipc.StateDictVersion {self._publisher.name!r} v{self.version} ({self.nbytes} bytes)>'
 
     def _superseded(self):
-        return not self._slot._handle or self._slot.generation != self.generation
+        return not self._slot.handle or self._slot.generation != self.generation
 
     @property
     def drained(self) -> bool:
@@ -373,6 +373,11 @@ class Publisher:
     """The versions of one snapshot state dict name in one Client: its buffers (slots, each a whole
     segment of the Publisher's own pool) and which is live."""
 
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_plan': 'the layout of a state dict: Client.reserve_state_dict writes its manifest ahead',
+    }
+
     live_mode = False
 
     def __init__(self, client, name):
@@ -391,7 +396,7 @@ class Publisher:
 
     def owns_buffer(self, buffer_id):
         """True if buffer_id is one of this publisher's buffers (its events are internal)."""
-        return any(s._handle and s.id == buffer_id for s in self.slots)
+        return any(s.handle and s.id == buffer_id for s in self.slots)
 
     def _pool(self, kind, device, need):
         key = (kind, device if kind != 'memfd' else -1)
@@ -482,7 +487,7 @@ class Publisher:
                                  no_sync=fence is not None)
         self.version = version
         old, self.live = self.live, slot
-        if old is not None and old is not slot and old._handle:
+        if old is not None and old is not slot and old.handle:
             # The broker retired it when the new version took the name; this tells libgpuipc.
             old.retire()
         return StateDictVersion(self, slot, version, slot.generation, need)
@@ -497,7 +502,7 @@ class Publisher:
         self.client._publish_raw(slot.view, self.name.encode(), raw, broker_held=broker_held)
         self.version = version
         old, self.live = self.live, slot
-        if old is not None and old is not slot and old._handle:
+        if old is not None and old is not slot and old.handle:
             old.retire()
         return StateDictVersion(self, slot, version, slot.generation, len(manifest))
 
@@ -636,6 +641,8 @@ class StateDict(dict):
     buffer_id: int
     meta: Dict[str, Any]
     live: bool
+    # Set by attach() below: its client, attachment, live parts and fence.
+    _client = _attached = _parts = _fence = None
 
     def wait_ready(self, stream: Any = None) -> None:
         """If the version was published with a fence, queues in `stream` (default: torch's current
