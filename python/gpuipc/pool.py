@@ -154,7 +154,7 @@ class Pool:
                                        cls=errors.NoVmm)
             client._check(r, f'make a {kind} pool on device {self.device}')
             self._handle = h.value
-            client._pools.append(self)
+            client._pool_opened(self)
 
     def __repr__(self):
         state = 'closed' if self.closed else f'{self.stats().reserved} bytes'
@@ -185,11 +185,9 @@ class Pool:
             raise errors.Busy(f'close the pool: {st.allocated} bytes of it are still allocated (tensors or arrays '
                               f'that use it): delete them first, or close(force=True)')
         with self._client._locked(), self._lock:
-            self._client._closed_ranges.extend(self._all_segments())
-            del self._client._closed_ranges[:-256]
+            self._client._pool_closed(self, self._all_segments())
             handle, self._handle = self._handle, None
             self._segs.clear()
-            self._client._pools.remove(self)
             self._client._check(self._lib.gpuipc_pool_close(handle), 'close the pool')
 
     def _all_segments(self):

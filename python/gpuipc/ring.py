@@ -763,7 +763,7 @@ def create(client, name, slots, slot_size, shape, dtype, mode, kind, device, max
             client._check(_lib.load().gpuipc_ring_create(client._c, target, ctypes.byref(opts), ctypes.byref(h)),
                           f"create ring '{name}'")
             ring = Ring(client, h.value, name, True, layout, int(device), meta_buffer)
-            client._rings.add(ring)
+            client._ring_opened(ring)
         return ring
     except BaseException:
         client.free(meta_buffer)
@@ -801,7 +801,7 @@ def join(client, name, timeout_ms, device):
             lib.gpuipc_ring_close(h.value)
         raise
     ring = Ring(client, h.value, name, False, layout, int(device))
-    client._rings.add(ring)
+    client._ring_opened(ring)
     return ring
 
 

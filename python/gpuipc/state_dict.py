@@ -23,6 +23,7 @@ where: ``{'state_dict': {'version': n, 'manifest': [offset, length], 'digest': b
 layout: the usual weight update) skips reading and parsing the manifest again, and for a buffer it
 has mapped already reuses the tensors it made of it.
 """
+import collections
 import contextlib
 import ctypes
 import gc
@@ -41,6 +42,20 @@ ALIGN = 256
 _MANIFEST_CACHE_MAX = 16
 _VIEWS_CACHE_MAX = 8
 _GRANULE = 2 << 20
+
+
+class Caches:
+    """What a client remembers of the state dicts it attached, kept here and held by the client (one
+    per connection): manifests parsed, by digest (_manifest), and torch's views per buffer, mapping
+    and layout (_cached_views). The views point into attachments: the client forgets them when it
+    closes."""
+
+    def __init__(self):
+        self.manifests = {}                     # manifest digest -> parsed entries
+        self.views = collections.OrderedDict()  # (buffer id, ptr, size, digest) -> views, oldest first
+
+    def forget_views(self):
+        self.views.clear()
 
 
 @contextlib.contextmanager
@@ -165,7 +180,7 @@ def _cached_views(client, memory, entries, framework, digest):
     if framework != 'torch' or digest is None:
         return views(memory, entries, framework)
     key = (memory.id, memory.ptr, memory.size, digest)
-    cache = client._views_cache
+    cache = client._sd_caches.views
     made = cache.get(key)
     if made is None:
         made = views(memory, entries, framework)
@@ -730,7 +745,7 @@ def _parse_entries(raw_entries, live, data_end):
 
 
 def _manifest(client, attached, info):
-    cache = client._manifest_cache
+    cache = client._sd_caches.manifests
     digest = info.get('digest')
     if digest is not None and digest in cache:
         return cache[digest]
@@ -762,8 +777,7 @@ def _manifest(client, attached, info):
 
 def _attach_newer(client, name, timeout_ms, device, after):
     deadline = Deadline(timeout_ms)
-    sub = client._subscribe(name)
-    client._internal_subs.add(sub)
+    sub = client._subscribe(name, internal=True)
     try:
         while True:
             try:

@@ -14,8 +14,7 @@ Read from the source (ast) alone: no library, no broker, no framework. It fails 
    they may use to a one-line reason: those members are not private to it. A declared member
    must exist, have a reason and be used by another module (the interface holds what is used,
    nothing more). A module whose name starts with an underscore (`_lib`, `_args`, `_core`) is the
-   package's internal layer: its public names are the internal interface. The reaches not moved
-   onto an interface yet are listed in NOT_YET_MOVED, which may only shrink;
+   package's internal layer: its public names are the internal interface;
 4. an error told apart by its text: a comparison (`in`, `==`, ...) or a string method
    (startswith, find, ...) or a regular expression applied to an exception's `detail` or `hint`,
    to `str()` of an exception, or to what `gpuipc_errmsg` returned. Errors are mapped by their code
@@ -38,20 +37,6 @@ failures = []
 # Optional frameworks and the standard library are imported where they are needed; only the
 # package's own modules are checked.
 PACKAGE = 'gpuipc'
-
-# Reaches into Client's (or another class's) privates that have not been moved onto an interface
-# yet: (module, attribute). This list only shrinks: an entry that no longer occurs fails too, and
-# a reach that is not on it fails (a new one, or an old one in a module it was not in).
-NOT_YET_MOVED = {(module, name) for module, names in {
-    'buffer': '_fence_for',
-    'events': '_unsubscribe',
-    'fence': '_fence_closed',
-    'pool': '_closed_ranges _pools _publish_locked',
-    'ring': '_free_held _publish_raw _ring_closed _rings',
-    'state_dict': '_fence_for _internal_subs _manifest_cache _pool_of _publish_raw _subscribe _unsubscribe '
-                  '_views_cache _wait_for',
-}.items() for name in names.split()}
-
 
 def fail(msg):
     failures.append(msg)
@@ -238,7 +223,6 @@ def looks_like_client(node):
     return name in ('client', 'c', '_client')
 
 
-reaches = set()
 for module, tree in modules.items():
     aliases = {}  # local name -> sibling module
     for node, _ in walk_imports(tree):
@@ -262,12 +246,7 @@ for module, tree in modules.items():
             where = f'.{n.attr}, a private member of a class of {", ".join(others(n.attr, module))}'
         else:
             continue
-        if (module, n.attr) in NOT_YET_MOVED:
-            reaches.add((module, n.attr))
-            continue
         fail(f'{module}.py:{n.lineno}: {where}')
-for module, name in sorted(NOT_YET_MOVED - reaches):
-    fail(f'NOT_YET_MOVED lists ({module!r}, {name!r}), which no longer occurs: take it off')
 
 # ---- 4: no error told apart by its text ----
 TEXT_ATTRS = {'detail', 'hint'}
