@@ -188,6 +188,7 @@ class _Memory(View):
     # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
     _INTERNAL = {
         '_handle': "libgpuipc's handle: the client publishes, retires and frees by it, and forgets it on close",
+        '_usable_ptr': "a View's pointer, checked usable (View, as of every memory: ring frames too)",
     }
 
     def __init__(self, client, handle, dtype='uint8', shape=None, strides=None, offset=0):

@@ -61,6 +61,8 @@ class _PoolMemory:
     # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
     _INTERNAL = {
         '_handle': "None: no buffer of a client (the client looks up every View's memory by it)",
+        '_usable_ptr': "a View's pointer, checked usable (buffer.View, as of every memory)",
+        '_copy': "a View's read and write of host bytes (buffer.View, as of every memory)",
     }
 
     def __init__(self, block):
@@ -119,6 +121,7 @@ class Pool:
     # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
     _INTERNAL = {
         '_handle': 'the client forgets it when it closes or loses the connection (libgpuipc frees the pool)',
+        '_forget': 'the client closes: libgpuipc frees (or forgets) the pool',
         '_mempool': "torch's MemPool, if made: the client keeps CUDA's caching allocator at close while one is",
         '_alloc': "a block for a state dict's slot (state_dict)",
         '_segment': "the segment an array lies in: the client finds a pooled array's pool by it",

@@ -51,6 +51,8 @@ class _SlotMemory:
     # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
     _INTERNAL = {
         '_handle': "the slot's handle: no buffer of a client (the client looks up every View's memory by it)",
+        '_usable_ptr': "a View's pointer, checked usable (buffer.View, as of every memory)",
+        '_copy': "a View's read and write of host bytes (buffer.View, as of every memory)",
     }
 
     def __init__(self, ring, handle, facts, readonly):
@@ -188,6 +190,8 @@ class Ring:
     # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
     _INTERNAL = {
         '_handle': 'the client forgets it when it closes or loses the connection (libgpuipc closes the ring)',
+        '_lock': "the ring's calls: the client closes the ring after its per-frame call in flight",
+        '_forget': 'the client closes: libgpuipc closes (or forgets) the ring',
     }
 
     def __init__(self, client, handle, name, producer, layout, device, meta_buffer=None):

@@ -14,7 +14,9 @@ Read from the source (ast) alone: no library, no broker, no framework. It fails 
    they may use to a one-line reason: those members are not private to it. A declared member
    must exist, have a reason and be used by another module (the interface holds what is used,
    nothing more). A module whose name starts with an underscore (`_lib`, `_args`, `_core`) is the
-   package's internal layer: its public names are the internal interface;
+   package's internal layer: its public names are the internal interface. The reach's receiver is
+   not typed: `x._name` where a class of the reaching module has a private `_name` too is taken
+   for its own;
 4. an error told apart by its text: a comparison (`in`, `==`, ...) or a string method
    (startswith, find, ...) or a regular expression applied to an exception's `detail` or `hint`,
    to `str()` of an exception, or to what `gpuipc_errmsg` returned. Errors are mapped by their code
