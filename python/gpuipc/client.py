@@ -838,6 +838,7 @@ class Client:
         return _ring.join(self, name, timeout_ms, device)
 
     def _ring_opened(self, ring):
+        """A ring made or joined: closed (or forgotten) with the client."""
         self._rings.add(ring)
 
     def _ring_closed(self, ring):

@@ -21,6 +21,7 @@ class Event:
     _INTERNAL = {
         '_from_c': "made by the client from libgpuipc's struct",
     }
+
     type: str
     subscription: int
     buffer: int

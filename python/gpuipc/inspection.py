@@ -25,6 +25,7 @@ class HolderInfo:
     _INTERNAL = {
         '_from_c': "made by the client from libgpuipc's struct",
     }
+
     peer: int
     pid: int
     uid: int
@@ -52,6 +53,7 @@ class BufferInfo:
     _INTERNAL = {
         '_from_c': "made by the client from libgpuipc's struct",
     }
+
     id: int
     generation: int
     name: str
@@ -89,6 +91,7 @@ class PeerInfo:
     _INTERNAL = {
         '_from_c': "made by the client from libgpuipc's struct",
     }
+
     peer: int
     pid: int
     uid: int
@@ -123,6 +126,7 @@ class Stat:
     _INTERNAL = {
         '_from_c': "made by the client from libgpuipc's struct",
     }
+
     name: str
     status: str
     le_us: int
@@ -145,6 +149,7 @@ class ConnectionInfo:
     _INTERNAL = {
         '_from_c': "made by the client from libgpuipc's struct",
     }
+
     peer: int
     epoch: int
     pidns: int
