@@ -22,6 +22,11 @@ class View:
     """A typed window on a gpuipc buffer: `offset` bytes in, `dtype` elements of `shape` (C order, or
     `strides` in elements). Exports through DLPack like the buffer itself."""
 
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_gpuipc_info': "the array's dlpack.Info without a capsule: how arrays and the client see a View",
+    }
+
     def __init__(self, memory: '_Memory', offset: int, dtype: Any, shape: Sequence[int],
                  strides: Optional[Sequence[int]] = None) -> None:
         self.memory = memory
@@ -179,6 +184,12 @@ class View:
 
 class _Memory(View):
     """A libgpuipc buffer handle (the memory) and the layout of the array it holds."""
+
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_handle': "libgpuipc's handle: the client publishes, retires and frees by it, and forgets it on close",
+        '_usable_ptr': "a View's pointer, checked usable (View, as of every memory: ring frames too)",
+    }
 
     def __init__(self, client, handle, dtype='uint8', shape=None, strides=None, offset=0):
         # The library, loaded by the client already: held here so that a buffer's calls need

@@ -101,12 +101,32 @@ class Client:
     """
 
     # The package's internal interface to a client: the members that its other modules (buffers,
-    # fences, pools, rings, state dicts) may use besides the public ones. The connection's handle
-    # (None once closed), its lock (`with c._locked():` around every call that uses the handle),
-    # the check that turns a failed call into its exception, the device preference, and giving a
-    # reference back or running a call from a finalizer. Every other private member is the client's
-    # own; tests/python/layers.py reads this tuple.
-    _INTERNAL = ('_c', '_locked', '_check', '_strerror', '_set_device', '_call_later', '_release', '_release_later')
+    # fences, pools, rings, state dicts) may use besides the public ones, each with why. Every other
+    # private member is the client's own; tests/python/layers.py reads this dict.
+    _INTERNAL = {
+        '_c': "the connection's handle (None once closed), for libgpuipc's calls",
+        '_locked': 'its lock: `with c._locked():` around every call that uses the handle',
+        '_check': "turns a failed call's code into its exception",
+        '_strerror': "a code's text, for an exception raised before _check",
+        '_set_device': 'the device preference, told to libgpuipc before a device call',
+        '_call_later': 'runs a call from a finalizer that found the lock taken',
+        '_release': 'gives an attachment back',
+        '_release_later': "gives an attachment back from a finalizer",
+        '_publish_raw': 'publishes a buffer with metadata already packed: ring metadata, state-dict versions',
+        '_publish_locked': '_publish_raw with the lock held: a pool publishes its views under it',
+        '_free_held': "frees a buffer with the lock held: a ring's metadata buffer, as close() does",
+        '_subscribe': 'a subscription, internal (its events never reach next_event) or not',
+        '_unsubscribe': "ends a subscription (a Subscription's close, an internal wait's end)",
+        '_wait_for': "waits for a matching event, keeping the others for next_event",
+        '_fence_for': "the fence a publication names, opened once: wait_ready of buffers and state dicts",
+        '_fence_closed': 'a fence closed itself: the client forgets it and closes its handle',
+        '_pool_opened': 'a new pool: where the client finds pooled arrays, and closes at close()',
+        '_pool_closed': 'a pool closed itself: forgotten, its segments kept to name PoolClosed',
+        '_pool_of': 'the open pool an array lies in: a live state dict publishes its parts from it',
+        '_ring_opened': 'a new ring: closed (or forgotten) with the client',
+        '_ring_closed': 'a ring closes itself: forgotten, its handle closed with the lock held',
+        '_sd_caches': "the state dicts' caches (state_dict.Caches): kept per connection, read by state_dict",
+    }
 
     def __init__(self, socket: Optional[str] = None, label: Optional[str] = None, connect_timeout_ms: int = 5000,
                  reconnect: bool = True, probe_gpus: bool = True) -> None:
@@ -121,10 +141,9 @@ class Client:
         self._fences = {}                    # handle -> Fence
         self._waited_fences = {}             # name -> Fence opened for Attached.wait_ready
         self._stash = collections.deque()    # events an internal wait took that belong to the caller
-        self._internal_subs = set()
+        self._internal_subs = set()          # subscriptions of internal waits (_subscribe(internal=True))
         self._publishers = {}                # state dict name -> state_dict.Publisher (or LivePublisher)
-        self._manifest_cache = {}            # manifest digest -> parsed entries (state_dict.py)
-        self._views_cache = collections.OrderedDict()  # (buffer id, digest, framework) -> views (state_dict.py)
+        self._sd_caches = _sd.Caches()       # parsed manifests and torch views of attached state dicts
         self._pools = []                     # Pool: where pooled arrays are found
         self._staging = {}                   # (kind, device) -> Pool for share()'s copies
         self._closed_ranges = []             # (base, size) of closed pools' segments: what PoolClosed names
@@ -254,7 +273,7 @@ class Client:
                 pool._forget()  # libgpuipc frees (or forgets) the pools
             self._pools.clear()
             self._staging.clear()
-            self._views_cache.clear()
+            self._sd_caches.forget_views()
             self._own_ptrs.clear()
             self._pending.clear()
             self._publishers.clear()
@@ -404,7 +423,7 @@ class Client:
 
     def _owner(self, obj):
         """(own Buffer, dlpack.Info) of an array that lies in this client's gpuipc memory, or (None, info)."""
-        if isinstance(obj, View) and obj.memory._client is self and obj.memory._handle in self._own:
+        if isinstance(obj, View) and self._own.get(obj.memory._handle) is obj.memory:
             return obj.memory, obj._gpuipc_info()
         info = arrays.describe(obj)
         lo, hi = arrays.extent(info)
@@ -423,6 +442,16 @@ class Client:
             raise errors.InvalidArgument(f'{what}: the array does not lie in gpuipc memory of this client; allocate it with '
                                          f'empty() (or alloc(), or in a pool()), or let share() copy it into a buffer')
         return buf, info
+
+    def _pool_opened(self, pool):
+        """With the lock held, as a pool is made."""
+        self._pools.append(pool)
+
+    def _pool_closed(self, pool, segments):
+        """With the lock held, as a pool closes: its segments' (base, size) name PoolClosed later."""
+        self._closed_ranges.extend(segments)
+        del self._closed_ranges[:-256]
+        self._pools.remove(pool)
 
     def _pool_of(self, info):
         """The open pool of this client whose memory holds the array described by info, or None."""
@@ -684,13 +713,16 @@ class Client:
         sub = self._subscribe(prefix)
         return Subscription(self, sub, prefix)
 
-    def _subscribe(self, prefix):
+    def _subscribe(self, prefix, internal=False):
+        """A subscription's id; an internal one's events are taken by _wait_for, never by next_event."""
         if not isinstance(prefix, str):
             raise TypeError('the prefix must be a string')
         v = ctypes.c_uint64()
         with self._locked():
             self._check(self._lib.gpuipc_subscribe(self._c, _text_bytes(prefix, 'prefix', True), ctypes.byref(v)),
                         f"subscribe to '{prefix}'")
+        if internal:
+            self._internal_subs.add(v.value)
         return v.value
 
     def _unsubscribe(self, sub):
@@ -804,6 +836,10 @@ class Client:
         call; frames from then on are the member's. Returns a Ring: take() frames, iterate over it, or
         await take_async(). Raises Quota when every seat is taken."""
         return _ring.join(self, name, timeout_ms, device)
+
+    def _ring_opened(self, ring):
+        """A ring made or joined: closed (or forgotten) with the client."""
+        self._rings.add(ring)
 
     def _ring_closed(self, ring):
         with self._lock, ring._lock:  # the ring's: after its per-frame call in flight

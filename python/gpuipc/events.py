@@ -16,6 +16,12 @@ class Event:
     subscription: the id of the matching Subscription, 0 for events about your own buffers.
     buffer, generation, kind, name: which publication; reason: the broker's words, if any.
     """
+
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_from_c': "made by the client from libgpuipc's struct",
+    }
+
     type: str
     subscription: int
     buffer: int

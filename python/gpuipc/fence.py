@@ -42,6 +42,11 @@ class Fence:
     """A fence from `Client.create_fence()` (its creator) or `Client.open_fence()`. Close it (or leave
     a ``with`` block) before its client, and only once no queued GPU work still refers to it."""
 
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_handle': 'the client forgets it when it closes or loses the connection',
+    }
+
     def __init__(self, client, handle, name, created):
         self._client, self._handle, self.name, self.created = client, handle, name, created
         self._lib = _lib.load()

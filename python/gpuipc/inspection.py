@@ -20,6 +20,12 @@ def _gpus(n, table):
 class HolderInfo:
     """A peer holding references to a buffer: its broker id, pid (0: outside the broker's PID
     namespace), uid and how many references it holds."""
+
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_from_c': "made by the client from libgpuipc's struct",
+    }
+
     peer: int
     pid: int
     uid: int
@@ -42,6 +48,12 @@ class BufferInfo:
     (`Client.stat()` only; empty in listings). self_pid: for cuda-legacy, the producer's PID in its own PID namespace, which a
     consumer's must differ from (0: unknown or another kind).
     """
+
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_from_c': "made by the client from libgpuipc's struct",
+    }
+
     id: int
     generation: int
     name: str
@@ -74,6 +86,12 @@ class PeerInfo:
     monotonic clock, ms), the GPU UUIDs it declared, its PID in its own PID namespace (self_pid: the
     kernel's where the broker sees it, else declared; cuda-legacy peers' must differ) and its /dev/shm
     (shm_dev, shm_ino, as declared; 0: not said)."""
+
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_from_c': "made by the client from libgpuipc's struct",
+    }
+
     peer: int
     pid: int
     uid: int
@@ -103,6 +121,12 @@ class Stat:
     status, the series' qualifier (request_errors_total: the reply status counted; shared_bytes and
     held_bytes: the buffer kind; uid_shared_bytes and uid_held_bytes: the uid in decimal; else '');
     le_us (a histogram bucket's upper bound in microseconds, else 0); value."""
+
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_from_c': "made by the client from libgpuipc's struct",
+    }
+
     name: str
     status: str
     le_us: int
@@ -120,6 +144,12 @@ class ConnectionInfo:
     broker shares it (the broker then sees this process's PID itself), whether it is connected now,
     the socket path, the GPU UUIDs it declared, this process's own PID (cuda-legacy peers' must
     differ) and its /dev/shm (CUDA IPC events need the same on both sides)."""
+
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_from_c': "made by the client from libgpuipc's struct",
+    }
+
     peer: int
     epoch: int
     pidns: int

@@ -58,6 +58,13 @@ class _Block:
 class _PoolMemory:
     """The memory of one _Block as gpuipc's View expects it."""
 
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_handle': "None: no buffer of a client (the client looks up every View's memory by it)",
+        '_usable_ptr': "a View's pointer, checked usable (buffer.View, as of every memory)",
+        '_copy': "a View's read and write of host bytes (buffer.View, as of every memory)",
+    }
+
     def __init__(self, block):
         self.block = block
         self.ptr, self.size = block.ptr, block.nbytes
@@ -111,6 +118,22 @@ class Pool:
     array directly; cupy_malloc is CuPy's allocator hook.
     """
 
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_handle': 'the client forgets it when it closes or loses the connection (libgpuipc frees the pool)',
+        '_forget': 'the client closes: libgpuipc frees (or forgets) the pool',
+        '_mempool': "torch's MemPool, if made: the client keeps CUDA's caching allocator at close while one is",
+        '_alloc': "a block for a state dict's slot (state_dict)",
+        '_segment': "the segment an array lies in: the client finds a pooled array's pool by it",
+        '_range': "the segment and offset of an array, checked: a live state dict's parts",
+        '_publish': 'publishes an array that lies in the pool (Client.publish, live state dicts)',
+        '_reap': 'frees views whose arrays are gone, before the client counts or frees',
+        '_retire': 'retires a pooled publication (Client.retire)',
+        '_drained': 'whether a pooled publication is drained (Client.drained)',
+        '_wait_drained': 'waits for a pooled publication to drain (Client.wait_drained)',
+        '_free': 'frees a pooled publication (Client.free, live state dicts)',
+    }
+
     def __init__(self, client, kind='cuda-vmm', device=0, segment_size=0, max_segment_size=0, reserve=0,
                  writable=False, broker_held=False):
         if kind not in ('cuda-vmm', 'memfd'):
@@ -134,7 +157,7 @@ class Pool:
                                        cls=errors.NoVmm)
             client._check(r, f'make a {kind} pool on device {self.device}')
             self._handle = h.value
-            client._pools.append(self)
+            client._pool_opened(self)
 
     def __repr__(self):
         state = 'closed' if self.closed else f'{self.stats().reserved} bytes'
@@ -165,11 +188,9 @@ class Pool:
             raise errors.Busy(f'close the pool: {st.allocated} bytes of it are still allocated (tensors or arrays '
                               f'that use it): delete them first, or close(force=True)')
         with self._client._locked(), self._lock:
-            self._client._closed_ranges.extend(self._all_segments())
-            del self._client._closed_ranges[:-256]
+            self._client._pool_closed(self, self._all_segments())
             handle, self._handle = self._handle, None
             self._segs.clear()
-            self._client._pools.remove(self)
             self._client._check(self._lib.gpuipc_pool_close(handle), 'close the pool')
 
     def _all_segments(self):

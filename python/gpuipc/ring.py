@@ -48,6 +48,13 @@ class _SlotMemory:
     """The memory of one frame: a ring slot, usable while this side holds the frame (a member until
     it releases it, the producer until it publishes it). A View's `memory`."""
 
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_handle': "the slot's handle: no buffer of a client (the client looks up every View's memory by it)",
+        '_usable_ptr': "a View's pointer, checked usable (buffer.View, as of every memory)",
+        '_copy': "a View's read and write of host bytes (buffer.View, as of every memory)",
+    }
+
     def __init__(self, ring, handle, facts, readonly):
         self._client, self._lib, self._handle = ring._client, _lib.load(), handle
         self.ring = ring
@@ -179,6 +186,13 @@ class Ring:
     gpuipc's metadata (a C producer's) knows only `name`, `dtype` ('uint8') and, after its first
     take, `slot_size` and `kind`; the rest are None.
     """
+
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_handle': 'the client forgets it when it closes or loses the connection (libgpuipc closes the ring)',
+        '_lock': "the ring's calls: the client closes the ring after its per-frame call in flight",
+        '_forget': 'the client closes: libgpuipc closes (or forgets) the ring',
+    }
 
     def __init__(self, client, handle, name, producer, layout, device, meta_buffer=None):
         self._client, self._handle, self.name, self.producer = client, handle, name, producer
@@ -753,7 +767,7 @@ def create(client, name, slots, slot_size, shape, dtype, mode, kind, device, max
             client._check(_lib.load().gpuipc_ring_create(client._c, target, ctypes.byref(opts), ctypes.byref(h)),
                           f"create ring '{name}'")
             ring = Ring(client, h.value, name, True, layout, int(device), meta_buffer)
-            client._rings.add(ring)
+            client._ring_opened(ring)
         return ring
     except BaseException:
         client.free(meta_buffer)
@@ -791,7 +805,7 @@ def join(client, name, timeout_ms, device):
             lib.gpuipc_ring_close(h.value)
         raise
     ring = Ring(client, h.value, name, False, layout, int(device))
-    client._rings.add(ring)
+    client._ring_opened(ring)
     return ring
 
 

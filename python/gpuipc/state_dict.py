@@ -23,6 +23,7 @@ where: ``{'state_dict': {'version': n, 'manifest': [offset, length], 'digest': b
 layout: the usual weight update) skips reading and parsing the manifest again, and for a buffer it
 has mapped already reuses the tensors it made of it.
 """
+import collections
 import contextlib
 import ctypes
 import gc
@@ -41,6 +42,20 @@ ALIGN = 256
 _MANIFEST_CACHE_MAX = 16
 _VIEWS_CACHE_MAX = 8
 _GRANULE = 2 << 20
+
+
+class Caches:
+    """What a client remembers of the state dicts it attached, kept here and held by the client (one
+    per connection): manifests parsed, by digest (_manifest), and torch's views per buffer, mapping
+    and layout (_cached_views). The views point into attachments: the client forgets them when it
+    closes."""
+
+    def __init__(self):
+        self.manifests = {}                     # manifest digest -> parsed entries
+        self.views = collections.OrderedDict()  # (buffer id, ptr, size, digest) -> views, oldest first
+
+    def forget_views(self):
+        self.views.clear()
 
 
 @contextlib.contextmanager
@@ -165,7 +180,7 @@ def _cached_views(client, memory, entries, framework, digest):
     if framework != 'torch' or digest is None:
         return views(memory, entries, framework)
     key = (memory.id, memory.ptr, memory.size, digest)
-    cache = client._views_cache
+    cache = client._sd_caches.views
     made = cache.get(key)
     if made is None:
         made = views(memory, entries, framework)
@@ -281,7 +296,7 @@ class _Slot:
         self.copies = _SlotCopies()
 
     @property
-    def _handle(self):
+    def handle(self):
         return self.view._handle
 
     @property
@@ -348,7 +363,7 @@ class StateDictVersion:
         return f'<gpuipc.StateDictVersion {self._publisher.name!r} v{self.version} ({self.nbytes} bytes)>'
 
     def _superseded(self):
-        return not self._slot._handle or self._slot.generation != self.generation
+        return not self._slot.handle or self._slot.generation != self.generation
 
     @property
     def drained(self) -> bool:
@@ -373,6 +388,11 @@ class Publisher:
     """The versions of one snapshot state dict name in one Client: its buffers (slots, each a whole
     segment of the Publisher's own pool) and which is live."""
 
+    # The package's internal interface to it: what other modules use, and why (tests/python/layers.py).
+    _INTERNAL = {
+        '_plan': 'the layout of a state dict: Client.reserve_state_dict writes its manifest ahead',
+    }
+
     live_mode = False
 
     def __init__(self, client, name):
@@ -391,7 +411,7 @@ class Publisher:
 
     def owns_buffer(self, buffer_id):
         """True if buffer_id is one of this publisher's buffers (its events are internal)."""
-        return any(s._handle and s.id == buffer_id for s in self.slots)
+        return any(s.handle and s.id == buffer_id for s in self.slots)
 
     def _pool(self, kind, device, need):
         key = (kind, device if kind != 'memfd' else -1)
@@ -482,7 +502,7 @@ class Publisher:
                                  no_sync=fence is not None)
         self.version = version
         old, self.live = self.live, slot
-        if old is not None and old is not slot and old._handle:
+        if old is not None and old is not slot and old.handle:
             # The broker retired it when the new version took the name; this tells libgpuipc.
             old.retire()
         return StateDictVersion(self, slot, version, slot.generation, need)
@@ -497,7 +517,7 @@ class Publisher:
         self.client._publish_raw(slot.view, self.name.encode(), raw, broker_held=broker_held)
         self.version = version
         old, self.live = self.live, slot
-        if old is not None and old is not slot and old._handle:
+        if old is not None and old is not slot and old.handle:
             old.retire()
         return StateDictVersion(self, slot, version, slot.generation, len(manifest))
 
@@ -636,6 +656,8 @@ class StateDict(dict):
     buffer_id: int
     meta: Dict[str, Any]
     live: bool
+    # Set by attach() below: its client, attachment, live parts and fence.
+    _client = _attached = _parts = _fence = None
 
     def wait_ready(self, stream: Any = None) -> None:
         """If the version was published with a fence, queues in `stream` (default: torch's current
@@ -723,7 +745,7 @@ def _parse_entries(raw_entries, live, data_end):
 
 
 def _manifest(client, attached, info):
-    cache = client._manifest_cache
+    cache = client._sd_caches.manifests
     digest = info.get('digest')
     if digest is not None and digest in cache:
         return cache[digest]
@@ -755,8 +777,7 @@ def _manifest(client, attached, info):
 
 def _attach_newer(client, name, timeout_ms, device, after):
     deadline = Deadline(timeout_ms)
-    sub = client._subscribe(name)
-    client._internal_subs.add(sub)
+    sub = client._subscribe(name, internal=True)
     try:
         while True:
             try:

@@ -8,12 +8,15 @@ Read from the source (ast) alone: no library, no broker, no framework. It fails 
    optional frameworks (torch, numpy, cupy, ...) inside functions are what keeps them optional and
    are not looked at;
 3. a reach into another module's privates: `x._name` where `_name` is a private member of a class
-   of another module of the package (or of `Client`, outside client.py, but for those its
-   `_INTERNAL` names: the client's internal interface), `from .mod import _name`,
-   and `mod._name` on a sibling module. `self._name` and `cls._name` are the class's own. A module
-   whose name starts with an underscore (`_lib`, `_args`, `_core`) is the package's internal layer:
-   its public names are the internal interface. The reaches not moved onto an interface yet are
-   listed in NOT_YET_MOVED, which may only shrink;
+   of another module of the package (or of `Client`, outside client.py), `from .mod import _name`,
+   and `mod._name` on a sibling module. `self._name` and `cls._name` are the class's own. A class
+   that other modules use declares its internal interface in `_INTERNAL`, a dict from each member
+   they may use to a one-line reason: those members are not private to it. A declared member
+   must exist, have a reason and be used by another module (the interface holds what is used,
+   nothing more). A module whose name starts with an underscore (`_lib`, `_args`, `_core`) is the
+   package's internal layer: its public names are the internal interface. The reach's receiver is
+   not typed: `x._name` where a class of the reaching module has a private `_name` too is taken
+   for its own;
 4. an error told apart by its text: a comparison (`in`, `==`, ...) or a string method
    (startswith, find, ...) or a regular expression applied to an exception's `detail` or `hint`,
    to `str()` of an exception, or to what `gpuipc_errmsg` returned. Errors are mapped by their code
@@ -36,23 +39,6 @@ failures = []
 # Optional frameworks and the standard library are imported where they are needed; only the
 # package's own modules are checked.
 PACKAGE = 'gpuipc'
-
-# Reaches into Client's (or another class's) privates that have not been moved onto an interface
-# yet: (module, attribute). This list only shrinks: an entry that no longer occurs fails too, and
-# a reach that is not on it fails (a new one, or an old one in a module it was not in).
-NOT_YET_MOVED = {(module, name) for module, names in {
-    'arrays': '_gpuipc_info',
-    'buffer': '_fence_for',
-    'client': '_client _drained _free _from_c _gpuipc_info _handle _mempool _plan _publish _reap '
-              '_retire _segment _wait_drained',
-    'events': '_unsubscribe',
-    'fence': '_fence_closed',
-    'pool': '_closed_ranges _pools _publish_locked',
-    'ring': '_free_held _publish_raw _ring_closed _rings',
-    'state_dict': '_alloc _client _fence_for _free _internal_subs _manifest_cache _pool_of _publish '
-                  '_publish_raw _range _subscribe _unsubscribe _views_cache _wait_for',
-}.items() for name in names.split()}
-
 
 def fail(msg):
     failures.append(msg)
@@ -148,9 +134,7 @@ for component in components:
         fail(f'import cycle among {", ".join(component)}')
 
 # ---- 3: privates of other modules ----
-defined = {m: set() for m in modules}  # private members of each module's classes
-client_private = set()
-client_internal = set()  # Client._INTERNAL: its internal interface, which every module may use
+classes = []  # (module, ClassDef, its private members, its _INTERNAL)
 for module, tree in modules.items():
     for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
         names = set()
@@ -160,6 +144,7 @@ for module, tree in modules.items():
             elif (isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name)
                   and n.value.id in ('self', 'cls') and private(n.attr)):
                 names.add(n.attr)
+        internal = {}
         for n in cls.body:
             targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
             for t in targets:
@@ -168,26 +153,69 @@ for module, tree in modules.items():
                 if isinstance(t, ast.Name) and t.id == '__slots__':
                     names |= {e.value for e in ast.walk(n.value)
                               if isinstance(e, ast.Constant) and isinstance(e.value, str) and private(e.value)}
-        defined[module] |= names
-        if module == 'client' and cls.name == 'Client':
-            client_private |= names
-            for n in cls.body:
-                if isinstance(n, ast.Assign) and [ast.unparse(t) for t in n.targets] == ['_INTERNAL']:
-                    client_internal = set(ast.literal_eval(n.value))
-for name in sorted(client_internal - client_private):
-    fail(f'Client._INTERNAL names {name}, which Client does not have')
-client_private -= client_internal | {'_INTERNAL'}
+                if isinstance(t, ast.Name) and t.id == '_INTERNAL':
+                    try:
+                        internal = ast.literal_eval(n.value)
+                    except ValueError:
+                        internal = None
+                    if type(internal) is not dict or not all(
+                            type(k) is str and type(v) is str and v.strip() for k, v in internal.items()):
+                        fail(f'{module}.py:{n.lineno}: {cls.name}._INTERNAL is not a dict from member names '
+                             f'to reasons')
+                        internal = {}
+        classes.append((module, cls, names, internal))
+
+# A subclass (Attached of _Memory) has its bases' interface: the package's classes, by name.
+by_name = {}
+for module, cls, names, internal in classes:
+    by_name.setdefault(cls.name, []).append((cls, names, internal))
+
+
+def interface(cls, seen=()):
+    out = {}
+    for base in cls.bases:
+        base_name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else None
+        for base_cls, _, base_internal in by_name.get(base_name, []):
+            if base_cls not in seen:
+                out.update(interface(base_cls, seen + (cls,)))
+                out.update(base_internal)
+    return out
+
+
+defined = {m: set() for m in modules}  # private members of each module's classes, less their interface
+client_private = set()
+client_internal = set()  # Client._INTERNAL: its internal interface, which every module may use
+declared = []            # (module, class, member) of every class's own _INTERNAL
+for module, cls, names, internal in classes:
+    for name in sorted(set(internal) - names):
+        fail(f'{cls.name}._INTERNAL names {name}, which {cls.name} does not have')
+    declared += [(module, cls.name, name) for name in sorted(set(internal) & names)]
+    private_here = names - set(internal) - set(interface(cls)) - {'_INTERNAL'}
+    defined[module] |= private_here
+    if module == 'client' and cls.name == 'Client':
+        client_private |= private_here
+        client_internal = set(internal)
 owners = {}
 for module, names in defined.items():
     for name in names:
         owners.setdefault(name, set()).add(module)
 
+# A declared member that no other module uses is not part of an interface: it is private.
+used_by = {}  # private attribute name -> modules that read or write it on something not self/cls
+for module, tree in modules.items():
+    for n in ast.walk(tree):
+        if (isinstance(n, ast.Attribute) and private(n.attr)
+                and not (isinstance(n.value, ast.Name) and n.value.id in ('self', 'cls'))):
+            used_by.setdefault(n.attr, set()).add(module)
+for module, cls, name in declared:
+    if not used_by.get(name, set()) - {module}:
+        fail(f'{cls}._INTERNAL declares {name}, which no other module uses: take it off')
 
 
 def others(name, module):
-    """The other modules whose classes have a private member `name` (Client's internal interface
-    is not private)."""
-    return sorted(owners.get(name, set()) - {module} - ({'client'} if name in client_internal else set()))
+    """The other modules whose classes have a private member `name` (one a class declares in its
+    _INTERNAL is not private)."""
+    return sorted(owners.get(name, set()) - {module})
 
 
 def looks_like_client(node):
@@ -197,7 +225,6 @@ def looks_like_client(node):
     return name in ('client', 'c', '_client')
 
 
-reaches = set()
 for module, tree in modules.items():
     aliases = {}  # local name -> sibling module
     for node, _ in walk_imports(tree):
@@ -221,12 +248,7 @@ for module, tree in modules.items():
             where = f'.{n.attr}, a private member of a class of {", ".join(others(n.attr, module))}'
         else:
             continue
-        if (module, n.attr) in NOT_YET_MOVED:
-            reaches.add((module, n.attr))
-            continue
         fail(f'{module}.py:{n.lineno}: {where}')
-for module, name in sorted(NOT_YET_MOVED - reaches):
-    fail(f'NOT_YET_MOVED lists ({module!r}, {name!r}), which no longer occurs: take it off')
 
 # ---- 4: no error told apart by its text ----
 TEXT_ATTRS = {'detail', 'hint'}

@@ -735,7 +735,7 @@ def case_state_dict():
             stats = json.loads(peer.expect('stats'))
             assert stats['slots'] == [2, 2], f'the producer used {stats["slots"]} buffers, not 2 per name'
             assert stats['fds_end'] == stats['fds_small'], f'producer fds grew: {stats}'
-            assert c._manifest_cache, 'manifests were not cached'
+            assert c._sd_caches.manifests, 'manifests were not cached'
             peer.say('done')
         peer.finish()
     finally:
