@@ -297,6 +297,17 @@ static ProtoSeat seat_state(const RegRingSeatView *s, const RingSeatReading *r)
         return r->confirmed ? PROTO_SEAT_SEATED : PROTO_SEAT_UNCONFIRMED;
 }
 
+/* Reads the ring's pages and counts the frames its members took since the last reading. */
+static void ring_read_pages(RequestCtx *ctx, RegRing *r, const RegRingView *g, RingView *v)
+{
+        ringview_read(g, v);
+        if (!v->reading.ctl_valid)
+                return;
+        for (uint32_t i = 0; i < g->n_members && i < RING_MAX_MEMBERS; i++)
+                if (v->reading.seat[i].confirmed)
+                        registry_ring_note_taken(ctx->reg, r, i, g->seats[i].epoch, v->reading.seat[i].taken);
+}
+
 /* Seat i of a ring as a record; its member's identity only for a peer that may see it in peers. */
 static void seat_record(const RequestCtx *ctx, const RegPeer *p, const RegRingView *g, const RingView *v, uint32_t i,
                         ProtoMsg *rec)
@@ -347,7 +358,7 @@ void inspect_rings(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                         it.full = true;
                         break;
                 }
-                ringview_read(&g, &v);
+                ring_read_pages(ctx, r, &g, &v);
                 pages += v.pages;
                 ring_describe(&g, &v, &rec);
                 if (!items_add(&it, &rec, max))
@@ -383,7 +394,7 @@ void inspect_ring_stat(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
                 reply_error(ctx->out, p, m->id, PROTO_STATUS_NOT_FOUND, why);
                 return;
         }
-        ringview_read(&g, &v);
+        ring_read_pages(ctx, r, &g, &v);
         ring_describe(&g, &v, &reply);
         /* At most 64 seats of a few hundred bytes each: they always fit one reply. */
         proto_items_init(&it, ITEMS_BUDGET);
@@ -541,6 +552,7 @@ void inspect_stats(RequestCtx *ctx, RegPeer *p, const ProtoMsg *m)
         add_stat(&it, "reclaims_total", c->reclaims);
         add_stat(&it, "reclaims_refused_total", c->reclaims_refused);
         add_stat(&it, "claims_revoked_total", c->claims_revoked);
+        add_stat(&it, "ring_frames_taken_total", c->ring_frames_taken);
         add_stat(&it, "connections_total", s->connections_total);
         add_stat(&it, "connections_refused_total", s->connections_refused);
         add_stat(&it, "frames_in_total", s->frames_in);

@@ -11,6 +11,8 @@ typedef struct RingSeat {
         uint64_t epoch; /* of the current (or last) membership */
         bool reserved;  /* restored: its member has not come back yet (peer NULL) */
         List peer_link; /* RegPeer.seats */
+        /* The most frames membership taken_epoch said it took, as counted in ring_frames_taken. */
+        uint64_t taken_epoch, taken_seen;
 } RingSeat;
 
 /* A member back before its ring's producer (after a restart): waits until the producer declares

@@ -596,3 +596,21 @@ void reg_rings_drop_peer(Registry *r, RegPeer *p, RegSink *o)
         while (!list_empty(&p->rings))
                 ring_destroy(r, list_entry(p->rings.next, RegRing, owner_link), why, o);
 }
+
+void registry_ring_note_taken(Registry *r, RegRing *g, uint32_t i, uint64_t epoch, uint64_t taken)
+{
+        RingSeat *s;
+
+        if (i >= g->n_members || !epoch || g->seats[i].epoch != epoch)
+                return;
+        s = &g->seats[i];
+        /* A new membership starts from 0 on its page (the member clears it at join). */
+        if (s->taken_epoch != epoch) {
+                s->taken_epoch = epoch;
+                s->taken_seen = 0;
+        }
+        if (taken <= s->taken_seen)
+                return;
+        r->counters.ring_frames_taken += taken - s->taken_seen;
+        s->taken_seen = taken;
+}

@@ -105,6 +105,9 @@ typedef struct RegCounters {
         uint64_t releases, retires, drains, revokes, frees, peers_added, peers_removed;
         uint64_t groups_completed, groups_failed, events;
         uint64_t reclaims, reclaims_refused, claims_revoked;
+        /* Frames ring members took, as their pages said when the broker last read them (a ring
+         * listing or ring-stat: registry_ring_note_taken); never goes back. */
+        uint64_t ring_frames_taken;
 } RegCounters;
 
 /* Creates an empty registry. 0 or -ENOMEM. */
@@ -293,6 +296,11 @@ typedef struct RegRingView {
 } RegRingView;
 
 void registry_ring_view(const RegRing *g, RegRingView *ret);
+/* What a ring listing read on seat i's page: membership epoch (the view's) says it took `taken`
+ * frames, already clamped to what it could have (ring_read). Counts what is new since the last
+ * reading of that membership in counters.ring_frames_taken; a page that says less than before
+ * (a hostile or restarted member) takes nothing back. */
+void registry_ring_note_taken(Registry *r, RegRing *g, uint32_t i, uint64_t epoch, uint64_t taken);
 
 RegPeer *registry_peer_first(const Registry *r);
 RegPeer *registry_peer_next(const Registry *r, const RegPeer *p);

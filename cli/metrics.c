@@ -106,6 +106,10 @@ static const MetricDesc descs[] = {
           "using the memory." },
         { "claims_revoked_total", "claims_revoked_total", COUNTER, 0, NULL, NULL,
           "Pending claims revoked: their producer did not register the buffer again within the restart grace." },
+        { "ring_frames_taken_total", "ring_frames_taken_total", COUNTER, 0, NULL, NULL,
+          "Frames ring members took, all rings together, as their member pages said when the broker last listed "
+          "rings (each scrape lists them after reading this: it shows the previous scrape's reading). Takes since "
+          "then by a member that left are not counted." },
         { "connections_total", "connections_total", COUNTER, 0, NULL, NULL, "Connections accepted." },
         { "audit_suppressed_total", "audit_suppressed_total", COUNTER, 0, NULL, NULL,
           "Audit records not written: past --audit-rate, for the broker or for their uid." },

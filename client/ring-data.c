@@ -389,9 +389,18 @@ bool ring_check_seated(gpuipc_ring_t *r)
         r->cursor = r->mode != RING_LATEST ? start : 0;
         r->page->released = r->mode != RING_LATEST && r->cursor ? r->cursor - 1 : 0;
         r->page->held = 0;
+        r->page->taken = 0;
         __atomic_store_n(&r->page->epoch, r->epoch, __ATOMIC_RELEASE);
         __atomic_store_n(&r->seated, true, __ATOMIC_RELEASE);
         return true;
+}
+
+void ring_count_take(gpuipc_ring_t *r)
+{
+        /* We are the page's only writer; the broker reads it whenever, once, and clamps it. */
+        uint64_t n = __atomic_load_n(&r->page->taken, __ATOMIC_RELAXED);
+
+        __atomic_store_n(&r->page->taken, n + 1, __ATOMIC_RELAXED);
 }
 
 /* Was this member evicted (its seat given up by the producer)? */
@@ -626,6 +635,7 @@ _public_ int gpuipc_ring_take(gpuipc_ring_t *r, int timeout_ms, gpuipc_buffer_t 
                         continue;
                 ring_doorbell_sleep(r, seen, ring_min_timeout(left, 100));
         }
+        ring_count_take(r);
         *ret_slot = r->slot[r->taken];
         if (ret_frame)
                 *ret_frame = r->taken_frame;

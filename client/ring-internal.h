@@ -159,6 +159,8 @@ bool ring_check_seated(gpuipc_ring_t *r);
 bool ring_member_evicted(gpuipc_ring_t *r);
 /* Member, at the top of a take: GPUIPC_E_STATE (and why) while it holds a frame, else 0. */
 int ring_member_may_take(gpuipc_ring_t *r);
+/* A take succeeded: one more frame on this member's page (what operators count; see RingMember). */
+void ring_count_take(gpuipc_ring_t *r);
 /* Member: GPUIPC_E_REVOKED (and why) once it may take nothing any more, else 0. */
 int ring_member_alive(gpuipc_ring_t *r);
 /* Member: why it may take nothing any more, or NULL. */

@@ -360,6 +360,7 @@ _public_ int gpuipc_ring_stream_take(gpuipc_ring_t *r, void *cu_stream, int time
                 return e;
         r->taken = (int)((n - 1) % r->n_slots);
         r->taken_frame = n;
+        ring_count_take(r);
         *ret_slot = r->slot[r->taken];
         if (ret_frame)
                 *ret_frame = n;

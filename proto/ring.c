@@ -97,6 +97,15 @@ static uint64_t frames_behind(uint64_t head, uint64_t position)
         return position < head ? head - position : 0;
 }
 
+/* What a confirmed member page says it took, clamped to the frames published since its start. */
+static uint64_t taken_read(const volatile RingMember *m, uint64_t start, uint64_t head)
+{
+        uint64_t floor = start ? start - 1 : 0, most = frames_behind(head, floor);
+        uint64_t taken = __atomic_load_n(&m->taken, __ATOMIC_RELAXED);
+
+        return taken > most ? most : taken;
+}
+
 /* Seat i of a validated control page, for membership epoch. */
 static RingSeatReading seat_read(const volatile RingCtl *c, uint32_t i, uint64_t epoch, RingMode mode, uint64_t head,
                                  const volatile RingMember *m)
@@ -121,6 +130,7 @@ static RingSeatReading seat_read(const volatile RingCtl *c, uint32_t i, uint64_t
                 if (m && __atomic_load_n(&m->epoch, __ATOMIC_ACQUIRE) == epoch) {
                         v.confirmed = true;
                         held = __atomic_load_n(&m->held, __ATOMIC_ACQUIRE);
+                        v.taken = taken_read(m, start, head);
                 }
                 v.position = held > head ? head : held;
                 v.lag = v.position ? frames_behind(head, v.position) : 0;
@@ -131,6 +141,8 @@ static RingSeatReading seat_read(const volatile RingCtl *c, uint32_t i, uint64_t
         else
                 mv = (RingMemberView){ .released = start ? start - 1 : 0 };
         v.confirmed = mv.valid;
+        if (mv.valid)
+                v.taken = taken_read(m, start, head);
         /* Above head only when the control page's start is: a producer's garbage, shown as head. */
         v.position = mv.released > head ? head : mv.released;
         v.lag = frames_behind(head, v.position);

@@ -79,6 +79,10 @@ typedef struct RingMember {
         uint64_t held;     /* latest: the frame being read (0: none) */
         uint32_t wake;     /* futex word the producer may sleep on: bumped at every release */
         uint32_t sleeping; /* the member is about to sleep, or sleeps, on the control page's doorbell */
+        /* Frames this membership took (set to 0 at join, before the epoch; one more at every take):
+         * for operators only (the broker's ring_frames_taken_total), nobody's handshake depends on
+         * it. Appended within layout version 1: a member that predates it leaves it 0. */
+        uint64_t taken;
 } RingMember;
 
 _Static_assert(sizeof(RingCtl) <= RING_PAGE, "the control block fits its page");
@@ -131,6 +135,9 @@ typedef struct RingSeatReading {
          * the seat); latest: the frame the member holds (0: none). */
         uint64_t position;
         uint64_t lag; /* head - position, 0 when position is at or above head; latest: 0 holding none */
+        /* Only when confirmed: the frames the member says it took, at most the frames published
+         * since its first (head - start + 1), so a hostile page cannot claim more. */
+        uint64_t taken;
 } RingSeatReading;
 
 /* A whole ring as the broker reads it for a listing. */

@@ -93,6 +93,10 @@ static void check_ring_read(const RingCtl *ctl, const RingMember *page, const ui
                 }
                 CHECK(s->confirmed == (pages[i] && page->epoch == epochs[i]));
                 CHECK(s->position <= got.head);
+                /* What a member says it took: nothing unconfirmed, never more than it could have. */
+                uint64_t floor = ctl->member[i].start ? ctl->member[i].start - 1 : 0;
+                uint64_t most = got.head > floor ? got.head - floor : 0;
+                CHECK(s->taken == (s->confirmed ? (page->taken < most ? page->taken : most) : 0));
                 if (mode == RING_LATEST) {
                         /* Holding nothing is not lagging: its next take gets the newest frame. */
                         CHECK(s->position == (s->confirmed ? (page->held < got.head ? page->held : got.head) : 0));

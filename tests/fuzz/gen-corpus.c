@@ -682,7 +682,8 @@ static void gen_rings(void)
         ctl.member[5].start = 1000; /* a broken producer's: positions stay at most head */
         ring_input("read-backpressure", &page, 100, &ctl, RING_BACKPRESSURE, seats, sizeof(seats));
         ring_input("read-stream", &page, 100, &ctl, RING_STREAM, seats, sizeof(seats));
-        page = (RingMember){ .epoch = 3, .released = UINT64_MAX, .held = 1ull << 62, .sleeping = 1 };
+        page = (RingMember){ .epoch = 3, .released = UINT64_MAX, .held = 1ull << 62, .sleeping = 1,
+                            .taken = UINT64_MAX };
         ring_input("read-scribbled", &page, 100, &ctl, RING_BACKPRESSURE, seats, sizeof(seats));
         ctl.mode = RING_LATEST;
         ring_input("read-latest-scribbled", &page, 100, &ctl, RING_LATEST, seats, sizeof(seats));

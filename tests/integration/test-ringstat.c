@@ -500,6 +500,54 @@ static void test_ringstat_listing_budget(void)
         h_case_end(&k);
 }
 
+/* A member page's count of frames taken, as the broker sums it: only from a page that speaks for
+ * its seat, at most the frames published since the member's first, and never going back. */
+static void test_ringstat_taken_clamped(void)
+{
+        uint64_t epoch[2];
+        uint32_t seat[2];
+        int member[2];
+        RingStat s;
+        RawRing g;
+        HCase k;
+
+        h_case_begin(&k, NULL);
+        raw_ring_create(&g, k.broker, "raw/taken", PROTO_MODE_BACKPRESSURE, 6, 2, NULL);
+        for (int i = 0; i < 2; i++)
+                member[i] = raw_join(k.broker, "raw/taken", &seat[i], &epoch[i]);
+        g.ctl->head = 100;
+        raw_seat(&g, 0, epoch[0], 11);
+        raw_seat(&g, 1, epoch[1], 11);
+        /* Seat 1's page speaks for another membership: what it says counts for nothing. */
+        g.page[1]->taken = 50;
+        raw_page_set(&g, 1, epoch[1] + 7, 100, 0);
+        g.page[0]->taken = UINT64_MAX;
+        raw_page_set(&g, 0, epoch[0], 100, 0);
+        ring_stat(k.obs, "raw/taken", &s);
+        CHECK_EQ(h_stats(k.obs, "ring_frames_taken_total"), 90); /* frames 11 to 100 */
+        /* Less than before, then as much again: nothing goes back, nothing counts twice. */
+        __atomic_store_n(&g.page[0]->taken, 3, __ATOMIC_RELAXED);
+        ring_stat(k.obs, "raw/taken", &s);
+        CHECK_EQ(h_stats(k.obs, "ring_frames_taken_total"), 90);
+        __atomic_store_n(&g.page[0]->taken, 90, __ATOMIC_RELAXED);
+        ring_stat(k.obs, "raw/taken", &s);
+        CHECK_EQ(h_stats(k.obs, "ring_frames_taken_total"), 90);
+        /* The head moves on: the page may say more, and the listing (rings) reads it too. */
+        g.ctl->head = 104;
+        __atomic_store_n(&g.page[0]->taken, 92, __ATOMIC_RELAXED);
+        {
+                gpuipc_ring_info_t items[4];
+                uint64_t cursor = 0;
+
+                CHECK_OK(k.obs, gpuipc_list_rings(k.obs, "raw/", &cursor, items, 4));
+        }
+        CHECK_EQ(h_stats(k.obs, "ring_frames_taken_total"), 92);
+        for (int i = 0; i < 2; i++)
+                close(member[i]);
+        raw_ring_free(&g);
+        h_case_end(&k);
+}
+
 /* ---- rings of the library, members in processes of their own ---- */
 
 typedef struct MemberArg {
@@ -615,10 +663,14 @@ static void test_ringstat_backpressure_members(void)
         expect_seat(&s, 0, GPUIPC_SEAT_SEATED, 13, 0);
         expect_seat(&s, 1, GPUIPC_SEAT_SEATED, 5, 8);
         CHECK(s.info.lag_known && s.info.lag == 8);
+        /* The stat just read the members' pages: 13 frames taken by one, 5 by the other. */
+        CHECK_EQ(h_stats(k.obs, "ring_frames_taken_total"), 18);
 
         h_child_tell(ks, 'x');
         h_child_wait_ok(ks, H_SOON_MS);
         WAIT_UNTIL((ring_stat(k.obs, "lag/bp", &s), s.info.taken == 1), H_SOON_MS);
+        /* A member that left takes nothing back. */
+        CHECK_EQ(h_stats(k.obs, "ring_frames_taken_total"), 18);
         h_child_tell(kf, 'x');
         h_child_wait_ok(kf, H_SOON_MS);
         h_child_free(kf);
@@ -896,6 +948,7 @@ int main(int argc, char **argv)
                 H_TEST(test_ringstat_waiting_seat),
                 H_TEST(test_ringstat_listing_pages),
                 H_TEST(test_ringstat_listing_budget),
+                H_TEST(test_ringstat_taken_clamped),
                 H_TEST(test_ringstat_backpressure_members),
                 H_TEST(test_ringstat_latest_members),
                 H_TEST(test_ringstat_scribbler_backpressure),
