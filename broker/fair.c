@@ -1,7 +1,8 @@
 /* Fair shares of the broker's time between uids and their connections: see fair.h.
  *
  * What it must never do: read a frame itself, starve a connection (every ready one reads a frame
- * within a bounded number of rounds, and in every pacing window), or leave a connection neither
+ * within a bounded number of rounds; under a limit, a light one in every pacing window and a
+ * costly one within a bounded number of windows), or leave a connection neither
  * ready, paced nor polled. */
 #include "fair.h"
 
@@ -195,20 +196,36 @@ static void window_count(Fair *s, FairEntry *e)
         }
 }
 
+/* Whether a frame of e's costs more than a connection's quantum (a listing), as its last one did. */
+static bool costly(const FairEntry *e)
+{
+        return e->last_ns > FAIR_CONN_QUANTUM_NS;
+}
+
 /* Whether e must wait for the next window: the broker has used its budget for this one, and e
  * has had its share of the time frames took in it (split evenly between the uids served in the
  * window, and a uid's part between its connections served). Shares of the frames' time rather than
  * of the budget: the loop's own work (polling, one wakeup per round) is nobody's frame, and a flood
- * that causes most of it must still count as having had everything. One that has not been served
- * in this window yet never waits: every connection reads a frame in every window. */
+ * that causes most of it must still count as having had everything.
+ *
+ * A light connection that has not been served in this window never waits: a client waiting for
+ * each reply is answered in every window. A costly one (its last frame was: a listing) waits
+ * whatever it used, or sixteen connections listing would each take a listing's time in every
+ * window, far past the budget, and the kernel's quota would stop the whole broker; they take turns
+ * at what the windows leave them, by their credit, and one is read every FAIR_COSTLY_WINDOWS
+ * windows whatever the budget says. */
 static bool over_share(Fair *s, FairEntry *e)
 {
         uint64_t used, share;
 
-        if (!s->window_budget_ns || e->window != s->window)
+        if (!s->window_budget_ns)
                 return false;
         used = s->cpu_mark - s->window_cpu_start_ns;
         if (used < s->window_budget_ns)
+                return false;
+        if (costly(e))
+                return s->window - s->costly_window < FAIR_COSTLY_WINDOWS;
+        if (e->window != s->window)
                 return false;
         share = s->window_frames_ns / MAX(s->window_uids, 1u) / MAX(e->uid->window_conns, 1u);
         return e->used_ns >= share;
@@ -247,6 +264,9 @@ static bool serve_one(Fair *s, FairEntry *e)
                 return read; /* it left while its frame was handled: nothing more to do with it */
         s->serving = NULL;
         e->used_ns += took;
+        e->last_ns = took;
+        if (costly(e))
+                s->costly_window = s->window;
         e->credit_ns -= (int64_t)took;
         /* Back to polling, frame or not: the poll tells whether more input is there, without a
          * read that finds none, and one that comes back from it owing nothing is fresh. */

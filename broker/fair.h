@@ -10,9 +10,11 @@
  *
  * Under a CPU limit (a container's quota), the broker also keeps its own use below the limit: a
  * connection that already had its share of the current pacing window waits for the next window
- * once the broker used FAIR_TARGET_PERCENT of the limit in this one. Connections that used little
- * are still served at once, so a flood is slowed down, not everyone else; and the kernel's quota,
- * which would stop the whole broker until its period ends, is never reached by a flood alone.
+ * once the broker used FAIR_TARGET_PERCENT of the limit in this one, and so does one whose last
+ * frame was costly (a listing), served in the window or not (one such frame is read every
+ * FAIR_COSTLY_WINDOWS windows whatever the budget). Connections that used little are still served at
+ * once, so a flood is slowed down, not everyone else; and the kernel's quota, which would stop the
+ * whole broker until its period ends, is never reached by a flood alone.
  *
  * Pure logic: no libuv and no sockets. The server reads frames (serve), turns a socket's polling
  * on and off (set_reading), says which sockets have input (fair_ready, level-triggered: again after
@@ -44,6 +46,9 @@
 /* What the broker means to use of its CPU limit; the rest is headroom for what no frame accounts
  * for (polling, accepting, timers) and for the peers that were light until they were served. */
 #define FAIR_TARGET_PERCENT 75
+/* Past the budget, one costly frame (a listing) is still read every this many windows: a CFS
+ * period (100 ms), so that listings next to light clients that use the whole budget still end. */
+#define FAIR_COSTLY_WINDOWS 10
 
 typedef struct FairUid FairUid;
 
@@ -60,6 +65,7 @@ typedef struct FairEntry {
         FairState state;
         uint64_t window;  /* the window used_ns counts in */
         uint64_t used_ns; /* CPU time its frames took in that window */
+        uint64_t last_ns; /* CPU time its last frame took */
         int64_t credit_ns; /* what its next frames may take of its uid's turns; below zero, owed */
         uint64_t turn;     /* the last turn it was tried in (Fair.turns) */
 } FairEntry;
@@ -89,6 +95,7 @@ typedef struct Fair {
         uint64_t window, window_start_ns, window_cpu_start_ns;
         uint64_t window_budget_ns; /* CPU time the broker means to use per window; 0: no pacing */
         uint64_t window_frames_ns; /* CPU time frames took in the current window */
+        uint64_t costly_window;    /* the last window a frame took more than a connection's quantum in */
         uint64_t cpu_mark;      /* the CPU clock as last read in this round */
         uint32_t window_uids;   /* uids served in the current window */
         uint64_t frames_total;  /* frames served */

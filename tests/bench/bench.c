@@ -55,6 +55,8 @@ static void usage(FILE *f)
                    "      --fair-quota CPUS   fairness: the broker's cgroup quota (default 250m; none: no quota run)\n"
                    "      --old-broker PATH   fairness: run every pass on this broker too (an older build)\n"
                    "      --fair-repeat N     fairness: passes of each flood per broker, as medians (default 3)\n"
+                   "      --fair-rate N       fairness: each normal client pings N times a second, its latency\n"
+                   "                          counted from when each ping was due (default 0: a closed loop)\n"
                    "      --pin same|split    latency: client and server on one CPU, or on two; ring: producer\n"
                    "                          and members (and the raw floors) on CPU 0, or members on the\n"
                    "                          others (default: wherever the scheduler puts them)\n"
@@ -121,7 +123,8 @@ static void parse_args(int argc, char **argv)
                 O_FAIR,
                 O_FAIR_QUOTA,
                 O_OLD_BROKER,
-                O_FAIR_REPEAT
+                O_FAIR_REPEAT,
+                O_FAIR_RATE
         };
         static const struct option opts[] = {
                 {"latency", no_argument, NULL, O_LAT},
@@ -146,6 +149,7 @@ static void parse_args(int argc, char **argv)
                 {"fair-quota", required_argument, NULL, O_FAIR_QUOTA},
                 {"old-broker", required_argument, NULL, O_OLD_BROKER},
                 {"fair-repeat", required_argument, NULL, O_FAIR_REPEAT},
+                {"fair-rate", required_argument, NULL, O_FAIR_RATE},
                 {},
         };
         BenchOpts *o = &bench_opts;
@@ -232,6 +236,15 @@ static void parse_args(int argc, char **argv)
                         if (o->fair_repeat < 1 || o->fair_repeat > FAIR_REPEAT_MAX)
                                 die("--fair-repeat is 1 to %d", FAIR_REPEAT_MAX);
                         break;
+                case O_FAIR_RATE: {
+                        char *end;
+
+                        errno = 0;
+                        o->fair_rate = strtoul(optarg, &end, 10);
+                        if (errno || end == optarg || *end || o->fair_rate > 1000000)
+                                die("--fair-rate is pings a second per client, 0 (a closed loop) to 1000000");
+                        break;
+                }
                 case 'h':
                         usage(stdout);
                         exit(0);

@@ -47,6 +47,7 @@ typedef struct BenchOpts {
         unsigned fair_quota_milli; /* --fair-quota: the fairness section's CPU quota; 0: none */
         const char *old_broker;   /* --old-broker: the fairness section runs on it too (NULL: not) */
         int fair_repeat;          /* --fair-repeat: the fairness section's passes, each reported as the median */
+        unsigned long fair_rate;  /* --fair-rate: pings a second per normal client; 0: a closed loop */
 } BenchOpts;
 
 extern BenchOpts bench_opts;

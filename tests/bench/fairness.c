@@ -1,4 +1,5 @@
-/* Section 9, fairness: 8 normal clients pinging in a loop (each waits for its reply), first alone,
+/* Section 9, fairness: 8 normal clients pinging in a loop (each waits for its reply; with --fair-rate,
+ * at a fixed rate, an open loop whose latency counts from when each ping was due), first alone,
  * then next to a flood: one connection pipelining pings without ever waiting, 16 connections
  * listing 2000 buffers in a loop, and (as root) 16 connections of another uid pipelining pings.
  * The normal clients' p50 and p99 with each flood are set against their own without one, measured
@@ -191,20 +192,31 @@ static bool stopped(const Shared *sh)
         return __atomic_load_n(&sh->stop, __ATOMIC_RELAXED);
 }
 
+/* A normal client pings for the pass's length: in a closed loop (each ping as soon as the last one's
+ * reply came), or with --fair-rate at a fixed rate, each ping's latency counted from when it was due,
+ * so that a client held up by the broker counts the pings it could not send in time as late, not as
+ * missing. */
 static int normal_client(void *arg)
 {
         Pass *p = arg;
         gpuipc_t *c = bench_connect(p->broker, "bench-fair-normal");
-        uint64_t end, n = 0;
+        uint64_t start, end, due, interval = bench_opts.fair_rate ? 1000000000ull / bench_opts.fair_rate : 0, n = 0;
 
         wait_start(p->sh);
-        end = monotonic_ns() + (uint64_t)(p->seconds * 1e9);
-        while (monotonic_ns() < end) {
-                uint64_t t0 = monotonic_ns();
+        start = monotonic_ns();
+        end = start + (uint64_t)(p->seconds * 1e9);
+        /* The clients' phases spread over one interval, so that they do not ping in step. */
+        due = start + interval * (uint64_t)p->idx / NORMAL_CLIENTS;
+        while (due < end) {
+                uint64_t now = monotonic_ns(), t0;
 
+                if (interval && now < due)
+                        sleep_ns(due - now);
+                t0 = interval ? due : monotonic_ns();
                 TRY(c, gpuipc_ping(c, 30000));
                 if (n < SAMPLES_MAX)
                         p->sh->lat_us[p->idx][n++] = (double)(monotonic_ns() - t0) / 1e3;
+                due = interval ? due + interval : monotonic_ns();
         }
         p->sh->n[p->idx] = n;
         gpuipc_close(c);
@@ -435,14 +447,16 @@ static double median_pair_ratio(const Subject *x, int reps, Flood f)
 
 static void report(const Subject *x, int reps, unsigned milli)
 {
-        char label[96], base[96], metric[128], throttled[64];
+        char label[96], base[96], metric[128], throttled[64], load[48] = "";
         double none_p99 = MEDIAN(x, reps, FLOOD_NONE, p99_us), none_ops = MEDIAN(x, reps, FLOOD_NONE, ops_s);
         Row *row;
 
+        if (bench_opts.fair_rate)
+                snprintf(load, sizeof(load), ", %lu pings/s each", bench_opts.fair_rate);
         if (x->quota)
-                snprintf(label, sizeof(label), "%s, %um quota", x->who, milli);
+                snprintf(label, sizeof(label), "%s, %um quota%s", x->who, milli, load);
         else
-                snprintf(label, sizeof(label), "%s, no quota", x->who);
+                snprintf(label, sizeof(label), "%s, no quota%s", x->who, load);
         snprintf(metric, sizeof(metric), "%s: p99, no flood", label);
         snprintf(throttled, sizeof(throttled), x->quota ? ", throttled %.0f periods" : "",
                  MEDIAN(x, reps, FLOOD_NONE, throttled_periods));

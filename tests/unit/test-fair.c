@@ -3,8 +3,8 @@
  * frames are paid back with skipped turns, by their uid and, within it, by their connection; a
  * client waiting for each reply goes before its uid's costly connections; under a CPU limit a
  * flood waits for the next window while light connections are still served, and resumes then;
- * connections that leave at any point (their own frame included) are forgotten; and the limit's
- * flag and cgroup files parse. */
+ * past the budget costly connections wait too and take turns; connections that leave at any point (their own frame included) are
+ * forgotten; and the limit's flag and cgroup files parse. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 #include "macro.h"
 
 #define MAX_CONNS 64
-#define MAX_LOG 4096
+#define MAX_LOG 16384
 
 typedef struct SimConn {
         FairEntry e;
@@ -336,6 +336,55 @@ static void test_pacing_under_a_limit(void)
         world_free(w);
 }
 
+/* Sixteen connections listing (1 ms a frame) and eight clients pinging once per window, one uid,
+ * under 250m: each window's CPU stays within the budget and one listing (the old rule served every
+ * lister once per window: 16 ms a window, the kernel's quota spent at once), every client is
+ * answered in every window, and every lister is still served within a bounded number of windows. */
+static void test_costly_frames_wait_past_the_budget(void)
+{
+        const uint64_t budget = 250 * FAIR_WINDOW_NS / 1000 * FAIR_TARGET_PERCENT / 100, listing = 1000000;
+        const int n_listers = 16, n_clients = 8, windows = 40;
+        World *w = world_new(250);
+        SimConn *listers[16], *clients[8];
+        int last_served[16] = {0};
+        unsigned served_before[16] = {0};
+
+        for (int i = 0; i < n_listers; i++)
+                listers[i] = conn_add(w, 1, 1000000, listing);
+        for (int i = 0; i < n_clients; i++)
+                clients[i] = conn_add(w, 1, 0, 15000);
+        for (int k = 1; k <= windows; k++) {
+                uint64_t start_cpu = w->cpu, wake;
+                unsigned pings[8];
+
+                for (int i = 0; i < n_clients; i++) {
+                        pings[i] = count_of(w, clients[i]->id);
+                        clients[i]->pending = 1;
+                        if (clients[i]->reading)
+                                fair_ready(&w->fair, &clients[i]->e);
+                }
+                while (fair_busy(&w->fair))
+                        world_run(w);
+                /* (A frame's cost is known once it was read: the first window reads every lister.) */
+                CHECK(k == 1 || w->cpu - start_cpu <= budget + listing + n_clients * clients[0]->cost_ns);
+                for (int i = 0; i < n_clients; i++)
+                        CHECK_EQ(count_of(w, clients[i]->id), pings[i] + 1);
+                for (int i = 0; i < n_listers; i++) {
+                        unsigned n = count_of(w, listers[i]->id);
+
+                        if (n != served_before[i])
+                                last_served[i] = k;
+                        served_before[i] = n;
+                        /* Two listings fit a window's budget: sixteen take turns in eight windows. */
+                        CHECK(k - last_served[i] <= n_listers / 2);
+                }
+                wake = fair_wakeup_ns(&w->fair);
+                CHECK(wake != UINT64_MAX);
+                w->now = MAX(w->now, wake);
+        }
+        world_free(w);
+}
+
 /* Without a limit nobody is ever paced. */
 static void test_no_limit_no_pacing(void)
 {
@@ -447,6 +496,7 @@ int main(int argc, char **argv)
         TEST_RUN(argc, argv, test_waiting_client_goes_first);
         TEST_RUN(argc, argv, test_idle);
         TEST_RUN(argc, argv, test_pacing_under_a_limit);
+        TEST_RUN(argc, argv, test_costly_frames_wait_past_the_budget);
         TEST_RUN(argc, argv, test_no_limit_no_pacing);
         TEST_RUN(argc, argv, test_leaving_anywhere);
         TEST_RUN(argc, argv, test_parse_cpu_limit);
