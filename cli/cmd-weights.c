@@ -139,11 +139,22 @@ static int check_room(Ctl *ctl, const LoadArgs *a, const Checkpoint *ck)
                          ck->size, want, a->device, free_b, have, all);
 }
 
+/* When each step around the load ended (monotonic_ns): a fresh process pays CUDA's start and the
+ * allocation before the load, which its rate does not show. */
+typedef struct LoadTimes {
+        uint64_t start, connected, allocated, published;
+} LoadTimes;
+
 /* The summary: total time and rate, and how it split between reading the files and waiting for the
- * device's copies, which says whether the disk or the GPU set the pace. */
+ * device's copies, which says whether the disk or the GPU set the pace; and what came before and
+ * after the load (connecting, with CUDA's start for the CUDA kinds; allocating; the manifest and the
+ * publish). */
 static void print_loaded(Ctl *ctl, const LoadArgs *a, const Checkpoint *ck, const gpuipc_buffer_t *b,
-                         const gpuipc_load_stats_t *st)
+                         const gpuipc_load_stats_t *st, const LoadTimes *t)
 {
+        double connect_s = (double)(t->connected - t->start) / 1e9;
+        double alloc_s = (double)(t->allocated - t->connected) / 1e9;
+        double publish_s = (double)(t->published - t->allocated - st->total_ns) / 1e9;
         double s = (double)st->total_ns / 1e9, read_s = (double)st->read_ns / 1e9;
         double gbps = s > 0 ? (double)st->bytes / s / 1e9 : 0;
         double read_gbps = read_s > 0 ? (double)st->bytes / read_s / 1e9 : 0;
@@ -171,6 +182,12 @@ static void print_loaded(Ctl *ctl, const LoadArgs *a, const Checkpoint *ck, cons
                 json_double(&o, read_s);
                 json_key(&o, "copy_wait_seconds");
                 json_double(&o, (double)st->copy_wait_ns / 1e9);
+                json_key(&o, "connect_seconds");
+                json_double(&o, connect_s);
+                json_key(&o, "alloc_seconds");
+                json_double(&o, alloc_s);
+                json_key(&o, "publish_seconds");
+                json_double(&o, publish_s);
                 json_end(&o, '}');
                 putchar('\n');
         } else {
@@ -179,9 +196,10 @@ static void print_loaded(Ctl *ctl, const LoadArgs *a, const Checkpoint *ck, cons
                 printf("loaded ");
                 text_safe(stdout, a->name);
                 printf(": %zu tensors from %zu file%s, %" PRIu64 " bytes (%s) in %.3f s: %.2f GB/s (reading %.3f s, "
-                       "%.2f GB/s; waiting for the device's copies %.3f s)\n", ck->n, ck->n_files,
+                       "%.2f GB/s; waiting for the device's copies %.3f s); before it connecting %.3f s and "
+                       "allocating %.3f s, after it publishing %.3f s\n", ck->n, ck->n_files,
                        ck->n_files == 1 ? "" : "s", st->bytes, size, s, gbps, read_s, read_gbps,
-                       (double)st->copy_wait_ns / 1e9);
+                       (double)st->copy_wait_ns / 1e9, connect_s, alloc_s, publish_s);
                 printf("published name=");
                 text_safe(stdout, a->name);
                 printf(" buffer=%" PRIu64 " generation=%" PRIu64 " kind=%s size=%zu%s%s broker-held\n",
@@ -201,6 +219,7 @@ static int load_and_publish(Ctl *ctl, const LoadArgs *a, gpuipc_buffer_t **ret_b
         gpuipc_publish_options_t po = { .struct_size = sizeof(po), .broker_held = 1 };
         gpuipc_load_options_t lo = { .struct_size = sizeof(lo), .chunk_size = (size_t)a->chunk };
         Progress prog = { .name = a->name };
+        LoadTimes t = { .start = monotonic_ns() };
         gpuipc_load_stats_t st;
         gpuipc_file_range_t *ranges = NULL;
         Checkpoint *ck = NULL;
@@ -220,6 +239,7 @@ static int load_and_publish(Ctl *ctl, const LoadArgs *a, gpuipc_buffer_t **ret_b
                 r = check_room(ctl, a, ck);
         if (r)
                 goto out;
+        t.connected = monotonic_ns();
         ranges = checkpoint_ranges(ck);
         po.meta = meta;
         po.meta_len = checkpoint_meta(ck, meta, sizeof(meta));
@@ -234,6 +254,7 @@ static int load_and_publish(Ctl *ctl, const LoadArgs *a, gpuipc_buffer_t **ret_b
                 b = NULL;
                 goto out;
         }
+        t.allocated = monotonic_ns();
         /* A terminal only: redrawn with '\r', the line would fill a log file with hundreds of
          * copies. */
         if (isatty(STDERR_FILENO)) {
@@ -261,7 +282,8 @@ static int load_and_publish(Ctl *ctl, const LoadArgs *a, gpuipc_buffer_t **ret_b
                 r = ctl_fail(ctl, "publish", r);
                 goto out;
         }
-        print_loaded(ctl, a, ck, b, &st);
+        t.published = monotonic_ns();
+        print_loaded(ctl, a, ck, b, &st, &t);
         *ret_b = b;
         b = NULL;
 out:

@@ -945,6 +945,9 @@ def case_weights(tmp):
             check(r.rc == 0, "weights load --kind %s: %s" % (kind, r))
             doc = json.loads(r.out)
             check(doc["tensors"] == 5 and doc["bytes"] == 3 << 20 and doc["kind"] == kind, r.out)
+            # the steps around the load: each a time, none of them counted twice
+            steps = [doc[k] for k in ("connect_seconds", "alloc_seconds", "publish_seconds", "seconds")]
+            check(all(isinstance(x, (int, float)) and 0 <= x < 60 for x in steps), r.out)
             r = ctl(b.sock, "--json", "attach", "w/" + kind, "--verify", "counter")
             doc = json.loads(r.out)
             check(doc.get("differs_at") == 3 << 20, "the data is not the file's: %s" % r)
