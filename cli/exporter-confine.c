@@ -98,10 +98,9 @@ static int landlock_nothing(const char **why)
 
 #include "gpuipcctl-metrics-allow.h"
 
-/* libseccomp is loaded when the exporter confines itself, not linked: gpuipcctl ships in the client
- * image for application containers, which need libc alone for every other command. */
-/* libseccomp's calls, resolved at run time like libmicrohttpd's (http.c): gpuipcctl's other commands
- * run without libseccomp installed. */
+/* libseccomp is loaded when the exporter confines itself, not linked, its calls resolved at run time
+ * like libmicrohttpd's (http.c): gpuipcctl ships in the client image for application containers,
+ * whose other commands need libc alone. */
 static struct {
         scmp_filter_ctx (*init)(uint32_t def_action);
         void (*release)(scmp_filter_ctx ctx);

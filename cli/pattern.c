@@ -6,7 +6,9 @@
 #include <string.h>
 
 /* strtoul's base 0 accepts 0x.. and 0.. too (byte:0xff); *end must be the string's end so that a
- * typo such as byte:25x is refused rather than read as 25. */
+ * typo such as byte:25x is refused rather than read as 25. strtoul also takes a sign (-1 wraps to the
+ * largest value) and saturates past its range with ERANGE: both are refused, not read as another
+ * seed. */
 int pattern_parse(const char *s, Pattern *ret)
 {
         char *end;
@@ -16,15 +18,21 @@ int pattern_parse(const char *s, Pattern *ret)
                 return 0;
         }
         if (strncmp(s, "byte:", 5) == 0) {
-                unsigned long v = strtoul(s + 5, &end, 0);
-                if (end == s + 5 || *end || v > 255)
+                unsigned long v;
+
+                errno = 0;
+                v = strtoul(s + 5, &end, 0);
+                if (end == s + 5 || *end || errno || s[5] == '-' || v > 255)
                         return -EINVAL;
                 *ret = (Pattern){ PATTERN_BYTE, v };
                 return 0;
         }
         if (strncmp(s, "random:", 7) == 0) {
-                unsigned long long v = strtoull(s + 7, &end, 0);
-                if (end == s + 7 || *end)
+                unsigned long long v;
+
+                errno = 0;
+                v = strtoull(s + 7, &end, 0);
+                if (end == s + 7 || *end || errno || s[7] == '-')
                         return -EINVAL;
                 *ret = (Pattern){ PATTERN_RANDOM, v };
                 return 0;
