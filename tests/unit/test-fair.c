@@ -3,8 +3,8 @@
  * frames are paid back with skipped turns, by their uid and, within it, by their connection; a
  * client waiting for each reply goes before its uid's costly connections; under a CPU limit a
  * flood waits for the next window while light connections are still served, and resumes then;
- * past the budget costly connections wait too and take turns; connections that leave at any point (their own frame included) are
- * forgotten; and the limit's flag and cgroup files parse. */
+ * past the budget costly connections wait too and take turns; connections that leave at any
+ * point (their own frame included) are forgotten; and the limit's flag and cgroup files parse. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
