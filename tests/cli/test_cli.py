@@ -626,6 +626,11 @@ def case_run_signals(tmp):
     if not unshare_pid_usable():
         print("skip: unshare --pid is not permitted here")
         sys.exit(SKIP)
+    # A signal ignored when the command starts stays ignored through exec, and a shell cannot trap
+    # it (POSIX): under nohup (SIGHUP ignored) the command would never say got-hup. The test starts
+    # the command with the dispositions a container's first process has.
+    for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
     sock = os.path.join(tmp, "absent.sock")
     script = ('trap "echo got-hup" HUP; trap "echo got-usr1" USR1; trap "echo got-term; exit 5" TERM; '
               'echo ready; while :; do sleep 0.05; done')
