@@ -111,8 +111,12 @@ static bool get(int fd, void *p, size_t n)
         while (done < n) {
                 ssize_t k = read(fd, (char *)p + done, n - done);
 
-                if (k <= 0)
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0) {
+                        fprintf(stderr, "(pid %d here) read: %s\n", (int)getpid(), k ? strerror(errno) : "end of file");
                         return false;
+                }
                 done += (size_t)k;
         }
         return true;
@@ -173,8 +177,12 @@ static int as_pid(int want, Body body, Pair *p)
         if (c == 0) {
                 int r;
 
-                if (getpid() < want)
-                        _exit(as_pid(want, body, p));
+                if (getpid() < want) {
+                        r = as_pid(want, body, p);
+                        if (r)
+                                fprintf(stderr, "(pid %d here) PID %d exited %d\n", (int)getpid(), want, r);
+                        _exit(r);
+                }
                 if (getpid() != want)
                         _exit(2);
                 signal(SIGALRM, on_alarm); /* PID 1 ignores a signal it has no handler for */

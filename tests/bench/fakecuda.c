@@ -478,11 +478,15 @@ static void serve_one(int conn)
                 close(fd);
 }
 
+/* Set by the server thread once it runs its own code (see server_start). */
+static int server_running;
+
 /* Detached, with every signal blocked: it neither keeps the process alive nor takes its signals. */
 static void *server_main(void *arg)
 {
         int lfd = (int)(intptr_t)arg;
 
+        __atomic_store_n(&server_running, 1, __ATOMIC_SEQ_CST);
         for (;;) {
                 int conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 
@@ -516,6 +520,7 @@ static void fork_child(void)
                 close(server_fd);
         server_fd = -1;
         server_pid = 0;
+        server_running = 0; /* the thread stayed in the parent */
         pthread_mutex_unlock(&server_lock);
         events_disown();
 }
@@ -557,6 +562,12 @@ static Res server_start(void)
                 close(fd);
                 return E_UNKNOWN;
         }
+        /* Back only once the thread runs: a new thread's start-up under AddressSanitizer takes the
+         * allocator's locks, and a process that forks meanwhile (the tests make containers right
+         * after their first handle) hands its child a lock that no thread of the child will ever
+         * release: the child's next malloc hung (seen in 1 of 10-20 runs of fakecuda-ipc). */
+        while (!__atomic_load_n(&server_running, __ATOMIC_SEQ_CST))
+                usleep(50);
         server_fd = fd;
         server_token = token;
         server_pid = getpid();
