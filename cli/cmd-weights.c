@@ -174,20 +174,13 @@ static void print_loaded(Ctl *ctl, const LoadArgs *a, const Checkpoint *ck, cons
                 json_ku64(&o, "tensors", ck->n);
                 json_ku64(&o, "bytes", st->bytes);
                 json_ku64(&o, "size", ck->size);
-                json_key(&o, "seconds");
-                json_double(&o, s);
-                json_key(&o, "gb_per_s");
-                json_double(&o, gbps);
-                json_key(&o, "read_seconds");
-                json_double(&o, read_s);
-                json_key(&o, "copy_wait_seconds");
-                json_double(&o, (double)st->copy_wait_ns / 1e9);
-                json_key(&o, "connect_seconds");
-                json_double(&o, connect_s);
-                json_key(&o, "alloc_seconds");
-                json_double(&o, alloc_s);
-                json_key(&o, "publish_seconds");
-                json_double(&o, publish_s);
+                json_kdouble(&o, "seconds", s);
+                json_kdouble(&o, "gb_per_s", gbps);
+                json_kdouble(&o, "read_seconds", read_s);
+                json_kdouble(&o, "copy_wait_seconds", (double)st->copy_wait_ns / 1e9);
+                json_kdouble(&o, "connect_seconds", connect_s);
+                json_kdouble(&o, "alloc_seconds", alloc_s);
+                json_kdouble(&o, "publish_seconds", publish_s);
                 json_end(&o, '}');
                 putchar('\n');
         } else {

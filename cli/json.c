@@ -134,3 +134,9 @@ void json_kbool(Json *j, const char *key, bool v)
         json_key(j, key);
         json_bool(j, v);
 }
+
+void json_kdouble(Json *j, const char *key, double v)
+{
+        json_key(j, key);
+        json_double(j, v);
+}

@@ -27,6 +27,7 @@ void json_bool(Json *j, bool v);
 void json_kstr(Json *j, const char *key, const char *s);
 void json_ku64(Json *j, const char *key, uint64_t v);
 void json_kbool(Json *j, const char *key, bool v);
+void json_kdouble(Json *j, const char *key, double v);
 /* A number, or null when it is not known. */
 void json_ku64_or_null(Json *j, const char *key, bool known, uint64_t v);
 /* A string, or null for "" (what has none, such as a memfd buffer's device, is null, not ""). */
