@@ -5,34 +5,39 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* strtoul's base 0 accepts 0x.. and 0.. too (byte:0xff); *end must be the string's end so that a
- * typo such as byte:25x is refused rather than read as 25. strtoul also takes a sign (-1 wraps to the
- * largest value) and saturates past its range with ERANGE: both are refused, not read as another
- * seed. */
+/* A whole number of s up to max. strtoull's base 0 accepts 0x.. and 0.. too (byte:0xff); *end must
+ * be the string's end so that a typo such as byte:25x is refused rather than read as 25. strtoull
+ * also takes a sign, after blanks too (-1 wraps to the largest value), and saturates past its range
+ * with ERANGE: both are refused, not read as another number. */
+static int parse_number(const char *s, uint64_t max, uint64_t *ret)
+{
+        unsigned long long v;
+        char *end;
+
+        errno = 0;
+        v = strtoull(s, &end, 0);
+        if (end == s || *end || errno || memchr(s, '-', (size_t)(end - s)) || v > max)
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
 int pattern_parse(const char *s, Pattern *ret)
 {
-        char *end;
+        uint64_t v;
 
         if (strcmp(s, "counter") == 0) {
                 *ret = (Pattern){ PATTERN_COUNTER, 0 };
                 return 0;
         }
         if (strncmp(s, "byte:", 5) == 0) {
-                unsigned long v;
-
-                errno = 0;
-                v = strtoul(s + 5, &end, 0);
-                if (end == s + 5 || *end || errno || s[5] == '-' || v > 255)
+                if (parse_number(s + 5, 255, &v) < 0)
                         return -EINVAL;
                 *ret = (Pattern){ PATTERN_BYTE, v };
                 return 0;
         }
         if (strncmp(s, "random:", 7) == 0) {
-                unsigned long long v;
-
-                errno = 0;
-                v = strtoull(s + 7, &end, 0);
-                if (end == s + 7 || *end || errno || s[7] == '-')
+                if (parse_number(s + 7, UINT64_MAX, &v) < 0)
                         return -EINVAL;
                 *ret = (Pattern){ PATTERN_RANDOM, v };
                 return 0;

@@ -668,6 +668,7 @@ def case_bad_values(tmp):
         (["publish", "v", "--size", "1K", "--fill", "random:18446744073709551616"],
          "--fill 'random:18446744073709551616'"),
         (["publish", "v", "--size", "1K", "--fill", "random:-1"], "--fill 'random:-1'"),
+        (["publish", "v", "--size", "1K", "--fill", "random: -1"], "--fill 'random: -1'"),
         (["publish", "v", "--size", "1K", "--fill", "byte:-1"], "--fill 'byte:-1'"),
         (["group", "g", "--members", "0"], "--members '0'"),
         (["group", "g", "--members", "4097"], "--members '4097'"),
