@@ -747,9 +747,9 @@ class Bench:
                     results['safetensors'].append(self.engine('safetensors'))
                     local.append(self.engine('local'))
         if local:
-            self.local_ms = statistics.median([(r['t']['weights'] - r['t']['attach']) * 1000 for r in local])
-            self.row('c', 'floor: load_state_dict of local tensors', [(r['t']['weights'] - r['t']['attach']) * 1000
-                                                                     for r in local], 'ms',
+            loads = [(r['t']['weights'] - r['t']['attach']) * 1000 for r in local]
+            self.local_ms = statistics.median(loads)
+            self.row('c', 'floor: load_state_dict of local tensors', loads, 'ms',
                      'the same load_state_dict(assign=True), first in a fresh process, of tensors already on the '
                      'GPU: no IPC')
         for source, runs in results.items():
