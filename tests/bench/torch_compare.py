@@ -21,12 +21,17 @@ module, on one machine with a GPU. Part of `gpuipc-bench --gpu`, which passes th
     the producer's device, each consumer synchronizes its stream before it releases.
 (e) the floor of (c) and (d): the ring loop's own torch operations (one producer's fill and one
     consumer's check, for (d) with the same synchronizations) on local tensors in one process, no
-    IPC; consumers run side by side, so it is the floor for any number of them. The Python ring
-    rows are judged against the larger of this floor and the C stream ring (gpu-ring.c, the same
-    run, passed in with --c-ring): at most 1.5x. Every process runs its loop's operations once
-    before the timed part (their first use loads the kernels).
+    IPC; consumers run side by side, so it is the floor for any number of them.
+(f) the floor of (d) between processes: the same torch operations and synchronizations in a
+    producer and N consumer processes that share the slots through torch's CUDA IPC (once, before
+    the timed part) and hand each frame over through counters in shared memory the waiting side
+    spins on; no gpuipc, no system call. It pays what (e) cannot: each synchronization waits for the
+    GPU to run that process's context, and without MPS the GPU time-slices between contexts.
+The Python ring rows are judged against the largest of (e), the C stream ring (gpu-ring.c, the
+same run, passed in with --c-ring) and, for the host ring, (f): at most 1.5x. Every process runs its
+loop's operations once before the timed part (their first use loads the kernels).
 
---rings-only runs (c)-(e) and torch's ring of (b), with --suffix appended to every metric (the
+--rings-only runs (c)-(f) and torch's ring of (b), with --suffix appended to every metric (the
 MPS pass of gpuipc-bench). Prints a table, and with --tsv writes the rows for gpuipc-bench
 (metric, value, unit, baseline, baseline value, target, note; ratio = value / baseline). Exit
 status 77 when torch or a GPU is missing, 1 when a measurement failed (the others are still
@@ -188,6 +193,25 @@ def gpuipc_host_ring_consumer(idx, sock, iters, ready, dev, results):
     results.put((idx, now_us(), int(bad.item()), first, last))
     ring.close()
     c.close()
+
+
+def handover_floor_consumer(idx, slots, published, done, ready, dev, results):
+    """A consumer of handover_floor: spins until frame i is published, checks it in its stream, waits
+    for its stream (the host ring's release does), and says it is done with the frame."""
+    torch = cuda_init(dev)
+    warm_ring_ops(torch, dev)
+    s = torch.cuda.Stream(device=dev)
+    bad = torch.zeros(1, dtype=torch.int64, device=f'cuda:{dev}')
+    iters = published[1]
+    ready.put(idx)
+    with torch.cuda.stream(s):
+        for i in range(iters):
+            while published[0] <= i:
+                pass
+            bad += (slots[i % RING_SLOTS][0] != fill_value(i)).to(torch.int64)
+            s.synchronize()
+            done[idx] = i + 1
+    results.put((idx, now_us(), int(bad.item())))
 
 
 # ---- producers ----
@@ -429,6 +453,43 @@ def ring_floor(iters, nbytes, dev, mode):
     return elapsed / iters
 
 
+def handover_floor(ctx, n, iters, nbytes, dev):
+    """Microseconds per frame of the host ring's hand-over with nothing of gpuipc in it: the same
+    torch operations and synchronizations as (d) (the producer fills a slot and synchronizes its
+    device, each consumer checks the frame in its stream and synchronizes it), in separate processes
+    that share the 8 slots through torch's CUDA IPC (once, before the timed part) and hand frames over
+    through counters in shared memory that the waiting side spins on: no broker, no system call, no
+    sleep. Unlike ring_floor it pays what a hand-over between processes costs on the GPU itself (each
+    synchronization waits for the GPU to run that process's context; without MPS the GPU time-slices
+    between contexts), so no host-synchronized ring between processes can beat it."""
+    import torch
+    warm_ring_ops(torch, dev)
+    slots = [torch.empty(nbytes, dtype=torch.uint8, device=f'cuda:{dev}') for _ in range(RING_SLOTS)]
+    torch.cuda.synchronize()
+    published = ctx.RawArray('q', 2)  # [0]: frames published; [1]: frames in the run
+    published[1] = iters
+    done = ctx.RawArray('q', n)  # frames each consumer is done with
+    ready, results = ctx.Queue(), ctx.Queue()
+    procs = start(ctx, handover_floor_consumer, [(i, slots, published, done, ready, dev, results) for i in range(n)])
+    for _ in range(n):
+        ready.get(timeout=120)
+    t0 = now_us()
+    for i in range(iters):
+        for j in range(n):  # slot i % 8 last held frame i - 8: every consumer done with it
+            while done[j] < i - RING_SLOTS + 1:
+                pass
+        slots[i % RING_SLOTS].fill_(fill_value(i))
+        torch.cuda.synchronize()
+        published[0] = i + 1
+    got = [results.get(timeout=120) for _ in range(n)]
+    elapsed = max(r[1] for r in got) - t0
+    join(procs)
+    bad = sum(r[2] for r in got)
+    if bad:
+        raise RuntimeError(f'hand-over floor: consumers read {bad} stale or wrong values')
+    return elapsed / iters
+
+
 def c_ring_of(spec):
     """--c-ring '1=49.6,8=232' -> {1: 49.6, 8: 232.0}"""
     out = {}
@@ -438,15 +499,20 @@ def c_ring_of(spec):
     return out
 
 
-def python_ring_rows(rows, n, mode, per_frame, floor, c_ring, torch_ring, suffix, mps):
-    """The Python ring's row against the larger of its floor and the C stream ring, and against torch."""
+def python_ring_rows(rows, n, mode, per_frame, floor, c_ring, handover, torch_ring, suffix, mps):
+    """The Python ring's row against the largest of its floors (the loop's torch ops in one process,
+    the C stream ring, and for the host ring the same hand-over between processes without gpuipc),
+    and against torch."""
     base, base_name = floor, f'floor ({mode} loop, local)'
-    if c_ring is not None and c_ring > floor:
+    if c_ring is not None and c_ring > base:
         base, base_name = c_ring, 'C stream ring'
+    if handover is not None and handover > base:
+        base, base_name = handover, 'floor (hand-over between processes)'
     c_text = f'{c_ring:.1f}' if c_ring is not None else 'not measured'
+    h_text = f', hand-over between processes {handover:.1f} us' if handover is not None else ''
     rows.append((f'Python ring ({mode}), 8 x 16 MiB to {n} consumer(s), per frame{suffix}', per_frame, 'us',
                  base_name, base, 'ratio<=1.5',
-                 f'floor {floor:.1f} us, C stream ring {c_text} us; every frame checked on the GPU'))
+                 f'floor {floor:.1f} us, C stream ring {c_text} us{h_text}; every frame checked on the GPU'))
     if torch_ring:
         target = '' if not mps or mode != 'stream' else f'ratio<={0.2 if n == 1 else 0.1}'
         rows.append((f'Python ring ({mode}) to {n} consumer(s) vs torch queues{suffix}', per_frame, 'us',
@@ -564,9 +630,16 @@ def main():
                                      'us', '', float('nan'), '',
                                      'one process, no IPC: a producer\'s fill and a consumer\'s check per frame' +
                                      (', with the hand-over\'s synchronizations' if mode == 'host' else '')))
+                    handover = None
+                    if mode == 'host':
+                        handover = handover_floor(ctx, n, iters, args.ring_mib << 20, args.device)
+                        rows.append((f'floor: the host ring\'s hand-over between processes, {n} consumer(s){args.suffix}',
+                                     handover, 'us', '', float('nan'), '',
+                                     'the same torch ops and synchronizations, slots shared once through torch, '
+                                     'frames handed over by spinning on shared counters: no gpuipc'))
                     per_frame = run(ctx, n, iters, args.ring_mib << 20, args.device, broker.sock) / iters
-                    python_ring_rows(rows, n, mode, per_frame, floors[mode], c_ring.get(n), rt / iters if rt else None,
-                                     args.suffix, mps)
+                    python_ring_rows(rows, n, mode, per_frame, floors[mode], c_ring.get(n), handover,
+                                     rt / iters if rt else None, args.suffix, mps)
                     if rg and mode == 'stream':
                         rows.append((f'stream ring of 8 tensors x {iters} to {n} consumer(s) vs publish/attach',
                                      per_frame, 'us', 'gpuipc publish/attach ring', rg / iters, '',

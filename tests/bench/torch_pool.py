@@ -87,20 +87,24 @@ def share_consumer(idx, sock, cmds, results, ready, dev, relayed):
             break
         if item[0] == 'floor':
             trial, want = (int(x) for x in relayed.recv_bytes().split())
+            woke = now_us()
             int(held[0].item())  # the read every other variant does, of memory mapped long ago
-            results.put((trial, idx, now_us(), want))
+            results.put((trial, idx, now_us(), want, (woke, woke)))
             continue
         if item[0] == 'torch':
             _, trial, t = item
+            woke = now_us()
             v = int(t[0].item())
-            results.put((trial, idx, now_us(), v))
+            results.put((trial, idx, now_us(), v, (woke, woke)))
             del t, item
             continue
         _, trial, name = item
         a = c.attach(name, timeout_ms=120000)
+        attached = now_us()
         t = a.torch()
+        viewed = now_us()
         v = int(t[0].item())
-        results.put((trial, idx, now_us(), v))
+        results.put((trial, idx, now_us(), v, (attached, viewed)))
         del t
         a.release()
     c.close()
@@ -119,11 +123,26 @@ def share_relay(inbox, outs):
 
 
 def gather(results, n, trial, want):
+    """The time the last of n consumers read its value, and that consumer's phase stamps: when its
+    wait returned (attach, a queue or the relay's pipe) and when it had a tensor to read."""
     got = [results.get(timeout=120) for _ in range(n)]
-    for tr, idx, ts, v in got:
+    for tr, idx, ts, v, _ in got:
         if tr != trial or v != want:
             raise RuntimeError(f'consumer {idx} saw trial {tr} value {v}, expected trial {trial} value {want}')
-    return max(ts for _, _, ts, _ in got)
+    last = max(got, key=lambda r: r[2])
+    return last[2], last[4]
+
+
+def print_share_phases(variant, n, phases):
+    """Where a share's time went, medians over the warm trials, for the consumer that read last: the
+    producer's hand-over call, the consumer's wait returning (attach, its queue or its pipe), making
+    the tensor (a.torch(); nothing for the others) and reading one element."""
+    if not phases:
+        return
+    med = [statistics.median(p[i] for p in phases) for i in range(4)]
+    print(f'share phases, {variant}, {n} consumer(s), us from the hand-over (medians of {len(phases)}): '
+          f'producer\'s call returned {med[0]:.0f}, last consumer woke {med[1]:.0f}, made its tensor +{med[2]:.0f}, '
+          f'read it +{med[3]:.0f}', flush=True)
 
 
 def share_section(ctx, sock, dev, trials, nbytes, counts):
@@ -148,7 +167,7 @@ def share_section(ctx, sock, dev, trials, nbytes, counts):
     try:
         for n in counts:
             for variant in ('torch', 'floor', 'pool', 'share'):
-                times, pubs = [], []
+                times, pubs, phases = [], [], []
                 for trial in range(trials + 1):  # trial 0: the first share (queues' threads, first mapping)
                     if variant == 'pool':
                         with pool:
@@ -176,10 +195,11 @@ def share_section(ctx, sock, dev, trials, nbytes, counts):
                     else:
                         held = c.share(t, name, retire_after=n)
                     t1 = now_us()
-                    last = gather(results, n, trial, fill_value(trial))
+                    last, (woke, viewed) = gather(results, n, trial, fill_value(trial))
                     if trial:
                         times.append(last - t0)
                         pubs.append(t1 - t0)
+                        phases.append((t1 - t0, woke - t0, viewed - woke, last - viewed))
                     else:
                         cold[(variant, n)] = last - t0
                     if variant in ('pool', 'share'):
@@ -187,6 +207,7 @@ def share_section(ctx, sock, dev, trials, nbytes, counts):
                     del t, held
                 out[(variant, n)] = times
                 publish_us[(variant, n)] = pubs
+                print_share_phases(variant, n, phases)
         st = pool.stats()
     finally:
         for q in cmds:
