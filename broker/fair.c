@@ -25,6 +25,7 @@ struct FairUid {
         uint64_t round;    /* the last round it had a turn in */
         uint64_t window;   /* the window window_conns counts in */
         uint32_t window_conns; /* its connections served in that window */
+        uint32_t prev_window_conns; /* and in the window before it */
 };
 
 static uint64_t cpu_now(const Fair *s)
@@ -157,19 +158,36 @@ uint64_t fair_wakeup_ns(const Fair *s)
         return list_empty(&s->paced) ? UINT64_MAX : s->window_start_ns + FAIR_WINDOW_NS;
 }
 
+/* What the broker owes after a window: what it used beyond the budget of the time that passed
+ * (a window that lasted longer, the loop idle part of it, was allowed more), added to what it owed
+ * before. Frames of light connections, read past the budget, are what makes it owe; the windows
+ * after it pay it back by pacing the others earlier, so that the broker's use over a CFS period
+ * stays at the budget however many light frames come late in each window. At most half a budget,
+ * so that connections paced for their share still have half of every window. */
+static uint64_t debt_after(const Fair *s, uint64_t elapsed_ns, uint64_t used_ns)
+{
+        uint64_t allowed = s->window_budget_ns * MIN(elapsed_ns, 4 * FAIR_WINDOW_NS) / FAIR_WINDOW_NS;
+        uint64_t owed = s->debt_ns + used_ns;
+
+        return owed > allowed ? MIN(owed - allowed, s->window_budget_ns / 2) : 0;
+}
+
 /* A new window once the last one is over: nobody has used anything in it, and the paced
  * connections are ready again (they had input when they were paced, and nobody read it since). */
 static void window_roll(Fair *s)
 {
-        uint64_t now = s->cfg.now_ns(s->cfg.userdata);
+        uint64_t now = s->cfg.now_ns(s->cfg.userdata), cpu;
 
         if (now - s->window_start_ns < FAIR_WINDOW_NS)
                 return;
+        cpu = cpu_now(s);
+        if (s->window_budget_ns)
+                s->debt_ns = debt_after(s, now - s->window_start_ns, cpu - s->window_cpu_start_ns);
         s->window++;
         s->window_start_ns = now;
-        s->window_cpu_start_ns = cpu_now(s);
+        s->window_cpu_start_ns = cpu;
+        s->prev_window_uids = s->window_uids;
         s->window_uids = 0;
-        s->window_frames_ns = 0;
         while (!list_empty(&s->paced)) {
                 FairEntry *e = list_entry(s->paced.next, FairEntry, link);
 
@@ -185,15 +203,41 @@ static void window_count(Fair *s, FairEntry *e)
         FairUid *u = e->uid;
 
         if (u->window != s->window) {
+                u->prev_window_conns = u->window + 1 == s->window ? u->window_conns : 0;
                 u->window = s->window;
                 u->window_conns = 0;
                 s->window_uids++;
         }
         if (e->window != s->window) {
+                e->prev_used_ns = e->window + 1 == s->window ? e->used_ns : 0;
                 e->window = s->window;
                 e->used_ns = 0;
                 u->window_conns++;
         }
+}
+
+/* CPU time e's frames took in this window and the one before, and in how many windows of those two
+ * it was served or is now. */
+static uint64_t recent_use(const Fair *s, const FairEntry *e, unsigned *ret_windows)
+{
+        uint64_t before = e->window == s->window ? e->prev_used_ns : e->window + 1 == s->window ? e->used_ns : 0;
+
+        *ret_windows = before ? 2 : 1;
+        return before + (e->window == s->window ? e->used_ns : 0);
+}
+
+/* e's share of that many windows' budget: split evenly between the uids served in this window (e's
+ * counted) or the one before, whichever were more, and the uid's part between its connections
+ * the same way. */
+static uint64_t recent_share(const Fair *s, const FairEntry *e, unsigned windows)
+{
+        const FairUid *u = e->uid;
+        bool uid_now = u->window == s->window;
+        uint32_t uids = MAX(s->window_uids + !uid_now, s->prev_window_uids);
+        uint32_t conns_before = uid_now ? u->prev_window_conns : u->window + 1 == s->window ? u->window_conns : 0;
+        uint32_t conns = MAX((uid_now ? u->window_conns : 0) + (e->window != s->window), conns_before);
+
+        return windows * s->window_budget_ns / MAX(uids, 1u) / MAX(conns, 1u);
 }
 
 /* Whether a frame of e's costs more than a connection's quantum (a listing), as its last one did. */
@@ -202,33 +246,31 @@ static bool costly(const FairEntry *e)
         return e->last_ns > FAIR_CONN_QUANTUM_NS;
 }
 
-/* Whether e must wait for the next window: the broker has used its budget for this one, and e
- * has had its share of the time frames took in it (split evenly between the uids served in the
- * window, and a uid's part between its connections served). Shares of the frames' time rather than
- * of the budget: the loop's own work (polling, one wakeup per round) is nobody's frame, and a flood
- * that causes most of it must still count as having had everything.
+/* Whether e must wait for the next window: the broker has used this window's budget (less what it
+ * owes from the windows before), and e is not light: its frames took at least its share of the
+ * budget over this window and the one before (or this one, if it was not served in that). A light connection (a client pinging now and then)
+ * is served whenever it asks, in any window and as often as it stays under its share, so a flood
+ * slows down only itself; its frames, read past the budget, become the broker's debt, which the
+ * next windows take out of the flood's part. Together the light ones take at most the budget
+ * (their shares add up to it), so the broker stays at its budget over a CFS period.
  *
- * A light connection that has not been served in this window never waits: a client waiting for
- * each reply is answered in every window. A costly one (its last frame was: a listing) waits
- * whatever it used, or sixteen connections listing would each take a listing's time in every
- * window, far past the budget, and the kernel's quota would stop the whole broker; they take turns
- * at what the windows leave them, by their credit, and one is read every FAIR_COSTLY_WINDOWS
- * windows whatever the budget says. */
+ * A costly connection (its last frame was: a listing) waits whatever it used, or sixteen
+ * connections listing would each take a listing's time in every window, far past the budget, and
+ * the kernel's quota would stop the whole broker; they take turns at what the windows leave them,
+ * by their credit, and one is read every FAIR_COSTLY_WINDOWS windows whatever the budget says. */
 static bool over_share(Fair *s, FairEntry *e)
 {
-        uint64_t used, share;
+        unsigned windows;
+        uint64_t used;
 
         if (!s->window_budget_ns)
                 return false;
-        used = s->cpu_mark - s->window_cpu_start_ns;
-        if (used < s->window_budget_ns)
+        if (s->cpu_mark - s->window_cpu_start_ns + s->debt_ns < s->window_budget_ns)
                 return false;
         if (costly(e))
                 return s->window - s->costly_window < FAIR_COSTLY_WINDOWS;
-        if (e->window != s->window)
-                return false;
-        share = s->window_frames_ns / MAX(s->window_uids, 1u) / MAX(e->uid->window_conns, 1u);
-        return e->used_ns >= share;
+        used = recent_use(s, e, &windows);
+        return used >= recent_share(s, e, windows);
 }
 
 static void pace(Fair *s, FairEntry *e)
@@ -257,7 +299,6 @@ static bool serve_one(Fair *s, FairEntry *e)
         read = s->cfg.serve(e, s->cfg.userdata);
         s->cpu_mark = cpu_now(s);
         took = s->cpu_mark - start;
-        s->window_frames_ns += took;
         took = MIN(took, (uint64_t)INT64_MAX / 2);
         u->credit_ns -= (int64_t)took;
         if (!s->serving)

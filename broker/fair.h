@@ -65,6 +65,7 @@ typedef struct FairEntry {
         FairState state;
         uint64_t window;  /* the window used_ns counts in */
         uint64_t used_ns; /* CPU time its frames took in that window */
+        uint64_t prev_used_ns; /* and in the window before it */
         uint64_t last_ns; /* CPU time its last frame took */
         int64_t credit_ns; /* what its next frames may take of its uid's turns; below zero, owed */
         uint64_t turn;     /* the last turn it was tried in (Fair.turns) */
@@ -94,10 +95,11 @@ typedef struct Fair {
         uint64_t turns;         /* turns taken (not skipped), all uids together */
         uint64_t window, window_start_ns, window_cpu_start_ns;
         uint64_t window_budget_ns; /* CPU time the broker means to use per window; 0: no pacing */
-        uint64_t window_frames_ns; /* CPU time frames took in the current window */
+        uint64_t debt_ns;          /* CPU time used beyond the budgets of the windows before: this one's is less */
         uint64_t costly_window;    /* the last window a frame took more than a connection's quantum in */
         uint64_t cpu_mark;      /* the CPU clock as last read in this round */
         uint32_t window_uids;   /* uids served in the current window */
+        uint32_t prev_window_uids; /* and in the window before it */
         uint64_t frames_total;  /* frames served */
         uint64_t paced_total;   /* times a connection was made to wait for the next window */
         uint64_t turns_skipped_total; /* turns a uid skipped to pay back CPU time it owed */
