@@ -8,13 +8,14 @@
  * for what they cost, against their uid and against the other connections of that uid. Within a
  * uid, a connection that was idle and owes nothing (a client waiting for each reply) goes first.
  *
- * Under a CPU limit (a container's quota), the broker also keeps its own use below the limit: a
- * connection that already had its share of the current pacing window waits for the next window
- * once the broker used FAIR_TARGET_PERCENT of the limit in this one, and so does one whose last
- * frame was costly (a listing), served in the window or not (one such frame is read every
- * FAIR_COSTLY_WINDOWS windows whatever the budget). Connections that used little are still served at
- * once, so a flood is slowed down, not everyone else; and the kernel's quota, which would stop the
- * whole broker until its period ends, is never reached by a flood alone.
+ * Under a CPU limit (a container's quota), the broker also keeps its own use below the limit: once
+ * it used FAIR_TARGET_PERCENT of the limit in the current pacing window, a connection that took its
+ * share of the budget over this window and the one before waits for the next window, and so does one
+ * whose last frame was costly (a listing; one such frame is read every FAIR_COSTLY_WINDOWS windows
+ * whatever the budget). Connections under their share (light) are still served at once, so a flood
+ * is slowed down, not everyone else; what they take past the budget is owed, and taken from the next
+ * windows' budgets, so that the kernel's quota, which would stop the whole broker until its period
+ * ends, is not reached by a flood and the clients beside it together.
  *
  * Pure logic: no libuv and no sockets. The server reads frames (serve), turns a socket's polling
  * on and off (set_reading), says which sockets have input (fair_ready, level-triggered: again after
