@@ -15,7 +15,10 @@
  * every flood is run --fair-repeat times: a row is the median of its passes ("pairs": the median of
  * each flood's p99 over the pass right before it). The note gives the CPU the broker and the
  * flood's own process used over the pass (1.00: a whole core), which tells a broker that had the
- * machine from one that waited for it. */
+ * machine from one that waited for it. Each flood is also sent to a broker of its own (the decoy,
+ * in a cgroup with the same quota in the quota passes) while the normal clients ping the broker
+ * under test: their p99 then is the machine's floor for that row, what they see when their broker
+ * does none of the flood's work. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -57,7 +60,7 @@ typedef struct Shared {
 
 typedef struct Pass {
         Shared *sh;
-        const Broker *broker;
+        const Broker *broker; /* the normal clients' broker, or for the flood, the flood's */
         int idx;
         Flood flood;
         double seconds;
@@ -299,7 +302,9 @@ typedef struct Result {
         double throttled_periods;
 } Result;
 
-static Result run_pass(const Broker *b, Flood flood, double seconds, const Quota *q)
+/* A pass of the normal clients on broker b, with flood sent to flood_b (b, or another broker: what
+ * the flood costs the machine without b doing any of its work). */
+static Result run_pass(const Broker *b, Flood flood, double seconds, const Quota *q, const Broker *flood_b)
 {
         static Shared *sh;
         Pass pass[NORMAL_CLIENTS + 1];
@@ -313,7 +318,7 @@ static Result run_pass(const Broker *b, Flood flood, double seconds, const Quota
         memset(sh->n, 0, sizeof(sh->n));
         sh->stop = sh->ready = 0;
         if (flood != FLOOD_NONE) {
-                pass[NORMAL_CLIENTS] = (Pass){.sh = sh, .broker = b, .flood = flood, .seconds = seconds};
+                pass[NORMAL_CLIENTS] = (Pass){.sh = sh, .broker = flood_b, .flood = flood, .seconds = seconds};
                 flood_pid = spawn(flood_child, &pass[NORMAL_CLIENTS], NULL, 0);
                 /* The flood first: the normal clients start next to a broker that is already busy. */
                 while (__atomic_load_n(&sh->ready, __ATOMIC_SEQ_CST) < 1) {
@@ -366,6 +371,7 @@ typedef struct Subject {
         gpuipc_t *producer; /* the listed buffers' producer: they live as long as its connection */
         Result none[FAIR_REPEAT_MAX][_FLOOD_MAX]; /* the pass without a flood right before flood f */
         Result res[FAIR_REPEAT_MAX][_FLOOD_MAX];
+        Result elsewhere[FAIR_REPEAT_MAX][_FLOOD_MAX]; /* the same flood sent to another broker */
 } Subject;
 
 static void subject_start(Subject *x)
@@ -435,6 +441,16 @@ static double median_of(const Subject *x, int reps, Flood f, size_t field)
 
 #define MEDIAN(x, reps, f, field) median_of((x), (reps), (f), offsetof(Result, field))
 
+/* The median over the repeats of p99 with flood f sent to another broker. */
+static double median_elsewhere_p99(const Subject *x, int reps, Flood f)
+{
+        double v[FAIR_REPEAT_MAX];
+
+        for (int k = 0; k < reps; k++)
+                v[k] = x->elsewhere[k][f].p99_us;
+        return median(v, reps);
+}
+
 /* The median over the repeats of p99 with flood f over p99 of the pass right before it. */
 static double median_pair_ratio(const Subject *x, int reps, Flood f)
 {
@@ -465,15 +481,22 @@ static void report(const Subject *x, int reps, unsigned milli)
                  none_ops, MEDIAN(x, reps, FLOOD_NONE, broker_cpu), throttled);
         snprintf(base, sizeof(base), "p99, no flood (%s)", x->who);
         for (Flood f = FLOOD_PING; f < _FLOOD_MAX; f++) {
+                double floor_p99 = median_elsewhere_p99(x, reps, f);
+
                 if (!flood_runs(f))
                         continue;
+                snprintf(metric, sizeof(metric), "%s: p99, %s at another broker", label, flood_names[f]);
+                row = row_add(metric, floor_p99 / 1e3, "ms", base, none_p99 / 1e3);
+                row_note(row, "the machine's floor for the row below: the same flood, served by a broker of its own%s",
+                         x->quota ? " in a cgroup with the same quota" : "");
                 snprintf(metric, sizeof(metric), "%s: p99, %s", label, flood_names[f]);
                 snprintf(throttled, sizeof(throttled), x->quota ? ", throttled %.0f periods" : "",
                          MEDIAN(x, reps, f, throttled_periods));
                 row = row_add(metric, MEDIAN(x, reps, f, p99_us) / 1e3, "ms", base, none_p99 / 1e3);
                 row_target_ratio_max(row, 2);
-                row_note(row, "pairs %.2fx; p50 %.2f ms; %.0f pings/s (%.2fx); CPU: broker %.2f, flood %.2f%s",
-                         median_pair_ratio(x, reps, f), MEDIAN(x, reps, f, p50_us) / 1e3, MEDIAN(x, reps, f, ops_s),
+                row_note(row, "%.2fx the flood at another broker; pairs %.2fx; p50 %.2f ms; %.0f pings/s (%.2fx); CPU: "
+                         "broker %.2f, flood %.2f%s",
+                         MEDIAN(x, reps, f, p99_us) / floor_p99, median_pair_ratio(x, reps, f), MEDIAN(x, reps, f, p50_us) / 1e3, MEDIAN(x, reps, f, ops_s),
                          MEDIAN(x, reps, f, ops_s) / none_ops, MEDIAN(x, reps, f, broker_cpu),
                          MEDIAN(x, reps, f, flood_cpu), throttled);
         }
@@ -481,11 +504,16 @@ static void report(const Subject *x, int reps, unsigned milli)
 
 /* Every flood on each broker: the brokers run side by side (an idle one costs nothing) and the
  * passes alternate between them, each flood right after a pass without one on the same broker, so
- * that the load other work puts on a shared machine hits every broker and every flood alike. */
-static void run_brokers(Subject *xs, int n, int reps)
+ * that the load other work puts on a shared machine hits every broker and every flood alike. After
+ * each, the same flood sent to the decoy (a broker of this tree, started like the others): the
+ * normal clients' p99 when their broker does none of the flood's work but the machine still runs it,
+ * which is as well as any sharing inside the broker can do (on 2 cores, the flood's process and its
+ * broker take CPUs the clients wait for). */
+static void run_brokers(Subject *xs, int n, int reps, Subject *decoy)
 {
         double seconds = bench_opts.quick ? 2 : 8;
 
+        subject_start(decoy);
         for (int i = 0; i < n; i++)
                 subject_start(&xs[i]);
         for (int k = 0; k < reps; k++) {
@@ -498,13 +526,15 @@ static void run_brokers(Subject *xs, int n, int reps)
 
                                 note("fairness: %s%s, repeat %d/%d: %s", x->who, x->quota ? " (quota)" : "", k + 1,
                                      reps, flood_names[f]);
-                                x->none[k][f] = run_pass(&x->b, FLOOD_NONE, seconds, q);
-                                x->res[k][f] = run_pass(&x->b, f, seconds, q);
+                                x->none[k][f] = run_pass(&x->b, FLOOD_NONE, seconds, q, &x->b);
+                                x->res[k][f] = run_pass(&x->b, f, seconds, q, &x->b);
+                                x->elsewhere[k][f] = run_pass(&x->b, f, seconds, q, &decoy->b);
                         }
                 }
         }
         for (int i = 0; i < n; i++)
                 subject_stop(&xs[i]);
+        subject_stop(decoy);
 }
 
 void section_fairness(void)
@@ -513,7 +543,7 @@ void section_fairness(void)
         int reps = bench_opts.fair_repeat, n = 0;
         const char *paths[2] = {bench_opts.broker, bench_opts.old_broker};
         const char *names[2] = {"this broker", "old broker"};
-        static Subject xs[4];
+        static Subject xs[4], decoys[2];
         char why[640] = "";
         bool have_quota = milli != 0;
 
@@ -523,11 +553,16 @@ void section_fairness(void)
                 if (paths[i])
                         xs[n++] = (Subject){.path = paths[i], .who = names[i]};
         }
-        run_brokers(xs, n, reps);
-        /* Under the quota, each broker in a cgroup of its own. */
-        for (int i = 0; i < n && have_quota; i++) {
-                xs[n + i] = (Subject){.path = xs[i].path, .who = xs[i].who, .quota = true};
-                if (!quota_make(&xs[n + i].q, milli, i, why, sizeof(why))) {
+        decoys[0] = (Subject){.path = bench_opts.broker, .who = "decoy"};
+        run_brokers(xs, n, reps, &decoys[0]);
+        /* Under the quota, each broker in a cgroup of its own, the decoy too. */
+        decoys[1] = (Subject){.path = bench_opts.broker, .who = "decoy", .quota = true};
+        for (int i = 0; i <= n && have_quota; i++) {
+                Subject *x = i < n ? &xs[n + i] : &decoys[1];
+
+                if (i < n)
+                        *x = (Subject){.path = xs[i].path, .who = xs[i].who, .quota = true};
+                if (!quota_make(&x->q, milli, i, why, sizeof(why))) {
                         for (int j = 0; j < i; j++)
                                 quota_remove(&xs[n + j].q);
                         have_quota = false;
@@ -537,9 +572,10 @@ void section_fairness(void)
                 note("fairness: no run under a CPU quota: %s (run as root on a machine with cgroup v2 or a v1 cpu "
                      "controller)", why);
         if (have_quota) {
-                run_brokers(xs + n, n, reps);
+                run_brokers(xs + n, n, reps, &decoys[1]);
                 for (int i = 0; i < n; i++)
                         quota_remove(&xs[n + i].q);
+                quota_remove(&decoys[1].q);
         }
         for (int i = 0; i < n; i++) {
                 report(&xs[i], reps, milli);
