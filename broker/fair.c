@@ -248,11 +248,12 @@ static bool costly(const FairEntry *e)
 
 /* Whether e must wait for the next window: the broker has used this window's budget (less what it
  * owes from the windows before), and e is not light: its frames took at least its share of the
- * budget over this window and the one before (or this one, if it was not served in that). A light connection (a client pinging now and then)
- * is served whenever it asks, in any window and as often as it stays under its share, so a flood
- * slows down only itself; its frames, read past the budget, become the broker's debt, which the
- * next windows take out of the flood's part. Together the light ones take at most the budget
- * (their shares add up to it), so the broker stays at its budget over a CFS period.
+ * budget over this window and the one before (or this one, if it was not served in that). A light
+ * connection (a client pinging now and then) is served whenever it asks, in any window and as often
+ * as it stays under its share, so a flood slows down only itself; its frames, read past the budget,
+ * become the broker's debt, which the next windows take out of the flood's part. Together the light
+ * ones take at most the budget (their shares add up to it), so the broker stays at its budget over a
+ * CFS period.
  *
  * A costly connection (its last frame was: a listing) waits whatever it used, or sixteen
  * connections listing would each take a listing's time in every window, far past the budget, and

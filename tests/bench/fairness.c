@@ -496,7 +496,8 @@ static void report(const Subject *x, int reps, unsigned milli)
                 row_target_ratio_max(row, 2);
                 row_note(row, "%.2fx the flood at another broker; pairs %.2fx; p50 %.2f ms; %.0f pings/s (%.2fx); CPU: "
                          "broker %.2f, flood %.2f%s",
-                         MEDIAN(x, reps, f, p99_us) / floor_p99, median_pair_ratio(x, reps, f), MEDIAN(x, reps, f, p50_us) / 1e3, MEDIAN(x, reps, f, ops_s),
+                         MEDIAN(x, reps, f, p99_us) / floor_p99, median_pair_ratio(x, reps, f),
+                         MEDIAN(x, reps, f, p50_us) / 1e3, MEDIAN(x, reps, f, ops_s),
                          MEDIAN(x, reps, f, ops_s) / none_ops, MEDIAN(x, reps, f, broker_cpu),
                          MEDIAN(x, reps, f, flood_cpu), throttled);
         }
