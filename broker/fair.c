@@ -197,19 +197,29 @@ static void window_roll(Fair *s)
         }
 }
 
+/* What a per-window count that was last kept in `window` (its value there: kept) held in the window
+ * before the current one, given what it held before that (kept_before): counts of a connection or
+ * uid not served in either are 0. */
+static uint64_t in_window_before(const Fair *s, uint64_t window, uint64_t kept, uint64_t kept_before)
+{
+        if (window == s->window)
+                return kept_before;
+        return window + 1 == s->window ? kept : 0;
+}
+
 /* Counts e (and its uid) as served in this window, the first time it is. */
 static void window_count(Fair *s, FairEntry *e)
 {
         FairUid *u = e->uid;
 
         if (u->window != s->window) {
-                u->prev_window_conns = u->window + 1 == s->window ? u->window_conns : 0;
+                u->prev_window_conns = (uint32_t)in_window_before(s, u->window, u->window_conns, u->prev_window_conns);
                 u->window = s->window;
                 u->window_conns = 0;
                 s->window_uids++;
         }
         if (e->window != s->window) {
-                e->prev_used_ns = e->window + 1 == s->window ? e->used_ns : 0;
+                e->prev_used_ns = in_window_before(s, e->window, e->used_ns, e->prev_used_ns);
                 e->window = s->window;
                 e->used_ns = 0;
                 u->window_conns++;
@@ -220,7 +230,7 @@ static void window_count(Fair *s, FairEntry *e)
  * it was served or is now. */
 static uint64_t recent_use(const Fair *s, const FairEntry *e, unsigned *ret_windows)
 {
-        uint64_t before = e->window == s->window ? e->prev_used_ns : e->window + 1 == s->window ? e->used_ns : 0;
+        uint64_t before = in_window_before(s, e->window, e->used_ns, e->prev_used_ns);
 
         *ret_windows = before ? 2 : 1;
         return before + (e->window == s->window ? e->used_ns : 0);
@@ -234,7 +244,7 @@ static uint64_t recent_share(const Fair *s, const FairEntry *e, unsigned windows
         const FairUid *u = e->uid;
         bool uid_now = u->window == s->window;
         uint32_t uids = MAX(s->window_uids + !uid_now, s->prev_window_uids);
-        uint32_t conns_before = uid_now ? u->prev_window_conns : u->window + 1 == s->window ? u->window_conns : 0;
+        uint32_t conns_before = (uint32_t)in_window_before(s, u->window, u->window_conns, u->prev_window_conns);
         uint32_t conns = MAX((uid_now ? u->window_conns : 0) + (e->window != s->window), conns_before);
 
         return windows * s->window_budget_ns / MAX(uids, 1u) / MAX(conns, 1u);

@@ -481,10 +481,11 @@ static void report(const Subject *x, int reps, unsigned milli)
                  none_ops, MEDIAN(x, reps, FLOOD_NONE, broker_cpu), throttled);
         snprintf(base, sizeof(base), "p99, no flood (%s)", x->who);
         for (Flood f = FLOOD_PING; f < _FLOOD_MAX; f++) {
-                double floor_p99 = median_elsewhere_p99(x, reps, f);
+                double floor_p99;
 
                 if (!flood_runs(f))
                         continue;
+                floor_p99 = median_elsewhere_p99(x, reps, f);
                 snprintf(metric, sizeof(metric), "%s: p99, %s at another broker", label, flood_names[f]);
                 row = row_add(metric, floor_p99 / 1e3, "ms", base, none_p99 / 1e3);
                 row_note(row, "the machine's floor for the row below: the same flood, served by a broker of its own%s",
