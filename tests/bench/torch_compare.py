@@ -30,8 +30,8 @@ module, on one machine with a GPU. Part of `gpuipc-bench --gpu`, which passes th
 The stream ring's rows are judged against the larger of (e) and the C stream ring (gpu-ring.c, the
 same run, passed in with --c-ring), the host ring's against (f), which does the same work in the same
 processes (under MPS it beats (e), which runs the producer's and the consumer's steps one after the
-other): at most 1.5x. Every process runs its
-loop's operations once before the timed part (their first use loads the kernels).
+other): at most 1.5x. Every process runs its loop's operations once before the timed part (their
+first use loads the kernels).
 
 --rings-only runs (c)-(f) and torch's ring of (b), with --suffix appended to every metric (the
 MPS pass of gpuipc-bench). Prints a table, and with --tsv writes the rows for gpuipc-bench
@@ -197,6 +197,17 @@ def gpuipc_host_ring_consumer(idx, sock, iters, ready, dev, results):
     c.close()
 
 
+def spin_until(cond, gone, what, timeout_s=120):
+    """Spins until cond() (the hand-over floor's waits), raising once timeout_s passed or gone() says
+    the other side died: without it a consumer that crashed would leave the producer spinning for
+    ever, and the producer's death every consumer. Looks at the clock every 4096 spins."""
+    deadline, spins = time.monotonic() + timeout_s, 0
+    while not cond():
+        spins += 1
+        if spins % 4096 == 0 and (gone() or time.monotonic() > deadline):
+            raise RuntimeError(f'hand-over floor: {what} ' + ('died' if gone() else f'not done in {timeout_s} s'))
+
+
 def handover_floor_consumer(idx, slots, published, done, ready, dev, results):
     """A consumer of handover_floor: spins until frame i is published, checks it in its stream, waits
     for its stream (the host ring's release does), and says it is done with the frame."""
@@ -204,12 +215,11 @@ def handover_floor_consumer(idx, slots, published, done, ready, dev, results):
     warm_ring_ops(torch, dev)
     s = torch.cuda.Stream(device=dev)
     bad = torch.zeros(1, dtype=torch.int64, device=f'cuda:{dev}')
-    iters = published[1]
+    iters, producer = published[1], os.getppid()
     ready.put(idx)
     with torch.cuda.stream(s):
         for i in range(iters):
-            while published[0] <= i:
-                pass
+            spin_until(lambda: published[0] > i, lambda: os.getppid() != producer, 'the producer')
             bad += (slots[i % RING_SLOTS][0] != fill_value(i)).to(torch.int64)
             s.synchronize()
             done[idx] = i + 1
@@ -478,8 +488,8 @@ def handover_floor(ctx, n, iters, nbytes, dev):
     t0 = now_us()
     for i in range(iters):
         for j in range(n):  # slot i % 8 last held frame i - 8: every consumer done with it
-            while done[j] < i - RING_SLOTS + 1:
-                pass
+            spin_until(lambda: done[j] >= i - RING_SLOTS + 1, lambda: procs[j].exitcode is not None,
+                       f'consumer {j}')
         slots[i % RING_SLOTS].fill_(fill_value(i))
         torch.cuda.synchronize()
         published[0] = i + 1
@@ -508,10 +518,10 @@ def python_ring_rows(rows, n, mode, per_frame, floor, c_ring, handover, torch_ri
     one-process loop runs the producer's and the consumer's steps one after the other, which processes
     overlap (under MPS the hand-over between processes beat it: 32 against 53 us per frame)."""
     base, base_name = floor, f'floor ({mode} loop, local)'
-    if c_ring is not None and c_ring > base:
-        base, base_name = c_ring, 'C stream ring'
     if handover is not None:
         base, base_name = handover, 'floor (hand-over between processes)'
+    elif c_ring is not None and c_ring > base:
+        base, base_name = c_ring, 'C stream ring'
     c_text = f'{c_ring:.1f}' if c_ring is not None else 'not measured'
     h_text = f', hand-over between processes {handover:.1f} us' if handover is not None else ''
     rows.append((f'Python ring ({mode}), 8 x 16 MiB to {n} consumer(s), per frame{suffix}', per_frame, 'us',

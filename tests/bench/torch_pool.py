@@ -167,7 +167,7 @@ def share_section(ctx, sock, dev, trials, nbytes, counts):
     try:
         for n in counts:
             for variant in ('torch', 'floor', 'pool', 'share'):
-                times, pubs, phases = [], [], []
+                times, phases = [], []
                 for trial in range(trials + 1):  # trial 0: the first share (queues' threads, first mapping)
                     if variant == 'pool':
                         with pool:
@@ -198,7 +198,6 @@ def share_section(ctx, sock, dev, trials, nbytes, counts):
                     last, (woke, viewed) = gather(results, n, trial, fill_value(trial))
                     if trial:
                         times.append(last - t0)
-                        pubs.append(t1 - t0)
                         phases.append((t1 - t0, woke - t0, viewed - woke, last - viewed))
                     else:
                         cold[(variant, n)] = last - t0
@@ -206,7 +205,7 @@ def share_section(ctx, sock, dev, trials, nbytes, counts):
                         c.wait_drained(held, 60000)
                     del t, held
                 out[(variant, n)] = times
-                publish_us[(variant, n)] = pubs
+                publish_us[(variant, n)] = [p[0] for p in phases]
                 print_share_phases(variant, n, phases)
         st = pool.stats()
     finally:
