@@ -98,6 +98,7 @@ static bool own_cgroup(const char *controller, char *ret, size_t cap)
 
                 if (!path)
                         continue;
+                *list = 0; /* line: the hierarchy's id alone ("0" for v2) */
                 *path++ = 0;
                 path[strcspn(path, "\n")] = 0;
                 if (controller) {

@@ -2,7 +2,9 @@
  * between two processes with exactly the same request and reply sizes (measured by encoding the
  * frames the library sends and the broker answers), and, for the calls whose frames carry an fd
  * (publish of new memory, an uncached attach), a second ping-pong passing an fd the same way.
- * Broker and baseline run in alternating blocks, so that drift on a noisy machine hits both. */
+ * Broker and baseline run in alternating blocks, so that drift on a noisy machine hits both.
+ * Then pings after an idle spell (every process asleep, its caches cold), against the ping-pong
+ * after the same idle, with each server's CPU time per request. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -366,6 +368,89 @@ static void round_run(Ctx *x, gpuipc_buffer_t *re, unsigned n)
         ping_block(x, n, raw_first);
 }
 
+/* ---- after an idle spell ----
+ * A pipeline that hands over a frame every few tens of milliseconds finds every process asleep
+ * and its caches cold: the same round trip then costs several times what it costs back to back.
+ * Each round sleeps IDLE_MS before each of the three (rotated): the ping-pong with the echo
+ * server, the raw client's ping, libgpuipc's ping; the server's CPU time for each request comes
+ * from its schedstat (the kernel's run time, read before and after). */
+
+#define IDLE_MS 50
+
+typedef struct IdleSeries {
+        Samples wall, server_cpu;
+} IdleSeries;
+
+static void idle_one(IdleSeries *s, pid_t server, uint64_t (*round_ns)(Ctx *), Ctx *x)
+{
+        uint64_t cpu0, ns;
+
+        usleep(IDLE_MS * 1000);
+        cpu0 = proc_sched_ns(server);
+        ns = round_ns(x);
+        samples_add(&s->wall, (double)ns / 1000.0);
+        samples_add(&s->server_cpu, (double)(proc_sched_ns(server) - cpu0) / 1000.0);
+}
+
+static uint64_t idle_echo(Ctx *x)
+{
+        return echo_round(x->echo, x->buf, ops[OP_PING].req, ops[OP_PING].rep, -1, false);
+}
+
+static uint64_t idle_direct(Ctx *x)
+{
+        return direct_round(x, &x->f_ping);
+}
+
+static uint64_t idle_library(Ctx *x)
+{
+        uint64_t t0 = monotonic_ns();
+
+        TRY(x->cons, gpuipc_ping(x->cons, 10000));
+        return monotonic_ns() - t0;
+}
+
+static void idle_rows(Ctx *x, pid_t echo, unsigned rounds)
+{
+        IdleSeries echo_s = {0}, direct_s = {0}, lib_s = {0};
+        char metric[96], baseline[64];
+        Row *r;
+
+        for (unsigned i = 0; i < rounds; i++) {
+                for (unsigned k = 0; k < 3; k++) {
+                        switch ((i + k) % 3) {
+                        case 0: idle_one(&echo_s, echo, idle_echo, x); break;
+                        case 1: idle_one(&direct_s, x->broker.pid, idle_direct, x); break;
+                        default: idle_one(&lib_s, x->broker.pid, idle_library, x); break;
+                        }
+                }
+        }
+        snprintf(baseline, sizeof(baseline), "raw ping-pong, same idle");
+        snprintf(metric, sizeof(metric), "ping p50 after %d ms idle, raw blocking client%s%s%s", IDLE_MS,
+                 bench_opts.pin ? " [pin " : "", bench_opts.pin ? bench_opts.pin : "", bench_opts.pin ? "]" : "");
+        r = row_add(metric, samples_pct(&direct_s.wall, 50), "us", baseline, samples_pct(&echo_s.wall, 50));
+        row_note(r,
+                 "server CPU per request p50: broker %.1f us, echo server %.1f us; back to back %.1f vs %.1f us "
+                 "(%u rounds)",
+                 samples_pct(&direct_s.server_cpu, 50), samples_pct(&echo_s.server_cpu, 50),
+                 samples_pct(&ops[OP_PING].direct, 50), samples_pct(&ops[OP_PING].raw, 50), rounds);
+        snprintf(metric, sizeof(metric), "ping p50 after %d ms idle, libgpuipc%s%s%s", IDLE_MS,
+                 bench_opts.pin ? " [pin " : "", bench_opts.pin ? bench_opts.pin : "", bench_opts.pin ? "]" : "");
+        r = row_add(metric, samples_pct(&lib_s.wall, 50), "us", baseline, samples_pct(&echo_s.wall, 50));
+        row_note(r,
+                 "libgpuipc adds %.1f us to the raw client after the idle (%.1f back to back); broker CPU p50 "
+                 "%.1f us",
+                 samples_pct(&lib_s.wall, 50) - samples_pct(&direct_s.wall, 50),
+                 samples_pct(&ops[OP_PING].gp, 50) - samples_pct(&ops[OP_PING].direct, 50),
+                 samples_pct(&lib_s.server_cpu, 50));
+        samples_free(&echo_s.wall);
+        samples_free(&echo_s.server_cpu);
+        samples_free(&direct_s.wall);
+        samples_free(&direct_s.server_cpu);
+        samples_free(&lib_s.wall);
+        samples_free(&lib_s.server_cpu);
+}
+
 /* ---- results ---- */
 
 static void add_rows(const char *pct_name, double pct, double limit)
@@ -499,6 +584,7 @@ void section_latency(void)
         add_rows("p50", 50, 1.5);
         add_rows("p99", 99, 3.0);
         add_direct_rows();
+        idle_rows(&x, echo, bench_opts.quick ? 12 : 40);
         write_percentiles();
 
         gpuipc_close(x.cons);
