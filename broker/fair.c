@@ -351,8 +351,11 @@ static unsigned turn_pass(Fair *s, FairUid *u, unsigned frames, unsigned *fresh_
                 FairEntry *e = list_entry(fresh ? u->fresh.next : u->ready.next, FairEntry, link);
                 unsigned read;
 
+                if (s->sweeping && e->run == s->run)
+                        break; /* the rotation's head was tried in this run, so were those behind it */
                 tried++;
                 e->turn = s->turns;
+                e->run = s->run;
                 /* To the back of the rotation first: the next turn starts with the one after it. */
                 list_unlink(&e->link);
                 list_append(&u->ready, &e->link);
@@ -411,29 +414,61 @@ static unsigned turn(Fair *s, FairUid *u)
         return frames;
 }
 
-void fair_run(Fair *s)
+static size_t ready_uids(const Fair *s)
+{
+        size_t n = 0;
+
+        list_for_each(l, &s->ready)
+                n++;
+        return n;
+}
+
+/* Each uid ready at its start has its turn. Returns the frames read. */
+static unsigned round_run(Fair *s)
 {
         unsigned frames = 0;
 
-        window_roll(s);
-        s->cpu_mark = cpu_now(s);
-        /* One round with a frame: the poll comes between two, so that a connection that has more
-         * to say (its uid's only one, pipelining) is ready again for the next. Uids that owe CPU
-         * time skip turns until they paid it: rounds repeat until a frame was read or nobody is
-         * ready (credit grows by a quantum per turn, so this ends). */
-        while (!frames && fair_busy(s)) {
-                s->round++;
-                for (;;) {
-                        FairUid *u = list_first_entry(&s->ready, FairUid, link);
+        s->round++;
+        for (;;) {
+                FairUid *u = list_first_entry(&s->ready, FairUid, link);
 
-                        if (!u || u->round == s->round)
-                                break; /* every uid ready at the round's start had its turn */
-                        u->round = s->round;
-                        list_unlink(&u->link);
-                        list_append(&s->ready, &u->link);
-                        frames += turn(s, u);
-                }
+                if (!u || u->round == s->round)
+                        break; /* every uid ready at the round's start had its turn */
+                u->round = s->round;
+                list_unlink(&u->link);
+                list_append(&s->ready, &u->link);
+                frames += turn(s, u);
         }
+        return frames;
+}
+
+void fair_run(Fair *s)
+{
+        unsigned frames = 0, more;
+        uint64_t start;
+        size_t uids;
+
+        window_roll(s);
+        s->cpu_mark = start = cpu_now(s);
+        s->run++;
+        uids = ready_uids(s);
+        /* Rounds until one read a frame: uids that owe CPU time skip turns until they paid it
+         * (credit grows by a quantum per turn, so this ends). */
+        while (!frames && fair_busy(s))
+                frames += round_run(s);
+        /* Then a sweep: rounds over the connections this run has not tried, while every uid still
+         * has some ready. Only the poll after the run makes a served connection ready again, so a
+         * uid left with none ready (a client waiting for each reply, a pipelining connection
+         * served) would wait while the others read more: the run ends there, as it does when the
+         * sweep reads nothing or has taken FAIR_RUN_NS. */
+        s->sweeping = true;
+        while (fair_busy(s) && ready_uids(s) == uids && s->cpu_mark - start < FAIR_RUN_NS) {
+                more = round_run(s);
+                if (!more)
+                        break;
+                frames += more;
+        }
+        s->sweeping = false;
         s->frames_total += frames;
 }
 

@@ -69,7 +69,8 @@ struct Server {
         uv_loop_t loop;
         uv_poll_t listen_poll;
         uv_timer_t deadline_timer, accept_timer, retry_timer;
-        uv_idle_t fair_idle;  /* runs a round of the scheduler per loop iteration while peers are ready */
+        uint64_t deadline_armed; /* the deadline deadline_timer is armed for; UINT64_MAX: none */
+        uv_idle_t fair_idle;  /* runs the scheduler once per loop iteration while peers are ready */
         uv_timer_t pace_timer; /* resumes paced peers when the scheduler's window ends */
         uv_signal_t sig_term, sig_int, sig_hup;
         uv_poll_t policy_poll; /* the policy watch's fd, while s->watch is set */
@@ -137,6 +138,10 @@ static void rearm_deadline(Server *s)
 {
         uint64_t next = registry_next_deadline(s->reg), now = uv_now(&s->loop);
 
+        /* After every delivery, twice a request: most leave the earliest deadline as it was. */
+        if (next == s->deadline_armed && (next == UINT64_MAX || uv_is_active((uv_handle_t *)&s->deadline_timer)))
+                return;
+        s->deadline_armed = next;
         /* One timer for every deadline: the registry keeps them in a heap, so only the earliest
          * needs arming. An overdue one (next <= now) fires on the next iteration. */
         if (next == UINT64_MAX)
@@ -553,6 +558,7 @@ static int server_start_handles(Server *s)
         s->fair_idle.data = s->pace_timer.data = s;
         s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
         s->deadline_timer.timer_cb = deadline_cb;
+        s->deadline_armed = UINT64_MAX;
         /* Signals through libuv: handled in the loop between callbacks, so a SIGHUP's reload or a
          * SIGTERM's stop never runs in the middle of a request. */
         if ((r = uv_signal_start(&s->sig_term, signal_cb, SIGTERM)) < 0 ||

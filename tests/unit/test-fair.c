@@ -174,6 +174,46 @@ static void test_uid_with_many_connections(void)
         world_free(w);
 }
 
+/* Many connections of one uid, each with a request waiting (clients waiting for each reply): a
+ * run reads one frame of each, as many as FAIR_RUN_NS allows, instead of a turn's
+ * FAIR_FRAMES_PER_TURN per poll (a level-triggered poll reports every ready socket again, so
+ * polling every four frames cost more per frame the more connections waited). Never two of one
+ * connection in a run; and next to a uid with a single connection the run ends with the round that
+ * served it, as its next frame waits for the poll. */
+static void test_sweep_over_many_connections(void)
+{
+        World *w = world_new(0);
+        SimConn *single;
+        unsigned frames_per_run = FAIR_RUN_NS / 10000 + 1;
+
+        for (int i = 0; i < 60; i++)
+                conn_add(w, 1, 3, 1000);
+        world_run(w);
+        CHECK_EQ(w->n_log, 60); /* 60 us: well inside a run */
+        for (int i = 0; i < 60; i++)
+                CHECK_EQ(count_of(w, i), 1u);
+        world_free(w);
+
+        w = world_new(0);
+        for (int i = 0; i < 60; i++)
+                conn_add(w, 1, 3, 10000);
+        world_run(w);
+        CHECKF(w->n_log >= (int)frames_per_run - 1 && w->n_log <= (int)frames_per_run + FAIR_FRAMES_PER_TURN,
+               "a run read %d frames of 10 us", w->n_log);
+        for (int i = 0; i < 60; i++)
+                CHECK(count_of(w, i) <= 1);
+        world_free(w);
+
+        w = world_new(0);
+        for (int i = 0; i < 60; i++)
+                conn_add(w, 1, 3, 1000);
+        single = conn_add(w, 2, 3, 1000);
+        world_run(w);
+        CHECK_EQ(w->n_log, FAIR_FRAMES_PER_TURN + 1);
+        CHECK_EQ(count_of(w, single->id), 1u);
+        world_free(w);
+}
+
 /* Within a uid, each ready connection reads one frame per turn: a flooding connection of the same
  * uid as a normal one reads no more often than it. */
 static void test_one_frame_per_connection_per_turn(void)
@@ -548,6 +588,7 @@ static void test_parse_cgroup_files(void)
 int main(int argc, char **argv)
 {
         TEST_RUN(argc, argv, test_uid_with_many_connections);
+        TEST_RUN(argc, argv, test_sweep_over_many_connections);
         TEST_RUN(argc, argv, test_one_frame_per_connection_per_turn);
         TEST_RUN(argc, argv, test_costly_frames_paid_back);
         TEST_RUN(argc, argv, test_costly_frames_owed_by_their_connection);
