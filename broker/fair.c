@@ -351,11 +351,10 @@ static unsigned turn_pass(Fair *s, FairUid *u, unsigned frames, unsigned *fresh_
                 FairEntry *e = list_entry(fresh ? u->fresh.next : u->ready.next, FairEntry, link);
                 unsigned read;
 
-                if (s->sweeping && e->run == s->run)
-                        break; /* the rotation's head was tried in this run, so were those behind it */
+                if (s->sweeping && !fresh)
+                        break; /* the rotation waits for the next run: see fair_run */
                 tried++;
                 e->turn = s->turns;
-                e->run = s->run;
                 /* To the back of the rotation first: the next turn starts with the one after it. */
                 list_unlink(&e->link);
                 list_append(&u->ready, &e->link);
@@ -450,17 +449,17 @@ void fair_run(Fair *s)
 
         window_roll(s);
         s->cpu_mark = start = cpu_now(s);
-        s->run++;
         uids = ready_uids(s);
         /* Rounds until one read a frame: uids that owe CPU time skip turns until they paid it
          * (credit grows by a quantum per turn, so this ends). */
         while (!frames && fair_busy(s))
                 frames += round_run(s);
-        /* Then a sweep: rounds over the connections this run has not tried, while every uid still
-         * has some ready. Only the poll after the run makes a served connection ready again, so a
-         * uid left with none ready (a client waiting for each reply, a pipelining connection
-         * served) would wait while the others read more: the run ends there, as it does when the
-         * sweep reads nothing or has taken FAIR_RUN_NS. */
+        /* Then a sweep: rounds that read only fresh connections (ready owing nothing: clients
+         * waiting for each reply), while every uid still has some ready. Only the poll after the
+         * run makes a served connection ready again, so a uid left with none ready would wait
+         * while the others read more, and a client of the uid served in this run would wait for
+         * the rotation's costly frames (a listing) it goes before when the poll has seen it: the
+         * run ends there, as it does when the sweep reads nothing or has taken FAIR_RUN_NS. */
         s->sweeping = true;
         while (fair_busy(s) && ready_uids(s) == uids && s->cpu_mark - start < FAIR_RUN_NS) {
                 more = round_run(s);

@@ -41,10 +41,10 @@
  * credit; one that costs many times more (a listing) makes its connection skip that many of its
  * uid's turns, while the uid's other connections are served. */
 #define FAIR_CONN_QUANTUM_NS (FAIR_QUANTUM_NS / FAIR_FRAMES_PER_TURN)
-/* A run of the scheduler (fair_run) may go on with more rounds, over the connections it has not
- * tried yet, for this long; the caller polls between runs. A level-triggered poll reports every
- * ready socket again, so a poll after each round cost more per frame the more connections waited
- * (4 frames, a uid's turn, per poll of 256 ready sockets); a connection whose input comes
+/* A run of the scheduler (fair_run) may go on with more rounds over the fresh connections (ready
+ * owing nothing) for this long; the caller polls between runs. A level-triggered poll reports
+ * every ready socket again, so a poll after each round cost more per frame the more connections
+ * waited (4 frames, a uid's turn, per poll of 256 ready sockets); a connection whose input comes
  * meanwhile is seen at most this long (and one frame) later. */
 #define FAIR_RUN_NS (200 * 1000)
 /* Pacing counts CPU time in windows this long: much shorter than a CFS period (100 ms), so that a
@@ -76,7 +76,6 @@ typedef struct FairEntry {
         uint64_t last_ns; /* CPU time its last frame took */
         int64_t credit_ns; /* what its next frames may take of its uid's turns; below zero, owed */
         uint64_t turn;     /* the last turn it was tried in (Fair.turns) */
-        uint64_t run;      /* the last run it was tried in (Fair.run) */
 } FairEntry;
 
 typedef struct FairConfig {
@@ -100,8 +99,7 @@ typedef struct Fair {
         FairUid *in_turn;      /* the uid whose turn runs: not freed until it ends */
         FairEntry *serving;    /* the entry whose frame is being served; NULL once it left */
         uint64_t round;         /* rounds run: a uid has one turn per round */
-        uint64_t run;           /* fair_run calls: a run is a few rounds, polled between */
-        bool sweeping;          /* the run's later rounds: they try only entries not tried in it */
+        bool sweeping;          /* the run's later rounds: they read fresh connections only */
         uint64_t turns;         /* turns taken (not skipped), all uids together */
         uint64_t window, window_start_ns, window_cpu_start_ns;
         uint64_t window_budget_ns; /* CPU time the broker means to use per window; 0: no pacing */
@@ -132,9 +130,9 @@ void fair_ready(Fair *s, FairEntry *e);
 
 /* Runs rounds: in each, every uid with ready connections has its turn (a new pacing window starts
  * first when the last one is over, which resumes the paced connections). After the first round
- * that read a frame, more rounds over the connections not tried in this run follow while every
- * uid is still ready and the run took less than FAIR_RUN_NS. A connection served goes back to
- * idle: the caller polls it again, and calls fair_ready when it has more input. */
+ * that read a frame, more rounds over fresh connections follow while every uid is still ready and
+ * the run took less than FAIR_RUN_NS. A connection served goes back to idle: the caller polls it
+ * again, and calls fair_ready when it has more input. */
 void fair_run(Fair *s);
 
 /* Whether connections are ready: the caller runs another round before it sleeps. */

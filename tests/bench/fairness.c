@@ -115,16 +115,63 @@ static bool own_cgroup(const char *controller, char *ret, size_t cap)
         return found;
 }
 
+/* Where the quota cgroups are made: this process's cgroup when the first was made. In cgroup v2 a
+ * cgroup that holds processes cannot turn a controller on for its children (EBUSY: "no internal
+ * processes"), so then this process moves into a leaf of its own beside them, and back once they
+ * are gone (quota_done). */
+static char quota_parent[256];
+static char quota_leaf[600]; /* the leaf this process moved into; "" when it did not */
+
+static int quota_leaf_enter(void)
+{
+        char procs[640], pid[32];
+        int r;
+
+        snprintf(quota_leaf, sizeof(quota_leaf), "/sys/fs/cgroup%s/gpuipc-bench-%d-self", quota_parent,
+                 (int)getpid());
+        if (mkdir(quota_leaf, 0755) < 0) {
+                r = -errno;
+                quota_leaf[0] = 0;
+                return r;
+        }
+        snprintf(procs, sizeof(procs), "%s/cgroup.procs", quota_leaf);
+        snprintf(pid, sizeof(pid), "%d", (int)getpid());
+        r = write_file(procs, pid);
+        if (r < 0) {
+                rmdir(quota_leaf);
+                quota_leaf[0] = 0;
+        }
+        return r;
+}
+
+/* After the last quota_remove: this process back where it was, its leaf gone. */
+static void quota_done(void)
+{
+        char file[600], pid[32];
+
+        if (!quota_leaf[0])
+                return;
+        snprintf(file, sizeof(file), "/sys/fs/cgroup%s/cgroup.subtree_control", quota_parent);
+        (void)write_file(file, "-cpu");
+        snprintf(file, sizeof(file), "/sys/fs/cgroup%s/cgroup.procs", quota_parent);
+        snprintf(pid, sizeof(pid), "%d", (int)getpid());
+        if (write_file(file, pid) < 0 || rmdir(quota_leaf) < 0)
+                note("cannot move back out of %s: %s", quota_leaf, strerror(errno));
+        quota_leaf[0] = 0;
+}
+
 /* Makes a cgroup under this process's with a quota of milli thousandths of a CPU per 100 ms period.
  * False, with why, when it cannot. */
 static bool quota_make(Quota *q, unsigned milli, int idx, char *why, size_t cap)
 {
-        char own[256], file[600], text[64];
+        char file[600], text[64];
+        const char *own = quota_parent;
         bool v2 = access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0;
         int r;
 
         *q = (Quota){0};
-        if (v2 ? !own_cgroup(NULL, own, sizeof(own)) : !own_cgroup("cpu", own, sizeof(own))) {
+        if (!quota_leaf[0] && (v2 ? !own_cgroup(NULL, quota_parent, sizeof(quota_parent))
+                                  : !own_cgroup("cpu", quota_parent, sizeof(quota_parent)))) {
                 snprintf(why, cap, "no cgroup %s found in /proc/self/cgroup", v2 ? "v2 path" : "v1 cpu controller");
                 return false;
         }
@@ -138,7 +185,18 @@ static bool quota_make(Quota *q, unsigned milli, int idx, char *why, size_t cap)
         if (v2) {
                 /* The controller must be on in the parent for the child to have cpu.max. */
                 snprintf(file, sizeof(file), "/sys/fs/cgroup%s/cgroup.subtree_control", own);
-                (void)write_file(file, "+cpu");
+                r = write_file(file, "+cpu");
+                if (r == -EBUSY && !quota_leaf[0]) {
+                        r = quota_leaf_enter();
+                        if (r == 0)
+                                r = write_file(file, "+cpu");
+                }
+                if (r < 0) {
+                        snprintf(why, cap, "cannot turn the cpu controller on in %s: %s", file, strerror(-r));
+                        rmdir(q->dir);
+                        q->dir[0] = 0;
+                        return false;
+                }
                 snprintf(file, sizeof(file), "%s/cpu.max", q->dir);
                 snprintf(text, sizeof(text), "%u 100000", milli * 100);
                 r = write_file(file, text);
@@ -568,6 +626,7 @@ void section_fairness(void)
                 if (!quota_make(&x->q, milli, i, why, sizeof(why))) {
                         for (int j = 0; j < i; j++)
                                 quota_remove(&xs[n + j].q);
+                        quota_done();
                         have_quota = false;
                 }
         }
@@ -579,6 +638,7 @@ void section_fairness(void)
                 for (int i = 0; i < n; i++)
                         quota_remove(&xs[n + i].q);
                 quota_remove(&decoys[1].q);
+                quota_done();
         }
         for (int i = 0; i < n; i++) {
                 report(&xs[i], reps, milli);

@@ -178,8 +178,9 @@ static void test_uid_with_many_connections(void)
  * run reads one frame of each, as many as FAIR_RUN_NS allows, instead of a turn's
  * FAIR_FRAMES_PER_TURN per poll (a level-triggered poll reports every ready socket again, so
  * polling every four frames cost more per frame the more connections waited). Never two of one
- * connection in a run; and next to a uid with a single connection the run ends with the round that
- * served it, as its next frame waits for the poll. */
+ * connection in a run; next to a uid with a single connection the run ends with the round that
+ * served it, as its next frame waits for the poll; and a run does not go on to the rotation's
+ * costly frames (listings) while the uid's clients served in it wait for the poll. */
 static void test_sweep_over_many_connections(void)
 {
         World *w = world_new(0);
@@ -211,6 +212,24 @@ static void test_sweep_over_many_connections(void)
         world_run(w);
         CHECK_EQ(w->n_log, FAIR_FRAMES_PER_TURN + 1);
         CHECK_EQ(count_of(w, single->id), 1u);
+        world_free(w);
+
+        /* 16 listers (frames of 1.5 connection quanta: each owes after its frame and has paid after
+         * its next turn) taking turns in the rotation, and 8 clients of their uid: the run reads
+         * every client (fresh) but no listing past its first round's, as the clients served in it
+         * wait for the poll to go first again. */
+        w = world_new(0);
+        for (int i = 0; i < 16; i++)
+                conn_add(w, 1, 1000, FAIR_CONN_QUANTUM_NS * 3 / 2);
+        for (int i = 0; i < 40; i++)
+                world_run(w);
+        w->n_log = 0;
+        for (int i = 0; i < 8; i++)
+                conn_add(w, 1, 5, 1000);
+        world_run(w);
+        for (int i = 16; i < 24; i++)
+                CHECK_EQ(count_of(w, i), 1u);
+        CHECKF(w->n_log - 8 <= 1, "a run read %d listings beside 8 clients", w->n_log - 8);
         world_free(w);
 }
 
