@@ -443,7 +443,7 @@ static unsigned round_run(Fair *s)
 
 void fair_run(Fair *s)
 {
-        unsigned frames = 0, more;
+        unsigned frames = 0, round_frames;
         uint64_t start;
         size_t uids;
 
@@ -462,10 +462,10 @@ void fair_run(Fair *s)
          * run ends there, as it does when the sweep reads nothing or has taken FAIR_RUN_NS. */
         s->sweeping = true;
         while (fair_busy(s) && ready_uids(s) == uids && s->cpu_mark - start < FAIR_RUN_NS) {
-                more = round_run(s);
-                if (!more)
+                round_frames = round_run(s);
+                if (!round_frames)
                         break;
-                frames += more;
+                frames += round_frames;
         }
         s->sweeping = false;
         s->frames_total += frames;

@@ -135,7 +135,7 @@ void fair_ready(Fair *s, FairEntry *e);
  * again, and calls fair_ready when it has more input. */
 void fair_run(Fair *s);
 
-/* Whether connections are ready: the caller runs another round before it sleeps. */
+/* Whether connections are ready: the caller runs the scheduler again before it sleeps. */
 static inline bool fair_busy(const Fair *s)
 {
         return !list_empty(&s->ready);
