@@ -122,9 +122,18 @@ static bool own_cgroup(const char *controller, char *ret, size_t cap)
 static char quota_parent[256];
 static char quota_leaf[600]; /* the leaf this process moved into; "" when it did not */
 
-static int quota_leaf_enter(void)
+/* Moves this process into the cgroup at dir (a path under /sys/fs/cgroup). 0 or -errno. */
+static int cgroup_move_self(const char *dir)
 {
         char procs[640], pid[32];
+
+        snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
+        snprintf(pid, sizeof(pid), "%d", (int)getpid());
+        return write_file(procs, pid);
+}
+
+static int quota_leaf_enter(void)
+{
         int r;
 
         snprintf(quota_leaf, sizeof(quota_leaf), "/sys/fs/cgroup%s/gpuipc-bench-%d-self", quota_parent,
@@ -134,9 +143,7 @@ static int quota_leaf_enter(void)
                 quota_leaf[0] = 0;
                 return r;
         }
-        snprintf(procs, sizeof(procs), "%s/cgroup.procs", quota_leaf);
-        snprintf(pid, sizeof(pid), "%d", (int)getpid());
-        r = write_file(procs, pid);
+        r = cgroup_move_self(quota_leaf);
         if (r < 0) {
                 rmdir(quota_leaf);
                 quota_leaf[0] = 0;
@@ -147,16 +154,19 @@ static int quota_leaf_enter(void)
 /* After the last quota_remove: this process back where it was, its leaf gone. */
 static void quota_done(void)
 {
-        char file[600], pid[32];
+        char parent[512], file[560];
+        int r;
 
         if (!quota_leaf[0])
                 return;
-        snprintf(file, sizeof(file), "/sys/fs/cgroup%s/cgroup.subtree_control", quota_parent);
+        snprintf(parent, sizeof(parent), "/sys/fs/cgroup%s", quota_parent);
+        snprintf(file, sizeof(file), "%s/cgroup.subtree_control", parent);
         (void)write_file(file, "-cpu");
-        snprintf(file, sizeof(file), "/sys/fs/cgroup%s/cgroup.procs", quota_parent);
-        snprintf(pid, sizeof(pid), "%d", (int)getpid());
-        if (write_file(file, pid) < 0 || rmdir(quota_leaf) < 0)
-                note("cannot move back out of %s: %s", quota_leaf, strerror(errno));
+        r = cgroup_move_self(parent);
+        if (r == 0 && rmdir(quota_leaf) < 0)
+                r = -errno;
+        if (r < 0)
+                note("cannot move back out of %s: %s", quota_leaf, strerror(-r));
         quota_leaf[0] = 0;
 }
 

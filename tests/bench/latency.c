@@ -410,10 +410,28 @@ static uint64_t idle_library(Ctx *x)
         return monotonic_ns() - t0;
 }
 
+/* " [pin same]" or " [pin split]" after a row's name when --pin placed the processes, else "". */
+static const char *pin_tag(void)
+{
+        static char tag[32];
+
+        if (!bench_opts.pin)
+                return "";
+        snprintf(tag, sizeof(tag), " [pin %s]", bench_opts.pin);
+        return tag;
+}
+
+static void idle_series_free(IdleSeries *s)
+{
+        samples_free(&s->wall);
+        samples_free(&s->server_cpu);
+}
+
 static void idle_rows(Ctx *x, pid_t echo, unsigned rounds)
 {
+        static const char baseline[] = "raw ping-pong, same idle";
         IdleSeries echo_s = {0}, direct_s = {0}, lib_s = {0};
-        char metric[96], baseline[64];
+        char metric[96];
         Row *r;
 
         for (unsigned i = 0; i < rounds; i++) {
@@ -425,17 +443,14 @@ static void idle_rows(Ctx *x, pid_t echo, unsigned rounds)
                         }
                 }
         }
-        snprintf(baseline, sizeof(baseline), "raw ping-pong, same idle");
-        snprintf(metric, sizeof(metric), "ping p50 after %d ms idle, raw blocking client%s%s%s", IDLE_MS,
-                 bench_opts.pin ? " [pin " : "", bench_opts.pin ? bench_opts.pin : "", bench_opts.pin ? "]" : "");
+        snprintf(metric, sizeof(metric), "ping p50 after %d ms idle, raw blocking client%s", IDLE_MS, pin_tag());
         r = row_add(metric, samples_pct(&direct_s.wall, 50), "us", baseline, samples_pct(&echo_s.wall, 50));
         row_note(r,
                  "server CPU per request p50: broker %.1f us, echo server %.1f us; back to back %.1f vs %.1f us "
                  "(%u rounds)",
                  samples_pct(&direct_s.server_cpu, 50), samples_pct(&echo_s.server_cpu, 50),
                  samples_pct(&ops[OP_PING].direct, 50), samples_pct(&ops[OP_PING].raw, 50), rounds);
-        snprintf(metric, sizeof(metric), "ping p50 after %d ms idle, libgpuipc%s%s%s", IDLE_MS,
-                 bench_opts.pin ? " [pin " : "", bench_opts.pin ? bench_opts.pin : "", bench_opts.pin ? "]" : "");
+        snprintf(metric, sizeof(metric), "ping p50 after %d ms idle, libgpuipc%s", IDLE_MS, pin_tag());
         r = row_add(metric, samples_pct(&lib_s.wall, 50), "us", baseline, samples_pct(&echo_s.wall, 50));
         row_note(r,
                  "libgpuipc adds %.1f us to the raw client after the idle (%.1f back to back); broker CPU p50 "
@@ -443,12 +458,9 @@ static void idle_rows(Ctx *x, pid_t echo, unsigned rounds)
                  samples_pct(&lib_s.wall, 50) - samples_pct(&direct_s.wall, 50),
                  samples_pct(&ops[OP_PING].gp, 50) - samples_pct(&ops[OP_PING].direct, 50),
                  samples_pct(&lib_s.server_cpu, 50));
-        samples_free(&echo_s.wall);
-        samples_free(&echo_s.server_cpu);
-        samples_free(&direct_s.wall);
-        samples_free(&direct_s.server_cpu);
-        samples_free(&lib_s.wall);
-        samples_free(&lib_s.server_cpu);
+        idle_series_free(&echo_s);
+        idle_series_free(&direct_s);
+        idle_series_free(&lib_s);
 }
 
 /* ---- results ---- */
@@ -462,12 +474,9 @@ static void add_rows(const char *pct_name, double pct, double limit)
                 char metric[96], baseline[64];
                 Row *r;
 
-                snprintf(metric, sizeof(metric), "%s %s", o->what, pct_name);
+                snprintf(metric, sizeof(metric), "%s %s%s", o->what, pct_name, pin_tag());
                 snprintf(baseline, sizeof(baseline), "raw ping-pong%s %zu/%zu B", fd ? " + fd" : "", o->req,
                          o->rep);
-                if (bench_opts.pin)
-                        snprintf(metric + strlen(metric), sizeof(metric) - strlen(metric), " [pin %s]",
-                                 bench_opts.pin);
                 r = row_add(metric, samples_pct(&o->gp, pct), "us", baseline, samples_pct(base, pct));
                 row_target_ratio_max(r, limit);
                 if (fd)
@@ -491,9 +500,7 @@ static void add_direct_rows(void)
                 char metric[96], baseline[64];
                 Row *r;
 
-                snprintf(metric, sizeof(metric), "%s p50, raw blocking client%s%s%s", o->what,
-                         bench_opts.pin ? " [pin " : "", bench_opts.pin ? bench_opts.pin : "",
-                         bench_opts.pin ? "]" : "");
+                snprintf(metric, sizeof(metric), "%s p50, raw blocking client%s", o->what, pin_tag());
                 snprintf(baseline, sizeof(baseline), "raw ping-pong%s %zu/%zu B", fd ? " + fd" : "", o->req,
                          o->rep);
                 r = row_add(metric, samples_pct(&o->direct, 50), "us", baseline, samples_pct(base, 50));
